@@ -1,0 +1,2 @@
+"""One module per ``harness`` subcommand: docstring = help (with an example),
+``add_arguments(parser)`` and ``main(args) -> int``."""
