@@ -1,0 +1,88 @@
+"""Models: the decoder family of DESIGN section 2 and the depth-routing variants of section 3.
+
+Plain PyTorch; knows nothing about training. Entry points:
+
+* :func:`build_model` -- ``build_model("rd_attnres", "small", seed=0)``;
+* :func:`available_variants` -- names of all specs (built-ins and ``controls/``);
+* :func:`count_params` -- total and trainable parameter counts;
+* :func:`routing_diagnostics` -- per-layer depth distributions for a batch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from torch import nn
+
+from harness.config import derive
+from harness.models.diagnostics import RoutingDiagnostics, js_divergence, routing_diagnostics
+from harness.models.gpt import DepthRoutedLM
+from harness.models.init import init_weights
+from harness.models.spec import VariantSpec, load_specs, parse_spec
+
+# Variants every study knows about, in table order; any further spec files follow.
+CORE_ORDER = (
+    "prenorm", "full_attnres", "block_attnres", "rd_attnres",
+    "param_matched", "dup_route", "dup_route_tied", "fixed_v",
+)
+
+
+@functools.cache
+def _specs() -> dict[str, VariantSpec]:
+    return load_specs()
+
+
+def available_variants() -> list[str]:
+    """Names of every variant spec: the core ones in table order, then any others sorted."""
+    names = set(_specs())
+    return [n for n in CORE_ORDER if n in names] + sorted(names - set(CORE_ORDER))
+
+
+def get_spec(variant: str) -> VariantSpec:
+    """The spec of ``variant``.
+
+    Raises:
+        ValueError: unknown variant; the message lists the valid ones.
+    """
+    specs = _specs()
+    if variant not in specs:
+        raise ValueError(f"unknown variant {variant!r}; valid variants: {', '.join(available_variants())}")
+    return specs[variant]
+
+
+def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides) -> DepthRoutedLM:
+    """Build and initialise a model.
+
+    Args:
+        variant: a variant name (see :func:`available_variants`) or a :class:`VariantSpec`.
+        size: a size preset (``tiny``, ``small``, ``120m``, ``343m``).
+        seed: initialisation seed; parameters are drawn per name (DESIGN section 4).
+        **overrides: :class:`~harness.config.ModelConfig` fields, e.g. ``vocab_size``.
+
+    Returns:
+        A :class:`DepthRoutedLM` in float32 on the CPU: tokens ``[B, T]`` int64 ->
+        logits ``[B, T, V]``.
+
+    Raises:
+        ValueError: unknown variant, size or override key.
+    """
+    spec = variant if isinstance(variant, VariantSpec) else get_spec(variant)
+    cfg = derive(size, **overrides)
+    model = DepthRoutedLM(cfg, spec)
+    init_weights(model, seed, cfg.n_layers)
+    return model
+
+
+def count_params(model: nn.Module) -> dict[str, int]:
+    """``{"total": ..., "trainable": ...}`` parameter counts (tied weights counted once)."""
+    params = list(model.parameters())  # de-duplicated by nn.Module
+    return {
+        "total": sum(p.numel() for p in params),
+        "trainable": sum(p.numel() for p in params if p.requires_grad),
+    }
+
+
+__all__ = [
+    "build_model", "available_variants", "get_spec", "count_params", "routing_diagnostics",
+    "RoutingDiagnostics", "js_divergence", "DepthRoutedLM", "VariantSpec", "parse_spec", "CORE_ORDER",
+]

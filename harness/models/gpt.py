@@ -1,0 +1,225 @@
+"""Decoder-only language model with depth routing (DESIGN section 2 and 3).
+
+Choices (departures from textbook GPT-2 in the usual modern direction):
+
+- pre-norm RMSNorm, no biases anywhere;
+- rotary position embeddings (RoPE) on queries and keys;
+- SwiGLU MLP with hidden width 8/3 * D rounded up to a multiple of 64;
+- causal ``scaled_dot_product_attention``;
+- LM head tied to the token embedding (configurable);
+- the residual stream is one of three structures, chosen by the variant spec:
+  ``prenorm`` (x += f(norm(x))), ``full`` (Full AttnRes) or ``block`` (Block AttnRes).
+
+Block AttnRes state, following the official pseudocode (arXiv 2603.15031)::
+
+    blocks = [emb]        completed block sums (sources), appended at block boundaries
+    partial               running sum of sublayer outputs in the current block
+
+    layer l:  h = route_attn(blocks + [partial])  -> roles q, k, v
+              if l % (block_size/2) == 0: blocks.append(partial); partial = None
+              partial (+)= Attn(norm(h_q), norm(h_k), norm(h_v))
+              h = route_mlp(blocks + [partial])
+              partial += MLP(norm(h))
+    output:   route_out(blocks + [partial]) -> final norm -> LM head
+
+(Starting from ``blocks = []`` and ``partial = emb``, layer 0 closes the embedding as
+``blocks[0]``.) Which route feeds the Q, K and V projections is the variant spec's
+business; the attention module only sees three inputs, ``[B, T, D]`` each.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.config import ModelConfig
+from harness.models.routing import RMSNorm, RouteSite, SourceBank
+from harness.models.spec import VariantSpec
+
+
+def rope_tables(head_dim: int, context: int, base: float) -> tuple[Tensor, Tensor]:
+    """RoPE cos/sin tables ``[T, head_dim/2]`` (Su et al. 2021, RoFormer, eq. 34)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    t = torch.arange(context, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    return freqs.cos(), freqs.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs of channels: ``x [B, H, T, hs]``, ``cos/sin [T, hs/2]``."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    y1 = x1 * cos - x2 * sin
+    y2 = x1 * sin + x2 * cos
+    return torch.stack((y1, y2), dim=-1).flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention whose Q, K, V projections may read different inputs.
+
+    ``forward(xq, xk, xv)``: each ``[B, T, D]`` (already normalised) -> ``[B, T, D]``.
+    Inputs that are the same tensor object share one matmul, so the parent (one input)
+    does a single fused QKV projection and RD-AttnRes (Q = K input, own V input) two.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def _project(self, xq: Tensor, xk: Tensor, xv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        D = xq.shape[-1]
+        W = self.qkv.weight  # [3D, D]: rows q | k | v
+        if xq is xk and xk is xv:
+            return F.linear(xq, W).split(D, dim=-1)
+        if xq is xk:
+            q, k = F.linear(xq, W[: 2 * D]).split(D, dim=-1)
+            return q, k, F.linear(xv, W[2 * D :])
+        return F.linear(xq, W[:D]), F.linear(xk, W[D : 2 * D]), F.linear(xv, W[2 * D :])
+
+    def forward(self, xq: Tensor, xk: Tensor, xv: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        B, T, D = xq.shape
+        q, k, v = self._project(xq, xk, xv)  # each [B, T, D]
+        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
+        q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hs)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class SwiGLU(nn.Module):
+    """SwiGLU MLP (Shazeer 2020): ``down(silu(gate(x)) * up(x))``, ``[B, T, D] -> [B, T, D]``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.mlp_hidden, bias=False)
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Layer(nn.Module):
+    """One transformer layer: an attention sublayer and an MLP sublayer, each with its
+    pre-norm and (for AttnRes variants) its routing site ``attn_route`` / ``mlp_route``."""
+
+    def __init__(self, cfg: ModelConfig, spec: VariantSpec) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+        if spec.residual != "prenorm":
+            self.attn_route = RouteSite(cfg.d_model, spec.sites["attn"])
+            self.mlp_route = RouteSite(cfg.d_model, spec.sites["mlp"])
+
+    def attention(self, roles: dict[str, Tensor], cos: Tensor, sin: Tensor) -> Tensor:
+        """Attention sublayer output ``[B, T, D]`` from role inputs q, k, v (one norm each distinct input)."""
+        normed: dict[int, Tensor] = {}
+        xs = []
+        for role in ("q", "k", "v"):
+            x = roles[role]
+            if id(x) not in normed:
+                normed[id(x)] = self.attn_norm(x)
+            xs.append(normed[id(x)])
+        return self.attn(*xs, cos, sin)
+
+
+class DepthRoutedLM(nn.Module):
+    """Decoder LM of DESIGN section 2 with the residual structure of a :class:`VariantSpec`.
+
+    ``forward(tokens [B, T] int64) -> logits [B, T, V]`` (float32 on CPU; the autocast
+    dtype under mixed precision).
+
+    Raises:
+        ValueError: token ids outside ``[0, vocab_size)``, a non-integer dtype, or a
+            sequence longer than the context (checked unless ``validate_tokens`` is off).
+    """
+
+    def __init__(self, cfg: ModelConfig, spec: VariantSpec) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.spec = spec
+        self.validate_tokens = True
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Layer(cfg, spec) for _ in range(cfg.n_layers))
+        if spec.residual != "prenorm":
+            self.out_route = RouteSite(cfg.d_model, spec.sites["out"])
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        cos, sin = rope_tables(cfg.d_model // cfg.n_heads, cfg.context, cfg.rope_base)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    # -- input checking ---------------------------------------------------------------
+    def check_tokens(self, tokens: Tensor) -> None:
+        """Raise ``ValueError`` for bad token tensors (see class docstring)."""
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be int64 (or int32), got {tokens.dtype}")
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape [B, T], got {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.cfg.context:
+            raise ValueError(f"sequence length {tokens.shape[1]} exceeds the context {self.cfg.context}")
+        if tokens.numel():
+            lo, hi = torch.aminmax(tokens)
+            lo, hi = int(lo), int(hi)
+            if lo < 0 or hi >= self.cfg.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, {self.cfg.vocab_size}), got min {lo} and max {hi} "
+                    f"(is the model's vocab_size the tokenizer's?)"
+                )
+
+    # -- forward --------------------------------------------------------------------
+    def hidden(self, tokens: Tensor) -> Tensor:
+        """Final hidden state before the last norm, ``[B, T, D]``."""
+        if self.validate_tokens and not torch.compiler.is_compiling():
+            self.check_tokens(tokens)
+        x = self.tok_emb(tokens)  # [B, T, D]
+        cos, sin = self.rope_cos, self.rope_sin
+        residual = self.spec.residual
+        if residual == "prenorm":
+            for layer in self.layers:
+                x = x + layer.attention({"q": x, "k": x, "v": x}, cos, sin)
+                x = x + layer.mlp(layer.mlp_norm(x))
+            return x
+        bank = SourceBank(self.cfg.norm_eps)
+        if residual == "full":
+            bank.append(x)  # every sublayer output becomes its own source
+            for layer in self.layers:
+                a = layer.attention(layer.attn_route(*bank.stacked(None)), cos, sin)
+                bank.append(a)
+                h = layer.mlp_route(*bank.stacked(None))["mlp"]
+                bank.append(layer.mlp(layer.mlp_norm(h)))
+            return self.out_route(*bank.stacked(None))["out"]
+        # Block AttnRes
+        every = self.cfg.block_size // 2  # layers per block (two sublayers per layer)
+        partial: Tensor | None = x
+        for l, layer in enumerate(self.layers):
+            roles = layer.attn_route(*bank.stacked(partial))
+            if l % every == 0:
+                bank.append(partial)
+                partial = None
+            a = layer.attention(roles, cos, sin)
+            partial = a if partial is None else partial + a
+            h = layer.mlp_route(*bank.stacked(partial))["mlp"]
+            partial = partial + layer.mlp(layer.mlp_norm(h))
+        return self.out_route(*bank.stacked(partial))["out"]
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.lm_head(self.final_norm(self.hidden(tokens)))
+
+    # -- bookkeeping ----------------------------------------------------------------
+    def route_sites(self) -> list[tuple[int, str, RouteSite]]:
+        """All routing sites as ``(layer, site, module)``; the output site has layer ``L``."""
+        if self.spec.residual == "prenorm":
+            return []
+        sites = []
+        for l, layer in enumerate(self.layers):
+            sites.append((l, "attn", layer.attn_route))
+            sites.append((l, "mlp", layer.mlp_route))
+        sites.append((self.cfg.n_layers, "out", self.out_route))
+        return sites

@@ -1,0 +1,319 @@
+"""DESIGN section 2-4 identities, pinned by numbers (max abs diff <= 1e-6 in float32)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.config import derive, get_size
+from harness.models import available_variants, build_model, count_params, get_spec, routing_diagnostics
+from harness.models.spec import parse_spec
+
+TOL = 1e-6
+BLOCK_VARIANTS = [v for v in available_variants() if get_spec(v).residual == "block"]
+PARENT = "block_attnres"
+
+
+def tokens(size: str, B: int = 2, seed: int = 123) -> torch.Tensor:
+    cfg = derive(size)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (B, min(cfg.context, 64)), generator=g)
+
+
+def randomize_queries(model: torch.nn.Module, seed: int, scale: float = 1.0) -> None:
+    """Give every pseudo-query (parameter or buffer) a random value keyed by its name."""
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf.startswith("w_"):
+                g = torch.Generator().manual_seed(hash((seed, name)) % (2**31))
+                t.copy_(torch.randn(t.shape, generator=g) * scale)
+
+
+def copy_shared(src: torch.nn.Module, dst: torch.nn.Module) -> None:
+    """Copy every tensor of ``src`` whose name ``dst`` also has."""
+    dst_state = dst.state_dict()
+    with torch.no_grad():
+        for name, value in src.state_dict().items():
+            if name in dst_state:
+                dst_state[name].copy_(value)
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def test_core_variants_exist():
+    assert set(available_variants()) >= {
+        "prenorm", "full_attnres", "block_attnres", "rd_attnres",
+        "param_matched", "dup_route", "dup_route_tied", "fixed_v",
+    }
+    assert get_spec(PARENT).role == "parent" and get_spec("rd_attnres").role == "treatment"
+    for v in ("param_matched", "dup_route", "dup_route_tied", "fixed_v"):
+        assert get_spec(v).role == "control"
+        assert "controls" in get_spec(v).source  # controls are specs in controls/, not model code
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+@pytest.mark.parametrize("variant", BLOCK_VARIANTS)
+def test_every_variant_equals_parent_at_init(size, variant):
+    x = tokens(size)
+    ref = build_model(PARENT, size, seed=0)(x)
+    out = build_model(variant, size, seed=0)(x)
+    assert out.shape == (x.shape[0], x.shape[1], derive(size).vocab_size)
+    assert max_diff(out, ref) <= TOL
+
+
+def test_prenorm_and_full_differ_from_parent_but_run():
+    """References are different architectures: they must NOT silently equal the parent."""
+    x = tokens("tiny")
+    ref = build_model(PARENT, "tiny", seed=0)(x)
+    for v in ("prenorm", "full_attnres"):
+        out = build_model(v, "tiny", seed=0)(x)
+        assert torch.isfinite(out).all()
+        assert max_diff(out, ref) > 1e-3
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_rd_with_tied_value_query_equals_parent_forward_and_grads(size):
+    x = tokens(size)
+    parent = build_model(PARENT, size, seed=1)
+    rd = build_model("rd_attnres", size, seed=1)
+    randomize_queries(parent, seed=7)
+    copy_shared(parent, rd)
+    with torch.no_grad():
+        for l, layer in enumerate(rd.layers):
+            layer.attn_route.w_v.copy_(parent.layers[l].attn_route.w_qk)
+    # the random queries must actually change the model, or the identity is vacuous
+    assert max_diff(parent(x), build_model(PARENT, size, seed=1)(x)) > 1e-3
+    out_p, out_r = parent(x), rd(x)
+    assert max_diff(out_p, out_r) <= TOL
+    out_p.float().square().mean().backward()
+    out_r.float().square().mean().backward()
+    rd_params = dict(rd.named_parameters())
+    checked = 0
+    for name, p in parent.named_parameters():
+        if name.rsplit(".", 1)[-1].startswith("w_"):
+            continue
+        if p.grad is None:  # e.g. layer 0's key norm: one source, softmax is constant
+            assert rd_params[name].grad is None, name
+            continue
+        assert max_diff(p.grad, rd_params[name].grad) <= TOL, name
+        checked += 1
+    assert checked >= 7 * len(rd.layers)
+    # the parent's w_qk gradient is split between rd's two queries (chain rule)
+    for l in range(1, len(rd.layers)):  # layer 0 routes over one source: no query gradient
+        g_parent = parent.layers[l].attn_route.w_qk.grad
+        g_rd = rd.layers[l].attn_route.w_qk.grad + rd.layers[l].attn_route.w_v.grad
+        assert max_diff(g_parent, g_rd) <= TOL
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_dup_route_tied_equals_parent_with_random_queries(size):
+    x = tokens(size)
+    parent = build_model(PARENT, size, seed=2)
+    randomize_queries(parent, seed=3)
+    tied = build_model("dup_route_tied", size, seed=2)
+    copy_shared(parent, tied)
+    assert max_diff(parent(x), build_model(PARENT, size, seed=2)(x)) > 1e-3
+    assert max_diff(parent(x), tied(x)) <= TOL
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_param_matched_with_zero_extra_equals_parent(size):
+    x = tokens(size)
+    parent = build_model(PARENT, size, seed=4)
+    randomize_queries(parent, seed=5)
+    pm = build_model("param_matched", size, seed=4)
+    copy_shared(parent, pm)  # w_extra keeps its zero init
+    assert all(float(l.attn_route.w_extra.detach().abs().max()) == 0 for l in pm.layers)
+    assert max_diff(parent(x), pm(x)) <= TOL
+    # and a non-zero w_extra moves it away
+    with torch.no_grad():
+        pm.layers[-1].attn_route.w_extra.fill_(0.5)
+    assert max_diff(parent(x), pm(x)) > 1e-4
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "120m"])
+def test_parameter_counts(size):
+    L, D = get_size(size).n_layers, get_size(size).d_model
+    with torch.device("meta"):
+        counts = {v: count_params(build_model_meta(v, size)) for v in BLOCK_VARIANTS}
+    parent = counts[PARENT]
+    for v in ("rd_attnres", "param_matched", "dup_route"):
+        assert counts[v]["total"] == parent["total"] + L * D, v
+        assert counts[v]["trainable"] == parent["trainable"] + L * D, v
+    assert counts["fixed_v"]["trainable"] == parent["trainable"]
+    assert counts["dup_route_tied"] == parent
+
+
+def build_model_meta(variant: str, size: str):
+    """Structure only (no init) so that large presets count quickly."""
+    from harness.models.gpt import DepthRoutedLM
+
+    return DepthRoutedLM(derive(size), get_spec(variant))
+
+
+def test_fixed_v_value_query_is_a_frozen_buffer():
+    m = build_model("fixed_v", "tiny", seed=0)
+    names = dict(m.named_buffers())
+    assert "layers.0.attn_route.w_v" in names
+    assert "layers.0.attn_route.w_v" not in dict(m.named_parameters())
+    assert "layers.0.attn_route.w_v" in m.state_dict()
+
+
+def test_parameter_names_found_by_role():
+    names = {v: {n for n, _ in build_model(v, "tiny", seed=0).named_parameters()} for v in BLOCK_VARIANTS}
+    assert "layers.1.attn_route.w_qk" in names[PARENT]
+    assert "layers.1.attn_route.w_v" in names["rd_attnres"]
+    assert "layers.1.attn_route.w_extra" in names["param_matched"]
+    assert "layers.1.attn_route.w_dup" in names["dup_route"]
+    assert "layers.1.mlp_route.w_mlp" in names[PARENT]
+    assert "out_route.w_out" in names[PARENT]
+
+
+def test_same_seed_shared_parameters_bit_identical_and_seeds_differ():
+    states = {v: build_model(v, "small", seed=11).state_dict() for v in available_variants()}
+    parent = states[PARENT]
+    shared_checked = 0
+    for v, state in states.items():
+        for name, value in state.items():
+            if name in parent:
+                assert torch.equal(value, parent[name]), (v, name)
+                shared_checked += 1
+    assert shared_checked > 8 * 20
+    other = build_model(PARENT, "small", seed=12).state_dict()
+    for name, value in parent.items():
+        if value.std() > 0:  # random tensors (not the constant norms/queries) must differ
+            assert not torch.equal(value, other[name]), name
+
+
+def test_init_values_follow_the_scheme():
+    m = build_model(PARENT, "small", seed=0)
+    L = m.cfg.n_layers
+    assert abs(m.tok_emb.weight.std().item() - 0.02) < 1e-3
+    assert abs(m.layers[0].attn.proj.weight.std().item() - 0.02 / math.sqrt(2 * L)) < 5e-4
+    assert m.lm_head.weight is m.tok_emb.weight
+
+
+def test_value_route_learns_on_its_own():
+    torch.manual_seed(0)
+    m = build_model("rd_attnres", "tiny", seed=0)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    x = tokens("tiny", B=4)
+    for _ in range(2):
+        logits = m(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for layer in m.layers[1:]:  # layer 0 routes over a single source: no gradient there
+        w_qk, w_v = layer.attn_route.w_qk, layer.attn_route.w_v
+        assert w_v.abs().max() > 0 and w_qk.abs().max() > 0
+        assert max_diff(w_qk, w_v) > 1e-4
+
+
+def test_fixed_v_buffer_does_not_train():
+    m = build_model("fixed_v", "tiny", seed=0)
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
+    x = tokens("tiny", B=4)
+    loss = m(x).float().logsumexp(-1).mean()
+    loss.backward()
+    opt.step()
+    assert all(float(l.attn_route.w_v.abs().max()) == 0 for l in m.layers)
+
+
+def test_bad_variant_and_size_name_the_valid_ones():
+    with pytest.raises(ValueError, match="valid variants: .*rd_attnres"):
+        build_model("rd_atnres", "tiny", seed=0)
+    with pytest.raises(ValueError, match="valid sizes: tiny, small, 120m, 343m"):
+        build_model("rd_attnres", "huge", seed=0)
+    with pytest.raises(ValueError, match="unknown model override"):
+        build_model("rd_attnres", "tiny", seed=0, width=3)
+
+
+def test_bad_tokens_raise_clear_errors():
+    m = build_model("rd_attnres", "tiny", seed=0)
+    V = m.cfg.vocab_size
+    with pytest.raises(ValueError, match=rf"token ids must be in \[0, {V}\), got min 0 and max {V}"):
+        m(torch.tensor([[0, 1, V]]))
+    with pytest.raises(ValueError, match="min -1"):
+        m(torch.tensor([[-1, 1]]))
+    with pytest.raises(ValueError, match="int64"):
+        m(torch.tensor([[0.0, 1.0]]))
+    with pytest.raises(ValueError, match="exceeds the context"):
+        m(torch.zeros(1, m.cfg.context + 1, dtype=torch.long))
+
+
+def test_routing_diagnostics_shapes_and_values():
+    x = tokens("small")
+    rd = build_model("rd_attnres", "small", seed=0)
+    L = rd.cfg.n_layers
+    d0 = routing_diagnostics(rd, x)
+    attn = d0.sites["attn"]
+    assert set(attn.routes) == {"qk", "v"}
+    S = int(attn.n_sources.max())
+    assert attn.routes["qk"].shape == (L, S)
+    # at init every route is uniform over its sources; the K and V routes coincide
+    for row in range(L):
+        n = int(attn.n_sources[row])
+        assert torch.allclose(attn.routes["v"][row, :n], torch.full((n,), 1 / n))
+        assert attn.entropy["v"][row].item() == pytest.approx(math.log(n), abs=1e-6)
+        assert attn.eff_depth["qk"][row].item() == pytest.approx((n - 1) / 2, abs=1e-5)
+    assert attn.js_qk_v.abs().max().item() <= 1e-7
+    # with different queries the JS divergence is positive and matches a direct computation
+    randomize_queries(rd, seed=9, scale=3.0)
+    d1 = routing_diagnostics(rd, x)
+    js = d1.sites["attn"].js_qk_v
+    assert js[1:].min().item() > 1e-4 and js.max().item() <= math.log(2) + 1e-6
+    assert d1.sites["attn"].js_qk_v_of_means[1:].max().item() <= js[1:].max().item() + 1e-6
+    # per-token JS of the last layer recomputed from the captured weights by hand
+    site = rd.layers[-1].attn_route
+    site.capture = True
+    rd(x)
+    p, q = site.last_weights["qk"].double(), site.last_weights["v"].double()
+    site.capture = False
+    m_ = (p + q) / 2
+    kl = lambda a, b: (torch.xlogy(a, a) - torch.xlogy(a, b)).sum(0)
+    expected = (0.5 * kl(p, m_) + 0.5 * kl(q, m_)).mean().item()
+    assert js[-1].item() == pytest.approx(expected, abs=1e-6)
+    rows = d1.rows(tokens=1000)
+    assert {r["site"] for r in rows} == {"attn", "mlp", "out"}
+    assert all(r["tokens"] == 1000 for r in rows)
+    # each (layer, site, route) distribution sums to one
+    from collections import defaultdict
+
+    sums = defaultdict(float)
+    for r in rows:
+        sums[(r["layer"], r["site"], r["route"])] += r["weight"]
+    assert all(abs(s - 1) < 1e-5 for s in sums.values())
+
+
+def test_prenorm_has_no_diagnostics():
+    assert routing_diagnostics(build_model("prenorm", "tiny", seed=0), tokens("tiny")).sites == {}
+
+
+def test_spec_validation_errors_name_the_key():
+    base = {"name": "x", "residual": "block"}
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['colour'\]"):
+        parse_spec({**base, "colour": 1})
+    with pytest.raises(ValueError, match="residual='deep'"):
+        parse_spec({"name": "x", "residual": "deep"})
+    bad_role = {"queries": {"w_qk": {}}, "routes": {"qk": ["w_qk"]}, "roles": {"q": ["qk"], "k": ["qk"], "v": ["zz"]}}
+    with pytest.raises(ValueError, match="unknown route 'zz'"):
+        parse_spec({**base, "attn": bad_role})
+
+
+def test_new_control_is_just_a_spec(tmp_path):
+    """q_kv (Q alone on its own route) is a new control with no model code."""
+    spec = parse_spec({
+        "name": "q_kv", "residual": "block", "role": "control",
+        "attn": {"queries": {"w_qk": {}, "w_q": {}}, "routes": {"qk": ["w_qk"], "q": ["w_q"]},
+                 "roles": {"q": ["q"], "k": ["qk"], "v": ["qk"]}},
+    })
+    m = build_model(spec, "tiny", seed=0)
+    x = tokens("tiny")
+    assert max_diff(m(x), build_model(PARENT, "tiny", seed=0)(x)) <= TOL
+    assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + 2 * 64
