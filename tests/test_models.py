@@ -317,3 +317,15 @@ def test_new_control_is_just_a_spec(tmp_path):
     x = tokens("tiny")
     assert max_diff(m(x), build_model(PARENT, "tiny", seed=0)(x)) <= TOL
     assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + 2 * 64
+
+
+def test_diagnostics_over_batches_equal_one_concatenated_batch():
+    rd = build_model("rd_attnres", "tiny", seed=0)
+    randomize_queries(rd, seed=1, scale=2.0)
+    x1, x2 = tokens("tiny", B=2, seed=1), tokens("tiny", B=3, seed=2)
+    split = routing_diagnostics(rd, [x1, x2]).sites["attn"]
+    whole = routing_diagnostics(rd, torch.cat([x1, x2])).sites["attn"]
+    for r in ("qk", "v"):
+        assert torch.allclose(split.routes[r], whole.routes[r], atol=1e-6, equal_nan=True)
+        assert torch.allclose(split.token_entropy[r], whole.token_entropy[r], atol=1e-6)
+    assert torch.allclose(split.js_qk_v, whole.js_qk_v, atol=1e-6)

@@ -81,62 +81,119 @@ class RoutingDiagnostics:
         return out
 
 
+class RoutingAccumulator:
+    """Token-weighted running sums of route weights over many batches.
+
+    Usage: ``acc = RoutingAccumulator(model)``; ``with acc: model(x)`` for each batch
+    (captures that forward); ``acc.result()``. Per (site, layer) it keeps the sums over
+    tokens of each route's weights ``[S]`` and per-token entropy, the K and V role
+    weights ``[S]`` and per-token JS; everything reported is a token mean, so sums over
+    batches (and over DDP ranks, see :meth:`sum_tensors`) combine exactly.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.sites = model.route_sites()
+        self.tokens = 0
+        self.sums: dict[tuple[int, str], dict[str, Tensor]] = {}
+
+    def __enter__(self) -> "RoutingAccumulator":
+        for _, _, site in self.sites:
+            site.capture = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if exc[0] is None:
+                self._update()
+        finally:
+            for _, _, site in self.sites:
+                site.capture = False
+                site.last_weights = {}
+
+    def _update(self) -> None:
+        n = None
+        for layer, kind, site in self.sites:
+            weights = {r: w.float() for r, w in site.last_weights.items()}  # each [S, B, T]
+            n = next(iter(weights.values()))[0].numel()
+            acc = self.sums.setdefault((layer, kind), {})
+            for r, w in weights.items():
+                _add(acc, f"w:{r}", w.sum(dim=(1, 2)))
+                _add(acc, f"h:{r}", entropy(w, dim=0).sum())
+            if kind == "attn":
+                pk = _role_weights(weights, site.spec.roles["k"])
+                pv = _role_weights(weights, site.spec.roles["v"])
+                _add(acc, "k", pk.sum(dim=(1, 2)))
+                _add(acc, "v", pv.sum(dim=(1, 2)))
+                _add(acc, "js", js_divergence(pk, pv, dim=0).sum())
+        self.tokens += n or 0
+
+    def sum_tensors(self) -> list[Tensor]:
+        """The accumulator's sum tensors in a fixed order (all-reduce them in place under DDP)."""
+        return [t for key in sorted(self.sums) for _, t in sorted(self.sums[key].items())]
+
+    def result(self) -> RoutingDiagnostics:
+        """Token-averaged diagnostics over every captured batch."""
+        result = RoutingDiagnostics()
+        if not self.sums or not self.tokens:
+            return result
+        N = float(self.tokens)
+        for kind in ("attn", "mlp", "out"):
+            keys = sorted(k for k in self.sums if k[1] == kind)
+            if not keys:
+                continue
+            layers = [k[0] for k in keys]
+            spec = dict((l, s) for l, k, s in self.sites if k == kind)
+            route_names = list(spec[layers[0]].spec.routes)
+            s_max = max(self.sums[k][f"w:{route_names[0]}"].numel() for k in keys)
+            L = len(keys)
+            d = SiteDiagnostics(
+                routes={r: torch.full((L, s_max), float("nan")) for r in route_names},
+                n_sources=torch.zeros(L, dtype=torch.long),
+                entropy={r: torch.zeros(L) for r in route_names},
+                token_entropy={r: torch.zeros(L) for r in route_names},
+                eff_depth={r: torch.zeros(L) for r in route_names},
+                layers=layers,
+                js_qk_v=torch.zeros(L) if kind == "attn" else None,
+                js_qk_v_of_means=torch.zeros(L) if kind == "attn" else None,
+            )
+            for row, key in enumerate(keys):
+                acc = {name: t.cpu() for name, t in self.sums[key].items()}
+                S = acc[f"w:{route_names[0]}"].numel()
+                d.n_sources[row] = S
+                idx = torch.arange(S, dtype=torch.float32)
+                for r in route_names:
+                    mean = acc[f"w:{r}"] / N
+                    d.routes[r][row, :S] = mean
+                    d.entropy[r][row] = entropy(mean)
+                    d.token_entropy[r][row] = acc[f"h:{r}"] / N
+                    d.eff_depth[r][row] = (idx * mean).sum()
+                if kind == "attn":
+                    d.js_qk_v[row] = acc["js"] / N
+                    d.js_qk_v_of_means[row] = js_divergence(acc["k"] / N, acc["v"] / N)
+            result.sites[kind] = d
+        return result
+
+
+def _add(acc: dict[str, Tensor], key: str, value: Tensor) -> None:
+    acc[key] = value.detach().double() if key not in acc else acc[key] + value.detach().double()
+
+
 def _role_weights(weights: dict[str, Tensor], names: tuple[str, ...]) -> Tensor:
+    """A role's mixing weights: the mean of its routes' weights (``[S, B, T]``)."""
     return torch.stack([weights[n] for n in names]).mean(0)
 
 
 @torch.no_grad()
-def routing_diagnostics(model, tokens: Tensor) -> RoutingDiagnostics:
-    """Run ``model`` on ``tokens [B, T]`` and collect its routing diagnostics.
+def routing_diagnostics(model, tokens: Tensor | list[Tensor]) -> RoutingDiagnostics:
+    """Run ``model`` on ``tokens [B, T]`` (or a list of such batches) and return the
+    token-averaged routing diagnostics.
 
-    ``model`` is a :class:`~harness.models.gpt.DepthRoutedLM` (a ``prenorm`` model has no
-    sites and yields empty diagnostics). The model's train/eval mode is preserved.
+    ``model`` is a :class:`~harness.models.gpt.DepthRoutedLM`; a ``prenorm`` model has no
+    sites and yields empty diagnostics.
     """
-    sites = model.route_sites()
-    result = RoutingDiagnostics()
-    if not sites:
-        return result
-    for _, _, site in sites:
-        site.capture = True
-    try:
-        model(tokens)
-        captured = [(l, kind, site.spec, dict(site.last_weights)) for l, kind, site in sites]
-    finally:
-        for _, _, site in sites:
-            site.capture = False
-            site.last_weights = {}
-    for kind in ("attn", "mlp", "out"):
-        entries = [e for e in captured if e[1] == kind]
-        if not entries:
-            continue
-        s_max = max(next(iter(w.values())).shape[0] for *_, w in entries)
-        route_names = list(entries[0][2].routes)
-        L = len(entries)
-        dists = {r: torch.full((L, s_max), float("nan")) for r in route_names}
-        ent = {r: torch.zeros(L) for r in route_names}
-        tok_ent = {r: torch.zeros(L) for r in route_names}
-        depth = {r: torch.zeros(L) for r in route_names}
-        n_sources = torch.zeros(L, dtype=torch.long)
-        js = torch.zeros(L) if kind == "attn" else None
-        js_means = torch.zeros(L) if kind == "attn" else None
-        for row, (_, _, spec, weights) in enumerate(entries):
-            S = next(iter(weights.values())).shape[0]
-            n_sources[row] = S
-            idx = torch.arange(S, dtype=torch.float32)
-            for r in route_names:
-                w = weights[r].float()  # [S, B, T]
-                mean = w.mean(dim=(1, 2))  # [S]
-                dists[r][row, :S] = mean
-                ent[r][row] = entropy(mean)
-                tok_ent[r][row] = entropy(w, dim=0).mean()
-                depth[r][row] = (idx * mean).sum()
-            if kind == "attn":
-                pk = _role_weights(weights, spec.roles["k"]).float()
-                pv = _role_weights(weights, spec.roles["v"]).float()
-                js[row] = js_divergence(pk, pv, dim=0).mean()
-                js_means[row] = js_divergence(pk.mean(dim=(1, 2)), pv.mean(dim=(1, 2)))
-        result.sites[kind] = SiteDiagnostics(
-            routes=dists, n_sources=n_sources, entropy=ent, token_entropy=tok_ent, eff_depth=depth,
-            layers=[e[0] for e in entries], js_qk_v=js, js_qk_v_of_means=js_means,
-        )
-    return result
+    acc = RoutingAccumulator(model)
+    for batch in tokens if isinstance(tokens, list) else [tokens]:
+        with acc:
+            model(batch)
+    return acc.result()
