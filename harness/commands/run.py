@@ -1,0 +1,96 @@
+"""Train one run (variant x size x seed x budget) on a corpus and store its results.
+
+Writes the run's result file under RESULTS/runs/ (atomically) and ingests it into
+RESULTS/harness.duckdb: tables runs, metrics, routing and the view final. A run that is
+stopped or killed resumes from RESULTS/checkpoints/ when the same command is run again.
+A diverged run (NaN/inf loss) is recorded with status 'diverged'; the command still
+exits 0. Training settings: the preset's defaults, then --set KEY=VALUE overrides
+(any TrainConfig field: lr, batch_tokens, eval_every_tokens, vocab_size, ...).
+
+A corpus is a JSONL/Parquet file (column `text`), a .txt file, a directory or glob of
+those, or hf:OWNER/NAME:CONFIG (streamed from the hub where a network exists).
+
+example:
+  harness run --variant rd_attnres --size tiny --seed 0 --budget-tokens 50000 \\
+      --corpus ../shared/data/fineweb_edu_sample --results /tmp/r
+  harness sql "select variant, seed, val_nll, val_bpb from final" --results /tmp/r
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+
+import torch
+
+from harness.config import SIZES
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant", required=True, help="variant name (see `harness sizes`)")
+    p.add_argument("--size", required=True, choices=list(SIZES), help="size preset")
+    p.add_argument("--seed", type=int, required=True, help="seed: fixes data order and initialisation")
+    p.add_argument("--budget-tokens", type=int, required=True, help="training budget in tokens")
+    p.add_argument("--corpus", default=os.environ.get("HARNESS_CORPUS"),
+                   help="corpus: file, directory, glob or hf:OWNER/NAME:CONFIG (default: $HARNESS_CORPUS)")
+    p.add_argument("--grid", default="adhoc", help="grid name stored with the run (default: adhoc)")
+    p.add_argument("--role", choices=["parent", "treatment", "control", "reference"],
+                   help="role stored with the run (default: the variant spec's role)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000")
+    p.add_argument("--devices", default="1", help="devices per node for Lightning (e.g. 4, or 'auto')")
+    p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
+    p.add_argument("--num-nodes", type=int, default=1, help="nodes (multi-node under torchrun/SLURM)")
+    p.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--stop-after-tokens", type=int, default=None,
+                   help="checkpoint and stop after this many tokens; run again to resume")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``.
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        key, raw = item.split("=", 1)
+        low = raw.strip().lower()
+        if low in ("true", "false"):
+            value = low == "true"
+        else:
+            try:
+                value = ast.literal_eval(raw.replace("_", "") if raw.replace("_", "").isdigit() else raw)
+            except (ValueError, SyntaxError):
+                value = raw
+        out[key.strip()] = value
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    from harness.runner import RunInterrupted, make_run_config, train_run
+
+    if not args.corpus:
+        raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    corpus = args.corpus
+    if not corpus.startswith("hf:"):
+        corpus = os.path.abspath(corpus)
+    config = make_run_config(args.variant, args.size, args.seed, args.budget_tokens, corpus,
+                             grid=args.grid, role=args.role, train=parse_overrides(args.set))
+    devices = int(args.devices) if str(args.devices).isdigit() else args.devices
+    try:
+        status = train_run(config, args.results, progress=not args.quiet, accelerator=args.accelerator,
+                           devices=devices, strategy=args.strategy, num_nodes=args.num_nodes,
+                           stop_after_tokens=args.stop_after_tokens)
+    except RunInterrupted as exc:
+        print(f"{config['run_id']}: {exc}; run the same command again to resume")
+        return 0
+    print(f"{config['run_id']}: {status}")
+    return 0

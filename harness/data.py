@@ -1,0 +1,328 @@
+"""Prepared corpora: documents -> split -> tokenizer -> token files + metadata (DESIGN 4).
+
+:func:`prepare_corpus` turns a corpus spec into a directory holding
+
+* ``train.bin`` / ``val.bin``: the split's token ids as raw little-endian ``uint16``
+  (``uint32`` when V > 65535); each document is followed by the EOS token, so a split of
+  documents ``d_1 .. d_n`` is ``tok(d_1) EOS tok(d_2) EOS ... tok(d_n) EOS``;
+* ``token_bytes.npy``: ``[V]`` int64, UTF-8 byte length of each token (0 for special
+  tokens), for exact bits-per-byte over any subset of predicted tokens;
+* ``tokenizer.json`` (``bpe`` only) and ``meta.json``.
+
+The directory name is a content hash of (corpus fingerprint, split fraction, tokenizer,
+vocabulary size, format version), so a prepared corpus is reused whatever path named the
+corpus. It is built in a temporary sibling directory and renamed into place (atomic on
+POSIX), under an advisory file lock, so concurrent workers never see half-written files
+and only one of them does the work.
+
+``meta`` (what goes into a run's protocol hash) records, per split, the sha256 of the token
+file, token count, UTF-8 byte count and document count; the tokenizer's name, vocabulary
+size, EOS id and sha256; the corpus fingerprint; and the spec string and ``max_docs`` the
+caller used. ``protocol_meta`` is the same without the two caller fields, which name where
+the text came from rather than what it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
+from harness.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
+
+#: Bump when the on-disk layout or its meaning changes; old cache entries are then ignored.
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+_ENCODE_CHUNK_DOCS = 512  # documents per encode_batch call: bounds memory on large corpora
+
+
+@dataclass(frozen=True)
+class PreparedCorpus:
+    """A tokenized, split corpus on disk (see the module docstring for the layout).
+
+    Attributes:
+        dir: the prepared directory.
+        vocab_size: number of token ids V of the tokenizer (model vocabulary must be >= V).
+        dtype: numpy dtype name of the token files (``uint16`` or ``uint32``).
+        fingerprint: corpus fingerprint, :func:`harness.corpus.corpus_fingerprint`.
+        meta: metadata dict (``meta.json`` plus the caller's ``corpus`` spec and ``max_docs``).
+    """
+
+    dir: Path
+    vocab_size: int
+    dtype: str
+    fingerprint: str
+    meta: dict
+
+    @property
+    def eos_id(self) -> int:
+        """Id of the ``<|endoftext|>`` token that follows every document."""
+        return int(self.meta["tokenizer"]["eos_id"])
+
+    @property
+    def protocol_meta(self) -> dict:
+        """``meta`` without the caller's spec string and ``max_docs`` (content only)."""
+        return {k: v for k, v in self.meta.items() if k not in ("corpus", "max_docs")}
+
+    def tokens(self, split: str) -> np.ndarray:
+        """Read-only memmap ``[N]`` of the split's token ids (``split`` in ``train``, ``val``).
+
+        Raises:
+            ValueError: unknown split name.
+        """
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
+        return np.memmap(self.dir / f"{split}.bin", dtype=np.dtype(self.dtype).newbyteorder("<"), mode="r")
+
+    def token_bytes(self) -> np.ndarray:
+        """``[V]`` int64: UTF-8 byte length of each token id (0 for special tokens)."""
+        return np.load(self.dir / "token_bytes.npy")
+
+    def tokenizer(self) -> BPETokenizer | GPT2Tokenizer:
+        """The tokenizer (``.encode(str) -> list[int]``, ``.decode(list[int]) -> str``)."""
+        return load_tokenizer(self.meta["tokenizer"]["name"], self.dir / "tokenizer.json")
+
+    def verify(self) -> None:
+        """Recompute the token files' sha256 and compare with ``meta``.
+
+        Raises:
+            ValueError: a token file does not match its recorded sha256 or token count.
+        """
+        for split in SPLITS:
+            info = self.meta["splits"][split]
+            digest = _sha256_file(self.dir / info["file"])
+            if digest != info["sha256"] or len(self.tokens(split)) != info["tokens"]:
+                raise ValueError(f"prepared corpus {self.dir}: {info['file']} does not match meta.json")
+
+
+def prepare_corpus(
+    corpus: str,
+    *,
+    cache_dir: Path,
+    vocab_size: int,
+    tokenizer: str = "bpe",
+    val_fraction: float = 0.05,
+    max_docs: int | None = None,
+) -> PreparedCorpus:
+    """Read, split, tokenize and store a corpus, or reuse the stored copy.
+
+    Args:
+        corpus: corpus spec (:mod:`harness.corpus`): file, directory, glob or ``hf:...``.
+        cache_dir: root of the cache (``corpora/``, ``tokenizers/`` and ``hub/`` below it).
+        vocab_size: BPE vocabulary size to train (>= 257); ignored for ``gpt2`` (V = 50257).
+        tokenizer: ``bpe`` (trained on the training split only) or ``gpt2`` (tiktoken).
+        val_fraction: expected fraction of documents held out for validation, in (0, 1).
+        max_docs: use only the first ``max_docs`` non-empty documents (hub default:
+            :data:`harness.corpus.HUB_DEFAULT_MAX_DOCS`).
+
+    Returns:
+        The :class:`PreparedCorpus`.
+
+    Raises:
+        FileNotFoundError, ValueError, OptionalDependencyError: see
+            :func:`harness.corpus.read_documents`, :func:`harness.corpus.split_documents`
+            and :mod:`harness.tokenizer`; also an unknown ``tokenizer``.
+    """
+    if tokenizer not in TOKENIZER_NAMES:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
+    if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
+        raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
+    cache_dir = Path(cache_dir)
+    caller = {"corpus": corpus, "max_docs": max_docs}
+
+    # A hub stream is expensive and needs a network: remember which fingerprint a
+    # (spec, limit) gave, so a prepared hub corpus is found again offline.
+    hub_index = _hub_index_path(cache_dir, corpus, max_docs) if corpus.startswith(HUB_PREFIX) else None
+    if hub_index is not None and hub_index.is_file():
+        fingerprint = json.loads(hub_index.read_text())["fingerprint"]
+        final = _prepared_dir(cache_dir, fingerprint, val_fraction, tokenizer, vocab_size)
+        if (final / "meta.json").is_file():
+            return _load(final, caller)
+
+    docs = read_documents(corpus, max_docs=max_docs)
+    fingerprint = corpus_fingerprint(docs)
+    if hub_index is not None:
+        _write_atomic(hub_index, json.dumps({"corpus": corpus, "fingerprint": fingerprint}))
+    final = _prepared_dir(cache_dir, fingerprint, val_fraction, tokenizer, vocab_size)
+    if (final / "meta.json").is_file():
+        return _load(final, caller)
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.with_name(final.name + ".lock")):
+        if (final / "meta.json").is_file():  # another worker finished while we waited
+            return _load(final, caller)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
+        try:
+            _build(tmp, docs, fingerprint, cache_dir, vocab_size, tokenizer, val_fraction)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                # Without a working lock another worker may have renamed its copy first;
+                # the content is the same, so keep theirs.
+                if not (final / "meta.json").is_file():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return _load(final, caller)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Little-endian dtype of the token files: ``uint16``, or ``uint32`` when V > 65535.
+
+    (V = 65536 would still fit ``uint16``; the simpler rule costs nothing.)
+    """
+    return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
+
+
+def _prepared_dir(cache_dir: Path, fingerprint: str, val_fraction: float, tokenizer: str, vocab_size: int) -> Path:
+    key = {
+        "format": FORMAT_VERSION,
+        "fingerprint": fingerprint,
+        "val_fraction": float(val_fraction),
+        "tokenizer": tokenizer,
+        "vocab_size": vocab_size if tokenizer == "bpe" else None,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return cache_dir / "corpora" / f"{tokenizer}-{digest[:32]}"
+
+
+def _hub_index_path(cache_dir: Path, corpus: str, max_docs: int | None) -> Path:
+    limit = max_docs if max_docs is not None else HUB_DEFAULT_MAX_DOCS
+    digest = hashlib.sha256(json.dumps([corpus, limit]).encode()).hexdigest()
+    return cache_dir / "hub" / f"{digest[:32]}.json"
+
+
+def _load(path: Path, caller: dict) -> PreparedCorpus:
+    meta = json.loads((path / "meta.json").read_text())
+    meta.update(caller)
+    return PreparedCorpus(
+        dir=path,
+        vocab_size=int(meta["tokenizer"]["vocab_size"]),
+        dtype=meta["dtype"],
+        fingerprint=meta["fingerprint"],
+        meta=meta,
+    )
+
+
+def _build(
+    out: Path, docs: list[str], fingerprint: str, cache_dir: Path, vocab_size: int, tokenizer: str,
+    val_fraction: float,
+) -> None:
+    split = split_documents(docs, val_fraction)
+    if tokenizer == "bpe":
+        tok = train_bpe(split.train, vocab_size, cache_dir=cache_dir)  # training split only
+        (out / "tokenizer.json").write_text(tok.json_str, encoding="utf-8")
+    else:
+        tok = GPT2Tokenizer()
+    np.save(out / "token_bytes.npy", tok.token_bytes())
+    dtype = token_dtype(tok.vocab_size)
+
+    splits = {}
+    for name, texts in (("train", split.train), ("val", split.val)):
+        info = _write_tokens(out / f"{name}.bin", texts, tok, dtype)
+        # Byte-level tokenizers account for every byte exactly; bits-per-byte relies on it.
+        if info.pop("token_bytes_sum") != info["bytes"]:
+            raise RuntimeError(f"{name}: token byte lengths do not add up to the text's UTF-8 bytes")
+        splits[name] = info
+
+    meta = {
+        "format": FORMAT_VERSION,
+        "fingerprint": fingerprint,
+        "documents": len(docs),
+        "val_fraction": float(val_fraction),
+        "split_rule": "validation iff int(sha256(utf8(text))[:8], big-endian) < val_fraction * 2**64",
+        "dtype": dtype.name,
+        "eos_placement": "after every document",
+        "tokenizer": {
+            "name": tok.name,
+            "vocab_size": int(tok.vocab_size),
+            "requested_vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
+            "eos_id": int(tok.eos_id),
+            "sha256": tok.sha256,
+        },
+        "token_bytes_sha256": _sha256_file(out / "token_bytes.npy"),
+        "splits": splits,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _write_tokens(path: Path, texts: list[str], tok, dtype: np.dtype) -> dict:
+    """Encode ``texts`` (each followed by EOS) into ``path``; return the split's counts."""
+    digest = hashlib.sha256()
+    lengths = tok.token_bytes()
+    n_tokens = n_bytes = bytes_from_tokens = 0
+    with open(path, "wb") as fh:
+        for start in range(0, len(texts), _ENCODE_CHUNK_DOCS):
+            chunk = texts[start:start + _ENCODE_CHUNK_DOCS]
+            ids = []
+            for encoded in tok.encode_batch(chunk):
+                ids.extend(encoded)
+                ids.append(tok.eos_id)
+            arr = np.asarray(ids, dtype=dtype)
+            data = arr.tobytes()
+            fh.write(data)
+            digest.update(data)
+            n_tokens += arr.size
+            n_bytes += sum(len(t.encode("utf-8")) for t in chunk)
+            bytes_from_tokens += int(lengths[arr].sum())
+    return {
+        "file": path.name,
+        "sha256": digest.hexdigest(),
+        "tokens": n_tokens,
+        "bytes": n_bytes,
+        "documents": len(texts),
+        "token_bytes_sum": bytes_from_tokens,
+    }
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """Exclusive advisory lock (POSIX ``flock``); a no-op where ``fcntl`` is missing.
+
+    Correctness never depends on it (the rename is atomic); it only keeps concurrent
+    workers from tokenizing the same corpus twice.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: fall back to duplicated work, still atomic
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+__all__ = ["FORMAT_VERSION", "SPLITS", "PreparedCorpus", "prepare_corpus", "token_dtype"]

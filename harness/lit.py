@@ -1,0 +1,204 @@
+"""Lightning wrapper for any variant (the only place that trains or logs).
+
+:class:`LitLM` wraps a :class:`~harness.models.gpt.DepthRoutedLM`: AdamW with no weight
+decay on 1-D tensors (RMSNorm gains, pseudo-queries), warmup + cosine (or WSD) over the
+run's own budget in tokens, gradient clipping, optional ``torch.compile``. It records
+metric rows itself (``records``: run-independent dicts ``step, tokens, split, name,
+value``) and keeps them in its checkpoints, so a resumed run keeps its earlier rows;
+Lightning's loggers are not used for results (CSVLogger deletes an earlier metrics file
+when it reopens a version folder).
+
+Validation (:meth:`LitLM.evaluate`) runs over the fixed validation windows: NLL in
+nats/token, bits-per-byte = sum NLL / (ln 2 * bytes of the predicted tokens), perplexity
+= exp(NLL), plus the routing diagnostics of DESIGN section 3 on the same windows.
+
+A non-finite loss or gradient norm ends the run as ``diverged`` (step and tokens kept):
+the step is skipped and the trainer is asked to stop; nothing raises.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from harness.config import TrainConfig
+from harness.models.diagnostics import RoutingAccumulator
+
+
+def lr_multiplier(step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
+    """LR multiplier at optimiser step ``step`` (0-based), in ``[min_lr_ratio, 1]`` after warmup.
+
+    Warmup: linear from 1/warmup to 1. ``cosine``: half cosine from 1 to ``min_lr_ratio``
+    over the remaining steps (Loshchilov & Hutter 2017, SGDR eq. 5). ``wsd``: constant,
+    then linear decay to ``min_lr_ratio`` over the last ``decay_frac`` of the steps
+    (warmup-stable-decay; Hu et al. 2024, MiniCPM, section 4).
+    """
+    if warmup_steps and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    lo = cfg.min_lr_ratio
+    if cfg.schedule == "cosine":
+        span = max(1, total_steps - warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / span)
+        return lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * progress))
+    decay_steps = max(1, int(round(cfg.decay_frac * total_steps)))
+    start = total_steps - decay_steps
+    if step < start:
+        return 1.0
+    return 1 - (1 - lo) * min(1.0, (step - start + 1) / decay_steps)
+
+
+class LitLM(L.LightningModule):
+    """Train one variant for ``total_steps`` optimiser steps of ``batch_tokens`` tokens.
+
+    Args:
+        model: the model (plain ``nn.Module``; tokens ``[B, T]`` -> logits ``[B, T, V]``).
+        cfg: training settings.
+        total_steps: optimiser steps in the run's budget (budget_tokens // batch_tokens).
+        batch_tokens: global tokens per optimiser step (all ranks together).
+        token_bytes: ``[V]`` UTF-8 bytes of each token id, for bits-per-byte.
+        log_every: record train metrics every this many steps.
+    """
+
+    def __init__(self, model, cfg: TrainConfig, *, total_steps: int, batch_tokens: int,
+                 token_bytes: torch.Tensor, log_every: int = 10) -> None:
+        super().__init__()
+        self.model = model
+        self.model.validate_tokens = False  # ids come from the tokenizer that sized the vocabulary
+        self.cfg = cfg
+        self.total_steps = total_steps
+        self.batch_tokens = batch_tokens
+        self.warmup_steps = (
+            cfg.warmup_tokens // batch_tokens if cfg.warmup_tokens else max(1, round(0.05 * total_steps))
+        )
+        self.register_buffer("token_bytes", token_bytes.to(torch.int64), persistent=False)
+        self.log_every = max(1, log_every)
+        self.records: list[dict] = []
+        self.routing_rows: list[dict] = []
+        self.diverged: dict | None = None
+        self._compiled = None
+        self._t_last = None
+        self._tokens_last = 0
+        self.last_grad_norm = float("nan")
+
+    # -- helpers ------------------------------------------------------------------
+    @property
+    def tokens_seen(self) -> int:
+        return int(self.global_step) * self.batch_tokens
+
+    def _record(self, split: str, name: str, value: float, step: int | None = None) -> None:
+        step = int(self.global_step) if step is None else step
+        self.records.append(dict(step=step, tokens=step * self.batch_tokens, split=split, name=name, value=float(value)))
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg.compile and self._compiled is None:
+            self._compiled = torch.compile(self.model)
+        return (self._compiled or self.model)(x)
+
+    # -- optimisation -------------------------------------------------------------
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            if not p.requires_grad:
+                continue
+            # 1-D tensors are RMSNorm gains and pseudo-queries: never decayed
+            (decay if p.dim() >= 2 else no_decay).append(p)
+        groups = [
+            {"params": decay, "weight_decay": self.cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        opt = torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2),
+                                foreach=False)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: lr_multiplier(s, self.total_steps, self.warmup_steps, self.cfg)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.last_grad_norm = float(norm)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self._forward(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        if not torch.isfinite(loss).all():
+            self._mark_diverged(f"non-finite training loss ({float(loss)})")
+            return None  # skip this step; the trainer stops before the next one
+        self._last_loss = loss.detach()
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if self.diverged:
+            return
+        if not math.isfinite(self.last_grad_norm):
+            self._mark_diverged(f"non-finite gradient norm ({self.last_grad_norm})")
+            return
+        step = int(self.global_step)
+        if step % self.log_every == 0 or step == self.total_steps:
+            now = time.perf_counter()
+            tps = float("nan")
+            if self._t_last is not None and now > self._t_last:
+                tps = (self.tokens_seen - self._tokens_last) / (now - self._t_last)
+            self._t_last, self._tokens_last = now, self.tokens_seen
+            self._record("train", "loss", float(self._last_loss))
+            self._record("train", "lr", self.lr_schedulers().get_last_lr()[0])
+            self._record("train", "grad_norm", self.last_grad_norm)
+            if math.isfinite(tps):
+                self._record("train", "tokens_per_s", tps)
+
+    def _mark_diverged(self, reason: str) -> None:
+        self.diverged = {"step": int(self.global_step), "tokens": self.tokens_seen, "reason": reason}
+        self.trainer.should_stop = True
+
+    # -- evaluation -----------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, val_batches) -> dict:
+        """Validation NLL (nats/token), bits-per-byte and perplexity over ``val_batches``
+        (an iterable of ``(x, y)`` int64 ``[B, T]``), and routing rows on the same windows.
+
+        Records ``val/nll``, ``val/bpb``, ``val/ppl`` at the current step, and appends the
+        routing rows (DESIGN section 5, table ``routing``) to ``routing_rows``. Under DDP
+        every rank evaluates the whole fixed set (the data module gives each rank all
+        windows), so every rank returns the same, global numbers.
+        """
+        was_training = self.model.training
+        self.model.eval()
+        nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        n_tok = torch.zeros((), dtype=torch.float64, device=self.device)
+        n_bytes = torch.zeros((), dtype=torch.float64, device=self.device)
+        acc = RoutingAccumulator(self.model)
+        for x, y in val_batches:
+            x, y = x.to(self.device), y.to(self.device)
+            precision = self.trainer.precision_plugin.forward_context() if self._trainer else nullcontext()
+            with acc, precision:
+                logits = self.model(x)
+            nll_sum += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").double()
+            n_tok += y.numel()
+            n_bytes += self.token_bytes[y].sum().double()
+        if was_training:
+            self.model.train()
+        nll = float(nll_sum / n_tok)
+        out = {"nll": nll, "bpb": float(nll_sum / (math.log(2) * n_bytes)), "ppl": math.exp(min(nll, 700.0)),
+               "tokens": int(n_tok), "bytes": int(n_bytes)}
+        for name in ("nll", "bpb", "ppl"):
+            self._record("val", name, out[name])
+        self.routing_rows.extend(acc.result().rows(tokens=self.tokens_seen))
+        return out
+
+    # -- checkpoint state -------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["harness"] = {"records": self.records, "routing_rows": self.routing_rows,
+                                 "diverged": self.diverged}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("harness", {})
+        self.records = list(state.get("records", []))
+        self.routing_rows = list(state.get("routing_rows", []))
+        self.diverged = state.get("diverged")
+

@@ -1,0 +1,254 @@
+"""Tokenizers: byte-level BPE trained on the training split, or GPT-2 via tiktoken (DESIGN 4).
+
+Both are byte-level: every non-special token stands for a fixed byte string, so the UTF-8
+byte length of a text equals the sum of its tokens' byte lengths. :meth:`token_bytes`
+gives that length per token id (0 for special tokens), which makes bits-per-byte exact
+over any subset of predicted tokens:
+
+    bpb = sum(NLL in nats) / (ln 2 * sum(token_bytes[targets]))
+
+``bpe``: HF ``tokenizers`` BPE with the GPT-2 byte-to-unicode pre-tokenizer (GPT-2 regex
+split, no prefix space, no normaliser), the full 256-byte initial alphabet, and the special
+token ``<|endoftext|>`` at id 0 (byte ids follow at 1..256, merges after). The trainer
+sorts pair counts with a deterministic tie-break, so the same training documents and
+vocabulary size give a byte-identical tokenizer JSON. Trained tokenizers are cached under
+``cache_dir/tokenizers/`` by (fingerprint of the training documents, vocabulary size).
+
+``gpt2``: tiktoken's ``gpt2`` encoding (50257 tokens, ``<|endoftext|>`` = 50256). tiktoken is
+an optional dependency and downloads its files on first use.
+
+Text is always encoded as ordinary text: a literal ``<|endoftext|>`` inside a document is
+split into byte-level tokens, never turned into the EOS id, so document boundaries exist
+only where the data pipeline puts them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from harness.corpus import OptionalDependencyError, corpus_fingerprint
+
+EOS_TOKEN = "<|endoftext|>"
+#: Special token plus the 256 single-byte tokens: the smallest byte-level BPE vocabulary.
+MIN_BPE_VOCAB = 257
+#: Bump when the BPE recipe below changes, so cached tokenizers are not reused across recipes.
+BPE_RECIPE_VERSION = 1
+TOKENIZER_NAMES = ("bpe", "gpt2")
+
+
+class BPETokenizer:
+    """Byte-level BPE (HF ``tokenizers``) with ``<|endoftext|>`` at id 0.
+
+    Attributes:
+        name: ``"bpe"``.
+        vocab_size: number of token ids V (may be below the requested size when the
+            training text supports fewer merges).
+        eos_id: id of ``<|endoftext|>`` (0).
+    """
+
+    name = "bpe"
+
+    def __init__(self, json_str: str):
+        from tokenizers import Tokenizer
+
+        self.json_str = json_str
+        self._tok = Tokenizer.from_str(json_str)
+        # Literal "<|endoftext|>" in a document is text, not a document boundary.
+        self._tok.encode_special_tokens = True
+        self.vocab_size = self._tok.get_vocab_size()
+        eos = self._tok.token_to_id(EOS_TOKEN)
+        if eos != 0:
+            raise ValueError(f"BPE tokenizer has {EOS_TOKEN!r} at id {eos}, expected id 0")
+        self.eos_id = 0
+
+    @classmethod
+    def from_file(cls, path: Path) -> "BPETokenizer":
+        """Load a tokenizer JSON written by :func:`train_bpe`."""
+        return cls(Path(path).read_text(encoding="utf-8"))
+
+    @property
+    def sha256(self) -> str:
+        """sha256 (hex) of the tokenizer JSON (its UTF-8 bytes as written to disk)."""
+        return hashlib.sha256(self.json_str.encode("utf-8")).hexdigest()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (ordinary text; no special tokens added)."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text (multi-threaded inside ``tokenizers``)."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids (``<|endoftext|>`` decodes to its literal string)."""
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def token_bytes(self) -> np.ndarray:
+        """``[V]`` int64: UTF-8 byte length of each token, 0 for special tokens.
+
+        Under the byte-level pre-tokenizer each character of a token string stands for
+        exactly one byte, so a token's byte length is its string length.
+        """
+        special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        out = np.zeros(self.vocab_size, dtype=np.int64)
+        for token, idx in self._tok.get_vocab().items():
+            out[idx] = 0 if token in special else len(token)
+        return out
+
+
+class GPT2Tokenizer:
+    """tiktoken's ``gpt2`` encoding (V = 50257, ``<|endoftext|>`` = 50256).
+
+    Raises (on construction):
+        OptionalDependencyError: tiktoken is not installed.
+        ValueError: tiktoken cannot load its ``gpt2`` files (offline with an empty cache).
+    """
+
+    name = "gpt2"
+
+    def __init__(self):
+        try:
+            import tiktoken  # optional: only the gpt2 tokenizer needs it
+        except ImportError:
+            raise OptionalDependencyError(
+                "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
+                "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
+            ) from None
+        try:
+            self._enc = tiktoken.get_encoding("gpt2")
+        # tiktoken fetches its BPE files over HTTP on first use; offline that fails with
+        # requests/urllib/OS errors depending on the version.
+        except Exception as exc:
+            raise ValueError(
+                f"tokenizer 'gpt2': tiktoken cannot load its gpt2 files ({type(exc).__name__}: {exc}); "
+                "they are downloaded on first use, so this needs a network once "
+                "(or TIKTOKEN_CACHE_DIR pointing at a filled cache); or use tokenizer 'bpe'"
+            ) from exc
+        self.vocab_size = self._enc.n_vocab
+        self.eos_id = self._enc.eot_token
+
+    @property
+    def sha256(self) -> str:
+        """sha256 (hex) over the byte string of every token id in order (length-framed)."""
+        h = hashlib.sha256()
+        for idx, n in enumerate(self.token_bytes()):
+            data = self._enc.decode_single_token_bytes(idx) if n else b""
+            h.update(len(data).to_bytes(4, "little") + data)
+        return h.hexdigest()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (``encode_ordinary``: special strings are plain text)."""
+        return self._enc.encode_ordinary(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text."""
+        return self._enc.encode_ordinary_batch(list(texts))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids."""
+        return self._enc.decode(list(ids))
+
+    def token_bytes(self) -> np.ndarray:
+        """``[V]`` int64: byte length of each token, 0 for special tokens and unused ids."""
+        special = set(self._enc.special_tokens_set)
+        special_ids = {self._enc.encode_single_token(s) for s in special}
+        out = np.zeros(self.vocab_size, dtype=np.int64)
+        for idx in range(self.vocab_size):
+            if idx in special_ids:
+                continue
+            try:
+                out[idx] = len(self._enc.decode_single_token_bytes(idx))
+            except KeyError:  # ids without a token (gaps in some encodings)
+                out[idx] = 0
+        return out
+
+
+def _bpe_json(texts: Sequence[str], vocab_size: int) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN],  # listed first -> id 0
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, seen or not
+        min_frequency=0,
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    return tok.to_str()
+
+
+def bpe_cache_path(cache_dir: Path, train_fingerprint: str, vocab_size: int) -> Path:
+    """Where :func:`train_bpe` caches the tokenizer of these training documents."""
+    key = hashlib.sha256(
+        json.dumps({"recipe": BPE_RECIPE_VERSION, "train": train_fingerprint, "vocab_size": vocab_size}).encode()
+    ).hexdigest()
+    return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{key[:32]}.json"
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int, *, cache_dir: Path | None = None) -> BPETokenizer:
+    """Train (or load from cache) a byte-level BPE tokenizer on ``texts``.
+
+    Args:
+        texts: training documents (the training split only, never validation text).
+        vocab_size: requested vocabulary size V >= 257 (1 special + 256 bytes); the result
+            has fewer ids when the text supports fewer merges.
+        cache_dir: if given, the tokenizer JSON is cached at :func:`bpe_cache_path` and
+            reused by later calls with the same documents and size.
+
+    Raises:
+        ValueError: ``vocab_size`` below 257 or not an integer; no training text.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB:
+        raise ValueError(
+            f"vocab_size={vocab_size!r} is too small for byte-level BPE; it must be an integer >= "
+            f"{MIN_BPE_VOCAB} (1 special token + 256 bytes)"
+        )
+    if not texts:
+        raise ValueError("cannot train a BPE tokenizer on zero documents")
+    path = bpe_cache_path(cache_dir, corpus_fingerprint(texts), vocab_size) if cache_dir is not None else None
+    if path is not None and path.is_file():
+        return BPETokenizer.from_file(path)
+    json_str = _bpe_json(texts, vocab_size)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write-then-rename: a concurrent reader sees either no file or the whole file.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(json_str)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return BPETokenizer(json_str)
+
+
+def load_tokenizer(name: str, path: Path | None = None) -> BPETokenizer | GPT2Tokenizer:
+    """Load a tokenizer by name: ``bpe`` from its JSON file ``path``, or ``gpt2``.
+
+    Raises:
+        ValueError: unknown name, or ``bpe`` without a path.
+    """
+    if name == "bpe":
+        if path is None:
+            raise ValueError("tokenizer 'bpe' needs the path of its JSON file")
+        return BPETokenizer.from_file(path)
+    if name == "gpt2":
+        return GPT2Tokenizer()
+    raise ValueError(f"unknown tokenizer {name!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
+
+
+__all__ = [
+    "EOS_TOKEN", "MIN_BPE_VOCAB", "TOKENIZER_NAMES", "BPETokenizer", "GPT2Tokenizer",
+    "bpe_cache_path", "train_bpe", "load_tokenizer",
+]

@@ -1,0 +1,204 @@
+"""Training on real text (issue: training): determinism, resume, bits-per-byte, divergence, bad input.
+
+Runs real (tiny) training on the FineWeb-Edu sample in ../shared/data; each run takes a
+few seconds on 2 CPU cores. ``python -m pytest -q tests/test_runner.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import duckdb
+import pytest
+import torch
+
+from harness.cli import main as cli
+from harness.data import prepare_corpus
+from harness.datamodule import TokenDataModule
+from harness.lit import LitLM, lr_multiplier
+from harness.config import train_config
+from harness.models import available_variants, build_model
+from harness.runner import RunInterrupted, make_run_config, train_run
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
+# 6 steps of 1,024 tokens, a 2,048-token validation set, a 512-token BPE vocabulary
+TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-3}
+BUDGET = 6 * 1024
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_cache(tmp_path_factory):
+    """One prepared-corpus cache for the module, so the BPE is trained once."""
+    if not SAMPLE.is_dir():
+        pytest.skip(f"sample corpus {SAMPLE} absent")
+    old = os.environ.get("HARNESS_CACHE")
+    os.environ["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    torch.set_num_threads(1)  # same reduction order in every run of this module
+    yield
+    if old is None:
+        os.environ.pop("HARNESS_CACHE")
+    else:
+        os.environ["HARNESS_CACHE"] = old
+
+
+def cfg(variant="rd_attnres", seed=0, budget=BUDGET, **train):
+    return make_run_config(variant, "tiny", seed, budget, str(SAMPLE), train={**TRAIN, **train})
+
+
+def final_rows(results: Path) -> list[tuple]:
+    con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
+    try:
+        return con.execute("select run_id, val_nll, val_bpb, val_ppl from final order by run_id").fetchall()
+    finally:
+        con.close()
+
+
+def val_curve(results: Path) -> list[tuple]:
+    con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
+    try:
+        return con.execute("select step, name, value from metrics where split='val' order by 1, 2").fetchall()
+    finally:
+        con.close()
+
+
+def test_same_variant_same_seed_is_bit_identical(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert train_run(cfg(eval_every_tokens=3072), a, progress=False) == "done"
+    assert train_run(cfg(eval_every_tokens=3072), b, progress=False) == "done"
+    ra, rb = final_rows(a), final_rows(b)
+    assert len(ra) == 1 and ra == rb  # exact float equality
+    assert val_curve(a) == val_curve(b) and len(val_curve(a)) == 6  # 2 evals x (nll, bpb, ppl)
+    nll, bpb, ppl = ra[0][1:]
+    assert 0 < nll < math.log(512) + 0.5 and ppl == pytest.approx(math.exp(nll), rel=1e-12)
+    # a different seed gives different numbers
+    c = tmp_path / "c"
+    train_run(cfg(seed=1), c, progress=False)
+    assert final_rows(c)[0][1] != nll
+
+
+def test_first_20_batches_identical_across_variants_and_differ_across_seeds(tmp_path):
+    prepared = prepare_corpus(str(SAMPLE), cache_dir=Path(os.environ["HARNESS_CACHE"]), vocab_size=512)
+    seen = {}
+    for variant in available_variants():
+        for seed in (0, 1):
+            # build the model first, exactly as the runner does: construction consumes the
+            # global RNG by a different amount in every variant
+            build_model(variant, "tiny", seed=seed, vocab_size=prepared.vocab_size)
+            torch.rand(len(variant))
+            dm = TokenDataModule(prepared, 64, 16, seed, 2048)
+            it = iter(dm.train_dataloader())
+            seen[variant, seed] = torch.stack([next(it)[0] for _ in range(20)])
+    ref0, ref1 = seen["block_attnres", 0], seen["block_attnres", 1]
+    for variant in available_variants():
+        assert torch.equal(seen[variant, 0], ref0), variant
+        assert torch.equal(seen[variant, 1], ref1), variant
+    assert not any(torch.equal(ref0[i], ref1[i]) for i in range(20))
+
+
+def test_resume_after_stop_matches_uninterrupted(tmp_path):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    config = cfg(variant="dup_route", eval_every_tokens=2048, checkpoint_every_tokens=1024)
+    train_run(config, whole, progress=False)
+    with pytest.raises(RunInterrupted):
+        train_run(config, parts, progress=False, stop_after_tokens=3 * 1024)
+    ckpt = next((parts / "checkpoints").iterdir()) / "last.ckpt"
+    assert ckpt.exists() and not (parts / "runs").exists() or not list((parts / "runs").glob("*.json"))
+    assert train_run(config, parts, progress=False) == "done"
+    assert final_rows(parts) == final_rows(whole)  # bit-identical on CPU
+    assert val_curve(parts) == val_curve(whole)  # metrics before the stop were kept
+    assert not ckpt.exists()  # cleaned up once the result is stored
+
+
+def test_bits_per_byte_of_a_uniform_model_is_log2_v_tokens_over_bytes(tmp_path):
+    corpus = tmp_path / "hand.jsonl"
+    docs = [f"Document {i}: the quick brown fox jumps over the lazy dog {i * 7} times. Ünïcödé ✓." for i in range(200)]
+    corpus.write_text("\n".join(json.dumps({"text": d}) for d in docs) + "\n", encoding="utf-8")
+    prepared = prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", vocab_size=300, val_fraction=0.2)
+    V = prepared.vocab_size
+    model = build_model("block_attnres", "tiny", seed=0, vocab_size=V)
+    with torch.no_grad():
+        model.final_norm.weight.zero_()  # hidden -> 0, logits -> 0: the uniform distribution
+    dm = TokenDataModule(prepared, 32, 4, 0, 512)
+    lit = LitLM(model, train_config("tiny"), total_steps=1, batch_tokens=128,
+                token_bytes=torch.from_numpy(prepared.token_bytes()))
+    out = lit.evaluate(dm.val_dataloader())
+    n_tokens, n_bytes = dm.val_target_tokens, dm.val_target_bytes()
+    assert out["tokens"] == n_tokens and out["bytes"] == n_bytes
+    assert out["nll"] == pytest.approx(math.log(V), abs=1e-6)
+    assert out["bpb"] == pytest.approx(math.log2(V) * n_tokens / n_bytes, rel=1e-6)
+    assert out["ppl"] == pytest.approx(V, rel=1e-5)
+
+
+def test_forced_divergence_is_recorded_and_exits_cleanly(tmp_path, capsys):
+    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
+              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
+              *[f"--set={k}={v}" for k, v in TRAIN.items() if k != "lr"], "--set", "lr=1e30", "--set", "grad_clip=0"])
+    assert rc == 0
+    assert "diverged" in capsys.readouterr().out
+    con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
+    status, step, error = con.execute("select status, diverged_step, error from runs").fetchone()
+    n_final = con.execute("select count(*) from final").fetchone()[0]
+    con.close()
+    assert status == "diverged" and step is not None and step < 6 and "non-finite" in error
+    assert n_final == 0  # a diverged run never enters the final view
+
+
+def test_cli_run_writes_final_and_routing(tmp_path, capsys):
+    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
+              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
+              *[f"--set={k}={v}" for k, v in TRAIN.items()]])
+    assert rc == 0
+    con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
+    (variant, nll, bpb), = con.execute("select variant, val_nll, val_bpb from final").fetchall()
+    routes = con.execute("select distinct site, route from routing order by 1, 2").fetchall()
+    js = con.execute("select max(js_qk_v) from routing where site='attn' and layer=1").fetchone()[0]
+    proto, code = con.execute("select protocol_hash, code_version from runs").fetchone()
+    con.close()
+    assert variant == "rd_attnres" and nll > 0 and bpb > 0
+    assert routes == [("attn", "qk"), ("attn", "v"), ("mlp", "mlp"), ("out", "out")]
+    assert js > 0  # the value route has moved away from the QK route
+    assert len(proto) == 64 and code
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "short", "utf8", "hub"])
+def test_bad_corpus_gives_clear_error_and_writes_nothing(tmp_path, capsys, monkeypatch, case):
+    if case == "missing":
+        corpus, expect = str(tmp_path / "nope.jsonl"), "does not exist"
+    elif case == "empty":
+        (tmp_path / "empty.jsonl").write_text("")
+        corpus, expect = str(tmp_path / "empty.jsonl"), "is empty"
+    elif case == "short":
+        (tmp_path / "short.jsonl").write_text("\n".join(json.dumps({"text": f"tiny doc {i}"}) for i in range(40)))
+        corpus, expect = str(tmp_path / "short.jsonl"), "fewer than one batch"
+    elif case == "utf8":
+        (tmp_path / "bad.txt").write_bytes(b"hello \xff\xfe world")
+        corpus, expect = str(tmp_path / "bad.txt"), "UTF-8"
+    else:
+        import sys
+        import types
+
+        def offline(*a, **k):
+            raise ConnectionError("network is unreachable")
+
+        monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+        corpus, expect = "hf:nobody/no-such-dataset:none", "cannot stream corpus 'hf:nobody/no-such-dataset:none'"
+    rc = cli(["run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
+              "--corpus", corpus, "--results", str(tmp_path / "results"), "--quiet", "--set", "vocab_size=300",
+              "--set", "val_fraction=0.5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and expect.lower() in err.lower() and "Traceback" not in err, err
+    assert not (tmp_path / "results" / "harness.duckdb").exists()
+    assert not list((tmp_path / "results").glob("runs/*.json"))
+
+
+def test_lr_schedule_warmup_then_cosine_to_min():
+    c = train_config("tiny", lr=1.0, min_lr_ratio=0.1)
+    assert lr_multiplier(0, 100, 10, c) == pytest.approx(0.1)
+    assert lr_multiplier(9, 100, 10, c) == pytest.approx(1.0)
+    assert lr_multiplier(55, 100, 10, c) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_multiplier(100, 100, 10, c) == pytest.approx(0.1)
+    w = train_config("tiny", schedule="wsd", decay_frac=0.2)
+    assert lr_multiplier(50, 100, 10, w) == 1.0 and lr_multiplier(99, 100, 10, w) == pytest.approx(0.1)
