@@ -1,0 +1,96 @@
+"""Train queued runs, one after another, until the queue is empty.
+
+Start as many workers as you have devices, on as many machines as share the queue
+(RESULTS on a shared filesystem, or --storage postgresql://... / journal:PATH). Each
+run is handed to exactly one worker. A worker holds a lease on its run and refreshes
+it every few seconds; a run whose worker died (lease older than --lease-s, or the
+process gone on this host) is queued again by the next worker and resumes from its
+checkpoint. A run whose training raises is recorded as failed and retried up to
+--retries times. Ctrl-C or SIGTERM gives the current run back to the queue.
+
+Prints one line per run start and end, with the grid's finished/total count:
+  [3/18] done rd_controls_small:small:rd_attnres:s0:200000 (41 s)
+
+example:
+  harness work                       # until nothing is queued
+  harness work --grid rd_paper --wait --storage journal:/shared/rd/queue.journal
+  for i in 1 2; do harness work --threads 1 & done; wait    # two workers on 2 cores
+  harness work --devices 4 --strategy ddp     # each run on 4 GPUs of this machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from harness.lease import BEAT_S, LEASE_TIMEOUT_S
+
+# Equal to harness.queue.MAX_RETRIES (a test checks); not imported so that building the
+# parser (`harness --help`) does not load Optuna.
+MAX_RETRIES = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="queue storage: postgresql://..., journal:PATH or PATH.journal "
+                             "(default: RESULTS/queue.journal)")
+    parser.add_argument("--max-runs", type=int, default=None, metavar="N",
+                        help="stop after N runs (default: no limit)")
+    parser.add_argument("--grid", metavar="NAME", default=None, help="only take runs of this grid")
+    parser.add_argument("--wait", action="store_true",
+                        help="when nothing is queued, keep polling instead of stopping")
+    parser.add_argument("--poll-s", type=float, default=10.0, metavar="S",
+                        help="polling interval with --wait, seconds (default: 10)")
+    parser.add_argument("--retries", type=int, default=MAX_RETRIES, metavar="N",
+                        help=f"retries of a run whose training raised (default: {MAX_RETRIES})")
+    parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
+                        help="a run whose worker has not refreshed its lease for S seconds is "
+                             f"reclaimed (default: {LEASE_TIMEOUT_S:g}; clocks must agree well within it)")
+    parser.add_argument("--threads", type=int, default=0, metavar="N",
+                        help="torch CPU threads for this worker (0 = torch's default; use cores / workers)")
+    parser.add_argument("--devices", default="1", help="devices per run for Lightning (e.g. 4 with --strategy ddp)")
+    parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
+    parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
+    """Run the worker loop; ``train_fn``/``on_failure`` default to :mod:`harness.runner`'s."""
+    import optuna
+
+    from harness.queue import RunQueue, work
+
+    if args.retries < 0:
+        raise ValueError(f"--retries {args.retries} must be >= 0")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if train_fn is None or on_failure is None:
+        import functools
+
+        import torch
+
+        from harness import runner  # lazy: torch and the trainer load only when training
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        devices = int(args.devices) if str(args.devices).isdigit() else args.devices
+        train_fn = train_fn or functools.partial(
+            runner.train_run, progress=not args.quiet, accelerator=args.accelerator,
+            devices=devices, strategy=args.strategy)
+        on_failure = on_failure or runner.record_failure
+    queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s)
+    beat_s = min(BEAT_S, args.lease_s / 4)
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        outcomes = work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
+                        max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
+                        max_retries=args.retries, beat_s=beat_s)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    n = sum(outcomes.values())
+    print(f"worker trained {n} runs: {outcomes['done']} done, {outcomes['diverged']} diverged, "
+          f"{outcomes['failed']} failed")
+    return 0

@@ -1,0 +1,411 @@
+"""Ablation grid specs (DESIGN section 1.2): read a grid TOML, check it, expand it into runs.
+
+A grid is variants x seeds x budgets x sizes. Every variant plays one *role*: the
+single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s::
+
+    name = "rd_controls_small"
+    corpus = "../shared/data/fineweb_edu_sample"   # relative: resolved against the cwd at queue time
+    sizes = ["small"]
+    seeds = [0, 1, 2]
+    budgets_tokens = [200_000]       # every budget is its own run (its own LR schedule)
+
+    [variants]                       # variant name = role
+    block_attnres = "parent"
+    rd_attnres = "treatment"
+    param_matched = "control"
+
+    [budgets_by_role]                # optional: a role runs only at these budgets
+    control = [200_000]
+    [sizes_by_role]                  # optional: a role runs only at these sizes
+    reference = ["small"]
+
+    [train]                          # optional TrainConfig overrides (harness.config)
+    eval_every_tokens = 50_000
+
+``[budgets_by_role]`` / ``[sizes_by_role]`` map a role to a subset of the grid's
+``budgets_tokens`` / ``sizes``; roles not listed run at all of them. Paired statistics
+need the parent wherever a treatment or control runs, so a treatment or control at a
+(size, budget) without the parent is an error.
+
+Expansion gives one run config per (size, budget, variant, seed), ordered size, then
+budget (smallest first, so early-budget results arrive first), then seed, then variant
+(parent, treatment, controls, references): finishing seed 0 of every variant before
+seed 1 gives complete pairs early. The run id is ``grid:size:variant:s<seed>:<budget>``.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from harness.config import SIZES, TrainConfig, train_config
+
+ROLES = ("parent", "treatment", "control", "reference")
+
+# Used when harness.models does not (yet) offer available_variants().
+FALLBACK_VARIANTS = (
+    "prenorm", "full_attnres", "block_attnres", "rd_attnres",
+    "param_matched", "dup_route", "dup_route_tied", "fixed_v",
+)
+
+# Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
+GRID_KEYS = {
+    "name": "grid name (letters, digits, _ . -)",
+    "description": "free text",
+    "corpus": "corpus path, directory, glob or hf:OWNER/NAME:CONFIG",
+    "sizes": f"list of size presets ({', '.join(SIZES)})",
+    "seeds": "list of non-negative integers",
+    "budgets_tokens": "list of positive integers (tokens)",
+    "variants": "table: variant name = role",
+    "budgets_by_role": "table: role = list of budgets (subset of budgets_tokens)",
+    "sizes_by_role": "table: role = list of sizes (subset of sizes)",
+    "train": "table of TrainConfig overrides",
+}
+REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def available_variants() -> tuple[str, ...]:
+    """Variant names a grid may use.
+
+    ``harness.models.available_variants()`` when that function exists, else
+    :data:`FALLBACK_VARIANTS`.
+    """
+    try:
+        import harness.models as models
+
+        names = models.available_variants()
+    except (ImportError, AttributeError):
+        return FALLBACK_VARIANTS
+    return tuple(names)
+
+
+def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
+    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``."""
+    return f"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"
+
+
+def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
+    """Absolute form of a corpus spec; ``hf:`` specs are returned unchanged.
+
+    A relative path (or glob) is joined to ``cwd`` (default: the current working
+    directory) and normalised; it is not required to exist here (see :func:`check_corpus`).
+    """
+    if spec.startswith("hf:"):
+        return spec
+    path = Path(spec).expanduser()
+    if not path.is_absolute():
+        path = Path(cwd or os.getcwd()) / path
+    return os.path.normpath(path)
+
+
+def check_corpus(resolved: str, *, source: str) -> None:
+    """Raise ``FileNotFoundError`` if a local corpus (path or glob) matches nothing.
+
+    ``source`` says where the spec came from (e.g. ``"grid key 'corpus' in X.toml"``);
+    ``hf:`` specs are not checked (they need a network).
+    """
+    if resolved.startswith("hf:"):
+        return
+    exists = bool(glob.glob(resolved)) if glob.has_magic(resolved) else os.path.exists(resolved)
+    if not exists:
+        raise FileNotFoundError(
+            f"corpus {resolved} not found (from {source}); pass --corpus PATH or set $HARNESS_CORPUS"
+        )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a grid: the (size, budget, variant, seed) point and the variant's role."""
+
+    size: str
+    budget_tokens: int
+    variant: str
+    role: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A checked grid spec (see the module docstring for the file format).
+
+    Attributes:
+        name: grid name; the first field of every run id.
+        corpus: corpus spec as written in the file (possibly relative).
+        sizes: size presets, in file order.
+        seeds: seeds, in file order.
+        budgets_tokens: budgets in tokens, ascending.
+        variants: variant name -> role, in file order.
+        budgets_by_role: role -> the budgets that role runs at (every role present).
+        sizes_by_role: role -> the sizes that role runs at (every role present).
+        train: ``[train]`` overrides exactly as written (preset defaults are not merged in).
+        description: free text.
+        path: the file it was read from, if any.
+    """
+
+    name: str
+    corpus: str
+    sizes: tuple[str, ...]
+    seeds: tuple[int, ...]
+    budgets_tokens: tuple[int, ...]
+    variants: dict[str, str]
+    budgets_by_role: dict[str, tuple[int, ...]]
+    sizes_by_role: dict[str, tuple[str, ...]]
+    train: dict = field(default_factory=dict)
+    description: str = ""
+    path: Path | None = None
+
+    @property
+    def parent(self) -> str:
+        """Name of the parent variant."""
+        return next(v for v, r in self.variants.items() if r == "parent")
+
+    def cells(self) -> list[Cell]:
+        """All runs, in queue order: size, budget (ascending), seed, variant by role."""
+        by_role = sorted(self.variants.items(), key=lambda vr: ROLES.index(vr[1]))  # stable
+        out = []
+        for size in self.sizes:
+            for budget in self.budgets_tokens:
+                for seed in self.seeds:
+                    for variant, role in by_role:
+                        if size in self.sizes_by_role[role] and budget in self.budgets_by_role[role]:
+                            out.append(Cell(size, budget, variant, role, seed))
+        return out
+
+    def expand(self, corpus: str | None = None, cwd: str | os.PathLike | None = None) -> list[dict]:
+        """Run configs, one per cell (see :meth:`cells` for the order).
+
+        Args:
+            corpus: overrides the grid's corpus (``--corpus`` / ``$HARNESS_CORPUS``).
+            cwd: folder a relative corpus is resolved against (default: current directory).
+
+        Returns:
+            dicts ``{run_id, grid, variant, role, size, seed, budget_tokens, corpus, train}``
+            with ``corpus`` absolute (or an ``hf:`` spec) and ``train`` the overrides only.
+        """
+        resolved = resolve_corpus(corpus if corpus is not None else self.corpus, cwd)
+        return [
+            {
+                "run_id": run_id(self.name, c.size, c.variant, c.seed, c.budget_tokens),
+                "grid": self.name,
+                "variant": c.variant,
+                "role": c.role,
+                "size": c.size,
+                "seed": c.seed,
+                "budget_tokens": c.budget_tokens,
+                "corpus": resolved,
+                "train": dict(self.train),
+            }
+            for c in self.cells()
+        ]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_grid(path: str | os.PathLike) -> Grid:
+    """Read and check a grid TOML file.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not TOML, unknown or missing key, bad type or value, unknown variant
+            or role, not exactly one parent, a duplicate key, or a treatment/control
+            without the parent at the same size and budget. The message names the file,
+            the key and what is allowed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"grid file {path} not found")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a TOML grid file (not UTF-8 text)") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(_toml_error(path, text, exc)) from None
+    return parse_grid(data, path=path)
+
+
+def _toml_error(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """Turn tomllib's message into one naming the file, the line and, for duplicates, the key."""
+    msg = str(exc)
+    m = _TOML_POS_RE.search(msg)
+    line_no = int(m.group(1)) if m else None
+    where = f"{path}: line {line_no}" if line_no else f"{path}"
+    if msg.startswith("Cannot overwrite a value") and line_no:
+        line = text.splitlines()[line_no - 1]
+        key = line.split("=", 1)[0].strip().strip("\"'")
+        return (
+            f"{where}: duplicate key {key!r}: a key may appear once per table "
+            f"(in [variants], list each variant once with one role)"
+        )
+    if msg.startswith("Cannot declare") and line_no:
+        return f"{where}: table {text.splitlines()[line_no - 1].strip()} declared twice"
+    return f"{where}: not valid TOML: {_TOML_POS_RE.sub('', msg).strip()}"
+
+
+def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
+    """Check a parsed grid mapping and build a :class:`Grid` (errors as :func:`load_grid`)."""
+    where = str(path) if path is not None else "<grid>"
+
+    def err(key: str, msg: str) -> ValueError:
+        return ValueError(f"{where}: {key}: {msg}")
+
+    unknown = [k for k in data if k not in GRID_KEYS]
+    if unknown:
+        allowed = "; ".join(f"{k} ({d})" for k, d in GRID_KEYS.items())
+        raise err(unknown[0], f"unknown key {unknown[0]!r}; allowed keys: {allowed}")
+    for key in REQUIRED_KEYS:
+        if key not in data:
+            raise err(key, f"missing required key {key!r} ({GRID_KEYS[key]})")
+
+    name = data["name"]
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise err("name", f"{name!r} must be a string of letters, digits, '_', '.', '-' (no ':')")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise err("description", f"must be a string, got {type(description).__name__}")
+    corpus = data["corpus"]
+    if not isinstance(corpus, str) or not corpus.strip():
+        raise err("corpus", f"{corpus!r} must be a non-empty string ({GRID_KEYS['corpus']})")
+
+    sizes = _str_list(data["sizes"], "sizes", err)
+    for s in sizes:
+        if s not in SIZES:
+            raise err("sizes", f"unknown size {s!r}; valid sizes: {', '.join(SIZES)}")
+    seeds = _int_list(data["seeds"], "seeds", err, minimum=0)
+    budgets = tuple(sorted(_int_list(data["budgets_tokens"], "budgets_tokens", err, minimum=1)))
+
+    variants = _variants(data["variants"], err)
+    budgets_by_role = _by_role(data.get("budgets_by_role", {}), "budgets_by_role", budgets, variants, err)
+    sizes_by_role = _by_role(data.get("sizes_by_role", {}), "sizes_by_role", sizes, variants, err)
+    _check_pairing(variants, sizes_by_role, budgets_by_role, err)
+
+    train = data.get("train", {})
+    if not isinstance(train, dict):
+        raise err("train", f"must be a table of TrainConfig overrides, got {type(train).__name__}")
+    _check_train(train, sizes, where)
+
+    return Grid(
+        name=name, corpus=corpus, sizes=sizes, seeds=seeds, budgets_tokens=budgets,
+        variants=variants, budgets_by_role=budgets_by_role, sizes_by_role=sizes_by_role,
+        train=dict(train), description=description, path=Path(path) if path is not None else None,
+    )
+
+
+def _str_list(value, key, err) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise err(key, f"must be a non-empty list, got {value!r}")
+    for v in value:
+        if not isinstance(v, str):
+            raise err(key, f"{v!r} is not a string")
+    if len(set(value)) != len(value):
+        raise err(key, f"duplicate entries in {value!r}")
+    return tuple(value)
+
+
+def _int_list(value, key, err, *, minimum: int) -> tuple[int, ...]:
+    kind = "positive" if minimum > 0 else "non-negative"
+    if not isinstance(value, list) or not value:
+        raise err(key, f"must be a non-empty list of {kind} integers, got {value!r}")
+    for v in value:
+        if isinstance(v, float) and v.is_integer() and v >= minimum:
+            raise err(key, f"{v!r} is a float; write integers, e.g. {int(v):_} rather than {v:g}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise err(key, f"{v!r} is not an integer; allowed: {kind} integers")
+        if v < minimum:
+            raise err(key, f"{v} is not allowed; allowed: {kind} integers")
+    if len(set(value)) != len(value):
+        raise err(key, f"duplicate entries in {value!r}")
+    return tuple(value)
+
+
+def _variants(table, err) -> dict[str, str]:
+    if not isinstance(table, dict) or not table:
+        raise err("variants", "must be a non-empty table of `variant = role` lines")
+    known = available_variants()
+    for variant, role in table.items():
+        if variant not in known:
+            raise err(f"variants.{variant}", f"unknown variant {variant!r}; valid variants: {', '.join(known)}")
+        if role not in ROLES:
+            raise err(f"variants.{variant}", f"role {role!r} is not one of {', '.join(ROLES)}")
+    parents = [v for v, r in table.items() if r == "parent"]
+    if len(parents) != 1:
+        found = f"found {len(parents)}: {', '.join(parents)}" if parents else "found none"
+        raise err("variants", f"exactly one variant must have role 'parent' ({found})")
+    return dict(table)
+
+
+def _by_role(table, key, universe, variants, err) -> dict:
+    """role -> tuple of allowed values (all of ``universe`` for roles the table omits)."""
+    if not isinstance(table, dict):
+        raise err(key, f"must be a table of `role = [...]` lines, got {type(table).__name__}")
+    out = {role: tuple(universe) for role in ROLES}
+    for role, values in table.items():
+        if role not in ROLES:
+            raise err(f"{key}.{role}", f"unknown role {role!r}; roles: {', '.join(ROLES)}")
+        if role not in variants.values():
+            raise err(f"{key}.{role}", f"no variant in [variants] has role {role!r}")
+        if not isinstance(values, list) or not values:
+            raise err(f"{key}.{role}", f"must be a non-empty list, got {values!r}")
+        bad = [v for v in values if isinstance(v, bool) or v not in universe]
+        if bad:
+            grid_key = "budgets_tokens" if key == "budgets_by_role" else "sizes"
+            raise err(f"{key}.{role}", f"{bad[0]!r} is not in the grid's {grid_key} {list(universe)}")
+        out[role] = tuple(u for u in universe if u in values)
+    return out
+
+
+def _check_pairing(variants, sizes_by_role, budgets_by_role, err) -> None:
+    """Every treatment/control (size, budget) needs the parent there (paired statistics)."""
+    parent = next(v for v, r in variants.items() if r == "parent")
+    for variant, role in variants.items():
+        if role not in ("treatment", "control"):
+            continue
+        for key, table, what in (("sizes_by_role", sizes_by_role, "size"),
+                                 ("budgets_by_role", budgets_by_role, "budget")):
+            missing = [x for x in table[role] if x not in table["parent"]]
+            if missing:
+                raise err(
+                    key,
+                    f"the {role} {variant!r} runs at {what} {missing[0]!r} but the parent "
+                    f"{parent!r} does not (parent {what}s: {list(table['parent'])}); every "
+                    f"treatment and control needs its parent at the same size and budget",
+                )
+
+
+_PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def _check_train(train: dict, sizes: tuple[str, ...], where: str) -> None:
+    """Unknown keys, value types, and each size's merged TrainConfig must be valid."""
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    unknown = [k for k in train if k not in types]
+    if unknown:
+        raise ValueError(f"{where}: train.{unknown[0]}: unknown key; allowed keys: {', '.join(types)}")
+    for key, value in train.items():
+        ok = _PY_TYPES.get(types[key])
+        if ok and (not isinstance(value, ok) or (types[key] != "bool" and isinstance(value, bool))):
+            raise ValueError(f"{where}: train.{key}: {value!r} is not a {types[key]}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where}: train.{key}: {value!r} must be finite")
+    for size in sizes:
+        try:
+            train_config(size, **train)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}: train (size {size}): {exc}") from None
+
+
+__all__ = [
+    "ROLES", "FALLBACK_VARIANTS", "GRID_KEYS", "available_variants", "run_id", "resolve_corpus",
+    "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
+]

@@ -1,0 +1,112 @@
+"""Build the paired significance report of one grid: frames -> stats -> figures -> files.
+
+Output folder layout (DESIGN section 6)::
+
+    OUT/stats.csv       one row per comparison x size x budget (column contract in reports.stats)
+    OUT/pairs.csv       every matched pair: run ids, NLLs, paired difference
+    OUT/report.md       Markdown; figures linked from OUT/figures/
+    OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)
+    OUT/figures/*.png
+
+Each file is written to a temporary name and renamed into place, so a reader never
+sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from reports.figures import FigureOut, all_figures
+from reports.render import render_html, render_markdown
+from reports.stats import ALPHA, ReportStats, analyze
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """The four inputs of a report (DESIGN section 5 tables, one grid).
+
+    ``metrics`` and ``routing`` may be None or empty (figures are then skipped).
+    """
+
+    final: pl.DataFrame
+    runs: pl.DataFrame
+    metrics: pl.DataFrame | None = None
+    routing: pl.DataFrame | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    """What :func:`build_report` computed and wrote."""
+
+    stats: ReportStats
+    figures: tuple[FigureOut, ...]
+    paths: tuple[Path, ...]
+
+
+def load_frames(store: Any, grid: str) -> Frames:
+    """Read one grid's rows from a results store.
+
+    Args:
+        store: an object with ``query(sql, params, *, ingest=True) -> polars.DataFrame``
+            (``db.store.Store``). Pending result files are ingested by the first query only,
+            so the four frames see the same set of runs.
+        grid: grid name (``runs.grid``).
+
+    Raises:
+        ValueError: the grid has no runs; the message lists the grids that exist.
+    """
+    runs = store.query("SELECT * FROM runs WHERE grid = ? ORDER BY variant, size, budget_tokens, seed", [grid])
+    if runs.height == 0:
+        grids = store.query("SELECT DISTINCT grid FROM runs ORDER BY grid", [], ingest=False)
+        names = ", ".join(str(g) for g in grids["grid"].to_list()) or "none (the store is empty)"
+        raise ValueError(f"no runs for grid {grid!r}; grids in the store: {names}")
+    final = store.query("SELECT * FROM final WHERE grid = ?", [grid], ingest=False)
+    in_grid = "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
+    metrics = store.query(f"SELECT * FROM metrics WHERE split = 'val' AND name = 'nll' AND {in_grid} "
+                          "ORDER BY run_id, tokens", [grid], ingest=False)
+    routing = store.query(f"SELECT * FROM routing WHERE {in_grid}", [grid], ingest=False)
+    return Frames(final, runs, metrics, routing)
+
+
+def _write_atomic(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
+                 alpha: float = ALPHA, figures: bool = True) -> BuildResult:
+    """Compute the statistics of one grid and write the report files into ``out_dir``.
+
+    Args:
+        frames: the grid's final/runs (required) and metrics/routing (optional) frames.
+        out_dir: output folder (created if missing; files in it are replaced).
+        grid: grid name (filters the frames if they carry a ``grid`` column; shown in titles).
+        allow_partial: protocol mismatches and duplicated runs become warnings (pair left out).
+        alpha: two-sided significance level.
+        figures: draw the PNG figures (off: tables only, faster).
+
+    Raises:
+        ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`.
+    """
+    stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, alpha=alpha)
+    final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
+    figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    generated = f"Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}"
+    paths = [_write_atomic(fig_dir / f"{f.name}.png", f.png) for f in figs]
+    paths.append(_write_atomic(out_dir / "stats.csv", stats.to_frame().write_csv().encode()))
+    paths.append(_write_atomic(out_dir / "pairs.csv", stats.pairs_frame().write_csv().encode()))
+    paths.append(_write_atomic(out_dir / "report.md",
+                               render_markdown(stats, figs, generated=generated).encode()))
+    paths.append(_write_atomic(out_dir / "report.html", render_html(stats, figs, generated=generated).encode()))
+    return BuildResult(stats, tuple(figs), tuple(paths))

@@ -1,0 +1,350 @@
+"""Pair runs by seed under one frozen protocol (DESIGN section 4 and 6).
+
+A *pair* is two finished runs of different variants with the same size, budget, seed
+and ``protocol_hash``. This module turns the ``final`` and ``runs`` frames of one grid
+into paired sets per comparison (treatment - parent, each control - parent, treatment
+- each control, parent - each reference), and keeps account of everything that is left
+out: failed, diverged or unfinished runs, duplicated runs, protocol mismatches, and the
+seeds each comparison is missing. It computes no statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "val_nll")
+RUNS_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "status")
+ROLES = ("parent", "treatment", "control", "reference")
+AA_VARIANTS = ("dup_route_tied",)  # built-in A/A checks (== parent in exact arithmetic)
+_VARIANT_KEYS = {"variant", "role", "run_id"}  # config keys that differ between paired runs by design
+SIZE_ORDER = ("tiny", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
+
+
+class ProtocolMismatchError(ValueError):
+    """Runs paired by seed have different ``protocol_hash`` values (DESIGN section 4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One matched pair: same size, budget, seed and protocol hash (NLL in nats/token)."""
+
+    comparison: str
+    size: str
+    budget_tokens: int
+    seed: int
+    run_first: str
+    run_second: str
+    nll_first: float
+    nll_second: float
+    diff: float  # nll_first - nll_second
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """A run (or, for a protocol mismatch, a pair ``run_a|run_b``) kept out of every statistic."""
+
+    run_id: str
+    variant: str
+    seed: int | None
+    size: str
+    budget_tokens: int | None
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PairedSet:
+    """The pairs of one comparison ``first - second`` at one size and budget.
+
+    ``kind`` is ``treatment_vs_parent``, ``control_vs_parent``, ``treatment_vs_control``
+    or ``parent_vs_reference``. ``missing`` names each expected seed without a pair and
+    why; ``code_versions`` are the distinct ``runs.code_version`` values of the pairs.
+    """
+
+    comparison: str
+    first: str
+    second: str
+    kind: str
+    size: str
+    budget_tokens: int
+    pairs: tuple[Pair, ...]
+    missing: tuple[str, ...]
+    code_versions: tuple[str, ...]
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(p.seed for p in self.pairs)
+
+    @property
+    def first_values(self) -> list[float]:
+        return [p.nll_first for p in self.pairs]
+
+    @property
+    def second_values(self) -> list[float]:
+        return [p.nll_second for p in self.pairs]
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """Result of :func:`pair_runs`: roles, paired sets, left-out runs and warnings.
+
+    ``usable`` is the ``final`` frame restricted to runs that may enter statistics
+    (finite NLL, not duplicated); the mixed model uses it.
+    """
+
+    parent: str
+    treatment: str | None
+    controls: tuple[str, ...]
+    references: tuple[str, ...]
+    cells: tuple[tuple[str, int], ...]  # (size, budget_tokens)
+    sets: tuple[PairedSet, ...]
+    left_out: tuple[LeftOut, ...]
+    warnings: tuple[str, ...]
+    usable: pl.DataFrame
+
+    @property
+    def pairs(self) -> tuple[Pair, ...]:
+        return tuple(p for s in self.sets for p in s.pairs)
+
+
+def _require_columns(name: str, frame: pl.DataFrame, columns: tuple[str, ...]) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"frame {name!r} lacks column(s) {missing}; it has {frame.columns}")
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def config_diff(config_a: str | None, config_b: str | None) -> list[str]:
+    """Fields (dotted paths) whose values differ between two runs' config JSON strings.
+
+    Keys naming the variant, role or run id are skipped (they differ by design).
+    Returns ``["path: a_value != b_value", ...]``; a config that is missing or not
+    valid JSON yields one entry saying so.
+    """
+    parsed = []
+    for cfg in (config_a, config_b):
+        try:
+            parsed.append(_flatten(json.loads(cfg)) if cfg else None)
+        except (TypeError, json.JSONDecodeError):
+            parsed.append(None)
+    a, b = parsed
+    if a is None or b is None:
+        return ["config JSON missing or unreadable, fields cannot be compared"]
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if key.rsplit(".", 1)[-1] in _VARIANT_KEYS:
+            continue
+        va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
+        if va != vb:
+            out.append(f"{key}: {va!r} != {vb!r}")
+    return out
+
+
+def cell_order(cell: tuple[str, int | None]) -> tuple:
+    """Sort key of a (size, budget_tokens) cell: preset sizes smallest first, then budget."""
+    size, budget = cell
+    rank = SIZE_ORDER.index(size) if size in SIZE_ORDER else len(SIZE_ORDER)
+    return (rank, str(size), budget or 0)
+
+
+def comparisons_for(parent: str, treatment: str | None, controls: tuple[str, ...],
+                    references: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(first, second, kind) for every comparison of DESIGN section 6, in report order."""
+    out = []
+    if treatment:
+        out.append((treatment, parent, "treatment_vs_parent"))
+    out += [(c, parent, "control_vs_parent") for c in controls]
+    if treatment:
+        out += [(treatment, c, "treatment_vs_control") for c in controls]
+    out += [(parent, r, "parent_vs_reference") for r in references]
+    return out
+
+
+def _roles(final: pl.DataFrame, runs: pl.DataFrame) -> dict[str, str]:
+    both = pl.concat([final.select("variant", "role"), runs.select("variant", "role")]).unique()
+    roles: dict[str, str] = {}
+    for variant, role in sorted(both.iter_rows()):
+        if variant in roles and roles[variant] != role:
+            raise ValueError(f"variant {variant!r} has two roles: {roles[variant]!r} and {role!r}")
+        roles[variant] = role
+    bad = {v: r for v, r in roles.items() if r not in ROLES}
+    if bad:
+        raise ValueError(f"unknown role(s) {bad}; allowed: {', '.join(ROLES)}")
+    return roles
+
+
+def _left_out_runs(final: pl.DataFrame, runs: pl.DataFrame) -> list[LeftOut]:
+    """Every run that cannot enter a statistic: not done, failed, diverged, or NaN NLL."""
+    out = []
+    done_ids = set(final["run_id"].to_list())
+    for r in runs.sort("variant", "seed").iter_rows(named=True):
+        status = r["status"]
+        if status == "done" and r["run_id"] in done_ids:
+            continue
+        if status in ("failed", "diverged"):
+            reason = f"{status}: {r.get('error') or 'no error message stored'}"
+        elif status == "done":
+            reason = "done but has no final validation NLL (missing from the final view)"
+        else:
+            reason = f"not finished (status {status})"
+        out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
+                           status, reason))
+    listed = {lo.run_id for lo in out}
+    for r in final.iter_rows(named=True):
+        v = r["val_nll"]
+        if r["run_id"] in listed:
+            continue
+        if v is None:
+            out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
+                               "done", "done but no final validation NLL recorded"))
+        elif not math.isfinite(v):
+            out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
+                               "diverged", f"non-finite final val_nll ({v})"))
+    return out
+
+
+def _version_summary(versions: dict[str, str | None]) -> str:
+    """'v1 (12 runs), v2 (1 run: r7)': run ids named for the rarer versions (at most 5)."""
+    by: dict[str, list[str]] = {}
+    for run_id, v in sorted(versions.items()):
+        by.setdefault(v or "unknown", []).append(run_id)
+    common = max(by, key=lambda v: len(by[v]))
+    parts = []
+    for v, ids in sorted(by.items(), key=lambda kv: -len(kv[1])):
+        names = "" if v == common else ": " + ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        parts.append(f"{v} ({len(ids)} run{'s' if len(ids) != 1 else ''}{names})")
+    return ", ".join(parts)
+
+
+def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
+              allow_partial: bool = False, aa_variants: tuple[str, ...] = AA_VARIANTS) -> Pairing:
+    """Build every paired set of one grid.
+
+    Args:
+        final: one row per finished run: run_id, variant, role, seed, size,
+            budget_tokens, protocol_hash, val_nll (nats/token) [, grid].
+        runs: one row per run (any status): run_id, variant, role, seed, size,
+            budget_tokens, protocol_hash, status [, error, code_version, config, grid].
+        grid: keep only rows of this grid (where the frame has a ``grid`` column).
+        allow_partial: a protocol mismatch or a duplicated run becomes a warning and
+            the pair/run is left out, instead of an error.
+        aa_variants: A/A controls; they are listed after the other controls.
+
+    Raises:
+        ValueError: a required column is missing; no runs; not exactly one parent; more
+            than one treatment; a variant with two roles or an unknown role; two finished
+            runs of one variant/size/budget/seed (unless ``allow_partial``).
+        ProtocolMismatchError: paired runs differ in ``protocol_hash`` (unless
+            ``allow_partial``); the message names the differing config fields.
+    """
+    _require_columns("final", final, FINAL_COLUMNS)
+    _require_columns("runs", runs, RUNS_COLUMNS)
+    if grid is not None:
+        final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
+        runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
+    if final.height == 0 and runs.height == 0:
+        raise ValueError(f"no runs found for grid {grid!r}")
+    roles = _roles(final, runs)
+    parents = [v for v, r in roles.items() if r == "parent"]
+    treatments = [v for v, r in roles.items() if r == "treatment"]
+    if len(parents) != 1:
+        raise ValueError(f"need exactly one parent variant, found {parents or 'none'} (roles: {roles})")
+    if len(treatments) > 1:
+        raise ValueError(f"at most one treatment variant is supported, found {treatments}")
+    parent, treatment = parents[0], (treatments[0] if treatments else None)
+    # A/A checks last among the controls, so the real controls lead every table.
+    controls = tuple(sorted((v for v, r in roles.items() if r == "control"),
+                            key=lambda v: (v in aa_variants, v)))
+    references = tuple(sorted(v for v, r in roles.items() if r == "reference"))
+
+    warn: list[str] = []
+    left_out = _left_out_runs(final, runs)
+    # Only finite NLLs of runs not marked failed/diverged/unfinished in `runs` may enter.
+    usable = final.filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite()
+                          & ~pl.col("run_id").is_in([lo.run_id for lo in left_out]))
+    dup = (usable.group_by("variant", "size", "budget_tokens", "seed").agg(pl.col("run_id"))
+           .filter(pl.col("run_id").list.len() > 1))
+    if dup.height:
+        desc = "; ".join(f"{r['variant']} size={r['size']} budget_tokens={r['budget_tokens']} "
+                         f"seed={r['seed']}: runs {sorted(r['run_id'])}" for r in dup.iter_rows(named=True))
+        if not allow_partial:
+            raise ValueError(f"more than one finished run per variant/size/budget/seed: {desc}")
+        warn.append(f"duplicated runs left out (--allow-partial): {desc}")
+        bad_ids = [i for ids in dup["run_id"].to_list() for i in ids]
+        for r in usable.filter(pl.col("run_id").is_in(bad_ids)).iter_rows(named=True):
+            left_out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
+                                    "done", "duplicated run of this variant and seed"))
+        usable = usable.filter(~pl.col("run_id").is_in(bad_ids))
+
+    run_info = {r["run_id"]: r for r in runs.iter_rows(named=True)}
+    values = {(r["variant"], r["size"], r["budget_tokens"], r["seed"]): r for r in usable.iter_rows(named=True)}
+    why_missing = {(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out}
+    cells = tuple(sorted(set(pl.concat([final.select("size", "budget_tokens"),
+                                        runs.select("size", "budget_tokens")]).iter_rows()),
+                         key=cell_order))
+
+    sets: list[PairedSet] = []
+    mismatches: list[str] = []
+    for size, budget in cells:
+        # Expected seeds: every seed any variant has at this size and budget, finished or not.
+        expected = sorted({k[3] for k in values if k[1:3] == (size, budget)}
+                          | {lo.seed for lo in left_out
+                             if (lo.size, lo.budget_tokens) == (size, budget) and lo.seed is not None})
+        cell_versions: dict[str, str | None] = {}  # run_id -> code_version, over all pairs
+        for first, second, kind in comparisons_for(parent, treatment, controls, references):
+            label = f"{first} - {second}"
+            pairs, missing, versions = [], [], set()
+            for seed in expected:
+                a = values.get((first, size, budget, seed))
+                b = values.get((second, size, budget, seed))
+                if a is None or b is None:
+                    why = [f"{v}: {why_missing.get((v, size, budget, seed), 'no run')}"
+                           for v, row in ((first, a), (second, b)) if row is None]
+                    missing.append(f"seed {seed} ({'; '.join(why)})")
+                    continue
+                if a["protocol_hash"] != b["protocol_hash"]:
+                    fields = config_diff(run_info.get(a["run_id"], {}).get("config"),
+                                         run_info.get(b["run_id"], {}).get("config"))
+                    named = "; ".join(fields) if fields else "none outside the variant keys"
+                    mismatches.append(
+                        f"{label} size={size} budget_tokens={budget} seed={seed}: protocol_hash "
+                        f"{a['protocol_hash']} (run {a['run_id']}) != {b['protocol_hash']} "
+                        f"(run {b['run_id']}); differing fields: {named}")
+                    missing.append(f"seed {seed} (protocol mismatch: {named})")
+                    left_out.append(LeftOut(f"{a['run_id']}|{b['run_id']}", label, seed, size, budget,
+                                            "pair", f"protocol mismatch: {named}"))
+                    continue
+                versions |= {run_info.get(r, {}).get("code_version") for r in (a["run_id"], b["run_id"])}
+                pairs.append(Pair(label, size, budget, seed, a["run_id"], b["run_id"],
+                                  a["val_nll"], b["val_nll"], a["val_nll"] - b["val_nll"]))
+            versions.discard(None)
+            for pair in pairs:
+                cell_versions.update({r: run_info.get(r, {}).get("code_version")
+                                      for r in (pair.run_first, pair.run_second)})
+            sets.append(PairedSet(label, first, second, kind, size, budget, tuple(pairs),
+                                  tuple(missing), tuple(sorted(versions))))
+        if len(set(cell_versions.values()) - {None}) > 1:
+            warn.append(f"size={size} budget_tokens={budget}: paired runs mix code versions: "
+                        + _version_summary(cell_versions))
+    if mismatches:
+        if not allow_partial:
+            more = f" | and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
+            raise ProtocolMismatchError(
+                f"{len(mismatches)} pair(s) differ in protocol_hash (only runs with the same protocol "
+                f"are paired; --allow-partial leaves them out): " + " | ".join(mismatches[:5]) + more)
+        warn += [f"protocol mismatch, pair left out (--allow-partial): {m}" for m in mismatches]
+    return Pairing(parent, treatment, controls, references, cells, tuple(sets), tuple(left_out),
+                   tuple(warn), usable)

@@ -1,0 +1,222 @@
+"""Grid specs (harness.grid, DESIGN section 1.2): loading, checking, expansion. CPU, a few seconds.
+
+Run: python -m pytest -q tests/test_grid.py
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from harness.config import SIZES
+from harness.grid import ROLES, available_variants, load_grid, resolve_corpus, run_id
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "ablations").glob("*.toml"))
+
+GOOD = """\
+name = "g"
+corpus = "data/corpus.jsonl"
+sizes = ["tiny"]
+seeds = [0, 1]
+budgets_tokens = [1000]
+
+[variants]
+block_attnres = "parent"
+rd_attnres = "treatment"
+fixed_v = "control"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "grid.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ----------------------------------------------------------------------------- shipped grids
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_grid_loads_and_expands(path: Path):
+    text = path.read_text()
+    assert text.startswith("#"), "each grid starts with a comment: purpose, wall time, question"
+    grid = load_grid(path)
+    runs = grid.expand(cwd="/somewhere")
+    # Count computed independently from the spec: roles times their sizes, budgets, all seeds.
+    expected = sum(len(grid.sizes_by_role[r]) * len(grid.budgets_by_role[r]) * len(grid.seeds)
+                   for r in grid.variants.values())
+    assert len(runs) == expected
+    assert len({r["run_id"] for r in runs}) == len(runs)
+    for r in runs:
+        assert r["run_id"] == f"{grid.name}:{r['size']}:{r['variant']}:s{r['seed']}:{r['budget_tokens']}"
+        assert r["corpus"].startswith("hf:") or r["corpus"].startswith("/")
+        assert r["role"] == grid.variants[r["variant"]]
+    # Every treatment/control run has its parent at the same size, budget and seed.
+    keys = {(r["size"], r["budget_tokens"], r["seed"]) for r in runs if r["role"] == "parent"}
+    for r in runs:
+        if r["role"] in ("treatment", "control"):
+            assert (r["size"], r["budget_tokens"], r["seed"]) in keys
+
+
+def test_rd_controls_small_is_the_cpu_grid():
+    grid = load_grid(ROOT / "ablations/rd_controls_small.toml")
+    runs = grid.expand(cwd="/work/main")
+    assert len(runs) == 18  # 6 variants x 3 seeds
+    assert {r["size"] for r in runs} == {"small"}
+    assert sorted({r["variant"] for r in runs}) == sorted(
+        ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied"])
+    assert runs[0]["corpus"] == "/work/shared/data/fineweb_edu_sample"
+
+
+def test_rd_paper_controls_only_at_the_early_budget():
+    grid = load_grid(ROOT / "ablations/rd_paper.toml")
+    runs = grid.expand()
+    by = {(r["role"], r["budget_tokens"]) for r in runs}
+    assert ("control", 2_000_000_000) not in by
+    assert {("control", 250_000_000), ("parent", 250_000_000), ("parent", 2_000_000_000),
+            ("treatment", 250_000_000), ("treatment", 2_000_000_000)} <= by
+    # per size: 2 variants x 5 seeds x 2 budgets + 4 controls x 5 seeds = 40
+    assert len(runs) == 80
+    assert sum(r["budget_tokens"] == 2_000_000_000 and r["size"] == "343m" for r in runs) == 10
+
+
+# ----------------------------------------------------------------------------- expansion
+
+
+def test_expansion_order_and_contents(tmp_path):
+    grid = load_grid(write(tmp_path, GOOD + '\n[train]\nlr = 1e-3\n'))
+    runs = grid.expand(cwd="/data/root")
+    ids = [r["run_id"] for r in runs]
+    assert ids == [
+        "g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000", "g:tiny:fixed_v:s0:1000",
+        "g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000", "g:tiny:fixed_v:s1:1000",
+    ]
+    assert runs[2] == {
+        "run_id": "g:tiny:fixed_v:s0:1000", "grid": "g", "variant": "fixed_v", "role": "control",
+        "size": "tiny", "seed": 0, "budget_tokens": 1000, "corpus": "/data/root/data/corpus.jsonl",
+        "train": {"lr": 1e-3},
+    }
+
+
+def test_budgets_ascending_and_role_restrictions(tmp_path):
+    text = GOOD.replace("budgets_tokens = [1000]", "budgets_tokens = [5000, 1000]").replace(
+        'sizes = ["tiny"]', 'sizes = ["tiny", "small"]')
+    text += '\n[budgets_by_role]\ncontrol = [1000]\n[sizes_by_role]\ncontrol = ["small"]\n'
+    runs = load_grid(write(tmp_path, text)).expand(cwd="/x")
+    cells = [(r["size"], r["budget_tokens"], r["variant"], r["seed"]) for r in runs]
+    expected = []
+    for size, budget, seed in itertools.product(["tiny", "small"], [1000, 5000], [0, 1]):
+        for v in ("block_attnres", "rd_attnres", "fixed_v"):
+            if v == "fixed_v" and (size != "small" or budget != 1000):
+                continue
+            expected.append((size, budget, v, seed))
+    assert cells == expected
+    assert len(runs) == 2 * 2 * 2 * 2 + 2
+
+
+def test_corpus_resolution():
+    assert resolve_corpus("hf:HuggingFaceFW/fineweb-edu:sample-10BT") == "hf:HuggingFaceFW/fineweb-edu:sample-10BT"
+    assert resolve_corpus("../shared/data/x", cwd="/work/main") == "/work/shared/data/x"
+    assert resolve_corpus("/abs/*.jsonl", cwd="/else") == "/abs/*.jsonl"
+    assert resolve_corpus("d/*.jsonl", cwd="/r") == "/r/d/*.jsonl"
+
+
+def test_corpus_override(tmp_path):
+    grid = load_grid(write(tmp_path, GOOD))
+    assert {r["corpus"] for r in grid.expand(corpus="hf:a/b:c")} == {"hf:a/b:c"}
+    assert {r["corpus"] for r in grid.expand(corpus="other.txt", cwd="/q")} == {"/q/other.txt"}
+
+
+def test_run_id_format():
+    assert run_id("rd_controls_small", "small", "rd_attnres", 0, 200000) == \
+        "rd_controls_small:small:rd_attnres:s0:200000"
+
+
+def test_variants_come_from_the_model_registry():
+    names = available_variants()
+    for v in ("prenorm", "full_attnres", "block_attnres", "rd_attnres", "param_matched",
+              "dup_route", "dup_route_tied", "fixed_v"):
+        assert v in names
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+BAD = {
+    "unknown variant": (GOOD.replace('fixed_v = "control"', 'fixed_vv = "control"'),
+                        ["variants.fixed_vv", "unknown variant 'fixed_vv'", "rd_attnres"]),
+    "unknown role": (GOOD.replace('fixed_v = "control"', 'fixed_v = "controls"'),
+                     ["variants.fixed_v", "'controls'", "parent, treatment, control, reference"]),
+    "no parent": (GOOD.replace('block_attnres = "parent"', 'block_attnres = "reference"'),
+                  ["variants", "exactly one variant must have role 'parent'", "found none"]),
+    "two parents": (GOOD.replace('fixed_v = "control"', 'fixed_v = "parent"'),
+                    ["variants", "found 2: block_attnres, fixed_v"]),
+    "treatment without parent at its size": (
+        GOOD.replace('sizes = ["tiny"]', 'sizes = ["tiny", "small"]') + '\n[sizes_by_role]\nparent = ["tiny"]\n',
+        ["sizes_by_role", "treatment 'rd_attnres' runs at size 'small'", "parent 'block_attnres' does not"]),
+    "control without parent at its budget": (
+        GOOD.replace("[1000]", "[1000, 2000]") + '\n[budgets_by_role]\nparent = [2000]\n',
+        ["budgets_by_role", "runs at budget 1000"]),
+    "negative budget": (GOOD.replace("[1000]", "[-1000]"),
+                        ["budgets_tokens", "-1000 is not allowed", "positive integers"]),
+    "zero budget": (GOOD.replace("[1000]", "[0]"), ["budgets_tokens", "0 is not allowed"]),
+    "float budget": (GOOD.replace("[1000]", "[2e9]"),
+                     ["budgets_tokens", "2000000000.0 is a float", "2_000_000_000"]),
+    "negative seed": (GOOD.replace("[0, 1]", "[0, -1]"), ["seeds", "-1 is not allowed", "non-negative"]),
+    "seed not a list": (GOOD.replace("[0, 1]", '"0"'), ["seeds", "non-empty list"]),
+    "duplicate seed": (GOOD.replace("[0, 1]", "[1, 1]"), ["seeds", "duplicate"]),
+    "unknown size": (GOOD.replace('["tiny"]', '["huge"]'), ["sizes", "'huge'", ", ".join(SIZES)]),
+    "unknown key": (GOOD.replace('name = "g"', 'name = "g"\nbudget = 5'),
+                    ["budget", "unknown key 'budget'", "budgets_tokens"]),
+    "missing key": (GOOD.replace('corpus = "data/corpus.jsonl"\n', ""), ["corpus", "missing required key"]),
+    "bad name": (GOOD.replace('name = "g"', 'name = "a:b"'), ["name", "no ':'"]),
+    "unknown train key": (GOOD + "\n[train]\nlearning_rate = 1e-3\n",
+                          ["train.learning_rate", "unknown key", "lr"]),
+    "bad train type": (GOOD + '\n[train]\nbatch_tokens = "big"\n', ["train.batch_tokens", "not a int"]),
+    "bad train value": (GOOD + '\n[train]\nschedule = "linear"\n', ["train", "schedule", "'cosine', 'wsd'"]),
+    "budgets_by_role not a subset": (GOOD + "\n[budgets_by_role]\ncontrol = [999]\n",
+                                     ["budgets_by_role.control", "999", "budgets_tokens [1000]"]),
+    "budgets_by_role unknown role": (GOOD + "\n[budgets_by_role]\ncontrols = [1000]\n",
+                                     ["budgets_by_role.controls", "unknown role"]),
+    "duplicate variant key": (GOOD + 'fixed_v = "reference"\n',
+                              ["line 11", "duplicate key 'fixed_v'", "once"]),
+    "table declared twice": (GOOD + '\n[variants]\nprenorm = "reference"\n',
+                             ["line 12", "table [variants] declared twice"]),
+    "non-TOML file": ('{"name": "g", "seeds": [0]}\n', ["not valid TOML", "line 1"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_malformed_grid_errors_name_file_and_key(tmp_path, case):
+    text, needles = BAD[case]
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError) as info:
+        load_grid(path)
+    msg = str(info.value)
+    assert msg.startswith(str(path)), msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+
+
+def test_binary_file_is_not_toml(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match="not a TOML grid file"):
+        load_grid(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        load_grid(tmp_path / "nope.toml")
+
+
+def test_roles_constant_matches_design():
+    assert ROLES == ("parent", "treatment", "control", "reference")
+
+
+def test_run_id_agrees_with_the_runner():
+    protocol = pytest.importorskip("harness.protocol")
+    assert protocol.run_id_for("g", "tiny", "fixed_v", 3, 1000) == run_id("g", "tiny", "fixed_v", 3, 1000)
