@@ -7,6 +7,9 @@ CORPUS ?= $(if $(wildcard ../shared/data/fineweb_edu_sample),../shared/data/fine
 RESULTS ?= results
 WORKERS ?= 2
 GRID ?= ablations/rd_controls_small.toml
+GRID_NAME = $(basename $(notdir $(GRID)))
+THREADS ?= 1
+export HARNESS_PROGRESS = lines
 
 .PHONY: venv test demo lock clean
 
@@ -20,6 +23,19 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The main job on real text: queue the grid, drain it with $(WORKERS) workers, write the report.
+demo: $(STAMP)
+	@case "$(CORPUS)" in hf:*) $(BIN)/python -m pip install -q -c requirements.lock -e '.[hub]' ;; esac
+	@echo "== corpus: $(CORPUS)"
+	$(BIN)/harness queue $(GRID) --corpus "$(CORPUS)" --results $(RESULTS)
+	@echo "== training with $(WORKERS) workers ($(THREADS) thread(s) each); progress below"
+	@start=$$(date +%s); pids=""; \
+	for i in $$(seq $(WORKERS)); do $(BIN)/harness work --results $(RESULTS) --threads $(THREADS) & pids="$$pids $$!"; done; \
+	status=0; for p in $$pids; do wait $$p || status=1; done; \
+	echo "== workers finished in $$(( $$(date +%s) - start )) s"; exit $$status
+	$(BIN)/harness status --results $(RESULTS)
+	$(BIN)/harness report --grid $(GRID_NAME) --results $(RESULTS)
 
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock.new && mv requirements.lock.new requirements.lock

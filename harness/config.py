@@ -157,6 +157,8 @@ class TrainConfig:
         eval_tokens: size of the fixed validation token set (capped by the corpus).
         val_fraction: fraction of documents held out for validation (document-level split).
         vocab_size: BPE vocabulary size trained on the corpus (0 = the preset's).
+        max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; a hub
+            stream is always cut, at 50,000 documents by default).
         tokenizer: ``bpe`` (trained on the training split) or ``gpt2`` (tiktoken).
         checkpoint_every_tokens: checkpoint interval for resume (0 = at evals only).
         precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``32-true`` or ``bf16-mixed``.
@@ -177,6 +179,7 @@ class TrainConfig:
     eval_tokens: int = 32768
     val_fraction: float = 0.05
     vocab_size: int = 0
+    max_docs: int = 0
     tokenizer: str = "bpe"
     checkpoint_every_tokens: int = 0
     precision: str = "auto"
@@ -196,7 +199,7 @@ class TrainConfig:
         for name in ("batch_tokens", "eval_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
-        for name in ("warmup_tokens", "eval_every_tokens", "vocab_size", "checkpoint_every_tokens"):
+        for name in ("warmup_tokens", "eval_every_tokens", "vocab_size", "max_docs", "checkpoint_every_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
 

@@ -111,7 +111,7 @@ class _Progress(L.Callback):
         self.t0 = time.perf_counter()
         self.tokens0 = pl_module.tokens_seen
         if self.r.progress and trainer.is_global_zero:
-            if sys.stderr.isatty():
+            if sys.stderr.isatty() and os.environ.get("HARNESS_PROGRESS", "bar") != "lines":
                 from tqdm import tqdm
 
                 self.bar = tqdm(total=self.r.budget_tokens, initial=self.tokens0, unit="tok", unit_scale=True,
@@ -201,7 +201,7 @@ class _Run:
         prepared = prepare_corpus(
             cfg["corpus"], cache_dir=cache_dir(self.results_dir),
             vocab_size=train.vocab_size or self.size.vocab_size, tokenizer=train.tokenizer,
-            val_fraction=train.val_fraction,
+            val_fraction=train.val_fraction, max_docs=train.max_docs or None,
         )
         model = build_model(cfg["variant"], cfg["size"], seed=cfg["seed"], vocab_size=prepared.vocab_size)
         counts = count_params(model)
@@ -253,7 +253,9 @@ class _Run:
         run["config"] = {**cfg, "protocol": protocol, "batch_size": self.batch_size, "total_steps": self.total_steps,
                          "precision": precision, "devices": trainer.world_size,
                          "resumed_from_step": resumed_from}
-        store = Store(self.results_dir)
+        # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
+        # next `harness sql`/`report` ingests it
+        store = Store(self.results_dir, lock_timeout_s=0)
         store.write_result({"run": run, "metrics": lit.records, "routing": lit.routing_rows})
         shutil.rmtree(self.ckpt_dir, ignore_errors=True)
         try:

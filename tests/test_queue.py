@@ -91,7 +91,7 @@ def blocking_cli_worker(results: str, started: str) -> None:
     """`harness work` (the real command) with a fake harness.runner whose training blocks."""
     fake = types.ModuleType("harness.runner")
 
-    def train_run(config, results_dir, *, progress=True):
+    def train_run(config, results_dir, *, progress=True, **trainer_kwargs):
         Path(started).write_text(config["run_id"])
         while True:
             time.sleep(0.05)
@@ -480,8 +480,9 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     calls = []
     fake = types.ModuleType("harness.runner")
 
-    def train_run(config, results_dir, *, progress=True):
+    def train_run(config, results_dir, *, progress=True, accelerator="auto", devices=1, strategy="auto"):
         calls.append(("train", config["run_id"], Path(results_dir)))
+        assert (accelerator, devices, strategy) == ("auto", 1, "auto")
         if config["variant"] == "fixed_v":
             raise ValueError("bad corpus")
         return "done"

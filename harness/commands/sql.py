@@ -1,0 +1,111 @@
+"""Run SQL on the results database (read-only), after ingesting newly finished runs.
+
+Tables (DESIGN section 5, columns in db/schema.sql): runs (one row per run), metrics (run_id,
+step, tokens, split, name, value; val nll is nats/token), routing (depth distributions per
+layer/site/route/source), bench, ingest_log; view final (one row per done run with val_nll,
+val_bpb, val_ppl at its last evaluation). The query runs on a read-only connection with file
+access disabled, so it cannot change results; a failing statement prints DuckDB's error and
+exits with status 1. If another process holds the database, new result files are not ingested
+this time (a note on stderr says so) and the query waits up to --lock-timeout seconds.
+
+example:
+  harness sql "select variant, seed, val_nll from final order by 1, 2"
+  harness sql --format csv "select * from metrics where split = 'val'" > val.csv
+  harness sql --format json "select variant, avg(val_nll) as nll from final group by 1"
+  echo "select count(*) from runs" | harness sql -
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+FORMATS = ("table", "csv", "json")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``QUERY``, ``--format``, ``--lock-timeout`` and ``--no-ingest``."""
+    parser.add_argument("query", metavar="QUERY", help="SQL text, or - to read it from stdin")
+    parser.add_argument(
+        "--format", choices=FORMATS, default="table",
+        help="table: every row and column, nothing truncated; csv: with a header; "
+        "json: a list of records (default: table)",
+    )
+    parser.add_argument(
+        "--lock-timeout", type=float, default=10.0, metavar="S",
+        help="seconds to keep retrying while another process holds the database (default: 10)",
+    )
+    parser.add_argument(
+        "--no-ingest", action="store_true", help="query without ingesting new result files first"
+    )
+
+
+def format_frame(df, fmt: str) -> str:
+    """Render a polars frame as ``table``, ``csv`` or ``json`` text (ending in a newline).
+
+    table: polars' table with all rows and columns, strings, lists and floats in full.
+    csv/json: nested values (lists, structs) are written as JSON text in csv.
+
+    Raises:
+        ValueError: unknown ``fmt``.
+    """
+    import polars as pl
+
+    if fmt == "table":
+        longest = max(
+            [df[c].str.len_chars().max() or 0 for c, t in df.schema.items() if t == pl.String],
+            default=0,
+        )
+        with pl.Config(
+            tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65535, fmt_str_lengths=max(32, longest),
+            fmt_table_cell_list_len=-1, fmt_float="full",
+        ):
+            return f"{df}\n"
+    if fmt == "csv":
+        nested = [c for c, t in df.schema.items() if t.is_nested()]
+        if nested:
+            df = df.with_columns(
+                pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                          dtype=pl.String)
+                for c in nested
+            )
+        return df.write_csv()
+    if fmt == "json":
+        return df.write_json() + "\n"
+    raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Ingest pending result files, run the query read-only and print the result.
+
+    Returns:
+        0 on success; 1 when DuckDB rejects the statement or the database stays locked.
+
+    Raises:
+        ValueError: an empty query.
+    """
+    import duckdb  # imported here so that `harness --help` stays fast
+
+    from db.store import Store, StoreLockedError
+
+    sql = sys.stdin.read() if args.query == "-" else args.query
+    if not sql.strip():
+        raise ValueError("empty query; give SQL text, or - to read it from stdin")
+    store = Store(args.results, lock_timeout_s=args.lock_timeout)
+    try:
+        df = store.query(sql, ingest=not args.no_ingest)
+    except StoreLockedError as exc:
+        print(f"harness sql: error: {exc}", file=sys.stderr)
+        return 1
+    except duckdb.Error as exc:
+        print(f"harness sql: error: {exc}", file=sys.stderr)
+        return 1
+    if store.last_ingest_skipped:
+        print(
+            "harness sql: note: new result files were not ingested because the database is "
+            f"busy; results may be incomplete. DuckDB: {store.last_ingest_skipped}",
+            file=sys.stderr,
+        )
+    sys.stdout.write(format_frame(df, args.format))
+    return 0
