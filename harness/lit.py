@@ -122,6 +122,10 @@ class LitLM(L.LightningModule):
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.last_grad_norm = float(norm)
+        if not math.isfinite(self.last_grad_norm):
+            # drop the gradients so this optimiser step changes nothing, then stop
+            optimizer.zero_grad(set_to_none=True)
+            self._mark_diverged(f"non-finite gradient norm ({self.last_grad_norm})")
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -135,9 +139,6 @@ class LitLM(L.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         if self.diverged:
-            return
-        if not math.isfinite(self.last_grad_norm):
-            self._mark_diverged(f"non-finite gradient norm ({self.last_grad_norm})")
             return
         step = int(self.global_step)
         if step % self.log_every == 0 or step == self.total_steps:
