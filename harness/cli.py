@@ -26,6 +26,9 @@ COMMANDS = {
     "sizes": "sizes",
 }
 
+# Commands that only read results: a mistyped --results must not create an empty store.
+READS_RESULTS = ("sql", "report")
+
 EPILOG = """\
 the research loop, one command each:
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them
@@ -82,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in READS_RESULTS and not args.results.exists():
+            raise FileNotFoundError(f"results folder {str(args.results)!r} does not exist "
+                                    "(set --results DIR or $HARNESS_RESULTS)")
         return int(args._main(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

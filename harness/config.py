@@ -186,6 +186,15 @@ class TrainConfig:
     compile: bool = False
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+                ok = True
+            if not ok:
+                raise ValueError(f"{f.name}={value!r} must be {'an' if f.type == 'int' else 'a'} {f.type}")
         if self.schedule not in ("cosine", "wsd"):
             raise ValueError(f"schedule={self.schedule!r}; allowed: 'cosine', 'wsd'")
         if self.tokenizer not in ("bpe", "gpt2"):
@@ -196,12 +205,49 @@ class TrainConfig:
             raise ValueError(f"lr={self.lr} must be a positive finite number")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction={self.val_fraction} must be in (0, 1)")
+        for name in ("min_lr_ratio", "beta1", "beta2"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1]")
+        if not 0 < self.decay_frac <= 1:
+            raise ValueError(f"decay_frac={self.decay_frac} must be in (0, 1]")
+        for name in ("weight_decay", "grad_clip"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name}={getattr(self, name)} must be a finite number >= 0")
         for name in ("batch_tokens", "eval_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
         for name in ("warmup_tokens", "eval_every_tokens", "vocab_size", "max_docs", "checkpoint_every_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
+
+    @classmethod
+    def parse_value(cls, key: str, raw: str):
+        """Convert a command-line string to the type of field ``key`` (``--set KEY=VALUE``).
+
+        Ints accept ``_`` separators (``100_000``); bools accept true/false/1/0/yes/no.
+
+        Raises:
+            ValueError: unknown key (listing the allowed ones) or a value of the wrong type.
+        """
+        types = {f.name: f.type for f in fields(cls)}
+        if key not in types:
+            raise ValueError(f"unknown training setting {key!r}; allowed: {sorted(types)}")
+        kind, text = types[key], raw.strip()
+        try:
+            if kind == "int":
+                return int(text.replace("_", ""))
+            if kind == "float":
+                return float(text.replace("_", ""))
+            if kind == "bool":
+                low = text.lower()
+                if low in ("true", "1", "yes", "on"):
+                    return True
+                if low in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{key}={raw!r} is not {'an' if kind == 'int' else 'a'} {kind}") from None
+        return text
 
     @classmethod
     def from_dict(cls, values: dict, *, where: str = "[train]") -> "TrainConfig":

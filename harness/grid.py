@@ -68,7 +68,7 @@ GRID_KEYS = {
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
@@ -269,7 +269,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
             raise err(key, f"missing required key {key!r} ({GRID_KEYS[key]})")
 
     name = data["name"]
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise err("name", f"{name!r} must be a string of letters, digits, '_', '.', '-' (no ':')")
     description = data.get("description", "")
     if not isinstance(description, str):

@@ -81,6 +81,8 @@ class LitLM(L.LightningModule):
         self.routing_rows: list[dict] = []
         self.diverged: dict | None = None
         self._compiled = None
+        self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds
+        self.t_process_start = time.perf_counter()
         self._t_last = None
         self._tokens_last = 0
         self.last_grad_norm = float("nan")
@@ -97,7 +99,8 @@ class LitLM(L.LightningModule):
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cfg.compile and self._compiled is None:
             self._compiled = torch.compile(self.model)
-        return (self._compiled or self.model)(x)
+        # `is not None`: a compiled module's truthiness calls len(), which modules lack
+        return (self._compiled if self._compiled is not None else self.model)(x)
 
     # -- optimisation -------------------------------------------------------------
     def configure_optimizers(self):
@@ -137,9 +140,9 @@ class LitLM(L.LightningModule):
         self._last_loss = loss.detach()
         return loss
 
-    def on_train_batch_end(self, outputs, batch, batch_idx):
-        if self.diverged:
-            return
+    def record_train_step(self) -> None:
+        """Record train loss, lr, grad norm and tokens/s every ``log_every`` steps (and at the
+        last step). Called by the runner's callback before it evaluates or checkpoints."""
         step = int(self.global_step)
         if step % self.log_every == 0 or step == self.total_steps:
             now = time.perf_counter()
@@ -194,12 +197,14 @@ class LitLM(L.LightningModule):
 
     # -- checkpoint state -------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        wall_s = self.wall_s_before + time.perf_counter() - self.t_process_start
         checkpoint["harness"] = {"records": self.records, "routing_rows": self.routing_rows,
-                                 "diverged": self.diverged}
+                                 "diverged": self.diverged, "wall_s": wall_s}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("harness", {})
         self.records = list(state.get("records", []))
         self.routing_rows = list(state.get("routing_rows", []))
         self.diverged = state.get("diverged")
+        self.wall_s_before = float(state.get("wall_s", 0.0))
 

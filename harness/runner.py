@@ -11,6 +11,8 @@ ingested into DuckDB when the lock is free (otherwise by the next reader).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -29,8 +31,26 @@ from harness.protocol import code_version, protocol_dict, protocol_hash, run_id_
 STATUSES = ("done", "diverged", "failed")
 
 
-class RunInterrupted(Exception):
-    """Raised (after a checkpoint) when a run is stopped on purpose at ``stop_after_tokens``."""
+class RunInterrupted(KeyboardInterrupt):
+    """The run stopped before its budget (``stop_after_tokens``, SIGTERM, Ctrl-C) with a
+    checkpoint on disk; calling :func:`train_run` again resumes it. A ``KeyboardInterrupt``,
+    so a queue worker gives the run back to the queue instead of recording a failure."""
+
+
+class _StopRequested(Exception):
+    """Raised inside the trainer at ``stop_after_tokens``, after the checkpoint."""
+
+
+def _config_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """``["train.lr: 0.001 != 0.003", ...]`` for keys whose values differ (recursively)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _config_diff(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} != {b!r}")
+    return out
 
 
 def make_run_config(variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
@@ -45,16 +65,25 @@ def make_run_config(variant: str, size: str, seed: int, budget_tokens: int, corp
     """
     from harness.models import get_spec
 
+    from harness.grid import NAME_RE
+
     spec = get_spec(variant)
     get_size(size)
+    if not NAME_RE.match(grid):
+        raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)")
     if int(budget_tokens) <= 0:
         raise ValueError(f"budget_tokens={budget_tokens} must be a positive number of tokens")
     if int(seed) < 0:
         raise ValueError(f"seed={seed} must be >= 0")
     train = dict(train or {})
     train_config(size, **train)  # validate now, not in a worker hours later
+    run_id = run_id_for(grid, size, variant, seed, budget_tokens)
+    if grid == "adhoc" and train:
+        # a hand-made sweep (`harness run --set lr=...`) keeps one result per setting
+        digest = hashlib.sha256(json.dumps(train, sort_keys=True).encode()).hexdigest()[:8]
+        run_id = f"{run_id}:{digest}"
     return {
-        "run_id": run_id_for(grid, size, variant, seed, budget_tokens), "grid": grid, "variant": variant,
+        "run_id": run_id, "grid": grid, "variant": variant,
         "role": role or spec.role, "size": size, "seed": int(seed), "budget_tokens": int(budget_tokens),
         "corpus": corpus, "train": train,
     }
@@ -124,13 +153,21 @@ class _Progress(L.Callback):
         step = int(trainer.global_step)
         if pl_module.diverged:
             return
+        pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
         if step == r.total_steps or (r.eval_every and step % r.eval_every == 0):
             pl_module.evaluate(trainer.datamodule.val_dataloader())
         if step < r.total_steps and (step % r.ckpt_every == 0 or (r.stop_step and step >= r.stop_step)):
             r.save_checkpoint(trainer)
         self._show(pl_module)
         if r.stop_step and step >= r.stop_step and step < r.total_steps:
-            raise RunInterrupted(f"stopped after {pl_module.tokens_seen} tokens (step {step}) as asked")
+            raise _StopRequested(f"stopped after {pl_module.tokens_seen:,} tokens (step {step}) as asked")
+
+    def on_exception(self, trainer, pl_module, exception):
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it
+        if isinstance(exception, SIGTERMException) and not pl_module.diverged:
+            self.r.save_checkpoint(trainer)
 
     def _show(self, pl_module):
         tokens = pl_module.tokens_seen
@@ -163,9 +200,16 @@ class _Run:
         self.train = train_config(config["size"], **config.get("train", {}))
         self.size = get_size(config["size"])
         self.budget_tokens = int(config["budget_tokens"])
-        self.batch_size = max(1, self.train.batch_tokens // self.size.context)
+        if self.train.batch_tokens % self.size.context:
+            raise ValueError(f"batch_tokens={self.train.batch_tokens} must be a multiple of the "
+                             f"{config['size']} context ({self.size.context} tokens)")
+        self.batch_size = self.train.batch_tokens // self.size.context
         self.batch_tokens = self.batch_size * self.size.context
-        self.total_steps = max(1, self.budget_tokens // self.batch_tokens)
+        if self.budget_tokens < self.batch_tokens:
+            raise ValueError(f"budget_tokens={self.budget_tokens} is less than one batch "
+                             f"(batch_tokens={self.batch_tokens}); raise the budget or lower batch_tokens")
+        # whole optimiser steps: a budget that is not a multiple of the batch is rounded down
+        self.total_steps = self.budget_tokens // self.batch_tokens
         self.eval_every = self.train.eval_every_tokens // self.batch_tokens if self.train.eval_every_tokens else 0
         ck = self.train.checkpoint_every_tokens // self.batch_tokens if self.train.checkpoint_every_tokens else 0
         self.ckpt_every = max(1, ck or self.total_steps // 10)
@@ -181,6 +225,39 @@ class _Run:
         if trainer.is_global_zero:
             os.replace(tmp, self.ckpt_dir / "last.ckpt")
         trainer.strategy.barrier("harness-checkpoint")
+
+    def _check_checkpoint_config(self) -> None:
+        """Refuse to resume a checkpoint written for a different config (it would mix them)."""
+        saved = self.ckpt_dir / "config.json"
+        if saved.exists():
+            old = json.loads(saved.read_text())
+            diff = _config_diff(old, self.config)
+            if diff:
+                raise ValueError(
+                    f"a checkpoint of run {self.config['run_id']} in {self.ckpt_dir} was written with a "
+                    f"different config ({'; '.join(diff)}); delete that folder to start over, or run "
+                    "the same config to resume it")
+        else:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            tmp = saved.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.config, sort_keys=True, indent=1))
+            os.replace(tmp, saved)
+
+    def _fit(self, trainer, lit, dm, ckpt: Path) -> None:
+        """``trainer.fit`` with resume; stops and signals become :class:`RunInterrupted`."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        lit.t_process_start = time.perf_counter()
+        try:
+            trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt) if ckpt.exists() else None)
+        except _StopRequested as exc:
+            raise RunInterrupted(f"{exc}; checkpoint at step {trainer.global_step}") from None
+        except SIGTERMException:
+            raise RunInterrupted(f"terminated (SIGTERM) after step {trainer.global_step}; "
+                                 "checkpoint saved") from None
+        except SystemExit:  # Lightning turns Ctrl-C into a graceful shutdown and sys.exit(1)
+            raise RunInterrupted(f"interrupted at step {trainer.global_step}; resumes from the last "
+                                 "checkpoint") from None
 
     def precision(self, accelerator: str) -> str:
         if self.train.precision != "auto":
@@ -224,14 +301,19 @@ class _Run:
             default_root_dir=self.ckpt_dir,
         )
         ckpt = self.ckpt_dir / "last.ckpt"
+        self._check_checkpoint_config()
         resumed_from = None
         if ckpt.exists():
             resumed_from = int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
             if self.progress:
                 print(f"[{self.label}] resuming from step {resumed_from} ({ckpt})", file=sys.stderr, flush=True)
+        elif self.progress and self.total_steps * self.batch_tokens != self.budget_tokens:
+            print(f"[{self.label}] training {self.total_steps} steps x {self.batch_tokens:,} tokens = "
+                  f"{self.total_steps * self.batch_tokens:,} tokens (budget {self.budget_tokens:,}, rounded "
+                  f"down to whole steps)", file=sys.stderr, flush=True)
         tokens_before = (resumed_from or 0) * self.batch_tokens
         t_fit = time.perf_counter()
-        trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt) if ckpt.exists() else None)
+        self._fit(trainer, lit, dm, ckpt)
         fit_s = time.perf_counter() - t_fit
         if not lit.diverged:
             last_val = max((r["step"] for r in lit.records if r["split"] == "val"), default=-1)
@@ -243,8 +325,8 @@ class _Run:
         status = "diverged" if lit.diverged else "done"
         run = _run_row(
             cfg, status=status, protocol_hash=protocol_hash(protocol), n_params=counts["total"],
-            n_trainable=counts["trainable"], wall_s=time.perf_counter() - t_start,
-            tokens_per_s=tokens_this / fit_s if fit_s > 0 and tokens_this > 0 else None,
+            n_trainable=counts["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - t_start,
+            tokens_per_s=tokens_this / fit_s if fit_s > 0 and tokens_this > 0 else None,  # this segment
             tokens_seen=lit.tokens_seen, steps=int(trainer.global_step),
             error=lit.diverged["reason"] if lit.diverged else None,
             diverged_step=lit.diverged["step"] if lit.diverged else None,

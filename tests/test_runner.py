@@ -109,6 +109,15 @@ def test_resume_after_stop_matches_uninterrupted(tmp_path):
     assert train_run(config, parts, progress=False) == "done"
     assert final_rows(parts) == final_rows(whole)  # bit-identical on CPU
     assert val_curve(parts) == val_curve(whole)  # metrics before the stop were kept
+    train = "select step, name, value from metrics where split='train' and name != 'tokens_per_s' order by 1, 2"
+    con_w = duckdb.connect(str(whole / "harness.duckdb"), read_only=True)
+    con_p = duckdb.connect(str(parts / "harness.duckdb"), read_only=True)
+    rows_w, rows_p = con_w.execute(train).fetchall(), con_p.execute(train).fetchall()
+    wall_p = con_p.execute("select wall_s from runs").fetchone()[0]
+    con_w.close()
+    con_p.close()
+    assert rows_p == rows_w and len(rows_w) == 6 * 3  # every step's loss, lr, grad_norm, none lost
+    assert wall_p > 0
     assert not ckpt.exists()  # cleaned up once the result is stored
 
 
@@ -202,3 +211,104 @@ def test_lr_schedule_warmup_then_cosine_to_min():
     assert lr_multiplier(100, 100, 10, c) == pytest.approx(0.1)
     w = train_config("tiny", schedule="wsd", decay_frac=0.2)
     assert lr_multiplier(50, 100, 10, w) == 1.0 and lr_multiplier(99, 100, 10, w) == pytest.approx(0.1)
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path):
+    config = cfg(checkpoint_every_tokens=1024)
+    with pytest.raises(RunInterrupted):
+        train_run(config, tmp_path, progress=False, stop_after_tokens=2048)
+    changed = {**config, "train": {**config["train"], "lr": 1e-3}}
+    with pytest.raises(ValueError, match=r"different config \(train.lr: 0.003 != 0.001\)"):
+        train_run(changed, tmp_path, progress=False)
+    assert train_run(config, tmp_path, progress=False) == "done"  # the same config resumes
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("lr=abc", "lr='abc' is not a float"),
+    ("lr=nan", "lr=nan must be a positive finite number"),
+    ("batch_tokens=2.5", "batch_tokens='2.5' is not an int"),
+    ("batch_tokens=100", "batch_tokens=100 must be a multiple of the tiny context (64 tokens)"),
+    ("min_lr_ratio=5", "min_lr_ratio=5.0 must be in [0, 1]"),
+    ("weight_decay=-1", "weight_decay=-1.0 must be a finite number >= 0"),
+    ("compile=maybe", "compile='maybe' is not a bool"),
+    ("colour=red", "unknown training setting 'colour'"),
+])
+def test_bad_settings_are_one_clear_line(tmp_path, capsys, setting, message):
+    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
+              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet", "--set", setting])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+def test_budget_below_one_batch_and_bad_options(tmp_path, capsys):
+    base = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--corpus", str(SAMPLE),
+            "--results", str(tmp_path), "--quiet"]
+    assert cli(base + ["--budget-tokens", "1000"]) == 2
+    assert "budget_tokens=1000 is less than one batch (batch_tokens=2048)" in capsys.readouterr().err
+    assert cli(base + ["--budget-tokens", "4096", "--threads", "-3"]) == 2
+    assert "--threads -3" in capsys.readouterr().err
+    assert cli(base + ["--budget-tokens", "4096", "--devices", "0"]) == 2
+    assert "--devices '0'" in capsys.readouterr().err
+    assert cli(base + ["--budget-tokens", "4096", "--grid", "bad grid:x"]) == 2
+    assert "grid name 'bad grid:x'" in capsys.readouterr().err
+
+
+def test_adhoc_settings_get_their_own_run_and_done_runs_are_not_retrained(tmp_path, capsys):
+    base = ["run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
+            "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
+            *[f"--set={k}={v}" for k, v in TRAIN.items() if k != "lr"]]
+    assert cli(base + ["--set", "lr=1e-3"]) == 0
+    assert cli(base + ["--set", "lr=3e-3"]) == 0
+    ids = [l.split(": ")[0] for l in capsys.readouterr().out.splitlines()]
+    assert len(set(ids)) == 2 and all(i.startswith("adhoc:tiny:block_attnres:s0:6144:") for i in ids)
+    assert cli(base + ["--set", "lr=1e-3"]) == 0
+    assert "already done" in capsys.readouterr().out
+    con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
+    assert con.execute("select count(*) from final").fetchone()[0] == 2
+    con.close()
+
+
+def test_compiled_forward_is_used_when_asked(monkeypatch):
+    """`compile=true` wraps the model once with torch.compile and calls the wrapper
+    (a regression: `compiled or model` called len() on the compiled module)."""
+    calls = []
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            calls.append(x.shape)
+            return self.m(x)
+
+    monkeypatch.setattr(torch, "compile", lambda m: Wrapper(m))
+    model = build_model("rd_attnres", "tiny", seed=0)
+    lit = LitLM(model, train_config("tiny", compile=True), total_steps=1, batch_tokens=128,
+                token_bytes=torch.ones(model.cfg.vocab_size, dtype=torch.long))
+    x = torch.zeros(2, 8, dtype=torch.long)
+    assert torch.equal(lit._forward(x), model(x)) and lit._forward(x).shape == (2, 8, model.cfg.vocab_size)
+    assert len(calls) == 2
+
+
+def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "harness", "run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0",
+           "--budget-tokens", str(200 * 1024), "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
+           "--threads", "1", *[f"--set={k}={v}" for k, v in TRAIN.items()], "--set", "checkpoint_every_tokens=1024"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp_path.glob("checkpoints/*/last.ckpt")):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "terminated (SIGTERM) after step" in out and "run the same command again to resume" in out
+    step = int(out.split("after step ")[1].split(";")[0])
+    ckpt = next(tmp_path.glob("checkpoints/*/last.ckpt"))
+    assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == step

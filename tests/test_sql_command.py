@@ -133,6 +133,7 @@ def test_empty_query_is_a_usage_error(results, capsys):
 
 
 def test_empty_results_folder(tmp_path, capsys):
+    (tmp_path / "new").mkdir()
     code, out, err = run(capsys, "select * from final", "--format", "json",
                          "--results", str(tmp_path / "new"))
     assert code == 0, err

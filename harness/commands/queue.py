@@ -69,7 +69,16 @@ def main(args: argparse.Namespace) -> int:
             msg += f" ({len(result.present)} already queued or done)"
         print(f"{msg} in {where}")
         print(f"corpus: {configs[0]['corpus']}")
-        print("next: harness work" + ("" if args.storage is None else f" --storage {args.storage}"))
+        import shlex
+
+        from harness.cli import default_results
+
+        hint = "next: harness work"
+        if args.results != default_results():
+            hint += f" --results {shlex.quote(str(args.results))}"
+        if args.storage is not None:
+            hint += f" --storage {shlex.quote(args.storage)}"
+        print(hint)
     else:
         print(f"{grid.name}: nothing to add: all {len(result.present)} runs already queued or done"
               if not result.failed else

@@ -19,7 +19,6 @@ example:
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 
 import torch
@@ -42,41 +41,59 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", default="1", help="devices per node for Lightning (e.g. 4, or 'auto')")
     p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
     p.add_argument("--num-nodes", type=int, default=1, help="nodes (multi-node under torchrun/SLURM)")
-    p.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu", "cuda", "mps"],
+                   help="where to train (default: gpu when CUDA is available, else cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--stop-after-tokens", type=int, default=None,
                    help="checkpoint and stop after this many tokens; run again to resume")
+    p.add_argument("--force", action="store_true", help="train again even if this run is already done")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``.
+    """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed by
+    :class:`~harness.config.TrainConfig`'s fields.
 
     Raises:
-        ValueError: an item without ``=``.
+        ValueError: an item without ``=``, an unknown key, or a value of the wrong type.
     """
+    from harness.config import TrainConfig
+
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
-        low = raw.strip().lower()
-        if low in ("true", "false"):
-            value = low == "true"
-        else:
-            try:
-                value = ast.literal_eval(raw.replace("_", "") if raw.replace("_", "").isdigit() else raw)
-            except (ValueError, SyntaxError):
-                value = raw
-        out[key.strip()] = value
+        out[key.strip()] = TrainConfig.parse_value(key.strip(), raw)
     return out
 
 
+def parse_devices(value: str) -> int | str:
+    """``--devices``: a positive integer or ``auto``.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if str(value).isdigit() and int(value) > 0:
+        return int(value)
+    if value == "auto":
+        return value
+    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
+
+
 def main(args: argparse.Namespace) -> int:
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from db.store import Store
     from harness.runner import RunInterrupted, make_run_config, train_run
 
     if not args.corpus:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
+    if args.threads < 0:
+        raise ValueError(f"--threads {args.threads}: expected a positive number (or 0 for torch's default)")
+    if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
+        raise ValueError(f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens")
+    devices = parse_devices(args.devices)
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus = args.corpus
@@ -84,13 +101,20 @@ def main(args: argparse.Namespace) -> int:
         corpus = os.path.abspath(corpus)
     config = make_run_config(args.variant, args.size, args.seed, args.budget_tokens, corpus,
                              grid=args.grid, role=args.role, train=parse_overrides(args.set))
-    devices = int(args.devices) if str(args.devices).isdigit() else args.devices
+    done = Store(args.results).result_path(config["run_id"])
+    if done.exists() and not args.force:
+        previous = Store(args.results).read_result(done)["run"]
+        if previous.get("status") == "done" and previous.get("config", {}).get("corpus") == corpus:
+            print(f"{config['run_id']}: already done in {args.results} (use --force to train it again)")
+            return 0
     try:
         status = train_run(config, args.results, progress=not args.quiet, accelerator=args.accelerator,
                            devices=devices, strategy=args.strategy, num_nodes=args.num_nodes,
                            stop_after_tokens=args.stop_after_tokens)
     except RunInterrupted as exc:
         print(f"{config['run_id']}: {exc}; run the same command again to resume")
-        return 0
+        return 0 if args.stop_after_tokens else 130
+    except MisconfigurationException as exc:  # e.g. --accelerator gpu on a machine without one
+        raise ValueError(str(exc)) from None
     print(f"{config['run_id']}: {status}")
     return 0
