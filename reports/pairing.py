@@ -153,6 +153,41 @@ def config_diff(config_a: str | None, config_b: str | None) -> list[str]:
     return out
 
 
+def training_steps(config: str | dict | None) -> int | None:
+    """Optimiser steps of one run, read from its ``runs.config`` (JSON string or dict).
+
+    The runner stores ``total_steps`` (``budget_tokens // batch_tokens``, harness/runner.py);
+    older or synthetic configs fall back to ``budget_tokens // train.batch_tokens``.
+    Returns None when neither is present or the JSON is unreadable.
+    """
+    try:
+        cfg = json.loads(config) if isinstance(config, str) else config
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    steps = cfg.get("total_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+        return steps
+    train = cfg.get("train") if isinstance(cfg.get("train"), dict) else {}
+    budget, batch = cfg.get("budget_tokens"), train.get("batch_tokens")
+    if isinstance(budget, int) and isinstance(batch, int) and batch > 0 and budget >= batch:
+        return budget // batch
+    return None
+
+
+def steps_by_run(runs: pl.DataFrame) -> dict[str, int]:
+    """``run_id -> training steps`` for every run whose config states them (see :func:`training_steps`)."""
+    if "config" not in runs.columns:
+        return {}
+    out = {}
+    for run_id, cfg in runs.select("run_id", "config").iter_rows():
+        steps = training_steps(cfg)
+        if steps is not None:
+            out[run_id] = steps
+    return out
+
+
 def cell_order(cell: tuple[str, int | None]) -> tuple:
     """Sort key of a (size, budget_tokens) cell: preset sizes smallest first, then budget."""
     size, budget = cell

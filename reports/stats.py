@@ -19,6 +19,12 @@ Tests (all two-sided, H0: the differences are centred on 0):
   treatment-minus-parent difference (statsmodels ``ttost_paired``);
 * a mixed model ``nll ~ variant + (1 | seed)`` as a cross-check (statsmodels ``mixedlm``).
 
+Beside the DESIGN 6 rule, which is applied unchanged, two statements say what the numbers
+are worth: the A/A check reports its max |dNLL| as the protocol's numerical noise floor
+and warns when it reaches half the treatment's |G| (:func:`_aa_check`); and every control
+verdict whose treatment gain is not significant after Holm carries a caveat
+(:func:`gain_caveat`, :meth:`ReportStats.gain_warnings`).
+
 Library traps guarded here (measured with statsmodels 0.15 / scipy 1.17): ``sign_test``
 silently drops NaN and ``multipletests`` counts a NaN as a test, so non-finite values
 are rejected or kept out of the family; Wilcoxon with ``zero_method='pratt'`` and the
@@ -47,12 +53,16 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
 
-from reports.pairing import AA_VARIANTS, LeftOut, Pair, PairedSet, pair_runs
+from reports.pairing import AA_VARIANTS, LeftOut, Pair, PairedSet, pair_runs, steps_by_run
 
 ALPHA = 0.05
 MIN_PAIRS = 3  # fewer pairs: statistics reported as insufficient
 POWER = 0.8  # target power of the "how many more seeds" calculation
 AA_TOL = 1e-5  # nats/token: |d| at or below this counts as numerically identical
+# A/A noise floor: A/A differences this large make effects of the treatment's size
+# indistinguishable from run-to-run numerical noise (status `warn`, see _aa_check).
+AA_NOISE_FRACTION = 0.5  # of the treatment's |G| at the same size and budget
+AA_NOISE_ABS = 1e-3  # nats/token, used when there is no treatment gain to compare with
 WILCOXON_ZERO_METHOD = "wilcox"
 _MAX_EXACT_ENUM = 20  # 2**20 sign flips is still quick
 
@@ -287,7 +297,10 @@ class Comparison:
     ``kind`` is ``treatment_vs_parent``, ``control_vs_parent``, ``treatment_vs_control``
     (the Holm family) or ``parent_vs_reference`` (descriptive, outside the family).
     ``holm_p`` is NaN outside the family or when the t-test could not run; ``tost_p``
-    and ``verdict`` are set on ``control_vs_parent`` rows only.
+    and ``verdict`` are set on ``control_vs_parent`` rows only. ``caveat`` is set on
+    ``control_vs_parent`` rows when the treatment's own gain at that size and budget is
+    not significantly below 0 (Holm): the verdict still follows DESIGN section 6, but a
+    control cannot reproduce (or fail to reproduce) a gain that is not established.
     """
 
     comparison: str
@@ -309,11 +322,13 @@ class Comparison:
     seeds_needed: float = NAN
     more_seeds: float = NAN
     note: str = ""
+    caveat: str = ""
 
     def as_row(self) -> dict[str, Any]:
-        """The ``stats.csv`` row (contract columns, then extras)."""
+        """The ``stats.csv`` row (contract columns, then extras); ``note`` joins the test's
+        note, the verdict's note and the caveat."""
         t = self.test
-        notes = [x for x in (t.note, self.note) if x]
+        notes = [x for x in (t.note, self.note, self.caveat) if x]
         return {
             "comparison": self.comparison, "size": self.size, "budget_tokens": self.budget_tokens,
             "n_pairs": t.n, "seeds": " ".join(str(s) for s in self.seeds),
@@ -337,8 +352,25 @@ class Comparison:
 class AACheck:
     """The A/A check: an ``==parent`` control vs the parent must show no effect.
 
-    ``status``: ``pass`` (all |d| <= ``AA_TOL`` or unadjusted t_p >= alpha), ``FAIL``
-    (a significant difference: a harness bug or nondeterminism) or ``insufficient``.
+    The A/A variant equals the parent in exact arithmetic, but its backward sums floats
+    in another order; those ~1e-7 rounding differences per step grow chaotically over a
+    run into real NLL differences. Their size is the numerical noise floor of the
+    protocol, which a paired test cannot see (it only asks for a systematic offset).
+
+    Attributes:
+        max_abs_diff, mean_diff: max |d| and mean d over the A/A pairs, nats/token.
+        t_p: unadjusted paired t-test p (stricter than Holm for a sanity check).
+        test_status: the paired test alone: ``pass`` (all |d| <= ``AA_TOL`` or t_p >=
+            alpha), ``FAIL`` (significant difference: a harness bug or nondeterminism)
+            or ``insufficient`` (fewer than :data:`MIN_PAIRS` pairs, or none).
+        status: ``test_status``, except that a ``pass`` or ``insufficient`` becomes
+            ``warn`` when ``max_abs_diff >= noise_threshold`` (a ``FAIL`` stays ``FAIL``).
+        gain: G, the treatment-minus-parent mean at this size and budget (NaN if none).
+        noise_threshold: ``AA_NOISE_FRACTION * |G|``, or ``AA_NOISE_ABS`` without G.
+        steps: training steps of the A/A pairs' runs as text (``"244"``, ``"120-244"``,
+            ``""`` if the configs do not say).
+        bit_identical: every difference is exactly 0.
+        summary: one line (the CLI prints it); ``explanation``: the full text.
     """
 
     variant: str
@@ -350,6 +382,12 @@ class AACheck:
     t_p: float
     status: str
     explanation: str
+    test_status: str = ""
+    gain: float = NAN
+    noise_threshold: float = NAN
+    steps: str = ""
+    bit_identical: bool = False
+    summary: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +462,29 @@ class ReportStats:
         """Control-minus-parent comparisons, each carrying its control's verdict."""
         return [c for c in self.comparisons if c.kind == "control_vs_parent"]
 
+    def gain_warnings(self) -> list[str]:
+        """One warning per size and budget whose control verdicts rest on a treatment gain
+        that is not significant (treatment - parent not significantly below 0 after Holm).
+
+        The verdicts themselves are unchanged (DESIGN section 6); this says how little they mean.
+        """
+        out = []
+        for tp in self.headline():
+            if _sig_below(tp, self.alpha):
+                continue
+            controls = [c.first for c in self.verdicts() if (c.size, c.budget_tokens) == (tp.size, tp.budget_tokens)]
+            if not controls:
+                continue
+            budget = f"{tp.budget_tokens:,}".replace(",", "_")
+            out.append(f"size {tp.size}, budget {budget} tokens: the treatment's own gain is not "
+                       f"significant ({tp.comparison}: mean dNLL {_signed(tp.test.mean_diff)} nats/token, "
+                       f"{tp.test.wins}/{tp.test.n} pairs won, {_holm_text(tp, self.alpha)}). The "
+                       f"verdicts of {', '.join(controls)} at this size and budget follow the DESIGN 6 rule, "
+                       "but a control can neither reproduce nor fail to reproduce a gain that is not "
+                       "established, so they say little about the RD-AttnRes claim; establish the gain "
+                       "first (more seeds or a longer budget).")
+        return out
+
 
 # --------------------------------------------------------------------------- analysis
 
@@ -459,8 +520,16 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     ]
     by_key = {(s.comparison, s.size, s.budget_tokens): s for s in pairing.sets}
     comparisons = _holm_tost_verdicts(comparisons, by_key, alpha)
-    aa = [_aa_check(c, [p.diff for p in by_key[(c.comparison, c.size, c.budget_tokens)].pairs], alpha)
-          for c in comparisons if c.kind == "control_vs_parent" and c.first in aa_variants]
+    gains = {(c.size, c.budget_tokens): c.test.mean_diff for c in comparisons if c.kind == "treatment_vs_parent"}
+    steps_of = steps_by_run(runs)
+    aa = []
+    for c in comparisons:
+        if c.kind != "control_vs_parent" or c.first not in aa_variants:
+            continue
+        ps = by_key[(c.comparison, c.size, c.budget_tokens)]
+        steps = {steps_of[r] for p in ps.pairs for r in (p.run_first, p.run_second) if r in steps_of}
+        aa.append(_aa_check(c, [p.diff for p in ps.pairs], alpha,
+                            gain=gains.get((c.size, c.budget_tokens), NAN), steps=steps))
     mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
     warn = list(pairing.warnings)
     warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
@@ -508,11 +577,34 @@ def _holm_tost_verdicts(comps: list[Comparison], sets: dict[tuple[str, str, int]
             tost = tost_p(ps.first_values, ps.second_values, margin)
             tc = by_label.get(f"{tp.first} - {c.first}")
             out[i] = _verdict(replace(c, tost_margin=margin, tost_p=tost), tc, alpha)
+            if not _sig_below(tp, alpha):
+                # The rule above is kept as DESIGN 6 states it; this only says what it is worth.
+                out[i] = replace(out[i], caveat=gain_caveat(tp, alpha))
     return out
 
 
 def _sig_below(c: Comparison | None, alpha: float) -> bool:
     return c is not None and c.holm_p < alpha and c.test.mean_diff < 0
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}" if math.isfinite(x) else "n/a"
+
+
+def _holm_text(tp: Comparison, alpha: float) -> str:
+    """'Holm p = 0.23' with why it is not a significant gain (untested, >= alpha, or positive mean)."""
+    if not math.isfinite(tp.holm_p):
+        return f"Holm p = n/a: {tp.test.n} pair(s), the test needs >= {MIN_PAIRS}"
+    if tp.holm_p >= alpha:
+        return f"Holm p = {tp.holm_p:.3g} >= {alpha:g}"
+    return f"Holm p = {tp.holm_p:.3g}, but mean dNLL {tp.test.mean_diff:+.4f} >= 0: the treatment is worse"
+
+
+def gain_caveat(tp: Comparison, alpha: float = ALPHA) -> str:
+    """Note for a control verdict when the treatment's gain ``tp`` (treatment - parent) is not
+    significantly below 0 after Holm: the verdict says little about the RD-AttnRes claim."""
+    return (f"the treatment's own gain is not significant ({_holm_text(tp, alpha)}), so this verdict "
+            "says little about the RD-AttnRes claim")
 
 
 def _verdict(cp: Comparison, tc: Comparison | None, alpha: float) -> Comparison:
@@ -561,39 +653,98 @@ def _power_plan(cp: Comparison, tc: Comparison | None, alpha: float) -> Comparis
     return replace(cp, deciding_test=name, seeds_needed=need, more_seeds=max(0.0, need - have))
 
 
-def _aa_check(c: Comparison, diffs: list[float], alpha: float) -> AACheck:
+def _steps_text(steps: set[int]) -> str:
+    if not steps:
+        return ""
+    lo, hi = min(steps), max(steps)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _aa_check(c: Comparison, diffs: list[float], alpha: float, *, gain: float = NAN,
+              steps: set[int] | frozenset[int] = frozenset()) -> AACheck:
     """Judge an A/A control: it is the parent in exact arithmetic, so no effect is allowed.
 
-    Uses the unadjusted t-test p (stricter than Holm for a sanity check).
+    Two questions, answered separately:
+
+    * Systematic offset (``test_status``): unadjusted paired t-test p >= alpha (stricter
+      than Holm for a sanity check) -> ``pass``, else ``FAIL``; all |d| <= ``AA_TOL`` ->
+      ``pass``; fewer than :data:`MIN_PAIRS` pairs -> ``insufficient``.
+    * Noise floor: float summation order differs between the A/A variant and the parent
+      by ~1e-7 per step and diverges chaotically over the run, so the A/A differences
+      measure the protocol's run-to-run numerical noise. When ``max |d| >=
+      AA_NOISE_FRACTION * |gain|`` (``AA_NOISE_ABS`` nats/token when ``gain`` is NaN) an
+      effect of the treatment's size cannot be told from noise: ``status`` becomes
+      ``warn`` (a ``FAIL`` stays ``FAIL``). The max |d| is always stated, also with
+      fewer than :data:`MIN_PAIRS` pairs.
+
+    Args:
+        c: the A/A control - parent comparison.
+        diffs: its paired differences, nats/token.
+        alpha: level of the paired test.
+        gain: G = mean treatment - parent at the same size and budget (nats/token), NaN if none.
+        steps: training steps of the runs in the pairs (from their configs; may be empty).
     """
     t = c.test
     max_abs = max((abs(d) for d in diffs), default=NAN)
-    zm = WILCOXON_ZERO_METHOD
-    if t.n and max_abs == 0.0:
-        status = "pass"
-        expl = (f"all {t.n} paired differences are exactly 0: the t statistic is 0/0 (p reported as 1, "
-                f"CI [0, 0]); the Wilcoxon signed-rank test (zero_method='{zm}') and the sign test "
-                "drop zero differences, leaving none (p reported as 1); scipy's zero_method='pratt' "
-                "with the exact method would report p = 0.0625 here, which is an artefact")
-        if not t.sufficient:
-            expl += f" (only {t.n} pair(s); fewer than {MIN_PAIRS})"
-    elif t.n and max_abs <= AA_TOL:
-        status = "pass"
-        expl = (f"max |difference| {max_abs:.3g} nats/token <= {AA_TOL:g}: numerically identical "
-                "(floating-point reduction order)")
-    elif not t.sufficient:
-        status, expl = "insufficient", f"{t.n} pair(s) < {MIN_PAIRS}; no test run"
-    elif t.t_p >= alpha:
-        status = "pass"
-        expl = (f"no significant difference (paired t p = {t.t_p:.3g} >= {alpha}), but differences "
-                f"up to {max_abs:.3g} nats/token: an identical-in-exact-arithmetic variant should "
-                "differ only by rounding; check determinism")
+    steps_s = _steps_text(set(steps))
+    over = f"over {steps_s} training steps" if steps_s else "over the training steps"
+    if math.isfinite(gain):
+        threshold = AA_NOISE_FRACTION * abs(gain)
+        size = "comparable to" if max_abs < abs(gain) else "at least as large as"
+        scale = (f"{size} the treatment's gain G = {gain:+.4f} nats/token (max |dNLL| >= "
+                 f"|G|/2 = {threshold:.4g})")
+        below = f"below |G|/2 = {threshold:.4g} nats/token (G = {gain:+.4f})"
     else:
-        status = "FAIL"
-        expl = (f"significant difference (paired t p = {t.t_p:.3g} < {alpha}, mean "
-                f"{t.mean_diff:.4g} nats/token) for a variant equal to the parent in exact "
-                "arithmetic: a harness bug (pairing, data order, initialisation) or nondeterminism")
-    return AACheck(c.first, c.size, c.budget_tokens, t.n, max_abs, t.mean_diff, t.t_p, status, expl)
+        threshold = AA_NOISE_ABS
+        scale = (f"at least {AA_NOISE_ABS:g} nats/token (no treatment gain G at this size and budget "
+                 "to compare with)")
+        below = f"below {AA_NOISE_ABS:g} nats/token (no treatment gain G to compare with)"
+    base = dict(gain=gain, noise_threshold=threshold, steps=steps_s)
+
+    def done(status: str, test_status: str, summary: str, detail: str = "", bit: bool = False) -> AACheck:
+        expl = summary + (f"; {detail}" if detail else "")
+        return AACheck(c.first, c.size, c.budget_tokens, t.n, max_abs, t.mean_diff, t.t_p, status, expl,
+                       test_status=test_status, bit_identical=bit, summary=summary, **base)
+
+    if not t.n:
+        return done("insufficient", "insufficient", "no A/A pair (no seed where both runs finished)")
+    if max_abs == 0.0:
+        zm = WILCOXON_ZERO_METHOD
+        detail = (f"the t statistic is 0/0 (p reported as 1, CI [0, 0]); the Wilcoxon signed-rank test "
+                  f"(zero_method='{zm}') and the sign test drop zero differences, leaving none (p reported "
+                  "as 1); scipy's zero_method='pratt' with the exact method would report p = 0.0625 here, "
+                  "which is an artefact")
+        if not t.sufficient:
+            detail += f" (only {t.n} pair(s); fewer than {MIN_PAIRS})"
+        return done("pass", "pass", f"bit-identical: all {t.n} paired differences are exactly 0", detail, True)
+
+    if max_abs <= AA_TOL:
+        test_status = "pass"
+        test_text = (f"max |dNLL| {max_abs:.3g} nats/token <= {AA_TOL:g}: numerically identical "
+                     "(floating-point reduction order)")
+    elif not t.sufficient:
+        test_status = "insufficient"
+        test_text = f"{t.n} pair(s) < {MIN_PAIRS}: no paired test run"
+    elif t.t_p >= alpha:
+        test_status = "pass"
+        test_text = (f"no systematic offset (paired t p = {t.t_p:.3g} >= {alpha:g}, mean dNLL "
+                     f"{t.mean_diff:+.4g} nats/token)")
+    else:
+        test_status = "FAIL"
+        test_text = (f"significant difference (paired t p = {t.t_p:.3g} < {alpha:g}, mean "
+                     f"{t.mean_diff:.4g} nats/token) for a variant equal to the parent in exact "
+                     "arithmetic: a harness bug (pairing, data order, initialisation) or nondeterminism")
+    if max_abs >= threshold:
+        noise = (f"A/A differences up to {max_abs:.3g} nats/token, the run-to-run numerical noise floor of "
+                 f"this protocol (float summation order diverges chaotically {over}), are {scale}; "
+                 "effects of this size cannot be told apart from noise at this budget; more seeds or a "
+                 "longer budget are needed")
+        if test_status == "FAIL":
+            return done("FAIL", test_status, test_text, noise)
+        return done("warn", test_status, noise, f"{test_text} (the paired test alone: {test_status})")
+    floor = (f"A/A differences up to {max_abs:.3g} nats/token over {t.n} pair(s) (the numerical noise "
+             f"floor of this protocol: float summation order diverges {over}) are {below}")
+    return done(test_status, test_status, f"{test_text}; {floor}")
 
 
 _COEF_RE = re.compile(r"\[T\.(.+)\]$")

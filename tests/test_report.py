@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import types
+from html import escape as html_escape
 
 import numpy as np
 import polars as pl
@@ -24,7 +25,7 @@ import pytest
 
 from reports.build import Frames, build_report
 from reports.stats import CSV_COLUMNS
-from reports.synthetic import synthetic_frames
+from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -69,6 +70,9 @@ def test_markdown_has_every_section(full_report):
     assert f"{100 * np.expm1(tp.test.mean_diff):+.2f} %" in md
     assert "Holm family at size small, budget 1_000_000: m = 9" in md
     assert "zero_method='wilcox'" in md and "(min 0.0625)" in md
+    # Significant treatment, A/A copied bit for bit from the parent: no caveat, no noise-floor warning.
+    assert "bit-identical: all 5 paired differences are exactly 0" in md and "| 0 (bit-identical) |" in md
+    assert "treatment's own gain is not significant" not in md and "A/A noise floor at size" not in md
     for fig in result.figures:
         assert f"](figures/{fig.name}.png)" in md
 
@@ -152,7 +156,64 @@ def test_cli_report_writes_and_prints_headline(monkeypatch, capsys, tmp_path):
     assert rc == 0, cap.err
     assert str(tmp_path / "o" / "stats.csv") in cap.out and str(tmp_path / "o" / "report.html") in cap.out
     assert re.search(r"small\s+1000000\s+5/5\s+-0\.0\d{3}", cap.out)
-    assert "A/A dup_route_tied small 1000000: pass" in cap.out
+    assert "A/A dup_route_tied small 1000000: pass (bit-identical: all 5 paired differences are exactly 0)" in cap.out
+    assert "NOTE:" not in cap.out and "treatment's own gain" not in cap.out
+
+
+AA_NOISE = [0.004, -0.006, 0.0128, 0.002, -0.001]  # A/A - parent per seed, nats/token
+
+
+def weak_noisy_frames(grid: str) -> dict[str, pl.DataFrame]:
+    """A treatment with no true gain and an A/A control off the parent by AA_NOISE."""
+    frames = synthetic_frames(grid=grid, effects={**DEFAULT_EFFECTS, "rd_attnres": -0.002})
+    aa = pl.col("variant") == "dup_route_tied"
+    frames["final"] = frames["final"].with_columns(
+        pl.when(aa).then(pl.col("val_nll") + pl.col("seed").map_elements(lambda s: AA_NOISE[s], pl.Float64))
+        .otherwise(pl.col("val_nll")).alias("val_nll"))
+    return frames
+
+
+def test_report_shows_noise_floor_and_gain_caveat(monkeypatch, capsys, tmp_path):
+    frames = weak_noisy_frames("weak")
+    result = build_report(Frames(**frames), tmp_path, grid="weak", figures=False)
+    stats = result.stats
+    (tp,) = stats.headline()
+    assert not (tp.holm_p < 0.05 and tp.test.mean_diff < 0)  # the gain is not significant
+    (aa,) = stats.aa_checks
+    assert aa.max_abs_diff == pytest.approx(0.0128, abs=1e-12) and aa.status == "warn"
+    # G of this draw is small, so |G|/2 < 0.0128: the noise floor dominates the gain.
+    assert aa.noise_threshold == pytest.approx(abs(tp.test.mean_diff) / 2, abs=1e-15)
+    assert aa.noise_threshold < 0.0128
+    noise_text = ("A/A differences up to 0.0128 nats/token, the run-to-run numerical noise floor of this protocol "
+                  "(float summation order diverges chaotically over 244 training steps)")  # 1e6 // 4096
+    caveat = (f"the treatment's own gain is not significant (Holm p = {tp.holm_p:.3g} >= 0.05), so this verdict "
+              "says little about the RD-AttnRes claim")
+    md = (tmp_path / "report.md").read_text()
+    page = (tmp_path / "report.html").read_text()
+    controls = md[md.index("## Controls"):md.index("## A/A check")]
+    warning = controls.index("- Warning: size small, budget 1_000_000 tokens: the treatment's own gain is not "
+                             "significant")
+    assert warning < controls.index("| control | size |")  # right above the verdict table
+    verdict_rows = [line for line in controls.splitlines() if line.startswith("| ") and "| small |" in line]
+    assert len(verdict_rows) == 4
+    assert all("(treatment gain not significant)" in r and f"CAVEAT: {caveat}" in r for r in verdict_rows)
+    assert noise_text in md and "| dup_route_tied | small | 1_000_000 | 5 | 244 | 0.0128 |" in md
+    assert "A/A noise floor at size small, budget 1_000_000" in md[:md.index("## Controls")]  # under the headline
+    for text in (noise_text, caveat):
+        assert html_escape(text) in page, text
+    assert "<strong>warn</strong>" in page
+    table = pl.read_csv(tmp_path / "stats.csv")
+    notes = table.filter(pl.col("kind") == "control_vs_parent")["note"].to_list()
+    assert len(notes) == 4 and all(n.endswith(caveat) for n in notes)
+
+    argv = ["report", "--grid", "weak", "--results", str(tmp_path), "--out", str(tmp_path / "o"), "--no-figures"]
+    rc, cap = _run_cli(monkeypatch, capsys, frames, argv)
+    assert rc == 0, cap.err
+    verdict_lines = [line for line in cap.out.splitlines() if line.startswith("  ") and " 1000000  " in line]
+    assert len(verdict_lines) == 4 and all(line.endswith(f"; NOTE: {caveat}") for line in verdict_lines)
+    assert "warning: size small, budget 1_000_000 tokens: the treatment's own gain is not significant" in cap.out
+    assert (f"A/A dup_route_tied small 1000000: warn ({noise_text}, are at least as large as the treatment's "
+            "gain G = ") in cap.out  # here max |dNLL| > |G|, not merely >= |G|/2
 
 
 def test_cli_report_errors_are_one_line(monkeypatch, capsys, tmp_path):

@@ -271,6 +271,10 @@ def test_fewer_than_three_pairs_is_insufficient_not_a_crash():
         assert "insufficient: 2 pair(s) < 3" in row["note"]
     assert {c.verdict for c in res.verdicts()} == {"insufficient"}
     assert all(a.status == "pass" for a in res.aa_checks)  # exactly 0 still passes, with n noted
+    # The treatment's gain could not be tested either: every control verdict says so.
+    for c in res.verdicts():
+        assert c.caveat == ("the treatment's own gain is not significant (Holm p = n/a: 2 pair(s), the test "
+                            "needs >= 3), so this verdict says little about the RD-AttnRes claim")
     # One pair and zero pairs too.
     one = paired_test([1.0], [0.5])
     assert (one.n, one.mean_diff, one.wins, math.isnan(one.t_p)) == (1, 0.5, 0, True)
@@ -291,6 +295,7 @@ def test_all_zero_differences_are_explained():
     res = analyze(frames["final"], frames["runs"])
     (aa,) = res.aa_checks
     assert (aa.variant, aa.status, aa.max_abs_diff, aa.n_pairs) == ("dup_route_tied", "pass", 0.0, 5)
+    assert aa.bit_identical and aa.summary == "bit-identical: all 5 paired differences are exactly 0"
     assert "zero_method='wilcox'" in aa.explanation and "0.0625" in aa.explanation
     row = {r["comparison"]: r for r in res.to_frame().iter_rows(named=True)}["dup_route_tied - block_attnres"]
     assert row["tost_p"] == 0.0  # zero spread, |mean| = 0 < margin: equivalence holds in the limit
@@ -302,6 +307,150 @@ def test_aa_check_fails_on_a_systematic_offset():
     frames = frames_from_values(vals)
     (aa,) = analyze(frames["final"], frames["runs"]).aa_checks
     assert aa.status == "FAIL" and aa.t_p < ALPHA
+    # max |d| = 0.01015 is below |G|/2 = 0.0146: no noise-floor statement, the offset is the finding.
+    assert aa.max_abs_diff < aa.noise_threshold and "cannot be told apart" not in aa.explanation
+
+
+# --------------------------------------------------------------------------- A/A noise floor
+
+P3 = PARENT[:3]
+AA_D = np.array([0.004, -0.006, 0.0128])  # A/A - parent: the tester's case, max |d| = 0.0128
+TREAT_D = np.array([-0.021, -0.019, -0.020])  # G = -0.02 nats/token
+
+
+def aa_frames(aa_d, treat_d=TREAT_D, total_steps=None):
+    vals = {"block_attnres": list(P3[: len(aa_d)]), "dup_route_tied": list(P3[: len(aa_d)] + aa_d)}
+    if treat_d is not None:
+        vals["rd_attnres"] = list(P3[: len(aa_d)] + treat_d[: len(aa_d)])
+    frames = frames_from_values(vals)
+    if total_steps is not None:  # as the runner stores it (harness/runner.py)
+        frames["runs"] = frames["runs"].with_columns(
+            pl.col("config").str.replace('"train"', f'"total_steps": {total_steps}, "train"'))
+    return frames
+
+
+def test_aa_noise_floor_comparable_to_the_gain_warns():
+    frames = aa_frames(AA_D, total_steps=244)
+    res = analyze(frames["final"], frames["runs"])
+    (aa,) = res.aa_checks
+    d_aa = (P3 + AA_D) - P3  # what pairing computes, float for float
+    g = float(np.mean((P3 + TREAT_D) - P3))
+    assert g == pytest.approx(-0.02, abs=1e-12)
+    # The paired test alone passes (scipy, independently): no systematic offset ...
+    assert aa.t_p == pytest.approx(st.ttest_1samp(d_aa, 0.0).pvalue, abs=1e-12) and aa.t_p > 0.5
+    assert aa.test_status == "pass"
+    # ... but the largest A/A difference is at least half the treatment's gain: warn.
+    assert aa.max_abs_diff == pytest.approx(0.0128, abs=1e-12) and aa.noise_threshold == pytest.approx(0.01, abs=1e-12)
+    assert (aa.status, aa.gain, aa.steps) == ("warn", pytest.approx(g, abs=1e-15), "244")
+    assert aa.summary == (
+        "A/A differences up to 0.0128 nats/token, the run-to-run numerical noise floor of this protocol "
+        "(float summation order diverges chaotically over 244 training steps), are comparable to the "
+        "treatment's gain G = -0.0200 nats/token (max |dNLL| >= |G|/2 = 0.01); effects of this size cannot "
+        "be told apart from noise at this budget; more seeds or a longer budget are needed")
+    assert aa.explanation.startswith(aa.summary) and f"paired t p = {aa.t_p:.3g} >= 0.05" in aa.explanation
+    # The DESIGN 6 verdict of the A/A control is computed exactly as before.
+    rows = {r["comparison"]: r for r in res.to_frame().iter_rows(named=True)}
+    assert rows["dup_route_tied - block_attnres"]["verdict"] == rule_verdict(rows, "dup_route_tied")
+
+
+def test_aa_noise_floor_below_half_the_gain_passes_and_is_stated():
+    frames = aa_frames(AA_D, treat_d=2 * TREAT_D)  # G = -0.04: threshold 0.02 > 0.0128
+    (aa,) = analyze(frames["final"], frames["runs"]).aa_checks
+    assert (aa.status, aa.test_status) == ("pass", "pass")
+    assert aa.noise_threshold == pytest.approx(0.02, abs=1e-12)
+    assert "A/A differences up to 0.0128 nats/token over 3 pair(s)" in aa.summary
+    assert "below |G|/2 = 0.02 nats/token (G = -0.0400)" in aa.summary
+    assert "over the training steps" in aa.summary  # configs without total_steps or batch_tokens
+
+
+def test_aa_noise_floor_without_a_treatment_uses_1e_3():
+    loud = aa_frames(np.array([0.0005, -0.002, 0.001]), treat_d=None)
+    (aa,) = analyze(loud["final"], loud["runs"]).aa_checks
+    assert math.isnan(aa.gain) and aa.noise_threshold == 1e-3
+    assert aa.status == "warn" and "A/A differences up to 0.002 nats/token" in aa.summary
+    assert "are at least 0.001 nats/token (no treatment gain G" in aa.summary
+    quiet = aa_frames(np.array([0.0002, -0.0004, 0.0003]), treat_d=None)
+    (aa,) = analyze(quiet["final"], quiet["runs"]).aa_checks
+    assert aa.status == "pass" and "up to 0.0004 nats/token" in aa.summary and "below 0.001" in aa.summary
+
+
+def test_aa_with_fewer_than_three_pairs_states_its_max():
+    frames = aa_frames(np.array([0.004, -0.006]))  # G = -0.02 over 2 pairs: threshold 0.01
+    (aa,) = analyze(frames["final"], frames["runs"]).aa_checks
+    assert (aa.status, aa.n_pairs) == ("insufficient", 2)
+    assert aa.summary.startswith("2 pair(s) < 3: no paired test run; A/A differences up to 0.006 nats/token")
+    frames = aa_frames(np.array([0.004, 0.0128]))  # the noise floor is visible even without a test
+    (aa,) = analyze(frames["final"], frames["runs"]).aa_checks
+    assert (aa.status, aa.test_status) == ("warn", "insufficient")
+    assert "A/A differences up to 0.0128 nats/token" in aa.summary and "2 pair(s) < 3" in aa.explanation
+
+
+def test_aa_fail_stays_fail_and_adds_the_noise_floor():
+    frames = aa_frames(np.array([0.015, 0.0151, 0.0149]))  # a systematic offset at the noise-floor scale
+    (aa,) = analyze(frames["final"], frames["runs"]).aa_checks
+    assert aa.t_p < ALPHA and (aa.status, aa.test_status) == ("FAIL", "FAIL")
+    assert aa.summary.startswith("significant difference") and "A/A differences up to 0.0151" in aa.explanation
+
+
+# --------------------------------------------------------------------------- caveat: gain not significant
+
+
+def rule_verdict(rows: dict, control: str, treatment: str = "rd_attnres", parent: str = "block_attnres") -> str:
+    """DESIGN 6 verdict recomputed from a stats.csv table's own numbers."""
+    def sig_below(label):
+        return rows[label]["holm_p"] < ALPHA and rows[label]["mean_diff"] < 0
+
+    cp, tc = f"{control} - {parent}", f"{treatment} - {control}"
+    reproduces = sig_below(cp) and not sig_below(tc)
+    not_reproduce = sig_below(tc) or rows[cp]["tost_p"] < ALPHA
+    return ("reproduces gain" if reproduces and not not_reproduce else
+            "does not reproduce gain" if not_reproduce and not reproduces else "inconclusive")
+
+
+def test_non_significant_treatment_marks_every_control_verdict():
+    vals = fixed_values()
+    d_weak = np.array([-0.010, 0.008, -0.012, 0.006, -0.004])  # mean -0.0024, sd 0.0087
+    vals["rd_attnres"] = list(PARENT + d_weak)
+    frames = frames_from_values(vals)
+    res = analyze(frames["final"], frames["runs"])
+    rows = {r["comparison"]: r for r in res.to_frame().iter_rows(named=True)}
+    tp = rows["rd_attnres - block_attnres"]
+    raw_p = st.ttest_1samp((PARENT + d_weak) - PARENT, 0.0).pvalue
+    assert raw_p > 0.5 and tp["holm_p"] >= raw_p  # Holm never lowers a p-value: not significant
+    want = (f"the treatment's own gain is not significant (Holm p = {tp['holm_p']:.3g} >= 0.05), "
+            "so this verdict says little about the RD-AttnRes claim")
+    controls = ("param_matched", "dup_route", "fixed_v", "dup_route_tied")
+    for control in controls:
+        row = rows[f"{control} - block_attnres"]
+        assert row["note"].endswith(want), (control, row["note"])
+        assert row["verdict"] == rule_verdict(rows, control)  # the rule itself is unchanged
+    assert [c.caveat for c in res.verdicts()] == [want] * 4
+    assert all("treatment's own gain" not in r["note"] for r in rows.values() if r["kind"] != "control_vs_parent")
+    (warning,) = res.gain_warnings()
+    assert warning.startswith("size small, budget 1_000_000 tokens: the treatment's own gain is not significant "
+                              f"(rd_attnres - block_attnres: mean dNLL {np.mean(d_weak):+.4f} nats/token, 3/5 "
+                              f"pairs won, Holm p = {tp['holm_p']:.3g} >= 0.05)")
+    assert "verdicts of dup_route, fixed_v, param_matched, dup_route_tied at this size" in warning
+
+
+def test_significant_treatment_gives_no_caveat():
+    frames = frames_from_values(fixed_values())
+    res = analyze(frames["final"], frames["runs"])
+    rows = {r["comparison"]: r for r in res.to_frame().iter_rows(named=True)}
+    assert rows["rd_attnres - block_attnres"]["holm_p"] < ALPHA
+    assert all(c.caveat == "" for c in res.verdicts()) and res.gain_warnings() == []
+    assert not any("treatment's own gain" in (r["note"] or "") for r in rows.values())
+
+
+def test_significantly_worse_treatment_is_not_a_gain():
+    vals = fixed_values()
+    vals["rd_attnres"] = list(PARENT - D_TREAT)  # +0.029 nats/token: significant, wrong sign
+    frames = frames_from_values(vals)
+    res = analyze(frames["final"], frames["runs"])
+    (tp,) = res.headline()
+    assert tp.holm_p < ALPHA and tp.test.mean_diff > 0
+    for c in res.verdicts():
+        assert f"Holm p = {tp.holm_p:.3g}, but mean dNLL +0.0292 >= 0: the treatment is worse" in c.caveat
 
 
 def test_equal_nonzero_and_nan_inputs():

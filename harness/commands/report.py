@@ -5,6 +5,9 @@ protocol hash), then reports per size and budget: paired t-test with 95 % interv
 exact Wilcoxon and sign tests, wins k/n, Cohen's d_z, perplexity change, Holm-adjusted
 p-values, TOST equivalence of each control vs the parent, a verdict per control, the
 A/A check, and a mixed model nll ~ variant + (1 | seed) as a cross-check (DESIGN 6).
+The A/A check states its max |dNLL| (the protocol's numerical noise floor) and warns when
+it reaches half the treatment's gain; control verdicts are marked when the treatment's
+own gain is not significant.
 Failed, diverged and unfinished runs are listed, never averaged in.
 
 Files written to OUT (default reports/out/GRID/): stats.csv, pairs.csv, report.md,
@@ -40,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def headline_lines(result: BuildResult) -> list[str]:
-    """Plain-text headline (treatment vs parent per size/budget) and control verdicts."""
+    """Plain-text headline (treatment vs parent per size/budget), control verdicts (with the
+    caveat when the treatment's own gain is not significant) and each A/A status with its summary."""
     from reports.render import fmt_ci, fmt_nats, fmt_p, fmt_pct
 
     stats = result.stats
@@ -49,11 +53,14 @@ def headline_lines(result: BuildResult) -> list[str]:
         lines.append(f"{c.size:<8} {c.budget_tokens:>12} {c.test.wins:>3}/{c.test.n:<2} "
                      f"{fmt_nats(c.test.mean_diff):>10} {fmt_ci(c.test.ci_low, c.test.ci_high):>20} "
                      f"{fmt_pct(c.test.ppl_change):>9} {fmt_p(c.holm_p):>9}")
+    for w in stats.gain_warnings():
+        lines.append(f"warning: {w}")
     for c in stats.verdicts():
         more = "" if math.isnan(c.more_seeds) else f" (~{int(c.more_seeds)} more seed(s): {c.deciding_test})"
-        lines.append(f"  {c.first:<16} {c.size:<8} {c.budget_tokens:>12}  {c.verdict}{more}")
+        caveat = f"; NOTE: {c.caveat}" if c.caveat else ""
+        lines.append(f"  {c.first:<16} {c.size:<8} {c.budget_tokens:>12}  {c.verdict}{more}{caveat}")
     for a in stats.aa_checks:
-        lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {a.status}")
+        lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {a.status} ({a.summary})")
     return lines
 
 
