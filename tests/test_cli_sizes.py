@@ -26,3 +26,25 @@ def test_bad_variant_is_one_clean_error(capsys):
 def test_python_m_harness_help():
     out = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, check=True).stdout
     assert "sizes" in out and "harness queue" in out
+
+
+def test_every_subcommand_has_help_with_an_example(capsys):
+    import pytest
+
+    from harness.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == set(COMMANDS)  # every command of DESIGN 1.1 is built
+    for name in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        out = capsys.readouterr().out
+        assert "example:" in out and f"harness {name}" in out, name
+        assert "--results" in out, name
+
+
+def test_read_commands_refuse_a_missing_results_folder(tmp_path, capsys):
+    for args in (["sql", "select 1"], ["report", "--grid", "g"]):
+        assert main([*args, "--results", str(tmp_path / "typo")]) == 2
+        assert "results folder" in capsys.readouterr().err and not (tmp_path / "typo").exists()

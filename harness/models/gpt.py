@@ -190,24 +190,24 @@ class DepthRoutedLM(nn.Module):
         if residual == "full":
             bank.append(x)  # every sublayer output becomes its own source
             for layer in self.layers:
-                a = layer.attention(layer.attn_route(*bank.stacked(None)), cos, sin)
+                a = layer.attention(layer.attn_route(bank), cos, sin)
                 bank.append(a)
-                h = layer.mlp_route(*bank.stacked(None))["mlp"]
+                h = layer.mlp_route(bank)["mlp"]
                 bank.append(layer.mlp(layer.mlp_norm(h)))
-            return self.out_route(*bank.stacked(None))["out"]
+            return self.out_route(bank)["out"]
         # Block AttnRes
         every = self.cfg.block_size // 2  # layers per block (two sublayers per layer)
         partial: Tensor | None = x
         for l, layer in enumerate(self.layers):
-            roles = layer.attn_route(*bank.stacked(partial))
+            roles = layer.attn_route(bank, partial)
             if l % every == 0:
                 bank.append(partial)
                 partial = None
             a = layer.attention(roles, cos, sin)
             partial = a if partial is None else partial + a
-            h = layer.mlp_route(*bank.stacked(partial))["mlp"]
+            h = layer.mlp_route(bank, partial)["mlp"]
             partial = partial + layer.mlp(layer.mlp_norm(h))
-        return self.out_route(*bank.stacked(partial))["out"]
+        return self.out_route(bank, partial)["out"]
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.lm_head(self.final_norm(self.hidden(tokens)))

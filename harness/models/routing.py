@@ -8,12 +8,14 @@ zero-initialised) over sources ``s_0 .. s_{S-1}`` is (Attention Residuals, arXiv
     a_i   = softmax_i(w . K_i)             # per token, softmax over the SOURCE axis
     route = sum_i a_i * s_i                # mixes the UN-normalised sources
 
-Keys are computed once per site and shared by all its routes. Because
-``w . (g * n_i) = (g * w) . n_i`` with ``n_i = s_i / rms(s_i)``, the weightless part
-``n_i`` is computed once per source (:class:`SourceBank`) and reused by every site that
-reads it; a site only forms its effective queries ``u = g * w`` (``[R, D]``). With all
-queries at zero every route is the uniform mean of its sources, which is why every
-variant equals the parent at initialisation.
+How it is computed. With ``r_i = 1 / rms(s_i)`` (``[B, T]``) and the site's effective
+query ``u = g * w`` (``[D]``), ``w . K_i = r_i * (s_i . u)``: no normalised key tensor is
+ever built. ``r_i`` of a completed source is computed once and shared by every later site
+(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. Sources
+are never stacked into an ``[S, B, T, D]`` tensor (:func:`route`), so neither the forward
+nor the state saved for backward copies them. Logits are float32 even under autocast.
+With all queries at zero every route is the uniform mean of its sources, which is why
+every variant equals the parent at initialisation.
 
 A *site* (:class:`RouteSite`) holds the pseudo-queries, routes (sums of queries) and
 roles (means of routes) of one :class:`~harness.models.spec.SiteSpec`.
@@ -48,30 +50,67 @@ def rms_normalize(x: Tensor, eps: float) -> Tensor:
     return F.rms_norm(x.float(), (x.shape[-1],), None, eps)
 
 
+def inv_rms(x: Tensor, eps: float) -> Tensor:
+    """``1 / sqrt(mean(x^2) + eps)`` over the last axis in float32: ``[..., D] -> [...]``."""
+    return torch.rsqrt(x.float().square().mean(-1) + eps)
+
+
+def route(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Tensor, Tensor]:
+    """One route over S sources: ``(sum_i a_i s_i, a)`` with ``a = softmax_i(r_i * (s_i . u))``.
+
+    Args:
+        values: S sources ``[B, T, D]``.
+        rstd: their ``r_i = inv_rms(s_i)``, ``[B, T]`` float32 each.
+        u: the effective query ``g * w``, ``[D]`` float32.
+
+    Returns:
+        The route ``[B, T, D]`` (the sources' dtype) and the weights ``a`` ``[S, B, T]``
+        (float32; softmax over the source axis S).
+
+    Logits are one mat-vec per source; the mix is accumulated source by source, each step
+    saving only ``a_i`` and a source that is alive anyway, so backward keeps no
+    ``[S, B, T, D]`` tensor. Under ``torch.compile`` the whole route (with the partial's
+    ``inv_rms``) fuses into one kernel forward and one backward per site.
+    """
+    with torch.autocast(u.device.type, enabled=False):  # bf16 logits would blur the softmax
+        logits = torch.stack([(v.float() @ u) * r for v, r in zip(values, rstd)])  # [S, B, T]
+    weights = torch.softmax(logits, dim=0)  # softmax over the source axis S
+    a = weights.to(values[0].dtype).unsqueeze(-1)  # [S, B, T, 1]
+    out = a[0] * values[0]
+    for i in range(1, len(values)):
+        out = torch.addcmul(out, a[i], values[i])  # [B, T, D]
+    return out, weights
+
+
 class SourceBank:
-    """The sources a site routes over, with their normalised keys cached.
+    """The sources a site routes over, each with its inverse RMS cached.
 
     Completed sources (Block AttnRes ``blocks``, Full AttnRes sublayer outputs) are
-    appended once and their weightless RMS-normalised keys kept; the in-progress
-    ``partial`` block is passed per call, since it changes after every sublayer.
+    appended once with ``r = inv_rms(source)`` (``[B, T]``, float32); every later site
+    reuses it (keys computed once, DESIGN section 3). The in-progress ``partial`` block
+    is passed per call, since it changes after every sublayer; when a partial is then
+    appended (a block closes), its ``r`` from that call is reused.
     """
 
     def __init__(self, eps: float) -> None:
         self.eps = eps
         self.values: list[Tensor] = []  # each [B, T, D]
-        self.keys: list[Tensor] = []  # each [B, T, D], float32
+        self.rstd: list[Tensor] = []  # each [B, T], float32
+        self._last_partial: tuple[Tensor, Tensor] | None = None
 
     def append(self, x: Tensor) -> None:
+        last = self._last_partial
         self.values.append(x)
-        self.keys.append(rms_normalize(x, self.eps))
+        self.rstd.append(last[1] if last is not None and last[0] is x else inv_rms(x, self.eps))
+        self._last_partial = None
 
-    def stacked(self, partial: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Values ``[S, B, T, D]`` and keys ``[S, B, T, D]`` (float32) incl. ``partial``."""
-        values, keys = self.values, self.keys
-        if partial is not None:
-            values = values + [partial]
-            keys = keys + [rms_normalize(partial, self.eps)]
-        return torch.stack(values), torch.stack(keys)
+    def sources(self, partial: Tensor | None = None) -> tuple[list[Tensor], list[Tensor]]:
+        """Values (S tensors ``[B, T, D]``) and their ``r`` (``[B, T]``), incl. ``partial``."""
+        if partial is None:
+            return self.values, self.rstd
+        r = inv_rms(partial, self.eps)
+        self._last_partial = (partial, r)
+        return self.values + [partial], self.rstd + [r]
 
     def __len__(self) -> int:
         return len(self.values)
@@ -85,9 +124,9 @@ class RouteSite(nn.Module):
     persistent buffers, so they are saved but never trained. ``key_norm.weight`` is the
     per-site RMSNorm gain of the keys.
 
-    ``forward(values [S,B,T,D], keys [S,B,T,D]) -> {role: [B,T,D]}``. When ``capture`` is
-    set, the last per-token route weights are kept in ``last_weights``
-    (``{route: [S, B, T]}``, float32, detached) for diagnostics.
+    ``forward(bank, partial=None) -> {role: [B,T,D]}`` routes over the bank's sources plus
+    ``partial`` (when given). When ``capture`` is set, the last per-token route weights
+    are kept in ``last_weights`` (``{route: [S, B, T]}``, float32, detached) for diagnostics.
     """
 
     def __init__(self, d_model: int, spec: SiteSpec) -> None:
@@ -114,12 +153,12 @@ class RouteSite(nn.Module):
             rows.append(w)
         return torch.stack(rows)
 
-    def forward(self, values: Tensor, keys: Tensor) -> dict[str, Tensor]:
-        S = values.shape[0]
-        if S == 1:
+    def forward(self, bank: SourceBank, partial: Tensor | None = None) -> dict[str, Tensor]:
+        values, rstd = bank.sources(partial)  # S tensors [B, T, D] and [B, T]
+        if len(values) == 1:
             # softmax over a single source is exactly 1: every route is that source
             if self.capture:
-                ones = values.new_ones(values.shape[:3], dtype=torch.float32)
+                ones = values[0].new_ones((1, *values[0].shape[:2]), dtype=torch.float32)
                 self.last_weights = {r: ones for r in self.route_names}
             return {role: values[0] for role in self.spec.roles}
         u = self.route_queries().float() * self.key_norm.weight.float()  # [R, D]
@@ -128,12 +167,10 @@ class RouteSite(nn.Module):
         # One route at a time, each with the same kernel shapes as the parent's single
         # route: a batched [R, ...] contraction rounds differently (~1e-6), which would
         # break the exact identities of DESIGN section 3 (e.g. rd with w_v = w_qk).
-        for i, route in enumerate(self.route_names):
-            logits = torch.einsum("sbtd,d->sbt", keys, u[i])  # [S, B, T]
-            weights = torch.softmax(logits, dim=0)  # softmax over the source axis S
+        for i, name in enumerate(self.route_names):
+            routes[name], weights = route(values, rstd, u[i])  # [B, T, D] and [S, B, T]
             if self.capture:
-                captured[route] = weights.detach()
-            routes[route] = torch.einsum("sbt,sbtd->btd", weights.to(values.dtype), values)  # [B, T, D]
+                captured[name] = weights.detach()
         if self.capture:
             self.last_weights = captured
         out: dict[str, Tensor] = {}

@@ -1,0 +1,91 @@
+"""Benchmark routing overhead (step time, peak memory per variant) and Lightning-loop overhead.
+
+Times one training step (forward + backward + clipping + AdamW) of prenorm, block_attnres,
+rd_attnres and every control, interleaved in one process (one step of each variant per
+round, rotated order; medians over rounds), measures each step's peak tensor memory, and
+compares the tokens/s of the Lightning training loop with a bare PyTorch loop on the same
+model and batches (alternating rounds). Prints medians, ratios (block_attnres/prenorm,
+rd_attnres/block_attnres, <control>/block_attnres, lightning/bare) and the benchmark's
+targets, writes the JSON of DESIGN section 7 (default RESULTS/bench/<bench_id>.json) and
+appends one row per variant and per loop to the DuckDB table `bench` (default
+RESULTS/harness.duckdb). The machine may be shared: no single number is trusted, only
+medians of interleaved rounds; on a busy CPU, --threads 1 avoids the stalls that
+OpenMP threads suffer when another process takes their core. On CUDA: bf16 autocast,
+synchronised timings, torch.cuda.max_memory_allocated for memory, and
+MFU = 6 N tokens/s / peak FLOP/s.
+
+example:
+  harness bench --size small                        # eager, CPU
+  harness bench --size small --compile --json results/bench_small_compiled.json
+  harness bench --size tiny --steps 3 --loop-rounds 1 --variant block_attnres --variant rd_attnres
+  harness bench --size 120m --compile               # on a GPU (H100/H200/A100 peak known)
+  harness bench --size 120m --compile --variant prenorm --variant block_attnres --variant rd_attnres
+  harness bench --size small --threads 1 --loop-rounds 0   # step times only, one thread
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", default="small", help="size preset: tiny, small, 120m, 343m (default: small)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                   help="torch.compile every model (default: eager)")
+    p.add_argument("--steps", type=int, default=20,
+                   help="timed interleaved rounds, one step per variant each (default: 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)")
+    p.add_argument("--variant", action="append", metavar="V",
+                   help="variant to time (repeatable; default: prenorm, block_attnres, rd_attnres and every control)")
+    p.add_argument("--batch-size", type=int, default=0,
+                   help="sequences per step (default: the preset's training batch, at most 32)")
+    p.add_argument("--loop-variant", default="block_attnres",
+                   help="variant trained by the two loops (default: block_attnres)")
+    p.add_argument("--loop-steps", type=int, default=10, help="timed steps per loop round (default: 10)")
+    p.add_argument("--loop-rounds", type=int, default=3,
+                   help="rounds of (Lightning, bare) loops; 0 skips them (default: 3)")
+    p.add_argument("--corpus", default=None,
+                   help="corpus for the loops' batches (default: synthetic uniform tokens)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device (default: auto)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default: 0)")
+    p.add_argument("--peak-tflops", type=float, default=0.0,
+                   help="device peak TFLOP/s for MFU (default: by CUDA device name: H100/H200 989, A100 312)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH",
+                   help="write the result JSON here (default: RESULTS/bench/<bench_id>.json)")
+    p.add_argument("--db", type=Path, default=None, metavar="PATH",
+                   help="DuckDB file for the `bench` rows (default: RESULTS/harness.duckdb)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from db.store import Store, StoreLockedError
+    from harness.bench import BenchConfig, bench_rows, format_report, run_bench, write_json
+    from harness.runner import cache_dir
+
+    cfg = BenchConfig(
+        size=args.size, variants=tuple(args.variant or ()), compile=args.compile, steps=args.steps,
+        warmup=args.warmup, batch_size=args.batch_size, loop_variant=args.loop_variant,
+        loop_steps=args.loop_steps, loop_rounds=args.loop_rounds, corpus=args.corpus,
+        cache_dir=cache_dir(args.results) if args.corpus else None, device=args.device,
+        threads=args.threads, seed=args.seed, peak_tflops=args.peak_tflops,
+    )
+    result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
+    print(format_report(result))
+    path = write_json(result, args.json or Path(args.results) / "bench" / f"{result['bench_id']}.json")
+    print(f"\nwrote {path}")
+    db = Path(args.db) if args.db else Path(args.results) / "harness.duckdb"
+    store = Store(db.parent)
+    store.db_path = db  # --db may name any file; Store keeps the rest of the results folder
+    rows = bench_rows(result)
+    try:
+        store.add_bench_rows(rows)
+    except StoreLockedError as exc:
+        print(f"harness bench: rows not stored ({exc}); the result is in {path}", file=sys.stderr)
+        return 1
+    except Exception:
+        print(f"harness bench: storing rows in {db} failed; the result is in {path}", file=sys.stderr)
+        raise
+    print(f"stored {len(rows)} rows in {db} (table bench, bench_id {result['bench_id']})")
+    return 0
