@@ -92,6 +92,19 @@ def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) ->
     return f"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"
 
 
+def config_diff(old: dict, new: dict, *, values: bool = False, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two (nested) run configs, recursively;
+    with ``values``, each as ``"train.lr: 0.001 != 0.003"``."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_diff(a, b, values=values, prefix=f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} != {b!r}" if values else f"{prefix}{key}")
+    return out
+
+
 def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
     """Absolute form of a corpus spec; ``hf:`` specs are returned unchanged.
 

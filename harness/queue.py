@@ -51,6 +51,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from harness.grid import config_diff
 from harness.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat, Lease, hostname, stale_reason
 
 STUDY_NAME = "harness"
@@ -246,18 +247,6 @@ def fold(trials: list[FrozenTrial]) -> RunState:
                     wall_s=ua.get("wall_s"), **base)
 
 
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config dicts."""
-    out = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _config_diff(va, vb, f"{prefix}{k}.")
-        elif va != vb:
-            out.append(f"{prefix}{k}")
-    return out
-
-
 # ----------------------------------------------------------------------------- the queue
 
 
@@ -341,7 +330,7 @@ class RunQueue:
         for c in configs:
             r = existing.get(c["run_id"])
             if r is not None and r.state != "failed":
-                diff = _config_diff(r.config, json.loads(json.dumps(c)))
+                diff = config_diff(r.config, json.loads(json.dumps(c)))
                 if diff:
                     conflicts.append(f"{c['run_id']} (differs in {', '.join(diff)})")
         if conflicts:

@@ -26,6 +26,7 @@ import lightning as L
 import torch
 
 from harness.config import get_size, train_config
+from harness.grid import NAME_RE, config_diff
 from harness.protocol import code_version, protocol_dict, protocol_hash, run_id_for, safe_name
 
 STATUSES = ("done", "diverged", "failed")
@@ -41,18 +42,6 @@ class _StopRequested(Exception):
     """Raised inside the trainer at ``stop_after_tokens``, after the checkpoint."""
 
 
-def _config_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """``["train.lr: 0.001 != 0.003", ...]`` for keys whose values differ (recursively)."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _config_diff(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} != {b!r}")
-    return out
-
-
 def make_run_config(variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
                     grid: str = "adhoc", role: str | None = None, train: dict | None = None) -> dict:
     """The run config dict queued and stored per run (``runs.config``).
@@ -64,8 +53,6 @@ def make_run_config(variant: str, size: str, seed: int, budget_tokens: int, corp
         ValueError: unknown variant or size, bad budget or seed, bad train keys.
     """
     from harness.models import get_spec
-
-    from harness.grid import NAME_RE
 
     spec = get_spec(variant)
     get_size(size)
@@ -231,7 +218,7 @@ class _Run:
         saved = self.ckpt_dir / "config.json"
         if saved.exists():
             old = json.loads(saved.read_text())
-            diff = _config_diff(old, self.config)
+            diff = config_diff(old, self.config, values=True)
             if diff:
                 raise ValueError(
                     f"a checkpoint of run {self.config['run_id']} in {self.ckpt_dir} was written with a "
