@@ -310,7 +310,8 @@ class Store:
         """
         want = schema_sha256()
         try:
-            row = con.execute("SELECT value FROM meta WHERE key = 'schema_sha256'").fetchone()
+            rows = con.execute("SELECT value FROM meta WHERE key = 'schema_sha256'").fetchall()
+            row = rows[0] if rows else None  # fetchall: an open result blocks later writes
         except duckdb.CatalogException:
             row = None
         if row is not None and row[0] == want:
