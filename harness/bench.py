@@ -681,6 +681,6 @@ def format_report(result: dict) -> str:
 
 __all__ = [
     "BenchConfig", "run_bench", "default_variants", "bench_rows", "write_json", "format_report", "assemble",
-    "time_steps", "peak_step_bytes", "loop_throughput", "StepArm", "synthetic_corpus", "device_peak_flops",
-    "PEAK_FLOPS", "TARGETS",
+    "time_steps", "peak_step_bytes", "loop_throughput", "StepArm", "train_step", "synthetic_corpus",
+    "device_peak_flops", "PEAK_FLOPS", "TARGETS",
 ]
