@@ -22,6 +22,9 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     [train]                          # optional TrainConfig overrides (harness.config)
     eval_every_tokens = 50_000
 
+    [analysis]                       # optional analysis plan (reports.plan, DESIGN section 6)
+    min_effect_nats = 0.01
+
 ``[budgets_by_role]`` / ``[sizes_by_role]`` map a role to a subset of the grid's
 ``budgets_tokens`` / ``sizes``; roles not listed run at all of them. Paired statistics
 need the parent wherever a treatment or control runs, so a treatment or control at a
@@ -31,6 +34,10 @@ Expansion gives one run config per (size, budget, variant, seed), ordered size, 
 budget (smallest first, so early-budget results arrive first), then seed, then variant
 (parent, treatment, controls, references): finishing seed 0 of every variant before
 seed 1 gives complete pairs early. The run id is ``grid:size:variant:s<seed>:<budget>``.
+
+The analysis plan (``[analysis]``, defaults where absent) is stored in every run config
+under ``"analysis"``; it is not part of the protocol hash, and :func:`check_plan_unchanged`
+refuses to queue a grid whose plan differs from the one its queued runs carry.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from harness.config import SIZES, TrainConfig, train_config
+from reports.plan import AnalysisPlan, parse_plan, plan_diff
 
 ROLES = ("parent", "treatment", "control", "reference")
 
@@ -65,6 +73,7 @@ GRID_KEYS = {
     "budgets_by_role": "table: role = list of budgets (subset of budgets_tokens)",
     "sizes_by_role": "table: role = list of sizes (subset of sizes)",
     "train": "table of TrainConfig overrides",
+    "analysis": "table: the analysis plan (alpha, reproduce_fraction, min_effect_nats, power, max_seeds, looks)",
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
@@ -159,6 +168,7 @@ class Grid:
         budgets_by_role: role -> the budgets that role runs at (every role present).
         sizes_by_role: role -> the sizes that role runs at (every role present).
         train: ``[train]`` overrides exactly as written (preset defaults are not merged in).
+        analysis: the checked ``[analysis]`` plan (defaults for keys not written).
         description: free text.
         path: the file it was read from, if any.
     """
@@ -172,6 +182,7 @@ class Grid:
     budgets_by_role: dict[str, tuple[int, ...]]
     sizes_by_role: dict[str, tuple[str, ...]]
     train: dict = field(default_factory=dict)
+    analysis: AnalysisPlan = field(default_factory=AnalysisPlan)
     description: str = ""
     path: Path | None = None
 
@@ -200,8 +211,9 @@ class Grid:
             cwd: folder a relative corpus is resolved against (default: current directory).
 
         Returns:
-            dicts ``{run_id, grid, variant, role, size, seed, budget_tokens, corpus, train}``
-            with ``corpus`` absolute (or an ``hf:`` spec) and ``train`` the overrides only.
+            dicts ``{run_id, grid, variant, role, size, seed, budget_tokens, corpus, train,
+            analysis}`` with ``corpus`` absolute (or an ``hf:`` spec), ``train`` the overrides
+            only and ``analysis`` the plan (:meth:`reports.plan.AnalysisPlan.as_config`).
         """
         resolved = resolve_corpus(corpus if corpus is not None else self.corpus, cwd)
         return [
@@ -215,6 +227,7 @@ class Grid:
                 "budget_tokens": c.budget_tokens,
                 "corpus": resolved,
                 "train": dict(self.train),
+                "analysis": self.analysis.as_config(),
             }
             for c in self.cells()
         ]
@@ -307,12 +320,43 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     if not isinstance(train, dict):
         raise err("train", f"must be a table of TrainConfig overrides, got {type(train).__name__}")
     _check_train(train, sizes, where)
+    analysis = parse_plan(data.get("analysis", {}), where=where,
+                          source="[analysis]" if "analysis" in data else "defaults")
 
     return Grid(
         name=name, corpus=corpus, sizes=sizes, seeds=seeds, budgets_tokens=budgets,
         variants=variants, budgets_by_role=budgets_by_role, sizes_by_role=sizes_by_role,
-        train=dict(train), description=description, path=Path(path) if path is not None else None,
+        train=dict(train), analysis=analysis, description=description,
+        path=Path(path) if path is not None else None,
     )
+
+
+def check_plan_unchanged(grid: Grid, queued: dict[str, dict]) -> None:
+    """Refuse a grid whose analysis plan differs from the one its queued runs carry.
+
+    The plan is fixed before the runs (DESIGN section 6): once any run of the grid is in
+    the queue (any state, failed included), ``[analysis]`` may not change, also for runs
+    a re-queue would add (new seeds), since the report reads all of them under one plan.
+
+    Args:
+        grid: the grid about to be queued.
+        queued: run id -> stored config of the runs already in the queue (any grid;
+            only ``grid.name``'s are checked).
+
+    Raises:
+        ValueError: naming the grid, the differing ``analysis.KEY`` and the runs.
+    """
+    new = grid.analysis.as_config()
+    for run, config in sorted(queued.items()):
+        if config.get("grid") != grid.name:
+            continue
+        diff = plan_diff(config.get("analysis"), new)
+        if diff:
+            n = sum(c.get("grid") == grid.name for c in queued.values())
+            raise ValueError(
+                f"grid {grid.name!r}: {diff[0].split(':')[0]} changed after its runs were queued "
+                f"({'; '.join(diff)}; first run {run}, {n} run(s) queued); the analysis plan is fixed "
+                "before the runs: undo the change, or give the grid a new `name`")
 
 
 def _str_list(value, key, err) -> tuple[str, ...]:
@@ -420,5 +464,5 @@ def _check_train(train: dict, sizes: tuple[str, ...], where: str) -> None:
 
 __all__ = [
     "ROLES", "FALLBACK_VARIANTS", "GRID_KEYS", "available_variants", "run_id", "resolve_corpus",
-    "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
+    "check_corpus", "Cell", "Grid", "load_grid", "parse_grid", "check_plan_unchanged",
 ]

@@ -2,12 +2,19 @@
 
 Modules, in the order data flows through them:
 
+* :mod:`reports.plan`: the grid's ``[analysis]`` plan (checked at queue time, stored with the runs);
 * :mod:`reports.pairing`: pair runs by seed and protocol hash; account for left-out runs;
-* :mod:`reports.stats`: paired tests, Holm, TOST, verdicts, A/A check, mixed model;
-* :mod:`reports.figures`: PNG figures (validation curves, paired differences, routing);
-* :mod:`reports.render`: Markdown and self-contained HTML (formats, never computes);
+* :mod:`reports.paired`: exact tests on paired differences (t, sign-flip, Wilcoxon, sign);
+* :mod:`reports.decisions`: the verdict rules (headline gatekeeper, reproduction contrasts,
+  Holm, Fieller), as array functions shared by the report and the simulations;
+* :mod:`reports.power`: MDE, power and seeds needed for a planned effect (noncentral t);
+* :mod:`reports.mixed`: the mixed-model cross-check;
+* :mod:`reports.stats`: one grid's results as frozen dataclasses; ``stats.csv``;
+* :mod:`reports.figures`: PNG figures (validation curves, paired differences, gain fractions, routing);
+* :mod:`reports.render` (words) and :mod:`reports.blocks` (Markdown / HTML writers);
 * :mod:`reports.build`: read the store's frames, call the above, write the files;
+* :mod:`reports.simulate`: simulated studies through :mod:`reports.decisions` (``python -m reports.simulate``);
 * :mod:`reports.synthetic`: synthetic frames for tests and demos.
 
-Depends on ``db`` only (never on ``harness.models``).
+Depends on ``db`` only (never on ``harness``); ``harness.grid`` imports :mod:`reports.plan`.
 """

@@ -2,7 +2,7 @@
 
 Output folder layout (DESIGN section 6)::
 
-    OUT/stats.csv       one row per comparison x size x budget (column contract in reports.stats)
+    OUT/stats.csv       one row per comparison x size x budget (column contract: reports.stats.CSV_COLUMNS)
     OUT/pairs.csv       every matched pair: run ids, NLLs, paired difference
     OUT/report.md       Markdown; figures linked from OUT/figures/
     OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)
@@ -18,13 +18,15 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
-from reports.stats import ALPHA, ReportStats, analyze
+from reports.plan import AnalysisPlan
+from reports.stats import ReportStats, analyze
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,8 @@ def _write_atomic(path: Path, data: bytes) -> Path:
 
 
 def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
-                 alpha: float = ALPHA, figures: bool = True) -> BuildResult:
+                 plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
+                 figures: bool = True) -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
     Args:
@@ -90,13 +93,16 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
         out_dir: output folder (created if missing; files in it are replaced).
         grid: grid name (filters the frames if they carry a ``grid`` column; shown in titles).
         allow_partial: protocol mismatches and duplicated runs become warnings (pair left out).
-        alpha: two-sided significance level.
+        plan: the analysis plan (default: the one stored with the runs, see
+            :func:`reports.plan.plan_from_configs`).
+        degenerate: ``{(size, budget_tokens, variant): reason}`` (see :func:`reports.stats.analyze`).
         figures: draw the PNG figures (off: tables only, faster).
 
     Raises:
         ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`.
     """
-    stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, alpha=alpha)
+    stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
+                    degenerate=degenerate)
     final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)

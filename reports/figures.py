@@ -4,6 +4,8 @@
   a min-max band, and the same curves minus the parent at the same seed;
 * :func:`paired_differences`: per comparison, each seed's paired difference and the mean
   with its 95 % t interval (taken from :mod:`reports.stats`, not recomputed);
+* :func:`gain_fractions`: per control, the fraction of the gain it reproduces with its
+  Fieller interval;
 * :func:`routing_heatmaps`: depth distributions (layer x source) of the QK and V routes
   at the attention site, and the per-layer Jensen-Shannon divergence between them.
 
@@ -126,10 +128,20 @@ def validation_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportS
                      "seed at the same token count (below 0 = better than the parent).", _png(fig))
 
 
+def _label_rows(ax, labels: list[str], xlabel: str, title: str) -> None:
+    """One labelled row per item (bottom to top), an x label, a vertical grid and a title."""
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=9)
+    ax.set_ylim(-0.6, len(labels) - 0.4)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+
+
 def paired_differences(stats: ReportStats, size: str, budget_tokens: int) -> FigureOut | None:
     """Dot plot: per comparison, the paired differences (nats/token) and mean with 95 % t CI.
 
-    Mean and interval come from the comparison results; fewer than 3 pairs draw dots only.
+    Mean and interval come from the comparison's descriptives; fewer than 3 pairs draw dots only.
     Returns None when the size and budget have no pair at all.
     """
     comps = [c for c in stats.comparisons if (c.size, c.budget_tokens) == (size, budget_tokens)]
@@ -146,28 +158,65 @@ def paired_differences(stats: ReportStats, size: str, budget_tokens: int) -> Fig
         if diffs.size:
             jitter = np.linspace(-0.18, 0.18, diffs.size) if diffs.size > 1 else np.zeros(1)
             ax.scatter(diffs, y + jitter, s=18, color=color, alpha=0.7, zorder=3)
-        if c.test.sufficient:
-            ax.errorbar([c.test.mean_diff], [y], xerr=[[c.test.mean_diff - c.test.ci_low],
-                                                       [c.test.ci_high - c.test.mean_diff]],
+        st = c.stats
+        if math.isfinite(st.ci_low):
+            ax.errorbar([st.mean], [y], xerr=[[st.mean - st.ci_low], [st.ci_high - st.mean]],
                         fmt="D", color="k", ms=5, capsize=4, lw=1.3, zorder=4)
-            holm = "" if math.isnan(c.holm_p) else f", Holm p {c.holm_p:.2g}"
-            text = f"{c.test.wins}/{c.test.n} wins{holm}"
-        else:
-            text = f"{c.test.n} pair(s): insufficient"
+        text = f"{st.wins}/{st.n} wins"
+        h = stats.headline(size, budget_tokens) if c.kind == "treatment_vs_parent" else None
+        a = stats.assessment(c.first, size, budget_tokens) if c.kind == "control_vs_parent" else None
+        if h is not None:
+            text += f", {h.verdict}"
+        elif a is not None:
+            text += f", {a.verdict.split(':')[0]}"
         ax.annotate(text, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=8)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(comps)))
-    ax.set_yticklabels([c.comparison for c in reversed(comps)], fontsize=9)
-    ax.set_ylim(-0.6, len(comps) - 0.4)
-    ax.set_xlabel("paired difference in validation NLL (nats/token), first - second; < 0: first is better")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"Paired differences per seed, size {size}, budget {_tokens_label(budget_tokens)} tokens "
-                 "(diamond: mean, bar: 95 % t interval)", fontsize=10)
+    _label_rows(ax, [c.comparison for c in reversed(comps)],
+                "paired difference in validation NLL (nats/token), first - second; < 0: first is better",
+                f"Paired differences per seed, size {size}, budget {_tokens_label(budget_tokens)} tokens "
+                "(diamond: mean, bar: 95 % t interval)")
     return FigureOut(f"paired_diffs_{size}_{budget_tokens}",
                      f"Paired differences ({size}, {_tokens_label(budget_tokens)} tokens)",
                      "Each dot is one seed's difference in final validation NLL (first - second); "
                      "the diamond is the mean and the bar its 95 % t interval (df = n - 1). "
-                     "Right: pairs won and the Holm-adjusted t-test p-value.", _png(fig))
+                     "Right: pairs won, and the headline or control verdict.", _png(fig))
+
+
+def gain_fractions(stats: ReportStats, size: str, budget_tokens: int) -> FigureOut | None:
+    """Fraction of the gain each control reproduces, f = mean(c - p) / mean(t - p), with its
+    95 % Fieller interval (an arrow to the edge where it is unbounded). None without any f."""
+    rows = [a for a in stats.assessments if (a.size, a.budget_tokens) == (size, budget_tokens)
+            and math.isfinite(a.fraction)]
+    if not rows:
+        return None
+    colors = variant_colors(stats)
+    fig = Figure(figsize=(8, 0.5 * len(rows) + 1.4))
+    ax = fig.subplots()
+    rho = stats.plan.reproduce_fraction
+    finite = [v for a in rows for v in (a.fraction, a.fraction_low, a.fraction_high) if math.isfinite(v)]
+    lo, hi = min(finite + [-0.25]), max(finite + [1.25])
+    for y, a in enumerate(reversed(rows)):
+        color = colors.get(a.control, "k")
+        if a.bounded:
+            ax.errorbar([a.fraction], [y], xerr=[[a.fraction - a.fraction_low], [a.fraction_high - a.fraction]],
+                        fmt="o", color=color, capsize=4)
+        else:
+            ax.plot([a.fraction], [y], "o", color=color)
+            ax.annotate("", xy=(lo, y), xytext=(hi, y), arrowprops=dict(arrowstyle="<->", color=color, lw=0.8))
+        ax.annotate(a.verdict.split(":")[0], xy=(1.01, y), xycoords=("axes fraction", "data"), va="center",
+                    fontsize=8)
+    for x, style in ((0, "-"), (1, "-"), (rho, "--")):
+        ax.axvline(x, color="k", lw=0.8, ls=style)
+    ax.set_xlim(lo - 0.05, hi + 0.05)
+    _label_rows(ax, [a.control for a in reversed(rows)],
+                f"fraction of the gain reproduced, f (0 = parent, 1 = treatment, dashed: rho = {rho:g})",
+                f"Gain fraction per control, size {size}, budget {_tokens_label(budget_tokens)} tokens "
+                "(bar: 95 % Fieller interval)")
+    return FigureOut(f"gain_fraction_{size}_{budget_tokens}",
+                     f"Gain fractions ({size}, {_tokens_label(budget_tokens)} tokens)",
+                     "f = mean(control - parent) / mean(treatment - parent) over the seeds where all three ran, "
+                     "with its 95 % Fieller interval; a double arrow marks an unbounded interval (the gain's own "
+                     "95 % interval covers 0).", _png(fig))
 
 
 def _route_matrix(r: pl.DataFrame, route: str, n_layers: int, n_src: int) -> np.ndarray:
@@ -253,7 +302,7 @@ def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame |
     cells = sorted({(c.size, c.budget_tokens) for c in stats.comparisons}, key=cell_order)
     variants = _variant_order(stats)
     for size, budget in cells:
-        figs = [paired_differences(stats, size, budget)]
+        figs = [paired_differences(stats, size, budget), gain_fractions(stats, size, budget)]
         if metrics is not None and metrics.height:
             figs.append(validation_curves(metrics, final, stats, size, budget))
         if routing is not None and routing.height:

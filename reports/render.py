@@ -1,82 +1,41 @@
-"""Render a :class:`reports.stats.ReportStats` as Markdown and as self-contained HTML.
+"""Words for a :class:`reports.stats.ReportStats`: the report's sections and the CLI summary.
 
-The report is first laid out as a short list of blocks (heading, paragraph, bullet
-list, table, figure); :func:`to_markdown` and :func:`to_html` turn the same blocks into
-text, so the two formats cannot drift apart. HTML embeds each figure as a base64 PNG
-``data:`` URI and carries its own CSS: one file, no network. Nothing here computes a
-statistic; it only formats fields of the results objects.
+Everything a person reads is written here; nothing here computes a statistic. Sections
+are lists of blocks (:mod:`reports.blocks`), written out as Markdown and as one
+self-contained HTML file. Sentence helpers (``headline_sentence``, ``control_sentence``,
+``aa_sentence``) are shared by the report and ``harness report``'s terminal summary.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import math
-from dataclasses import dataclass
 
+from reports.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 from reports.figures import FigureOut
-from reports.pairing import cell_order
-from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AA_TOL, MIN_PAIRS, WILCOXON_ZERO_METHOD, Comparison,
-                           ReportStats)
+from reports.paired import EXACT_MAX_N, MIN_PAIRS
+from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
 
 PAPER_HEADLINE = ("Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu): validation NLL lower "
                   "in 10/10 matched pairs (5 seeds x {120M, 343M}), mean dNLL -0.0301 / -0.0247 "
                   "nats/token, perplexity -2.97 % / -2.43 %.")
 
 
-# --------------------------------------------------------------------------- blocks
-
-
-@dataclass(frozen=True, slots=True)
-class Heading:
-    level: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Para:
-    text: str
-    css: str = ""  # e.g. "warn", "note"
-
-
-@dataclass(frozen=True, slots=True)
-class Bullets:
-    items: tuple[str, ...]
-    css: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Image:
-    fig: FigureOut
-
-
-Block = Heading | Para | Bullets | Table | Image
-
-
 # --------------------------------------------------------------------------- number formats
 
 
-def fmt_p(p: float) -> str:
+def fmt_p(p: float | None) -> str:
     """p-value: 3 significant digits, scientific below 1e-4, '-' when not computed."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "-"
-    if p == 0:
-        return "0"
-    return f"{p:.2e}" if p < 1e-4 else f"{p:.3g}"
+    return "0" if p == 0 else (f"{p:.2e}" if p < 1e-4 else f"{p:.3g}")
 
 
-def fmt_nats(x: float, digits: int = 4) -> str:
+def fmt_nats(x: float | None, digits: int = 4) -> str:
     """Signed value in nats/token with a fixed number of decimals ('-' for NaN)."""
     return "-" if x is None or math.isnan(x) else f"{x:+.{digits}f}"
 
 
-def fmt_pct(x: float) -> str:
+def fmt_pct(x: float | None) -> str:
     """Fraction as a signed percentage, e.g. -0.0297 -> '-2.97 %'."""
     return "-" if x is None or math.isnan(x) else f"{100 * x:+.2f} %"
 
@@ -89,195 +48,319 @@ def fmt_tokens(n: int | None) -> str:
     return "-" if n is None else f"{n:,}".replace(",", "_")
 
 
-def _num(x: float, fmt: str = ".3g") -> str:
+def _num(x: float | None, fmt: str = ".3g") -> str:
     return "-" if x is None or math.isnan(x) else format(x, fmt)
 
 
-# --------------------------------------------------------------------------- layout
+def _cell(size: str, budget: int) -> str:
+    return f"size {size}, budget {fmt_tokens(budget)} tokens"
+
+
+def _seeds(seeds) -> str:
+    return " ".join(map(str, seeds)) or "-"
+
+
+# --------------------------------------------------------------------------- sentences
+
+
+def needed_text(s, planned: float | None, what: str) -> str:
+    """'min_effect_nats 0.01 needs 7 seeds' / 'not reachable at this budget' / why not computed."""
+    if planned is None:
+        return f"seeds needed: set min_effect_nats in the grid's [analysis] (the smallest {what} worth detecting)"
+    if s.reachable:
+        return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds (at the observed sd)"
+    if math.isnan(s.power_at_max):
+        return f"{_num(planned, '.4g')} nats/token: seeds needed not computable (no spread yet)"
+    return (f"{_num(planned, '.4g')} nats/token: not reachable at this budget (power {s.power_at_max:.2f} at "
+            f"max_seeds = {s.max_seeds})")
+
+
+def headline_sentence(h: Headline, power: float, min_effect: float | None = None) -> str:
+    """Whether the gain is established in one cell, and why (n, mean d, one-sided p, Holm p, level)."""
+    test = "exact one-sided sign-flip p (zero spread: t undefined)" if h.exact else "one-sided t p"
+    facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
+             f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
+    why = {
+        "established": "Holm p < level and mean d < 0",
+        "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
+        "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
+        "Holm p >= alpha": "Holm p >= level",
+        "degenerate": f"the treatment is degenerate ({h.degenerate_reason})",
+    }[h.reason]
+    plan = (f"MDE at n = {h.n}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
+            if not math.isnan(h.mde_nats) else "MDE: needs >= 3 pairs with some spread")
+    if not h.established and h.reason != "degenerate":
+        plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
+    return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}."
+
+
+def control_sentence(a: ControlAssessment, power: float) -> str:
+    """Why a control got its verdict, and what the contrast could detect at this budget."""
+    mde = (f"MDE of the contrast at n = {a.n}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power {power:g})"
+           if not math.isnan(a.mde_nats) else "MDE: needs >= 3 seeds with control, parent and treatment")
+    if a.reason == "degenerate":
+        return f"degenerate: {a.degenerate_reason}; no contrast is tested, whatever it says"
+    if a.reason in ("gain not established", "no treatment in this cell"):
+        why = ("the treatment's gain is not established in this cell" if a.reason == "gain not established"
+               else "no treatment runs in this cell")
+        return f"{why}, so no verdict; {mde}"
+    if a.reason == "fewer than 3 pairs":
+        return f"{a.n} seed(s) with control, parent and treatment: the contrast needs >= {MIN_PAIRS}; {mde}"
+    test = "exact sign-flip p (zero spread)" if a.exact else "t p"
+    sign = "the control lands nearer the parent" if a.contrast_mean > 0 else "the control lands nearer the treatment"
+    if a.reason == "Holm p < alpha":
+        return f"contrast {test} {fmt_p(a.contrast_p)}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
+    return f"contrast {test} {fmt_p(a.contrast_p)}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
+
+
+def fraction_text(a: ControlAssessment) -> str:
+    if math.isnan(a.fraction):
+        return "-"
+    ci = f"[{a.fraction_low:+.2f}, {a.fraction_high:+.2f}]" if a.bounded else "unbounded (the gain's 95 % CI covers 0)"
+    return f"{a.fraction:+.2f} {ci}"
+
+
+def aa_sentence(a: AACheck, alpha: float) -> str:
+    """The A/A check of one cell in one sentence."""
+    scale = (f"half the treatment's |mean gain| ({AA_NOISE_FRACTION:g} x {abs(a.gain):.4g} = {a.threshold:.4g})"
+             if math.isfinite(a.gain) else f"{AA_NOISE_ABS:g} nats/token (no treatment gain to compare with)")
+    steps = f" over {a.steps[0]}-{a.steps[-1]} training steps" if a.steps and a.steps[0] != a.steps[-1] else (
+        f" over {a.steps[0]} training steps" if a.steps else "")
+    test = ("exact sign-flip p (zero spread)" if a.exact else "paired t p") + f" = {fmt_p(a.p)}"
+    untested = f"; {a.n} pair(s) < {MIN_PAIRS}: no offset test" if not a.tested else ""
+    if a.status == "no pairs":
+        return "no A/A pair (no seed where both runs finished)"
+    if a.status == "bit-identical":
+        return f"bit-identical: all {a.n} paired differences are exactly 0"
+    if a.status == "FAIL":
+        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, two-sided {test} < {alpha:g}) "
+                "for a variant equal to the parent in exact arithmetic: a harness bug (pairing, data order, "
+                f"initialisation) or nondeterminism; max |d| {a.max_abs:.3g}")
+    floor = (f"max |d| = {a.max_abs:.3g} nats/token is the protocol's numerical noise floor (float summation "
+             f"order diverges chaotically{steps})")
+    if a.status == "warn":
+        return (f"warn: {floor} and reaches {scale}: effects of the treatment's size cannot be told from noise at "
+                f"this budget{untested}; no systematic offset ({test})" if a.tested else
+                f"warn: {floor} and reaches {scale}{untested}")
+    return f"noise floor: {floor}, below {scale}" + (f"; no systematic offset ({test})" if a.tested else untested)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _plan(stats: ReportStats) -> list[Block]:
+    p = stats.plan
+    looks = ", ".join(map(str, p.looks)) or "none (one look)"
+    source = {"[analysis]": "the grid's [analysis] table", "defaults": "the defaults (no [analysis] stored "
+              "with the runs)", "stored with the runs": "the grid's [analysis] table, as stored with its runs"
+              }.get(p.source, p.source)
+    return [Heading(2, "Analysis plan (fixed before the runs)"),
+            Table(("alpha", "reproduce_fraction (rho)", "min_effect_nats", "power", "max_seeds", "looks"),
+                  ((f"{p.alpha:g}", f"{p.reproduce_fraction:g}", _num(p.min_effect_nats, ".4g") if p.min_effect_nats
+                    else "not set", f"{p.power:g}", str(p.max_seeds), looks),)),
+            Para(f"From {source}. Every test reads at level alpha = {p.alpha:g}; sequential alpha spending over "
+                 "the looks (DESIGN section 8) is not applied by this report.", "note")]
+
+
+def _top_warnings(stats: ReportStats) -> list[Block]:
+    items = [f"{r.variant} diverged at seed(s) {_seeds(r.diverged_seeds)} ({_cell(r.size, r.budget_tokens)}): "
+             "those seeds are missing from every comparison with it (divergence table below)"
+             for r in stats.diverged()]
+    items += [f"A/A check FAILED ({_cell(a.size, a.budget_tokens)}): {aa_sentence(a, stats.plan.alpha)}"
+              for a in stats.aa_checks if a.status == "FAIL"]
+    items += list(stats.warnings)
+    return [Heading(2, "Warnings"), Bullets(tuple(items), "warn")] if items else []
 
 
 def _headline(stats: ReportStats) -> list[Block]:
-    out: list[Block] = [Heading(2, "Headline: treatment vs parent")]
-    rows = [c for c in stats.headline()]
-    if not rows:
-        return out + [Para("No treatment variant in this grid: no headline comparison.", "warn")]
+    out: list[Block] = [Heading(2, "Step 1, the headline: is the treatment's gain established?")]
+    if not stats.headlines:
+        return out + [Para("No treatment variant in this grid: there is no gain to establish, and no control "
+                           "is assessed.", "warn")]
+    power = stats.plan.power
     out.append(Table(
-        ("size", "budget (tokens)", "pairs won", "mean dNLL (nats/token)", "95 % CI", "perplexity change",
-         "paired t p", "Holm p", "seeds", "missing seeds"),
-        tuple((c.size, fmt_tokens(c.budget_tokens), f"{c.test.wins}/{c.test.n}", fmt_nats(c.test.mean_diff),
-               fmt_ci(c.test.ci_low, c.test.ci_high), fmt_pct(c.test.ppl_change), fmt_p(c.test.t_p),
-               fmt_p(c.holm_p), " ".join(map(str, c.seeds)) or "-", c.missing_seeds or "none")
-              for c in rows)))
-    out.append(Para(f"dNLL = {stats.treatment} minus {stats.parent}, final validation NLL, same seed "
-                    "and protocol; negative = the treatment is better. Perplexity change = "
-                    "exp(mean dNLL) - 1. " + PAPER_HEADLINE, "note"))
+        ("size", "budget", "pairs won", "mean dNLL (nats/token) [95 % CI]", "perplexity change", "one-sided p",
+         "Holm p", "level", "verdict", f"MDE (power {power:g})", "seeds needed", "seeds"),
+        tuple((h.size, fmt_tokens(h.budget_tokens), _wins(stats, h), f"{fmt_nats(h.mean)} {_ci(stats, h)}",
+               _ppl(stats, h), fmt_p(h.p_one_sided) + (" (exact)" if h.exact else ""), fmt_p(h.holm_p),
+               f"{h.level:g}", f"**{h.verdict}**", _num(h.mde_nats, ".4g"),
+               needed_text(h.seeds_needed, stats.plan.min_effect_nats, "gain"), _seeds(_comp(stats, h).seeds))
+              for h in stats.headlines)))
+    out.append(Bullets(tuple(headline_sentence(h, power, stats.plan.min_effect_nats) for h in stats.headlines),
+                       "ok" if all(h.established for h in stats.headlines) else "warn"))
+    out.append(Para(f"dNLL = {stats.treatment} minus {stats.parent}, final validation NLL, same seed and protocol; "
+                    "negative = the treatment is better. One-sided paired t-test (H1: mean dNLL < 0), Holm over the "
+                    "cells; the gain is established where n >= 3, mean dNLL < 0 and Holm p < alpha. "
+                    + PAPER_HEADLINE, "note"))
     for a in stats.aa_checks:
-        if a.status == "warn":  # the noise floor bears on the headline gain itself
-            out.append(Para(f"A/A noise floor at size {a.size}, budget {fmt_tokens(a.budget_tokens)}: {a.variant} "
-                            f"(identical to {stats.parent} in exact arithmetic) differs from it by up to "
-                            f"{a.max_abs_diff:.3g} nats/token, at least half of |G|; see the A/A check below.",
-                            "warn"))
+        if a.status == "warn":
+            out.append(Para(f"A/A noise floor, {_cell(a.size, a.budget_tokens)}: {a.variant} differs from "
+                            f"{stats.parent} (identical in exact arithmetic) by up to {a.max_abs:.3g} nats/token, "
+                            "at least half the treatment's gain; see the A/A check.", "warn"))
     return out
 
 
-def _why(c: Comparison) -> str:
-    caveat = f"CAVEAT: {c.caveat}" if c.caveat else ""
-    if c.verdict == "inconclusive" or c.verdict == "insufficient":
-        need = "" if math.isnan(c.more_seeds) else (
-            f"; power 0.8 needs about {int(c.seeds_needed)} pairs ({int(c.more_seeds)} more seed(s))")
-        why = f"{c.note + '; ' if c.note else ''}would be decided by: {c.deciding_test}{need}"
-    else:
-        why = c.note
-    return "; ".join(x for x in (caveat, why) if x)
+def _comp(stats: ReportStats, h: Headline):
+    return next(c for c in stats.comparisons if (c.comparison, c.size, c.budget_tokens) == (h.comparison, h.size,
+                                                                                            h.budget_tokens))
+
+
+def _wins(stats, h):
+    s = _comp(stats, h).stats
+    return f"{s.wins}/{s.n}"
+
+
+def _ci(stats, h):
+    s = _comp(stats, h).stats
+    return fmt_ci(s.ci_low, s.ci_high)
+
+
+def _ppl(stats, h):
+    return fmt_pct(_comp(stats, h).stats.ppl_change)
 
 
 def _controls(stats: ReportStats) -> list[Block]:
-    out: list[Block] = [Heading(2, "Controls: do they reproduce the gain?")]
-    vs = stats.verdicts()
-    if not vs:
+    out: list[Block] = [Heading(2, "Step 2, controls: do they reproduce the gain?")]
+    if not stats.assessments:
         return out + [Para("No control variant in this grid.", "warn")]
+    rho, power = stats.plan.reproduce_fraction, stats.plan.power
     by = {(c.comparison, c.size, c.budget_tokens): c for c in stats.comparisons}
+    not_est = [h for h in stats.headlines if not h.established]
+    if not_est or not stats.headlines:
+        cells = ", ".join(_cell(h.size, h.budget_tokens) for h in not_est) or "every cell (no treatment)"
+        out.append(Para(f"Not assessed at {cells}: the treatment's gain is not established there, so no control "
+                        "can reproduce it or fail to; each such control shows its descriptives and the MDE of its "
+                        "contrast at this budget.", "warn"))
     rows = []
-    for c in vs:
-        tc = by.get((f"{stats.treatment} - {c.first}", c.size, c.budget_tokens)) if stats.treatment else None
-        verdict = f"**{c.verdict}**" + (" (treatment gain not significant)" if c.caveat else "")
-        rows.append((c.first, c.size, fmt_tokens(c.budget_tokens), f"{c.test.wins}/{c.test.n}",
-                     f"{fmt_nats(c.test.mean_diff)} {fmt_ci(c.test.ci_low, c.test.ci_high)}", fmt_p(c.holm_p),
-                     "-" if tc is None else fmt_nats(tc.test.mean_diff), "-" if tc is None else fmt_p(tc.holm_p),
-                     _num(c.tost_margin, ".4f"), fmt_p(c.tost_p), verdict, _why(c)))
-    gain_warn = stats.gain_warnings()
-    if gain_warn:  # right above the verdict table, where the verdicts are read
-        out.append(Bullets(tuple(f"Warning: {w}" for w in gain_warn), "warn"))
+    for a in stats.assessments:
+        cp = by[(f"{a.control} - {stats.parent}", a.size, a.budget_tokens)].stats
+        rows.append((a.control, a.size, fmt_tokens(a.budget_tokens), f"{cp.wins}/{cp.n}",
+                     f"{fmt_nats(cp.mean)} {fmt_ci(cp.ci_low, cp.ci_high)}", str(a.n), fmt_nats(a.contrast_mean),
+                     fmt_p(a.contrast_p), fmt_p(a.holm_p), fraction_text(a), f"**{a.verdict}**",
+                     _num(a.mde_nats, ".4g"), needed_text(a.seeds_needed, a.planned_effect, "contrast"),
+                     control_sentence(a, power)))
     out.append(Table(("control", "size", "budget", "wins vs parent", "control - parent dNLL [95 % CI]",
-                      "Holm p", "treatment - control dNLL", "Holm p", "TOST margin |G|/2", "TOST p",
-                      "verdict", "why / what would decide it"), tuple(rows)))
+                      "seeds (c, p, t)", f"contrast mean e (rho {rho:g})", "contrast p", "Holm p",
+                      "gain fraction f [95 % Fieller]", "verdict", f"MDE of e (power {power:g})", "seeds needed",
+                      "why"), tuple(rows)))
     out.append(Para(
-        f"Verdict rule (DESIGN 6; alpha = {stats.alpha}, Holm-adjusted paired t-test p-values, G = mean "
-        "treatment-minus-parent dNLL): 'reproduces gain' = control - parent significantly below 0 and "
-        "treatment - control not significantly below 0; 'does not reproduce gain' = treatment - control "
-        "significantly below 0, or control - parent equivalent to 0 by TOST with margin |G|/2; "
-        "'inconclusive' = anything else; 'insufficient' = fewer than "
-        f"{MIN_PAIRS} pairs. 'Significantly below 0' = Holm p < alpha with a negative mean.", "note"))
+        f"Reproduction contrast per seed: e = c - (1 - rho) p - rho t with rho = {rho:g} (p parent, t treatment): "
+        "mean e < 0 means the control lands nearer the treatment, mean e > 0 nearer the parent. Two-sided paired "
+        f"t-test on e (the exact sign-flip p where e has zero spread), Holm over the cell's assessed controls, level "
+        f"{stats.plan.alpha:g}: 'does not reproduce gain' = Holm p < alpha and mean e > 0; 'reproduces gain' = Holm "
+        "p < alpha and mean e < 0; 'inconclusive' otherwise. Controls are assessed only where the headline "
+        "established the gain; 'invalid: degenerate' (a control that cannot differ from the parent, DESIGN 3) takes "
+        "precedence over every verdict. f = mean(c - p) / mean(t - p) with its 95 % Fieller interval; the A/A check "
+        "is not a control and enters no family. Planned contrast effect = min(rho, 1 - rho) x min_effect_nats.",
+        "note"))
     return out
 
 
 def _aa(stats: ReportStats) -> list[Block]:
-    out: list[Block] = [Heading(2, "A/A check (a control identical to the parent)")]
+    out: list[Block] = [Heading(2, "A/A check (identical to the parent in exact arithmetic)")]
     if not stats.aa_checks:
-        return out + [Para("No A/A control (dup_route_tied) in this grid: the harness's pairing is "
-                           "not checked end to end.", "warn")]
-    out.append(Table(("variant", "size", "budget", "pairs", "training steps", "max |dNLL|", "noise threshold",
-                      "mean dNLL", "paired t p", "paired test", "status"),
-                     tuple((a.variant, a.size, fmt_tokens(a.budget_tokens), str(a.n_pairs), a.steps or "-",
-                            "0 (bit-identical)" if a.bit_identical else _num(a.max_abs_diff, ".3g"),
-                            _num(a.noise_threshold, ".4g"), fmt_nats(a.mean_diff, 6), fmt_p(a.t_p),
-                            a.test_status, f"**{a.status}**") for a in stats.aa_checks)))
-    loud = tuple(f"{a.variant} ({a.size}, {fmt_tokens(a.budget_tokens)}): **{a.status}**: {a.explanation}"
-                 for a in stats.aa_checks if a.status in ("warn", "FAIL"))
-    quiet = tuple(f"{a.variant} ({a.size}, {fmt_tokens(a.budget_tokens)}): {a.status}: {a.explanation}"
-                  for a in stats.aa_checks if a.status not in ("warn", "FAIL"))
-    out += ([Bullets(loud, "warn")] if loud else []) + ([Bullets(quiet)] if quiet else [])
+        return out + [Para("No A/A variant (dup_route_tied) in this grid: the pairing is not checked end to end.",
+                           "warn")]
+    out.append(Table(("variant", "size", "budget", "pairs", "training steps", "max |dNLL|", "warn threshold",
+                      "mean dNLL", "offset p (two-sided)", "status"),
+                     tuple((a.variant, a.size, fmt_tokens(a.budget_tokens), str(a.n),
+                            "-" if not a.steps else f"{a.steps[0]}" + (f"-{a.steps[-1]}" if len(a.steps) > 1 else ""),
+                            "0 (bit-identical)" if a.status == "bit-identical" else _num(a.max_abs, ".3g"),
+                            _num(a.threshold, ".4g"), fmt_nats(a.mean, 6), fmt_p(a.p), f"**{a.status}**")
+                           for a in stats.aa_checks)))
+    out.append(Bullets(tuple(f"{a.variant} ({_cell(a.size, a.budget_tokens)}): {aa_sentence(a, stats.plan.alpha)}"
+                             for a in stats.aa_checks),
+                       "warn" if any(a.status in ("warn", "FAIL") for a in stats.aa_checks) else ""))
     out.append(Para(
-        "Status: the paired test asks for a systematic offset (unadjusted paired t p < alpha -> FAIL; "
-        f"all |dNLL| <= {AA_TOL:g} nats/token -> pass). Separately, the A/A variant sums floats in another "
-        "order than the parent, and that ~1e-7 rounding difference per step diverges chaotically over the "
-        "run, so max |dNLL| is the protocol's run-to-run numerical noise floor: when it reaches the noise "
-        f"threshold ({AA_NOISE_FRACTION:g} x |G| of the treatment, or {AA_NOISE_ABS:g} nats/token with no "
-        "treatment) a pass becomes warn (a FAIL stays FAIL).", "note"))
+        "bit-identical: every paired difference is exactly 0. Otherwise the A/A variant sums floats in another order "
+        "than the parent and that rounding difference diverges chaotically over the run, so its max |dNLL| is the "
+        f"protocol's numerical noise floor; warn when it reaches {AA_NOISE_FRACTION:g} x the treatment's |mean gain| "
+        f"({AA_NOISE_ABS:g} nats/token without a treatment). FAIL: a systematic offset, two-sided paired t p < alpha "
+        "(unadjusted: the A/A check is in no family).", "note"))
     return out
+
+
+def _divergence(stats: ReportStats) -> list[Block]:
+    rows = tuple((r.variant, r.size, fmt_tokens(r.budget_tokens), str(r.done), str(r.diverged), str(r.failed),
+                  str(r.unfinished), _seeds(r.diverged_seeds) if r.diverged else "-",
+                  _seeds(r.failed_seeds) if r.failed else "-") for r in stats.divergence)
+    lost = tuple(f"{c.comparison} ({_cell(c.size, c.budget_tokens)}): lost seed(s) {_seeds(c.lost_seeds)}: "
+                 + "; ".join(c.missing) for c in stats.comparisons if c.missing)
+    return [Heading(2, "Divergence is an outcome: runs per variant"),
+            Table(("variant", "size", "budget", "done", "diverged", "failed", "unfinished", "diverged seeds",
+                   "failed seeds"), rows),
+            Bullets(lost) if lost else Para("No comparison lost a pair.", "note")]
 
 
 def _all_comparisons(stats: ReportStats) -> list[Block]:
     rows = []
     for c in stats.comparisons:
-        t = c.test
-        rows.append((c.comparison, c.size, fmt_tokens(c.budget_tokens), str(t.n), fmt_nats(t.mean_diff),
-                     fmt_ci(t.ci_low, t.ci_high), fmt_p(t.t_p),
-                     f"{fmt_p(t.wilcoxon_p)} (min {fmt_p(t.wilcoxon_min_p)})",
-                     f"{fmt_p(t.sign_p)} (min {fmt_p(t.sign_min_p)})", f"{t.wins}/{t.n}", _num(t.d_z),
-                     fmt_pct(t.ppl_change), fmt_p(c.holm_p), fmt_p(c.tost_p),
-                     "; ".join(x for x in (t.note,) if x) or ""))
-    return [Heading(2, "All comparisons and exact tests"),
-            Para("Every row of stats.csv. 'min' = the smallest p-value the exact test can reach with "
-                 "this many non-zero pairs, 2^(1-n): with 5 pairs no Wilcoxon or sign test can go below "
-                 "0.0625, so their p-values cannot reach 0.05 whatever the data.", "note"),
-            Table(("comparison", "size", "budget", "n", "mean dNLL", "95 % CI", "t p", "Wilcoxon p",
-                   "sign p", "wins", "d_z", "ppl change", "Holm p", "TOST p", "note"), tuple(rows))]
+        s = c.stats
+        mp = f" (min {fmt_p(s.min_p)})"
+        rows.append((c.comparison, c.kind, c.size, fmt_tokens(c.budget_tokens), str(s.n), fmt_nats(s.mean),
+                     fmt_ci(s.ci_low, s.ci_high), _num(s.sd, ".3g"), _num(s.d_z, ".3g"), f"{s.wins}/{s.n}",
+                     fmt_pct(s.ppl_change), fmt_p(s.t_p) if not s.zero_spread else "undefined (zero spread)",
+                     fmt_p(s.perm_p) + mp, fmt_p(s.wilcoxon_p) + mp, fmt_p(s.sign_p) + mp))
+    return [Heading(2, "Descriptives: every comparison"),
+            Para("Reported, not used for verdicts. t p two-sided; sign-flip = exact permutation p of the mean over "
+                 "all 2^n sign patterns (the only p at zero spread); Wilcoxon signed-rank and sign test exact on the "
+                 "non-zero differences. 'min' = the smallest p that test can reach with this many non-zero pairs, "
+                 "2^(1-n): with 5 pairs none can go below 0.0625, whatever the data.", "note"),
+            Table(("comparison", "kind", "size", "budget", "n", "mean dNLL", "95 % CI", "sd", "d_z", "wins",
+                   "ppl change", "t p", "sign-flip p", "Wilcoxon p", "sign p"), tuple(rows))]
 
 
 def _mixed(stats: ReportStats) -> list[Block]:
     out: list[Block] = [Heading(2, "Mixed model cross-check: nll ~ variant + (1 | seed)")]
-    paired = {(c.first, c.size, c.budget_tokens): c for c in stats.comparisons if c.second == stats.parent}
-    order = {v: i for i, v in enumerate((stats.treatment, *stats.controls, *stats.references))}
+    paired = {(c.first, c.size, c.budget_tokens): c.stats.mean for c in stats.comparisons if c.second == stats.parent}
     for m in stats.mixed:
-        out.append(Heading(3, f"size {m.size}, budget {fmt_tokens(m.budget_tokens)} tokens"))
+        out.append(Heading(3, _cell(m.size, m.budget_tokens)))
         if m.error:
             out.append(Para(f"Not available: {m.error}", "warn"))
         if m.coefs:
             out.append(Table(
                 ("variant", f"estimate vs {stats.parent} (nats/token)", "SE", "95 % CI", "p (Wald z)",
                  "paired mean dNLL"),
-                tuple((k.variant, fmt_nats(k.estimate), _num(k.se, ".2g"), fmt_ci(k.ci_low, k.ci_high),
-                       fmt_p(k.p), fmt_nats(paired[(k.variant, m.size, m.budget_tokens)].test.mean_diff)
-                       if (k.variant, m.size, m.budget_tokens) in paired else "-")
-                      for k in sorted(m.coefs, key=lambda k: order.get(k.variant, len(order))))))
-            out.append(Para(f"{m.n_obs} runs over {m.n_seeds} seeds; seed variance {m.seed_var:.3g} "
-                            f"nats^2, residual variance {m.residual_var:.3g} nats^2; converged: "
-                            f"{'yes' if m.converged else 'no'}.", "note"))
+                tuple((k.variant, fmt_nats(k.estimate), _num(k.se, ".2g"), fmt_ci(k.ci_low, k.ci_high), fmt_p(k.p),
+                       fmt_nats(paired.get((k.variant, m.size, m.budget_tokens), math.nan))) for k in m.coefs)))
+            out.append(Para(f"{m.n_obs} runs over {m.n_seeds} seeds; seed variance {m.seed_var:.3g} nats^2, residual "
+                            f"variance {m.residual_var:.3g} nats^2; converged: {'yes' if m.converged else 'no'}.",
+                            "note"))
         out.append(Bullets(tuple(f"statsmodels warning: {w}" for w in m.warnings), "warn")
                    if m.warnings else Para("The fit raised no warning.", "note"))
     return out
 
 
 def _methods(stats: ReportStats) -> list[Block]:
-    fams = []
-    for cell in sorted({(c.size, c.budget_tokens) for c in stats.comparisons}, key=cell_order):
-        fam = [c.comparison for c in stats.comparisons
-               if (c.size, c.budget_tokens) == cell and not math.isnan(c.holm_p)]
-        fams.append(f"Holm family at size {cell[0]}, budget {fmt_tokens(cell[1])}: m = {len(fam)} "
-                    f"({', '.join(fam) if fam else 'no test ran'}).")
-    return [Heading(2, "Methods, assumptions and the Holm family"), Bullets((
-        "Pairing: two finished runs are paired only if they share size, budget, seed and protocol_hash; "
-        "a differing protocol is an error naming the differing config fields (or, with --allow-partial, "
-        "the pair is left out and listed below).",
-        "Response: final validation NLL in nats/token on the fixed held-out set; dNLL = first minus "
-        "second (negative = the first variant is better).",
-        f"Paired t-test (two-sided, df = n - 1) and its 95 % t interval; assumes the per-seed "
-        f"differences are independent and roughly normal. Tests run only with >= {MIN_PAIRS} pairs.",
-        f"Exact Wilcoxon signed-rank test (scipy, zero_method='{WILCOXON_ZERO_METHOD}': zero differences "
-        "are dropped; with tied |d| the exact distribution is enumerated over all sign flips); assumes "
-        "differences symmetric about their median. zero_method='pratt' is not used: with the exact "
-        "method it reports p = 0.0625 for identical samples.",
-        "Sign test (statsmodels, exact binomial, zero differences discarded): no distributional "
-        "assumption. Non-finite values are rejected before any test (statsmodels' sign_test would "
-        "silently drop a NaN).",
-        "Smallest achievable two-sided p of the exact Wilcoxon and sign tests with n non-zero pairs: "
-        "2^(1-n) (0.0625 at n = 5, 0.0039 at n = 9); shown next to each test.",
-        "Cohen's d_z = mean(d) / sd(d); perplexity change = exp(mean dNLL) - 1.",
-        "Multiplicity: Holm's step-down adjustment (statsmodels multipletests) of the paired t-test "
-        "p-values within each size and budget; the family is treatment - parent, every control - "
-        "parent (A/A check included) and treatment - every control. Comparisons whose test could not "
-        "run are kept out (multipletests would count a NaN as a test). Reference rows "
-        "(parent - reference) are descriptive and outside the family. Wilcoxon and sign tests are "
-        "robustness checks and are not adjusted.",
-        "Equivalence: TOST (statsmodels ttost_paired, two one-sided paired t-tests) of control - parent "
-        "within +-|G|/2, G = mean treatment - parent dNLL at the same size and budget; not "
-        "multiplicity-adjusted.",
-        "Caveat on control verdicts: where the treatment's own gain (treatment - parent) is not "
-        "significantly below 0 after Holm, each control verdict still follows the DESIGN 6 rule but is "
-        "marked 'treatment gain not significant' (stats.csv note column): it then says little about the "
-        "RD-AttnRes claim.",
-        f"A/A noise floor: max |dNLL| of the A/A pairs compared with {AA_NOISE_FRACTION:g} x |G| (or "
-        f"{AA_NOISE_ABS:g} nats/token with no treatment); at or above it the A/A status is warn, since "
-        "effects of the treatment's size are then within the numerical noise of the protocol.",
-        "Seeds needed (inconclusive verdicts): statsmodels TTestPower for power 0.8, observed d_z taken "
-        "as the true effect, level alpha/m (Holm's first step) for the t-tests; TOST power approximated "
-        "by one one-sided t-test at the nearer margin.",
-        "Mixed model: statsmodels mixedlm, REML, random intercept per seed, fitted on centred NLL in "
-        "millinats (statsmodels 0.15 flags a boundary fit at the nats scale even when the seed "
-        "variance is clearly positive); estimates converted back to nats. Any warning it still "
-        "raises is shown verbatim above.",
-    ) + tuple(fams))]
+    p = stats.plan
+    return [Heading(2, "Methods (DESIGN section 6)"), Bullets((
+        "Pairing: two finished runs pair only if they share size, budget, seed and protocol_hash; a differing "
+        "protocol is an error naming the differing config fields. Diverged and failed runs are outcomes (table "
+        "above), never averaged in.",
+        "Response: final validation NLL in nats/token; d = first minus second (negative = the first is better).",
+        f"Descriptives: mean with its 95 % t interval (df = n - 1), sd, d_z = mean / sd, wins, exp(mean) - 1, "
+        f"two-sided t p; exact sign-flip p over all 2^n sign patterns (meet-in-the-middle, exact up to n = "
+        f"{EXACT_MAX_N}); exact Wilcoxon signed-rank on the non-zero d, ties by midranks, its null counted over all "
+        "2^m sign patterns (no Monte Carlo); exact sign test. Tests need >= 3 pairs. With zero spread the t "
+        "statistic is 0/0 or infinite: its p and interval are undefined, never 0, and the sign-flip p is the only p.",
+        f"Step 1 (gatekeeper): one-sided paired t-test of treatment - parent per cell (the exact one-sided sign-flip "
+        f"p at zero spread), Holm over the cells, level {p.alpha:g}.",
+        f"Step 2 (only where the gain is established): reproduction contrast e = c - (1 - rho) p - rho t, rho = "
+        f"{p.reproduce_fraction:g}; two-sided paired t-test; Holm over the cell's controls. Degenerate controls and "
+        "the A/A check are outside the family.",
+        "Gain fraction: f = mean(c - p) / mean(t - p) over the seeds where all three ran; 95 % Fieller interval from "
+        "the paired means and their covariance (t quantile, df = n - 1); unbounded when the gain's own 95 % "
+        "interval covers 0.",
+        f"MDE and seeds needed: noncentral t (statsmodels TTestPower), power {p.power:g}, level alpha (one-sided for "
+        "the headline, two-sided for contrasts), the cell's observed sd, the PLANNED effect (min_effect_nats for the "
+        f"headline, min(rho, 1 - rho) x min_effect_nats for contrasts), never the observed effect; above max_seeds "
+        f"= {p.max_seeds}: not reachable at this budget.",
+        "Degenerate (DESIGN 3): from the routing records (two declared routes stayed identical, or none of the added "
+        "parameters moved), or paired differences with the parent exactly zero at every seed; the A/A check is "
+        "exempt.",
+        "Mixed model: statsmodels mixedlm, REML, random intercept per seed, fitted on centred NLL in millinats; "
+        "a cross-check, in no verdict.",
+    ))]
 
 
 def _left_out(stats: ReportStats) -> list[Block]:
@@ -288,26 +371,21 @@ def _left_out(stats: ReportStats) -> list[Block]:
                                 lo.status, lo.reason) for lo in stats.left_out)))
     else:
         out.append(Para("None: every run of the grid finished and entered the statistics."))
-    missing = [f"{c.comparison} ({c.size}, {fmt_tokens(c.budget_tokens)}): {c.missing_seeds}"
-               for c in stats.comparisons if c.missing_seeds]
-    out.append(Heading(3, "Missing seeds per comparison"))
-    out.append(Bullets(tuple(missing)) if missing else Para("None: every comparison has every seed."))
     return out
 
 
 def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "") -> list[Block]:
     """The report as blocks, in reading order."""
     roles = (f"Parent: {stats.parent}; treatment: {stats.treatment or 'none'}; controls: "
-             f"{', '.join(stats.controls) or 'none'}; references: {', '.join(stats.references) or 'none'}.")
+             f"{', '.join(stats.controls) or 'none'}; A/A check: {', '.join(stats.aa_variants) or 'none'}; "
+             f"references: {', '.join(stats.references) or 'none'}.")
     blocks: list[Block] = [
         Heading(1, f"Paired significance report: grid {stats.grid or '(all)'}"),
-        Para(f"{generated + '. ' if generated else ''}alpha = {stats.alpha}, two-sided. {roles} "
-             f"{len(stats.pairs)} pairs over {len(stats.comparisons)} comparisons; "
-             f"{len(stats.left_out)} run(s) or pair(s) left out (listed at the end)."),
+        Para(f"{generated + '. ' if generated else ''}{roles} {len(stats.pairs)} pairs over "
+             f"{len(stats.comparisons)} comparisons; {len(stats.left_out)} run(s) or pair(s) left out."),
     ]
-    if stats.warnings:
-        blocks += [Heading(2, "Warnings"), Bullets(stats.warnings, "warn")]
-    blocks += _headline(stats) + _controls(stats) + _aa(stats) + _all_comparisons(stats) + _mixed(stats)
+    blocks += _top_warnings(stats) + _plan(stats) + _headline(stats) + _controls(stats) + _aa(stats)
+    blocks += _divergence(stats) + _all_comparisons(stats) + _mixed(stats)
     blocks.append(Heading(2, "Figures"))
     for f in figures:
         blocks += [Heading(3, f.title), Image(f), Para(f.caption, "note")]
@@ -316,78 +394,21 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
     return blocks + _methods(stats) + _left_out(stats)
 
 
-# --------------------------------------------------------------------------- writers
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(blocks: list[Block], figure_dir: str = "figures") -> str:
-    """Markdown text; figures are linked as ``{figure_dir}/{name}.png``."""
-    lines: list[str] = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            lines += ["#" * b.level + " " + b.text, ""]
-        elif isinstance(b, Para):
-            lines += [("> " if b.css == "warn" else "") + b.text, ""]
-        elif isinstance(b, Bullets):
-            lines += [f"- {_md_cell(i)}" for i in b.items] + [""]
-        elif isinstance(b, Table):
-            lines.append("| " + " | ".join(map(_md_cell, b.columns)) + " |")
-            lines.append("|" + "|".join("---" for _ in b.columns) + "|")
-            lines += ["| " + " | ".join(_md_cell(x) for x in row) + " |" for row in b.rows]
-            lines.append("")
-        elif isinstance(b, Image):
-            lines += [f"![{b.fig.title}]({figure_dir}/{b.fig.name}.png)", ""]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
-       padding: 0 1em; color: #222; line-height: 1.45; }
-h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 1.8em; }
-table { border-collapse: collapse; margin: .8em 0; font-size: .86em; }
-th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical-align: top; }
-th { background: #f2f2f2; } tr:nth-child(even) td { background: #fafafa; }
-.warn { background: #fff4e5; border-left: 4px solid #f0a030; padding: .4em .8em; }
-.note { color: #555; font-size: .92em; }
-figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
-"""
-
-
-def _inline_html(text: str) -> str:
-    """Escape, then turn **bold** (used for verdicts) into <strong>."""
-    out = html.escape(text)
-    while out.count("**") >= 2:
-        out = out.replace("**", "<strong>", 1).replace("**", "</strong>", 1)
-    return out
-
-
-def to_html(blocks: list[Block], title: str) -> str:
-    """A complete, self-contained HTML page (inline CSS, figures as base64 PNG data URIs)."""
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>"]
-    for b in blocks:
-        if isinstance(b, Heading):
-            parts.append(f"<h{b.level}>{_inline_html(b.text)}</h{b.level}>")
-        elif isinstance(b, Para):
-            cls = f' class="{b.css}"' if b.css else ""
-            parts.append(f"<p{cls}>{_inline_html(b.text)}</p>")
-        elif isinstance(b, Bullets):
-            cls = f' class="{b.css}"' if b.css else ""
-            parts.append(f"<ul{cls}>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>")
-        elif isinstance(b, Table):
-            head = "".join(f"<th>{_inline_html(c)}</th>" for c in b.columns)
-            body = "".join("<tr>" + "".join(f"<td>{_inline_html(x)}</td>" for x in row) + "</tr>"
-                           for row in b.rows)
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        elif isinstance(b, Image):
-            data = base64.b64encode(b.fig.png).decode("ascii")
-            parts.append(f'<figure><img alt="{html.escape(b.fig.title)}" '
-                         f'src="data:image/png;base64,{data}"></figure>')
-    parts += ["</body>", "</html>"]
-    return "\n".join(parts) + "\n"
+def summary_lines(stats: ReportStats) -> list[str]:
+    """Plain-text summary for the terminal: headline per cell, control verdicts, A/A, divergence."""
+    lines = [f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
+             f"{_num(stats.plan.min_effect_nats, '.4g') if stats.plan.min_effect_nats else 'not set'}, power "
+             f"{stats.plan.power:g}, max_seeds {stats.plan.max_seeds}"]
+    lines += [f"diverged: {r.variant} {r.size} {r.budget_tokens} seed(s) {_seeds(r.diverged_seeds)}"
+              for r in stats.diverged()]
+    for h in stats.headlines:
+        lines.append(headline_sentence(h, stats.plan.power, stats.plan.min_effect_nats).replace("**", ""))
+    for a in stats.assessments:
+        lines.append(f"  {a.control:<16} {a.size:<8} {a.budget_tokens:>12}  {a.verdict}  "
+                     f"({control_sentence(a, stats.plan.power)})")
+    for a in stats.aa_checks:
+        lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {aa_sentence(a, stats.plan.alpha)}")
+    return lines
 
 
 def render_markdown(stats: ReportStats, figures: list[FigureOut], *, generated: str = "",
@@ -398,5 +419,8 @@ def render_markdown(stats: ReportStats, figures: list[FigureOut], *, generated: 
 
 def render_html(stats: ReportStats, figures: list[FigureOut], *, generated: str = "") -> str:
     """``report.html``: the same report, one self-contained file."""
-    return to_html(layout(stats, figures, generated=generated),
-                   f"Paired significance report: {stats.grid or '(all)'}")
+    return to_html(layout(stats, figures, generated=generated), f"Paired significance report: {stats.grid or '(all)'}")
+
+
+__all__ = ["layout", "render_markdown", "render_html", "summary_lines", "headline_sentence", "control_sentence",
+           "aa_sentence", "fmt_p", "fmt_nats", "fmt_pct", "fmt_ci", "fmt_tokens"]

@@ -97,7 +97,8 @@ def test_expansion_order_and_contents(tmp_path):
     assert runs[2] == {
         "run_id": "g:tiny:fixed_v:s0:1000", "grid": "g", "variant": "fixed_v", "role": "control",
         "size": "tiny", "seed": 0, "budget_tokens": 1000, "corpus": "/data/root/data/corpus.jsonl",
-        "train": {"lr": 1e-3},
+        "train": {"lr": 1e-3}, "analysis": {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": None,
+                                            "power": 0.8, "max_seeds": 30, "looks": []},
     }
 
 
@@ -185,6 +186,9 @@ BAD = {
                               ["line 11", "duplicate key 'fixed_v'", "once"]),
     "table declared twice": (GOOD + '\n[variants]\nprenorm = "reference"\n',
                              ["line 12", "table [variants] declared twice"]),
+    "bad analysis value": (GOOD + "\n[analysis]\nreproduce_fraction = 1.5\n",
+                           ["analysis.reproduce_fraction", "out of range", "0 < rho < 1"]),
+    "unknown analysis key": (GOOD + "\n[analysis]\nlevel = 0.05\n", ["analysis.level", "unknown key"]),
     "non-TOML file": ('{"name": "g", "seeds": [0]}\n', ["not valid TOML", "line 1"]),
 }
 

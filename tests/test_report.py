@@ -2,7 +2,7 @@
 
 Uses synthetic frames (reports/synthetic.py) and, for the command, an in-memory DuckDB
 standing in for db.store.Store. The browser test needs Debian's chromium
-(`apt-get install -y chromium`) and is skipped without it. CPU only, ~15 s:
+(`apt-get install -y chromium`) and is skipped without it. CPU only, ~20 s:
 
     python -m pytest -q tests/test_report.py
 """
@@ -24,6 +24,7 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
+from reports.decisions import NOT_ASSESSED
 from reports.stats import CSV_COLUMNS
 from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
@@ -44,8 +45,9 @@ def test_files_written_and_stats_csv_contract(full_report):
     assert {"stats.csv", "pairs.csv", "report.md", "report.html"} <= names
     # Figures: paired differences, validation curves, routing of the two variants with a V route.
     figs = sorted(n for n in names if n.startswith("figures/"))
-    assert figs == ["figures/paired_diffs_small_1000000.png", "figures/routing_fixed_v_small_1000000.png",
-                    "figures/routing_rd_attnres_small_1000000.png", "figures/val_curves_small_1000000.png"]
+    assert figs == ["figures/gain_fraction_small_1000000.png", "figures/paired_diffs_small_1000000.png",
+                    "figures/routing_fixed_v_small_1000000.png", "figures/routing_rd_attnres_small_1000000.png",
+                    "figures/val_curves_small_1000000.png"]
     for f in figs:
         assert (out / f).read_bytes().startswith(PNG_MAGIC)
     table = pl.read_csv(out / "stats.csv")
@@ -60,19 +62,25 @@ def test_files_written_and_stats_csv_contract(full_report):
 def test_markdown_has_every_section(full_report):
     result, out = full_report
     md = (out / "report.md").read_text()
-    for heading in ("# Paired significance report: grid synth", "## Headline: treatment vs parent",
-                    "## Controls: do they reproduce the gain?", "## A/A check", "## All comparisons and exact tests",
+    for heading in ("# Paired significance report: grid synth", "## Analysis plan (fixed before the runs)",
+                    "## Step 1, the headline: is the treatment's gain established?",
+                    "## Step 2, controls: do they reproduce the gain?", "## A/A check",
+                    "## Divergence is an outcome: runs per variant", "## Descriptives: every comparison",
                     "## Mixed model cross-check: nll ~ variant + (1 | seed)", "## Figures",
-                    "## Methods, assumptions and the Holm family", "## Runs left out, and why"):
+                    "## Methods (DESIGN section 6)", "## Runs left out, and why"):
         assert heading in md, heading
-    tp = result.stats.headline()[0]
-    assert f"| small | 1_000_000 | 5/5 | {tp.test.mean_diff:+.4f} |" in md
-    assert f"{100 * np.expm1(tp.test.mean_diff):+.2f} %" in md
-    assert "Holm family at size small, budget 1_000_000: m = 9" in md
-    assert "zero_method='wilcox'" in md and "(min 0.0625)" in md
-    # Significant treatment, A/A copied bit for bit from the parent: no caveat, no noise-floor warning.
-    assert "bit-identical: all 5 paired differences are exactly 0" in md and "| 0 (bit-identical) |" in md
-    assert "treatment's own gain is not significant" not in md and "A/A noise floor at size" not in md
+    (h,) = result.stats.headlines
+    s = next(c.stats for c in result.stats.comparisons if c.comparison == h.comparison)
+    assert h.established
+    assert f"| small | 1_000_000 | 5/5 | {h.mean:+.4f} [{s.ci_low:+.4f}, {s.ci_high:+.4f}] |" in md
+    assert f"{100 * np.expm1(h.mean):+.2f} %" in md
+    # Whether the gain is established and why: n, mean d, one-sided p, Holm p, level.
+    assert (f"size small, budget 1_000_000 tokens: **gain established** (n = 5, mean d = {h.mean:+.4f} nats/token, "
+            f"one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05)") in md
+    assert "| 0.05 | 0.5 | not set | 0.8 | 30 | none (one look) |" in md  # the plan, printed
+    assert "(min 0.0625)" in md and "bit-identical: all 5 paired differences are exactly 0" in md
+    for a in result.stats.assessments:
+        assert f"| {a.control} | small | 1_000_000 |" in md and f"**{a.verdict}**" in md
     for fig in result.figures:
         assert f"](figures/{fig.name}.png)" in md
 
@@ -81,15 +89,16 @@ def test_html_is_self_contained(full_report):
     result, out = full_report
     page = (out / "report.html").read_text()
     srcs = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(srcs) == len(result.figures) == 4
+    assert len(srcs) == len(result.figures) == 5
     for src, fig in zip(srcs, result.figures):
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]) == fig.png
     assert not re.search(r'(src|href)="(https?:|//|file:)', page)
-    assert page.count("<table>") == 5  # headline, controls, A/A, all comparisons, mixed model (nothing left out)
+    # plan, headline, controls, A/A, divergence, descriptives, mixed model (nothing left out)
+    assert page.count("<table>") == 7
 
 
-def test_partial_grid_report_lists_left_out_runs_and_insufficient(tmp_path):
+def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
     frames = synthetic_frames(grid="g", seeds=(0, 1, 2))
     runs = frames["runs"].with_columns(
         pl.when(pl.col("run_id") == "g-small-1000000-rd_attnres-s1").then(pl.lit("failed"))
@@ -101,21 +110,24 @@ def test_partial_grid_report_lists_left_out_runs_and_insufficient(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert ("| g-small-1000000-rd_attnres-s1 | rd_attnres | 1 | small | 1_000_000 | failed "
             "| failed: loss is NaN at step 40 |") in md
-    assert "seed 1 (rd_attnres: failed: loss is NaN at step 40)" in md
-    tp = result.stats.headline()[0]
-    assert tp.test.n == 2 and tp.verdict == ""
-    assert "insufficient: 2 pair(s) < 3" in md
-    # Controls still have 3 pairs vs the parent; their verdict needs G, which is insufficient.
-    assert {c.test.n for c in result.stats.verdicts()} == {3}
-    assert len(result.figures) == 4  # figures drawn despite the gaps
+    assert "lost seed(s) 1: seed 1 (rd_attnres: failed: loss is NaN at step 40)" in md
+    (h,) = result.stats.headlines
+    assert h.n == 2 and not h.established
+    assert "**gain not established** (n = 2, " in md and "2 pair(s): the test needs at least 3" in md
+    # Controls have 3 pairs with the parent, but the gain is not established: no verdict, and the
+    # row gives the MDE of the contrast at this budget (2 seeds with all three: not computable).
+    assert {a.verdict for a in result.stats.assessments} == {NOT_ASSESSED}
+    assert "| rd_attnres | small | 1_000_000 | 2 | 0 | 1 | 0 | - | 1 |" in md  # the divergence table
+    assert len(result.figures) == 4  # paired differences, curves, two routing figures; no gain fraction (2 seeds)
 
 
 def test_report_of_two_seeds_does_not_crash(tmp_path):
     frames = synthetic_frames(grid="g2", seeds=(0, 1))
     result = build_report(Frames(**frames), tmp_path, grid="g2", figures=False)
-    assert {c.verdict for c in result.stats.verdicts()} == {"insufficient"}
+    assert {a.verdict for a in result.stats.assessments} == {NOT_ASSESSED}
     table = pl.read_csv(tmp_path / "stats.csv")
     assert table["t_p"].is_nan().all() and (table["n_pairs"] == 2).all()
+    assert all("fewer than 3 pairs: no test" in n for n in table["note"].to_list())
 
 
 # --------------------------------------------------------------------------- the command
@@ -155,9 +167,9 @@ def test_cli_report_writes_and_prints_headline(monkeypatch, capsys, tmp_path):
     rc, cap = _run_cli(monkeypatch, capsys, frames, argv)
     assert rc == 0, cap.err
     assert str(tmp_path / "o" / "stats.csv") in cap.out and str(tmp_path / "o" / "report.html") in cap.out
-    assert re.search(r"small\s+1000000\s+5/5\s+-0\.0\d{3}", cap.out)
-    assert "A/A dup_route_tied small 1000000: pass (bit-identical: all 5 paired differences are exactly 0)" in cap.out
-    assert "NOTE:" not in cap.out and "treatment's own gain" not in cap.out
+    assert re.search(r"size small, budget 1_000_000 tokens: gain established \(n = 5, mean d = -0\.0\d{3}", cap.out)
+    assert "plan: alpha 0.05, rho 0.5, min_effect_nats not set, power 0.8, max_seeds 30" in cap.out
+    assert "A/A dup_route_tied small 1000000: bit-identical: all 5 paired differences are exactly 0" in cap.out
 
 
 AA_NOISE = [0.004, -0.006, 0.0128, 0.002, -0.001]  # A/A - parent per seed, nats/token
@@ -173,47 +185,45 @@ def weak_noisy_frames(grid: str) -> dict[str, pl.DataFrame]:
     return frames
 
 
-def test_report_shows_noise_floor_and_gain_caveat(monkeypatch, capsys, tmp_path):
+def test_weak_treatment_assesses_no_control_and_shows_the_noise_floor(monkeypatch, capsys, tmp_path):
     frames = weak_noisy_frames("weak")
     result = build_report(Frames(**frames), tmp_path, grid="weak", figures=False)
     stats = result.stats
-    (tp,) = stats.headline()
-    assert not (tp.holm_p < 0.05 and tp.test.mean_diff < 0)  # the gain is not significant
+    (h,) = stats.headlines
+    assert not h.established and h.reason == "Holm p >= alpha"
     (aa,) = stats.aa_checks
-    assert aa.max_abs_diff == pytest.approx(0.0128, abs=1e-12) and aa.status == "warn"
-    # G of this draw is small, so |G|/2 < 0.0128: the noise floor dominates the gain.
-    assert aa.noise_threshold == pytest.approx(abs(tp.test.mean_diff) / 2, abs=1e-15)
-    assert aa.noise_threshold < 0.0128
-    noise_text = ("A/A differences up to 0.0128 nats/token, the run-to-run numerical noise floor of this protocol "
-                  "(float summation order diverges chaotically over 244 training steps)")  # 1e6 // 4096
-    caveat = (f"the treatment's own gain is not significant (Holm p = {tp.holm_p:.3g} >= 0.05), so this verdict "
-              "says little about the RD-AttnRes claim")
+    assert aa.max_abs == pytest.approx(0.0128, abs=1e-12) and aa.status == "warn"
+    assert aa.threshold == pytest.approx(abs(h.mean) / 2, abs=1e-15) and aa.threshold < 0.0128
     md = (tmp_path / "report.md").read_text()
     page = (tmp_path / "report.html").read_text()
-    controls = md[md.index("## Controls"):md.index("## A/A check")]
-    warning = controls.index("- Warning: size small, budget 1_000_000 tokens: the treatment's own gain is not "
-                             "significant")
-    assert warning < controls.index("| control | size |")  # right above the verdict table
-    verdict_rows = [line for line in controls.splitlines() if line.startswith("| ") and "| small |" in line]
-    assert len(verdict_rows) == 4
-    assert all("(treatment gain not significant)" in r and f"CAVEAT: {caveat}" in r for r in verdict_rows)
-    assert noise_text in md and "| dup_route_tied | small | 1_000_000 | 5 | 244 | 0.0128 |" in md
-    assert "A/A noise floor at size small, budget 1_000_000" in md[:md.index("## Controls")]  # under the headline
-    for text in (noise_text, caveat):
-        assert html_escape(text) in page, text
-    assert "<strong>warn</strong>" in page
+    why = (f"size small, budget 1_000_000 tokens: **gain not established** (n = 5, mean d = {h.mean:+.4f} "
+           f"nats/token, one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05): "
+           f"Holm p >= level. MDE at n = 5: {h.mde_nats:.4g} nats/token (one-sided, power 0.8)")
+    assert why in md and html_escape(why.replace("**", "")).replace("gain not established", "<strong>gain not "
+                                                                   "established</strong>") in page
+    controls = md[md.index("## Step 2"):md.index("## A/A check")]
+    assert "Not assessed at size small, budget 1_000_000 tokens: the treatment's gain is not established" in controls
+    rows = [line for line in controls.splitlines() if line.startswith("| ") and "| small |" in line]
+    assert len(rows) == 3  # the three controls; the A/A check is not one
+    for a, line in zip(stats.assessments, rows):
+        assert a.verdict == NOT_ASSESSED and f"**{NOT_ASSESSED}**" in line
+        assert (f"the treatment's gain is not established in this cell, so no verdict; MDE of the contrast at n = 5: "
+                f"{a.mde_nats:.4g} nats/token (two-sided, power 0.8)") in line
+    noise = "max |d| = 0.0128 nats/token is the protocol's numerical noise floor"
+    assert noise.replace("|", "\\|") in md and "| dup_route_tied | small | 1_000_000 | 5 | 244 | 0.0128 |" in md
+    assert "A/A noise floor, size small, budget 1_000_000" in md[:md.index("## Step 2")]
     table = pl.read_csv(tmp_path / "stats.csv")
-    notes = table.filter(pl.col("kind") == "control_vs_parent")["note"].to_list()
-    assert len(notes) == 4 and all(n.endswith(caveat) for n in notes)
+    ctrl = table.filter(pl.col("kind") == "control_vs_parent")
+    assert ctrl["verdict"].to_list() == [NOT_ASSESSED] * 3 and ctrl["contrast_p"].is_nan().all()
+    assert (ctrl["mde_nats"] > 0).all()
 
     argv = ["report", "--grid", "weak", "--results", str(tmp_path), "--out", str(tmp_path / "o"), "--no-figures"]
     rc, cap = _run_cli(monkeypatch, capsys, frames, argv)
     assert rc == 0, cap.err
+    assert why.replace("**", "") in cap.out
     verdict_lines = [line for line in cap.out.splitlines() if line.startswith("  ") and " 1000000  " in line]
-    assert len(verdict_lines) == 4 and all(line.endswith(f"; NOTE: {caveat}") for line in verdict_lines)
-    assert "warning: size small, budget 1_000_000 tokens: the treatment's own gain is not significant" in cap.out
-    assert (f"A/A dup_route_tied small 1000000: warn ({noise_text}, are at least as large as the treatment's "
-            "gain G = ") in cap.out  # here max |dNLL| > |G|, not merely >= |G|/2
+    assert len(verdict_lines) == 3 and all(NOT_ASSESSED in line for line in verdict_lines)
+    assert f"A/A dup_route_tied small 1000000: warn: {noise}" in cap.out
 
 
 def test_cli_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
@@ -266,8 +276,8 @@ def test_html_opens_in_headless_chromium(full_report, tmp_path):
     assert f'data-images-ok="{len(result.figures)}"' in html  # every figure decoded
     assert 'data-js-error="' not in html
     assert not re.search(r"CONSOLE.*(Failed to load|Refused|Not allowed)", dom.stderr)
-    assert html.count("<table>") == 5 and html.count("<img ") == len(result.figures)
-    assert "Headline: treatment vs parent" in html and "does not reproduce gain" in html
+    assert html.count("<table>") == 7 and html.count("<img ") == len(result.figures)
+    assert "Step 1, the headline" in html and "does not reproduce gain" in html
 
     shot = tmp_path / "shot.png"
     with tempfile.TemporaryDirectory() as profile:
@@ -311,9 +321,9 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
             - frames["final"].filter(pl.col("variant") == "block_attnres")["val_nll"]).mean()
     assert tp["n_pairs"] == 3 and tp["mean_diff"] == pytest.approx(want, abs=1e-12)
     fv = table.filter(pl.col("comparison") == "fixed_v - block_attnres").row(0, named=True)
-    assert fv["n_pairs"] == 2 and fv["verdict"] == "insufficient"
+    assert fv["n_pairs"] == 2 and fv["verdict"] == "inconclusive" and "fewer than 3 pairs" in fv["note"]
     md = (out / "report.md").read_text()
     assert ("| e2e-small-1000000-fixed_v-s2 | fixed_v | 2 | small | 1_000_000 | diverged "
             "| diverged: loss became NaN at step 70 |") in md
-    assert len(list((out / "figures").glob("*.png"))) == 4
+    assert len(list((out / "figures").glob("*.png"))) == 5
 

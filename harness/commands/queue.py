@@ -4,7 +4,8 @@ Idempotent: a run already queued, running or done is not added again, so queuein
 the same grid twice adds nothing, and a grid with a new seed adds only the new runs.
 Failed runs are left alone unless --retry-failed. A run id (grid:size:variant:s<seed>:
 <budget>) names one config: changing a queued grid's [train] table is an error
-(rename the grid instead).
+(rename the grid instead), and so is changing its [analysis] plan once any of its
+runs is queued: the plan is fixed before the runs.
 
 The corpus is the grid's `corpus`, overridden by $HARNESS_CORPUS, overridden by
 --corpus; a relative path is resolved against the current directory and stored
@@ -27,7 +28,7 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.grid import check_corpus, load_grid
+from harness.grid import check_corpus, check_plan_unchanged, load_grid
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +59,7 @@ def main(args: argparse.Namespace) -> int:
     check_corpus(configs[0]["corpus"], source=source)
 
     queue = RunQueue.open(args.storage, args.results)
+    check_plan_unchanged(grid, {rid: r.config for rid, r in queue.runs(grid.name).items()})
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     where = describe_storage(args.storage, args.results)
     n = len(configs)

@@ -1,0 +1,196 @@
+"""The decision rules of DESIGN section 6, as array functions.
+
+The report (:mod:`reports.stats`) and the simulations (:mod:`reports.simulate`, the
+test suite) call these same functions: the report with one study, a simulation with
+thousands along the leading axes. Shapes: ``[..., n]`` paired differences (n seeds),
+``[..., m]`` p-values of one family (m cells or m controls).
+
+1. Headline (gatekeeper): one-sided paired t-test of treatment - parent (H1: mean d < 0)
+   per cell, Holm over the cells; the gain is *established* where n >= 3, mean d < 0 and
+   Holm p < alpha. With zero spread the t p is undefined and the exact one-sided
+   sign-flip p is used instead (:func:`headline_p`).
+2. Controls, only where the gain is established: the reproduction contrast
+   ``e_s = c_s - (1 - rho) p_s - rho t_s`` per seed, a two-sided paired t-test on e
+   (exact sign-flip p at zero spread), Holm over the cell's controls, and
+   :func:`control_verdict`. A degenerate control is ``invalid: degenerate`` whatever else
+   holds; where the gain is not established a control is ``not assessed``.
+3. The fraction of the gain a control reproduces, ``f = mean(c - p) / mean(t - p)``, with
+   the Fieller interval (:func:`fieller`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.stats
+
+from reports.paired import CONF, MIN_PAIRS, finite_array, sign_flip_p, t_test
+
+# Control verdicts (DESIGN section 6), by code; codes index this tuple.
+DOES_NOT_REPRODUCE = "does not reproduce gain"
+REPRODUCES = "reproduces gain"
+INCONCLUSIVE = "inconclusive"
+NOT_ASSESSED = "not assessed: the treatment's gain is not established"
+DEGENERATE = "invalid: degenerate"
+VERDICTS = (DOES_NOT_REPRODUCE, REPRODUCES, INCONCLUSIVE, NOT_ASSESSED, DEGENERATE)
+V_DOES_NOT, V_REPRODUCES, V_INCONCLUSIVE, V_NOT_ASSESSED, V_DEGENERATE = range(len(VERDICTS))
+
+# Headline verdicts per cell.
+GAIN_ESTABLISHED = "gain established"
+GAIN_NOT_ESTABLISHED = "gain not established"
+
+
+def _with_exact(d: np.ndarray, p_t: np.ndarray, zero: np.ndarray, alternative: str) -> tuple[np.ndarray, np.ndarray]:
+    """t p where the spread is non-zero; the exact sign-flip p where it is zero."""
+    p = np.array(p_t, dtype=float, copy=True)
+    exact = np.asarray(zero) & (d.shape[-1] >= MIN_PAIRS)
+    if np.any(exact):
+        p[exact] = sign_flip_p(d[exact], alternative)
+    return p, exact
+
+
+def headline_p(d) -> tuple[np.ndarray, np.ndarray]:
+    """One-sided p of H1 "mean d < 0" for treatment - parent differences ``d`` ``[..., n]``.
+
+    Returns ``(p [...], exact [...])``: the paired t-test's one-sided p, or where the
+    differences have zero spread (t undefined) the exact one-sided sign-flip p, flagged
+    in ``exact``. NaN with n < :data:`reports.paired.MIN_PAIRS`.
+    """
+    d = finite_array("d", d)
+    t = t_test(d)
+    return _with_exact(d, t["p_less"], t["zero_spread"], "less")
+
+
+def two_sided_p(d) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided p of mean d = 0 (paired t; exact sign-flip at zero spread), as :func:`headline_p`."""
+    d = finite_array("d", d)
+    t = t_test(d)
+    return _with_exact(d, t["p"], t["zero_spread"], "two-sided")
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979) along the last axis ``[..., m]``.
+
+    NaN entries are not tests: they stay NaN and do not count in m (statsmodels'
+    ``multipletests`` would count them). Equal to ``multipletests(p, method="holm")[1]``
+    on the finite entries.
+    """
+    p = np.asarray(p, dtype=float)
+    finite = np.isfinite(p)
+    m = finite.sum(axis=-1, keepdims=True)
+    order = np.argsort(np.where(finite, p, np.inf), axis=-1, kind="stable")
+    sorted_p = np.take_along_axis(p, order, axis=-1)
+    rank = np.arange(p.shape[-1])
+    step = np.minimum(1.0, (m - rank) * sorted_p)
+    step = np.where(np.isfinite(step), step, -np.inf)  # NaN (sorted last) must not break the running max
+    adj_sorted = np.maximum.accumulate(step, axis=-1)
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, adj_sorted, axis=-1)
+    return np.where(finite, out, np.nan)
+
+
+def gain_established(n, mean, holm_p, alpha: float) -> np.ndarray:
+    """DESIGN 6 step 1: n >= 3, mean d < 0 and Holm p < alpha (NaN p: not established)."""
+    return (np.asarray(n) >= MIN_PAIRS) & (np.asarray(mean) < 0) & (np.asarray(holm_p) < alpha)
+
+
+def reproduction_contrast(d_cp, d_tp, rho: float) -> np.ndarray:
+    """Per-seed reproduction contrast ``e = c - (1 - rho) p - rho t = (c - p) - rho (t - p)``.
+
+    Args:
+        d_cp: control - parent ``[..., n]`` (nats/token), aligned by seed with ``d_tp``.
+        d_tp: treatment - parent ``[..., n]`` (broadcast against ``d_cp``).
+        rho: the plan's ``reproduce_fraction``; mean e < 0 = the control lands nearer the
+            treatment than rho of the way from the parent.
+    """
+    return np.asarray(d_cp, dtype=float) - rho * np.asarray(d_tp, dtype=float)
+
+
+def control_verdict(established, degenerate, mean_e, holm_e, alpha: float) -> np.ndarray:
+    """Verdict codes (indices of :data:`VERDICTS`) of DESIGN 6 step 2, elementwise.
+
+    Precedence: degenerate -> ``invalid: degenerate``; gain not established -> ``not
+    assessed``; Holm p of the contrast < alpha -> ``does not reproduce gain`` (mean e > 0)
+    or ``reproduces gain`` (mean e < 0); anything else (NaN p included) -> ``inconclusive``.
+    """
+    established, degenerate = np.asarray(established, bool), np.asarray(degenerate, bool)
+    mean_e, holm_e = np.asarray(mean_e, float), np.asarray(holm_e, float)
+    sig = holm_e < alpha
+    out = np.full(np.broadcast_shapes(established.shape, degenerate.shape, mean_e.shape, holm_e.shape),
+                  V_INCONCLUSIVE)
+    out = np.where(sig & (mean_e > 0), V_DOES_NOT, out)
+    out = np.where(sig & (mean_e < 0), V_REPRODUCES, out)
+    out = np.where(~established, V_NOT_ASSESSED, out)
+    return np.where(degenerate, V_DEGENERATE, out)
+
+
+def decide_headline(n, mean, p, alpha: float, degenerate=False) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1 over the cells of one grid (last axis ``[..., K]``): Holm, then established.
+
+    Args:
+        n, mean, p: pairs, mean d and :func:`headline_p` per cell.
+        degenerate: cells whose treatment is degenerate: not tested, never established.
+
+    Returns:
+        ``(holm_p [..., K], established [..., K])``.
+    """
+    degenerate = np.asarray(degenerate, bool)
+    p = np.where(degenerate, np.nan, np.asarray(p, dtype=float))
+    adj = holm(p)
+    return adj, gain_established(n, mean, adj, alpha) & ~degenerate
+
+
+def decide_controls(established, degenerate, n_e, mean_e, p_e, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2 over the controls of one cell (last axis ``[..., C]``): family, Holm, verdicts.
+
+    A control enters the family only where the gain is established, it is not degenerate
+    and its contrast has n >= 3 (``p_e`` of the others is ignored: no test was run).
+
+    Args:
+        established: ``[...]`` (the cell's headline, broadcast over the controls).
+        degenerate, n_e, mean_e, p_e: ``[..., C]`` per control (p_e from :func:`two_sided_p`).
+
+    Returns:
+        ``(holm_p [..., C], verdict codes [..., C])`` (indices of :data:`VERDICTS`).
+    """
+    established = np.asarray(established, bool)[..., None]
+    degenerate = np.asarray(degenerate, bool)
+    tested = established & ~degenerate & (np.asarray(n_e) >= MIN_PAIRS)
+    adj = holm(np.where(tested, np.asarray(p_e, dtype=float), np.nan))
+    return adj, control_verdict(established, degenerate, mean_e, adj, alpha)
+
+
+def fieller(x, y, conf: float = CONF) -> dict[str, np.ndarray]:
+    """Ratio of paired means ``f = mean(x) / mean(y)`` with its Fieller interval (Fieller 1954).
+
+    With a = mean x, b = mean y, and v11, v22, v12 the variances and covariance of the
+    means (sample (co)variances / n, df = n - 1), the interval is the set of f with
+    ``(a - f b)^2 <= q (v11 - 2 f v12 + f^2 v22)``, q = t_{(1+conf)/2, n-1}^2: the roots of
+    ``A f^2 - 2 B f + C = 0`` with A = b^2 - q v22, B = a b - q v12, C = a^2 - q v11.
+    It is a bounded interval exactly when A > 0, i.e. when the ``conf`` t interval of
+    mean y excludes 0; otherwise it is unbounded.
+
+    Args:
+        x: control - parent ``[..., n]``; y: treatment - parent ``[..., n]`` (same seeds).
+
+    Returns:
+        dict of ``[...]`` arrays: ``f``, ``low``, ``high`` (NaN when unbounded or n < 3),
+        ``bounded`` (bool).
+    """
+    x, y = finite_array("x", x), finite_array("y", y)
+    n = x.shape[-1]
+    if n < MIN_PAIRS:
+        nan = np.full(np.broadcast_shapes(x.shape, y.shape)[:-1], np.nan)
+        return dict(f=nan, low=nan, high=nan, bounded=np.zeros(nan.shape, bool))
+    a, b = x.mean(axis=-1), y.mean(axis=-1)
+    xc, yc = x - a[..., None], y - b[..., None]
+    v11 = (xc * xc).sum(axis=-1) / (n - 1) / n
+    v22 = (yc * yc).sum(axis=-1) / (n - 1) / n
+    v12 = (xc * yc).sum(axis=-1) / (n - 1) / n
+    q = scipy.stats.t.ppf(0.5 + conf / 2, n - 1) ** 2
+    A, B, C = b * b - q * v22, a * b - q * v12, a * a - q * v11
+    bounded = A > 0
+    root = np.sqrt(np.where(bounded, np.maximum(B * B - A * C, 0.0), np.nan))
+    A_safe = np.where(bounded, A, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(b != 0, a / np.where(b != 0, b, 1.0), np.nan)
+    return dict(f=f, low=(B - root) / A_safe, high=(B + root) / A_safe, bounded=bounded)

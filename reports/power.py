@@ -1,0 +1,126 @@
+"""Power of the paired t-test: MDE, power at a planned effect, seeds needed (DESIGN sections 6, 8).
+
+All from the noncentral t distribution via statsmodels ``TTestPower`` (one-sample /
+paired t-test, df = n - 1; Cohen 1988, ch. 2). Effects and SDs are in nats/token; the
+standardised effect is ``effect / sd``. ``alternative`` is ``"one-sided"`` (the headline:
+H1 mean d < 0, tested at alpha in one tail) or ``"two-sided"`` (control contrasts).
+
+Figures are computed from a *planned* effect (the plan's ``min_effect_nats``), never
+from the observed one: an observed effect taken as the truth makes every study look
+underpowered by exactly as much as it was unlucky, and its seeds-needed explodes near 0.
+The SD is the nuisance parameter: the observed paired SD of the cell (or, in
+``harness plan``, a pilot's). Seeds needed above ``max_seeds`` is "not reachable at
+this budget", never a number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.optimize
+from statsmodels.stats.power import TTestPower
+
+from reports.plan import MIN_SEEDS
+
+ALTERNATIVES = {"one-sided": "larger", "two-sided": "two-sided"}
+
+
+def _alt(alternative: str) -> str:
+    try:
+        return ALTERNATIVES[alternative]
+    except KeyError:
+        raise ValueError(f"alternative must be one of {list(ALTERNATIVES)}, got {alternative!r}") from None
+
+
+def _usable_sd(sd: float) -> bool:
+    return sd is not None and math.isfinite(sd) and sd > 0
+
+
+def power_at(effect_nats: float, sd: float, n, alpha: float, alternative: str) -> np.ndarray | float:
+    """Power of the paired t-test with ``n`` pairs to detect a true mean |d| = ``effect_nats``.
+
+    Args:
+        effect_nats: the planned gain size (> 0, nats/token).
+        sd: SD of the paired differences (nats/token).
+        n: pairs (int or array of ints, each >= 2).
+        alpha: level (one tail for ``one-sided``).
+        alternative: ``one-sided`` or ``two-sided``.
+
+    Returns:
+        power in [0, 1] (NaN when sd is not a positive finite number).
+    """
+    if not _usable_sd(sd):
+        return float("nan") if np.ndim(n) == 0 else np.full(np.shape(n), np.nan)
+    out = TTestPower().power(effect_size=abs(effect_nats) / sd, nobs=np.asarray(n, dtype=float),
+                             alpha=alpha, alternative=_alt(alternative))
+    return float(out) if np.ndim(out) == 0 else np.asarray(out)
+
+
+def mde(sd: float, n: int, alpha: float, power: float, alternative: str) -> float:
+    """Minimal detectable effect (nats/token): the true mean |d| that ``n`` pairs detect with
+    probability ``power`` at level ``alpha`` (solves :func:`power_at` = power for the effect
+    with a bracketing root finder).
+
+    NaN with fewer than :data:`reports.plan.MIN_SEEDS` pairs or when sd is not positive.
+    """
+    if n < MIN_SEEDS or not _usable_sd(sd):
+        return float("nan")
+    alt = _alt(alternative)
+
+    def gap(es: float) -> float:
+        pw = float(TTestPower().power(effect_size=es, nobs=n, alpha=alpha, alternative=alt))
+        return (1.0 if math.isnan(pw) else pw) - power  # NaN only far in the tail, where power is 1
+
+    # Power rises monotonically in the effect; brentq to 1e-13 (statsmodels' solve_power stops at ~3e-7).
+    es = scipy.optimize.brentq(gap, 1e-9, 100.0, xtol=1e-13, rtol=1e-13)
+    return float(es) * sd
+
+
+@dataclass(frozen=True, slots=True)
+class SeedsNeeded:
+    """Seeds (pairs) a paired t-test needs to detect a planned effect.
+
+    Attributes:
+        n: the smallest n in [3, max_seeds] whose power reaches the target; None when no
+            n up to ``max_seeds`` does ("not reachable at this budget") or it cannot be
+            computed (no SD, no planned effect).
+        reachable: ``n`` is not None.
+        power_at_max: the power at ``max_seeds`` (NaN when it cannot be computed).
+        max_seeds: the cap it was searched up to.
+    """
+
+    n: int | None
+    reachable: bool
+    power_at_max: float
+    max_seeds: int
+
+
+def seeds_needed(effect_nats: float | None, sd: float, alpha: float, power: float, alternative: str,
+                 max_seeds: int) -> SeedsNeeded:
+    """Smallest number of pairs n (3 <= n <= ``max_seeds``) with power >= ``power``.
+
+    Power is computed for every integer n in range (no root finding), so the answer is
+    exactly the first n whose power reaches the target. ``effect_nats`` None (no planned
+    effect) or an unusable SD gives ``n = None`` with ``power_at_max`` NaN.
+    """
+    if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
+        return SeedsNeeded(None, False, float("nan"), max_seeds)
+    ns = np.arange(MIN_SEEDS, max_seeds + 1)
+    pw = np.atleast_1d(power_at(effect_nats, sd, ns, alpha, alternative))
+    hit = np.flatnonzero(pw >= power)
+    if hit.size == 0:
+        return SeedsNeeded(None, False, float(pw[-1]), max_seeds)
+    return SeedsNeeded(int(ns[hit[0]]), True, float(pw[-1]), max_seeds)
+
+
+def contrast_effect(min_effect_nats: float | None, rho: float) -> float | None:
+    """The planned effect of a reproduction contrast ``e = c - (1 - rho) p - rho t``.
+
+    With a true gain ``G = t - p`` of the planned size, a control that reproduces none of
+    it has mean e = ``rho |G|`` and one that reproduces all of it ``(1 - rho) |G|`` (in
+    opposite directions); the smaller, ``min(rho, 1 - rho) * min_effect_nats``, is what
+    the contrast must detect for either definite verdict.
+    """
+    return None if min_effect_nats is None else min(rho, 1.0 - rho) * min_effect_nats
