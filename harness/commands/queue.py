@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from harness.grid import check_corpus, load_grid
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.queue import RunQueue, describe_storage
+    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     grid = load_grid(args.grid)
@@ -57,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     configs = grid.expand(corpus=corpus)
     check_corpus(configs[0]["corpus"], source=source)
 
-    queue = RunQueue.open(args.storage, args.results)
+    queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
+                          log=lambda msg: print(msg, file=sys.stderr))
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     where = describe_storage(args.storage, args.results)
     n = len(configs)
