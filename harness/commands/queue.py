@@ -13,7 +13,8 @@ absolute in each run's config (hf:OWNER/NAME:CONFIG specs are stored as they are
 Storage: the default queue is RESULTS/queue.journal (an Optuna journal file).
 --storage journal:/shared/fs/queue.journal (or any path ending in .journal) puts
 it on a filesystem shared by several machines; --storage postgresql://USER:PASS@HOST/DB
-uses a PostgreSQL server. sqlite: is refused (it hands one run to two workers).
+uses a PostgreSQL server (driver psycopg 3: pip install 'rd-harness[postgres]';
+postgresql+psycopg2://... for psycopg2). sqlite: is refused (it hands one run to two workers).
 
 example:
   harness queue ablations/rd_controls_small.toml
