@@ -6,7 +6,9 @@
 A grid of tiny cells on real text (the FineWeb-Edu sample, ``tiny`` preset, 2 variants x
 cells/2 seeds, a budget of a few seconds per cell) is queued, and ``--workers`` real
 ``harness work`` processes (``--wait``, one CPU thread, a short ``--lease-s``) drain it. At
-random times (seeded) a random worker is SIGKILLed and a new one started in its place. Once
+random times (seeded) a random worker is SIGKILLed, mostly one holding a run, and a new one
+is started in its place (a run is hit at most MAX_RECLAIMS times: past that the queue leaves
+it failed on purpose, as a run that keeps killing its worker). Once
 the queue shows every cell finished, the workers are stopped and the script checks, per cell:
 
 * done exactly once: the queue holds exactly one COMPLETE trial, and its result file was
@@ -200,7 +202,7 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
     sys.path.insert(0, str(REPO))
     from optuna.trial import TrialState
 
-    from harness.queue import RunQueue
+    from harness.queue import MAX_RECLAIMS, RunQueue
 
     workdir.mkdir(parents=True, exist_ok=True)
     if ref is None:
@@ -234,6 +236,7 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
         return {r.lease.pid: rid for rid, r in queue().runs(GRID_NAME).items()
                 if r.state == "running" and r.lease is not None}
 
+    killed_runs: Counter = Counter()  # run_id -> kills of a worker holding it
     t0 = time.monotonic()
     procs = [start() for _ in range(workers)]
     next_kill = float("inf")  # the kill clock starts when the first run is being trained
@@ -260,10 +263,14 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
             if summary.kills < kills and now >= next_kill:
                 # the victim: a random worker holding a run; when none does, now and then
                 # (p_idle) any worker (starting up or between runs), else look again soon
-                holding = holders()
+                # a run is not killed more than MAX_RECLAIMS times: the queue would then (by
+                # design: a run that keeps killing its worker) leave it failed
+                held = holders()
+                spared = {pid for pid, rid in held.items() if killed_runs[rid] >= MAX_RECLAIMS}
+                holding = {pid: rid for pid, rid in held.items() if pid not in spared}
                 mid = [i for i, p in enumerate(procs) if p.pid in holding]
                 idle_ok = not mid_run_only and rng.random() < p_idle
-                victims = mid or (list(range(len(procs))) if idle_ok else [])
+                victims = mid or ([i for i, p in enumerate(procs) if p.pid not in spared] if idle_ok else [])
                 if not victims:
                     next_kill = now + 0.5
                 else:
@@ -273,6 +280,8 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
                     p.wait()
                     summary.kills += 1
                     summary.kills_mid_run += p.pid in holding
+                    if p.pid in holding:
+                        killed_runs[holding[p.pid]] += 1
                     what = f"holding {holding[p.pid]}" if p.pid in holding else "holding no run"
                     log(f"kill {summary.kills}/{kills} at {now - t0:.1f} s: worker pid {p.pid} ({what})")
                     procs[i] = start()
