@@ -181,7 +181,8 @@ def _unreachable(exc: BaseException) -> bool:
 
     RDB: a lost or refused connection (SQLAlchemy ``OperationalError``/``InterfaceError``,
     also when Optuna wraps it in ``StorageInternalError``). Journal: any ``OSError`` of the
-    file system (a shared folder gone for a moment), except :class:`NoQueue`.
+    file system (a shared folder gone for a moment), except :class:`NoQueue` and an
+    inner :class:`StorageUnavailable` (its retries are spent).
     """
     import sqlalchemy.exc
 
@@ -189,7 +190,7 @@ def _unreachable(exc: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
             return True
-        if isinstance(seen, OSError) and not isinstance(seen, NoQueue):
+        if isinstance(seen, OSError) and not isinstance(seen, (NoQueue, StorageUnavailable)):
             return True
         seen = seen.__cause__
     return False
