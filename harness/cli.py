@@ -96,3 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input: one clear line, no traceback.
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except ConnectionError as exc:
+        # e.g. harness.queue.StorageUnavailable after its retries: one line, no traceback
+        print(f"harness {args.command}: error: {exc}", file=sys.stderr)
+        return 1

@@ -13,8 +13,15 @@ config (JSON), attempt counters and, while it trains, the worker's lease
 Storage (``--storage``): by default a journal file ``RESULTS/queue.journal``
 (``JournalFileBackend`` with ``JournalFileOpenLock``, an O_EXCL lock file that works on
 NFSv3+ shared filesystems); ``journal:PATH`` or a path ending in ``.journal`` for a
-journal elsewhere; ``postgresql://...`` for an RDB server. SQLite is refused: with
-several processes Optuna's SQLite storage hands one enqueued trial to two workers.
+journal elsewhere; ``postgresql://...`` for an RDB server (psycopg 3, the ``postgres``
+extra; ``postgresql+psycopg2://...`` for psycopg2). SQLite is refused: with several
+processes Optuna's SQLite storage hands one enqueued trial to two workers.
+
+An unreachable storage (a PostgreSQL server restarting, a shared filesystem gone for a
+moment) is retried with exponential backoff for a bounded time, then the worker stops
+with one line naming the storage (:func:`retry_storage`, :class:`StorageUnavailable`);
+the queue itself lives in the storage, so nothing is lost, and a worker started once it
+is back takes up the runs (a run left RUNNING by the stopped worker is reclaimed).
 
 Taking a run uses the storage's atomic WAITING -> RUNNING transition
 (``set_trial_state_values(..., RUNNING)`` returns False to all but one process), the
@@ -67,7 +74,16 @@ SQLITE_REFUSED = (
     "workers). Use the default journal file (RESULTS/queue.journal), journal:/shared/path.journal "
     "for workers on several machines sharing a filesystem, or postgresql://USER:PASS@HOST/DB"
 )
-_POSTGRES_DRIVERS = {"": "psycopg2", "psycopg2": "psycopg2", "psycopg": "psycopg", "pg8000": "pg8000"}
+# SQLAlchemy driver name -> (module to import, what to pip install). Which driver a URL uses
+# is SQLAlchemy's call: a plain postgresql:// is psycopg 3 with the pinned SQLAlchemy 2.1.
+_POSTGRES_DRIVERS = {
+    "psycopg": ("psycopg", "'rd-harness[postgres]' (psycopg 3)"),
+    "psycopg2": ("psycopg2", "psycopg2-binary"),
+    "pg8000": ("pg8000", "pg8000"),
+}
+STORAGE_RETRY_S = 60.0  # a worker retries an unreachable storage this long (seconds), then stops
+COMMAND_RETRY_S = 10.0  # `harness queue` / `harness status` give up sooner (someone is waiting)
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # backoff: first wait, doubled up to this (seconds)
 
 
 # ----------------------------------------------------------------------------- storage
@@ -102,21 +118,24 @@ def parse_storage(url: str | None, results: str | os.PathLike) -> tuple[str, str
     )
 
 
+class NoQueue(FileNotFoundError):
+    """There is no queue journal to open (``create=False``): an answer, not an outage."""
+
+
 def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = True) -> BaseStorage:
     """Open the queue's Optuna storage (see :func:`parse_storage` for the accepted forms).
 
     Raises:
         ValueError: unaccepted URL, or a PostgreSQL URL whose driver is not installed.
-        FileNotFoundError: ``create=False`` and the journal file does not exist.
+        NoQueue: ``create=False`` and the journal file does not exist.
     """
     kind, where = parse_storage(url, results)
     if kind == "rdb":
-        scheme = where.split(":", 1)[0]
-        driver = _POSTGRES_DRIVERS.get(scheme.partition("+")[2], scheme.partition("+")[2])
-        if importlib.util.find_spec(driver) is None:
+        module, install = postgres_driver(where)
+        if importlib.util.find_spec(module) is None:
             raise ValueError(
-                f"--storage {scheme}://...: the PostgreSQL driver {driver!r} is not installed; "
-                "install it with: pip install 'rd-harness[postgres]' (psycopg2-binary)"
+                f"--storage {where.split(':', 1)[0]}://...: the PostgreSQL driver {module!r} is not "
+                f"installed; install it with: pip install {install}"
             )
         # Our leases replace Optuna's heartbeat (which only runs inside Study.optimize).
         return optuna.storages.RDBStorage(where, engine_kwargs={"pool_pre_ping": True})
@@ -125,9 +144,92 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
     path = Path(where)
     if not path.exists():
         if not create:
-            raise FileNotFoundError(f"no queue journal at {path}")
+            raise NoQueue(f"no queue journal at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+
+
+def postgres_driver(url: str) -> tuple[str, str]:
+    """``(module, pip package)`` of the DBAPI driver SQLAlchemy uses for a ``postgresql`` URL.
+
+    Raises:
+        ValueError: a driver SQLAlchemy does not know, or one Optuna cannot use (async).
+    """
+    import sqlalchemy
+
+    scheme = url.split(":", 1)[0]
+    try:
+        driver = sqlalchemy.engine.make_url(url).get_dialect().driver
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError):
+        driver = scheme.partition("+")[2]
+    if driver not in _POSTGRES_DRIVERS:
+        raise ValueError(f"--storage {scheme}://...: driver {driver!r} not supported; use postgresql:// "
+                         f"(psycopg 3) or postgresql+psycopg2://")
+    return _POSTGRES_DRIVERS[driver]
+
+
+class StorageUnavailable(ConnectionError):
+    """The queue storage stayed unreachable through every retry of :func:`retry_storage`.
+
+    The message is one line: the storage (no password), the tries, the seconds spent and
+    the last error's first line.
+    """
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the storage could not be reached (worth retrying), not a bad request.
+
+    RDB: a lost or refused connection (SQLAlchemy ``OperationalError``/``InterfaceError``,
+    also when Optuna wraps it in ``StorageInternalError``). Journal: any ``OSError`` of the
+    file system (a shared folder gone for a moment), except :class:`NoQueue` and an
+    inner :class:`StorageUnavailable` (its retries are spent).
+    """
+    import sqlalchemy.exc
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        if isinstance(seen, OSError) and not isinstance(seen, (NoQueue, StorageUnavailable)):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    root = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ else exc
+    text = str(root).strip().splitlines()
+    return f"{type(root).__name__}: {text[0] if text else ''}".strip()
+
+
+def retry_storage(fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE_RETRY_S,
+                  log: Callable[[str], None] = print) -> Any:
+    """``fn()``, called again while it fails because the storage is unreachable.
+
+    Waits 0.5 s, then doubles the wait up to 10 s (:data:`RETRY_FIRST_S`,
+    :data:`RETRY_MAX_S`), for at most ``retry_s`` seconds in all; each retry is logged.
+    Other errors propagate at once.
+
+    Raises:
+        StorageUnavailable: still unreachable after ``retry_s`` seconds.
+    """
+    t0 = time.monotonic()
+    wait, tries = RETRY_FIRST_S, 0
+    while True:
+        tries += 1
+        try:
+            return fn()
+        except Exception as exc:
+            if not _unreachable(exc):
+                raise
+            spent = time.monotonic() - t0
+            if spent + wait > retry_s:
+                raise StorageUnavailable(
+                    f"queue storage {where} unreachable: gave up after {tries} tries in {spent:.0f} s "
+                    f"(last error: {_first_line(exc)})") from None
+            log(f"queue storage {where} unreachable ({_first_line(exc)}); retry {tries} in {wait:g} s")
+            time.sleep(wait)
+            wait = min(2 * wait, RETRY_MAX_S)
 
 
 def describe_storage(url: str | None, results: str | os.PathLike) -> str:
@@ -276,10 +378,22 @@ class RunQueue:
         except KeyError:
             self.study_id = None
 
+    where = "(storage)"  # for messages; set by :meth:`open`
+
     @classmethod
-    def open(cls, url: str | None, results: str | os.PathLike, **kwargs) -> "RunQueue":
-        """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor)."""
-        return cls(open_storage(url, results, create=kwargs.get("create", True)), **kwargs)
+    def open(cls, url: str | None, results: str | os.PathLike, *, retry_s: float = STORAGE_RETRY_S,
+             log: Callable[[str], None] = print, **kwargs) -> "RunQueue":
+        """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
+        while the storage is unreachable (:func:`retry_storage`).
+
+        Raises:
+            StorageUnavailable: unreachable for ``retry_s`` seconds.
+        """
+        where = describe_storage(url, results)
+        queue = retry_storage(lambda: cls(open_storage(url, results, create=kwargs.get("create", True)),
+                                          **kwargs), where=where, retry_s=retry_s, log=log)
+        queue.where = where
+        return queue
 
     # -- reading
 
@@ -541,7 +655,7 @@ def _outcome(result: Any) -> tuple[str, float | None]:
 
 def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
          grid: str | None = None, max_runs: int | None = None, wait: bool = False, poll_s: float = 10.0,
-         max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S,
+         max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S, retry_s: float = STORAGE_RETRY_S,
          log: Callable[[str], None] = print) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -558,10 +672,16 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         wait: when nothing is queued, poll every ``poll_s`` seconds instead of stopping.
         max_retries: a crashed run is retried this many times before it stays failed.
         beat_s: lease refresh interval in seconds (well below the queue's lease timeout).
+        retry_s: each queue operation is retried this long while the storage is
+            unreachable (:func:`retry_storage`).
         log: where the one-line progress messages go.
 
     Returns:
         Counter of outcomes of the runs this worker trained: 'done', 'diverged', 'failed'.
+
+    Raises:
+        StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
+            being finished stays RUNNING in the queue; the next worker reclaims it).
 
     A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one) releases the run
     being trained back to the queue, then propagates.
@@ -570,12 +690,18 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         raise ValueError(f"--max-runs {max_runs} must be at least 1")
     if poll_s <= 0 or beat_s <= 0:
         raise ValueError(f"poll interval ({poll_s} s) and beat interval ({beat_s} s) must be positive")
+    if retry_s <= 0:
+        raise ValueError(f"storage retry time {retry_s} s must be positive")
+
+    def call(method, *args, **kwargs):
+        return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
+
     outcomes: Counter = Counter()
     n = 0
     while max_runs is None or n < max_runs:
-        for rid, why in queue.reclaim_stale():
+        for rid, why in call(queue.reclaim_stale):
             log(f"reclaimed {rid}: {why}; queued again")
-        claim = queue.claim(grid)
+        claim = call(queue.claim, grid)
         if claim is None:
             if wait:
                 time.sleep(poll_s)
@@ -583,12 +709,14 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
             break
         n += 1
-        outcomes[_train_one(queue, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log)] += 1
+        outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
+                            log)] += 1
     return outcomes
 
 
-def _train_one(queue, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log) -> str:
-    done, total = queue.progress(claim.grid)
+def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log) -> str:
+    """Train one claimed run; every queue operation goes through ``call`` (retried)."""
+    done, total = call(queue.progress, claim.grid)
     again = f", attempt {claim.attempt}" if claim.attempt > 1 else ""
     log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}{again})")
     t0 = time.monotonic()
@@ -609,21 +737,21 @@ def _train_one(queue, claim, train_fn, results_dir, on_failure, max_retries, bea
                 on_failure(claim.config, results_dir, error)
             except Exception as exc2:  # keep going: the queue still records the failure
                 log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
-        retried = queue.fail(claim, error, wall_s=wall, max_retries=max_retries)
-        done, total = queue.progress(claim.grid)
+        retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
+        done, total = call(queue.progress, claim.grid)
         then = "retry queued" if retried else "no retries left"
         log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): "
             f"{type(exc).__name__}: {exc}; {then}")
         return "failed"
     except BaseException:
-        queue.release(claim, "worker interrupted (KeyboardInterrupt or SIGTERM); run released")
+        call(queue.release, claim, "worker interrupted (KeyboardInterrupt or SIGTERM); run released")
         log(f"released {claim.run_id}: queued again; a retry resumes from its checkpoint")
         raise
     wall = time.monotonic() - t0
-    if not queue.complete(claim, status, value=value, wall_s=wall):
+    if not call(queue.complete, claim, status, value=value, wall_s=wall):
         log(f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
             f"reclaimed it); the result file is written, the queue keeps the other attempt")
-    done, total = queue.progress(claim.grid)
+    done, total = call(queue.progress, claim.grid)
     log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)})")
     return status
 
@@ -634,6 +762,7 @@ class _ReportedFailure(RuntimeError):
 
 __all__ = [
     "STUDY_NAME", "JOURNAL_NAME", "MAX_RETRIES", "MAX_RECLAIMS", "STATES", "SQLITE_REFUSED",
-    "parse_storage", "open_storage", "describe_storage", "Claim", "RunState", "EnqueueResult", "fold",
+    "STORAGE_RETRY_S", "COMMAND_RETRY_S", "parse_storage", "NoQueue", "open_storage", "postgres_driver",
+    "StorageUnavailable", "retry_storage", "describe_storage", "Claim", "RunState", "EnqueueResult", "fold",
     "RunQueue", "fmt_duration", "work",
 ]

@@ -104,6 +104,33 @@ def record_failure(config: dict, results_dir: Path, error_text: str) -> Path:
     return Store(results_dir).write_result(result)
 
 
+def finished_status(config: dict, results_dir: Path) -> str | None:
+    """``'done'`` or ``'diverged'`` if the result file of ``config``'s run already holds that
+    run finished, with the same config and code version; else ``None``.
+
+    A worker that wrote the result file but died, or lost its queue storage, before the queue
+    learned the run was finished leaves such a file behind; the worker that takes the run
+    again reports it instead of training the run a second time (DESIGN section 10: every
+    cell done exactly once). An unreadable file, a failed run, another config or another
+    code version gives ``None`` (train again).
+    """
+    from db.store import Store
+
+    store = Store(results_dir)
+    path = store.result_path(config["run_id"])
+    if not path.exists():
+        return None
+    try:
+        run = store.read_result(path)["run"]
+    except (OSError, ValueError):
+        return None
+    stored = run.get("config") or {}
+    same = not config_diff({k: stored.get(k) for k in config}, config)
+    if run.get("status") in ("done", "diverged") and same and run.get("code_version") == code_version():
+        return run["status"]
+    return None
+
+
 def _quiet_lightning() -> None:
     """Keep Lightning's banner lines and known-harmless warnings out of run output."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)

@@ -97,6 +97,7 @@ def blocking_cli_worker(results: str, started: str) -> None:
             time.sleep(0.05)
 
     fake.train_run, fake.record_failure = train_run, lambda *a: None
+    fake.finished_status = lambda config, results_dir: None
     sys.modules["harness.runner"] = fake
     harness.runner = fake
     sys.exit(cli(["work", "--results", results]))
@@ -138,11 +139,17 @@ def test_storage_forms(tmp_path):
             parse_storage(bad, tmp_path)
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("psycopg2") is not None,
-                    reason="psycopg2 installed: the missing-driver message cannot be shown")
-def test_postgres_without_driver_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match=r"driver 'psycopg2' is not installed.*rd-harness\[postgres\]"):
+def test_postgres_without_driver_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(ValueError, match=r"driver 'psycopg' is not installed; install it with: "
+                                         r"pip install 'rd-harness\[postgres\]'"):
         open_storage("postgresql://u:pw@localhost/harness", tmp_path)
+    monkeypatch.setitem(sys.modules, "psycopg2", None)
+    with pytest.raises(ValueError, match=r"driver 'psycopg2' is not installed; .*pip install psycopg2-binary"):
+        open_storage("postgresql+psycopg2://u:pw@localhost/harness", tmp_path)
+    assert cli(["work", "--results", str(tmp_path), "--storage", "postgresql://u@localhost/h"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("harness work: error: --storage postgresql://...: the PostgreSQL")
 
 
 def test_default_storage_is_a_journal_with_open_lock(tmp_path):
@@ -489,6 +496,7 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
 
     fake.train_run = train_run
     fake.record_failure = lambda config, results_dir, error: calls.append(("fail", config["run_id"], error))
+    fake.finished_status = lambda config, results_dir: None
     monkeypatch.setitem(sys.modules, "harness.runner", fake)
     monkeypatch.setattr(harness, "runner", fake, raising=False)
     assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
@@ -524,8 +532,10 @@ def test_sigterm_releases_the_run(tmp_path):
 
 def test_work_command_default_retries_match_the_queue():
     from harness.commands import work as work_cmd
+    from harness.queue import STORAGE_RETRY_S
 
     assert work_cmd.MAX_RETRIES == MAX_RETRIES
+    assert work_cmd.STORAGE_RETRY_S == STORAGE_RETRY_S
 
 
 def test_status_command(tmp_path, capsys):
@@ -581,3 +591,94 @@ def test_queue_logic_is_storage_agnostic_on_rdb(tmp_path):
     assert seen[0] == claim.run_id and len(seen) == 3
     assert Counter(r.state for r in q.runs().values()) == {"done": 3}
     assert q.runs()[claim.run_id].attempt == 2
+
+
+# ----------------------------------------------------------------------------- storage outages
+
+
+def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path):
+    """The journal's folder disappears mid-run (a shared filesystem hiccup) and comes back:
+    the worker retries (0.5 s, 1 s, ...) and finishes every run once."""
+    import threading
+
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results)
+    q.enqueue(configs(seeds=(0,)))
+    away = tmp_path / "away"
+    seen, lines = [], []
+
+    def train(config, results_dir):
+        seen.append(config["run_id"])
+        if len(seen) == 1:
+            results.rename(away)  # gone while the run trains ...
+            threading.Timer(1.2, away.rename, args=(results,)).start()  # ... back 1.2 s later
+        return "done"
+
+    assert work(q, train, results, retry_s=30, log=lines.append) == Counter(done=3)
+    assert len(seen) == 3 == len(set(seen))
+    retries = [ln for ln in lines if " unreachable (" in ln]
+    assert retries[0].startswith(f"queue storage {results / 'queue.journal'} unreachable (FileNotFoundError: ")
+    assert [ln.rsplit("; ", 1)[1] for ln in retries[:2]] == ["retry 1 in 0.5 s", "retry 2 in 1 s"]
+    assert Counter(r.state for r in q.runs().values()) == {"done": 3}
+
+
+def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
+    from harness.queue import StorageUnavailable
+
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results, lease_timeout_s=1.0)
+    q.enqueue(configs(seeds=(0,)))
+    away = tmp_path / "away"
+    first = "g:tiny:block_attnres:s0:1000"
+
+    def train(config, results_dir):
+        results.rename(away)  # the folder goes away while the first run trains, for longer than retry_s
+        return "done"
+
+    with pytest.raises(StorageUnavailable) as info:
+        work(q, train, results, retry_s=1.6, log=quiet)
+    import re
+
+    unreachable = f"queue storage {re.escape(str(results / 'queue.journal'))} unreachable"
+    assert re.fullmatch(rf"{unreachable}: gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: "
+                        r"\[Errno 2\] No such file or directory: .*\)", str(info.value))
+    away.rename(results)  # back: nothing lost; the run is still RUNNING under the stopped worker's lease
+    assert q.runs()[first].state == "running"
+    time.sleep(1.1)  # the lease (1 s) runs out
+    seen = []
+    assert work(q, lambda c, r: seen.append(c["run_id"]) or "done", results, log=quiet) == Counter(done=3)
+    assert seen[0] == first and len(seen) == 3
+
+    # `harness work`: the same outage is one line on stderr and exit 1
+    other = tmp_path / "other"
+    RunQueue.open(None, other).enqueue(configs(seeds=(1,)))
+    fake = types.ModuleType("harness.runner")
+
+    def gone(config, results_dir, **kw):
+        other.rename(tmp_path / "other-away")
+        return "done"
+
+    fake.train_run, fake.record_failure, fake.finished_status = gone, lambda *a: None, lambda c, r: None
+    monkeypatch.setitem(sys.modules, "harness.runner", fake)
+    monkeypatch.setattr(harness, "runner", fake, raising=False)
+    assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch(
+        rf"harness work: error: queue storage {re.escape(str(other / 'queue.journal'))} unreachable: "
+        r"gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: .*\)", err[0])
+
+
+def test_retry_storage_passes_other_errors_at_once():
+    from harness.queue import retry_storage
+
+    calls = []
+
+    def bad():
+        calls.append(1)
+        raise ValueError("not an outage")
+
+    with pytest.raises(ValueError, match="not an outage"):
+        retry_storage(bad, where="x", retry_s=10, log=quiet)
+    assert calls == [1]
+    with pytest.raises(FileNotFoundError, match="no queue journal"):  # an answer, not an outage
+        RunQueue.open(None, Path("/nonexistent/results"), create=False, retry_s=10)

@@ -14,7 +14,8 @@ absolute in each run's config (hf:OWNER/NAME:CONFIG specs are stored as they are
 Storage: the default queue is RESULTS/queue.journal (an Optuna journal file).
 --storage journal:/shared/fs/queue.journal (or any path ending in .journal) puts
 it on a filesystem shared by several machines; --storage postgresql://USER:PASS@HOST/DB
-uses a PostgreSQL server. sqlite: is refused (it hands one run to two workers).
+uses a PostgreSQL server (driver psycopg 3: pip install 'rd-harness[postgres]';
+postgresql+psycopg2://... for psycopg2). sqlite: is refused (it hands one run to two workers).
 
 example:
   harness queue ablations/rd_controls_small.toml
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from harness.grid import check_corpus, check_plan_unchanged, load_grid
@@ -45,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.queue import RunQueue, describe_storage
+    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     grid = load_grid(args.grid)
@@ -58,7 +60,8 @@ def main(args: argparse.Namespace) -> int:
     configs = grid.expand(corpus=corpus)
     check_corpus(configs[0]["corpus"], source=source)
 
-    queue = RunQueue.open(args.storage, args.results)
+    queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
+                          log=lambda msg: print(msg, file=sys.stderr))
     check_plan_unchanged(grid, {rid: r.config for rid, r in queue.runs(grid.name).items()})
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     where = describe_storage(args.storage, args.results)

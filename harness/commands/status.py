@@ -13,6 +13,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from harness.lease import LEASE_TIMEOUT_S
@@ -38,16 +39,16 @@ def main(args: argparse.Namespace) -> int:
     import optuna
 
     from harness.lease import stale_reason
-    from harness.queue import RunQueue, describe_storage, fmt_duration, open_storage
+    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage, fmt_duration
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = describe_storage(args.storage, args.results)
     try:
-        storage = open_storage(args.storage, args.results, create=False)
+        queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, create=False,
+                              retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr))
     except FileNotFoundError:
         print(f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml")
         return 0
-    queue = RunQueue(storage, lease_timeout_s=args.lease_s, create=False)
     runs = queue.runs(args.grid)
     if not runs:
         grids = sorted({r.grid for r in queue.runs().values()})

@@ -6,7 +6,9 @@ run is handed to exactly one worker. A worker holds a lease on its run and refre
 it every few seconds; a run whose worker died (lease older than --lease-s, or the
 process gone on this host) is queued again by the next worker and resumes from its
 checkpoint. A run whose training raises is recorded as failed and retried up to
---retries times. Ctrl-C or SIGTERM gives the current run back to the queue.
+--retries times. Ctrl-C or SIGTERM gives the current run back to the queue. An
+unreachable storage (a database restarting) is retried for --storage-retry-s seconds,
+then the worker stops with an error; start it again once the storage is back.
 
 Prints one line per run start and end, with the grid's finished/total count:
   [3/18] done rd_controls_small:small:rd_attnres:s0:200000 (41 s)
@@ -22,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from harness.lease import BEAT_S, LEASE_TIMEOUT_S
 
-# Equal to harness.queue.MAX_RETRIES (a test checks); not imported so that building the
-# parser (`harness --help`) does not load Optuna.
+# Equal to harness.queue.MAX_RETRIES and STORAGE_RETRY_S (a test checks); not imported so
+# that building the parser (`harness --help`) does not load Optuna.
 MAX_RETRIES = 2
+STORAGE_RETRY_S = 60.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
                         help="a run whose worker has not refreshed its lease for S seconds is "
                              f"reclaimed (default: {LEASE_TIMEOUT_S:g}; clocks must agree well within it)")
+    parser.add_argument("--storage-retry-s", type=float, default=STORAGE_RETRY_S, metavar="S",
+                        help="retry an unreachable queue storage (backoff 0.5 s doubling to 10 s) for "
+                             f"S seconds, then stop with an error (default: {STORAGE_RETRY_S:g})")
     parser.add_argument("--threads", type=int, default=0, metavar="N",
                         help="torch CPU threads for this worker (0 = torch's default; use cores / workers)")
     parser.add_argument("--devices", default="1", help="devices per run for Lightning (e.g. 4 with --strategy ddp)")
@@ -56,6 +63,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _sigterm(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
+
+
+def _train_unless_finished(runner, config: dict, results_dir, *, progress: bool, **trainer_kwargs) -> str:
+    """``runner.train_run``, unless an earlier attempt already wrote this run's finished result
+    (its worker died before telling the queue): then that result's status, without training."""
+    status = runner.finished_status(config, results_dir)
+    if status is None:
+        return runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
+    if progress:
+        print(f"{config['run_id']}: already {status} (its result file was written by an earlier attempt "
+              "whose worker stopped before telling the queue); not trained again", file=sys.stderr, flush=True)
+    return status
 
 
 def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
@@ -78,16 +97,18 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
             torch.set_num_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         train_fn = train_fn or functools.partial(
-            runner.train_run, progress=not args.quiet, accelerator=args.accelerator,
+            _train_unless_finished, runner, progress=not args.quiet, accelerator=args.accelerator,
             devices=devices, strategy=args.strategy)
         on_failure = on_failure or runner.record_failure
-    queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s)
+    if args.storage_retry_s <= 0:
+        raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
+    queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
     beat_s = min(BEAT_S, args.lease_s / 4)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         outcomes = work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
                         max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                        max_retries=args.retries, beat_s=beat_s)
+                        max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s)
     finally:
         signal.signal(signal.SIGTERM, previous)
     n = sum(outcomes.values())

@@ -1,0 +1,61 @@
+"""Shared fixtures: real services (tests/services.py) and the chaos grid's reference NLLs.
+
+``postgres`` and ``slurm`` start once per test session and stop at its end; a test that
+uses one fails (with the daemons' logs) when it cannot start, it is never skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import chaos
+import services
+
+CHAOS_CELLS = 12  # the reference covers every chaos grid of up to this many cells
+
+
+def _start(service_cls):
+    service = None
+    try:
+        service = service_cls()
+        return service.start()
+    except services.ServiceError as exc:
+        if service is not None:
+            service.close()
+        pytest.fail(f"{service_cls.__name__} could not start:\n{exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server (:class:`services.PostgresServer`) for the whole session."""
+    server = _start(services.PostgresServer)
+    yield server
+    server.close()
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """URL (``postgresql://``, psycopg 3) of a fresh, empty database on the session's server."""
+    return postgres.create_database(f"harness_test_{next(_databases)}")
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A one-node SLURM cluster (:class:`services.SlurmCluster`) for the whole session."""
+    cluster = _start(services.SlurmCluster)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def chaos_reference(tmp_path_factory) -> dict[str, float]:
+    """``run_id -> val_nll`` of the chaos grid's cells, each trained by one uninterrupted
+    worker on a journal queue (:func:`chaos.reference`)."""
+    if not chaos.SAMPLE.is_dir():
+        pytest.skip(f"sample corpus absent: {chaos.SAMPLE}")
+    return chaos.reference(tmp_path_factory.mktemp("chaos-reference"), CHAOS_CELLS)
