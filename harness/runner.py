@@ -325,7 +325,8 @@ class _Run:
         # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
         # next `harness sql`/`report` ingests it
         store = Store(self.results_dir, lock_timeout_s=0)
-        store.write_result({"run": run, "metrics": lit.records, "routing": lit.routing_rows})
+        store.write_result({"run": run, "metrics": lit.records, "routing": lit.routing_rows,
+                            "route_pairs": lit.pair_rows, "route_params": lit.param_rows})
         shutil.rmtree(self.ckpt_dir, ignore_errors=True)
         try:
             store.ingest()

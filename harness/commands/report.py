@@ -5,6 +5,9 @@ protocol hash), then reports per size and budget: paired t-test with 95 % interv
 exact Wilcoxon and sign tests, wins k/n, Cohen's d_z, perplexity change, Holm-adjusted
 p-values, TOST equivalence of each control vs the parent, a verdict per control, the
 A/A check, and a mixed model nll ~ variant + (1 | seed) as a cross-check (DESIGN 6).
+A control that cannot differ from the parent (two of its routes stayed identical, none of
+the parameters it adds ever moved, or it equals the parent at every seed) gets the verdict
+`invalid: degenerate`, whatever its statistics say (DESIGN 3).
 The A/A check states its max |dNLL| (the protocol's numerical noise floor) and warns when
 it reaches half the treatment's gain; control verdicts are marked when the treatment's
 own gain is not significant.
@@ -44,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def headline_lines(result: BuildResult) -> list[str]:
     """Plain-text headline (treatment vs parent per size/budget), control verdicts (with the
-    caveat when the treatment's own gain is not significant) and each A/A status with its summary."""
+    caveat when the treatment's own gain is not significant, the reason of a degenerate one)
+    and each A/A status with its summary."""
+    from reports.degeneracy import DEGENERATE
     from reports.render import fmt_ci, fmt_nats, fmt_p, fmt_pct
 
     stats = result.stats
@@ -57,8 +62,10 @@ def headline_lines(result: BuildResult) -> list[str]:
         lines.append(f"warning: {w}")
     for c in stats.verdicts():
         more = "" if math.isnan(c.more_seeds) else f" (~{int(c.more_seeds)} more seed(s): {c.deciding_test})"
-        caveat = f"; NOTE: {c.caveat}" if c.caveat else ""
-        lines.append(f"  {c.first:<16} {c.size:<8} {c.budget_tokens:>12}  {c.verdict}{more}{caveat}")
+        extra = f"; NOTE: {c.caveat}" if c.caveat else ""
+        if c.verdict == DEGENERATE:  # the reason is the whole story
+            extra = f": {c.note}"
+        lines.append(f"  {c.first:<16} {c.size:<8} {c.budget_tokens:>12}  {c.verdict}{more}{extra}")
     for a in stats.aa_checks:
         lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {a.status} ({a.summary})")
     return lines
