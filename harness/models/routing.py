@@ -193,9 +193,11 @@ class RouteSite(nn.Module):
             for role, names in group.roles.items():
                 if names not in cache:
                     x = routes[names[0]]
-                    for extra in names[1:]:
-                        x = x + routes[extra]
-                    cache[names] = x / len(names) if len(names) > 1 else x
+                    if any(routes[n] is not x for n in names[1:]):  # the mean of one tensor is itself
+                        for extra in names[1:]:
+                            x = x + routes[extra]
+                        x = x / len(names)
+                    cache[names] = x
                 roles[role] = cache[names]
             out.append(roles)
         return out
