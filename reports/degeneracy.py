@@ -151,7 +151,7 @@ def _nothing_moved(route_params: pl.DataFrame | None, run_ids: list[str], parent
     if added.height == 0:
         return ""  # adds no trainable parameter: not judged by this rule (fixed_v)
     moved = added.group_by("run_id").agg(pl.col("max_abs_change").max().alias("moved"))
-    if moved.filter(~(pl.col("moved") == 0)).height:  # NaN or null counts as moved: no claim
+    if moved.filter((pl.col("moved") != 0) | pl.col("moved").is_null()).height:  # NaN or null: no claim
         return ""
     names = sorted(set(added["name"].to_list()))
     return (f"none of the {added.select(key).unique().height} parameter(s) it adds ({', '.join(names)}) ever moved "

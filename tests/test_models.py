@@ -208,35 +208,26 @@ def test_dup_route_tied_equals_parent_with_random_queries(config):
 
 
 @configs
-def test_param_matched_with_zero_offset_equals_parent(config):
+@pytest.mark.parametrize("variant, added, value, layers", [
+    ("param_matched", "b_qk", 0.05, (0, -1)),  # norm(r0 + b) is not norm(r0), at the first layer too
+    ("query_reparam", "w_extra", 0.5, (-1,)),
+])
+def test_control_with_its_added_vector_at_zero_equals_parent(config, variant, added, value, layers):
+    """param_matched with b = 0 and query_reparam with w_extra = 0 are the parent; a
+    non-zero value moves them away."""
     x = tokens(config)
     parent = build(PARENT, config, seed=4)
     randomize_queries(parent, seed=5)
-    pm = build("param_matched", config, seed=4)
-    copy_shared(parent, pm)  # b_qk keeps its zero init
-    assert all(float(l.attn_route.b_qk.detach().abs().max()) == 0 for l in pm.layers)
-    assert max_diff(parent(x), pm(x)) <= TOL
-    # and a non-zero offset moves it away, at the first layer too (norm(r0 + b) is not norm(r0))
-    for l in (0, -1):
+    m = build(variant, config, seed=4)
+    copy_shared(parent, m)  # the added vector keeps its zero init
+    assert all(float(getattr(l.attn_route, added).detach().abs().max()) == 0 for l in m.layers)
+    assert max_diff(parent(x), m(x)) <= TOL
+    for l in layers:
         with torch.no_grad():
-            pm.layers[l].attn_route.b_qk.fill_(0.05)
-        assert max_diff(parent(x), pm(x)) > 1e-4
+            getattr(m.layers[l].attn_route, added).fill_(value)
+        assert max_diff(parent(x), m(x)) > 1e-4
         with torch.no_grad():
-            pm.layers[l].attn_route.b_qk.zero_()
-
-
-@configs
-def test_query_reparam_with_zero_extra_equals_parent(config):
-    x = tokens(config)
-    parent = build(PARENT, config, seed=4)
-    randomize_queries(parent, seed=5)
-    qr = build("query_reparam", config, seed=4)
-    copy_shared(parent, qr)  # w_extra keeps its zero init
-    assert all(float(l.attn_route.w_extra.detach().abs().max()) == 0 for l in qr.layers)
-    assert max_diff(parent(x), qr(x)) <= TOL
-    with torch.no_grad():
-        qr.layers[-1].attn_route.w_extra.fill_(0.5)
-    assert max_diff(parent(x), qr(x)) > 1e-4
+            getattr(m.layers[l].attn_route, added).zero_()
 
 
 @configs
@@ -427,6 +418,48 @@ def test_spec_validation_errors_name_the_key():
     bad_role = {"queries": {"w_qk": {}}, "routes": {"qk": ["w_qk"]}, "roles": {"q": ["qk"], "k": ["qk"], "v": ["zz"]}}
     with pytest.raises(ValueError, match="unknown route 'zz'"):
         parse_spec({**base, "attn": bad_role})
+    q, r = {"w_qk": {}}, {"qk": ["w_qk"]}
+    qkv = {"q": ["qk"], "k": ["qk"], "v": ["qk"]}
+    cases = [
+        ({"queries": q, "routes": r, "roles": qkv, "head_groups": [qkv, qkv]}, r"needs exactly one of 'roles' or 'head_groups'"),
+        ({"queries": q, "routes": r, "head_groups": [qkv]}, r"at least two tables"),
+        ({"queries": q, "routes": r, "head_groups": [qkv, {**qkv, "share": 0}]}, r"#1 share=0: a positive integer"),
+        ({"queries": q, "routes": r, "head_groups": [qkv, {"q": ["qk"], "k": ["qk"]}]}, r"#1 must define exactly \['q', 'k', 'v'\]"),
+        ({"queries": q, "offsets": {"x_qk": {}}, "routes": r, "roles": qkv}, r"\[attn.offsets\] 'x_qk': names start with 'b_'"),
+        ({"queries": q, "offsets": {"b_qk": {}}, "routes": r, "roles": qkv}, r"\['b_qk'\] declared but used by no route"),
+        ({"queries": q, "routes": {"qk": {"queries": ["w_qk"], "offset": "b_zz"}}, "roles": qkv}, r"unknown offset 'b_zz'"),
+        ({"queries": q, "routes": {"qk": {"query": ["w_qk"]}}, "roles": qkv}, r"a route table has keys 'queries' \(required\) and 'offset'"),
+        ({"queries": {"w_qk": "yes"}, "routes": r, "roles": qkv}, r"w_qk = 'yes': use \{\} or \{ trainable = false \}"),
+    ]
+    for attn, message in cases:
+        with pytest.raises(ValueError, match=message):
+            parse_spec({**base, "attn": attn})
+    with pytest.raises(ValueError, match=r"\[mlp\] head_groups: only the attention site has heads"):
+        parse_spec({**base, "mlp": {"queries": {"w_mlp": {}}, "routes": {"mlp": ["w_mlp"]},
+                                    "head_groups": [{"mlp": ["mlp"]}, {"mlp": ["mlp"]}]}})
+
+
+def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(tmp_path, monkeypatch):
+    import harness.models as models
+    from harness.runner import make_run_config
+
+    (tmp_path / "thirds.toml").write_text(
+        'name = "thirds"\nresidual = "block"\nrole = "control"\n'
+        '[attn.queries]\nw_qk = {}\n[attn.routes]\nqk = ["w_qk"]\n'
+        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n' * 3)
+    monkeypatch.setenv("HARNESS_SPEC_PATH", str(tmp_path))
+    models._specs.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "):
+            build_model("thirds", "tiny", seed=0)
+        with pytest.raises(ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"):
+            make_run_config("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
+        assert make_run_config("thirds", "120m", 0, 1000, "corpus")["variant"] == "thirds"
+        with torch.device("meta"):
+            assert build_model_meta("thirds", "120m").layers[0].attn.head_ranges == [(0, 4), (4, 8), (8, 12)]
+    finally:
+        monkeypatch.delenv("HARNESS_SPEC_PATH")
+        models._specs.cache_clear()
 
 
 def test_new_control_is_just_a_spec(tmp_path):

@@ -151,7 +151,9 @@ def _declared(site: str, kind: str, prefix: str, table, where: str) -> dict[str,
         if not name.startswith(prefix):
             raise _fail(where, f"[{site}.{kind}] {name!r}: names start with {prefix!r}")
         opts = opts or {}
-        bad = set(opts) - {"trainable"} if isinstance(opts, dict) else {"<not a table>"}
+        if not isinstance(opts, dict):
+            raise _fail(where, f"[{site}.{kind}] {name} = {opts!r}: use {{}} or {{ trainable = false }}")
+        bad = set(opts) - {"trainable"}
         if bad:
             raise _fail(where, f"[{site}.{kind}.{name}] unknown key(s) {sorted(bad)}; allowed: ['trainable']")
         out[name] = bool(opts.get("trainable", True))
