@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from harness.models.init import is_zero_init
+
 
 def entropy(p: Tensor, dim: int = -1) -> Tensor:
     """Shannon entropy in nats along ``dim`` (0 log 0 = 0)."""
@@ -233,8 +235,6 @@ class RoutingAccumulator:
 def route_param_snapshot(model) -> dict[str, Tensor]:
     """Detached CPU copies of every trainable pseudo-query and offset of ``model`` (its
     routing parameters; a spec can add no others), by qualified name, ``[D]`` each."""
-    from harness.models.init import is_zero_init
-
     return {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()
             if p.requires_grad and is_zero_init(name)}
 
