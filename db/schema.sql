@@ -63,6 +63,36 @@ CREATE TABLE IF NOT EXISTS routing (
     js_qk_v_of_means DOUBLE              -- JS between the two token-averaged distributions, nats
 );
 
+-- Degeneracy records (DESIGN section 3, "A control that cannot differ from the parent is not a
+-- control"), at each evaluation: one row per layer, site and pair of that site's routes (none for
+-- a site with one route). Two routes whose summed queries and offsets stay within 1e-6 at every
+-- layer compute the same route: a control whose routes do so is the parent in disguise.
+CREATE TABLE IF NOT EXISTS route_pairs (
+    run_id              VARCHAR NOT NULL,
+    tokens              BIGINT  NOT NULL,   -- training tokens seen when measured
+    layer               INTEGER NOT NULL,   -- 0-based layer; the output site uses layer = n_layers
+    site                VARCHAR NOT NULL,   -- attn | mlp | out
+    route_a             VARCHAR NOT NULL,   -- e.g. qk
+    route_b             VARCHAR NOT NULL,   -- e.g. dup
+    query_max_abs_diff  DOUBLE,             -- max over D of |w_a - w_b|, the routes' summed pseudo-queries
+    offset_max_abs_diff DOUBLE,             -- max over D of |b_a - b_b|, their offsets (none = 0)
+    js                  DOUBLE              -- JS(route a, route b) per token, then averaged, nats
+);
+
+-- Degeneracy records, at each evaluation: every trainable routing parameter (pseudo-query w_*,
+-- offset b_*; the only parameters a variant spec can add) and how far it moved from its initial
+-- value. The parameters a control adds are those of its rows that its parent's rows lack.
+CREATE TABLE IF NOT EXISTS route_params (
+    run_id         VARCHAR NOT NULL,
+    tokens         BIGINT  NOT NULL,        -- training tokens seen when measured
+    layer          INTEGER NOT NULL,        -- layer of the parameter's site (output site: n_layers)
+    site           VARCHAR NOT NULL,        -- attn | mlp | out
+    name           VARCHAR NOT NULL,        -- leaf name, e.g. w_qk, w_dup, b_qk
+    numel          BIGINT,                  -- number of elements (D)
+    max_abs_change DOUBLE,                  -- max over elements of |value - initial value|
+    max_abs_value  DOUBLE                   -- max over elements of |value|
+);
+
 -- `harness bench` rows (DESIGN section 7); one benchmark invocation shares one bench_id.
 CREATE TABLE IF NOT EXISTS bench (
     bench_id      VARCHAR NOT NULL,

@@ -10,11 +10,12 @@ name ingestion reads (it reads ``*.json`` only; tmp files end in ``.tmp``).
 Ingestion (:meth:`Store.ingest`, also run before each :meth:`Store.query`) copies new or changed
 files into ``RESULTS/harness.duckdb``. A file is pending when its (size, mtime_ns, inode) differ
 from what table ``ingest_log`` recorded. A run's rows are replaced in one transaction (delete its
-``runs``/``metrics``/``routing`` rows, insert the file's), so ingesting twice leaves identical
-tables, and a newer file for a run_id (a retried run) replaces the old rows. Rows go in as polars
-frames scanned by DuckDB through the Arrow PyCapsule interface (no pyarrow needed), never
-row-by-row. A file that fails to parse or validate is skipped with a warning and its error is
-kept in ``ingest_log.error`` (it is retried when the file changes). The run files are the
+``runs`` row and its rows in ``metrics``, ``routing``, ``route_pairs`` and ``route_params``,
+insert the file's), so ingesting twice leaves identical tables, and a newer file for a run_id
+(a retried run) replaces the old rows. Rows go in as polars frames scanned by DuckDB through
+the Arrow PyCapsule interface (no pyarrow needed), never row-by-row. A file that fails to
+parse or validate is skipped with a warning and its error is kept in ``ingest_log.error``
+(it is retried when the file changes). The run files are the
 source of truth: deleting ``harness.duckdb`` loses nothing but ``bench`` rows, and the next
 ingest rebuilds the run tables.
 
@@ -42,6 +43,7 @@ import duckdb
 import polars as pl
 
 from db.validate import (
+    ROW_TABLES,
     columns,
     result_filename,
     schema_sha256,
@@ -54,7 +56,7 @@ DB_NAME = "harness.duckdb"
 RUNS_DIRNAME = "runs"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 
-# Ingest in transactions of at most this many files / metric+routing rows: bounds memory and
+# Ingest in transactions of at most this many files / per-run rows (metrics, routing, ...): bounds memory and
 # lock hold time while keeping per-commit overhead small.
 _BATCH_FILES = 256
 _BATCH_ROWS = 500_000
@@ -209,7 +211,7 @@ class Store:
         """Validate a finished run and write it atomically to its own file; no database access.
 
         Args:
-            result: ``{"run": {...}, "metrics": [...], "routing": [...]}``; the format and the
+            result: ``{"run": {...}, "metrics": [...], "routing": [...], ...}``; the format and the
                 rules are in :mod:`db.validate`. ``written_at`` (UTC now) is added.
 
         Returns:
@@ -394,7 +396,7 @@ class Store:
                 continue
             batch.append(loaded)
             if loaded.result is not None:
-                batch_rows += len(loaded.result["metrics"]) + len(loaded.result["routing"])
+                batch_rows += sum(len(loaded.result[t]) for t in ROW_TABLES)
             if len(batch) >= _BATCH_FILES or batch_rows >= _BATCH_ROWS:
                 count += self._commit(con, batch)
                 batch, batch_rows = [], 0
@@ -428,8 +430,7 @@ class Store:
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         frames = {
             "_in_runs": _frame("runs", [r["run"] for r in results]),
-            "_in_metrics": _frame("metrics", [m for r in results for m in r["metrics"]]),
-            "_in_routing": _frame("routing", [x for r in results for x in r["routing"]]),
+            **{f"_in_{t}": _frame(t, [x for r in results for x in r[t]]) for t in ROW_TABLES},
             "_in_log": pl.DataFrame(
                 {
                     "file": [i.path.name for i in batch],
@@ -448,9 +449,9 @@ class Store:
         try:
             con.begin()
             try:
-                for table in ("routing", "metrics", "runs"):
+                for table in (*ROW_TABLES, "runs"):
                     con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM _in_runs)")
-                for table in ("runs", "metrics", "routing"):
+                for table in ("runs", *ROW_TABLES):
                     con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _in_{table}")
                 con.execute("DELETE FROM ingest_log WHERE file IN (SELECT file FROM _in_log)")
                 con.execute("INSERT INTO ingest_log BY NAME SELECT * FROM _in_log")

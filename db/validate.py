@@ -11,16 +11,22 @@ A finished run is one JSON file, ``RESULTS/runs/<quoted run_id>.json``, written 
               "config": {...}, ...},                   # columns of table `runs`
       "metrics": [{"step": 10, "tokens": 40960, "split": "val", "name": "nll", "value": 5.1}, ...],
       "routing": [{"tokens": 40960, "layer": 0, "site": "attn", "route": "qk", "source": 0,
-                   "weight": 0.5, "entropy": 0.69, "eff_depth": 0.5, "js_qk_v": 0.01}, ...]
+                   "weight": 0.5, "entropy": 0.69, "eff_depth": 0.5, "js_qk_v": 0.01}, ...],
+      "route_pairs": [{"tokens": 40960, "layer": 1, "site": "attn", "route_a": "qk",
+                       "route_b": "dup", "query_max_abs_diff": 0.02, "js": 0.001}, ...],
+      "route_params": [{"tokens": 40960, "layer": 1, "site": "attn", "name": "w_dup",
+                        "numel": 256, "max_abs_change": 0.03}, ...]
     }
 
-Keys of ``run``/``metrics``/``routing`` rows are the column names of tables ``runs``,
-``metrics`` and ``routing`` in ``db/schema.sql`` (which this module reads, so a column added
-there is accepted here at once); a metrics/routing row may omit ``run_id`` or repeat the run's
-own. Required: ``run`` keys run_id, grid, variant, role, seed, size, budget_tokens, status;
-every metrics key; routing keys tokens, layer, site, route, source, weight. ``metrics`` and
-``routing`` may be absent (a failed run). Allowed values: role in :data:`ROLES`, status in
-:data:`STATUSES`, split in :data:`SPLITS`, site in :data:`SITES`. Types follow the column:
+Keys of ``run`` rows and of the row lists are the column names of the tables of the same
+names (``runs`` for ``run``) in ``db/schema.sql`` (which this module reads, so a column added
+there is accepted here at once); a list row may omit ``run_id`` or repeat the run's own.
+Required: ``run`` keys run_id, grid, variant, role, seed, size, budget_tokens, status;
+every metrics key; routing keys tokens, layer, site, route, source, weight; route_pairs keys
+tokens, layer, site, route_a, route_b; route_params keys tokens, layer, site, name. The row
+lists may be absent (a failed run; a result written before route_pairs/route_params
+existed). Allowed values: role in :data:`ROLES`, status in :data:`STATUSES`, split in
+:data:`SPLITS`, site in :data:`SITES`. Types follow the column:
 INTEGER/BIGINT take Python ints (not bools, not floats), DOUBLE takes ints or floats (NaN and
 infinities allowed; the file then uses Python's ``NaN``/``Infinity`` JSON extension), TIMESTAMP
 takes a ``datetime`` or an ISO 8601 string (an aware time is converted to UTC; stored naive
@@ -50,6 +56,8 @@ REQUIRED = {
     "runs": ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens", "status"),
     "metrics": ("step", "tokens", "split", "name", "value"),
     "routing": ("tokens", "layer", "site", "route", "source", "weight"),
+    "route_pairs": ("tokens", "layer", "site", "route_a", "route_b"),
+    "route_params": ("tokens", "layer", "site", "name"),
     "bench": ("bench_id", "size", "variant"),
 }
 ALLOWED_VALUES = {
@@ -57,8 +65,11 @@ ALLOWED_VALUES = {
     ("runs", "status"): STATUSES,
     ("metrics", "split"): SPLITS,
     ("routing", "site"): SITES,
+    ("route_pairs", "site"): SITES,
+    ("route_params", "site"): SITES,
 }
-TOP_LEVEL_KEYS = ("format_version", "written_at", "run", "metrics", "routing")
+ROW_TABLES = ("metrics", "routing", "route_pairs", "route_params")  # per-run row lists of a result
+TOP_LEVEL_KEYS = ("format_version", "written_at", "run", *ROW_TABLES)
 
 SCHEMA_PATH = Path(__file__).with_name("schema.sql")
 
@@ -201,7 +212,7 @@ def validate_row(table: str, row: Any, where: str, *, run_id: str | None = None)
     """Check one row meant for ``table`` and return it normalised (all columns present).
 
     Args:
-        table: ``runs``, ``metrics``, ``routing`` or ``bench``.
+        table: ``runs``, one of :data:`ROW_TABLES`, or ``bench``.
         row: mapping of column name to value.
         where: how to name the row in error messages, e.g. ``"result['metrics'][3]"``.
         run_id: for metrics/routing rows, the run's id; the row's own ``run_id`` key, if
@@ -261,8 +272,9 @@ def validate_result(result: Any) -> dict[str, Any]:
     """Check a run's result dict and return a normalised copy (the form written to disk).
 
     Args:
-        result: ``{"run": {...}, "metrics": [...], "routing": [...]}`` as described in this
-            module's docstring; ``format_version``/``written_at`` are optional.
+        result: ``{"run": {...}, "metrics": [...], "routing": [...], "route_pairs": [...],
+            "route_params": [...]}`` as described in this module's docstring;
+            ``format_version``/``written_at`` are optional.
 
     Returns:
         A new dict with every key of :data:`TOP_LEVEL_KEYS` except ``written_at`` (kept if
@@ -299,8 +311,8 @@ def validate_result(result: Any) -> dict[str, Any]:
         except _Bad as bad:
             raise ValueError(f"result['written_at'] {bad}") from None
     out["run"] = run
-    out["metrics"] = _validate_rows("metrics", result.get("metrics"), "result['metrics']", run_id)
-    out["routing"] = _validate_rows("routing", result.get("routing"), "result['routing']", run_id)
+    for table in ROW_TABLES:
+        out[table] = _validate_rows(table, result.get(table), f"result[{table!r}]", run_id)
     return out
 
 

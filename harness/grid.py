@@ -58,7 +58,7 @@ ROLES = ("parent", "treatment", "control", "reference")
 # Used when harness.models does not (yet) offer available_variants().
 FALLBACK_VARIANTS = (
     "prenorm", "full_attnres", "block_attnres", "rd_attnres",
-    "param_matched", "dup_route", "dup_route_tied", "fixed_v",
+    "param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam",
 )
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).

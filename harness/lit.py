@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.config import TrainConfig
-from harness.models.diagnostics import RoutingAccumulator
+from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
 
 
 def lr_multiplier(step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
@@ -79,6 +79,10 @@ class LitLM(L.LightningModule):
         self.log_every = max(1, log_every)
         self.records: list[dict] = []
         self.routing_rows: list[dict] = []
+        self.pair_rows: list[dict] = []  # DuckDB route_pairs (degeneracy records, DESIGN section 3)
+        self.param_rows: list[dict] = []  # DuckDB route_params
+        # the routing parameters as built (before any checkpoint is loaded): their initial values
+        self._route_init = route_param_snapshot(model)
         self.diverged: dict | None = None
         self._compiled = None
         self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds
@@ -167,7 +171,9 @@ class LitLM(L.LightningModule):
         (an iterable of ``(x, y)`` int64 ``[B, T]``), and routing rows on the same windows.
 
         Records ``val/nll``, ``val/bpb``, ``val/ppl`` at the current step, and appends the
-        routing rows (DESIGN section 5, table ``routing``) to ``routing_rows``. Under DDP
+        routing rows (DESIGN section 5, table ``routing``) to ``routing_rows`` and the
+        degeneracy records (DESIGN section 3, tables ``route_pairs`` and ``route_params``) to
+        ``pair_rows`` and ``param_rows``. Under DDP
         every rank evaluates the whole fixed set (the data module gives each rank all
         windows), so every rank returns the same, global numbers.
         """
@@ -192,19 +198,25 @@ class LitLM(L.LightningModule):
                "tokens": int(n_tok), "bytes": int(n_bytes)}
         for name in ("nll", "bpb", "ppl"):
             self._record("val", name, out[name])
-        self.routing_rows.extend(acc.result().rows(tokens=self.tokens_seen))
+        diagnostics = acc.result()
+        self.routing_rows.extend(diagnostics.rows(tokens=self.tokens_seen))
+        self.pair_rows.extend(diagnostics.pair_rows(tokens=self.tokens_seen))
+        self.param_rows.extend(route_param_rows(self.model, self._route_init, self.tokens_seen))
         return out
 
     # -- checkpoint state -------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         wall_s = self.wall_s_before + time.perf_counter() - self.t_process_start
         checkpoint["harness"] = {"records": self.records, "routing_rows": self.routing_rows,
+                                 "pair_rows": self.pair_rows, "param_rows": self.param_rows,
                                  "diverged": self.diverged, "wall_s": wall_s}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("harness", {})
         self.records = list(state.get("records", []))
         self.routing_rows = list(state.get("routing_rows", []))
+        self.pair_rows = list(state.get("pair_rows", []))
+        self.param_rows = list(state.get("param_rows", []))
         self.diverged = state.get("diverged")
         self.wall_s_before = float(state.get("wall_s", 0.0))
 

@@ -50,12 +50,18 @@ def make_run_config(variant: str, size: str, seed: int, budget_tokens: int, corp
     then command line). ``role`` defaults to the variant spec's role.
 
     Raises:
-        ValueError: unknown variant or size, bad budget or seed, bad train keys.
+        ValueError: unknown variant or size, a variant whose head groups cannot split the
+            size's heads, bad budget or seed, bad train keys.
     """
     from harness.models import get_spec
 
     spec = get_spec(variant)
-    get_size(size)
+    preset = get_size(size)
+    if spec.residual != "prenorm":
+        try:  # a split of the heads that this size cannot make fails now, not in a worker
+            spec.sites["attn"].head_counts(preset.n_heads)
+        except ValueError as exc:
+            raise ValueError(f"variant {variant!r} at size {size!r}: {exc}") from None
     if not NAME_RE.match(grid):
         raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)")
     if int(budget_tokens) <= 0:
@@ -352,7 +358,8 @@ class _Run:
         # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
         # next `harness sql`/`report` ingests it
         store = Store(self.results_dir, lock_timeout_s=0)
-        store.write_result({"run": run, "metrics": lit.records, "routing": lit.routing_rows})
+        store.write_result({"run": run, "metrics": lit.records, "routing": lit.routing_rows,
+                            "route_pairs": lit.pair_rows, "route_params": lit.param_rows})
         shutil.rmtree(self.ckpt_dir, ignore_errors=True)
         try:
             store.ingest()

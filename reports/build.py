@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from reports.degeneracy import find_degenerate
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
 from reports.plan import AnalysisPlan
@@ -31,15 +32,19 @@ from reports.stats import ReportStats, analyze
 
 @dataclass(frozen=True, slots=True)
 class Frames:
-    """The four inputs of a report (DESIGN section 5 tables, one grid).
+    """The inputs of a report (DESIGN section 5 tables, one grid).
 
-    ``metrics`` and ``routing`` may be None or empty (figures are then skipped).
+    ``metrics`` and ``routing`` may be None or empty (figures are then skipped);
+    ``route_pairs`` and ``route_params`` (the degeneracy records of DESIGN section 3) may
+    be None or empty (those degeneracy criteria are then not applied).
     """
 
     final: pl.DataFrame
     runs: pl.DataFrame
     metrics: pl.DataFrame | None = None
     routing: pl.DataFrame | None = None
+    route_pairs: pl.DataFrame | None = None
+    route_params: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +62,7 @@ def load_frames(store: Any, grid: str) -> Frames:
     Args:
         store: an object with ``query(sql, params, *, ingest=True) -> polars.DataFrame``
             (``db.store.Store``). Pending result files are ingested by the first query only,
-            so the four frames see the same set of runs.
+            so all frames see the same set of runs.
         grid: grid name (``runs.grid``).
 
     Raises:
@@ -73,7 +78,9 @@ def load_frames(store: Any, grid: str) -> Frames:
     metrics = store.query(f"SELECT * FROM metrics WHERE split = 'val' AND name = 'nll' AND {in_grid} "
                           "ORDER BY run_id, tokens", [grid], ingest=False)
     routing = store.query(f"SELECT * FROM routing WHERE {in_grid}", [grid], ingest=False)
-    return Frames(final, runs, metrics, routing)
+    pairs, params = (store.query(f"SELECT * FROM {t} WHERE {in_grid}", [grid], ingest=False)
+                     for t in ("route_pairs", "route_params"))
+    return Frames(final, runs, metrics, routing, pairs, params)
 
 
 def _write_atomic(path: Path, data: bytes) -> Path:
@@ -101,6 +108,8 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     Raises:
         ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`.
     """
+    if degenerate is None:
+        degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
     stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
                     degenerate=degenerate)
     final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final

@@ -1,7 +1,8 @@
 """Synthetic results frames for tests and demos (no training, no database).
 
-Shapes follow the DuckDB contract of DESIGN section 5: ``final``, ``runs``, ``metrics``
-and ``routing`` as polars frames. Final validation NLL of variant v at seed s is
+Shapes follow the DuckDB contract of DESIGN section 5: ``final``, ``runs``, ``metrics``,
+``routing`` and the degeneracy records ``route_pairs`` and ``route_params`` (DESIGN
+section 3) as polars frames; no built-in control is degenerate in them. Final validation NLL of variant v at seed s is
 
     nll[v, s] = base + seed_effect[s] + effect[v] + noise[v, s]    (nats/token)
 
@@ -30,6 +31,10 @@ DEFAULT_EFFECTS = {
 }
 ROLE_OF = {"block_attnres": "parent", "rd_attnres": "treatment", "prenorm": "reference"}
 _V_ROUTE = {"rd_attnres", "fixed_v"}  # variants whose V input has its own route
+# variant -> (its second attention route, or None; its trainable routing parameter beyond w_qk)
+_ROUTES = {"rd_attnres": ("v", "w_v"), "fixed_v": ("v", None), "dup_route": ("dup", "w_dup"),
+           "dup_route_tied": ("qk_dup", None), "param_matched": (None, "b_qk"),
+           "query_reparam": (None, "w_extra")}
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -49,7 +54,8 @@ def synthetic_frames(*, grid: str = "synthetic", sizes: tuple[str, ...] = ("smal
                      effects: dict[str, float] | None = None, base_nll: float = 3.6,
                      seed_sd: float = 0.02, noise_sd: float = 0.003, n_layers: int = 4,
                      n_evals: int = 8, rng_seed: int = 0) -> dict[str, pl.DataFrame]:
-    """Frames of one finished grid: {"final", "runs", "metrics", "routing"}.
+    """Frames of one finished grid: {"final", "runs", "metrics", "routing", "route_pairs",
+    "route_params"}.
 
     Args:
         effects: variant -> true effect vs the parent (nats/token); its keys are the
@@ -62,7 +68,7 @@ def synthetic_frames(*, grid: str = "synthetic", sizes: tuple[str, ...] = ("smal
     """
     effects = dict(DEFAULT_EFFECTS if effects is None else effects)
     rng = np.random.default_rng(rng_seed)
-    final, runs, metrics, routing = [], [], [], []
+    final, runs, metrics, routing, pairs, params = [], [], [], [], [], []
     for size in sizes:
         for budget in budgets:
             seed_eff = {s: rng.normal(0, seed_sd) for s in seeds}
@@ -99,8 +105,27 @@ def synthetic_frames(*, grid: str = "synthetic", sizes: tuple[str, ...] = ("smal
                         metrics.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="train",
                                             name="loss", value=value + 0.05))
                     routing += _routing_rows(run_id, budget, variant, n_layers, rng)
+                    if variant != "prenorm":
+                        _degeneracy_rows(pairs, params, run_id, budget, variant, n_layers, rng)
     return {"final": pl.DataFrame(final), "runs": pl.DataFrame(runs),
-            "metrics": pl.DataFrame(metrics), "routing": pl.DataFrame(routing)}
+            "metrics": pl.DataFrame(metrics), "routing": pl.DataFrame(routing),
+            "route_pairs": pl.DataFrame(pairs), "route_params": pl.DataFrame(params)}
+
+
+def _degeneracy_rows(pairs: list[dict], params: list[dict], run_id: str, tokens: int, variant: str,
+                     n_layers: int, rng: np.random.Generator) -> None:
+    """Attention-site route pairs and routing parameters of one run after training: every
+    query moved except at layer 0 (one source); the A/A check's two routes are one."""
+    second, added = _ROUTES.get(variant, (None, None))
+    for layer in range(n_layers):
+        move = 0.0 if layer == 0 else float(rng.uniform(0.01, 0.05))
+        if second is not None:
+            diff = 0.0 if variant == "dup_route_tied" else move
+            pairs.append(dict(run_id=run_id, tokens=tokens, layer=layer, site="attn", route_a="qk", route_b=second,
+                              query_max_abs_diff=diff, offset_max_abs_diff=0.0, js=diff / 10))
+        for name in ("w_qk", added) if added else ("w_qk",):
+            params.append(dict(run_id=run_id, tokens=tokens, layer=layer, site="attn", name=name, numel=256,
+                               max_abs_change=move, max_abs_value=move))
 
 
 def _routing_rows(run_id: str, tokens: int, variant: str, n_layers: int, rng: np.random.Generator) -> list[dict]:

@@ -163,7 +163,7 @@ def test_route_equals_the_design3_formula():
     bank = SourceBank(1e-6)
     for s in sources[:2]:
         bank.append(s)
-    roles = site(bank, sources[2])
+    (roles,) = site(bank, sources[2])  # one head group
     S = torch.stack(sources)  # [S, B, T, D]
     K = torch.nn.functional.rms_norm(S, (64,), site.key_norm.weight, 1e-6)
     for role, w in (("k", site.w_qk), ("v", site.w_v)):

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from db.store import Store, StoreLockedError
-from db.validate import columns, result_filename
+from db.validate import ROW_TABLES, columns, result_filename
 
 SPAWN = mp.get_context("spawn")
 FINAL_CONTRACT = [
@@ -34,7 +34,8 @@ def make_result(run_id: str, *, seed: int = 0, variant: str = "rd_attnres", role
                 status: str = "done", val: dict[int, float] | None = None, n_layers: int = 2,
                 routing_tokens: tuple[int, ...] = (1000,)) -> dict:
     """A result with val nll/bpb/ppl at each tokens value of ``val`` (nll), train loss rows,
-    and routing rows for ``n_layers`` layers x 2 routes x (layer + 1) sources."""
+    routing rows for ``n_layers`` layers x 2 routes x (layer + 1) sources, and per layer one
+    route_pairs row (qk vs v) and two route_params rows (w_qk, w_v)."""
     val = {500: 5.0, 1000: 4.0} if val is None else val
     metrics = []
     for step, (tokens, nll) in enumerate(sorted(val.items()), start=1):
@@ -55,6 +56,12 @@ def make_result(run_id: str, *, seed: int = 0, variant: str = "rd_attnres", role
                         "source": source, "weight": 1.0 / n, "entropy": math.log(n),
                         "eff_depth": (n - 1) / 2, "js_qk_v": 0.0 if n > 1 else None,
                     })
+    pairs = [{"tokens": t, "layer": layer, "site": "attn", "route_a": "qk", "route_b": "v",
+              "query_max_abs_diff": 0.01 * layer, "offset_max_abs_diff": 0.0, "js": 0.001 * layer}
+             for t in routing_tokens for layer in range(n_layers)]
+    params = [{"tokens": t, "layer": layer, "site": "attn", "name": name, "numel": 64,
+               "max_abs_change": 0.02 * layer, "max_abs_value": 0.02 * layer}
+              for t in routing_tokens for layer in range(n_layers) for name in ("w_qk", "w_v")]
     return {
         "run": {
             "run_id": run_id, "grid": "g", "variant": variant, "role": role, "seed": seed,
@@ -66,6 +73,8 @@ def make_result(run_id: str, *, seed: int = 0, variant: str = "rd_attnres", role
         },
         "metrics": metrics,
         "routing": routing,
+        "route_pairs": pairs,
+        "route_params": params,
     }
 
 
@@ -82,7 +91,7 @@ def table(store: Store, name: str, cols: list[str] | None = None) -> list[tuple]
 
 
 def snapshot(store: Store) -> dict[str, list[tuple]]:
-    return {t: table(store, t) for t in ("runs", "metrics", "routing")}
+    return {t: table(store, t) for t in ("runs", *ROW_TABLES)}
 
 
 # -- write + ingest ----------------------------------------------------------------------------
@@ -136,6 +145,11 @@ def test_write_and_ingest_give_exact_rows_and_final_view(tmp_path):
     assert len(want_routing) == 3 * 2 * (1 + 2)
     got = table(store, "routing", ROUTING_COLS)  # columns added later are not checked here
     assert got == sorted(want_routing, key=lambda t: tuple((v is None, v) for v in t))
+    for name in ("route_pairs", "route_params"):  # the degeneracy records, exactly
+        cols = list(columns()[name])
+        want = sorted(tuple(r["run"]["run_id"] if c == "run_id" else x[c] for c in cols)
+                      for r in (a, b, c) for x in r[name])
+        assert len(want) >= 6 and table(store, name) == want, name
 
 
 def test_final_takes_largest_step_on_a_tokens_tie_and_keeps_nan(tmp_path):
@@ -174,7 +188,7 @@ def test_deleted_database_is_rebuilt_from_the_run_files(tmp_path):
     before = snapshot(store)
     store.db_path.unlink()
     assert len(store.pending()) == 3
-    assert snapshot(store) == {"runs": [], "metrics": [], "routing": []}  # no ingest: empty
+    assert snapshot(store) == {t: [] for t in ("runs", *ROW_TABLES)}  # no ingest: empty
     assert store.ingest() == 3
     assert snapshot(store) == before
 
@@ -190,6 +204,7 @@ def test_rewriting_a_run_replaces_its_rows(tmp_path):
 
     second = make_result("retry", status="done", val={500: 5.0, 1000: 4.25}, n_layers=1)
     second["routing"] = []
+    assert table(store, "route_params", ["count(*)"]) == [(2 * 2 + 2 * 2,)]
     store.write_result(second)
     assert [p.name for p in store.pending()] == ["retry.json"]
     assert store.ingest() == 1
@@ -200,6 +215,9 @@ def test_rewriting_a_run_replaces_its_rows(tmp_path):
         (m["step"], m["tokens"], m["split"], m["name"], m["value"]) for m in second["metrics"]
     )
     assert store.query("SELECT count(*) FROM routing WHERE run_id = 'retry'").item() == 0
+    # the retried run's degeneracy rows are the new file's (one layer), the other run's kept
+    assert table(store, "route_pairs", ["run_id", "layer"]) == [("keep", 0), ("keep", 1), ("retry", 0)]
+    assert [r[0] for r in table(store, "route_params", ["run_id"])].count("retry") == 2
     assert [row for row in table(store, "metrics", METRIC_COLS) if row[0] == "keep"] == keep_before
     assert store.query("SELECT val_nll FROM final WHERE run_id = 'retry'").item() == 4.25
 
@@ -296,6 +314,10 @@ def _set(path, value):
         (_set(["metrics", 0, "run_id"], "other"), r"result\['metrics'\]\[0\]\['run_id'\] = 'other' differs from the run's 'r'"),
         (_set(["routing", 3, "weight"], KeyError), r"result\['routing'\]\[3\]: required key 'weight' is missing"),
         (_set(["routing", 0, "site"], "ffn"), r"result\['routing'\]\[0\]\['site'\] = 'ffn' is not allowed; allowed: attn, mlp, out"),
+        (_set(["route_pairs", 1, "route_b"], KeyError), r"result\['route_pairs'\]\[1\]: required key 'route_b' is missing"),
+        (_set(["route_pairs", 0, "query_max_abs_diff"], "0"), r"result\['route_pairs'\]\[0\]\['query_max_abs_diff'\] = '0' \(str\) must be a number"),
+        (_set(["route_params", 0, "site"], "ffn"), r"result\['route_params'\]\[0\]\['site'\] = 'ffn' is not allowed; allowed: attn, mlp, out"),
+        (_set(["route_params", 2, "name"], None), r"result\['route_params'\]\[2\]: required key 'name' is None"),
         (_set(["extra"], 1), r"result: unknown key 'extra'; allowed keys: format_version"),
         (_set(["format_version"], 2), r"result\['format_version'\] = 2 is not supported"),
     ],
@@ -313,12 +335,14 @@ def test_valid_optional_forms_are_accepted(tmp_path):
     store = Store(tmp_path)
     r = make_result("r")
     del r["routing"]
+    del r["route_pairs"], r["route_params"]  # a result file written before these tables existed
     r["metrics"][0]["run_id"] = "r"  # repeating the run's own id is fine
     r["metrics"][0]["value"] = 4  # an int for a DOUBLE
     r["run"]["wall_s"] = 2
     store.write_result(r)
     written = store.read_result(store.result_path("r"))
-    assert written["routing"] == [] and written["metrics"][0]["value"] == 4.0
+    assert written["routing"] == written["route_pairs"] == written["route_params"] == []
+    assert written["metrics"][0]["value"] == 4.0
     assert isinstance(written["run"]["wall_s"], float)
 
 

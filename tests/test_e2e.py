@@ -1,9 +1,16 @@
-"""The whole chain on real text: queue -> 2 workers -> ingest -> SQL -> report (tiny preset)."""
+"""The whole chain on real text: queue -> 2 workers -> ingest -> SQL -> report (tiny preset).
+
+The grid also holds a user's control spec from ``$HARNESS_SPEC_PATH`` (a tmp folder) that
+cannot differ from the parent: the symmetric, averaged ``dup_route`` of
+tests/specs/dup_route_avg.toml. The report must call it ``invalid: degenerate`` and must
+not say so of ``fixed_v`` or the other controls.
+"""
 
 from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +18,9 @@ from pathlib import Path
 import pytest
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
-VARIANTS = ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied"]
+VARIANTS = ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied",
+            "query_reparam", "dup_route_avg"]
+USER_SPEC = Path(__file__).parent / "specs" / "dup_route_avg.toml"
 GRID = """
 # e2e test grid: the rd_controls_small shape at the tiny preset with tiny budgets
 name = "e2e_tiny"
@@ -26,6 +35,8 @@ param_matched = "control"
 dup_route = "control"
 fixed_v = "control"
 dup_route_tied = "control"
+query_reparam = "control"
+dup_route_avg = "control"   # the user's spec, from $HARNESS_SPEC_PATH
 [train]
 vocab_size = 512
 batch_tokens = 1024
@@ -46,9 +57,12 @@ def test_queue_two_workers_sql_report(tmp_path):
     grid = tmp_path / "e2e_tiny.toml"
     grid.write_text(GRID.format(corpus=SAMPLE))
     results = tmp_path / "results"
+    (tmp_path / "specs").mkdir()
+    shutil.copy(USER_SPEC, tmp_path / "specs")
     env = {**os.environ, "HARNESS_RESULTS": str(results), "HARNESS_CACHE": str(tmp_path / "cache"),
-           "HARNESS_PROGRESS": "lines"}
-    assert "queued 18 runs" in harness("queue", str(grid), env=env)
+           "HARNESS_PROGRESS": "lines", "HARNESS_SPEC_PATH": str(tmp_path / "specs")}
+    n_runs = 3 * len(VARIANTS)
+    assert f"queued {n_runs} runs" in harness("queue", str(grid), env=env)
     assert "nothing to add" in harness("queue", str(grid), env=env)
     # prepare the corpus once so the two workers do not both wait on it
     workers = [subprocess.Popen([sys.executable, "-m", "harness", "work", "--threads", "1", "--quiet"], env=env,
@@ -56,7 +70,7 @@ def test_queue_two_workers_sql_report(tmp_path):
     outs = [w.communicate(timeout=900) for w in workers]
     assert all(w.returncode == 0 for w in workers), [o[1][-3000:] for o in outs]
     trained = [int(o[0].rsplit("worker trained ", 1)[1].split()[0]) for o in outs]
-    assert sum(trained) == 18 and min(trained) > 0  # both workers did work, every run exactly once
+    assert sum(trained) == n_runs and min(trained) > 0  # both workers did work, every run exactly once
 
     rows = harness("sql", "select variant, seed, count(*) as n from runs group by all order by 1, 2",
                    "--format", "csv", env=env)
@@ -65,7 +79,7 @@ def test_queue_two_workers_sql_report(tmp_path):
     assert all(r["n"] == "1" for r in table)
     final = list(csv.DictReader(harness("sql", "select variant, seed, val_nll from final", "--format", "csv",
                                         env=env).splitlines()))
-    assert len(final) == 18
+    assert len(final) == n_runs
     nll = {(r["variant"], r["seed"]): float(r["val_nll"]) for r in final}
     # the A/A control equals the parent bit for bit (same batches, same init, same arithmetic)
     for seed in "012":
@@ -90,10 +104,24 @@ def test_queue_two_workers_sql_report(tmp_path):
     for c in ("param_matched", "dup_route", "fixed_v"):
         want = (("reproduces gain", "does not reproduce gain", "inconclusive") if established
                 else ("not assessed: the treatment's gain is not established",))
-        if all(nll[c, seed] == nll["block_attnres", seed] for seed in "012"):
-            # A control equal to the parent at every seed cannot differ from it (DESIGN 3); measured:
-            # dup_route at this 6-step tiny protocol, bit-identical to the parent at all 3 seeds.
-            want = ("invalid: degenerate",)
         assert verdicts[f"{c} - block_attnres"] in want, (c, verdicts)
     assert verdicts["dup_route_tied - block_attnres"] == "bit-identical"  # the A/A check, in no family
+    # the user's symmetric control is caught; fixed_v (no added parameter) and the new controls are not
+    degenerate = {r["comparison"].split(" - ")[0]: r["note"] for r in stats if r["verdict"] == "invalid: degenerate"}
+    assert list(degenerate) == ["dup_route_avg"], degenerate
+    assert "routes qk and dup stayed identical at every attn site" in degenerate["dup_route_avg"]
+    assert "invalid: degenerate" in printed and "routes qk and dup stayed identical" in printed
     assert "rd_attnres" in printed
+
+    # the records behind it, in DuckDB: the symmetric queries stayed bitwise equal, the split ones did not
+    rows = harness("sql", "select r.variant, max(p.query_max_abs_diff) as d from route_pairs p join runs r "
+                   "using (run_id) where p.layer > 0 and r.variant like 'dup_route%' group by 1 order by 1",
+                   "--format", "csv", env=env)
+    diff = {r["variant"]: float(r["d"]) for r in csv.DictReader(rows.splitlines())}
+    assert diff["dup_route_avg"] == 0.0 and diff["dup_route"] > 1e-6 and diff["dup_route_tied"] == 0.0
+    rows = harness("sql", "select r.variant, max(p.max_abs_change) as moved from route_params p join runs r "
+                   "using (run_id) where p.name in ('b_qk', 'w_dup', 'w_extra', 'w_v') group by 1 order by 1",
+                   "--format", "csv", env=env)
+    moved = {r["variant"]: float(r["moved"]) for r in csv.DictReader(rows.splitlines())}
+    assert set(moved) == {"param_matched", "dup_route", "query_reparam", "rd_attnres", "dup_route_avg"}
+    assert min(moved.values()) > 0  # fixed_v's w_v is a buffer: not a trainable parameter

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import tomllib
+from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from harness.config import derive, get_size
 from harness.models import available_variants, build_model, count_params, get_spec, routing_diagnostics
@@ -14,9 +17,29 @@ from harness.models.spec import parse_spec
 TOL = 1e-6
 BLOCK_VARIANTS = [v for v in available_variants() if get_spec(v).residual == "block"]
 PARENT = "block_attnres"
+AA_CHECK = "dup_route_tied"
+CONTROLS = [v for v in BLOCK_VARIANTS if get_spec(v).role == "control" and v != AA_CHECK]
+# the canonical degenerate control (DESIGN section 3): the symmetric, averaged dup_route
+SYMMETRIC_DUP = parse_spec(tomllib.loads((Path(__file__).parent / "specs" / "dup_route_avg.toml").read_text()))
+
+# (size, model overrides). The presets' blocks have 2 sublayers; blocks of 4 and 6 make
+# attention sites route over an in-progress partial block (DESIGN section 3).
+CONFIGS = {
+    "tiny": ("tiny", {}),
+    "small": ("small", {}),
+    "tiny-L4-block4": ("tiny", {"n_layers": 4, "block_size": 4}),
+    "tiny-L5-block6": ("tiny", {"n_layers": 5, "block_size": 6}),
+}
+configs = pytest.mark.parametrize("config", list(CONFIGS))
+
+
+def build(variant, config: str, seed: int):
+    size, overrides = CONFIGS[config]
+    return build_model(variant, size, seed=seed, **overrides)
 
 
 def tokens(size: str, B: int = 2, seed: int = 123) -> torch.Tensor:
+    size = CONFIGS.get(size, (size, {}))[0]
     cfg = derive(size)
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, cfg.vocab_size, (B, min(cfg.context, 64)), generator=g)
@@ -45,24 +68,42 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
 
+def train_steps(model: torch.nn.Module, steps: int, lr: float, probe: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """``steps`` AdamW steps (no weight decay) on fixed random batches (the same for every
+    model); returns the logits on ``probe`` (default: the first batch) after each step."""
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, model.cfg.vocab_size, (4, 33), generator=g) for _ in range(steps)]
+    probe = batches[0][:, :-1] if probe is None else probe
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    out = []
+    for x in batches:
+        loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            out.append(model(probe))
+    return out
+
+
 def test_core_variants_exist():
     assert set(available_variants()) >= {
         "prenorm", "full_attnres", "block_attnres", "rd_attnres",
-        "param_matched", "dup_route", "dup_route_tied", "fixed_v",
+        "param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam",
     }
     assert get_spec(PARENT).role == "parent" and get_spec("rd_attnres").role == "treatment"
-    for v in ("param_matched", "dup_route", "dup_route_tied", "fixed_v"):
+    for v in ("param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam"):
         assert get_spec(v).role == "control"
         assert "controls" in get_spec(v).source  # controls are specs in controls/, not model code
 
 
-@pytest.mark.parametrize("size", ["tiny", "small"])
-@pytest.mark.parametrize("variant", BLOCK_VARIANTS)
-def test_every_variant_equals_parent_at_init(size, variant):
-    x = tokens(size)
-    ref = build_model(PARENT, size, seed=0)(x)
-    out = build_model(variant, size, seed=0)(x)
-    assert out.shape == (x.shape[0], x.shape[1], derive(size).vocab_size)
+@configs
+@pytest.mark.parametrize("variant", BLOCK_VARIANTS + [SYMMETRIC_DUP])
+def test_every_variant_equals_parent_at_init(config, variant):
+    x = tokens(config)
+    ref = build(PARENT, config, seed=0)(x)
+    out = build(variant, config, seed=0)(x)
+    assert out.shape == (x.shape[0], x.shape[1], derive(CONFIGS[config][0]).vocab_size)
     assert max_diff(out, ref) <= TOL
 
 
@@ -76,18 +117,18 @@ def test_prenorm_and_full_differ_from_parent_but_run():
         assert max_diff(out, ref) > 1e-3
 
 
-@pytest.mark.parametrize("size", ["tiny", "small"])
-def test_rd_with_tied_value_query_equals_parent_forward_and_grads(size):
-    x = tokens(size)
-    parent = build_model(PARENT, size, seed=1)
-    rd = build_model("rd_attnres", size, seed=1)
+@configs
+def test_rd_with_tied_value_query_equals_parent_forward_and_grads(config):
+    x = tokens(config)
+    parent = build(PARENT, config, seed=1)
+    rd = build("rd_attnres", config, seed=1)
     randomize_queries(parent, seed=7)
     copy_shared(parent, rd)
     with torch.no_grad():
         for l, layer in enumerate(rd.layers):
             layer.attn_route.w_v.copy_(parent.layers[l].attn_route.w_qk)
     # the random queries must actually change the model, or the identity is vacuous
-    assert max_diff(parent(x), build_model(PARENT, size, seed=1)(x)) > 1e-3
+    assert max_diff(parent(x), build(PARENT, config, seed=1)(x)) > 1e-3
     out_p, out_r = parent(x), rd(x)
     assert max_diff(out_p, out_r) <= TOL
     out_p.float().square().mean().backward()
@@ -110,30 +151,101 @@ def test_rd_with_tied_value_query_equals_parent_forward_and_grads(size):
         assert max_diff(g_parent, g_rd) <= TOL
 
 
-@pytest.mark.parametrize("size", ["tiny", "small"])
-def test_dup_route_tied_equals_parent_with_random_queries(size):
-    x = tokens(size)
-    parent = build_model(PARENT, size, seed=2)
+@pytest.mark.parametrize("config", ["tiny", "tiny-L4-block4"])
+def test_rd_with_w_v_the_same_parameter_as_w_qk_tracks_the_parent_over_20_steps(config):
+    """With ``w_v`` literally ``w_qk`` (one parameter, one optimiser state), RD-AttnRes is
+    the parent in exact arithmetic for every step. In float32 its gradients differ from the
+    parent's by rounding (~1e-9, other summation order), which AdamW's normalisation lifts
+    to a few 1e-6 in the logits; the same run with an untied ``w_v`` moves ~1e-3 away."""
+    lr, steps = 1e-3, 20
+    parent = train_steps(build(PARENT, config, seed=0), steps, lr)
+    rd = build("rd_attnres", config, seed=0)
+    for layer in rd.layers:
+        layer.attn_route.w_v = layer.attn_route.w_qk  # the same Parameter object
+    assert count_params(rd) == count_params(build(PARENT, config, seed=0))
+    tied = train_steps(rd, steps, lr)
+    untied = train_steps(build("rd_attnres", config, seed=0), steps, lr)
+    track = [max_diff(a, b) for a, b in zip(parent, tied)]
+    assert max(track) <= 2e-5, track
+    assert max_diff(parent[-1], untied[-1]) >= 50 * max(track)
+
+
+@pytest.mark.parametrize("config", ["tiny", "tiny-L4-block4"])
+def test_after_5_adamw_steps_every_control_differs_from_the_parent_and_the_aa_check_does_not(config):
+    """A control that cannot leave the parent is not a control (DESIGN section 3)."""
+    lr, steps = 3e-3, 5
+    parent = train_steps(build(PARENT, config, seed=0), steps, lr)[-1]
+    moved = {v: max_diff(train_steps(build(v, config, seed=0), steps, lr)[-1], parent) for v in CONTROLS}
+    assert set(moved) >= {"param_matched", "dup_route", "fixed_v", "query_reparam"}
+    assert min(moved.values()) > 1e-3, moved
+    aa = max_diff(train_steps(build(AA_CHECK, config, seed=0), steps, lr)[-1], parent)
+    assert aa <= 1e-4, aa  # float32 rounding lifted by AdamW (see the 20-step test), not a difference
+
+
+def test_dup_route_queries_get_their_own_gradients_and_the_symmetric_version_does_not():
+    """New dup_route: each query has its own gradient from zero-init. The symmetric version
+    (both routes averaged into every role) keeps w_qk == w_dup bitwise: it is the parent."""
+    for spec, same in (("dup_route", False), (SYMMETRIC_DUP, True)):
+        m = build(spec, "tiny-L4-block4", seed=0)
+        train_steps(m, 3, 3e-3)
+        for l, layer in enumerate(m.layers):
+            w_qk, w_dup = layer.attn_route.w_qk, layer.attn_route.w_dup
+            if same or l == 0:  # layer 0 routes over one source: neither query moves
+                assert torch.equal(w_qk, w_dup), (spec, l)
+            else:
+                assert max_diff(w_qk, w_dup) > 1e-4 and w_dup.abs().max() > 0, l
+
+
+@configs
+def test_dup_route_tied_equals_parent_with_random_queries(config):
+    x = tokens(config)
+    parent = build(PARENT, config, seed=2)
     randomize_queries(parent, seed=3)
-    tied = build_model("dup_route_tied", size, seed=2)
+    tied = build("dup_route_tied", config, seed=2)
     copy_shared(parent, tied)
-    assert max_diff(parent(x), build_model(PARENT, size, seed=2)(x)) > 1e-3
+    assert max_diff(parent(x), build(PARENT, config, seed=2)(x)) > 1e-3
     assert max_diff(parent(x), tied(x)) <= TOL
 
 
-@pytest.mark.parametrize("size", ["tiny", "small"])
-def test_param_matched_with_zero_extra_equals_parent(size):
-    x = tokens(size)
-    parent = build_model(PARENT, size, seed=4)
+@configs
+@pytest.mark.parametrize("variant, added, value, layers", [
+    ("param_matched", "b_qk", 0.05, (0, -1)),  # norm(r0 + b) is not norm(r0), at the first layer too
+    ("query_reparam", "w_extra", 0.5, (-1,)),
+])
+def test_control_with_its_added_vector_at_zero_equals_parent(config, variant, added, value, layers):
+    """param_matched with b = 0 and query_reparam with w_extra = 0 are the parent; a
+    non-zero value moves them away."""
+    x = tokens(config)
+    parent = build(PARENT, config, seed=4)
     randomize_queries(parent, seed=5)
-    pm = build_model("param_matched", size, seed=4)
-    copy_shared(parent, pm)  # w_extra keeps its zero init
-    assert all(float(l.attn_route.w_extra.detach().abs().max()) == 0 for l in pm.layers)
-    assert max_diff(parent(x), pm(x)) <= TOL
-    # and a non-zero w_extra moves it away
+    m = build(variant, config, seed=4)
+    copy_shared(parent, m)  # the added vector keeps its zero init
+    assert all(float(getattr(l.attn_route, added).detach().abs().max()) == 0 for l in m.layers)
+    assert max_diff(parent(x), m(x)) <= TOL
+    for l in layers:
+        with torch.no_grad():
+            getattr(m.layers[l].attn_route, added).fill_(value)
+        assert max_diff(parent(x), m(x)) > 1e-4
+        with torch.no_grad():
+            getattr(m.layers[l].attn_route, added).zero_()
+
+
+@configs
+def test_dup_route_with_equal_queries_equals_parent(config):
+    """Both head groups read the parent's route when w_dup = w_qk; the projections split
+    per head group must give the parent's Q, K and V."""
+    x = tokens(config)
+    parent = build(PARENT, config, seed=6)
+    randomize_queries(parent, seed=8)
+    dup = build("dup_route", config, seed=6)
+    copy_shared(parent, dup)
     with torch.no_grad():
-        pm.layers[-1].attn_route.w_extra.fill_(0.5)
-    assert max_diff(parent(x), pm(x)) > 1e-4
+        for l, layer in enumerate(dup.layers):
+            layer.attn_route.w_dup.copy_(parent.layers[l].attn_route.w_qk)
+    assert max_diff(parent(x), dup(x)) <= TOL
+    with torch.no_grad():
+        dup.layers[-1].attn_route.w_dup.mul_(-1)
+    assert max_diff(parent(x), dup(x)) > 1e-4
 
 
 @pytest.mark.parametrize("size", ["tiny", "small", "120m"])
@@ -142,7 +254,7 @@ def test_parameter_counts(size):
     with torch.device("meta"):
         counts = {v: count_params(build_model_meta(v, size)) for v in BLOCK_VARIANTS}
     parent = counts[PARENT]
-    for v in ("rd_attnres", "param_matched", "dup_route"):
+    for v in ("rd_attnres", "param_matched", "dup_route", "query_reparam"):
         assert counts[v]["total"] == parent["total"] + L * D, v
         assert counts[v]["trainable"] == parent["trainable"] + L * D, v
     assert counts["fixed_v"]["trainable"] == parent["trainable"]
@@ -168,7 +280,9 @@ def test_parameter_names_found_by_role():
     names = {v: {n for n, _ in build_model(v, "tiny", seed=0).named_parameters()} for v in BLOCK_VARIANTS}
     assert "layers.1.attn_route.w_qk" in names[PARENT]
     assert "layers.1.attn_route.w_v" in names["rd_attnres"]
-    assert "layers.1.attn_route.w_extra" in names["param_matched"]
+    assert "layers.1.attn_route.b_qk" in names["param_matched"]
+    assert "layers.0.attn_route.b_qk" in names["param_matched"]
+    assert "layers.1.attn_route.w_extra" in names["query_reparam"]
     assert "layers.1.attn_route.w_dup" in names["dup_route"]
     assert "layers.1.mlp_route.w_mlp" in names[PARENT]
     assert "out_route.w_out" in names[PARENT]
@@ -304,6 +418,48 @@ def test_spec_validation_errors_name_the_key():
     bad_role = {"queries": {"w_qk": {}}, "routes": {"qk": ["w_qk"]}, "roles": {"q": ["qk"], "k": ["qk"], "v": ["zz"]}}
     with pytest.raises(ValueError, match="unknown route 'zz'"):
         parse_spec({**base, "attn": bad_role})
+    q, r = {"w_qk": {}}, {"qk": ["w_qk"]}
+    qkv = {"q": ["qk"], "k": ["qk"], "v": ["qk"]}
+    cases = [
+        ({"queries": q, "routes": r, "roles": qkv, "head_groups": [qkv, qkv]}, r"needs exactly one of 'roles' or 'head_groups'"),
+        ({"queries": q, "routes": r, "head_groups": [qkv]}, r"at least two tables"),
+        ({"queries": q, "routes": r, "head_groups": [qkv, {**qkv, "share": 0}]}, r"#1 share=0: a positive integer"),
+        ({"queries": q, "routes": r, "head_groups": [qkv, {"q": ["qk"], "k": ["qk"]}]}, r"#1 must define exactly \['q', 'k', 'v'\]"),
+        ({"queries": q, "offsets": {"x_qk": {}}, "routes": r, "roles": qkv}, r"\[attn.offsets\] 'x_qk': names start with 'b_'"),
+        ({"queries": q, "offsets": {"b_qk": {}}, "routes": r, "roles": qkv}, r"\['b_qk'\] declared but used by no route"),
+        ({"queries": q, "routes": {"qk": {"queries": ["w_qk"], "offset": "b_zz"}}, "roles": qkv}, r"unknown offset 'b_zz'"),
+        ({"queries": q, "routes": {"qk": {"query": ["w_qk"]}}, "roles": qkv}, r"a route table has keys 'queries' \(required\) and 'offset'"),
+        ({"queries": {"w_qk": "yes"}, "routes": r, "roles": qkv}, r"w_qk = 'yes': use \{\} or \{ trainable = false \}"),
+    ]
+    for attn, message in cases:
+        with pytest.raises(ValueError, match=message):
+            parse_spec({**base, "attn": attn})
+    with pytest.raises(ValueError, match=r"\[mlp\] head_groups: only the attention site has heads"):
+        parse_spec({**base, "mlp": {"queries": {"w_mlp": {}}, "routes": {"mlp": ["w_mlp"]},
+                                    "head_groups": [{"mlp": ["mlp"]}, {"mlp": ["mlp"]}]}})
+
+
+def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(tmp_path, monkeypatch):
+    import harness.models as models
+    from harness.runner import make_run_config
+
+    (tmp_path / "thirds.toml").write_text(
+        'name = "thirds"\nresidual = "block"\nrole = "control"\n'
+        '[attn.queries]\nw_qk = {}\n[attn.routes]\nqk = ["w_qk"]\n'
+        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n' * 3)
+    monkeypatch.setenv("HARNESS_SPEC_PATH", str(tmp_path))
+    models._specs.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "):
+            build_model("thirds", "tiny", seed=0)
+        with pytest.raises(ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"):
+            make_run_config("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
+        assert make_run_config("thirds", "120m", 0, 1000, "corpus")["variant"] == "thirds"
+        with torch.device("meta"):
+            assert build_model_meta("thirds", "120m").layers[0].attn.head_ranges == [(0, 4), (4, 8), (8, 12)]
+    finally:
+        monkeypatch.delenv("HARNESS_SPEC_PATH")
+        models._specs.cache_clear()
 
 
 def test_new_control_is_just_a_spec(tmp_path):

@@ -23,7 +23,7 @@ from harness.models.spec import VariantSpec, load_specs, parse_spec
 # Variants every study knows about, in table order; any further spec files follow.
 CORE_ORDER = (
     "prenorm", "full_attnres", "block_attnres", "rd_attnres",
-    "param_matched", "dup_route", "dup_route_tied", "fixed_v",
+    "param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam",
 )
 
 

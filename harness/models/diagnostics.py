@@ -7,7 +7,15 @@ Jensen-Shannon divergence (nats, base e) between the K-role and V-role distribut
 averaged per token (``js_qk_v``), next to the JS divergence of the token-averaged
 distributions (``js_qk_v_of_means``). A role's distribution is the mean of its routes'
 distributions, which is exactly the mixing weight the role's input applies to each
-source (``dup_route``'s m = (r0 + r1)/2 mixes with (a0 + a1)/2).
+source (a role reading (r0 + r1)/2 mixes with (a0 + a1)/2); at an attention site split
+across head groups, both JS values are the head-weighted mean over the groups.
+
+Degeneracy records (DESIGN section 3, "A control that cannot differ from the parent is
+not a control"), table ``route_pairs``: for each pair of routes of a site, the max
+|difference| of their summed queries and of their offsets, and the per-token JS
+divergence of their distributions; table ``route_params``: for each trainable
+pseudo-query and offset, its max |change| from its initial value
+(:func:`route_param_rows`).
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from harness.models.init import is_zero_init
 
 
 def entropy(p: Tensor, dim: int = -1) -> Tensor:
@@ -43,6 +53,7 @@ class SiteDiagnostics:
         js_qk_v: ``[layers]`` per-token JS(K role, V role) averaged over tokens (attn only).
         js_qk_v_of_means: ``[layers]`` JS between the token-averaged K and V distributions.
         layers: the layer index of each row (``[L]`` for the output site).
+        pairs: ``(route_a, route_b)`` -> :class:`PairDiagnostics` for every pair of routes.
     """
 
     routes: dict[str, Tensor]
@@ -53,6 +64,22 @@ class SiteDiagnostics:
     layers: list[int]
     js_qk_v: Tensor | None = None
     js_qk_v_of_means: Tensor | None = None
+    pairs: dict[tuple[str, str], "PairDiagnostics"] = field(default_factory=dict)
+
+
+@dataclass
+class PairDiagnostics:
+    """Two routes of one site kind, per layer (``[layers]`` each).
+
+    Attributes:
+        query_max_abs_diff: ``max_d |w_a - w_b|`` of the two summed pseudo-queries.
+        offset_max_abs_diff: ``max_d |b_a - b_b|`` of their offsets (a missing offset is 0).
+        js: per-token JS divergence (nats) of the two route distributions, token mean.
+    """
+
+    query_max_abs_diff: Tensor
+    offset_max_abs_diff: Tensor
+    js: Tensor
 
 
 @dataclass
@@ -78,6 +105,20 @@ class RoutingDiagnostics:
                             token_entropy=float(d.token_entropy[route][row]),
                             eff_depth=float(d.eff_depth[route][row]), js_qk_v=js, js_qk_v_of_means=jsm,
                         ))
+        return out
+
+    def pair_rows(self, tokens: int) -> list[dict]:
+        """Rows ``(tokens, layer, site, route_a, route_b, query_max_abs_diff,
+        offset_max_abs_diff, js)`` for DuckDB ``route_pairs`` (one per layer and route pair)."""
+        out = []
+        for site, d in self.sites.items():
+            for (a, b), pd in d.pairs.items():
+                for row, layer in enumerate(d.layers):
+                    out.append(dict(
+                        tokens=int(tokens), layer=int(layer), site=site, route_a=a, route_b=b,
+                        query_max_abs_diff=float(pd.query_max_abs_diff[row]),
+                        offset_max_abs_diff=float(pd.offset_max_abs_diff[row]), js=float(pd.js[row]),
+                    ))
         return out
 
 
@@ -120,12 +161,15 @@ class RoutingAccumulator:
             for r, w in weights.items():
                 _add(acc, f"w:{r}", w.sum(dim=(1, 2)))
                 _add(acc, f"h:{r}", entropy(w, dim=0).sum())
+            for a, b in site.spec.route_pairs():
+                _add(acc, f"pjs:{a}|{b}", js_divergence(weights[a], weights[b], dim=0).sum())
             if kind == "attn":
-                pk = _role_weights(weights, site.spec.roles["k"])
-                pv = _role_weights(weights, site.spec.roles["v"])
-                _add(acc, "k", pk.sum(dim=(1, 2)))
-                _add(acc, "v", pv.sum(dim=(1, 2)))
-                _add(acc, "js", js_divergence(pk, pv, dim=0).sum())
+                for g, group in enumerate(site.spec.groups):
+                    pk = _role_weights(weights, group.roles["k"])
+                    pv = _role_weights(weights, group.roles["v"])
+                    _add(acc, f"k:{g}", pk.sum(dim=(1, 2)))
+                    _add(acc, f"v:{g}", pv.sum(dim=(1, 2)))
+                    _add(acc, f"js:{g}", js_divergence(pk, pv, dim=0).sum())
         self.tokens += n or 0
 
     def sum_tensors(self) -> list[Tensor]:
@@ -156,6 +200,8 @@ class RoutingAccumulator:
                 layers=layers,
                 js_qk_v=torch.zeros(L) if kind == "attn" else None,
                 js_qk_v_of_means=torch.zeros(L) if kind == "attn" else None,
+                pairs={pair: PairDiagnostics(torch.zeros(L), torch.zeros(L), torch.zeros(L))
+                       for pair in spec[layers[0]].spec.route_pairs()},
             )
             for row, key in enumerate(keys):
                 acc = {name: t.cpu() for name, t in self.sums[key].items()}
@@ -169,10 +215,51 @@ class RoutingAccumulator:
                     d.token_entropy[r][row] = acc[f"h:{r}"] / N
                     d.eff_depth[r][row] = (idx * mean).sum()
                 if kind == "attn":
-                    d.js_qk_v[row] = acc["js"] / N
-                    d.js_qk_v_of_means[row] = js_divergence(acc["k"] / N, acc["v"] / N)
+                    groups = spec[key[0]].spec.groups
+                    total = sum(g.share for g in groups)
+                    d.js_qk_v[row] = sum(g.share / total * acc[f"js:{i}"] / N for i, g in enumerate(groups))
+                    d.js_qk_v_of_means[row] = sum(g.share / total * js_divergence(acc[f"k:{i}"] / N, acc[f"v:{i}"] / N)
+                                                  for i, g in enumerate(groups))
+                site = spec[key[0]]
+                queries = dict(zip(site.route_names, site.route_queries().detach().float().cpu()))
+                offsets = {r: b.detach().float().cpu() for r, b in site.route_offsets().items()}
+                zero = torch.zeros(())
+                for (a, b), pd in d.pairs.items():
+                    pd.query_max_abs_diff[row] = (queries[a] - queries[b]).abs().max()
+                    pd.offset_max_abs_diff[row] = (offsets.get(a, zero) - offsets.get(b, zero)).abs().max()
+                    pd.js[row] = acc[f"pjs:{a}|{b}"] / N
             result.sites[kind] = d
         return result
+
+
+def route_param_snapshot(model) -> dict[str, Tensor]:
+    """Detached CPU copies of every trainable pseudo-query and offset of ``model`` (its
+    routing parameters; a spec can add no others), by qualified name, ``[D]`` each."""
+    return {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()
+            if p.requires_grad and is_zero_init(name)}
+
+
+def route_param_rows(model, initial: dict[str, Tensor], tokens: int) -> list[dict]:
+    """Rows ``(tokens, layer, site, name, numel, max_abs_change, max_abs_value)`` for DuckDB
+    ``route_params``: each routing parameter's max |change| from ``initial`` (a
+    :func:`route_param_snapshot` taken at initialisation) and its max |value|.
+
+    ``layer`` is the layer of the parameter's site (``n_layers`` for the output site) and
+    ``site`` its kind (``attn``, ``mlp``, ``out``); ``name`` is the leaf name (``w_dup``).
+    """
+    module_names = {id(m): n for n, m in model.named_modules()}
+    where = {module_names[id(site)]: (layer, kind) for layer, kind, site in model.route_sites()}
+    rows = []
+    for full, p in model.named_parameters():
+        if full not in initial:
+            continue
+        prefix, name = full.rsplit(".", 1)
+        layer, kind = where[prefix]
+        value = p.detach().float().cpu()
+        rows.append(dict(tokens=int(tokens), layer=int(layer), site=kind, name=name, numel=int(value.numel()),
+                         max_abs_change=float((value - initial[full]).abs().max()),
+                         max_abs_value=float(value.abs().max())))
+    return rows
 
 
 def _add(acc: dict[str, Tensor], key: str, value: Tensor) -> None:

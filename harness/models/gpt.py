@@ -23,8 +23,9 @@ Block AttnRes state, following the official pseudocode (arXiv 2603.15031)::
     output:   route_out(blocks + [partial]) -> final norm -> LM head
 
 (Starting from ``blocks = []`` and ``partial = emb``, layer 0 closes the embedding as
-``blocks[0]``.) Which route feeds the Q, K and V projections is the variant spec's
-business; the attention module only sees three inputs, ``[B, T, D]`` each.
+``blocks[0]``.) Which route feeds the Q, K and V projections, for which heads, is the
+variant spec's business; the attention module only sees three inputs, ``[B, T, D]``
+each, per group of heads.
 """
 
 from __future__ import annotations
@@ -55,33 +56,54 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention whose Q, K, V projections may read different inputs.
+    """Causal multi-head self-attention whose Q, K, V projections may read different inputs,
+    and different inputs per group of heads.
 
-    ``forward(xq, xk, xv)``: each ``[B, T, D]`` (already normalised) -> ``[B, T, D]``.
-    Inputs that are the same tensor object share one matmul, so the parent (one input)
-    does a single fused QKV projection and RD-AttnRes (Q = K input, own V input) two.
+    ``forward(groups, cos, sin)``: ``groups`` holds one ``(xq, xk, xv)`` per head group
+    (``head_counts``, in head order), each ``[B, T, D]`` and already normalised ->
+    ``[B, T, D]``. A group's projections use only its heads' rows of the Q/K/V weight, and
+    every distinct input tensor is projected once, with the rows of all the (group, role)
+    slots that read it: the parent (one input) does a single fused QKV matmul, RD-AttnRes
+    (Q = K input, own V input) two, and a split into head groups never computes a full
+    projection it then discards.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, head_counts: list[int] | None = None) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
         self.head_dim = cfg.d_model // cfg.n_heads
+        counts = head_counts or [cfg.n_heads]
+        if sum(counts) != cfg.n_heads:
+            raise ValueError(f"head groups {counts} do not add up to n_heads={cfg.n_heads}")
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        self.head_ranges = [(h0, h0 + n) for h0, n in zip(starts, counts)]  # [h0, h1) per group
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def _project(self, xq: Tensor, xk: Tensor, xv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        D = xq.shape[-1]
-        W = self.qkv.weight  # [3D, D]: rows q | k | v
-        if xq is xk and xk is xv:
-            return F.linear(xq, W).split(D, dim=-1)
-        if xq is xk:
-            q, k = F.linear(xq, W[: 2 * D]).split(D, dim=-1)
-            return q, k, F.linear(xv, W[2 * D :])
-        return F.linear(xq, W[:D]), F.linear(xk, W[D : 2 * D]), F.linear(xv, W[2 * D :])
+    def _project(self, groups: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V ``[B, T, D]`` each; rows of ``qkv.weight`` are q | k | v, heads in order."""
+        D, hs, W = self.n_heads * self.head_dim, self.head_dim, self.qkv.weight  # W: [3D, D]
+        reads: dict[int, tuple[Tensor, list[tuple[int, int, int, int]]]] = {}  # input -> (role, group, rows)
+        for g, ((h0, h1), xs) in enumerate(zip(self.head_ranges, groups)):
+            for j, x in enumerate(xs):  # j: 0 = q, 1 = k, 2 = v
+                reads.setdefault(id(x), (x, []))[1].append((j, g, j * D + h0 * hs, j * D + h1 * hs))
+        parts: list[list[Tensor | None]] = [[None] * len(groups) for _ in range(3)]
+        for x, slots in reads.values():
+            spans: list[list[int]] = []
+            for _, _, lo, hi in slots:  # merge consecutive rows: the parent's fused QKV is W itself
+                if spans and spans[-1][1] == lo:
+                    spans[-1][1] = hi
+                else:
+                    spans.append([lo, hi])
+            w = W[spans[0][0]:spans[0][1]] if len(spans) == 1 else torch.cat([W[lo:hi] for lo, hi in spans])
+            y = F.linear(x, w)  # [B, T, rows]
+            for (j, g, lo, hi), piece in zip(slots, y.split([hi - lo for _, _, lo, hi in slots], dim=-1)):
+                parts[j][g] = piece
+        return tuple(p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in parts)  # type: ignore[return-value]
 
-    def forward(self, xq: Tensor, xk: Tensor, xv: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        B, T, D = xq.shape
-        q, k, v = self._project(xq, xk, xv)  # each [B, T, D]
+    def forward(self, groups: list[tuple[Tensor, Tensor, Tensor]], cos: Tensor, sin: Tensor) -> Tensor:
+        B, T, D = groups[0][0].shape
+        q, k, v = self._project(groups)  # each [B, T, D]
         q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
         q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hs)
@@ -108,23 +130,31 @@ class Layer(nn.Module):
     def __init__(self, cfg: ModelConfig, spec: VariantSpec) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg)
+        counts = None
+        if spec.residual != "prenorm":
+            try:
+                counts = spec.sites["attn"].head_counts(cfg.n_heads)
+            except ValueError as exc:
+                raise ValueError(f"variant {spec.name!r}: {exc}") from None
+        self.attn = Attention(cfg, counts)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
         if spec.residual != "prenorm":
             self.attn_route = RouteSite(cfg.d_model, spec.sites["attn"])
             self.mlp_route = RouteSite(cfg.d_model, spec.sites["mlp"])
 
-    def attention(self, roles: dict[str, Tensor], cos: Tensor, sin: Tensor) -> Tensor:
-        """Attention sublayer output ``[B, T, D]`` from role inputs q, k, v (one norm each distinct input)."""
+    def attention(self, groups: list[dict[str, Tensor]], cos: Tensor, sin: Tensor) -> Tensor:
+        """Attention sublayer output ``[B, T, D]`` from the role inputs q, k, v of each head
+        group (``[B, T, D]`` each; one pre-attention RMSNorm per distinct input)."""
         normed: dict[int, Tensor] = {}
         xs = []
-        for role in ("q", "k", "v"):
-            x = roles[role]
-            if id(x) not in normed:
-                normed[id(x)] = self.attn_norm(x)
-            xs.append(normed[id(x)])
-        return self.attn(*xs, cos, sin)
+        for roles in groups:
+            for role in ("q", "k", "v"):
+                x = roles[role]
+                if id(x) not in normed:
+                    normed[id(x)] = self.attn_norm(x)
+            xs.append(tuple(normed[id(roles[role])] for role in ("q", "k", "v")))
+        return self.attn(xs, cos, sin)
 
 
 class DepthRoutedLM(nn.Module):
@@ -183,7 +213,7 @@ class DepthRoutedLM(nn.Module):
         residual = self.spec.residual
         if residual == "prenorm":
             for layer in self.layers:
-                x = x + layer.attention({"q": x, "k": x, "v": x}, cos, sin)
+                x = x + layer.attention([{"q": x, "k": x, "v": x}], cos, sin)
                 x = x + layer.mlp(layer.mlp_norm(x))
             return x
         bank = SourceBank(self.cfg.norm_eps)
@@ -192,22 +222,22 @@ class DepthRoutedLM(nn.Module):
             for layer in self.layers:
                 a = layer.attention(layer.attn_route(bank), cos, sin)
                 bank.append(a)
-                h = layer.mlp_route(bank)["mlp"]
+                h = layer.mlp_route(bank)[0]["mlp"]
                 bank.append(layer.mlp(layer.mlp_norm(h)))
-            return self.out_route(bank)["out"]
+            return self.out_route(bank)[0]["out"]
         # Block AttnRes
         every = self.cfg.block_size // 2  # layers per block (two sublayers per layer)
         partial: Tensor | None = x
         for l, layer in enumerate(self.layers):
-            roles = layer.attn_route(bank, partial)
+            groups = layer.attn_route(bank, partial)
             if l % every == 0:
                 bank.append(partial)
                 partial = None
-            a = layer.attention(roles, cos, sin)
+            a = layer.attention(groups, cos, sin)
             partial = a if partial is None else partial + a
-            h = layer.mlp_route(bank, partial)["mlp"]
+            h = layer.mlp_route(bank, partial)[0]["mlp"]
             partial = partial + layer.mlp(layer.mlp_norm(h))
-        return self.out_route(bank, partial)["out"]
+        return self.out_route(bank, partial)[0]["out"]
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.lm_head(self.final_norm(self.hidden(tokens)))

@@ -7,8 +7,9 @@ adding a parameter (a new pseudo-query) never shifts another one's values.
 
 Scheme (GPT-2 / nanoGPT): embeddings and input projections N(0, 0.02); output
 projections (``attn.proj``, ``mlp.down``) N(0, 0.02 / sqrt(2 L)) (Radford et al. 2019,
-section 2.3); RMSNorm gains 1; pseudo-queries 0 (AttnRes, arXiv 2603.15031: a zero
-query starts every route as the uniform mean of its sources).
+section 2.3); RMSNorm gains 1; pseudo-queries ``w_*`` 0 (AttnRes, arXiv 2603.15031: a zero
+query starts every route as the uniform mean of its sources); route offsets ``b_*`` 0
+(a route plus a zero offset is the route, so every variant starts as the parent).
 """
 
 from __future__ import annotations
@@ -28,11 +29,18 @@ def name_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+ZERO_PREFIXES = ("w_", "b_")  # pseudo-queries and route offsets (harness.models.spec)
+
+
+def is_zero_init(name: str) -> bool:
+    """Whether the tensor called ``name`` is a pseudo-query or a route offset (zero-initialised)."""
+    return name.rsplit(".", 1)[-1].startswith(ZERO_PREFIXES)
+
+
 def init_std(name: str, n_layers: int) -> float | None:
     """Normal std for a weight named ``name``, or None for tensors set to a constant."""
-    leaf = name.rsplit(".", 1)[-1]
-    if leaf.startswith("w_"):
-        return None  # pseudo-query: zeros
+    if is_zero_init(name):
+        return None  # pseudo-query or route offset: zeros
     if name.endswith("norm.weight"):
         return None  # RMSNorm gain: ones
     if name.endswith(("attn.proj.weight", "mlp.down.weight")):
@@ -48,12 +56,12 @@ def init_weights(model: nn.Module, seed: int, n_layers: int) -> None:
     """
     tensors = dict(model.named_parameters())
     for name, buf in model.named_buffers():
-        if name.rsplit(".", 1)[-1].startswith("w_"):
-            tensors[name] = buf  # frozen pseudo-queries
+        if is_zero_init(name):
+            tensors[name] = buf  # frozen pseudo-queries and offsets
     for name, tensor in tensors.items():
         std = init_std(name, n_layers)
         if std is None:
-            tensor.fill_(0.0 if name.rsplit(".", 1)[-1].startswith("w_") else 1.0)
+            tensor.fill_(0.0 if is_zero_init(name) else 1.0)
             continue
         g = torch.Generator(device="cpu").manual_seed(name_seed(seed, name))
         value = torch.randn(tensor.shape, generator=g, dtype=torch.float32) * std

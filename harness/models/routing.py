@@ -17,8 +17,9 @@ nor the state saved for backward copies them. Logits are float32 even under auto
 With all queries at zero every route is the uniform mean of its sources, which is why
 every variant equals the parent at initialisation.
 
-A *site* (:class:`RouteSite`) holds the pseudo-queries, routes (sums of queries) and
-roles (means of routes) of one :class:`~harness.models.spec.SiteSpec`.
+A *site* (:class:`RouteSite`) holds the pseudo-queries, offsets, routes (sums of queries,
+plus an offset) and the roles (means of routes) of each head group of one
+:class:`~harness.models.spec.SiteSpec`.
 """
 
 from __future__ import annotations
@@ -120,20 +121,25 @@ class RouteSite(nn.Module):
     """One routing site (an attention, MLP or output site of one layer).
 
     Parameters are registered under the spec's names (``w_qk``, ``w_v``, ``w_extra``,
-    ``w_dup``, ``w_mlp``, ``w_out``); frozen queries (``fixed_v``'s ``w_v``) are
-    persistent buffers, so they are saved but never trained. ``key_norm.weight`` is the
-    per-site RMSNorm gain of the keys.
+    ``w_dup``, ``w_mlp``, ``w_out`` pseudo-queries; ``b_qk`` offsets); frozen ones
+    (``fixed_v``'s ``w_v``) are persistent buffers, so they are saved but never trained.
+    ``key_norm.weight`` is the per-site RMSNorm gain of the keys.
 
-    ``forward(bank, partial=None) -> {role: [B,T,D]}`` routes over the bank's sources plus
-    ``partial`` (when given). When ``capture`` is set, the last per-token route weights
-    are kept in ``last_weights`` (``{route: [S, B, T]}``, float32, detached) for diagnostics.
+    ``forward(bank, partial=None)`` routes over the bank's sources plus ``partial`` (when
+    given) and returns one ``{role: [B, T, D]}`` per head group of the spec, in head order
+    (a single dict in a list unless the attention site is split across head groups).
+    Each route is ``sum_i a_i s_i`` plus its offset, if it has one; a role reads the mean
+    of its routes. Roles (and groups) reading the same routes get the same tensor object,
+    so the attention module projects it once. When ``capture`` is set, the last per-token
+    route weights are kept in ``last_weights`` (``{route: [S, B, T]}``, float32,
+    detached) for diagnostics.
     """
 
     def __init__(self, d_model: int, spec: SiteSpec) -> None:
         super().__init__()
         self.spec = spec
         self.key_norm = RMSNorm(d_model)
-        for name, trainable in spec.queries.items():
+        for name, trainable in {**spec.queries, **spec.offsets}.items():
             if trainable:
                 self.register_parameter(name, nn.Parameter(torch.zeros(d_model)))
             else:
@@ -153,33 +159,45 @@ class RouteSite(nn.Module):
             rows.append(w)
         return torch.stack(rows)
 
-    def forward(self, bank: SourceBank, partial: Tensor | None = None) -> dict[str, Tensor]:
+    def route_offsets(self) -> dict[str, Tensor]:
+        """Each route's offset ``[D]``, for routes that have one."""
+        return {route: getattr(self, name) for route, name in self.spec.route_offsets.items()}
+
+    def forward(self, bank: SourceBank, partial: Tensor | None = None) -> list[dict[str, Tensor]]:
         values, rstd = bank.sources(partial)  # S tensors [B, T, D] and [B, T]
+        routes: dict[str, Tensor] = {}
         if len(values) == 1:
             # softmax over a single source is exactly 1: every route is that source
             if self.capture:
                 ones = values[0].new_ones((1, *values[0].shape[:2]), dtype=torch.float32)
                 self.last_weights = {r: ones for r in self.route_names}
-            return {role: values[0] for role in self.spec.roles}
-        u = self.route_queries().float() * self.key_norm.weight.float()  # [R, D]
-        routes: dict[str, Tensor] = {}
-        captured: dict[str, Tensor] = {}
-        # One route at a time, each with the same kernel shapes as the parent's single
-        # route: a batched [R, ...] contraction rounds differently (~1e-6), which would
-        # break the exact identities of DESIGN section 3 (e.g. rd with w_v = w_qk).
-        for i, name in enumerate(self.route_names):
-            routes[name], weights = route(values, rstd, u[i])  # [B, T, D] and [S, B, T]
+            routes = {name: values[0] for name in self.route_names}
+        else:
+            u = self.route_queries().float() * self.key_norm.weight.float()  # [R, D]
+            captured: dict[str, Tensor] = {}
+            # One route at a time, each with the same kernel shapes as the parent's single
+            # route: a batched [R, ...] contraction rounds differently (~1e-6), which would
+            # break the exact identities of DESIGN section 3 (e.g. rd with w_v = w_qk).
+            for i, name in enumerate(self.route_names):
+                routes[name], weights = route(values, rstd, u[i])  # [B, T, D] and [S, B, T]
+                if self.capture:
+                    captured[name] = weights.detach()
             if self.capture:
-                captured[name] = weights.detach()
-        if self.capture:
-            self.last_weights = captured
-        out: dict[str, Tensor] = {}
+                self.last_weights = captured
+        for name, b in self.route_offsets().items():
+            routes[name] = routes[name] + b.to(routes[name].dtype)  # [B, T, D] + [D]
+        out: list[dict[str, Tensor]] = []
         cache: dict[tuple[str, ...], Tensor] = {}
-        for role, names in self.spec.roles.items():
-            if names not in cache:
-                x = routes[names[0]]
-                for extra in names[1:]:
-                    x = x + routes[extra]
-                cache[names] = x / len(names) if len(names) > 1 else x
-            out[role] = cache[names]
+        for group in self.spec.groups:
+            roles: dict[str, Tensor] = {}
+            for role, names in group.roles.items():
+                if names not in cache:
+                    x = routes[names[0]]
+                    if any(routes[n] is not x for n in names[1:]):  # the mean of one tensor is itself
+                        for extra in names[1:]:
+                            x = x + routes[extra]
+                        x = x / len(names)
+                    cache[names] = x
+                roles[role] = cache[names]
+            out.append(roles)
         return out
