@@ -41,4 +41,4 @@ lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock.new && mv requirements.lock.new requirements.lock
 
 clean:
-	rm -rf $(VENV) $(RESULTS) reports/out
+	rm -rf $(VENV) $(RESULTS)

@@ -9,9 +9,13 @@ Modules, in the order data flows through them:
   Holm, Fieller), as array functions shared by the report and the simulations;
 * :mod:`reports.power`: MDE, power and seeds needed for a planned effect (noncentral t);
 * :mod:`reports.mixed`: the mixed-model cross-check;
+* :mod:`reports.progress`: the grid status, the queue's view of the runs next to the store's;
 * :mod:`reports.stats`: one grid's results as frozen dataclasses; ``stats.csv``;
-* :mod:`reports.figures`: PNG figures (validation curves, paired differences, gain fractions, routing);
-* :mod:`reports.render` (words) and :mod:`reports.blocks` (Markdown / HTML writers);
+* :mod:`reports.figures`: PNG figures (training and validation curves, paired differences, gain
+  fractions) and :mod:`reports.routing_figures` (routing heatmaps over training);
+* :mod:`reports.fmt` (number formats), :mod:`reports.summary` (grid status, verdict banners and
+  chips, how to read), :mod:`reports.render` (the sections) and :mod:`reports.blocks` (Markdown /
+  HTML writers);
 * :mod:`reports.build`: read the store's frames, call the above, write the files;
 * :mod:`reports.simulate`: simulated studies through :mod:`reports.decisions` (``python -m reports.simulate``);
 * :mod:`reports.synthetic`: synthetic frames for tests and demos.

@@ -8,6 +8,8 @@ Output folder layout (DESIGN section 6)::
     OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)
     OUT/figures/*.png
 
+``harness report`` writes to ``RESULTS/reports/GRID/`` by default.
+
 Each file is written to a temporary name and renamed into place, so a reader never
 sees a half-written file.
 """
@@ -27,6 +29,7 @@ from reports.degeneracy import find_degenerate
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
 from reports.plan import AnalysisPlan
+from reports.progress import QueuedRun, grid_progress, unreadable_run_ids
 from reports.stats import ReportStats, analyze
 
 
@@ -36,7 +39,9 @@ class Frames:
 
     ``metrics`` and ``routing`` may be None or empty (figures are then skipped);
     ``route_pairs`` and ``route_params`` (the degeneracy records of DESIGN section 3) may
-    be None or empty (those degeneracy criteria are then not applied).
+    be None or empty (those degeneracy criteria are then not applied); ``unreadable`` holds
+    the store's result files it could not read (``ingest_log`` rows with an error: file,
+    error), counted in the grid status.
     """
 
     final: pl.DataFrame
@@ -45,6 +50,7 @@ class Frames:
     routing: pl.DataFrame | None = None
     route_pairs: pl.DataFrame | None = None
     route_params: pl.DataFrame | None = None
+    unreadable: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +81,14 @@ def load_frames(store: Any, grid: str) -> Frames:
         raise ValueError(f"no runs for grid {grid!r}; grids in the store: {names}")
     final = store.query("SELECT * FROM final WHERE grid = ?", [grid], ingest=False)
     in_grid = "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
-    metrics = store.query(f"SELECT * FROM metrics WHERE split = 'val' AND name = 'nll' AND {in_grid} "
-                          "ORDER BY run_id, tokens", [grid], ingest=False)
+    metrics = store.query("SELECT * FROM metrics WHERE ((split = 'val' AND name = 'nll') OR (split = 'train' AND "
+                          f"name = 'loss')) AND {in_grid} ORDER BY run_id, tokens", [grid], ingest=False)
     routing = store.query(f"SELECT * FROM routing WHERE {in_grid}", [grid], ingest=False)
     pairs, params = (store.query(f"SELECT * FROM {t} WHERE {in_grid}", [grid], ingest=False)
                      for t in ("route_pairs", "route_params"))
-    return Frames(final, runs, metrics, routing, pairs, params)
+    unreadable = store.query("SELECT file, error FROM ingest_log WHERE error IS NOT NULL ORDER BY file", [],
+                             ingest=False)
+    return Frames(final, runs, metrics, routing, pairs, params, unreadable)
 
 
 def _write_atomic(path: Path, data: bytes) -> Path:
@@ -92,7 +100,8 @@ def _write_atomic(path: Path, data: bytes) -> Path:
 
 def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
                  plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
-                 figures: bool = True) -> BuildResult:
+                 figures: bool = True, queue: Mapping[str, QueuedRun | str] | None = None,
+                 queue_note: str = "") -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
     Args:
@@ -104,14 +113,29 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
             :func:`reports.plan.plan_from_configs`).
         degenerate: ``{(size, budget_tokens, variant): reason}`` (see :func:`reports.stats.analyze`).
         figures: draw the PNG figures (off: tables only, faster).
+        queue: the queue's view of the grid's runs, ``{run_id: QueuedRun | state}``
+            (:mod:`reports.progress`); None where the queue was not found or not read. The
+            report then says so and never claims that every run finished.
+        queue_note: where the queue is, or why it was not read (printed with the grid status).
 
     Raises:
-        ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`.
+        ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`
+            (e.g. no finished run of the parent yet: the message then says what the queue holds).
     """
     if degenerate is None:
         degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
-    stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
-                    degenerate=degenerate)
+    progress = grid_progress(frames.runs, queue, grid=grid,
+                             queue_note=queue_note or ("the queue was not read" if queue is None else ""),
+                             unreadable=unreadable_run_ids(frames.unreadable))
+    try:
+        stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
+                        degenerate=degenerate, progress=progress)
+    except ValueError as exc:
+        if "need exactly one parent variant, found none" not in str(exc) or not progress.total:
+            raise
+        from reports.summary import progress_sentence
+
+        raise ValueError(f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}") from None
     final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)

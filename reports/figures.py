@@ -1,13 +1,17 @@
 """Report figures as PNG bytes (matplotlib, Agg canvas; DESIGN section 6).
 
-* :func:`validation_curves`: validation NLL vs tokens per variant, mean over seeds with
-  a min-max band, and the same curves minus the parent at the same seed;
+* :func:`training_curves`: training loss and validation NLL vs tokens per variant, mean
+  over seeds with a min-max band, and both minus the parent at the same seed;
 * :func:`paired_differences`: per comparison, each seed's paired difference and the mean
   with its 95 % t interval (taken from :mod:`reports.stats`, not recomputed);
 * :func:`gain_fractions`: per control, the fraction of the gain it reproduces with its
   Fieller interval;
-* :func:`routing_heatmaps`: depth distributions (layer x source) of the QK and V routes
-  at the attention site, and the per-layer Jensen-Shannon divergence between them.
+* :func:`reports.routing_figures.routing_over_training`: depth distributions (layer x
+  source) of every attention route at each evaluation, the values written in, QK minus V,
+  and the per-layer Jensen-Shannon divergence over training.
+
+Every figure names its cell (``FigureOut.cell``); a figure spanning the cells of a size
+(gain vs budget, DESIGN 8) has ``cell = None`` and gets its own section in the report.
 
 Figures are drawn on :class:`matplotlib.figure.Figure` directly (no pyplot state), so
 this module never changes the process-wide backend.
@@ -20,29 +24,32 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import PIL.Image
 import polars as pl
 from matplotlib.figure import Figure
 
-from reports.pairing import cell_order
+from reports.fmt import tokens_label as _tokens_label
 from reports.stats import ReportStats
 
 DPI = 110
-_ROLE_COLORS = {"parent": "#222222", "treatment": "#d62728", "reference": "#8c8c8c"}
+_ROLE_COLORS = {"parent": "#222222", "treatment": "#d62728", "reference": "#8c8c8c", "aa": "#9a9a9a"}
 _CONTROL_COLORS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#e377c2")
 
 
 @dataclass(frozen=True, slots=True)
 class FigureOut:
-    """One rendered figure: file stem, title, caption (plain text) and PNG bytes."""
+    """One rendered figure: file stem, title, caption (plain text), PNG bytes, and its cell
+    ``(size, budget_tokens)`` (None: it spans cells, e.g. gain vs budget)."""
 
     name: str
     title: str
     caption: str
     png: bytes
+    cell: tuple[str, int] | None = None
 
 
 def variant_colors(stats: ReportStats) -> dict[str, str]:
-    """A fixed colour per variant: parent black, treatment red, reference grey, controls cycled."""
+    """A fixed colour per variant: parent black, treatment red, reference and A/A grey, controls cycled."""
     colors = {stats.parent: _ROLE_COLORS["parent"]}
     if stats.treatment:
         colors[stats.treatment] = _ROLE_COLORS["treatment"]
@@ -50,82 +57,120 @@ def variant_colors(stats: ReportStats) -> dict[str, str]:
         colors[c] = _CONTROL_COLORS[i % len(_CONTROL_COLORS)]
     for r in stats.references:
         colors[r] = _ROLE_COLORS["reference"]
+    for a in stats.aa_variants:
+        colors[a] = _ROLE_COLORS["aa"]
     return colors
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as PNG bytes at :data:`DPI`, cropped to its content, as a 256-colour palette
+    image: these plots have few colours, and the palette PNG is ~3x smaller than RGBA with no
+    visible change (a report embeds every figure)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    return buf.getvalue()
+    buf.seek(0)
+    image = PIL.Image.open(buf).convert("RGB").quantize(256, method=PIL.Image.Quantize.FASTOCTREE,
+                                                          dither=PIL.Image.Dither.NONE)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
-def _tokens_label(x: float, _pos: object = None) -> str:
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:g}{unit}"
-    return f"{x:g}"
-
-
-def _variant_order(stats: ReportStats) -> list[str]:
+def variant_order(stats: ReportStats) -> list[str]:
+    """Parent, treatment, controls, A/A checks, references: the order of every legend."""
     treatment = [stats.treatment] if stats.treatment else []
-    return [stats.parent, *treatment, *stats.controls, *stats.references]
+    return [stats.parent, *treatment, *stats.controls, *stats.aa_variants, *stats.references]
 
 
-def validation_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportStats,
-                      size: str, budget_tokens: int) -> FigureOut | None:
-    """Validation NLL (nats/token) vs tokens, one line per variant, band = min-max over seeds.
+def _band(frame: pl.DataFrame, smooth: int) -> pl.DataFrame:
+    """Per tokens: mean, min and max over seeds of ``value`` (after a centred rolling mean over
+    ``smooth`` logged points per seed), and the number of seeds."""
+    if smooth > 1:
+        frame = frame.sort("seed", "tokens").with_columns(
+            pl.col("value").rolling_mean(smooth, min_samples=1, center=True).over("seed"))
+    return (frame.group_by("tokens").agg(pl.col("value").mean().alias("mean"), pl.col("value").min().alias("lo"),
+                                         pl.col("value").max().alias("hi"), pl.col("seed").n_unique().alias("n"))
+            .sort("tokens"))
+
+
+def _minus_parent(curves: pl.DataFrame, parent: str) -> pl.DataFrame:
+    """Each run's curve minus the parent run's at the same seed and token count."""
+    p = curves.filter(pl.col("variant") == parent).select("seed", "tokens", pl.col("value").alias("parent_value"))
+    return curves.join(p, on=["seed", "tokens"]).with_columns(pl.col("value") - pl.col("parent_value"))
+
+
+def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportStats,
+                    size: str, budget_tokens: int) -> FigureOut | None:
+    """Training loss and validation NLL (nats/token) vs tokens, one line per variant.
+
+    Four panels: training loss and validation NLL (top), each minus the parent run of the
+    same seed at the same token count (bottom; same seed = same batches, so the paired
+    curve is far less noisy than either). Line = mean over seeds, band = min-max over
+    seeds; training loss is smoothed per seed by a centred rolling mean over ~1/20 of its
+    logged steps (stated in the caption).
 
     Args:
-        metrics: run_id, tokens, split, name, value (rows with split 'val', name 'nll' used).
+        metrics: run_id, tokens, split, name, value (rows split 'train' name 'loss' and
+            split 'val' name 'nll' are used).
         final: the finished runs (run_id, variant, seed, size, budget_tokens, val_nll);
             only runs with a finite final NLL are drawn, as in the statistics.
 
     Returns:
-        the figure, or None when there is no validation curve for this size and budget.
+        the figure, or None when there is no curve for this size and budget.
     """
     runs = final.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget_tokens)
                         & pl.col("val_nll").is_finite()).select("run_id", "variant", "seed")
-    curves = (metrics.filter((pl.col("split") == "val") & (pl.col("name") == "nll"))
-              .join(runs, on="run_id").select("variant", "seed", "tokens", "value"))
-    if curves.height == 0:
+    m = metrics.join(runs, on="run_id")
+    kinds = {"train": m.filter((pl.col("split") == "train") & (pl.col("name") == "loss")),
+             "val": m.filter((pl.col("split") == "val") & (pl.col("name") == "nll"))}
+    kinds = {k: v.select("variant", "seed", "tokens", "value").filter(pl.col("value").is_finite())
+             for k, v in kinds.items()}
+    kinds = {k: v for k, v in kinds.items() if v.height}
+    if not kinds:
         return None
-    parent_curve = curves.filter(pl.col("variant") == stats.parent).select(
-        "seed", "tokens", pl.col("value").alias("parent_value"))
-    rel = curves.join(parent_curve, on=["seed", "tokens"]).with_columns(
-        (pl.col("value") - pl.col("parent_value")).alias("value"))
+    steps = kinds["train"].group_by("variant", "seed").len()["len"].max() if "train" in kinds else 0
+    smooth = {"train": max(1, int(steps or 0) // 20), "val": 1}
     colors = variant_colors(stats)
-    fig = Figure(figsize=(11, 4.2))
-    axes = fig.subplots(1, 2)
-    for ax, frame, ylabel in ((axes[0], curves, "validation NLL (nats/token)"),
-                              (axes[1], rel, "NLL minus parent, same seed (nats/token)")):
-        for variant in _variant_order(stats):
-            sub = frame.filter(pl.col("variant") == variant)
-            if sub.height == 0:
-                continue
-            agg = (sub.group_by("tokens").agg(pl.col("value").mean().alias("mean"),
-                                               pl.col("value").min().alias("lo"),
-                                               pl.col("value").max().alias("hi"),
-                                               pl.col("seed").n_unique().alias("n"))
-                   .sort("tokens"))
-            x = agg["tokens"].to_numpy()
-            n = int(agg["n"].max())
-            ax.plot(x, agg["mean"].to_numpy(), color=colors.get(variant, "k"), lw=1.6,
-                    label=f"{variant} ({n} seed{'s' if n != 1 else ''})")
-            ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(),
-                            color=colors.get(variant, "k"), alpha=0.15, lw=0)
-        ax.set_xlabel("training tokens")
-        ax.set_ylabel(ylabel)
-        ax.xaxis.set_major_formatter(_tokens_label)
-        ax.grid(alpha=0.3)
-    axes[1].axhline(0, color="k", lw=0.8)
-    axes[0].legend(fontsize=8, frameon=False)
-    fig.suptitle(f"Validation NLL, size {size}, budget {_tokens_label(budget_tokens)} tokens "
-                 "(line: mean over seeds; band: min-max)", fontsize=11)
-    return FigureOut(f"val_curves_{size}_{budget_tokens}",
-                     f"Validation curves ({size}, {_tokens_label(budget_tokens)} tokens)",
-                     "Validation NLL vs training tokens for each variant; line = mean over seeds, "
-                     "band = min-max over seeds. Right: each run minus the parent run of the same "
-                     "seed at the same token count (below 0 = better than the parent).", _png(fig))
+    fig = Figure(figsize=(11, 7.6), layout="constrained")
+    axes = fig.subplots(2, len(kinds), squeeze=False, sharex=True)
+    labels = {"train": "training loss", "val": "validation NLL"}
+    for col, (kind, curves) in enumerate(kinds.items()):
+        for row, frame in enumerate((curves, _minus_parent(curves, stats.parent))):
+            ax = axes[row][col]
+            for variant in variant_order(stats):
+                sub = frame.filter(pl.col("variant") == variant)
+                if sub.height == 0:
+                    continue
+                agg = _band(sub, smooth[kind])
+                x, n = agg["tokens"].to_numpy(), int(agg["n"].max())
+                style = "--" if variant in stats.aa_variants else "-"
+                ax.plot(x, agg["mean"].to_numpy(), style, color=colors.get(variant, "k"), lw=1.5,
+                        marker="o" if kind == "val" else None, ms=3,
+                        label=f"{variant} ({n} seed{'s' if n != 1 else ''})" if (row, col) == (0, 0) else None)
+                ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=colors.get(variant, "k"),
+                                alpha=0.13, lw=0)
+            ax.grid(alpha=0.3)
+            ax.xaxis.set_major_formatter(_tokens_label)
+            if row == 0:
+                ax.set_title(f"{labels[kind]} (nats/token)" + (f", rolling mean over {smooth[kind]} steps"
+                                                                if smooth[kind] > 1 else ""), fontsize=10)
+                ax.set_ylabel("nats/token")
+            else:
+                ax.axhline(0, color="k", lw=0.8)
+                ax.set_title(f"{labels[kind]} minus {stats.parent}, same seed (< 0: better)", fontsize=10)
+                ax.set_ylabel("difference (nats/token)")
+                ax.set_xlabel("training tokens")
+    fig.legend(loc="outside lower center", ncol=min(4, len(variant_order(stats))), fontsize=8, frameon=False)
+    fig.suptitle(f"Training and validation curves, size {size}, budget {_tokens_label(budget_tokens)} tokens "
+                 "(line: mean over seeds; band: min-max over seeds)", fontsize=11)
+    smoothed = (f" Training loss is the per-step loss of each run smoothed by a centred rolling mean over "
+                f"{smooth['train']} logged steps, then averaged over seeds." if smooth.get("train", 1) > 1 else "")
+    return FigureOut(f"curves_{size}_{budget_tokens}",
+                     f"Training and validation curves ({size}, {_tokens_label(budget_tokens)} tokens)",
+                     "Training loss and validation NLL vs training tokens per variant; line = mean over seeds, band "
+                     "= min-max over seeds. Bottom: each run minus the parent run of the same seed at the same token "
+                     "count (same seed = same batches and initialisation), below 0 = better than the parent."
+                     + smoothed, png_bytes(fig), (size, budget_tokens))
 
 
 def _label_rows(ax, labels: list[str], xlabel: str, title: str) -> None:
@@ -169,6 +214,8 @@ def paired_differences(stats: ReportStats, size: str, budget_tokens: int) -> Fig
             text += f", {h.verdict}"
         elif a is not None:
             text += f", {a.verdict.split(':')[0]}"
+        elif c.kind == "aa_check" and (aa := stats.aa_check(c.first, size, budget_tokens)) is not None:
+            text += f", A/A {aa.status}"
         ax.annotate(text, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=8)
     ax.axvline(0, color="k", lw=0.8)
     _label_rows(ax, [c.comparison for c in reversed(comps)],
@@ -179,7 +226,8 @@ def paired_differences(stats: ReportStats, size: str, budget_tokens: int) -> Fig
                      f"Paired differences ({size}, {_tokens_label(budget_tokens)} tokens)",
                      "Each dot is one seed's difference in final validation NLL (first - second); "
                      "the diamond is the mean and the bar its 95 % t interval (df = n - 1). "
-                     "Right: pairs won, and the headline or control verdict.", _png(fig))
+                     "Right: pairs won, and the headline or control verdict.", png_bytes(fig),
+                     (size, budget_tokens))
 
 
 def gain_fractions(stats: ReportStats, size: str, budget_tokens: int) -> FigureOut | None:
@@ -216,96 +264,24 @@ def gain_fractions(stats: ReportStats, size: str, budget_tokens: int) -> FigureO
                      f"Gain fractions ({size}, {_tokens_label(budget_tokens)} tokens)",
                      "f = mean(control - parent) / mean(treatment - parent) over the seeds where all three ran, "
                      "with its 95 % Fieller interval; a double arrow marks an unbounded interval (the gain's own "
-                     "95 % interval covers 0).", _png(fig))
-
-
-def _route_matrix(r: pl.DataFrame, route: str, n_layers: int, n_src: int) -> np.ndarray:
-    m = np.full((n_layers, n_src), np.nan)
-    agg = r.filter(pl.col("route") == route).group_by("layer", "source").agg(pl.col("weight").mean())
-    for layer, source, w in agg.iter_rows():
-        m[layer, source] = w
-    return m
-
-
-def routing_heatmaps(routing: pl.DataFrame, final: pl.DataFrame, variant: str, size: str,
-                     budget_tokens: int) -> FigureOut | None:
-    """QK and V route depth distributions (layer x source) and per-layer JS divergence.
-
-    Uses the attention site's rows at each run's last logged token count, averaged over
-    the variant's finished seeds. JS is in nats (base e): per-token average (``js_qk_v``)
-    and between the averaged distributions (``js_qk_v_of_means``) where stored.
-
-    Returns:
-        the figure, or None when the variant has no separate V route at this size/budget.
-    """
-    runs = final.filter((pl.col("variant") == variant) & (pl.col("size") == size)
-                        & (pl.col("budget_tokens") == budget_tokens) & pl.col("val_nll").is_finite()
-                        ).select("run_id", "seed")
-    r = routing.join(runs, on="run_id").filter(pl.col("site") == "attn")
-    if r.height == 0 or r.filter(pl.col("route") == "v").height == 0:
-        return None
-    last = r.group_by("run_id").agg(pl.col("tokens").max().alias("last"))
-    r = r.join(last, on="run_id").filter(pl.col("tokens") == pl.col("last"))
-    n_layers = int(r["layer"].max()) + 1
-    n_src = int(r["source"].max()) + 1
-    qk, v = _route_matrix(r, "qk", n_layers, n_src), _route_matrix(r, "v", n_layers, n_src)
-    vmax = float(np.nanmax([np.nanmax(qk), np.nanmax(v)]))
-    n_seeds = r["seed"].n_unique()
-    fig = Figure(figsize=(13, 0.35 * n_layers + 2.8), layout="constrained")
-    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.2, 0.8]})
-    for ax, m, name in ((axes[0], qk, "QK route"), (axes[1], v, "V route")):
-        im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", cmap="viridis", vmin=0, vmax=vmax,
-                       origin="lower", interpolation="nearest")
-        ax.set_title(f"{name}: mean weight a_i", fontsize=10)
-        ax.set_xlabel("source (0 = token embedding)")
-        ax.set_ylabel("layer")
-        ax.set_xticks(range(n_src))
-        ax.set_yticks(range(n_layers))
-    fig.colorbar(im, ax=axes[1], label="routing weight (shared scale)")
-    ax = axes[2]
-    js_cols = [c for c in ("js_qk_v", "js_qk_v_of_means") if c in r.columns]
-    per = (r.filter(pl.col("route") == "v").group_by("run_id", "layer")
-           .agg([pl.col(c).first() for c in js_cols]))
-    layers = np.arange(n_layers)
-    styles = {"js_qk_v": ("per-token mean", "o-"), "js_qk_v_of_means": ("of mean distributions", "s--")}
-    for c in js_cols:
-        by_layer = per.group_by("layer").agg(pl.col(c).mean()).sort("layer")
-        if by_layer[c].null_count() == by_layer.height:
-            continue
-        vals = np.full(n_layers, np.nan)
-        for layer, val in by_layer.iter_rows():
-            vals[layer] = np.nan if val is None else val
-        label, style = styles[c]
-        ax.plot(vals, layers, style, label=label, ms=4)
-    ax.set_yticks(range(n_layers))
-    ax.set_ylim(-0.5, n_layers - 0.5)
-    ax.set_xlabel("JS divergence QK vs V (nats)")
-    ax.set_ylabel("layer")
-    ax.set_title("per-layer JS(QK, V)", fontsize=10)
-    ax.set_xlim(left=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
-    fig.suptitle(f"Depth routing of {variant} at the attention site, size {size}, budget "
-                 f"{_tokens_label(budget_tokens)} tokens (mean over {n_seeds} seed(s), last evaluation)",
-                 fontsize=11)
-    return FigureOut(f"routing_{variant}_{size}_{budget_tokens}",
-                     f"Routing of {variant} ({size}, {_tokens_label(budget_tokens)} tokens)",
-                     "Mean depth distribution over sources per layer for the route feeding Q/K and "
-                     "the route feeding V (blank = source not available at that layer), and their "
-                     "Jensen-Shannon divergence per layer (nats).", _png(fig))
+                     "95 % interval covers 0).", png_bytes(fig), (size, budget_tokens))
 
 
 def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None,
                 routing: pl.DataFrame | None) -> list[FigureOut]:
-    """Every figure of the report, per size and budget; absent data give no figure."""
+    """Every figure of the report, per cell (size, budget), then those spanning cells; absent
+    data give no figure."""
+    from reports.routing_figures import routing_variants, routing_over_training  # it imports this module
+
     out: list[FigureOut] = []
-    cells = sorted({(c.size, c.budget_tokens) for c in stats.comparisons}, key=cell_order)
-    variants = _variant_order(stats)
-    for size, budget in cells:
-        figs = [paired_differences(stats, size, budget), gain_fractions(stats, size, budget)]
+    for size, budget in stats.cells:
+        figs = []
         if metrics is not None and metrics.height:
-            figs.append(validation_curves(metrics, final, stats, size, budget))
+            figs.append(training_curves(metrics, final, stats, size, budget))
+        figs += [paired_differences(stats, size, budget), gain_fractions(stats, size, budget)]
         if routing is not None and routing.height:
-            figs += [routing_heatmaps(routing, final, v, size, budget) for v in variants]
+            figs += [routing_over_training(routing, final, stats, v, size, budget)
+                     for v in routing_variants(stats)]
         out += [f for f in figs if f is not None]
+    # Figures spanning the cells of a size (cell = None) follow, e.g. gain vs budget (DESIGN 8).
     return out

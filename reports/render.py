@@ -1,8 +1,9 @@
 """Words for a :class:`reports.stats.ReportStats`: the report's sections and the CLI summary.
 
-Everything a person reads is written here; nothing here computes a statistic. Sections
-are lists of blocks (:mod:`reports.blocks`), written out as Markdown and as one
-self-contained HTML file. Sentence helpers (``headline_sentence``, ``control_sentence``,
+Everything a person reads is written here and in :mod:`reports.summary` (the top of the
+report: grid status, verdict banners, chips, how to read it); nothing here computes a
+statistic. Sections are lists of blocks (:mod:`reports.blocks`), written out as Markdown
+and as one self-contained HTML file. Sentence helpers (``headline_sentence``, ``control_sentence``,
 ``aa_sentence``) are shared by the report and ``harness report``'s terminal summary.
 """
 
@@ -10,54 +11,21 @@ from __future__ import annotations
 
 import math
 
-from reports.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
+from reports.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
+from reports.decisions import NOT_ASSESSED
 from reports.figures import FigureOut
+from reports.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
+from reports.fmt import seeds_text as _seeds, tokens_label
 from reports.paired import EXACT_MAX_N, MIN_PAIRS
+from reports.pairing import AA_VARIANTS
+from reports.progress import FINISHED
 from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
+from reports.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners
+from reports.summary import verdict_chip
 
 PAPER_HEADLINE = ("Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu): validation NLL lower "
                   "in 10/10 matched pairs (5 seeds x {120M, 343M}), mean dNLL -0.0301 / -0.0247 "
                   "nats/token, perplexity -2.97 % / -2.43 %.")
-
-
-# --------------------------------------------------------------------------- number formats
-
-
-def fmt_p(p: float | None) -> str:
-    """p-value: 3 significant digits, scientific below 1e-4, '-' when not computed."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "-"
-    return "0" if p == 0 else (f"{p:.2e}" if p < 1e-4 else f"{p:.3g}")
-
-
-def fmt_nats(x: float | None, digits: int = 4) -> str:
-    """Signed value in nats/token with a fixed number of decimals ('-' for NaN)."""
-    return "-" if x is None or math.isnan(x) else f"{x:+.{digits}f}"
-
-
-def fmt_pct(x: float | None) -> str:
-    """Fraction as a signed percentage, e.g. -0.0297 -> '-2.97 %'."""
-    return "-" if x is None or math.isnan(x) else f"{100 * x:+.2f} %"
-
-
-def fmt_ci(lo: float, hi: float) -> str:
-    return "-" if math.isnan(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
-
-
-def fmt_tokens(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}".replace(",", "_")
-
-
-def _num(x: float | None, fmt: str = ".3g") -> str:
-    return "-" if x is None or math.isnan(x) else format(x, fmt)
-
-
-def _cell(size: str, budget: int) -> str:
-    return f"size {size}, budget {fmt_tokens(budget)} tokens"
-
-
-def _seeds(seeds) -> str:
-    return " ".join(map(str, seeds)) or "-"
 
 
 # --------------------------------------------------------------------------- sentences
@@ -114,10 +82,20 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
 
 
 def fraction_text(a: ControlAssessment) -> str:
+    """'+0.40 [+0.23, +0.58]', '+0.40 unbounded' (the gain's 95 % CI covers 0), or '-'."""
     if math.isnan(a.fraction):
         return "-"
-    ci = f"[{a.fraction_low:+.2f}, {a.fraction_high:+.2f}]" if a.bounded else "unbounded (the gain's 95 % CI covers 0)"
-    return f"{a.fraction:+.2f} {ci}"
+    return f"{a.fraction:+.2f}\n" + (f"[{a.fraction_low:+.2f}, {a.fraction_high:+.2f}]" if a.bounded else "unbounded")
+
+
+def cell_label(size: str, budget: int | None) -> str:
+    """A cell in a table: 'small, 1M' (size, budget in tokens)."""
+    return f"{size}, {'-' if budget is None else tokens_label(budget)}"
+
+
+def mean_ci(mean: float, lo: float, hi: float) -> str:
+    """Mean over its 95 % interval, on two lines in HTML (one in Markdown)."""
+    return f"{fmt_nats(mean)}\n{fmt_ci(lo, hi)}"
 
 
 def aa_sentence(a: AACheck, alpha: float) -> str:
@@ -145,6 +123,15 @@ def aa_sentence(a: AACheck, alpha: float) -> str:
     return f"noise floor: {floor}, below {scale}" + (f"; no systematic offset ({test})" if a.tested else untested)
 
 
+def needed_short(s, planned: float | None) -> str:
+    """Seeds needed in a table cell: '7', 'not reachable (> 30)', 'no spread yet' or 'set min_effect_nats'."""
+    if planned is None:
+        return "set min_effect_nats"
+    if s.reachable:
+        return str(s.n)
+    return "no spread yet" if math.isnan(s.power_at_max) else f"not reachable (> {s.max_seeds})"
+
+
 # --------------------------------------------------------------------------- sections
 
 
@@ -166,37 +153,52 @@ def _top_warnings(stats: ReportStats) -> list[Block]:
     items = [f"{r.variant} diverged at seed(s) {_seeds(r.diverged_seeds)} ({_cell(r.size, r.budget_tokens)}): "
              "those seeds are missing from every comparison with it (divergence table below)"
              for r in stats.diverged()]
-    items += [f"A/A check FAILED ({_cell(a.size, a.budget_tokens)}): {aa_sentence(a, stats.plan.alpha)}"
+    items += [f"A/A check, {_cell(a.size, a.budget_tokens)}: {aa_sentence(a, stats.plan.alpha)}"
               for a in stats.aa_checks if a.status == "FAIL"]
     items += list(stats.warnings)
     return [Heading(2, "Warnings"), Bullets(tuple(items), "warn")] if items else []
 
 
+def _not_finished(stats: ReportStats, role: str, aa: bool | None = None) -> str | None:
+    """'rd_attnres: 0 of 3 runs finished (1 running, 2 queued)' for the variants of ``role`` (A/A
+    checks only, or none of them, with ``aa``) that the queue knows but no statistic has; None if none."""
+    p, seen = stats.progress, {c.first for c in stats.comparisons} | {c.second for c in stats.comparisons}
+    parts = []
+    for v in p.variants(role):
+        if v in seen or (aa is not None and (v in AA_VARIANTS) != aa):
+            continue
+        c = p.of_variant(v)
+        rest = ", ".join(f"{n} {s}" for s, n in c.items() if n and s not in FINISHED)
+        parts.append(f"{v}: {sum(c[s] for s in FINISHED)} of {sum(c.values())} runs finished"
+                     + (f" ({rest})" if rest else ""))
+    return "; ".join(parts) or None
+
+
 def _headline(stats: ReportStats) -> list[Block]:
     out: list[Block] = [Heading(2, "Step 1, the headline: is the treatment's gain established?")]
     if not stats.headlines:
-        return out + [Para("No treatment variant in this grid: there is no gain to establish, and no control "
+        waiting = _not_finished(stats, "treatment")
+        return out + [Para(f"No treatment run has a finished parent pair yet ({waiting}): there is no gain to "
+                           "establish yet, and no control is assessed." if waiting else
+                           "No treatment variant in this grid: there is no gain to establish, and no control "
                            "is assessed.", "warn")]
-    power = stats.plan.power
+    power, planned = stats.plan.power, stats.plan.min_effect_nats
+    needed = (f"seeds needed for {_num(planned, '.4g')}",) if planned else ()
     out.append(Table(
-        ("size", "budget", "pairs won", "mean dNLL (nats/token) [95 % CI]", "perplexity change", "one-sided p",
-         "Holm p", "level", "verdict", f"MDE (power {power:g})", "seeds needed", "seeds"),
-        tuple((h.size, fmt_tokens(h.budget_tokens), _wins(stats, h), f"{fmt_nats(h.mean)} {_ci(stats, h)}",
+        ("cell", "verdict", "mean dNLL [95 % CI]", "wins", "perplexity change", "one-sided p", "Holm p",
+         f"MDE (power {power:g})", *needed, "seeds"),
+        tuple((cell_label(h.size, h.budget_tokens), verdict_chip(h.verdict), _mean_ci(stats, h), _wins(stats, h),
                _ppl(stats, h), fmt_p(h.p_one_sided) + (" (exact)" if h.exact else ""), fmt_p(h.holm_p),
-               f"{h.level:g}", f"**{h.verdict}**", _num(h.mde_nats, ".4g"),
-               needed_text(h.seeds_needed, stats.plan.min_effect_nats, "gain"), _seeds(_comp(stats, h).seeds))
+               _num(h.mde_nats, ".4g"), *((needed_short(h.seeds_needed, planned),) if planned else ()),
+               _seeds(_comp(stats, h).seeds))
               for h in stats.headlines)))
-    out.append(Bullets(tuple(headline_sentence(h, power, stats.plan.min_effect_nats) for h in stats.headlines),
-                       "ok" if all(h.established for h in stats.headlines) else "warn"))
+    out.append(Bullets(tuple(headline_sentence(h, power, planned) for h in stats.headlines),
+                       "good" if all(h.established for h in stats.headlines) else "warn"))
     out.append(Para(f"dNLL = {stats.treatment} minus {stats.parent}, final validation NLL, same seed and protocol; "
                     "negative = the treatment is better. One-sided paired t-test (H1: mean dNLL < 0), Holm over the "
-                    "cells; the gain is established where n >= 3, mean dNLL < 0 and Holm p < alpha. "
+                    f"cells, level {stats.plan.alpha:g}; the gain is established where n >= 3, mean dNLL < 0 and Holm "
+                    "p < alpha. " + ("" if planned else "Seeds needed: set min_effect_nats in the grid's [analysis]. ")
                     + PAPER_HEADLINE, "note"))
-    for a in stats.aa_checks:
-        if a.status == "warn":
-            out.append(Para(f"A/A noise floor, {_cell(a.size, a.budget_tokens)}: {a.variant} differs from "
-                            f"{stats.parent} (identical in exact arithmetic) by up to {a.max_abs:.3g} nats/token, "
-                            "at least half the treatment's gain; see the A/A check.", "warn"))
     return out
 
 
@@ -210,9 +212,9 @@ def _wins(stats, h):
     return f"{s.wins}/{s.n}"
 
 
-def _ci(stats, h):
+def _mean_ci(stats, h):
     s = _comp(stats, h).stats
-    return fmt_ci(s.ci_low, s.ci_high)
+    return mean_ci(h.mean, s.ci_low, s.ci_high)
 
 
 def _ppl(stats, h):
@@ -222,7 +224,9 @@ def _ppl(stats, h):
 def _controls(stats: ReportStats) -> list[Block]:
     out: list[Block] = [Heading(2, "Step 2, controls: do they reproduce the gain?")]
     if not stats.assessments:
-        return out + [Para("No control variant in this grid.", "warn")]
+        waiting = _not_finished(stats, "control", aa=False)
+        return out + [Para(f"No control has a finished pair with the parent yet ({waiting})." if waiting else
+                           "No control variant in this grid.", "warn")]
     rho, power = stats.plan.reproduce_fraction, stats.plan.power
     by = {(c.comparison, c.size, c.budget_tokens): c for c in stats.comparisons}
     not_est = [h for h in stats.headlines if not h.established]
@@ -231,18 +235,25 @@ def _controls(stats: ReportStats) -> list[Block]:
         out.append(Para(f"Not assessed at {cells}: the treatment's gain is not established there, so no control "
                         "can reproduce it or fail to; each such control shows its descriptives and the MDE of its "
                         "contrast at this budget.", "warn"))
-    rows = []
+    rows, details = [], []
+    planned = stats.assessments[0].planned_effect
     for a in stats.assessments:
         cp = by[(f"{a.control} - {stats.parent}", a.size, a.budget_tokens)].stats
-        rows.append((a.control, a.size, fmt_tokens(a.budget_tokens), f"{cp.wins}/{cp.n}",
-                     f"{fmt_nats(cp.mean)} {fmt_ci(cp.ci_low, cp.ci_high)}", str(a.n), fmt_nats(a.contrast_mean),
-                     fmt_p(a.contrast_p), fmt_p(a.holm_p), fraction_text(a), f"**{a.verdict}**",
-                     _num(a.mde_nats, ".4g"), needed_text(a.seeds_needed, a.planned_effect, "contrast"),
-                     control_sentence(a, power)))
-    out.append(Table(("control", "size", "budget", "wins vs parent", "control - parent dNLL [95 % CI]",
-                      "seeds (c, p, t)", f"contrast mean e (rho {rho:g})", "contrast p", "Holm p",
-                      "gain fraction f [95 % Fieller]", "verdict", f"MDE of e (power {power:g})", "seeds needed",
-                      "why"), tuple(rows)))
+        rows.append((a.control, cell_label(a.size, a.budget_tokens), verdict_chip(a.verdict, short=True),
+                     mean_ci(cp.mean, cp.ci_low, cp.ci_high), f"{cp.wins}/{cp.n}",
+                     f"{fmt_nats(a.contrast_mean)}\nn = {a.n}", f"{fmt_p(a.contrast_p)}\nHolm {fmt_p(a.holm_p)}" if math.isfinite(a.contrast_p) else "-",
+                     fraction_text(a),
+                     _num(a.mde_nats, ".4g"), *((needed_short(a.seeds_needed, planned),) if planned else ())))
+        # The not-assessed caveat is said once, above the table; other rows say why.
+        details.append("" if a.verdict == NOT_ASSESSED else control_sentence(a, power))
+    out.append(Table(("control", "cell", "verdict", "control - parent dNLL [95 % CI]", "wins vs parent",
+                      f"contrast e (rho {rho:g}): mean, seeds", "contrast p, Holm p",
+                      "gain fraction f [95 % Fieller]", f"MDE of e (power {power:g})",
+                      *((f"seeds needed for e = {_num(planned, '.4g')}",) if planned else ())),
+                     tuple(rows), tuple(details)))
+    if any(math.isfinite(a.fraction) and not a.bounded for a in stats.assessments):
+        out.append(Para("f unbounded: the treatment's own 95 % interval of the gain covers 0, so no finite Fieller "
+                        "interval exists for the fraction of it a control reproduces.", "note"))
     out.append(Para(
         f"Reproduction contrast per seed: e = c - (1 - rho) p - rho t with rho = {rho:g} (p parent, t treatment): "
         "mean e < 0 means the control lands nearer the treatment, mean e > 0 nearer the parent. Two-sided paired "
@@ -251,43 +262,55 @@ def _controls(stats: ReportStats) -> list[Block]:
         "p < alpha and mean e < 0; 'inconclusive' otherwise. Controls are assessed only where the headline "
         "established the gain; 'invalid: degenerate' (a control that cannot differ from the parent, DESIGN 3) takes "
         "precedence over every verdict. f = mean(c - p) / mean(t - p) with its 95 % Fieller interval; the A/A check "
-        "is not a control and enters no family. Planned contrast effect = min(rho, 1 - rho) x min_effect_nats.",
-        "note"))
+        "is not a control and enters no family. Planned contrast effect = min(rho, 1 - rho) x min_effect_nats"
+        + ("." if planned else "; seeds needed: set min_effect_nats in the grid's [analysis] (the smallest gain worth "
+           "detecting)."), "note"))
     return out
+
+
+def _aa_box_chip(stats: ReportStats) -> Chip | None:
+    """The worst A/A status of the grid (FAIL > warn > pass > no pairs) as the box's chip."""
+    if not stats.aa_checks:
+        return None
+    order = ("FAIL", "warn", "bit-identical", "noise floor", "no pairs")
+    return aa_chip(min(stats.aa_checks, key=lambda a: order.index(a.status)))
 
 
 def _aa(stats: ReportStats) -> list[Block]:
-    out: list[Block] = [Heading(2, "A/A check (identical to the parent in exact arithmetic)")]
+    title = "A/A check (identical to the parent in exact arithmetic)"
     if not stats.aa_checks:
-        return out + [Para("No A/A variant (dup_route_tied) in this grid: the pairing is not checked end to end.",
-                           "warn")]
-    out.append(Table(("variant", "size", "budget", "pairs", "training steps", "max |dNLL|", "warn threshold",
-                      "mean dNLL", "offset p (two-sided)", "status"),
-                     tuple((a.variant, a.size, fmt_tokens(a.budget_tokens), str(a.n),
-                            "-" if not a.steps else f"{a.steps[0]}" + (f"-{a.steps[-1]}" if len(a.steps) > 1 else ""),
-                            "0 (bit-identical)" if a.status == "bit-identical" else _num(a.max_abs, ".3g"),
-                            _num(a.threshold, ".4g"), fmt_nats(a.mean, 6), fmt_p(a.p), f"**{a.status}**")
-                           for a in stats.aa_checks)))
-    out.append(Bullets(tuple(f"{a.variant} ({_cell(a.size, a.budget_tokens)}): {aa_sentence(a, stats.plan.alpha)}"
-                             for a in stats.aa_checks),
-                       "warn" if any(a.status in ("warn", "FAIL") for a in stats.aa_checks) else ""))
-    out.append(Para(
-        "bit-identical: every paired difference is exactly 0. Otherwise the A/A variant sums floats in another order "
-        "than the parent and that rounding difference diverges chaotically over the run, so its max |dNLL| is the "
-        f"protocol's numerical noise floor; warn when it reaches {AA_NOISE_FRACTION:g} x the treatment's |mean gain| "
-        f"({AA_NOISE_ABS:g} nats/token without a treatment). FAIL: a systematic offset, two-sided paired t p < alpha "
-        "(unadjusted: the A/A check is in no family).", "note"))
-    return out
+        waiting = _not_finished(stats, "control", aa=True)
+        return [Box(title, Chip("no pairs" if waiting else "absent", "neutral"), (Para(
+            f"No A/A pair has finished yet ({waiting})." if waiting else
+            "No A/A variant (dup_route_tied) in this grid: the pairing is not checked end to end.", "warn"),),
+            "aa-check")]
+    table = Table(("variant", "cell", "status", "pairs", "training steps", "max |dNLL|", "warn threshold",
+                   "mean dNLL", "offset p (two-sided)"),
+                  tuple((a.variant, cell_label(a.size, a.budget_tokens), aa_chip(a), str(a.n),
+                         "-" if not a.steps else f"{a.steps[0]}" + (f"-{a.steps[-1]}" if len(a.steps) > 1 else ""),
+                         "0 (bit-identical)" if a.status == "bit-identical" else _num(a.max_abs, ".3g"),
+                         _num(a.threshold, ".4g"), _num(a.mean, "+.3g"), fmt_p(a.p))
+                        for a in stats.aa_checks))
+    bad = any(a.status in ("warn", "FAIL") for a in stats.aa_checks)
+    sentences = Bullets(tuple(f"{a.variant} ({_cell(a.size, a.budget_tokens)}): {aa_sentence(a, stats.plan.alpha)}"
+                              for a in stats.aa_checks), "warn" if bad else "")
+    note = Para(
+        "pass: bit-identical (every paired difference exactly 0) or a noise floor below the threshold. Otherwise the "
+        "A/A variant sums floats in another order than the parent and that rounding difference diverges "
+        "chaotically over the run, so its max |dNLL| is the protocol's numerical noise floor; warn when it reaches "
+        f"{AA_NOISE_FRACTION:g} x the treatment's |mean gain| ({AA_NOISE_ABS:g} nats/token without a treatment). "
+        "FAIL: a systematic offset, two-sided paired t p < alpha (unadjusted: the A/A check is in no family).", "note")
+    return [Box(title, _aa_box_chip(stats), (table, sentences, note), "aa-check")]
 
 
 def _divergence(stats: ReportStats) -> list[Block]:
-    rows = tuple((r.variant, r.size, fmt_tokens(r.budget_tokens), str(r.done), str(r.diverged), str(r.failed),
+    rows = tuple((r.variant, cell_label(r.size, r.budget_tokens), str(r.done), str(r.diverged), str(r.failed),
                   str(r.unfinished), _seeds(r.diverged_seeds) if r.diverged else "-",
                   _seeds(r.failed_seeds) if r.failed else "-") for r in stats.divergence)
     lost = tuple(f"{c.comparison} ({_cell(c.size, c.budget_tokens)}): lost seed(s) {_seeds(c.lost_seeds)}: "
                  + "; ".join(c.missing) for c in stats.comparisons if c.missing)
     return [Heading(2, "Divergence is an outcome: runs per variant"),
-            Table(("variant", "size", "budget", "done", "diverged", "failed", "unfinished", "diverged seeds",
+            Table(("variant", "cell", "done", "diverged", "failed", "unfinished", "diverged seeds",
                    "failed seeds"), rows),
             Bullets(lost) if lost else Para("No comparison lost a pair.", "note")]
 
@@ -296,18 +319,17 @@ def _all_comparisons(stats: ReportStats) -> list[Block]:
     rows = []
     for c in stats.comparisons:
         s = c.stats
-        mp = f" (min {fmt_p(s.min_p)})"
-        rows.append((c.comparison, c.kind, c.size, fmt_tokens(c.budget_tokens), str(s.n), fmt_nats(s.mean),
-                     fmt_ci(s.ci_low, s.ci_high), _num(s.sd, ".3g"), _num(s.d_z, ".3g"), f"{s.wins}/{s.n}",
+        rows.append((c.comparison, cell_label(c.size, c.budget_tokens), f"{s.wins}/{s.n}",
+                     mean_ci(s.mean, s.ci_low, s.ci_high), _num(s.sd, ".3g"), _num(s.d_z, ".3g"),
                      fmt_pct(s.ppl_change), fmt_p(s.t_p) if not s.zero_spread else "undefined (zero spread)",
-                     fmt_p(s.perm_p) + mp, fmt_p(s.wilcoxon_p) + mp, fmt_p(s.sign_p) + mp))
+                     fmt_p(s.perm_p), fmt_p(s.wilcoxon_p), fmt_p(s.sign_p), fmt_p(s.min_p)))
     return [Heading(2, "Descriptives: every comparison"),
             Para("Reported, not used for verdicts. t p two-sided; sign-flip = exact permutation p of the mean over "
                  "all 2^n sign patterns (the only p at zero spread); Wilcoxon signed-rank and sign test exact on the "
-                 "non-zero differences. 'min' = the smallest p that test can reach with this many non-zero pairs, "
-                 "2^(1-n): with 5 pairs none can go below 0.0625, whatever the data.", "note"),
-            Table(("comparison", "kind", "size", "budget", "n", "mean dNLL", "95 % CI", "sd", "d_z", "wins",
-                   "ppl change", "t p", "sign-flip p", "Wilcoxon p", "sign p"), tuple(rows))]
+                 "non-zero differences. 'min p' = the smallest p those three tests can reach with this many non-zero "
+                 "pairs, 2^(1-n): with 5 pairs none can go below 0.0625, whatever the data.", "note"),
+            Table(("comparison", "cell", "wins (k/n)", "mean dNLL [95 % CI]", "sd", "d_z", "ppl change", "t p",
+                   "sign-flip p", "Wilcoxon p", "sign p", "min p"), tuple(rows))]
 
 
 def _mixed(stats: ReportStats) -> list[Block]:
@@ -365,38 +387,68 @@ def _methods(stats: ReportStats) -> list[Block]:
 
 def _left_out(stats: ReportStats) -> list[Block]:
     out: list[Block] = [Heading(2, "Runs left out, and why")]
+    p = stats.progress
     if stats.left_out:
-        out.append(Table(("run", "variant", "seed", "size", "budget", "status", "reason"),
-                         tuple((lo.run_id, lo.variant, str(lo.seed), lo.size, fmt_tokens(lo.budget_tokens),
+        out.append(Table(("run", "variant", "seed", "cell", "status", "reason"),
+                         tuple((lo.run_id, lo.variant, str(lo.seed), cell_label(lo.size, lo.budget_tokens),
                                 lo.status, lo.reason) for lo in stats.left_out)))
+    elif p.complete:
+        out.append(Para(f"None: all {p.total} runs of the grid finished and entered the statistics."))
     else:
-        out.append(Para("None: every run of the grid finished and entered the statistics."))
+        out.append(Para("None of the finished runs in the results store was left out. " + progress_sentence(p)[0]))
+    return out
+
+
+def _figures(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
+    """Figures per cell, in the order drawn; figures across cells (``cell`` None, e.g. gain vs
+    budget, DESIGN 8) in their own section."""
+    out: list[Block] = [Heading(2, "Figures")]
+    if not figures:
+        return out + [Para("No figure: no pairs, training or validation curves, or routing rows.", "note")]
+    cells = [c for c in stats.cells if any(f.cell == c for f in figures)]
+    for size, budget in cells:
+        out.append(Heading(3, f"Size {size}, budget {tokens_label(budget)} tokens"))
+        for f in figures:
+            if f.cell == (size, budget):
+                out += [Heading(4, f.title), Image(f), Para(f.caption, "note")]
+    return out + _across_cells(stats, [f for f in figures if f.cell is None])
+
+
+def _across_cells(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
+    """Gain vs budget (DESIGN 8): figures that span the cells of a size (``FigureOut.cell`` None)."""
+    budgets: dict[str, set[int]] = {}
+    for size, budget in stats.cells:
+        budgets.setdefault(size, set()).add(budget)
+    several = [s for s, b in budgets.items() if len(b) > 1]
+    if not figures and not several:
+        return []
+    out: list[Block] = [Heading(3, "Gain vs budget")]
+    for f in figures:
+        out += [Heading(4, f.title), Image(f), Para(f.caption, "note")]
+    if not figures:
+        out.append(Para(f"Size(s) {', '.join(several)} have several budgets; the per-cell tables above give each "
+                        "budget's paired difference (this report draws no gain-vs-budget figure yet).", "note"))
     return out
 
 
 def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "") -> list[Block]:
-    """The report as blocks, in reading order."""
-    roles = (f"Parent: {stats.parent}; treatment: {stats.treatment or 'none'}; controls: "
-             f"{', '.join(stats.controls) or 'none'}; A/A check: {', '.join(stats.aa_variants) or 'none'}; "
-             f"references: {', '.join(stats.references) or 'none'}.")
+    """The report as blocks, in reading order: status and verdicts first, then the evidence."""
     blocks: list[Block] = [
         Heading(1, f"Paired significance report: grid {stats.grid or '(all)'}"),
-        Para(f"{generated + '. ' if generated else ''}{roles} {len(stats.pairs)} pairs over "
-             f"{len(stats.comparisons)} comparisons; {len(stats.left_out)} run(s) or pair(s) left out."),
+        Para(f"{generated + '. ' if generated else ''}{roles_text(stats)} {len(stats.pairs)} pairs over "
+             f"{len(stats.comparisons)} comparisons; {len(stats.left_out)} run(s) or pair(s) left out.", "note"),
+        Para(*progress_sentence(stats.progress)),
     ]
-    blocks += _top_warnings(stats) + _plan(stats) + _headline(stats) + _controls(stats) + _aa(stats)
-    blocks += _divergence(stats) + _all_comparisons(stats) + _mixed(stats)
-    blocks.append(Heading(2, "Figures"))
-    for f in figures:
-        blocks += [Heading(3, f.title), Image(f), Para(f.caption, "note")]
-    if not figures:
-        blocks.append(Para("No figure: no pairs, validation curves or routing rows.", "note"))
+    blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
+    blocks += _plan(stats) + _headline(stats) + _controls(stats) + _aa(stats) + _divergence(stats)
+    blocks += _figures(stats, figures) + _all_comparisons(stats) + _mixed(stats)
     return blocks + _methods(stats) + _left_out(stats)
 
 
 def summary_lines(stats: ReportStats) -> list[str]:
     """Plain-text summary for the terminal: headline per cell, control verdicts, A/A, divergence."""
-    lines = [f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
+    lines = [f"runs: {progress_sentence(stats.progress)[0]}"]
+    lines += [f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
              f"{_num(stats.plan.min_effect_nats, '.4g') if stats.plan.min_effect_nats else 'not set'}, power "
              f"{stats.plan.power:g}, max_seeds {stats.plan.max_seeds}"]
     lines += [f"diverged: {r.variant} {r.size} {r.budget_tokens} seed(s) {_seeds(r.diverged_seeds)}"

@@ -36,10 +36,12 @@ from reports.mixed import MixedModelCheck, fit_mixed_model
 from reports.pairing import AA_VARIANTS, LeftOut, Pair, PairedSet, cell_order, pair_runs, steps_by_run
 from reports.plan import AnalysisPlan, plan_from_configs
 from reports.power import SeedsNeeded, contrast_effect, mde, seeds_needed
+from reports.progress import GridProgress, grid_progress
 
 NAN = float("nan")
 AA_NOISE_FRACTION = 0.5  # A/A warns when max |d| >= this x |treatment's mean gain| (DESIGN 6)
 AA_NOISE_ABS = 1e-3  # nats/token: the A/A warning threshold when there is no treatment gain
+AA_STATUSES = ("bit-identical", "noise floor", "warn", "FAIL", "no pairs")  # AACheck.status values
 
 # stats.csv column contract (DESIGN section 6), in order; extra columns follow.
 CSV_COLUMNS = (
@@ -276,6 +278,7 @@ class ReportStats:
     left_out: tuple[LeftOut, ...]
     mixed: tuple[MixedModelCheck, ...]
     warnings: tuple[str, ...] = field(default=())
+    progress: GridProgress | None = None  # the queue's view next to the store's (reports.progress)
 
     @property
     def cells(self) -> list[tuple[str, int]]:
@@ -409,7 +412,7 @@ def _divergence(pairing, cells) -> list[DivergenceRow]:
 
 def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None, allow_partial: bool = False,
             plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
-            aa_variants: tuple[str, ...] = AA_VARIANTS) -> ReportStats:
+            aa_variants: tuple[str, ...] = AA_VARIANTS, progress: GridProgress | None = None) -> ReportStats:
     """Pair runs by seed and compute DESIGN section 6 for one grid.
 
     Args:
@@ -426,6 +429,9 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
             differences with the parent are exactly zero at every seed is added here.
             A/A checks are exempt (they must be identical).
         aa_variants: variants that are A/A checks (never in a family, never a verdict).
+        progress: how far the grid has got, the queue's view next to the store's
+            (:func:`reports.progress.grid_progress`); default: the store's runs only,
+            the queue marked as not read.
 
     Raises:
         ValueError, ProtocolMismatchError: see :func:`reports.pairing.pair_runs`; runs
@@ -480,9 +486,11 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         aa.append(_aa_check(c, np.array([p.diff for p in ps.pairs]), h.mean if h and h.n else NAN, alpha, steps))
     mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
     warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
+    if progress is None:
+        progress = grid_progress(runs, None, grid=grid, queue_note="the queue was not read")
     return ReportStats(grid or "", plan, pairing.parent, t, controls, aa_set, pairing.references, tuple(comparisons),
                        tuple(headlines.values()), tuple(assessments), tuple(aa), tuple(_divergence(pairing, cells)),
-                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn))
+                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn), progress)
 
 
 def _sd(d: np.ndarray) -> float:

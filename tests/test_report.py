@@ -1,8 +1,8 @@
 """The report files and the `harness report` command (reports/build.py, render.py, figures.py).
 
 Uses synthetic frames (reports/synthetic.py) and, for the command, an in-memory DuckDB
-standing in for db.store.Store. The browser test needs Debian's chromium
-(`apt-get install -y chromium`) and is skipped without it. CPU only, ~20 s:
+standing in for db.store.Store (and the real store and queue journal end to end). The
+HTML in a real browser: tests/test_report_html.py. CPU only, ~30 s:
 
     python -m pytest -q tests/test_report.py
 """
@@ -12,10 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import types
 from html import escape as html_escape
 
@@ -43,11 +40,13 @@ def test_files_written_and_stats_csv_contract(full_report):
     result, out = full_report
     names = {p.relative_to(out).as_posix() for p in result.paths}
     assert {"stats.csv", "pairs.csv", "report.md", "report.html"} <= names
-    # Figures: paired differences, validation curves, routing of the two variants with a V route.
+    # Figures: training and validation curves, paired differences, gain fractions, routing of the
+    # parent and of the two variants with a V route (dup_route's second route: n_layers=4 frames have none).
     figs = sorted(n for n in names if n.startswith("figures/"))
-    assert figs == ["figures/gain_fraction_small_1000000.png", "figures/paired_diffs_small_1000000.png",
-                    "figures/routing_fixed_v_small_1000000.png", "figures/routing_rd_attnres_small_1000000.png",
-                    "figures/val_curves_small_1000000.png"]
+    assert figs == ["figures/curves_small_1000000.png", "figures/gain_fraction_small_1000000.png",
+                    "figures/paired_diffs_small_1000000.png", "figures/routing_block_attnres_small_1000000.png",
+                    "figures/routing_fixed_v_small_1000000.png", "figures/routing_rd_attnres_small_1000000.png"]
+    assert {f.cell for f in result.figures} == {("small", 1_000_000)}
     for f in figs:
         assert (out / f).read_bytes().startswith(PNG_MAGIC)
     table = pl.read_csv(out / "stats.csv")
@@ -62,7 +61,8 @@ def test_files_written_and_stats_csv_contract(full_report):
 def test_markdown_has_every_section(full_report):
     result, out = full_report
     md = (out / "report.md").read_text()
-    for heading in ("# Paired significance report: grid synth", "## Analysis plan (fixed before the runs)",
+    for heading in ("# Paired significance report: grid synth", "## Verdict per cell", "## How to read this report",
+                    "## Grid status: which runs have finished", "## Analysis plan (fixed before the runs)",
                     "## Step 1, the headline: is the treatment's gain established?",
                     "## Step 2, controls: do they reproduce the gain?", "## A/A check",
                     "## Divergence is an outcome: runs per variant", "## Descriptives: every comparison",
@@ -72,15 +72,25 @@ def test_markdown_has_every_section(full_report):
     (h,) = result.stats.headlines
     s = next(c.stats for c in result.stats.comparisons if c.comparison == h.comparison)
     assert h.established
-    assert f"| small | 1_000_000 | 5/5 | {h.mean:+.4f} [{s.ci_low:+.4f}, {s.ci_high:+.4f}] |" in md
+    assert (f"| small, 1M | **gain established** | {h.mean:+.4f} [{s.ci_low:+.4f}, {s.ci_high:+.4f}] | 5/5 |"
+            in md)
+    assert (f"> **Size small, budget 1_000_000 tokens: gain established.** rd_attnres vs block_attnres: mean dNLL "
+            f"{h.mean:+.4f} nats/token [{s.ci_low:+.4f}, {s.ci_high:+.4f}], lower at 5 of 5 seeds") in md
     assert f"{100 * np.expm1(h.mean):+.2f} %" in md
     # Whether the gain is established and why: n, mean d, one-sided p, Holm p, level.
     assert (f"size small, budget 1_000_000 tokens: **gain established** (n = 5, mean d = {h.mean:+.4f} nats/token, "
             f"one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05)") in md
     assert "| 0.05 | 0.5 | not set | 0.8 | 30 | none (one look) |" in md  # the plan, printed
-    assert "(min 0.0625)" in md and "bit-identical: all 5 paired differences are exactly 0" in md
+    assert "bit-identical: all 5 paired differences are exactly 0" in md
+    assert "| rd_attnres - block_attnres | small, 1M | 5/5 |" in md and "| 0.0625 | 0.0625 | 0.0625 |\n" in md
     for a in result.stats.assessments:
-        assert f"| {a.control} | small | 1_000_000 |" in md and f"**{a.verdict}**" in md
+        assert f"| {a.control} | small, 1M | **{a.verdict}** |" in md
+        assert f"{a.control}: **{a.verdict}**" in md  # its chip in the cell's banner
+    assert "A/A dup_route_tied: **pass**" in md and "### A/A check (identical to the parent in exact arithmetic): " \
+        "**pass**" in md
+    # No queue was given: the report says so and never that every run finished.
+    assert "Queue not found (the queue was not read): this report sees only the 35 run(s)" in md
+    assert "every run of the grid finished" not in md and "All 35 runs" not in md
     for fig in result.figures:
         assert f"](figures/{fig.name}.png)" in md
 
@@ -89,13 +99,13 @@ def test_html_is_self_contained(full_report):
     result, out = full_report
     page = (out / "report.html").read_text()
     srcs = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(srcs) == len(result.figures) == 5
+    assert len(srcs) == len(result.figures) == 6
     for src, fig in zip(srcs, result.figures):
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]) == fig.png
     assert not re.search(r'(src|href)="(https?:|//|file:)', page)
-    # plan, headline, controls, A/A, divergence, descriptives, mixed model (nothing left out)
-    assert page.count("<table>") == 7
+    # legend, grid status, plan, headline, controls, A/A, divergence, descriptives, mixed model (nothing left out)
+    assert page.count("<table>") == 9
 
 
 def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
@@ -108,7 +118,7 @@ def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
     final = frames["final"].filter(pl.col("run_id") != "g-small-1000000-rd_attnres-s1")
     result = build_report(Frames(final, runs, frames["metrics"], frames["routing"]), tmp_path, grid="g")
     md = (tmp_path / "report.md").read_text()
-    assert ("| g-small-1000000-rd_attnres-s1 | rd_attnres | 1 | small | 1_000_000 | failed "
+    assert ("| g-small-1000000-rd_attnres-s1 | rd_attnres | 1 | small, 1M | failed "
             "| failed: loss is NaN at step 40 |") in md
     assert "lost seed(s) 1: seed 1 (rd_attnres: failed: loss is NaN at step 40)" in md
     (h,) = result.stats.headlines
@@ -117,8 +127,9 @@ def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
     # Controls have 3 pairs with the parent, but the gain is not established: no verdict, and the
     # row gives the MDE of the contrast at this budget (2 seeds with all three: not computable).
     assert {a.verdict for a in result.stats.assessments} == {NOT_ASSESSED}
-    assert "| rd_attnres | small | 1_000_000 | 2 | 0 | 1 | 0 | - | 1 |" in md  # the divergence table
-    assert len(result.figures) == 4  # paired differences, curves, two routing figures; no gain fraction (2 seeds)
+    assert "| rd_attnres | small, 1M | 2 | 0 | 1 | 0 | - | 1 |" in md  # the divergence table
+    # curves, paired differences, three routing figures; no gain fraction (not assessed)
+    assert len(result.figures) == 5
 
 
 def test_report_of_two_seeds_does_not_crash(tmp_path):
@@ -141,6 +152,7 @@ class FakeStore:
         import pandas as pd
 
         self.con = duckdb.connect()
+        frames = {"ingest_log": pl.DataFrame(schema={"file": pl.String, "error": pl.String}), **frames}
         for name, frame in frames.items():
             self.con.register(name, pd.DataFrame(frame.to_dict(as_series=False)))
 
@@ -203,15 +215,16 @@ def test_weak_treatment_assesses_no_control_and_shows_the_noise_floor(monkeypatc
                                                                    "established</strong>") in page
     controls = md[md.index("## Step 2"):md.index("## A/A check")]
     assert "Not assessed at size small, budget 1_000_000 tokens: the treatment's gain is not established" in controls
-    rows = [line for line in controls.splitlines() if line.startswith("| ") and "| small |" in line]
+    rows = [line for line in controls.splitlines() if line.startswith("| ") and "| small, 1M |" in line]
     assert len(rows) == 3  # the three controls; the A/A check is not one
     for a, line in zip(stats.assessments, rows):
-        assert a.verdict == NOT_ASSESSED and f"**{NOT_ASSESSED}**" in line
-        assert (f"the treatment's gain is not established in this cell, so no verdict; MDE of the contrast at n = 5: "
-                f"{a.mde_nats:.4g} nats/token (two-sided, power 0.8)") in line
+        assert a.verdict == NOT_ASSESSED and "| **not assessed** |" in line and f"| {a.mde_nats:.4g} |" in line
+    # The caveat is said once for the cell, not once per control row.
+    assert controls.count("not established in this cell") == 0 and controls.count("Not assessed at") == 1
+    assert "- why," not in controls
     noise = "max |d| = 0.0128 nats/token is the protocol's numerical noise floor"
-    assert noise.replace("|", "\\|") in md and "| dup_route_tied | small | 1_000_000 | 5 | 244 | 0.0128 |" in md
-    assert "A/A noise floor, size small, budget 1_000_000" in md[:md.index("## Step 2")]
+    assert noise.replace("|", "\\|") in md and "| dup_route_tied | small, 1M | **warn** | 5 | 244 | 0.0128 |" in md
+    assert "A/A dup_route_tied: **warn**" in md[:md.index("## Step 2")]  # in the cell's banner
     table = pl.read_csv(tmp_path / "stats.csv")
     ctrl = table.filter(pl.col("kind") == "control_vs_parent")
     assert ctrl["verdict"].to_list() == [NOT_ASSESSED] * 3 and ctrl["contrast_p"].is_nan().all()
@@ -246,75 +259,38 @@ def test_cli_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
     assert rc == 0 and "warning: protocol mismatch, pair left out" in cap.out
 
 
-# --------------------------------------------------------------------------- headless browser
+def write_results(store, frames: dict[str, pl.DataFrame], only=None, edit=None) -> None:
+    """Write the frames' runs as result files (run, metrics, routing), as workers do.
 
-
-def _chromium() -> str | None:
-    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-
-
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# Test-only probe appended to a copy of the page: counts decoded images, records script errors.
-PROBE = ('<script>window.addEventListener("error",function(e){document.body.setAttribute("data-js-error",'
-         'String(e.message))});window.addEventListener("load",function(){var ok=0;for(var i of document.images)'
-         '{if(i.complete&&i.naturalWidth>0)ok++;}document.body.setAttribute("data-images-ok",String(ok));});'
-         '</script>')
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no chromium binary (apt-get install -y chromium)")
-def test_html_opens_in_headless_chromium(full_report, tmp_path):
-    result, out = full_report
-    probe = tmp_path / "probe.html"
-    probe.write_text((out / "report.html").read_text().replace("</body>", PROBE + "</body>"))
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                              "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0",
-                              "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    html = dom.stdout
-    assert f'data-images-ok="{len(result.figures)}"' in html  # every figure decoded
-    assert 'data-js-error="' not in html
-    assert not re.search(r"CONSOLE.*(Failed to load|Refused|Not allowed)", dom.stderr)
-    assert html.count("<table>") == 7 and html.count("<img ") == len(result.figures)
-    assert "Step 1, the headline" in html and "does not reproduce gain" in html
-
-    shot = tmp_path / "shot.png"
-    with tempfile.TemporaryDirectory() as profile:
-        run = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1200,1600",
-                              f"--screenshot={shot}", (out / "report.html").as_uri()],
-                             capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and shot.read_bytes().startswith(PNG_MAGIC), run.stderr[-2000:]
-    import matplotlib.image
-
-    pixels = matplotlib.image.imread(shot)[..., :3]
-    dark = (pixels.mean(axis=-1) < 0.5).mean()
-    assert pixels.std() > 0.05 and 0.005 < dark < 0.5  # text and tables drawn, not blank
-
-
-def test_cli_report_on_the_real_store(capsys, tmp_path):
-    """End to end through db.store.Store: result files -> DuckDB -> SQL -> report."""
-    store_mod = pytest.importorskip("db.store")
-    from harness import cli
-
-    frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
-    store = store_mod.Store(tmp_path / "results")
+    ``only``: run ids to write (default all); ``edit``: run_id -> fields replaced in the run row.
+    """
     metrics = frames["metrics"].partition_by("run_id", as_dict=True)
     routing = frames["routing"].partition_by("run_id", as_dict=True)
     for run in frames["runs"].iter_rows(named=True):
         rid = run["run_id"]
-        run = {**run, "config": json.loads(run["config"])}
-        if rid == "e2e-small-1000000-fixed_v-s2":
-            run.update(status="diverged", error="loss became NaN at step 70")
+        if only is not None and rid not in only:
+            continue
+        run = {**run, "config": json.loads(run["config"]), **(edit or {}).get(rid, {})}
         store.write_result({
             "run": run,
             "metrics": [{k: v for k, v in m.items() if k != "run_id"} for m in metrics[(rid,)].iter_rows(named=True)],
             "routing": [{k: v for k, v in r.items() if k != "run_id"} for r in routing[(rid,)].iter_rows(named=True)],
         })
-    out = tmp_path / "out"
-    rc = cli.main(["report", "--grid", "e2e", "--results", str(tmp_path / "results"), "--out", str(out)])
+
+
+def test_cli_report_on_the_real_store(capsys, tmp_path):
+    """End to end through db.store.Store: result files -> DuckDB -> SQL -> report."""
+    from db.store import Store
+    from harness import cli
+
+    frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
+    write_results(Store(tmp_path / "results"), frames, edit={
+        "e2e-small-1000000-fixed_v-s2": dict(status="diverged", error="loss became NaN at step 70")})
+    rc = cli.main(["report", "--grid", "e2e", "--results", str(tmp_path / "results")])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
+    out = tmp_path / "results" / "reports" / "e2e"  # the default output folder
+    assert str(out / "report.html") in cap.out
     table = pl.read_csv(out / "stats.csv")
     tp = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
     want = (frames["final"].filter(pl.col("variant") == "rd_attnres")["val_nll"]
@@ -323,7 +299,66 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
     fv = table.filter(pl.col("comparison") == "fixed_v - block_attnres").row(0, named=True)
     assert fv["n_pairs"] == 2 and fv["verdict"] == "inconclusive" and "fewer than 3 pairs" in fv["note"]
     md = (out / "report.md").read_text()
-    assert ("| e2e-small-1000000-fixed_v-s2 | fixed_v | 2 | small | 1_000_000 | diverged "
+    assert ("| e2e-small-1000000-fixed_v-s2 | fixed_v | 2 | small, 1M | diverged "
             "| diverged: loss became NaN at step 70 |") in md
-    assert len(list((out / "figures").glob("*.png"))) == 5
+    assert len(list((out / "figures").glob("*.png"))) == 6
+    from reports.build import load_frames  # the curves read the training loss too
 
+    loaded = load_frames(Store(tmp_path / "results"), "e2e").metrics
+    for split, name in (("train", "loss"), ("val", "nll")):
+        want = frames["metrics"].filter((pl.col("split") == split) & (pl.col("name") == name)).height
+        assert loaded.filter((pl.col("split") == split) & (pl.col("name") == name)).height == want > 0
+    # No queue journal in the results folder: said, and no claim that the grid finished.
+    where = tmp_path / "results" / "queue.journal"
+    assert f"Queue not found (no queue at {where}): this report sees only the 21 run(s)" in md
+    assert "runs: Queue not found" in cap.out and "All 21 runs" not in md
+
+
+def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path):
+    """A real queue journal next to a real store: 9 runs stored, one running, two the queue calls
+    done (one result file unreadable, one not written yet), ten queued."""
+    from db.store import Store
+    from db.validate import result_filename
+    from harness import cli
+    from harness.queue import RunQueue
+
+    frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
+    results = tmp_path / "results"
+    stored = [f"e2e-small-1000000-{v}-s{s}" for v in ("block_attnres", "rd_attnres", "fixed_v") for s in (0, 1, 2)]
+    store = Store(results)
+    write_results(store, frames, only=stored)
+    runs = frames["runs"].iter_rows(named=True)
+    configs = [{k: r[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
+               for r in runs]
+    configs.sort(key=lambda c: c["run_id"] in stored)  # the unfinished first: claimed first
+    queue = RunQueue.open(None, results, log=lambda m: None)
+    queue.enqueue(configs)
+    unreadable, running, not_written = (c["run_id"] for c in configs[:3])
+    for rid in (unreadable, running, not_written):
+        claim = queue.claim()
+        assert claim.run_id == rid
+        if rid != running:
+            queue.complete(claim, "done", value=3.5, wall_s=1.0)
+    (store.runs_dir / result_filename(unreadable)).write_text('{"run": ')  # a corrupt result file
+
+    with pytest.warns(UserWarning, match="skipping result file"):
+        rc = cli.main(["report", "--grid", "e2e", "--results", str(results), "--no-figures"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    md = (results / "reports" / "e2e" / "report.md").read_text()
+    sentence = ("9 of 21 runs done; 1 running, 9 queued, 1 finished, result not in the store, 1 result file "
+                "unreadable — the verdicts below use the finished runs only.")
+    assert f"> {sentence}" in md and f"runs: {sentence}" in cap.out
+    assert "every run of the grid finished" not in md and "All 21" not in md
+    status = md[md.index("## Grid status"):md.index("## Analysis plan")]
+    assert "| **done** | 9 | block_attnres s0 s1 s2; rd_attnres s0 s1 s2; fixed_v s0 s1 s2 |" in status
+    assert f"| **running** | 1 | {running.split('-')[3]} s{running[-1]} |" in status
+    assert "| **queued** | 9 |" in status
+    assert f"- detail, **result file unreadable** (1): {unreadable}: " in status
+    assert f"- detail, **finished, result not in the store** (1): {not_written}: the queue says done" in status
+    assert f"Queue: read from {results / 'queue.journal'}." in status
+    # The controls and A/A check without finished runs are named as such, not "none".
+    roles = md.splitlines()[2]
+    assert "A/A check: dup_route_tied (no run finished yet)" in roles and "fixed_v" in roles
+    assert "dup_route (no run finished yet)" in roles and "param_matched (no run finished yet)" in roles
+    assert "dup_route_tied: 0 of 3 runs finished" in md  # the A/A box

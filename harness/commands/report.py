@@ -9,9 +9,12 @@ per control from its reproduction contrast (Holm over controls) with the fractio
 gain it reproduces (Fieller interval); elsewhere `not assessed`; degenerate controls
 `invalid: degenerate`. Also the A/A check, the divergence table, MDE and seeds needed for
 the planned effect, and a mixed model nll ~ variant + (1 | seed) as a cross-check.
-Failed, diverged and unfinished runs are listed, never averaged in.
+Failed, diverged and unfinished runs are listed, never averaged in. The run queue
+(--storage, default RESULTS/queue.journal) is read for the runs still queued or running:
+the report says how many of the grid's runs are done, and that its verdicts use those
+only; without a queue it says the queue was not found.
 
-Files written to OUT (default reports/out/GRID/): stats.csv, pairs.csv, report.md,
+Files written to OUT (default RESULTS/reports/GRID/): stats.csv, pairs.csv, report.md,
 report.html (self-contained) and figures/*.png.
 
 example:
@@ -29,11 +32,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``harness report``."""
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="output folder (default: reports/out/NAME/)")
+                        help="output folder (default: RESULTS/reports/NAME/)")
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="queue storage, read for runs still queued or running: postgresql://..., journal:PATH "
+                             "or PATH.journal (default: RESULTS/queue.journal)")
     parser.add_argument("--allow-partial", action="store_true",
                         help="leave out (with a warning) pairs whose protocol hashes differ and "
                         "duplicated runs, instead of stopping with an error")
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures (tables only)")
+
+
+def _queue_view(args: argparse.Namespace):
+    """``({run_id: QueuedRun}, where)`` of the grid from the run queue, or ``(None, why not)``."""
+    import sys
+
+    import optuna
+
+    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
+    from reports.progress import QueuedRun
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    where = describe_storage(args.storage, args.results)
+    try:
+        queue = RunQueue.open(args.storage, args.results, create=False, retry_s=COMMAND_RETRY_S,
+                              log=lambda msg: print(msg, file=sys.stderr))
+        runs = queue.runs(args.grid)
+    except FileNotFoundError:
+        return None, f"no queue at {where}"
+    except ConnectionError as exc:  # the report still builds from the store, and says why
+        return None, f"queue unreachable: {exc}"
+    if not runs:
+        return None, f"no runs of grid {args.grid!r} in the queue at {where}"
+    return {rid: QueuedRun(r.state, r.config.get("variant"), r.config.get("role"), r.config.get("seed"),
+                           r.config.get("size"), r.config.get("budget_tokens"), r.error)
+            for rid, r in runs.items()}, f"read from {where}"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,10 +74,11 @@ def main(args: argparse.Namespace) -> int:
     from reports.build import build_report, load_frames
     from reports.render import summary_lines
 
-    out = args.out if args.out is not None else Path("reports") / "out" / args.grid
+    out = args.out if args.out is not None else args.results / "reports" / args.grid
     frames = load_frames(Store(args.results), args.grid)
+    queue, queue_note = _queue_view(args)
     result = build_report(frames, out, grid=args.grid, allow_partial=args.allow_partial,
-                          figures=not args.no_figures)
+                          figures=not args.no_figures, queue=queue, queue_note=queue_note)
     for w in result.stats.warnings:
         print(f"warning: {w}")
     for p in result.paths:
