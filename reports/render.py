@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+from reports.decisions import DOES_NOT_REPRODUCE
 from reports.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 from reports.figures import FigureOut
+from reports.looks import increments
 from reports.paired import EXACT_MAX_N, MIN_PAIRS
 from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
 
@@ -68,26 +70,50 @@ def needed_text(s, planned: float | None, what: str) -> str:
     if planned is None:
         return f"seeds needed: set min_effect_nats in the grid's [analysis] (the smallest {what} worth detecting)"
     if s.reachable:
-        return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds (at the observed sd)"
+        at = " (the look at that many seeds, at its level)" if s.at_looks else ""
+        return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds{at} (at the observed sd)"
     if math.isnan(s.power_at_max):
         return f"{_num(planned, '.4g')} nats/token: seeds needed not computable (no spread yet)"
-    return (f"{_num(planned, '.4g')} nats/token: not reachable at this budget (power {s.power_at_max:.2f} at "
-            f"max_seeds = {s.max_seeds})")
+    cap = f"the last look, {s.max_seeds} seeds" if s.at_looks else f"max_seeds = {s.max_seeds}"
+    return f"{_num(planned, '.4g')} nats/token: not reachable at this budget (power {s.power_at_max:.2f} at {cap})"
+
+
+def _mde_at(look) -> str:
+    """Where an MDE is computed: 'n = 6', or 'look 2 (5 pairs, level 0.00523)'."""
+    return f"look {look.k} ({look.n} pairs, level {look.level:.3g})" if look.planned else f"n = {look.n}"
+
+
+def look_text(look) -> str:
+    """'look 2 of 3 (5 of 6 pairs tested), level 0.00523' / 'before the first look (3 pairs)' / ''."""
+    if not look.planned:
+        return ""
+    if look.before_first:
+        return f"before the first look ({look.pairs} pair(s), first look at {look.next_n})"
+    tested = f"{look.n} of {look.pairs} pairs tested" if look.n < look.pairs else f"{look.n} pairs"
+    return f"look {look.k} of {look.n_looks} ({tested}), level {look.level:.3g}"
 
 
 def headline_sentence(h: Headline, power: float, min_effect: float | None = None) -> str:
     """Whether the gain is established in one cell, and why (n, mean d, one-sided p, Holm p, level)."""
     test = "exact one-sided sign-flip p (zero spread: t undefined)" if h.exact else "one-sided t p"
-    facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
-             f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
+    if h.look.planned:
+        earlier = f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
+        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
+                 f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
+                 f"{h.n_cells} cell(s){earlier}")
+    else:
+        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
+                 f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
     why = {
-        "established": "Holm p < level and mean d < 0",
+        "established": ("Holm p (of the sequential p) < alpha and mean d < 0" if h.look.planned
+                        else "Holm p < level and mean d < 0"),
+        "before the first look": f"{h.n} pair(s): no look yet (the first is at {h.look.next_n} pairs)",
         "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
         "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
-        "Holm p >= alpha": "Holm p >= level",
+        "Holm p >= alpha": "Holm p >= alpha (of the sequential p)" if h.look.planned else "Holm p >= level",
         "degenerate": f"the treatment is degenerate ({h.degenerate_reason})",
     }[h.reason]
-    plan = (f"MDE at n = {h.n}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
+    plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
             if not math.isnan(h.mde_nats) else "MDE: needs >= 3 pairs with some spread")
     if not h.established and h.reason != "degenerate":
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
@@ -96,7 +122,8 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
 
 def control_sentence(a: ControlAssessment, power: float) -> str:
     """Why a control got its verdict, and what the contrast could detect at this budget."""
-    mde = (f"MDE of the contrast at n = {a.n}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power {power:g})"
+    mde = (f"MDE of the contrast at {_mde_at(a.look)}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power "
+           f"{power:g})"
            if not math.isnan(a.mde_nats) else "MDE: needs >= 3 seeds with control, parent and treatment")
     if a.reason == "degenerate":
         return f"degenerate: {a.degenerate_reason}; no contrast is tested, whatever it says"
@@ -106,11 +133,19 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
         return f"{why}, so no verdict; {mde}"
     if a.reason == "fewer than 3 pairs":
         return f"{a.n} seed(s) with control, parent and treatment: the contrast needs >= {MIN_PAIRS}; {mde}"
+    if a.reason == "before the first look":
+        return f"{a.n} seed(s) with control, parent and treatment: {look_text(a.look)}, nothing tested yet"
     test = "exact sign-flip p (zero spread)" if a.exact else "t p"
-    sign = "the control lands nearer the parent" if a.contrast_mean > 0 else "the control lands nearer the treatment"
+    if a.look.planned:
+        test = f"{look_text(a.look)}: {test}"
+        seq = f", sequential p {fmt_p(a.sequential_p)}"
+    else:
+        seq = ""
+    sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE
+            else "the control lands nearer the treatment")
     if a.reason == "Holm p < alpha":
-        return f"contrast {test} {fmt_p(a.contrast_p)}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
-    return f"contrast {test} {fmt_p(a.contrast_p)}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
+        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
+    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
 
 
 def fraction_text(a: ControlAssessment) -> str:
@@ -158,8 +193,22 @@ def _plan(stats: ReportStats) -> list[Block]:
             Table(("alpha", "reproduce_fraction (rho)", "min_effect_nats", "power", "max_seeds", "looks"),
                   ((f"{p.alpha:g}", f"{p.reproduce_fraction:g}", _num(p.min_effect_nats, ".4g") if p.min_effect_nats
                     else "not set", f"{p.power:g}", str(p.max_seeds), looks),)),
-            Para(f"From {source}. Every test reads at level alpha = {p.alpha:g}; sequential alpha spending over "
-                 "the looks (DESIGN section 8) is not applied by this report.", "note")]
+            Para(f"From {source}. " + _looks_text(p), "note")]
+
+
+def _looks_text(p) -> str:
+    """How the plan's alpha is spent: once at alpha, or over the looks (DESIGN section 8)."""
+    if not p.looks:
+        return (f"Every test reads once at level alpha = {p.alpha:g}. No looks are planned, so adding seeds and "
+                "reading again would test the same hypothesis twice at the full alpha (harness topup needs looks).")
+    levels = ", ".join(f"{n} pairs: {x:.3g}" for n, x in zip(p.looks, increments(p.alpha, p.looks)))
+    return (f"Sequential looks: the one-sided headline alpha {p.alpha:g} is spent over the looks with the "
+            f"O'Brien-Fleming-type Lan-DeMets function alpha(t) = 2 - 2 Phi(z_(1-alpha/2) / sqrt(t)), t = n_k / "
+            f"n_K (DESIGN section 8); look k tests the first n_k pairs at the increment ({levels}), which sum to "
+            "alpha (union bound). A look that rejected stands: Holm is applied to the sequential p, the smallest "
+            "alpha whose spending would have rejected at a look so far. The control contrasts spend their alpha "
+            "over the same looks (two-sided). Pairs between looks or past the last enter no test until the next "
+            "look; before the first look nothing is tested.")
 
 
 def _top_warnings(stats: ReportStats) -> list[Block]:
@@ -180,10 +229,11 @@ def _headline(stats: ReportStats) -> list[Block]:
     power = stats.plan.power
     out.append(Table(
         ("size", "budget", "pairs won", "mean dNLL (nats/token) [95 % CI]", "perplexity change", "one-sided p",
-         "Holm p", "level", "verdict", f"MDE (power {power:g})", "seeds needed", "seeds"),
+         "Holm p", "level", "look", "verdict", f"MDE (power {power:g})", "seeds needed", "seeds"),
         tuple((h.size, fmt_tokens(h.budget_tokens), _wins(stats, h), f"{fmt_nats(h.mean)} {_ci(stats, h)}",
                _ppl(stats, h), fmt_p(h.p_one_sided) + (" (exact)" if h.exact else ""), fmt_p(h.holm_p),
-               f"{h.level:g}", f"**{h.verdict}**", _num(h.mde_nats, ".4g"),
+               _num(h.level, ".3g"), f"{h.look.k} of {h.look.n_looks}" if h.look.planned else "-",
+               f"**{h.verdict}**", _num(h.mde_nats, ".4g"),
                needed_text(h.seeds_needed, stats.plan.min_effect_nats, "gain"), _seeds(_comp(stats, h).seeds))
               for h in stats.headlines)))
     out.append(Bullets(tuple(headline_sentence(h, power, stats.plan.min_effect_nats) for h in stats.headlines),
@@ -398,7 +448,8 @@ def summary_lines(stats: ReportStats) -> list[str]:
     """Plain-text summary for the terminal: headline per cell, control verdicts, A/A, divergence."""
     lines = [f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
              f"{_num(stats.plan.min_effect_nats, '.4g') if stats.plan.min_effect_nats else 'not set'}, power "
-             f"{stats.plan.power:g}, max_seeds {stats.plan.max_seeds}"]
+             f"{stats.plan.power:g}, max_seeds {stats.plan.max_seeds}, looks "
+             f"{', '.join(map(str, stats.plan.looks)) or 'none'}"]
     lines += [f"diverged: {r.variant} {r.size} {r.budget_tokens} seed(s) {_seeds(r.diverged_seeds)}"
               for r in stats.diverged()]
     for h in stats.headlines:
