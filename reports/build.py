@@ -90,6 +90,20 @@ def _write_atomic(path: Path, data: bytes) -> Path:
     return path
 
 
+def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: bool = False,
+                  plan: AnalysisPlan | None = None,
+                  degenerate: Mapping[tuple[str, int, str], str] | None = None) -> ReportStats:
+    """The report's statistics of one grid, without writing anything (``harness report``, ``plan``, ``topup``).
+
+    ``degenerate`` None: found from the frames' routing records (:func:`reports.degeneracy.find_degenerate`).
+    Arguments and errors as :func:`build_report`.
+    """
+    if degenerate is None:
+        degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
+    return analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
+                   degenerate=degenerate)
+
+
 def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
                  plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
                  figures: bool = True) -> BuildResult:
@@ -108,10 +122,7 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     Raises:
         ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`.
     """
-    if degenerate is None:
-        degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
-    stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
-                    degenerate=degenerate)
+    stats = compute_stats(frames, grid=grid, allow_partial=allow_partial, plan=plan, degenerate=degenerate)
     final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)
