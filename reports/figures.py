@@ -295,6 +295,45 @@ def routing_heatmaps(routing: pl.DataFrame, final: pl.DataFrame, variant: str, s
                      "Jensen-Shannon divergence per layer (nats).", _png(fig))
 
 
+def gain_vs_budget(stats: ReportStats, size: str) -> FigureOut | None:
+    """Mean paired difference (nats/token) with its 95 % t interval against the budget (log axis), one
+    line per comparison with the parent, at one size (DESIGN section 8); the legend gives the slope
+    per doubling from ``d ~ log2(budget) + (1 | seed)`` (:mod:`reports.budget`). None with one budget."""
+    points = [p for p in stats.budget.points if p.size == size]
+    if not points:
+        return None
+    slopes = {s.comparison: s for s in stats.budget.slopes if s.size == size}
+    colors = variant_colors(stats)
+    fig = Figure(figsize=(8.5, 4.5))
+    ax = fig.subplots()
+    comparisons = list(dict.fromkeys(p.comparison for p in points))
+    for i, comp in enumerate(comparisons):
+        rows = [p for p in points if p.comparison == comp]
+        x = np.array([p.budget_tokens for p in rows], dtype=float)
+        x = x * 2 ** ((i - (len(comparisons) - 1) / 2) * 0.04)  # dodge the comparisons on the log axis
+        y = np.array([p.mean for p in rows])
+        lo = np.array([p.mean - p.ci_low if math.isfinite(p.ci_low) else 0.0 for p in rows])
+        hi = np.array([p.ci_high - p.mean if math.isfinite(p.ci_high) else 0.0 for p in rows])
+        s = slopes.get(comp)
+        label = comp + (f" (slope {s.slope:+.4f} per doubling)" if s is not None and math.isfinite(s.slope) else "")
+        ax.errorbar(x, y, yerr=[lo, hi], fmt="o-", color=colors.get(comp.split(" - ")[0], "k"), capsize=3, lw=1.2,
+                    ms=4, label=label)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(_tokens_label)
+    ax.set_xticks(sorted({p.budget_tokens for p in points}))
+    ax.set_xlabel("training budget (tokens, log scale)")
+    ax.set_ylabel("mean paired difference vs parent (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(f"Gain vs budget, size {size} (mean with 95 % t interval; < 0: better than the parent)",
+                 fontsize=10)
+    return FigureOut(f"gain_vs_budget_{size}", f"Gain vs budget ({size})",
+                     "Mean paired difference with the parent (first - parent, nats/token) and its 95 % t interval "
+                     "at each budget; points of different comparisons are dodged slightly along the log axis. "
+                     "Slopes per doubling of the budget from d ~ log2(budget) + (1 | seed), descriptive.", _png(fig))
+
+
 def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None,
                 routing: pl.DataFrame | None) -> list[FigureOut]:
     """Every figure of the report, per size and budget; absent data give no figure."""
@@ -308,4 +347,6 @@ def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame |
         if routing is not None and routing.height:
             figs += [routing_heatmaps(routing, final, v, size, budget) for v in variants]
         out += [f for f in figs if f is not None]
+    for size in dict.fromkeys(p.size for p in stats.budget.points):
+        out += [f for f in (gain_vs_budget(stats, size),) if f is not None]
     return out

@@ -381,6 +381,27 @@ def _mixed(stats: ReportStats) -> list[Block]:
     return out
 
 
+def _gain_vs_budget(stats: ReportStats) -> list[Block]:
+    """Gain vs budget (DESIGN section 8): only for grids with several budgets at a size."""
+    b = stats.budget
+    if not b.points:
+        return []
+    out: list[Block] = [Heading(2, "Gain vs budget"), Table(
+        ("comparison", "size", "budget", "pairs", "mean dNLL (nats/token) [95 % CI]"),
+        tuple((p.comparison, p.size, fmt_tokens(p.budget_tokens), str(p.n), f"{fmt_nats(p.mean)} "
+               f"{fmt_ci(p.ci_low, p.ci_high)}") for p in b.points))]
+    out.append(Table(
+        ("comparison", "size", "budgets", "pairs (seeds)", "slope of d per doubling [95 % CI]", "p (Wald z)", "fit"),
+        tuple((s.comparison, s.size, ", ".join(fmt_tokens(x) for x in s.budgets), f"{s.n_obs} ({s.n_seeds})",
+               f"{fmt_nats(s.slope)} {fmt_ci(s.ci_low, s.ci_high)}", fmt_p(s.p),
+               s.error or ("; ".join(s.warnings) if s.warnings else "no warning")) for s in b.slopes)))
+    out.append(Para("Descriptive: the slope of the paired difference on log2(budget) from the mixed model d ~ "
+                    "log2(budget) + (1 | seed) (statsmodels mixedlm, REML; fitted in millinats), i.e. how much the "
+                    "difference changes per doubling of the budget; a negative slope on a gain means it grows with "
+                    "the budget. No verdict rests on it; statsmodels warnings are shown as raised.", "note"))
+    return out
+
+
 def _methods(stats: ReportStats) -> list[Block]:
     p = stats.plan
     return [Heading(2, "Methods (DESIGN section 6)"), Bullets((
@@ -435,7 +456,7 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
              f"{len(stats.comparisons)} comparisons; {len(stats.left_out)} run(s) or pair(s) left out."),
     ]
     blocks += _top_warnings(stats) + _plan(stats) + _headline(stats) + _controls(stats) + _aa(stats)
-    blocks += _divergence(stats) + _all_comparisons(stats) + _mixed(stats)
+    blocks += _divergence(stats) + _all_comparisons(stats) + _mixed(stats) + _gain_vs_budget(stats)
     blocks.append(Heading(2, "Figures"))
     for f in figures:
         blocks += [Heading(3, f.title), Image(f), Para(f.caption, "note")]

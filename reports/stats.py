@@ -15,7 +15,11 @@ and protocol hash (:mod:`reports.pairing`):
   of the gain reproduced with its Fieller interval. ``invalid: degenerate`` takes
   precedence over every verdict.
 * **A/A check** (outside every family), **divergence table**, **MDE / seeds needed** from
-  the plan's effect (:mod:`reports.power`), and the **mixed model** (:mod:`reports.mixed`).
+  the plan's effect (:mod:`reports.power`), the **mixed model** (:mod:`reports.mixed`), and
+  **gain vs budget** where a size has several budgets (:mod:`reports.budget`).
+* With **looks** in the plan (DESIGN section 8, :mod:`reports.looks`), the headline and the
+  control contrasts are tested at the look each cell has reached, at that look's share of
+  alpha; Holm is applied to their sequential p.
 
 Results are frozen dataclasses; :meth:`ReportStats.to_frame` is ``stats.csv``. Notes are
 short fixed tags (``NOTE_*``); :mod:`reports.render` words everything for people.
@@ -32,6 +36,7 @@ import polars as pl
 
 from reports import decisions as dec
 from reports import paired
+from reports.budget import GainVsBudget, gain_vs_budget
 from reports.mixed import MixedModelCheck, fit_mixed_model
 from reports.pairing import AA_VARIANTS, LeftOut, Pair, PairedSet, cell_order, pair_runs, steps_by_run
 from reports.looks import Look, at_looks, look_at, sequential_p
@@ -295,6 +300,7 @@ class ReportStats:
     left_out: tuple[LeftOut, ...]
     mixed: tuple[MixedModelCheck, ...]
     warnings: tuple[str, ...] = field(default=())
+    budget: GainVsBudget = field(default=GainVsBudget((), ()))  # gain vs budget (DESIGN 8): several budgets only
 
     @property
     def cells(self) -> list[tuple[str, int]]:
@@ -520,7 +526,8 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
     return ReportStats(grid or "", plan, pairing.parent, t, controls, aa_set, pairing.references, tuple(comparisons),
                        tuple(headlines.values()), tuple(assessments), tuple(aa), tuple(_divergence(pairing, cells)),
-                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn))
+                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn),
+                       gain_vs_budget(comparisons, pairing.pairs))
 
 
 def _sd(d: np.ndarray) -> float:
