@@ -22,10 +22,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from reports.mixed import SCALE, fit_reml
+from reports.mixed import MixedCoef, fit_reml, fixed_effect
 
 KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check")
 NAN = float("nan")
+CONSTANT = "not fitted: every paired difference is"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +47,9 @@ class BudgetPoint:
 class BudgetSlope:
     """Slope of d on log2(budget) for one comparison at one size, from ``d ~ log2(budget) + (1 | seed)``.
 
-    ``slope`` (nats/token per doubling of the budget), ``se``, ``ci_low``/``ci_high`` (Wald 95 %)
-    and ``p`` (Wald z) are NaN when the fit failed (``error``); ``warnings`` holds every
-    warning statsmodels raised (boundary fits are common with few seeds).
+    ``coef`` is the fixed effect of log2(budget): ``estimate`` in nats/token per doubling of the
+    budget, Wald SE, 95 % interval and z p; None when not fitted (``error``). ``warnings`` holds
+    every warning statsmodels raised (boundary fits are common with few seeds).
     """
 
     comparison: str
@@ -57,13 +58,14 @@ class BudgetSlope:
     budgets: tuple[int, ...]
     n_obs: int
     n_seeds: int
-    slope: float
-    se: float
-    ci_low: float
-    ci_high: float
-    p: float
+    coef: MixedCoef | None
     warnings: tuple[str, ...] = ()
     error: str = ""
+
+    @property
+    def slope(self) -> float:
+        """nats/token per doubling (0 when every d is equal, NaN when not fitted otherwise)."""
+        return self.coef.estimate if self.coef is not None else 0.0 if self.error.startswith(CONSTANT) else NAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,20 +79,16 @@ class GainVsBudget:
 def _slope(comparison: str, kind: str, size: str, budgets: list[int], pairs) -> BudgetSlope:
     d = [p.diff for p in pairs]
     seeds = [p.seed for p in pairs]
-    base = BudgetSlope(comparison, kind, size, tuple(budgets), len(d), len(set(seeds)), NAN, NAN, NAN, NAN, NAN)
+    base = BudgetSlope(comparison, kind, size, tuple(budgets), len(d), len(set(seeds)), None)
     if len(d) < 3:
         return replace(base, error=f"not fitted: {len(d)} pair(s)")
     if np.ptp(d) == 0:  # the A/A check when bit-identical: nothing varies, nothing to fit
-        return replace(base, slope=0.0, error=f"not fitted: every paired difference is {d[0]:g}")
+        return replace(base, error=f"{CONSTANT} {d[0]:g}")
     x = np.log2([p.budget_tokens for p in pairs])
     res, msgs, error = fit_reml("y ~ log2_budget", d, {"log2_budget": x}, seeds)
     if res is None:
         return replace(base, warnings=msgs, error=error)
-    ci = res.conf_int()
-    return BudgetSlope(comparison, kind, size, tuple(budgets), len(d), len(set(seeds)),
-                       float(res.fe_params["log2_budget"]) / SCALE, float(res.bse_fe["log2_budget"]) / SCALE,
-                       float(ci.loc["log2_budget", 0]) / SCALE, float(ci.loc["log2_budget", 1]) / SCALE,
-                       float(res.pvalues["log2_budget"]), msgs)
+    return replace(base, coef=fixed_effect(res, "log2_budget", "log2(budget)"), warnings=msgs)
 
 
 def gain_vs_budget(comparisons, pairs) -> GainVsBudget:

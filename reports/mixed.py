@@ -85,6 +85,13 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
     return res, tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)), ""
 
 
+def fixed_effect(res, name: str, label: str) -> MixedCoef:
+    """Fixed effect ``name`` of a :func:`fit_reml` result, back in nats/token (Wald SE, z p, 95 % interval)."""
+    ci = res.conf_int()
+    return MixedCoef(label, float(res.fe_params[name]) / SCALE, float(res.bse_fe[name]) / SCALE,
+                     float(res.pvalues[name]), float(ci.loc[name, 0]) / SCALE, float(ci.loc[name, 1]) / SCALE)
+
+
 def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -> MixedModelCheck:
     """Fit ``nll ~ variant + (1 | seed)`` on the finished runs of one size and budget.
 
@@ -105,14 +112,7 @@ def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -
                                 {"variant": sub["variant"].to_list()}, sub["seed"].to_list())
     if res is None:
         return replace(base, warnings=msgs, error=error)
-    ci = res.conf_int()
-    coefs = []
-    for name in res.fe_params.index:
-        m = _COEF_RE.search(name)
-        if m:
-            coefs.append(MixedCoef(m.group(1), float(res.fe_params[name]) / SCALE,
-                                   float(res.bse_fe[name]) / SCALE, float(res.pvalues[name]),
-                                   float(ci.loc[name, 0]) / SCALE, float(ci.loc[name, 1]) / SCALE))
+    coefs = [fixed_effect(res, name, m.group(1)) for name in res.fe_params.index if (m := _COEF_RE.search(name))]
     return MixedModelCheck(size, budget, sub.height, n_seeds, tuple(coefs),
                            float(res.cov_re.iloc[0, 0]) / SCALE**2, float(res.scale) / SCALE**2,
                            bool(res.converged), msgs)

@@ -393,7 +393,8 @@ def _gain_vs_budget(stats: ReportStats) -> list[Block]:
     out.append(Table(
         ("comparison", "size", "budgets", "pairs (seeds)", "slope of d per doubling [95 % CI]", "p (Wald z)", "fit"),
         tuple((s.comparison, s.size, ", ".join(fmt_tokens(x) for x in s.budgets), f"{s.n_obs} ({s.n_seeds})",
-               f"{fmt_nats(s.slope)} {fmt_ci(s.ci_low, s.ci_high)}", fmt_p(s.p),
+               f"{fmt_nats(s.slope)} " + (fmt_ci(s.coef.ci_low, s.coef.ci_high) if s.coef else ""),
+               fmt_p(s.coef.p if s.coef else None),
                s.error or ("; ".join(s.warnings) if s.warnings else "no warning")) for s in b.slopes)))
     out.append(Para("Descriptive: the slope of the paired difference on log2(budget) from the mixed model d ~ "
                     "log2(budget) + (1 | seed) (statsmodels mixedlm, REML; fitted in millinats), i.e. how much the "

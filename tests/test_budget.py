@@ -42,7 +42,7 @@ def test_points_are_the_reports_descriptives_and_the_slope_is_ols_when_balanced(
         # REML slope is the least-squares slope of d on log2(budget).
         ols = np.polyfit(np.log2([p.budget_tokens for p in pairs]), [p.diff for p in pairs], 1)[0]
         assert s.slope == pytest.approx(ols, abs=1e-9), s
-        assert s.ci_low < s.slope < s.ci_high and s.n_obs == 12 and s.n_seeds == 4 and s.budgets == BUDGETS
+        assert s.coef.ci_low < s.slope < s.coef.ci_high and s.n_obs == 12 and s.n_seeds == 4 and s.budgets == BUDGETS
 
 
 def test_a_gain_that_grows_with_the_budget_has_a_negative_slope():
@@ -54,7 +54,7 @@ def test_a_gain_that_grows_with_the_budget_has_a_negative_slope():
         .otherwise(pl.col("val_nll")).alias("val_nll"))
     st = analyze(final, f["runs"])
     (s,) = gain_vs_budget(st.comparisons, st.pairs).slopes
-    assert s.slope == pytest.approx(-0.004, abs=0.002) and s.ci_high < 0
+    assert s.slope == pytest.approx(-0.004, abs=0.002) and s.coef.ci_high < 0
 
 
 def test_unbalanced_budgets_still_fit_and_one_budget_gives_nothing():

@@ -20,6 +20,7 @@ from reports.plan import AnalysisPlan
 from reports.stats import analyze
 from reports.synthetic import frames_from_values
 from reports.topup import CellSeeds, cell_open, describe, plan_topup
+from test_queue import write_grid  # tests/ is on sys.path under pytest (no package)
 
 LOOKS = (3, 5)
 EST = [-0.0100, -0.0110, -0.0105]  # treatment - parent: established at the first look (p ~ 4e-4 < 0.0114)
@@ -121,21 +122,8 @@ def test_a_degenerate_treatment_is_closed():
 
 # --------------------------------------------------------------------------- the command, end to end
 
-GRID = """\
-name = "seq"
-corpus = "{corpus}"
-sizes = ["tiny"]
-seeds = [0, 1, 2]
-budgets_tokens = [1000]
-[variants]
-block_attnres = "parent"
-rd_attnres = "treatment"
-fixed_v = "control"
-dup_route_tied = "control"
-[analysis]
-min_effect_nats = 0.01
-{looks}
-"""
+# The queue tests' grid (tiny, 1000 tokens, parent, treatment, fixed_v) plus the A/A check and a plan.
+EXTRA = 'dup_route_tied = "control"\n[analysis]\nmin_effect_nats = 0.01\n{looks}\n'
 
 # Designed final NLLs: parent 3.5 + 0.01 seed; treatment - parent per seed; fixed_v - parent per seed.
 D_TP = {0: -0.010, 1: -0.004, 2: -0.007, 3: -0.009, 4: -0.006}
@@ -165,14 +153,17 @@ def _seeds(results: Path) -> dict[str, list[int]]:
     return {v: sorted(s) for v, s in out.items()}
 
 
-def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"text": "hello"}\n')
-    grid = tmp_path / "seq.toml"
-    grid.write_text(GRID.format(corpus=corpus, looks="looks = [3, 5]"))
+def _queued_and_trained(tmp_path: Path, looks: str) -> Path:
+    """The grid queued on a journal queue and its 3 seeds trained by the stub; the results folder."""
+    grid = write_grid(tmp_path, seeds="[0, 1, 2]", name="seq", extra=EXTRA.format(looks=looks))
     results = tmp_path / "results"
     assert cli(["queue", str(grid), "--results", str(results)]) == 0
     _drain(results)
+    return results
+
+
+def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
+    results = _queued_and_trained(tmp_path, "looks = [3, 5]")
     capsys.readouterr()
 
     assert cli(["topup", "--grid", "seq", "--results", str(results), "--dry-run"]) == 0
@@ -212,13 +203,7 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
 
 
 def test_topup_command_errors_are_one_line(tmp_path, capsys):
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"text": "hello"}\n')
-    grid = tmp_path / "seq.toml"
-    grid.write_text(GRID.format(corpus=corpus, looks=""))
-    results = tmp_path / "results"
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0
-    _drain(results)
+    results = _queued_and_trained(tmp_path, "")
     capsys.readouterr()
     assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip()
