@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import polars as pl
+import scipy.stats
 
 from reports.looks import look_at
 from reports.plan import AnalysisPlan
@@ -89,6 +90,7 @@ class PlanRow:
     budget_tokens: int
     sd_nats: float | None
     sd_source: str
+    sd_df: int | None  # degrees of freedom behind a pilot's sd (None: given)
     n_seeds: int
     level: float  # the level the grid's seeds are tested at (alpha, or their look's increment)
     mde_nats: float | None
@@ -103,7 +105,7 @@ class PlanRow:
     def as_json(self) -> dict:
         """The ``--json`` row: :data:`JSON_KEYS` first, then kind, level, sd_source, planned_effect_nats."""
         row = {k: getattr(self, k) for k in JSON_KEYS}
-        row.update(kind=self.kind, level=self.level, sd_source=self.sd_source,
+        row.update(kind=self.kind, level=self.level, sd_source=self.sd_source, sd_df=self.sd_df,
                    planned_effect_nats=self.planned_effect_nats)
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
@@ -151,6 +153,13 @@ def _match(sds: dict[tuple[str, str, int], PilotSd], key: str, size: str, budget
             where = "" if b == budget else f" at its nearest budget {b:_} tokens (noise may differ at {budget:_})"
             return PilotSd(hit.sd, hit.source + where, hit.df)
     return PilotSd(None, f"pilot {grid} has no {key} pairs at size {size}")
+
+
+def sd_interval(df: int, conf: float = 0.8) -> tuple[float, float]:
+    """Factors (low, high) with P(low <= true sd / sample sd <= high) = conf for a normal sample sd
+    with ``df`` degrees of freedom: sqrt(df / chi2_{(1+conf)/2, df}), sqrt(df / chi2_{(1-conf)/2, df})."""
+    return (math.sqrt(df / scipy.stats.chi2.ppf((1 + conf) / 2, df)),
+            math.sqrt(df / scipy.stats.chi2.ppf((1 - conf) / 2, df)))
 
 
 def throughput(runs: pl.DataFrame | None, bench: pl.DataFrame | None) -> dict[str, Throughput]:
@@ -223,7 +232,7 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
             tokens = runs * budget if runs is not None else None
             hours = tokens / tps / 3600 if tokens is not None and tps else None
             rows.append(PlanRow(label, key if key == HEADLINE else CONTRAST, size, budget, got.sd, got.source,
-                                shape.n_seeds, level, None if math.isnan(mde) else mde, effect, need.n,
+                                got.df if pilot is not None and got.sd is not None else None, shape.n_seeds, level, None if math.isnan(mde) else mde, effect, need.n,
                                 need.reachable, None if math.isnan(need.power_at_max) else need.power_at_max,
                                 runs, tokens, hours))
     return rows
@@ -289,6 +298,10 @@ def render_plan(shape: GridShape, rows: list[PlanRow], speed: dict[str, Throughp
     sources = list(dict.fromkeys(r.sd_source for r in rows if r.sd_source != GIVEN))
     if sources:
         lines += ["sd sources:"] + [f"  {s}" for s in sources]
+    for df in sorted({r.sd_df for r in rows if r.sd_df}):
+        lo, hi = sd_interval(df)
+        lines.append(f"an sd with {df} degrees of freedom is rough: the true sd lies between {lo:.2f} and {hi:.2f} "
+                     "times it (80 % chi-square interval); seeds needed and cost scale with its square")
     return lines
 
 

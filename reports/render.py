@@ -13,7 +13,7 @@ import math
 from reports.decisions import DOES_NOT_REPRODUCE
 from reports.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 from reports.figures import FigureOut
-from reports.looks import increments
+from reports.looks import GAMMA_MAX, increments
 from reports.paired import EXACT_MAX_N, MIN_PAIRS
 from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
 
@@ -30,6 +30,11 @@ def fmt_p(p: float | None) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "-"
     return "0" if p == 0 else (f"{p:.2e}" if p < 1e-4 else f"{p:.3g}")
+
+
+def fmt_seq_p(p: float | None) -> str:
+    """A sequential p (reports.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
+    return f"> {GAMMA_MAX:.3g}" if p is not None and p >= 1 else fmt_p(p)
 
 
 def fmt_nats(x: float | None, digits: int = 4) -> str:
@@ -70,8 +75,9 @@ def needed_text(s, planned: float | None, what: str) -> str:
     if planned is None:
         return f"seeds needed: set min_effect_nats in the grid's [analysis] (the smallest {what} worth detecting)"
     if s.reachable:
-        at = " (the look at that many seeds, at its level)" if s.at_looks else ""
-        return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds{at} (at the observed sd)"
+        if s.at_looks:
+            return f"{_num(planned, '.4g')} nats/token needs the look at {s.n} seeds (at its level and the observed sd)"
+        return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds (at the observed sd)"
     if math.isnan(s.power_at_max):
         return f"{_num(planned, '.4g')} nats/token: seeds needed not computable (no spread yet)"
     cap = f"the last look, {s.max_seeds} seeds" if s.at_looks else f"max_seeds = {s.max_seeds}"
@@ -99,7 +105,7 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
     if h.look.planned:
         earlier = f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
         facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
-                 f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
+                 f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_seq_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
                  f"{h.n_cells} cell(s){earlier}")
     else:
         facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
@@ -138,7 +144,7 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
     test = "exact sign-flip p (zero spread)" if a.exact else "t p"
     if a.look.planned:
         test = f"{look_text(a.look)}: {test}"
-        seq = f", sequential p {fmt_p(a.sequential_p)}"
+        seq = f", sequential p {fmt_seq_p(a.sequential_p)}"
     else:
         seq = ""
     sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE

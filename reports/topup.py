@@ -119,7 +119,8 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
     if not plan.looks:
         raise ValueError(f"grid {stats.grid!r}: its analysis plan has no looks, so its alpha is spent at one "
                          "reading; adding seeds and reading again would inflate the false-positive rate. Plan "
-                         "looks before the runs ([analysis] looks = [3, 5, 10]) in a grid with a new name")
+                         "looks before the runs ([analysis] looks = [3, 5, 10]) in a grid with a new name, as "
+                         "ablations/rd_controls_seq.toml does")
     out = []
     for size, budget in stats.cells:
         h = stats.headline(size, budget)
