@@ -120,7 +120,8 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
         "degenerate": f"the treatment is degenerate ({h.degenerate_reason})",
     }[h.reason]
     plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
-            if not math.isnan(h.mde_nats) else "MDE: needs >= 3 pairs with some spread")
+            if not math.isnan(h.mde_nats) else f"MDE: none before the first look ({h.look.next_n} pairs)"
+            if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
     if not h.established and h.reason != "degenerate":
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
     return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}."
@@ -130,7 +131,8 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
     """Why a control got its verdict, and what the contrast could detect at this budget."""
     mde = (f"MDE of the contrast at {_mde_at(a.look)}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power "
            f"{power:g})"
-           if not math.isnan(a.mde_nats) else "MDE: needs >= 3 seeds with control, parent and treatment")
+           if not math.isnan(a.mde_nats) else f"MDE: none before the first look ({a.look.next_n} seeds)"
+           if a.look.before_first else "MDE: needs >= 3 seeds with control, parent and treatment")
     if a.reason == "degenerate":
         return f"degenerate: {a.degenerate_reason}; no contrast is tested, whatever it says"
     if a.reason in ("gain not established", "no treatment in this cell"):

@@ -19,7 +19,7 @@ from db.store import Store
 from harness.cli import main as cli
 from reports.looks import increments
 from reports.plan import AnalysisPlan
-from reports.planning import JSON_KEYS, GridShape, Throughput, pilot_sds, plan_rows, throughput
+from reports.planning import JSON_KEYS, GridShape, Throughput, pilot_sds, plan_rows, sd_interval, throughput
 from reports.power import mde, seeds_needed
 from reports.stats import analyze
 from reports.synthetic import synthetic_frames
@@ -115,6 +115,17 @@ def test_pilot_fallbacks_nearest_budget_and_pooled_controls():
     assert "2 control contrasts pooled (no fixed_v runs)" in fixed_v.sd_source
     other = plan_rows(shape(cells=(("tiny", 100_000),)), pilot=st)[0]
     assert other.sd_nats is None and other.mde_nats is None and "no pairs at size tiny" in other.sd_source
+
+
+def test_sd_interval_covers_the_true_sd_as_stated():
+    """The 80 % factors for an sd with df degrees of freedom cover sigma / s in 80 % of normal samples."""
+    rng = np.random.default_rng(4)
+    for df in (2, 9):
+        lo, hi = sd_interval(df)
+        s = rng.normal(0, 1.0, size=(40_000, df + 1)).std(axis=1, ddof=1)
+        covered = ((1.0 / s >= lo) & (1.0 / s <= hi)).mean()
+        assert covered == pytest.approx(0.8, abs=4 * math.sqrt(0.16 / 40_000)), (df, covered)
+    assert sd_interval(2) == pytest.approx((0.659, 3.081), abs=1e-3)
 
 
 def test_throughput_from_runs_then_bench():
