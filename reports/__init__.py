@@ -7,12 +7,16 @@ Modules, in the order data flows through them:
 * :mod:`reports.paired`: exact tests on paired differences (t, sign-flip, Wilcoxon, sign);
 * :mod:`reports.decisions`: the verdict rules (headline gatekeeper, reproduction contrasts,
   Holm, Fieller), as array functions shared by the report and the simulations;
-* :mod:`reports.power`: MDE, power and seeds needed for a planned effect (noncentral t);
+* :mod:`reports.looks`: sequential looks, the alpha spent at each, the sequential p (DESIGN 8);
+* :mod:`reports.power`: MDE, power and seeds needed for a planned effect (noncentral t), also at looks;
 * :mod:`reports.mixed`: the mixed-model cross-check;
+* :mod:`reports.budget`: gain vs budget, the slope of d on log2(budget) (DESIGN 8);
 * :mod:`reports.stats`: one grid's results as frozen dataclasses; ``stats.csv``;
 * :mod:`reports.figures`: PNG figures (validation curves, paired differences, gain fractions, routing);
 * :mod:`reports.render` (words) and :mod:`reports.blocks` (Markdown / HTML writers);
 * :mod:`reports.build`: read the store's frames, call the above, write the files;
+* :mod:`reports.planning`: ``harness plan``'s rows (pilot sds, MDE, seeds needed, cost);
+* :mod:`reports.topup`: which cells are open and which seeds ``harness topup`` adds;
 * :mod:`reports.simulate`: simulated studies through :mod:`reports.decisions` (``python -m reports.simulate``);
 * :mod:`reports.synthetic`: synthetic frames for tests and demos.
 

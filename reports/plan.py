@@ -12,7 +12,8 @@ whose plan changed after its runs were queued. The report reads it back from the
     min_effect_nats = 0.01     # smallest gain worth detecting, nats/token (> 0; no default)
     power = 0.8                # target power of MDE / seeds-needed (0 < power < 1)
     max_seeds = 30             # most seeds a cell may get (>= 3)
-    looks = [3, 5, 10]         # seed counts at which the report may be read (increasing)
+    looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
+                               # spent over them (reports.looks), which needs alpha < 0.3173
 
 This module imports nothing from ``harness``: ``harness.grid`` imports it.
 """

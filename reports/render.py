@@ -440,7 +440,7 @@ def _methods(stats: ReportStats) -> list[Block]:
         "exempt.",
         "Mixed model: statsmodels mixedlm, REML, random intercept per seed, fitted on centred NLL in millinats; "
         "a cross-check, in no verdict.",
-    ))]
+    ) + ((f"Looks (DESIGN section 8): {_looks_text(p)}",) if p.looks else ()))]
 
 
 def _left_out(stats: ReportStats) -> list[Block]:
