@@ -7,7 +7,9 @@
 * :func:`gain_fractions`: per control, the fraction of the gain it reproduces with its
   Fieller interval;
 * :func:`routing_heatmaps`: depth distributions (layer x source) of the QK and V routes
-  at the attention site, and the per-layer Jensen-Shannon divergence between them.
+  at the attention site, and the per-layer Jensen-Shannon divergence between them;
+* :func:`gain_vs_budget`: per size, each comparison's mean paired difference and 95 % interval
+  against log budget (grids with several budgets; DESIGN section 8).
 
 Figures are drawn on :class:`matplotlib.figure.Figure` directly (no pyplot state), so
 this module never changes the process-wide backend.
