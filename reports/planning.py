@@ -301,7 +301,7 @@ def render_plan(shape: GridShape, rows: list[PlanRow], speed: dict[str, Throughp
     for df in sorted({r.sd_df for r in rows if r.sd_df}):
         lo, hi = sd_interval(df)
         lines.append(f"an sd with {df} degrees of freedom is rough: the true sd lies between {lo:.2f} and {hi:.2f} "
-                     "times it (80 % chi-square interval); seeds needed and cost scale with its square")
+                     "times it (80 % chi-square interval); seeds needed and cost grow roughly with its square")
     return lines
 
 
