@@ -24,7 +24,7 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The main job on real text: queue the grid, drain it with $(WORKERS) workers, write the report.
+# The main job on real text: queue the grid, drain it with $(WORKERS) workers, write the report, print the plan.
 demo: $(STAMP)
 	@case "$(CORPUS)" in hf:*) $(BIN)/python -m pip install -q -c requirements.lock -e '.[hub]' ;; esac
 	@echo "== corpus: $(CORPUS)"
@@ -36,6 +36,8 @@ demo: $(STAMP)
 	echo "== workers finished in $$(( $$(date +%s) - start )) s"; exit $$status
 	$(BIN)/harness status --results $(RESULTS)
 	$(BIN)/harness report --grid $(GRID_NAME) --results $(RESULTS)
+	@echo "== what it would take to decide: the plan for this grid, its own runs as the pilot"
+	$(BIN)/harness plan $(GRID) --pilot $(GRID_NAME) --results $(RESULTS)
 
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock.new && mv requirements.lock.new requirements.lock

@@ -22,12 +22,14 @@ COMMANDS = {
     "status": "status",
     "sql": "sql",
     "report": "report",
+    "plan": "plan",
+    "topup": "topup",
     "bench": "bench",
     "sizes": "sizes",
 }
 
 # Commands that only read results: a mistyped --results must not create an empty store.
-READS_RESULTS = ("sql", "report")
+READS_RESULTS = ("sql", "report", "topup")
 
 EPILOG = """\
 the research loop, one command each:
@@ -35,6 +37,8 @@ the research loop, one command each:
   harness work                                     # one or many workers train queued runs
   harness sql "select variant, seed, val_nll from final order by 1, 2"
   harness report --grid rd_controls_small          # paired significance report
+  harness plan ablations/rd_controls_small.toml --pilot rd_controls_small   # MDE, seeds needed, cost
+  harness topup --grid rd_controls_small           # add seeds up to the next look where still undecided
 
 see `harness COMMAND --help` for each command's options and an example.
 """

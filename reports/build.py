@@ -29,7 +29,7 @@ from reports.degeneracy import find_degenerate
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
 from reports.plan import AnalysisPlan
-from reports.progress import QueuedRun, grid_progress, unreadable_run_ids
+from reports.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
 from reports.stats import ReportStats, analyze
 
 
@@ -98,6 +98,22 @@ def _write_atomic(path: Path, data: bytes) -> Path:
     return path
 
 
+def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: bool = False,
+                  plan: AnalysisPlan | None = None,
+                  degenerate: Mapping[tuple[str, int, str], str] | None = None,
+                  progress: GridProgress | None = None) -> ReportStats:
+    """The report's statistics of one grid, without writing anything (``harness report``, ``plan``, ``topup``).
+
+    ``degenerate`` None: found from the frames' routing records (:func:`reports.degeneracy.find_degenerate`).
+    ``progress``: the grid's status next to the queue (:func:`reports.progress.grid_progress`).
+    Arguments and errors as :func:`build_report`.
+    """
+    if degenerate is None:
+        degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
+    return analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
+                   degenerate=degenerate, progress=progress)
+
+
 def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
                  plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
                  figures: bool = True, queue: Mapping[str, QueuedRun | str] | None = None,
@@ -122,14 +138,12 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
         ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`
             (e.g. no finished run of the parent yet: the message then says what the queue holds).
     """
-    if degenerate is None:
-        degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
     progress = grid_progress(frames.runs, queue, grid=grid,
                              queue_note=queue_note or ("the queue was not read" if queue is None else ""),
                              unreadable=unreadable_run_ids(frames.unreadable))
     try:
-        stats = analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
-                        degenerate=degenerate, progress=progress)
+        stats = compute_stats(frames, grid=grid, allow_partial=allow_partial, plan=plan, degenerate=degenerate,
+                              progress=progress)
     except ValueError as exc:
         if "need exactly one parent variant, found none" not in str(exc) or not progress.total:
             raise

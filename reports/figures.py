@@ -8,7 +8,9 @@
   Fieller interval;
 * :func:`reports.routing_figures.routing_over_training`: depth distributions (layer x
   source) of every attention route at each evaluation, the values written in, QK minus V,
-  and the per-layer Jensen-Shannon divergence over training.
+  and the per-layer Jensen-Shannon divergence over training;
+* :func:`gain_vs_budget`: per size, each comparison's mean paired difference and 95 % interval
+  against log budget (grids with several budgets; DESIGN section 8).
 
 Every figure names its cell (``FigureOut.cell``); a figure spanning the cells of a size
 (gain vs budget, DESIGN 8) has ``cell = None`` and gets its own section in the report.
@@ -267,6 +269,45 @@ def gain_fractions(stats: ReportStats, size: str, budget_tokens: int) -> FigureO
                      "95 % interval covers 0).", png_bytes(fig), (size, budget_tokens))
 
 
+def gain_vs_budget(stats: ReportStats, size: str) -> FigureOut | None:
+    """Mean paired difference (nats/token) with its 95 % t interval against the budget (log axis), one
+    line per comparison with the parent, at one size (DESIGN section 8); the legend gives the slope
+    per doubling from ``d ~ log2(budget) + (1 | seed)`` (:mod:`reports.budget`). None with one budget."""
+    points = [p for p in stats.budget.points if p.size == size]
+    if not points:
+        return None
+    slopes = {s.comparison: s for s in stats.budget.slopes if s.size == size}
+    colors = variant_colors(stats)
+    fig = Figure(figsize=(8.5, 4.5))
+    ax = fig.subplots()
+    comparisons = list(dict.fromkeys(p.comparison for p in points))
+    for i, comp in enumerate(comparisons):
+        rows = [p for p in points if p.comparison == comp]
+        x = np.array([p.budget_tokens for p in rows], dtype=float)
+        x = x * 2 ** ((i - (len(comparisons) - 1) / 2) * 0.04)  # dodge the comparisons on the log axis
+        y = np.array([p.mean for p in rows])
+        lo = np.array([p.mean - p.ci_low if math.isfinite(p.ci_low) else 0.0 for p in rows])
+        hi = np.array([p.ci_high - p.mean if math.isfinite(p.ci_high) else 0.0 for p in rows])
+        s = slopes.get(comp)
+        label = comp + (f" (slope {s.slope:+.4f} per doubling)" if s is not None and math.isfinite(s.slope) else "")
+        ax.errorbar(x, y, yerr=[lo, hi], fmt="o-", color=colors.get(comp.split(" - ")[0], "k"), capsize=3, lw=1.2,
+                    ms=4, label=label)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(_tokens_label)
+    ax.set_xticks(sorted({p.budget_tokens for p in points}))
+    ax.set_xlabel("training budget (tokens, log scale)")
+    ax.set_ylabel("mean paired difference vs parent (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(f"Gain vs budget, size {size} (mean with 95 % t interval; < 0: better than the parent)",
+                 fontsize=10)
+    return FigureOut(f"gain_vs_budget_{size}", f"Gain vs budget ({size})",
+                     "Mean paired difference with the parent (first - parent, nats/token) and its 95 % t interval "
+                     "at each budget; points of different comparisons are dodged slightly along the log axis. "
+                     "Slopes per doubling of the budget from d ~ log2(budget) + (1 | seed), descriptive.", png_bytes(fig), None)
+
+
 def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None,
                 routing: pl.DataFrame | None) -> list[FigureOut]:
     """Every figure of the report, per cell (size, budget), then those spanning cells; absent
@@ -283,5 +324,7 @@ def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame |
             figs += [routing_over_training(routing, final, stats, v, size, budget)
                      for v in routing_variants(stats)]
         out += [f for f in figs if f is not None]
-    # Figures spanning the cells of a size (cell = None) follow, e.g. gain vs budget (DESIGN 8).
+    # Figures spanning the cells of a size (cell = None) follow: gain vs budget (DESIGN 8).
+    for size in dict.fromkeys(p.size for p in stats.budget.points):
+        out += [f for f in (gain_vs_budget(stats, size),) if f is not None]
     return out

@@ -53,6 +53,45 @@ class MixedModelCheck:
 _COEF_RE = re.compile(r"\[T\.(.+)\]$")
 
 
+SCALE = 1000.0  # fits run in millinats/token (see fit_mixed_model)
+
+
+def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tuple[str, ...], str]:
+    """Fit ``formula`` with a random intercept per seed (statsmodels ``mixedlm``, REML).
+
+    Args:
+        formula: patsy formula on ``y`` and the names in ``columns``.
+        y: the response in nats/token; fitted centred and in millinats (x :data:`SCALE`),
+            so estimates and SEs of effects come back x SCALE.
+        columns: further columns of the design (name -> values, one per y).
+        seeds: the grouping factor, one per y.
+
+    Returns:
+        ``(result or None, warnings raised, error text or "")``; a fit that raises (a singular
+        design) is returned as an error, never raised.
+    """
+    import pandas as pd  # statsmodels' formula interface needs pandas
+    import statsmodels.formula.api as smf
+
+    y = np.asarray(y, dtype=float)
+    df = pd.DataFrame({"y": (y - y.mean()) * SCALE, **columns, "seed": list(seeds)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            res = smf.mixedlm(formula, df, groups=df["seed"]).fit(reml=True)
+        except Exception as exc:  # singular designs etc.: report, do not crash the report
+            msgs = tuple(dict.fromkeys(str(w.message) for w in caught))
+            return None, msgs, f"fit failed: {type(exc).__name__}: {exc}"
+    return res, tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught)), ""
+
+
+def fixed_effect(res, name: str, label: str) -> MixedCoef:
+    """Fixed effect ``name`` of a :func:`fit_reml` result, back in nats/token (Wald SE, z p, 95 % interval)."""
+    ci = res.conf_int()
+    return MixedCoef(label, float(res.fe_params[name]) / SCALE, float(res.bse_fe[name]) / SCALE,
+                     float(res.pvalues[name]), float(ci.loc[name, 0]) / SCALE, float(ci.loc[name, 1]) / SCALE)
+
+
 def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -> MixedModelCheck:
     """Fit ``nll ~ variant + (1 | seed)`` on the finished runs of one size and budget.
 
@@ -61,9 +100,6 @@ def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -
     response is therefore centred and scaled to millinats. Warnings that remain are
     reported, never silenced.
     """
-    import pandas as pd  # statsmodels' formula interface needs pandas
-    import statsmodels.formula.api as smf
-
     sub = usable.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget))
     n_seeds = sub["seed"].n_unique()
     variants = sorted(set(sub["variant"].to_list()))
@@ -71,27 +107,12 @@ def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -
     if n_seeds < 2 or len(variants) < 2 or parent not in variants:
         return replace(base, error=f"not fitted: needs >= 2 seeds and the parent plus another "
                                    f"variant (have {n_seeds} seed(s), variants {variants})")
-    scale = 1000.0
     y = np.asarray(sub["val_nll"].to_list(), dtype=float)
-    df = pd.DataFrame({"y": (y - y.mean()) * scale, "variant": sub["variant"].to_list(),
-                       "seed": sub["seed"].to_list()})
-    formula = f"y ~ C(variant, Treatment({parent!r}))"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            res = smf.mixedlm(formula, df, groups=df["seed"]).fit(reml=True)
-        except Exception as exc:  # singular designs etc.: report, do not crash the report
-            msgs = tuple(dict.fromkeys(str(w.message) for w in caught))
-            return replace(base, warnings=msgs, error=f"fit failed: {type(exc).__name__}: {exc}")
-    msgs = tuple(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught))
-    ci = res.conf_int()
-    coefs = []
-    for name in res.fe_params.index:
-        m = _COEF_RE.search(name)
-        if m:
-            coefs.append(MixedCoef(m.group(1), float(res.fe_params[name]) / scale,
-                                   float(res.bse_fe[name]) / scale, float(res.pvalues[name]),
-                                   float(ci.loc[name, 0]) / scale, float(ci.loc[name, 1]) / scale))
+    res, msgs, error = fit_reml(f"y ~ C(variant, Treatment({parent!r}))", y,
+                                {"variant": sub["variant"].to_list()}, sub["seed"].to_list())
+    if res is None:
+        return replace(base, warnings=msgs, error=error)
+    coefs = [fixed_effect(res, name, m.group(1)) for name in res.fe_params.index if (m := _COEF_RE.search(name))]
     return MixedModelCheck(size, budget, sub.height, n_seeds, tuple(coefs),
-                           float(res.cov_re.iloc[0, 0]) / scale**2, float(res.scale) / scale**2,
+                           float(res.cov_re.iloc[0, 0]) / SCALE**2, float(res.scale) / SCALE**2,
                            bool(res.converged), msgs)

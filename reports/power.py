@@ -22,7 +22,8 @@ import numpy as np
 import scipy.optimize
 from statsmodels.stats.power import TTestPower
 
-from reports.plan import MIN_SEEDS
+from reports.looks import increments, look_at
+from reports.plan import MIN_SEEDS, AnalysisPlan
 
 ALTERNATIVES = {"one-sided": "larger", "two-sided": "two-sided"}
 
@@ -88,13 +89,16 @@ class SeedsNeeded:
             computed (no SD, no planned effect).
         reachable: ``n`` is not None.
         power_at_max: the power at ``max_seeds`` (NaN when it cannot be computed).
-        max_seeds: the cap it was searched up to.
+        max_seeds: the cap it was searched up to (with looks: the last look).
+        at_looks: searched over the plan's looks only, each at its own level
+            (:func:`planned_seeds`).
     """
 
     n: int | None
     reachable: bool
     power_at_max: float
     max_seeds: int
+    at_looks: bool = False
 
 
 def seeds_needed(effect_nats: float | None, sd: float, alpha: float, power: float, alternative: str,
@@ -124,3 +128,36 @@ def contrast_effect(min_effect_nats: float | None, rho: float) -> float | None:
     the contrast must detect for either definite verdict.
     """
     return None if min_effect_nats is None else min(rho, 1.0 - rho) * min_effect_nats
+
+
+def look_mde(sd: float, pairs: int, plan: AnalysisPlan, alternative: str) -> float:
+    """MDE (nats/token) of the test the report runs on ``pairs`` pairs under ``plan``.
+
+    Without looks: :func:`mde` at alpha with all pairs. With looks (DESIGN section 8):
+    the look reached (:func:`reports.looks.look_at`), its seed count n_k and its level
+    Delta_k; NaN before the first look.
+    """
+    look = look_at(pairs, plan.looks, plan.alpha)
+    if look.before_first:
+        return float("nan")
+    return mde(sd, look.n, look.level, plan.power, alternative)
+
+
+def planned_seeds(effect_nats: float | None, sd: float, plan: AnalysisPlan, alternative: str) -> SeedsNeeded:
+    """Seeds needed for ``effect_nats`` under ``plan``.
+
+    Without looks: :func:`seeds_needed` at alpha up to ``max_seeds``. With looks: the first
+    look n_k whose power at its own level Delta_k reaches the plan's power. That power is a
+    lower bound on the chance the sequential design has rejected by look k (the earlier looks
+    only add to it), so the answer is conservative; no look reaching it: not reachable
+    (``power_at_max`` = the power at the last look, ``max_seeds`` = the last look).
+    """
+    if not plan.looks:
+        return seeds_needed(effect_nats, sd, plan.alpha, plan.power, alternative, plan.max_seeds)
+    last = plan.looks[-1]
+    if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
+        return SeedsNeeded(None, False, float("nan"), last, True)
+    pw = [power_at(effect_nats, sd, n, float(level), alternative)
+          for n, level in zip(plan.looks, increments(plan.alpha, plan.looks))]
+    hit = next((n for n, p in zip(plan.looks, pw) if p >= plan.power), None)
+    return SeedsNeeded(hit, hit is not None, float(pw[-1]), last, True)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 
 from reports.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
-from reports.decisions import NOT_ASSESSED
+from reports.decisions import DOES_NOT_REPRODUCE, NOT_ASSESSED
 from reports.figures import FigureOut
 from reports.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
 from reports.fmt import seeds_text as _seeds, tokens_label
+from reports.looks import GAMMA_MAX, increments
 from reports.paired import EXACT_MAX_N, MIN_PAIRS
 from reports.pairing import AA_VARIANTS
 from reports.progress import FINISHED
@@ -28,6 +29,14 @@ PAPER_HEADLINE = ("Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu
                   "nats/token, perplexity -2.97 % / -2.43 %.")
 
 
+# --------------------------------------------------------------------------- number formats
+
+
+def fmt_seq_p(p: float | None) -> str:
+    """A sequential p (reports.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
+    return f"> {GAMMA_MAX:.3g}" if p is not None and p >= 1 else fmt_p(p)
+
+
 # --------------------------------------------------------------------------- sentences
 
 
@@ -36,27 +45,53 @@ def needed_text(s, planned: float | None, what: str) -> str:
     if planned is None:
         return f"seeds needed: set min_effect_nats in the grid's [analysis] (the smallest {what} worth detecting)"
     if s.reachable:
+        if s.at_looks:
+            return f"{_num(planned, '.4g')} nats/token needs the look at {s.n} seeds (at its level and the observed sd)"
         return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds (at the observed sd)"
     if math.isnan(s.power_at_max):
         return f"{_num(planned, '.4g')} nats/token: seeds needed not computable (no spread yet)"
-    return (f"{_num(planned, '.4g')} nats/token: not reachable at this budget (power {s.power_at_max:.2f} at "
-            f"max_seeds = {s.max_seeds})")
+    cap = f"the last look, {s.max_seeds} seeds" if s.at_looks else f"max_seeds = {s.max_seeds}"
+    return f"{_num(planned, '.4g')} nats/token: not reachable at this budget (power {s.power_at_max:.2f} at {cap})"
+
+
+def _mde_at(look) -> str:
+    """Where an MDE is computed: 'n = 6', or 'look 2 (5 pairs, level 0.00523)'."""
+    return f"look {look.k} ({look.n} pairs, level {look.level:.3g})" if look.planned else f"n = {look.n}"
+
+
+def look_text(look) -> str:
+    """'look 2 of 3 (5 of 6 pairs tested), level 0.00523' / 'before the first look (3 pairs)' / ''."""
+    if not look.planned:
+        return ""
+    if look.before_first:
+        return f"before the first look ({look.pairs} pair(s), first look at {look.next_n})"
+    tested = f"{look.n} of {look.pairs} pairs tested" if look.n < look.pairs else f"{look.n} pairs"
+    return f"look {look.k} of {look.n_looks} ({tested}), level {look.level:.3g}"
 
 
 def headline_sentence(h: Headline, power: float, min_effect: float | None = None) -> str:
     """Whether the gain is established in one cell, and why (n, mean d, one-sided p, Holm p, level)."""
     test = "exact one-sided sign-flip p (zero spread: t undefined)" if h.exact else "one-sided t p"
-    facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
-             f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
+    if h.look.planned:
+        earlier = f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
+        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
+                 f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_seq_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
+                 f"{h.n_cells} cell(s){earlier}")
+    else:
+        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
+                 f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
     why = {
-        "established": "Holm p < level and mean d < 0",
+        "established": ("Holm p (of the sequential p) < alpha and mean d < 0" if h.look.planned
+                        else "Holm p < level and mean d < 0"),
+        "before the first look": f"{h.n} pair(s): no look yet (the first is at {h.look.next_n} pairs)",
         "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
         "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
-        "Holm p >= alpha": "Holm p >= level",
+        "Holm p >= alpha": "Holm p >= alpha (of the sequential p)" if h.look.planned else "Holm p >= level",
         "degenerate": f"the treatment is degenerate ({h.degenerate_reason})",
     }[h.reason]
-    plan = (f"MDE at n = {h.n}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
-            if not math.isnan(h.mde_nats) else "MDE: needs >= 3 pairs with some spread")
+    plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
+            if not math.isnan(h.mde_nats) else f"MDE: none before the first look ({h.look.next_n} pairs)"
+            if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
     if not h.established and h.reason != "degenerate":
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
     return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}."
@@ -64,8 +99,10 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
 
 def control_sentence(a: ControlAssessment, power: float) -> str:
     """Why a control got its verdict, and what the contrast could detect at this budget."""
-    mde = (f"MDE of the contrast at n = {a.n}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power {power:g})"
-           if not math.isnan(a.mde_nats) else "MDE: needs >= 3 seeds with control, parent and treatment")
+    mde = (f"MDE of the contrast at {_mde_at(a.look)}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power "
+           f"{power:g})"
+           if not math.isnan(a.mde_nats) else f"MDE: none before the first look ({a.look.next_n} seeds)"
+           if a.look.before_first else "MDE: needs >= 3 seeds with control, parent and treatment")
     if a.reason == "degenerate":
         return f"degenerate: {a.degenerate_reason}; no contrast is tested, whatever it says"
     if a.reason in ("gain not established", "no treatment in this cell"):
@@ -74,11 +111,19 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
         return f"{why}, so no verdict; {mde}"
     if a.reason == "fewer than 3 pairs":
         return f"{a.n} seed(s) with control, parent and treatment: the contrast needs >= {MIN_PAIRS}; {mde}"
+    if a.reason == "before the first look":
+        return f"{a.n} seed(s) with control, parent and treatment: {look_text(a.look)}, nothing tested yet"
     test = "exact sign-flip p (zero spread)" if a.exact else "t p"
-    sign = "the control lands nearer the parent" if a.contrast_mean > 0 else "the control lands nearer the treatment"
+    if a.look.planned:
+        test = f"{look_text(a.look)}: {test}"
+        seq = f", sequential p {fmt_seq_p(a.sequential_p)}"
+    else:
+        seq = ""
+    sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE
+            else "the control lands nearer the treatment")
     if a.reason == "Holm p < alpha":
-        return f"contrast {test} {fmt_p(a.contrast_p)}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
-    return f"contrast {test} {fmt_p(a.contrast_p)}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
+        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
+    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
 
 
 def fraction_text(a: ControlAssessment) -> str:
@@ -145,8 +190,22 @@ def _plan(stats: ReportStats) -> list[Block]:
             Table(("alpha", "reproduce_fraction (rho)", "min_effect_nats", "power", "max_seeds", "looks"),
                   ((f"{p.alpha:g}", f"{p.reproduce_fraction:g}", _num(p.min_effect_nats, ".4g") if p.min_effect_nats
                     else "not set", f"{p.power:g}", str(p.max_seeds), looks),)),
-            Para(f"From {source}. Every test reads at level alpha = {p.alpha:g}; sequential alpha spending over "
-                 "the looks (DESIGN section 8) is not applied by this report.", "note")]
+            Para(f"From {source}. " + _looks_text(p), "note")]
+
+
+def _looks_text(p) -> str:
+    """How the plan's alpha is spent: once at alpha, or over the looks (DESIGN section 8)."""
+    if not p.looks:
+        return (f"Every test reads once at level alpha = {p.alpha:g}. No looks are planned, so adding seeds and "
+                "reading again would test the same hypothesis twice at the full alpha (harness topup needs looks).")
+    levels = ", ".join(f"{n} pairs: {x:.3g}" for n, x in zip(p.looks, increments(p.alpha, p.looks)))
+    return (f"Sequential looks: the one-sided headline alpha {p.alpha:g} is spent over the looks with the "
+            f"O'Brien-Fleming-type Lan-DeMets function alpha(t) = 2 - 2 Phi(z_(1-alpha/2) / sqrt(t)), t = n_k / "
+            f"n_K (DESIGN section 8); look k tests the first n_k pairs at the increment ({levels}), which sum to "
+            "alpha (union bound). A look that rejected stands: Holm is applied to the sequential p, the smallest "
+            "alpha whose spending would have rejected at a look so far. The control contrasts spend their alpha "
+            "over the same looks (two-sided). Pairs between looks or past the last enter no test until the next "
+            "look; before the first look nothing is tested.")
 
 
 def _top_warnings(stats: ReportStats) -> list[Block]:
@@ -186,9 +245,10 @@ def _headline(stats: ReportStats) -> list[Block]:
     needed = (f"seeds needed for {_num(planned, '.4g')}",) if planned else ()
     out.append(Table(
         ("cell", "verdict", "mean dNLL [95 % CI]", "wins", "perplexity change", "one-sided p", "Holm p",
-         f"MDE (power {power:g})", *needed, "seeds"),
+         "level", "look", f"MDE (power {power:g})", *needed, "seeds"),
         tuple((cell_label(h.size, h.budget_tokens), verdict_chip(h.verdict), _mean_ci(stats, h), _wins(stats, h),
                _ppl(stats, h), fmt_p(h.p_one_sided) + (" (exact)" if h.exact else ""), fmt_p(h.holm_p),
+               _num(h.level, ".3g"), f"{h.look.k} of {h.look.n_looks}" if h.look.planned else "-",
                _num(h.mde_nats, ".4g"), *((needed_short(h.seeds_needed, planned),) if planned else ()),
                _seeds(_comp(stats, h).seeds))
               for h in stats.headlines)))
@@ -353,6 +413,28 @@ def _mixed(stats: ReportStats) -> list[Block]:
     return out
 
 
+def _gain_vs_budget(stats: ReportStats) -> list[Block]:
+    """Gain vs budget (DESIGN section 8): only for grids with several budgets at a size."""
+    b = stats.budget
+    if not b.points:
+        return []
+    out: list[Block] = [Heading(2, "Gain vs budget"), Table(
+        ("comparison", "size", "budget", "pairs", "mean dNLL (nats/token) [95 % CI]"),
+        tuple((p.comparison, p.size, fmt_tokens(p.budget_tokens), str(p.n), f"{fmt_nats(p.mean)} "
+               f"{fmt_ci(p.ci_low, p.ci_high)}") for p in b.points))]
+    out.append(Table(
+        ("comparison", "size", "budgets", "pairs (seeds)", "slope of d per doubling [95 % CI]", "p (Wald z)", "fit"),
+        tuple((s.comparison, s.size, ", ".join(fmt_tokens(x) for x in s.budgets), f"{s.n_obs} ({s.n_seeds})",
+               f"{fmt_nats(s.slope)} " + (fmt_ci(s.coef.ci_low, s.coef.ci_high) if s.coef else ""),
+               fmt_p(s.coef.p if s.coef else None),
+               s.error or ("; ".join(s.warnings) if s.warnings else "no warning")) for s in b.slopes)))
+    out.append(Para("Descriptive: the slope of the paired difference on log2(budget) from the mixed model d ~ "
+                    "log2(budget) + (1 | seed) (statsmodels mixedlm, REML; fitted in millinats), i.e. how much the "
+                    "difference changes per doubling of the budget; a negative slope on a gain means it grows with "
+                    "the budget. No verdict rests on it; statsmodels warnings are shown as raised.", "note"))
+    return out
+
+
 def _methods(stats: ReportStats) -> list[Block]:
     p = stats.plan
     return [Heading(2, "Methods (DESIGN section 6)"), Bullets((
@@ -382,7 +464,7 @@ def _methods(stats: ReportStats) -> list[Block]:
         "exempt.",
         "Mixed model: statsmodels mixedlm, REML, random intercept per seed, fitted on centred NLL in millinats; "
         "a cross-check, in no verdict.",
-    ))]
+    ) + ((f"Looks (DESIGN section 8): {_looks_text(p)}",) if p.looks else ()))]
 
 
 def _left_out(stats: ReportStats) -> list[Block]:
@@ -441,7 +523,7 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
     ]
     blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
     blocks += _plan(stats) + _headline(stats) + _controls(stats) + _aa(stats) + _divergence(stats)
-    blocks += _figures(stats, figures) + _all_comparisons(stats) + _mixed(stats)
+    blocks += _gain_vs_budget(stats) + _figures(stats, figures) + _all_comparisons(stats) + _mixed(stats)
     return blocks + _methods(stats) + _left_out(stats)
 
 
@@ -450,7 +532,8 @@ def summary_lines(stats: ReportStats) -> list[str]:
     lines = [f"runs: {progress_sentence(stats.progress)[0]}"]
     lines += [f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
              f"{_num(stats.plan.min_effect_nats, '.4g') if stats.plan.min_effect_nats else 'not set'}, power "
-             f"{stats.plan.power:g}, max_seeds {stats.plan.max_seeds}"]
+             f"{stats.plan.power:g}, max_seeds {stats.plan.max_seeds}, looks "
+             f"{', '.join(map(str, stats.plan.looks)) or 'none'}"]
     lines += [f"diverged: {r.variant} {r.size} {r.budget_tokens} seed(s) {_seeds(r.diverged_seeds)}"
               for r in stats.diverged()]
     for h in stats.headlines:

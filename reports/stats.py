@@ -15,7 +15,11 @@ and protocol hash (:mod:`reports.pairing`):
   of the gain reproduced with its Fieller interval. ``invalid: degenerate`` takes
   precedence over every verdict.
 * **A/A check** (outside every family), **divergence table**, **MDE / seeds needed** from
-  the plan's effect (:mod:`reports.power`), and the **mixed model** (:mod:`reports.mixed`).
+  the plan's effect (:mod:`reports.power`), the **mixed model** (:mod:`reports.mixed`), and
+  **gain vs budget** where a size has several budgets (:mod:`reports.budget`).
+* With **looks** in the plan (DESIGN section 8, :mod:`reports.looks`), the headline and the
+  control contrasts are tested at the look each cell has reached, at that look's share of
+  alpha; Holm is applied to their sequential p.
 
 Results are frozen dataclasses; :meth:`ReportStats.to_frame` is ``stats.csv``. Notes are
 short fixed tags (``NOTE_*``); :mod:`reports.render` words everything for people.
@@ -32,10 +36,12 @@ import polars as pl
 
 from reports import decisions as dec
 from reports import paired
+from reports.budget import GainVsBudget, gain_vs_budget
 from reports.mixed import MixedModelCheck, fit_mixed_model
 from reports.pairing import AA_VARIANTS, LeftOut, Pair, PairedSet, cell_order, pair_runs, steps_by_run
+from reports.looks import Look, at_looks, look_at, sequential_p
 from reports.plan import AnalysisPlan, plan_from_configs
-from reports.power import SeedsNeeded, contrast_effect, mde, seeds_needed
+from reports.power import SeedsNeeded, contrast_effect, look_mde, planned_seeds
 from reports.progress import GridProgress, grid_progress
 
 NAN = float("nan")
@@ -54,7 +60,7 @@ EXTRA_COLUMNS = (
     "first", "second", "reason", "t_stat", "df", "n_nonzero", "perm_min_p", "wilcoxon_stat",
     "wilcoxon_min_p", "sign_min_p", "p_one_sided_test", "family_size", "contrast_n", "contrast_sd",
     "contrast_test", "gain_fraction_bounded", "planned_effect_nats", "power_at_max_seeds",
-    "missing_seeds", "code_versions",
+    "missing_seeds", "code_versions", "level", "look", "n_looks", "look_pairs", "sequential_p",
 )
 KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check", "treatment_vs_control", "parent_vs_reference")
 
@@ -67,12 +73,16 @@ NOTE_UNBOUNDED = "gain fraction unbounded: the gain's 95 % interval covers 0"
 NOTE_NO_EFFECT = "seeds_needed: no min_effect_nats in the plan"
 NOTE_UNREACHABLE = "seeds_needed: not reachable at this budget (> max_seeds {max_seeds})"
 NOTE_DEGENERATE = "degenerate: {reason}"
+NOTE_NO_LOOK = "before the first look ({first} pairs): not tested yet"
+NOTE_BETWEEN = "look {k} of {K} tests the first {n} of {pairs} pairs"
+NOTE_EARLIER = "established at look {k} of {K}"
 ALL_ZERO_REASON = "paired differences with the parent exactly zero at every seed"
 
 # Reason tags of a headline or control verdict.
 R_ESTABLISHED, R_FEW, R_NOT_BETTER, R_HOLM = "established", "fewer than 3 pairs", "mean d >= 0", "Holm p >= alpha"
 R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT = "degenerate", "gain not established", "Holm p < alpha"
 R_NO_TREATMENT = "no treatment in this cell"
+R_NO_LOOK = "before the first look"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +164,17 @@ class Comparison:
 class Headline:
     """Step 1 in one cell: is the treatment's gain over the parent established?
 
-    ``p_one_sided`` is the one-sided t p (H1 mean d < 0), or with zero spread the exact
-    one-sided sign-flip p (``exact``); ``holm_p`` is Holm-adjusted over the ``n_cells``
-    cells with a p; ``level`` the plan's alpha. ``mde_nats`` is the gain detectable with
-    the plan's power at this n (one-sided, the observed sd); ``seeds_needed`` is for the
-    plan's ``min_effect_nats``.
+    ``n``, ``mean`` and ``sd`` describe all pairs. ``p_one_sided`` is the one-sided t p (H1
+    mean d < 0), or with zero spread the exact one-sided sign-flip p (``exact``), of the
+    pairs the current look tests (``look``, :mod:`reports.looks`: all pairs without looks,
+    the first n_k with looks, none before the first look); ``level`` is that look's level
+    (the spent increment Delta_k with looks, the plan's alpha without). ``sequential_p`` is
+    the p Holm sees: the ordinary p without looks, else the smallest alpha whose spending
+    would have rejected at one of the looks so far (``decided_look``, 1-based, is the look
+    attaining it). ``holm_p`` is Holm-adjusted over the ``n_cells`` cells with a p;
+    established where ``holm_p < alpha``. ``mde_nats`` is the gain detectable with the
+    plan's power at this look (one-sided, the observed sd); ``seeds_needed`` is for the
+    plan's ``min_effect_nats`` (:func:`reports.power.planned_seeds`).
     """
 
     size: str
@@ -178,6 +194,9 @@ class Headline:
     degenerate_reason: str
     mde_nats: float
     seeds_needed: SeedsNeeded
+    look: Look
+    sequential_p: float
+    decided_look: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +211,9 @@ class ControlAssessment:
     only where the contrast was tested.
     ``mde_nats`` and ``seeds_needed`` are for the contrast (two-sided) at the planned
     contrast effect ``planned_effect`` = min(rho, 1 - rho) x min_effect_nats.
+    With looks, the contrast is tested like the headline (:class:`Headline`): ``contrast_p``
+    on the first n_k of its seeds at the look's level, Holm over the controls applied to
+    ``sequential_p`` (reports/LOG.md: the controls spend their alpha too).
     """
 
     control: str
@@ -215,6 +237,8 @@ class ControlAssessment:
     mde_nats: float
     planned_effect: float
     seeds_needed: SeedsNeeded
+    look: Look
+    sequential_p: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +303,7 @@ class ReportStats:
     mixed: tuple[MixedModelCheck, ...]
     warnings: tuple[str, ...] = field(default=())
     progress: GridProgress | None = None  # the queue's view next to the store's (reports.progress)
+    budget: GainVsBudget = field(default=GainVsBudget((), ()))  # gain vs budget (DESIGN 8): several budgets only
 
     @property
     def cells(self) -> list[tuple[str, int]]:
@@ -318,6 +343,19 @@ def _needed_notes(s: SeedsNeeded, planned: float | None) -> list[str]:
     return [] if s.reachable or math.isnan(s.power_at_max) else [NOTE_UNREACHABLE.format(max_seeds=s.max_seeds)]
 
 
+def _look_columns(look: Look, level: float, seq: float) -> dict:
+    return dict(level=level, look=look.k if look.planned else None, n_looks=look.n_looks or None,
+                look_pairs=look.n, sequential_p=seq)
+
+
+def _look_notes(look: Look, decided: int) -> list[str]:
+    if look.before_first:
+        return [NOTE_NO_LOOK.format(first=look.next_n)]
+    notes = [NOTE_BETWEEN.format(k=look.k, K=look.n_looks, n=look.n, pairs=look.pairs)] if (
+        look.planned and look.n < look.pairs) else []
+    return notes + ([NOTE_EARLIER.format(k=decided, K=look.n_looks)] if 0 < decided < look.k else [])
+
+
 def _row(rs: ReportStats, c: Comparison) -> dict:
     s = c.stats
     notes = [NOTE_FEW] if s.n < paired.MIN_PAIRS else []
@@ -338,7 +376,8 @@ def _row(rs: ReportStats, c: Comparison) -> dict:
         wilcoxon_stat=s.wilcoxon_stat, wilcoxon_min_p=s.min_p, sign_min_p=s.min_p, p_one_sided_test="",
         family_size=None, contrast_n=None, contrast_sd=NAN, contrast_test="", gain_fraction_bounded=None,
         planned_effect_nats=NAN, power_at_max_seeds=NAN, missing_seeds="; ".join(c.missing),
-        code_versions=" ".join(c.code_versions))
+        code_versions=" ".join(c.code_versions), level=NAN, look=None, n_looks=None, look_pairs=None,
+        sequential_p=NAN)
     plan = rs.plan
     h = rs.headline(c.size, c.budget_tokens) if c.kind == "treatment_vs_parent" else None
     a = rs.assessment(c.first, c.size, c.budget_tokens) if c.kind == "control_vs_parent" else None
@@ -349,6 +388,8 @@ def _row(rs: ReportStats, c: Comparison) -> dict:
                    mde_nats=h.mde_nats, seeds_needed=h.seeds_needed.n, planned_effect_nats=plan.min_effect_nats,
                    power_at_max_seeds=h.seeds_needed.power_at_max)
         notes += [NOTE_DEGENERATE.format(reason=h.degenerate_reason)] if h.degenerate_reason else []
+        row.update(_look_columns(h.look, h.level, h.sequential_p))
+        notes += _look_notes(h.look, h.decided_look if h.established else 0)
         notes += _needed_notes(h.seeds_needed, plan.min_effect_nats)
     elif a is not None:
         row.update(holm_p=a.holm_p, contrast_mean=a.contrast_mean, contrast_p=a.contrast_p,
@@ -360,6 +401,9 @@ def _row(rs: ReportStats, c: Comparison) -> dict:
                    planned_effect_nats=NAN if a.planned_effect is None else a.planned_effect,
                    power_at_max_seeds=a.seeds_needed.power_at_max)
         notes += [NOTE_DEGENERATE.format(reason=a.degenerate_reason)] if a.degenerate_reason else []
+        if math.isfinite(a.holm_p):  # tested: its look and level
+            row.update(_look_columns(a.look, a.look.level, a.sequential_p))
+            notes += _look_notes(a.look, 0)
         notes += [NOTE_UNBOUNDED] if math.isfinite(a.fraction) and not a.bounded else []
         notes += _needed_notes(a.seeds_needed, a.planned_effect)
     elif aa is not None:
@@ -490,7 +534,8 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         progress = grid_progress(runs, None, grid=grid, queue_note="the queue was not read")
     return ReportStats(grid or "", plan, pairing.parent, t, controls, aa_set, pairing.references, tuple(comparisons),
                        tuple(headlines.values()), tuple(assessments), tuple(aa), tuple(_divergence(pairing, cells)),
-                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn), progress)
+                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn), progress,
+                       gain_vs_budget(comparisons, pairing.pairs))
 
 
 def _sd(d: np.ndarray) -> float:
@@ -500,6 +545,36 @@ def _sd(d: np.ndarray) -> float:
 
 def _diffs(ps: PairedSet | None) -> np.ndarray:
     return np.array([p.diff for p in ps.pairs]) if ps is not None else np.zeros(0)
+
+
+@dataclass(frozen=True, slots=True)
+class _SequentialTest:
+    """One comparison's test under the plan's looks (see :func:`_sequential`)."""
+
+    look: Look
+    p: float  # nominal p of the pairs the current look tests
+    exact: bool
+    sequential_p: float  # what Holm sees
+    deciding_mean: float  # mean d at the look attaining sequential_p
+    decided_look: int  # 1-based look attaining sequential_p (0: no looks, or untested)
+
+
+def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
+    """Test differences ``d`` (seed order) as the plan reads them (:mod:`reports.looks`).
+
+    Without looks: ``test`` on all pairs, the ordinary p. With looks: ``test`` on the first
+    n_k pairs at every look reached; the sequential p over them. Untested (fewer than 3
+    pairs, or before the first look): NaN.
+    """
+    look = look_at(d.size, plan.looks, plan.alpha)
+    if look.n < paired.MIN_PAIRS:
+        return _SequentialTest(look, NAN, False, NAN, float(d.mean()) if d.size else NAN, 0)
+    p, exact = test(d[:look.n])
+    if not plan.looks:
+        return _SequentialTest(look, float(p), bool(exact), float(p), float(d.mean()), 0)
+    p_looks, means = at_looks(d, plan.looks, test)
+    seq, i = sequential_p(p_looks, plan.looks)
+    return _SequentialTest(look, float(p), bool(exact), float(seq), float(means[int(i)]), int(i) + 1)
 
 
 def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan) -> dict[tuple[str, int], Headline]:
@@ -513,28 +588,29 @@ def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan) -> dic
         if ps is None:
             continue
         d = _diffs(ps)
-        p, exact = dec.headline_p(d) if d.size else (np.array(NAN), np.array(False))
         degenerate = degen.get((size, budget, treatment), "")
-        rows.append((size, budget, d, float(p), bool(exact), degenerate))
+        rows.append((size, budget, d, _sequential(d, plan, dec.headline_p), degenerate))
     if not rows:
         return {}
-    ns = np.array([r[2].size for r in rows])
-    means = np.array([r[2].mean() if r[2].size else NAN for r in rows])
-    adj, est = dec.decide_headline(ns, means, np.array([r[3] for r in rows]), plan.alpha,
-                                   np.array([bool(r[5]) for r in rows]))
+    seq = [r[3] for r in rows]
+    adj, est = dec.decide_headline(np.array([q.look.n for q in seq]), np.array([q.deciding_mean for q in seq]),
+                                   np.array([q.sequential_p for q in seq]), plan.alpha,
+                                   np.array([bool(r[4]) for r in rows]))
     n_cells = int(np.isfinite(adj).sum())
     out = {}
-    for (size, budget, d, p, exact, degenerate), hp, established in zip(rows, adj, est):
+    for (size, budget, d, q, degenerate), hp, established in zip(rows, adj, est):
         n, mean, established = int(d.size), float(d.mean()) if d.size else NAN, bool(established)
-        reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_FEW if n < paired.MIN_PAIRS
-                  else R_NOT_BETTER if not mean < 0 else R_HOLM)
+        reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_NO_LOOK
+                  if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
+                  if not d[:q.look.n].mean() < 0 else R_HOLM)
         verdict = dec.DEGENERATE if degenerate else dec.GAIN_ESTABLISHED if established else dec.GAIN_NOT_ESTABLISHED
         sd = _sd(d)
-        p = NAN if degenerate else p  # a degenerate treatment is not tested
+        p = NAN if degenerate else q.p  # a degenerate treatment is not tested
         out[(size, budget)] = Headline(
-            size, budget, label, n, mean, sd, p, exact, float(hp), n_cells, plan.alpha, established, verdict,
-            reason, degenerate, mde(sd, n, plan.alpha, plan.power, "one-sided"),
-            seeds_needed(plan.min_effect_nats, sd, plan.alpha, plan.power, "one-sided", plan.max_seeds))
+            size, budget, label, n, mean, sd, p, q.exact, float(hp), n_cells, q.look.level, established, verdict,
+            reason, degenerate, look_mde(sd, n, plan, "one-sided"),
+            planned_seeds(plan.min_effect_nats, sd, plan, "one-sided"), q.look,
+            NAN if degenerate else q.sequential_p, q.decided_look)
     return out
 
 
@@ -554,31 +630,29 @@ def _assess(size, budget, controls, sets, treatment, parent, degen, plan: Analys
         y = np.array([d_tp[s] for s in seeds])  # treatment - parent, same seeds
         e = dec.reproduction_contrast(x, y, plan.reproduce_fraction)
         degenerate = degen.get((size, budget, c), "")
-        p, exact = dec.two_sided_p(e) if e.size >= paired.MIN_PAIRS else (np.array(NAN), np.array(False))
-        rows.append((c, seeds, x, y, e, float(p), bool(exact), degenerate))
+        rows.append((c, seeds, x, y, e, _sequential(e, plan, dec.two_sided_p), degenerate))
     if not rows:
         return []
-    adj, codes = dec.decide_controls(established, np.array([bool(r[7]) for r in rows]),
-                                     np.array([r[4].size for r in rows]),
-                                     np.array([r[4].mean() if r[4].size else NAN for r in rows]),
-                                     np.array([r[5] for r in rows]), plan.alpha)
+    adj, codes = dec.decide_controls(established, np.array([bool(r[6]) for r in rows]),
+                                     np.array([r[5].look.n for r in rows]),
+                                     np.array([r[5].deciding_mean for r in rows]),
+                                     np.array([r[5].sequential_p for r in rows]), plan.alpha)
     fam = int(np.isfinite(adj).sum())
     planned = contrast_effect(plan.min_effect_nats, plan.reproduce_fraction)
     out = []
-    for (c, seeds, x, y, e, p, exact, degenerate), hp, code in zip(rows, adj, codes):
+    for (c, seeds, x, y, e, q, degenerate), hp, code in zip(rows, adj, codes):
         n, code = int(e.size), int(code)
         mean_e = float(e.mean()) if n else NAN
-        if not math.isfinite(hp):  # not in the family: no test was run
-            p, exact = NAN, False
+        p, exact, seq = (q.p, q.exact, q.sequential_p) if math.isfinite(hp) else (NAN, False, NAN)  # untested
         reason = (R_DEGENERATE if degenerate else (R_NO_TREATMENT if head is None else R_NO_GAIN)
-                  if not established else R_FEW if n < paired.MIN_PAIRS else R_SIGNIFICANT
-                  if code in (dec.V_DOES_NOT, dec.V_REPRODUCES) else R_HOLM)
+                  if not established else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
+                  else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES) else R_HOLM)
         sd_e = _sd(e)
         # Step 2 quantities only where step 2 runs (assessed, in the family).
         f = dec.fieller(x, y) if math.isfinite(hp) else dict(f=NAN, low=NAN, high=NAN, bounded=False)
         out.append(ControlAssessment(
             c, size, budget, n, seeds, mean_e, sd_e, p, exact, float(hp), fam if math.isfinite(hp) else 0,
             float(f["f"]), float(f["low"]), float(f["high"]), bool(f["bounded"]), dec.VERDICTS[code], reason,
-            degenerate, mde(sd_e, n, plan.alpha, plan.power, "two-sided"), planned,
-            seeds_needed(planned, sd_e, plan.alpha, plan.power, "two-sided", plan.max_seeds)))
+            degenerate, look_mde(sd_e, n, plan, "two-sided"), planned,
+            planned_seeds(planned, sd_e, plan, "two-sided"), q.look, seq))
     return out

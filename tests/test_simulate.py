@@ -4,7 +4,7 @@ Seeded; tolerances from the binomial standard error of each rate. The studies ru
 through reports.decisions exactly as reports.stats calls it (reports/simulate.py), and
 one small batch is also pushed through the full analyze() path to show the two agree.
 The expected rates come from an independent power computation (statsmodels TTestPower,
-noncentral t). CPU only, ~3 s:
+noncentral t). Sequential looks (DESIGN 8) run through reports.looks the same way. CPU only, ~10 s:
 
     python -m pytest -q tests/test_simulate.py
 """
@@ -18,8 +18,10 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from reports import decisions as dec
-from reports.simulate import (FRACTIONS, GAIN, NOISE_SD, binomial_se, headline_false_positive_rate, main,
-                              verdict_rates)
+from reports.looks import increments
+from reports.plan import AnalysisPlan
+from reports.simulate import (FRACTIONS, GAIN, NOISE_SD, binomial_se, established_by_look,
+                              headline_false_positive_rate, main, sequential_null, sequential_verdicts, verdict_rates)
 from reports.stats import analyze
 from reports.synthetic import frames_from_values
 
@@ -117,3 +119,76 @@ def test_simulate_command_prints_the_table(capsys):
     out = capsys.readouterr().out
     assert "Headline false-positive rate under a true null" in out
     assert out.count("\n") >= 20 and "wrong" in out
+
+
+# --------------------------------------------------------------------------- sequential looks (DESIGN 8)
+
+
+@pytest.mark.parametrize("cells", [1, 3])
+def test_topping_up_whenever_undecided_keeps_the_false_positive_rate(cells):
+    """Looks 3, 5, 10 under a true null, topping up while the gain is not established: a gain is
+    claimed in at most alpha of the studies; re-reading at the full alpha each time would not."""
+    rng = np.random.default_rng(4100 + cells)
+    r = sequential_null(STUDIES, rng, looks=(3, 5, 10), alpha=ALPHA, cells=cells)
+    se = binomial_se(ALPHA, STUDIES)
+    assert r.overall <= ALPHA + 4 * se, r
+    assert sum(r.first_at) == pytest.approx(r.overall, abs=1e-12)
+    # Each look's claims stay within its spent increment (union bound, Holm over the cells).
+    for rate, level in zip(r.first_at, increments(ALPHA, (3, 5, 10))):
+        assert rate <= level + 4 * max(binomial_se(level, STUDIES), 1 / STUDIES), (rate, level)
+    # The naive re-reading (every look at alpha) inflates the rate: the test above can fail.
+    assert r.naive_overall > ALPHA + 8 * se, r
+
+
+def test_a_look_that_established_the_gain_stands():
+    """With spending, established at look k implies established at every later look (the sequential
+    p only falls), also for Holm over 3 cells; the naive re-reading can lose a claim."""
+    rng = np.random.default_rng(12)
+    d = -0.004 + rng.normal(0.0, NOISE_SD, size=(2000, 3, 10)) - rng.normal(0.0, NOISE_SD, size=(2000, 3, 10))
+    est = established_by_look(d, (3, 5, 10), ALPHA)
+    assert est.any() and not (est[..., :-1] & ~est[..., 1:]).any()
+    naive = established_by_look(d, (3, 5, 10), ALPHA, spend=False)
+    assert (naive[..., :-1] & ~naive[..., 1:]).any()
+
+
+def test_sequential_verdicts_keep_wrong_definite_verdicts_below_alpha():
+    rng = np.random.default_rng(4200)
+    sv = sequential_verdicts(STUDIES, rng, looks=(3, 5, 10), alpha=ALPHA, rho=RHO)
+    assert sum(sv.stopped_at) == pytest.approx(1.0)
+    for f in FRACTIONS:
+        assert sum(sv.verdicts[f].values()) == pytest.approx(1.0)
+        assert sv.wrong_definite(f, RHO) < ALPHA
+    # A gain of 4 noise SDs is established by the last look; the 0 % and 100 % controls are decided.
+    assert sv.established > 0.99
+    assert sv.verdicts[0.0][dec.DOES_NOT_REPRODUCE] > 0.95 and sv.verdicts[1.0][dec.REPRODUCES] > 0.95
+    # Under no gain at all, topping up never produces a definite control verdict beyond alpha.
+    sv0 = sequential_verdicts(STUDIES, np.random.default_rng(4201), gain=0.0)
+    assert sv0.established <= ALPHA + 4 * binomial_se(ALPHA, STUDIES)
+    for f in FRACTIONS:
+        assert sv0.verdicts[f][dec.DOES_NOT_REPRODUCE] + sv0.verdicts[f][dec.REPRODUCES] <= sv0.established
+
+
+def test_the_report_path_reads_looks_as_the_simulation_does():
+    """Studies through analyze() with a plan with looks, read at each look (first n_k seeds and
+    with one extra seed between looks): the same established flags as the vectorised path."""
+    rng = np.random.default_rng(13)
+    looks, studies = (3, 5, 10), 16
+    parent = rng.normal(0.0, NOISE_SD, size=(studies, 1, 10))
+    treatment = -0.005 + rng.normal(0.0, NOISE_SD, size=(studies, 1, 10))
+    est = established_by_look(treatment - parent, looks, ALPHA)[:, 0]  # [S, K]
+    plan = AnalysisPlan(looks=looks)
+    for s in range(studies):
+        for k, nk in enumerate(looks):
+            for n in {nk, min(nk + 1, 10)}:  # at the look, and one pair past it (same look)
+                frames = frames_from_values({"block_attnres": list(3.5 + parent[s, 0, :n]),
+                                             "rd_attnres": list(3.5 + treatment[s, 0, :n])})
+                h = analyze(frames["final"], frames["runs"], plan=plan).headlines[0]
+                assert (h.look.k, h.look.n) == (k + 1, nk)
+                assert h.established == bool(est[s, k]), (s, k, n)
+    assert 0 < est[:, -1].sum() < studies  # both outcomes occur
+
+
+def test_simulate_command_prints_the_sequential_table(capsys):
+    assert main(["--studies", "300", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Sequential looks [3, 5, 10]" in out and "naive" in out and "Sequential verdicts" in out

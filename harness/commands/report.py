@@ -8,7 +8,10 @@ t-test of treatment - parent, Holm over cells); where the gain is established, a
 per control from its reproduction contrast (Holm over controls) with the fraction of the
 gain it reproduces (Fieller interval); elsewhere `not assessed`; degenerate controls
 `invalid: degenerate`. Also the A/A check, the divergence table, MDE and seeds needed for
-the planned effect, and a mixed model nll ~ variant + (1 | seed) as a cross-check.
+the planned effect, and a mixed model nll ~ variant + (1 | seed) as a cross-check; with
+several budgets, gain vs budget (table, figure, slope of d per doubling of the budget).
+With looks in the plan (DESIGN 8) each cell is tested at the look its seeds reach, at that
+look's share of alpha ("look k of K, level x"); `harness topup` adds seeds where undecided.
 Failed, diverged and unfinished runs are listed, never averaged in. The run queue
 (--storage, default RESULTS/queue.journal) is read for the runs still queued or running:
 the report says how many of the grid's runs are done, and that its verdicts use those

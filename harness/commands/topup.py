@@ -1,0 +1,103 @@
+"""Add seeds up to the next look where a cell can still decide something (DESIGN section 8).
+
+Reads the grid's finished runs (as `harness report` does) and, for every cell (size,
+budget) whose headline is still undecided (gain not established before the last look)
+or whose gain is established with some control `inconclusive`, enqueues the seeds up to
+the cell's next look for every variant of that cell (pairs need the same seeds); workers
+then train them as usual (`harness work`). A cell whose gain is established and every
+control decided, or whose last look has passed, gets nothing. New seeds are the next
+integers above every seed the cell has used. Idempotent like `harness queue`: seeds
+already queued or running count toward the next look, so a second call adds nothing.
+
+Needs looks in the grid's [analysis] plan (e.g. looks = [3, 5, 10]): only then is each
+reading tested at its share of alpha, so adding seeds and reading again does not inflate
+the false-positive rate. Prints what it queued and why, and what it did not.
+
+example:
+  harness topup --grid rd_controls_seq --dry-run
+  harness topup --grid rd_controls_seq && harness work
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be queued; queue nothing")
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="queue storage: postgresql://..., journal:PATH or PATH.journal "
+                             "(default: RESULTS/queue.journal)")
+
+
+def _held(queued: dict) -> dict:
+    """Per cell, what the queue holds (reports.topup.CellSeeds) from ``RunQueue.runs(grid)``."""
+    from reports.topup import CellSeeds
+
+    by_cell: dict = {}
+    for r in queued.values():
+        c = r.config
+        by_cell.setdefault((c["size"], c["budget_tokens"]), []).append((c["variant"], c["role"], c["seed"], r.state))
+    out = {}
+    for cell, rows in by_cell.items():
+        variants = tuple(dict.fromkeys(v for v, _, _, _ in rows))
+        state = {(v, s): st for v, _, s, st in rows}
+        heads = [v for v, role, _, _ in rows if role in ("parent", "treatment")]
+        on_way = ("queued", "running", "done")
+        pending = {s for _, _, s, _ in rows if all(state.get((v, s)) in on_way for v in set(heads))}
+        out[cell] = CellSeeds(frozenset(s for _, _, s, _ in rows), frozenset(pending), variants)
+    return out
+
+
+def _configs(queued: dict, grid: str, plans) -> list[dict]:
+    """Run configs of the new seeds: each a copy of a queued run's config of the same cell and
+    variant with the seed and run id replaced (harness.grid.run_id)."""
+    from harness.grid import run_id
+
+    template = {}
+    for r in queued.values():
+        c = r.config
+        template.setdefault((c["size"], c["budget_tokens"], c["variant"]), c)
+    out = []
+    for t in plans:
+        for seed in t.new_seeds:
+            for v in t.variants:
+                c = dict(template[(t.size, t.budget_tokens, v)], seed=seed)
+                c["run_id"] = run_id(grid, t.size, v, seed, t.budget_tokens)
+                out.append(c)
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    import optuna
+
+    from db.store import Store
+    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
+    from reports.build import compute_stats, load_frames
+    from reports.topup import describe, plan_topup
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)
+    try:
+        queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S, create=False,
+                              log=lambda msg: print(msg, file=sys.stderr))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no queue at {describe_storage(args.storage, args.results)}: topup adds runs "
+                                "to the queue the grid was queued in (pass --storage URL)") from None
+    queued = queue.runs(args.grid)
+    plans = plan_topup(stats, _held(queued))
+    configs = _configs(queued, args.grid, plans)
+    if configs and not args.dry_run:
+        result = queue.enqueue(configs)
+        if len(result.added) != len(configs):  # enqueue is idempotent: say what was there already
+            print(f"{len(configs) - len(result.added)} of these runs were in the queue already")
+    for t in plans:
+        print(describe(t, dry_run=args.dry_run))
+    if configs:
+        print(f"{'would queue' if args.dry_run else 'queued'} {len(configs)} runs in "
+              f"{describe_storage(args.storage, args.results)}" + ("" if args.dry_run else "; next: harness work"))
+    else:
+        print("nothing to add")
+    return 0

@@ -1,0 +1,167 @@
+"""Which cells can still decide something, and which seeds to add (DESIGN section 8, ``harness topup``).
+
+A cell is *open* when its headline or any control verdict is still inconclusive:
+
+* the headline is ``gain not established`` before the last look (or before the first):
+  in a sequential plan that means "not yet", the headline itself is undecided. At the
+  last look the plan's alpha is spent and "not established" is final;
+* or the gain is established and some control is ``inconclusive``.
+
+A degenerate treatment, a cell without a treatment, or a cell whose gain is established
+and every control decided (``does not reproduce gain``, ``reproduces gain``, ``invalid:
+degenerate``) is closed. An open cell gets seeds up to its next look, for every variant
+(pairs need the same seeds), when that look is <= ``max_seeds``; a cell at or past its
+last look gets none. There is no futility stop: the plan has no futility boundary, so an
+open cell stays open until its last look.
+
+Seeds already queued or running (and finished runs not yet paired) count toward the next
+look, so running ``harness topup`` twice adds nothing the second time. New seeds are the
+next integers above every seed the cell has used. This module decides; it never touches
+the queue (``harness/commands/topup.py`` does, in a handful of calls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from collections.abc import Mapping
+
+import numpy as np
+
+from reports import decisions as dec
+from reports.looks import look_at
+from reports.render import fmt_tokens, look_text
+from reports.stats import ReportStats
+
+
+def cell_open(established, headline_last, codes) -> np.ndarray:
+    """``[...]`` bool: the headline is undecided (not established, not at its last look) or the gain
+    is established and a control verdict (``codes [..., C]``, :data:`reports.decisions.VERDICTS`
+    indices) is inconclusive. Whether seeds can still be added (a next look exists) is separate."""
+    established, headline_last = np.asarray(established, bool), np.asarray(headline_last, bool)
+    inconclusive = (np.asarray(codes) == dec.V_INCONCLUSIVE).any(axis=-1)
+    return (~established & ~headline_last) | (established & inconclusive)
+
+
+@dataclass(frozen=True, slots=True)
+class CellSeeds:
+    """What the queue holds for one cell (size, budget).
+
+    Attributes:
+        used: every seed any run of the cell has, in any state.
+        pending: seeds whose parent and treatment runs are both queued, running or done but
+            not yet paired: they count toward the next look.
+        variants: the cell's variants (every one gets the new seeds).
+    """
+
+    used: frozenset[int]
+    pending: frozenset[int]
+    variants: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CellTopup:
+    """The decision for one cell.
+
+    Attributes:
+        open: the cell can still decide something (module docstring).
+        reason: why it is open or closed, in words.
+        next_look: the seed count seeds are added up to (None: none to reach).
+        new_seeds: seeds to enqueue for every variant of ``variants``.
+        pending: seeds already on their way to the next look.
+        variants: the cell's variants.
+    """
+
+    size: str
+    budget_tokens: int
+    open: bool
+    reason: str
+    next_look: int | None = None
+    new_seeds: tuple[int, ...] = ()
+    pending: tuple[int, ...] = ()
+    variants: tuple[str, ...] = field(default=())
+
+    @property
+    def cell(self) -> str:
+        return f"cell {self.size}/{fmt_tokens(self.budget_tokens)}"
+
+
+def _why_open(stats: ReportStats, size: str, budget: int) -> tuple[bool, str]:
+    """(open, reason) from the report's verdicts of one cell."""
+    h = stats.headline(size, budget)
+    if h is None:
+        return False, "no treatment runs: there is no gain to decide"
+    if h.verdict == dec.DEGENERATE:
+        return False, f"the treatment is degenerate ({h.degenerate_reason}): more seeds cannot help"
+    controls = [a for a in stats.assessments if (a.size, a.budget_tokens) == (size, budget)]
+    if h.established:
+        open_ = [a.control for a in controls if a.verdict == dec.INCONCLUSIVE]
+        if not open_:
+            return False, "headline gain established and every control decided"
+        return True, f"headline gain established; inconclusive: {', '.join(open_)}"
+    if h.look.last:
+        return False, f"gain not established at the last look ({look_text(h.look)}): the plan's alpha is spent"
+    where = look_text(h.look) or f"{h.n} pairs"
+    return True, f"headline gain not established at {where}: still undecided"
+
+
+def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -> list[CellTopup]:
+    """Decide, per cell of ``stats``, whether to add seeds and which (module docstring).
+
+    Args:
+        stats: the grid's report statistics (:func:`reports.stats.analyze`), whose plan has looks.
+        cells: what the queue holds per (size, budget) (:class:`CellSeeds`).
+
+    Raises:
+        ValueError: the plan has no looks (adding seeds and reading again at the full alpha
+            would inflate the false-positive rate).
+    """
+    plan = stats.plan
+    if not plan.looks:
+        raise ValueError(f"grid {stats.grid!r}: its analysis plan has no looks, so its alpha is spent at one "
+                         "reading; adding seeds and reading again would inflate the false-positive rate. Plan "
+                         "looks before the runs ([analysis] looks = [3, 5, 10]) in a grid with a new name, as "
+                         "ablations/rd_controls_seq.toml does")
+    out = []
+    for size, budget in stats.cells:
+        h = stats.headline(size, budget)
+        held = cells.get((size, budget), CellSeeds(frozenset(), frozenset(), ()))
+        open_, reason = _why_open(stats, size, budget)
+        if not open_:
+            out.append(CellTopup(size, budget, False, reason, variants=held.variants))
+            continue
+        comp = next((c for c in stats.comparisons if (c.comparison, c.size, c.budget_tokens) == (h.comparison, size,
+                                                                                                 budget)), None)
+        paired = set(comp.seeds) if comp is not None else set()
+        pending = sorted(held.pending - paired)
+        look = look_at(len(paired), plan.looks, plan.alpha)
+        target = look.next_n
+        if target is None:
+            out.append(CellTopup(size, budget, False, f"{reason}; past the last look: nothing to add",
+                                 variants=held.variants))
+            continue
+        if target > plan.max_seeds:
+            out.append(CellTopup(size, budget, False, f"{reason}; next look {target} > max_seeds {plan.max_seeds}",
+                                 target, variants=held.variants))
+            continue
+        k = max(0, target - len(paired) - len(pending))
+        start = max(held.used | paired, default=-1) + 1
+        out.append(CellTopup(size, budget, True, reason, target, tuple(range(start, start + k)), tuple(pending),
+                             held.variants))
+    return out
+
+
+def describe(t: CellTopup, *, dry_run: bool = False) -> str:
+    """One line per cell: what was (or would be) queued and why, or why nothing."""
+    if not t.open:
+        return f"{t.cell}: {t.reason}: nothing to add" if "nothing to add" not in t.reason else f"{t.cell}: {t.reason}"
+    waiting = f"seed(s) {' '.join(map(str, t.pending))} already queued" if t.pending else ""
+    if not t.new_seeds:
+        return f"{t.cell}: {t.reason}; next look {t.next_look}: {waiting} (waiting for workers): nothing to add"
+    verb = "would queue" if dry_run else "queued"
+    runs = len(t.new_seeds) * len(t.variants)
+    also = f" ({waiting})" if waiting else ""
+    return (f"{t.cell}: {t.reason}; next look {t.next_look}: {verb} seed(s) {' '.join(map(str, t.new_seeds))} for "
+            f"{len(t.variants)} variants ({runs} runs){also}")
+
+
+__all__ = ["cell_open", "CellSeeds", "CellTopup", "plan_topup", "describe"]
