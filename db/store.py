@@ -3,8 +3,8 @@
 Why files first. DuckDB lets one process at a time open a database file read-write, and that
 holder also blocks every read-only opener in other processes. So a worker never opens the
 database: it writes each finished run to its own file ``RESULTS/runs/<run_id>.json``
-(format: :mod:`db.validate`) atomically -- a tmp file in the same folder, fsync, ``os.replace``,
-fsync of the folder -- which cannot fail on a lock and never leaves a half-written file under a
+(format: :mod:`db.validate`) atomically (:func:`harness.files.atomic_write`: a tmp file in the
+same folder, fsync, ``os.replace``, fsync of the folder), which cannot fail on a lock and never leaves a half-written file under a
 name ingestion reads (it reads ``*.json`` only; tmp files end in ``.tmp``).
 
 Ingestion (:meth:`Store.ingest`, also run before each :meth:`Store.query`) copies new or changed
@@ -51,6 +51,7 @@ from db.validate import (
     validate_bench_rows,
     validate_result,
 )
+from harness.files import atomic_write
 
 DB_NAME = "harness.duckdb"
 RUNS_DIRNAME = "runs"
@@ -225,25 +226,7 @@ class Store:
         clean["written_at"] = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat()
         # NaN/inf metric values are kept (Python's JSON extension); strict JSON would lose them.
         data = json.dumps(clean, separators=(",", ":")).encode("utf-8")
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
-        path = self.result_path(clean["run"]["run_id"])
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        # Make the rename itself durable.
-        fd = os.open(self.runs_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return path
+        return atomic_write(self.result_path(clean["run"]["run_id"]), data)
 
     def read_result(self, path: str | os.PathLike) -> dict:
         """Read and validate one result file.

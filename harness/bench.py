@@ -64,6 +64,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.config import get_size, train_config
+from harness.files import atomic_write
 
 PARENT = "block_attnres"
 REFERENCE = "prenorm"
@@ -630,12 +631,7 @@ def bench_rows(result: dict) -> list[dict]:
 
 def write_json(result: dict, path: Path) -> Path:
     """Write ``result`` to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
 
 
 def format_report(result: dict) -> str:

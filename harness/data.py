@@ -12,7 +12,7 @@
 The directory name is a content hash of (corpus fingerprint, split fraction, tokenizer,
 vocabulary size, format version), so a prepared corpus is reused whatever path named the
 corpus. It is built in a temporary sibling directory and renamed into place (atomic on
-POSIX), under an advisory file lock, so concurrent workers never see half-written files
+POSIX), under a file lock (``filelock.FileLock``), so concurrent workers never see half-written files
 and only one of them does the work.
 
 ``meta`` (what goes into a run's protocol hash) records, per split, the sha256 of the token
@@ -24,7 +24,6 @@ the text came from rather than what it is.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -34,8 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 from harness.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
+from harness.files import atomic_write
 from harness.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
 
 #: Bump when the on-disk layout or its meaning changes; old cache entries are then ignored.
@@ -150,13 +151,15 @@ def prepare_corpus(
     docs = read_documents(corpus, max_docs=max_docs)
     fingerprint = corpus_fingerprint(docs)
     if hub_index is not None:
-        _write_atomic(hub_index, json.dumps({"corpus": corpus, "fingerprint": fingerprint}))
+        atomic_write(hub_index, json.dumps({"corpus": corpus, "fingerprint": fingerprint}))
     final = _prepared_dir(cache_dir, fingerprint, val_fraction, tokenizer, vocab_size)
     if (final / "meta.json").is_file():
         return _load(final, caller)
 
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(final.with_name(final.name + ".lock")):
+    # the lock only keeps concurrent workers from tokenizing one corpus twice; correctness
+    # never depends on it (the rename is atomic)
+    with FileLock(final.with_name(final.name + ".lock")):
         if (final / "meta.json").is_file():  # another worker finished while we waited
             return _load(final, caller)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
@@ -291,38 +294,6 @@ def _sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """Exclusive advisory lock (POSIX ``flock``); a no-op where ``fcntl`` is missing.
-
-    Correctness never depends on it (the rename is atomic); it only keeps concurrent
-    workers from tokenizing the same corpus twice.
-    """
-    try:
-        import fcntl
-    except ImportError:  # Windows: fall back to duplicated work, still atomic
-        yield
-        return
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 __all__ = ["FORMAT_VERSION", "SPLITS", "PreparedCorpus", "prepare_corpus", "token_dtype"]

@@ -51,9 +51,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from harness.config import SIZES, TrainConfig, train_config
+from harness.terms import NAME_RE, ROLES, run_id
 from reports.plan import AnalysisPlan, parse_plan, plan_diff
-
-ROLES = ("parent", "treatment", "control", "reference")
 
 # Used when harness.models does not (yet) offer available_variants().
 FALLBACK_VARIANTS = (
@@ -77,7 +76,6 @@ GRID_KEYS = {
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
@@ -94,24 +92,6 @@ def available_variants() -> tuple[str, ...]:
     except (ImportError, AttributeError):
         return FALLBACK_VARIANTS
     return tuple(names)
-
-
-def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
-    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``."""
-    return f"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"
-
-
-def config_diff(old: dict, new: dict, *, values: bool = False, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two (nested) run configs, recursively;
-    with ``values``, each as ``"train.lr: 0.001 != 0.003"``."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += config_diff(a, b, values=values, prefix=f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} != {b!r}" if values else f"{prefix}{key}")
-    return out
 
 
 def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:

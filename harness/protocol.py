@@ -26,11 +26,6 @@ PROTOCOL_VERSION = 1
 NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens")
 
 
-def run_id_for(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
-    """Stable, readable run id: ``grid:size:variant:s<seed>:<budget_tokens>``."""
-    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
-
-
 def safe_name(run_id: str) -> str:
     """A file-system-safe folder name for ``run_id`` (readable part + short hash, no collisions)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:120]

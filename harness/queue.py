@@ -58,7 +58,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from harness.grid import config_diff
+from harness.terms import config_diff
 from harness.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat, Lease, hostname, stale_reason
 
 STUDY_NAME = "harness"

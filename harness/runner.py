@@ -26,8 +26,9 @@ import lightning as L
 import torch
 
 from harness.config import get_size, train_config
-from harness.grid import NAME_RE, config_diff
-from harness.protocol import code_version, protocol_dict, protocol_hash, run_id_for, safe_name
+from harness.files import atomic_path, atomic_write
+from harness.protocol import code_version, protocol_dict, protocol_hash, safe_name
+from harness.terms import NAME_RE, config_diff, run_id
 
 STATUSES = ("done", "diverged", "failed")
 
@@ -70,13 +71,13 @@ def make_run_config(variant: str, size: str, seed: int, budget_tokens: int, corp
         raise ValueError(f"seed={seed} must be >= 0")
     train = dict(train or {})
     train_config(size, **train)  # validate now, not in a worker hours later
-    run_id = run_id_for(grid, size, variant, seed, budget_tokens)
+    rid = run_id(grid, size, variant, seed, budget_tokens)
     if grid == "adhoc" and train:
         # a hand-made sweep (`harness run --set lr=...`) keeps one result per setting
         digest = hashlib.sha256(json.dumps(train, sort_keys=True).encode()).hexdigest()[:8]
-        run_id = f"{run_id}:{digest}"
+        rid = f"{rid}:{digest}"
     return {
-        "run_id": run_id, "grid": grid, "variant": variant,
+        "run_id": rid, "grid": grid, "variant": variant,
         "role": role or spec.role, "size": size, "seed": int(seed), "budget_tokens": int(budget_tokens),
         "corpus": corpus, "train": train,
     }
@@ -238,12 +239,15 @@ class _Run:
         self.label = f"{config['variant']} s{config['seed']}"
 
     def save_checkpoint(self, trainer) -> None:
-        """Atomic: write ``last.ckpt.tmp`` then rename, so a kill never leaves a torn file."""
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.ckpt_dir / "last.ckpt.tmp"
-        trainer.save_checkpoint(tmp, weights_only=False)
+        """Atomic (:func:`harness.files.atomic_path`), so a kill never leaves a torn file.
+
+        ``trainer.save_checkpoint`` is collective: every rank calls it, rank 0 writes."""
+        path = self.ckpt_dir / "last.ckpt"
         if trainer.is_global_zero:
-            os.replace(tmp, self.ckpt_dir / "last.ckpt")
+            with atomic_path(path) as tmp:
+                trainer.save_checkpoint(tmp, weights_only=False)
+        else:
+            trainer.save_checkpoint(path, weights_only=False)  # writes nothing off rank 0
         trainer.strategy.barrier("harness-checkpoint")
 
     def _check_checkpoint_config(self) -> None:
@@ -258,10 +262,7 @@ class _Run:
                     f"different config ({'; '.join(diff)}); delete that folder to start over, or run "
                     "the same config to resume it")
         else:
-            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-            tmp = saved.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.config, sort_keys=True, indent=1))
-            os.replace(tmp, saved)
+            atomic_write(saved, json.dumps(self.config, sort_keys=True, indent=1))
 
     def _fit(self, trainer, lit, dm, ckpt: Path) -> None:
         """``trainer.fit`` with resume; stops and signals become :class:`RunInterrupted`."""

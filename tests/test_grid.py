@@ -222,5 +222,7 @@ def test_roles_constant_matches_design():
 
 
 def test_run_id_agrees_with_the_runner():
-    protocol = pytest.importorskip("harness.protocol")
-    assert protocol.run_id_for("g", "tiny", "fixed_v", 3, 1000) == run_id("g", "tiny", "fixed_v", 3, 1000)
+    from harness.runner import make_run_config
+
+    runner_id = make_run_config("fixed_v", "tiny", 3, 1000, "/c", grid="g")["run_id"]
+    assert runner_id == run_id("g", "tiny", "fixed_v", 3, 1000) == "g:tiny:fixed_v:s3:1000"

@@ -24,6 +24,7 @@ import os
 import torch
 
 from harness.config import SIZES
+from harness.terms import ROLES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default=os.environ.get("HARNESS_CORPUS"),
                    help="corpus: file, directory, glob or hf:OWNER/NAME:CONFIG (default: $HARNESS_CORPUS)")
     p.add_argument("--grid", default="adhoc", help="grid name stored with the run (default: adhoc)")
-    p.add_argument("--role", choices=["parent", "treatment", "control", "reference"],
+    p.add_argument("--role", choices=list(ROLES),
                    help="role stored with the run (default: the variant spec's role)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000")

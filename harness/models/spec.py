@@ -46,11 +46,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.terms import ROLES
+
 RESIDUALS = ("prenorm", "full", "block")
 SITE_ROLES = {"attn": ("q", "k", "v"), "mlp": ("mlp",), "out": ("out",)}
 DEFAULT_QUERY = {"attn": "w_qk", "mlp": "w_mlp", "out": "w_out"}
 DEFAULT_ROUTE = {"attn": "qk", "mlp": "mlp", "out": "out"}
-ROLES = ("parent", "treatment", "control", "reference")
 
 
 @dataclass(frozen=True)
