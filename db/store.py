@@ -4,8 +4,9 @@ Why files first. DuckDB lets one process at a time open a database file read-wri
 holder also blocks every read-only opener in other processes. So a worker never opens the
 database: it writes each finished run to its own file ``RESULTS/runs/<run_id>.json``
 (format: :mod:`db.validate`) atomically (:func:`harness.files.atomic_write`: a tmp file in the
-same folder, fsync, ``os.replace``, fsync of the folder), which cannot fail on a lock and never leaves a half-written file under a
-name ingestion reads (it reads ``*.json`` only; tmp files end in ``.tmp``).
+same folder, fsync, ``os.replace``, fsync of the folder), which cannot fail on a lock and never
+leaves a half-written file under a name ingestion reads (it reads ``*.json`` only; tmp files
+end in ``.tmp``).
 
 Ingestion (:meth:`Store.ingest`, also run before each :meth:`Store.query`) copies new or changed
 files into ``RESULTS/harness.duckdb``. A file is pending when its (size, mtime_ns, inode) differ

@@ -56,12 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"harness.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"harness.commands.{module_name}":
-                raise
-            continue  # command not built yet
+        module = importlib.import_module(f"harness.commands.{module_name}")
         doc = (module.__doc__ or "").strip()
         summary = doc.splitlines()[0] if doc else name
         p = sub.add_parser(
@@ -97,6 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except ConnectionError as exc:
-        # e.g. harness.queue.StorageUnavailable after its retries: one line, no traceback
+        # e.g. harness.scheduling.storage.StorageUnavailable after its retries: one line, no traceback
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 1

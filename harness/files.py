@@ -7,7 +7,10 @@ rename it onto the target (atomic on POSIX), then fsync the folder so the rename
 survives a power loss. Temporary names start with ``.`` and end in ``.tmp``, so readers
 that list ``*.json`` (:mod:`db.store`) never pick one up.
 
-Locks between processes use ``filelock.FileLock`` (a well-kept library), not code of ours.
+A folder built whole (a prepared corpus) is written under a temporary name, its files
+fsynced (:func:`fsync_file`), then renamed into place and its parent fsynced
+(:func:`fsync_dir`). Locks between processes use ``filelock.FileLock`` (a well-kept
+library), not code of ours.
 """
 
 from __future__ import annotations
@@ -16,6 +19,15 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a written file's data to the disk (``fsync`` on a read-only descriptor)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
@@ -52,11 +64,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             continue
     try:
         yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -71,4 +79,4 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
     return Path(path)
 
 
-__all__ = ["atomic_path", "atomic_write", "fsync_dir"]
+__all__ = ["atomic_path", "atomic_write", "fsync_file", "fsync_dir"]

@@ -14,7 +14,7 @@ whose plan changed after its runs were queued. The report reads it back from the
     max_seeds = 30             # most seeds a cell may get (>= 3)
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing)
 
-This module imports nothing from ``harness``: ``harness.grid`` imports it.
+This module imports nothing from ``harness``: ``harness.scheduling.grid`` imports it.
 """
 
 from __future__ import annotations

@@ -441,7 +441,7 @@ def test_spec_validation_errors_name_the_key():
 
 def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(tmp_path, monkeypatch):
     import harness.models as models
-    from harness.runner import make_run_config
+    from harness.config import RunConfig
 
     (tmp_path / "thirds.toml").write_text(
         'name = "thirds"\nresidual = "block"\nrole = "control"\n'
@@ -453,8 +453,8 @@ def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(tmp_path, m
         with pytest.raises(ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "):
             build_model("thirds", "tiny", seed=0)
         with pytest.raises(ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"):
-            make_run_config("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
-        assert make_run_config("thirds", "120m", 0, 1000, "corpus")["variant"] == "thirds"
+            RunConfig.create("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
+        assert RunConfig.create("thirds", "120m", 0, 1000, "corpus").variant == "thirds"
         with torch.device("meta"):
             assert build_model_meta("thirds", "120m").layers[0].attn.head_ranges == [(0, 4), (4, 8), (8, 12)]
     finally:

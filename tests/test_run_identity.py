@@ -77,9 +77,9 @@ def observe(results: Path) -> dict:
 
 def expanded_grid() -> list[dict]:
     """The queued payloads of ``ablations/rd_controls_small.toml`` (corpus fixed)."""
-    from harness.grid import load_grid
+    from harness.scheduling.grid import load_grid
 
-    return load_grid(ROOT / "ablations" / "rd_controls_small.toml").expand(corpus="/data/corpus")
+    return [c.to_dict() for c in load_grid(ROOT / "ablations" / "rd_controls_small.toml").expand(corpus="/data/corpus")]
 
 
 def _canonical(value) -> str:
@@ -112,7 +112,7 @@ def test_a_tiny_run_is_bit_identical_to_the_recorded_one(tmp_path):
 def test_a_grid_expands_into_the_recorded_queue_payloads():
     fixture = json.loads(FIXTURE.read_text())
     assert _canonical(expanded_grid()) == _canonical(fixture["grid_payloads"])
-    # and the payload is the JSON the queue stores (harness.queue: json.dumps(config, sort_keys=True))
+    # and the payload is the JSON the queue stores (harness.scheduling.queue: json.dumps(config, sort_keys=True))
     assert [json.loads(json.dumps(c, sort_keys=True)) for c in expanded_grid()] == fixture["grid_payloads"]
 
 

@@ -6,6 +6,7 @@ few seconds on 2 CPU cores. ``python -m pytest -q tests/test_runner.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,12 +17,13 @@ import pytest
 import torch
 
 from harness.cli import main as cli
+from harness.config import RunConfig, train_config
 from harness.data import prepare_corpus
-from harness.datamodule import TokenDataModule
-from harness.lit import LitLM, lr_multiplier
-from harness.config import train_config
+from harness.data.datamodule import TokenDataModule
 from harness.models import available_variants, build_model
-from harness.runner import RunInterrupted, make_run_config, train_run
+from harness.train import RunInterrupted, train_run
+from harness.train.lit import LitLM
+from harness.train.schedule import lr_multiplier
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 # 6 steps of 1,024 tokens, a 2,048-token validation set, a 512-token BPE vocabulary
@@ -45,7 +47,7 @@ def shared_cache(tmp_path_factory):
 
 
 def cfg(variant="rd_attnres", seed=0, budget=BUDGET, **train):
-    return make_run_config(variant, "tiny", seed, budget, str(SAMPLE), train={**TRAIN, **train})
+    return RunConfig.adhoc(variant, "tiny", seed, budget, str(SAMPLE), train={**TRAIN, **train})
 
 
 def final_rows(results: Path) -> list[tuple]:
@@ -217,7 +219,7 @@ def test_resume_with_a_different_config_is_refused(tmp_path):
     config = cfg(checkpoint_every_tokens=1024)
     with pytest.raises(RunInterrupted):
         train_run(config, tmp_path, progress=False, stop_after_tokens=2048)
-    changed = {**config, "train": {**config["train"], "lr": 1e-3}}
+    changed = dataclasses.replace(config, train={**config.train, "lr": 1e-3})
     with pytest.raises(ValueError, match=r"different config \(train.lr: 0.003 != 0.001\)"):
         train_run(changed, tmp_path, progress=False)
     assert train_run(config, tmp_path, progress=False) == "done"  # the same config resumes

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.corpus import OptionalDependencyError, corpus_fingerprint
+from harness.data.corpus import OptionalDependencyError, corpus_fingerprint
 from harness.files import atomic_write
 
 EOS_TOKEN = "<|endoftext|>"
