@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
+
+from harness.files import default_results
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -38,11 +39,6 @@ the research loop, one command each:
 
 see `harness COMMAND --help` for each command's options and an example.
 """
-
-
-def default_results() -> Path:
-    """``$HARNESS_RESULTS`` if set, else ``./results``."""
-    return Path(os.environ.get("HARNESS_RESULTS", "results"))
 
 
 def build_parser() -> argparse.ArgumentParser:

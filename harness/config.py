@@ -30,7 +30,6 @@ from harness.terms import NAME_RE, ROLES, run_id
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
 
-
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimiser, schedule and evaluation settings of one run (DESIGN section 4).
@@ -255,7 +254,8 @@ class RunConfig:
             except ValueError as exc:
                 raise ValueError(f"variant {variant!r} at size {size!r}: {exc}") from None
         if not NAME_RE.match(grid):
-            raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)")
+            raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' "
+                             "(starting with a letter or digit)")
         if int(budget_tokens) <= 0:
             raise ValueError(f"budget_tokens={budget_tokens} must be a positive number of tokens")
         if int(seed) < 0:

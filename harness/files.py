@@ -1,4 +1,7 @@
-"""Replacing a file so that a reader or a crash never sees half of it.
+"""Files: where results live by default, and replacing a file so no reader or crash sees half of it.
+
+The results folder (``--results``) defaults to ``$HARNESS_RESULTS`` or ``./results``
+(:func:`default_results`).
 
 Every file the harness replaces (result files, checkpoints and their config, bench JSON,
 report files, corpus-cache entries, trained tokenizers) goes through :func:`atomic_path`
@@ -19,6 +22,11 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def default_results() -> Path:
+    """The results folder when ``--results`` is not given: ``$HARNESS_RESULTS``, else ``./results``."""
+    return Path(os.environ.get("HARNESS_RESULTS", "results"))
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -79,4 +87,4 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
     return Path(path)
 
 
-__all__ = ["atomic_path", "atomic_write", "fsync_file", "fsync_dir"]
+__all__ = ["default_results", "atomic_path", "atomic_write", "fsync_file", "fsync_dir"]

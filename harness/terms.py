@@ -25,6 +25,9 @@ FINISHED = ("done", "diverged")
 #: Grid names: letters, digits, ``_ . -``, starting with a letter or digit (no ``:``, the
 #: run-id separator).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: Characters of a failed attempt's error text (the traceback's tail) kept in the queue and
+#: in its result file.
+ERROR_CHARS = 8000
 #: How :func:`config_diff` shows a key one side lacks.
 ABSENT = "<absent>"
 
@@ -79,4 +82,4 @@ def config_diff(old: Mapping | str | None, new: Mapping | str | None, *, values:
     return out
 
 
-__all__ = ["ROLES", "STATUSES", "FINISHED", "NAME_RE", "ABSENT", "run_id", "config_diff"]
+__all__ = ["ROLES", "STATUSES", "FINISHED", "NAME_RE", "ERROR_CHARS", "ABSENT", "run_id", "config_diff"]

@@ -24,7 +24,6 @@ The test suite runs a small version (tests/test_scaleout.py); its functions are 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import signal
 import subprocess

@@ -314,3 +314,18 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
     step = int(out.split("after step ")[1].split(";")[0])
     ckpt = next(tmp_path.glob("checkpoints/*/last.ckpt"))
     assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == step
+
+
+def test_model_overrides_reach_the_model_and_the_final_metrics_are_what_evaluate_returned(tmp_path):
+    from harness.train.run import build, fit, record
+
+    config = RunConfig.create("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN, model={"block_size": 4})
+    run = build(config, tmp_path, progress=False)
+    assert run.lit.model.cfg.block_size == 4 and run.protocol["model"]["block_size"] == 4  # default: 2
+    fitted = fit(run)
+    rows = {r["name"]: r["value"] for r in run.lit.records if r["split"] == "val" and r["step"] == 6}
+    assert fitted.final["step"] == 6 and {k: fitted.final[k] for k in rows} == rows and set(rows) == {
+        "nll", "bpb", "ppl"}
+    assert record(run, fitted) == "done"
+    stored = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())["run"]["config"]
+    assert stored["model"] == {"block_size": 4} and stored["protocol"]["model"]["block_size"] == 4

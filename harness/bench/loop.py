@@ -11,6 +11,7 @@ from harness.bench.config import BenchConfig, sync
 from harness.bench.steps import train_step
 from harness.config import get_size, train_config
 
+
 def loop_throughput(cfg: BenchConfig, prepared, device: torch.device, batch_size: int,
                     root: Path) -> dict[str, list[float]]:
     """Seconds per loop iteration of the Lightning loop and the bare loop.

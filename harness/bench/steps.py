@@ -39,8 +39,8 @@ class StepArm:
 
     def __init__(self, variant: str, cfg: BenchConfig, device: torch.device, batch: tuple[torch.Tensor, torch.Tensor],
                  vocab_size: int, total_steps: int) -> None:
-        from harness.train.lit import LitLM
         from harness.models import build_model, count_params
+        from harness.train.lit import LitLM
 
         self.variant = variant
         self.device = device

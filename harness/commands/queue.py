@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"corpus: {configs[0].corpus}")
         import shlex
 
-        from harness.cli import default_results
+        from harness.files import default_results
 
         hint = "next: harness work"
         if args.results != default_results():

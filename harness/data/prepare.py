@@ -36,8 +36,8 @@ import numpy as np
 from filelock import FileLock
 
 from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
-from harness.files import atomic_write, fsync_dir, fsync_file
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
+from harness.files import atomic_write, fsync_dir, fsync_file
 
 #: Bump when the on-disk layout or its meaning changes; old cache entries are then ignored.
 FORMAT_VERSION = 1

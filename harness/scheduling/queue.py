@@ -3,7 +3,8 @@
 One Optuna study (``"harness"``) per storage; one *trial* per attempt at a run. A
 trial carries, as user attributes, the run's id (its *cell tag*), grid name, run
 config (the JSON of :meth:`harness.config.RunConfig.to_dict`), attempt counters and,
-while it trains, the worker's lease (:mod:`harness.scheduling.lease`). A run's state is read from all trials with its tag:
+while it trains, the worker's lease (:mod:`harness.scheduling.lease`). A run's state is
+read from all trials with its tag:
 
     done / diverged   some trial is COMPLETE (user attr ``status``)
     running           some trial is RUNNING
@@ -49,11 +50,10 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from harness.config import RunConfig
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage
-from harness.terms import FINISHED, STATUSES, config_diff
+from harness.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff
 
 STUDY_NAME = "harness"
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
-ERROR_CHARS = 8000  # tail of the traceback kept in the queue (the result file keeps it all)
 
 
 # ----------------------------------------------------------------------------- records
@@ -216,7 +216,7 @@ class RunQueue:
 
     # -- reading
 
-    def _trial_id(self, trial: FrozenTrial) -> int:
+    def _id_of(self, trial: FrozenTrial) -> int:
         """The storage's id of ``trial`` (what its write calls take), by the public API."""
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
 
@@ -329,7 +329,7 @@ class RunQueue:
                    and (grid is None or t.user_attrs.get("grid") == grid)]
         for t in sorted(waiting, key=_order):
             try:
-                trial_id = self._trial_id(t)
+                trial_id = self._id_of(t)
                 if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
                     continue  # another worker popped it first
             except UpdateFinishedTrialError:
@@ -425,7 +425,7 @@ class RunQueue:
             reclaims = t.user_attrs.get("reclaims", 0) + 1
             attrs = {"error": f"lease expired: {why}", "ending": "reclaimed", "reclaims": reclaims,
                      "requeue": reclaims <= MAX_RECLAIMS}
-            trial_id = self._trial_id(t)
+            trial_id = self._id_of(t)
             if self._set_attrs(trial_id, attrs) and self._finish(trial_id, TrialState.FAIL):
                 out.append((t.user_attrs["run_id"], why))
         self.requeue_orphans()

@@ -35,15 +35,13 @@ from harness.config import RunConfig, get_size
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.models import build_model, count_params
-from harness.terms import FINISHED, config_diff
+from harness.terms import ERROR_CHARS, FINISHED, config_diff
 from harness.train.checkpoint import checkpoint_dir, claim_folder, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
 from harness.train.schedule import StepPlan
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator, resolve_precision
-
-ERROR_CHARS = 8000  # tail of a failed run's error text kept in its result file
 
 
 class RunInterrupted(KeyboardInterrupt):

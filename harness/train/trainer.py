@@ -15,6 +15,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+
 def quiet_lightning() -> None:
     """Keep Lightning's banner lines and known-harmless warnings out of run output."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
