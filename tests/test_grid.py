@@ -230,29 +230,16 @@ def test_run_id_agrees_with_the_runner():
     assert runner_id == run_id("g", "tiny", "fixed_v", 3, 1000) == "g:tiny:fixed_v:s3:1000"
 
 
-def test_a_variant_whose_head_groups_cannot_split_a_size_is_refused_at_queue_time(tmp_path, monkeypatch, capsys):
+def test_a_variant_whose_head_groups_cannot_split_a_size_is_refused_at_queue_time(tmp_path, thirds_spec, capsys):
     """Three equal head groups cannot split the 2 heads of `tiny`: `harness queue` says so and
     queues nothing (before RunConfig, the grid was queued and every worker failed on it)."""
-    import harness.models as models
     from harness.cli import main as cli
 
-    specs = tmp_path / "specs"
-    specs.mkdir()
-    (specs / "thirds.toml").write_text(
-        'name = "thirds"\nresidual = "block"\nrole = "control"\n'
-        '[attn.queries]\nw_qk = {}\n[attn.routes]\nqk = ["w_qk"]\n'
-        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n' * 3)
-    monkeypatch.setenv("HARNESS_SPEC_PATH", str(specs))
-    models._specs.cache_clear()
-    try:
-        (tmp_path / "corpus.txt").write_text("text")
-        grid = write(tmp_path, GOOD.replace("data/corpus.jsonl", str(tmp_path / "corpus.txt"))
-                     .replace('fixed_v = "control"', 'thirds = "control"'))
-        results = tmp_path / "results"
-        assert cli(["queue", str(grid), "--results", str(results)]) == 2
-        err = capsys.readouterr().err
-        assert "harness queue: error: variant 'thirds' at size 'tiny': " in err and "cannot split 2" in err
-        assert "Traceback" not in err and not (results / "queue.journal").exists()
-    finally:
-        monkeypatch.delenv("HARNESS_SPEC_PATH")
-        models._specs.cache_clear()
+    (tmp_path / "corpus.txt").write_text("text")
+    grid = write(tmp_path, GOOD.replace("data/corpus.jsonl", str(tmp_path / "corpus.txt"))
+                 .replace('fixed_v = "control"', f'{thirds_spec} = "control"'))
+    results = tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "harness queue: error: variant 'thirds' at size 'tiny': " in err and "cannot split 2" in err
+    assert "Traceback" not in err and not (results / "queue.journal").exists()
