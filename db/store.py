@@ -3,9 +3,10 @@
 Why files first. DuckDB lets one process at a time open a database file read-write, and that
 holder also blocks every read-only opener in other processes. So a worker never opens the
 database: it writes each finished run to its own file ``RESULTS/runs/<run_id>.json``
-(format: :mod:`db.validate`) atomically -- a tmp file in the same folder, fsync, ``os.replace``,
-fsync of the folder -- which cannot fail on a lock and never leaves a half-written file under a
-name ingestion reads (it reads ``*.json`` only; tmp files end in ``.tmp``).
+(format: :mod:`db.validate`) atomically (:func:`harness.files.atomic_write`: a tmp file in the
+same folder, fsync, ``os.replace``, fsync of the folder), which cannot fail on a lock and never
+leaves a half-written file under a name ingestion reads (it reads ``*.json`` only; tmp files
+end in ``.tmp``).
 
 Ingestion (:meth:`Store.ingest`, also run before each :meth:`Store.query`) copies new or changed
 files into ``RESULTS/harness.duckdb``. A file is pending when its (size, mtime_ns, inode) differ
@@ -24,7 +25,8 @@ jittered exponential backoff for up to ``lock_timeout_s`` seconds, then :class:`
 names the process holding the lock. :meth:`Store.query` ingests best effort (one try; if the
 database is busy it queries what is there and records why in ``last_ingest_skipped``) and runs
 the user's SQL on a read-only connection with file access disabled, so a query can neither
-change results nor read or write other files.
+change results nor read or write other files. A new database is made whole under a temporary
+name and then linked into place, so no process ever opens a half-made file.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from db.validate import (
     validate_bench_rows,
     validate_result,
 )
+from harness.files import atomic_write
 
 DB_NAME = "harness.duckdb"
 RUNS_DIRNAME = "runs"
@@ -225,25 +228,7 @@ class Store:
         clean["written_at"] = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat()
         # NaN/inf metric values are kept (Python's JSON extension); strict JSON would lose them.
         data = json.dumps(clean, separators=(",", ":")).encode("utf-8")
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
-        path = self.result_path(clean["run"]["run_id"])
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        # Make the rename itself durable.
-        fd = os.open(self.runs_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return path
+        return atomic_write(self.result_path(clean["run"]["run_id"]), data)
 
     def read_result(self, path: str | os.PathLike) -> dict:
         """Read and validate one result file.
@@ -288,7 +273,8 @@ class Store:
             # The user's SQL runs here: no file system access, and it cannot be re-enabled.
             config = {"enable_external_access": False, "lock_configuration": True}
         else:
-            self.results_dir.mkdir(parents=True, exist_ok=True)
+            if not self.db_path.exists():
+                self._create()
             config = {}
         start = time.monotonic()
         delay = 0.02
@@ -303,6 +289,33 @@ class Store:
                     raise StoreLockedError(self.db_path, waited, str(exc)) from None
                 time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
                 delay = min(2 * delay, 0.5)
+
+    def _create(self) -> None:
+        """Make the database file, schema included, under a temporary name, then give it its
+        name with ``os.link`` (atomic, and never replaces: when processes race, the first wins).
+
+        DuckDB writes a new file's header after creating it; another process opening the
+        file in between fails ("not a valid DuckDB database file"), so the file must not
+        appear under its name before it is whole.
+        """
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                self._ensure_schema(con)
+            finally:
+                con.close()
+            try:
+                os.link(tmp, self.db_path)
+            except FileExistsError:
+                pass  # another process made it first: theirs is as good
+            except OSError:  # a file system without hard links: rename, unless one appeared meanwhile
+                if not self.db_path.exists():
+                    os.replace(tmp, self.db_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
         """Apply db/schema.sql if the database was made with another version of it.

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from harness.terms import ROLES, STATUSES
+
 FORMAT_VERSION = 1
-ROLES = ("parent", "treatment", "control", "reference")
-STATUSES = ("queued", "running", "done", "failed", "diverged")
 SPLITS = ("train", "val")
 SITES = ("attn", "mlp", "out")
 

@@ -1,10 +1,20 @@
 """RD-AttnRes ablation and controls harness.
 
-Subpackages: ``harness.models`` (decoder family and depth routing, plain PyTorch),
-``harness.data`` (corpus ingestion and tokenisation), ``harness.lit`` (Lightning
-wrappers), ``harness.runner`` (one run end to end), ``harness.queue`` (Optuna-backed
-run queue), ``harness.cli`` (the ``harness`` command). Top-level siblings:
-``controls`` (control-variant specs), ``db`` (DuckDB store), ``reports`` (statistics).
+The stages of one run, and of a study, each a package; imports point one way
+(``commands`` -> ``scheduling`` -> ``train`` -> ``models`` / ``data``; nothing imports
+``commands``):
+
+* :mod:`harness.data` -- corpus text -> split -> tokenizer -> token files -> batches;
+* :mod:`harness.models` -- the decoder family and depth routing (plain PyTorch);
+* :mod:`harness.train` -- one run: build -> fit (Lightning) -> result file;
+* :mod:`harness.scheduling` -- grids, the Optuna-backed run queue, leases, the worker loop;
+* :mod:`harness.bench` -- routing and harness overhead (``harness bench``);
+* :mod:`harness.commands` -- one module per ``harness`` subcommand; :mod:`harness.cli` the entry point.
+
+Top-level modules: :mod:`harness.config` (size presets, training settings, :class:`RunConfig`),
+:mod:`harness.terms` (roles, statuses, run ids, config differences) and :mod:`harness.files`
+(atomic file replacement). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
+store), ``reports`` (statistics and the report).
 """
 
 __version__ = "0.1.0"

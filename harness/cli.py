@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
+
+from harness.files import default_results
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -44,11 +45,6 @@ see `harness COMMAND --help` for each command's options and an example.
 """
 
 
-def default_results() -> Path:
-    """``$HARNESS_RESULTS`` if set, else ``./results``."""
-    return Path(os.environ.get("HARNESS_RESULTS", "results"))
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (subcommand modules are imported here)."""
     parser = argparse.ArgumentParser(
@@ -60,12 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"harness.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"harness.commands.{module_name}":
-                raise
-            continue  # command not built yet
+        module = importlib.import_module(f"harness.commands.{module_name}")
         doc = (module.__doc__ or "").strip()
         summary = doc.splitlines()[0] if doc else name
         p = sub.add_parser(
@@ -101,6 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except ConnectionError as exc:
-        # e.g. harness.queue.StorageUnavailable after its retries: one line, no traceback
+        # e.g. harness.scheduling.storage.StorageUnavailable after its retries: one line, no traceback
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 1

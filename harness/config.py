@@ -1,138 +1,34 @@
-"""Size presets and training configuration (DESIGN section 2 and 4).
+"""Configuration of a run (DESIGN sections 2 and 4): sizes, training settings, the run itself.
 
-One frozen dataclass per concern; derived values (MLP hidden size, AttnRes block
-size) are computed in one place, :func:`derive`. Precedence for training settings:
-preset defaults, then a grid's ``[train]`` table, then command-line flags.
+* :class:`SizePreset`, :data:`SIZES`, :class:`ModelConfig`, :func:`derive` -- the model's
+  shape per size, defined in :mod:`harness.models.config` and re-exported here;
+* :class:`TrainConfig` -- optimiser, schedule, evaluation and data settings; per-size
+  defaults in :data:`TRAIN_DEFAULTS`, merged by :func:`train_config`;
+* :class:`RunConfig` -- one run: variant, size, seed, budget, corpus and the overrides.
+  It is what the queue carries, what the protocol hash is computed from and the runner's
+  only input.
+
+Precedence for training settings: preset defaults, then a grid's ``[train]`` table, then
+command-line flags (``harness run --set KEY=VALUE``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
+import json
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+from harness.models import get_spec
+from harness.models.config import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
+from harness.terms import NAME_RE, ROLES, run_id
 
-@dataclass(frozen=True)
-class SizePreset:
-    """Architecture of one model size (DESIGN section 2).
-
-    Attributes:
-        name: preset name.
-        n_layers: number of transformer layers L (each has an attention and an MLP sublayer).
-        d_model: width D.
-        n_heads: attention heads H (D must be divisible by H).
-        context: context length T in tokens.
-        vocab_size: default vocabulary size V (the tokenizer's size overrides it at run time).
-    """
-
-    name: str
-    n_layers: int
-    d_model: int
-    n_heads: int
-    context: int
-    vocab_size: int
-
-
-# 120m/343m use the GPT-2 vocabulary padded to a multiple of 64 (50304), the field's
-# usual choice; with it the presets land at about 124M and 355M parameters.
-SIZES: dict[str, SizePreset] = {
-    "tiny": SizePreset("tiny", n_layers=2, d_model=64, n_heads=2, context=64, vocab_size=1024),
-    "small": SizePreset("small", n_layers=6, d_model=256, n_heads=4, context=256, vocab_size=4096),
-    "120m": SizePreset("120m", n_layers=12, d_model=768, n_heads=12, context=1024, vocab_size=50304),
-    "343m": SizePreset("343m", n_layers=24, d_model=1024, n_heads=16, context=1024, vocab_size=50304),
-}
-
-
-def get_size(name: str) -> SizePreset:
-    """Return the preset called ``name``.
-
-    Raises:
-        ValueError: ``name`` is not a preset; the message lists the valid ones.
-    """
-    try:
-        return SIZES[name]
-    except KeyError:
-        raise ValueError(f"unknown size {name!r}; valid sizes: {', '.join(SIZES)}") from None
-
-
-def mlp_hidden(d_model: int) -> int:
-    """SwiGLU hidden width: 8/3 * D rounded up to a multiple of 64 (DESIGN section 2)."""
-    return int(math.ceil(8 * d_model / 3 / 64) * 64)
-
-
-def default_block_size(n_layers: int, target_blocks: int = 6) -> int:
-    """AttnRes block size in sublayers: even, chosen so the model has about 4-8 blocks.
-
-    A model has ``2 * n_layers`` sublayers (attention and MLP each count one, DESIGN
-    section 3); the block size is the even number nearest ``2 * n_layers / target_blocks``
-    and at least 2. tiny (L=2) -> 2, small (L=6) -> 2, 120m (L=12) -> 4, 343m (L=24) -> 8.
-    """
-    raw = 2 * n_layers / target_blocks
-    return max(2, 2 * int(round(raw / 2)))
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Everything :class:`harness.models.gpt.DepthRoutedLM` needs (derived from a preset).
-
-    Attributes:
-        n_layers, d_model, n_heads, context, vocab_size: see :class:`SizePreset`.
-        mlp_hidden: SwiGLU hidden width.
-        block_size: AttnRes block size in sublayers (even).
-        tie_embeddings: LM head shares the token embedding matrix.
-        rope_base: RoPE frequency base.
-        norm_eps: RMSNorm epsilon.
-    """
-
-    n_layers: int
-    d_model: int
-    n_heads: int
-    context: int
-    vocab_size: int
-    mlp_hidden: int
-    block_size: int
-    tie_embeddings: bool = True
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"head size {self.d_model // self.n_heads} must be even for RoPE")
-        if self.block_size < 2 or self.block_size % 2:
-            raise ValueError(f"block_size={self.block_size} must be an even number >= 2")
-        for name in ("n_layers", "d_model", "n_heads", "context", "vocab_size", "mlp_hidden"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be positive")
-
-
-def derive(size: str, **overrides) -> ModelConfig:
-    """Build the :class:`ModelConfig` of a preset, with optional field overrides.
-
-    Raises:
-        ValueError: unknown size or unknown override key (the message lists the allowed keys).
-    """
-    preset = get_size(size)
-    base = dict(
-        n_layers=preset.n_layers,
-        d_model=preset.d_model,
-        n_heads=preset.n_heads,
-        context=preset.context,
-        vocab_size=preset.vocab_size,
-    )
-    allowed = {f.name for f in fields(ModelConfig)}
-    unknown = set(overrides) - allowed
-    if unknown:
-        raise ValueError(f"unknown model override(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    base.update({k: v for k, v in overrides.items() if k in ("n_layers", "d_model", "n_heads", "context", "vocab_size")})
-    base["mlp_hidden"] = overrides.get("mlp_hidden", mlp_hidden(base["d_model"]))
-    base["block_size"] = overrides.get("block_size", default_block_size(base["n_layers"]))
-    for key in ("tie_embeddings", "rope_base", "norm_eps"):
-        if key in overrides:
-            base[key] = overrides[key]
-    return ModelConfig(**base)
-
+#: The grid name of a run started by hand (``harness run`` without ``--grid``).
+ADHOC_GRID = "adhoc"
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -160,7 +56,7 @@ class TrainConfig:
         max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; a hub
             stream is always cut, at 50,000 documents by default).
         tokenizer: ``bpe`` (trained on the training split) or ``gpt2`` (tiktoken).
-        checkpoint_every_tokens: checkpoint interval for resume (0 = at evals only).
+        checkpoint_every_tokens: checkpoint interval for resume (0 = every tenth of the budget).
         precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``32-true`` or ``bf16-mixed``.
         compile: wrap the model in ``torch.compile``.
     """
@@ -279,7 +175,161 @@ def train_config(size: str, **overrides) -> TrainConfig:
     return TrainConfig.from_dict(values)
 
 
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of a study: the queued payload, the protocol hash's input, the runner's input.
+
+    :meth:`to_dict` gives the JSON object the queue stores (trial attribute ``config``),
+    the result file keeps under ``run.config`` (with what the runner adds: ``protocol``,
+    ``total_steps``, ...) and a checkpoint keeps in ``config.json``; :meth:`from_dict`
+    reads one back, including those written before this class existed. Build a checked
+    one with :meth:`create` (a grid's cell) or :meth:`adhoc` (``harness run``).
+
+    Attributes:
+        run_id: ``grid:size:variant:s<seed>:<budget_tokens>`` (:func:`harness.terms.run_id`),
+            plus ``:<8 hex digits>`` for an ad-hoc run with training overrides.
+        grid: grid name (``adhoc`` for a run started by hand).
+        variant: variant name (:func:`harness.models.available_variants`).
+        role: ``parent``, ``treatment``, ``control`` or ``reference``.
+        size: size preset (:data:`SIZES`).
+        seed: data-order and initialisation seed (>= 0).
+        budget_tokens: training budget in tokens (> 0).
+        corpus: corpus spec, an absolute path or ``hf:OWNER/NAME:CONFIG``.
+        train: overrides of the preset's :class:`TrainConfig` (grid ``[train]``, then ``--set``).
+        analysis: the grid's analysis plan (:meth:`reports.plan.AnalysisPlan.as_config`);
+            ``None`` for an ad-hoc run. Not part of the protocol.
+        model: overrides of :class:`ModelConfig` fields (not ``vocab_size``: the tokenizer
+            sets it); empty for the preset's shape. Part of the protocol through the model.
+    """
+
+    run_id: str
+    grid: str
+    variant: str
+    role: str
+    size: str
+    seed: int
+    budget_tokens: int
+    corpus: str
+    train: dict[str, Any] = field(default_factory=dict)
+    analysis: dict[str, Any] | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("run_id", "grid", "variant", "size", "corpus"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"run config {name}={getattr(self, name)!r} must be a non-empty string")
+        if self.role not in ROLES:
+            raise ValueError(f"run config role={self.role!r}; allowed: {', '.join(ROLES)}")
+        for name in ("seed", "budget_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"run config {name}={value!r} must be an integer")
+        for name in ("train", "model", "analysis"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping) and not (name == "analysis" and value is None):
+                raise ValueError(f"run config {name}={value!r} must be a table")
+            # a private copy, as JSON gives it back (lists, not tuples): a config read from the
+            # queue equals the one that was queued, and later edits of the caller's dict do not leak in
+            object.__setattr__(self, name, None if value is None else json.loads(json.dumps(dict(value))))
+
+    # -- building ---------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
+               grid: str = ADHOC_GRID, role: str | None = None, train: Mapping | None = None,
+               analysis: Mapping | None = None, model: Mapping | None = None) -> "RunConfig":
+        """A checked config; its run id is ``grid:size:variant:s<seed>:<budget_tokens>``.
+
+        ``role`` defaults to the variant spec's role.
+
+        Raises:
+            ValueError: unknown variant or size, a variant whose head groups cannot split
+                the size's heads, bad budget, seed or grid name, bad train or model overrides.
+        """
+        spec = get_spec(variant)
+        preset = get_size(size)
+        if spec.residual != "prenorm":
+            try:  # a split of the heads that this size cannot make fails now, not in a worker
+                spec.sites["attn"].head_counts(preset.n_heads)
+            except ValueError as exc:
+                raise ValueError(f"variant {variant!r} at size {size!r}: {exc}") from None
+        if not NAME_RE.match(grid):
+            raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' "
+                             "(starting with a letter or digit)")
+        if int(budget_tokens) <= 0:
+            raise ValueError(f"budget_tokens={budget_tokens} must be a positive number of tokens")
+        if int(seed) < 0:
+            raise ValueError(f"seed={seed} must be >= 0")
+        train, model = dict(train or {}), dict(model or {})
+        train_config(size, **train)  # validate now, not in a worker hours later
+        if "vocab_size" in model:
+            raise ValueError("model override vocab_size: the tokenizer sets the vocabulary; use train.vocab_size")
+        derive(size, **model)
+        return cls(run_id=run_id(grid, size, variant, seed, budget_tokens), grid=grid, variant=variant,
+                   role=role or spec.role, size=size, seed=int(seed), budget_tokens=int(budget_tokens),
+                   corpus=corpus, train=train, analysis=None if analysis is None else dict(analysis), model=model)
+
+    @classmethod
+    def adhoc(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
+              grid: str = ADHOC_GRID, role: str | None = None, train: Mapping | None = None) -> "RunConfig":
+        """:meth:`create` for ``harness run``: in the ``adhoc`` grid, a run with training
+        overrides gets ``:<sha256 of the overrides, 8 hex digits>`` appended to its id, so a
+        hand-made sweep (``--set lr=...``) keeps one result per setting.
+
+        Raises:
+            ValueError: as :meth:`create`.
+        """
+        config = cls.create(variant, size, seed, budget_tokens, corpus, grid=grid, role=role, train=train)
+        if grid == ADHOC_GRID and config.train:
+            digest = hashlib.sha256(json.dumps(config.train, sort_keys=True).encode()).hexdigest()[:8]
+            config = dataclasses.replace(config, run_id=f"{config.run_id}:{digest}")
+        return config
+
+    # -- reading and writing ------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this run (``analysis`` only when set, ``model`` only when non-empty)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+        if out["analysis"] is None:
+            del out["analysis"]
+        if not out["model"]:
+            del out["model"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+        """Read :meth:`to_dict`'s object back (a queue payload or a checkpoint's ``config.json``).
+
+        Raises:
+            ValueError: a key that is not a field, a missing field, or a bad value.
+        """
+        names = [f.name for f in fields(cls)]
+        unknown = [k for k in data if k not in names]
+        if unknown:
+            raise ValueError(f"run config: unknown key {unknown[0]!r}; allowed keys: {', '.join(names)}")
+        missing = [f.name for f in fields(cls) if f.name not in data
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"run config: missing key {missing[0]!r}")
+        return cls(**data)
+
+    # -- derived ------------------------------------------------------------------------
+
+    def train_config(self) -> TrainConfig:
+        """The training settings: the size's defaults with :attr:`train` applied."""
+        return train_config(self.size, **self.train)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The model's shape: the size's preset with :attr:`model` and the tokenizer's ``vocab_size``."""
+        return derive(self.size, **self.model, vocab_size=vocab_size)
+
+    @property
+    def label(self) -> str:
+        """``variant s<seed>``, the run's name in progress lines."""
+        return f"{self.variant} s{self.seed}"
+
+
 __all__ = [
     "SizePreset", "SIZES", "get_size", "mlp_hidden", "default_block_size", "ModelConfig",
-    "derive", "TrainConfig", "TRAIN_DEFAULTS", "train_config",
+    "derive", "TrainConfig", "TRAIN_DEFAULTS", "train_config", "ADHOC_GRID", "RunConfig",
 ]

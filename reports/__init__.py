@@ -24,5 +24,7 @@ Modules, in the order data flows through them:
 * :mod:`reports.simulate`: simulated studies through :mod:`reports.decisions` (``python -m reports.simulate``);
 * :mod:`reports.synthetic`: synthetic frames for tests and demos.
 
-Depends on ``db`` only (never on ``harness``); ``harness.grid`` imports :mod:`reports.plan`.
+Depends on ``db`` and, of ``harness``, only on its two plain leaves: :mod:`harness.terms` (roles,
+config differences) and :mod:`harness.files` (atomic writes); ``harness.scheduling.grid`` imports
+:mod:`reports.plan`.
 """

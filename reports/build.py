@@ -17,7 +17,6 @@ sees a half-written file.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from harness.files import atomic_write
 from reports.degeneracy import find_degenerate
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
@@ -91,13 +91,6 @@ def load_frames(store: Any, grid: str) -> Frames:
     return Frames(final, runs, metrics, routing, pairs, params, unreadable)
 
 
-def _write_atomic(path: Path, data: bytes) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
-
-
 def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: bool = False,
                   plan: AnalysisPlan | None = None,
                   degenerate: Mapping[tuple[str, int, str], str] | None = None,
@@ -156,10 +149,10 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     generated = f"Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}"
-    paths = [_write_atomic(fig_dir / f"{f.name}.png", f.png) for f in figs]
-    paths.append(_write_atomic(out_dir / "stats.csv", stats.to_frame().write_csv().encode()))
-    paths.append(_write_atomic(out_dir / "pairs.csv", stats.pairs_frame().write_csv().encode()))
-    paths.append(_write_atomic(out_dir / "report.md",
+    paths = [atomic_write(fig_dir / f"{f.name}.png", f.png) for f in figs]
+    paths.append(atomic_write(out_dir / "stats.csv", stats.to_frame().write_csv().encode()))
+    paths.append(atomic_write(out_dir / "pairs.csv", stats.pairs_frame().write_csv().encode()))
+    paths.append(atomic_write(out_dir / "report.md",
                                render_markdown(stats, figs, generated=generated).encode()))
-    paths.append(_write_atomic(out_dir / "report.html", render_html(stats, figs, generated=generated).encode()))
+    paths.append(atomic_write(out_dir / "report.html", render_html(stats, figs, generated=generated).encode()))
     return BuildResult(stats, tuple(figs), tuple(paths))

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
+from harness.terms import ROLES, config_diff
+
 FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "val_nll")
 RUNS_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "status")
-ROLES = ("parent", "treatment", "control", "reference")
 AA_VARIANTS = ("dup_route_tied",)  # built-in A/A checks (== parent in exact arithmetic)
-_VARIANT_KEYS = {"variant", "role", "run_id"}  # config keys that differ between paired runs by design
+_VARIANT_KEYS = ("variant", "role", "run_id")  # config keys that differ between paired runs by design
 SIZE_ORDER = ("tiny", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
 
 
@@ -118,45 +118,10 @@ def _require_columns(name: str, frame: pl.DataFrame, columns: tuple[str, ...]) -
         raise ValueError(f"frame {name!r} lacks column(s) {missing}; it has {frame.columns}")
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: obj}
-
-
-def config_diff(config_a: str | None, config_b: str | None) -> list[str]:
-    """Fields (dotted paths) whose values differ between two runs' config JSON strings.
-
-    Keys naming the variant, role or run id are skipped (they differ by design).
-    Returns ``["path: a_value != b_value", ...]``; a config that is missing or not
-    valid JSON yields one entry saying so.
-    """
-    parsed = []
-    for cfg in (config_a, config_b):
-        try:
-            parsed.append(_flatten(json.loads(cfg)) if cfg else None)
-        except (TypeError, json.JSONDecodeError):
-            parsed.append(None)
-    a, b = parsed
-    if a is None or b is None:
-        return ["config JSON missing or unreadable, fields cannot be compared"]
-    out = []
-    for key in sorted(set(a) | set(b)):
-        if key.rsplit(".", 1)[-1] in _VARIANT_KEYS:
-            continue
-        va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
-        if va != vb:
-            out.append(f"{key}: {va!r} != {vb!r}")
-    return out
-
-
 def training_steps(config: str | dict | None) -> int | None:
     """Optimiser steps of one run, read from its ``runs.config`` (JSON string or dict).
 
-    The runner stores ``total_steps`` (``budget_tokens // batch_tokens``, harness/runner.py);
+    The runner stores ``total_steps`` (``budget_tokens // batch_tokens``, harness/train/run.py);
     older or synthetic configs fall back to ``budget_tokens // train.batch_tokens``.
     Returns None when neither is present or the JSON is unreadable.
     """
@@ -352,7 +317,8 @@ def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = Non
                     continue
                 if a["protocol_hash"] != b["protocol_hash"]:
                     fields = config_diff(run_info.get(a["run_id"], {}).get("config"),
-                                         run_info.get(b["run_id"], {}).get("config"))
+                                         run_info.get(b["run_id"], {}).get("config"), values=True,
+                                         ignore=_VARIANT_KEYS)
                     named = "; ".join(fields) if fields else "none outside the variant keys"
                     mismatches.append(
                         f"{label} size={size} budget_tokens={budget} seed={seed}: protocol_hash "

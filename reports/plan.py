@@ -15,7 +15,7 @@ whose plan changed after its runs were queued. The report reads it back from the
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
                                # spent over them (reports.looks), which needs alpha < 0.3173
 
-This module imports nothing from ``harness``: ``harness.grid`` imports it.
+This module imports nothing from ``harness``: ``harness.scheduling.grid`` imports it.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ JSON_KEYS = ("comparison", "size", "budget_tokens", "sd_nats", "n_seeds", "mde_n
 
 @dataclass(frozen=True, slots=True)
 class GridShape:
-    """What planning needs to know about a grid (built from :class:`harness.grid.Grid`).
+    """What planning needs to know about a grid (built from :class:`harness.scheduling.grid.Grid`).
 
     Attributes:
         name: the grid's name.

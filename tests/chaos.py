@@ -24,7 +24,6 @@ The test suite runs a small version (tests/test_scaleout.py); its functions are 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import signal
 import subprocess
@@ -202,7 +201,7 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
     sys.path.insert(0, str(REPO))
     from optuna.trial import TrialState
 
-    from harness.queue import MAX_RECLAIMS, RunQueue
+    from harness.scheduling.queue import MAX_RECLAIMS, RunQueue
 
     workdir.mkdir(parents=True, exist_ok=True)
     if ref is None:
@@ -306,9 +305,9 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
     runs = queue().runs(GRID_NAME)
     values = final_values(results)
     from db.validate import result_filename
-    from harness.grid import load_grid
+    from harness.scheduling.grid import load_grid
 
-    for rid in (c["run_id"] for c in load_grid(grid).expand()):
+    for rid in (c.run_id for c in load_grid(grid).expand()):
         r = runs.get(rid)
         if r is None or r.state != "done" or rid not in values:
             summary.lost.append(f"{rid} ({r.state if r else 'not in the queue'}, "

@@ -35,6 +35,25 @@ def postgres():
     server.close()
 
 
+@pytest.fixture
+def thirds_spec(tmp_path, monkeypatch):
+    """A user spec ``thirds`` (three equal attention head groups, which cannot split the 2
+    heads of ``tiny`` but can split 12) on ``$HARNESS_SPEC_PATH`` for one test."""
+    import harness.models as models
+
+    folder = tmp_path / "user-specs"
+    folder.mkdir()
+    (folder / "thirds.toml").write_text(
+        'name = "thirds"\nresidual = "block"\nrole = "control"\n'
+        '[attn.queries]\nw_qk = {}\n[attn.routes]\nqk = ["w_qk"]\n'
+        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n' * 3)
+    monkeypatch.setenv("HARNESS_SPEC_PATH", str(folder))
+    models._specs.cache_clear()
+    yield "thirds"
+    monkeypatch.delenv("HARNESS_SPEC_PATH")
+    models._specs.cache_clear()
+
+
 _databases = itertools.count()
 
 

@@ -39,7 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.lease import pid_alive as _alive
+from harness.files import atomic_write
+from harness.scheduling.lease import pid_alive as _alive
 
 STATE_DIR = Path(tempfile.gettempdir()) / "rd-harness-services"
 START_TIMEOUT_S = 60.0
@@ -152,10 +153,8 @@ class _Recorded:
     def _save_record(self, daemons: list[tuple[int, int]]) -> None:
         """Record ``(pid, stop signal)`` of each daemon started (see :func:`clear_leftovers`)."""
         assert self._record is not None and self.root is not None
-        tmp = self._record.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"kind": self.kind, "owner": os.getpid(), "root": str(self.root),
-                                   "daemons": daemons}))
-        os.replace(tmp, self._record)
+        atomic_write(self._record, json.dumps({"kind": self.kind, "owner": os.getpid(), "root": str(self.root),
+                                               "daemons": daemons}))
 
     def _remove_root(self) -> None:
         if self.root is not None:

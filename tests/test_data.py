@@ -1,4 +1,4 @@
-"""Corpus ingestion, split, tokenizer and prepared token files (harness.corpus/tokenizer/data).
+"""Corpus ingestion, split, tokenizer and prepared token files (harness.data: corpus, tokenizer, prepare).
 
 Run: ``python -m pytest -q tests/test_data.py`` (CPU only, a few seconds). Uses the real
 FineWeb-Edu sample in ``../shared/data/fineweb_edu_sample`` (skipped where absent) and tiny
@@ -23,13 +23,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from harness import data as data_mod
-from harness.corpus import (
+from harness.data import prepare as data_mod
+from harness.data.corpus import (
     HUB_DEFAULT_MAX_DOCS, OptionalDependencyError, corpus_files, corpus_fingerprint, is_validation,
     read_documents, split_documents,
 )
 from harness.data import prepare_corpus, token_dtype
-from harness.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
+from harness.data.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent")
@@ -206,7 +206,7 @@ def test_token_dtype_rule():
 _TRAIN_IN_CHILD = """
 import hashlib, json, sys
 from pathlib import Path
-from harness.tokenizer import train_bpe
+from harness.data.tokenizer import train_bpe
 docs = json.loads(Path(sys.argv[1]).read_text())
 print(train_bpe(docs, 512, cache_dir=Path(sys.argv[2])).sha256)
 """

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.data import prepare_corpus
-from harness.datamodule import TokenDataModule, TrainBatches
+from harness.data.datamodule import TokenDataModule, TrainBatches
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 T, B = 64, 8

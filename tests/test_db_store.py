@@ -356,6 +356,30 @@ def test_query_on_an_empty_results_folder(tmp_path):
     assert store.query("SELECT ? + ? AS x", [2, 3]).rows() == [(5,)]
 
 
+def test_a_new_database_appears_whole(tmp_path, monkeypatch):
+    """DuckDB writes a new file's header after creating it, and a process opening the file in
+    between fails ("not a valid DuckDB database file"; seen once in the concurrent test below).
+    The store builds the database, schema included, under a temporary name and links it into
+    place, so the name never points at a half-made file; a process that loses the race keeps
+    the winner's file."""
+    store = Store(tmp_path)
+    seen = []
+    real = Store._ensure_schema
+
+    def spy(self, con):
+        seen.append(self.db_path.exists())
+        real(self, con)
+
+    monkeypatch.setattr(Store, "_ensure_schema", spy)
+    store.write_result(make_result("a"))
+    assert store.ingest() == 1
+    assert seen[0] is False  # the schema went in while the file had no name yet
+    monkeypatch.undo()
+    store._create()  # a second creator that lost the race: the first file stays
+    assert store.query("SELECT run_id FROM runs").rows() == [("a",)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["harness.duckdb", "runs"]  # no temporary left
+
+
 def test_query_converts_awkward_results(tmp_path):
     store = Store(tmp_path)
     store.write_result(make_result("a"))

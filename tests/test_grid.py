@@ -1,4 +1,4 @@
-"""Grid specs (harness.grid, DESIGN section 1.2): loading, checking, expansion. CPU, a few seconds.
+"""Grid specs (harness.scheduling.grid, DESIGN section 1.2): loading, checking, expansion. CPU, a few seconds.
 
 Run: python -m pytest -q tests/test_grid.py
 """
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.config import SIZES
-from harness.grid import ROLES, available_variants, load_grid, resolve_corpus, run_id
+from harness.models import available_variants
+from harness.scheduling.grid import load_grid, resolve_corpus
+from harness.terms import ROLES, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "ablations").glob("*.toml"))
@@ -49,38 +51,38 @@ def test_shipped_grid_loads_and_expands(path: Path):
     expected = sum(len(grid.sizes_by_role[r]) * len(grid.budgets_by_role[r]) * len(grid.seeds)
                    for r in grid.variants.values())
     assert len(runs) == expected
-    assert len({r["run_id"] for r in runs}) == len(runs)
+    assert len({r.run_id for r in runs}) == len(runs)
     for r in runs:
-        assert r["run_id"] == f"{grid.name}:{r['size']}:{r['variant']}:s{r['seed']}:{r['budget_tokens']}"
-        assert r["corpus"].startswith("hf:") or r["corpus"].startswith("/")
-        assert r["role"] == grid.variants[r["variant"]]
+        assert r.run_id == f"{grid.name}:{r.size}:{r.variant}:s{r.seed}:{r.budget_tokens}"
+        assert r.corpus.startswith("hf:") or r.corpus.startswith("/")
+        assert r.role == grid.variants[r.variant]
     # Every treatment/control run has its parent at the same size, budget and seed.
-    keys = {(r["size"], r["budget_tokens"], r["seed"]) for r in runs if r["role"] == "parent"}
+    keys = {(r.size, r.budget_tokens, r.seed) for r in runs if r.role == "parent"}
     for r in runs:
-        if r["role"] in ("treatment", "control"):
-            assert (r["size"], r["budget_tokens"], r["seed"]) in keys
+        if r.role in ("treatment", "control"):
+            assert (r.size, r.budget_tokens, r.seed) in keys
 
 
 def test_rd_controls_small_is_the_cpu_grid():
     grid = load_grid(ROOT / "ablations/rd_controls_small.toml")
     runs = grid.expand(cwd="/work/main")
     assert len(runs) == 18  # 6 variants x 3 seeds
-    assert {r["size"] for r in runs} == {"small"}
-    assert sorted({r["variant"] for r in runs}) == sorted(
+    assert {r.size for r in runs} == {"small"}
+    assert sorted({r.variant for r in runs}) == sorted(
         ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied"])
-    assert runs[0]["corpus"] == "/work/shared/data/fineweb_edu_sample"
+    assert runs[0].corpus == "/work/shared/data/fineweb_edu_sample"
 
 
 def test_rd_paper_controls_only_at_the_early_budget():
     grid = load_grid(ROOT / "ablations/rd_paper.toml")
     runs = grid.expand()
-    by = {(r["role"], r["budget_tokens"]) for r in runs}
+    by = {(r.role, r.budget_tokens) for r in runs}
     assert ("control", 2_000_000_000) not in by
     assert {("control", 250_000_000), ("parent", 250_000_000), ("parent", 2_000_000_000),
             ("treatment", 250_000_000), ("treatment", 2_000_000_000)} <= by
     # per size: 2 variants x 5 seeds x 2 budgets + 4 controls x 5 seeds = 40
     assert len(runs) == 80
-    assert sum(r["budget_tokens"] == 2_000_000_000 and r["size"] == "343m" for r in runs) == 10
+    assert sum(r.budget_tokens == 2_000_000_000 and r.size == "343m" for r in runs) == 10
 
 
 # ----------------------------------------------------------------------------- expansion
@@ -89,12 +91,12 @@ def test_rd_paper_controls_only_at_the_early_budget():
 def test_expansion_order_and_contents(tmp_path):
     grid = load_grid(write(tmp_path, GOOD + '\n[train]\nlr = 1e-3\n'))
     runs = grid.expand(cwd="/data/root")
-    ids = [r["run_id"] for r in runs]
+    ids = [r.run_id for r in runs]
     assert ids == [
         "g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000", "g:tiny:fixed_v:s0:1000",
         "g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000", "g:tiny:fixed_v:s1:1000",
     ]
-    assert runs[2] == {
+    assert runs[2].to_dict() == {
         "run_id": "g:tiny:fixed_v:s0:1000", "grid": "g", "variant": "fixed_v", "role": "control",
         "size": "tiny", "seed": 0, "budget_tokens": 1000, "corpus": "/data/root/data/corpus.jsonl",
         "train": {"lr": 1e-3}, "analysis": {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": None,
@@ -107,7 +109,7 @@ def test_budgets_ascending_and_role_restrictions(tmp_path):
         'sizes = ["tiny"]', 'sizes = ["tiny", "small"]')
     text += '\n[budgets_by_role]\ncontrol = [1000]\n[sizes_by_role]\ncontrol = ["small"]\n'
     runs = load_grid(write(tmp_path, text)).expand(cwd="/x")
-    cells = [(r["size"], r["budget_tokens"], r["variant"], r["seed"]) for r in runs]
+    cells = [(r.size, r.budget_tokens, r.variant, r.seed) for r in runs]
     expected = []
     for size, budget, seed in itertools.product(["tiny", "small"], [1000, 5000], [0, 1]):
         for v in ("block_attnres", "rd_attnres", "fixed_v"):
@@ -127,8 +129,8 @@ def test_corpus_resolution():
 
 def test_corpus_override(tmp_path):
     grid = load_grid(write(tmp_path, GOOD))
-    assert {r["corpus"] for r in grid.expand(corpus="hf:a/b:c")} == {"hf:a/b:c"}
-    assert {r["corpus"] for r in grid.expand(corpus="other.txt", cwd="/q")} == {"/q/other.txt"}
+    assert {r.corpus for r in grid.expand(corpus="hf:a/b:c")} == {"hf:a/b:c"}
+    assert {r.corpus for r in grid.expand(corpus="other.txt", cwd="/q")} == {"/q/other.txt"}
 
 
 def test_run_id_format():
@@ -222,5 +224,22 @@ def test_roles_constant_matches_design():
 
 
 def test_run_id_agrees_with_the_runner():
-    protocol = pytest.importorskip("harness.protocol")
-    assert protocol.run_id_for("g", "tiny", "fixed_v", 3, 1000) == run_id("g", "tiny", "fixed_v", 3, 1000)
+    from harness.config import RunConfig
+
+    runner_id = RunConfig.adhoc("fixed_v", "tiny", 3, 1000, "/c", grid="g").run_id
+    assert runner_id == run_id("g", "tiny", "fixed_v", 3, 1000) == "g:tiny:fixed_v:s3:1000"
+
+
+def test_a_variant_whose_head_groups_cannot_split_a_size_is_refused_at_queue_time(tmp_path, thirds_spec, capsys):
+    """Three equal head groups cannot split the 2 heads of `tiny`: `harness queue` says so and
+    queues nothing (before RunConfig, the grid was queued and every worker failed on it)."""
+    from harness.cli import main as cli
+
+    (tmp_path / "corpus.txt").write_text("text")
+    grid = write(tmp_path, GOOD.replace("data/corpus.jsonl", str(tmp_path / "corpus.txt"))
+                 .replace('fixed_v = "control"', f'{thirds_spec} = "control"'))
+    results = tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "harness queue: error: variant 'thirds' at size 'tiny': " in err and "cannot split 2" in err
+    assert "Traceback" not in err and not (results / "queue.journal").exists()

@@ -439,27 +439,16 @@ def test_spec_validation_errors_name_the_key():
                                     "head_groups": [{"mlp": ["mlp"]}, {"mlp": ["mlp"]}]}})
 
 
-def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(tmp_path, monkeypatch):
-    import harness.models as models
-    from harness.runner import make_run_config
+def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(thirds_spec):
+    from harness.config import RunConfig
 
-    (tmp_path / "thirds.toml").write_text(
-        'name = "thirds"\nresidual = "block"\nrole = "control"\n'
-        '[attn.queries]\nw_qk = {}\n[attn.routes]\nqk = ["w_qk"]\n'
-        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n' * 3)
-    monkeypatch.setenv("HARNESS_SPEC_PATH", str(tmp_path))
-    models._specs.cache_clear()
-    try:
-        with pytest.raises(ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "):
-            build_model("thirds", "tiny", seed=0)
-        with pytest.raises(ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"):
-            make_run_config("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
-        assert make_run_config("thirds", "120m", 0, 1000, "corpus")["variant"] == "thirds"
-        with torch.device("meta"):
-            assert build_model_meta("thirds", "120m").layers[0].attn.head_ranges == [(0, 4), (4, 8), (8, 12)]
-    finally:
-        monkeypatch.delenv("HARNESS_SPEC_PATH")
-        models._specs.cache_clear()
+    with pytest.raises(ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "):
+        build_model("thirds", "tiny", seed=0)
+    with pytest.raises(ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"):
+        RunConfig.create("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
+    assert RunConfig.create("thirds", "120m", 0, 1000, "corpus").variant == "thirds"
+    with torch.device("meta"):
+        assert build_model_meta("thirds", "120m").layers[0].attn.head_ranges == [(0, 4), (4, 8), (8, 12)]
 
 
 def test_new_control_is_just_a_spec(tmp_path):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.grid import load_grid
-from harness.queue import RunQueue
+from harness.scheduling.grid import load_grid
+from harness.scheduling.queue import RunQueue
 from reports.plan import AnalysisPlan, parse_plan, plan_from_configs
-from test_queue import write_grid  # tests/ is on sys.path under pytest (no package)
+from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
 
 
@@ -71,10 +71,10 @@ def test_grid_stores_the_plan_in_every_run_config(tmp_path):
     grid = load_grid(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.01\nlooks = [3, 5]\n"))
     assert grid.analysis.min_effect_nats == 0.01 and grid.analysis.source == "[analysis]"
     runs = grid.expand()
-    assert {r["analysis"]["min_effect_nats"] for r in runs} == {0.01}
-    assert all(r["analysis"] == {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": 0.01,
+    assert {r.analysis["min_effect_nats"] for r in runs} == {0.01}
+    assert all(r.analysis == {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": 0.01,
                                  "power": 0.8, "max_seeds": 30, "looks": [3, 5]} for r in runs)
-    assert plan_from_configs(runs).min_effect_nats == 0.01
+    assert plan_from_configs([r.to_dict() for r in runs]).min_effect_nats == 0.01
     assert plan_from_configs([{"grid": "adhoc"}]).source == "defaults"
 
 

@@ -1,111 +1,31 @@
-"""Run queue on Optuna storage (harness.queue, harness.lease, the queue/work/status commands).
+"""Run queue on Optuna storage (harness.scheduling: storage, queue, lease, worker loop).
 
 Stub train functions only (no model, no GPU). Worker processes use the 'spawn' start
-method; the file takes about 15 s on 2 CPU cores.
+method; the file takes under a minute on 2 shared CPU cores. The work/status commands and
+storage outages are in tests/test_work_command.py.
 
 Run: python -m pytest -q tests/test_queue.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
 import multiprocessing as mp
 import os
 import sys
 import time
-import types
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
-import harness
 from harness.cli import main as cli
-from harness.grid import parse_grid
-from harness.lease import Lease, pid_alive, stale_reason
-from harness.queue import (
-    MAX_RETRIES, SQLITE_REFUSED, RunQueue, describe_storage, open_storage, parse_storage, work,
-)
-
-GRID_TOML = """\
-name = "{name}"
-corpus = "{corpus}"
-sizes = ["tiny"]
-seeds = {seeds}
-budgets_tokens = [1000]
-
-[variants]
-block_attnres = "parent"
-rd_attnres = "treatment"
-fixed_v = "control"
-{extra}"""
-
-
-def configs(name="g", seeds=(0, 1), variants=("block_attnres", "rd_attnres", "fixed_v"), corpus="/c"):
-    roles = ["parent", "treatment"] + ["control"] * (len(variants) - 2)
-    grid = parse_grid({"name": name, "corpus": corpus, "sizes": ["tiny"], "seeds": list(seeds),
-                       "budgets_tokens": [1000], "variants": dict(zip(variants, roles))})
-    return grid.expand()
-
-
-def new_queue(tmp_path, **kw) -> RunQueue:
-    return RunQueue.open(None, tmp_path / "results", **kw)
-
-
-def quiet(_msg: str) -> None:
-    pass
-
-
-# ----------------------------------------------------------------------------- stub train fns
-# Module level so 'spawn' workers can unpickle them (as functools.partial).
-
-
-def stub_append(log_path: str, config: dict, results_dir: Path) -> str:
-    """Sleep 0.2 s, append the run id to a file with O_APPEND (one write per line)."""
-    time.sleep(0.2)
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, (config["run_id"] + "\n").encode())
-    finally:
-        os.close(fd)
-    return "done"
-
-
-def stub_block_first(log_path: str, target: str, config: dict, results_dir: Path) -> str:
-    """Record the attempt; the first attempt at ``target`` blocks until the process is killed."""
-    attempts = Path(log_path).read_text().splitlines() if Path(log_path).exists() else []
-    n = sum(line.split()[0] == config["run_id"] for line in attempts) + 1
-    stub_line = f"{config['run_id']} attempt={n} pid={os.getpid()}\n"
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, stub_line.encode())
-    os.close(fd)
-    if config["run_id"] == target and n == 1:
-        while True:
-            time.sleep(0.05)
-    return "done"
-
-
-def blocking_cli_worker(results: str, started: str) -> None:
-    """`harness work` (the real command) with a fake harness.runner whose training blocks."""
-    fake = types.ModuleType("harness.runner")
-
-    def train_run(config, results_dir, *, progress=True, **trainer_kwargs):
-        Path(started).write_text(config["run_id"])
-        while True:
-            time.sleep(0.05)
-
-    fake.train_run, fake.record_failure = train_run, lambda *a: None
-    fake.finished_status = lambda config, results_dir: None
-    sys.modules["harness.runner"] = fake
-    harness.runner = fake
-    sys.exit(cli(["work", "--results", results]))
-
-
-def worker_process(results: str, train_fn, lease_s: float) -> None:
-    queue = RunQueue.open(None, results, lease_timeout_s=lease_s)
-    work(queue, train_fn, Path(results), beat_s=min(0.5, lease_s / 4), log=quiet)
+from harness.scheduling.lease import Lease, pid_alive, stale_reason
+from harness.scheduling.queue import RunQueue
+from harness.scheduling.storage import SQLITE_REFUSED, describe_storage, open_storage, parse_storage
+from harness.scheduling.worker import MAX_RETRIES, work
+from queue_stubs import configs, new_queue, quiet, stub_append, stub_block_first, worker_process, write_grid
 
 
 # ----------------------------------------------------------------------------- storage URLs
@@ -184,19 +104,10 @@ def test_enqueue_refuses_a_changed_config_under_the_same_run_id(tmp_path):
     q = new_queue(tmp_path)
     q.enqueue(configs())
     changed = configs()
-    changed[1]["train"] = {"lr": 1e-3}
+    changed[1] = dataclasses.replace(changed[1], train={"lr": 1e-3})
     with pytest.raises(ValueError, match=r"g:tiny:rd_attnres:s0:1000 \(differs in train.lr\)"):
         q.enqueue(changed)
     assert len(q.runs()) == 6  # nothing half-added
-
-
-def write_grid(tmp_path, seeds="[0, 1]", name="g", extra="", corpus=None) -> Path:
-    if corpus is None:
-        corpus = tmp_path / "corpus.jsonl"
-        corpus.write_text('{"text": "hello"}\n')
-    p = tmp_path / f"{name}.toml"
-    p.write_text(GRID_TOML.format(name=name, corpus=corpus, seeds=seeds, extra=extra))
-    return p
 
 
 def test_queue_command_messages(tmp_path, capsys):
@@ -222,7 +133,7 @@ def test_queue_command_corpus_precedence(tmp_path, monkeypatch):
     (tmp_path / "mine.txt").write_text("text")
     assert cli(["queue", str(write_grid(tmp_path, name="h", corpus="x")), "--corpus", "mine.txt",
                 "--results", str(results)]) == 0
-    corpora = {r.grid: r.config["corpus"] for r in RunQueue.open(None, results).runs().values()}
+    corpora = {r.grid: r.config.corpus for r in RunQueue.open(None, results).runs().values()}
     assert corpora == {"g": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "h": str(tmp_path / "mine.txt")}
 
 
@@ -234,8 +145,8 @@ def test_worker_trains_every_run_once_in_queue_order(tmp_path):
     cfgs = configs()
     q.enqueue(cfgs)
     seen, lines = [], []
-    outcomes = work(q, lambda c, r: seen.append(c["run_id"]) or "done", tmp_path, log=lines.append)
-    assert seen == [c["run_id"] for c in cfgs]
+    outcomes = work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=lines.append)
+    assert seen == [c.run_id for c in cfgs]
     assert outcomes == Counter(done=6)
     assert lines[0] == "[0/6] start g:tiny:block_attnres:s0:1000 (on %s)" % Lease.here().worker
     assert lines[1].startswith("[1/6] done g:tiny:block_attnres:s0:1000 (")
@@ -266,7 +177,7 @@ def test_grid_filter(tmp_path):
     q.enqueue(configs(name="a", seeds=(0,)))
     q.enqueue(configs(name="b", seeds=(0,)))
     seen = []
-    work(q, lambda c, r: seen.append(c["grid"]) or "done", tmp_path, grid="b", log=quiet)
+    work(q, lambda c, r: seen.append(c.grid) or "done", tmp_path, grid="b", log=quiet)
     assert seen == ["b", "b", "b"]
     assert {g: dict(c) for g, c in q.counts().items()} == {
         "a": {"queued": 3, "running": 0, "done": 0, "diverged": 0, "failed": 0},
@@ -280,12 +191,12 @@ def test_failed_run_is_retried_then_stays_failed(tmp_path):
     calls, recorded, lines = [], [], []
 
     def train(config, results_dir):
-        calls.append(config["run_id"])
-        if config["variant"] == "rd_attnres":
+        calls.append(config.run_id)
+        if config.variant == "rd_attnres":
             raise RuntimeError("loss exploded into a stack trace")
         return "done"
 
-    out = work(q, train, tmp_path, on_failure=lambda c, r, e: recorded.append((c["run_id"], e)),
+    out = work(q, train, tmp_path, on_failure=lambda c, r, e: recorded.append((c.run_id, e)),
                log=lines.append)
     bad = "g:tiny:rd_attnres:s0:1000"
     assert calls.count(bad) == 1 + MAX_RETRIES == 3
@@ -310,8 +221,8 @@ def test_no_retries_and_returned_failed(tmp_path):
     recorded, calls = [], Counter()
 
     def train(config, results_dir):
-        calls[config["variant"]] += 1
-        return "failed" if config["variant"] == "fixed_v" else "done"
+        calls[config.variant] += 1
+        return "failed" if config.variant == "fixed_v" else "done"
 
     work(q, train, tmp_path, on_failure=lambda *a: recorded.append(a), max_retries=0, log=quiet)
     assert calls == {"block_attnres": 1, "rd_attnres": 1, "fixed_v": 1}
@@ -325,7 +236,7 @@ def test_interrupt_releases_the_run(tmp_path):
     calls = []
 
     def interrupted(config, results_dir):
-        calls.append(config["run_id"])
+        calls.append(config.run_id)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -335,7 +246,7 @@ def test_interrupt_releases_the_run(tmp_path):
     assert (state.state, state.attempt, state.pending) == ("queued", 2, False)
     # not counted as a failure; it goes back to its original place in the queue
     seen = []
-    work(q, lambda c, r: seen.append(c["run_id"]) or "done", tmp_path, max_retries=0, log=quiet)
+    work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, max_retries=0, log=quiet)
     assert seen[0] == first and len(seen) == 3
     assert q.runs()[first].state == "done"
 
@@ -346,8 +257,8 @@ def test_duplicate_trials_of_one_run_train_once(tmp_path):
     q.enqueue(cfgs)
     q._new_trial(cfgs[0], attempt=1, failures=0, reclaims=0, order=[0.0, 0])  # e.g. two `queue`s racing
     seen = []
-    work(q, lambda c, r: seen.append(c["run_id"]) or "done", tmp_path, log=quiet)
-    assert sorted(seen) == sorted(c["run_id"] for c in cfgs)
+    work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=quiet)
+    assert sorted(seen) == sorted(c.run_id for c in cfgs)
     endings = Counter(t.user_attrs.get("ending") for t in q.storage.get_all_trials(q.study_id))
     assert endings[None] == 3 and endings["duplicate"] == 1
 
@@ -413,7 +324,7 @@ def test_heartbeat_refreshes_the_lease(tmp_path):
 
     def train(config, results_dir):
         time.sleep(0.35)
-        beats.append(q.runs()[config["run_id"]].lease.beat)
+        beats.append(q.runs()[config.run_id].lease.beat)
         return "done"
 
     work(q, train, tmp_path, max_runs=1, beat_s=0.1, log=quiet)
@@ -440,7 +351,7 @@ def test_two_workers_finish_every_run_exactly_once(tmp_path):
         p.join(timeout=120)
         assert p.exitcode == 0
     lines = log.read_text().splitlines()
-    assert sorted(lines) == sorted(c["run_id"] for c in cfgs)  # one line per cell: no duplicate, none missing
+    assert sorted(lines) == sorted(c.run_id for c in cfgs)  # one line per cell: no duplicate, none missing
     assert len(lines) == 12
     assert Counter(r.state for r in q.runs().values()) == {"done": 12}
     # one COMPLETE trial per run, no discarded duplicates
@@ -453,7 +364,7 @@ def test_killed_worker_run_is_reclaimed_and_resumed(tmp_path):
     q = RunQueue.open(None, results, lease_timeout_s=1.0)
     cfgs = configs(seeds=(0,))
     q.enqueue(cfgs)
-    target = cfgs[0]["run_id"]
+    target = cfgs[0].run_id
     attempts = tmp_path / "attempts.txt"
     train = functools.partial(stub_block_first, str(attempts), target)
     p = mp.get_context("spawn").Process(target=worker_process, args=(str(results), train, 1.0))
@@ -472,213 +383,7 @@ def test_killed_worker_run_is_reclaimed_and_resumed(tmp_path):
     recs = [ln.split() for ln in attempts.read_text().splitlines()]
     assert [(r[0], r[1]) for r in recs] == [
         (target, "attempt=1"), (target, "attempt=2"),
-        (cfgs[1]["run_id"], "attempt=1"), (cfgs[2]["run_id"], "attempt=1")]
+        (cfgs[1].run_id, "attempt=1"), (cfgs[2].run_id, "attempt=1")]
     assert recs[0][2] == f"pid={p.pid}" and recs[1][2] == f"pid={os.getpid()}"
     state = q.runs()[target]
     assert (state.state, state.attempt) == ("done", 2)
-
-
-# ----------------------------------------------------------------------------- commands
-
-
-def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
-    results = tmp_path / "results"
-    RunQueue.open(None, results).enqueue(configs(seeds=(0,)))
-    calls = []
-    fake = types.ModuleType("harness.runner")
-
-    def train_run(config, results_dir, *, progress=True, accelerator="auto", devices=1, strategy="auto"):
-        calls.append(("train", config["run_id"], Path(results_dir)))
-        assert (accelerator, devices, strategy) == ("auto", 1, "auto")
-        if config["variant"] == "fixed_v":
-            raise ValueError("bad corpus")
-        return "done"
-
-    fake.train_run = train_run
-    fake.record_failure = lambda config, results_dir, error: calls.append(("fail", config["run_id"], error))
-    fake.finished_status = lambda config, results_dir: None
-    monkeypatch.setitem(sys.modules, "harness.runner", fake)
-    monkeypatch.setattr(harness, "runner", fake, raising=False)
-    assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
-    out = capsys.readouterr().out
-    assert [c[:2] for c in calls] == [("train", "g:tiny:block_attnres:s0:1000"), ("train", "g:tiny:rd_attnres:s0:1000"),
-                                      ("train", "g:tiny:fixed_v:s0:1000"), ("fail", "g:tiny:fixed_v:s0:1000")]
-    assert calls[0][2] == results and "ValueError: bad corpus" in calls[3][2]
-    assert "[3/3] failed g:tiny:fixed_v:s0:1000" in out and "no retries left" in out
-    assert "worker trained 3 runs: 2 done, 0 diverged, 1 failed" in out
-
-
-def test_sigterm_releases_the_run(tmp_path):
-    results = tmp_path / "results"
-    q = RunQueue.open(None, results)
-    q.enqueue(configs(seeds=(0,)))
-    started = tmp_path / "started"
-    p = mp.get_context("spawn").Process(target=blocking_cli_worker, args=(str(results), str(started)))
-    p.start()
-    deadline = time.time() + 60
-    while not started.exists():
-        assert time.time() < deadline and p.is_alive(), "worker never started the run"
-        time.sleep(0.05)
-    p.terminate()  # SIGTERM
-    p.join(timeout=60)
-    assert p.exitcode == 130  # the CLI's "interrupted"
-    rid = started.read_text()
-    state = q.runs()[rid]
-    assert (state.state, state.attempt, state.pending) == ("queued", 2, False)
-    (old,) = [t for t in q.storage.get_all_trials(q.study_id) if t.state == TrialState.FAIL]
-    assert old.user_attrs["ending"] == "released" and old.user_attrs["run_id"] == rid
-    assert q.reclaim_stale() == []  # nothing left running
-
-
-def test_work_command_default_retries_match_the_queue():
-    from harness.commands import work as work_cmd
-    from harness.queue import STORAGE_RETRY_S
-
-    assert work_cmd.MAX_RETRIES == MAX_RETRIES
-    assert work_cmd.STORAGE_RETRY_S == STORAGE_RETRY_S
-
-
-def test_status_command(tmp_path, capsys):
-    results = tmp_path / "results"
-    assert cli(["status", "--results", str(results)]) == 0
-    assert "no runs queued yet" in capsys.readouterr().out
-    q = RunQueue.open(None, results)
-    q.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
-    for wall in (10.0, 30.0):
-        q.complete(q.claim(), "done", value=3.0, wall_s=wall)
-    q.fail(q.claim(), "Traceback ...\nRuntimeError: boom", wall_s=1.0, max_retries=0)
-    q.claim()  # running, fresh lease held by this process
-    q.enqueue(configs(name="other", seeds=(0,)))
-    assert cli(["status", "--results", str(results)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["grid", "queued", "running", "done", "diverged", "failed", "total", "mean", "run", "ETA"]
-    # g: 2 done (mean 20 s), 1 failed, 1 running; 1 remaining x 20 s / 1 live worker
-    assert out[2].split() == ["g", "0", "1", "2", "0", "1", "4", "20", "s", "~20", "s"]
-    assert out[3].split()[:7] == ["other", "3", "0", "0", "0", "0", "3"]
-    assert out[3].endswith("? (no run finished yet)")
-    assert out[4] == f"live workers: 1 ({Lease.here().worker})"
-    assert out[5].startswith("failed runs: 1")
-    assert out[6] == "  g:tiny:block_attnres:s1:1000 (attempt 1): RuntimeError: boom"
-    assert cli(["status", "--results", str(results), "--grid", "nope"]) == 2
-    assert "grids there: g, other" in capsys.readouterr().err
-
-
-def test_run_config_is_stored_as_json(tmp_path):
-    q = new_queue(tmp_path)
-    cfgs = configs(seeds=(0,))
-    q.enqueue(cfgs)
-    (t, *_) = q.storage.get_all_trials(q.study_id)
-    assert json.loads(t.user_attrs["config"]) == cfgs[0]
-    assert t.user_attrs["run_id"] == cfgs[0]["run_id"] and t.state == TrialState.WAITING
-
-
-def test_queue_logic_is_storage_agnostic_on_rdb(tmp_path):
-    """The same queue on Optuna's RDB storage (PostgreSQL in production). SQLite stands in
-    here, in ONE process only: parse_storage refuses it for workers (see SQLITE_REFUSED)."""
-    import optuna
-
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'q.db'}")
-    q = RunQueue(storage, lease_timeout_s=50)
-    q.enqueue(configs(seeds=(0,)))
-    assert q.enqueue(configs(seeds=(0,))).added == []
-    claim = q.claim()
-    t = 3_000_000.0
-    storage.set_trial_user_attr(claim.trial_id, "lease", Lease("elsewhere", 7, t, t).to_dict())
-    assert [rid for rid, _ in q.reclaim_stale(now=t + 60)] == [claim.run_id]
-    assert q.complete(claim, "done", value=1.0, wall_s=1.0) is False  # reclaimed: finished trial
-    seen = []
-    work(q, lambda c, r: seen.append(c["run_id"]) or "done", tmp_path, log=quiet)
-    assert seen[0] == claim.run_id and len(seen) == 3
-    assert Counter(r.state for r in q.runs().values()) == {"done": 3}
-    assert q.runs()[claim.run_id].attempt == 2
-
-
-# ----------------------------------------------------------------------------- storage outages
-
-
-def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path):
-    """The journal's folder disappears mid-run (a shared filesystem hiccup) and comes back:
-    the worker retries (0.5 s, 1 s, ...) and finishes every run once."""
-    import threading
-
-    results = tmp_path / "results"
-    q = RunQueue.open(None, results)
-    q.enqueue(configs(seeds=(0,)))
-    away = tmp_path / "away"
-    seen, lines = [], []
-
-    def train(config, results_dir):
-        seen.append(config["run_id"])
-        if len(seen) == 1:
-            results.rename(away)  # gone while the run trains ...
-            threading.Timer(1.2, away.rename, args=(results,)).start()  # ... back 1.2 s later
-        return "done"
-
-    assert work(q, train, results, retry_s=30, log=lines.append) == Counter(done=3)
-    assert len(seen) == 3 == len(set(seen))
-    retries = [ln for ln in lines if " unreachable (" in ln]
-    assert retries[0].startswith(f"queue storage {results / 'queue.journal'} unreachable (FileNotFoundError: ")
-    assert [ln.rsplit("; ", 1)[1] for ln in retries[:2]] == ["retry 1 in 0.5 s", "retry 2 in 1 s"]
-    assert Counter(r.state for r in q.runs().values()) == {"done": 3}
-
-
-def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
-    from harness.queue import StorageUnavailable
-
-    results = tmp_path / "results"
-    q = RunQueue.open(None, results, lease_timeout_s=1.0)
-    q.enqueue(configs(seeds=(0,)))
-    away = tmp_path / "away"
-    first = "g:tiny:block_attnres:s0:1000"
-
-    def train(config, results_dir):
-        results.rename(away)  # the folder goes away while the first run trains, for longer than retry_s
-        return "done"
-
-    with pytest.raises(StorageUnavailable) as info:
-        work(q, train, results, retry_s=1.6, log=quiet)
-    import re
-
-    unreachable = f"queue storage {re.escape(str(results / 'queue.journal'))} unreachable"
-    assert re.fullmatch(rf"{unreachable}: gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: "
-                        r"\[Errno 2\] No such file or directory: .*\)", str(info.value))
-    away.rename(results)  # back: nothing lost; the run is still RUNNING under the stopped worker's lease
-    assert q.runs()[first].state == "running"
-    time.sleep(1.1)  # the lease (1 s) runs out
-    seen = []
-    assert work(q, lambda c, r: seen.append(c["run_id"]) or "done", results, log=quiet) == Counter(done=3)
-    assert seen[0] == first and len(seen) == 3
-
-    # `harness work`: the same outage is one line on stderr and exit 1
-    other = tmp_path / "other"
-    RunQueue.open(None, other).enqueue(configs(seeds=(1,)))
-    fake = types.ModuleType("harness.runner")
-
-    def gone(config, results_dir, **kw):
-        other.rename(tmp_path / "other-away")
-        return "done"
-
-    fake.train_run, fake.record_failure, fake.finished_status = gone, lambda *a: None, lambda c, r: None
-    monkeypatch.setitem(sys.modules, "harness.runner", fake)
-    monkeypatch.setattr(harness, "runner", fake, raising=False)
-    assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and re.fullmatch(
-        rf"harness work: error: queue storage {re.escape(str(other / 'queue.journal'))} unreachable: "
-        r"gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: .*\)", err[0])
-
-
-def test_retry_storage_passes_other_errors_at_once():
-    from harness.queue import retry_storage
-
-    calls = []
-
-    def bad():
-        calls.append(1)
-        raise ValueError("not an outage")
-
-    with pytest.raises(ValueError, match="not an outage"):
-        retry_storage(bad, where="x", retry_s=10, log=quiet)
-    assert calls == [1]
-    with pytest.raises(FileNotFoundError, match="no queue journal"):  # an answer, not an outage
-        RunQueue.open(None, Path("/nonexistent/results"), create=False, retry_s=10)

@@ -320,7 +320,8 @@ def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path
     from db.store import Store
     from db.validate import result_filename
     from harness import cli
-    from harness.queue import RunQueue
+    from harness.config import RunConfig
+    from harness.scheduling.queue import RunQueue
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     results = tmp_path / "results"
@@ -328,12 +329,12 @@ def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path
     store = Store(results)
     write_results(store, frames, only=stored)
     runs = frames["runs"].iter_rows(named=True)
-    configs = [{k: r[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
-               for r in runs]
-    configs.sort(key=lambda c: c["run_id"] in stored)  # the unfinished first: claimed first
+    configs = [RunConfig(**{k: r[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")},
+                         corpus=str(tmp_path / "corpus")) for r in runs]
+    configs.sort(key=lambda c: c.run_id in stored)  # the unfinished first: claimed first
     queue = RunQueue.open(None, results, log=lambda m: None)
     queue.enqueue(configs)
-    unreadable, running, not_written = (c["run_id"] for c in configs[:3])
+    unreadable, running, not_written = (c.run_id for c in configs[:3])
     for rid in (unreadable, running, not_written):
         claim = queue.claim()
         assert claim.run_id == rid

@@ -6,6 +6,7 @@ few seconds on 2 CPU cores. ``python -m pytest -q tests/test_runner.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,12 +17,13 @@ import pytest
 import torch
 
 from harness.cli import main as cli
+from harness.config import RunConfig, train_config
 from harness.data import prepare_corpus
-from harness.datamodule import TokenDataModule
-from harness.lit import LitLM, lr_multiplier
-from harness.config import train_config
+from harness.data.datamodule import TokenDataModule
 from harness.models import available_variants, build_model
-from harness.runner import RunInterrupted, make_run_config, train_run
+from harness.train import RunInterrupted, train_run
+from harness.train.lit import LitLM
+from harness.train.schedule import lr_multiplier
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 # 6 steps of 1,024 tokens, a 2,048-token validation set, a 512-token BPE vocabulary
@@ -45,7 +47,7 @@ def shared_cache(tmp_path_factory):
 
 
 def cfg(variant="rd_attnres", seed=0, budget=BUDGET, **train):
-    return make_run_config(variant, "tiny", seed, budget, str(SAMPLE), train={**TRAIN, **train})
+    return RunConfig.adhoc(variant, "tiny", seed, budget, str(SAMPLE), train={**TRAIN, **train})
 
 
 def final_rows(results: Path) -> list[tuple]:
@@ -217,7 +219,7 @@ def test_resume_with_a_different_config_is_refused(tmp_path):
     config = cfg(checkpoint_every_tokens=1024)
     with pytest.raises(RunInterrupted):
         train_run(config, tmp_path, progress=False, stop_after_tokens=2048)
-    changed = {**config, "train": {**config["train"], "lr": 1e-3}}
+    changed = dataclasses.replace(config, train={**config.train, "lr": 1e-3})
     with pytest.raises(ValueError, match=r"different config \(train.lr: 0.003 != 0.001\)"):
         train_run(changed, tmp_path, progress=False)
     assert train_run(config, tmp_path, progress=False) == "done"  # the same config resumes
@@ -312,3 +314,18 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
     step = int(out.split("after step ")[1].split(";")[0])
     ckpt = next(tmp_path.glob("checkpoints/*/last.ckpt"))
     assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == step
+
+
+def test_model_overrides_reach_the_model_and_the_final_metrics_are_what_evaluate_returned(tmp_path):
+    from harness.train.run import build, fit, record
+
+    config = RunConfig.create("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN, model={"block_size": 4})
+    run = build(config, tmp_path, progress=False)
+    assert run.lit.model.cfg.block_size == 4 and run.protocol["model"]["block_size"] == 4  # default: 2
+    fitted = fit(run)
+    rows = {r["name"]: r["value"] for r in run.lit.records if r["split"] == "val" and r["step"] == 6}
+    assert fitted.final["step"] == 6 and {k: fitted.final[k] for k in rows} == rows and set(rows) == {
+        "nll", "bpb", "ppl"}
+    assert record(run, fitted) == "done"
+    stored = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())["run"]["config"]
+    assert stored["model"] == {"block_size": 4} and stored["protocol"]["model"]["block_size"] == 4

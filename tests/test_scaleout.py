@@ -23,8 +23,9 @@ import chaos
 import services
 from conftest import CHAOS_CELLS
 from db.store import Store
-from harness.lease import Lease
-from harness.queue import RunQueue, postgres_driver
+from harness.scheduling.lease import Lease
+from harness.scheduling.queue import RunQueue
+from harness.scheduling.storage import postgres_driver
 
 
 def harness_run(*args, timeout=600):
@@ -133,7 +134,7 @@ def test_run_finished_but_not_reported_is_not_trained_again(tmp_path, chaos_refe
     reports the result and does not train the run a second time (found by the chaos run)."""
     import torch
 
-    from harness.runner import train_run
+    from harness.train import train_run
 
     grid = chaos.write_grid(tmp_path / "chaos.toml", 2)
     results = tmp_path / "results"

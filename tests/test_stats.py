@@ -25,9 +25,10 @@ from statsmodels.stats.descriptivestats import sign_test
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
+from harness.terms import config_diff
 from reports import decisions as dec
 from reports import paired
-from reports.pairing import ProtocolMismatchError, config_diff
+from reports.pairing import ProtocolMismatchError
 from reports.plan import AnalysisPlan
 from reports.power import contrast_effect, mde, power_at, seeds_needed
 from reports.stats import CSV_COLUMNS, analyze, describe
@@ -483,7 +484,8 @@ def test_protocol_mismatch_is_an_error_naming_fields():
 def test_config_diff_names_fields_and_skips_variant():
     a = json.dumps({"variant": "x", "train": {"lr": 1, "wd": 0}, "corpus": "c"})
     b = json.dumps({"variant": "y", "train": {"lr": 2, "wd": 0}, "extra": 1, "corpus": "c"})
-    assert config_diff(a, b) == ["extra: '<absent>' != 1", "train.lr: 1 != 2"]
+    assert config_diff(a, b, values=True, ignore=("variant", "role", "run_id")) == [
+        "extra: '<absent>' != 1", "train.lr: 1 != 2"]
 
 
 def test_divergence_table_and_lost_seeds():

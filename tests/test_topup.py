@@ -14,13 +14,14 @@ import pytest
 
 from db.store import Store
 from harness.cli import main as cli
-from harness.queue import RunQueue, work
+from harness.scheduling.queue import RunQueue
+from harness.scheduling.worker import work
 from reports import decisions as dec
 from reports.plan import AnalysisPlan
 from reports.stats import analyze
 from reports.synthetic import frames_from_values
 from reports.topup import CellSeeds, cell_open, describe, plan_topup
-from test_queue import write_grid  # tests/ is on sys.path under pytest (no package)
+from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
 LOOKS = (3, 5)
 EST = [-0.0100, -0.0110, -0.0105]  # treatment - parent: established at the first look (p ~ 4e-4 < 0.0114)
@@ -130,8 +131,9 @@ D_TP = {0: -0.010, 1: -0.004, 2: -0.007, 3: -0.009, 4: -0.006}
 D_CP = {0: -0.001, 1: 0.002, 2: 0.000, 3: -0.002, 4: 0.001}
 
 
-def stub_result(config: dict, results_dir: Path) -> tuple[str, float]:
+def stub_result(run_config, results_dir: Path) -> tuple[str, float]:
     """Write the designed result file of one run (real db.store.Store) instead of training."""
+    config = run_config.to_dict()
     seed, variant = config["seed"], config["variant"]
     nll = 3.5 + 0.01 * seed + {"rd_attnres": D_TP[seed], "fixed_v": D_CP[seed]}.get(variant, 0.0)
     run = {k: config[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
@@ -149,7 +151,7 @@ def _drain(results: Path) -> None:
 def _seeds(results: Path) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for r in RunQueue.open(None, results).runs("seq").values():
-        out.setdefault(r.config["variant"], []).append(r.config["seed"])
+        out.setdefault(r.config.variant, []).append(r.config.seed)
     return {v: sorted(s) for v, s in out.items()}
 
 
@@ -177,10 +179,10 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
     assert "queued seed(s) 3 4 for 4 variants (8 runs)" in out and "queued 8 runs in" in out
     assert _seeds(results) == {v: [0, 1, 2, 3, 4] for v in ("block_attnres", "rd_attnres", "fixed_v",
                                                               "dup_route_tied")}
-    new = next(r.config for r in RunQueue.open(None, results).runs("seq").values()
-               if r.config["seed"] == 4 and r.config["variant"] == "fixed_v")
-    old = next(r.config for r in RunQueue.open(None, results).runs("seq").values()
-               if r.config["seed"] == 0 and r.config["variant"] == "fixed_v")
+    new = next(r.config.to_dict() for r in RunQueue.open(None, results).runs("seq").values()
+               if r.config.seed == 4 and r.config.variant == "fixed_v")
+    old = next(r.config.to_dict() for r in RunQueue.open(None, results).runs("seq").values()
+               if r.config.seed == 0 and r.config.variant == "fixed_v")
     assert new["run_id"] == "seq:tiny:fixed_v:s4:1000" and {**old, "seed": 4, "run_id": new["run_id"]} == new
 
     assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0  # idempotent: waiting for workers

@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.grid import load_grid
-from harness.runner import train_run
+from harness.scheduling.grid import load_grid
+from harness.train import train_run
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 GRID = """
@@ -84,7 +84,7 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     assert n_runs == (2, 2) and len(rows) == 2
 
     # the same cell trained without interruption gives the same final NLL, bit for bit
-    cell = next(c for c in load_grid(grid).expand() if c["variant"] == "block_attnres")
+    cell = next(c for c in load_grid(grid).expand() if c.variant == "block_attnres")
     import torch
 
     torch.set_num_threads(1)
@@ -92,4 +92,4 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     con = duckdb.connect(str(tmp_path / "clean" / "harness.duckdb"), read_only=True)
     clean = con.execute("select run_id, val_nll from final").fetchall()
     con.close()
-    assert dict(rows)[cell["run_id"]] == clean[0][1]
+    assert dict(rows)[cell.run_id] == clean[0][1]

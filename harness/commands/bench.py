@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from db.store import Store, StoreLockedError
     from harness.bench import BenchConfig, bench_rows, format_report, run_bench, write_json
-    from harness.runner import cache_dir
+    from harness.data import cache_dir
 
     cfg = BenchConfig(
         size=args.size, variants=tuple(args.variant or ()), compile=args.compile, steps=args.steps,

@@ -67,7 +67,7 @@ def _shape(grid):
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.grid import load_grid
+    from harness.scheduling.grid import load_grid
     from reports.planning import plan_rows, render_plan, throughput
 
     if args.pilot is not None and args.sd is not None:

@@ -30,7 +30,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.grid import check_corpus, check_plan_unchanged, load_grid
+from harness.scheduling.grid import check_corpus, check_plan_unchanged, load_grid
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     grid = load_grid(args.grid)
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         corpus, source = grid.corpus, f"key 'corpus' of {args.grid}"
     configs = grid.expand(corpus=corpus)
-    check_corpus(configs[0]["corpus"], source=source)
+    check_corpus(configs[0].corpus, source=source)
 
     queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
                           log=lambda msg: print(msg, file=sys.stderr))
@@ -73,10 +74,10 @@ def main(args: argparse.Namespace) -> int:
         if result.present:
             msg += f" ({len(result.present)} already queued or done)"
         print(f"{msg} in {where}")
-        print(f"corpus: {configs[0]['corpus']}")
+        print(f"corpus: {configs[0].corpus}")
         import shlex
 
-        from harness.cli import default_results
+        from harness.files import default_results
 
         hint = "next: harness work"
         if args.results != default_results():

@@ -51,7 +51,8 @@ def _queue_view(args: argparse.Namespace):
 
     import optuna
 
-    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
     from reports.progress import QueuedRun
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -66,8 +67,8 @@ def _queue_view(args: argparse.Namespace):
         return None, f"queue unreachable: {exc}"
     if not runs:
         return None, f"no runs of grid {args.grid!r} in the queue at {where}"
-    return {rid: QueuedRun(r.state, r.config.get("variant"), r.config.get("role"), r.config.get("seed"),
-                           r.config.get("size"), r.config.get("budget_tokens"), r.error)
+    return {rid: QueuedRun(r.state, r.config.variant, r.config.role, r.config.seed, r.config.size,
+                           r.config.budget_tokens, r.error)
             for rid, r in runs.items()}, f"read from {where}"
 
 

@@ -24,6 +24,7 @@ import os
 import torch
 
 from harness.config import SIZES
+from harness.terms import ROLES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default=os.environ.get("HARNESS_CORPUS"),
                    help="corpus: file, directory, glob or hf:OWNER/NAME:CONFIG (default: $HARNESS_CORPUS)")
     p.add_argument("--grid", default="adhoc", help="grid name stored with the run (default: adhoc)")
-    p.add_argument("--role", choices=["parent", "treatment", "control", "reference"],
+    p.add_argument("--role", choices=list(ROLES),
                    help="role stored with the run (default: the variant spec's role)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000")
@@ -85,7 +86,8 @@ def main(args: argparse.Namespace) -> int:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from db.store import Store
-    from harness.runner import RunInterrupted, make_run_config, train_run
+    from harness.config import RunConfig
+    from harness.train import RunInterrupted, train_run
 
     if not args.corpus:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
@@ -99,22 +101,22 @@ def main(args: argparse.Namespace) -> int:
     corpus = args.corpus
     if not corpus.startswith("hf:"):
         corpus = os.path.abspath(corpus)
-    config = make_run_config(args.variant, args.size, args.seed, args.budget_tokens, corpus,
+    config = RunConfig.adhoc(args.variant, args.size, args.seed, args.budget_tokens, corpus,
                              grid=args.grid, role=args.role, train=parse_overrides(args.set))
-    done = Store(args.results).result_path(config["run_id"])
+    done = Store(args.results).result_path(config.run_id)
     if done.exists() and not args.force:
         previous = Store(args.results).read_result(done)["run"]
         if previous.get("status") == "done" and previous.get("config", {}).get("corpus") == corpus:
-            print(f"{config['run_id']}: already done in {args.results} (use --force to train it again)")
+            print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
     try:
         status = train_run(config, args.results, progress=not args.quiet, accelerator=args.accelerator,
                            devices=devices, strategy=args.strategy, num_nodes=args.num_nodes,
                            stop_after_tokens=args.stop_after_tokens)
     except RunInterrupted as exc:
-        print(f"{config['run_id']}: {exc}; run the same command again to resume")
+        print(f"{config.run_id}: {exc}; run the same command again to resume")
         return 0 if args.stop_after_tokens else 130
     except MisconfigurationException as exc:  # e.g. --accelerator gpu on a machine without one
         raise ValueError(str(exc)) from None
-    print(f"{config['run_id']}: {status}")
+    print(f"{config.run_id}: {status}")
     return 0

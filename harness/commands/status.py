@@ -16,9 +16,11 @@ import argparse
 import sys
 import time
 
-from harness.lease import LEASE_TIMEOUT_S
+from harness.scheduling.lease import LEASE_TIMEOUT_S
+from harness.terms import FINISHED
 
-COLUMNS = ("queued", "running", "done", "diverged", "failed")
+# display order: waiting, training, finished (done, diverged), failed
+COLUMNS = ("queued", "running", *FINISHED, "failed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +40,10 @@ def _last_line(text: str | None) -> str:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.lease import stale_reason
-    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage, fmt_duration
+    from harness.scheduling.lease import stale_reason
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.worker import fmt_duration
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = describe_storage(args.storage, args.results)
@@ -68,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     rows = []
     for name, rs in grids.items():
         counts = {c: sum(r.state == c for r in rs) for c in COLUMNS}
-        walls = [r.wall_s for r in rs if r.state in ("done", "diverged") and r.wall_s is not None]
+        walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
         remaining = counts["queued"] + counts["running"]
         if remaining == 0:

@@ -39,7 +39,7 @@ def _held(queued: dict) -> dict:
     by_cell: dict = {}
     for r in queued.values():
         c = r.config
-        by_cell.setdefault((c["size"], c["budget_tokens"]), []).append((c["variant"], c["role"], c["seed"], r.state))
+        by_cell.setdefault((c.size, c.budget_tokens), []).append((c.variant, c.role, c.seed, r.state))
     out = {}
     for cell, rows in by_cell.items():
         variants = tuple(dict.fromkeys(v for v, _, _, _ in rows))
@@ -51,22 +51,23 @@ def _held(queued: dict) -> dict:
     return out
 
 
-def _configs(queued: dict, grid: str, plans) -> list[dict]:
+def _configs(queued: dict, grid: str, plans) -> list:
     """Run configs of the new seeds: each a copy of a queued run's config of the same cell and
-    variant with the seed and run id replaced (harness.grid.run_id)."""
-    from harness.grid import run_id
+    variant with the seed and run id replaced (:func:`harness.terms.run_id`)."""
+    import dataclasses
+
+    from harness.terms import run_id
 
     template = {}
     for r in queued.values():
         c = r.config
-        template.setdefault((c["size"], c["budget_tokens"], c["variant"]), c)
+        template.setdefault((c.size, c.budget_tokens, c.variant), c)
     out = []
     for t in plans:
         for seed in t.new_seeds:
             for v in t.variants:
-                c = dict(template[(t.size, t.budget_tokens, v)], seed=seed)
-                c["run_id"] = run_id(grid, t.size, v, seed, t.budget_tokens)
-                out.append(c)
+                out.append(dataclasses.replace(template[(t.size, t.budget_tokens, v)], seed=seed,
+                                               run_id=run_id(grid, t.size, v, seed, t.budget_tokens)))
     return out
 
 
@@ -74,7 +75,8 @@ def main(args: argparse.Namespace) -> int:
     import optuna
 
     from db.store import Store
-    from harness.queue import COMMAND_RETRY_S, RunQueue, describe_storage
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
     from reports.build import compute_stats, load_frames
     from reports.topup import describe, plan_topup
 

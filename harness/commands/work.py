@@ -24,14 +24,10 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 
-from harness.lease import BEAT_S, LEASE_TIMEOUT_S
-
-# Equal to harness.queue.MAX_RETRIES and STORAGE_RETRY_S (a test checks); not imported so
-# that building the parser (`harness --help`) does not load Optuna.
-MAX_RETRIES = 2
-STORAGE_RETRY_S = 60.0
+from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
+from harness.scheduling.storage import STORAGE_RETRY_S
+from harness.scheduling.worker import MAX_RETRIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,50 +61,37 @@ def _sigterm(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
 
-def _train_unless_finished(runner, config: dict, results_dir, *, progress: bool, **trainer_kwargs) -> str:
-    """``runner.train_run``, unless an earlier attempt already wrote this run's finished result
-    (its worker died before telling the queue): then that result's status, without training."""
-    status = runner.finished_status(config, results_dir)
-    if status is None:
-        return runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
-    if progress:
-        print(f"{config['run_id']}: already {status} (its result file was written by an earlier attempt "
-              "whose worker stopped before telling the queue); not trained again", file=sys.stderr, flush=True)
-    return status
-
-
 def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
-    """Run the worker loop; ``train_fn``/``on_failure`` default to :mod:`harness.runner`'s."""
-    import optuna
+    """Run the worker loop (:func:`harness.scheduling.worker.work`); ``train_fn``/``on_failure``
+    default to :func:`~harness.scheduling.worker.train_unless_finished` and
+    :func:`~harness.scheduling.worker.record_failure`."""
+    import functools
 
-    from harness.queue import RunQueue, work
+    import optuna
+    import torch
+
+    from harness.scheduling import worker
+    from harness.scheduling.queue import RunQueue
 
     if args.retries < 0:
         raise ValueError(f"--retries {args.retries} must be >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if train_fn is None or on_failure is None:
-        import functools
-
-        import torch
-
-        from harness import runner  # lazy: torch and the trainer load only when training
-
+    if train_fn is None:
         if args.threads:
             torch.set_num_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
-        train_fn = train_fn or functools.partial(
-            _train_unless_finished, runner, progress=not args.quiet, accelerator=args.accelerator,
-            devices=devices, strategy=args.strategy)
-        on_failure = on_failure or runner.record_failure
+        train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
+                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy)
+    on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
     queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
     beat_s = min(BEAT_S, args.lease_s / 4)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        outcomes = work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
-                        max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                        max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s)
+        outcomes = worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
+                               max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
+                               max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s)
     finally:
         signal.signal(signal.SIGTERM, previous)
     n = sum(outcomes.values())

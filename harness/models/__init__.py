@@ -14,7 +14,7 @@ import functools
 
 from torch import nn
 
-from harness.config import derive
+from harness.models.config import derive
 from harness.models.diagnostics import RoutingDiagnostics, js_divergence, routing_diagnostics
 from harness.models.gpt import DepthRoutedLM
 from harness.models.init import init_weights
@@ -57,7 +57,7 @@ def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides
         variant: a variant name (see :func:`available_variants`) or a :class:`VariantSpec`.
         size: a size preset (``tiny``, ``small``, ``120m``, ``343m``).
         seed: initialisation seed; parameters are drawn per name (DESIGN section 4).
-        **overrides: :class:`~harness.config.ModelConfig` fields, e.g. ``vocab_size``.
+        **overrides: :class:`~harness.models.config.ModelConfig` fields, e.g. ``vocab_size``.
 
     Returns:
         A :class:`DepthRoutedLM` in float32 on the CPU: tokens ``[B, T]`` int64 ->

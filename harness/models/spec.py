@@ -46,11 +46,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.terms import ROLES
+
 RESIDUALS = ("prenorm", "full", "block")
 SITE_ROLES = {"attn": ("q", "k", "v"), "mlp": ("mlp",), "out": ("out",)}
 DEFAULT_QUERY = {"attn": "w_qk", "mlp": "w_mlp", "out": "w_out"}
 DEFAULT_ROUTE = {"attn": "qk", "mlp": "mlp", "out": "out"}
-ROLES = ("parent", "treatment", "control", "reference")
 
 
 @dataclass(frozen=True)
@@ -297,8 +298,8 @@ def load_spec_file(path: str | os.PathLike) -> VariantSpec:
 def spec_dirs() -> list[Path]:
     """Folders searched for specs: built-ins, the ``controls`` package folder, ``$HARNESS_SPEC_PATH``.
 
-    The ``controls`` folder is located without importing it: specs are data, and the
-    dependency runs controls -> harness.models, never the reverse.
+    The ``controls`` folder is located without importing it: specs are data, and
+    ``harness.models`` depends on nothing outside itself.
     """
     dirs = [Path(__file__).with_name("specs")]
     found = importlib.util.find_spec("controls")

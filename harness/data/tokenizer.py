@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from harness.corpus import OptionalDependencyError, corpus_fingerprint
+from harness.data.corpus import OptionalDependencyError, corpus_fingerprint
+from harness.files import atomic_write
 
 EOS_TOKEN = "<|endoftext|>"
 #: Special token plus the 256 single-byte tokens: the smallest byte-level BPE vocabulary.
@@ -220,16 +219,7 @@ def train_bpe(texts: Sequence[str], vocab_size: int, *, cache_dir: Path | None =
         return BPETokenizer.from_file(path)
     json_str = _bpe_json(texts, vocab_size)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write-then-rename: a concurrent reader sees either no file or the whole file.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json_str)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, json_str)  # a concurrent reader sees either no file or the whole file
     return BPETokenizer(json_str)
 
 

@@ -10,7 +10,9 @@ when it reopens a version folder).
 
 Validation (:meth:`LitLM.evaluate`) runs over the fixed validation windows: NLL in
 nats/token, bits-per-byte = sum NLL / (ln 2 * bytes of the predicted tokens), perplexity
-= exp(NLL), plus the routing diagnostics of DESIGN section 3 on the same windows.
+= exp(NLL), plus the routing diagnostics of DESIGN section 3 on the same windows. The
+latest evaluation's numbers are kept in :attr:`LitLM.last_eval` (and in checkpoints): a
+run's final metrics are read from there, not from the metric rows.
 
 A non-finite loss or gradient norm ends the run as ``diverged`` (step and tokens kept):
 the step is skipped and the trainer is asked to stop; nothing raises.
@@ -28,28 +30,7 @@ import torch.nn.functional as F
 
 from harness.config import TrainConfig
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
-
-
-def lr_multiplier(step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
-    """LR multiplier at optimiser step ``step`` (0-based), in ``[min_lr_ratio, 1]`` after warmup.
-
-    Warmup: linear from 1/warmup to 1. ``cosine``: half cosine from 1 to ``min_lr_ratio``
-    over the remaining steps (Loshchilov & Hutter 2017, SGDR eq. 5). ``wsd``: constant,
-    then linear decay to ``min_lr_ratio`` over the last ``decay_frac`` of the steps
-    (warmup-stable-decay; Hu et al. 2024, MiniCPM, section 4).
-    """
-    if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    lo = cfg.min_lr_ratio
-    if cfg.schedule == "cosine":
-        span = max(1, total_steps - warmup_steps)
-        progress = min(1.0, (step - warmup_steps) / span)
-        return lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * progress))
-    decay_steps = max(1, int(round(cfg.decay_frac * total_steps)))
-    start = total_steps - decay_steps
-    if step < start:
-        return 1.0
-    return 1 - (1 - lo) * min(1.0, (step - start + 1) / decay_steps)
+from harness.train.schedule import lr_multiplier, warmup_steps
 
 
 class LitLM(L.LightningModule):
@@ -72,9 +53,7 @@ class LitLM(L.LightningModule):
         self.cfg = cfg
         self.total_steps = total_steps
         self.batch_tokens = batch_tokens
-        self.warmup_steps = (
-            cfg.warmup_tokens // batch_tokens if cfg.warmup_tokens else max(1, round(0.05 * total_steps))
-        )
+        self.warmup_steps = warmup_steps(cfg, total_steps, batch_tokens)
         self.register_buffer("token_bytes", token_bytes.to(torch.int64), persistent=False)
         self.log_every = max(1, log_every)
         self.records: list[dict] = []
@@ -84,6 +63,7 @@ class LitLM(L.LightningModule):
         # the routing parameters as built (before any checkpoint is loaded): their initial values
         self._route_init = route_param_snapshot(model)
         self.diverged: dict | None = None
+        self.last_eval: dict | None = None  # {"step", "nll", "bpb", "ppl", "tokens", "bytes"} of the latest evaluate
         self._compiled = None
         self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds
         self.t_process_start = time.perf_counter()
@@ -146,7 +126,8 @@ class LitLM(L.LightningModule):
 
     def record_train_step(self) -> None:
         """Record train loss, lr, grad norm and tokens/s every ``log_every`` steps (and at the
-        last step). Called by the runner's callback before it evaluates or checkpoints."""
+        last step). Called by :class:`~harness.train.progress.RunCallback` before it
+        evaluates or checkpoints."""
         step = int(self.global_step)
         if step % self.log_every == 0 or step == self.total_steps:
             now = time.perf_counter()
@@ -176,6 +157,10 @@ class LitLM(L.LightningModule):
         ``pair_rows`` and ``param_rows``. Under DDP
         every rank evaluates the whole fixed set (the data module gives each rank all
         windows), so every rank returns the same, global numbers.
+
+        Returns:
+            ``{"nll": nats/token, "bpb": bits/byte, "ppl": perplexity, "tokens": predicted
+            tokens, "bytes": their UTF-8 bytes}``; also kept, with ``"step"``, in :attr:`last_eval`.
         """
         was_training = self.model.training
         self.model.eval()
@@ -198,6 +183,7 @@ class LitLM(L.LightningModule):
                "tokens": int(n_tok), "bytes": int(n_bytes)}
         for name in ("nll", "bpb", "ppl"):
             self._record("val", name, out[name])
+        self.last_eval = {"step": int(self.global_step), **out}
         diagnostics = acc.result()
         self.routing_rows.extend(diagnostics.rows(tokens=self.tokens_seen))
         self.pair_rows.extend(diagnostics.pair_rows(tokens=self.tokens_seen))
@@ -209,7 +195,7 @@ class LitLM(L.LightningModule):
         wall_s = self.wall_s_before + time.perf_counter() - self.t_process_start
         checkpoint["harness"] = {"records": self.records, "routing_rows": self.routing_rows,
                                  "pair_rows": self.pair_rows, "param_rows": self.param_rows,
-                                 "diverged": self.diverged, "wall_s": wall_s}
+                                 "diverged": self.diverged, "last_eval": self.last_eval, "wall_s": wall_s}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("harness", {})
@@ -218,5 +204,6 @@ class LitLM(L.LightningModule):
         self.pair_rows = list(state.get("pair_rows", []))
         self.param_rows = list(state.get("param_rows", []))
         self.diverged = state.get("diverged")
+        self.last_eval = state.get("last_eval")
         self.wall_s_before = float(state.get("wall_s", 0.0))
 

@@ -1,4 +1,4 @@
-"""The frozen, paired protocol (DESIGN section 4): run identity, protocol hash, code version.
+"""The frozen, paired protocol (DESIGN section 4): the protocol hash and the code version.
 
 A *protocol* is everything that must match for two runs to be paired: data (corpus
 fingerprint, tokenizer, split), size preset and model shape, optimiser and schedule,
@@ -12,43 +12,41 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from harness.config import ModelConfig, TrainConfig
+from harness.config import ModelConfig, RunConfig
 
 PROTOCOL_VERSION = 1
 # Execution details that do not change what is computed (or only through kernel choice).
 NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens")
 
 
-def run_id_for(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
-    """Stable, readable run id: ``grid:size:variant:s<seed>:<budget_tokens>``."""
-    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
+def protocol_dict(config: RunConfig, *, data_meta: dict, model: ModelConfig, eval_windows: int,
+                  precision: str) -> dict:
+    """The protocol of a run as a JSON-able dict (see the module docstring).
 
-
-def safe_name(run_id: str) -> str:
-    """A file-system-safe folder name for ``run_id`` (readable part + short hash, no collisions)."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:120]
-    return f"{readable}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
-
-
-def protocol_dict(*, data_meta: dict, size: str, model: ModelConfig, train: TrainConfig,
-                  budget_tokens: int, eval_windows: int, precision: str) -> dict:
-    """The protocol of a run as a JSON-able dict (see module docstring)."""
+    Args:
+        config: the run (its size, training settings and budget enter; its variant, seed,
+            role, grid and analysis plan do not).
+        data_meta: :attr:`harness.data.PreparedCorpus.protocol_meta` (what the text is).
+        model: the built model's :class:`~harness.config.ModelConfig`.
+        eval_windows: validation windows of ``model.context + 1`` tokens.
+        precision: the concrete Lightning precision (``auto`` resolved).
+    """
+    train = config.train_config()
     train_fields = {k: v for k, v in train.to_dict().items() if k not in NON_PROTOCOL_TRAIN_FIELDS}
     train_fields["precision"] = precision  # resolved ('auto' -> the real one)
     return {
         "version": PROTOCOL_VERSION,
         "data": data_meta,
-        "size": size,
+        "size": config.size,
         "model": asdict(model),
         "train": train_fields,
-        "budget_tokens": int(budget_tokens),
+        "budget_tokens": int(config.budget_tokens),
         "eval": {"windows": int(eval_windows), "context": model.context},
         "torch": torch.__version__.split("+")[0],
     }
@@ -64,7 +62,7 @@ def protocol_hash(protocol: dict) -> str:
 def code_version() -> str:
     """Git commit of the harness source tree, with ``-dirty`` if tracked files changed
     (``unknown`` outside a git checkout)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the repository (harness/train/protocol.py)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, check=True, timeout=10).stdout.strip()

@@ -50,16 +50,10 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from harness.config import SIZES, TrainConfig, train_config
+from harness.config import SIZES, RunConfig, TrainConfig, train_config
+from harness.models import available_variants
+from harness.terms import NAME_RE, ROLES
 from reports.plan import AnalysisPlan, parse_plan, plan_diff
-
-ROLES = ("parent", "treatment", "control", "reference")
-
-# Used when harness.models does not (yet) offer available_variants().
-FALLBACK_VARIANTS = (
-    "prenorm", "full_attnres", "block_attnres", "rd_attnres",
-    "param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam",
-)
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
 GRID_KEYS = {
@@ -77,41 +71,7 @@ GRID_KEYS = {
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
-
-
-def available_variants() -> tuple[str, ...]:
-    """Variant names a grid may use.
-
-    ``harness.models.available_variants()`` when that function exists, else
-    :data:`FALLBACK_VARIANTS`.
-    """
-    try:
-        import harness.models as models
-
-        names = models.available_variants()
-    except (ImportError, AttributeError):
-        return FALLBACK_VARIANTS
-    return tuple(names)
-
-
-def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
-    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``."""
-    return f"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"
-
-
-def config_diff(old: dict, new: dict, *, values: bool = False, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two (nested) run configs, recursively;
-    with ``values``, each as ``"train.lr: 0.001 != 0.003"``."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += config_diff(a, b, values=values, prefix=f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} != {b!r}" if values else f"{prefix}{key}")
-    return out
 
 
 def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
@@ -203,7 +163,7 @@ class Grid:
                             out.append(Cell(size, budget, variant, role, seed))
         return out
 
-    def expand(self, corpus: str | None = None, cwd: str | os.PathLike | None = None) -> list[dict]:
+    def expand(self, corpus: str | None = None, cwd: str | os.PathLike | None = None) -> list[RunConfig]:
         """Run configs, one per cell (see :meth:`cells` for the order).
 
         Args:
@@ -211,26 +171,18 @@ class Grid:
             cwd: folder a relative corpus is resolved against (default: current directory).
 
         Returns:
-            dicts ``{run_id, grid, variant, role, size, seed, budget_tokens, corpus, train,
-            analysis}`` with ``corpus`` absolute (or an ``hf:`` spec), ``train`` the overrides
-            only and ``analysis`` the plan (:meth:`reports.plan.AnalysisPlan.as_config`).
+            :class:`~harness.config.RunConfig` s with ``corpus`` absolute (or an ``hf:``
+            spec), ``train`` the grid's overrides only and ``analysis`` the plan
+            (:meth:`reports.plan.AnalysisPlan.as_config`).
+
+        Raises:
+            ValueError: a variant whose head groups cannot split a size's heads.
         """
         resolved = resolve_corpus(corpus if corpus is not None else self.corpus, cwd)
-        return [
-            {
-                "run_id": run_id(self.name, c.size, c.variant, c.seed, c.budget_tokens),
-                "grid": self.name,
-                "variant": c.variant,
-                "role": c.role,
-                "size": c.size,
-                "seed": c.seed,
-                "budget_tokens": c.budget_tokens,
-                "corpus": resolved,
-                "train": dict(self.train),
-                "analysis": self.analysis.as_config(),
-            }
-            for c in self.cells()
-        ]
+        analysis = self.analysis.as_config()
+        return [RunConfig.create(c.variant, c.size, c.seed, c.budget_tokens, resolved, grid=self.name, role=c.role,
+                                 train=self.train, analysis=analysis)
+                for c in self.cells()]
 
 
 # ----------------------------------------------------------------------------- loading
@@ -331,7 +283,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     )
 
 
-def check_plan_unchanged(grid: Grid, queued: dict[str, dict]) -> None:
+def check_plan_unchanged(grid: Grid, queued: dict[str, RunConfig]) -> None:
     """Refuse a grid whose analysis plan differs from the one its queued runs carry.
 
     The plan is fixed before the runs (DESIGN section 6): once any run of the grid is in
@@ -348,11 +300,11 @@ def check_plan_unchanged(grid: Grid, queued: dict[str, dict]) -> None:
     """
     new = grid.analysis.as_config()
     for run, config in sorted(queued.items()):
-        if config.get("grid") != grid.name:
+        if config.grid != grid.name:
             continue
-        diff = plan_diff(config.get("analysis"), new)
+        diff = plan_diff(config.analysis, new)
         if diff:
-            n = sum(c.get("grid") == grid.name for c in queued.values())
+            n = sum(c.grid == grid.name for c in queued.values())
             raise ValueError(
                 f"grid {grid.name!r}: {diff[0].split(':')[0]} changed after its runs were queued "
                 f"({'; '.join(diff)}; first run {run}, {n} run(s) queued); the analysis plan is fixed "
@@ -463,6 +415,6 @@ def _check_train(train: dict, sizes: tuple[str, ...], where: str) -> None:
 
 
 __all__ = [
-    "ROLES", "FALLBACK_VARIANTS", "GRID_KEYS", "available_variants", "run_id", "resolve_corpus",
-    "check_corpus", "Cell", "Grid", "load_grid", "parse_grid", "check_plan_unchanged",
+    "GRID_KEYS", "REQUIRED_KEYS", "resolve_corpus", "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
+    "check_plan_unchanged",
 ]

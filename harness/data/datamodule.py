@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from harness.data import PreparedCorpus
+from harness.data.prepare import PreparedCorpus
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

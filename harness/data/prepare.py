@@ -12,7 +12,7 @@
 The directory name is a content hash of (corpus fingerprint, split fraction, tokenizer,
 vocabulary size, format version), so a prepared corpus is reused whatever path named the
 corpus. It is built in a temporary sibling directory and renamed into place (atomic on
-POSIX), under an advisory file lock, so concurrent workers never see half-written files
+POSIX), under a file lock (``filelock.FileLock``), so concurrent workers never see half-written files
 and only one of them does the work.
 
 ``meta`` (what goes into a run's protocol hash) records, per split, the sha256 of the token
@@ -24,7 +24,6 @@ the text came from rather than what it is.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -34,9 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
-from harness.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
-from harness.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
+from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
+from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
+from harness.files import atomic_write, fsync_dir, fsync_file
 
 #: Bump when the on-disk layout or its meaning changes; old cache entries are then ignored.
 FORMAT_VERSION = 1
@@ -52,7 +53,7 @@ class PreparedCorpus:
         dir: the prepared directory.
         vocab_size: number of token ids V of the tokenizer (model vocabulary must be >= V).
         dtype: numpy dtype name of the token files (``uint16`` or ``uint32``).
-        fingerprint: corpus fingerprint, :func:`harness.corpus.corpus_fingerprint`.
+        fingerprint: corpus fingerprint, :func:`harness.data.corpus.corpus_fingerprint`.
         meta: metadata dict (``meta.json`` plus the caller's ``corpus`` spec and ``max_docs``).
     """
 
@@ -115,21 +116,21 @@ def prepare_corpus(
     """Read, split, tokenize and store a corpus, or reuse the stored copy.
 
     Args:
-        corpus: corpus spec (:mod:`harness.corpus`): file, directory, glob or ``hf:...``.
+        corpus: corpus spec (:mod:`harness.data.corpus`): file, directory, glob or ``hf:...``.
         cache_dir: root of the cache (``corpora/``, ``tokenizers/`` and ``hub/`` below it).
         vocab_size: BPE vocabulary size to train (>= 257); ignored for ``gpt2`` (V = 50257).
         tokenizer: ``bpe`` (trained on the training split only) or ``gpt2`` (tiktoken).
         val_fraction: expected fraction of documents held out for validation, in (0, 1).
         max_docs: use only the first ``max_docs`` non-empty documents (hub default:
-            :data:`harness.corpus.HUB_DEFAULT_MAX_DOCS`).
+            :data:`harness.data.corpus.HUB_DEFAULT_MAX_DOCS`).
 
     Returns:
         The :class:`PreparedCorpus`.
 
     Raises:
         FileNotFoundError, ValueError, OptionalDependencyError: see
-            :func:`harness.corpus.read_documents`, :func:`harness.corpus.split_documents`
-            and :mod:`harness.tokenizer`; also an unknown ``tokenizer``.
+            :func:`harness.data.corpus.read_documents`, :func:`harness.data.corpus.split_documents`
+            and :mod:`harness.data.tokenizer`; also an unknown ``tokenizer``.
     """
     if tokenizer not in TOKENIZER_NAMES:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
@@ -150,20 +151,25 @@ def prepare_corpus(
     docs = read_documents(corpus, max_docs=max_docs)
     fingerprint = corpus_fingerprint(docs)
     if hub_index is not None:
-        _write_atomic(hub_index, json.dumps({"corpus": corpus, "fingerprint": fingerprint}))
+        atomic_write(hub_index, json.dumps({"corpus": corpus, "fingerprint": fingerprint}))
     final = _prepared_dir(cache_dir, fingerprint, val_fraction, tokenizer, vocab_size)
     if (final / "meta.json").is_file():
         return _load(final, caller)
 
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(final.with_name(final.name + ".lock")):
+    # the lock only keeps concurrent workers from tokenizing one corpus twice; correctness
+    # never depends on it (the rename is atomic)
+    with FileLock(final.with_name(final.name + ".lock")):
         if (final / "meta.json").is_file():  # another worker finished while we waited
             return _load(final, caller)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
         try:
             _build(tmp, docs, fingerprint, cache_dir, vocab_size, tokenizer, val_fraction)
+            for path in tmp.iterdir():  # the data is on disk before the folder gets its name
+                fsync_file(path)
             try:
                 os.rename(tmp, final)
+                fsync_dir(final.parent)
             except OSError:
                 # Without a working lock another worker may have renamed its copy first;
                 # the content is the same, so keep theirs.
@@ -174,6 +180,11 @@ def prepare_corpus(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return _load(final, caller)
+
+
+def cache_dir(results_dir: str | os.PathLike) -> Path:
+    """Prepared-corpus cache: ``$HARNESS_CACHE`` or ``RESULTS/cache`` (content-addressed, shareable)."""
+    return Path(os.environ.get("HARNESS_CACHE") or Path(results_dir) / "cache")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -293,36 +304,4 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """Exclusive advisory lock (POSIX ``flock``); a no-op where ``fcntl`` is missing.
-
-    Correctness never depends on it (the rename is atomic); it only keeps concurrent
-    workers from tokenizing the same corpus twice.
-    """
-    try:
-        import fcntl
-    except ImportError:  # Windows: fall back to duplicated work, still atomic
-        yield
-        return
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-__all__ = ["FORMAT_VERSION", "SPLITS", "PreparedCorpus", "prepare_corpus", "token_dtype"]
+__all__ = ["FORMAT_VERSION", "SPLITS", "PreparedCorpus", "cache_dir", "prepare_corpus", "token_dtype"]

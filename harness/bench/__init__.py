@@ -1,0 +1,60 @@
+"""Benchmark: routing overhead and harness overhead, measured interleaved (``harness bench``, DESIGN 7).
+
+Two measurements, each interleaved in one process (A B A B ...) so that machine drift
+(other jobs on a shared machine, clock changes) falls on every arm alike:
+
+1. **Training-step time per variant.** One step (:func:`train_step`) = forward,
+   cross-entropy, backward, gradient clipping, AdamW step with the parameter groups of
+   :class:`harness.train.lit.LitLM`, in the order of Lightning's automatic optimisation, on one
+   fixed batch. After ``warmup`` steps per variant (the first one compiles under
+   ``--compile``), each of ``steps`` rounds runs one step of every variant, in an order
+   rotated by one each round (round ``r`` starts with variant ``r mod n``). Reported:
+   the median over rounds, in milliseconds, and ``batch_tokens / step_s`` in tokens/s.
+2. **Harness overhead.** The Lightning training loop (a ``Trainer`` configured like
+   :func:`harness.train.trainer.make_trainer`, :class:`~harness.train.lit.LitLM`,
+   :class:`~harness.data.datamodule.TokenDataModule`) against a bare PyTorch loop over the same
+   batches: same initial weights, same :func:`train_step` (AdamW groups, LR schedule,
+   clipping), same ``DataLoader`` of :class:`~harness.data.datamodule.TrainBatches`.
+   ``loop_rounds`` rounds alternate which loop goes first; each round runs ``warmup``
+   steps, then times each of ``loop_steps`` iterations from the end of one step to the end
+   of the next (data loading and every hook included). Reported: ``B * T`` tokens over
+   the median iteration time, in tokens/s.
+
+**Peak memory** of a variant's training step, in MiB (2^20 bytes): the bytes its
+persistent state holds (parameters, buffers, optimiser state) plus the largest number of
+bytes allocated above the step's start at any moment during one step, which starts with
+the gradients freed (so they count once, in the step). On CUDA the latter is ``torch.cuda.max_memory_allocated()`` minus
+``torch.cuda.memory_allocated()`` at the step's start; on CPU it is the running sum, in
+time order, of the allocator events that ``torch.profiler`` records with
+``profile_memory=True``. Both count tensor memory only (not the allocator's cache, code
+or the Python heap), so variants compare on the same footing.
+
+**Ratios** (DESIGN section 7): ``block_attnres/prenorm``, ``rd_attnres/block_attnres`` and
+``<control>/block_attnres`` are ratios of median step times (lower is better);
+``lightning/bare`` is the ratio of median tokens/s (higher is better). Peak-memory
+ratios against the parent are reported separately (``peak_mem_ratios``).
+
+**MFU** (model FLOPs utilisation) = ``6 * N_params * tokens_per_s / peak_flops``, the
+6N FLOPs per trained token of Kaplan et al. 2020 (arXiv 2001.08361, section 2.1), with
+the device's dense bf16 peak from :data:`PEAK_FLOPS` or ``peak_tflops``.
+
+On CUDA, steps run under bf16 autocast (the Lightning loop under ``bf16-mixed``), and
+timings synchronise the device before reading the clock.
+
+Modules: :mod:`~harness.bench.config` (settings, targets, devices), :mod:`~harness.bench.steps`
+(one variant's step, interleaved timing, peak memory), :mod:`~harness.bench.loop` (Lightning
+against a bare loop), :mod:`~harness.bench.result` (medians, ratios, the JSON, the DuckDB rows,
+the printed table), :mod:`~harness.bench.run` (:func:`run_bench`: the whole benchmark).
+"""
+
+from harness.bench.config import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops
+from harness.bench.loop import loop_throughput
+from harness.bench.result import assemble, bench_rows, format_report, write_json
+from harness.bench.run import run_bench, synthetic_corpus
+from harness.bench.steps import StepArm, peak_step_bytes, time_steps, train_step
+
+__all__ = [
+    "BenchConfig", "run_bench", "default_variants", "bench_rows", "write_json", "format_report", "assemble",
+    "time_steps", "peak_step_bytes", "loop_throughput", "StepArm", "train_step", "synthetic_corpus",
+    "device_peak_flops", "PEAK_FLOPS", "TARGETS",
+]

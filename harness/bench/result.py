@@ -1,0 +1,186 @@
+"""From raw samples to the result: medians, ratios, targets, the JSON, DuckDB rows, the table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import socket
+import statistics
+import uuid
+from pathlib import Path
+
+import torch
+
+from harness.bench.config import LOOPS, PARENT, REFERENCE, TARGETS, TREATMENT, BenchConfig, device_peak_flops
+from harness.files import atomic_write
+
+# -- the whole benchmark ---------------------------------------------------------------
+
+
+def ratio_keys(variants: list[str]) -> list[tuple[str, str]]:
+    """``(numerator, denominator)`` step-time pairs of DESIGN section 7 among ``variants``."""
+    pairs = []
+    if REFERENCE in variants and PARENT in variants:
+        pairs.append((PARENT, REFERENCE))
+    if PARENT in variants:
+        pairs += [(v, PARENT) for v in variants if v not in (PARENT, REFERENCE)]
+    return pairs
+
+
+def target_for(key: str, kind: str = "time") -> tuple[str, float] | None:
+    """The issue's goal for a ratio key (``kind`` ``time`` or ``mem``), or None."""
+    from harness.models import get_spec
+
+    if kind == "mem":
+        return TARGETS.get(f"mem:{key}")
+    if key in TARGETS:
+        return TARGETS[key]
+    num, _, den = key.partition("/")
+    if den == PARENT and num != TREATMENT and get_spec(num).role == "control":
+        return TARGETS["<control>/block_attnres"]
+    return None
+
+
+def meets(value: float | None, target: tuple[str, float] | None) -> bool | None:
+    """Whether ``value`` meets ``target`` (None when either is missing)."""
+    if value is None or target is None:
+        return None
+    op, bound = target
+    return value <= bound if op == "<=" else value >= bound
+
+
+def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_size: int, context: int,
+             samples: dict[str, list[float]], peak_mb: dict[str, float], loops: dict[str, list[float]],
+             n_params: dict[str, int], created: dt.datetime) -> dict:
+    """Medians, ratios, MFU and targets from raw samples (pure function of its inputs)."""
+    batch_tokens = batch_size * context
+    step_ms = {v: statistics.median(samples[v]) for v in variants}
+    ratios = {f"{a}/{b}": step_ms[a] / step_ms[b] for a, b in ratio_keys(variants)}
+    mem_ratios = {f"{a}/{b}": peak_mb[a] / peak_mb[b] for a, b in ratio_keys(variants)}
+    loop_tps = {name: batch_tokens / statistics.median(loops[name]) for name in LOOPS if loops.get(name)}
+    if len(loop_tps) == 2:
+        ratios["lightning/bare"] = loop_tps["lightning"] / loop_tps["bare"]
+    tokens_per_s = {v: batch_tokens / (step_ms[v] / 1e3) for v in variants}
+    peak = device_peak_flops(device, cfg.peak_tflops)
+    mfu = None
+    if peak:
+        mfu = {v: 6 * n_params[v] * tokens_per_s[v] / peak for v in variants}
+        mfu.update({name: 6 * n_params[cfg.loop_variant] * tps / peak for name, tps in loop_tps.items()})
+    targets = {}
+    for kind, table in (("time", ratios), ("mem", mem_ratios)):
+        for key, value in table.items():
+            target = target_for(key, kind)
+            if target:
+                targets[f"mem:{key}" if kind == "mem" else key] = {
+                    "value": value, "op": target[0], "bound": target[1], "met": meets(value, target)}
+    return {
+        "size": cfg.size, "compile": cfg.compile, "threads": cfg.threads or torch.get_num_threads(),
+        "torch": torch.__version__,
+        "step_ms": step_ms, "peak_mem_mb": peak_mb, "ratios": ratios,
+        "peak_mem_ratios": mem_ratios, "tokens_per_s": tokens_per_s, "loop_tokens_per_s": loop_tps,
+        "mfu": mfu, "peak_flops": peak, "targets": targets, "n_params": n_params,
+        "samples_ms": samples, "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
+        "device": device.type, "device_name": _device_name(device), "batch_size": batch_size, "context": context,
+        "batch_tokens": batch_tokens, "steps": cfg.steps, "warmup": cfg.warmup, "loop_variant": cfg.loop_variant,
+        "loop_steps": cfg.loop_steps, "loop_rounds": cfg.loop_rounds, "corpus": cfg.corpus or "synthetic",
+        "seed": cfg.seed, "method": METHOD[device.type],
+        "bench_id": f"bench-{created:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", "host": socket.gethostname(),
+        "created_at": created.isoformat(),
+    }
+
+
+METHOD = {
+    "cpu": {
+        "step_ms": "median over interleaved rounds of one step (fwd+loss+bwd+clip+AdamW) per variant, rotated order",
+        "peak_mem_mb": "params+buffers+optimiser state + peak of torch.profiler CPU allocator events over "
+                       "one step (grads freed first)",
+        "loop": "B*T / median seconds per loop iteration (end of step to end of next step, after warmup), "
+                "alternating Lightning/bare rounds",
+    },
+    "cuda": {
+        "step_ms": "median over interleaved rounds, cuda.synchronize around each step, bf16 autocast",
+        "peak_mem_mb": "params+buffers+optimiser state + (cuda.max_memory_allocated - allocated at step start)",
+        "loop": "B*T / median seconds per loop iteration, alternating rounds (Lightning bf16-mixed, "
+                "bare bf16 autocast)",
+    },
+}
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+def bench_rows(result: dict) -> list[dict]:
+    """Rows for the DuckDB table ``bench`` (``db/schema.sql``): one per variant (its step
+    time, peak memory, training-step tokens/s) and one per loop (``lightning``, ``bare``:
+    ms per step and tokens/s of the loop, no peak memory)."""
+    common = {k: result[k] for k in ("bench_id", "created_at", "host", "size", "compile", "threads")}
+    common["torch_version"] = result["torch"]
+    info = {k: result[k] for k in ("device", "device_name", "batch_size", "context", "steps", "warmup")}
+    rows = []
+    for v, ms in result["step_ms"].items():
+        ratio = result["ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0
+        extra = {"kind": "step", **info, "n_params": result["n_params"][v], "ratio_vs_parent": ratio,
+                 "mem_ratio_vs_parent": result["peak_mem_ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0,
+                 "mfu": result["mfu"][v] if result["mfu"] else None}
+        rows.append({**common, "variant": v, "step_ms": ms, "peak_mem_mb": result["peak_mem_mb"][v],
+                     "tokens_per_s": result["tokens_per_s"][v], "extra": extra})
+    for name, tps in result["loop_tokens_per_s"].items():
+        extra = {"kind": "loop", **info, "model_variant": result["loop_variant"], "loop_steps": result["loop_steps"],
+                 "rounds": result["loop_rounds"], "lightning/bare": result["ratios"].get("lightning/bare"),
+                 "mfu": result["mfu"][name] if result["mfu"] else None}
+        rows.append({**common, "variant": name, "step_ms": result["batch_tokens"] / tps * 1e3, "peak_mem_mb": None,
+                     "tokens_per_s": tps, "extra": extra})
+    return rows
+
+
+def write_json(result: dict, path: Path) -> Path:
+    """Write ``result`` to ``path`` atomically (temporary file, then rename)."""
+    return atomic_write(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
+
+
+def format_report(result: dict) -> str:
+    """Human-readable table of medians, ratios against the parent and the issue's targets."""
+    lines = [
+        f"harness bench: size {result['size']}, {'compiled' if result['compile'] else 'eager'}, "
+        f"{result['device']} ({result['device_name']}), {result['threads']} thread(s), torch {result['torch']}",
+        f"batch {result['batch_size']} x {result['context']} tokens; {result['steps']} interleaved rounds after "
+        f"{result['warmup']} warmup step(s); medians",
+        "",
+    ]
+    parent_ms = result["step_ms"].get(PARENT)
+    parent_mb = result["peak_mem_mb"].get(PARENT)
+    head = f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"
+    if result["mfu"]:
+        head += f" {'MFU':>6}"
+    lines += [head, "-" * len(head)]
+    for v, ms in result["step_ms"].items():
+        mb = result["peak_mem_mb"][v]
+        rel = f"{ms / parent_ms:9.3f}" if parent_ms else f"{'':9}"
+        rel_mb = f"{mb / parent_mb:9.3f}" if parent_mb else f"{'':9}"
+        line = f"{v:<16} {ms:9.1f} {rel} {result['tokens_per_s'][v]:10.0f} {mb:9.1f} {rel_mb}"
+        if result["mfu"]:
+            line += f" {100 * result['mfu'][v]:5.1f}%"
+        lines.append(line)
+    if result["loop_tokens_per_s"]:
+        lines.append("")
+        lines.append(f"training loop ({result['loop_variant']}, {result['loop_rounds']} rounds x "
+                     f"{result['loop_steps']} steps): " + ", ".join(
+                         f"{k} {v:,.0f} tokens/s" for k, v in result["loop_tokens_per_s"].items()))
+    lines.append("")
+    lines.append("ratios against the issue's targets:")
+    for key, t in result["targets"].items():
+        mark = "ok" if t["met"] else "MISSED"
+        lines.append(f"  {key:<34} {t['value']:7.3f}  (target {t['op']} {t['bound']})  {mark}")
+    others = [k for k in result["ratios"] if k not in result["targets"]]
+    for key in others:
+        lines.append(f"  {key:<34} {result['ratios'][key]:7.3f}")
+    lines.append("")
+    lines.append("method: " + "; ".join(f"{k}: {v}" for k, v in result["method"].items()))
+    return "\n".join(lines)
+
+
+__all__ = ["METHOD", "ratio_keys", "target_for", "meets", "assemble", "bench_rows", "write_json", "format_report"]

@@ -1,0 +1,113 @@
+"""The whole benchmark: data, the variants' step arms, the loops, then :func:`~harness.bench.result.assemble`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.bench.config import MAX_DEFAULT_BATCH, BenchConfig, default_variants, resolve_device
+from harness.bench.loop import loop_throughput
+from harness.bench.result import assemble
+from harness.bench.steps import StepArm, peak_step_bytes, time_steps
+from harness.config import get_size, train_config
+
+# -- data -----------------------------------------------------------------------------
+
+
+def synthetic_corpus(folder: Path, vocab_size: int, context: int, n_windows: int, seed: int):
+    """A :class:`~harness.data.PreparedCorpus` of uniform random tokens in ``folder``.
+
+    ``n_windows`` training windows of ``context + 1`` tokens and one validation window;
+    every token is 1 byte for bits-per-byte purposes (never evaluated here).
+    """
+    from harness.data import PreparedCorpus, token_dtype
+
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = token_dtype(vocab_size)
+    rng = np.random.default_rng([seed, 7])
+    for split, n in (("train", n_windows * context + 1), ("val", context + 1)):
+        rng.integers(0, vocab_size, size=n).astype(dtype.newbyteorder("<")).tofile(folder / f"{split}.bin")
+    np.save(folder / "token_bytes.npy", np.ones(vocab_size, dtype=np.int64))
+    meta = {"tokenizer": {"name": "synthetic", "vocab_size": vocab_size, "eos_id": 0}, "synthetic": True}
+    return PreparedCorpus(dir=folder, vocab_size=vocab_size, dtype=dtype.name,
+                          fingerprint=f"synthetic-{vocab_size}-{seed}", meta=meta)
+
+
+def _prepare_data(cfg: BenchConfig, folder: Path, batch_size: int, n_steps: int):
+    """The loops' corpus: ``cfg.corpus`` prepared like a run, or synthetic tokens."""
+    preset = get_size(cfg.size)
+    train = train_config(cfg.size)
+    if cfg.corpus:
+        from harness.data import prepare_corpus
+
+        return prepare_corpus(cfg.corpus, cache_dir=Path(cfg.cache_dir),
+                              vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
+                              val_fraction=train.val_fraction)
+    return synthetic_corpus(folder, preset.vocab_size, preset.context, batch_size * max(n_steps, 2), cfg.seed)
+
+
+def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
+    """Run the benchmark and return its result (the JSON of DESIGN section 7, plus details).
+
+    Keys: ``size``, ``compile``, ``threads``, ``torch``, ``step_ms`` (variant -> median ms),
+    ``peak_mem_mb`` (variant -> MiB), ``ratios`` (step-time ratios and ``lightning/bare``),
+    and further ``peak_mem_ratios``, ``tokens_per_s`` (variant -> training-step tokens/s),
+    ``loop_tokens_per_s`` (``lightning``/``bare`` -> median tokens/s), ``mfu`` (or None),
+    ``samples_ms`` / ``loop_samples_ms`` (raw per-step times), ``targets``, ``n_params``,
+    ``method``, ``device``, ``batch_size``, ``context``, ``steps``, ``warmup``, ``bench_id``,
+    ``host``, ``created_at``.
+
+    ``progress`` (optional callable taking a string) receives one line per phase.
+
+    Raises:
+        ValueError: bad settings (see :class:`BenchConfig`).
+    """
+    say = progress or (lambda msg: None)
+    variants = list(cfg.variants) or default_variants()
+    device = resolve_device(cfg.device)
+    old_threads, old_limit = torch.get_num_threads(), torch._dynamo.config.recompile_limit
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    # every variant (and each loop's model) compiles its own graph of the same forward code
+    torch._dynamo.config.recompile_limit = max(old_limit, 4 * len(variants) + 8)
+    preset = get_size(cfg.size)
+    batch_size = cfg.batch_size or max(1, min(train_config(cfg.size).batch_tokens // preset.context, MAX_DEFAULT_BATCH))
+    created = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
+            prepared = _prepare_data(cfg, Path(tmp) / "data", batch_size, cfg.warmup + cfg.loop_steps)
+            x, y = _first_batch(prepared, preset.context, batch_size, cfg.seed)
+            total_steps = cfg.warmup + cfg.steps + 1
+            say(f"building {len(variants)} variants ({cfg.size}, batch {batch_size} x {preset.context} tokens, "
+                f"{'compiled' if cfg.compile else 'eager'}, {device.type})")
+            arms = [StepArm(v, cfg, device, (x, y), prepared.vocab_size, total_steps) for v in variants]
+            say(f"timing {cfg.steps} interleaved rounds after {cfg.warmup} warmup step(s) per variant")
+            samples = time_steps(arms, cfg.steps, cfg.warmup)
+            say("measuring peak memory, one step per variant")
+            peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
+            n_params = {arm.variant: arm.n_params for arm in arms}
+            del arms
+            loops: dict[str, list[float]] = {}
+            if cfg.loop_rounds:
+                say(f"Lightning vs bare loop ({cfg.loop_variant}): {cfg.loop_rounds} round(s) of "
+                    f"{cfg.warmup} + {cfg.loop_steps} steps")
+                loops = loop_throughput(cfg, prepared, device, batch_size, Path(tmp) / "lightning")
+                if cfg.loop_variant not in n_params:
+                    from harness.models import build_model, count_params
+
+                    n_params[cfg.loop_variant] = count_params(
+                        build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))["total"]
+    finally:
+        torch.set_num_threads(old_threads)
+        torch._dynamo.config.recompile_limit = old_limit
+    return assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created)
+
+
+def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from harness.data.datamodule import TrainSchedule
+
+    return TrainSchedule(prepared, context, batch_size, seed).batch(0)

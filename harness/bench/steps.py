@@ -1,0 +1,157 @@
+"""One variant's training step, timed interleaved with the others, and its peak memory."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from harness.bench.config import BenchConfig, autocast, sync
+from harness.config import train_config
+
+# -- one variant's training step --------------------------------------------------------
+
+
+def train_step(forward, model, opt, sched, x, y, max_norm: float, device: torch.device) -> None:
+    """One optimiser step in the order of Lightning's automatic optimisation (as under
+    :class:`harness.train.lit.LitLM`): forward and loss, ``zero_grad(set_to_none=True)``,
+    backward, gradient clipping, AdamW step, LR-schedule step.
+
+    The order matters on CPU: it decides which buffers the allocator can reuse (the last
+    step's gradients live through the forward), which moves step times by ~10 %.
+    """
+    with autocast(device):
+        logits = forward(x)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+
+
+class StepArm:
+    """One variant's model, optimiser and :func:`train_step` on a fixed batch."""
+
+    def __init__(self, variant: str, cfg: BenchConfig, device: torch.device, batch: tuple[torch.Tensor, torch.Tensor],
+                 vocab_size: int, total_steps: int) -> None:
+        from harness.models import build_model, count_params
+        from harness.train.lit import LitLM
+
+        self.variant = variant
+        self.device = device
+        self.model = build_model(variant, cfg.size, seed=cfg.seed, vocab_size=vocab_size).to(device)
+        self.n_params = count_params(self.model)["total"]
+        self.train = train_config(cfg.size)
+        x, y = batch
+        self.x, self.y = x.to(device), y.to(device)
+        # LitLM only supplies the optimiser groups and schedule (and turns off token checks).
+        lit = LitLM(self.model, self.train, total_steps=total_steps, batch_tokens=x.numel(),
+                    token_bytes=torch.ones(vocab_size, dtype=torch.int64))
+        opt = lit.configure_optimizers()
+        self.opt, self.sched = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        self.max_norm = self.train.grad_clip if self.train.grad_clip > 0 else float("inf")
+
+    def step(self) -> None:
+        train_step(self.forward, self.model, self.opt, self.sched, self.x, self.y, self.max_norm, self.device)
+
+    def free_grads(self) -> None:
+        """Drop the gradients (``set_to_none``), leaving only persistent state."""
+        self.opt.zero_grad(set_to_none=True)
+
+    def persistent_bytes(self) -> int:
+        """Bytes of parameters, buffers and optimiser state (each storage counted once;
+        gradients are counted in the step's transient part, see :func:`peak_step_bytes`)."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        for state in self.opt.state.values():
+            tensors.extend(t for t in state.values() if torch.is_tensor(t))
+        seen: dict[tuple, int] = {}
+        for t in tensors:
+            storage = t.untyped_storage()
+            seen[(t.device.type, storage.data_ptr())] = storage.nbytes()
+        return sum(seen.values())
+
+
+def time_steps(arms: list[StepArm], steps: int, warmup: int) -> dict[str, list[float]]:
+    """Interleaved per-step times in ms: ``{variant: [steps values]}`` (see module docstring)."""
+    device = arms[0].device
+    for arm in arms:
+        for _ in range(warmup):
+            arm.step()
+    sync(device)
+    times: dict[str, list[float]] = {arm.variant: [] for arm in arms}
+    n = len(arms)
+    for r in range(steps):
+        for k in range(n):
+            arm = arms[(r + k) % n]
+            sync(device)
+            t0 = time.perf_counter()
+            arm.step()
+            sync(device)
+            times[arm.variant].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+@contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (Kineto prints two log lines at every profiler start/stop)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
+    """Peak tensor bytes of one training step of each arm (module docstring, "Peak memory").
+
+    On CPU all arms run in one profiler session; each step is marked with
+    ``record_function`` and its allocator events are summed within its own window.
+    """
+    device = arms[0].device
+    out: dict[str, int] = {}
+    if device.type == "cuda":
+        for arm in arms:
+            arm.free_grads()
+            sync(device)
+            start = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            arm.step()
+            sync(device)
+            out[arm.variant] = arm.persistent_bytes() + torch.cuda.max_memory_allocated(device) - start
+        return out
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for arm in arms:  # the last step's gradients: freed before profiling, so every free is seen
+        arm.free_grads()
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.start()
+    try:
+        for i, arm in enumerate(arms):
+            with record_function(f"harness-bench-step/{i}"):
+                arm.step()
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    events = list(prof.profiler.kineto_results.events())
+    windows = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name().startswith("harness-bench-step/")}
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    for i, arm in enumerate(arms):
+        lo, hi = windows[f"harness-bench-step/{i}"]
+        running = transient = 0
+        for t, nbytes in memory:  # +bytes for an allocation, -bytes for a free, in time order
+            if lo <= t <= hi:
+                running += nbytes
+                transient = max(transient, running)
+        out[arm.variant] = arm.persistent_bytes() + transient
+    return out

@@ -1,0 +1,16 @@
+"""Data: corpus text -> document-level split -> tokenizer -> token files -> deterministic batches.
+
+The first stage of a run (DESIGN sections 1.1 and 4). Knows nothing about models or training.
+
+* :mod:`harness.data.corpus` -- a corpus spec (file, folder, glob, ``hf:``) -> ordered
+  documents, their fingerprint and the order-independent train/validation split;
+* :mod:`harness.data.tokenizer` -- byte-level BPE trained on the training split, or GPT-2;
+* :mod:`harness.data.prepare` -- :func:`prepare_corpus`: the split tokenized into a
+  content-addressed cache folder (token files, per-token byte lengths, metadata);
+* :mod:`harness.data.datamodule` -- the Lightning data module: training batches as a pure
+  function of (corpus, context, batch size, seed, step), and the fixed validation windows.
+"""
+
+from harness.data.prepare import PreparedCorpus, cache_dir, prepare_corpus, token_dtype
+
+__all__ = ["PreparedCorpus", "cache_dir", "prepare_corpus", "token_dtype"]

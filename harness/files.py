@@ -1,0 +1,90 @@
+"""Files: where results live by default, and replacing a file so no reader or crash sees half of it.
+
+The results folder (``--results``) defaults to ``$HARNESS_RESULTS`` or ``./results``
+(:func:`default_results`).
+
+Every file the harness replaces (result files, checkpoints and their config, bench JSON,
+report files, corpus-cache entries, trained tokenizers) goes through :func:`atomic_path`
+or :func:`atomic_write`: write a temporary file in the same folder, flush and fsync it,
+rename it onto the target (atomic on POSIX), then fsync the folder so the rename itself
+survives a power loss. Temporary names start with ``.`` and end in ``.tmp``, so readers
+that list ``*.json`` (:mod:`db.store`) never pick one up.
+
+A folder built whole (a prepared corpus) is written under a temporary name, its files
+fsynced (:func:`fsync_file`), then renamed into place and its parent fsynced
+(:func:`fsync_dir`). Locks between processes use ``filelock.FileLock`` (a well-kept
+library), not code of ours.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def default_results() -> Path:
+    """The results folder when ``--results`` is not given: ``$HARNESS_RESULTS``, else ``./results``."""
+    return Path(os.environ.get("HARNESS_RESULTS", "results"))
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a written file's data to the disk (``fsync`` on a read-only descriptor)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """fsync a folder, making renames and new entries in it durable (no-op where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open a folder
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a folder; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on a clean exit make it ``path`` atomically.
+
+    Whatever the block writes to the yielded path (by any means: ``open``, numpy,
+    ``trainer.save_checkpoint``) is fsynced, renamed onto ``path`` and the folder fsynced.
+    If the block raises, the temporary file is removed and ``path`` is untouched.
+    The folder is created if needed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:  # mode 0o666 less the umask, as open() gives (tempfile.mkstemp would give 0o600)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; returns ``path``."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return Path(path)
+
+
+__all__ = ["default_results", "atomic_path", "atomic_write", "fsync_file", "fsync_dir"]

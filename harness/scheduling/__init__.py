@@ -1,0 +1,12 @@
+"""Scheduling: a grid becomes queued runs; workers take them, one worker per run (DESIGN 1.1-1.2, 10).
+
+* :mod:`harness.scheduling.grid` -- read and check a grid TOML, expand it into
+  :class:`~harness.config.RunConfig` s in queue order;
+* :mod:`harness.scheduling.storage` -- where the queue lives (journal file, PostgreSQL)
+  and retrying a storage that is briefly unreachable;
+* :mod:`harness.scheduling.queue` -- :class:`RunQueue`: the runs as Optuna trials, taken
+  and finished atomically, retried and reclaimed;
+* :mod:`harness.scheduling.lease` -- worker leases and their heartbeat (is a worker alive?);
+* :mod:`harness.scheduling.worker` -- the loop of ``harness work`` around
+  :func:`harness.train.train_run`.
+"""

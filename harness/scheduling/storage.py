@@ -1,0 +1,211 @@
+"""Where the run queue lives (``--storage``), and riding out a storage that is briefly away.
+
+Storage: by default a journal file ``RESULTS/queue.journal`` (Optuna's
+``JournalFileBackend`` with ``JournalFileOpenLock``, an O_EXCL lock file that works on
+NFSv3+ shared filesystems); ``journal:PATH`` or a path ending in ``.journal`` for a
+journal elsewhere; ``postgresql://...`` for an RDB server (psycopg 3, the ``postgres``
+extra; ``postgresql+psycopg2://...`` for psycopg2). SQLite is refused: with several
+processes Optuna's SQLite storage hands one enqueued trial to two workers.
+
+An unreachable storage (a PostgreSQL server restarting, a shared filesystem gone for a
+moment) is retried with exponential backoff for a bounded time, then the caller gets one
+line naming the storage (:func:`retry_storage`, :class:`StorageUnavailable`); the queue
+itself lives in the storage, so nothing is lost, and a worker started once it is back
+takes up the runs (a run left RUNNING by a stopped worker is reclaimed).
+
+Optuna and SQLAlchemy are imported only when a storage is opened or an error is judged,
+so the retry settings here can be read without loading them (``harness --help``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+JOURNAL_NAME = "queue.journal"
+SQLITE_REFUSED = (
+    "sqlite storage is refused for the run queue: with several worker processes Optuna's "
+    "SQLite storage hands the same enqueued trial to two workers (about 1 in 4 with 8 "
+    "workers). Use the default journal file (RESULTS/queue.journal), journal:/shared/path.journal "
+    "for workers on several machines sharing a filesystem, or postgresql://USER:PASS@HOST/DB"
+)
+# SQLAlchemy driver name -> (module to import, what to pip install). Which driver a URL uses
+# is SQLAlchemy's call: a plain postgresql:// is psycopg 3 with the pinned SQLAlchemy 2.1.
+_POSTGRES_DRIVERS = {
+    "psycopg": ("psycopg", "'rd-harness[postgres]' (psycopg 3)"),
+    "psycopg2": ("psycopg2", "psycopg2-binary"),
+    "pg8000": ("pg8000", "pg8000"),
+}
+STORAGE_RETRY_S = 60.0  # a worker retries an unreachable storage this long (seconds), then stops
+COMMAND_RETRY_S = 10.0  # `harness queue` / `harness status` give up sooner (someone is waiting)
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # backoff: first wait, doubled up to this (seconds)
+
+
+def parse_storage(url: str | None, results: str | os.PathLike) -> tuple[str, str]:
+    """Classify a ``--storage`` value: ``("journal", path)`` or ``("rdb", url)``.
+
+    ``None`` means the default journal ``results/queue.journal``.
+
+    Raises:
+        ValueError: an ``sqlite:`` URL (see :data:`SQLITE_REFUSED`) or anything else not
+            understood; the message lists the accepted forms.
+    """
+    if url is None:
+        return "journal", str(Path(results) / JOURNAL_NAME)
+    if url.startswith("sqlite"):
+        raise ValueError(f"--storage {url}: {SQLITE_REFUSED}")
+    if url.startswith("journal:"):
+        path = url[len("journal:"):]
+        if not path:
+            raise ValueError("--storage journal: needs a file path, e.g. journal:/shared/queue.journal")
+        return "journal", path
+    if url.startswith("postgresql:") or url.startswith("postgresql+"):
+        return "rdb", url
+    if "://" not in url and url.endswith(".journal"):
+        return "journal", url
+    raise ValueError(
+        f"--storage {url!r} not understood; allowed: postgresql://USER:PASS@HOST/DB, "
+        "journal:/shared/path/queue.journal, or a file path ending in .journal "
+        "(default: RESULTS/queue.journal; sqlite is refused, see --help)"
+    )
+
+
+class NoQueue(FileNotFoundError):
+    """There is no queue journal to open (``create=False``): an answer, not an outage."""
+
+
+def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = True) -> "BaseStorage":
+    """Open the queue's Optuna storage (see :func:`parse_storage` for the accepted forms).
+
+    Raises:
+        ValueError: unaccepted URL, or a PostgreSQL URL whose driver is not installed.
+        NoQueue: ``create=False`` and the journal file does not exist.
+    """
+    kind, where = parse_storage(url, results)
+    if kind == "rdb":
+        module, install = postgres_driver(where)
+        if importlib.util.find_spec(module) is None:
+            raise ValueError(
+                f"--storage {where.split(':', 1)[0]}://...: the PostgreSQL driver {module!r} is not "
+                f"installed; install it with: pip install {install}"
+            )
+        # Our leases replace Optuna's heartbeat (which only runs inside Study.optimize).
+        from optuna.storages import RDBStorage
+
+        return RDBStorage(where, engine_kwargs={"pool_pre_ping": True})
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+
+    path = Path(where)
+    if not path.exists():
+        if not create:
+            raise NoQueue(f"no queue journal at {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+
+
+def postgres_driver(url: str) -> tuple[str, str]:
+    """``(module, pip package)`` of the DBAPI driver SQLAlchemy uses for a ``postgresql`` URL.
+
+    Raises:
+        ValueError: a driver SQLAlchemy does not know, or one Optuna cannot use (async).
+    """
+    import sqlalchemy
+
+    scheme = url.split(":", 1)[0]
+    try:
+        driver = sqlalchemy.engine.make_url(url).get_dialect().driver
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError):
+        driver = scheme.partition("+")[2]
+    if driver not in _POSTGRES_DRIVERS:
+        raise ValueError(f"--storage {scheme}://...: driver {driver!r} not supported; use postgresql:// "
+                         f"(psycopg 3) or postgresql+psycopg2://")
+    return _POSTGRES_DRIVERS[driver]
+
+
+class StorageUnavailable(ConnectionError):
+    """The queue storage stayed unreachable through every retry of :func:`retry_storage`.
+
+    The message is one line: the storage (no password), the tries, the seconds spent and
+    the last error's first line.
+    """
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the storage could not be reached (worth retrying), not a bad request.
+
+    RDB: a lost or refused connection (SQLAlchemy ``OperationalError``/``InterfaceError``,
+    also when Optuna wraps it in ``StorageInternalError``). Journal: any ``OSError`` of the
+    file system (a shared folder gone for a moment), except :class:`NoQueue` and an
+    inner :class:`StorageUnavailable` (its retries are spent).
+    """
+    import sqlalchemy.exc
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        if isinstance(seen, OSError) and not isinstance(seen, (NoQueue, StorageUnavailable)):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    from optuna.exceptions import StorageInternalError
+
+    root = exc.__cause__ if isinstance(exc, StorageInternalError) and exc.__cause__ else exc
+    text = str(root).strip().splitlines()
+    return f"{type(root).__name__}: {text[0] if text else ''}".strip()
+
+
+def retry_storage(fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE_RETRY_S,
+                  log: Callable[[str], None] = print) -> Any:
+    """``fn()``, called again while it fails because the storage is unreachable.
+
+    Waits 0.5 s, then doubles the wait up to 10 s (:data:`RETRY_FIRST_S`,
+    :data:`RETRY_MAX_S`), for at most ``retry_s`` seconds in all; each retry is logged.
+    Other errors propagate at once.
+
+    Raises:
+        StorageUnavailable: still unreachable after ``retry_s`` seconds.
+    """
+    t0 = time.monotonic()
+    wait, tries = RETRY_FIRST_S, 0
+    while True:
+        tries += 1
+        try:
+            return fn()
+        except Exception as exc:
+            if not _unreachable(exc):
+                raise
+            spent = time.monotonic() - t0
+            if spent + wait > retry_s:
+                raise StorageUnavailable(
+                    f"queue storage {where} unreachable: gave up after {tries} tries in {spent:.0f} s "
+                    f"(last error: {_first_line(exc)})") from None
+            log(f"queue storage {where} unreachable ({_first_line(exc)}); retry {tries} in {wait:g} s")
+            time.sleep(wait)
+            wait = min(2 * wait, RETRY_MAX_S)
+
+
+def describe_storage(url: str | None, results: str | os.PathLike) -> str:
+    """Short human description of where the queue lives (passwords hidden)."""
+    kind, where = parse_storage(url, results)
+    if kind == "journal":
+        return where
+    scheme, rest = where.split("://", 1)
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}"
+
+
+__all__ = [
+    "JOURNAL_NAME", "SQLITE_REFUSED", "STORAGE_RETRY_S", "COMMAND_RETRY_S", "RETRY_FIRST_S", "RETRY_MAX_S",
+    "parse_storage", "NoQueue", "open_storage", "postgres_driver", "StorageUnavailable", "retry_storage",
+    "describe_storage",
+]

@@ -1,0 +1,196 @@
+"""The worker loop of ``harness work``: take a queued run, train it, report it; repeat.
+
+:func:`work` drives one :class:`~harness.scheduling.queue.RunQueue`: it reclaims stale
+leases, claims the next run under a lease kept fresh by a
+:class:`~harness.scheduling.lease.Heartbeat`, calls the train function, and tells the
+queue the outcome (done / diverged, or failed with a retry while retries remain). Every
+queue operation is retried while the storage is unreachable
+(:func:`~harness.scheduling.storage.retry_storage`). A ``KeyboardInterrupt`` (SIGTERM in
+``harness work``) gives the run being trained back to the queue.
+
+The default train function, :func:`train_unless_finished`, is
+:func:`harness.train.train_run` unless the run's result file already says it finished
+(its worker died before telling the queue); :func:`record_failure` writes a failed
+attempt's result. Both import :mod:`harness.train` only when called, so the loop runs
+with any other train function without loading Lightning.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.config import RunConfig
+from harness.scheduling.lease import BEAT_S, Heartbeat
+from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
+from harness.terms import FINISHED
+
+if TYPE_CHECKING:
+    from harness.scheduling.queue import RunQueue
+
+MAX_RETRIES = 2  # a run whose training raised is retried this many times, then stays failed
+
+
+TrainFn = Callable[[RunConfig, Path], Any]
+FailureFn = Callable[[RunConfig, Path, str], None]
+
+
+def fmt_duration(seconds: float) -> str:
+    """``41 s``, ``12 min``, ``3.4 h``."""
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _outcome(result: Any) -> tuple[str, float | None]:
+    """``(status, final val NLL or None)`` from a train function's return value.
+
+    Accepted: a status string; ``(status, val_nll)``; a mapping with ``status`` and
+    optionally ``val_nll``.
+    """
+    if isinstance(result, str):
+        return result, None
+    if isinstance(result, Mapping):
+        return str(result.get("status")), result.get("val_nll")
+    if isinstance(result, tuple) and len(result) == 2:
+        return str(result[0]), result[1]
+    return repr(result), None
+
+
+def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
+         grid: str | None = None, max_runs: int | None = None, wait: bool = False, poll_s: float = 10.0,
+         max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S, retry_s: float = STORAGE_RETRY_S,
+         log: Callable[[str], None] = print) -> Counter:
+    """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
+
+    Args:
+        queue: the run queue.
+        train_fn: ``train_fn(config, results_dir)`` trains one run (resuming from its
+            checkpoint if one exists) and returns ``'done'`` or ``'diverged'`` (or see
+            :func:`_outcome`); it raises on a crash.
+        results_dir: passed to ``train_fn`` and ``on_failure``.
+        on_failure: ``on_failure(config, results_dir, error_text)`` records a crashed
+            attempt in the results store (:func:`record_failure`).
+        grid: only take runs of this grid.
+        max_runs: stop after this many runs (``None``: no limit).
+        wait: when nothing is queued, poll every ``poll_s`` seconds instead of stopping.
+        max_retries: a crashed run is retried this many times before it stays failed.
+        beat_s: lease refresh interval in seconds (well below the queue's lease timeout).
+        retry_s: each queue operation is retried this long while the storage is
+            unreachable (:func:`retry_storage`).
+        log: where the one-line progress messages go.
+
+    Returns:
+        Counter of outcomes of the runs this worker trained: 'done', 'diverged', 'failed'.
+
+    Raises:
+        StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
+            being finished stays RUNNING in the queue; the next worker reclaims it).
+
+    A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one) releases the run
+    being trained back to the queue, then propagates.
+    """
+    if max_runs is not None and max_runs < 1:
+        raise ValueError(f"--max-runs {max_runs} must be at least 1")
+    if poll_s <= 0 or beat_s <= 0:
+        raise ValueError(f"poll interval ({poll_s} s) and beat interval ({beat_s} s) must be positive")
+    if retry_s <= 0:
+        raise ValueError(f"storage retry time {retry_s} s must be positive")
+
+    def call(method, *args, **kwargs):
+        return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
+
+    outcomes: Counter = Counter()
+    n = 0
+    while max_runs is None or n < max_runs:
+        for rid, why in call(queue.reclaim_stale):
+            log(f"reclaimed {rid}: {why}; queued again")
+        claim = call(queue.claim, grid)
+        if claim is None:
+            if wait:
+                time.sleep(poll_s)
+                continue
+            log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
+            break
+        n += 1
+        outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
+                            log)] += 1
+    return outcomes
+
+
+def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log) -> str:
+    """Train one claimed run; every queue operation goes through ``call`` (retried)."""
+    done, total = call(queue.progress, claim.grid)
+    again = f", attempt {claim.attempt}" if claim.attempt > 1 else ""
+    log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}{again})")
+    t0 = time.monotonic()
+    heartbeat = Heartbeat(lambda: queue.beat(claim), beat_s)
+    try:
+        with heartbeat:
+            result = train_fn(claim.config, results_dir)
+        status, value = _outcome(result)
+        if status == "failed":  # the train function recorded the failure itself
+            raise _ReportedFailure(f"train function returned 'failed' for {claim.run_id}")
+        if status not in FINISHED:
+            raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged' or 'failed'")
+    except Exception as exc:
+        wall = time.monotonic() - t0
+        error = traceback.format_exc()
+        if on_failure is not None and not isinstance(exc, _ReportedFailure):
+            try:
+                on_failure(claim.config, results_dir, error)
+            except Exception as exc2:  # keep going: the queue still records the failure
+                log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
+        retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
+        done, total = call(queue.progress, claim.grid)
+        then = "retry queued" if retried else "no retries left"
+        log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): "
+            f"{type(exc).__name__}: {exc}; {then}")
+        return "failed"
+    except BaseException:
+        call(queue.release, claim, "worker interrupted (KeyboardInterrupt or SIGTERM); run released")
+        log(f"released {claim.run_id}: queued again; a retry resumes from its checkpoint")
+        raise
+    wall = time.monotonic() - t0
+    if not call(queue.complete, claim, status, value=value, wall_s=wall):
+        log(f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
+            f"reclaimed it); the result file is written, the queue keeps the other attempt")
+    done, total = call(queue.progress, claim.grid)
+    log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)})")
+    return status
+
+
+class _ReportedFailure(RuntimeError):
+    """The train function returned 'failed' (it recorded the failure itself)."""
+
+
+def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: bool = True, **trainer_kwargs) -> str:
+    """:func:`harness.train.train_run`, unless an earlier attempt already wrote this run's
+    finished result (its worker died before telling the queue): then that result's status,
+    without training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy)."""
+    from harness.train import run as runner  # lazy: torch and Lightning load only when training
+
+    status = runner.finished_status(config, results_dir)
+    if status is None:
+        return runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
+    if progress:
+        print(f"{config.run_id}: already {status} (its result file was written by an earlier attempt "
+              "whose worker stopped before telling the queue); not trained again", file=sys.stderr, flush=True)
+    return status
+
+
+def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> None:
+    """:func:`harness.train.record_failure`: a failed result file for a crashed attempt."""
+    from harness.train import run as runner
+
+    runner.record_failure(config, results_dir, error_text)
+
+
+__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "fmt_duration", "work", "train_unless_finished", "record_failure"]

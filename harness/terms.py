@@ -1,0 +1,85 @@
+"""The shared vocabulary of a study: roles, run statuses, run ids, and config differences.
+
+Defined once here and imported by the grid, the queue, the runner, the result-file
+validator (:mod:`db.validate`) and the report (:mod:`reports.pairing`). Plain Python, no
+dependencies, so every layer may import it.
+
+* A *role* is what a variant plays in a study (DESIGN section 1.2): the single
+  ``parent`` (Block AttnRes), the ``treatment`` (RD-AttnRes), ``control`` s and
+  ``reference`` s; the order is the queue order of a grid's variants.
+* A run *status* is where a run is in its life (DESIGN section 5, ``runs.status``).
+* A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+ROLES = ("parent", "treatment", "control", "reference")
+#: ``runs.status`` values (DESIGN section 5), in the order error messages list them.
+STATUSES = ("queued", "running", "done", "failed", "diverged")
+#: Statuses of a run that trained to its end (a diverged run is finished, not failed).
+FINISHED = ("done", "diverged")
+#: Grid names: letters, digits, ``_ . -``, starting with a letter or digit (no ``:``, the
+#: run-id separator).
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: Characters of a failed attempt's error text (the traceback's tail) kept in the queue and
+#: in its result file.
+ERROR_CHARS = 8000
+#: How :func:`config_diff` shows a key one side lacks.
+ABSENT = "<absent>"
+
+
+def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
+    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``."""
+    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
+
+
+def _flatten(obj, prefix: str = "") -> dict:
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}`` (an empty mapping adds no key)."""
+    if isinstance(obj, Mapping):
+        out: dict = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def config_diff(old: Mapping | str | None, new: Mapping | str | None, *, values: bool = False,
+                ignore: tuple[str, ...] = ()) -> list[str]:
+    """The dotted keys whose values differ between two (nested) run configs, sorted.
+
+    Args:
+        old, new: configs as mappings or as JSON text (a ``runs.config`` cell).
+        values: give each key as ``"train.lr: 0.001 != 0.003"`` (a key one side lacks
+            shows as ``'<absent>'``); else the keys alone (``"train.lr"``).
+        ignore: last key parts to skip (e.g. ``("variant", "role", "run_id")``: they
+            differ between paired runs by design).
+
+    Returns:
+        The differences; a config that is missing or not valid JSON gives the one
+        entry ``"config JSON missing or unreadable, fields cannot be compared"``.
+    """
+    flat = []
+    for config in (old, new):
+        try:
+            config = json.loads(config) if isinstance(config, str) else config
+        except json.JSONDecodeError:
+            config = None
+        flat.append(_flatten(config) if isinstance(config, Mapping) else None)
+    a, b = flat
+    if a is None or b is None:
+        return ["config JSON missing or unreadable, fields cannot be compared"]
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if key.rsplit(".", 1)[-1] in ignore:
+            continue
+        va, vb = a.get(key, ABSENT), b.get(key, ABSENT)
+        if va != vb:
+            out.append(f"{key}: {va!r} != {vb!r}" if values else key)
+    return out
+
+
+__all__ = ["ROLES", "STATUSES", "FINISHED", "NAME_RE", "ERROR_CHARS", "ABSENT", "run_id", "config_diff"]

@@ -1,0 +1,19 @@
+"""Training: one :class:`~harness.config.RunConfig` in, one result file out (DESIGN sections 4-5).
+
+The only package that uses Lightning or records metrics. Modules, in the order a run uses them:
+
+* :mod:`harness.train.schedule` -- budget in tokens -> optimiser steps and intervals
+  (:class:`StepPlan`); the warmup + cosine/WSD learning-rate schedule;
+* :mod:`harness.train.lit` -- :class:`LitLM`, the Lightning module around any variant:
+  AdamW groups, clipping, divergence, evaluation (NLL, bits-per-byte, routing rows);
+* :mod:`harness.train.trainer` -- :func:`make_trainer`, the one ``Trainer`` configuration
+  (shared with ``harness bench``);
+* :mod:`harness.train.progress` -- the run's callback: evaluate, checkpoint, stop, show;
+* :mod:`harness.train.checkpoint` -- checkpoint folder, atomic save, resume, config check;
+* :mod:`harness.train.protocol` -- the protocol dict and hash that pairing relies on;
+* :mod:`harness.train.run` -- :func:`train_run` = build -> fit -> record.
+"""
+
+from harness.train.run import RunInterrupted, finished_status, record_failure, train_run
+
+__all__ = ["RunInterrupted", "finished_status", "record_failure", "train_run"]

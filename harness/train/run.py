@@ -1,0 +1,297 @@
+"""One run end to end: build -> fit -> record (DESIGN sections 4-5).
+
+:func:`train_run` is what ``harness run`` and every queue worker call, with a
+:class:`~harness.config.RunConfig`; it is three short steps:
+
+* :func:`build` -- prepare the corpus, build the model, the data module, the Lightning
+  module and the trainer, compute the protocol, and check the run's checkpoint folder;
+* :func:`fit` -- train to the budget (resuming from the checkpoint if there is one), then
+  make sure the final evaluation exists; the final metrics are what
+  :meth:`~harness.train.lit.LitLM.evaluate` returned;
+* :func:`record` -- write the result file, remove the checkpoint, ingest into DuckDB.
+
+Idempotent per ``run_id``: checkpoints live in ``RESULTS/checkpoints/<run>/last.ckpt``
+(:mod:`harness.train.checkpoint`), and training the same run again resumes from there,
+ending with the same numbers as an uninterrupted run (bit-identical on CPU). The
+finished run is written atomically to its own result file through
+:class:`db.store.Store`, then ingested into DuckDB when the lock is free (otherwise by
+the next reader).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from harness.config import RunConfig, get_size
+from harness.data import PreparedCorpus, cache_dir, prepare_corpus
+from harness.data.datamodule import TokenDataModule
+from harness.models import build_model, count_params
+from harness.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.train.checkpoint import checkpoint_dir, claim_folder, resume_step, save_checkpoint
+from harness.train.lit import LitLM
+from harness.train.progress import RunCallback, StopRequested
+from harness.train.protocol import code_version, protocol_dict, protocol_hash
+from harness.train.schedule import StepPlan
+from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator, resolve_precision
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run stopped before its budget (``stop_after_tokens``, SIGTERM, Ctrl-C) with a
+    checkpoint on disk; calling :func:`train_run` again resumes it. A ``KeyboardInterrupt``,
+    so a queue worker gives the run back to the queue instead of recording a failure."""
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+@dataclass
+class Run:
+    """A built run, ready to fit (see :func:`build`)."""
+
+    config: RunConfig
+    results_dir: Path
+    plan: StepPlan
+    prepared: PreparedCorpus
+    lit: LitLM
+    dm: TokenDataModule
+    trainer: L.Trainer
+    n_params: dict[str, int]
+    protocol: dict
+    precision: str
+    ckpt_dir: Path
+    resumed_from: int | None
+    progress: bool
+    started: dt.datetime
+    t_start: float  # perf_counter at the start of build, seconds
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What :func:`fit` gives :func:`record`.
+
+    Attributes:
+        final: the final :meth:`~harness.train.lit.LitLM.evaluate` (nats/token, bits/byte,
+            perplexity, ``step``), ``None`` for a diverged run.
+        fit_s: seconds in ``trainer.fit`` in this process.
+        tokens: tokens trained in this process (a resumed run counts only its new part).
+    """
+
+    final: dict | None
+    fit_s: float
+    tokens: int
+
+
+def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
+          devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
+          stop_after_tokens: int | None = None) -> Run:
+    """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
+
+    Raises:
+        ValueError / FileNotFoundError: bad settings or corpus (nothing is written but the
+            corpus cache), or a checkpoint folder holding another config's checkpoint.
+    """
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"train_run takes a harness.config.RunConfig, got {type(config).__name__}")
+    quiet_lightning()
+    results_dir = Path(results_dir)
+    train, preset = config.train_config(), get_size(config.size)
+    plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens,
+                       stop_after_tokens=stop_after_tokens)
+    started, t_start = _utc_now(), time.perf_counter()
+    prepared = prepare_corpus(config.corpus, cache_dir=cache_dir(results_dir),
+                              vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
+                              val_fraction=train.val_fraction, max_docs=train.max_docs or None)
+    model = build_model(config.variant, config.size, seed=config.seed, **config.model,
+                        vocab_size=prepared.vocab_size)
+    dm = TokenDataModule(prepared, preset.context, plan.batch_size, config.seed, train.eval_tokens)
+    lit = LitLM(model, train, total_steps=plan.total_steps, batch_tokens=plan.batch_tokens,
+                token_bytes=torch.from_numpy(prepared.token_bytes()), log_every=plan.log_every)
+    accelerator = resolve_accelerator(accelerator)
+    precision = resolve_precision(train.precision, accelerator)
+    protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
+                             eval_windows=dm.n_val_windows, precision=precision)
+    ckpt_dir = checkpoint_dir(results_dir, config.run_id)
+    callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
+                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir))
+    trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
+                           precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
+    claim_folder(ckpt_dir, config)
+    resumed_from = resume_step(ckpt_dir)
+    if progress and resumed_from is not None:
+        print(f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'})",
+              file=sys.stderr, flush=True)
+    elif progress and plan.tokens != config.budget_tokens:
+        print(f"[{config.label}] training {plan.total_steps} steps x {plan.batch_tokens:,} tokens = "
+              f"{plan.tokens:,} tokens (budget {config.budget_tokens:,}, rounded down to whole steps)",
+              file=sys.stderr, flush=True)
+    return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
+               trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
+               ckpt_dir=ckpt_dir, resumed_from=resumed_from, progress=progress, started=started,
+               t_start=t_start)
+
+
+def fit(run: Run) -> Fitted:
+    """Train ``run`` to its budget (from its checkpoint, if any), then the final evaluation.
+
+    Raises:
+        RunInterrupted: a planned stop, SIGTERM or Ctrl-C (a checkpoint is on disk).
+    """
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    lit, trainer = run.lit, run.trainer
+    ckpt = run.ckpt_dir / "last.ckpt"
+    tokens_before = (run.resumed_from or 0) * run.plan.batch_tokens
+    lit.t_process_start = t_fit = time.perf_counter()
+    try:
+        trainer.fit(lit, datamodule=run.dm, ckpt_path=str(ckpt) if ckpt.exists() else None)
+    except StopRequested as exc:
+        raise RunInterrupted(f"{exc}; checkpoint at step {trainer.global_step}") from None
+    except SIGTERMException:
+        raise RunInterrupted(f"terminated (SIGTERM) after step {trainer.global_step}; "
+                             "checkpoint saved") from None
+    except SystemExit:  # Lightning turns Ctrl-C into a graceful shutdown and sys.exit(1)
+        raise RunInterrupted(f"interrupted at step {trainer.global_step}; resumes from the last "
+                             "checkpoint") from None
+    fit_s = time.perf_counter() - t_fit
+    final = None
+    if not lit.diverged:
+        final = lit.last_eval
+        if final is None or final["step"] != run.plan.total_steps:  # resumed at the very end: owed
+            lit.evaluate(run.dm.val_dataloader())
+            final = lit.last_eval
+    return Fitted(final=final, fit_s=fit_s, tokens=lit.tokens_seen - tokens_before)
+
+
+def record(run: Run, fitted: Fitted) -> str:
+    """Write the run's result file (rank 0 only), remove its checkpoint, ingest it.
+
+    Returns:
+        ``done`` or ``diverged``.
+    """
+    from db.store import Store
+
+    lit, config, plan = run.lit, run.config, run.plan
+    status = "diverged" if lit.diverged else "done"
+    if not run.trainer.is_global_zero:
+        return status
+    row = _run_row(
+        config, status=status, protocol_hash=protocol_hash(run.protocol), n_params=run.n_params["total"],
+        n_trainable=run.n_params["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
+        tokens_per_s=fitted.tokens / fitted.fit_s if fitted.fit_s > 0 and fitted.tokens > 0 else None,  # this segment
+        tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step),
+        error=lit.diverged["reason"] if lit.diverged else None,
+        diverged_step=lit.diverged["step"] if lit.diverged else None,
+        started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(),
+    )
+    row["config"] = {**config.to_dict(), "protocol": run.protocol, "batch_size": plan.batch_size,
+                     "total_steps": plan.total_steps, "precision": run.precision,
+                     "devices": run.trainer.world_size, "resumed_from_step": run.resumed_from}
+    # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
+    # next `harness sql`/`report` ingests it
+    store = Store(run.results_dir, lock_timeout_s=0)
+    store.write_result({"run": row, "metrics": lit.records, "routing": lit.routing_rows,
+                        "route_pairs": lit.pair_rows, "route_params": lit.param_rows})
+    shutil.rmtree(run.ckpt_dir, ignore_errors=True)
+    try:
+        store.ingest()
+    except Exception as exc:  # locked by a reader/writer elsewhere: the file stays pending
+        if run.progress:
+            print(f"[{config.label}] result saved; DuckDB ingest deferred ({type(exc).__name__})", file=sys.stderr)
+    if run.progress:
+        if status == "done":
+            final = fitted.final
+            print(f"[{config.label}] done: val_nll {final['nll']:.4f} nats/token, bpb {final['bpb']:.4f}, "
+                  f"ppl {final['ppl']:.2f} ({lit.tokens_seen:,} tokens, {row['wall_s']:.1f} s)",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"[{config.label}] diverged at step {lit.diverged['step']} ({lit.diverged['tokens']:,} tokens): "
+                  f"{lit.diverged['reason']}", file=sys.stderr, flush=True)
+    return status
+
+
+def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
+              devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
+              stop_after_tokens: int | None = None) -> str:
+    """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
+
+    Args:
+        config: the run (:meth:`RunConfig.create`, :meth:`RunConfig.adhoc` or a queued payload).
+        results_dir: results folder (result files, checkpoints, corpus cache, DuckDB).
+        progress: show a progress bar (a line every 10 % when stderr is not a terminal).
+        accelerator, devices, strategy, num_nodes: passed to ``lightning.Trainer``
+            (``devices=4, strategy="ddp"`` for several GPUs; multi-node via torchrun/SLURM).
+        stop_after_tokens: checkpoint and raise :class:`RunInterrupted` after this many
+            tokens (a planned stop; calling again resumes).
+
+    Returns:
+        ``done`` or ``diverged`` (a diverged run is recorded, not raised).
+
+    Raises:
+        RunInterrupted: stopped at ``stop_after_tokens``, by SIGTERM or Ctrl-C.
+        ValueError / FileNotFoundError: bad config or corpus (no result is written).
+        TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
+    """
+    run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
+                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens)
+    return record(run, fit(run))
+
+
+def _run_row(config: RunConfig, **fields) -> dict:
+    """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added."""
+    row = {k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
+    row.update(host=socket.gethostname(), code_version=code_version(),
+               torch_version=torch.__version__, config=config.to_dict())
+    row.update(fields)
+    return row
+
+
+def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) -> Path:
+    """Write a ``failed`` result for ``config`` with the tail of ``error_text`` (no metric
+    rows). Returns the result file path."""
+    from db.store import Store
+
+    result = {"run": _run_row(config, status="failed", error=str(error_text)[-ERROR_CHARS:],
+                              finished_at=_utc_now().isoformat()),
+              "metrics": [], "routing": []}
+    return Store(results_dir).write_result(result)
+
+
+def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
+    """``'done'`` or ``'diverged'`` if the result file of ``config``'s run already holds that
+    run finished, with the same config and code version; else ``None``.
+
+    A worker that wrote the result file but died, or lost its queue storage, before the queue
+    learned the run was finished leaves such a file behind; the worker that takes the run
+    again reports it instead of training the run a second time (DESIGN section 10: every
+    cell done exactly once). An unreadable file, a failed run, another config or another
+    code version gives ``None`` (train again).
+    """
+    from db.store import Store
+
+    store = Store(results_dir)
+    path = store.result_path(config.run_id)
+    if not path.exists():
+        return None
+    try:
+        run = store.read_result(path)["run"]
+    except (OSError, ValueError):
+        return None
+    stored, payload = run.get("config") or {}, config.to_dict()
+    same = not config_diff({k: stored.get(k) for k in payload}, payload)
+    if run.get("status") in FINISHED and same and run.get("code_version") == code_version():
+        return run["status"]
+    return None
+
+
+__all__ = ["RunInterrupted", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
+           "finished_status"]

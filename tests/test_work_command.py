@@ -1,0 +1,231 @@
+"""The work and status commands over the run queue, and storage outages (harness.scheduling).
+
+Stub train functions only (a fake ``harness.train.run`` module stands in for training);
+under a minute on 2 shared CPU cores. Run: python -m pytest -q tests/test_work_command.py
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+import time
+import types
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+import harness.train
+from harness.cli import main as cli
+from harness.scheduling.lease import Lease
+from harness.scheduling.queue import RunQueue
+from harness.scheduling.worker import MAX_RETRIES, work
+from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "results"
+    RunQueue.open(None, results).enqueue(configs(seeds=(0,)))
+    calls = []
+    fake = types.ModuleType("harness.train.run")
+
+    def train_run(config, results_dir, *, progress=True, accelerator="auto", devices=1, strategy="auto"):
+        calls.append(("train", config.run_id, Path(results_dir)))
+        assert (accelerator, devices, strategy) == ("auto", 1, "auto")
+        if config.variant == "fixed_v":
+            raise ValueError("bad corpus")
+        return "done"
+
+    fake.train_run = train_run
+    fake.record_failure = lambda config, results_dir, error: calls.append(("fail", config.run_id, error))
+    fake.finished_status = lambda config, results_dir: None
+    monkeypatch.setitem(sys.modules, "harness.train.run", fake)
+    monkeypatch.setattr(harness.train, "run", fake)
+    assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
+    out = capsys.readouterr().out
+    assert [c[:2] for c in calls] == [("train", "g:tiny:block_attnres:s0:1000"), ("train", "g:tiny:rd_attnres:s0:1000"),
+                                      ("train", "g:tiny:fixed_v:s0:1000"), ("fail", "g:tiny:fixed_v:s0:1000")]
+    assert calls[0][2] == results and "ValueError: bad corpus" in calls[3][2]
+    assert "[3/3] failed g:tiny:fixed_v:s0:1000" in out and "no retries left" in out
+    assert "worker trained 3 runs: 2 done, 0 diverged, 1 failed" in out
+
+
+def test_sigterm_releases_the_run(tmp_path):
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results)
+    q.enqueue(configs(seeds=(0,)))
+    started = tmp_path / "started"
+    p = mp.get_context("spawn").Process(target=blocking_cli_worker, args=(str(results), str(started)))
+    p.start()
+    deadline = time.time() + 60
+    while not started.exists():
+        assert time.time() < deadline and p.is_alive(), "worker never started the run"
+        time.sleep(0.05)
+    p.terminate()  # SIGTERM
+    p.join(timeout=60)
+    assert p.exitcode == 130  # the CLI's "interrupted"
+    rid = started.read_text()
+    state = q.runs()[rid]
+    assert (state.state, state.attempt, state.pending) == ("queued", 2, False)
+    (old,) = [t for t in q.storage.get_all_trials(q.study_id) if t.state == TrialState.FAIL]
+    assert old.user_attrs["ending"] == "released" and old.user_attrs["run_id"] == rid
+    assert q.reclaim_stale() == []  # nothing left running
+
+
+def test_work_command_default_retries_match_the_queue():
+    from harness.commands import work as work_cmd
+    from harness.scheduling.storage import STORAGE_RETRY_S
+
+    assert work_cmd.MAX_RETRIES == MAX_RETRIES
+    assert work_cmd.STORAGE_RETRY_S == STORAGE_RETRY_S
+
+
+def test_status_command(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert cli(["status", "--results", str(results)]) == 0
+    assert "no runs queued yet" in capsys.readouterr().out
+    q = RunQueue.open(None, results)
+    q.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
+    for wall in (10.0, 30.0):
+        q.complete(q.claim(), "done", value=3.0, wall_s=wall)
+    q.fail(q.claim(), "Traceback ...\nRuntimeError: boom", wall_s=1.0, max_retries=0)
+    q.claim()  # running, fresh lease held by this process
+    q.enqueue(configs(name="other", seeds=(0,)))
+    assert cli(["status", "--results", str(results)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["grid", "queued", "running", "done", "diverged", "failed", "total", "mean", "run", "ETA"]
+    # g: 2 done (mean 20 s), 1 failed, 1 running; 1 remaining x 20 s / 1 live worker
+    assert out[2].split() == ["g", "0", "1", "2", "0", "1", "4", "20", "s", "~20", "s"]
+    assert out[3].split()[:7] == ["other", "3", "0", "0", "0", "0", "3"]
+    assert out[3].endswith("? (no run finished yet)")
+    assert out[4] == f"live workers: 1 ({Lease.here().worker})"
+    assert out[5].startswith("failed runs: 1")
+    assert out[6] == "  g:tiny:block_attnres:s1:1000 (attempt 1): RuntimeError: boom"
+    assert cli(["status", "--results", str(results), "--grid", "nope"]) == 2
+    assert "grids there: g, other" in capsys.readouterr().err
+
+
+def test_run_config_is_stored_as_json(tmp_path):
+    q = new_queue(tmp_path)
+    cfgs = configs(seeds=(0,))
+    q.enqueue(cfgs)
+    (t, *_) = q.storage.get_all_trials(q.study_id)
+    assert json.loads(t.user_attrs["config"]) == cfgs[0].to_dict()
+    assert t.user_attrs["run_id"] == cfgs[0].run_id and t.state == TrialState.WAITING
+
+
+def test_queue_logic_is_storage_agnostic_on_rdb(tmp_path):
+    """The same queue on Optuna's RDB storage (PostgreSQL in production). SQLite stands in
+    here, in ONE process only: parse_storage refuses it for workers (see SQLITE_REFUSED)."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'q.db'}")
+    q = RunQueue(storage, lease_timeout_s=50)
+    q.enqueue(configs(seeds=(0,)))
+    assert q.enqueue(configs(seeds=(0,))).added == []
+    claim = q.claim()
+    t = 3_000_000.0
+    storage.set_trial_user_attr(claim.trial_id, "lease", Lease("elsewhere", 7, t, t).to_dict())
+    assert [rid for rid, _ in q.reclaim_stale(now=t + 60)] == [claim.run_id]
+    assert q.complete(claim, "done", value=1.0, wall_s=1.0) is False  # reclaimed: finished trial
+    seen = []
+    work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=quiet)
+    assert seen[0] == claim.run_id and len(seen) == 3
+    assert Counter(r.state for r in q.runs().values()) == {"done": 3}
+    assert q.runs()[claim.run_id].attempt == 2
+
+
+# ----------------------------------------------------------------------------- storage outages
+
+
+def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path):
+    """The journal's folder disappears mid-run (a shared filesystem hiccup) and comes back:
+    the worker retries (0.5 s, 1 s, ...) and finishes every run once."""
+    import threading
+
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results)
+    q.enqueue(configs(seeds=(0,)))
+    away = tmp_path / "away"
+    seen, lines = [], []
+
+    def train(config, results_dir):
+        seen.append(config.run_id)
+        if len(seen) == 1:
+            results.rename(away)  # gone while the run trains ...
+            threading.Timer(1.2, away.rename, args=(results,)).start()  # ... back 1.2 s later
+        return "done"
+
+    assert work(q, train, results, retry_s=30, log=lines.append) == Counter(done=3)
+    assert len(seen) == 3 == len(set(seen))
+    retries = [ln for ln in lines if " unreachable (" in ln]
+    assert retries[0].startswith(f"queue storage {results / 'queue.journal'} unreachable (FileNotFoundError: ")
+    assert [ln.rsplit("; ", 1)[1] for ln in retries[:2]] == ["retry 1 in 0.5 s", "retry 2 in 1 s"]
+    assert Counter(r.state for r in q.runs().values()) == {"done": 3}
+
+
+def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
+    from harness.scheduling.storage import StorageUnavailable
+
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results, lease_timeout_s=1.0)
+    q.enqueue(configs(seeds=(0,)))
+    away = tmp_path / "away"
+    first = "g:tiny:block_attnres:s0:1000"
+
+    def train(config, results_dir):
+        results.rename(away)  # the folder goes away while the first run trains, for longer than retry_s
+        return "done"
+
+    with pytest.raises(StorageUnavailable) as info:
+        work(q, train, results, retry_s=1.6, log=quiet)
+    import re
+
+    unreachable = f"queue storage {re.escape(str(results / 'queue.journal'))} unreachable"
+    assert re.fullmatch(rf"{unreachable}: gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: "
+                        r"\[Errno 2\] No such file or directory: .*\)", str(info.value))
+    away.rename(results)  # back: nothing lost; the run is still RUNNING under the stopped worker's lease
+    assert q.runs()[first].state == "running"
+    time.sleep(1.1)  # the lease (1 s) runs out
+    seen = []
+    assert work(q, lambda c, r: seen.append(c.run_id) or "done", results, log=quiet) == Counter(done=3)
+    assert seen[0] == first and len(seen) == 3
+
+    # `harness work`: the same outage is one line on stderr and exit 1
+    other = tmp_path / "other"
+    RunQueue.open(None, other).enqueue(configs(seeds=(1,)))
+    fake = types.ModuleType("harness.train.run")
+
+    def gone(config, results_dir, **kw):
+        other.rename(tmp_path / "other-away")
+        return "done"
+
+    fake.train_run, fake.record_failure, fake.finished_status = gone, lambda *a: None, lambda c, r: None
+    monkeypatch.setitem(sys.modules, "harness.train.run", fake)
+    monkeypatch.setattr(harness.train, "run", fake)
+    assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch(
+        rf"harness work: error: queue storage {re.escape(str(other / 'queue.journal'))} unreachable: "
+        r"gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: .*\)", err[0])
+
+
+def test_retry_storage_passes_other_errors_at_once():
+    from harness.scheduling.storage import retry_storage
+
+    calls = []
+
+    def bad():
+        calls.append(1)
+        raise ValueError("not an outage")
+
+    with pytest.raises(ValueError, match="not an outage"):
+        retry_storage(bad, where="x", retry_s=10, log=quiet)
+    assert calls == [1]
+    with pytest.raises(FileNotFoundError, match="no queue journal"):  # an answer, not an outage
+        RunQueue.open(None, Path("/nonexistent/results"), create=False, retry_s=10)
