@@ -27,6 +27,15 @@ database is busy it queries what is there and records why in ``last_ingest_skipp
 the user's SQL on a read-only connection with file access disabled, so a query can neither
 change results nor read or write other files. A new database is made whole under a temporary
 name and then linked into place, so no process ever opens a half-made file.
+
+Readable by the DuckDB CLI users have. The file is written in DuckDB's storage format
+:data:`STORAGE_VERSION` (``v1.4.0``: read by DuckDB 1.4 and 1.5, the CLIs installed today, as
+well as by this package's DuckDB 2.0, which would otherwise write a format those cannot
+open: "version number 69, but we can only read versions between 64 and 68"). A database
+written in a newer format by an earlier harness is rewritten once, at its next ingest,
+under the exclusive write lock (``COPY FROM DATABASE`` into a new file, then an atomic
+rename), with a message saying so. :meth:`Store.export` writes a table of one grid to
+Parquet or CSV (``COPY ... TO`` on our own connection; user SQL may not write files).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import json
 import os
 import random
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -53,9 +63,13 @@ from db.validate import (
     validate_bench_rows,
     validate_result,
 )
-from harness.files import atomic_write
+from harness.files import atomic_path, atomic_write, fsync_dir, fsync_file
+from harness.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 
 DB_NAME = "harness.duckdb"
+#: DuckDB storage format of the results database (see the module docstring).
+STORAGE_VERSION = "v1.4.0"
+
 RUNS_DIRNAME = "runs"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 
@@ -127,8 +141,25 @@ def _signature(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def _version(tag: str) -> tuple[int, ...]:
+    """``'v1.4.0+'`` -> ``(1, 4, 0)``; unparsable parts count as 0."""
+    return tuple(int(p) if p.isdigit() else 0 for p in tag.strip().lstrip("v").rstrip("+").split("."))
+
+
+def storage_version(con: duckdb.DuckDBPyConnection) -> str:
+    """The storage format of ``con``'s database, as DuckDB tags it (e.g. ``'v1.4.0+'``)."""
+    row = con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
+                      "WHERE database_name = current_database()").fetchone()
+    return str(row[0]) if row and row[0] else ""
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+def _quote(path: os.PathLike | str) -> str:
+    """A path inside a single-quoted SQL string literal."""
+    return str(path).replace("'", "''")
 
 
 def _polars_schema(table: str) -> dict[str, pl.DataType]:
@@ -263,13 +294,18 @@ class Store:
 
     # -- database connections -----------------------------------------------------------------
 
-    def _connect(self, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    def _connect(self, *, read_only: bool, timeout_s: float, files: bool = False) -> duckdb.DuckDBPyConnection:
         """Open the database, retrying while another process holds the lock.
+
+        ``files``: a read-only connection that may write files (our own ``COPY ... TO``; never
+        one that runs user SQL).
 
         Raises:
             StoreLockedError: still locked after ``timeout_s`` seconds (0: one try).
         """
-        if read_only:
+        if read_only and files:
+            config = {}
+        elif read_only:
             # The user's SQL runs here: no file system access, and it cannot be re-enabled.
             config = {"enable_external_access": False, "lock_configuration": True}
         else:
@@ -280,7 +316,8 @@ class Store:
         delay = 0.02
         while True:
             try:
-                return duckdb.connect(str(self.db_path), read_only=read_only, config=config)
+                con = duckdb.connect(str(self.db_path), read_only=read_only, config=config)
+                return con if read_only else self._in_storage_version(con)
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
                     raise
@@ -289,6 +326,38 @@ class Store:
                     raise StoreLockedError(self.db_path, waited, str(exc)) from None
                 time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
                 delay = min(2 * delay, 0.5)
+
+    def _in_storage_version(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """``con`` (a write connection), after rewriting its database in :data:`STORAGE_VERSION`
+        if it is in a newer format; then a connection to the rewritten file.
+
+        Holding the write connection holds DuckDB's exclusive lock, so no other process has the
+        file open while it is copied and renamed over; a process that opens it next opens the
+        new file. The copy is checkpointed whole before the rename: nothing is half-written.
+        """
+        have = storage_version(con)
+        if not have or _version(have) <= _version(STORAGE_VERSION):
+            return con
+        tmp = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            con.execute("CHECKPOINT")
+            con.execute(f"ATTACH '{_quote(tmp)}' AS _rewrite (STORAGE_VERSION '{STORAGE_VERSION}')")
+            name = con.execute("SELECT current_database()").fetchone()[0]
+            con.execute(f'COPY FROM DATABASE "{name}" TO _rewrite')
+            con.execute("DETACH _rewrite")
+            fsync_file(tmp)
+            os.replace(tmp, self.db_path)
+            fsync_dir(self.db_path.parent)
+        except BaseException:
+            con.close()
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+        con.close()
+        print(f"harness: rewrote {self.db_path} in DuckDB storage format {STORAGE_VERSION} (it was {have}), "
+              "so that the DuckDB 1.4 and 1.5 CLIs can open it; nothing in it changed", file=sys.stderr)
+        return duckdb.connect(str(self.db_path))
 
     def _create(self) -> None:
         """Make the database file, schema included, under a temporary name, then give it its
@@ -301,7 +370,7 @@ class Store:
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         try:
-            con = duckdb.connect(str(tmp))
+            con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
             try:
                 self._ensure_schema(con)
             finally:
@@ -517,6 +586,60 @@ class Store:
             return pl.DataFrame() if rel is None else _to_polars(rel)
         finally:
             con.close()
+
+    def grids(self) -> list[str]:
+        """The grid names of the runs in the database (sorted; pending files not ingested)."""
+        if not self.db_path.exists():
+            return []
+        con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
+        try:
+            return sorted(str(g) for (g,) in con.execute("SELECT DISTINCT grid FROM runs").fetchall())
+        finally:
+            con.close()
+
+    def export(self, grid: str, table: str, fmt: str, out: str | os.PathLike) -> int:
+        """Write ``table``'s rows of ``grid`` to the file ``out`` with DuckDB's ``COPY ... TO``.
+
+        Pending result files are ingested first, best effort (as :meth:`query`). The file is
+        written under a temporary name beside ``out`` and renamed onto it (:func:`atomic_path`):
+        a reader never sees half of it, and a failed export leaves ``out`` as it was. Rows are
+        sorted (``ORDER BY ALL``), so the same store gives the same file.
+
+        Args:
+            grid: a grid name in ``runs.grid``.
+            table: one of :data:`EXPORT_TABLES`; for ``final`` and ``runs`` the grid's rows, for
+                the others the rows of the grid's runs.
+            fmt: ``parquet`` or ``csv`` (with a header); JSON columns (``runs.config``) as text.
+            out: the file to write (replaced if it exists; its folder is created).
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            ValueError: an unknown table or format, or a grid with no runs in the store (the
+                message names the allowed values / the grids there).
+            StoreLockedError: the database stayed write-locked for ``lock_timeout_s``.
+        """
+        if table not in EXPORT_TABLES:
+            raise ValueError(f"--table {table!r} not known; allowed: {', '.join(EXPORT_TABLES)}")
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"--format {fmt!r} not known; allowed: {', '.join(EXPORT_FORMATS)}")
+        self.last_ingest_skipped = None
+        self._ingest_best_effort()
+        check_grid(grid, self.grids(), f"the results store {self.db_path}")
+        where = "grid = ?" if table in ("final", "runs") else "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
+        # JSON columns as text: Parquet readers would see DuckDB's JSON as raw bytes
+        as_text = [c for c, t in columns().get(table, {}).items() if t == "JSON"]
+        star = f"* REPLACE ({', '.join(f'{c}::VARCHAR AS {c}' for c in as_text)})" if as_text else "*"
+        con = self._connect(read_only=True, timeout_s=self.lock_timeout_s, files=True)
+        try:
+            with atomic_path(out) as tmp:
+                # table, columns and format come from our lists, never from the user's text
+                (rows,) = con.execute(f"COPY (SELECT {star} FROM {table} WHERE {where} ORDER BY ALL) TO ? "
+                                      f"(FORMAT {fmt})", [grid, str(tmp)]).fetchone()
+        finally:
+            con.close()
+        return int(rows)
 
     def _ingest_best_effort(self) -> None:
         try:

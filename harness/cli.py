@@ -3,7 +3,12 @@
 Each subcommand lives in its own module under :mod:`harness.commands`; the module's
 docstring is the subcommand's help text (with an example), ``add_arguments(parser)``
 declares its options and ``main(args) -> int`` runs it. Every subcommand gets
-``--results DIR`` (default ``$HARNESS_RESULTS`` or ``./results``).
+``--results DIR`` (default ``$HARNESS_RESULTS`` or ``./results``) and ``--verbose``
+(internal retries and deferred ingests, :mod:`harness.console`).
+
+Start-up stays light: building the parser imports every command module, so a command module
+imports torch, Lightning, Optuna, DuckDB or polars only inside its ``main`` (``harness --help``
+loads none of them; tests/test_cli_startup.py checks).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from harness.console import setup_logging
 from harness.files import default_results
 
 # name -> module under harness.commands, in the order of the research loop.
@@ -22,6 +28,7 @@ COMMANDS = {
     "work": "work",
     "status": "status",
     "sql": "sql",
+    "export": "export",
     "report": "report",
     "plan": "plan",
     "topup": "topup",
@@ -30,13 +37,14 @@ COMMANDS = {
 }
 
 # Commands that only read results: a mistyped --results must not create an empty store.
-READS_RESULTS = ("sql", "report", "topup")
+READS_RESULTS = ("sql", "export", "report", "topup")
 
 EPILOG = """\
 the research loop, one command each:
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them
   harness work                                     # one or many workers train queued runs
   harness sql "select variant, seed, val_nll from final order by 1, 2"
+  harness export --grid rd_controls_small --format parquet --out final.parquet
   harness report --grid rd_controls_small          # paired significance report
   harness plan ablations/rd_controls_small.toml --pilot rd_controls_small   # MDE, seeds needed, cost
   harness topup --grid rd_controls_small           # add seeds up to the next look where still undecided
@@ -67,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="results folder: harness.duckdb, the default queue journal, run files, "
             "checkpoints (default: $HARNESS_RESULTS or ./results)",
         )
+        p.add_argument("--verbose", action="store_true",
+                       help="also print internal retries that usually succeed (a DuckDB ingest deferred while "
+                       "another process holds the database, a queue storage briefly unreachable)")
         module.add_arguments(p)
         p.set_defaults(_main=module.main)
     return parser
@@ -79,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
+    setup_logging(args.verbose)
     try:
         if args.command in READS_RESULTS and not args.results.exists():
             raise FileNotFoundError(f"results folder {str(args.results)!r} does not exist "

@@ -9,13 +9,14 @@ dependencies, so every layer may import it.
   ``reference`` s; the order is the queue order of a grid's variants.
 * A run *status* is where a run is in its life (DESIGN section 5, ``runs.status``).
 * A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>``.
+* A ``--grid NAME`` that names no grid is one error naming the grids there (:func:`check_grid`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 ROLES = ("parent", "treatment", "control", "reference")
 #: ``runs.status`` values (DESIGN section 5), in the order error messages list them.
@@ -28,6 +29,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: Characters of a failed attempt's error text (the traceback's tail) kept in the queue and
 #: in its result file.
 ERROR_CHARS = 8000
+#: Results-store tables ``harness export`` writes one grid's rows of (DESIGN section 5), and its formats.
+EXPORT_TABLES = ("final", "runs", "metrics", "routing", "route_pairs", "route_params")
+EXPORT_FORMATS = ("parquet", "csv")
 #: How :func:`config_diff` shows a key one side lacks.
 ABSENT = "<absent>"
 
@@ -35,6 +39,18 @@ ABSENT = "<absent>"
 def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
     """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``."""
     return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
+
+
+def check_grid(grid: str, known: Iterable[str], where: str) -> None:
+    """Check that ``grid`` is one of the ``known`` grid names found in ``where`` (the queue or
+    the results store, as the message should name it).
+
+    Raises:
+        ValueError: ``no runs of grid 'nope' in WHERE; grids there: a, b`` (or ``none yet``).
+    """
+    names = sorted({str(g) for g in known})
+    if grid not in names:
+        raise ValueError(f"no runs of grid {grid!r} in {where}; grids there: {', '.join(names) or 'none yet'}")
 
 
 def _flatten(obj, prefix: str = "") -> dict:
@@ -82,4 +98,4 @@ def config_diff(old: Mapping | str | None, new: Mapping | str | None, *, values:
     return out
 
 
-__all__ = ["ROLES", "STATUSES", "FINISHED", "NAME_RE", "ERROR_CHARS", "ABSENT", "run_id", "config_diff"]
+__all__ = ["ROLES", "STATUSES", "FINISHED", "NAME_RE", "ERROR_CHARS", "EXPORT_TABLES", "EXPORT_FORMATS", "ABSENT", "run_id", "check_grid", "config_diff"]

@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from harness.files import atomic_write
+from harness.terms import check_grid
 from reports.degeneracy import find_degenerate
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
@@ -76,9 +77,8 @@ def load_frames(store: Any, grid: str) -> Frames:
     """
     runs = store.query("SELECT * FROM runs WHERE grid = ? ORDER BY variant, size, budget_tokens, seed", [grid])
     if runs.height == 0:
-        grids = store.query("SELECT DISTINCT grid FROM runs ORDER BY grid", [], ingest=False)
-        names = ", ".join(str(g) for g in grids["grid"].to_list()) or "none (the store is empty)"
-        raise ValueError(f"no runs for grid {grid!r}; grids in the store: {names}")
+        grids = store.query("SELECT DISTINCT grid FROM runs", [], ingest=False)["grid"].to_list()
+        check_grid(grid, grids, "the results store")
     final = store.query("SELECT * FROM final WHERE grid = ?", [grid], ingest=False)
     in_grid = "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
     metrics = store.query("SELECT * FROM metrics WHERE ((split = 'val' AND name = 'nll') OR (split = 'train' AND "

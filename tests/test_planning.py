@@ -197,7 +197,7 @@ def test_plan_command_without_min_effect_says_so(tmp_path, capsys):
     ([str(DEMO), "--sd", "abc"], "--sd abc: must be a positive number"),
     ([str(DEMO), "--sd", "0.01", "--pilot", "pilot"], "give either --pilot GRID_NAME or --sd NATS, not both"),
     ([str(DEMO)], "the plan needs a paired sd"),
-    ([str(DEMO), "--pilot", "nope"], "no runs for grid 'nope'; grids in the store: pilot"),
+    ([str(DEMO), "--pilot", "nope"], "no runs of grid 'nope' in the results store; grids there: pilot"),
 ])
 def test_plan_command_bad_input_is_one_line(pilot_store, capsys, argv, message):
     results, _ = pilot_store

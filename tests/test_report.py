@@ -242,7 +242,7 @@ def test_weak_treatment_assesses_no_control_and_shows_the_noise_floor(monkeypatc
 def test_cli_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
     frames = synthetic_frames(grid="gA")
     rc, cap = _run_cli(monkeypatch, capsys, frames, ["report", "--grid", "nope", "--results", str(tmp_path)])
-    assert rc == 2 and "no runs for grid 'nope'; grids in the store: gA" in cap.err
+    assert rc == 2 and "no runs of grid 'nope' in the results store; grids there: gA" in cap.err
 
     sel = pl.col("run_id") == "gA-small-1000000-fixed_v-s4"
     frames["final"] = frames["final"].with_columns(

@@ -16,6 +16,7 @@ import duckdb
 import pytest
 import torch
 
+from harness import live
 from harness.cli import main as cli
 from harness.config import RunConfig, train_config
 from harness.data import prepare_corpus
@@ -167,7 +168,12 @@ def test_cli_run_writes_final_and_routing(tmp_path, capsys):
     routes = con.execute("select distinct site, route from routing order by 1, 2").fetchall()
     js = con.execute("select max(js_qk_v) from routing where site='attn' and layer=1").fetchone()[0]
     proto, code = con.execute("select protocol_hash, code_version from runs").fetchone()
+    (run_id,) = con.execute("select run_id from runs").fetchone()
     con.close()
+    # what a queue worker's heartbeat would send last: the run's tokens, of its total, and its rate
+    progress = live.current(run_id)
+    assert progress is not None and (progress.tokens, progress.total_tokens) == (BUDGET, BUDGET)
+    assert progress.tokens_per_s > 0 and progress.eta_s(progress.at) == 0
     assert variant == "rd_attnres" and nll > 0 and bpb > 0
     assert routes == [("attn", "qk"), ("attn", "v"), ("mlp", "mlp"), ("out", "out")]
     assert js > 0  # the value route has moved away from the QK route

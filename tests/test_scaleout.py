@@ -88,7 +88,7 @@ def test_postgres_stopped_while_a_worker_polls(tmp_path, chaos_reference):
         chaos.queue_grid(grid, results, url)
         a = subprocess.Popen(chaos.harness("work", "--results", str(results), "--storage", url, "--wait",
                                            "--poll-s", "0.2", "--lease-s", "3", "--storage-retry-s", "3",
-                                           "--threads", "1"),
+                                           "--threads", "1", "--verbose"),  # --verbose: every retry
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             queue = RunQueue.open(url, results)

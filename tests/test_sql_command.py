@@ -95,11 +95,41 @@ def test_csv_and_json_write_nested_values(results, capsys):
 def test_table_shows_every_row_and_full_strings(results, capsys):
     code, out, err = run(capsys, "select * from final order by seed", "--results", str(results))
     assert code == 0, err
-    assert out.startswith(f"shape: ({N_RUNS}, ")
+    assert "shape:" not in out and out.startswith("┌")  # no polars frame header
     for seed in range(N_RUNS):
         assert f"run-{seed:02d}" in out
     assert LONG in out and "…" not in out
-    assert repr(nll(5)) in out  # floats in full
+
+
+def test_table_rounds_floats_to_6_significant_digits_csv_and_json_keep_them(results, capsys):
+    q = ("select seed, val_nll, val_ppl, val_nll / 1e6 as tiny, [val_nll, val_bpb] as pair, 'x' as s "
+         "from final where seed = 5")
+    code, out, err = run(capsys, q, "--results", str(results))
+    assert code == 0, err
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("│ 5")]
+    cells = [c.strip() for c in row.strip("│").replace("┆", "│").split("│")]
+    v = nll(5)
+    six = lambda x: float(f"{x:.6g}")  # noqa: E731
+    assert cells[0] == "5" and cells[5] == "x"
+    assert [float(c) for c in cells[1:4]] == [six(v), six(math.exp(v)), six(v / 1e6)]
+    assert cells[1] == f"{v:.6g}" == "3.71429" and cells[3] == "0.00000371429"  # 6 digits, never cut to 0.000004
+    assert cells[4] == f"[{v:.6g}, {v / math.log(2):.6g}]"
+    assert repr(v) not in out
+    code, out, _ = run(capsys, q, "--format", "json", "--results", str(results))
+    assert json.loads(out)[0]["val_nll"] == v and json.loads(out)[0]["pair"] == [v, v / math.log(2)]
+    code, out, _ = run(capsys, q, "--format", "csv", "--results", str(results))
+    assert float(next(csv.DictReader(io.StringIO(out)))["val_nll"]) == v
+
+
+def test_copy_to_is_refused_with_a_hint_at_harness_export(results, capsys):
+    target = results / "out.csv"
+    code, out, err = run(capsys, f"copy (select * from final) to '{target}'", "--results", str(results))
+    assert code == 1 and out == "" and not target.exists()
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("harness sql: error: Permission Error") and "disabled by configuration" in lines[0]
+    assert lines[1].startswith("harness sql: hint: harness sql cannot write files") and "harness export --grid NAME" in lines[1]
+    code, _, err = run(capsys, "select * from read_csv('/etc/hostname')", "--results", str(results))
+    assert code == 1 and "hint" not in err  # not a COPY: no export hint
 
 
 def test_query_from_stdin(results, capsys, monkeypatch):

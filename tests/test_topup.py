@@ -212,6 +212,6 @@ def test_topup_command_errors_are_one_line(tmp_path, capsys):
     assert "\n" not in err and "its analysis plan has no looks" in err and "looks = [3, 5, 10]" in err
     assert cli(["topup", "--grid", "nope", "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "no runs for grid 'nope'; grids in the store: seq" in err
+    assert "\n" not in err and "no runs of grid 'nope' in the results store; grids there: seq" in err
     assert cli(["topup", "--grid", "seq", "--results", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -7,7 +7,9 @@ under a minute on 2 shared CPU cores. Run: python -m pytest -q tests/test_work_c
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
+import re
 import sys
 import time
 import types
@@ -104,10 +106,20 @@ def test_status_command(tmp_path, capsys):
     assert out[3].split()[:7] == ["other", "3", "0", "0", "0", "0", "3"]
     assert out[3].endswith("? (no run finished yet)")
     assert out[4] == f"live workers: 1 ({Lease.here().worker})"
-    assert out[5].startswith("failed runs: 1")
-    assert out[6] == "  g:tiny:block_attnres:s1:1000 (attempt 1): RuntimeError: boom"
+    assert out[5] == "running:" and out[6].split() == ["run", "worker", "tokens", "tok/s", "ETA", "last", "beat"]
+    # a lease without progress yet (its worker has not finished a step): "starting"
+    assert out[7].split()[:5] == ["g:tiny:rd_attnres:s1:1000", Lease.here().worker, "starting", "-", "-"]
+    assert out[8].startswith("failed runs: 1")
+    assert out[9] == "  g:tiny:block_attnres:s1:1000 (attempt 1): RuntimeError: boom"
     assert cli(["status", "--results", str(results), "--grid", "nope"]) == 2
-    assert "grids there: g, other" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"harness status: error: no runs of grid 'nope' in {results / 'queue.journal'}; "
+                                       "grids there: g, other\n")
+    empty = tmp_path / "empty"
+    RunQueue.open(None, empty)
+    assert cli(["status", "--results", str(empty), "--grid", "nope"]) == 2
+    assert capsys.readouterr().err.endswith("; grids there: none yet\n")
+    assert cli(["status", "--results", str(tmp_path / "none"), "--grid", "nope"]) == 2
+    assert "no runs of grid 'nope': no queue at" in capsys.readouterr().err
 
 
 def test_run_config_is_stored_as_json(tmp_path):
@@ -143,7 +155,7 @@ def test_queue_logic_is_storage_agnostic_on_rdb(tmp_path):
 # ----------------------------------------------------------------------------- storage outages
 
 
-def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path):
+def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path, caplog):
     """The journal's folder disappears mid-run (a shared filesystem hiccup) and comes back:
     the worker retries (0.5 s, 1 s, ...) and finishes every run once."""
     import threading
@@ -161,12 +173,43 @@ def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path):
             threading.Timer(1.2, away.rename, args=(results,)).start()  # ... back 1.2 s later
         return "done"
 
+    caplog.set_level(logging.DEBUG, logger="harness")
     assert work(q, train, results, retry_s=30, log=lines.append) == Counter(done=3)
     assert len(seen) == 3 == len(set(seen))
-    retries = [ln for ln in lines if " unreachable (" in ln]
+    # retries that succeed are no news: not in the worker's output, only at debug level (--verbose)
+    assert not [ln for ln in lines if "unreachable" in ln]
+    retries = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and " unreachable (" in r.getMessage()]
     assert retries[0].startswith(f"queue storage {results / 'queue.journal'} unreachable (FileNotFoundError: ")
     assert [ln.rsplit("; ", 1)[1] for ln in retries[:2]] == ["retry 1 in 0.5 s", "retry 2 in 1 s"]
     assert Counter(r.state for r in q.runs().values()) == {"done": 3}
+
+
+def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
+    """An outage as long as NOTICE_AFTER_S is news: one line while it lasts, one when it ends."""
+    import threading
+
+    from harness.scheduling import storage
+
+    monkeypatch.setattr(storage, "NOTICE_AFTER_S", 1.0)
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results)
+    q.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")))
+    away, lines, seen = tmp_path / "away", [], []
+
+    def train(config, results_dir):
+        seen.append(config.run_id)
+        if len(seen) == 1:  # gone for 2.5 s while the first run trains
+            results.rename(away)
+            threading.Timer(2.5, away.rename, args=(results,)).start()
+        return "done"
+
+    assert work(q, train, results, retry_s=30, log=lines.append) == Counter(done=2)
+    where = results / "queue.journal"
+    notes = [ln for ln in lines if "queue storage" in ln]
+    assert len(notes) == 2, lines
+    assert re.fullmatch(rf"queue storage {re.escape(str(where))} unreachable for \d+ s \(FileNotFoundError: .*\); "
+                        r"still retrying, for up to 30 s in all", notes[0])
+    assert re.fullmatch(rf"queue storage {re.escape(str(where))} reachable again after \d+ s", notes[1])
 
 
 def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):

@@ -21,8 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
-
+from harness import console
 from harness.config import SIZES
 from harness.terms import ROLES
 
@@ -48,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after-tokens", type=int, default=None,
                    help="checkpoint and stop after this many tokens; run again to resume")
     p.add_argument("--force", action="store_true", help="train again even if this run is already done")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress output ($HARNESS_PROGRESS: auto = a bar on a terminal, else lines; lines; off)")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -83,12 +83,14 @@ def parse_devices(value: str) -> int | str:
 
 
 def main(args: argparse.Namespace) -> int:
+    import torch
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from db.store import Store
     from harness.config import RunConfig
     from harness.train import RunInterrupted, train_run
 
+    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     if not args.corpus:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
     if args.threads < 0:

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from harness.config import SIZES, derive
 from harness.models import available_variants, count_params, get_spec
-from harness.models.gpt import DepthRoutedLM
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def size_table(sizes: list[str], variants: list[str], vocab_size: int | None = None) -> list[dict]:
     """One row per (size, variant): layers, width, heads, context, vocab, block size,
     total and trainable parameters, and the difference to the parent's total."""
+    import torch
+
+    from harness.models.gpt import DepthRoutedLM
+
     rows = []
     for size in sizes:
         overrides = {"vocab_size": vocab_size} if vocab_size else {}

@@ -4,8 +4,10 @@ Tables (DESIGN section 5, columns in db/schema.sql): runs (one row per run), met
 step, tokens, split, name, value; val nll is nats/token), routing (depth distributions per
 layer/site/route/source), bench, ingest_log; view final (one row per done run with val_nll,
 val_bpb, val_ppl at its last evaluation). The query runs on a read-only connection with file
-access disabled, so it cannot change results; a failing statement prints DuckDB's error and
-exits with status 1. If another process holds the database, new result files are not ingested
+access disabled, so it cannot change results or write files (to write a grid's table to a
+Parquet or CSV file: harness export); a failing statement prints DuckDB's error and exits
+with status 1. The table format shows every row and column, floats to 6 significant digits;
+csv and json keep every digit. If another process holds the database, new result files are not ingested
 this time (a note on stderr says so) and the query waits up to --lock-timeout seconds.
 
 example:
@@ -19,9 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 FORMATS = ("table", "csv", "json")
+TABLE_DIGITS = 6  # significant digits of a float in the table format
+EXPORT_HINT = ("harness sql cannot write files (its connection is read-only, file access disabled); "
+               "to write a grid's table to a file: harness export --grid NAME [--table final|runs|metrics|routing|"
+               "route_pairs|route_params] --format parquet|csv --out PATH")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,8 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def format_frame(df, fmt: str) -> str:
     """Render a polars frame as ``table``, ``csv`` or ``json`` text (ending in a newline).
 
-    table: polars' table with all rows and columns, strings, lists and floats in full.
-    csv/json: nested values (lists, structs) are written as JSON text in csv.
+    table: polars' table with all rows and columns and strings in full, floats (also inside
+    lists) rounded to :data:`TABLE_DIGITS` significant digits, no shape line.
+    csv/json: every digit (shortest round-trip repr); nested values (lists, structs) are
+    written as JSON text in csv.
 
     Raises:
         ValueError: unknown ``fmt``.
@@ -57,9 +66,15 @@ def format_frame(df, fmt: str) -> str:
             [df[c].str.len_chars().max() or 0 for c, t in df.schema.items() if t == pl.String],
             default=0,
         )
+        floats = (pl.Float32, pl.Float64)
+        df = df.with_columns(
+            [pl.col(c).round_sig_figs(TABLE_DIGITS) for c, t in df.schema.items() if t in floats]
+            + [pl.col(c).list.eval(pl.element().round_sig_figs(TABLE_DIGITS)) for c, t in df.schema.items()
+               if isinstance(t, pl.List) and t.inner in floats]
+        )
         with pl.Config(
             tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65535, fmt_str_lengths=max(32, longest),
-            fmt_table_cell_list_len=-1, fmt_float="full",
+            fmt_table_cell_list_len=-1, fmt_float="full", tbl_hide_dataframe_shape=True,
         ):
             return f"{df}\n"
     if fmt == "csv":
@@ -100,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
         return 1
     except duckdb.Error as exc:
         print(f"harness sql: error: {exc}", file=sys.stderr)
+        if isinstance(exc, duckdb.PermissionException) and re.search(r"\b(copy|export)\b", sql, re.IGNORECASE):
+            print(f"harness sql: hint: {EXPORT_HINT}", file=sys.stderr)
         return 1
     if store.last_ingest_skipped:
         print(

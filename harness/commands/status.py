@@ -1,26 +1,39 @@
-"""Show the run queue: queued/running/done/diverged/failed runs per grid, and an ETA.
+"""Show the run queue: runs per grid and state, each running run's progress, and ETAs.
 
-The ETA of a grid is (queued + running runs) x (mean wall time of its finished runs)
-/ (live workers); live workers are those holding a fresh lease, so idle workers
-waiting with --wait are not counted. Stale leases (a worker that stopped beating)
-are listed; the next `harness work` queues their runs again.
+Per grid: queued/running/done/diverged/failed runs, the mean wall time of its finished runs
+and an ETA: the running runs' own time left plus (queued runs) x (mean run), over the live
+workers (a run's duration is the mean wall time of the grid's finished runs, else what the
+running runs' throughput makes of their tokens). Per running run: its worker, the tokens it
+has trained of its total, its tokens/s (since its worker started it, evaluations included)
+and its ETA, from the progress each worker writes into its lease with every heartbeat
+(every few seconds), and how long ago that was. Live workers are those holding a fresh
+lease, so idle workers waiting with --wait are not counted. Stale leases (a worker that
+stopped beating) are listed; the next `harness work` queues their runs again. A --grid
+that names no grid in the queue is an error naming the grids there.
+
+--watch redraws every --interval seconds (default 5) until Ctrl-C (exit 0); when stdout
+is not a terminal it prints the blocks one after another, each under a time stamp.
 
 example:
   harness status
+  harness status --watch --interval 2
   harness status --grid rd_controls_small --storage journal:/shared/rd/queue.journal
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 import time
 
 from harness.scheduling.lease import LEASE_TIMEOUT_S
-from harness.terms import FINISHED
+from harness.terms import FINISHED, check_grid
 
 # display order: waiting, training, finished (done, diverged), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")
+WATCH_INTERVAL_S = 5.0
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen (ANSI)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: RESULTS/queue.journal)")
     parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
                         help=f"lease timeout in seconds for judging stale leases (default: {LEASE_TIMEOUT_S:g})")
+    parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
+    parser.add_argument("--interval", type=float, default=None, metavar="S",
+                        help=f"seconds between redraws with --watch (default: {WATCH_INTERVAL_S:g})")
 
 
 def _last_line(text: str | None) -> str:
@@ -37,70 +53,143 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else "(no error text)"
 
 
-def main(args: argparse.Namespace) -> int:
-    import optuna
+def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """Fixed-width rows; the first ``left`` columns left-aligned, the others right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in [header, *rows]]
 
-    from harness.scheduling.lease import stale_reason
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
-    from harness.scheduling.worker import fmt_duration
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    where = describe_storage(args.storage, args.results)
-    try:
-        queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, create=False,
-                              retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr))
-    except FileNotFoundError:
-        print(f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml")
-        return 0
-    runs = queue.runs(args.grid)
-    if not runs:
-        grids = sorted({r.grid for r in queue.runs().values()})
-        if args.grid and grids:
-            raise ValueError(f"no runs of grid {args.grid!r} in {where}; grids there: {', '.join(grids)}")
-        print(f"no runs queued yet in {where}; queue a grid: harness queue GRID.toml")
-        return 0
+def _run_left_s(r, mean: float | None, now: float) -> float | None:
+    """Seconds a running run still needs: from its live progress, else the grid's mean run."""
+    p = r.lease.progress if r.lease is not None else None
+    eta = p.eta_s(now) if p is not None else None
+    return eta if eta is not None else mean
 
-    now = time.time()
-    workers = queue.live_workers(now)
-    grids: dict[str, list] = {}
-    for r in runs.values():
-        grids.setdefault(r.grid, []).append(r)
 
-    print(f"queue: {where}")
-    header = ["grid", *COLUMNS, "total", "mean run", "ETA"]
+def _grid_rows(grids: dict[str, list], n_workers: int, now: float, fmt_duration) -> list[list[str]]:
     rows = []
     for name, rs in grids.items():
         counts = {c: sum(r.state == c for r in rs) for c in COLUMNS}
         walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
-        remaining = counts["queued"] + counts["running"]
-        if remaining == 0:
+        if mean is None:  # no run finished yet: what the running runs' throughput makes of a whole run
+            whole = [p.total_tokens / p.tokens_per_s for r in rs if r.state == "running" and r.lease is not None
+                     and (p := r.lease.progress) is not None and p.tokens_per_s]
+            per_run = sum(whole) / len(whole) if whole else None
+        else:
+            per_run = mean
+        left = [_run_left_s(r, per_run, now) for r in rs if r.state == "running"]
+        if counts["queued"] + counts["running"] == 0:
             eta = "finished"
-        elif mean is None:
+        elif per_run is None or None in left:
             eta = "? (no run finished yet)"
-        elif not workers:
+        elif not n_workers:
             eta = "no live workers"
         else:
-            eta = "~" + fmt_duration(mean * remaining / len(workers))
+            eta = "~" + fmt_duration((sum(left) + counts["queued"] * per_run) / n_workers)
         rows.append([name, *(str(counts[c]) for c in COLUMNS), str(len(rs)),
                      fmt_duration(mean) if mean is not None else "-", eta])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    for row in [header, *rows]:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    return rows
 
-    print(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
+
+def _running_rows(runs: list, now: float, fmt_duration) -> list[list[str]]:
+    rows = []
+    for r in runs:
+        lease, p = r.lease, (r.lease.progress if r.lease is not None else None)
+        worker = lease.worker if lease is not None and lease.host else "?"
+        beat = f"{max(now - lease.beat, 0):.0f} s ago" if lease is not None and lease.host else "-"
+        if p is None:
+            rows.append([r.run_id, worker, "starting", "-", "-", beat])
+            continue
+        eta = p.eta_s(now)
+        rows.append([r.run_id, worker, f"{p.tokens:,}/{p.total_tokens:,} ({100 * p.tokens / max(p.total_tokens, 1):.0f}%)",
+                     f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "-",
+                     fmt_duration(eta) if eta is not None else "-", beat])
+    return rows
+
+
+def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None = None) -> list[str]:
+    """The status block of ``queue`` (optionally one grid) as lines.
+
+    Raises:
+        ValueError: ``grid`` names no grid in the queue (the message names those there).
+    """
+    from harness.scheduling.lease import stale_reason
+    from harness.scheduling.worker import fmt_duration
+
+    every = queue.runs()
+    if grid is not None:
+        check_grid(grid, (r.grid for r in every.values()), queue.where)
+    runs = {rid: r for rid, r in every.items() if grid is None or r.grid == grid}
+    if not runs:
+        return [f"no runs queued yet in {queue.where}; queue a grid: harness queue GRID.toml"]
+    now = time.time() if now is None else now
+    workers = queue.live_workers(now)
+    grids: dict[str, list] = {}
+    for r in runs.values():
+        grids.setdefault(r.grid, []).append(r)
+
+    out = [f"queue: {queue.where}"]
+    out += _table(["grid", *COLUMNS, "total", "mean run", "ETA"], _grid_rows(grids, len(workers), now, fmt_duration))
+    out.append(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
+    running = [r for r in runs.values() if r.state == "running"]
+    if running:
+        out.append("running:")
+        out += ["  " + ln for ln in _table(["run", "worker", "tokens", "tok/s", "ETA", "last beat"],
+                                          _running_rows(running, now, fmt_duration), left=2)]
     stale = [(r.run_id, why) for r in runs.values() if r.lease is not None
-             and (why := stale_reason(r.lease, now=now, timeout_s=args.lease_s, host=queue.host))]
+             and (why := stale_reason(r.lease, now=now, timeout_s=lease_s, host=queue.host))]
     if stale:
-        print(f"stale leases: {len(stale)} (the next `harness work` queues these runs again)")
-        for rid, why in stale:
-            print(f"  {rid}: {why}")
+        out.append(f"stale leases: {len(stale)} (the next `harness work` queues these runs again)")
+        out += [f"  {rid}: {why}" for rid, why in stale]
     failed = [r for r in runs.values() if r.state == "failed"]
     if failed:
-        print(f"failed runs: {len(failed)} (`harness queue GRID.toml --retry-failed` queues them again)")
-        for r in failed[:20]:
-            print(f"  {r.run_id} (attempt {r.attempt}): {_last_line(r.error)}")
+        out.append(f"failed runs: {len(failed)} (`harness queue GRID.toml --retry-failed` queues them again)")
+        out += [f"  {r.run_id} (attempt {r.attempt}): {_last_line(r.error)}" for r in failed[:20]]
         if len(failed) > 20:
-            print(f"  ... and {len(failed) - 20} more")
-    return 0
+            out.append(f"  ... and {len(failed) - 20} more")
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    import optuna
+
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+
+    if args.interval is not None and not args.watch:
+        raise ValueError("--interval S goes with --watch")
+    interval = WATCH_INTERVAL_S if args.interval is None else args.interval
+    if not interval > 0:
+        raise ValueError(f"--interval {args.interval:g}: must be a positive number of seconds")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    where = describe_storage(args.storage, args.results)
+    tty = sys.stdout.isatty()
+    queue = None
+    try:
+        while True:
+            if queue is None:
+                try:
+                    queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, create=False,
+                                          retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr))
+                except FileNotFoundError:
+                    if args.grid is not None:
+                        raise ValueError(f"no runs of grid {args.grid!r}: no queue at {where}") from None
+            lines = (status_lines(queue, args.grid, args.lease_s) if queue is not None else
+                     [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"])
+            if not args.watch:
+                print("\n".join(lines))
+                return 0
+            stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+            head = f"{stamp}  every {interval:g} s, Ctrl-C to stop"
+            if tty:
+                sys.stdout.write(CLEAR + head + "\n" + "\n".join(lines) + "\n")
+            else:
+                sys.stdout.write(f"--- {head}\n" + "\n".join(lines) + "\n\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:  # the way out of --watch: not an error
+        if not args.watch:
+            raise
+        return 0

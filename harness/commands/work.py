@@ -13,6 +13,19 @@ then the worker stops with an error; start it again once the storage is back.
 Prints one line per run start and end, with the grid's finished/total count:
   [3/18] done rd_controls_small:small:rd_attnres:s0:200000 (41 s)
 
+Progress within a run goes to stderr, as $HARNESS_PROGRESS says:
+  auto   (default) a live bar when stderr is a terminal no other worker trains on; else
+         (a file, a pipe, a terminal shared by several workers) complete lines, each
+         prefixed with its run, one per 10 % of the budget and at least one a minute:
+         [rd_attnres s0]  40% 40,960/100,000 tokens, 561 tok/s, ETA 105 s
+  lines  always lines (logs, CI, several workers started from one shell)
+  off    no progress within runs (like --quiet)
+Each worker also writes its run's tokens and tokens/s into its lease with every
+heartbeat; `harness status --watch` shows them. Internal retries that usually succeed
+(a DuckDB ingest deferred, a storage briefly unreachable) are printed with --verbose.
+A --grid that names no queued grid is an error naming the grids there (with --wait,
+a note, and the worker waits for it to be queued).
+
 example:
   harness work                       # until nothing is queued
   harness work --grid rd_paper --wait --storage journal:/shared/rd/queue.journal
@@ -25,6 +38,7 @@ from __future__ import annotations
 import argparse
 import signal
 
+from harness import console
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
@@ -72,6 +86,7 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
 
     from harness.scheduling import worker
     from harness.scheduling.queue import RunQueue
+    from harness.terms import check_grid
 
     if args.retries < 0:
         raise ValueError(f"--retries {args.retries} must be >= 0")
@@ -85,7 +100,15 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
+    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
+    if args.grid is not None:
+        try:
+            check_grid(args.grid, (r.grid for r in queue.runs().values()), queue.where)
+        except ValueError as exc:
+            if not args.wait:
+                raise
+            print(f"note: {exc}; waiting for it to be queued (--wait)")
     beat_s = min(BEAT_S, args.lease_s / 4)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:

@@ -11,14 +11,33 @@ Plain PyTorch; knows nothing about training. Entry points:
 from __future__ import annotations
 
 import functools
-
-from torch import nn
+import importlib
+from typing import TYPE_CHECKING
 
 from harness.models.config import derive
-from harness.models.diagnostics import RoutingDiagnostics, js_divergence, routing_diagnostics
-from harness.models.gpt import DepthRoutedLM
-from harness.models.init import init_weights
 from harness.models.spec import VariantSpec, load_specs, parse_spec
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from harness.models.diagnostics import RoutingDiagnostics, js_divergence, routing_diagnostics
+    from harness.models.gpt import DepthRoutedLM
+
+# The torch-backed names load on first use (PEP 562), so the variant specs (get_spec,
+# available_variants: what grids, the queue and `harness --help` need) cost no torch import.
+_LAZY = {
+    "DepthRoutedLM": "harness.models.gpt",
+    "RoutingDiagnostics": "harness.models.diagnostics",
+    "js_divergence": "harness.models.diagnostics",
+    "routing_diagnostics": "harness.models.diagnostics",
+    "init_weights": "harness.models.init",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Variants every study knows about, in table order; any further spec files follow.
 CORE_ORDER = (
@@ -66,6 +85,9 @@ def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides
     Raises:
         ValueError: unknown variant, size or override key.
     """
+    from harness.models.gpt import DepthRoutedLM
+    from harness.models.init import init_weights
+
     spec = variant if isinstance(variant, VariantSpec) else get_spec(variant)
     cfg = derive(size, **overrides)
     model = DepthRoutedLM(cfg, spec)

@@ -3,7 +3,9 @@
 Optuna's heartbeats exist only for its RDB storage, and only inside
 ``Study.optimize``; the journal file queue has none. So a worker holding a run keeps
 a *lease* on it, ``{host, pid, since, beat}``, and refreshes ``beat`` (unix seconds)
-from a background thread every few seconds (:class:`Heartbeat`). Another worker
+from a background thread every few seconds (:class:`Heartbeat`), with the run's live
+progress (:class:`harness.live.LiveProgress`: tokens, tokens/s) when the training
+publishes one, so ``harness status`` can show it at no extra write. Another worker
 treats the lease as stale, and re-enqueues the run, when
 
 * the last beat is older than the lease timeout (any host; clocks of the machines
@@ -23,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from harness.live import LiveProgress
+
 LEASE_TIMEOUT_S = 120.0  # a worker that has not beaten for this long is presumed dead
 BEAT_S = 10.0  # how often a worker refreshes its lease
 
@@ -41,12 +45,15 @@ class Lease:
         pid: process id of the worker on ``host``.
         since: unix time (seconds) the worker took the run.
         beat: unix time (seconds) of the last refresh.
+        progress: how far the run was at the last refresh (None before its first step, or from
+            a worker that does not publish progress).
     """
 
     host: str
     pid: int
     since: float
     beat: float
+    progress: LiveProgress | None = None
 
     @property
     def worker(self) -> str:
@@ -59,16 +66,24 @@ class Lease:
         now = time.time() if now is None else now
         return cls(host=hostname(), pid=os.getpid(), since=now, beat=now)
 
-    def refreshed(self, now: float | None = None) -> "Lease":
-        """The same lease with ``beat`` set to ``now``."""
-        return Lease(self.host, self.pid, self.since, time.time() if now is None else now)
+    def refreshed(self, now: float | None = None, progress: LiveProgress | None = None) -> "Lease":
+        """The same lease with ``beat`` set to ``now`` and the run's latest ``progress``."""
+        return Lease(self.host, self.pid, self.since, time.time() if now is None else now, progress)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["progress"] is None:
+            del d["progress"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Lease":
-        return cls(host=str(d["host"]), pid=int(d["pid"]), since=float(d["since"]), beat=float(d["beat"]))
+        p = d.get("progress")
+        progress = None if not p else LiveProgress(
+            run_id=str(p["run_id"]), tokens=int(p["tokens"]), total_tokens=int(p["total_tokens"]),
+            tokens_per_s=None if p.get("tokens_per_s") is None else float(p["tokens_per_s"]), at=float(p["at"]))
+        return cls(host=str(d["host"]), pid=int(d["pid"]), since=float(d["since"]), beat=float(d["beat"]),
+                   progress=progress)
 
 
 def pid_alive(pid: int) -> bool:

@@ -48,6 +48,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.config import RunConfig
+from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage
 from harness.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff
@@ -366,9 +367,10 @@ class RunQueue:
             return False  # someone else finished it first
         return True
 
-    def beat(self, claim: Claim) -> bool:
-        """Refresh the claim's lease; ``False`` if the run was meanwhile taken from this worker."""
-        return self._set_attrs(claim.trial_id, {"lease": claim.lease.refreshed().to_dict()})
+    def beat(self, claim: Claim, progress: LiveProgress | None = None) -> bool:
+        """Refresh the claim's lease, with the run's live ``progress`` if given (one write either
+        way); ``False`` if the run was meanwhile taken from this worker."""
+        return self._set_attrs(claim.trial_id, {"lease": claim.lease.refreshed(progress=progress).to_dict()})
 
     def complete(self, claim: Claim, status: str, *, value: float | None, wall_s: float) -> bool:
         """Mark a trained run finished (``status`` 'done' or 'diverged').

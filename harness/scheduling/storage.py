@@ -8,8 +8,8 @@ extra; ``postgresql+psycopg2://...`` for psycopg2). SQLite is refused: with seve
 processes Optuna's SQLite storage hands one enqueued trial to two workers.
 
 An unreachable storage (a PostgreSQL server restarting, a shared filesystem gone for a
-moment) is retried with exponential backoff for a bounded time, then the caller gets one
-line naming the storage (:func:`retry_storage`, :class:`StorageUnavailable`); the queue
+moment) is retried with exponential backoff for a bounded time, quietly unless it lasts
+(``--verbose`` shows every retry), then the caller gets one line naming the storage (:func:`retry_storage`, :class:`StorageUnavailable`); the queue
 itself lives in the storage, so nothing is lost, and a worker started once it is back
 takes up the runs (a run left RUNNING by a stopped worker is reclaimed).
 
@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness import console
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -46,6 +48,7 @@ _POSTGRES_DRIVERS = {
 STORAGE_RETRY_S = 60.0  # a worker retries an unreachable storage this long (seconds), then stops
 COMMAND_RETRY_S = 10.0  # `harness queue` / `harness status` give up sooner (someone is waiting)
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # backoff: first wait, doubled up to this (seconds)
+NOTICE_AFTER_S = 10.0  # an outage this long (seconds) is said without --verbose; shorter ones are not news
 
 
 def parse_storage(url: str | None, results: str | os.PathLike) -> tuple[str, str]:
@@ -170,18 +173,20 @@ def retry_storage(fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE
     """``fn()``, called again while it fails because the storage is unreachable.
 
     Waits 0.5 s, then doubles the wait up to 10 s (:data:`RETRY_FIRST_S`,
-    :data:`RETRY_MAX_S`), for at most ``retry_s`` seconds in all; each retry is logged.
-    Other errors propagate at once.
+    :data:`RETRY_MAX_S`), for at most ``retry_s`` seconds in all. A retry that succeeds is
+    no news: each one is a debug message (``--verbose``, :mod:`harness.console`); only an
+    outage of :data:`NOTICE_AFTER_S` seconds or more is said through ``log``, once, and
+    again when the storage answers. Other errors propagate at once.
 
     Raises:
         StorageUnavailable: still unreachable after ``retry_s`` seconds.
     """
     t0 = time.monotonic()
-    wait, tries = RETRY_FIRST_S, 0
+    wait, tries, noticed = RETRY_FIRST_S, 0, False
     while True:
         tries += 1
         try:
-            return fn()
+            result = fn()
         except Exception as exc:
             if not _unreachable(exc):
                 raise
@@ -190,9 +195,17 @@ def retry_storage(fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE
                 raise StorageUnavailable(
                     f"queue storage {where} unreachable: gave up after {tries} tries in {spent:.0f} s "
                     f"(last error: {_first_line(exc)})") from None
-            log(f"queue storage {where} unreachable ({_first_line(exc)}); retry {tries} in {wait:g} s")
+            console.log.debug(f"queue storage {where} unreachable ({_first_line(exc)}); retry {tries} in {wait:g} s")
+            if not noticed and spent >= NOTICE_AFTER_S:
+                log(f"queue storage {where} unreachable for {spent:.0f} s ({_first_line(exc)}); "
+                    f"still retrying, for up to {retry_s:g} s in all")
+                noticed = True
             time.sleep(wait)
             wait = min(2 * wait, RETRY_MAX_S)
+        else:
+            if noticed:
+                log(f"queue storage {where} reachable again after {time.monotonic() - t0:.0f} s")
+            return result
 
 
 def describe_storage(url: str | None, results: str | os.PathLike) -> str:
@@ -206,6 +219,7 @@ def describe_storage(url: str | None, results: str | os.PathLike) -> str:
 
 __all__ = [
     "JOURNAL_NAME", "SQLITE_REFUSED", "STORAGE_RETRY_S", "COMMAND_RETRY_S", "RETRY_FIRST_S", "RETRY_MAX_S",
+    "NOTICE_AFTER_S",
     "parse_storage", "NoQueue", "open_storage", "postgres_driver", "StorageUnavailable", "retry_storage",
     "describe_storage",
 ]

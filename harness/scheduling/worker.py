@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import live
 from harness.config import RunConfig
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
@@ -131,7 +132,8 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     again = f", attempt {claim.attempt}" if claim.attempt > 1 else ""
     log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}{again})")
     t0 = time.monotonic()
-    heartbeat = Heartbeat(lambda: queue.beat(claim), beat_s)
+    live.publish(None)  # the heartbeat sends this run's progress only, once its training publishes some
+    heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
     try:
         with heartbeat:
             result = train_fn(claim.config, results_dir)

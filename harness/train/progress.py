@@ -5,20 +5,25 @@ so their order is fixed: train-metric rows, then the evaluation (at every ``eval
 steps and at the last step), then the checkpoint (which therefore holds this step's
 rows), then the progress display, then a planned stop.
 
-Progress goes to stderr: a ``tqdm`` bar on a terminal (``HARNESS_PROGRESS=lines`` forces
-lines), else one line every 10 % of the budget.
+Progress goes to stderr (modes: :mod:`harness.console`, ``$HARNESS_PROGRESS``): a ``tqdm``
+bar on a terminal no other harness process is training on, else complete lines prefixed
+with the run, one per 10 % of the budget and at least one a minute. A bar that finds another
+worker on its terminal (checked every few seconds) gives way to lines. After every step the
+run's tokens and tokens/s are published for the lease heartbeat (:mod:`harness.live`).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
 
 import lightning as L
 
+from harness import console, live
 from harness.train.schedule import StepPlan
+
+SHARE_CHECK_S = 2.0  # how often a bar looks for another worker on its terminal (seconds)
 
 
 class StopRequested(Exception):
@@ -32,30 +37,45 @@ class RunCallback(L.Callback):
         plan: the run's steps and intervals.
         label: the run's name in progress lines (``variant s<seed>``).
         budget_tokens: the run's budget, for the percentage shown.
-        progress: show progress at all.
+        progress: show progress at all (``$HARNESS_PROGRESS=off`` also turns it off).
         save_checkpoint: ``save_checkpoint(trainer)`` writes the run's checkpoint.
+        run_id: the run's id, under which its live progress is published.
     """
 
     def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
-                 save_checkpoint: Callable) -> None:
+                 save_checkpoint: Callable, run_id: str = "") -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
-        self.save_checkpoint = save_checkpoint
+        self.save_checkpoint, self.run_id = save_checkpoint, run_id
         self.bar = None
+        self.terminal: console.SharedTerminal | None = None
         self.t0: float | None = None
         self.tokens0 = 0
         self.next_print = 0.0
+        self.next_print_t = 0.0
+        self.next_share_check = 0.0
 
     def on_train_start(self, trainer, pl_module):
         self.t0 = time.perf_counter()
         self.tokens0 = pl_module.tokens_seen
-        if self.progress and trainer.is_global_zero:
-            if sys.stderr.isatty() and os.environ.get("HARNESS_PROGRESS", "bar") != "lines":
-                from tqdm import tqdm
+        if not trainer.is_global_zero:
+            self.progress = False
+            return
+        self.progress = self.progress and console.progress_mode() != "off"
+        if not self.progress:
+            return
+        self.terminal = console.SharedTerminal(sys.stderr).__enter__()
+        if console.progress_mode() == "auto" and console.terminal_id(sys.stderr) and not self.terminal.others():
+            from tqdm import tqdm
 
-                self.bar = tqdm(total=self.budget_tokens, initial=self.tokens0, unit="tok", unit_scale=True,
-                                desc=self.label, dynamic_ncols=True, leave=False)
-            else:
-                self.next_print = self.tokens0 + 0.1 * self.budget_tokens
+            self.bar = tqdm(total=self.budget_tokens, initial=self.tokens0, unit="tok", unit_scale=True,
+                            desc=self.label, dynamic_ncols=True, leave=False, file=sys.stderr)
+            self.next_share_check = time.monotonic() + SHARE_CHECK_S
+        else:
+            self._lines_from(self.tokens0)
+
+    def _lines_from(self, tokens: int) -> None:
+        self.next_print = tokens + console.LINE_EVERY_FRACTION * self.budget_tokens
+        self.next_print_t = time.monotonic() + console.LINE_EVERY_S
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         plan, step = self.plan, int(trainer.global_step)
@@ -74,26 +94,55 @@ class RunCallback(L.Callback):
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        self._close()
         # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it
         if isinstance(exception, SIGTERMException) and not pl_module.diverged:
             self.save_checkpoint(trainer)
 
+    def _rate(self, tokens: int) -> float | None:
+        if self.t0 is None or tokens <= self.tokens0:
+            return None
+        return (tokens - self.tokens0) / max(time.perf_counter() - self.t0, 1e-9)
+
     def _show(self, pl_module, step: int) -> None:
         tokens = pl_module.tokens_seen
+        rate = self._rate(tokens)
+        if self.run_id:
+            live.publish(live.LiveProgress(self.run_id, tokens, self.plan.tokens, rate, time.time()))
+        if not self.progress:
+            return
+        now = time.monotonic()
+        if self.bar is not None and now >= self.next_share_check:
+            self.next_share_check = now + SHARE_CHECK_S
+            if self.terminal is not None and self.terminal.others():
+                self.bar.close()  # leave=False: the bar's line is cleared, nothing half-drawn stays
+                self.bar = None
+                self.next_print = self.next_print_t = 0  # a line at once, then the usual rate
         if self.bar is not None:
             self.bar.update(tokens - self.bar.n)
             if pl_module.last_eval is not None and pl_module.last_eval["step"] == step:
                 self.bar.set_postfix(val_nll=f"{pl_module.last_eval['nll']:.3f}")
-        elif self.progress and tokens >= self.next_print and self.t0 is not None:
-            rate = (tokens - self.tokens0) / max(time.perf_counter() - self.t0, 1e-9)
-            eta = (self.budget_tokens - tokens) / max(rate, 1e-9)
+        elif tokens >= self.next_print or now >= self.next_print_t or tokens >= self.plan.tokens:
+            eta = f"{(self.plan.tokens - tokens) / rate:,.0f} s" if rate else "?"
+            last = pl_module.last_eval
+            nll = f", val_nll {last['nll']:.4f}" if last is not None and last["step"] == step else ""
             print(f"[{self.label}] {100 * tokens / self.budget_tokens:3.0f}% {tokens:,}/{self.budget_tokens:,} "
-                  f"tokens, {rate:,.0f} tok/s, ETA {eta:,.0f} s", file=sys.stderr, flush=True)
-            self.next_print = tokens + 0.1 * self.budget_tokens
+                  f"tokens, {rate or 0:,.0f} tok/s, ETA {eta}{nll}", file=sys.stderr, flush=True)
+            self._lines_from(tokens)
 
-    def on_train_end(self, trainer, pl_module):
+    def _close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+        if self.terminal is not None:
+            self.terminal.__exit__(None, None, None)
+            self.terminal = None
+
+    def on_train_end(self, trainer, pl_module):
+        self._close()
+
+    def teardown(self, trainer, pl_module, stage):
+        self._close()
 
 
 __all__ = ["StopRequested", "RunCallback"]

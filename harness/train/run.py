@@ -32,6 +32,7 @@ import lightning as L
 import torch
 
 from harness.config import RunConfig, get_size
+from harness.console import log
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.models import build_model, count_params
@@ -122,7 +123,7 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
                              eval_windows=dm.n_val_windows, precision=precision)
     ckpt_dir = checkpoint_dir(results_dir, config.run_id)
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir))
+                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir), run_id=config.run_id)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
     claim_folder(ckpt_dir, config)
@@ -178,7 +179,7 @@ def record(run: Run, fitted: Fitted) -> str:
     Returns:
         ``done`` or ``diverged``.
     """
-    from db.store import Store
+    from db.store import Store, StoreLockedError
 
     lit, config, plan = run.lit, run.config, run.plan
     status = "diverged" if lit.diverged else "done"
@@ -204,9 +205,11 @@ def record(run: Run, fitted: Fitted) -> str:
     shutil.rmtree(run.ckpt_dir, ignore_errors=True)
     try:
         store.ingest()
-    except Exception as exc:  # locked by a reader/writer elsewhere: the file stays pending
-        if run.progress:
-            print(f"[{config.label}] result saved; DuckDB ingest deferred ({type(exc).__name__})", file=sys.stderr)
+    except StoreLockedError as exc:  # a reader/writer elsewhere: the file stays pending, nothing is wrong
+        log.debug(f"[{config.label}] result saved; DuckDB ingest deferred to the next reader ({exc})")
+    except Exception as exc:  # the result file is safe; the next `harness sql`/`report` ingests it (or says why)
+        log.warning(f"[{config.label}] result saved in {store.result_path(config.run_id)}; ingesting it into "
+                    f"{store.db_path} failed ({type(exc).__name__}: {exc}); the next `harness sql` retries")
     if run.progress:
         if status == "done":
             final = fitted.final
