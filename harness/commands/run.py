@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
-
 from harness.config import SIZES
 from harness.terms import ROLES
 
@@ -86,18 +84,16 @@ def main(args: argparse.Namespace) -> int:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from db.store import Store
+    from harness.commands import set_threads
     from harness.config import RunConfig
     from harness.train import RunInterrupted, train_run
 
     if not args.corpus:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
-    if args.threads < 0:
-        raise ValueError(f"--threads {args.threads}: expected a positive number (or 0 for torch's default)")
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
         raise ValueError(f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens")
     devices = parse_devices(args.devices)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     corpus = args.corpus
     if not corpus.startswith("hf:"):
         corpus = os.path.abspath(corpus)

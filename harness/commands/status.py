@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from urllib.parse import unquote
 
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.terms import FINISHED
@@ -52,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
                               retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr))
     except FileNotFoundError:
         print(f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml")
+        _unreadable(args)
         return 0
     runs = queue.runs(args.grid)
     if not runs:
@@ -61,6 +63,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"no runs queued yet in {where}; queue a grid: harness queue GRID.toml")
         return 0
 
+    bad = _unreadable(args, show=False)
+    bad_ids = {unquote(name.removesuffix(".json")) for name, _ in bad}
     now = time.time()
     workers = queue.live_workers(now)
     grids: dict[str, list] = {}
@@ -75,7 +79,10 @@ def main(args: argparse.Namespace) -> int:
         walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
         remaining = counts["queued"] + counts["running"]
-        if remaining == 0:
+        unreadable = sum(r.state in FINISHED and r.run_id in bad_ids for r in rs)
+        if remaining == 0 and unreadable:
+            eta = f"trained; {unreadable} result(s) unreadable"
+        elif remaining == 0:
             eta = "finished"
         elif mean is None:
             eta = "? (no run finished yet)"
@@ -103,4 +110,17 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {r.run_id} (attempt {r.attempt}): {_last_line(r.error)}")
         if len(failed) > 20:
             print(f"  ... and {len(failed) - 20} more")
+    _unreadable(args, bad=bad)
     return 0
+
+
+def _unreadable(args: argparse.Namespace, *, show: bool = True, bad=None) -> list[tuple[str, str]]:
+    """The result files the store cannot read (a run the queue calls done may lack its result),
+    listed with why when ``show`` (``bad``: found before)."""
+    import io
+
+    from db.store import Store
+    from harness.commands.sql import warn_unreadable
+
+    return warn_unreadable(Store(args.results, lock_timeout_s=2.0), "", file=sys.stdout if show else io.StringIO(),
+                           bad=bad)

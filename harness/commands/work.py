@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
@@ -68,8 +69,8 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     import functools
 
     import optuna
-    import torch
 
+    from harness.commands import set_threads
     from harness.scheduling import worker
     from harness.scheduling.queue import RunQueue
 
@@ -77,8 +78,7 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
         raise ValueError(f"--retries {args.retries} must be >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if train_fn is None:
-        if args.threads:
-            torch.set_num_threads(args.threads)
+        set_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
                                      accelerator=args.accelerator, devices=devices, strategy=args.strategy)
@@ -95,6 +95,11 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     n = sum(outcomes.values())
+    lost = f", {outcomes['lost']} lost to another worker" if outcomes["lost"] else ""
     print(f"worker trained {n} runs: {outcomes['done']} done, {outcomes['diverged']} diverged, "
-          f"{outcomes['failed']} failed")
+          f"{outcomes['failed']} failed{lost}")
+    if n and outcomes["failed"] == n:
+        print(f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
+              "their errors", file=sys.stderr)
+        return 1
     return 0
