@@ -18,7 +18,8 @@ the report says how many of the grid's runs are done, and that its verdicts use 
 only; without a queue it says the queue was not found.
 
 Files written to OUT (default RESULTS/reports/GRID/): stats.csv, pairs.csv, report.md,
-report.html (self-contained) and figures/*.png.
+report.html (self-contained) and figures/*.png. A results folder this process cannot write
+(a read-only mount) is read without ingesting anything (a note says so); give --out DIR.
 
 example:
   harness report --grid rd_controls_small

@@ -6,7 +6,10 @@ layer/site/route/source), bench, ingest_log; view final (one row per done run wi
 val_bpb, val_ppl at its last evaluation). The query runs on a read-only connection with file
 access disabled, so it cannot change results; a failing statement prints DuckDB's error and
 exits with status 1. If another process holds the database, new result files are not ingested
-this time (a note on stderr says so) and the query waits up to --lock-timeout seconds.
+this time (a note on stderr says so) and the query waits up to --lock-timeout seconds. In a
+results folder this process cannot write (a read-only mount) nothing is ingested or created:
+the query reads the database as it is, or, without one, an in-memory copy of the result
+files (a note says which). Result files that cannot be read are named on stderr, with why.
 
 example:
   harness sql "select variant, seed, val_nll from final order by 1, 2"

@@ -3,7 +3,10 @@
 The ETA of a grid is (queued + running runs) x (mean wall time of its finished runs)
 / (live workers); live workers are those holding a fresh lease, so idle workers
 waiting with --wait are not counted. Stale leases (a worker that stopped beating)
-are listed; the next `harness work` queues their runs again.
+are listed; the next `harness work` queues their runs again. Result files the results
+store cannot read (truncated, another schema, a stale write) are listed with why; a grid
+whose runs all trained but some result is unreadable shows "trained; N result(s)
+unreadable", not "finished".
 
 example:
   harness status

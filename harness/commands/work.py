@@ -5,8 +5,12 @@ Start as many workers as you have devices, on as many machines as share the queu
 run is handed to exactly one worker. A worker holds a lease on its run and refreshes
 it every few seconds; a run whose worker died (lease older than --lease-s, or the
 process gone on this host) is queued again by the next worker and resumes from its
-checkpoint. A run whose training raises is recorded as failed and retried up to
---retries times. Ctrl-C or SIGTERM gives the current run back to the queue. An
+checkpoint. A worker that was only stopped (SIGSTOP, a frozen machine) past its lease
+and wakes up after another worker took its run says "lease lost to HOST:PID ...", writes
+nothing more for that run (the lease is checked before each checkpoint and held while the
+result file is renamed into place) and goes on with the next run. A run whose training
+raises is recorded as failed and retried up to --retries times; the worker exits 1 when
+every run it took failed. Ctrl-C or SIGTERM gives the current run back to the queue. An
 unreachable storage (a database restarting) is retried for --storage-retry-s seconds,
 then the worker stops with an error; start it again once the storage is back.
 

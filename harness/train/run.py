@@ -291,6 +291,28 @@ def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) 
     return Store(results_dir).write_result(result, commit=lambda: fence.holding("failed result file"))
 
 
+def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | None, list[str]]:
+    """The ``run`` row of ``config``'s result file and how its config differs from ``config``.
+
+    Returns:
+        ``(row, diff)``: ``row`` None when there is no result file; ``diff`` the differing
+        fields with both values (:func:`harness.terms.config_diff`), over the fields of
+        ``config`` (what the runner adds to a stored config is not compared).
+
+    Raises:
+        ValueError: the result file is unreadable (the message names it and why).
+    """
+    from db.store import Store
+
+    store = Store(results_dir)
+    path = store.result_path(config.run_id)
+    if not path.exists():
+        return None, []
+    run = store.read_result(path)["run"]
+    stored, payload = run.get("config") or {}, config.to_dict()
+    return run, config_diff({k: stored.get(k) for k in payload}, payload, values=True)
+
+
 def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
     """``'done'`` or ``'diverged'`` if the result file of ``config``'s run already holds that
     run finished, with the same config and code version; else ``None``.
@@ -301,22 +323,14 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
     cell done exactly once). An unreadable file, a failed run, another config or another
     code version gives ``None`` (train again).
     """
-    from db.store import Store
-
-    store = Store(results_dir)
-    path = store.result_path(config.run_id)
-    if not path.exists():
-        return None
     try:
-        run = store.read_result(path)["run"]
+        run, diff = stored_result(config, results_dir)
     except (OSError, ValueError):
         return None
-    stored, payload = run.get("config") or {}, config.to_dict()
-    same = not config_diff({k: stored.get(k) for k in payload}, payload)
-    if run.get("status") in FINISHED and same and run.get("code_version") == code_version():
+    if run is not None and run.get("status") in FINISHED and not diff and run.get("code_version") == code_version():
         return run["status"]
     return None
 
 
 __all__ = ["RunInterrupted", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
-           "finished_status"]
+           "stored_result", "finished_status"]
