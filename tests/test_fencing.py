@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 import torch
 
@@ -35,6 +34,7 @@ from harness.scheduling.queue import RunQueue
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import SET_ASIDE, checkpoint_dir, checkpoint_step, prepare_resume
 from queue_stubs import configs
+from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 HOST = socket.gethostname()
@@ -53,14 +53,6 @@ batch_tokens = 1024
 eval_tokens = 2048
 checkpoint_every_tokens = 1024
 """
-
-
-def _final(results: Path) -> list[tuple]:
-    con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
-    try:
-        return con.execute("select run_id, val_nll from final order by run_id").fetchall()
-    finally:
-        con.close()
 
 
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
@@ -105,13 +97,13 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
     run = json.loads(path.read_text())["run"]
     assert (run["owner"], run["epoch"], run["status"]) == (f"{HOST}:{b.pid}", 1, "done")
     assert not list(results.glob("checkpoints/*/*/last.ckpt"))
-    rows = _final(results)
+    rows = final_rows(results)
 
     # and it ends exactly as an uninterrupted run of the cell (B resumed from A's checkpoint)
     (cell,) = load_grid(grid).expand()
     torch.set_num_threads(1)
     train_run(cell, tmp_path / "clean", progress=False)
-    assert rows == _final(tmp_path / "clean")
+    assert rows == final_rows(tmp_path / "clean")
 
 
 def _result(config: RunConfig, fence: Fence) -> dict:
@@ -215,7 +207,7 @@ def test_owners_never_share_a_checkpoint_and_an_unreadable_one_is_set_aside(tmp_
         assert not folder.exists()  # every owner's checkpoints go once the result is written
 
         train_run(config, tmp_path / "clean", progress=False)
-        assert _final(results) == _final(tmp_path / "clean")  # as if never interrupted
+        assert final_rows(results) == final_rows(tmp_path / "clean")  # as if never interrupted
     finally:
         os.environ.pop("HARNESS_CACHE")
 

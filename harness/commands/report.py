@@ -93,8 +93,9 @@ def main(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # the report lists unreadable result files itself
         warnings.filterwarnings("ignore", message="skipping result file")
         frames = load_frames(store, args.grid)
-    if store.last_ingest_skipped:
-        print(f"note: {store.last_ingest_skipped}")
+    note = getattr(store, "last_ingest_skipped", None)  # why new result files were not ingested, if so
+    if note:
+        print(f"note: {note}")
     queue, queue_note = _queue_view(args)
     result = build_report(frames, out, grid=args.grid, allow_partial=args.allow_partial,
                           figures=not args.no_figures, queue=queue, queue_note=queue_note)
