@@ -31,7 +31,9 @@ CREATE TABLE IF NOT EXISTS runs (
     diverged_step BIGINT,                -- step at which the loss became non-finite
     started_at    TIMESTAMP,             -- UTC
     finished_at   TIMESTAMP,             -- UTC
-    torch_version VARCHAR
+    torch_version VARCHAR,
+    owner         VARCHAR,               -- host:pid of the writer (the worker holding the run's lease)
+    epoch         BIGINT                 -- the writer's fencing epoch (grows with every new owner; NULL: by hand)
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

@@ -13,7 +13,9 @@ files into ``RESULTS/harness.duckdb``. A file is pending when its (size, mtime_n
 from what table ``ingest_log`` recorded. A run's rows are replaced in one transaction (delete its
 ``runs`` row and its rows in ``metrics``, ``routing``, ``route_pairs`` and ``route_params``,
 insert the file's), so ingesting twice leaves identical tables, and a newer file for a run_id
-(a retried run) replaces the old rows. Rows go in as polars frames scanned by DuckDB through
+(a retried run) replaces the old rows, except a file stamped with an older fencing epoch than
+the stored row's (a write by a worker whose run was taken over, :mod:`harness.fencing`): it is
+kept out and logged as a stale write. Rows go in as polars frames scanned by DuckDB through
 the Arrow PyCapsule interface (no pyarrow needed), never row-by-row. A file that fails to
 parse or validate is skipped with a warning and its error is kept in ``ingest_log.error``
 (it is retried when the file changes). The run files are the
@@ -213,8 +215,9 @@ class Store:
 
     Attributes:
         results_dir, runs_dir (``results_dir/'runs'``), db_path (``results_dir/'harness.duckdb'``).
-        last_ingest_skipped: after :meth:`query`, None if pending files were ingested, else
-            why ingestion was skipped (the database was busy).
+        last_ingest_skipped: after :meth:`query` (with ``ingest``), None if pending files were
+            ingested, else a sentence saying why not (the database was busy; the folder is
+            read-only for this process) and what the query saw instead.
 
     Example::
 
@@ -231,6 +234,7 @@ class Store:
             raise ValueError(f"lock_timeout_s = {lock_timeout_s} must be >= 0 seconds")
         self.lock_timeout_s = float(lock_timeout_s)
         self.last_ingest_skipped: str | None = None
+        self._memory: duckdb.DuckDBPyConnection | None = None  # read-only folder without a database
 
     def __repr__(self) -> str:
         return f"Store({str(self.results_dir)!r})"
@@ -241,12 +245,14 @@ class Store:
         """Where the result file of ``run_id`` lives (see :func:`db.validate.result_filename`)."""
         return self.runs_dir / result_filename(run_id)
 
-    def write_result(self, result: dict) -> Path:
+    def write_result(self, result: dict, *, commit=None) -> Path:
         """Validate a finished run and write it atomically to its own file; no database access.
 
         Args:
             result: ``{"run": {...}, "metrics": [...], "routing": [...], ...}``; the format and the
                 rules are in :mod:`db.validate`. ``written_at`` (UTC now) is added.
+            commit: the final rename happens inside ``with commit():`` (a worker's lease held,
+                :mod:`harness.fencing`); if entering it raises, no file is written.
 
         Returns:
             The file path, ``runs_dir / result_filename(run_id)``. Writing the same run_id again
@@ -254,12 +260,13 @@ class Store:
 
         Raises:
             ValueError: invalid result; the message names the field.
+            LeaseLost: from ``commit``: the writer no longer holds the run.
         """
         clean = validate_result(result)
         clean["written_at"] = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat()
         # NaN/inf metric values are kept (Python's JSON extension); strict JSON would lose them.
         data = json.dumps(clean, separators=(",", ":")).encode("utf-8")
-        return atomic_write(self.result_path(clean["run"]["run_id"]), data)
+        return atomic_write(self.result_path(clean["run"]["run_id"]), data, commit=commit)
 
     def read_result(self, path: str | os.PathLike) -> dict:
         """Read and validate one result file.
@@ -498,8 +505,29 @@ class Store:
         try:
             return _Loaded(path, st, validate_result(json.loads(data)), None)
         except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
-            warnings.warn(f"skipping result file {path}: {exc}", stacklevel=3)
-            return _Loaded(path, st, None, str(exc))
+            why = str(exc)
+            if isinstance(exc, json.JSONDecodeError):
+                why = f"not valid JSON: {exc.msg} (char {exc.pos}; the file has {len(data)} bytes): truncated or damaged"
+            elif isinstance(exc, UnicodeDecodeError):
+                why = f"not UTF-8 text (byte {exc.start} of {len(data)}): damaged"
+            warnings.warn(f"skipping result file {path}: {why}", stacklevel=3)
+            return _Loaded(path, st, None, why)
+
+    @staticmethod
+    def _stale(con: duckdb.DuckDBPyConnection, latest: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """``{run_id: why}`` of results stamped with an older fencing epoch than the run's stored row."""
+        stamped = [rid for rid, r in latest.items() if r["run"].get("epoch") is not None]
+        if not stamped:
+            return {}
+        rows = con.execute("SELECT run_id, epoch, owner FROM runs WHERE epoch IS NOT NULL AND list_contains(?, run_id)",
+                           [stamped]).fetchall()
+        out = {}
+        for rid, epoch, owner in rows:
+            new = latest[rid]["run"]
+            if new["epoch"] < epoch:
+                out[rid] = (f"stale write: epoch {new['epoch']} by {new.get('owner')}, written after the run was "
+                            f"taken over; the store keeps epoch {epoch} by {owner}")
+        return out
 
     @staticmethod
     def _commit(con: duckdb.DuckDBPyConnection, batch: list[_Loaded]) -> int:
@@ -508,6 +536,11 @@ class Store:
         for item in batch:  # oldest first, so the newest file of a run_id wins
             if item.result is not None:
                 latest[item.result["run"]["run_id"]] = item.result
+        stale = Store._stale(con, latest)
+        if stale:  # kept out, and logged with why (harness.fencing: a write by a worker whose run was taken over)
+            batch = [i._replace(result=None, error=stale[i.result["run"]["run_id"]])
+                     if i.result is not None and i.result["run"]["run_id"] in stale else i for i in batch]
+            latest = {rid: r for rid, r in latest.items() if rid not in stale}
         results = list(latest.values())
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         frames = {
@@ -553,8 +586,10 @@ class Store:
 
         Pending result files are ingested first, best effort: if another process holds the
         database (even a reader blocks a writer), ingestion is skipped, ``last_ingest_skipped``
-        says why, and the query sees what is there. On an empty results folder the schema is
-        created, so e.g. ``select * from final`` returns an empty frame.
+        says why, and the query sees what is there. In a folder this process cannot write
+        (a read-only mount) nothing is ingested or created (:meth:`_query_read_only`). On an
+        empty results folder the schema is created, so e.g. ``select * from final`` returns
+        an empty frame.
 
         Args:
             sql: one or more statements (the last one's result is returned). File access
@@ -571,9 +606,13 @@ class Store:
             duckdb.Error: the statement failed (DuckDB's message); nothing was changed.
             StoreLockedError: the database stayed write-locked for ``lock_timeout_s``.
         """
-        self.last_ingest_skipped = None
         if ingest:
+            self.last_ingest_skipped = None
+            if not self.writable():
+                return self._query_read_only(sql, params)
             self._ingest_best_effort()
+        elif self._memory is not None:
+            return self._run(self._memory, sql, params)
         if not self.db_path.exists():
             con = self._connect(read_only=False, timeout_s=self.lock_timeout_s)
             try:
@@ -582,8 +621,7 @@ class Store:
                 con.close()
         con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
         try:
-            rel = con.sql(sql, params=params)
-            return pl.DataFrame() if rel is None else _to_polars(rel)
+            return self._run(con, sql, params)
         finally:
             con.close()
 
@@ -641,11 +679,87 @@ class Store:
             con.close()
         return int(rows)
 
+    @staticmethod
+    def _run(con: duckdb.DuckDBPyConnection, sql: str, params: list | None) -> pl.DataFrame:
+        rel = con.sql(sql, params=params)
+        return pl.DataFrame() if rel is None else _to_polars(rel)
+
+    def writable(self) -> bool:
+        """Whether this process may write the results folder (and its database): False for a
+        read-only mount or someone else's folder. A folder not yet made counts as writable."""
+        if not self.results_dir.exists():
+            return True
+        return os.access(self.results_dir, os.W_OK) and (not self.db_path.exists() or os.access(self.db_path, os.W_OK))
+
+    def _query_read_only(self, sql: str, params: list | None) -> pl.DataFrame:
+        """:meth:`query` in a folder this process cannot write: nothing is ingested or created.
+
+        With a database there, the query reads it as it is (result files it lacks are counted
+        in ``last_ingest_skipped``); without one, the result files are read into an in-memory
+        database (kept for the next ``ingest=False`` queries) and the query runs there.
+        """
+        where = f"the results folder {self.results_dir} is read-only for this process"
+        if self.db_path.exists():
+            n = len(self.pending())
+            self.last_ingest_skipped = (f"{where}: {n} new result file(s) were not ingested; the tables lack them"
+                                        if n else f"{where}: its database was read as it is (nothing to ingest)")
+            con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
+            try:
+                return self._run(con, sql, params)
+            finally:
+                con.close()
+        if self._memory is None:
+            con = duckdb.connect(":memory:")
+            self._ensure_schema(con)
+            self._ingest_with(con)
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            self._memory = con
+        n = len(self._result_files())
+        self.last_ingest_skipped = (f"{where} and has no database: the query ran on an in-memory copy of its "
+                                    f"{n} result file(s); nothing was written")
+        return self._run(self._memory, sql, params)
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """``(file name, why)`` of every result file in ``runs/`` that is not in the tables because it
+        cannot be read (not JSON, truncated, another schema, a stale write), without writing anything.
+
+        The errors recorded at ingestion (``ingest_log``) for files unchanged since, and the
+        pending files (new, or changed since their ingestion) checked now.
+
+        Raises:
+            StoreLockedError: the database stayed locked for ``lock_timeout_s``.
+        """
+        files = self._result_files()
+        logged: dict[str, tuple] = {}
+        errors: dict[str, str] = {}
+        if files and self.db_path.exists():
+            con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
+            try:
+                logged = self._logged(con)
+                if logged:
+                    errors = dict(con.execute("SELECT file, error FROM ingest_log WHERE error IS NOT NULL").fetchall())
+            finally:
+                con.close()
+        out = []
+        for path, st in files:
+            if logged.get(path.name) == _signature(st):
+                if path.name in errors:
+                    out.append((path.name, errors[path.name]))
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loaded = self._load(path)
+            if loaded is not None and loaded.error is not None:
+                out.append((path.name, loaded.error))
+        return sorted(out)
+
     def _ingest_best_effort(self) -> None:
         try:
             con = self._connect(read_only=False, timeout_s=0.0)
         except StoreLockedError as exc:
-            self.last_ingest_skipped = exc.duckdb_message
+            self.last_ingest_skipped = (f"new result files were not ingested because the database is busy; "
+                                        f"results may be incomplete. DuckDB: {exc.duckdb_message}")
             return
         try:
             self._ensure_schema(con)

@@ -12,8 +12,9 @@ The stages of one run, and of a study, each a package; imports point one way
 * :mod:`harness.commands` -- one module per ``harness`` subcommand; :mod:`harness.cli` the entry point.
 
 Top-level modules: :mod:`harness.config` (size presets, training settings, :class:`RunConfig`),
-:mod:`harness.terms` (roles, statuses, run ids, config differences) and :mod:`harness.files`
-(atomic file replacement). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
+:mod:`harness.terms` (roles, statuses, run ids, config differences), :mod:`harness.files`
+(atomic file replacement) and :mod:`harness.fencing` (who may still write a run's checkpoints
+and result: owner, epoch, :class:`~harness.fencing.LeaseLost`). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
 store), ``reports`` (statistics and the report).
 """
 

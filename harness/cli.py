@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -95,15 +97,37 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in READS_RESULTS and not args.results.exists():
             raise FileNotFoundError(f"results folder {str(args.results)!r} does not exist "
                                     "(set --results DIR or $HARNESS_RESULTS)")
-        return int(args._main(args) or 0)
+        if args.results.exists() and not args.results.is_dir():
+            raise NotADirectoryError(f"--results {str(args.results)!r} is a file, not a folder "
+                                     "(set --results DIR or $HARNESS_RESULTS)")
+        status = int(args._main(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError) as exc:
+    except BrokenPipeError:
+        # `harness status | head`: the reader is gone; end quietly, as a shell tool killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
         # Bad input: one clear line, no traceback.
-        print(f"harness {args.command}: error: {exc}", file=sys.stderr)
+        print(f"harness {args.command}: error: {_os_error(exc) if isinstance(exc, OSError) else exc}",
+              file=sys.stderr)
         return 2
     except ConnectionError as exc:
         # e.g. harness.scheduling.storage.StorageUnavailable after its retries: one line, no traceback
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        # the environment (a read-only or full disk, a locked database, a file where a folder
+        # should be): one line naming the file, no traceback
+        print(f"harness {args.command}: error: {_os_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an ``OSError``: its own message, or ``strerror: file`` for a bare system error."""
+    if exc.strerror and exc.filename:
+        return f"{exc.strerror}: {exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -29,6 +29,44 @@ from harness.terms import NAME_RE, ROLES, run_id
 
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
+#: Largest budget a run may have, in tokens: 1e15, far above any pretraining run (the largest
+#: are ~4e13) and far below what ``runs.budget_tokens`` (BIGINT) holds.
+MAX_BUDGET_TOKENS = 10**15
+#: Largest BPE vocabulary a run may train (2^20 ids); the smallest is
+#: :data:`harness.data.tokenizer.MIN_BPE_VOCAB` (256 bytes + 1 special token).
+MAX_VOCAB_SIZE = 2**20
+
+
+def check_budget(train: "TrainConfig", *, size: str, context: int, budget_tokens: int) -> None:
+    """Refuse a budget the run cannot train: ``batch_tokens`` not a multiple of the context,
+    a budget below one batch or above :data:`MAX_BUDGET_TOKENS` (tokens).
+
+    Raises:
+        ValueError: naming the value and what is allowed.
+    """
+    if train.batch_tokens % context:
+        raise ValueError(f"batch_tokens={train.batch_tokens} must be a multiple of the "
+                         f"{size} context ({context} tokens)")
+    if budget_tokens < train.batch_tokens:
+        raise ValueError(f"budget_tokens={budget_tokens} is less than one batch "
+                         f"(batch_tokens={train.batch_tokens}); raise the budget or lower batch_tokens")
+    if budget_tokens > MAX_BUDGET_TOKENS:
+        raise ValueError(f"budget_tokens={budget_tokens:_} is more than {MAX_BUDGET_TOKENS:_} tokens "
+                         "(the largest budget a run may have)")
+
+
+def check_vocab(train: "TrainConfig", preset: SizePreset) -> None:
+    """Refuse a BPE vocabulary the tokenizer cannot train (``train.vocab_size``, 0 = the preset's).
+
+    Raises:
+        ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
+    """
+    from harness.data.tokenizer import MIN_BPE_VOCAB
+
+    vocab = train.vocab_size or preset.vocab_size
+    if train.tokenizer == "bpe" and not MIN_BPE_VOCAB <= vocab <= MAX_VOCAB_SIZE:
+        raise ValueError(f"vocab_size={vocab} is not allowed for byte-level BPE: it must be {MIN_BPE_VOCAB} "
+                         f"(256 bytes + 1 special token) to {MAX_VOCAB_SIZE:_}")
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -245,6 +283,8 @@ class RunConfig:
         Raises:
             ValueError: unknown variant or size, a variant whose head groups cannot split
                 the size's heads, bad budget, seed or grid name, bad train or model overrides.
+                (Whether the budget fits the batch and the vocabulary the tokenizer:
+                :meth:`check_trainable`, at queue time.)
         """
         spec = get_spec(variant)
         preset = get_size(size)
@@ -284,6 +324,22 @@ class RunConfig:
             digest = hashlib.sha256(json.dumps(config.train, sort_keys=True).encode()).hexdigest()[:8]
             config = dataclasses.replace(config, run_id=f"{config.run_id}:{digest}")
         return config
+
+    def check_trainable(self) -> None:
+        """Refuse a run that would fail in every worker: a budget the batch does not fit or
+        that is too large to store (:func:`check_budget`), a vocabulary the tokenizer cannot
+        train (:func:`check_vocab`). ``harness queue`` calls it for every run before queueing any.
+
+        Raises:
+            ValueError: naming the run, the value and what is allowed.
+        """
+        settings = self.train_config()
+        try:
+            check_budget(settings, size=self.size, context=self.model_config(1).context,
+                         budget_tokens=self.budget_tokens)
+            check_vocab(settings, get_size(self.size))
+        except ValueError as exc:
+            raise ValueError(f"run {self.run_id}: {exc}") from None
 
     # -- reading and writing ------------------------------------------------------------
 
@@ -331,5 +387,6 @@ class RunConfig:
 
 __all__ = [
     "SizePreset", "SIZES", "get_size", "mlp_hidden", "default_block_size", "ModelConfig",
-    "derive", "TrainConfig", "TRAIN_DEFAULTS", "train_config", "ADHOC_GRID", "RunConfig",
+    "derive", "TrainConfig", "TRAIN_DEFAULTS", "train_config", "ADHOC_GRID", "MAX_BUDGET_TOKENS", "MAX_VOCAB_SIZE",
+    "check_budget", "check_vocab", "RunConfig",
 ]

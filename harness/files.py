@@ -19,8 +19,8 @@ library), not code of ours.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 
@@ -53,13 +53,17 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, *,
+                commit: Callable[[], AbstractContextManager] | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on a clean exit make it ``path`` atomically.
 
     Whatever the block writes to the yielded path (by any means: ``open``, numpy,
     ``trainer.save_checkpoint``) is fsynced, renamed onto ``path`` and the folder fsynced.
     If the block raises, the temporary file is removed and ``path`` is untouched.
     The folder is created if needed.
+
+    ``commit``: the rename happens inside ``with commit():`` (e.g. a lease held against
+    takeover, :mod:`harness.fencing`); if entering it raises, nothing is renamed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,16 +77,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         fsync_file(tmp)
-        os.replace(tmp, path)
+        with commit() if commit is not None else nullcontext():
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; returns ``path``."""
-    with atomic_path(path) as tmp:
+def atomic_write(path: str | os.PathLike, data: str | bytes, *,
+                 commit: Callable[[], AbstractContextManager] | None = None) -> Path:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; returns ``path``.
+    ``commit`` as :func:`atomic_path`."""
+    with atomic_path(path, commit=commit) as tmp:
         tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     return Path(path)
 

@@ -30,7 +30,10 @@ budgets_tokens = [1000]
 block_attnres = "parent"
 rd_attnres = "treatment"
 fixed_v = "control"
-{extra}"""
+{extra}
+[train]
+batch_tokens = 512   # a batch the budget fits (harness queue refuses one it does not)
+"""
 
 
 def configs(name="g", seeds=(0, 1), variants=("block_attnres", "rd_attnres", "fixed_v"), corpus="/c"):

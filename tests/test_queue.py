@@ -148,7 +148,7 @@ def test_worker_trains_every_run_once_in_queue_order(tmp_path):
     outcomes = work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=lines.append)
     assert seen == [c.run_id for c in cfgs]
     assert outcomes == Counter(done=6)
-    assert lines[0] == "[0/6] start g:tiny:block_attnres:s0:1000 (on %s)" % Lease.here().worker
+    assert lines[0] == "[0/6] start g:tiny:block_attnres:s0:1000 (on %s, epoch 0)" % Lease.here().worker
     assert lines[1].startswith("[1/6] done g:tiny:block_attnres:s0:1000 (")
     assert lines[-2].startswith("[6/6] done g:tiny:fixed_v:s1:1000 (")
     assert lines[-1] == "nothing queued; worker stops"

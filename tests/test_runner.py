@@ -107,7 +107,7 @@ def test_resume_after_stop_matches_uninterrupted(tmp_path):
     train_run(config, whole, progress=False)
     with pytest.raises(RunInterrupted):
         train_run(config, parts, progress=False, stop_after_tokens=3 * 1024)
-    ckpt = next((parts / "checkpoints").iterdir()) / "last.ckpt"
+    ckpt = next((parts / "checkpoints").iterdir()) / "local" / "last.ckpt"
     assert ckpt.exists() and not (parts / "runs").exists() or not list((parts / "runs").glob("*.json"))
     assert train_run(config, parts, progress=False) == "done"
     assert final_rows(parts) == final_rows(whole)  # bit-identical on CPU
@@ -310,7 +310,7 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
            "--threads", "1", *[f"--set={k}={v}" for k, v in TRAIN.items()], "--set", "checkpoint_every_tokens=1024"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     deadline = time.time() + 120
-    while time.time() < deadline and not list(tmp_path.glob("checkpoints/*/last.ckpt")):
+    while time.time() < deadline and not list(tmp_path.glob("checkpoints/*/*/last.ckpt")):
         time.sleep(0.05)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
@@ -318,7 +318,7 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "terminated (SIGTERM) after step" in out and "run the same command again to resume" in out
     step = int(out.split("after step ")[1].split(";")[0])
-    ckpt = next(tmp_path.glob("checkpoints/*/last.ckpt"))
+    ckpt = next(tmp_path.glob("checkpoints/*/*/last.ckpt"))
     assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == step
 
 

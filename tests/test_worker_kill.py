@@ -55,7 +55,7 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     deadline = time.time() + 120
     step = None
     while time.time() < deadline:
-        found = list(ckpts.glob("*/last.ckpt")) if ckpts.exists() else []
+        found = list(ckpts.glob("*/*/last.ckpt")) if ckpts.exists() else []
         if found:
             import torch
 

@@ -11,14 +11,28 @@ The corpus is the grid's `corpus`, overridden by $HARNESS_CORPUS, overridden by
 --corpus; a relative path is resolved against the current directory and stored
 absolute in each run's config (hf:OWNER/NAME:CONFIG specs are stored as they are).
 
+Checked before anything is queued, so a bad grid fails here and not in every worker:
+the corpus is readable, UTF-8 text (or Parquet) and holds a non-empty document (a quick
+scan of the first MiB of each file, not a full read); every budget is at least one batch
+and at most 10^15 tokens; batch_tokens is a multiple of each size's context; the BPE
+vocabulary is 257 (256 bytes + 1 special token) to 1,048,576.
+
 Storage: the default queue is RESULTS/queue.journal (an Optuna journal file).
 --storage journal:/shared/fs/queue.journal (or any path ending in .journal) puts
 it on a filesystem shared by several machines; --storage postgresql://USER:PASS@HOST/DB
 uses a PostgreSQL server (driver psycopg 3: pip install 'rd-harness[postgres]';
 postgresql+psycopg2://... for psycopg2). sqlite: is refused (it hands one run to two workers).
 
+Repair: a journal whose line was damaged (a disk error, an edit) stops every command
+with an error naming the file and line. Stop every worker, then `harness queue --repair`
+writes a clean journal (the valid lines, in order; a damaged line that created a trial
+becomes a failed placeholder so the trials after it keep their numbers) and keeps the
+damaged file as QUEUE.journal.bak-<time>. A torn last line (a writer killed mid-append)
+needs no repair: it is skipped with a warning and set aside in QUEUE.journal.torn.
+
 example:
   harness queue ablations/rd_controls_small.toml
+  harness queue --repair                 # after "queue journal ...: line N is corrupt"
   harness queue ablations/rd_paper.toml --corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT \\
       --storage journal:/shared/rd/queue.journal
 """
@@ -30,11 +44,13 @@ import os
 import sys
 from pathlib import Path
 
+from harness.data.corpus import probe_corpus
 from harness.scheduling.grid import check_corpus, check_plan_unchanged, load_grid
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("grid", type=Path, metavar="GRID.toml", help="grid spec (see ablations/README.md)")
+    parser.add_argument("grid", type=Path, metavar="GRID.toml", nargs="?",
+                        help="grid spec (see ablations/README.md); not with --repair")
     parser.add_argument("--corpus", metavar="C", default=None,
                         help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's)")
     parser.add_argument("--storage", metavar="URL", default=None,
@@ -42,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: RESULTS/queue.journal)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="queue failed runs of this grid again (retry counters reset)")
+    parser.add_argument("--repair", action="store_true",
+                        help="rewrite a damaged queue journal as its valid lines (backup kept); stop workers first")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -51,6 +69,12 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.repair:
+        if args.grid is not None:
+            raise ValueError("--repair takes no GRID.toml: it repairs the queue journal, then queue the grid")
+        return _repair(args)
+    if args.grid is None:
+        raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
     if args.corpus is not None:
         corpus, source = args.corpus, "--corpus"
@@ -59,7 +83,10 @@ def main(args: argparse.Namespace) -> int:
     else:
         corpus, source = grid.corpus, f"key 'corpus' of {args.grid}"
     configs = grid.expand(corpus=corpus)
+    for config in configs:  # before anything is queued: what would fail in every worker fails here
+        config.check_trainable()
     check_corpus(configs[0].corpus, source=source)
+    probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
 
     queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
                           log=lambda msg: print(msg, file=sys.stderr))
@@ -92,4 +119,38 @@ def main(args: argparse.Namespace) -> int:
     if result.failed:
         print(f"{len(result.failed)} failed runs left as they are (pass --retry-failed to queue them "
               f"again): {', '.join(result.failed[:5])}{' ...' if len(result.failed) > 5 else ''}")
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    """``harness queue --repair``: :func:`harness.scheduling.journal.repair_journal`, refused
+    while a worker holds a fresh lease (it keeps byte offsets into the journal)."""
+    from harness.scheduling.journal import repair_journal
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import parse_storage
+
+    kind, path = parse_storage(args.storage, args.results)
+    if kind != "journal":
+        raise ValueError(f"--repair repairs a journal file; {args.storage} is a database server "
+                         "(its own tools check and repair it)")
+
+    def no_live_workers(storage) -> None:
+        live = RunQueue(storage, create=False).live_workers()
+        if live:
+            raise ValueError(f"worker(s) {', '.join(live)} hold a fresh lease in {path}: stop every worker "
+                             "before --repair (a running worker keeps byte offsets into the journal)")
+
+    report = repair_journal(path, verify=no_live_workers)
+    if report.backup is None:
+        print(f"queue journal {path}: all {report.lines} lines are valid; nothing to repair")
+        return 0
+    print(f"queue journal {path}: kept {report.kept} of {report.lines} lines; damaged file kept as {report.backup}")
+    for line, what in report.placeholders:
+        print(f"  line {line}: unreadable; it created a trial or study, replaced by {what} (numbering kept)")
+    for line, why in report.dropped:
+        print(f"  line {line}: dropped ({why})")
+    if report.unidentified:
+        print(f"  warning: line(s) {', '.join(map(str, report.unidentified))} could not be identified; had one "
+              "created a trial, the trials after it would be numbered one lower: check `harness status`")
+    print("next: harness status; `harness queue GRID.toml` again re-adds any run whose only trial was lost")
     return 0

@@ -18,7 +18,8 @@ the report says how many of the grid's runs are done, and that its verdicts use 
 only; without a queue it says the queue was not found.
 
 Files written to OUT (default RESULTS/reports/GRID/): stats.csv, pairs.csv, report.md,
-report.html (self-contained) and figures/*.png.
+report.html (self-contained) and figures/*.png. A results folder this process cannot write
+(a read-only mount) is read without ingesting anything (a note says so); give --out DIR.
 
 example:
   harness report --grid rd_controls_small
@@ -28,6 +29,8 @@ example:
 from __future__ import annotations
 
 import argparse
+import os
+import warnings
 from pathlib import Path
 
 
@@ -79,7 +82,20 @@ def main(args: argparse.Namespace) -> int:
     from reports.render import summary_lines
 
     out = args.out if args.out is not None else args.results / "reports" / args.grid
-    frames = load_frames(Store(args.results), args.grid)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if not os.access(out, os.W_OK):
+            raise PermissionError(13, "not writable", str(out))
+    except OSError as exc:
+        raise ValueError(f"cannot write the report to {out} ({exc.strerror or exc}); pass --out DIR "
+                         "(a writable folder)") from None
+    store = Store(args.results)
+    with warnings.catch_warnings():  # the report lists unreadable result files itself
+        warnings.filterwarnings("ignore", message="skipping result file")
+        frames = load_frames(store, args.grid)
+    note = getattr(store, "last_ingest_skipped", None)  # why new result files were not ingested, if so
+    if note:
+        print(f"note: {note}")
     queue, queue_note = _queue_view(args)
     result = build_report(frames, out, grid=args.grid, allow_partial=args.allow_partial,
                           figures=not args.no_figures, queue=queue, queue_note=queue_note)

@@ -4,7 +4,10 @@ Writes the run's result file under RESULTS/runs/ (atomically) and ingests it int
 RESULTS/harness.duckdb: tables runs, metrics, routing and the view final. A run that is
 stopped or killed resumes from RESULTS/checkpoints/ when the same command is run again.
 A diverged run (NaN/inf loss) is recorded with status 'diverged'; the command still
-exits 0. Training settings: the preset's defaults, then --set KEY=VALUE overrides
+exits 0. A run already done is not trained again; if it was done with other settings (the
+same --grid, another config), the command refuses and names the differing fields
+(--force trains it again, replacing its result). An unreadable checkpoint is set aside in
+RESULTS/checkpoints/set-aside/ and the run restarts from scratch, with a warning. Training settings: the preset's defaults, then --set KEY=VALUE overrides
 (any TrainConfig field: lr, batch_tokens, eval_every_tokens, vocab_size, ...).
 
 A corpus is a JSONL/Parquet file (column `text`), a .txt file, a directory or glob of
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from harness import console
 from harness.config import SIZES
@@ -83,32 +87,37 @@ def parse_devices(value: str) -> int | str:
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    from db.store import Store
+    from harness.commands import set_threads
     from harness.config import RunConfig
     from harness.train import RunInterrupted, train_run
+    from harness.train.run import stored_result
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     if not args.corpus:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
-    if args.threads < 0:
-        raise ValueError(f"--threads {args.threads}: expected a positive number (or 0 for torch's default)")
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
         raise ValueError(f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens")
     devices = parse_devices(args.devices)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     corpus = args.corpus
     if not corpus.startswith("hf:"):
         corpus = os.path.abspath(corpus)
     config = RunConfig.adhoc(args.variant, args.size, args.seed, args.budget_tokens, corpus,
                              grid=args.grid, role=args.role, train=parse_overrides(args.set))
-    done = Store(args.results).result_path(config.run_id)
-    if done.exists() and not args.force:
-        previous = Store(args.results).read_result(done)["run"]
-        if previous.get("status") == "done" and previous.get("config", {}).get("corpus") == corpus:
+    if not args.force:
+        try:
+            previous, diff = stored_result(config, args.results)
+        except ValueError as exc:  # an unreadable result is replaced, and said so
+            print(f"warning: {exc}; training the run again replaces it", file=sys.stderr)
+            previous, diff = None, []
+        if previous is not None and previous.get("status") == "done":
+            if diff:
+                raise ValueError(
+                    f"{config.run_id} is already done in {args.results} with another config ({'; '.join(diff)}); "
+                    "a run id names one config: pick another --grid, or pass --force to train it again "
+                    "with these settings (its result is replaced)")
             print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
     try:

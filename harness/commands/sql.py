@@ -8,7 +8,10 @@ access disabled, so it cannot change results or write files (to write a grid's t
 Parquet or CSV file: harness export); a failing statement prints DuckDB's error and exits
 with status 1. The table format shows every row and column, floats to 6 significant digits;
 csv and json keep every digit. If another process holds the database, new result files are not ingested
-this time (a note on stderr says so) and the query waits up to --lock-timeout seconds.
+this time (a note on stderr says so) and the query waits up to --lock-timeout seconds. In a
+results folder this process cannot write (a read-only mount) nothing is ingested or created:
+the query reads the database as it is, or, without one, an in-memory copy of the result
+files (a note says which). Result files that cannot be read are named on stderr, with why.
 
 example:
   harness sql "select variant, seed, val_nll from final order by 1, 2"
@@ -23,6 +26,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 
 FORMATS = ("table", "csv", "json")
 TABLE_DIGITS = 6  # significant digits of a float in the table format
@@ -109,7 +113,9 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("empty query; give SQL text, or - to read it from stdin")
     store = Store(args.results, lock_timeout_s=args.lock_timeout)
     try:
-        df = store.query(sql, ingest=not args.no_ingest)
+        with warnings.catch_warnings():  # unreadable result files are named below, once
+            warnings.filterwarnings("ignore", message="skipping result file")
+            df = store.query(sql, ingest=not args.no_ingest)
     except StoreLockedError as exc:
         print(f"harness sql: error: {exc}", file=sys.stderr)
         return 1
@@ -119,10 +125,31 @@ def main(args: argparse.Namespace) -> int:
             print(f"harness sql: hint: {EXPORT_HINT}", file=sys.stderr)
         return 1
     if store.last_ingest_skipped:
-        print(
-            "harness sql: note: new result files were not ingested because the database is "
-            f"busy; results may be incomplete. DuckDB: {store.last_ingest_skipped}",
-            file=sys.stderr,
-        )
+        print(f"harness sql: note: {store.last_ingest_skipped}", file=sys.stderr)
+    warn_unreadable(store, "harness sql: ")
     sys.stdout.write(format_frame(df, args.format))
     return 0
+
+
+def warn_unreadable(store, prefix: str, *, most: int = 10, file=None,
+                    bad: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """Name every result file the tables lack because it cannot be read, and why, on ``file``
+    (default stderr); returns them. ``bad``: :meth:`db.store.Store.unreadable` already called
+    (default: call it; nothing is said when the database is locked). Used by ``harness sql``
+    and ``harness status``."""
+    from db.store import StoreLockedError
+
+    file = file or sys.stderr
+    if bad is None:
+        try:
+            bad = store.unreadable()
+        except StoreLockedError:
+            return []
+    if bad:
+        print(f"{prefix}warning: {len(bad)} result file(s) in {store.runs_dir} are not in the tables: "
+              "they cannot be read (fix or remove them; their runs do not count as finished)", file=file)
+        for name, why in bad[:most]:
+            print(f"  {name}: {why}", file=file)
+        if len(bad) > most:
+            print(f"  ... and {len(bad) - most} more", file=file)
+    return bad

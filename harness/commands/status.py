@@ -11,6 +11,10 @@ lease, so idle workers waiting with --wait are not counted. Stale leases (a work
 stopped beating) are listed; the next `harness work` queues their runs again. A --grid
 that names no grid in the queue is an error naming the grids there.
 
+Result files the results store cannot read (truncated, another schema, a stale write) are
+listed with why; a grid whose runs all trained but some result is unreadable shows
+"trained; N result(s) unreadable", not "finished".
+
 --watch redraws every --interval seconds (default 5) until Ctrl-C (exit 0); when stdout
 is not a terminal it prints the blocks one after another, each under a time stamp.
 
@@ -26,6 +30,7 @@ import argparse
 import datetime as dt
 import sys
 import time
+from urllib.parse import unquote
 
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.terms import FINISHED, check_grid
@@ -67,7 +72,8 @@ def _run_left_s(r, mean: float | None, now: float) -> float | None:
     return eta if eta is not None else mean
 
 
-def _grid_rows(grids: dict[str, list], n_workers: int, now: float, fmt_duration) -> list[list[str]]:
+def _grid_rows(grids: dict[str, list], n_workers: int, now: float, fmt_duration,
+               bad_ids: frozenset[str] = frozenset()) -> list[list[str]]:
     rows = []
     for name, rs in grids.items():
         counts = {c: sum(r.state == c for r in rs) for c in COLUMNS}
@@ -80,7 +86,10 @@ def _grid_rows(grids: dict[str, list], n_workers: int, now: float, fmt_duration)
         else:
             per_run = mean
         left = [_run_left_s(r, per_run, now) for r in rs if r.state == "running"]
-        if counts["queued"] + counts["running"] == 0:
+        unreadable = sum(r.state in FINISHED and r.run_id in bad_ids for r in rs)
+        if counts["queued"] + counts["running"] == 0 and unreadable:
+            eta = f"trained; {unreadable} result(s) unreadable"
+        elif counts["queued"] + counts["running"] == 0:
             eta = "finished"
         elif per_run is None or None in left:
             eta = "? (no run finished yet)"
@@ -109,8 +118,10 @@ def _running_rows(runs: list, now: float, fmt_duration) -> list[list[str]]:
     return rows
 
 
-def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None = None) -> list[str]:
-    """The status block of ``queue`` (optionally one grid) as lines.
+def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None = None,
+                 bad: list[tuple[str, str]] = ()) -> list[str]:
+    """The status block of ``queue`` (optionally one grid) as lines; ``bad``: the ``(file, why)``
+    of result files the store cannot read (:meth:`db.store.Store.unreadable`).
 
     Raises:
         ValueError: ``grid`` names no grid in the queue (the message names those there).
@@ -131,7 +142,9 @@ def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None =
         grids.setdefault(r.grid, []).append(r)
 
     out = [f"queue: {queue.where}"]
-    out += _table(["grid", *COLUMNS, "total", "mean run", "ETA"], _grid_rows(grids, len(workers), now, fmt_duration))
+    bad_ids = frozenset(unquote(name.removesuffix(".json")) for name, _ in bad)
+    out += _table(["grid", *COLUMNS, "total", "mean run", "ETA"],
+                  _grid_rows(grids, len(workers), now, fmt_duration, bad_ids))
     out.append(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
     running = [r for r in runs.values() if r.state == "running"]
     if running:
@@ -176,8 +189,10 @@ def main(args: argparse.Namespace) -> int:
                 except FileNotFoundError:
                     if args.grid is not None:
                         raise ValueError(f"no runs of grid {args.grid!r}: no queue at {where}") from None
-            lines = (status_lines(queue, args.grid, args.lease_s) if queue is not None else
+            bad, said = _unreadable(args)
+            lines = (status_lines(queue, args.grid, args.lease_s, bad=bad) if queue is not None else
                      [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"])
+            lines += said
             if not args.watch:
                 print("\n".join(lines))
                 return 0
@@ -193,3 +208,16 @@ def main(args: argparse.Namespace) -> int:
         if not args.watch:
             raise
         return 0
+
+
+def _unreadable(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:
+    """The result files the store cannot read (a run the queue calls done may lack its result),
+    and the lines that name them with why (none when there are none)."""
+    import io
+
+    from db.store import Store
+    from harness.commands.sql import warn_unreadable
+
+    text = io.StringIO()
+    bad = warn_unreadable(Store(args.results, lock_timeout_s=2.0), "", file=text)
+    return bad, text.getvalue().splitlines()

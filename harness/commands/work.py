@@ -5,8 +5,12 @@ Start as many workers as you have devices, on as many machines as share the queu
 run is handed to exactly one worker. A worker holds a lease on its run and refreshes
 it every few seconds; a run whose worker died (lease older than --lease-s, or the
 process gone on this host) is queued again by the next worker and resumes from its
-checkpoint. A run whose training raises is recorded as failed and retried up to
---retries times. Ctrl-C or SIGTERM gives the current run back to the queue. An
+checkpoint. A worker that was only stopped (SIGSTOP, a frozen machine) past its lease
+and wakes up after another worker took its run says "lease lost to HOST:PID ...", writes
+nothing more for that run (the lease is checked before each checkpoint and held while the
+result file is renamed into place) and goes on with the next run. A run whose training
+raises is recorded as failed and retried up to --retries times; the worker exits 1 when
+every run it took failed. Ctrl-C or SIGTERM gives the current run back to the queue. An
 unreachable storage (a database restarting) is retried for --storage-retry-s seconds,
 then the worker stops with an error; start it again once the storage is back.
 
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from harness import console
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
@@ -82,8 +87,8 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     import functools
 
     import optuna
-    import torch
 
+    from harness.commands import set_threads
     from harness.scheduling import worker
     from harness.scheduling.queue import RunQueue
     from harness.terms import check_grid
@@ -92,8 +97,7 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
         raise ValueError(f"--retries {args.retries} must be >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if train_fn is None:
-        if args.threads:
-            torch.set_num_threads(args.threads)
+        set_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
                                      accelerator=args.accelerator, devices=devices, strategy=args.strategy)
@@ -118,6 +122,11 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     n = sum(outcomes.values())
+    lost = f", {outcomes['lost']} lost to another worker" if outcomes["lost"] else ""
     print(f"worker trained {n} runs: {outcomes['done']} done, {outcomes['diverged']} diverged, "
-          f"{outcomes['failed']} failed")
+          f"{outcomes['failed']} failed{lost}")
+    if n and outcomes["failed"] == n:
+        print(f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
+              "their errors", file=sys.stderr)
+        return 1
     return 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import glob as globlib
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -207,6 +208,108 @@ def _read_parquet(path: Path) -> list[str | None]:
         raise ValueError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
 
 
+#: How much of each corpus file :func:`probe_corpus` reads, at most (bytes).
+PROBE_BYTES = 1 << 20
+_PARQUET_MAGIC = b"PAR1"
+
+
+def probe_corpus(spec: str) -> str:
+    """A quick check, at queue time, that a local corpus can be read and holds text.
+
+    Lists the corpus files (:func:`corpus_files`); opens every one and reads its first
+    bytes (readable, UTF-8 text and not binary, except Parquet); then reads the first
+    :data:`PROBE_BYTES` of file after file until one non-empty document turns up. Not a
+    full read, and no tokenisation: a worker still reads the whole corpus. ``hf:`` specs are
+    not checked (they need a network).
+
+    Returns:
+        One line for the user: files and where the first document was found.
+
+    Raises:
+        FileNotFoundError: as :func:`corpus_files`.
+        ValueError: a file that cannot be read, is binary or not UTF-8, a JSONL line that is
+            not a JSON object, a ``text`` field that is not text, or no non-empty document in
+            the part of each file read; the message names the file.
+    """
+    if spec.startswith(HUB_PREFIX):
+        return f"{spec}: a hub dataset, not checked before the workers stream it"
+    files = corpus_files(spec)
+    for path in files:
+        head = _probe_read(path, 4096)
+        if path.suffix.lower() in PARQUET_EXTENSIONS:
+            if not head.startswith(_PARQUET_MAGIC):
+                raise ValueError(f"corpus file {str(path)!r} is not a Parquet file (it does not start with PAR1)")
+            continue
+        nul = head.find(b"\x00")
+        if nul >= 0:
+            raise ValueError(f"corpus file {str(path)!r} looks binary (a NUL byte at offset {nul}); "
+                             "corpus files are UTF-8 text (.jsonl, .txt) or Parquet")
+        _decode_utf8_prefix(head, path)
+    for path in files:
+        if _probe_has_text(path):
+            return f"{len(files)} corpus file(s); the first document is in {path}"
+    raise ValueError(
+        f"corpus {spec!r} holds no text: none of its {len(files)} file(s) has a non-empty document in its "
+        f"first {PROBE_BYTES >> 20} MiB (JSONL rows need a non-empty string 'text' field)")
+
+
+def _probe_read(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError as exc:
+        raise ValueError(f"corpus file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+
+
+def _decode_utf8_prefix(data: bytes, path: Path) -> str:
+    """Decode the first bytes of a file; a character cut at the end of the read is not an error."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data" and exc.start >= len(data) - 3:
+            return data[:exc.start].decode("utf-8")
+        return _decode_utf8(data, path)  # raises its message
+
+
+def _probe_has_text(path: Path) -> bool:
+    """Whether the first :data:`PROBE_BYTES` of a corpus file hold a non-empty document."""
+    suffix = path.suffix.lower()
+    if suffix in PARQUET_EXTENSIONS:
+        try:
+            schema = pl.read_parquet_schema(path)
+            if "text" not in schema:
+                raise ValueError(f"Parquet file {str(path)!r} has no 'text' column (columns found: "
+                                 f"{', '.join(schema) or 'none'})")
+            head = pl.scan_parquet(path).select("text").head(1000).collect()["text"]
+        except pl.exceptions.PolarsError as exc:
+            raise ValueError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
+        if head.dtype not in (pl.String, pl.Null):
+            raise ValueError(f"Parquet file {str(path)!r}: column 'text' holds {head.dtype}, expected strings")
+        return any(t is not None and t.strip() for t in head.to_list())
+    text = _decode_utf8_prefix(_probe_read(path, PROBE_BYTES), path)
+    if suffix in TEXT_EXTENSIONS:
+        return bool(text.strip())
+    lines = text.split("\n")
+    if len(lines) > 1 and len(text.encode("utf-8")) >= PROBE_BYTES:
+        lines = lines[:-1]  # the last line may be cut by the read
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object with a 'text' field")
+        value = row.get("text")
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
+                             f"{type(value).__name__}, expected a string")
+        if value and value.strip():
+            return True
+    return False
+
+
 def parse_hub_spec(spec: str) -> tuple[str, str | None]:
     """Split ``hf:OWNER/NAME[:CONFIG]`` into ``(OWNER/NAME, CONFIG or None)``.
 
@@ -312,6 +415,6 @@ def split_documents(docs: Sequence[str], val_fraction: float) -> SplitDocuments:
 
 __all__ = [
     "SUPPORTED_EXTENSIONS", "HUB_DEFAULT_MAX_DOCS", "OptionalDependencyError", "SplitDocuments",
-    "read_documents", "corpus_files", "parse_hub_spec", "corpus_fingerprint", "is_validation",
-    "split_documents",
+    "read_documents", "corpus_files", "probe_corpus", "PROBE_BYTES", "parse_hub_spec", "corpus_fingerprint",
+    "is_validation", "split_documents",
 ]

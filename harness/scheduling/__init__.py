@@ -2,11 +2,15 @@
 
 * :mod:`harness.scheduling.grid` -- read and check a grid TOML, expand it into
   :class:`~harness.config.RunConfig` s in queue order;
-* :mod:`harness.scheduling.storage` -- where the queue lives (journal file, PostgreSQL)
-  and retrying a storage that is briefly unreachable;
+* :mod:`harness.scheduling.storage` -- where the queue lives (journal file, PostgreSQL),
+  retrying a storage that is briefly unreachable, and holding a trial against takeover;
+* :mod:`harness.scheduling.journal` -- the journal file backend that survives a torn
+  write, names a corrupt line, and its repair (``harness queue --repair``);
 * :mod:`harness.scheduling.queue` -- :class:`RunQueue`: the runs as Optuna trials, taken
   and finished atomically, retried and reclaimed;
 * :mod:`harness.scheduling.lease` -- worker leases and their heartbeat (is a worker alive?);
+* :mod:`harness.scheduling.fence` -- the :class:`~harness.fencing.Fence` of a claim: may this
+  worker still write the run's checkpoints and result?
 * :mod:`harness.scheduling.worker` -- the loop of ``harness work`` around
   :func:`harness.train.train_run`.
 """

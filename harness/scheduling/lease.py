@@ -22,8 +22,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 from harness.live import LiveProgress
 
@@ -47,6 +48,8 @@ class Lease:
         beat: unix time (seconds) of the last refresh.
         progress: how far the run was at the last refresh (None before its first step, or from
             a worker that does not publish progress).
+        epoch: the attempt's fencing number (its trial number: grows with every new owner
+            of the run; :mod:`harness.fencing`), ``None`` in leases written before it existed.
     """
 
     host: str
@@ -54,6 +57,7 @@ class Lease:
     since: float
     beat: float
     progress: LiveProgress | None = None
+    epoch: int | None = None
 
     @property
     def worker(self) -> str:
@@ -61,14 +65,14 @@ class Lease:
         return f"{self.host}:{self.pid}"
 
     @classmethod
-    def here(cls, now: float | None = None) -> "Lease":
+    def here(cls, now: float | None = None, *, epoch: int | None = None) -> "Lease":
         """A fresh lease for the calling process."""
         now = time.time() if now is None else now
-        return cls(host=hostname(), pid=os.getpid(), since=now, beat=now)
+        return cls(host=hostname(), pid=os.getpid(), since=now, beat=now, epoch=epoch)
 
     def refreshed(self, now: float | None = None, progress: LiveProgress | None = None) -> "Lease":
         """The same lease with ``beat`` set to ``now`` and the run's latest ``progress``."""
-        return Lease(self.host, self.pid, self.since, time.time() if now is None else now, progress)
+        return Lease(self.host, self.pid, self.since, time.time() if now is None else now, progress, self.epoch)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -82,8 +86,9 @@ class Lease:
         progress = None if not p else LiveProgress(
             run_id=str(p["run_id"]), tokens=int(p["tokens"]), total_tokens=int(p["total_tokens"]),
             tokens_per_s=None if p.get("tokens_per_s") is None else float(p["tokens_per_s"]), at=float(p["at"]))
+        epoch = d.get("epoch")
         return cls(host=str(d["host"]), pid=int(d["pid"]), since=float(d["since"]), beat=float(d["beat"]),
-                   progress=progress)
+                   progress=progress, epoch=None if epoch is None else int(epoch))
 
 
 def pid_alive(pid: int) -> bool:
@@ -126,6 +131,7 @@ class Heartbeat:
     ``beat`` returns ``False`` when the lease was lost (another worker reclaimed the run);
     the thread then stops and :attr:`lost` is set. Other exceptions from ``beat`` (say,
     a storage hiccup) are kept in :attr:`last_error` and the thread keeps beating.
+    :meth:`paused` holds the beats off for a block (a beat in progress finishes first).
     """
 
     def __init__(self, beat: Callable[[], bool], interval_s: float = BEAT_S) -> None:
@@ -136,16 +142,24 @@ class Heartbeat:
         self.lost = False
         self.last_error: BaseException | None = None
         self._stop = threading.Event()
+        self._beating = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="harness-lease", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                if not self._beat():
-                    self.lost = True
-                    return
-            except Exception as exc:  # keep beating; the lease may still be fine
-                self.last_error = exc
+            with self._beating:
+                try:
+                    if not self._beat():
+                        self.lost = True
+                        return
+                except Exception as exc:  # keep beating; the lease may still be fine
+                    self.last_error = exc
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No beat during the block (the caller uses the storage alone, e.g. under its lock)."""
+        with self._beating:
+            yield
 
     def __enter__(self) -> "Heartbeat":
         self._thread.start()

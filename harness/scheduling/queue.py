@@ -39,6 +39,8 @@ import math
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -48,9 +50,10 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.config import RunConfig
+from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
-from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage
+from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage, trial_lock
 from harness.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff
 
 STUDY_NAME = "harness"
@@ -72,7 +75,9 @@ class Claim:
         attempt: 1 for the first attempt, then 2, 3, ...
         failures: attempts of this run whose training raised, so far.
         reclaims: attempts of this run lost to a dead worker, so far.
-        lease: the lease taken.
+        lease: the lease taken (its ``epoch`` is :attr:`epoch`).
+        epoch: the fencing number of this attempt (:mod:`harness.fencing`): the trial's
+            number, larger for every later attempt at the run.
     """
 
     trial_id: int
@@ -83,6 +88,12 @@ class Claim:
     failures: int
     reclaims: int
     lease: Lease
+    epoch: int
+
+    @property
+    def owner(self) -> str:
+        """``host:pid`` of the worker holding the claim."""
+        return self.lease.worker
 
 
 @dataclass(frozen=True)
@@ -335,7 +346,7 @@ class RunQueue:
                     continue  # another worker popped it first
             except UpdateFinishedTrialError:
                 continue
-            lease = Lease.here()
+            lease = Lease.here(epoch=t.number)
             self.storage.set_trial_user_attr(trial_id, "lease", lease.to_dict())
             rid = t.user_attrs["run_id"]
             siblings = [s for s in self._trials() if s.user_attrs["run_id"] == rid
@@ -349,8 +360,49 @@ class RunQueue:
             ua = t.user_attrs
             return Claim(trial_id=trial_id, run_id=rid, grid=ua["grid"], config=_config_of(t),
                          attempt=ua.get("attempt", 1), failures=ua.get("failures", 0),
-                         reclaims=ua.get("reclaims", 0), lease=lease)
+                         reclaims=ua.get("reclaims", 0), lease=lease, epoch=t.number)
         return None
+
+    # -- fencing (harness.fencing)
+
+    def lease_lost(self, claim: Claim) -> str | None:
+        """Why ``claim`` no longer holds its run (who holds it now), or ``None`` while it does.
+
+        Held means: its trial is still RUNNING under this claim's lease (same host, pid and
+        epoch). Reads the storage.
+        """
+        trial = self.storage.get_trial(claim.trial_id)
+        if trial.state == TrialState.RUNNING:
+            lease = _lease_of(trial)
+            if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (None, claim.epoch):
+                return None
+            return f"lease lost to {lease.worker} (epoch {claim.epoch})"
+        later = sorted((t for t in self._trials() if t.user_attrs.get("run_id") == claim.run_id
+                        and t.number > claim.epoch and not _is_dup(t)), key=lambda t: t.number)
+        taken = [t for t in later if t.user_attrs.get("lease")]
+        ua = trial.user_attrs
+        ended = f"epoch {claim.epoch} was {trial.state.name.lower()}"
+        if ua.get("ending") == "reclaimed":
+            ended = f"epoch {claim.epoch} was reclaimed{' by ' + ua['reclaimed_by'] if ua.get('reclaimed_by') else ''}"
+            ended += f" ({ua['error']})" if ua.get("error") else ""
+        if taken:
+            return f"lease lost to {_lease_of(taken[-1]).worker} (epoch {taken[-1].number}; {ended})"
+        queued = f"; the run is queued again as epoch {later[-1].number}" if later else ""
+        return f"lease lost: {ended}{queued}"
+
+    @contextmanager
+    def holding(self, claim: Claim) -> Iterator[None]:
+        """A block during which ``claim`` holds its run and no one can take it over
+        (:func:`~harness.scheduling.storage.trial_lock`): the place to rename a result file.
+
+        Raises:
+            LeaseLost: on entry, when the lease is already lost (naming who holds it).
+        """
+        with trial_lock(self.storage, claim.trial_id):
+            why = self.lease_lost(claim)
+            if why is not None:
+                raise LeaseLost(claim.run_id, why)
+            yield
 
     def _set_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> bool:
         try:
@@ -426,7 +478,7 @@ class RunQueue:
                 continue
             reclaims = t.user_attrs.get("reclaims", 0) + 1
             attrs = {"error": f"lease expired: {why}", "ending": "reclaimed", "reclaims": reclaims,
-                     "requeue": reclaims <= MAX_RECLAIMS}
+                     "requeue": reclaims <= MAX_RECLAIMS, "reclaimed_by": f"{self.host}:{os.getpid()}"}
             trial_id = self._id_of(t)
             if self._set_attrs(trial_id, attrs) and self._finish(trial_id, TrialState.FAIL):
                 out.append((t.user_attrs["run_id"], why))

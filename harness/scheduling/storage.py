@@ -2,7 +2,8 @@
 
 Storage: by default a journal file ``RESULTS/queue.journal`` (Optuna's
 ``JournalFileBackend`` with ``JournalFileOpenLock``, an O_EXCL lock file that works on
-NFSv3+ shared filesystems); ``journal:PATH`` or a path ending in ``.journal`` for a
+NFSv3+ shared filesystems, thinly wrapped by :mod:`harness.scheduling.journal` to survive
+a torn write and to name a corrupt line); ``journal:PATH`` or a path ending in ``.journal`` for a
 journal elsewhere; ``postgresql://...`` for an RDB server (psycopg 3, the ``postgres``
 extra; ``postgresql+psycopg2://...`` for psycopg2). SQLite is refused: with several
 processes Optuna's SQLite storage hands one enqueued trial to two workers.
@@ -19,10 +20,12 @@ so the retry settings here can be read without loading them (``harness --help``)
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,10 @@ _POSTGRES_DRIVERS = {
     "psycopg2": ("psycopg2", "psycopg2-binary"),
     "pg8000": ("pg8000", "pg8000"),
 }
+# File-system errors that waiting does not cure (a read-only or full disk, no permission, a file
+# where a folder should be): reported at once instead of retried as an outage.
+_LASTING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+                             errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG})
 STORAGE_RETRY_S = 60.0  # a worker retries an unreachable storage this long (seconds), then stops
 COMMAND_RETRY_S = 10.0  # `harness queue` / `harness status` give up sooner (someone is waiting)
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # backoff: first wait, doubled up to this (seconds)
@@ -103,14 +110,42 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
         from optuna.storages import RDBStorage
 
         return RDBStorage(where, engine_kwargs={"pool_pre_ping": True})
-    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+    from harness.scheduling.journal import QueueJournalStorage
 
     path = Path(where)
     if not path.exists():
         if not create:
             raise NoQueue(f"no queue journal at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+    return QueueJournalStorage(str(path))
+
+
+@contextmanager
+def trial_lock(storage: "BaseStorage", trial_id: int) -> Iterator[None]:
+    """Hold off every change of trial ``trial_id``'s state for a block, as tightly as the storage allows.
+
+    Journal file: the journal's lock (no process appends while it is held, so no one can
+    finish or reclaim the trial). PostgreSQL: ``SELECT ... FOR UPDATE`` on the trial's row in
+    a transaction open for the block (Optuna's ``set_trial_state_values`` locks the same row).
+    Other storages: no lock.
+
+    Keep the block short (a rename): a journal lock held 30 s is broken by other writers.
+    """
+    from harness.scheduling.journal import QueueJournalStorage
+
+    if isinstance(storage, QueueJournalStorage):
+        with storage.journal.lock.held():
+            yield
+        return
+    engine = getattr(storage, "engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        yield
+        return
+    import sqlalchemy
+
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sqlalchemy.text("SELECT state FROM trials WHERE trial_id = :t FOR UPDATE"), {"t": trial_id})
+        yield
 
 
 def postgres_driver(url: str) -> tuple[str, str]:
@@ -144,9 +179,10 @@ def _unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` means the storage could not be reached (worth retrying), not a bad request.
 
     RDB: a lost or refused connection (SQLAlchemy ``OperationalError``/``InterfaceError``,
-    also when Optuna wraps it in ``StorageInternalError``). Journal: any ``OSError`` of the
-    file system (a shared folder gone for a moment), except :class:`NoQueue` and an
-    inner :class:`StorageUnavailable` (its retries are spent).
+    also when Optuna wraps it in ``StorageInternalError``). Journal: an ``OSError`` of the
+    file system (a shared folder gone for a moment), except :class:`NoQueue`, an inner
+    :class:`StorageUnavailable` (its retries are spent) and errors waiting does not cure
+    (no permission, a read-only or full disk, a file where a folder should be).
     """
     import sqlalchemy.exc
 
@@ -155,7 +191,7 @@ def _unreachable(exc: BaseException) -> bool:
         if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
             return True
         if isinstance(seen, OSError) and not isinstance(seen, (NoQueue, StorageUnavailable)):
-            return True
+            return seen.errno not in _LASTING_ERRNOS
         seen = seen.__cause__
     return False
 
@@ -220,6 +256,6 @@ def describe_storage(url: str | None, results: str | os.PathLike) -> str:
 __all__ = [
     "JOURNAL_NAME", "SQLITE_REFUSED", "STORAGE_RETRY_S", "COMMAND_RETRY_S", "RETRY_FIRST_S", "RETRY_MAX_S",
     "NOTICE_AFTER_S",
-    "parse_storage", "NoQueue", "open_storage", "postgres_driver", "StorageUnavailable", "retry_storage",
+    "parse_storage", "NoQueue", "open_storage", "trial_lock", "postgres_driver", "StorageUnavailable", "retry_storage",
     "describe_storage",
 ]

@@ -3,7 +3,11 @@
 :func:`work` drives one :class:`~harness.scheduling.queue.RunQueue`: it reclaims stale
 leases, claims the next run under a lease kept fresh by a
 :class:`~harness.scheduling.lease.Heartbeat`, calls the train function, and tells the
-queue the outcome (done / diverged, or failed with a retry while retries remain). Every
+queue the outcome (done / diverged, or failed with a retry while retries remain). The run
+is trained inside its fence (:class:`~harness.scheduling.fence.ClaimFence`, made current by
+:func:`harness.fencing.fenced`): when another worker took the run over meanwhile, training
+stops with :class:`~harness.fencing.LeaseLost` before its next checkpoint or its result, the
+worker says "lease lost to HOST:PID ...", and takes the next run. Every
 queue operation is retried while the storage is unreachable
 (:func:`~harness.scheduling.storage.retry_storage`). A ``KeyboardInterrupt`` (SIGTERM in
 ``harness work``) gives the run being trained back to the queue.
@@ -27,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness import live
 from harness.config import RunConfig
+from harness.fencing import LeaseLost, fenced
+from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
 from harness.terms import FINISHED
@@ -89,7 +95,8 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         log: where the one-line progress messages go.
 
     Returns:
-        Counter of outcomes of the runs this worker trained: 'done', 'diverged', 'failed'.
+        Counter of outcomes of the runs this worker took: 'done', 'diverged', 'failed', and
+        'lost' (its lease was lost to another worker: stopped, nothing more written).
 
     Raises:
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
@@ -127,27 +134,37 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
 
 
 def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log) -> str:
-    """Train one claimed run; every queue operation goes through ``call`` (retried)."""
+    """Train one claimed run inside its fence; every queue operation goes through ``call`` (retried).
+
+    Returns the outcome: ``done``, ``diverged``, ``failed`` or ``lost`` (the lease was lost to
+    another worker: the run is stopped, nothing more is written, the worker goes on).
+    """
     done, total = call(queue.progress, claim.grid)
     again = f", attempt {claim.attempt}" if claim.attempt > 1 else ""
-    log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}{again})")
+    log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}, epoch {claim.epoch}{again})")
     t0 = time.monotonic()
     live.publish(None)  # the heartbeat sends this run's progress only, once its training publishes some
     heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
+    fence = ClaimFence(queue, claim, heartbeat, call)
     try:
-        with heartbeat:
+        with heartbeat, fenced(fence):
             result = train_fn(claim.config, results_dir)
         status, value = _outcome(result)
         if status == "failed":  # the train function recorded the failure itself
             raise _ReportedFailure(f"train function returned 'failed' for {claim.run_id}")
         if status not in FINISHED:
             raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged' or 'failed'")
+    except LeaseLost as exc:
+        return _lost(queue, call, claim, exc, log)
     except Exception as exc:
         wall = time.monotonic() - t0
         error = traceback.format_exc()
         if on_failure is not None and not isinstance(exc, _ReportedFailure):
             try:
-                on_failure(claim.config, results_dir, error)
+                with fenced(fence):  # the failed result file is written only while the lease is held
+                    on_failure(claim.config, results_dir, error)
+            except LeaseLost as lost:
+                return _lost(queue, call, claim, lost, log)
             except Exception as exc2:  # keep going: the queue still records the failure
                 log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
         retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
@@ -167,6 +184,13 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     done, total = call(queue.progress, claim.grid)
     log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)})")
     return status
+
+
+def _lost(queue, call, claim, exc: LeaseLost, log) -> str:
+    """Say that the run's lease was lost (naming who holds it now) and give the run up."""
+    why = call(queue.lease_lost, claim) or exc.reason
+    log(f"{why}: {claim.owner} stopped {claim.run_id} and wrote nothing more for it; the worker goes on")
+    return "lost"
 
 
 class _ReportedFailure(RuntimeError):

@@ -1,18 +1,33 @@
-"""Checkpoints of a run in progress: where they live, how they are written, when they resume.
+"""Checkpoints of a run in progress: where they live, how they are written, which one resumes.
 
-A run's checkpoint folder is ``RESULTS/checkpoints/<safe run id>/``: ``last.ckpt`` (the
-Lightning checkpoint, replaced atomically, so a kill never leaves a torn file) and
-``config.json`` (the :class:`~harness.config.RunConfig` it was written for). Training the
-same run again resumes from ``last.ckpt`` and ends with the same numbers as an
-uninterrupted run (bit-identical on CPU); a different config is refused, since resuming
-it would mix two runs. The folder is removed once the run's result file is written.
+A run's checkpoints live in ``RESULTS/checkpoints/<safe run id>/``, one folder per owner:
+``e<epoch>/`` for a queued attempt (its fencing epoch, :mod:`harness.fencing`), ``local/``
+for a run trained by hand (``harness run``). Each holds ``last.ckpt`` (the Lightning
+checkpoint, replaced atomically, so a kill never leaves a torn file) and ``config.json``
+(the :class:`~harness.config.RunConfig` it was written for). Owners never share a file:
+a worker writes only into its own epoch's folder, so a stale worker that wakes up after
+its run was taken over cannot touch the new owner's checkpoint.
+
+Resuming (:func:`prepare_resume`): the owner's own ``last.ckpt`` if it has one (the same
+``harness run`` again), else the newest valid checkpoint of an earlier epoch (``local``
+and a checkpoint of the one-folder layout of older versions count as earlier), *copied*
+into the owner's folder, never written in place. A checkpoint that cannot be read (a
+truncated file, a disk error) is named, set aside under ``RESULTS/checkpoints/set-aside/``
+(renamed, not deleted), and the next candidate is tried; with none left the run starts
+from scratch with a warning. The run ends the same as an uninterrupted one (bit-identical
+on CPU). A checkpoint written for a different config is refused, since resuming it would
+mix two runs. The run's folder is removed once its result file is written.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
+import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,6 +38,9 @@ from harness.terms import config_diff
 
 CHECKPOINT_NAME = "last.ckpt"
 CONFIG_NAME = "config.json"
+LOCAL = "local"  # the folder of a run trained by hand (no epoch)
+SET_ASIDE = "set-aside"  # unreadable checkpoints, under RESULTS/checkpoints/
+_EPOCH_RE = re.compile(r"^e(\d+)$")
 
 
 def safe_name(run_id: str) -> str:
@@ -32,8 +50,13 @@ def safe_name(run_id: str) -> str:
 
 
 def checkpoint_dir(results_dir: str | Path, run_id: str) -> Path:
-    """``RESULTS/checkpoints/<safe_name(run_id)>``."""
+    """``RESULTS/checkpoints/<safe_name(run_id)>``: the run's folder, holding one folder per owner."""
     return Path(results_dir) / "checkpoints" / safe_name(run_id)
+
+
+def owner_dir(run_folder: Path, epoch: int | None) -> Path:
+    """The checkpoint folder of one owner of the run: ``e<epoch>``, or ``local`` without an epoch."""
+    return Path(run_folder) / (LOCAL if epoch is None else f"e{int(epoch)}")
 
 
 def save_checkpoint(trainer, folder: Path) -> None:
@@ -51,13 +74,7 @@ def save_checkpoint(trainer, folder: Path) -> None:
     trainer.strategy.barrier("harness-checkpoint")
 
 
-def claim_folder(folder: Path, config: RunConfig) -> None:
-    """Record ``config`` as the owner of ``folder``, or check that it already is.
-
-    Raises:
-        ValueError: the folder holds a checkpoint written for a different config (the
-            message names the differing keys and what to do).
-    """
+def _check_config(folder: Path, config: RunConfig) -> None:
     saved = Path(folder) / CONFIG_NAME
     if saved.exists():
         diff = config_diff(json.loads(saved.read_text()), config.to_dict(), values=True)
@@ -66,17 +83,121 @@ def claim_folder(folder: Path, config: RunConfig) -> None:
                 f"a checkpoint of run {config.run_id} in {folder} was written with a "
                 f"different config ({'; '.join(diff)}); delete that folder to start over, or run "
                 "the same config to resume it")
-    else:
-        atomic_write(saved, json.dumps(config.to_dict(), sort_keys=True, indent=1))
+
+
+def claim_folder(folder: Path, config: RunConfig) -> None:
+    """Record ``config`` as the owner of ``folder``, or check that it already is.
+
+    Raises:
+        ValueError: the folder holds a checkpoint written for a different config (the
+            message names the differing keys and what to do).
+    """
+    _check_config(folder, config)
+    if not (Path(folder) / CONFIG_NAME).exists():
+        atomic_write(Path(folder) / CONFIG_NAME, json.dumps(config.to_dict(), sort_keys=True, indent=1))
+
+
+def checkpoint_step(path: Path) -> int:
+    """The optimiser step a checkpoint was saved at.
+
+    Raises:
+        ValueError: the file cannot be read as a checkpoint (truncated, not a checkpoint);
+            the message names the file and the error.
+    """
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
+    except Exception as exc:  # a torn zip, a pickle error, a missing key: all mean "unreadable"
+        raise ValueError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def resume_step(folder: Path) -> int | None:
-    """The optimiser step ``folder/last.ckpt`` was saved at, or ``None`` when there is none."""
+    """The optimiser step ``folder/last.ckpt`` was saved at, or ``None`` when there is none.
+
+    Raises:
+        ValueError: the checkpoint is unreadable (see :func:`checkpoint_step`).
+    """
     path = Path(folder) / CHECKPOINT_NAME
-    if not path.exists():
-        return None
-    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
+    return checkpoint_step(path) if path.exists() else None
 
 
-__all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "safe_name", "checkpoint_dir", "save_checkpoint",
-           "claim_folder", "resume_step"]
+def _earlier(run_folder: Path, epoch: int | None) -> list[Path]:
+    """Other owners' folders a new owner may resume from, newest first: epochs below ``epoch``
+    (every epoch for a run trained by hand), then ``local``, then the run folder itself
+    (the one-folder layout of older versions)."""
+    epochs = []
+    if run_folder.is_dir():
+        for child in run_folder.iterdir():
+            m = _EPOCH_RE.match(child.name)
+            if m and child.is_dir() and (epoch is None or int(m.group(1)) < epoch):
+                epochs.append((int(m.group(1)), child))
+    out = [p for _, p in sorted(epochs, reverse=True)]
+    if epoch is not None:
+        out.append(run_folder / LOCAL)
+    return out + [run_folder]
+
+
+def set_aside(path: Path, results_dir: Path, run_id: str) -> Path:
+    """Move an unreadable checkpoint of ``run_id`` to ``RESULTS/checkpoints/set-aside/``
+    (renamed, never deleted: it outlives the run's folder)."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    where = Path(results_dir) / "checkpoints" / SET_ASIDE
+    where.mkdir(parents=True, exist_ok=True)
+    owner = path.parent.name if path.parent != checkpoint_dir(results_dir, run_id) else "old-layout"
+    target = where / f"{safe_name(run_id)}-{owner}-{stamp}-{path.name}"
+    path.replace(target)
+    return target
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def prepare_resume(results_dir: str | Path, config: RunConfig, epoch: int | None, *,
+                   warn: Callable[[str], None] = _warn) -> tuple[Path, int | None, str]:
+    """Make this owner's checkpoint folder and put in it the checkpoint to resume from, if any.
+
+    Args:
+        results_dir: the results folder.
+        config: the run.
+        epoch: this owner's fencing epoch (``None``: a run trained by hand).
+        warn: where the one-line warnings about unreadable checkpoints go.
+
+    Returns:
+        ``(folder, step, source)``: the owner's folder (``folder/last.ckpt`` is what to
+        resume from), the step of that checkpoint (``None``: start from scratch) and where
+        it came from (``""``, or e.g. ``"copied from epoch e3"``).
+
+    Raises:
+        ValueError: a folder of this run holds a checkpoint written for a different config.
+    """
+    results_dir = Path(results_dir)
+    run_folder = checkpoint_dir(results_dir, config.run_id)
+    own = owner_dir(run_folder, epoch)
+    earlier = _earlier(run_folder, epoch)
+    for folder in (own, *earlier):
+        _check_config(folder, config)
+    claim_folder(own, config)
+    unreadable = False
+    for folder in (own, *earlier):
+        path = folder / CHECKPOINT_NAME
+        if not path.is_file():
+            continue
+        try:
+            step = checkpoint_step(path)
+        except ValueError as exc:
+            warn(f"{exc}; set aside as {set_aside(path, results_dir, config.run_id)}; trying an earlier checkpoint")
+            unreadable = True
+            continue
+        if folder == own:
+            return own, step, ""
+        with atomic_path(own / CHECKPOINT_NAME) as tmp:  # a copy: the other owner's file is never written
+            shutil.copyfile(path, tmp)
+        source = folder.name if folder != run_folder else "the old one-folder layout"
+        return own, step, f"copied from {source}"
+    if unreadable:
+        warn(f"{config.run_id}: no readable checkpoint left; the run starts from scratch")
+    return own, None, ""
+
+
+__all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOCAL", "SET_ASIDE", "safe_name", "checkpoint_dir", "owner_dir",
+           "save_checkpoint", "claim_folder", "checkpoint_step", "resume_step", "set_aside", "prepare_resume"]

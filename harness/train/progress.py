@@ -38,14 +38,19 @@ class RunCallback(L.Callback):
         label: the run's name in progress lines (``variant s<seed>``).
         budget_tokens: the run's budget, for the percentage shown.
         progress: show progress at all (``$HARNESS_PROGRESS=off`` also turns it off).
-        save_checkpoint: ``save_checkpoint(trainer)`` writes the run's checkpoint.
+        save_checkpoint: ``save_checkpoint(trainer)`` writes the run's checkpoint (it checks
+            the run's lease first, :mod:`harness.fencing`).
         run_id: the run's id, under which its live progress is published.
+        check_lease: called first after every optimiser step; raises
+            :class:`~harness.fencing.LeaseLost` when the lease is known to be lost (no I/O).
     """
 
     def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
-                 save_checkpoint: Callable, run_id: str = "") -> None:
+                 save_checkpoint: Callable, run_id: str = "",
+                 check_lease: Callable[[], None] = lambda: None) -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
         self.save_checkpoint, self.run_id = save_checkpoint, run_id
+        self.check_lease = check_lease
         self.bar = None
         self.terminal: console.SharedTerminal | None = None
         self.t0: float | None = None
@@ -79,6 +84,7 @@ class RunCallback(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         plan, step = self.plan, int(trainer.global_step)
+        self.check_lease()  # a worker whose run was taken over stops here, writing nothing more
         if pl_module.diverged:
             return
         pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
@@ -94,10 +100,15 @@ class RunCallback(L.Callback):
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        from harness.fencing import LeaseLost
+
         self._close()
         # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it
         if isinstance(exception, SIGTERMException) and not pl_module.diverged:
-            self.save_checkpoint(trainer)
+            try:
+                self.save_checkpoint(trainer)
+            except LeaseLost:  # the run is someone else's now: nothing to keep
+                pass
 
     def _rate(self, tokens: int) -> float | None:
         if self.t0 is None or tokens <= self.tokens0:

@@ -10,8 +10,9 @@
   :meth:`~harness.train.lit.LitLM.evaluate` returned;
 * :func:`record` -- write the result file, remove the checkpoint, ingest into DuckDB.
 
-Idempotent per ``run_id``: checkpoints live in ``RESULTS/checkpoints/<run>/last.ckpt``
-(:mod:`harness.train.checkpoint`), and training the same run again resumes from there,
+Idempotent per ``run_id``: checkpoints live in ``RESULTS/checkpoints/<run>/<owner>/last.ckpt``
+(:mod:`harness.train.checkpoint`; one folder per owner, so a worker whose run was taken
+over cannot touch the new owner's), and training the same run again resumes from there,
 ending with the same numbers as an uninterrupted run (bit-identical on CPU). The
 finished run is written atomically to its own result file through
 :class:`db.store.Store`, then ingested into DuckDB when the lock is free (otherwise by
@@ -31,13 +32,15 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from harness import fencing
 from harness.config import RunConfig, get_size
 from harness.console import log
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
+from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
-from harness.train.checkpoint import checkpoint_dir, claim_folder, resume_step, save_checkpoint
+from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
@@ -69,7 +72,8 @@ class Run:
     n_params: dict[str, int]
     protocol: dict
     precision: str
-    ckpt_dir: Path
+    ckpt_dir: Path  # this owner's checkpoint folder (harness.train.checkpoint.owner_dir)
+    fence: Fence
     resumed_from: int | None
     progress: bool
     started: dt.datetime
@@ -94,13 +98,14 @@ class Fitted:
 
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-          stop_after_tokens: int | None = None) -> Run:
+          stop_after_tokens: int | None = None, fence: Fence | None = None) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
         ValueError / FileNotFoundError: bad settings or corpus (nothing is written but the
             corpus cache), or a checkpoint folder holding another config's checkpoint.
     """
+    fence = fence if fence is not None else fencing.current()
     if not isinstance(config, RunConfig):
         raise TypeError(f"train_run takes a harness.config.RunConfig, got {type(config).__name__}")
     quiet_lightning()
@@ -121,23 +126,32 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     precision = resolve_precision(train.precision, accelerator)
     protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
                              eval_windows=dm.n_val_windows, precision=precision)
-    ckpt_dir = checkpoint_dir(results_dir, config.run_id)
+    ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
+
+    def checkpoint(trainer) -> None:
+        fence.check("checkpoint")  # asks the queue: a stale worker writes no checkpoint
+        save_checkpoint(trainer, ckpt_dir)
+
+    def check_lease() -> None:
+        why = fence.lost()
+        if why is not None:
+            raise LeaseLost(config.run_id, why)
+
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir), run_id=config.run_id)
+                           save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
-    claim_folder(ckpt_dir, config)
-    resumed_from = resume_step(ckpt_dir)
+    _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
     if progress and resumed_from is not None:
-        print(f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'})",
-              file=sys.stderr, flush=True)
+        print(f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'}"
+              f"{', ' + source if source else ''})", file=sys.stderr, flush=True)
     elif progress and plan.tokens != config.budget_tokens:
         print(f"[{config.label}] training {plan.total_steps} steps x {plan.batch_tokens:,} tokens = "
               f"{plan.tokens:,} tokens (budget {config.budget_tokens:,}, rounded down to whole steps)",
               file=sys.stderr, flush=True)
     return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
                trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
-               ckpt_dir=ckpt_dir, resumed_from=resumed_from, progress=progress, started=started,
+               ckpt_dir=ckpt_dir, fence=fence, resumed_from=resumed_from, progress=progress, started=started,
                t_start=t_start)
 
 
@@ -192,7 +206,7 @@ def record(run: Run, fitted: Fitted) -> str:
         tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step),
         error=lit.diverged["reason"] if lit.diverged else None,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
-        started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(),
+        started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(), fence=run.fence,
     )
     row["config"] = {**config.to_dict(), "protocol": run.protocol, "batch_size": plan.batch_size,
                      "total_steps": plan.total_steps, "precision": run.precision,
@@ -200,9 +214,11 @@ def record(run: Run, fitted: Fitted) -> str:
     # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
     # next `harness sql`/`report` ingests it
     store = Store(run.results_dir, lock_timeout_s=0)
+    # renamed into place only while the lease is held: a worker whose run was taken over writes nothing
     store.write_result({"run": row, "metrics": lit.records, "routing": lit.routing_rows,
-                        "route_pairs": lit.pair_rows, "route_params": lit.param_rows})
-    shutil.rmtree(run.ckpt_dir, ignore_errors=True)
+                        "route_pairs": lit.pair_rows, "route_params": lit.param_rows},
+                       commit=lambda: run.fence.holding("result file"))
+    shutil.rmtree(run.ckpt_dir.parent, ignore_errors=True)  # every owner's checkpoints of this run
     try:
         store.ingest()
     except StoreLockedError as exc:  # a reader/writer elsewhere: the file stays pending, nothing is wrong
@@ -224,7 +240,7 @@ def record(run: Run, fitted: Fitted) -> str:
 
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-              stop_after_tokens: int | None = None) -> str:
+              stop_after_tokens: int | None = None, fence: Fence | None = None) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -235,38 +251,69 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             (``devices=4, strategy="ddp"`` for several GPUs; multi-node via torchrun/SLURM).
         stop_after_tokens: checkpoint and raise :class:`RunInterrupted` after this many
             tokens (a planned stop; calling again resumes).
+        fence: who may write this run's checkpoints and result (:mod:`harness.fencing`);
+            default :func:`harness.fencing.current` (a queue worker's claim, or the open fence).
 
     Returns:
         ``done`` or ``diverged`` (a diverged run is recorded, not raised).
 
     Raises:
         RunInterrupted: stopped at ``stop_after_tokens``, by SIGTERM or Ctrl-C.
+        LeaseLost: the run was taken over by another worker; nothing more was written.
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
     run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
-                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens)
+                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence)
     return record(run, fit(run))
 
 
-def _run_row(config: RunConfig, **fields) -> dict:
-    """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added."""
+def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
+    """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added, stamped with
+    the writer's ``owner`` and ``epoch`` (:mod:`harness.fencing`)."""
     row = {k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
     row.update(host=socket.gethostname(), code_version=code_version(),
-               torch_version=torch.__version__, config=config.to_dict())
+               torch_version=torch.__version__, config=config.to_dict(), owner=fence.owner, epoch=fence.epoch)
     row.update(fields)
     return row
 
 
 def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) -> Path:
     """Write a ``failed`` result for ``config`` with the tail of ``error_text`` (no metric
-    rows). Returns the result file path."""
+    rows), while the run's lease is held (:func:`harness.fencing.current`). Returns the path.
+
+    Raises:
+        LeaseLost: the run was taken over meanwhile; nothing was written.
+    """
     from db.store import Store
 
+    fence = fencing.current()
     result = {"run": _run_row(config, status="failed", error=str(error_text)[-ERROR_CHARS:],
-                              finished_at=_utc_now().isoformat()),
+                              finished_at=_utc_now().isoformat(), fence=fence),
               "metrics": [], "routing": []}
-    return Store(results_dir).write_result(result)
+    return Store(results_dir).write_result(result, commit=lambda: fence.holding("failed result file"))
+
+
+def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | None, list[str]]:
+    """The ``run`` row of ``config``'s result file and how its config differs from ``config``.
+
+    Returns:
+        ``(row, diff)``: ``row`` None when there is no result file; ``diff`` the differing
+        fields with both values (:func:`harness.terms.config_diff`), over the fields of
+        ``config`` (what the runner adds to a stored config is not compared).
+
+    Raises:
+        ValueError: the result file is unreadable (the message names it and why).
+    """
+    from db.store import Store
+
+    store = Store(results_dir)
+    path = store.result_path(config.run_id)
+    if not path.exists():
+        return None, []
+    run = store.read_result(path)["run"]
+    stored, payload = run.get("config") or {}, config.to_dict()
+    return run, config_diff({k: stored.get(k) for k in payload}, payload, values=True)
 
 
 def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
@@ -279,22 +326,14 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
     cell done exactly once). An unreadable file, a failed run, another config or another
     code version gives ``None`` (train again).
     """
-    from db.store import Store
-
-    store = Store(results_dir)
-    path = store.result_path(config.run_id)
-    if not path.exists():
-        return None
     try:
-        run = store.read_result(path)["run"]
+        run, diff = stored_result(config, results_dir)
     except (OSError, ValueError):
         return None
-    stored, payload = run.get("config") or {}, config.to_dict()
-    same = not config_diff({k: stored.get(k) for k in payload}, payload)
-    if run.get("status") in FINISHED and same and run.get("code_version") == code_version():
+    if run is not None and run.get("status") in FINISHED and not diff and run.get("code_version") == code_version():
         return run["status"]
     return None
 
 
 __all__ = ["RunInterrupted", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
-           "finished_status"]
+           "stored_result", "finished_status"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.config import TrainConfig
+from harness.config import TrainConfig, check_budget
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,11 @@ class StepPlan:
         """The plan of a run of ``budget_tokens`` tokens at context ``context`` (size ``size``).
 
         Raises:
-            ValueError: ``batch_tokens`` not a multiple of the context, or a budget below one batch.
+            ValueError: a budget the run cannot train (:func:`harness.config.check_budget`).
         """
-        if train.batch_tokens % context:
-            raise ValueError(f"batch_tokens={train.batch_tokens} must be a multiple of the "
-                             f"{size} context ({context} tokens)")
+        check_budget(train, size=size, context=context, budget_tokens=budget_tokens)
         batch_size = train.batch_tokens // context
         batch_tokens = batch_size * context
-        if budget_tokens < batch_tokens:
-            raise ValueError(f"budget_tokens={budget_tokens} is less than one batch "
-                             f"(batch_tokens={batch_tokens}); raise the budget or lower batch_tokens")
         # whole optimiser steps: a budget that is not a multiple of the batch is rounded down
         total_steps = budget_tokens // batch_tokens
         eval_every = train.eval_every_tokens // batch_tokens if train.eval_every_tokens else 0

@@ -1,0 +1,64 @@
+"""The fence of a queued run: a :class:`harness.fencing.Fence` backed by the run's claim.
+
+The worker loop (:mod:`harness.scheduling.worker`) builds one :class:`ClaimFence` per
+claimed run and trains the run inside :func:`harness.fencing.fenced`, so
+:func:`harness.train.train_run` checks the lease before each checkpoint and writes the
+result file inside :meth:`ClaimFence.holding`. Checks of the queue are retried while the
+storage is briefly unreachable, like every other queue operation of a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from harness.fencing import Fence, LeaseLost
+from harness.scheduling.lease import Heartbeat
+
+if TYPE_CHECKING:
+    from harness.scheduling.queue import Claim, RunQueue
+
+
+class ClaimFence(Fence):
+    """Fence of one claim (see :mod:`harness.fencing` for the three checks).
+
+    Args:
+        queue: the run queue the claim came from.
+        claim: the claim (owner ``claim.owner``, epoch ``claim.epoch``).
+        heartbeat: the claim's heartbeat; a beat the storage refused marks the lease lost
+            at no cost, and beats are paused while :meth:`holding` uses the storage.
+        call: how queue operations are called (the worker's retrying wrapper); default: directly.
+    """
+
+    def __init__(self, queue: RunQueue, claim: Claim, heartbeat: Heartbeat,
+                 call: Callable[..., Any] | None = None) -> None:
+        self.queue, self.claim, self.heartbeat = queue, claim, heartbeat
+        self._call = call or (lambda method, *args: method(*args))
+        self.epoch = claim.epoch
+
+    @property
+    def owner(self) -> str:
+        return self.claim.owner
+
+    def lost(self) -> str | None:
+        if self.heartbeat.lost:
+            return f"lease lost (epoch {self.epoch}): the queue refused this worker's heartbeat"
+        return None
+
+    def check(self, what: str) -> None:
+        why = self._call(self.queue.lease_lost, self.claim)
+        if why is not None:
+            raise LeaseLost(self.claim.run_id, f"{why}; {what} not written")
+
+    @contextmanager
+    def holding(self, what: str) -> Iterator[None]:
+        with self.heartbeat.paused(), ExitStack() as stack:
+            try:  # entering is retried while the storage is unreachable; the block runs once
+                self._call(lambda: stack.enter_context(self.queue.holding(self.claim)))
+            except LeaseLost as exc:
+                raise LeaseLost(exc.run_id, f"{exc.reason}; {what} not written") from None
+            yield
+
+
+__all__ = ["ClaimFence"]

@@ -1,0 +1,335 @@
+"""The queue's journal file: Optuna's ``JournalFileBackend``, made to survive a torn write.
+
+Optuna's journal is one JSON operation per line, appended under an ``O_EXCL`` lock file
+(:class:`~optuna.storages.journal.JournalFileOpenLock`). Two kinds of damage happen:
+
+* **A torn last line**: a writer killed in the middle of an append leaves bytes without a
+  newline at the end. Optuna's reader already skips such a tail, but the next append
+  would land on it and turn both into one corrupt line. :class:`QueueJournal` takes the
+  same lock with :class:`MendingLock`, which, once it holds the lock (so no write is in
+  progress), moves a torn tail to ``JOURNAL.torn`` and truncates the journal to its last
+  whole line before the append: the next append starts on a fresh line, and the torn
+  bytes are kept, not lost. A reader that meets a torn tail no writer is busy with says so
+  once (a warning) and goes on.
+* **A corrupt line elsewhere** (a disk error, an edit): Optuna raises a bare
+  ``JSONDecodeError`` ("Invalid control character at: line 1 column 68") naming no file.
+  :class:`QueueJournal` raises :class:`JournalCorrupt` instead, naming the file, the line
+  and the repair: :func:`repair_journal` (``harness queue --repair``) writes a clean journal
+  (the valid lines, in order) and keeps the damaged one as a backup.
+
+Both are thin subclasses: the reading, the appending and the lock protocol stay Optuna's
+(5.0.0, pinned); the reader wrapper only counts lines and looks at what follows the last
+one read, using the line offsets the base class keeps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+
+TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
+REPAIR_WORKER = "harness-repair"
+_OP_CREATE_STUDY, _OP_CREATE_TRIAL = 0, 4  # optuna.storages.journal._storage.JournalOperation
+_TRIAL_FAIL = 3  # optuna.trial.TrialState.FAIL
+_OP_RE = re.compile(rb'"op_code"\s*:\s*(\d+)')
+_STUDY_RE = re.compile(rb'"study_id"\s*:\s*(\d+)')
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+class JournalCorrupt(ValueError):
+    """A line of the queue journal, other than a torn last one, is not an operation record.
+
+    Attributes:
+        path: the journal file.
+        line: 1-based number of the bad line.
+        reason: what is wrong with it (the JSON parser's message, its column).
+    """
+
+    def __init__(self, path: str | os.PathLike, line: int, reason: str):
+        self.path, self.line, self.reason = str(path), int(line), reason
+        super().__init__(
+            f"queue journal {self.path}: line {self.line} is corrupt ({reason}), so the queue cannot be read "
+            f"past it; stop every worker, then run `harness queue --repair --storage journal:{self.path}` "
+            "(it writes a clean journal of the valid lines, in order, and keeps the damaged file as a backup)")
+
+
+def _reason(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} (column {exc.colno})"
+    return str(exc) or type(exc).__name__
+
+
+def _last_newline_end(f, size: int) -> int:
+    """Offset just past the last ``\\n`` of an open binary file of ``size`` bytes (0 if none)."""
+    pos = size
+    while pos > 0:
+        step = min(1 << 16, pos)
+        pos -= step
+        f.seek(pos)
+        i = f.read(step).rfind(b"\n")
+        if i >= 0:
+            return pos + i + 1
+    return 0
+
+
+def mend_torn_tail(path: str | os.PathLike, warn: Callable[[str], None] = _stderr_warning) -> int:
+    """Move a torn last line (bytes after the last newline) to ``PATH.torn``; truncate the journal.
+
+    Call only while holding the journal's lock (no append can be in progress then, so a
+    tail without a newline belongs to a writer that died mid-append). The torn bytes are
+    appended to ``PATH.torn`` and fsynced before the journal is truncated.
+
+    Returns:
+        The number of bytes set aside (0: the journal ended on a whole line).
+    """
+    path = str(path)
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        start = _last_newline_end(f, size)
+        f.seek(start)
+        torn = f.read()
+        with open(path + TORN_SUFFIX, "ab") as side:
+            side.write(torn + b"\n")
+            side.flush()
+            os.fsync(side.fileno())
+        f.truncate(start)
+        f.flush()
+        os.fsync(f.fileno())
+    warn(f"queue journal {path}: its last line was torn ({len(torn)} bytes without a newline: a writer "
+         f"was killed mid-append); set aside in {path}{TORN_SUFFIX}, and the journal goes on on a fresh line")
+    return len(torn)
+
+
+class MendingLock(JournalFileOpenLock):
+    """Optuna's ``O_EXCL`` journal lock that, once acquired, mends a torn tail (:func:`mend_torn_tail`).
+
+    Every writer of :class:`QueueJournal` appends under it, so no append ever lands on a
+    torn line. The lock file is Optuna's (``PATH.lock``): writers that use the plain
+    ``JournalFileOpenLock`` exclude and are excluded as before.
+    """
+
+    def __init__(self, journal: str, warn: Callable[[str], None] = _stderr_warning) -> None:
+        super().__init__(journal)
+        self.journal = journal
+        self.lock_file = self._lock_file  # exists while some process holds the lock
+        self._warn = warn
+
+    def acquire(self) -> bool:
+        super().acquire()
+        try:
+            mend_torn_tail(self.journal, self._warn)
+        except BaseException:
+            self.release()
+            raise
+        return True
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for a block (no other process appends meanwhile)."""
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+class QueueJournal(JournalFileBackend):
+    """``JournalFileBackend`` whose appends mend a torn tail first and whose reads name a bad line.
+
+    Args:
+        file_path: the journal file (created if missing, as Optuna does).
+        warn: where the one-line warnings go (default: stderr).
+
+    Attributes:
+        lock: the :class:`MendingLock` every append holds; :func:`harness.scheduling.fence`
+            holds it to check a lease and write a result with no append in between.
+
+    Raises (from reads):
+        JournalCorrupt: a line other than a torn last one does not parse.
+    """
+
+    def __init__(self, file_path: str, warn: Callable[[str], None] = _stderr_warning) -> None:
+        self.lock = MendingLock(file_path, warn)
+        super().__init__(file_path, lock_obj=self.lock)
+        self._warn = warn
+        self._warned_torn: set[int] = set()
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        n = log_number_from
+        try:
+            for log in super().read_logs(log_number_from):
+                yield log
+                n += 1
+        except ValueError as exc:  # the base class raises for a bad line once it reads the next one
+            raise JournalCorrupt(self._file_path, n + 1, _reason(exc)) from None
+        self._check_end(n)
+
+    def _check_end(self, n: int) -> None:
+        """Look past line ``n`` (0-based), the first one not read: nothing, a torn tail, or a bad
+        last line (which the base class skips without a word, losing the operation)."""
+        start = self._log_number_offset.get(n)  # the base class's offset of line n, set once n-1 was read
+        if start is None:
+            return
+        with open(self._file_path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size <= start:
+                return
+            f.seek(start)
+            head = f.readline()
+        if head.endswith(b"\n"):
+            try:  # a whole line the base class did not read: appended since (fine) or corrupt
+                json.loads(head)
+            except ValueError as exc:
+                raise JournalCorrupt(self._file_path, n + 1, _reason(exc)) from None
+            return
+        # no newline: a write in progress (its writer holds the lock), or a torn tail
+        if start in self._warned_torn or os.path.exists(self.lock.lock_file):
+            return
+        if os.path.getsize(self._file_path) == size:
+            self._warned_torn.add(start)
+            self._warn(f"queue journal {self._file_path}: line {n + 1} is torn ({size - start} bytes without a "
+                       "newline: a writer was killed mid-append); it is skipped, and the next write sets it "
+                       f"aside in {self._file_path}{TORN_SUFFIX}")
+
+
+class QueueJournalStorage(JournalStorage):
+    """Optuna's ``JournalStorage`` on a :class:`QueueJournal`; :attr:`journal` is that backend
+    (its :attr:`~QueueJournal.lock` is what :func:`harness.scheduling.storage.trial_lock` holds)."""
+
+    def __init__(self, path: str, warn: Callable[[str], None] = _stderr_warning) -> None:
+        self.journal = QueueJournal(path, warn)
+        super().__init__(self.journal)
+
+
+# ----------------------------------------------------------------------------- repair
+
+
+@dataclass
+class Repair:
+    """What :func:`repair_journal` did.
+
+    Attributes:
+        path: the journal.
+        lines: lines in the damaged journal (a torn tail counts as one).
+        kept: lines copied unchanged.
+        dropped: ``(line, reason)`` of every line left out.
+        placeholders: ``(line, what)`` of bad lines replaced by a placeholder that keeps the
+            numbering of studies and trials (a trial or study creation recognised in them).
+        unidentified: bad lines whose operation could not be recognised: if one created a
+            trial, the trials after it are numbered one lower than before.
+        backup: where the damaged journal was copied (``None``: nothing to repair).
+    """
+
+    path: Path
+    lines: int = 0
+    kept: int = 0
+    dropped: list[tuple[int, str]] = field(default_factory=list)
+    placeholders: list[tuple[int, str]] = field(default_factory=list)
+    unidentified: list[int] = field(default_factory=list)
+    backup: Path | None = None
+
+
+def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
+    """A stand-in for a bad line that created a study or a trial, so later ids do not shift."""
+    op = _OP_RE.search(raw)
+    if op is None:
+        return None, None
+    op_code = int(op.group(1))
+    if op_code == _OP_CREATE_TRIAL and (study := _STUDY_RE.search(raw)):
+        return ({"op_code": _OP_CREATE_TRIAL, "worker_id": REPAIR_WORKER, "study_id": int(study.group(1)),
+                 "datetime_start": None, "state": _TRIAL_FAIL, "value": None, "values": None,
+                 "user_attrs": {"repair_placeholder": f"line {line_no}"}},
+                f"a failed placeholder trial in study {int(study.group(1))}")
+    if op_code == _OP_CREATE_STUDY:
+        return ({"op_code": _OP_CREATE_STUDY, "worker_id": REPAIR_WORKER,
+                 "study_name": f"harness-repair-placeholder-line-{line_no}", "directions": [1]},
+                "a placeholder study")
+    return None, f"op_code {op_code}"
+
+
+def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | None = None) -> Repair:
+    """Rewrite a damaged journal as its valid lines, in order; keep the damaged file as a backup.
+
+    Under the journal's lock: the damaged file is copied to ``PATH.bak-<UTC time>``; every
+    line that parses as an operation is kept byte for byte; a bad line that recognisably
+    created a trial (or a study) becomes a failed placeholder trial (a placeholder study),
+    so the ids of everything after it stay as they were; other bad lines and a torn tail
+    are dropped. The clean journal is replayed by Optuna (and ``verify(storage)``, which
+    may raise) before it replaces the damaged one (atomically); nothing changes on error.
+
+    Run it with every worker stopped: a running worker keeps byte offsets into the old file.
+
+    Raises:
+        FileNotFoundError: no journal at ``path``.
+        ValueError: from ``verify`` (e.g. a worker still holds a fresh lease); the
+            journal is left as it was.
+    """
+    from harness.files import atomic_path, atomic_write
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no queue journal at {path}")
+    report = Repair(path=path)
+    lock = JournalFileOpenLock(str(path))  # the plain lock: the backup keeps a torn tail as it was
+    lock.acquire()
+    try:
+        data = path.read_bytes()
+        out: list[bytes] = []
+        lines = data.splitlines(keepends=True)
+        report.lines = len(lines)
+        for i, raw in enumerate(lines, start=1):
+            if raw.endswith(b"\n"):
+                try:
+                    log = json.loads(raw)
+                    if isinstance(log, dict) and isinstance(log.get("op_code"), int):
+                        out.append(raw)
+                        report.kept += 1
+                        continue
+                    reason = "not an operation record"
+                except ValueError as exc:
+                    reason = _reason(exc)
+            else:
+                reason = "torn (no newline at the end)"
+            stand_in, what = _placeholder(i, raw) if raw.endswith(b"\n") else (None, None)
+            if stand_in is not None:
+                out.append((json.dumps(stand_in, separators=(",", ":")) + "\n").encode())
+                report.placeholders.append((i, what))
+            else:
+                report.dropped.append((i, reason + (f", {what}" if what else "")))
+                if raw.endswith(b"\n") and what is None:
+                    report.unidentified.append(i)
+        if not report.dropped and not report.placeholders:
+            return report
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"".join(out))
+            storage = QueueJournalStorage(str(tmp))  # replays every line, raises if it cannot
+            storage.get_all_studies()
+            if verify is not None:
+                verify(storage)
+            report.backup = atomic_write(path.with_name(f"{path.name}.bak-{stamp}"), data)
+    finally:
+        lock.release()
+    return report
+
+
+__all__ = ["TORN_SUFFIX", "JournalCorrupt", "mend_torn_tail", "MendingLock", "QueueJournal",
+           "QueueJournalStorage", "Repair", "repair_journal"]

@@ -1,0 +1,133 @@
+"""The queue journal survives damage (harness.scheduling.journal): a torn last line is skipped with
+a warning and the next append starts on a fresh line; a corrupt line elsewhere stops every
+command with one line naming the file, the line and the repair; ``harness queue --repair``
+writes a clean journal and keeps a backup.
+
+Real journal files written by the real queue; the damage is done to the file as a killed
+writer or a disk error leaves it. Stub training only. ``python -m pytest -q tests/test_journal.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main as cli
+from harness.scheduling.journal import JournalCorrupt, QueueJournalStorage
+from harness.scheduling.queue import RunQueue
+from harness.scheduling.worker import work
+from queue_stubs import quiet, write_grid
+
+RUN0 = "g:tiny:block_attnres:s0:1000"
+
+
+def _queued(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A grid of 6 runs queued in a fresh journal: (grid file, results folder, journal)."""
+    grid = write_grid(tmp_path)
+    results = tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    return grid, results, results / "queue.journal"
+
+
+def _states(results: Path) -> dict[str, str]:
+    return {rid: r.state for rid, r in RunQueue.open(None, results, create=False).runs().items()}
+
+
+def _harness(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_the_next_append_starts_a_fresh_line(tmp_path, capsys):
+    grid, results, journal = _queued(tmp_path)
+    before = journal.read_bytes()
+    # a writer killed mid-append: the first 70 bytes of its line, no newline
+    torn = json.dumps({"op_code": 8, "worker_id": "w", "trial_id": 0, "user_attr": {"lease": {"host": "x"}}})[:70]
+    with open(journal, "ab") as f:
+        f.write(torn.encode())
+    capsys.readouterr()
+
+    assert cli(["status", "--results", str(results)]) == 0
+    captured = capsys.readouterr()
+    n = before.count(b"\n") + 1
+    assert f"queue journal {journal}: line {n} is torn (70 bytes without a newline" in captured.err
+    assert re.search(r"^g\s+6\s+0\s+0\s+0\s+0\s+6\s", captured.out, re.M), captured.out
+
+    # the next append (queueing a third seed) sets the torn bytes aside and starts on a fresh line
+    assert cli(["queue", str(write_grid(tmp_path, seeds="[0, 1, 2]")), "--results", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert f"set aside in {journal}.torn" in err
+    assert (journal.parent / "queue.journal.torn").read_bytes() == torn.encode() + b"\n"
+    data = journal.read_bytes()
+    assert data.startswith(before) and data.endswith(b"\n") and torn.encode() not in data
+    assert all(json.loads(line) for line in data.splitlines())
+
+    # the queue reads and drains as if nothing had happened
+    seen = []
+    work(RunQueue.open(None, results), lambda c, r: seen.append(c.run_id) or "done", results, log=quiet)
+    assert len(seen) == 9 and set(_states(results).values()) == {"done"}
+
+
+def _corrupt_line(journal: Path, number: int) -> bytes:
+    """Put a control character into line ``number`` (1-based), as a disk error would; returns the line."""
+    lines = journal.read_bytes().split(b"\n")
+    line = bytearray(lines[number - 1])
+    line[60] = 0x01
+    lines[number - 1] = bytes(line)
+    journal.write_bytes(b"\n".join(lines))
+    return bytes(line)
+
+
+def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering(tmp_path, capsys):
+    grid, results, journal = _queued(tmp_path)
+    numbers = {rid: r.trials[0].number for rid, r in RunQueue.open(None, results).runs().items()}
+    damaged = _corrupt_line(journal, 3)  # the second run's trial creation
+    original = journal.read_bytes()
+
+    for command in (["status"], ["work", "--max-runs", "1"], ["queue", str(grid)]):
+        proc = _harness(*command, "--results", str(results))
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip()
+        assert "\n" not in err and "Traceback" not in err, err
+        assert f"queue journal {journal}: line 3 is corrupt (not JSON: Invalid control character at (column 61))" in err
+        assert "harness queue --repair" in err and "keeps the damaged file as a backup" in err
+    assert journal.read_bytes() == original  # nothing was appended onto the damage
+
+    assert cli(["queue", "--repair", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    (backup,) = results.glob("queue.journal.bak-*")
+    assert backup.read_bytes() == original and f"damaged file kept as {backup}" in out
+    assert "line 3: unreadable; it created a trial or study, replaced by a failed placeholder trial in study 0" in out
+    clean = journal.read_bytes().split(b"\n")
+    assert damaged not in clean and len(clean) == len(original.split(b"\n"))
+    # every other run keeps its trial number; the damaged run's trial is gone, and queueing adds it back
+    runs = RunQueue.open(None, results).runs()
+    lost = next(rid for rid in numbers if numbers[rid] == 1)
+    assert {rid: r.trials[0].number for rid, r in runs.items()} == {k: v for k, v in numbers.items() if k != lost}
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    assert "queued 1 runs" in capsys.readouterr().out and len(_states(results)) == 6
+    assert cli(["queue", "--repair", "--results", str(results)]) == 0
+    assert "nothing to repair" in capsys.readouterr().out
+
+
+def test_a_corrupt_last_whole_line_is_not_dropped_silently(tmp_path):
+    _, results, journal = _queued(tmp_path)
+    n = journal.read_bytes().count(b"\n")
+    _corrupt_line(journal, n)  # the last trial creation: Optuna's reader skips it without a word
+    with pytest.raises(JournalCorrupt, match=f"line {n} is corrupt"):
+        QueueJournalStorage(str(journal))
+
+
+def test_repair_is_refused_while_a_worker_holds_a_fresh_lease(tmp_path, capsys):
+    _, results, journal = _queued(tmp_path)
+    claim = RunQueue.open(None, results).claim()  # a live worker's lease (this process)
+    _corrupt_line(journal, 4)
+    original = journal.read_bytes()
+    assert cli(["queue", "--repair", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert f"worker(s) {claim.owner} hold a fresh lease in {journal}: stop every worker before --repair" in err
+    assert journal.read_bytes() == original and not list(results.glob("queue.journal.bak-*"))
