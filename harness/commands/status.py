@@ -19,7 +19,7 @@ import time
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.terms import FINISHED
 
-# display order: waiting, training, finished (done, diverged), failed
+# display order: waiting, training, finished (done, diverged; pruned where a tuning study has any), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")
 
 
@@ -68,10 +68,11 @@ def main(args: argparse.Namespace) -> int:
         grids.setdefault(r.grid, []).append(r)
 
     print(f"queue: {where}")
-    header = ["grid", *COLUMNS, "total", "mean run", "ETA"]
+    columns = [c for c in COLUMNS if c != "pruned" or any(r.state == "pruned" for r in runs.values())]
+    header = ["grid", *columns, "total", "mean run", "ETA"]
     rows = []
     for name, rs in grids.items():
-        counts = {c: sum(r.state == c for r in rs) for c in COLUMNS}
+        counts = {c: sum(r.state == c for r in rs) for c in columns}
         walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
         remaining = counts["queued"] + counts["running"]
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
             eta = "no live workers"
         else:
             eta = "~" + fmt_duration(mean * remaining / len(workers))
-        rows.append([name, *(str(counts[c]) for c in COLUMNS), str(len(rs)),
+        rows.append([name, *(str(counts[c]) for c in columns), str(len(rs)),
                      fmt_duration(mean) if mean is not None else "-", eta])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     for row in [header, *rows]:
