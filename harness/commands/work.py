@@ -95,6 +95,7 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     n = sum(outcomes.values())
+    pruned = f", {outcomes['pruned']} pruned" if outcomes["pruned"] else ""
     print(f"worker trained {n} runs: {outcomes['done']} done, {outcomes['diverged']} diverged, "
-          f"{outcomes['failed']} failed")
+          f"{outcomes['failed']} failed{pruned}")
     return 0

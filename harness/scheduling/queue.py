@@ -320,9 +320,9 @@ class RunQueue:
         return out
 
     def progress(self, grid: str) -> tuple[int, int]:
-        """``(finished, total)`` runs of ``grid``; finished = done + diverged + failed."""
+        """``(finished, total)`` runs of ``grid``; finished = done + diverged + pruned + failed."""
         c = self.counts(grid).get(grid, Counter())
-        return c["done"] + c["diverged"] + c["failed"], sum(c.values())
+        return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
 
     # -- adding
 

@@ -14,7 +14,9 @@ trials still learn from earlier ones, and a killed worker's trial is retried wit
 parameters it drew (they are in its run config). During training, every evaluation's
 validation NLL goes to the study (:func:`pruning_hook`: ``trial.report`` and
 ``should_prune``); a pruned run ends with status ``pruned``, and the worker tells the
-queue the final NLL (tell).
+queue the final NLL (tell). The median pruner starts once the random startup trials
+have finished and judges evaluations from half the budget on (an early NLL favours high
+learning rates and short warmups); Hyperband judges from the first evaluation.
 
 A search-space entry is ``NAME=LOW:HIGH`` (uniform), ``NAME=log:LOW:HIGH`` (log-uniform),
 ``NAME=int:LOW:HIGH`` or ``NAME=choice:A,B,...``. Names are :class:`~harness.config.TrainConfig`
@@ -324,7 +326,10 @@ def _pruner(spec: TuneSpec):
     from optuna.pruners import HyperbandPruner, MedianPruner, NopPruner
 
     if spec.pruner == "median":
-        return MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+        # not before the random startup trials have finished, nor in the first half of a run: early in
+        # a short run a low LR or a long warmup lags behind and may still come out ahead
+        steps = spec.budget_tokens // train_config(spec.size, **spec.train).batch_tokens
+        return MedianPruner(n_startup_trials=max(2, spec.startup_trials), n_warmup_steps=steps // 2)
     if spec.pruner == "hyperband":
         return HyperbandPruner(min_resource=1, max_resource="auto", reduction_factor=3)
     return NopPruner()
