@@ -160,13 +160,11 @@ def _trial_rows(queue, study_name: str) -> list[dict]:
     """One row per trial (run) of the study, in trial order."""
     rows = []
     for r in queue.runs(study_name).values():
-        t = max(r.trials, key=lambda x: x.number)
-        ended = [x for x in r.trials if x.state.name in ("COMPLETE", "PRUNED") or x.user_attrs.get("status")]
-        params = next((x.params for x in sorted(ended or r.trials, key=lambda x: x.number) if x.params),
-                      t.user_attrs.get("tune_params") or {})
+        # every attempt of a run has the params its first attempt drew (a retry carries them)
+        params = next((x.params for x in sorted(r.trials, key=lambda x: x.number) if x.params), {})
         rows.append({"number": min(x.number for x in r.trials), "run_id": r.run_id, "seed": r.config.seed,
-                     "state": r.state, "value": r.value, "params": dict(params),
-                     "train": {k: v for k, v in r.config.train.items()}, "wall_s": r.wall_s, "attempt": r.attempt})
+                     "state": r.state, "value": r.value, "params": dict(params), "train": dict(r.config.train),
+                     "wall_s": r.wall_s, "attempt": r.attempt})
     return sorted(rows, key=lambda row: row["seed"])
 
 
