@@ -160,7 +160,7 @@ def blocks(stats) -> list[Block]:
         s = r.comparison.stats
         table.append((r.comparison.comparison, cell_label(r.comparison.size, r.comparison.budget_tokens),
                       f"{s.wins}/{s.n}", mean_ci(s.mean, s.ci_low, s.ci_high), fmt_p(r.p_one_sided),
-                      "-" if math.isnan(r.untuned_mean) else f"{r.untuned_mean:+.4f}", "; ".join(r.fields) or "-",
+                      "-" if math.isnan(r.untuned_mean) else f"{r.untuned_mean:+.3g}", "; ".join(r.fields) or "-",
                       f"{r.sources[0]} / {r.sources[1]}"))
     out.append(Table(("comparison", "cell", "wins (k/n)", "mean dNLL [95 % CI]", "one-sided p",
                       "untuned mean dNLL", "tuned fields", "sources (treatment / parent)"), tuple(table)))

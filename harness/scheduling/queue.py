@@ -260,8 +260,11 @@ class RunQueue:
         names = [s.study_name for s in self.storage.get_all_studies()]
         for name in names:
             if name not in self._study_ids:
-                self._study_ids[name] = self.storage.get_study_id_from_name(name)
-        self._study_ids = {n: self._study_ids[n] for n in names}
+                try:
+                    self._study_ids[name] = self.storage.get_study_id_from_name(name)
+                except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                    continue
+        self._study_ids = {n: self._study_ids[n] for n in names if n in self._study_ids}
         return dict(self._study_ids)
 
     def study_of(self, grid: str) -> int:
