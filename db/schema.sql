@@ -10,14 +10,14 @@
 -- One row per run; written from the run's result file (RESULTS/runs/<run_id>.json).
 CREATE TABLE IF NOT EXISTS runs (
     run_id        VARCHAR PRIMARY KEY,
-    grid          VARCHAR NOT NULL,      -- grid name ('' or 'adhoc' for `harness run`)
+    grid          VARCHAR NOT NULL,      -- grid name ('' or 'adhoc' for `harness run`; 'tune:NAME': tuning trials)
     variant       VARCHAR NOT NULL,      -- e.g. block_attnres, rd_attnres, param_matched
-    role          VARCHAR NOT NULL,      -- parent | treatment | control | reference
+    role          VARCHAR NOT NULL,      -- parent | treatment | control | reference | tune
     seed          INTEGER NOT NULL,
     size          VARCHAR NOT NULL,      -- size preset: tiny | small | 120m | 343m
     budget_tokens BIGINT  NOT NULL,      -- training budget in tokens
     protocol_hash VARCHAR,               -- sha256 of the frozen protocol (DESIGN section 4)
-    status        VARCHAR NOT NULL,      -- queued | running | done | failed | diverged
+    status        VARCHAR NOT NULL,      -- queued | running | done | failed | diverged | pruned (tuning)
     n_params      BIGINT,                -- all parameters (tied head counted once)
     n_trainable   BIGINT,                -- parameters with requires_grad
     wall_s        DOUBLE,                -- wall-clock seconds of training
@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS runs (
     host          VARCHAR,
     code_version  VARCHAR,               -- git commit, with '-dirty' appended if the tree was dirty
     config        JSON,                  -- the full run config (what protocol_hash hashes, and more)
-    error         VARCHAR,               -- failure message (status failed/diverged)
+    error         VARCHAR,               -- failure message (status failed/diverged; pruned: where and why)
     diverged_step BIGINT,                -- step at which the loss became non-finite
     started_at    TIMESTAMP,             -- UTC
     finished_at   TIMESTAMP,             -- UTC

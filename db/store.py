@@ -282,6 +282,24 @@ class Store:
             raise ValueError(f"{path} is not valid JSON: {exc}") from None
         return validate_result(raw)
 
+    def run_end(self, run_id: str) -> dict | None:
+        """How run ``run_id`` ended, from its result file: ``{"status", "val_nll", "error"}``,
+        or ``None`` without a readable result file of that run.
+
+        ``val_nll`` (nats/token) is read as the ``final`` view reads it: the validation NLL
+        at the largest ``tokens`` (ties: the largest step); ``None`` without one.
+        """
+        try:
+            result = self.read_result(self.result_path(run_id))
+        except (OSError, ValueError):
+            return None
+        run = result["run"]
+        if run.get("run_id") != run_id:
+            return None
+        val = [m for m in result.get("metrics") or () if m["split"] == "val" and m["name"] == "nll"]
+        last = max(val, key=lambda m: (m["tokens"], m["step"]), default=None)
+        return {"status": run["status"], "val_nll": None if last is None else last["value"], "error": run.get("error")}
+
     def _result_files(self) -> list[tuple[Path, os.stat_result]]:
         """``*.json`` in runs_dir (hidden and tmp files excluded), oldest first."""
         if not self.runs_dir.is_dir():

@@ -25,7 +25,8 @@ Required: ``run`` keys run_id, grid, variant, role, seed, size, budget_tokens, s
 every metrics key; routing keys tokens, layer, site, route, source, weight; route_pairs keys
 tokens, layer, site, route_a, route_b; route_params keys tokens, layer, site, name. The row
 lists may be absent (a failed run; a result written before route_pairs/route_params
-existed). Allowed values: role in :data:`ROLES`, status in :data:`STATUSES`, split in
+existed). Allowed values: role in :data:`ROLES` (the grid roles and ``tune``, DESIGN 9), status
+in :data:`STATUSES` (``pruned`` for a tuning trial its pruner stopped), split in
 :data:`SPLITS`, site in :data:`SITES`. Types follow the column:
 INTEGER/BIGINT take Python ints (not bools, not floats), DOUBLE takes ints or floats (NaN and
 infinities allowed; the file then uses Python's ``NaN``/``Infinity`` JSON extension), TIMESTAMP
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from harness.terms import ROLES, STATUSES
+from harness.terms import RUN_ROLES as ROLES, STATUSES
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")

@@ -26,6 +26,7 @@ from harness.files import default_results
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
     "run": "run",
+    "tune": "tune",
     "queue": "queue",
     "work": "work",
     "status": "status",
@@ -43,6 +44,8 @@ READS_RESULTS = ("sql", "export", "report", "topup")
 
 EPILOG = """\
 the research loop, one command each:
+  harness tune --variant block_attnres --size small --budget-tokens 100000 --trials 12 \
+      --grid ablations/rd_controls_small.toml --name parent_small   # tune, then freeze (--show --write-grid)
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them
   harness work                                     # one or many workers train queued runs
   harness sql "select variant, seed, val_nll from final order by 1, 2"

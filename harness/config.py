@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.models import get_spec
 from harness.models.config import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
-from harness.terms import NAME_RE, ROLES, run_id
+from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
@@ -238,6 +238,10 @@ class RunConfig:
             ``None`` for an ad-hoc run. Not part of the protocol.
         model: overrides of :class:`ModelConfig` fields (not ``vocab_size``: the tokenizer
             sets it); empty for the preset's shape. Part of the protocol through the model.
+        tuned: ``None``, or for a run of a grid's ``[tuned]`` table (the variant at its own
+            tuned settings, DESIGN section 9) ``{"source": "tune:NAME" or "explicit",
+            "params": {...}, "fields": [TrainConfig fields they set]}``; its id ends in
+            ``:tuned``. The settings themselves are in :attr:`train`.
     """
 
     run_id: str
@@ -251,20 +255,21 @@ class RunConfig:
     train: dict[str, Any] = field(default_factory=dict)
     analysis: dict[str, Any] | None = None
     model: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("run_id", "grid", "variant", "size", "corpus"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"run config {name}={getattr(self, name)!r} must be a non-empty string")
-        if self.role not in ROLES:
-            raise ValueError(f"run config role={self.role!r}; allowed: {', '.join(ROLES)}")
+        if self.role not in RUN_ROLES:
+            raise ValueError(f"run config role={self.role!r}; allowed: {', '.join(RUN_ROLES)}")
         for name in ("seed", "budget_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"run config {name}={value!r} must be an integer")
-        for name in ("train", "model", "analysis"):
+        for name in ("train", "model", "analysis", "tuned"):
             value = getattr(self, name)
-            if not isinstance(value, Mapping) and not (name == "analysis" and value is None):
+            if not isinstance(value, Mapping) and not (name in ("analysis", "tuned") and value is None):
                 raise ValueError(f"run config {name}={value!r} must be a table")
             # a private copy, as JSON gives it back (lists, not tuples): a config read from the
             # queue equals the one that was queued, and later edits of the caller's dict do not leak in
@@ -275,10 +280,13 @@ class RunConfig:
     @classmethod
     def create(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
                grid: str = ADHOC_GRID, role: str | None = None, train: Mapping | None = None,
-               analysis: Mapping | None = None, model: Mapping | None = None) -> "RunConfig":
-        """A checked config; its run id is ``grid:size:variant:s<seed>:<budget_tokens>``.
+               analysis: Mapping | None = None, model: Mapping | None = None,
+               tuned: Mapping | None = None) -> "RunConfig":
+        """A checked config; its run id is ``grid:size:variant:s<seed>:<budget_tokens>``
+        (``...:tuned`` with ``tuned``, see the class docstring).
 
-        ``role`` defaults to the variant spec's role.
+        ``role`` defaults to the variant spec's role. ``grid`` is a grid name, or
+        ``tune:NAME`` for a tuning trial's run (:func:`harness.terms.is_tune_grid`).
 
         Raises:
             ValueError: unknown variant or size, a variant whose head groups cannot split
@@ -293,7 +301,7 @@ class RunConfig:
                 spec.sites["attn"].head_counts(preset.n_heads)
             except ValueError as exc:
                 raise ValueError(f"variant {variant!r} at size {size!r}: {exc}") from None
-        if not NAME_RE.match(grid):
+        if not (NAME_RE.match(grid) or is_tune_grid(grid)):
             raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' "
                              "(starting with a letter or digit)")
         if int(budget_tokens) <= 0:
@@ -305,9 +313,11 @@ class RunConfig:
         if "vocab_size" in model:
             raise ValueError("model override vocab_size: the tokenizer sets the vocabulary; use train.vocab_size")
         derive(size, **model)
-        return cls(run_id=run_id(grid, size, variant, seed, budget_tokens), grid=grid, variant=variant,
+        rid = run_id(grid, size, variant, seed, budget_tokens) + (":tuned" if tuned is not None else "")
+        return cls(run_id=rid, grid=grid, variant=variant,
                    role=role or spec.role, size=size, seed=int(seed), budget_tokens=int(budget_tokens),
-                   corpus=corpus, train=train, analysis=None if analysis is None else dict(analysis), model=model)
+                   corpus=corpus, train=train, analysis=None if analysis is None else dict(analysis), model=model,
+                   tuned=None if tuned is None else dict(tuned))
 
     @classmethod
     def adhoc(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
@@ -344,10 +354,12 @@ class RunConfig:
     # -- reading and writing ------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of this run (``analysis`` only when set, ``model`` only when non-empty)."""
+        """The JSON object of this run (``analysis`` and ``tuned`` only when set, ``model`` only
+        when non-empty)."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
-        if out["analysis"] is None:
-            del out["analysis"]
+        for name in ("analysis", "tuned"):
+            if out[name] is None:
+                del out[name]
         if not out["model"]:
             del out["model"]
         return out

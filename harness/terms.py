@@ -19,10 +19,21 @@ import re
 from collections.abc import Iterable, Mapping
 
 ROLES = ("parent", "treatment", "control", "reference")
-#: ``runs.status`` values (DESIGN section 5), in the order error messages list them.
-STATUSES = ("queued", "running", "done", "failed", "diverged")
-#: Statuses of a run that trained to its end (a diverged run is finished, not failed).
-FINISHED = ("done", "diverged")
+#: The role of a tuning trial's run (DESIGN section 9): never a grid variant's role.
+TUNE_ROLE = "tune"
+#: Every role a run may carry (``runs.role``): the grid roles and :data:`TUNE_ROLE`.
+RUN_ROLES = (*ROLES, TUNE_ROLE)
+#: ``runs.status`` values (DESIGN sections 5 and 9), in the order error messages list them;
+#: ``pruned`` only for tuning trials stopped early by the study's pruner.
+STATUSES = ("queued", "running", "done", "failed", "diverged", "pruned")
+#: Statuses of a run that ended for good without an error (a diverged run is finished, not
+#: failed; a pruned tuning trial is finished early).
+FINISHED = ("done", "diverged", "pruned")
+#: The prefix of a tuning study's name and of its runs' grid: ``tune:NAME`` (DESIGN section 9).
+TUNE_PREFIX = "tune:"
+#: Seeds of tuning trials: trial k of a study trains at seed ``TUNE_SEED_BASE + k``; grids use
+#: seeds below it, so no tuning trial shares a seed with a run it helps to choose settings for.
+TUNE_SEED_BASE = 10_000
 #: Grid names: letters, digits, ``_ . -``, starting with a letter or digit (no ``:``, the
 #: run-id separator).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -98,4 +109,11 @@ def config_diff(old: Mapping | str | None, new: Mapping | str | None, *, values:
     return out
 
 
-__all__ = ["ROLES", "STATUSES", "FINISHED", "NAME_RE", "ERROR_CHARS", "EXPORT_TABLES", "EXPORT_FORMATS", "ABSENT", "run_id", "check_grid", "config_diff"]
+def is_tune_grid(grid: str) -> bool:
+    """Whether ``grid`` names a tuning study's runs (``tune:NAME`` with NAME as :data:`NAME_RE`)."""
+    return grid.startswith(TUNE_PREFIX) and bool(NAME_RE.match(grid[len(TUNE_PREFIX):]))
+
+
+__all__ = ["ROLES", "TUNE_ROLE", "RUN_ROLES", "STATUSES", "FINISHED", "TUNE_PREFIX", "TUNE_SEED_BASE",
+           "is_tune_grid", "NAME_RE", "ERROR_CHARS", "EXPORT_TABLES", "EXPORT_FORMATS", "ABSENT", "run_id",
+           "check_grid", "config_diff"]

@@ -29,6 +29,7 @@ from harness.terms import check_grid
 from reports.degeneracy import find_degenerate
 from reports.figures import FigureOut, all_figures
 from reports.render import render_html, render_markdown
+from reports.robustness import split_tuned
 from reports.plan import AnalysisPlan
 from reports.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
 from reports.stats import ReportStats, analyze
@@ -101,8 +102,9 @@ def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: boo
     ``progress``: the grid's status next to the queue (:func:`reports.progress.grid_progress`).
     Arguments and errors as :func:`build_report`.
     """
-    if degenerate is None:
-        degenerate = find_degenerate(frames.final, frames.runs, frames.route_pairs, frames.route_params, grid=grid)
+    if degenerate is None:  # judged on the frozen protocol's runs (the [tuned] runs repeat variant and seed)
+        final, runs, _, _ = split_tuned(frames.final, frames.runs)
+        degenerate = find_degenerate(final, runs, frames.route_pairs, frames.route_params, grid=grid)
     return analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
                    degenerate=degenerate, progress=progress)
 
@@ -144,6 +146,7 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
 
         raise ValueError(f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}") from None
     final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
+    final = split_tuned(final, frames.runs)[0]  # figures show the frozen protocol's runs
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"

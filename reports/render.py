@@ -20,6 +20,7 @@ from reports.looks import GAMMA_MAX, increments
 from reports.paired import EXACT_MAX_N, MIN_PAIRS
 from reports.pairing import AA_VARIANTS
 from reports.progress import FINISHED
+from reports.robustness import blocks as robustness_blocks
 from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
 from reports.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners
 from reports.summary import verdict_chip
@@ -522,7 +523,8 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
         Para(*progress_sentence(stats.progress)),
     ]
     blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
-    blocks += _plan(stats) + _headline(stats) + _controls(stats) + _aa(stats) + _divergence(stats)
+    blocks += _plan(stats) + _headline(stats) + _controls(stats) + robustness_blocks(stats) + _aa(stats)
+    blocks += _divergence(stats)
     blocks += _gain_vs_budget(stats) + _figures(stats, figures) + _all_comparisons(stats) + _mixed(stats)
     return blocks + _methods(stats) + _left_out(stats)
 

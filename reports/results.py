@@ -43,7 +43,8 @@ EXTRA_COLUMNS = (
     "contrast_test", "gain_fraction_bounded", "planned_effect_nats", "power_at_max_seeds",
     "missing_seeds", "code_versions", "level", "look", "n_looks", "look_pairs", "sequential_p",
 )
-KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check", "treatment_vs_control", "parent_vs_reference")
+KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check", "treatment_vs_control", "parent_vs_reference",
+         "tuned_treatment_vs_parent")  # the last: the [tuned] robustness row (reports.robustness, DESIGN 9)
 
 # Short fixed note tags (stats.csv `note`; reports.render words them).
 NOTE_FEW = "fewer than 3 pairs: no test"
@@ -264,6 +265,7 @@ class ReportStats:
     warnings: tuple[str, ...] = field(default=())
     progress: GridProgress | None = None  # the queue's view next to the store's (reports.progress)
     budget: GainVsBudget = field(default=GainVsBudget((), ()))  # gain vs budget (DESIGN 8): several budgets only
+    robustness: tuple = ()  # reports.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
 
     @property
     def cells(self) -> list[tuple[str, int]]:
@@ -368,6 +370,10 @@ def _row(rs: ReportStats, c: Comparison) -> dict:
         notes += _needed_notes(a.seeds_needed, a.planned_effect)
     elif aa is not None:
         row.update(verdict=aa.status, holm_p=NAN)
+    elif c.kind == "tuned_treatment_vs_parent":
+        r = next(x for x in rs.robustness if x.comparison is c)
+        row.update(p_one_sided=r.p_one_sided, p_one_sided_test="exact sign-flip" if r.exact else "t")
+        notes.append("robustness row (descriptive, in no family); tuned fields: " + ("; ".join(r.fields) or "none"))
     row["note"] = "; ".join(notes)
     return row
 

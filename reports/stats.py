@@ -139,6 +139,13 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         ValueError, ProtocolMismatchError: see :func:`reports.pairing.pair_runs`; runs
             carrying different analysis plans.
     """
+    from reports.robustness import split_tuned, tuned_rows
+
+    if grid is not None:  # the [tuned] runs are split off first: they pair only in the robustness row
+        final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
+        runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
+    runs_all = runs
+    final, runs, tuned_final, tuned_runs = split_tuned(final, runs)
     pairing = pair_runs(final, runs, grid=grid, allow_partial=allow_partial, aa_variants=aa_variants)
     if plan is None:
         grid_runs = runs.filter(pl.col("grid") == grid) if grid is not None and "grid" in runs.columns else runs
@@ -189,11 +196,15 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
     warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
     if progress is None:
-        progress = grid_progress(runs, None, grid=grid, queue_note="the queue was not read")
+        progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
+    robust, robust_left = tuned_rows(tuned_final, tuned_runs, pairing.parent, t,
+                                     {k: h.mean for k, h in headlines.items()}, describe)
+    budget = gain_vs_budget(comparisons, pairing.pairs)
+    comparisons += [r.comparison for r in robust]
     return ReportStats(grid or "", plan, pairing.parent, t, controls, aa_set, pairing.references, tuple(comparisons),
                        tuple(headlines.values()), tuple(assessments), tuple(aa), tuple(_divergence(pairing, cells)),
-                       pairing.pairs, pairing.left_out, tuple(mixed), tuple(warn), progress,
-                       gain_vs_budget(comparisons, pairing.pairs))
+                       pairing.pairs + tuple(p for r in robust for p in r.pairs), pairing.left_out + tuple(robust_left),
+                       tuple(mixed), tuple(warn), progress, budget, tuple(robust))
 
 
 def _sd(d: np.ndarray) -> float:

@@ -118,6 +118,25 @@ def measure(page: Path, width: int, height: int = 1000) -> tuple[dict, str, str]
     return json.loads(html.unescape(m.group(1))), proc.stdout, proc.stderr
 
 
+def dump_dom(url: str, width: int = 1400, height: int = 1000, budget_ms: int = 20000) -> str:
+    """The DOM of ``url`` (any page, e.g. a JS app on localhost) after ``budget_ms`` of virtual time."""
+    return _run([f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}", "--dump-dom", url]).stdout
+
+
+def visible_text(dom: str) -> str:
+    """The text of a dumped DOM, without scripts and styles, whitespace collapsed."""
+    import html
+
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S | re.I)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
+
+
+def screenshot_url(url: str, out: Path, width: int = 1400, height: int = 1000, budget_ms: int = 20000) -> Path:
+    """A PNG of ``url`` at ``width`` x ``height`` CSS px after ``budget_ms`` of virtual time."""
+    _run([f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}", f"--screenshot={out}", url])
+    return out
+
+
 def screenshot(page: Path, out: Path, width: int, height: int | None = None) -> Path:
     """A PNG of ``page`` at ``width`` CSS px; ``height`` defaults to the page's full height
     (capped at 16000 px)."""

@@ -91,6 +91,7 @@ def blocking_cli_worker(results: str, started: str) -> None:
 
     fake.train_run, fake.record_failure = train_run, lambda *a: None
     fake.finished_status = lambda config, results_dir: None
+    fake.finished_outcome = lambda config, results_dir: None
     sys.modules["harness.train.run"] = fake
     harness.train.run = fake
     sys.exit(cli(["work", "--results", results]))

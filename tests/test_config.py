@@ -108,8 +108,8 @@ def test_model_overrides_reach_the_model_config_and_the_json_only_when_set():
 
 def test_vocabulary_is_design_section_5():
     assert ROLES == ("parent", "treatment", "control", "reference")
-    assert STATUSES == ("queued", "running", "done", "failed", "diverged")
-    assert set(FINISHED) < set(STATUSES) and FINISHED == ("done", "diverged")
+    assert STATUSES == ("queued", "running", "done", "failed", "diverged", "pruned")  # pruned: tuning (DESIGN 9)
+    assert set(FINISHED) < set(STATUSES) and FINISHED == ("done", "diverged", "pruned")
 
 
 def test_config_diff_serves_both_callers():

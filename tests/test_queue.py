@@ -166,10 +166,13 @@ def test_status_value_and_max_runs(tmp_path):
     runs = list(q.runs().values())
     assert [r.state for r in runs] == ["diverged", "done", "done", "queued", "queued", "queued"]
     assert [r.value for r in runs[:3]] == [None, 3.25, 2.5]
-    values = {t.user_attrs["run_id"]: t.value for t in q.storage.get_all_trials(q.study_id)
-              if t.state == TrialState.COMPLETE}
-    assert values == {"g:tiny:block_attnres:s0:1000": float("inf"), "g:tiny:rd_attnres:s0:1000": 3.25,
-                      "g:tiny:fixed_v:s0:1000": 2.5}
+    # done: COMPLETE with the final NLL as its value; diverged: FAIL with the reason (never a ranked inf)
+    ended = {t.user_attrs["run_id"]: (t.state, t.value) for t in q.all_trials() if t.state != TrialState.WAITING}
+    assert ended == {"g:tiny:block_attnres:s0:1000": (TrialState.FAIL, None),
+                     "g:tiny:rd_attnres:s0:1000": (TrialState.COMPLETE, 3.25),
+                     "g:tiny:fixed_v:s0:1000": (TrialState.COMPLETE, 2.5)}
+    (div,) = [t for t in q.all_trials() if t.state == TrialState.FAIL]
+    assert (div.user_attrs["status"], div.user_attrs["error"], div.user_attrs["requeue"]) == ("diverged", "diverged", False)
 
 
 def test_grid_filter(tmp_path):
@@ -180,9 +183,10 @@ def test_grid_filter(tmp_path):
     work(q, lambda c, r: seen.append(c.grid) or "done", tmp_path, grid="b", log=quiet)
     assert seen == ["b", "b", "b"]
     assert {g: dict(c) for g, c in q.counts().items()} == {
-        "a": {"queued": 3, "running": 0, "done": 0, "diverged": 0, "failed": 0},
-        "b": {"queued": 0, "running": 0, "done": 3, "diverged": 0, "failed": 0},
+        "a": {"queued": 3, "running": 0, "done": 0, "diverged": 0, "failed": 0, "pruned": 0},
+        "b": {"queued": 0, "running": 0, "done": 3, "diverged": 0, "failed": 0, "pruned": 0},
     }
+    assert set(q.studies()) == {"a", "b"}  # one Optuna study per grid, named after it
 
 
 def test_failed_run_is_retried_then_stays_failed(tmp_path):
@@ -259,7 +263,7 @@ def test_duplicate_trials_of_one_run_train_once(tmp_path):
     seen = []
     work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=quiet)
     assert sorted(seen) == sorted(c.run_id for c in cfgs)
-    endings = Counter(t.user_attrs.get("ending") for t in q.storage.get_all_trials(q.study_id))
+    endings = Counter(t.user_attrs.get("ending") for t in q.all_trials())
     assert endings[None] == 3 and endings["duplicate"] == 1
 
 
@@ -328,7 +332,7 @@ def test_heartbeat_refreshes_the_lease(tmp_path):
         return "done"
 
     work(q, train, tmp_path, max_runs=1, beat_s=0.1, log=quiet)
-    (claim_lease,) = [t.user_attrs["lease"] for t in q.storage.get_all_trials(q.study_id)
+    (claim_lease,) = [t.user_attrs["lease"] for t in q.all_trials()
                       if t.state == TrialState.COMPLETE]
     assert beats[0] > claim_lease["since"] + 0.15  # refreshed at least twice in 0.35 s
 
@@ -355,7 +359,7 @@ def test_two_workers_finish_every_run_exactly_once(tmp_path):
     assert len(lines) == 12
     assert Counter(r.state for r in q.runs().values()) == {"done": 12}
     # one COMPLETE trial per run, no discarded duplicates
-    trials = q.storage.get_all_trials(q.study_id)
+    trials = q.all_trials()
     assert Counter(t.state for t in trials) == {TrialState.COMPLETE: 12}
 
 

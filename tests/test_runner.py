@@ -335,3 +335,25 @@ def test_model_overrides_reach_the_model_and_the_final_metrics_are_what_evaluate
     assert record(run, fitted) == "done"
     stored = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())["run"]["config"]
     assert stored["model"] == {"block_size": 4} and stored["protocol"]["model"]["block_size"] == 4
+
+
+def test_a_run_pruned_by_its_evaluation_hook_is_recorded_as_pruned(tmp_path):
+    seen = []
+
+    def on_eval(step, tokens, val_nll):
+        seen.append((step, tokens, val_nll))
+        return step >= 4  # prune at the second evaluation (steps 2, 4, 6)
+
+    assert train_run(cfg(eval_every_tokens=2048), tmp_path, progress=False, on_eval=on_eval) == "pruned"
+    assert [s[:2] for s in seen] == [(2, 2048), (4, 4096)]  # never called at the last step
+    con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
+    try:
+        status, steps, error = con.execute("select status, steps, error from runs").fetchone()
+        vals = con.execute("select step, value from metrics where split = 'val' and name = 'nll' order by step").fetchall()
+        n_final = con.execute("select count(*) from final").fetchone()[0]
+    finally:
+        con.close()
+    assert (status, steps, n_final) == ("pruned", 4, 0)  # stopped at step 4 of 6; not a done run
+    assert vals == [(2, seen[0][2]), (4, seen[1][2])]
+    assert error == f"pruned by the tuning study's pruner at step 4 (4,096 tokens): val_nll {seen[1][2]:.4f}"
+    assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())

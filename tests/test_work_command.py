@@ -46,6 +46,7 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     fake.train_run = train_run
     fake.record_failure = lambda config, results_dir, error: calls.append(("fail", config.run_id, error))
     fake.finished_status = lambda config, results_dir: None
+    fake.finished_outcome = lambda config, results_dir: None
     monkeypatch.setitem(sys.modules, "harness.train.run", fake)
     monkeypatch.setattr(harness.train, "run", fake)
     assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
@@ -74,7 +75,7 @@ def test_sigterm_releases_the_run(tmp_path):
     rid = started.read_text()
     state = q.runs()[rid]
     assert (state.state, state.attempt, state.pending) == ("queued", 2, False)
-    (old,) = [t for t in q.storage.get_all_trials(q.study_id) if t.state == TrialState.FAIL]
+    (old,) = [t for t in q.all_trials() if t.state == TrialState.FAIL]
     assert old.user_attrs["ending"] == "released" and old.user_attrs["run_id"] == rid
     assert q.reclaim_stale() == []  # nothing left running
 
@@ -126,7 +127,7 @@ def test_run_config_is_stored_as_json(tmp_path):
     q = new_queue(tmp_path)
     cfgs = configs(seeds=(0,))
     q.enqueue(cfgs)
-    (t, *_) = q.storage.get_all_trials(q.study_id)
+    (t, *_) = q.all_trials()
     assert json.loads(t.user_attrs["config"]) == cfgs[0].to_dict()
     assert t.user_attrs["run_id"] == cfgs[0].run_id and t.state == TrialState.WAITING
 

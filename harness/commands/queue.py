@@ -7,6 +7,12 @@ Failed runs are left alone unless --retry-failed. A run id (grid:size:variant:s<
 (rename the grid instead), and so is changing its [analysis] plan once any of its
 runs is queued: the plan is fixed before the runs.
 
+A grid's [tuned] table adds, for each listed variant, runs at its own tuned settings
+(run ids ending in :tuned): "tune:NAME" takes the best params of that tuning study in
+this storage now (see `harness tune`), a table gives them. A queue written by the previous
+layout (one Optuna study "harness" for every grid) is converted into one study per grid
+when none of its runs is queued or running (a message says so).
+
 The corpus is the grid's `corpus`, overridden by $HARNESS_CORPUS, overridden by
 --corpus; a relative path is resolved against the current directory and stored
 absolute in each run's config (hf:OWNER/NAME:CONFIG specs are stored as they are).
@@ -45,7 +51,7 @@ import sys
 from pathlib import Path
 
 from harness.data.corpus import probe_corpus
-from harness.scheduling.grid import check_corpus, check_plan_unchanged, load_grid
+from harness.scheduling.grid import check_corpus, check_plan_unchanged, load_grid, resolve_tuned
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,14 +88,25 @@ def main(args: argparse.Namespace) -> int:
         corpus, source = os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
     else:
         corpus, source = grid.corpus, f"key 'corpus' of {args.grid}"
-    configs = grid.expand(corpus=corpus)
+    configs = grid.expand(corpus=corpus, tuned={})  # [tuned] runs need the storage: below
     for config in configs:  # before anything is queued: what would fail in every worker fails here
         config.check_trainable()
     check_corpus(configs[0].corpus, source=source)
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
 
+    from harness.scheduling import legacy, tuning
+
     queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
                           log=lambda msg: print(msg, file=sys.stderr))
+    legacy.convert(queue, values=legacy.result_values(args.results), log=lambda msg: print(msg, file=sys.stderr))
+    if grid.tuned:
+        def best(study: str) -> tuple[str, dict]:
+            spec, params, _ = tuning.best_params(queue.storage, study)
+            return spec.variant, params
+
+        configs = grid.expand(corpus=corpus, tuned=resolve_tuned(grid, best))
+        for config in configs:
+            config.check_trainable()
     check_plan_unchanged(grid, {rid: r.config for rid, r in queue.runs(grid.name).items()})
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     where = describe_storage(args.storage, args.results)

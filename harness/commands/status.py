@@ -35,7 +35,7 @@ from urllib.parse import unquote
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.terms import FINISHED, check_grid
 
-# display order: waiting, training, finished (done, diverged), failed
+# display order: waiting, training, finished (done, diverged; pruned where a tuning study has any), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")
 WATCH_INTERVAL_S = 5.0
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen (ANSI)
@@ -72,11 +72,11 @@ def _run_left_s(r, mean: float | None, now: float) -> float | None:
     return eta if eta is not None else mean
 
 
-def _grid_rows(grids: dict[str, list], n_workers: int, now: float, fmt_duration,
+def _grid_rows(grids: dict[str, list], columns: list[str], n_workers: int, now: float, fmt_duration,
                bad_ids: frozenset[str] = frozenset()) -> list[list[str]]:
     rows = []
     for name, rs in grids.items():
-        counts = {c: sum(r.state == c for r in rs) for c in COLUMNS}
+        counts = {c: sum(r.state == c for r in rs) for c in columns}
         walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
         if mean is None:  # no run finished yet: what the running runs' throughput makes of a whole run
@@ -97,7 +97,7 @@ def _grid_rows(grids: dict[str, list], n_workers: int, now: float, fmt_duration,
             eta = "no live workers"
         else:
             eta = "~" + fmt_duration((sum(left) + counts["queued"] * per_run) / n_workers)
-        rows.append([name, *(str(counts[c]) for c in COLUMNS), str(len(rs)),
+        rows.append([name, *(str(counts[c]) for c in columns), str(len(rs)),
                      fmt_duration(mean) if mean is not None else "-", eta])
     return rows
 
@@ -143,8 +143,9 @@ def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None =
 
     out = [f"queue: {queue.where}"]
     bad_ids = frozenset(unquote(name.removesuffix(".json")) for name, _ in bad)
-    out += _table(["grid", *COLUMNS, "total", "mean run", "ETA"],
-                  _grid_rows(grids, len(workers), now, fmt_duration, bad_ids))
+    columns = [c for c in COLUMNS if c != "pruned" or any(r.state == "pruned" for r in runs.values())]
+    out += _table(["grid", *columns, "total", "mean run", "ETA"],
+                  _grid_rows(grids, columns, len(workers), now, fmt_duration, bad_ids))
     out.append(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
     running = [r for r in runs.values() if r.state == "running"]
     if running:

@@ -88,7 +88,8 @@ def main(args: argparse.Namespace) -> int:
     except FileNotFoundError:
         raise FileNotFoundError(f"no queue at {describe_storage(args.storage, args.results)}: topup adds runs "
                                 "to the queue the grid was queued in (pass --storage URL)") from None
-    queued = queue.runs(args.grid)
+    # the [tuned] runs (robustness row) are descriptive: topup adds seeds to the paired protocol only
+    queued = {rid: r for rid, r in queue.runs(args.grid).items() if r.config.tuned is None}
     plans = plan_topup(stats, _held(queued))
     configs = _configs(queued, args.grid, plans)
     if configs and not args.dry_run:

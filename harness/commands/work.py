@@ -123,8 +123,9 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
         signal.signal(signal.SIGTERM, previous)
     n = sum(outcomes.values())
     lost = f", {outcomes['lost']} lost to another worker" if outcomes["lost"] else ""
+    pruned = f", {outcomes['pruned']} pruned" if outcomes["pruned"] else ""
     print(f"worker trained {n} runs: {outcomes['done']} done, {outcomes['diverged']} diverged, "
-          f"{outcomes['failed']} failed{lost}")
+          f"{outcomes['failed']} failed{pruned}{lost}")
     if n and outcomes["failed"] == n:
         print(f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
               "their errors", file=sys.stderr)

@@ -21,9 +21,27 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
 
     [train]                          # optional TrainConfig overrides (harness.config)
     eval_every_tokens = 50_000
+    [train.rd_attnres]               # optional: overrides of one variant (changes its protocol)
+    lr = 2.5e-3
+
+    [tuned]                          # optional: variants that also run at their own tuned settings
+    block_attnres = "tune:parent_small"          # the best params of a tuning study (DESIGN 9)
+    rd_attnres = { lr = 3e-3, warmup_frac = 0.1 }  # or explicit params (harness.scheduling.tuning)
 
     [analysis]                       # optional analysis plan (reports.plan, DESIGN section 6)
     min_effect_nats = 0.01
+
+``[train.VARIANT]`` tables override ``[train]`` for one variant; that variant's runs then
+have another protocol than the parent's, and a report refuses to pair them (naming the
+fields). To ask whether a gain survives giving each side its best settings, list the
+variants in ``[tuned]`` instead: each listed variant also runs, at every cell and seed,
+with its tuned parameters on top of its ``[train]``; those runs have ids ending in
+``:tuned`` and :attr:`harness.config.RunConfig.tuned` set, and the report pairs them in
+the robustness row "treatment (tuned) - parent (tuned)". A ``"tune:NAME"`` entry takes
+the best parameters of that tuning study in the queue's storage when the grid is queued
+(:func:`resolve_tuned`); a table gives the parameters (space names: a TrainConfig field or
+``warmup_frac``). Grid seeds stay below :data:`harness.terms.TUNE_SEED_BASE`, the tuning
+trials' seeds.
 
 ``[budgets_by_role]`` / ``[sizes_by_role]`` map a role to a subset of the grid's
 ``budgets_tokens`` / ``sizes``; roles not listed run at all of them. Paired statistics
@@ -44,6 +62,7 @@ from __future__ import annotations
 
 import glob
 import math
+from collections.abc import Callable
 import os
 import re
 import tomllib
@@ -52,7 +71,7 @@ from pathlib import Path
 
 from harness.config import SIZES, RunConfig, TrainConfig, train_config
 from harness.models import available_variants
-from harness.terms import NAME_RE, ROLES
+from harness.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
 from reports.plan import AnalysisPlan, parse_plan, plan_diff
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
@@ -66,7 +85,8 @@ GRID_KEYS = {
     "variants": "table: variant name = role",
     "budgets_by_role": "table: role = list of budgets (subset of budgets_tokens)",
     "sizes_by_role": "table: role = list of sizes (subset of sizes)",
-    "train": "table of TrainConfig overrides",
+    "train": "table of TrainConfig overrides, with optional [train.VARIANT] tables",
+    "tuned": "table: variant = \"tune:NAME\" (a tuning study's best params) or a table of params",
     "analysis": "table: the analysis plan (alpha, reproduce_fraction, min_effect_nats, power, max_seeds, looks)",
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
@@ -127,7 +147,10 @@ class Grid:
         variants: variant name -> role, in file order.
         budgets_by_role: role -> the budgets that role runs at (every role present).
         sizes_by_role: role -> the sizes that role runs at (every role present).
-        train: ``[train]`` overrides exactly as written (preset defaults are not merged in).
+        train: ``[train]`` overrides exactly as written (preset defaults are not merged in),
+            without the per-variant tables.
+        train_by_variant: variant -> its ``[train.VARIANT]`` overrides.
+        tuned: variant -> its ``[tuned]`` entry: ``"tune:NAME"`` or a table of params.
         analysis: the checked ``[analysis]`` plan (defaults for keys not written).
         description: free text.
         path: the file it was read from, if any.
@@ -142,6 +165,8 @@ class Grid:
     budgets_by_role: dict[str, tuple[int, ...]]
     sizes_by_role: dict[str, tuple[str, ...]]
     train: dict = field(default_factory=dict)
+    train_by_variant: dict = field(default_factory=dict)
+    tuned: dict = field(default_factory=dict)
     analysis: AnalysisPlan = field(default_factory=AnalysisPlan)
     description: str = ""
     path: Path | None = None
@@ -151,8 +176,12 @@ class Grid:
         """Name of the parent variant."""
         return next(v for v, r in self.variants.items() if r == "parent")
 
+    def train_for(self, variant: str) -> dict:
+        """The training overrides of ``variant``'s runs: ``[train]``, then ``[train.VARIANT]``."""
+        return {**self.train, **self.train_by_variant.get(variant, {})}
+
     def cells(self) -> list[Cell]:
-        """All runs, in queue order: size, budget (ascending), seed, variant by role."""
+        """All untuned runs, in queue order: size, budget (ascending), seed, variant by role."""
         by_role = sorted(self.variants.items(), key=lambda vr: ROLES.index(vr[1]))  # stable
         out = []
         for size in self.sizes:
@@ -163,26 +192,49 @@ class Grid:
                             out.append(Cell(size, budget, variant, role, seed))
         return out
 
-    def expand(self, corpus: str | None = None, cwd: str | os.PathLike | None = None) -> list[RunConfig]:
-        """Run configs, one per cell (see :meth:`cells` for the order).
+    def expand(self, corpus: str | None = None, cwd: str | os.PathLike | None = None,
+               tuned: dict[str, dict] | None = None) -> list[RunConfig]:
+        """Run configs, one per cell (see :meth:`cells` for the order); after each seed's
+        runs of a cell, that seed's ``[tuned]`` runs (same role order).
 
         Args:
             corpus: overrides the grid's corpus (``--corpus`` / ``$HARNESS_CORPUS``).
             cwd: folder a relative corpus is resolved against (default: current directory).
+            tuned: the ``[tuned]`` entries resolved (:func:`resolve_tuned`): variant ->
+                ``{"source", "params"}``; default: explicit entries only.
 
         Returns:
             :class:`~harness.config.RunConfig` s with ``corpus`` absolute (or an ``hf:``
-            spec), ``train`` the grid's overrides only and ``analysis`` the plan
-            (:meth:`reports.plan.AnalysisPlan.as_config`).
+            spec), ``train`` the grid's overrides only (a tuned run: plus its tuned params)
+            and ``analysis`` the plan (:meth:`reports.plan.AnalysisPlan.as_config`).
 
         Raises:
-            ValueError: a variant whose head groups cannot split a size's heads.
+            ValueError: a variant whose head groups cannot split a size's heads; a
+                ``[tuned]`` study entry not resolved.
         """
+        from harness.scheduling.tuning import train_overrides
+
         resolved = resolve_corpus(corpus if corpus is not None else self.corpus, cwd)
         analysis = self.analysis.as_config()
-        return [RunConfig.create(c.variant, c.size, c.seed, c.budget_tokens, resolved, grid=self.name, role=c.role,
-                                 train=self.train, analysis=analysis)
-                for c in self.cells()]
+        tuned = resolve_tuned(self, None) if tuned is None else tuned
+        out = []
+        for i, c in enumerate(cells := self.cells()):
+            out.append(RunConfig.create(c.variant, c.size, c.seed, c.budget_tokens, resolved, grid=self.name,
+                                        role=c.role, train=self.train_for(c.variant), analysis=analysis))
+            last_of_seed = i + 1 == len(cells) or (cells[i + 1].size, cells[i + 1].budget_tokens,
+                                                    cells[i + 1].seed) != (c.size, c.budget_tokens, c.seed)
+            if not last_of_seed:
+                continue
+            for t in (x for x in cells if (x.size, x.budget_tokens, x.seed) == (c.size, c.budget_tokens, c.seed)):
+                if t.variant not in tuned:
+                    continue
+                entry = tuned[t.variant]
+                extra = train_overrides(entry["params"], t.budget_tokens)
+                out.append(RunConfig.create(
+                    t.variant, t.size, t.seed, t.budget_tokens, resolved, grid=self.name, role=t.role,
+                    train={**self.train_for(t.variant), **extra}, analysis=analysis,
+                    tuned={"source": entry["source"], "params": dict(entry["params"]), "fields": sorted(extra)}))
+        return out
 
 
 # ----------------------------------------------------------------------------- loading
@@ -271,14 +323,26 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     train = data.get("train", {})
     if not isinstance(train, dict):
         raise err("train", f"must be a table of TrainConfig overrides, got {type(train).__name__}")
+    by_variant = {k: v for k, v in train.items() if isinstance(v, dict)}
+    train = {k: v for k, v in train.items() if not isinstance(v, dict)}
     _check_train(train, sizes, where)
+    for variant, table in by_variant.items():
+        if variant not in variants:
+            raise err(f"train.{variant}", f"a [train.VARIANT] table must name a variant of [variants] "
+                                          f"({', '.join(variants)}); {variant!r} is not one")
+        _check_train({**train, **table}, sizes, where, prefix=f"train.{variant}")
+    tuned = _tuned(data.get("tuned", {}), variants, err)
+    big = [s for s in seeds if s >= TUNE_SEED_BASE]
+    if big:
+        raise err("seeds", f"{big[0]} is reserved: seeds from {TUNE_SEED_BASE:_} on are the tuning trials' "
+                           f"(DESIGN 9); grid seeds must be below {TUNE_SEED_BASE:_}")
     analysis = parse_plan(data.get("analysis", {}), where=where,
                           source="[analysis]" if "analysis" in data else "defaults")
 
     return Grid(
         name=name, corpus=corpus, sizes=sizes, seeds=seeds, budgets_tokens=budgets,
         variants=variants, budgets_by_role=budgets_by_role, sizes_by_role=sizes_by_role,
-        train=dict(train), analysis=analysis, description=description,
+        train=dict(train), train_by_variant=by_variant, tuned=tuned, analysis=analysis, description=description,
         path=Path(path) if path is not None else None,
     )
 
@@ -395,26 +459,87 @@ def _check_pairing(variants, sizes_by_role, budgets_by_role, err) -> None:
 _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
-def _check_train(train: dict, sizes: tuple[str, ...], where: str) -> None:
+def _check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = "train") -> None:
     """Unknown keys, value types, and each size's merged TrainConfig must be valid."""
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
     unknown = [k for k in train if k not in types]
     if unknown:
-        raise ValueError(f"{where}: train.{unknown[0]}: unknown key; allowed keys: {', '.join(types)}")
+        raise ValueError(f"{where}: {prefix}.{unknown[0]}: unknown key; allowed keys: {', '.join(types)}")
     for key, value in train.items():
         ok = _PY_TYPES.get(types[key])
         if ok and (not isinstance(value, ok) or (types[key] != "bool" and isinstance(value, bool))):
-            raise ValueError(f"{where}: train.{key}: {value!r} is not a {types[key]}")
+            raise ValueError(f"{where}: {prefix}.{key}: {value!r} is not a {types[key]}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{where}: train.{key}: {value!r} must be finite")
+            raise ValueError(f"{where}: {prefix}.{key}: {value!r} must be finite")
     for size in sizes:
         try:
             train_config(size, **train)
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{where}: train (size {size}): {exc}") from None
+            raise ValueError(f"{where}: {prefix} (size {size}): {exc}") from None
+
+
+def _tuned(table, variants: dict[str, str], err) -> dict:
+    """Check a ``[tuned]`` table: variant -> ``"tune:NAME"`` or a table of tunable params."""
+    from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
+
+    if not isinstance(table, dict):
+        raise err("tuned", f"must be a table of `variant = \"tune:NAME\"` lines, got {type(table).__name__}")
+    for variant, entry in table.items():
+        key = f"tuned.{variant}"
+        if variant not in variants:
+            raise err(key, f"{variant!r} is not a variant of [variants] ({', '.join(variants)})")
+        if isinstance(entry, str):
+            if not is_tune_grid(entry):
+                raise err(key, f"{entry!r}: write \"tune:NAME\" (a tuning study of `harness tune`) or a table "
+                               "of params, e.g. { lr = 3e-3, warmup_frac = 0.1 }")
+            continue
+        if not isinstance(entry, dict) or not entry:
+            raise err(key, f"{entry!r}: write \"tune:NAME\" or a non-empty table of params")
+        for name, value in entry.items():
+            if name not in (*TUNABLE, WARMUP_FRAC):
+                raise err(f"{key}.{name}", f"not a tunable setting; allowed: {', '.join((*TUNABLE, WARMUP_FRAC))}")
+            if name == WARMUP_FRAC and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or not 0 <= value < 1):
+                raise err(f"{key}.{name}", f"{value!r} must be a fraction of the budget in [0, 1)")
+    return dict(table)
+
+
+def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) -> dict[str, dict]:
+    """The grid's ``[tuned]`` entries as ``variant -> {"source", "params"}``.
+
+    Args:
+        grid: the grid.
+        best: ``best("tune:NAME") -> (tuned variant, best params)`` from the queue's storage
+            (:func:`harness.scheduling.tuning.best_params`); ``None`` where no storage is at
+            hand (then a study entry is an error).
+
+    Raises:
+        ValueError: a study entry without ``best``, or a study that tuned another variant;
+            an explicit entry whose params make an invalid TrainConfig.
+    """
+    from harness.scheduling.tuning import train_overrides
+
+    where = str(grid.path) if grid.path else "<grid>"
+    out = {}
+    for variant, entry in grid.tuned.items():
+        if isinstance(entry, str):
+            if best is None:
+                raise ValueError(f"{where}: tuned.{variant} = {entry!r}: a tuning study's best params are read "
+                                 "from the queue's storage (harness queue does this)")
+            tuned_variant, params = best(entry)
+            if tuned_variant != variant:
+                raise ValueError(f"{where}: tuned.{variant} = {entry!r}: that study tuned {tuned_variant!r}, "
+                                 f"not {variant!r}")
+            out[variant] = {"source": entry, "params": dict(params)}
+        else:
+            out[variant] = {"source": "explicit", "params": dict(entry)}
+        for budget in grid.budgets_tokens:
+            extra = train_overrides(out[variant]["params"], budget)
+            _check_train({**grid.train_for(variant), **extra}, grid.sizes, where, prefix=f"tuned.{variant}")
+    return out
 
 
 __all__ = [
     "GRID_KEYS", "REQUIRED_KEYS", "resolve_corpus", "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
-    "check_plan_unchanged",
+    "check_plan_unchanged", "resolve_tuned",
 ]

@@ -1,27 +1,43 @@
-"""Run queue on Optuna storage (DESIGN section 1.1): many workers, each run trained once.
+"""Run queue on Optuna storage (DESIGN sections 1.1 and 9): many workers, each run trained once.
 
-One Optuna study (``"harness"``) per storage; one *trial* per attempt at a run. A
-trial carries, as user attributes, the run's id (its *cell tag*), grid name, run
+One Optuna study per grid, named after it (a tuning study ``tune:NAME`` is the grid of its
+trials' runs), so Optuna's own tools (``optuna.load_study``, optuna-dashboard) show each
+grid's history; one *trial* per attempt at a run. A trial carries, as user attributes,
+the run's id (its *cell tag*), grid name, variant, role, seed, size, budget_tokens, run
 config (the JSON of :meth:`harness.config.RunConfig.to_dict`), attempt counters and,
-while it trains, the worker's lease (:mod:`harness.scheduling.lease`). A run's state is
-read from all trials with its tag:
+while it trains, the worker's lease (:mod:`harness.scheduling.lease`). How a run ends:
 
-    done / diverged   some trial is COMPLETE (user attr ``status``)
-    running           some trial is RUNNING
-    queued            some trial is WAITING, or the last one failed and asked to be requeued
-    failed            the last trial FAILed and asked for no retry
+    done       COMPLETE, value = the run's final validation NLL (nats/token), user attr ``val_nll``
+    diverged   FAIL with user attrs ``status = "diverged"`` and the reason in ``error``
+    pruned     PRUNED (a tuning trial stopped by its study's pruner, :mod:`harness.scheduling.tuning`)
+    failed     FAIL with the error (``ending = "failed"``), retried while retries remain
+
+A run's state is read from all trials with its tag:
+
+    done / diverged / pruned   some trial ended so (above)
+    running                    some trial is RUNNING
+    queued                     some trial is WAITING, or the last one failed and asked to be requeued
+    failed                     the last trial FAILed and asked for no retry
+
+All the trials of one run live in one study. A queue written by the previous layout (one
+study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is read as it is: its runs stay
+there, new runs go into their grid's study, and :mod:`harness.scheduling.legacy` converts
+it into one study per grid once none of its runs is queued or running (``harness queue``
+does, with a message).
 
 Where the storage lives and how an outage is ridden out: :mod:`harness.scheduling.storage`.
-Trials are addressed by their number in the study; the storage's trial id, which its
+Trials are addressed by their number in their study; the storage's trial id, which its
 write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.
 
 Taking a run uses the storage's atomic WAITING -> RUNNING transition
 (``set_trial_state_values(..., RUNNING)`` returns False to all but one process), the
 same primitive ``Study.ask`` pops enqueued trials with; ``ask`` itself is not used
 because on an empty queue it silently creates a new, untagged trial, and it cannot
-restrict itself to one grid. Finishing a trial is the other atomic step: a trial
-already finished by someone else raises ``UpdateFinishedTrialError``, so when two
-workers reclaim one stale run, one wins.
+restrict itself to one grid. A tuning trial's parameters are drawn by the study's
+sampler when a worker takes it (:func:`harness.scheduling.tuning.draw_params`), so the
+sampler conditions on every trial finished by then. Finishing a trial is the other atomic
+step: a trial already finished by someone else raises ``UpdateFinishedTrialError``, so
+when two workers reclaim one stale run, one wins.
 
 Retries and re-enqueueing never modify a trial back to WAITING: the old trial is
 marked FAIL (with ``requeue = true`` set just before) and a new WAITING trial with the
@@ -44,9 +60,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import optuna
-from optuna.exceptions import UpdateFinishedTrialError
+from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.config import RunConfig
@@ -54,10 +70,12 @@ from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage, trial_lock
-from harness.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff
+from harness.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff, is_tune_grid
 
-STUDY_NAME = "harness"
+LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (read, then converted)
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
+# Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
+CARRIED_ATTRS = ("tune_pending", "tune_params", "tune_distributions")
 
 
 # ----------------------------------------------------------------------------- records
@@ -70,7 +88,7 @@ class Claim:
     Attributes:
         trial_id: Optuna trial id of this attempt.
         run_id: the cell tag, ``grid:size:variant:s<seed>:<budget>``.
-        grid: grid name.
+        grid: grid name (``tune:NAME`` for a tuning trial: :attr:`tuning`).
         config: the run (see :meth:`harness.scheduling.grid.Grid.expand`).
         attempt: 1 for the first attempt, then 2, 3, ...
         failures: attempts of this run whose training raised, so far.
@@ -94,6 +112,11 @@ class Claim:
     def owner(self) -> str:
         """``host:pid`` of the worker holding the claim."""
         return self.lease.worker
+
+    @property
+    def tuning(self) -> bool:
+        """Whether this is a tuning trial (its evaluations feed the study's pruner)."""
+        return is_tune_grid(self.grid)
 
 
 @dataclass(frozen=True)
@@ -153,6 +176,21 @@ def _config_of(trial: FrozenTrial) -> RunConfig:
     return RunConfig.from_dict(json.loads(trial.user_attrs["config"]))
 
 
+def ended_as(t: FrozenTrial) -> str | None:
+    """``done``, ``diverged`` or ``pruned`` if trial ``t`` ended its run so, else ``None``.
+
+    A COMPLETE trial is ``done`` (a previous-layout trial says ``diverged`` in its
+    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``.
+    """
+    if t.state == TrialState.COMPLETE:
+        return t.user_attrs.get("status", "done")
+    if t.state == TrialState.PRUNED:
+        return "pruned"
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") in FINISHED:
+        return t.user_attrs["status"]
+    return None
+
+
 def fold(trials: list[FrozenTrial]) -> RunState:
     """Fold all trials of one run (same ``run_id`` tag) into its :class:`RunState`."""
     real = sorted((t for t in trials if not _is_dup(t)), key=lambda t: t.number) or sorted(
@@ -161,11 +199,12 @@ def fold(trials: list[FrozenTrial]) -> RunState:
     last = real[-1]
     ua = last.user_attrs
     base = dict(run_id=ua["run_id"], grid=ua["grid"], config=_config_of(last), trials=tuple(trials))
-    complete = [t for t in real if t.state == TrialState.COMPLETE]
-    if complete:
-        t = complete[0]
-        return RunState(state=t.user_attrs.get("status", "done"), attempt=t.user_attrs.get("attempt", 1),
-                        wall_s=t.user_attrs.get("wall_s"), value=t.user_attrs.get("val_nll"), **base)
+    ended = [t for t in real if ended_as(t)]
+    if ended:
+        t = ended[0]
+        return RunState(state=ended_as(t), attempt=t.user_attrs.get("attempt", 1),
+                        wall_s=t.user_attrs.get("wall_s"), value=t.user_attrs.get("val_nll"),
+                        error=t.user_attrs.get("error") if ended_as(t) == "diverged" else None, **base)
     running = [t for t in real if t.state == TrialState.RUNNING]
     if running:
         t = running[0]
@@ -184,30 +223,25 @@ def fold(trials: list[FrozenTrial]) -> RunState:
 
 
 class RunQueue:
-    """The run queue on one Optuna storage (see the module docstring).
+    """The run queue on one Optuna storage: every study holding runs (see the module docstring).
 
     Args:
         storage: an Optuna storage (:func:`open_storage`).
-        study_name: the study holding the queue.
         lease_timeout_s: a running trial whose lease has not beaten for this long
             (seconds) is reclaimed by :meth:`reclaim_stale`.
-        create: create the study if missing; with ``False`` a missing study is an empty queue.
+        create: kept for :meth:`open` (a missing journal file is created); studies are
+            created when a grid's first run is enqueued.
     """
 
-    def __init__(self, storage: BaseStorage, *, study_name: str = STUDY_NAME,
-                 lease_timeout_s: float = LEASE_TIMEOUT_S, create: bool = True) -> None:
+    def __init__(self, storage: BaseStorage, *, lease_timeout_s: float = LEASE_TIMEOUT_S,
+                 create: bool = True) -> None:
         if lease_timeout_s <= 0:
             raise ValueError(f"lease timeout {lease_timeout_s} s must be positive")
         self.storage = storage
         self.lease_timeout_s = float(lease_timeout_s)
         self.host = hostname()
-        if create:
-            optuna.create_study(storage=storage, study_name=study_name, direction="minimize",
-                                load_if_exists=True)
-        try:
-            self.study_id: int | None = storage.get_study_id_from_name(study_name)
-        except KeyError:
-            self.study_id = None
+        self._study_ids: dict[str, int] = {}  # study name -> id (ids never change; a deleted one is dropped)
+        self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
 
     where = "(storage)"  # for messages; set by :meth:`open`
 
@@ -230,13 +264,60 @@ class RunQueue:
 
     def _id_of(self, trial: FrozenTrial) -> int:
         """The storage's id of ``trial`` (what its write calls take), by the public API."""
-        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+        return self.storage.get_trial_id_from_study_id_trial_number(
+            self._run_study[trial.user_attrs["run_id"]], trial.number)
+
+    def studies(self) -> dict[str, int]:
+        """Study name -> study id of every study in the storage (queue studies and others)."""
+        names = [s.study_name for s in self.storage.get_all_studies()]
+        for name in names:
+            if name not in self._study_ids:
+                try:
+                    self._study_ids[name] = self.storage.get_study_id_from_name(name)
+                except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                    continue
+        self._study_ids = {n: self._study_ids[n] for n in names if n in self._study_ids}
+        return dict(self._study_ids)
+
+    def study_of(self, grid: str) -> int:
+        """Id of ``grid``'s study (minimised: trial values are NLLs), created when missing."""
+        if grid not in self._study_ids:
+            try:
+                self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
+            except KeyError:
+                try:
+                    self._study_ids[grid] = self.storage.create_new_study([StudyDirection.MINIMIZE], grid)
+                except DuplicatedStudyError:  # another process created it first
+                    self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
+        return self._study_ids[grid]
 
     def _trials(self) -> list[FrozenTrial]:
-        if self.study_id is None:
-            return []
-        return [t for t in self.storage.get_all_trials(self.study_id, deepcopy=False)
-                if "run_id" in t.user_attrs]
+        """Every trial that is an attempt at a run, over all studies; records each run's study.
+
+        A run that also has trials outside :data:`LEGACY_STUDY` (it was converted) is read
+        from there only.
+        """
+        by_study = []
+        for name, sid in self.studies().items():
+            try:
+                trials = self.storage.get_all_trials(sid, deepcopy=False)
+            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                continue
+            by_study.append((name, sid, [t for t in trials if "run_id" in t.user_attrs]))
+        modern = {t.user_attrs["run_id"] for name, _, ts in by_study if name != LEGACY_STUDY for t in ts}
+        out = []
+        for name, sid, trials in by_study:
+            for t in trials:
+                rid = t.user_attrs["run_id"]
+                if name == LEGACY_STUDY and rid in modern:
+                    continue
+                self._run_study[rid] = sid
+                out.append(t)
+        return out
+
+    def all_trials(self) -> list[FrozenTrial]:
+        """Every attempt at every run (all studies), as Optuna's frozen trials."""
+        return self._trials()
 
     def runs(self, grid: str | None = None) -> dict[str, RunState]:
         """Every run in the queue (optionally of one grid), by run id, in queue order."""
@@ -254,17 +335,19 @@ class RunQueue:
         return out
 
     def progress(self, grid: str) -> tuple[int, int]:
-        """``(finished, total)`` runs of ``grid``; finished = done + diverged + failed."""
+        """``(finished, total)`` runs of ``grid``; finished = done + diverged + pruned + failed."""
         c = self.counts(grid).get(grid, Counter())
-        return c["done"] + c["diverged"] + c["failed"], sum(c.values())
+        return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
 
     # -- adding
 
-    def enqueue(self, configs: list[RunConfig], *, retry_failed: bool = False) -> EnqueueResult:
+    def enqueue(self, configs: list[RunConfig], *, retry_failed: bool = False,
+                attrs: Mapping[str, Any] | None = None) -> EnqueueResult:
         """Add one trial per run config not yet in the queue (idempotent).
 
         A run already queued, running, done or diverged is left alone; a failed run is
-        queued again only with ``retry_failed``.
+        queued again only with ``retry_failed``. ``attrs``: more user attributes of each new
+        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial).
 
         Raises:
             ValueError: two configs share a run id, or a run id already in the queue was
@@ -294,26 +377,44 @@ class RunQueue:
         for index, c in enumerate(configs):
             r = existing.get(c.run_id)
             if r is None:
-                self._new_trial(c, attempt=1, failures=0, reclaims=0, order=[queued_at, index])
+                self._new_trial(c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs)
                 result.added.append(c.run_id)
             elif r.state != "failed":
                 result.present.append(c.run_id)
             elif retry_failed:
-                self._new_trial(c, attempt=r.attempt + 1, failures=0, reclaims=0, order=[queued_at, index])
+                self._new_trial(c, attempt=r.attempt + 1, failures=0, reclaims=0, order=[queued_at, index],
+                                carried=attrs)
                 result.retried.append(c.run_id)
             else:
                 result.failed.append(c.run_id)
         return result
 
-    def _new_trial(self, config: RunConfig, *, attempt: int, failures: int, reclaims: int, order: list) -> int:
-        assert self.study_id is not None
+    def _new_trial(self, config: RunConfig, *, attempt: int, failures: int, reclaims: int, order: list,
+                   carried: Mapping[str, Any] | None = None) -> int:
+        """A WAITING trial for ``config`` in its run's study (new run: its grid's study).
+
+        ``carried``: attributes of the run's previous attempt (:data:`CARRIED_ATTRS`); a
+        tuning trial's drawn parameters become the new trial's parameters too.
+        """
         attrs = {
-            "run_id": config.run_id, "grid": config.grid,
+            "run_id": config.run_id, "grid": config.grid, "variant": config.variant, "role": config.role,
+            "seed": config.seed, "size": config.size, "budget_tokens": config.budget_tokens,
             "config": json.dumps(config.to_dict(), sort_keys=True),
             "attempt": attempt, "failures": failures, "reclaims": reclaims, "order": order,
+            **(carried or {}),
         }
-        template = create_trial(state=TrialState.WAITING, user_attrs=attrs)
-        return self.storage.create_new_trial(self.study_id, template_trial=template)
+        params, distributions = {}, {}
+        if attrs.get("tune_params") and attrs.get("tune_distributions"):
+            from optuna.distributions import json_to_distribution
+
+            params = dict(attrs["tune_params"])
+            distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}
+        template = create_trial(state=TrialState.WAITING, user_attrs=attrs, params=params,
+                                distributions=distributions)
+        study_id = self._run_study[config.run_id] if config.run_id in self._run_study else self.study_of(config.grid)
+        trial_id = self.storage.create_new_trial(study_id, template_trial=template)
+        self._run_study[config.run_id] = study_id
+        return trial_id
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued.
@@ -327,16 +428,19 @@ class RunQueue:
                 last = max((t for t in r.trials if not _is_dup(t)), key=lambda t: t.number)
                 ua = last.user_attrs
                 self._new_trial(r.config, attempt=ua.get("attempt", 1) + 1, failures=ua.get("failures", 0),
-                                reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]))
+                                reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]),
+                                carried={k: ua[k] for k in CARRIED_ATTRS if k in ua})
                 out.append(rid)
         return out
 
     # -- taking and finishing
 
     def claim(self, grid: str | None = None) -> Claim | None:
-        """Take the next queued run (optionally of one grid) under a fresh lease, or ``None``."""
-        if self.study_id is None:
-            return None
+        """Take the next queued run (optionally of one grid) under a fresh lease, or ``None``.
+
+        A tuning trial whose parameters are not drawn yet gets them now, from its study's
+        sampler (:func:`harness.scheduling.tuning.draw_params`); its config then holds them.
+        """
         waiting = [t for t in self._trials() if t.state == TrialState.WAITING
                    and (grid is None or t.user_attrs.get("grid") == grid)]
         for t in sorted(waiting, key=_order):
@@ -351,14 +455,19 @@ class RunQueue:
             rid = t.user_attrs["run_id"]
             siblings = [s for s in self._trials() if s.user_attrs["run_id"] == rid
                         and s.number != t.number and not _is_dup(s)]
-            if any(s.state == TrialState.COMPLETE
+            if any(ended_as(s)
                    or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
                    for s in siblings):
                 self.storage.set_trial_user_attr(trial_id, "ending", "duplicate")
                 self._finish(trial_id, TrialState.FAIL)
                 continue
             ua = t.user_attrs
-            return Claim(trial_id=trial_id, run_id=rid, grid=ua["grid"], config=_config_of(t),
+            config = _config_of(t)
+            if ua.get("tune_pending"):
+                from harness.scheduling.tuning import draw_params
+
+                config = draw_params(self.storage, trial_id, config)
+            return Claim(trial_id=trial_id, run_id=rid, grid=ua["grid"], config=config,
                          attempt=ua.get("attempt", 1), failures=ua.get("failures", 0),
                          reclaims=ua.get("reclaims", 0), lease=lease, epoch=t.number)
         return None
@@ -424,19 +533,26 @@ class RunQueue:
         way); ``False`` if the run was meanwhile taken from this worker."""
         return self._set_attrs(claim.trial_id, {"lease": claim.lease.refreshed(progress=progress).to_dict()})
 
-    def complete(self, claim: Claim, status: str, *, value: float | None, wall_s: float) -> bool:
-        """Mark a trained run finished (``status`` 'done' or 'diverged').
+    def complete(self, claim: Claim, status: str, *, value: float | None, wall_s: float,
+                 error: str | None = None) -> bool:
+        """Mark a trained run finished: ``status`` 'done', 'diverged' or 'pruned'.
 
-        The trial's objective value is ``value`` (final validation NLL, nats/token) when
-        finite, else +inf (Optuna needs a number; the results store has the real record).
-        Returns ``False`` if the lease was lost (another worker reclaimed the run).
+        done: a COMPLETE trial whose value is ``value``, the final validation NLL
+        (nats/token; +inf with ``val_nll`` None when the train function gave no finite NLL,
+        which :func:`~harness.scheduling.worker.train_unless_finished` always gives).
+        diverged: a FAIL trial with ``status`` and the reason (``error``). pruned: a PRUNED
+        trial (its reported NLLs are its intermediate values). Returns ``False`` if the
+        lease was lost (another worker reclaimed the run).
         """
         if status not in FINISHED:
-            raise ValueError(f"status {status!r}; allowed: 'done', 'diverged'")
+            raise ValueError(f"status {status!r}; allowed: {', '.join(map(repr, FINISHED))}")
         ok_value = value is not None and math.isfinite(value)
         attrs = {"status": status, "wall_s": wall_s, "val_nll": float(value) if ok_value else None}
+        state = {"done": TrialState.COMPLETE, "pruned": TrialState.PRUNED}.get(status, TrialState.FAIL)
+        if state == TrialState.FAIL:
+            attrs.update(error=(error or status)[-ERROR_CHARS:], ending=status, requeue=False)
         return self._set_attrs(claim.trial_id, attrs) and self._finish(
-            claim.trial_id, TrialState.COMPLETE, float(value) if ok_value else math.inf)
+            claim.trial_id, state, (float(value) if ok_value else math.inf) if state == TrialState.COMPLETE else None)
 
     def fail(self, claim: Claim, error: str, *, wall_s: float, max_retries: int) -> bool:
         """Mark an attempt whose training raised; requeue it while its ``max_retries``
@@ -502,4 +618,5 @@ def _order(t: FrozenTrial) -> tuple:
     return (float(o[0]), int(o[1]), t.number)
 
 
-__all__ = ["STUDY_NAME", "MAX_RECLAIMS", "Claim", "RunState", "EnqueueResult", "fold", "RunQueue"]
+__all__ = ["LEGACY_STUDY", "MAX_RECLAIMS", "CARRIED_ATTRS", "Claim", "RunState", "EnqueueResult", "ended_as", "fold",
+           "RunQueue"]

@@ -56,19 +56,19 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _outcome(result: Any) -> tuple[str, float | None]:
-    """``(status, final val NLL or None)`` from a train function's return value.
+def _outcome(result: Any) -> tuple[str, float | None, str | None]:
+    """``(status, final val NLL or None, error or None)`` from a train function's return value.
 
     Accepted: a status string; ``(status, val_nll)``; a mapping with ``status`` and
-    optionally ``val_nll``.
+    optionally ``val_nll`` (nats/token) and ``error`` (why a run diverged).
     """
     if isinstance(result, str):
-        return result, None
+        return result, None, None
     if isinstance(result, Mapping):
-        return str(result.get("status")), result.get("val_nll")
+        return str(result.get("status")), result.get("val_nll"), result.get("error")
     if isinstance(result, tuple) and len(result) == 2:
-        return str(result[0]), result[1]
-    return repr(result), None
+        return str(result[0]), result[1], None
+    return repr(result), None, None
 
 
 def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
@@ -80,8 +80,10 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
     Args:
         queue: the run queue.
         train_fn: ``train_fn(config, results_dir)`` trains one run (resuming from its
-            checkpoint if one exists) and returns ``'done'`` or ``'diverged'`` (or see
-            :func:`_outcome`); it raises on a crash.
+            checkpoint if one exists) and returns ``'done'``, ``'diverged'`` or ``'pruned'``
+            (or see :func:`_outcome`); it raises on a crash. A tuning trial's run is called
+            with ``on_eval=`` its study's pruning hook as well
+            (:func:`harness.scheduling.tuning.pruning_hook`).
         results_dir: passed to ``train_fn`` and ``on_failure``.
         on_failure: ``on_failure(config, results_dir, error_text)`` records a crashed
             attempt in the results store (:func:`record_failure`).
@@ -147,13 +149,19 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
     fence = ClaimFence(queue, claim, heartbeat, call)
     try:
+        extra = {}
+        if claim.tuning:
+            from harness.scheduling.tuning import pruning_hook
+
+            extra["on_eval"] = call(pruning_hook, queue.storage, claim.grid, claim.trial_id)
         with heartbeat, fenced(fence):
-            result = train_fn(claim.config, results_dir)
-        status, value = _outcome(result)
+            result = train_fn(claim.config, results_dir, **extra)
+        status, value, reason = _outcome(result)
         if status == "failed":  # the train function recorded the failure itself
             raise _ReportedFailure(f"train function returned 'failed' for {claim.run_id}")
         if status not in FINISHED:
-            raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged' or 'failed'")
+            raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' "
+                             "or 'failed'")
     except LeaseLost as exc:
         return _lost(queue, call, claim, exc, log)
     except Exception as exc:
@@ -178,11 +186,12 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
         log(f"released {claim.run_id}: queued again; a retry resumes from its checkpoint")
         raise
     wall = time.monotonic() - t0
-    if not call(queue.complete, claim, status, value=value, wall_s=wall):
+    if not call(queue.complete, claim, status, value=value, wall_s=wall, error=reason):
         log(f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
             f"reclaimed it); the result file is written, the queue keeps the other attempt")
     done, total = call(queue.progress, claim.grid)
-    log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)})")
+    nll = f", val_nll {value:.4f}" if isinstance(value, (int, float)) and value == value else ""
+    log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)}{nll})")
     return status
 
 
@@ -197,19 +206,25 @@ class _ReportedFailure(RuntimeError):
     """The train function returned 'failed' (it recorded the failure itself)."""
 
 
-def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: bool = True, **trainer_kwargs) -> str:
+def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: bool = True,
+                          **trainer_kwargs) -> dict:
     """:func:`harness.train.train_run`, unless an earlier attempt already wrote this run's
-    finished result (its worker died before telling the queue): then that result's status,
-    without training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy)."""
+    finished result (its worker died before telling the queue): then that result, without
+    training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy, on_eval).
+
+    Returns:
+        ``{"status", "val_nll", "error"}`` read from the run's result file
+        (:func:`harness.train.run.finished_outcome`): what the queue records.
+    """
     from harness.train import run as runner  # lazy: torch and Lightning load only when training
 
     status = runner.finished_status(config, results_dir)
     if status is None:
-        return runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
-    if progress:
+        status = runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
+    elif progress:
         print(f"{config.run_id}: already {status} (its result file was written by an earlier attempt "
               "whose worker stopped before telling the queue); not trained again", file=sys.stderr, flush=True)
-    return status
+    return runner.finished_outcome(config, results_dir) or {"status": status}
 
 
 def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> None:

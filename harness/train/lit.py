@@ -63,6 +63,7 @@ class LitLM(L.LightningModule):
         # the routing parameters as built (before any checkpoint is loaded): their initial values
         self._route_init = route_param_snapshot(model)
         self.diverged: dict | None = None
+        self.pruned: dict | None = None  # {"step", "tokens", "val_nll"} when a tuning study's pruner stopped the run
         self.last_eval: dict | None = None  # {"step", "nll", "bpb", "ppl", "tokens", "bytes"} of the latest evaluate
         self._compiled = None
         self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds

@@ -2,8 +2,9 @@
 
 All four happen in one ordered hook after each optimiser step (:meth:`RunCallback.on_train_batch_end`),
 so their order is fixed: train-metric rows, then the evaluation (at every ``eval_every``
-steps and at the last step), then the checkpoint (which therefore holds this step's
-rows), then the progress display, then a planned stop.
+steps and at the last step) and its hook (``on_eval``: a tuning trial reports the NLL to
+its study's pruner, which may end the run as ``pruned``), then the checkpoint (which
+therefore holds this step's rows), then the progress display, then a planned stop.
 
 Progress goes to stderr (modes: :mod:`harness.console`, ``$HARNESS_PROGRESS``): a ``tqdm``
 bar on a terminal no other harness process is training on, else complete lines prefixed
@@ -43,14 +44,19 @@ class RunCallback(L.Callback):
         run_id: the run's id, under which its live progress is published.
         check_lease: called first after every optimiser step; raises
             :class:`~harness.fencing.LeaseLost` when the lease is known to be lost (no I/O).
+        on_eval: ``on_eval(step, tokens, val_nll) -> bool``, called after every evaluation
+            before the last step (val NLL in nats/token); ``True`` stops the run there as
+            pruned (:attr:`harness.train.lit.LitLM.pruned`).
     """
 
     def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
                  save_checkpoint: Callable, run_id: str = "",
-                 check_lease: Callable[[], None] = lambda: None) -> None:
+                 check_lease: Callable[[], None] = lambda: None,
+                 on_eval: Callable[[int, int, float], bool] | None = None) -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
         self.save_checkpoint, self.run_id = save_checkpoint, run_id
         self.check_lease = check_lease
+        self.on_eval = on_eval
         self.bar = None
         self.terminal: console.SharedTerminal | None = None
         self.t0: float | None = None
@@ -89,7 +95,12 @@ class RunCallback(L.Callback):
             return
         pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
         if step == plan.total_steps or (plan.eval_every and step % plan.eval_every == 0):
-            pl_module.evaluate(trainer.datamodule.val_dataloader())
+            nll = pl_module.evaluate(trainer.datamodule.val_dataloader())["nll"]
+            if self.on_eval is not None and step < plan.total_steps and self.on_eval(step, pl_module.tokens_seen, nll):
+                pl_module.pruned = {"step": step, "tokens": pl_module.tokens_seen, "val_nll": nll}
+                trainer.should_stop = True
+                self._show(pl_module, step)
+                return
         stopping = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
         if step < plan.total_steps and (step % plan.ckpt_every == 0 or stopping):
             self.save_checkpoint(trainer)

@@ -98,7 +98,7 @@ class Fitted:
 
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-          stop_after_tokens: int | None = None, fence: Fence | None = None) -> Run:
+          stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -138,7 +138,8 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
             raise LeaseLost(config.run_id, why)
 
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                           save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease)
+                           save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
+                           on_eval=on_eval)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
     _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
@@ -179,7 +180,9 @@ def fit(run: Run) -> Fitted:
                              "checkpoint") from None
     fit_s = time.perf_counter() - t_fit
     final = None
-    if not lit.diverged:
+    if lit.pruned:
+        final = lit.last_eval  # the evaluation the pruner judged
+    elif not lit.diverged:
         final = lit.last_eval
         if final is None or final["step"] != run.plan.total_steps:  # resumed at the very end: owed
             lit.evaluate(run.dm.val_dataloader())
@@ -191,12 +194,16 @@ def record(run: Run, fitted: Fitted) -> str:
     """Write the run's result file (rank 0 only), remove its checkpoint, ingest it.
 
     Returns:
-        ``done`` or ``diverged``.
+        ``done``, ``diverged`` or ``pruned``.
     """
     from db.store import Store, StoreLockedError
 
     lit, config, plan = run.lit, run.config, run.plan
-    status = "diverged" if lit.diverged else "done"
+    status = "diverged" if lit.diverged else "pruned" if lit.pruned else "done"
+    error = lit.diverged["reason"] if lit.diverged else None
+    if lit.pruned:
+        error = (f"pruned by the tuning study's pruner at step {lit.pruned['step']} ({lit.pruned['tokens']:,} "
+                 f"tokens): val_nll {lit.pruned['val_nll']:.4f}")
     if not run.trainer.is_global_zero:
         return status
     row = _run_row(
@@ -204,7 +211,7 @@ def record(run: Run, fitted: Fitted) -> str:
         n_trainable=run.n_params["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
         tokens_per_s=fitted.tokens / fitted.fit_s if fitted.fit_s > 0 and fitted.tokens > 0 else None,  # this segment
         tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step),
-        error=lit.diverged["reason"] if lit.diverged else None,
+        error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(), fence=run.fence,
     )
@@ -232,6 +239,8 @@ def record(run: Run, fitted: Fitted) -> str:
             print(f"[{config.label}] done: val_nll {final['nll']:.4f} nats/token, bpb {final['bpb']:.4f}, "
                   f"ppl {final['ppl']:.2f} ({lit.tokens_seen:,} tokens, {row['wall_s']:.1f} s)",
                   file=sys.stderr, flush=True)
+        elif status == "pruned":
+            print(f"[{config.label}] {error}", file=sys.stderr, flush=True)
         else:
             print(f"[{config.label}] diverged at step {lit.diverged['step']} ({lit.diverged['tokens']:,} tokens): "
                   f"{lit.diverged['reason']}", file=sys.stderr, flush=True)
@@ -240,7 +249,7 @@ def record(run: Run, fitted: Fitted) -> str:
 
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-              stop_after_tokens: int | None = None, fence: Fence | None = None) -> str:
+              stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -253,9 +262,12 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             tokens (a planned stop; calling again resumes).
         fence: who may write this run's checkpoints and result (:mod:`harness.fencing`);
             default :func:`harness.fencing.current` (a queue worker's claim, or the open fence).
+        on_eval: ``on_eval(step, tokens, val_nll) -> bool`` after each evaluation before the
+            last step; ``True`` ends the run there as ``pruned`` (a tuning trial's pruner,
+            :func:`harness.scheduling.tuning.pruning_hook`).
 
     Returns:
-        ``done`` or ``diverged`` (a diverged run is recorded, not raised).
+        ``done``, ``diverged`` or ``pruned`` (a diverged run is recorded, not raised).
 
     Raises:
         RunInterrupted: stopped at ``stop_after_tokens``, by SIGTERM or Ctrl-C.
@@ -264,7 +276,8 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
     run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
-                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence)
+                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
+                on_eval=on_eval)
     return record(run, fit(run))
 
 
@@ -335,5 +348,13 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
     return None
 
 
+def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
+    """What the result file of ``config``'s run says about its end, for the queue:
+    ``{"status", "val_nll", "error"}`` (:meth:`db.store.Store.run_end`), or ``None``."""
+    from db.store import Store
+
+    return Store(results_dir).run_end(config.run_id)
+
+
 __all__ = ["RunInterrupted", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
-           "stored_result", "finished_status"]
+           "stored_result", "finished_status", "finished_outcome"]
