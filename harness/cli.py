@@ -20,6 +20,7 @@ COMMANDS = {
     "run": "run",
     "queue": "queue",
     "work": "work",
+    "launch": "launch",
     "status": "status",
     "sql": "sql",
     "report": "report",
@@ -36,6 +37,7 @@ EPILOG = """\
 the research loop, one command each:
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them
   harness work                                     # one or many workers train queued runs
+  harness launch --executor slurm --workers 8      # ... or a SLURM job array of workers (submitit)
   harness sql "select variant, seed, val_nll from final order by 1, 2"
   harness report --grid rd_controls_small          # paired significance report
   harness plan ablations/rd_controls_small.toml --pilot rd_controls_small   # MDE, seeds needed, cost

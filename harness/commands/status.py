@@ -1,9 +1,13 @@
-"""Show the run queue: queued/running/done/diverged/failed runs per grid, and an ETA.
+"""Show the run queue: queued/running/done/diverged/failed runs per grid, and an ETA; and launched jobs.
 
 The ETA of a grid is (queued + running runs) x (mean wall time of its finished runs)
 / (live workers); live workers are those holding a fresh lease, so idle workers
 waiting with --wait are not counted. Stale leases (a worker that stopped beating)
 are listed; the next `harness work` queues their runs again.
+
+Then the workers started by `harness launch` (the newest --launches launches recorded in
+RESULTS/launches): each job's state from SLURM (squeue, then sacct) or, for local
+workers, from their processes, with how often SLURM requeued it and what it trained.
 
 example:
   harness status
@@ -21,6 +25,7 @@ from harness.terms import FINISHED
 
 # display order: waiting, training, finished (done, diverged), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")
+LAUNCHES_SHOWN = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: RESULTS/queue.journal)")
     parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
                         help=f"lease timeout in seconds for judging stale leases (default: {LEASE_TIMEOUT_S:g})")
+    parser.add_argument("--launches", type=int, default=LAUNCHES_SHOWN, metavar="N",
+                        help=f"show the jobs of the newest N launches (default: {LAUNCHES_SHOWN}; 0: none)")
 
 
 def _last_line(text: str | None) -> str:
@@ -38,6 +45,37 @@ def _last_line(text: str | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.launches < 0:
+        raise ValueError(f"--launches {args.launches}: must be >= 0")
+    code = _queue_status(args)
+    _launches(args.results, args.launches)
+    return code
+
+
+def _launches(results, shown: int) -> None:
+    """The jobs of the newest ``shown`` launches (:mod:`harness.scheduling.launch`)."""
+    from harness.commands.work import summary
+    from harness.scheduling.launch import job_states, read_records
+
+    records = read_records(results) if shown else []
+    if not records:
+        return
+    print(f"launched workers (newest first; {len(records)} launch(es) in {results}/launches):")
+    for rec in records[:shown]:
+        what = f"job {rec.array_id}" if rec.executor == "slurm" else "controller pid(s)"
+        print(f"  {rec.id}: {len(rec.job_ids)} worker(s), {rec.executor}, {what}, launched {rec.created} "
+              f"from {rec.host}")
+        for job in job_states(rec):
+            extra = [f"requeued {job.restarts}x"] if job.restarts else []
+            extra += [summary(job.result)] if job.result is not None else []
+            extra += [job.detail] if job.detail else []
+            print(f"    {job.job_id}  {job.state}" + (f"  ({'; '.join(extra)})" if extra else ""))
+        print(f"    folder: {rec.folder}")
+    if len(records) > shown:
+        print(f"  ... and {len(records) - shown} older launch(es) (--launches N)")
+
+
+def _queue_status(args: argparse.Namespace) -> int:
     import optuna
 
     from harness.scheduling.lease import stale_reason

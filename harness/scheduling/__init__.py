@@ -8,5 +8,8 @@
   and finished atomically, retried and reclaimed;
 * :mod:`harness.scheduling.lease` -- worker leases and their heartbeat (is a worker alive?);
 * :mod:`harness.scheduling.worker` -- the loop of ``harness work`` around
-  :func:`harness.train.train_run`.
+  :func:`harness.train.train_run`;
+* :mod:`harness.scheduling.stop` -- a signal asks a worker to stop at the next batch boundary;
+* :mod:`harness.scheduling.launch` -- workers submitted with submitit (a SLURM job array,
+  local processes), the launch records and the jobs' states.
 """

@@ -3,7 +3,9 @@
 All four happen in one ordered hook after each optimiser step (:meth:`RunCallback.on_train_batch_end`),
 so their order is fixed: train-metric rows, then the evaluation (at every ``eval_every``
 steps and at the last step), then the checkpoint (which therefore holds this step's
-rows), then the progress display, then a planned stop.
+rows), then the progress display, then a stop: planned (``stop_after_tokens``) or asked
+for by ``stop_requested`` (a signal, :class:`harness.scheduling.stop.StopRequest`), with a
+checkpoint of that step either way.
 
 Progress goes to stderr: a ``tqdm`` bar on a terminal (``HARNESS_PROGRESS=lines`` forces
 lines), else one line every 10 % of the budget.
@@ -34,12 +36,15 @@ class RunCallback(L.Callback):
         budget_tokens: the run's budget, for the percentage shown.
         progress: show progress at all.
         save_checkpoint: ``save_checkpoint(trainer)`` writes the run's checkpoint.
+        stop_requested: asked after every optimiser step before the last; a reason
+            (string) stops the run there with a checkpoint, ``None`` goes on.
     """
 
     def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
-                 save_checkpoint: Callable) -> None:
+                 save_checkpoint: Callable, stop_requested: Callable[[], str | None] | None = None) -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
         self.save_checkpoint = save_checkpoint
+        self.stop_requested = stop_requested
         self.bar = None
         self.t0: float | None = None
         self.tokens0 = 0
@@ -64,12 +69,15 @@ class RunCallback(L.Callback):
         pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
         if step == plan.total_steps or (plan.eval_every and step % plan.eval_every == 0):
             pl_module.evaluate(trainer.datamodule.val_dataloader())
-        stopping = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
+        planned = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
+        asked = self.stop_requested() if self.stop_requested is not None and step < plan.total_steps else None
+        stopping = planned or bool(asked)
         if step < plan.total_steps and (step % plan.ckpt_every == 0 or stopping):
             self.save_checkpoint(trainer)
         self._show(pl_module, step)
         if stopping:
-            raise StopRequested(f"stopped after {pl_module.tokens_seen:,} tokens (step {step}) as asked")
+            why = f"on request ({asked})" if asked else "as asked"
+            raise StopRequested(f"stopped after {pl_module.tokens_seen:,} tokens (step {step}) {why}")
 
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException

@@ -25,6 +25,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ from harness.train.trainer import make_trainer, quiet_lightning, resolve_acceler
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """The run stopped before its budget (``stop_after_tokens``, SIGTERM, Ctrl-C) with a
+    """The run stopped before its budget (``stop_after_tokens``, ``stop_requested``, SIGTERM, Ctrl-C) with a
     checkpoint on disk; calling :func:`train_run` again resumes it. A ``KeyboardInterrupt``,
     so a queue worker gives the run back to the queue instead of recording a failure."""
 
@@ -93,7 +94,7 @@ class Fitted:
 
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-          stop_after_tokens: int | None = None) -> Run:
+          stop_after_tokens: int | None = None, stop_requested: Callable[[], str | None] | None = None) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -122,7 +123,8 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
                              eval_windows=dm.n_val_windows, precision=precision)
     ckpt_dir = checkpoint_dir(results_dir, config.run_id)
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir))
+                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir),
+                           stop_requested=stop_requested)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
     claim_folder(ckpt_dir, config)
@@ -221,7 +223,7 @@ def record(run: Run, fitted: Fitted) -> str:
 
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-              stop_after_tokens: int | None = None) -> str:
+              stop_after_tokens: int | None = None, stop_requested: Callable[[], str | None] | None = None) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -232,17 +234,21 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             (``devices=4, strategy="ddp"`` for several GPUs; multi-node via torchrun/SLURM).
         stop_after_tokens: checkpoint and raise :class:`RunInterrupted` after this many
             tokens (a planned stop; calling again resumes).
+        stop_requested: asked after every optimiser step; a reason (a signal's name,
+            :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
+            :class:`RunInterrupted`.
 
     Returns:
         ``done`` or ``diverged`` (a diverged run is recorded, not raised).
 
     Raises:
-        RunInterrupted: stopped at ``stop_after_tokens``, by SIGTERM or Ctrl-C.
+        RunInterrupted: stopped at ``stop_after_tokens``, on ``stop_requested``, by SIGTERM or Ctrl-C.
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
     run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
-                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens)
+                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens,
+                stop_requested=stop_requested)
     return record(run, fit(run))
 
 
