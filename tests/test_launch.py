@@ -11,9 +11,9 @@ Run: python -m pytest -q tests/test_launch.py
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -171,6 +171,7 @@ def test_launch_slurm_job_array_drains_a_grid_and_status_shows_the_jobs(slurm, t
 
 PREEMPT_GRID = chaos.GRID.replace('rd_attnres = "treatment"\n', "").replace(
     "checkpoint_every_tokens = 2048", "checkpoint_every_tokens = {budget}")  # no checkpoint but the stops'
+assert "rd_attnres" not in PREEMPT_GRID and "checkpoint_every_tokens = {budget}" in PREEMPT_GRID
 
 
 def test_launch_slurm_preempted_task_checkpoints_releases_requeues_same_nll(slurm, tmp_path, cache, monkeypatch):
@@ -197,13 +198,17 @@ def test_launch_slurm_preempted_task_checkpoints_releases_requeues_same_nll(slur
         return len(re.findall(r"\[block_attnres s0\] +\d+% ", text()))
 
     def requeued_and_lifted(n: int) -> None:
-        """Wait until SLURM holds the requeued job (its begin time, ~2 min after a requeue), then lift that."""
+        """Wait until SLURM holds the requeued job (begin time ~2 min after a requeue), then bring that
+        forward to 2 s after the requeue: slurmd refuses a job whose credential was revoked in
+        the same second ("Job credential revoked"), which is why SLURM waits."""
         def pending():
             got = slurm.run("squeue", "-h", "-j", job, "-o", "%T|%r", check=False).stdout.strip()
             return got.startswith("PENDING") and got
         wait_for(f"job {job} pending after requeue {n}", pending)
-        assert slurm.job(int(job))[0]["Restarts"] == str(n)
-        slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        (rec,) = slurm.job(int(job))
+        assert rec["Restarts"] == str(n), rec
+        begin = dt.datetime.fromisoformat(rec["SubmitTime"]) + dt.timedelta(seconds=2)  # SubmitTime: the requeue
+        slurm.run("scontrol", "update", f"JobId={job}", f"StartTime={begin:%Y-%m-%dT%H:%M:%S}")
 
     # 1: the pre-timeout path, SIGUSR1 to the task (submitit requeues it)
     wait_for("the run to train", lambda: progress_lines() >= 1)

@@ -16,7 +16,7 @@ after the jobs: SLURM through ``squeue`` (pending, running, and ended jobs the c
 still holds, ``MinJobAge``), then ``sacct`` (where the cluster keeps accounting); local jobs
 by their controller process and the result submitit writes when a task ends.
 
-submitit is imported only when something is submitted.
+submitit is imported only when something is submitted or a task's files are read.
 """
 
 from __future__ import annotations
