@@ -29,6 +29,7 @@ COMMANDS = {
     "tune": "tune",
     "queue": "queue",
     "work": "work",
+    "launch": "launch",
     "status": "status",
     "sql": "sql",
     "export": "export",
@@ -48,6 +49,7 @@ the research loop, one command each:
       --grid ablations/rd_controls_small.toml --name parent_small   # tune, then freeze (--show --write-grid)
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them
   harness work                                     # one or many workers train queued runs
+  harness launch --executor slurm --workers 8      # ... or a SLURM job array of workers (submitit)
   harness sql "select variant, seed, val_nll from final order by 1, 2"
   harness export --grid rd_controls_small --format parquet --out final.parquet
   harness report --grid rd_controls_small          # paired significance report

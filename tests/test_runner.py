@@ -357,3 +357,73 @@ def test_a_run_pruned_by_its_evaluation_hook_is_recorded_as_pruned(tmp_path):
     assert vals == [(2, seen[0][2]), (4, seen[1][2])]
     assert error == f"pruned by the tuning study's pruner at step 4 (4,096 tokens): val_nll {seen[1][2]:.4f}"
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
+
+
+def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_bit_identically(tmp_path):
+    """The stop hook of `harness launch`'s workers (harness.scheduling.stop.StopRequest): a real
+    SIGUSR1 during step 2 stops the run after step 2 with a checkpoint of step 2 (no periodic one
+    is due), and the resumed run ends with the uninterrupted run's numbers."""
+    import signal
+
+    from harness.scheduling.stop import StopRequest
+    from harness.train.checkpoint import checkpoint_dir, resume_step
+
+    config = cfg(checkpoint_every_tokens=BUDGET)  # no checkpoint before the end but the stop's
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    train_run(config, whole, progress=False)
+    stop, asked = StopRequest(), []
+
+    def stop_requested():  # asked after every step; the signal comes once step 1's answer is given
+        asked.append(1)
+        reason = stop()
+        if len(asked) == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)  # its handler runs at once: a stop request, nothing else
+        return reason
+
+    with stop.catching(signal.SIGUSR1):
+        with pytest.raises(RunInterrupted, match=r"stopped after 2,048 tokens \(step 2\) on request \(SIGUSR1\)"):
+            train_run(config, parts, progress=False, stop_requested=stop_requested)
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # put back
+    assert len(asked) == 2 and resume_step(checkpoint_dir(parts, config.run_id)) == 2
+    assert train_run(config, parts, progress=False) == "done"
+    assert final_rows(parts) == final_rows(whole)
+
+
+def test_no_srun_warning_from_lightning_and_other_warnings_still_show(tmp_path, monkeypatch):
+    """Lightning warns in every run on a machine with SLURM installed that `srun` is not used;
+    the harness picks the cluster environment itself (harness.train.trainer.cluster_environment)
+    and silences only that message."""
+    import shutil
+    import warnings
+
+    from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+    from lightning.fabric.utilities.rank_zero import rank_zero_warn
+    from lightning.fabric.utilities.warnings import PossibleUserWarning
+
+    from harness.train.run import build
+
+    assert shutil.which("srun"), "slurm-wlm is not installed (tests/services.py needs it too)"
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "TORCHELASTIC_"))]:
+        monkeypatch.delenv(k)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert train_run(cfg(), tmp_path, progress=False) == "done"
+        rank_zero_warn("another warning", category=PossibleUserWarning)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "srun" in m], messages
+    assert "another warning" in messages
+    from harness.train.trainer import cluster_environment
+
+    assert isinstance(build(cfg(seed=1), tmp_path, progress=False).trainer._accelerator_connector.cluster_environment,
+                      LightningEnvironment)
+    # a single-task SLURM step (a `harness launch` worker): Lightning's own, no SLURM rank logic
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "harness-work")
+    assert isinstance(cluster_environment(), LightningEnvironment)
+    # `srun --ntasks-per-node=4 harness run ... --devices 4 --strategy ddp`: each task a rank, no auto-requeue
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4")
+    env = cluster_environment()
+    assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
+    monkeypatch.setenv("SLURM_JOB_NAME", "interactive")
+    assert isinstance(cluster_environment(), LightningEnvironment)

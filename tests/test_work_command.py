@@ -273,3 +273,34 @@ def test_retry_storage_passes_other_errors_at_once():
     assert calls == [1]
     with pytest.raises(FileNotFoundError, match="no queue journal"):  # an answer, not an outage
         RunQueue.open(None, Path("/nonexistent/results"), create=False, retry_s=10)
+
+
+def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untrained(tmp_path, monkeypatch):
+    """harness launch's workers (harness.scheduling.stop): once a signal asked for a stop, the loop
+    takes no further run; a run it claimed while the signal came is released, not trained."""
+    from harness.scheduling.stop import StopRequest
+
+    q = new_queue(tmp_path)
+    q.enqueue(configs(seeds=(0,)))
+    stop, trained, lines = StopRequest(), [], []
+
+    def train(config, results_dir):
+        trained.append(config.run_id)
+        stop.request("SIGUSR2")  # comes while this (stub) run trains; a real run would stop at its next step
+        return "done"
+
+    assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter(done=1)
+    assert len(trained) == 1 and lines[-1] == "stop requested (SIGUSR2); worker stops"
+    assert [r.state for r in q.runs().values()] == ["done", "queued", "queued"]
+
+    stop, claim = StopRequest(), q.claim
+    monkeypatch.setattr(q, "claim", lambda grid=None: (c := claim(grid), stop.request("SIGTERM"))[0])
+    assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter() and len(trained) == 1
+    rid = "g:tiny:rd_attnres:s0:1000"
+    assert lines[-1] == f"stop requested (SIGTERM); released {rid}; worker stops"
+    state = q.runs()[rid]
+    assert (state.state, state.attempt) == ("queued", 2)
+    (old,) = [t for t in state.trials if t.state == TrialState.FAIL]
+    assert old.user_attrs["ending"] == "released"
+    assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter()  # asked before: takes nothing
+    assert q.runs()[rid].state == "queued"

@@ -1,4 +1,4 @@
-"""Show the run queue: runs per grid and state, each running run's progress, and ETAs.
+"""Show the run queue: runs per grid and state, each running run's progress, and ETAs; and launched jobs.
 
 Per grid: queued/running/done/diverged/failed runs, the mean wall time of its finished runs
 and an ETA: the running runs' own time left plus (queued runs) x (mean run), over the live
@@ -17,6 +17,10 @@ listed with why; a grid whose runs all trained but some result is unreadable sho
 
 --watch redraws every --interval seconds (default 5) until Ctrl-C (exit 0); when stdout
 is not a terminal it prints the blocks one after another, each under a time stamp.
+
+Then the workers started by `harness launch` (the newest --launches launches recorded in
+RESULTS/launches): each job's state from SLURM (squeue, then sacct) or, for local
+workers, from their processes, with how often SLURM requeued it and what it trained.
 
 example:
   harness status
@@ -39,6 +43,7 @@ from harness.terms import FINISHED, check_grid
 COLUMNS = ("queued", "running", *FINISHED, "failed")
 WATCH_INTERVAL_S = 5.0
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen (ANSI)
+LAUNCHES_SHOWN = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     parser.add_argument("--interval", type=float, default=None, metavar="S",
                         help=f"seconds between redraws with --watch (default: {WATCH_INTERVAL_S:g})")
+    parser.add_argument("--launches", type=int, default=LAUNCHES_SHOWN, metavar="N",
+                        help=f"show the jobs of the newest N launches (default: {LAUNCHES_SHOWN}; 0: none)")
 
 
 def _last_line(text: str | None) -> str:
@@ -63,6 +70,30 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
             for row in [header, *rows]]
+
+
+def launch_lines(results, shown: int) -> list[str]:
+    """The jobs of the newest ``shown`` launches (:mod:`harness.scheduling.launch`), as lines."""
+    from harness.commands.work import summary
+    from harness.scheduling.launch import job_states, read_records
+
+    records = read_records(results) if shown else []
+    if not records:
+        return []
+    out = [f"launched workers (newest first; {len(records)} launch(es) in {results}/launches):"]
+    for rec in records[:shown]:
+        what = f"job {rec.array_id}" if rec.executor == "slurm" else "controller pid(s)"
+        out.append(f"  {rec.id}: {len(rec.job_ids)} worker(s), {rec.executor}, {what}, launched {rec.created} "
+                   f"from {rec.host}")
+        for job in job_states(rec):
+            extra = [f"requeued {job.restarts}x"] if job.restarts else []
+            extra += [summary(job.result)] if job.result is not None else []
+            extra += [job.detail] if job.detail else []
+            out.append(f"    {job.job_id}  {job.state}" + (f"  ({'; '.join(extra)})" if extra else ""))
+        out.append(f"    folder: {rec.folder}")
+    if len(records) > shown:
+        out.append(f"  ... and {len(records) - shown} older launch(es) (--launches N)")
+    return out
 
 
 def _run_left_s(r, mean: float | None, now: float) -> float | None:
@@ -172,6 +203,8 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
 
+    if args.launches < 0:
+        raise ValueError(f"--launches {args.launches}: must be >= 0")
     if args.interval is not None and not args.watch:
         raise ValueError("--interval S goes with --watch")
     interval = WATCH_INTERVAL_S if args.interval is None else args.interval
@@ -193,7 +226,7 @@ def main(args: argparse.Namespace) -> int:
             bad, said = _unreadable(args)
             lines = (status_lines(queue, args.grid, args.lease_s, bad=bad) if queue is not None else
                      [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"])
-            lines += said
+            lines += said + launch_lines(args.results, args.launches)
             if not args.watch:
                 print("\n".join(lines))
                 return 0

@@ -42,6 +42,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections import Counter
+from collections.abc import Mapping
 
 from harness import console
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
@@ -81,9 +83,37 @@ def _sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
-    """Run the worker loop (:func:`harness.scheduling.worker.work`); ``train_fn``/``on_failure``
-    default to :func:`~harness.scheduling.worker.train_unless_finished` and
-    :func:`~harness.scheduling.worker.record_failure`."""
+    """``harness work``: :func:`run`, then its one-line summary; exit status 1 when every run
+    the worker took failed."""
+    outcomes = run(args, train_fn=train_fn, on_failure=on_failure)
+    print(summary(outcomes))
+    n = sum(outcomes.values())
+    if n and outcomes.get("failed", 0) == n:
+        print(f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
+              "their errors", file=sys.stderr)
+        return 1
+    return 0
+
+
+def summary(outcomes: Mapping[str, int]) -> str:
+    """``worker trained N runs: a done, b diverged, c failed[, d pruned][, e lost to another
+    worker]`` of an outcome count."""
+    pruned = f", {outcomes['pruned']} pruned" if outcomes.get("pruned") else ""
+    lost = f", {outcomes['lost']} lost to another worker" if outcomes.get("lost") else ""
+    return (f"worker trained {sum(outcomes.values())} runs: {outcomes.get('done', 0)} done, "
+            f"{outcomes.get('diverged', 0)} diverged, {outcomes.get('failed', 0)} failed{pruned}{lost}")
+
+
+def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
+    """Run the worker loop (:func:`harness.scheduling.worker.work`) with ``harness work``'s
+    options; returns the outcomes of the runs it trained.
+
+    ``train_fn``/``on_failure`` default to :func:`~harness.scheduling.worker.train_unless_finished`
+    and :func:`~harness.scheduling.worker.record_failure`. Without ``stop``, SIGTERM raises
+    ``KeyboardInterrupt`` at once (the run is released, resuming from its last checkpoint);
+    with a :class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks) the caller
+    owns the signals and a stop comes at the next batch boundary, with a checkpoint of it.
+    """
     import functools
 
     import optuna
@@ -99,8 +129,9 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     if train_fn is None:
         set_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
+        extra = {"stop_requested": stop} if stop is not None else {}
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
-                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy)
+                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
@@ -114,20 +145,11 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
     beat_s = min(BEAT_S, args.lease_s / 4)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
-        outcomes = worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
-                               max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                               max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s)
+        return worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
+                           max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
+                           max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    n = sum(outcomes.values())
-    lost = f", {outcomes['lost']} lost to another worker" if outcomes["lost"] else ""
-    pruned = f", {outcomes['pruned']} pruned" if outcomes["pruned"] else ""
-    print(f"worker trained {n} runs: {outcomes['done']} done, {outcomes['diverged']} diverged, "
-          f"{outcomes['failed']} failed{pruned}{lost}")
-    if n and outcomes["failed"] == n:
-        print(f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
-              "their errors", file=sys.stderr)
-        return 1
-    return 0
+        if stop is None:
+            signal.signal(signal.SIGTERM, previous)

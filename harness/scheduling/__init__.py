@@ -12,5 +12,8 @@
 * :mod:`harness.scheduling.fence` -- the :class:`~harness.fencing.Fence` of a claim: may this
   worker still write the run's checkpoints and result?
 * :mod:`harness.scheduling.worker` -- the loop of ``harness work`` around
-  :func:`harness.train.train_run`.
+  :func:`harness.train.train_run`;
+* :mod:`harness.scheduling.stop` -- a signal asks a worker to stop at the next batch boundary;
+* :mod:`harness.scheduling.launch` -- workers submitted with submitit (a SLURM job array,
+  local processes), the launch records and the jobs' states.
 """

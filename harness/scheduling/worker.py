@@ -10,7 +10,9 @@ stops with :class:`~harness.fencing.LeaseLost` before its next checkpoint or its
 worker says "lease lost to HOST:PID ...", and takes the next run. Every
 queue operation is retried while the storage is unreachable
 (:func:`~harness.scheduling.storage.retry_storage`). A ``KeyboardInterrupt`` (SIGTERM in
-``harness work``) gives the run being trained back to the queue.
+``harness work``) gives the run being trained back to the queue; so does a
+:class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks: a signal stops the
+run at the next batch boundary, with a checkpoint), after which no other run is taken.
 
 The default train function, :func:`train_unless_finished`, is
 :func:`harness.train.train_run` unless the run's result file already says it finished
@@ -39,6 +41,7 @@ from harness.terms import FINISHED
 
 if TYPE_CHECKING:
     from harness.scheduling.queue import RunQueue
+    from harness.scheduling.stop import StopRequest
 
 MAX_RETRIES = 2  # a run whose training raised is retried this many times, then stays failed
 
@@ -74,7 +77,7 @@ def _outcome(result: Any) -> tuple[str, float | None, str | None]:
 def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
          grid: str | None = None, max_runs: int | None = None, wait: bool = False, poll_s: float = 10.0,
          max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S, retry_s: float = STORAGE_RETRY_S,
-         log: Callable[[str], None] = print) -> Counter:
+         stop: StopRequest | None = None, log: Callable[[str], None] = print) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
     Args:
@@ -94,6 +97,10 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         beat_s: lease refresh interval in seconds (well below the queue's lease timeout).
         retry_s: each queue operation is retried this long while the storage is
             unreachable (:func:`retry_storage`).
+        stop: once it is asked (a signal), no further run is taken. Give the train function
+            the same object (``harness work`` binds it as :func:`harness.train.train_run`'s
+            ``stop_requested``) so that a run being trained stops at its next batch
+            boundary, with a checkpoint, and is released.
         log: where the one-line progress messages go.
 
     Returns:
@@ -104,8 +111,9 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
             being finished stays RUNNING in the queue; the next worker reclaims it).
 
-    A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one) releases the run
-    being trained back to the queue, then propagates.
+    A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one; a stopped run raises
+    :class:`~harness.train.run.RunInterrupted`) releases the run being trained back to the
+    queue, then propagates.
     """
     if max_runs is not None and max_runs < 1:
         raise ValueError(f"--max-runs {max_runs} must be at least 1")
@@ -120,14 +128,21 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
     outcomes: Counter = Counter()
     n = 0
     while max_runs is None or n < max_runs:
+        if stop is not None and stop.requested:
+            log(f"stop requested ({stop.requested}); worker stops")
+            break
         for rid, why in call(queue.reclaim_stale):
             log(f"reclaimed {rid}: {why}; queued again")
         claim = call(queue.claim, grid)
         if claim is None:
             if wait:
-                time.sleep(poll_s)
+                stop.wait(poll_s) if stop is not None else time.sleep(poll_s)
                 continue
             log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
+            break
+        if stop is not None and stop.requested:  # asked while claiming: give it back untouched
+            call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
+            log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
             break
         n += 1
         outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
@@ -210,7 +225,8 @@ def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: boo
                           **trainer_kwargs) -> dict:
     """:func:`harness.train.train_run`, unless an earlier attempt already wrote this run's
     finished result (its worker died before telling the queue): then that result, without
-    training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy, on_eval).
+    training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy, on_eval,
+    stop_requested).
 
     Returns:
         ``{"status", "val_nll", "error"}`` read from the run's result file

@@ -4,7 +4,9 @@ All four happen in one ordered hook after each optimiser step (:meth:`RunCallbac
 so their order is fixed: train-metric rows, then the evaluation (at every ``eval_every``
 steps and at the last step) and its hook (``on_eval``: a tuning trial reports the NLL to
 its study's pruner, which may end the run as ``pruned``), then the checkpoint (which
-therefore holds this step's rows), then the progress display, then a planned stop.
+therefore holds this step's rows), then the progress display, then a stop: planned
+(``stop_after_tokens``) or asked for by ``stop_requested`` (a signal,
+:class:`harness.scheduling.stop.StopRequest`), with a checkpoint of that step either way.
 
 Progress goes to stderr (modes: :mod:`harness.console`, ``$HARNESS_PROGRESS``): a ``tqdm``
 bar on a terminal no other harness process is training on, else complete lines prefixed
@@ -47,16 +49,20 @@ class RunCallback(L.Callback):
         on_eval: ``on_eval(step, tokens, val_nll) -> bool``, called after every evaluation
             before the last step (val NLL in nats/token); ``True`` stops the run there as
             pruned (:attr:`harness.train.lit.LitLM.pruned`).
+        stop_requested: asked after every optimiser step before the last; a reason
+            (string) stops the run there with a checkpoint, ``None`` goes on.
     """
 
     def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
                  save_checkpoint: Callable, run_id: str = "",
                  check_lease: Callable[[], None] = lambda: None,
-                 on_eval: Callable[[int, int, float], bool] | None = None) -> None:
+                 on_eval: Callable[[int, int, float], bool] | None = None,
+                 stop_requested: Callable[[], str | None] | None = None) -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
         self.save_checkpoint, self.run_id = save_checkpoint, run_id
         self.check_lease = check_lease
         self.on_eval = on_eval
+        self.stop_requested = stop_requested
         self.bar = None
         self.terminal: console.SharedTerminal | None = None
         self.t0: float | None = None
@@ -101,12 +107,15 @@ class RunCallback(L.Callback):
                 trainer.should_stop = True
                 self._show(pl_module, step)
                 return
-        stopping = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
+        planned = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
+        asked = self.stop_requested() if self.stop_requested is not None and step < plan.total_steps else None
+        stopping = planned or bool(asked)
         if step < plan.total_steps and (step % plan.ckpt_every == 0 or stopping):
             self.save_checkpoint(trainer)
         self._show(pl_module, step)
         if stopping:
-            raise StopRequested(f"stopped after {pl_module.tokens_seen:,} tokens (step {step}) as asked")
+            why = f"on request ({asked})" if asked else "as asked"
+            raise StopRequested(f"stopped after {pl_module.tokens_seen:,} tokens (step {step}) {why}")
 
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException

@@ -26,6 +26,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,7 @@ from harness.train.trainer import make_trainer, quiet_lightning, resolve_acceler
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """The run stopped before its budget (``stop_after_tokens``, SIGTERM, Ctrl-C) with a
+    """The run stopped before its budget (``stop_after_tokens``, ``stop_requested``, SIGTERM, Ctrl-C) with a
     checkpoint on disk; calling :func:`train_run` again resumes it. A ``KeyboardInterrupt``,
     so a queue worker gives the run back to the queue instead of recording a failure."""
 
@@ -98,7 +99,8 @@ class Fitted:
 
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-          stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None) -> Run:
+          stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
+          stop_requested: Callable[[], str | None] | None = None) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -139,7 +141,7 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
 
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
                            save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
-                           on_eval=on_eval)
+                           on_eval=on_eval, stop_requested=stop_requested)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
     _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
@@ -249,7 +251,8 @@ def record(run: Run, fitted: Fitted) -> str:
 
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-              stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None) -> str:
+              stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
+              stop_requested: Callable[[], str | None] | None = None) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -265,19 +268,22 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         on_eval: ``on_eval(step, tokens, val_nll) -> bool`` after each evaluation before the
             last step; ``True`` ends the run there as ``pruned`` (a tuning trial's pruner,
             :func:`harness.scheduling.tuning.pruning_hook`).
+        stop_requested: asked after every optimiser step; a reason (a signal's name,
+            :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
+            :class:`RunInterrupted`.
 
     Returns:
         ``done``, ``diverged`` or ``pruned`` (a diverged run is recorded, not raised).
 
     Raises:
-        RunInterrupted: stopped at ``stop_after_tokens``, by SIGTERM or Ctrl-C.
+        RunInterrupted: stopped at ``stop_after_tokens``, on ``stop_requested``, by SIGTERM or Ctrl-C.
         LeaseLost: the run was taken over by another worker; nothing more was written.
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
     run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
                 strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                on_eval=on_eval)
+                on_eval=on_eval, stop_requested=stop_requested)
     return record(run, fit(run))
 
 

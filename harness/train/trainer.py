@@ -4,6 +4,12 @@ Runs record their own metric rows and checkpoints (:mod:`harness.train.lit`,
 :mod:`harness.train.checkpoint`), so Lightning's logger, checkpointing, progress bar,
 model summary, sanity check and validation loop are all off; the data module's iterable
 datasets already shard by rank, so no distributed sampler is substituted.
+
+The cluster environment is ours too (:func:`cluster_environment`): Lightning's SLURM
+detection would treat any process inside a SLURM allocation as one of its ranks, install
+its own auto-requeue handler for SIGUSR1 (which requeues the job behind the queue's back:
+preemption is ``harness launch``'s, DESIGN section 10) and, on any machine with SLURM
+installed, warn in every run that ``srun`` "is available but not used".
 """
 
 from __future__ import annotations
@@ -16,13 +22,43 @@ import lightning as L
 import torch
 
 
+# Lightning's warning when srun is on PATH but the process was not started by it. With our own
+# cluster environment (cluster_environment) it comes only from Lightning's check for its own
+# SLURM "hpc" checkpoints to resume, which the harness never writes (a fresh fit, ckpt_path=None).
+SRUN_NOT_USED = r"The `srun` command is available on your system but is not used"
+
+
 def quiet_lightning() -> None:
-    """Keep Lightning's banner lines and known-harmless warnings out of run output."""
+    """Keep Lightning's banner lines and known-harmless warnings out of run output (each by its
+    message; every other warning still shows)."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
     for pattern in (r".*val_dataloader.*validation_step.*", r".*LeafSpec.*is deprecated.*",
-                    r".*does not have many workers.*", r".*`max_epochs` was not set.*"):
+                    r".*does not have many workers.*", r".*`max_epochs` was not set.*", SRUN_NOT_USED):
         warnings.filterwarnings("ignore", message=pattern)
+
+
+def cluster_environment():
+    """The Lightning cluster environment of this process, chosen by us, not by Lightning's detection.
+
+    * under ``torchrun`` (``TorchElasticEnvironment.detect()``): torchelastic's;
+    * in a SLURM step of several tasks (``srun --ntasks-per-node=G harness run ... --devices G
+      --strategy ddp``: ``SLURM_NTASKS`` > 1, job name not ``bash``/``interactive``, as
+      Lightning tells them apart): ``SLURMEnvironment(auto_requeue=False)``, each task one rank,
+      and no Lightning handler that requeues the job;
+    * else (one process, also a single-task SLURM job such as a ``harness launch`` worker):
+      ``LightningEnvironment``, Lightning starts any further ranks itself.
+    """
+    import os
+
+    from lightning.fabric.plugins.environments import (LightningEnvironment, SLURMEnvironment,
+                                                       TorchElasticEnvironment)
+
+    if TorchElasticEnvironment.detect():
+        return TorchElasticEnvironment()
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and SLURMEnvironment.job_name() not in ("bash", "interactive"):
+        return SLURMEnvironment(auto_requeue=False)
+    return LightningEnvironment()
 
 
 def resolve_accelerator(accelerator: str) -> str:
@@ -51,13 +87,17 @@ def make_trainer(*, accelerator: str, precision: str, max_steps: int, callbacks:
         callbacks: Lightning callbacks (e.g. :class:`~harness.train.progress.RunCallback`).
         root: ``default_root_dir`` (nothing is written there with these settings).
         devices, strategy, num_nodes: as ``lightning.Trainer`` (``devices=4, strategy="ddp"``).
+
+    The cluster environment is :func:`cluster_environment`'s.
     """
     return L.Trainer(
         accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
         precision=precision, max_steps=max_steps, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         limit_val_batches=0, use_distributed_sampler=False, callbacks=callbacks, default_root_dir=root,
+        plugins=[cluster_environment()],
     )
 
 
-__all__ = ["quiet_lightning", "resolve_accelerator", "resolve_precision", "make_trainer"]
+__all__ = ["SRUN_NOT_USED", "quiet_lightning", "cluster_environment", "resolve_accelerator", "resolve_precision",
+           "make_trainer"]

@@ -1,0 +1,240 @@
+"""Launch workers with submitit: a SLURM job array, or local processes, each running `harness work`.
+
+--executor slurm submits one job array of --workers tasks (sbatch through submitit); each
+task runs `harness work` (the same worker loop, on the same queue storage and results
+folder, which must be on a filesystem every node sees) until nothing is queued or
+--max-runs. --executor local starts the same pickled task as local processes (submitit's
+LocalExecutor): one machine, the same code path.
+
+Preemption and time limits: SLURM sends submitit's pre-timeout signal (SIGUSR2)
+--signal-delay-s seconds before a task's --time; SIGUSR1 does the same, and SIGTERM
+(preemption, `scontrol requeue`, scancel) stops the task too. The task stops its run at
+the next batch boundary with a checkpoint of that step, gives the run back to the queue
+(another worker, or this one once restarted, resumes it from the checkpoint, with the
+same numbers as an uninterrupted run) and is requeued: after SIGUSR1/SIGUSR2 by submitit
+(`scontrol requeue`, at most 20 times for time limits; locally the process restarts);
+after SIGTERM by SLURM itself when it preempts or requeues (a scancel stays cancelled).
+A task killed outright is covered by its lease (--lease-s of `harness work`).
+
+Each launch is recorded in RESULTS/launches/<id>/ (launch.json: job ids, executor, time;
+submitit's sbatch script, pickles and each task's log <job>_0_log.out); `harness status`
+shows the jobs' states (squeue/sacct, or the local processes).
+
+Extra sbatch lines: --sbatch=--qos=high --sbatch=--account=NAME (repeat; write
+--sbatch=LINE with '=' when LINE starts with '-').
+
+example:
+  harness launch --executor slurm --workers 8 --gpus-per-worker 1 --cpus-per-worker 8 --mem 64G \\
+      --time 240 --partition gpu --storage "$STORAGE" --results /shared/rd/results
+  harness launch --executor local --workers 2 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+
+import submitit
+
+from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
+
+SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", choices=EXECUTORS, required=True,
+                        help="slurm: one job array through sbatch; local: processes on this machine")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="workers (SLURM: tasks of the job array; default: 1)")
+    parser.add_argument("--gpus-per-worker", type=int, default=0, metavar="G",
+                        help="GPUs per worker, 0 or 1 (default: 0; 1 also makes its runs use the GPU)")
+    parser.add_argument("--cpus-per-worker", type=int, default=None, metavar="C",
+                        help="CPUs per worker (SLURM --cpus-per-task; default: the cluster's default)")
+    parser.add_argument("--mem", default=None, metavar="M", help="memory per worker, e.g. 16G (SLURM --mem)")
+    parser.add_argument("--time", type=int, default=None, metavar="MIN",
+                        help=f"time limit per task in minutes (default: {SLURM_TIME_MIN} on SLURM, none locally); "
+                             "the task checkpoints and is requeued at the limit")
+    parser.add_argument("--partition", default=None, metavar="P", help="SLURM partition (default: the default one)")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="LINE",
+                        help="extra sbatch option, e.g. --sbatch=--qos=high (repeatable)")
+    parser.add_argument("--signal-delay-s", type=int, default=SIGNAL_DELAY_S, metavar="S",
+                        help=f"submitit's pre-timeout signal comes S seconds before --time (default: {SIGNAL_DELAY_S})")
+    parser.add_argument("--job-name", default="harness-work", metavar="NAME", help="the jobs' name")
+    # the `harness work` options each worker runs with (the results folder is --results)
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="queue storage, as for harness work (default: RESULTS/queue.journal)")
+    parser.add_argument("--grid", metavar="NAME", default=None, help="workers only take runs of this grid")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch CPU threads per worker (default: --cpus-per-worker, else 1 on SLURM "
+                             "and cores / workers locally)")
+    parser.add_argument("--max-runs", type=int, default=None, metavar="N",
+                        help="each worker stops after N runs (default: when nothing is queued)")
+
+
+class WorkerTask(submitit.helpers.Checkpointable):
+    """One launched worker: ``harness work WORK_ARGV`` (:func:`harness.commands.work.run`) with
+    signals turned into a stop at the next batch boundary (:class:`~harness.scheduling.stop.StopRequest`).
+
+    After a stop by ``SIGUSR1``/``SIGUSR2`` the handler that submitit installed for its
+    signal (``submitit.JobEnvironment.USR_SIG``) is called: it calls :meth:`checkpoint`,
+    stores what it returns as the job's task and requeues the job (SLURM ``scontrol requeue``,
+    locally exit code 144, which restarts the process), then exits. After ``SIGTERM`` the task
+    exits with 130; SLURM requeues the job itself when it preempts or requeues it. Either
+    way the run being trained is back in the queue first, with a checkpoint of its last step.
+
+    Args:
+        work_argv: ``harness work`` arguments (``--results`` absolute, ``--storage`` ...).
+
+    Returns (when called):
+        the outcome counts of the runs it trained (``done``, ``diverged``, ``failed``).
+    """
+
+    def __init__(self, work_argv: list[str]) -> None:
+        self.work_argv = list(work_argv)
+
+    def __call__(self) -> dict:
+        from harness.cli import build_parser
+        from harness.commands import work
+        from harness.scheduling.stop import StopRequest
+
+        args = build_parser().parse_args(["work", *self.work_argv])
+        stop = StopRequest()
+        outcomes = None
+        with stop.catching(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM) as previous:
+            try:
+                outcomes = work.run(args, stop=stop)
+            except KeyboardInterrupt:
+                if not stop.requested:
+                    raise
+        if outcomes is not None:
+            print(work.summary(outcomes), flush=True)
+        if not stop.requested:
+            return dict(outcomes)
+        handler = previous.get(getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG))
+        usr = [s for s in stop.signals if s in (signal.SIGUSR1, signal.SIGUSR2)]
+        if usr and callable(handler):
+            print(f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
+                  "of its last step; requeueing this task", flush=True)
+            handler(usr[0], None)  # submitit's: self.checkpoint(), requeue, exit
+        print(f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
+              "of its last step; the task ends", flush=True)
+        raise SystemExit(130)
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """The task to requeue: a fresh worker with the same arguments. What a requeued worker
+        needs is in the queue (the released run) and in the run's checkpoint file."""
+        return submitit.helpers.DelayedSubmission(WorkerTask(self.work_argv))
+
+
+def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
+    """One line on what the workers will find; raises ``ValueError`` when nothing is queued."""
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+
+    where = describe_storage(storage, args.results)
+    try:
+        queue = RunQueue.open(storage, args.results, create=False, retry_s=COMMAND_RETRY_S,
+                              log=lambda msg: print(msg, file=sys.stderr))
+    except FileNotFoundError:
+        raise ValueError(f"no queue at {where}; queue a grid first: harness queue GRID.toml") from None
+    counts = queue.counts(args.grid)
+    if args.grid and args.grid not in counts:
+        grids = sorted(queue.counts())
+        raise ValueError(f"no runs of grid {args.grid!r} in {where}" + (f"; grids there: {', '.join(grids)}"
+                                                                          if grids else ""))
+    queued = sum(c["queued"] for c in counts.values())
+    if queued == 0:
+        total = sum(sum(c.values()) for c in counts.values())
+        raise ValueError(f"nothing queued in {where}" + (f" for grid {args.grid}" if args.grid else "")
+                         + f" ({total} runs, none waiting): nothing for workers to do")
+    return f"{queued} runs queued in {where}" + (f" (grid {args.grid})" if args.grid else "")
+
+
+def main(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime as dt
+
+    from harness.scheduling import launch
+    from harness.scheduling.lease import hostname
+    from harness.scheduling.storage import describe_storage, parse_storage
+
+    args.results = args.results.resolve()
+    storage = args.storage
+    kind, where = parse_storage(storage, args.results)  # raises on a bad URL
+    if storage is not None and kind == "journal":  # tasks may start in another folder
+        storage = f"journal:{os.path.abspath(where)}"
+    if args.gpus_per_worker > 1:
+        raise ValueError(f"--gpus-per-worker {args.gpus_per_worker}: a worker trains one run at a time on one "
+                         "device (harness work's loop does not drive a multi-process DDP run); use --workers N "
+                         "--gpus-per-worker 1 for N GPUs")
+    if args.threads is not None and args.threads < 0:
+        raise ValueError(f"--threads {args.threads}: must be >= 0 (0 = torch's default)")
+    if args.max_runs is not None and args.max_runs < 1:
+        raise ValueError(f"--max-runs {args.max_runs}: must be at least 1")
+    sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
+    if sbatch and args.executor != "slurm":
+        raise ValueError("--sbatch: only with --executor slurm")
+    time_min = args.time if args.time is not None else (SLURM_TIME_MIN if args.executor == "slurm" else None)
+    resources = launch.Resources(workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                                 cpus_per_worker=args.cpus_per_worker, mem=args.mem, time_min=time_min,
+                                 partition=args.partition, sbatch=sbatch, signal_delay_s=args.signal_delay_s,
+                                 job_name=args.job_name)
+    resources.check()
+    found = _queue_check(args, storage)
+    threads = args.threads
+    if threads is None:
+        local = max(1, (os.cpu_count() or 1) // args.workers)
+        threads = args.cpus_per_worker or (1 if args.executor == "slurm" else local)
+    work_argv = ["--results", str(args.results), "--threads", str(threads)]
+    work_argv += ["--storage", storage] if storage else []
+    work_argv += ["--grid", args.grid] if args.grid else []
+    work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
+    work_argv += ["--accelerator", "gpu"] if args.gpus_per_worker else []
+    shown = [describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
+             for i, a in enumerate(work_argv)]  # no password in records or output
+
+    launch_id, folder = launch.launch_folder(args.results, args.executor)
+    try:
+        job_ids = launch.submit(args.executor, folder, [WorkerTask(work_argv) for _ in range(args.workers)],
+                                resources)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing half-written
+        raise
+    record = launch.LaunchRecord(
+        id=launch_id, executor=args.executor, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        host=hostname(), folder=str(folder), job_ids=job_ids, results=str(args.results),
+        storage=describe_storage(storage, args.results), command=shown,
+        resources=dataclasses.asdict(resources))
+    launch.write_record(record)
+
+    each = "harness work " + " ".join(shown)
+    if args.executor == "slurm":
+        array = record.array_id
+        tasks = " ".join(job_ids)
+        print(f"submitted {args.workers} worker(s) to SLURM as job {array} (tasks {tasks}); {found}")
+        print(f"  each task runs: {each}")
+        print(f"  per task: {_resources_line(resources)}; submitit's signal SIG{submitit.JobEnvironment.USR_SIG} "
+              f"{resources.signal_delay_s} s before the time limit checkpoints and requeues it")
+        print(f"  folder: {folder} (sbatch script, task logs {array}_*_log.out)")
+        print(f"watch: harness status --results {args.results}   or   squeue -j {array}   "
+              f"(cancel: scancel {array})")
+    else:
+        print(f"started {args.workers} worker(s) as local processes (submitit LocalExecutor), "
+              f"controller pid(s) {' '.join(job_ids)}; {found}")
+        print(f"  each runs: {each}")
+        print(f"  folder: {folder} (logs <pid>_0_log.out)")
+        print(f"watch: harness status --results {args.results}   (stop: kill -TERM {' '.join(job_ids)}: "
+              "each worker releases its run at the next batch boundary)")
+    return 0
+
+
+def _resources_line(r) -> str:
+    parts = [f"{r.cpus_per_worker} CPU(s)" if r.cpus_per_worker else "the default CPUs",
+             f"{r.gpus_per_worker} GPU" if r.gpus_per_worker else "no GPU",
+             f"memory {r.mem}" if r.mem else "the default memory", f"time limit {r.time_min} min",
+             f"partition {r.partition}" if r.partition else "the default partition"]
+    parts += [f"--{k}" + ("" if v is True else f"={v}") for k, v in r.sbatch.items()]
+    return ", ".join(parts)
