@@ -31,7 +31,11 @@ CREATE TABLE IF NOT EXISTS runs (
     diverged_step BIGINT,                -- step at which the loss became non-finite
     started_at    TIMESTAMP,             -- UTC
     finished_at   TIMESTAMP,             -- UTC
-    torch_version VARCHAR
+    torch_version VARCHAR,
+    train_s       DOUBLE,                -- seconds inside optimiser steps (fwd, bwd, clip, AdamW), all segments
+    eval_s        DOUBLE,                -- seconds in evaluations (validation NLL + routing diagnostics)
+    setup_s       DOUBLE,                -- seconds from the start of a segment to its first step, summed
+    ckpt_s        DOUBLE                 -- seconds writing checkpoints; wall_s - the four = data, hooks, wind-down
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

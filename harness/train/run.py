@@ -41,7 +41,8 @@ from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
 from harness.train.schedule import StepPlan
-from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator, resolve_precision
+from harness.train.trainer import (describe_precision, make_trainer, quiet_lightning, resolve_accelerator,
+                                   resolve_precision)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -102,12 +103,12 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     """
     if not isinstance(config, RunConfig):
         raise TypeError(f"train_run takes a harness.config.RunConfig, got {type(config).__name__}")
+    started, t_start = _utc_now(), time.perf_counter()
     quiet_lightning()
     results_dir = Path(results_dir)
     train, preset = config.train_config(), get_size(config.size)
     plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens,
                        stop_after_tokens=stop_after_tokens)
-    started, t_start = _utc_now(), time.perf_counter()
     prepared = prepare_corpus(config.corpus, cache_dir=cache_dir(results_dir),
                               vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
                               val_fraction=train.val_fraction, max_docs=train.max_docs or None)
@@ -116,17 +117,20 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     dm = TokenDataModule(prepared, preset.context, plan.batch_size, config.seed, train.eval_tokens)
     lit = LitLM(model, train, total_steps=plan.total_steps, batch_tokens=plan.batch_tokens,
                 token_bytes=torch.from_numpy(prepared.token_bytes()), log_every=plan.log_every)
+    lit.t_process_start = t_start  # a checkpoint's wall_s counts this segment from here
     accelerator = resolve_accelerator(accelerator)
     precision = resolve_precision(train.precision, accelerator)
     protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
                              eval_windows=dm.n_val_windows, precision=precision)
     ckpt_dir = checkpoint_dir(results_dir, config.run_id)
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir))
+                           save_checkpoint=lambda trainer: save_checkpoint(trainer, ckpt_dir), t_setup=t_start)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
     claim_folder(ckpt_dir, config)
     resumed_from = resume_step(ckpt_dir)
+    if progress and train.precision == "auto-bf16":
+        print(f"[{config.label}] {describe_precision(train.precision, accelerator)}", file=sys.stderr, flush=True)
     if progress and resumed_from is not None:
         print(f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'})",
               file=sys.stderr, flush=True)
@@ -151,7 +155,7 @@ def fit(run: Run) -> Fitted:
     lit, trainer = run.lit, run.trainer
     ckpt = run.ckpt_dir / "last.ckpt"
     tokens_before = (run.resumed_from or 0) * run.plan.batch_tokens
-    lit.t_process_start = t_fit = time.perf_counter()
+    t_fit = time.perf_counter()
     try:
         trainer.fit(lit, datamodule=run.dm, ckpt_path=str(ckpt) if ckpt.exists() else None)
     except StopRequested as exc:
@@ -188,7 +192,7 @@ def record(run: Run, fitted: Fitted) -> str:
         config, status=status, protocol_hash=protocol_hash(run.protocol), n_params=run.n_params["total"],
         n_trainable=run.n_params["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
         tokens_per_s=fitted.tokens / fitted.fit_s if fitted.fit_s > 0 and fitted.tokens > 0 else None,  # this segment
-        tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step),
+        tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step), **lit.times.state(),
         error=lit.diverged["reason"] if lit.diverged else None,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(),
@@ -211,7 +215,7 @@ def record(run: Run, fitted: Fitted) -> str:
         if status == "done":
             final = fitted.final
             print(f"[{config.label}] done: val_nll {final['nll']:.4f} nats/token, bpb {final['bpb']:.4f}, "
-                  f"ppl {final['ppl']:.2f} ({lit.tokens_seen:,} tokens, {row['wall_s']:.1f} s)",
+                  f"ppl {final['ppl']:.2f} ({lit.tokens_seen:,} tokens, {row['wall_s']:.1f} s: {time_split(row)})",
                   file=sys.stderr, flush=True)
         else:
             print(f"[{config.label}] diverged at step {lit.diverged['step']} ({lit.diverged['tokens']:,} tokens): "
@@ -244,6 +248,14 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
     run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
                 strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens)
     return record(run, fit(run))
+
+
+def time_split(row: dict) -> str:
+    """``train 9.1 s (91 %), eval 0.5 s, setup 0.3 s, ckpt 0.1 s`` from a ``runs`` row."""
+    wall = row["wall_s"] or float("nan")
+    parts = [f"train {row['train_s']:.1f} s ({100 * row['train_s'] / wall:.0f} %)"]
+    parts += [f"{name[:-2]} {row[name]:.1f} s" for name in ("eval_s", "setup_s", "ckpt_s")]
+    return ", ".join(parts)
 
 
 def _run_row(config: RunConfig, **fields) -> dict:
