@@ -199,7 +199,8 @@ def record(run: Run, fitted: Fitted) -> str:
     )
     row["config"] = {**config.to_dict(), "protocol": run.protocol, "batch_size": plan.batch_size,
                      "total_steps": plan.total_steps, "precision": run.precision,
-                     "devices": run.trainer.world_size, "resumed_from_step": run.resumed_from}
+                     "devices": run.trainer.world_size, "strategy": type(run.trainer.strategy).__name__,
+                     "resumed_from_step": run.resumed_from}
     # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
     # next `harness sql`/`report` ingests it
     store = Store(run.results_dir, lock_timeout_s=0)
