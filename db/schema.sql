@@ -33,7 +33,11 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at   TIMESTAMP,             -- UTC
     torch_version VARCHAR,
     owner         VARCHAR,               -- host:pid of the writer (the worker holding the run's lease)
-    epoch         BIGINT                 -- the writer's fencing epoch (grows with every new owner; NULL: by hand)
+    epoch         BIGINT,                -- the writer's fencing epoch (grows with every new owner; NULL: by hand)
+    train_s       DOUBLE,                -- seconds inside optimiser steps (fwd, bwd, clip, AdamW), all segments
+    eval_s        DOUBLE,                -- seconds in evaluations (validation NLL + routing diagnostics)
+    setup_s       DOUBLE,                -- seconds from the start of a segment to its first step, summed
+    ckpt_s        DOUBLE                 -- seconds writing checkpoints; wall_s - the four = data, hooks, wind-down
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

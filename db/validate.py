@@ -32,7 +32,8 @@ INTEGER/BIGINT take Python ints (not bools, not floats), DOUBLE takes ints or fl
 infinities allowed; the file then uses Python's ``NaN``/``Infinity`` JSON extension), TIMESTAMP
 takes a ``datetime`` or an ISO 8601 string (an aware time is converted to UTC; stored naive
 UTC), JSON takes any JSON-serialisable value (``config`` is normally a dict). Optional columns
-may be None or absent.
+may be None or absent. Durations (``wall_s`` and its phases ``train_s``, ``eval_s``,
+``setup_s``, ``ckpt_s``) are finite and >= 0, and the phases add up to at most ``wall_s``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -69,6 +71,8 @@ ALLOWED_VALUES = {
     ("route_pairs", "site"): SITES,
     ("route_params", "site"): SITES,
 }
+# runs columns in seconds: the whole run, then its phases (harness/train/timing.py)
+DURATIONS = ("wall_s", "train_s", "eval_s", "setup_s", "ckpt_s")
 ROW_TABLES = ("metrics", "routing", "route_pairs", "route_params")  # per-run row lists of a result
 TOP_LEVEL_KEYS = ("format_version", "written_at", "run", *ROW_TABLES)
 
@@ -311,10 +315,24 @@ def validate_result(result: Any) -> dict[str, Any]:
             out["written_at"] = _utc_naive(result["written_at"])
         except _Bad as bad:
             raise ValueError(f"result['written_at'] {bad}") from None
+    _check_durations(run)
     out["run"] = run
     for table in ROW_TABLES:
         out[table] = _validate_rows(table, result.get(table), f"result[{table!r}]", run_id)
     return out
+
+
+def _check_durations(run: dict[str, Any]) -> None:
+    """The run's durations (seconds) are finite and >= 0, and its phases fit in ``wall_s``."""
+    for name in DURATIONS:
+        value = run.get(name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"result['run'][{name!r}] = {value!r} must be a finite number of seconds >= 0")
+    phases = [run[name] for name in DURATIONS[1:] if run.get(name) is not None]
+    wall = run.get("wall_s")
+    if wall is not None and sum(phases) > wall * (1 + 1e-9) + 1e-6:
+        raise ValueError(f"result['run']: train_s + eval_s + setup_s + ckpt_s = {sum(phases):.6g} s exceeds "
+                         f"wall_s = {wall:.6g} s (the phases are parts of the run's wall time)")
 
 
 def validate_bench_rows(rows: Any) -> list[dict[str, Any]]:

@@ -27,6 +27,9 @@ from harness.models import get_spec
 from harness.models.config import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
 from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
+#: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
+PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
+
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
 #: Largest budget a run may have, in tokens: 1e15, far above any pretraining run (the largest
@@ -94,8 +97,10 @@ class TrainConfig:
         max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; a hub
             stream is always cut, at 50,000 documents by default).
         tokenizer: ``bpe`` (trained on the training split) or ``gpt2`` (tiktoken).
-        checkpoint_every_tokens: checkpoint interval for resume (0 = every tenth of the budget).
-        precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``32-true`` or ``bf16-mixed``.
+        checkpoint_every_tokens: checkpoint interval for resume (0 = by wall time, every 5 minutes).
+        precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``auto-bf16`` (bf16-mixed on CUDA
+            and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32), ``32-true`` or
+            ``bf16-mixed``. Resolved per machine; the result enters the protocol hash.
         compile: wrap the model in ``torch.compile``.
     """
 
@@ -133,8 +138,8 @@ class TrainConfig:
             raise ValueError(f"schedule={self.schedule!r}; allowed: 'cosine', 'wsd'")
         if self.tokenizer not in ("bpe", "gpt2"):
             raise ValueError(f"tokenizer={self.tokenizer!r}; allowed: 'bpe', 'gpt2'")
-        if self.precision not in ("auto", "32-true", "bf16-mixed"):
-            raise ValueError(f"precision={self.precision!r}; allowed: 'auto', '32-true', 'bf16-mixed'")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}; allowed: {', '.join(map(repr, PRECISIONS))}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr={self.lr} must be a positive finite number")
         if not 0 < self.val_fraction < 1:

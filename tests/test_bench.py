@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import statistics
 
 import duckdb
@@ -29,7 +30,8 @@ def bench(tmp_path_factory):
     """One tiny benchmark through the CLI: (exit code, JSON, DuckDB rows, paths)."""
     tmp = tmp_path_factory.mktemp("bench")
     out, db = tmp / "out" / "bench.json", tmp / "elsewhere" / "bench.duckdb"
-    argv = ["bench", "--size", "tiny", "--steps", "2", "--warmup", "1", "--loop-steps", "2", "--loop-rounds", "1",
+    argv = ["bench", "--size", "tiny", "--steps", "6", "--max-steps", "0", "--warmup", "1", "--loop-steps", "3",
+            "--loop-rounds", "2",
             "--threads", "1", "--results", str(tmp / "results"), "--json", str(out), "--db", str(db)]
     for v in VARIANTS:
         argv += ["--variant", v]
@@ -54,25 +56,33 @@ def test_json_has_the_design7_keys(bench):
     assert list(result["step_ms"]) == VARIANTS and list(result["peak_mem_mb"]) == VARIANTS
     assert set(result["ratios"]) == {
         "block_attnres/prenorm", "rd_attnres/block_attnres", "fixed_v/block_attnres", "lightning/bare"}
+    assert set(result["ratio_intervals"]) == set(result["ratios"]) | {"bf16/fp32"}
+    assert set(result["precision_ratios"]) == {"bf16/fp32"}
 
 
-def test_medians_and_ratios_follow_from_the_raw_samples(bench):
+def test_ratios_are_medians_of_per_round_ratios_with_their_order_statistic_interval(bench):
     _, result, _, _ = bench
+    samples = result["samples_ms"]
+    assert set(samples) == {*VARIANTS, "block_attnres@bf16-mixed"}  # the parent in bf16, same rounds
     for v in VARIANTS:
-        assert len(result["samples_ms"][v]) == 2
-        assert result["step_ms"][v] == statistics.median(result["samples_ms"][v])
-    ms = result["step_ms"]
+        assert len(samples[v]) == 6 == result["steps"]
+        assert result["step_ms"][v] == statistics.median(samples[v])
     for key, value in result["ratios"].items():
         a, b = key.split("/")
-        if key == "lightning/bare":
-            tps = {k: result["batch_tokens"] / (statistics.median(s) / 1e3)
-                   for k, s in result["loop_samples_ms"].items()}
-            assert len(result["loop_samples_ms"]["lightning"]) == len(result["loop_samples_ms"]["bare"]) == 2
-            assert result["loop_tokens_per_s"] == pytest.approx(tps, rel=1e-12)
-            assert value == pytest.approx(tps["lightning"] / tps["bare"], rel=1e-12)
+        if key == "lightning/bare":  # tokens/s ratio: iteration i of each loop's round r
+            light, bare = result["loop_samples_ms"]["lightning"], result["loop_samples_ms"]["bare"]
+            assert len(light) == len(bare) == 6
+            per_round = [bl / li for li, bl in zip(light, bare)]
         else:
-            assert value == ms[a] / ms[b]
+            per_round = [x / y for x, y in zip(samples[a], samples[b])]
             assert result["peak_mem_ratios"][key] == result["peak_mem_mb"][a] / result["peak_mem_mb"][b]
+        assert value == pytest.approx(statistics.median(per_round), rel=1e-12)
+        # n = 6: the interval is the range (coverage 1 - 2/64)
+        assert result["ratio_intervals"][key] == pytest.approx([min(per_round), max(per_round)], rel=1e-12)
+    per_round = [x / y for x, y in zip(samples["block_attnres"], samples["block_attnres@bf16-mixed"])]
+    assert result["precision_ratios"]["bf16/fp32"] == pytest.approx(statistics.median(per_round), rel=1e-12)
+    assert result["precision_step_ms"] == {"32-true": result["step_ms"]["block_attnres"],
+                                           "bf16-mixed": statistics.median(samples["block_attnres@bf16-mixed"])}
 
 
 def test_peak_memory_exceeds_parameters_and_adam_state(bench):
@@ -87,7 +97,10 @@ def test_duckdb_rows_match_the_json(bench):
     _, result, rows, tmp = bench
     assert not (tmp / "results" / "harness.duckdb").exists()  # --db overrides the default
     by_variant = {r["variant"]: r for r in rows}
-    assert set(by_variant) == {*VARIANTS, "lightning", "bare"} and len(rows) == len(VARIANTS) + 2
+    assert set(by_variant) == {*VARIANTS, "block_attnres@bf16-mixed", "lightning", "bare"}
+    assert len(rows) == len(VARIANTS) + 3
+    precision = json.loads(by_variant["block_attnres@bf16-mixed"]["extra"])
+    assert precision["kind"] == "precision" and precision["bf16/fp32"] == result["precision_ratios"]["bf16/fp32"]
     for r in rows:
         assert r["host"] == result["host"] and r["torch_version"] == result["torch"]
         assert r["threads"] == result["threads"] and r["compile"] is False and r["size"] == "tiny"
@@ -104,34 +117,98 @@ def test_duckdb_rows_match_the_json(bench):
     assert rd_extra["ratio_vs_parent"] == result["ratios"]["rd_attnres/block_attnres"]
 
 
-def test_assemble_computes_known_medians_ratios_and_mfu():
-    samples = {"prenorm": [10.0, 30.0, 20.0], "block_attnres": [100.0, 21.0, 22.0], "rd_attnres": [22.0, 22.0, 23.0]}
-    loops = {"lightning": [0.5, 0.25, 1.0], "bare": [0.4, 0.4, 0.1]}  # seconds per iteration
-    cfg = BenchConfig(size="tiny", variants=tuple(samples), peak_tflops=1.0)
-    result = assemble(cfg, list(samples), torch.device("cpu"), 4, 64, samples,
+def test_assemble_computes_known_medians_paired_ratios_intervals_verdicts_and_mfu():
+    block = [11.0, 12.0, 10.5, 11.0, 100.0, 11.5, 10.8]  # one stalled round (100 ms)
+    samples = {"prenorm": [10.0] * 7, "block_attnres": block, "rd_attnres": list(block),
+               "block_attnres@bf16-mixed": [t / 2 for t in block]}
+    loops = {"lightning": [0.5, 0.25, 1.0, 0.5, 0.5, 0.5], "bare": [0.4, 0.4, 0.1, 0.4, 0.4, 0.4]}  # s per iteration
+    variants = ["prenorm", "block_attnres", "rd_attnres"]
+    cfg = BenchConfig(size="tiny", variants=tuple(variants), peak_tflops=1.0)
+    result = assemble(cfg, variants, torch.device("cpu"), 4, 64, samples,
                       {"prenorm": 100.0, "block_attnres": 110.0, "rd_attnres": 121.0}, loops,
-                      {"prenorm": 1000, "block_attnres": 1000, "rd_attnres": 1010},
-                      dt.datetime(2026, 1, 1))
-    assert result["step_ms"] == {"prenorm": 20.0, "block_attnres": 22.0, "rd_attnres": 22.0}
+                      {"prenorm": 1000, "block_attnres": 1000, "rd_attnres": 1010}, dt.datetime(2026, 1, 1),
+                      precision_arms={"32-true": "block_attnres", "bf16-mixed": "block_attnres@bf16-mixed"})
+    assert result["step_ms"] == {"prenorm": 10.0, "block_attnres": 11.0, "rd_attnres": 11.0}
+    # block/prenorm per round: 1.1 1.2 1.05 1.1 10 1.15 1.08 -> median 1.1; n = 7: [x_(1), x_(7)]
     assert result["ratios"]["block_attnres/prenorm"] == pytest.approx(1.1)
+    assert result["ratio_intervals"]["block_attnres/prenorm"] == pytest.approx([1.05, 10.0])
     assert result["ratios"]["rd_attnres/block_attnres"] == 1.0
+    assert result["ratio_intervals"]["rd_attnres/block_attnres"] == [1.0, 1.0]
+    assert result["precision_ratios"] == {"bf16/fp32": 2.0} and result["ratio_intervals"]["bf16/fp32"] == [2.0, 2.0]
     assert result["loop_tokens_per_s"] == {"lightning": 256 / 0.5, "bare": 256 / 0.4}
+    # lightning/bare per iteration (bare s / lightning s): 0.8 1.6 0.1 0.8 0.8 0.8 -> median 0.8, n = 6: the range
     assert result["ratios"]["lightning/bare"] == pytest.approx(0.8)
+    assert result["ratio_intervals"]["lightning/bare"] == pytest.approx([0.1, 1.6])
     assert result["peak_mem_ratios"]["rd_attnres/block_attnres"] == pytest.approx(1.1)
-    # MFU = 6 N tokens/s / peak: 6 * 1000 * (256 tokens / 0.020 s) / 1e12
-    assert result["mfu"]["prenorm"] == pytest.approx(6 * 1000 * 12800 / 1e12)
+    # MFU = 6 N tokens/s / peak: 6 * 1000 * (256 tokens / 0.010 s) / 1e12
+    assert result["mfu"]["prenorm"] == pytest.approx(6 * 1000 * 25600 / 1e12)
     targets = result["targets"]
-    assert targets["block_attnres/prenorm"]["met"] is False and targets["rd_attnres/block_attnres"]["met"] is True
-    assert targets["lightning/bare"]["met"] is False and targets["mem:rd_attnres/block_attnres"]["met"] is False
+    assert targets["block_attnres/prenorm"]["verdict"] == "not met"  # the whole interval is above 1.03
+    assert targets["block_attnres/prenorm"]["met"] is False
+    assert targets["rd_attnres/block_attnres"]["verdict"] == "met" and targets["rd_attnres/block_attnres"]["met"]
+    assert targets["lightning/bare"]["verdict"] == "undecided" and targets["lightning/bare"]["met"] is None
+    assert targets["mem:rd_attnres/block_attnres"]["met"] is False
     rows = bench_rows({**result, "n_params": {"prenorm": 1000, "block_attnres": 1000, "rd_attnres": 1010}})
-    assert [r["variant"] for r in rows] == ["prenorm", "block_attnres", "rd_attnres", "lightning", "bare"]
-    assert rows[3]["step_ms"] == pytest.approx(500.0)  # 256 tokens at 512 tokens/s
+    assert [r["variant"] for r in rows] == ["prenorm", "block_attnres", "rd_attnres", "block_attnres@bf16-mixed",
+                                            "lightning", "bare"]
+    assert rows[3]["step_ms"] == 5.5 and rows[4]["step_ms"] == pytest.approx(500.0)  # 256 tokens at 512 tokens/s
+
+
+def test_median_interval_ranks_and_coverage_follow_the_binomial():
+    """k is the largest rank with P(Bin(n, 1/2) <= k - 1) <= 0.025 (scipy's binomial), and the
+    interval covers the median of a skewed distribution at least 95 % of the time."""
+    from scipy.stats import binom
+
+    from harness.bench.intervals import coverage, median_interval, median_rank
+
+    assert median_rank(5) is None and median_interval([1, 2, 3, 4, 5]) is None
+    assert median_rank(6) == 1 and coverage(6) == pytest.approx(1 - 2 / 64)
+    for n in (6, 7, 10, 20, 45, 120):
+        k = median_rank(n)
+        assert binom.cdf(k - 1, n, 0.5) <= 0.025 < binom.cdf(k, n, 0.5)
+        assert coverage(n) >= 0.95
+    assert median_rank(20) == 6 and median_interval(list(range(20, 0, -1))) == (6, 15)
+    g = torch.Generator().manual_seed(0)
+    draws = torch.empty(4000, 20).exponential_(generator=g)  # median ln 2
+    hits = sum(lo <= math.log(2) <= hi for lo, hi in (median_interval(row.tolist()) for row in draws))
+    assert hits / 4000 >= coverage(20) - 3 * math.sqrt(0.05 * 0.95 / 4000)
+
+
+@pytest.mark.parametrize("interval, op, bound, verdict", [
+    ((1.00, 1.02), "<=", 1.03, "met"), ((1.04, 1.05), "<=", 1.03, "not met"), ((1.02, 1.04), "<=", 1.03, "undecided"),
+    ((0.99, 1.00), ">=", 0.98, "met"), ((0.95, 0.97), ">=", 0.98, "not met"), ((0.97, 0.99), ">=", 0.98, "undecided"),
+    (None, "<=", 1.03, "undecided"),
+])
+def test_goals_are_judged_against_the_interval(interval, op, bound, verdict):
+    from harness.bench.intervals import judge
+
+    assert judge(interval, op, bound) == verdict
+
+
+def test_rounds_continue_until_the_intervals_are_narrow_or_the_cap():
+    """After the minimum rounds, time_steps adds rounds while `enough` says no, up to max_steps."""
+    from harness.bench import time_steps
+
+    class Arm:
+        device = torch.device("cpu")
+
+        def __init__(self, name):
+            self.name = name
+
+        def step(self):
+            pass
+
+    arms = [Arm("a"), Arm("b")]
+    assert len(time_steps(arms, 6, 1, max_steps=50, enough=lambda t: len(t["a"]) >= 9)["a"]) == 9
+    assert len(time_steps(arms, 6, 1, max_steps=8, enough=lambda t: False)["b"]) == 8
+    assert len(time_steps(arms, 6, 1)["a"]) == 6
 
 
 class _FakeArm:
     """A step that allocates 4 MiB, then 2 MiB more, then frees both: peak 6 MiB."""
 
-    variant, device = "fake", torch.device("cpu")
+    variant = name = "fake"
+    device = torch.device("cpu")
 
     def step(self):
         a = torch.empty(2**20, dtype=torch.float32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import platform
 import socket
 import statistics
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-from harness.bench.config import LOOPS, PARENT, REFERENCE, TARGETS, TREATMENT, BenchConfig, device_peak_flops
+from harness.bench import intervals
+from harness.bench.config import (LOOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
+                                  device_peak_flops)
 from harness.files import atomic_write
 
 # -- the whole benchmark ---------------------------------------------------------------
@@ -50,17 +53,64 @@ def meets(value: float | None, target: tuple[str, float] | None) -> bool | None:
     return value <= bound if op == "<=" else value >= bound
 
 
+def step_ratio_pairs(variants: list[str], precision_arms: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+    """Ratio key -> ``(arm a, arm b)`` whose per-round ratio is ``t_a / t_b``: the step-time
+    ratios of :func:`ratio_keys`, and ``bf16/fp32`` (``t_fp32 / t_bf16``, a throughput
+    ratio) when ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``) is given."""
+    pairs = {f"{a}/{b}": (a, b) for a, b in ratio_keys(variants)}
+    if precision_arms:
+        pairs[PRECISION_RATIO] = (precision_arms["32-true"], precision_arms["bf16-mixed"])
+    return pairs
+
+
+def paired_summary(samples: dict[str, list[float]], pairs: dict[str, tuple[str, str]]) -> dict[str, dict]:
+    """Per ratio key: ``value`` (median of the per-round ratios), ``interval`` (95 %,
+    :func:`~harness.bench.intervals.median_interval`, or None), ``width`` (relative) and ``n``."""
+    out = {}
+    for key, (a, b) in pairs.items():
+        rs = intervals.paired_ratios(samples[a], samples[b])
+        ci = intervals.median_interval(rs)
+        out[key] = {"value": statistics.median(rs), "interval": ci, "width": intervals.relative_width(rs, ci),
+                    "n": len(rs)}
+    return out
+
+
+def narrow_enough(width: float, pairs: dict[str, tuple[str, str]]):
+    """``enough(samples)`` for :func:`~harness.bench.steps.time_steps`: every ratio of
+    ``pairs`` has a 95 % interval narrower than ``width`` (relative)."""
+    def enough(samples: dict[str, list[float]]) -> bool:
+        return all(s["width"] < width for s in paired_summary(samples, pairs).values())
+    return enough
+
+
 def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_size: int, context: int,
              samples: dict[str, list[float]], peak_mb: dict[str, float], loops: dict[str, list[float]],
-             n_params: dict[str, int], created: dt.datetime) -> dict:
-    """Medians, ratios, MFU and targets from raw samples (pure function of its inputs)."""
+             n_params: dict[str, int], created: dt.datetime, precision_arms: dict[str, str] | None = None) -> dict:
+    """Medians, paired ratios with intervals, MFU and targets from raw samples (pure function).
+
+    ``samples`` holds one step time per round (ms) per arm name: every variant, and the arms
+    of ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``; one of them a variant).
+    """
     batch_tokens = batch_size * context
     step_ms = {v: statistics.median(samples[v]) for v in variants}
-    ratios = {f"{a}/{b}": step_ms[a] / step_ms[b] for a, b in ratio_keys(variants)}
+    pairs = step_ratio_pairs(variants, precision_arms)
+    summary = paired_summary(samples, pairs)
+    ratios = {k: s["value"] for k, s in summary.items() if k != PRECISION_RATIO}
     mem_ratios = {f"{a}/{b}": peak_mb[a] / peak_mb[b] for a, b in ratio_keys(variants)}
     loop_tps = {name: batch_tokens / statistics.median(loops[name]) for name in LOOPS if loops.get(name)}
     if len(loop_tps) == 2:
-        ratios["lightning/bare"] = loop_tps["lightning"] / loop_tps["bare"]
+        # iteration i of a Lightning round against iteration i of the bare round beside it
+        rs = intervals.paired_ratios(loops["bare"], loops["lightning"])  # tokens/s ratio = bare s / lightning s
+        ci = intervals.median_interval(rs)
+        summary["lightning/bare"] = {"value": statistics.median(rs), "interval": ci,
+                                     "width": intervals.relative_width(rs, ci), "n": len(rs)}
+        ratios["lightning/bare"] = summary["lightning/bare"]["value"]
+    precision = {}
+    if precision_arms:
+        precision = {"precision_ratios": {PRECISION_RATIO: summary[PRECISION_RATIO]["value"]},
+                     "precision_step_ms": {p: statistics.median(samples[a]) for p, a in precision_arms.items()},
+                     "precision_arms": precision_arms,
+                     "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb}}
     tokens_per_s = {v: batch_tokens / (step_ms[v] / 1e3) for v in variants}
     peak = device_peak_flops(device, cfg.peak_tflops)
     mfu = None
@@ -71,18 +121,35 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
     for kind, table in (("time", ratios), ("mem", mem_ratios)):
         for key, value in table.items():
             target = target_for(key, kind)
-            if target:
-                targets[f"mem:{key}" if kind == "mem" else key] = {
-                    "value": value, "op": target[0], "bound": target[1], "met": meets(value, target)}
+            if not target:
+                continue
+            entry = {"value": value, "op": target[0], "bound": target[1]}
+            if kind == "time":
+                ci = summary[key]["interval"]
+                verdict = intervals.judge(ci, *target)
+                entry.update(interval=list(ci) if ci else None, verdict=verdict,
+                             met={"met": True, "not met": False}.get(verdict))
+            else:  # one measurement per variant: no interval, judged by the value
+                entry.update(interval=None, met=meets(value, target))
+                entry["verdict"] = "met" if entry["met"] else "not met"
+            targets[f"mem:{key}" if kind == "mem" else key] = entry
     return {
         "size": cfg.size, "compile": cfg.compile, "threads": cfg.threads or torch.get_num_threads(),
         "torch": torch.__version__,
-        "step_ms": step_ms, "peak_mem_mb": peak_mb, "ratios": ratios,
+        "step_ms": step_ms, "peak_mem_mb": {v: peak_mb[v] for v in variants}, "ratios": ratios,
+        "ratio_intervals": {k: list(s["interval"]) if s["interval"] else None for k, s in summary.items()},
+        "ratio_rounds": {k: s["n"] for k, s in summary.items()},
+        "intervals": {"level": intervals.LEVEL, "target_width": cfg.interval_width,
+                      "widths": {k: s["width"] if math.isfinite(s["width"]) else None for k, s in summary.items()},
+                      "method": "median of the per-round paired ratios; distribution-free order-statistic "
+                                "interval for the median (binomial ranks)"},
+        **precision,
         "peak_mem_ratios": mem_ratios, "tokens_per_s": tokens_per_s, "loop_tokens_per_s": loop_tps,
         "mfu": mfu, "peak_flops": peak, "targets": targets, "n_params": n_params,
         "samples_ms": samples, "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
         "device": device.type, "device_name": _device_name(device), "batch_size": batch_size, "context": context,
-        "batch_tokens": batch_tokens, "steps": cfg.steps, "warmup": cfg.warmup, "loop_variant": cfg.loop_variant,
+        "batch_tokens": batch_tokens, "steps": len(next(iter(samples.values()))) if samples else 0,
+        "min_steps": cfg.steps, "max_steps": cfg.max_steps, "warmup": cfg.warmup, "loop_variant": cfg.loop_variant,
         "loop_steps": cfg.loop_steps, "loop_rounds": cfg.loop_rounds, "corpus": cfg.corpus or "synthetic",
         "seed": cfg.seed, "method": METHOD[device.type],
         "bench_id": f"bench-{created:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", "host": socket.gethostname(),
@@ -92,14 +159,16 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
 
 METHOD = {
     "cpu": {
-        "step_ms": "median over interleaved rounds of one step (fwd+loss+bwd+clip+AdamW) per variant, rotated order",
+        "step_ms": "median over interleaved rounds of one step (fwd+loss+bwd+clip+AdamW) per variant, rotated order; "
+                   "ratios: median of the per-round ratios",
         "peak_mem_mb": "params+buffers+optimiser state + peak of torch.profiler CPU allocator events over "
                        "one step (grads freed first)",
         "loop": "B*T / median seconds per loop iteration (end of step to end of next step, after warmup), "
                 "alternating Lightning/bare rounds",
     },
     "cuda": {
-        "step_ms": "median over interleaved rounds, cuda.synchronize around each step, bf16 autocast",
+        "step_ms": "median over interleaved rounds, cuda.synchronize around each step, bf16 autocast; "
+                   "ratios: median of the per-round ratios",
         "peak_mem_mb": "params+buffers+optimiser state + (cuda.max_memory_allocated - allocated at step start)",
         "loop": "B*T / median seconds per loop iteration, alternating rounds (Lightning bf16-mixed, "
                 "bare bf16 autocast)",
@@ -115,19 +184,32 @@ def _device_name(device: torch.device) -> str:
 
 def bench_rows(result: dict) -> list[dict]:
     """Rows for the DuckDB table ``bench`` (``db/schema.sql``): one per variant (its step
-    time, peak memory, training-step tokens/s) and one per loop (``lightning``, ``bare``:
-    ms per step and tokens/s of the loop, no peak memory)."""
+    time, peak memory, training-step tokens/s), one for the other-precision arm
+    (``variant@bf16-mixed``, ``extra.kind = 'precision'``) and one per loop (``lightning``,
+    ``bare``: ms per step and tokens/s of the loop, no peak memory)."""
     common = {k: result[k] for k in ("bench_id", "created_at", "host", "size", "compile", "threads")}
     common["torch_version"] = result["torch"]
     info = {k: result[k] for k in ("device", "device_name", "batch_size", "context", "steps", "warmup")}
     rows = []
+    intervals_ = result.get("ratio_intervals", {})
     for v, ms in result["step_ms"].items():
         ratio = result["ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0
         extra = {"kind": "step", **info, "n_params": result["n_params"][v], "ratio_vs_parent": ratio,
+                 "ratio_interval": intervals_.get(f"{v}/{PARENT}"),
                  "mem_ratio_vs_parent": result["peak_mem_ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0,
                  "mfu": result["mfu"][v] if result["mfu"] else None}
         rows.append({**common, "variant": v, "step_ms": ms, "peak_mem_mb": result["peak_mem_mb"][v],
                      "tokens_per_s": result["tokens_per_s"][v], "extra": extra})
+    for precision, arm in (result.get("precision_arms") or {}).items():
+        if arm in result["step_ms"]:
+            continue  # the variant's own row
+        ms = result["precision_step_ms"][precision]
+        extra = {"kind": "precision", **info, "model_variant": arm.split("@")[0], "precision": precision,
+                 PRECISION_RATIO: result["precision_ratios"][PRECISION_RATIO],
+                 "ratio_interval": intervals_.get(PRECISION_RATIO)}
+        rows.append({**common, "variant": arm, "step_ms": ms,
+                     "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
+                     "tokens_per_s": result["batch_tokens"] / (ms / 1e3), "extra": extra})
     for name, tps in result["loop_tokens_per_s"].items():
         extra = {"kind": "loop", **info, "model_variant": result["loop_variant"], "loop_steps": result["loop_steps"],
                  "rounds": result["loop_rounds"], "lightning/bare": result["ratios"].get("lightning/bare"),
@@ -170,17 +252,35 @@ def format_report(result: dict) -> str:
         lines.append(f"training loop ({result['loop_variant']}, {result['loop_rounds']} rounds x "
                      f"{result['loop_steps']} steps): " + ", ".join(
                          f"{k} {v:,.0f} tokens/s" for k, v in result["loop_tokens_per_s"].items()))
+    if result.get("precision_ratios"):
+        ms = result["precision_step_ms"]
+        lines.append("")
+        lines.append(f"precision ({result['precision_arms']['32-true'].split('@')[0]}, interleaved): "
+                     + ", ".join(f"{p} {v:.1f} ms" for p, v in ms.items()))
     lines.append("")
-    lines.append("ratios against the issue's targets:")
+    ci_head = f"{int(100 * result['intervals']['level'])} % interval"
+    lines.append(f"ratios (median of per-round paired ratios; {ci_head}; goal judged against the interval):")
+    for key in [*result["ratios"], *result.get("precision_ratios", {})]:
+        value = result["ratios"].get(key, result.get("precision_ratios", {}).get(key))
+        ci = result["ratio_intervals"].get(key)
+        span = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{'(too few rounds)':>16}"
+        line = f"  {key:<30} {value:7.3f}  {span}  n={result['ratio_rounds'][key]:<4}"
+        t = result["targets"].get(key)
+        if t:
+            line += f" goal {t['op']} {t['bound']}: {t['verdict']}"
+        lines.append(line)
+    width = result["intervals"]["target_width"]
+    wide = [k for k, w in result["intervals"]["widths"].items() if w is None or w >= width]
+    if wide:
+        lines.append(f"  intervals wider than {100 * width:g} %: {', '.join(wide)} (more --steps / --max-steps, "
+                     "or a quieter machine)")
     for key, t in result["targets"].items():
-        mark = "ok" if t["met"] else "MISSED"
-        lines.append(f"  {key:<34} {t['value']:7.3f}  (target {t['op']} {t['bound']})  {mark}")
-    others = [k for k in result["ratios"] if k not in result["targets"]]
-    for key in others:
-        lines.append(f"  {key:<34} {result['ratios'][key]:7.3f}")
+        if key.startswith("mem:"):
+            lines.append(f"  {key:<30} {t['value']:7.3f}  (one step each)  goal {t['op']} {t['bound']}: {t['verdict']}")
     lines.append("")
     lines.append("method: " + "; ".join(f"{k}: {v}" for k, v in result["method"].items()))
     return "\n".join(lines)
 
 
-__all__ = ["METHOD", "ratio_keys", "target_for", "meets", "assemble", "bench_rows", "write_json", "format_report"]
+__all__ = ["METHOD", "ratio_keys", "target_for", "meets", "step_ratio_pairs", "paired_summary", "narrow_enough",
+           "assemble", "bench_rows", "write_json", "format_report"]

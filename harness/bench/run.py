@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.bench.config import MAX_DEFAULT_BATCH, BenchConfig, default_variants, resolve_device
+from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, BenchConfig, default_precision, default_variants,
+                                  other_precision, resolve_device)
 from harness.bench.loop import loop_throughput
-from harness.bench.result import assemble
+from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
+from harness.train.trainer import cpu_bf16_support
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps
 from harness.config import get_size, train_config
 
@@ -85,11 +87,23 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
             say(f"building {len(variants)} variants ({cfg.size}, batch {batch_size} x {preset.context} tokens, "
                 f"{'compiled' if cfg.compile else 'eager'}, {device.type})")
             arms = [StepArm(v, cfg, device, (x, y), prepared.vocab_size, total_steps) for v in variants]
-            say(f"timing {cfg.steps} interleaved rounds after {cfg.warmup} warmup step(s) per variant")
-            samples = time_steps(arms, cfg.steps, cfg.warmup)
-            say("measuring peak memory, one step per variant")
+            precision_arms = None
+            if cfg.precision_ratio:  # the same model in the other precision, in the same rounds
+                base = PARENT if PARENT in variants else variants[0]
+                extra = StepArm(base, cfg, device, (x, y), prepared.vocab_size, total_steps,
+                                precision=other_precision(device))
+                arms.append(extra)
+                precision_arms = {default_precision(device): base, extra.precision: extra.name}
+                say(f"precision: {base} also in {extra.precision} ({cpu_bf16_support() if device.type == 'cpu' else ''})")
+            pairs = step_ratio_pairs(variants, precision_arms)
+            more = f", up to {cfg.max_steps} until every interval is narrower than {100 * cfg.interval_width:g} %" \
+                if cfg.max_steps > cfg.steps else ""
+            say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
+            samples = time_steps(arms, cfg.steps, cfg.warmup, max_steps=cfg.max_steps,
+                                 enough=narrow_enough(cfg.interval_width, pairs))
+            say(f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)")
             peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
-            n_params = {arm.variant: arm.n_params for arm in arms}
+            n_params = {arm.name: arm.n_params for arm in arms}
             del arms
             loops: dict[str, list[float]] = {}
             if cfg.loop_rounds:
@@ -104,7 +118,8 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     finally:
         torch.set_num_threads(old_threads)
         torch._dynamo.config.recompile_limit = old_limit
-    return assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created)
+    return assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created,
+                    precision_arms)
 
 
 def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,26 +5,29 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
-from harness.bench.config import BenchConfig, autocast, sync
+from harness.bench.config import BenchConfig, autocast, default_precision, sync
 from harness.config import train_config
 
 # -- one variant's training step --------------------------------------------------------
 
 
-def train_step(forward, model, opt, sched, x, y, max_norm: float, device: torch.device) -> None:
+def train_step(forward, model, opt, sched, x, y, max_norm: float, device: torch.device,
+               precision: str | None = None) -> None:
     """One optimiser step in the order of Lightning's automatic optimisation (as under
     :class:`harness.train.lit.LitLM`): forward and loss, ``zero_grad(set_to_none=True)``,
-    backward, gradient clipping, AdamW step, LR-schedule step.
+    backward, gradient clipping, AdamW step, LR-schedule step. ``precision``: a Lightning
+    precision (``32-true`` or ``bf16-mixed``; default: the device's, as a run's ``auto``).
 
     The order matters on CPU: it decides which buffers the allocator can reuse (the last
     step's gradients live through the forward), which moves step times by ~10 %.
     """
-    with autocast(device):
+    with autocast(device, precision):
         logits = forward(x)
     loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
     opt.zero_grad(set_to_none=True)
@@ -35,14 +38,21 @@ def train_step(forward, model, opt, sched, x, y, max_norm: float, device: torch.
 
 
 class StepArm:
-    """One variant's model, optimiser and :func:`train_step` on a fixed batch."""
+    """One variant's model, optimiser and :func:`train_step` on a fixed batch.
+
+    ``precision`` (``32-true`` / ``bf16-mixed``; default the device's) is the step's
+    numeric precision; :attr:`name` is the variant, or ``variant@precision`` for an arm
+    whose precision is not the device's default (the bf16/fp32 comparison).
+    """
 
     def __init__(self, variant: str, cfg: BenchConfig, device: torch.device, batch: tuple[torch.Tensor, torch.Tensor],
-                 vocab_size: int, total_steps: int) -> None:
+                 vocab_size: int, total_steps: int, precision: str | None = None) -> None:
         from harness.models import build_model, count_params
         from harness.train.lit import LitLM
 
         self.variant = variant
+        self.precision = precision or default_precision(device)
+        self.name = variant if self.precision == default_precision(device) else f"{variant}@{self.precision}"
         self.device = device
         self.model = build_model(variant, cfg.size, seed=cfg.seed, vocab_size=vocab_size).to(device)
         self.n_params = count_params(self.model)["total"]
@@ -58,7 +68,8 @@ class StepArm:
         self.max_norm = self.train.grad_clip if self.train.grad_clip > 0 else float("inf")
 
     def step(self) -> None:
-        train_step(self.forward, self.model, self.opt, self.sched, self.x, self.y, self.max_norm, self.device)
+        train_step(self.forward, self.model, self.opt, self.sched, self.x, self.y, self.max_norm, self.device,
+                   self.precision)
 
     def free_grads(self) -> None:
         """Drop the gradients (``set_to_none``), leaving only persistent state."""
@@ -77,23 +88,32 @@ class StepArm:
         return sum(seen.values())
 
 
-def time_steps(arms: list[StepArm], steps: int, warmup: int) -> dict[str, list[float]]:
-    """Interleaved per-step times in ms: ``{variant: [steps values]}`` (see module docstring)."""
+def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int | None = None,
+               enough: Callable[[dict[str, list[float]]], bool] | None = None) -> dict[str, list[float]]:
+    """Interleaved per-step times in ms: ``{arm name: [one value per round]}``.
+
+    After ``warmup`` steps per arm, each round runs one step of every arm, round ``r``
+    starting with arm ``r mod n`` (see :mod:`harness.bench`). ``steps`` rounds at least;
+    then, while ``enough(times)`` is false, more rounds up to ``max_steps`` in all (the
+    intervals of :mod:`harness.bench.intervals` narrow with every round).
+    """
     device = arms[0].device
     for arm in arms:
         for _ in range(warmup):
             arm.step()
     sync(device)
-    times: dict[str, list[float]] = {arm.variant: [] for arm in arms}
-    n = len(arms)
-    for r in range(steps):
+    times: dict[str, list[float]] = {arm.name: [] for arm in arms}
+    n, limit = len(arms), max(steps, max_steps or steps)
+    for r in range(limit):
+        if r >= steps and (enough is None or enough(times)):
+            break
         for k in range(n):
             arm = arms[(r + k) % n]
             sync(device)
             t0 = time.perf_counter()
             arm.step()
             sync(device)
-            times[arm.variant].append((time.perf_counter() - t0) * 1e3)
+            times[arm.name].append((time.perf_counter() - t0) * 1e3)
     return times
 
 
@@ -127,7 +147,7 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
             torch.cuda.reset_peak_memory_stats(device)
             arm.step()
             sync(device)
-            out[arm.variant] = arm.persistent_bytes() + torch.cuda.max_memory_allocated(device) - start
+            out[arm.name] = arm.persistent_bytes() + torch.cuda.max_memory_allocated(device) - start
         return out
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -153,5 +173,5 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
             if lo <= t <= hi:
                 running += nbytes
                 transient = max(transient, running)
-        out[arm.variant] = arm.persistent_bytes() + transient
+        out[arm.name] = arm.persistent_bytes() + transient
     return out

@@ -1,12 +1,16 @@
-"""Benchmark routing overhead (step time, peak memory per variant) and Lightning-loop overhead.
+"""Benchmark routing overhead (step time, peak memory per variant), bf16 over float32, and
+Lightning-loop overhead.
 
 Times one training step (forward + backward + clipping + AdamW) of prenorm, block_attnres,
-rd_attnres and every control, interleaved in one process (one step of each variant per
-round, rotated order; medians over rounds), measures each step's peak tensor memory, and
-compares the tokens/s of the Lightning training loop with a bare PyTorch loop on the same
-model and batches (alternating rounds). Prints medians, ratios (block_attnres/prenorm,
-rd_attnres/block_attnres, <control>/block_attnres, lightning/bare) and the benchmark's
-targets, writes the JSON of DESIGN section 7 (default RESULTS/bench/<bench_id>.json) and
+rd_attnres and every control, and of block_attnres in the other precision (bf16-mixed on a
+CPU), interleaved in one process (one step of each per round, rotated order), measures each
+step's peak tensor memory, and compares the tokens/s of the Lightning training loop with a
+bare PyTorch loop on the same model and batches (alternating rounds). Every ratio
+(block_attnres/prenorm, rd_attnres/block_attnres, <control>/block_attnres, bf16/fp32,
+lightning/bare) is the median of one paired ratio per round, with a distribution-free 95 %
+interval; rounds continue past --steps (up to --max-steps) until every interval is narrower
+than --interval-width, and each goal is judged against the interval (met / not met /
+undecided). Writes the JSON of DESIGN section 7 (default RESULTS/bench/<bench_id>.json) and
 appends one row per variant and per loop to the DuckDB table `bench` (default
 RESULTS/harness.duckdb). The machine may be shared: no single number is trusted, only
 medians of interleaved rounds; on a busy CPU, --threads 1 avoids the stalls that
@@ -17,7 +21,7 @@ MFU = 6 N tokens/s / peak FLOP/s.
 example:
   harness bench --size small                        # eager, CPU
   harness bench --size small --compile --json results/bench_small_compiled.json
-  harness bench --size tiny --steps 3 --loop-rounds 1 --variant block_attnres --variant rd_attnres
+  harness bench --size tiny --steps 6 --max-steps 0 --loop-rounds 1 --variant block_attnres --variant rd_attnres
   harness bench --size 120m --compile               # on a GPU (H100/H200/A100 peak known)
   harness bench --size 120m --compile --variant prenorm --variant block_attnres --variant rd_attnres
   harness bench --size small --threads 1 --loop-rounds 0   # step times only, one thread
@@ -35,7 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
                    help="torch.compile every model (default: eager)")
     p.add_argument("--steps", type=int, default=20,
-                   help="timed interleaved rounds, one step per variant each (default: 20)")
+                   help="timed interleaved rounds at least, one step per variant each (default: 20)")
+    p.add_argument("--max-steps", type=int, default=120,
+                   help="then more rounds, up to this many in all, until every ratio's 95%% interval is narrower "
+                        "than --interval-width (0 = exactly --steps; default: 120)")
+    p.add_argument("--interval-width", type=float, default=0.01,
+                   help="relative width of a ratio's 95%% interval that is narrow enough (default: 0.01 = 1%%)")
+    p.add_argument("--precision-ratio", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the parent in the other precision (bf16-mixed on a CPU, float32 on CUDA) in "
+                        "the same rounds: precision_ratios bf16/fp32 (default: on)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)")
     p.add_argument("--variant", action="append", metavar="V",
                    help="variant to time (repeatable; default: prenorm, block_attnres, rd_attnres and every control)")
@@ -66,6 +78,8 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = BenchConfig(
         size=args.size, variants=tuple(args.variant or ()), compile=args.compile, steps=args.steps,
+        max_steps=args.max_steps if args.max_steps > args.steps else 0, interval_width=args.interval_width,
+        precision_ratio=args.precision_ratio,
         warmup=args.warmup, batch_size=args.batch_size, loop_variant=args.loop_variant,
         loop_steps=args.loop_steps, loop_rounds=args.loop_rounds, corpus=args.corpus,
         cache_dir=cache_dir(args.results) if args.corpus else None, device=args.device,

@@ -11,9 +11,10 @@ zero-initialised) over sources ``s_0 .. s_{S-1}`` is (Attention Residuals, arXiv
 How it is computed. With ``r_i = 1 / rms(s_i)`` (``[B, T]``) and the site's effective
 query ``u = g * w`` (``[D]``), ``w . K_i = r_i * (s_i . u)``: no normalised key tensor is
 ever built. ``r_i`` of a completed source is computed once and shared by every later site
-(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. Sources
-are never stacked into an ``[S, B, T, D]`` tensor (:func:`route`), so neither the forward
-nor the state saved for backward copies them. Logits are float32 even under autocast.
+(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. All routes
+of a site are computed together, in one pass over its sources (:func:`mix_routes`), and
+sources are never stacked into an ``[S, B, T, D]`` tensor, so neither the forward nor the
+state saved for backward copies them. Logits are float32 even under autocast.
 With all queries at zero every route is the uniform mean of its sources, which is why
 every variant equals the parent at initialisation.
 
@@ -56,30 +57,38 @@ def inv_rms(x: Tensor, eps: float) -> Tensor:
     return torch.rsqrt(x.float().square().mean(-1) + eps)
 
 
-def route(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Tensor, Tensor]:
-    """One route over S sources: ``(sum_i a_i s_i, a)`` with ``a = softmax_i(r_i * (s_i . u))``.
+def mix_routes(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Tensor, Tensor]:
+    """R routes over the same S sources in one pass: ``route_j = sum_i a_ij s_i`` with
+    ``a_:j = softmax_i(r_i * (s_i . u_j))``.
 
     Args:
         values: S sources ``[B, T, D]``.
         rstd: their ``r_i = inv_rms(s_i)``, ``[B, T]`` float32 each.
-        u: the effective query ``g * w``, ``[D]`` float32.
+        u: the routes' effective queries ``g * w_j``, ``[R, D]`` float32.
 
     Returns:
-        The route ``[B, T, D]`` (the sources' dtype) and the weights ``a`` ``[S, B, T]``
-        (float32; softmax over the source axis S).
+        The routes ``[R, B, T, D]`` (the sources' dtype; ``out[j]`` is route j) and the
+        weights ``a`` ``[S, R, B, T]`` (float32; softmax over the source axis S).
 
-    Logits are one mat-vec per source; the mix is accumulated source by source, each step
-    saving only ``a_i`` and a source that is alive anyway, so backward keeps no
-    ``[S, B, T, D]`` tensor. Under ``torch.compile`` the whole route (with the partial's
-    ``inv_rms``) fuses into one kernel forward and one backward per site.
+    Each source is read once for the logits of every route and once for every route's mix:
+    the mixes are accumulated together in one ``[R, B, T, D]`` tensor, source by source,
+    each step saving only ``a_i`` (``[R, B, T, 1]``) and a source that is alive anyway, so
+    backward keeps no ``[S, B, T, D]`` tensor and runs once per site, whatever R. Route j's
+    numbers do not depend on the other routes: its logits are the parent's mat-vec
+    ``s_i @ u_j`` (a batched ``[D, R]`` contraction would round differently for each R, by
+    ~1e-6, and break the exact identities of DESIGN section 3, e.g. ``rd_attnres`` with
+    ``w_v = w_qk``), the softmax and the mix are element-wise in j. Under ``torch.compile``
+    the site (with the partial's ``inv_rms``) fuses into one kernel forward and one backward.
     """
+    R = u.shape[0]
     with torch.autocast(u.device.type, enabled=False):  # bf16 logits would blur the softmax
-        logits = torch.stack([(v.float() @ u) * r for v, r in zip(values, rstd)])  # [S, B, T]
+        logits = torch.stack([torch.stack([v.float() @ u[j] for j in range(R)]) * r
+                              for v, r in zip(values, rstd)])  # [S, R, B, T]
     weights = torch.softmax(logits, dim=0)  # softmax over the source axis S
-    a = weights.to(values[0].dtype).unsqueeze(-1)  # [S, B, T, 1]
-    out = a[0] * values[0]
+    a = weights.to(values[0].dtype).unsqueeze(-1)  # [S, R, B, T, 1]
+    out = a[0] * values[0]  # [R, B, T, D]: each source broadcast over the routes
     for i in range(1, len(values)):
-        out = torch.addcmul(out, a[i], values[i])  # [B, T, D]
+        out = torch.addcmul(out, a[i], values[i])
     return out, weights
 
 
@@ -174,16 +183,10 @@ class RouteSite(nn.Module):
             routes = {name: values[0] for name in self.route_names}
         else:
             u = self.route_queries().float() * self.key_norm.weight.float()  # [R, D]
-            captured: dict[str, Tensor] = {}
-            # One route at a time, each with the same kernel shapes as the parent's single
-            # route: a batched [R, ...] contraction rounds differently (~1e-6), which would
-            # break the exact identities of DESIGN section 3 (e.g. rd with w_v = w_qk).
-            for i, name in enumerate(self.route_names):
-                routes[name], weights = route(values, rstd, u[i])  # [B, T, D] and [S, B, T]
-                if self.capture:
-                    captured[name] = weights.detach()
+            mixed, weights = mix_routes(values, rstd, u)  # [R, B, T, D] and [S, R, B, T]
+            routes = {name: mixed[j] for j, name in enumerate(self.route_names)}
             if self.capture:
-                self.last_weights = captured
+                self.last_weights = {name: weights[:, j].detach() for j, name in enumerate(self.route_names)}
         for name, b in self.route_offsets().items():
             routes[name] = routes[name] + b.to(routes[name].dtype)  # [B, T, D] + [D]
         out: list[dict[str, Tensor]] = []

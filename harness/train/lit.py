@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from harness.config import TrainConfig
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
 from harness.train.schedule import lr_multiplier, warmup_steps
+from harness.train.timing import RunTimes
 
 
 class LitLM(L.LightningModule):
@@ -67,6 +68,7 @@ class LitLM(L.LightningModule):
         self.last_eval: dict | None = None  # {"step", "nll", "bpb", "ppl", "tokens", "bytes"} of the latest evaluate
         self._compiled = None
         self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds
+        self.times = RunTimes()  # seconds per phase, earlier segments included (harness.train.timing)
         self.t_process_start = time.perf_counter()
         self._t_last = None
         self._tokens_last = 0
@@ -163,6 +165,10 @@ class LitLM(L.LightningModule):
             ``{"nll": nats/token, "bpb": bits/byte, "ppl": perplexity, "tokens": predicted
             tokens, "bytes": their UTF-8 bytes}``; also kept, with ``"step"``, in :attr:`last_eval`.
         """
+        with self.times.phase("eval_s"):
+            return self._evaluate(val_batches)
+
+    def _evaluate(self, val_batches) -> dict:
         was_training = self.model.training
         self.model.eval()
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -196,7 +202,8 @@ class LitLM(L.LightningModule):
         wall_s = self.wall_s_before + time.perf_counter() - self.t_process_start
         checkpoint["harness"] = {"records": self.records, "routing_rows": self.routing_rows,
                                  "pair_rows": self.pair_rows, "param_rows": self.param_rows,
-                                 "diverged": self.diverged, "last_eval": self.last_eval, "wall_s": wall_s}
+                                 "diverged": self.diverged, "last_eval": self.last_eval, "wall_s": wall_s,
+                                 "times": self.times.state()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("harness", {})
@@ -207,4 +214,5 @@ class LitLM(L.LightningModule):
         self.diverged = state.get("diverged")
         self.last_eval = state.get("last_eval")
         self.wall_s_before = float(state.get("wall_s", 0.0))
+        self.times = RunTimes.from_state(state.get("times"))
 

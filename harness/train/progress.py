@@ -1,12 +1,16 @@
-"""The run's one Lightning callback: evaluate, checkpoint, stop on request, show progress.
+"""The run's one Lightning callback: evaluate, checkpoint, stop on request, show progress, time.
 
 All four happen in one ordered hook after each optimiser step (:meth:`RunCallback.on_train_batch_end`),
 so their order is fixed: train-metric rows, then the evaluation (at every ``eval_every``
 steps and at the last step) and its hook (``on_eval``: a tuning trial reports the NLL to
 its study's pruner, which may end the run as ``pruned``), then the checkpoint (which
-therefore holds this step's rows), then the progress display, then a stop: planned
+therefore holds this step's rows; every ``checkpoint_every_tokens``, by default every
+:data:`CHECKPOINT_EVERY_S` seconds), then the progress display, then a stop: planned
 (``stop_after_tokens``) or asked for by ``stop_requested`` (a signal,
 :class:`harness.scheduling.stop.StopRequest`), with a checkpoint of that step either way.
+The same hooks time the run's phases into ``pl_module.times`` (:mod:`harness.train.timing`):
+each step from ``on_train_batch_start`` to ``on_train_batch_end`` is ``train_s``, each
+checkpoint ``ckpt_s``, and the time from ``t_setup`` to the segment's first step ``setup_s``.
 
 Progress goes to stderr (modes: :mod:`harness.console`, ``$HARNESS_PROGRESS``): a ``tqdm``
 bar on a terminal no other harness process is training on, else complete lines prefixed
@@ -24,7 +28,7 @@ from collections.abc import Callable
 import lightning as L
 
 from harness import console, live
-from harness.train.schedule import StepPlan
+from harness.train.schedule import CHECKPOINT_EVERY_S, StepPlan
 
 SHARE_CHECK_S = 2.0  # how often a bar looks for another worker on its terminal (seconds)
 
@@ -51,18 +55,24 @@ class RunCallback(L.Callback):
             pruned (:attr:`harness.train.lit.LitLM.pruned`).
         stop_requested: asked after every optimiser step before the last; a reason
             (string) stops the run there with a checkpoint, ``None`` goes on.
+        t_setup: ``time.perf_counter()`` when the run's setup began (default: now).
     """
 
     def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
                  save_checkpoint: Callable, run_id: str = "",
                  check_lease: Callable[[], None] = lambda: None,
                  on_eval: Callable[[int, int, float], bool] | None = None,
-                 stop_requested: Callable[[], str | None] | None = None) -> None:
+                 stop_requested: Callable[[], str | None] | None = None,
+                 t_setup: float | None = None) -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
-        self.save_checkpoint, self.run_id = save_checkpoint, run_id
+        self._save, self.run_id = save_checkpoint, run_id
         self.check_lease = check_lease
         self.on_eval = on_eval
         self.stop_requested = stop_requested
+        self.t_setup = time.perf_counter() if t_setup is None else t_setup
+        self.t_step: float | None = None  # perf_counter at the start of the current step
+        self.stepped = False  # a step ran in this process (setup_s is counted once)
+        self.t_ckpt: float | None = None  # perf_counter of this segment's last checkpoint
         self.bar = None
         self.terminal: console.SharedTerminal | None = None
         self.t0: float | None = None
@@ -94,7 +104,30 @@ class RunCallback(L.Callback):
         self.next_print = tokens + console.LINE_EVERY_FRACTION * self.budget_tokens
         self.next_print_t = time.monotonic() + console.LINE_EVERY_S
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.t_step = time.perf_counter()
+        if not self.stepped:
+            self.stepped = True
+            pl_module.times.add("setup_s", self.t_step - self.t_setup)
+
+    def save_checkpoint(self, trainer, pl_module) -> None:
+        with pl_module.times.phase("ckpt_s"):
+            self._save(trainer)
+        self.t_ckpt = time.perf_counter()
+
+    def _checkpoint_due(self, trainer, step: int) -> bool:
+        """Every ``plan.ckpt_every`` steps, or (``ckpt_every`` 0) once :data:`CHECKPOINT_EVERY_S`
+        seconds have passed since the last checkpoint or the segment's start. Rank 0's clock
+        decides for every rank (saving is collective)."""
+        if self.plan.ckpt_every:
+            return step % self.plan.ckpt_every == 0
+        due = time.perf_counter() - (self.t_ckpt or self.t_setup) >= CHECKPOINT_EVERY_S
+        return bool(trainer.strategy.broadcast(due, src=0)) if trainer.world_size > 1 else due
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.t_step is not None:
+            pl_module.times.add("train_s", time.perf_counter() - self.t_step)
+            self.t_step = None
         plan, step = self.plan, int(trainer.global_step)
         self.check_lease()  # a worker whose run was taken over stops here, writing nothing more
         if pl_module.diverged:
@@ -110,8 +143,8 @@ class RunCallback(L.Callback):
         planned = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
         asked = self.stop_requested() if self.stop_requested is not None and step < plan.total_steps else None
         stopping = planned or bool(asked)
-        if step < plan.total_steps and (step % plan.ckpt_every == 0 or stopping):
-            self.save_checkpoint(trainer)
+        if step < plan.total_steps and (stopping or self._checkpoint_due(trainer, step)):
+            self.save_checkpoint(trainer, pl_module)
         self._show(pl_module, step)
         if stopping:
             why = f"on request ({asked})" if asked else "as asked"
@@ -126,7 +159,7 @@ class RunCallback(L.Callback):
         # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it
         if isinstance(exception, SIGTERMException) and not pl_module.diverged:
             try:
-                self.save_checkpoint(trainer)
+                self.save_checkpoint(trainer, pl_module)
             except LeaseLost:  # the run is someone else's now: nothing to keep
                 pass
 

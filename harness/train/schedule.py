@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 from harness.config import TrainConfig, check_budget
 
+#: Wall-clock seconds between checkpoints when ``checkpoint_every_tokens`` is 0: a checkpoint
+#: only serves a resume after a crash, so at most this much work is lost, and a short run
+#: writes none (a ``small`` checkpoint is ~70 MB with its AdamW state, a ``120m`` one ~2 GB).
+CHECKPOINT_EVERY_S = 300.0
+
 
 @dataclass(frozen=True)
 class StepPlan:
@@ -23,7 +28,8 @@ class StepPlan:
         batch_tokens: tokens per optimiser step, ``B * T``.
         total_steps: optimiser steps, ``budget_tokens // batch_tokens``.
         eval_every: validation every this many steps (0 = only at the last step).
-        ckpt_every: checkpoint every this many steps (default: a tenth of the run).
+        ckpt_every: checkpoint every this many steps; 0 (the default, ``checkpoint_every_tokens``
+            unset) checkpoints by wall time instead, every :data:`CHECKPOINT_EVERY_S` seconds.
         log_every: train-metric rows every this many steps (about 100 per run).
         stop_step: a planned stop (checkpoint, then :class:`~harness.train.run.RunInterrupted`)
             at this step, or ``None``.
@@ -53,7 +59,7 @@ class StepPlan:
         eval_every = train.eval_every_tokens // batch_tokens if train.eval_every_tokens else 0
         ckpt = train.checkpoint_every_tokens // batch_tokens if train.checkpoint_every_tokens else 0
         return cls(batch_size=batch_size, batch_tokens=batch_tokens, total_steps=total_steps,
-                   eval_every=eval_every, ckpt_every=max(1, ckpt or total_steps // 10),
+                   eval_every=eval_every, ckpt_every=ckpt,
                    log_every=max(1, total_steps // 100),
                    stop_step=max(1, stop_after_tokens // batch_tokens) if stop_after_tokens else None)
 
@@ -90,4 +96,4 @@ def warmup_steps(cfg: TrainConfig, total_steps: int, batch_tokens: int) -> int:
     return cfg.warmup_tokens // batch_tokens if cfg.warmup_tokens else max(1, round(0.05 * total_steps))
 
 
-__all__ = ["StepPlan", "lr_multiplier", "warmup_steps"]
+__all__ = ["CHECKPOINT_EVERY_S", "StepPlan", "lr_multiplier", "warmup_steps"]

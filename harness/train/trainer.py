@@ -14,6 +14,7 @@ installed, warn in every run that ``srun`` "is available but not used".
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from pathlib import Path
@@ -68,12 +69,50 @@ def resolve_accelerator(accelerator: str) -> str:
     return accelerator
 
 
+#: CPU flags (``/proc/cpuinfo``) of native bf16 matrix arithmetic that oneDNN uses for bf16 matmuls.
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@functools.cache
+def cpu_bf16_support() -> str | None:
+    """The CPU's native bf16 instruction set (``amx_bf16`` or ``avx512_bf16`` from
+    ``/proc/cpuinfo``), or ``None``: none, no ``/proc/cpuinfo`` (not Linux), or a torch
+    without oneDNN bf16 kernels. Without native bf16 a CPU emulates it, slower than float32."""
+    try:
+        flags = set(" ".join(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                             if line.startswith("flags")).split())
+    except OSError:
+        return None
+    found = next((f for f in CPU_BF16_FLAGS if f in flags), None)
+    if found is None or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return found if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def resolve_precision(precision: str, accelerator: str) -> str:
     """A training setting ``precision`` made concrete: ``auto`` is ``bf16-mixed`` on a GPU
-    (``gpu``/``cuda``) and ``32-true`` elsewhere."""
-    if precision != "auto":
-        return precision
-    return "bf16-mixed" if accelerator in ("gpu", "cuda") else "32-true"
+    (``gpu``/``cuda``) and ``32-true`` elsewhere; ``auto-bf16`` is ``bf16-mixed`` on a GPU and
+    on a CPU with native bf16 (:func:`cpu_bf16_support`), else ``32-true``. The concrete
+    precision enters the protocol hash, so runs of different precisions never pair."""
+    gpu = accelerator in ("gpu", "cuda")
+    if precision == "auto":
+        return "bf16-mixed" if gpu else "32-true"
+    if precision == "auto-bf16":
+        return "bf16-mixed" if gpu or (accelerator == "cpu" and cpu_bf16_support()) else "32-true"
+    return precision
+
+
+def describe_precision(precision: str, accelerator: str) -> str:
+    """One line: what ``precision`` resolves to on ``accelerator`` and why."""
+    concrete = resolve_precision(precision, accelerator)
+    if accelerator != "cpu" or precision != "auto-bf16":
+        return f"precision {concrete} ({precision} on {accelerator})"
+    native = cpu_bf16_support()
+    why = f"this CPU has native bf16 ({native})" if native else "this CPU has no native bf16 (avx512_bf16/amx_bf16)"
+    return f"precision {concrete} ({precision} on cpu: {why})"
 
 
 def make_trainer(*, accelerator: str, precision: str, max_steps: int, callbacks: list, root: Path,
@@ -99,5 +138,6 @@ def make_trainer(*, accelerator: str, precision: str, max_steps: int, callbacks:
     )
 
 
-__all__ = ["SRUN_NOT_USED", "quiet_lightning", "cluster_environment", "resolve_accelerator", "resolve_precision",
+__all__ = ["SRUN_NOT_USED", "quiet_lightning", "cluster_environment", "resolve_accelerator", "cpu_bf16_support",
+           "resolve_precision", "describe_precision",
            "make_trainer"]

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The GPU check: every GPU path of the harness in one go, in under 8 minutes on one GPU.
+#
+#   scripts/gpu_check.sh [--cpu | --dry-run] [OUT]
+#
+# 1. `harness bench --size 120m --compile` on CUDA (bf16 autocast): step times of prenorm,
+#    block_attnres and rd_attnres, the bf16/fp32 ratio, Lightning vs a bare loop, MFU;
+# 2. a tiny grid (parent + treatment, 2 seeds) queued and drained by one worker on the GPU;
+# 3. one run under DDP on one GPU (`--devices 1 --strategy ddp`);
+# and writes everything to OUT (default results/gpu_check/<UTC time>): each step's command,
+# output and exit code, the bench JSON, the grid's results, and summary.txt.
+#
+# --cpu runs tiny versions of the same three steps on the CPU (the test suite does, in well
+# under a minute); --dry-run prints the commands without running them. The corpus is $CORPUS,
+# else ../shared/data/fineweb_edu_sample, else the repository's own Markdown, one paragraph
+# per document. The harness command is $HARNESS (default .venv/bin/harness, else harness on
+# PATH). Exit status: 0 when every step passed, 1 otherwise (summary.txt says which).
+# Not yet run on a GPU (see README, "Scaling out").
+set -uo pipefail
+
+MODE=gpu
+case "${1:-}" in
+  --cpu) MODE=cpu; shift ;;
+  --dry-run) MODE=dry; shift ;;
+  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  -*) echo "gpu_check.sh: unknown option '$1'; allowed: --cpu, --dry-run, -h" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "gpu_check.sh: one OUT folder at most, got: $*" >&2; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-$ROOT/results/gpu_check/$(date -u +%Y%m%dT%H%M%SZ)}
+HARNESS=${HARNESS:-}
+if [ -z "$HARNESS" ]; then
+  if [ -x "$ROOT/.venv/bin/harness" ]; then HARNESS=$ROOT/.venv/bin/harness; else HARNESS=harness; fi
+fi
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+RESULTS=$OUT/results
+
+if [ "$MODE" != cpu ]; then  # the GPU's commands (also what --dry-run prints)
+  ACCEL=gpu; DEVICE=cuda
+  BENCH_ARGS=(--size 120m --compile --steps 20 --max-steps 60 --loop-rounds 2 --loop-steps 10)
+  GRID_SIZE=tiny; GRID_BUDGET=400000; GRID_TRAIN='batch_tokens = 8192'
+  DDP_SIZE=small; DDP_BUDGET=400000
+  LIMITS=(300 150 120)  # seconds per step: 5 + 2.5 + 2 minutes at most
+else
+  ACCEL=cpu; DEVICE=cpu
+  BENCH_ARGS=(--size tiny --steps 6 --max-steps 0 --warmup 1 --loop-rounds 1 --loop-steps 2 --threads 1)
+  GRID_SIZE=tiny; GRID_BUDGET=2048; GRID_TRAIN='batch_tokens = 1024'
+  DDP_SIZE=tiny; DDP_BUDGET=2048
+  LIMITS=(120 120 120)
+fi
+
+CORPUS=${CORPUS:-}
+if [ -z "$CORPUS" ] && [ -d "$ROOT/../shared/data/fineweb_edu_sample" ]; then
+  CORPUS=$(cd "$ROOT/../shared/data/fineweb_edu_sample" && pwd)
+fi
+if [ -z "$CORPUS" ]; then  # the repository's Markdown, one paragraph per .txt document
+  CORPUS=$OUT/corpus
+  mkdir -p "$CORPUS"
+  cat "$ROOT"/*.md "$ROOT"/*/*.md 2>/dev/null \
+    | awk -v dir="$CORPUS" 'NF == 0 { if (buf != "") { n++; print buf > (dir "/" n ".txt"); close(dir "/" n ".txt"); buf = "" } next }
+                           { buf = buf $0 "\n" } END { if (buf != "") { n++; print buf > (dir "/" n ".txt") } }'
+fi
+
+# The tiny grid: parent and treatment, 2 seeds, a small BPE vocabulary.
+cat > "$OUT/gpu_check_grid.toml" <<TOML
+# gpu_check: parent and treatment at $GRID_SIZE, 2 seeds, one short budget ($MODE mode)
+name = "gpu_check"
+corpus = "$CORPUS"
+sizes = ["$GRID_SIZE"]
+seeds = [0, 1]
+budgets_tokens = [$GRID_BUDGET]
+
+[variants]
+block_attnres = "parent"
+rd_attnres = "treatment"
+
+[train]
+vocab_size = 512
+$GRID_TRAIN
+eval_tokens = 4096
+TOML
+
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+FAILED=0
+step() {  # step NAME LIMIT_S CMD...: run CMD with a time limit, keep its output and exit code
+  local name=$1 limit=$2; shift 2
+  printf '%q ' "$@" > "$OUT/$name.cmd"; echo >> "$OUT/$name.cmd"
+  if [ "$MODE" = dry ]; then
+    echo "[$name] $(cat "$OUT/$name.cmd")"
+    return 0
+  fi
+  echo "== $name: $(cat "$OUT/$name.cmd")" >&2
+  local t0=$SECONDS rc=0
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+  local line="$name: exit $rc in $((SECONDS - t0)) s (limit $limit s)"
+  [ $rc -eq 124 ] && line="$line: TIMED OUT"
+  [ $rc -ne 0 ] && FAILED=1 && tail -n 20 "$OUT/$name.log" >&2
+  echo "$line" | tee -a "$SUMMARY" >&2
+}
+
+{
+  echo "mode $MODE, $(date -u +%FT%TZ), host $(hostname)"
+  [ "$MODE" = gpu ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  "$HARNESS" --version 2>/dev/null || true
+} > "$OUT/env.txt" 2>&1
+
+step bench "${LIMITS[0]}" "$HARNESS" bench "${BENCH_ARGS[@]}" --device "$DEVICE" \
+  --variant prenorm --variant block_attnres --variant rd_attnres \
+  --json "$OUT/bench.json" --db "$OUT/bench.duckdb" --results "$RESULTS"
+step grid "${LIMITS[1]}" bash -c '"$0" queue "$1" --results "$2" && "$0" work --results "$2" --accelerator "$3" --quiet \
+  && "$0" status --results "$2" && "$0" sql "select f.variant, f.seed, f.val_nll, r.train_s, r.wall_s from final f join runs r using (run_id) order by 1, 2" --results "$2"' \
+  "$HARNESS" "$OUT/gpu_check_grid.toml" "$RESULTS" "$ACCEL"
+step ddp "${LIMITS[2]}" "$HARNESS" run --variant rd_attnres --size "$DDP_SIZE" --seed 0 --budget-tokens "$DDP_BUDGET" \
+  --corpus "$CORPUS" --set vocab_size=512 --set eval_tokens=4096 --devices 1 --strategy ddp --accelerator "$ACCEL" \
+  --grid gpu_check_ddp --results "$RESULTS"
+
+if [ "$MODE" != dry ]; then
+  echo "== $( [ $FAILED -eq 0 ] && echo 'every step passed' || echo 'some step FAILED' ); everything is in $OUT" >&2
+fi
+exit $FAILED
