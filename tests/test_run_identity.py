@@ -10,6 +10,11 @@ out, it is a wall-clock rate), and every routing, route-pair and route-parameter
 The test trains the same runs again and asserts exact equality of all of it (floats
 compared bit for bit), and that a grid expands into the same queued payloads.
 
+Recorded again once, on purpose (issue 18): computing all routes of a site in one pass
+changes the float reduction order of the multi-route variants (rd_attnres, dup_route).
+Against the first recording the largest relative change of any stored number was 6.7e-7
+(float32 rounding; the parent's numbers and every final validation NLL unchanged).
+
 Valid only where it was recorded: torch 2.13.0 on an x86_64 CPU with the same vector
 instruction set (``torch.backends.cpu.get_cpu_capability()``), one thread. Elsewhere
 float reduction orders differ and the test skips itself, saying why. To record the
@@ -44,10 +49,18 @@ def environment() -> dict:
 
 
 def _scrub(config: dict) -> dict:
-    """The stored config with the machine-specific corpus path replaced."""
+    """The stored config with the machine-specific corpus path replaced, and without the
+    descriptive keys added since the fixture was recorded (:data:`ADDED_SINCE`)."""
     out = json.loads(json.dumps(config))
     out["corpus"] = CORPUS_PLACEHOLDER
+    for key in ADDED_SINCE:
+        out.pop(key)  # KeyError if a run stops recording it: then this list is stale
     return out
+
+
+#: keys of the stored run config that describe the machine's set-up (the Lightning strategy's
+#: class), not the run's numbers: left out of the comparison
+ADDED_SINCE = ("strategy",)
 
 
 def observe(results: Path) -> dict:

@@ -366,7 +366,7 @@ def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_
     import signal
 
     from harness.scheduling.stop import StopRequest
-    from harness.train.checkpoint import checkpoint_dir, resume_step
+    from harness.train.checkpoint import checkpoint_dir, owner_dir, resume_step
 
     config = cfg(checkpoint_every_tokens=BUDGET)  # no checkpoint before the end but the stop's
     whole, parts = tmp_path / "whole", tmp_path / "parts"
@@ -384,7 +384,7 @@ def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_
         with pytest.raises(RunInterrupted, match=r"stopped after 2,048 tokens \(step 2\) on request \(SIGUSR1\)"):
             train_run(config, parts, progress=False, stop_requested=stop_requested)
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # put back
-    assert len(asked) == 2 and resume_step(checkpoint_dir(parts, config.run_id)) == 2
+    assert len(asked) == 2 and resume_step(owner_dir(checkpoint_dir(parts, config.run_id), None)) == 2
     assert train_run(config, parts, progress=False) == "done"
     assert final_rows(parts) == final_rows(whole)
 

@@ -60,7 +60,7 @@ def test_the_heartbeat_writes_the_runs_live_progress_into_its_lease(tmp_path):
         assert [(p.run_id, p.tokens, p.total_tokens, p.tokens_per_s) for p in got[1:]] == [
             (rid, 512, 2048, 256.0), (rid, 1536, 2048, 256.0)]
     # the stored lease is plain JSON and reads back as what was written
-    (t, *_) = [t for t in q.storage.get_all_trials(q.study_id) if t.user_attrs["run_id"] == rid]
+    (t, *_) = [t for t in q.storage.get_all_trials(q.study_of("g")) if t.user_attrs["run_id"] == rid]
     assert Lease.from_dict(t.user_attrs["lease"]).progress == got[-1]
 
 

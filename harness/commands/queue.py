@@ -50,7 +50,6 @@ import os
 import sys
 from pathlib import Path
 
-from harness.data.corpus import probe_corpus
 from harness.scheduling.grid import check_corpus, check_plan_unchanged, load_grid, resolve_tuned
 
 
@@ -92,6 +91,8 @@ def main(args: argparse.Namespace) -> int:
     for config in configs:  # before anything is queued: what would fail in every worker fails here
         config.check_trainable()
     check_corpus(configs[0].corpus, source=source)
+    from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
+
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
 
     from harness.scheduling import legacy, tuning

@@ -44,6 +44,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 
 from harness import console
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
@@ -76,6 +77,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+
+
+def _check_writable(results: Path) -> None:
+    """A worker writes checkpoints and result files under ``results``: fail now, with the
+    system's own reason (read-only file system, permission denied), not after a run trained.
+
+    Raises:
+        OSError: ``results`` cannot be created or written.
+    """
+    import tempfile
+
+    results.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
+        pass
 
 
 def _sigterm(signum, frame):
@@ -136,6 +151,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
+    _check_writable(Path(args.results))
     queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
     if args.grid is not None:
         try:
