@@ -100,7 +100,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
                 if cfg.max_steps > cfg.steps else ""
             say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
             samples = time_steps(arms, cfg.steps, cfg.warmup, max_steps=cfg.max_steps,
-                                 enough=narrow_enough(cfg.interval_width, pairs))
+                                 enough=narrow_enough(cfg.interval_width, pairs), progress=say)
             say(f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)")
             peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
             n_params = {arm.name: arm.n_params for arm in arms}

@@ -88,14 +88,20 @@ class StepArm:
         return sum(seen.values())
 
 
+#: rounds between the progress lines of :func:`time_steps`
+PROGRESS_EVERY = 10
+
+
 def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int | None = None,
-               enough: Callable[[dict[str, list[float]]], bool] | None = None) -> dict[str, list[float]]:
+               enough: Callable[[dict[str, list[float]]], bool] | None = None,
+               progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
     """Interleaved per-step times in ms: ``{arm name: [one value per round]}``.
 
     After ``warmup`` steps per arm, each round runs one step of every arm, round ``r``
     starting with arm ``r mod n`` (see :mod:`harness.bench`). ``steps`` rounds at least;
     then, while ``enough(times)`` is false, more rounds up to ``max_steps`` in all (the
-    intervals of :mod:`harness.bench.intervals` narrow with every round).
+    intervals of :mod:`harness.bench.intervals` narrow with every round). ``progress``
+    gets a line every :data:`PROGRESS_EVERY` rounds (a long benchmark is not silent).
     """
     device = arms[0].device
     for arm in arms:
@@ -104,9 +110,12 @@ def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int |
     sync(device)
     times: dict[str, list[float]] = {arm.name: [] for arm in arms}
     n, limit = len(arms), max(steps, max_steps or steps)
+    t_start = time.perf_counter()
     for r in range(limit):
         if r >= steps and (enough is None or enough(times)):
             break
+        if progress is not None and r and r % PROGRESS_EVERY == 0:
+            progress(f"{r} rounds timed ({time.perf_counter() - t_start:.0f} s; at least {steps}, at most {limit})")
         for k in range(n):
             arm = arms[(r + k) % n]
             sync(device)

@@ -1,5 +1,4 @@
-"""Benchmark routing overhead (step time, peak memory per variant), bf16 over float32, and
-Lightning-loop overhead.
+"""Benchmark routing overhead (step time, peak memory per variant), bf16/fp32, Lightning overhead.
 
 Times one training step (forward + backward + clipping + AdamW) of prenorm, block_attnres,
 rd_attnres and every control, and of block_attnres in the other precision (bf16-mixed on a

@@ -17,7 +17,7 @@ after SIGTERM by SLURM itself when it preempts or requeues (a scancel stays canc
 A task killed outright is covered by its lease (--lease-s of `harness work`).
 
 Each launch is recorded in RESULTS/launches/<id>/ (launch.json: job ids, executor, time;
-submitit's sbatch script, pickles and each task's log <job>_0_log.out); `harness status`
+submitit's sbatch script, pickles and each task's log <job>_<task>_0_log.out); `harness status`
 shows the jobs' states (squeue/sacct, or the local processes).
 
 Extra sbatch lines: --sbatch=--qos=high --sbatch=--account=NAME (repeat; write

@@ -14,7 +14,7 @@ The paired sd comes from a pilot grid's finished runs in the store (--pilot NAME
 comparison's sd over the pilot's seeds in the same cell) or is given (--sd NATS, used for
 every comparison). --json prints a list of rows with the keys comparison, size,
 budget_tokens, sd_nats, n_seeds, mde_nats, seeds_needed, reachable, runs, tokens,
-est_hours (seeds_needed null when not reachable), then kind, level, sd_source and
+est_hours (seeds_needed null when not reachable), then kind, level, sd_source, sd_df and
 planned_effect_nats.
 
 example:

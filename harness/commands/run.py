@@ -1,7 +1,8 @@
 """Train one run (variant x size x seed x budget) on a corpus and store its results.
 
 Writes the run's result file under RESULTS/runs/ (atomically) and ingests it into
-RESULTS/harness.duckdb: tables runs, metrics, routing and the view final. A run that is
+RESULTS/harness.duckdb: tables runs, metrics, routing, route_pairs, route_params and the
+view final. A run that is
 stopped or killed resumes from RESULTS/checkpoints/ when the same command is run again.
 A diverged run (NaN/inf loss) is recorded with status 'diverged'; the command still
 exits 0. A run already done is not trained again; if it was done with other settings (the

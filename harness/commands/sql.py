@@ -2,7 +2,9 @@
 
 Tables (DESIGN section 5, columns in db/schema.sql): runs (one row per run), metrics (run_id,
 step, tokens, split, name, value; val nll is nats/token), routing (depth distributions per
-layer/site/route/source), bench, ingest_log; view final (one row per done run with val_nll,
+layer/site/route/source), route_pairs and route_params (the degeneracy records: per
+evaluation, each pair of a site's routes and each trainable pseudo-query or offset), bench,
+ingest_log; view final (one row per done run with val_nll,
 val_bpb, val_ppl at its last evaluation). The query runs on a read-only connection with file
 access disabled, so it cannot change results or write files (to write a grid's table to a
 Parquet or CSV file: harness export); a failing statement prints DuckDB's error and exits
