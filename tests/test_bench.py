@@ -202,6 +202,10 @@ def test_rounds_continue_until_the_intervals_are_narrow_or_the_cap():
     assert len(time_steps(arms, 6, 1, max_steps=50, enough=lambda t: len(t["a"]) >= 9)["a"]) == 9
     assert len(time_steps(arms, 6, 1, max_steps=8, enough=lambda t: False)["b"]) == 8
     assert len(time_steps(arms, 6, 1)["a"]) == 6
+    lines = []  # a long benchmark says how far it is, every PROGRESS_EVERY (10) rounds
+    assert len(time_steps(arms, 6, 1, max_steps=25, enough=lambda t: False, progress=lines.append)["a"]) == 25
+    assert [ln.split(" (")[0] for ln in lines] == ["10 rounds timed", "20 rounds timed"]
+    assert all(ln.endswith("; at least 6, at most 25)") for ln in lines), lines
 
 
 class _FakeArm:

@@ -107,7 +107,8 @@ def main(args: argparse.Namespace) -> int:
 
         configs = grid.expand(corpus=corpus, tuned=resolve_tuned(grid, best))
         for config in configs:
-            config.check_trainable()
+            if config.tuned is not None:  # the others were checked above
+                config.check_trainable()
     check_plan_unchanged(grid, {rid: r.config for rid, r in queue.runs(grid.name).items()})
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     where = describe_storage(args.storage, args.results)
