@@ -4,7 +4,8 @@
 #   scripts/gpu_check.sh [--cpu | --dry-run] [OUT]
 #
 # 1. `harness bench --size 120m --compile` on CUDA (bf16 autocast): step times of prenorm,
-#    block_attnres and rd_attnres, the bf16/fp32 ratio, Lightning vs a bare loop, MFU;
+#    block_attnres and rd_attnres, the bf16/fp32 ratio, Lightning vs a bare loop, MFU, and a
+#    3-round profile of where each ratio's time goes (self CUDA time by category);
 # 2. a tiny grid (parent + treatment, 2 seeds) queued and drained by one worker on the GPU;
 # 3. one run under DDP on one GPU (`--devices 1 --strategy ddp`);
 # and writes everything to OUT (default results/gpu_check/<UTC time>): each step's command,
@@ -38,13 +39,13 @@ RESULTS=$OUT/results
 
 if [ "$MODE" != cpu ]; then  # the GPU's commands (also what --dry-run prints)
   ACCEL=gpu; DEVICE=cuda
-  BENCH_ARGS=(--size 120m --compile --steps 20 --max-steps 60 --loop-rounds 2 --loop-steps 10)
+  BENCH_ARGS=(--size 120m --compile --steps 20 --max-steps 60 --loop-rounds 2 --loop-steps 10 --profile 3)
   GRID_SIZE=tiny; GRID_BUDGET=400000; GRID_TRAIN='batch_tokens = 8192'
   DDP_SIZE=small; DDP_BUDGET=400000
   LIMITS=(300 150 120)  # seconds per step: 5 + 2.5 + 2 minutes at most
 else
   ACCEL=cpu; DEVICE=cpu
-  BENCH_ARGS=(--size tiny --steps 6 --max-steps 0 --warmup 1 --loop-rounds 1 --loop-steps 2 --threads 1)
+  BENCH_ARGS=(--size tiny --steps 6 --max-steps 0 --warmup 1 --loop-rounds 1 --loop-steps 2 --threads 1 --profile 1)
   GRID_SIZE=tiny; GRID_BUDGET=2048; GRID_TRAIN='batch_tokens = 1024'
   DDP_SIZE=tiny; DDP_BUDGET=2048
   LIMITS=(120 120 120)

@@ -55,6 +55,7 @@ def test_cpu_fallback_runs_every_step(tmp_path):
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert bench["device"] == "cpu" and set(bench["precision_ratios"]) == {"bf16/fp32"}
     assert bench["ratio_intervals"]["rd_attnres/block_attnres"] is not None  # 6 rounds: an interval
+    assert set(bench["profile"]["pairs"]) >= {"block_attnres/prenorm", "rd_attnres/block_attnres"}
     con = duckdb.connect(str(tmp_path / "results" / "harness.duckdb"), read_only=True)
     try:
         rows = con.execute("SELECT grid, variant, status, config->>'strategy', train_s > 0, train_s <= wall_s "

@@ -60,6 +60,8 @@ class BenchConfig:
         threads: torch CPU threads (0 = torch's default).
         seed: initialisation and data seed.
         peak_tflops: device peak TFLOP/s for MFU (0 = look up :data:`PEAK_FLOPS`).
+        profile_rounds: after timing, profile this many more interleaved rounds and split each
+            step-time ratio's difference by category (:mod:`harness.bench.profile`; 0 = off).
     """
 
     size: str = "small"
@@ -80,6 +82,7 @@ class BenchConfig:
     threads: int = 0
     seed: int = 0
     peak_tflops: float = 0.0
+    profile_rounds: int = 0
 
     def __post_init__(self) -> None:
         from harness.models import get_spec
@@ -90,7 +93,8 @@ class BenchConfig:
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants listed twice: {list(self.variants)}")
         for name, low in (("steps", 1), ("max_steps", 0), ("warmup", 1), ("batch_size", 0), ("loop_steps", 1),
-                          ("loop_rounds", 0), ("threads", 0), ("seed", 0)):
+                          ("loop_rounds", 0), ("threads", 0), ("seed", 0),
+                           ("profile_rounds", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} must be an integer >= {low}")

@@ -186,18 +186,21 @@ def bench_rows(result: dict) -> list[dict]:
     """Rows for the DuckDB table ``bench`` (``db/schema.sql``): one per variant (its step
     time, peak memory, training-step tokens/s), one for the other-precision arm
     (``variant@bf16-mixed``, ``extra.kind = 'precision'``) and one per loop (``lightning``,
-    ``bare``: ms per step and tokens/s of the loop, no peak memory)."""
+    ``bare``: ms per step and tokens/s of the loop, no peak memory). With ``--profile`` a
+    variant's ``extra.profile_ms`` holds its ms per step by profile category."""
     common = {k: result[k] for k in ("bench_id", "created_at", "host", "size", "compile", "threads")}
     common["torch_version"] = result["torch"]
     info = {k: result[k] for k in ("device", "device_name", "batch_size", "context", "steps", "warmup")}
     rows = []
     intervals_ = result.get("ratio_intervals", {})
+    profiled = (result.get("profile") or {}).get("arms", {})
     for v, ms in result["step_ms"].items():
         ratio = result["ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0
         extra = {"kind": "step", **info, "n_params": result["n_params"][v], "ratio_vs_parent": ratio,
                  "ratio_interval": intervals_.get(f"{v}/{PARENT}"),
                  "mem_ratio_vs_parent": result["peak_mem_ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0,
-                 "mfu": result["mfu"][v] if result["mfu"] else None}
+                 "mfu": result["mfu"][v] if result["mfu"] else None,
+                 "profile_ms": profiled[v]["categories"] if v in profiled else None}
         rows.append({**common, "variant": v, "step_ms": ms, "peak_mem_mb": result["peak_mem_mb"][v],
                      "tokens_per_s": result["tokens_per_s"][v], "extra": extra})
     for precision, arm in (result.get("precision_arms") or {}).items():
@@ -277,6 +280,11 @@ def format_report(result: dict) -> str:
     for key, t in result["targets"].items():
         if key.startswith("mem:"):
             lines.append(f"  {key:<30} {t['value']:7.3f}  (one step each)  goal {t['op']} {t['bound']}: {t['verdict']}")
+    if result.get("profile"):
+        from harness.bench.profile import format_profile
+
+        lines.append("")
+        lines += format_profile(result["profile"])
     lines.append("")
     lines.append("method: " + "; ".join(f"{k}: {v}" for k, v in result["method"].items()))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import torch
 from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, BenchConfig, default_precision, default_variants,
                                   other_precision, resolve_device)
 from harness.bench.loop import loop_throughput
+from harness.bench.profile import compare, kernel_profiling, profile_steps
 from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
 from harness.train.trainer import cpu_bf16_support
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps
@@ -86,23 +87,27 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
             total_steps = cfg.warmup + cfg.steps + 1
             say(f"building {len(variants)} variants ({cfg.size}, batch {batch_size} x {preset.context} tokens, "
                 f"{'compiled' if cfg.compile else 'eager'}, {device.type})")
-            arms = [StepArm(v, cfg, device, (x, y), prepared.vocab_size, total_steps) for v in variants]
-            precision_arms = None
-            if cfg.precision_ratio:  # the same model in the other precision, in the same rounds
-                base = PARENT if PARENT in variants else variants[0]
-                extra = StepArm(base, cfg, device, (x, y), prepared.vocab_size, total_steps,
-                                precision=other_precision(device))
-                arms.append(extra)
-                precision_arms = {default_precision(device): base, extra.precision: extra.name}
-                say(f"precision: {base} also in {extra.precision} ({cpu_bf16_support() if device.type == 'cpu' else ''})")
-            pairs = step_ratio_pairs(variants, precision_arms)
-            more = f", up to {cfg.max_steps} until every interval is narrower than {100 * cfg.interval_width:g} %" \
-                if cfg.max_steps > cfg.steps else ""
-            say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
-            samples = time_steps(arms, cfg.steps, cfg.warmup, max_steps=cfg.max_steps,
-                                 enough=narrow_enough(cfg.interval_width, pairs), progress=say)
-            say(f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)")
-            peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
+            # Inductor's CPU kernels show in a profile only if compiled with the marks on
+            with kernel_profiling(bool(cfg.profile_rounds) and cfg.compile and device.type == "cpu"):
+                arms = [StepArm(v, cfg, device, (x, y), prepared.vocab_size, total_steps) for v in variants]
+                precision_arms = None
+                if cfg.precision_ratio:  # the same model in the other precision, in the same rounds
+                    base = PARENT if PARENT in variants else variants[0]
+                    extra = StepArm(base, cfg, device, (x, y), prepared.vocab_size, total_steps,
+                                    precision=other_precision(device))
+                    arms.append(extra)
+                    precision_arms = {default_precision(device): base, extra.precision: extra.name}
+                    support = cpu_bf16_support() if device.type == "cpu" else ""
+                    say(f"precision: {base} also in {extra.precision} ({support})")
+                pairs = step_ratio_pairs(variants, precision_arms)
+                more = (f", up to {cfg.max_steps} until every interval is narrower than "
+                        f"{100 * cfg.interval_width:g} %") if cfg.max_steps > cfg.steps else ""
+                say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
+                samples = time_steps(arms, cfg.steps, cfg.warmup, max_steps=cfg.max_steps,
+                                     enough=narrow_enough(cfg.interval_width, pairs), progress=say)
+                say(f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)")
+                peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
+                profile = _profile(arms, cfg.profile_rounds, pairs, say) if cfg.profile_rounds else None
             n_params = {arm.name: arm.n_params for arm in arms}
             del arms
             loops: dict[str, list[float]] = {}
@@ -118,8 +123,25 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     finally:
         torch.set_num_threads(old_threads)
         torch._dynamo.config.recompile_limit = old_limit
-    return assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created,
-                    precision_arms)
+    result = assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created,
+                      precision_arms)
+    if profile is not None:
+        result["profile"] = profile
+    return result
+
+
+def _profile(arms, rounds: int, pairs, say) -> dict:
+    """The ``profile`` entry of the result (:mod:`harness.bench.profile`); a profiler failure
+    is recorded there (``error``) and printed, and the timings already taken are kept."""
+    say(f"profiling {rounds} interleaved round(s)")
+    try:
+        arms_profile = profile_steps(arms, rounds)
+    except Exception as exc:  # the timing result must not be lost to a profiler problem
+        say(f"profile failed: {type(exc).__name__}: {exc}")
+        return {"rounds": rounds, "error": f"{type(exc).__name__}: {exc}"}
+    cuda = arms[0].device.type == "cuda"
+    return {"rounds": rounds, "time": "self CUDA time" if cuda else "self CPU time", "arms": arms_profile,
+            "pairs": compare(arms_profile, pairs)}
 
 
 def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

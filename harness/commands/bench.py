@@ -24,6 +24,7 @@ example:
   harness bench --size 120m --compile               # on a GPU (H100/H200/A100 peak known)
   harness bench --size 120m --compile --variant prenorm --variant block_attnres --variant rd_attnres
   harness bench --size small --threads 1 --loop-rounds 0   # step times only, one thread
+  harness bench --size small --compile --threads 1 --profile 10   # and where each ratio's time goes
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default: 0)")
     p.add_argument("--peak-tflops", type=float, default=0.0,
                    help="device peak TFLOP/s for MFU (default: by CUDA device name: H100/H200 989, A100 312)")
+    p.add_argument("--profile", type=int, default=0, metavar="ROUNDS",
+                   help="after timing, profile ROUNDS more interleaved rounds and split each ratio's difference "
+                        "by category: matmul, attention, routing, norm, ... (JSON key profile; default: 0 = off)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH",
                    help="write the result JSON here (default: RESULTS/bench/<bench_id>.json)")
     p.add_argument("--db", type=Path, default=None, metavar="PATH",
@@ -82,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
         warmup=args.warmup, batch_size=args.batch_size, loop_variant=args.loop_variant,
         loop_steps=args.loop_steps, loop_rounds=args.loop_rounds, corpus=args.corpus,
         cache_dir=cache_dir(args.results) if args.corpus else None, device=args.device,
-        threads=args.threads, seed=args.seed, peak_tflops=args.peak_tflops,
+        threads=args.threads, seed=args.seed, peak_tflops=args.peak_tflops, profile_rounds=args.profile,
     )
     result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_report(result))

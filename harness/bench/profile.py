@@ -1,0 +1,217 @@
+"""Where a step-time ratio's time goes: a per-category profile of interleaved training steps.
+
+``harness bench --profile K`` runs K more interleaved rounds of every arm inside one
+``torch.profiler`` session, each step in its own ``record_function`` window, and sums the
+*self* time of every operator and kernel whose start lies in the window: self CPU time on a
+CPU, self device time (the kernels an operator launched) on CUDA. Each name goes to the first
+:data:`CATEGORIES` rule it matches. The names are what make this work under ``--compile``:
+Inductor names each fused kernel after the aten operators it fuses (e.g.
+``cpp_fused__softmax__unsafe_view_add_addcmul_mean_mul_mv_pow_rsqrt...``, one routing site's
+logits, softmax over the sources and mix), and on a CPU the kernels are only visible to the
+profiler with ``torch._inductor.config.cpp.enable_kernel_profile`` on, which
+:func:`kernel_profiling` sets while the models compile (the profiler is off during timing, so
+the marks cost a callback check per kernel). In eager mode element-wise operators (``aten::mul``,
+``aten::add``) cannot be told apart by name and fall into ``elementwise``.
+
+For each step-time ratio ``a/b`` the result gives the profile's own ratio of total step time,
+the excess ``t_a - t_b`` (ms per step) by category, and the operators with the largest
+differences (kernel names with their graph and serial numbers removed, so the same kernel of
+two variants' graphs lines up). The profiled rounds are few and the profiler itself adds time,
+so the interleaved timing, not this profile, decides a goal; the profile says where the
+difference sits.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from contextlib import contextmanager
+
+import torch
+
+#: ``(category, rule)`` in order; a name (lower-cased) goes to the first rule that matches.
+#: ``ancestor:`` rules match a ``record_function`` scope enclosing the operator.
+CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
+    ("optimizer", ("ancestor:optimizer.", "foreach", "linalg_vector_norm", "clip_grad")),
+    ("graph overhead", ("compiledfxgraph", "torch-compiled region", "compiledfunction")),
+    # autograd's own scopes (``LogSoftmaxBackward0``), before the rules their names would match
+    ("autograd", ("autograd::engine", "regex:^(?!cpp_|triton_|graph_)\\w+backward\\d*$")),
+    ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("attention", ("scaled_dot_product", "flash", "efficient_attention", "cudnn_attention")),
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul",
+                "gemm", "cutlass", "sm90_xmma", "ampere_")),
+    ("routing", ("softmax", "aten::mv", "aten::addmv", "_mv_", "aten::addcmul")),
+    ("mlp", ("silu",)),
+    ("rope", ("neg",)),
+    ("norm", ("rsqrt", "rms_norm", "_pow_")),
+    ("embedding", ("embedding",)),
+    ("elementwise", ("aten::mul", "aten::add", "aten::sub", "aten::div", "aten::copy", "aten::fill", "aten::cat",
+                     "aten::clone", "aten::sum", "aten::mean", "aten::pow", "aten::rsqrt", "aten::zero",
+                     "aten::empty", "aten::to", "aten::_to_copy")),
+]
+OTHER = "other"
+WINDOW = "harness-bench-profile/"
+
+
+def categorize(name: str, ancestors: tuple[str, ...] = ()) -> str:
+    """The category of an operator or kernel ``name`` (first matching :data:`CATEGORIES` rule).
+
+    ``ancestors``: names of the enclosing profiler scopes (innermost first); an ``ancestor:``
+    rule also matches the name itself (the scope's own self time). An aten rule
+    (``aten::mul``) matches the operator itself or its in-place and out variants
+    (``aten::mul_``), not a longer name (``aten::mv`` is not ``aten::mvlgamma``).
+    """
+    low = name.lower()
+    scopes = [low, *(a.lower() for a in ancestors)]
+    for category, rules in CATEGORIES:
+        for rule in rules:
+            if rule.startswith("ancestor:"):
+                if any(s.startswith(rule[len("ancestor:"):]) for s in scopes):
+                    return category
+            elif rule.startswith("regex:"):
+                if re.search(rule[len("regex:"):], low):
+                    return category
+            elif rule.startswith("aten::"):
+                if low == rule or low == rule + "_" or low.startswith(rule + "."):
+                    return category
+            elif rule in low:
+                return category
+    return OTHER
+
+
+def kernel_name(name: str) -> str:
+    """``name`` without Inductor's graph prefix and serial suffix (``graph_1_cpp_fused_x_7`` ->
+    ``cpp_fused_x``), so one kernel of two variants' graphs has one name."""
+    name = re.sub(r"^graph_\d+_", "", name)
+    if name.startswith("## Call CompiledFxGraph"):
+        return "## Call CompiledFxGraph ##"
+    return re.sub(r"_\d+$", "", name) if re.match(r"(cpp|triton)_", name) else name
+
+
+@contextmanager
+def kernel_profiling(on: bool):
+    """While compiling: make Inductor's CPU kernels visible to the profiler (module docstring)."""
+    if not on:
+        yield
+        return
+    import torch._inductor.config as inductor_config
+
+    old = inductor_config.cpp.enable_kernel_profile
+    inductor_config.cpp.enable_kernel_profile = True
+    try:
+        yield
+    finally:
+        inductor_config.cpp.enable_kernel_profile = old
+
+
+def profile_steps(arms, rounds: int) -> dict[str, dict]:
+    """Profile ``rounds`` interleaved rounds of every arm (:class:`~harness.bench.steps.StepArm`).
+
+    Returns ``{arm name: {"total_ms": float, "categories": {category: ms},
+    "calls": {category: float}, "ops": {kernel_name: ms}, "op_calls": {kernel_name: float}}}``,
+    all per step (ms of self time, calls per step), summed over the operators that start inside the arm's step windows.
+
+    Raises:
+        ValueError: ``rounds < 1``.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from harness.bench.config import sync
+    from harness.bench.steps import _quiet_stderr
+
+    if rounds < 1:
+        raise ValueError(f"profile rounds={rounds} must be >= 1")
+    device = arms[0].device
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    prof = profile(activities=activities)
+    with _quiet_stderr():
+        prof.start()
+    try:
+        n = len(arms)
+        for r in range(rounds):
+            for k in range(n):
+                i = (r + k) % n
+                sync(device)
+                with record_function(f"{WINDOW}{i}"):
+                    arms[i].step()
+                    sync(device)  # the step's kernels finish inside its window
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    events = prof.events()
+    # windows by time, not by parent: on CUDA the backward runs on autograd's device thread
+    windows = sorted((e.time_range.start, e.time_range.end, int(e.name[len(WINDOW):]))
+                     for e in events if e.name.startswith(WINDOW))
+    starts = [w[0] for w in windows]
+    out = {arm.name: {"total_ms": 0.0, "categories": {}, "calls": {}, "ops": {}, "op_calls": {}} for arm in arms}
+    for event in events:
+        if event.name.startswith(WINDOW) or (cuda and event.device_type != DeviceType.CPU):
+            continue  # kernels count through the CPU operator that launched them
+        j = bisect.bisect_right(starts, event.time_range.start) - 1
+        if j < 0 or event.time_range.start > windows[j][1]:
+            continue  # between steps (the profiler's own start and stop)
+        chain, parent = [], event.cpu_parent
+        while parent is not None:
+            chain.append(parent.name)
+            parent = parent.cpu_parent
+        us = event.self_device_time_total if cuda else event.self_cpu_time_total
+        entry = out[arms[windows[j][2]].name]
+        category = categorize(event.name, tuple(chain))
+        ms = us / 1e3 / rounds
+        entry["total_ms"] += ms
+        entry["categories"][category] = entry["categories"].get(category, 0.0) + ms
+        entry["calls"][category] = entry["calls"].get(category, 0.0) + 1 / rounds
+        key = kernel_name(event.name)
+        entry["ops"][key] = entry["ops"].get(key, 0.0) + ms
+        entry["op_calls"][key] = entry["op_calls"].get(key, 0.0) + 1 / rounds
+    return out
+
+
+def compare(profiles: dict[str, dict], pairs: dict[str, tuple[str, str]], top: int = 8) -> dict[str, dict]:
+    """For each ratio key ``a/b`` of ``pairs``: ``ratio`` (profile totals ``t_a / t_b``),
+    ``excess_ms`` (``t_a - t_b`` per step), ``categories`` (excess by category, largest
+    first) and ``top_ops`` (the ``top`` operators with the largest absolute differences)."""
+    out = {}
+    for key, (a, b) in pairs.items():
+        if a not in profiles or b not in profiles:
+            continue
+        pa, pb = profiles[a], profiles[b]
+        cats = {c: pa["categories"].get(c, 0.0) - pb["categories"].get(c, 0.0)
+                for c in {*pa["categories"], *pb["categories"]}}
+        ops = {o: pa["ops"].get(o, 0.0) - pb["ops"].get(o, 0.0) for o in {*pa["ops"], *pb["ops"]}}
+        out[key] = {
+            "ratio": pa["total_ms"] / pb["total_ms"] if pb["total_ms"] else None,
+            "excess_ms": pa["total_ms"] - pb["total_ms"],
+            "categories": dict(sorted(cats.items(), key=lambda kv: -abs(kv[1]))),
+            "top_ops": dict(sorted(ops.items(), key=lambda kv: -abs(kv[1]))[:top]),
+        }
+    return out
+
+
+def format_profile(profile: dict) -> list[str]:
+    """Printed lines of a result's ``profile`` entry (see :func:`harness.bench.run.run_bench`)."""
+    if "error" in profile:
+        return [f"profile: not taken ({profile['error']})"]
+    arms = profile["arms"]
+    cats = sorted({c for p in arms.values() for c in p["categories"]},
+                  key=lambda c: -max(p["categories"].get(c, 0.0) for p in arms.values()))
+    lines = [f"profile ({profile['rounds']} interleaved round(s), {profile['time']}, ms per step; categories by "
+             "operator/kernel name):"]
+    width = max(len("arm"), *(len(name) for name in arms))
+    head = f"  {'arm':<{width}} {'total':>8} " + " ".join(f"{c[:11]:>11}" for c in cats)
+    lines.append(head)
+    for name, p in arms.items():
+        lines.append(f"  {name:<{width}} {p['total_ms']:8.1f} "
+                     + " ".join(f"{p['categories'].get(c, 0.0):11.1f}" for c in cats))
+    for key, c in profile["pairs"].items():
+        if c["ratio"] is None:
+            continue
+        parts = ", ".join(f"{cat} {ms:+.1f}" for cat, ms in list(c["categories"].items())[:5])
+        lines.append(f"  {key}: {c['ratio']:.4f} in the profile, {c['excess_ms']:+.1f} ms per step: {parts}")
+    return lines
+
+
+__all__ = ["CATEGORIES", "categorize", "kernel_name", "kernel_profiling", "profile_steps", "compare",
+           "format_profile"]
