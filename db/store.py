@@ -8,36 +8,17 @@ same folder, fsync, ``os.replace``, fsync of the folder), which cannot fail on a
 leaves a half-written file under a name ingestion reads (it reads ``*.json`` only; tmp files
 end in ``.tmp``).
 
-Ingestion (:meth:`Store.ingest`, also run before each :meth:`Store.query`) copies new or changed
-files into ``RESULTS/harness.duckdb``. A file is pending when its (size, mtime_ns, inode) differ
-from what table ``ingest_log`` recorded. A run's rows are replaced in one transaction (delete its
-``runs`` row and its rows in ``metrics``, ``routing``, ``route_pairs`` and ``route_params``,
-insert the file's), so ingesting twice leaves identical tables, and a newer file for a run_id
-(a retried run) replaces the old rows, except a file stamped with an older fencing epoch than
-the stored row's (a write by a worker whose run was taken over, :mod:`harness.fencing`): it is
-kept out and logged as a stale write. Rows go in as polars frames scanned by DuckDB through
-the Arrow PyCapsule interface (no pyarrow needed), never row-by-row. A file that fails to
-parse or validate is skipped with a warning and its error is kept in ``ingest_log.error``
-(it is retried when the file changes). The run files are the
-source of truth: deleting ``harness.duckdb`` loses nothing but ``bench`` rows, and the next
-ingest rebuilds the run tables.
-
-Locks. Every connection is short-lived (open, work, close). A blocked open is retried with
-jittered exponential backoff for up to ``lock_timeout_s`` seconds, then :class:`StoreLockedError`
-names the process holding the lock. :meth:`Store.query` ingests best effort (one try; if the
-database is busy it queries what is there and records why in ``last_ingest_skipped``) and runs
-the user's SQL on a read-only connection with file access disabled, so a query can neither
-change results nor read or write other files. A new database is made whole under a temporary
-name and then linked into place, so no process ever opens a half-made file.
-
-Readable by the DuckDB CLI users have. The file is written in DuckDB's storage format
-:data:`STORAGE_VERSION` (``v1.4.0``: read by DuckDB 1.4 and 1.5, the CLIs installed today, as
-well as by this package's DuckDB 2.0, which would otherwise write a format those cannot
-open: "version number 69, but we can only read versions between 64 and 68"). A database
-written in a newer format by an earlier harness is rewritten once, at its next ingest,
-under the exclusive write lock (``COPY FROM DATABASE`` into a new file, then an atomic
-rename), with a message saying so. :meth:`Store.export` writes a table of one grid to
-Parquet or CSV (``COPY ... TO`` on our own connection; user SQL may not write files).
+:class:`Store` is the facade over the results folder. :meth:`Store.ingest` (also run before
+each :meth:`Store.query`) copies new or changed files into ``RESULTS/harness.duckdb``
+(:mod:`db.ingest`: pending files, idempotent replacement by run_id, stale writes kept out).
+Connections are short-lived and retried while locked, up to ``lock_timeout_s``
+(:mod:`db.connection`: :class:`StoreLockedError`, the schema, storage format
+:data:`STORAGE_VERSION`); rows travel as polars frames (:mod:`db.frames`). :meth:`Store.query`
+ingests best effort (one try; if the database is busy it queries what is there and records
+why in ``last_ingest_skipped``) and runs the user's SQL on a read-only connection with file
+access disabled, so a query can neither change results nor read or write other files.
+:meth:`Store.export` writes a table of one grid to Parquet or CSV (``COPY ... TO`` on our own
+connection; user SQL may not write files).
 """
 
 from __future__ import annotations
@@ -45,164 +26,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import random
-import re
-import sys
-import time
-import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import duckdb
 import polars as pl
 
-from db.validate import (
-    ROW_TABLES,
-    columns,
-    result_filename,
-    schema_sha256,
-    schema_sql,
-    validate_bench_rows,
-    validate_result,
-)
-from harness.files import atomic_path, atomic_write, fsync_dir, fsync_file
+from db.connection import STORAGE_VERSION, StoreLockedError, connect, create, ensure_schema, storage_version
+from db.frames import ArrowStream, frame, to_polars
+from db.ingest import changed, ingest_into, read_errors, read_log, result_files, unreadable_files
+from db.validate import columns, result_filename, validate_bench_rows, validate_result
+from harness.files import atomic_path, atomic_write
 from harness.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 
-DB_NAME = "harness.duckdb"
-#: DuckDB storage format of the results database (see the module docstring).
-STORAGE_VERSION = "v1.4.0"
+# Importable from here as before the split: STORAGE_VERSION, StoreLockedError, storage_version.
+__all__ = ["DB_NAME", "DEFAULT_LOCK_TIMEOUT_S", "RUNS_DIRNAME", "STORAGE_VERSION", "Store", "StoreLockedError",
+           "storage_version"]
 
+DB_NAME = "harness.duckdb"
 RUNS_DIRNAME = "runs"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
-
-# Ingest in transactions of at most this many files / per-run rows (metrics, routing, ...): bounds memory and
-# lock hold time while keeping per-commit overhead small.
-_BATCH_FILES = 256
-_BATCH_ROWS = 500_000
-
-_POLARS_TYPES = {
-    "VARCHAR": pl.String,
-    "INTEGER": pl.Int32,
-    "BIGINT": pl.Int64,
-    "DOUBLE": pl.Float64,
-    "BOOLEAN": pl.Boolean,
-    "TIMESTAMP": pl.Datetime("us"),
-    "JSON": pl.String,
-}
-# DuckDB types polars cannot import from Arrow (INTERVAL/UNION panic inside polars) are sent as text.
-_AS_TEXT = re.compile(r"\b(INTERVAL|UNION|BIGNUM|BIT)\b")
-
-
-class StoreLockedError(TimeoutError):
-    """The results database stayed locked by another process for ``lock_timeout_s`` seconds.
-
-    Attributes:
-        db_path: the database file.
-        waited_s: seconds spent retrying.
-        holder_pid: PID of the process holding the lock, parsed from DuckDB's message (None if
-            DuckDB did not say).
-        duckdb_message: DuckDB's error text (it names the holder's executable and PID).
-    """
-
-    def __init__(self, db_path: Path, waited_s: float, duckdb_message: str):
-        self.db_path = db_path
-        self.waited_s = waited_s
-        self.duckdb_message = duckdb_message
-        match = re.search(r"PID (\d+)", duckdb_message)
-        self.holder_pid = int(match.group(1)) if match else None
-        holder = f" (PID {self.holder_pid})" if self.holder_pid is not None else ""
-        super().__init__(
-            f"results database {db_path} is locked by another process{holder}; gave up after "
-            f"{waited_s:.1f} s. DuckDB: {duckdb_message}"
-        )
-
-
-class _ArrowStream:
-    """A polars frame seen only through the Arrow PyCapsule interface, so DuckDB scans it
-    without pyarrow (DuckDB's own polars path imports pyarrow). Each scan gets a fresh stream."""
-
-    __slots__ = ("frame",)
-
-    def __init__(self, frame: pl.DataFrame):
-        self.frame = frame
-
-    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
-        return self.frame.__arrow_c_stream__(requested_schema)
-
-
-class _Loaded(NamedTuple):
-    path: Path
-    stat: os.stat_result
-    result: dict[str, Any] | None  # validated result, None if unreadable/invalid
-    error: str | None
-
-
-def _signature(st: os.stat_result) -> tuple[int, int, int]:
-    # os.replace always installs a new inode, so a rewrite changes the signature even when
-    # size and (coarse) mtime happen to match.
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _version(tag: str) -> tuple[int, ...]:
-    """``'v1.4.0+'`` -> ``(1, 4, 0)``; unparsable parts count as 0."""
-    return tuple(int(p) if p.isdigit() else 0 for p in tag.strip().lstrip("v").rstrip("+").split("."))
-
-
-def storage_version(con: duckdb.DuckDBPyConnection) -> str:
-    """The storage format of ``con``'s database, as DuckDB tags it (e.g. ``'v1.4.0+'``)."""
-    row = con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
-                      "WHERE database_name = current_database()").fetchone()
-    return str(row[0]) if row and row[0] else ""
-
-
-def _is_lock_error(exc: BaseException) -> bool:
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
-
-
-def _quote(path: os.PathLike | str) -> str:
-    """A path inside a single-quoted SQL string literal."""
-    return str(path).replace("'", "''")
-
-
-def _polars_schema(table: str) -> dict[str, pl.DataType]:
-    return {name: _POLARS_TYPES[dtype] for name, dtype in columns()[table].items()}
-
-
-def _frame(table: str, rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """Validated rows -> a frame with exactly ``table``'s columns and types."""
-    types = columns()[table]
-    json_cols = [c for c, t in types.items() if t == "JSON"]
-    time_cols = [c for c, t in types.items() if t == "TIMESTAMP"]
-    if json_cols or time_cols:  # only runs/bench: one row per run, cheap
-        rows = [dict(r) for r in rows]
-        for r in rows:
-            for c in json_cols:
-                if r[c] is not None:
-                    r[c] = json.dumps(r[c], allow_nan=False)
-            for c in time_cols:
-                if r[c] is not None:
-                    r[c] = dt.datetime.fromisoformat(r[c])
-    return pl.from_dicts(rows, schema=_polars_schema(table))
-
-
-def _to_polars(rel: duckdb.DuckDBPyRelation) -> pl.DataFrame:
-    """A DuckDB relation -> polars frame; duplicate column names get DuckDB's ``_1`` suffixes
-    and types polars cannot import become text."""
-    names = list(rel.columns)
-    types = [str(t) for t in rel.types]
-    seen: dict[str, int] = {}
-    unique = []
-    for name in names:
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        unique.append(name if n == 0 else f"{name}_{n}")
-    if unique != names or any(_AS_TEXT.search(t) for t in types):
-        items = []
-        for i, (name, dtype) in enumerate(zip(unique, types), start=1):
-            expr = f"#{i}::VARCHAR" if _AS_TEXT.search(dtype) else f"#{i}"
-            items.append(expr + ' AS "' + name.replace('"', '""') + '"')
-        rel = rel.query("_q", f"SELECT {', '.join(items)} FROM _q")
-    return pl.DataFrame(rel)
 
 
 class Store:
@@ -300,163 +142,27 @@ class Store:
         last = max(val, key=lambda m: (m["tokens"], m["step"]), default=None)
         return {"status": run["status"], "val_nll": None if last is None else last["value"], "error": run.get("error")}
 
-    def _result_files(self) -> list[tuple[Path, os.stat_result]]:
-        """``*.json`` in runs_dir (hidden and tmp files excluded), oldest first."""
-        if not self.runs_dir.is_dir():
-            return []
-        out = []
-        for entry in os.scandir(self.runs_dir):
-            if entry.name.startswith(".") or not entry.name.endswith(".json"):
-                continue
-            try:
-                st = entry.stat()
-            except FileNotFoundError:  # deleted meanwhile
-                continue
-            if entry.is_file():
-                out.append((Path(entry.path), st))
-        out.sort(key=lambda item: (item[1].st_mtime_ns, item[0].name))
-        return out
-
-    # -- database connections -----------------------------------------------------------------
+    # -- database connections (db.connection; methods so that tests can watch the schema go in) ----
 
     def _connect(self, *, read_only: bool, timeout_s: float, files: bool = False) -> duckdb.DuckDBPyConnection:
-        """Open the database, retrying while another process holds the lock.
-
-        ``files``: a read-only connection that may write files (our own ``COPY ... TO``; never
-        one that runs user SQL).
+        """Open the database, retrying while another process holds the lock (:func:`db.connection.connect`;
+        a new database gets its schema from :meth:`_ensure_schema`).
 
         Raises:
             StoreLockedError: still locked after ``timeout_s`` seconds (0: one try).
         """
-        if read_only and files:
-            config = {}
-        elif read_only:
-            # The user's SQL runs here: no file system access, and it cannot be re-enabled.
-            config = {"enable_external_access": False, "lock_configuration": True}
-        else:
-            if not self.db_path.exists():
-                self._create()
-            config = {}
-        start = time.monotonic()
-        delay = 0.02
-        while True:
-            try:
-                con = duckdb.connect(str(self.db_path), read_only=read_only, config=config)
-                return con if read_only else self._in_storage_version(con)
-            except duckdb.IOException as exc:
-                if not _is_lock_error(exc):
-                    raise
-                waited = time.monotonic() - start
-                if waited >= timeout_s:
-                    raise StoreLockedError(self.db_path, waited, str(exc)) from None
-                time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
-                delay = min(2 * delay, 0.5)
-
-    def _in_storage_version(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-        """``con`` (a write connection), after rewriting its database in :data:`STORAGE_VERSION`
-        if it is in a newer format; then a connection to the rewritten file.
-
-        Holding the write connection holds DuckDB's exclusive lock, so no other process has the
-        file open while it is copied and renamed over; a process that opens it next opens the
-        new file. The copy is checkpointed whole before the rename: nothing is half-written.
-        """
-        have = storage_version(con)
-        if not have or _version(have) <= _version(STORAGE_VERSION):
-            return con
-        tmp = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        try:
-            con.execute("CHECKPOINT")
-            con.execute(f"ATTACH '{_quote(tmp)}' AS _rewrite (STORAGE_VERSION '{STORAGE_VERSION}')")
-            name = con.execute("SELECT current_database()").fetchone()[0]
-            con.execute(f'COPY FROM DATABASE "{name}" TO _rewrite')
-            con.execute("DETACH _rewrite")
-            fsync_file(tmp)
-            os.replace(tmp, self.db_path)
-            fsync_dir(self.db_path.parent)
-        except BaseException:
-            con.close()
-            tmp.unlink(missing_ok=True)
-            raise
-        finally:
-            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
-        con.close()
-        print(f"harness: rewrote {self.db_path} in DuckDB storage format {STORAGE_VERSION} (it was {have}), "
-              "so that the DuckDB 1.4 and 1.5 CLIs can open it; nothing in it changed", file=sys.stderr)
-        return duckdb.connect(str(self.db_path))
+        return connect(self.db_path, read_only=read_only, timeout_s=timeout_s, files=files, init=self._ensure_schema)
 
     def _create(self) -> None:
-        """Make the database file, schema included, under a temporary name, then give it its
-        name with ``os.link`` (atomic, and never replaces: when processes race, the first wins).
-
-        DuckDB writes a new file's header after creating it; another process opening the
-        file in between fails ("not a valid DuckDB database file"), so the file must not
-        appear under its name before it is whole.
-        """
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        try:
-            con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
-            try:
-                self._ensure_schema(con)
-            finally:
-                con.close()
-            try:
-                os.link(tmp, self.db_path)
-            except FileExistsError:
-                pass  # another process made it first: theirs is as good
-            except OSError:  # a file system without hard links: rename, unless one appeared meanwhile
-                if not self.db_path.exists():
-                    os.replace(tmp, self.db_path)
-        finally:
-            tmp.unlink(missing_ok=True)
-            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+        """Make the database file whole, then give it its name (:func:`db.connection.create`)."""
+        create(self.db_path, self._ensure_schema)
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Apply db/schema.sql if the database was made with another version of it.
+        """Apply db/schema.sql if the database was made with another version of it
+        (:func:`db.connection.ensure_schema`)."""
+        ensure_schema(con)
 
-        Columns that schema.sql has and an existing table lacks are added first (ALTER TABLE),
-        which is how "add columns freely" reaches old databases.
-        """
-        want = schema_sha256()
-        try:
-            rows = con.execute("SELECT value FROM meta WHERE key = 'schema_sha256'").fetchall()
-            row = rows[0] if rows else None  # fetchall: an open result blocks later writes
-        except duckdb.CatalogException:
-            row = None
-        if row is not None and row[0] == want:
-            return
-        con.begin()
-        try:
-            have: dict[str, set[str]] = {}
-            for table, column in con.execute(
-                "SELECT c.table_name, c.column_name FROM duckdb_columns() c "
-                "JOIN duckdb_tables() t ON t.table_oid = c.table_oid "
-                "WHERE t.database_name = current_database() AND t.schema_name = 'main'"
-            ).fetchall():
-                have.setdefault(table, set()).add(column)
-            for table, cols in columns().items():
-                if table not in have:
-                    continue
-                for column, dtype in cols.items():
-                    if column not in have[table]:
-                        # identifiers come from schema.sql, never from user input
-                        con.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {dtype}')
-            con.execute(schema_sql())
-            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_sha256', ?)", [want])
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
-
-    @staticmethod
-    def _logged(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int, int]]:
-        try:
-            rows = con.execute("SELECT file, size_bytes, mtime_ns, inode FROM ingest_log").fetchall()
-        except duckdb.CatalogException:  # database made before any ingest
-            return {}
-        return {file: (size, mtime, inode) for file, size, mtime, inode in rows}
-
-    # -- ingestion ----------------------------------------------------------------------------
+    # -- ingestion (db.ingest) ------------------------------------------------------------------
 
     def pending(self) -> list[Path]:
         """Result files not yet ingested, or changed since they were (oldest first).
@@ -464,15 +170,15 @@ class Store:
         Raises:
             StoreLockedError: the database stayed locked for ``lock_timeout_s``.
         """
-        files = self._result_files()
+        files = result_files(self.runs_dir)
         if not files or not self.db_path.exists():
             return [p for p, _ in files]
         con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
         try:
-            logged = self._logged(con)
+            logged = read_log(con)
         finally:
             con.close()
-        return [p for p, st in files if logged.get(p.name) != _signature(st)]
+        return changed(files, logged)
 
     def ingest(self) -> int:
         """Copy pending result files into the database; idempotent.
@@ -487,115 +193,10 @@ class Store:
         con = self._connect(read_only=False, timeout_s=self.lock_timeout_s)
         try:
             self._ensure_schema(con)
-            return self._ingest_with(con)
+            return ingest_into(con, self.runs_dir)
         finally:
             con.close()
 
-    def _ingest_with(self, con: duckdb.DuckDBPyConnection) -> int:
-        logged = self._logged(con)
-        todo = [p for p, st in self._result_files() if logged.get(p.name) != _signature(st)]
-        count = 0
-        batch: list[_Loaded] = []
-        batch_rows = 0
-        for path in todo:
-            loaded = self._load(path)
-            if loaded is None:
-                continue
-            batch.append(loaded)
-            if loaded.result is not None:
-                batch_rows += sum(len(loaded.result[t]) for t in ROW_TABLES)
-            if len(batch) >= _BATCH_FILES or batch_rows >= _BATCH_ROWS:
-                count += self._commit(con, batch)
-                batch, batch_rows = [], 0
-        if batch:
-            count += self._commit(con, batch)
-        return count
-
-    @staticmethod
-    def _load(path: Path) -> _Loaded | None:
-        try:
-            with open(path, "rb") as f:
-                # stat the open file so the recorded signature belongs to the bytes read
-                st = os.fstat(f.fileno())
-                data = f.read()
-        except FileNotFoundError:  # deleted since listing
-            return None
-        try:
-            return _Loaded(path, st, validate_result(json.loads(data)), None)
-        except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
-            why = str(exc)
-            if isinstance(exc, json.JSONDecodeError):
-                why = f"not valid JSON: {exc.msg} (char {exc.pos}; the file has {len(data)} bytes): truncated or damaged"
-            elif isinstance(exc, UnicodeDecodeError):
-                why = f"not UTF-8 text (byte {exc.start} of {len(data)}): damaged"
-            warnings.warn(f"skipping result file {path}: {why}", stacklevel=3)
-            return _Loaded(path, st, None, why)
-
-    @staticmethod
-    def _stale(con: duckdb.DuckDBPyConnection, latest: dict[str, dict[str, Any]]) -> dict[str, str]:
-        """``{run_id: why}`` of results stamped with an older fencing epoch than the run's stored row."""
-        stamped = [rid for rid, r in latest.items() if r["run"].get("epoch") is not None]
-        if not stamped:
-            return {}
-        rows = con.execute("SELECT run_id, epoch, owner FROM runs WHERE epoch IS NOT NULL AND list_contains(?, run_id)",
-                           [stamped]).fetchall()
-        out = {}
-        for rid, epoch, owner in rows:
-            new = latest[rid]["run"]
-            if new["epoch"] < epoch:
-                out[rid] = (f"stale write: epoch {new['epoch']} by {new.get('owner')}, written after the run was "
-                            f"taken over; the store keeps epoch {epoch} by {owner}")
-        return out
-
-    @staticmethod
-    def _commit(con: duckdb.DuckDBPyConnection, batch: list[_Loaded]) -> int:
-        """Replace the rows of every run in ``batch`` in one transaction; returns files ingested."""
-        latest: dict[str, dict[str, Any]] = {}
-        for item in batch:  # oldest first, so the newest file of a run_id wins
-            if item.result is not None:
-                latest[item.result["run"]["run_id"]] = item.result
-        stale = Store._stale(con, latest)
-        if stale:  # kept out, and logged with why (harness.fencing: a write by a worker whose run was taken over)
-            batch = [i._replace(result=None, error=stale[i.result["run"]["run_id"]])
-                     if i.result is not None and i.result["run"]["run_id"] in stale else i for i in batch]
-            latest = {rid: r for rid, r in latest.items() if rid not in stale}
-        results = list(latest.values())
-        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        frames = {
-            "_in_runs": _frame("runs", [r["run"] for r in results]),
-            **{f"_in_{t}": _frame(t, [x for r in results for x in r[t]]) for t in ROW_TABLES},
-            "_in_log": pl.DataFrame(
-                {
-                    "file": [i.path.name for i in batch],
-                    "run_id": [i.result["run"]["run_id"] if i.result else None for i in batch],
-                    "size_bytes": [i.stat.st_size for i in batch],
-                    "mtime_ns": [i.stat.st_mtime_ns for i in batch],
-                    "inode": [i.stat.st_ino for i in batch],
-                    "ingested_at": [now] * len(batch),
-                    "error": [i.error for i in batch],
-                },
-                schema=_polars_schema("ingest_log"),
-            ),
-        }
-        for name, frame in frames.items():
-            con.register(name, _ArrowStream(frame))
-        try:
-            con.begin()
-            try:
-                for table in (*ROW_TABLES, "runs"):
-                    con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM _in_runs)")
-                for table in ("runs", *ROW_TABLES):
-                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _in_{table}")
-                con.execute("DELETE FROM ingest_log WHERE file IN (SELECT file FROM _in_log)")
-                con.execute("INSERT INTO ingest_log BY NAME SELECT * FROM _in_log")
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
-        finally:
-            for name in frames:
-                con.unregister(name)
-        return sum(1 for i in batch if i.result is not None)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -700,7 +301,7 @@ class Store:
     @staticmethod
     def _run(con: duckdb.DuckDBPyConnection, sql: str, params: list | None) -> pl.DataFrame:
         rel = con.sql(sql, params=params)
-        return pl.DataFrame() if rel is None else _to_polars(rel)
+        return pl.DataFrame() if rel is None else to_polars(rel)
 
     def writable(self) -> bool:
         """Whether this process may write the results folder (and its database): False for a
@@ -729,11 +330,11 @@ class Store:
         if self._memory is None:
             con = duckdb.connect(":memory:")
             self._ensure_schema(con)
-            self._ingest_with(con)
+            ingest_into(con, self.runs_dir)
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             self._memory = con
-        n = len(self._result_files())
+        n = len(result_files(self.runs_dir))
         self.last_ingest_skipped = (f"{where} and has no database: the query ran on an in-memory copy of its "
                                     f"{n} result file(s); nothing was written")
         return self._run(self._memory, sql, params)
@@ -748,29 +349,18 @@ class Store:
         Raises:
             StoreLockedError: the database stayed locked for ``lock_timeout_s``.
         """
-        files = self._result_files()
+        files = result_files(self.runs_dir)
         logged: dict[str, tuple] = {}
         errors: dict[str, str] = {}
         if files and self.db_path.exists():
             con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
             try:
-                logged = self._logged(con)
+                logged = read_log(con)
                 if logged:
-                    errors = dict(con.execute("SELECT file, error FROM ingest_log WHERE error IS NOT NULL").fetchall())
+                    errors = read_errors(con)
             finally:
                 con.close()
-        out = []
-        for path, st in files:
-            if logged.get(path.name) == _signature(st):
-                if path.name in errors:
-                    out.append((path.name, errors[path.name]))
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                loaded = self._load(path)
-            if loaded is not None and loaded.error is not None:
-                out.append((path.name, loaded.error))
-        return sorted(out)
+        return unreadable_files(files, logged, errors)
 
     def _ingest_best_effort(self) -> None:
         try:
@@ -781,7 +371,7 @@ class Store:
             return
         try:
             self._ensure_schema(con)
-            self._ingest_with(con)
+            ingest_into(con, self.runs_dir)
         finally:
             con.close()
 
@@ -804,7 +394,7 @@ class Store:
         con = self._connect(read_only=False, timeout_s=self.lock_timeout_s)
         try:
             self._ensure_schema(con)
-            con.register("_in_bench", _ArrowStream(_frame("bench", clean)))
+            con.register("_in_bench", ArrowStream(frame("bench", clean)))
             try:
                 con.execute("INSERT INTO bench BY NAME SELECT * FROM _in_bench")
             finally:

@@ -1,5 +1,5 @@
 """The results database opens in the DuckDB CLI users install (1.5.x; the `duckdb-cli` package on PyPI
-is that release's real binary): db/store.py writes DuckDB storage format v1.4.0, and rewrites a
+is that release's real binary): db/connection.py writes DuckDB storage format v1.4.0, and rewrites a
 database an earlier harness left in DuckDB 2.0's newer format, once, keeping every row.
 CPU only, ~10 s:
 
