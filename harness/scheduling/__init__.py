@@ -8,6 +8,10 @@
   write, names a corrupt line, and its repair (``harness queue --repair``);
 * :mod:`harness.scheduling.queue` -- :class:`RunQueue`: the runs as Optuna trials, taken
   and finished atomically, retried and reclaimed;
+* :mod:`harness.scheduling.queueread` -- the queue's studies (one per grid) and reading every
+  run's trials out of them (:class:`RunQueue`'s reading half);
+* :mod:`harness.scheduling.trials` -- what a queue trial says: the records (claim, run state) and
+  one run's trials folded into its state;
 * :mod:`harness.scheduling.lease` -- worker leases and their heartbeat (is a worker alive?);
 * :mod:`harness.scheduling.fence` -- the :class:`~harness.fencing.Fence` of a claim: may this
   worker still write the run's checkpoints and result?

@@ -1,7 +1,7 @@
 """Convert a queue of the previous layout (one study ``"harness"`` for every grid) into one
 study per grid, the layout :mod:`harness.scheduling.queue` writes.
 
-The previous layout is read as it is (:meth:`RunQueue._trials <harness.scheduling.queue.RunQueue>`),
+The previous layout is read as it is (:meth:`QueueReader._trials <harness.scheduling.queueread.QueueReader>`),
 so nothing needs converting to keep working; converting makes Optuna's tools show each grid
 with its values. A conversion copies every trial of the old study into its grid's study
 and then deletes the old study. It runs only while none of the old study's runs is queued

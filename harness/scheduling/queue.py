@@ -1,33 +1,11 @@
 """Run queue on Optuna storage (DESIGN sections 1.1 and 9): many workers, each run trained once.
 
-One Optuna study per grid, named after it (a tuning study ``tune:NAME`` is the grid of its
-trials' runs), so Optuna's own tools (``optuna.load_study``, optuna-dashboard) show each
-grid's history; one *trial* per attempt at a run. A trial carries, as user attributes,
-the run's id (its *cell tag*), grid name, variant, role, seed, size, budget_tokens, run
-config (the JSON of :meth:`harness.config.RunConfig.to_dict`), attempt counters and,
-while it trains, the worker's lease (:mod:`harness.scheduling.lease`). How a run ends:
-
-    done       COMPLETE, value = the run's final validation NLL (nats/token), user attr ``val_nll``
-    diverged   FAIL with user attrs ``status = "diverged"`` and the reason in ``error``
-    pruned     PRUNED (a tuning trial stopped by its study's pruner, :mod:`harness.scheduling.tuning`)
-    failed     FAIL with the error (``ending = "failed"``), retried while retries remain
-
-A run's state is read from all trials with its tag:
-
-    done / diverged / pruned   some trial ended so (above)
-    running                    some trial is RUNNING
-    queued                     some trial is WAITING, or the last one failed and asked to be requeued
-    failed                     the last trial FAILed and asked for no retry
-
-All the trials of one run live in one study. A queue written by the previous layout (one
-study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is read as it is: its runs stay
-there, new runs go into their grid's study, and :mod:`harness.scheduling.legacy` converts
-it into one study per grid once none of its runs is queued or running (``harness queue``
-does, with a message).
-
-Where the storage lives and how an outage is ridden out: :mod:`harness.scheduling.storage`.
-Trials are addressed by their number in their study; the storage's trial id, which its
-write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.
+:class:`RunQueue` adds runs, hands each to one worker under a lease, and records how each attempt
+ends. The layout, one Optuna study per grid and one trial per attempt at a run, and reading it:
+:mod:`harness.scheduling.queueread` (:class:`~harness.scheduling.queueread.QueueReader`, which
+:class:`RunQueue` extends); what a trial says, how a run ends and how its state is read from its
+trials: :mod:`harness.scheduling.trials`. Where the storage lives and how an outage is ridden out:
+:mod:`harness.scheduling.storage`.
 
 Taking a run uses the storage's atomic WAITING -> RUNNING transition
 (``set_trial_state_values(..., RUNNING)`` returns False to all but one process), the
@@ -54,176 +32,32 @@ import json
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
-from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState, create_trial
+from optuna.trial import TrialState, create_trial
 
 from harness.config import RunConfig
 from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
+from harness.scheduling.queueread import LEGACY_STUDY, QueueReader
 from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage, trial_lock
-from harness.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff, is_tune_grid
+from harness.scheduling.trials import (Claim, EnqueueResult, RunState, config_of, ended_as, fold, is_duplicate,
+                                       lease_of, queue_order)
+from harness.terms import ERROR_CHARS, FINISHED, config_diff
 
-LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (read, then converted)
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
 # Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
 CARRIED_ATTRS = ("tune_pending", "tune_params", "tune_distributions")
 
 
-# ----------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A run this worker has taken (its trial is RUNNING under this worker's lease).
-
-    Attributes:
-        trial_id: Optuna trial id of this attempt.
-        run_id: the cell tag, ``grid:size:variant:s<seed>:<budget>``.
-        grid: grid name (``tune:NAME`` for a tuning trial: :attr:`tuning`).
-        config: the run (see :meth:`harness.scheduling.grid.Grid.expand`).
-        attempt: 1 for the first attempt, then 2, 3, ...
-        failures: attempts of this run whose training raised, so far.
-        reclaims: attempts of this run lost to a dead worker, so far.
-        lease: the lease taken (its ``epoch`` is :attr:`epoch`).
-        epoch: the fencing number of this attempt (:mod:`harness.fencing`): the trial's
-            number, larger for every later attempt at the run.
-    """
-
-    trial_id: int
-    run_id: str
-    grid: str
-    config: RunConfig
-    attempt: int
-    failures: int
-    reclaims: int
-    lease: Lease
-    epoch: int
-
-    @property
-    def owner(self) -> str:
-        """``host:pid`` of the worker holding the claim."""
-        return self.lease.worker
-
-    @property
-    def tuning(self) -> bool:
-        """Whether this is a tuning trial (its evaluations feed the study's pruner)."""
-        return is_tune_grid(self.grid)
-
-
-@dataclass(frozen=True)
-class RunState:
-    """The queue's view of one run (all its trials folded together).
-
-    Attributes:
-        run_id, grid: as in the run config.
-        state: one of :data:`harness.terms.STATUSES`.
-        attempt: attempt number of the deciding trial.
-        config: the run config.
-        wall_s: training wall time in seconds of the finished attempt (``None`` otherwise).
-        value: final validation NLL (nats/token) when the worker reported one.
-        error: error text of the last failed attempt, if any.
-        lease: the running attempt's lease (``None`` unless running; a RUNNING trial
-            without a lease attribute gets one dated at the trial's start, host ``""``).
-        pending: queued because a failed/released attempt asked to be requeued, and
-            no new trial has been created yet (the next worker creates it).
-    """
-
-    run_id: str
-    grid: str
-    state: str
-    attempt: int
-    config: RunConfig
-    wall_s: float | None = None
-    value: float | None = None
-    error: str | None = None
-    lease: Lease | None = None
-    pending: bool = False
-    trials: tuple[FrozenTrial, ...] = field(default=(), repr=False)
-
-
-@dataclass
-class EnqueueResult:
-    """What :meth:`RunQueue.enqueue` did, by run id."""
-
-    added: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)  # queued, running, done or diverged already
-    failed: list[str] = field(default_factory=list)  # failed and left alone (retry_failed=False)
-    retried: list[str] = field(default_factory=list)  # failed and queued again (retry_failed=True)
-
-
-def _is_dup(t: FrozenTrial) -> bool:
-    return t.user_attrs.get("ending") == "duplicate"
-
-
-def _lease_of(t: FrozenTrial) -> Lease:
-    d = t.user_attrs.get("lease")
-    if d:
-        return Lease.from_dict(d)
-    start = t.datetime_start.timestamp() if t.datetime_start else time.time()
-    return Lease(host="", pid=0, since=start, beat=start)  # popped, lease not yet written
-
-
-def _config_of(trial: FrozenTrial) -> RunConfig:
-    return RunConfig.from_dict(json.loads(trial.user_attrs["config"]))
-
-
-def ended_as(t: FrozenTrial) -> str | None:
-    """``done``, ``diverged`` or ``pruned`` if trial ``t`` ended its run so, else ``None``.
-
-    A COMPLETE trial is ``done`` (a previous-layout trial says ``diverged`` in its
-    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``.
-    """
-    if t.state == TrialState.COMPLETE:
-        return t.user_attrs.get("status", "done")
-    if t.state == TrialState.PRUNED:
-        return "pruned"
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") in FINISHED:
-        return t.user_attrs["status"]
-    return None
-
-
-def fold(trials: list[FrozenTrial]) -> RunState:
-    """Fold all trials of one run (same ``run_id`` tag) into its :class:`RunState`."""
-    real = sorted((t for t in trials if not _is_dup(t)), key=lambda t: t.number) or sorted(
-        trials, key=lambda t: t.number
-    )
-    last = real[-1]
-    ua = last.user_attrs
-    base = dict(run_id=ua["run_id"], grid=ua["grid"], config=_config_of(last), trials=tuple(trials))
-    ended = [t for t in real if ended_as(t)]
-    if ended:
-        t = ended[0]
-        return RunState(state=ended_as(t), attempt=t.user_attrs.get("attempt", 1),
-                        wall_s=t.user_attrs.get("wall_s"), value=t.user_attrs.get("val_nll"),
-                        error=t.user_attrs.get("error") if ended_as(t) == "diverged" else None, **base)
-    running = [t for t in real if t.state == TrialState.RUNNING]
-    if running:
-        t = running[0]
-        return RunState(state="running", attempt=t.user_attrs.get("attempt", 1), lease=_lease_of(t), **base)
-    waiting = [t for t in real if t.state == TrialState.WAITING]
-    error = next((t.user_attrs["error"] for t in reversed(real) if t.user_attrs.get("error")), None)
-    if waiting:
-        return RunState(state="queued", attempt=waiting[0].user_attrs.get("attempt", 1), error=error, **base)
-    if ua.get("requeue"):
-        return RunState(state="queued", attempt=ua.get("attempt", 1), error=error, pending=True, **base)
-    return RunState(state="failed", attempt=ua.get("attempt", 1), error=error,
-                    wall_s=ua.get("wall_s"), **base)
-
-
-# ----------------------------------------------------------------------------- the queue
-
-
-class RunQueue:
-    """The run queue on one Optuna storage: every study holding runs (see the module docstring).
+class RunQueue(QueueReader):
+    """The run queue on one Optuna storage: every study holding runs (see the module docstring);
+    reading them: :class:`~harness.scheduling.queueread.QueueReader`.
 
     Args:
         storage: an Optuna storage (:func:`open_storage`).
@@ -237,11 +71,9 @@ class RunQueue:
                  create: bool = True) -> None:
         if lease_timeout_s <= 0:
             raise ValueError(f"lease timeout {lease_timeout_s} s must be positive")
-        self.storage = storage
+        super().__init__(storage)
         self.lease_timeout_s = float(lease_timeout_s)
         self.host = hostname()
-        self._study_ids: dict[str, int] = {}  # study name -> id (ids never change; a deleted one is dropped)
-        self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
 
     where = "(storage)"  # for messages; set by :meth:`open`
 
@@ -259,85 +91,6 @@ class RunQueue:
                                           **kwargs), where=where, retry_s=retry_s, log=log)
         queue.where = where
         return queue
-
-    # -- reading
-
-    def _id_of(self, trial: FrozenTrial) -> int:
-        """The storage's id of ``trial`` (what its write calls take), by the public API."""
-        return self.storage.get_trial_id_from_study_id_trial_number(
-            self._run_study[trial.user_attrs["run_id"]], trial.number)
-
-    def studies(self) -> dict[str, int]:
-        """Study name -> study id of every study in the storage (queue studies and others)."""
-        names = [s.study_name for s in self.storage.get_all_studies()]
-        for name in names:
-            if name not in self._study_ids:
-                try:
-                    self._study_ids[name] = self.storage.get_study_id_from_name(name)
-                except KeyError:  # deleted meanwhile (a conversion of the previous layout)
-                    continue
-        self._study_ids = {n: self._study_ids[n] for n in names if n in self._study_ids}
-        return dict(self._study_ids)
-
-    def study_of(self, grid: str) -> int:
-        """Id of ``grid``'s study (minimised: trial values are NLLs), created when missing."""
-        if grid not in self._study_ids:
-            try:
-                self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
-            except KeyError:
-                try:
-                    self._study_ids[grid] = self.storage.create_new_study([StudyDirection.MINIMIZE], grid)
-                except DuplicatedStudyError:  # another process created it first
-                    self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
-        return self._study_ids[grid]
-
-    def _trials(self) -> list[FrozenTrial]:
-        """Every trial that is an attempt at a run, over all studies; records each run's study.
-
-        A run that also has trials outside :data:`LEGACY_STUDY` (it was converted) is read
-        from there only.
-        """
-        by_study = []
-        for name, sid in self.studies().items():
-            try:
-                trials = self.storage.get_all_trials(sid, deepcopy=False)
-            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
-                continue
-            by_study.append((name, sid, [t for t in trials if "run_id" in t.user_attrs]))
-        modern = {t.user_attrs["run_id"] for name, _, ts in by_study if name != LEGACY_STUDY for t in ts}
-        out = []
-        for name, sid, trials in by_study:
-            for t in trials:
-                rid = t.user_attrs["run_id"]
-                if name == LEGACY_STUDY and rid in modern:
-                    continue
-                self._run_study[rid] = sid
-                out.append(t)
-        return out
-
-    def all_trials(self) -> list[FrozenTrial]:
-        """Every attempt at every run (all studies), as Optuna's frozen trials."""
-        return self._trials()
-
-    def runs(self, grid: str | None = None) -> dict[str, RunState]:
-        """Every run in the queue (optionally of one grid), by run id, in queue order."""
-        by_run: dict[str, list[FrozenTrial]] = {}
-        for t in sorted(self._trials(), key=_order):
-            if grid is None or t.user_attrs.get("grid") == grid:
-                by_run.setdefault(t.user_attrs["run_id"], []).append(t)
-        return {rid: fold(ts) for rid, ts in by_run.items()}
-
-    def counts(self, grid: str | None = None) -> dict[str, Counter]:
-        """grid -> Counter of run states (every state of :data:`harness.terms.STATUSES` present)."""
-        out: dict[str, Counter] = {}
-        for r in self.runs(grid).values():
-            out.setdefault(r.grid, Counter({s: 0 for s in STATUSES}))[r.state] += 1
-        return out
-
-    def progress(self, grid: str) -> tuple[int, int]:
-        """``(finished, total)`` runs of ``grid``; finished = done + diverged + pruned + failed."""
-        c = self.counts(grid).get(grid, Counter())
-        return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
 
     # -- adding
 
@@ -425,7 +178,7 @@ class RunQueue:
         out = []
         for rid, r in self.runs().items():
             if r.pending and (run_id is None or rid == run_id):
-                last = max((t for t in r.trials if not _is_dup(t)), key=lambda t: t.number)
+                last = max((t for t in r.trials if not is_duplicate(t)), key=lambda t: t.number)
                 ua = last.user_attrs
                 self._new_trial(r.config, attempt=ua.get("attempt", 1) + 1, failures=ua.get("failures", 0),
                                 reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]),
@@ -443,7 +196,7 @@ class RunQueue:
         """
         waiting = [t for t in self._trials() if t.state == TrialState.WAITING
                    and (grid is None or t.user_attrs.get("grid") == grid)]
-        for t in sorted(waiting, key=_order):
+        for t in sorted(waiting, key=queue_order):
             try:
                 trial_id = self._id_of(t)
                 if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
@@ -454,7 +207,7 @@ class RunQueue:
             self.storage.set_trial_user_attr(trial_id, "lease", lease.to_dict())
             rid = t.user_attrs["run_id"]
             siblings = [s for s in self._trials() if s.user_attrs["run_id"] == rid
-                        and s.number != t.number and not _is_dup(s)]
+                        and s.number != t.number and not is_duplicate(s)]
             if any(ended_as(s)
                    or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
                    for s in siblings):
@@ -462,7 +215,7 @@ class RunQueue:
                 self._finish(trial_id, TrialState.FAIL)
                 continue
             ua = t.user_attrs
-            config = _config_of(t)
+            config = config_of(t)
             if ua.get("tune_pending"):
                 from harness.scheduling.tuning import draw_params
 
@@ -482,12 +235,12 @@ class RunQueue:
         """
         trial = self.storage.get_trial(claim.trial_id)
         if trial.state == TrialState.RUNNING:
-            lease = _lease_of(trial)
+            lease = lease_of(trial)
             if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (None, claim.epoch):
                 return None
             return f"lease lost to {lease.worker} (epoch {claim.epoch})"
         later = sorted((t for t in self._trials() if t.user_attrs.get("run_id") == claim.run_id
-                        and t.number > claim.epoch and not _is_dup(t)), key=lambda t: t.number)
+                        and t.number > claim.epoch and not is_duplicate(t)), key=lambda t: t.number)
         taken = [t for t in later if t.user_attrs.get("lease")]
         ua = trial.user_attrs
         ended = f"epoch {claim.epoch} was {trial.state.name.lower()}"
@@ -495,7 +248,7 @@ class RunQueue:
             ended = f"epoch {claim.epoch} was reclaimed{' by ' + ua['reclaimed_by'] if ua.get('reclaimed_by') else ''}"
             ended += f" ({ua['error']})" if ua.get("error") else ""
         if taken:
-            return f"lease lost to {_lease_of(taken[-1]).worker} (epoch {taken[-1].number}; {ended})"
+            return f"lease lost to {lease_of(taken[-1]).worker} (epoch {taken[-1].number}; {ended})"
         queued = f"; the run is queued again as epoch {later[-1].number}" if later else ""
         return f"lease lost: {ended}{queued}"
 
@@ -587,9 +340,9 @@ class RunQueue:
         now = time.time() if now is None else now
         out = []
         for t in self._trials():
-            if t.state != TrialState.RUNNING or _is_dup(t):
+            if t.state != TrialState.RUNNING or is_duplicate(t):
                 continue
-            why = stale_reason(_lease_of(t), now=now, timeout_s=self.lease_timeout_s, host=self.host)
+            why = stale_reason(lease_of(t), now=now, timeout_s=self.lease_timeout_s, host=self.host)
             if why is None:
                 continue
             reclaims = t.user_attrs.get("reclaims", 0) + 1
@@ -610,12 +363,6 @@ class RunQueue:
                                                     host=self.host) is None:
                 out.add(r.lease.worker)
         return sorted(out)
-
-
-def _order(t: FrozenTrial) -> tuple:
-    """Queue order: the run's original enqueue position, then trial number (retries keep their slot)."""
-    o = t.user_attrs.get("order") or [0.0, 0]
-    return (float(o[0]), int(o[1]), t.number)
 
 
 __all__ = ["LEGACY_STUDY", "MAX_RECLAIMS", "CARRIED_ATTRS", "Claim", "RunState", "EnqueueResult", "ended_as", "fold",

@@ -1,0 +1,126 @@
+"""Reading the queue: its Optuna studies (one per grid) and every run's trials read out of them.
+
+One Optuna study per grid, named after it (a tuning study ``tune:NAME`` is the grid of its
+trials' runs), so Optuna's own tools (``optuna.load_study``, optuna-dashboard) show each
+grid's history; one *trial* per attempt at a run (what a trial says, and how a run's state is
+read from its trials: :mod:`harness.scheduling.trials`).
+
+All the trials of one run live in one study. A queue written by the previous layout (one
+study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is read as it is: its runs stay
+there, new runs go into their grid's study, and :mod:`harness.scheduling.legacy` converts
+it into one study per grid once none of its runs is queued or running (``harness queue``
+does, with a message).
+
+Trials are addressed by their number in their study; the storage's trial id, which its
+write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.
+
+:class:`QueueReader` only reads (and creates a grid's study when asked for its id);
+:class:`harness.scheduling.queue.RunQueue` extends it with the writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from optuna.exceptions import DuplicatedStudyError
+from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+
+from harness.scheduling.trials import RunState, fold, queue_order
+from harness.terms import FINISHED, STATUSES
+
+LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (read, then converted)
+
+
+class QueueReader:
+    """The runs on one Optuna storage, read from every study holding them (see the module docstring).
+
+    Args:
+        storage: an Optuna storage (:func:`harness.scheduling.storage.open_storage`).
+    """
+
+    def __init__(self, storage: BaseStorage) -> None:
+        self.storage = storage
+        self._study_ids: dict[str, int] = {}  # study name -> id (ids never change; a deleted one is dropped)
+        self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
+
+    def _id_of(self, trial: FrozenTrial) -> int:
+        """The storage's id of ``trial`` (what its write calls take), by the public API."""
+        return self.storage.get_trial_id_from_study_id_trial_number(
+            self._run_study[trial.user_attrs["run_id"]], trial.number)
+
+    def studies(self) -> dict[str, int]:
+        """Study name -> study id of every study in the storage (queue studies and others)."""
+        names = [s.study_name for s in self.storage.get_all_studies()]
+        for name in names:
+            if name not in self._study_ids:
+                try:
+                    self._study_ids[name] = self.storage.get_study_id_from_name(name)
+                except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                    continue
+        self._study_ids = {n: self._study_ids[n] for n in names if n in self._study_ids}
+        return dict(self._study_ids)
+
+    def study_of(self, grid: str) -> int:
+        """Id of ``grid``'s study (minimised: trial values are NLLs), created when missing."""
+        if grid not in self._study_ids:
+            try:
+                self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
+            except KeyError:
+                try:
+                    self._study_ids[grid] = self.storage.create_new_study([StudyDirection.MINIMIZE], grid)
+                except DuplicatedStudyError:  # another process created it first
+                    self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
+        return self._study_ids[grid]
+
+    def _trials(self) -> list[FrozenTrial]:
+        """Every trial that is an attempt at a run, over all studies; records each run's study.
+
+        A run that also has trials outside :data:`LEGACY_STUDY` (it was converted) is read
+        from there only.
+        """
+        by_study = []
+        for name, sid in self.studies().items():
+            try:
+                trials = self.storage.get_all_trials(sid, deepcopy=False)
+            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                continue
+            by_study.append((name, sid, [t for t in trials if "run_id" in t.user_attrs]))
+        modern = {t.user_attrs["run_id"] for name, _, ts in by_study if name != LEGACY_STUDY for t in ts}
+        out = []
+        for name, sid, trials in by_study:
+            for t in trials:
+                rid = t.user_attrs["run_id"]
+                if name == LEGACY_STUDY and rid in modern:
+                    continue
+                self._run_study[rid] = sid
+                out.append(t)
+        return out
+
+    def all_trials(self) -> list[FrozenTrial]:
+        """Every attempt at every run (all studies), as Optuna's frozen trials."""
+        return self._trials()
+
+    def runs(self, grid: str | None = None) -> dict[str, RunState]:
+        """Every run in the queue (optionally of one grid), by run id, in queue order."""
+        by_run: dict[str, list[FrozenTrial]] = {}
+        for t in sorted(self._trials(), key=queue_order):
+            if grid is None or t.user_attrs.get("grid") == grid:
+                by_run.setdefault(t.user_attrs["run_id"], []).append(t)
+        return {rid: fold(ts) for rid, ts in by_run.items()}
+
+    def counts(self, grid: str | None = None) -> dict[str, Counter]:
+        """grid -> Counter of run states (every state of :data:`harness.terms.STATUSES` present)."""
+        out: dict[str, Counter] = {}
+        for r in self.runs(grid).values():
+            out.setdefault(r.grid, Counter({s: 0 for s in STATUSES}))[r.state] += 1
+        return out
+
+    def progress(self, grid: str) -> tuple[int, int]:
+        """``(finished, total)`` runs of ``grid``; finished = done + diverged + pruned + failed."""
+        c = self.counts(grid).get(grid, Counter())
+        return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
+
+
+__all__ = ["LEGACY_STUDY", "QueueReader"]

@@ -1,0 +1,185 @@
+"""What a queue trial says: the records the queue hands out, and one run's trials folded into its state.
+
+A trial is one attempt at a run (:mod:`harness.scheduling.queueread`: where the trials live). It
+carries, as user attributes, the run's id (its *cell tag*), grid name, variant, role, seed, size,
+budget_tokens, run config (the JSON of :meth:`harness.config.RunConfig.to_dict`), attempt counters
+and, while it trains, the worker's lease (:mod:`harness.scheduling.lease`). How a run ends:
+
+    done       COMPLETE, value = the run's final validation NLL (nats/token), user attr ``val_nll``
+    diverged   FAIL with user attrs ``status = "diverged"`` and the reason in ``error``
+    pruned     PRUNED (a tuning trial stopped by its study's pruner, :mod:`harness.scheduling.tuning`)
+    failed     FAIL with the error (``ending = "failed"``), retried while retries remain
+
+A run's state is read from all trials with its tag:
+
+    done / diverged / pruned   some trial ended so (above)
+    running                    some trial is RUNNING
+    queued                     some trial is WAITING, or the last one failed and asked to be requeued
+    failed                     the last trial FAILed and asked for no retry
+
+A trial discarded as a second live trial of its run (user attr ``ending = "duplicate"``,
+:mod:`harness.scheduling.queue`) does not count. Nothing here reads or writes a storage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from optuna.trial import FrozenTrial, TrialState
+
+from harness.config import RunConfig
+from harness.scheduling.lease import Lease
+from harness.terms import FINISHED, is_tune_grid
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this worker has taken (its trial is RUNNING under this worker's lease).
+
+    Attributes:
+        trial_id: Optuna trial id of this attempt.
+        run_id: the cell tag, ``grid:size:variant:s<seed>:<budget>``.
+        grid: grid name (``tune:NAME`` for a tuning trial: :attr:`tuning`).
+        config: the run (see :meth:`harness.scheduling.grid.Grid.expand`).
+        attempt: 1 for the first attempt, then 2, 3, ...
+        failures: attempts of this run whose training raised, so far.
+        reclaims: attempts of this run lost to a dead worker, so far.
+        lease: the lease taken (its ``epoch`` is :attr:`epoch`).
+        epoch: the fencing number of this attempt (:mod:`harness.fencing`): the trial's
+            number, larger for every later attempt at the run.
+    """
+
+    trial_id: int
+    run_id: str
+    grid: str
+    config: RunConfig
+    attempt: int
+    failures: int
+    reclaims: int
+    lease: Lease
+    epoch: int
+
+    @property
+    def owner(self) -> str:
+        """``host:pid`` of the worker holding the claim."""
+        return self.lease.worker
+
+    @property
+    def tuning(self) -> bool:
+        """Whether this is a tuning trial (its evaluations feed the study's pruner)."""
+        return is_tune_grid(self.grid)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The queue's view of one run (all its trials folded together).
+
+    Attributes:
+        run_id, grid: as in the run config.
+        state: one of :data:`harness.terms.STATUSES`.
+        attempt: attempt number of the deciding trial.
+        config: the run config.
+        wall_s: training wall time in seconds of the finished attempt (``None`` otherwise).
+        value: final validation NLL (nats/token) when the worker reported one.
+        error: error text of the last failed attempt, if any.
+        lease: the running attempt's lease (``None`` unless running; a RUNNING trial
+            without a lease attribute gets one dated at the trial's start, host ``""``).
+        pending: queued because a failed/released attempt asked to be requeued, and
+            no new trial has been created yet (the next worker creates it).
+    """
+
+    run_id: str
+    grid: str
+    state: str
+    attempt: int
+    config: RunConfig
+    wall_s: float | None = None
+    value: float | None = None
+    error: str | None = None
+    lease: Lease | None = None
+    pending: bool = False
+    trials: tuple[FrozenTrial, ...] = field(default=(), repr=False)
+
+
+@dataclass
+class EnqueueResult:
+    """What :meth:`RunQueue.enqueue <harness.scheduling.queue.RunQueue.enqueue>` did, by run id."""
+
+    added: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)  # queued, running, done or diverged already
+    failed: list[str] = field(default_factory=list)  # failed and left alone (retry_failed=False)
+    retried: list[str] = field(default_factory=list)  # failed and queued again (retry_failed=True)
+
+
+def is_duplicate(t: FrozenTrial) -> bool:
+    """Whether trial ``t`` was discarded as a second live trial of its run (``ending = "duplicate"``)."""
+    return t.user_attrs.get("ending") == "duplicate"
+
+
+def lease_of(t: FrozenTrial) -> Lease:
+    """Trial ``t``'s lease (its ``lease`` attribute; before that is written, one dated at its start, host ``""``)."""
+    d = t.user_attrs.get("lease")
+    if d:
+        return Lease.from_dict(d)
+    start = t.datetime_start.timestamp() if t.datetime_start else time.time()
+    return Lease(host="", pid=0, since=start, beat=start)  # popped, lease not yet written
+
+
+def config_of(trial: FrozenTrial) -> RunConfig:
+    """The run config ``trial`` carries (its ``config`` attribute)."""
+    return RunConfig.from_dict(json.loads(trial.user_attrs["config"]))
+
+
+def ended_as(t: FrozenTrial) -> str | None:
+    """``done``, ``diverged`` or ``pruned`` if trial ``t`` ended its run so, else ``None``.
+
+    A COMPLETE trial is ``done`` (a previous-layout trial says ``diverged`` in its
+    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``.
+    """
+    if t.state == TrialState.COMPLETE:
+        return t.user_attrs.get("status", "done")
+    if t.state == TrialState.PRUNED:
+        return "pruned"
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") in FINISHED:
+        return t.user_attrs["status"]
+    return None
+
+
+def fold(trials: list[FrozenTrial]) -> RunState:
+    """Fold all trials of one run (same ``run_id`` tag) into its :class:`RunState`."""
+    real = sorted((t for t in trials if not is_duplicate(t)), key=lambda t: t.number) or sorted(
+        trials, key=lambda t: t.number
+    )
+    last = real[-1]
+    ua = last.user_attrs
+    base = dict(run_id=ua["run_id"], grid=ua["grid"], config=config_of(last), trials=tuple(trials))
+    ended = [t for t in real if ended_as(t)]
+    if ended:
+        t = ended[0]
+        return RunState(state=ended_as(t), attempt=t.user_attrs.get("attempt", 1),
+                        wall_s=t.user_attrs.get("wall_s"), value=t.user_attrs.get("val_nll"),
+                        error=t.user_attrs.get("error") if ended_as(t) == "diverged" else None, **base)
+    running = [t for t in real if t.state == TrialState.RUNNING]
+    if running:
+        t = running[0]
+        return RunState(state="running", attempt=t.user_attrs.get("attempt", 1), lease=lease_of(t), **base)
+    waiting = [t for t in real if t.state == TrialState.WAITING]
+    error = next((t.user_attrs["error"] for t in reversed(real) if t.user_attrs.get("error")), None)
+    if waiting:
+        return RunState(state="queued", attempt=waiting[0].user_attrs.get("attempt", 1), error=error, **base)
+    if ua.get("requeue"):
+        return RunState(state="queued", attempt=ua.get("attempt", 1), error=error, pending=True, **base)
+    return RunState(state="failed", attempt=ua.get("attempt", 1), error=error,
+                    wall_s=ua.get("wall_s"), **base)
+
+
+def queue_order(t: FrozenTrial) -> tuple:
+    """Queue order: the run's original enqueue position, then trial number (retries keep their slot)."""
+    o = t.user_attrs.get("order") or [0.0, 0]
+    return (float(o[0]), int(o[1]), t.number)
+
+
+__all__ = ["Claim", "RunState", "EnqueueResult", "is_duplicate", "lease_of", "config_of", "ended_as", "fold",
+           "queue_order"]
