@@ -57,16 +57,28 @@ def test_routing_is_found_only_where_there_is_routing(eager):
         assert sum(p["ops"].values()) == pytest.approx(p["total_ms"], rel=1e-9)
 
 
-def test_pairs_split_each_ratio_by_category(eager):
+def test_pairs_split_each_ratio_by_category_round_by_round(eager):
+    """Each ratio is the median of per-round paired ratios of the step totals, each
+    category's excess the median of per-round paired differences, as recomputed here."""
+    import statistics
+
     prof = eager["profile"]
     assert set(prof["pairs"]) == set(eager["ratios"]) | {"bf16/fp32"}
+    for p in prof["arms"].values():  # the rounds and the means are one accumulation
+        assert len(p["rounds"]) == prof["rounds"] == 3
+        for c, ms in p["categories"].items():
+            assert statistics.mean(r.get(c, 0.0) for r in p["rounds"]) == pytest.approx(ms, rel=1e-9)
     pair = prof["pairs"]["rd_attnres/block_attnres"]
-    a, b = prof["arms"]["rd_attnres"], prof["arms"]["block_attnres"]
-    assert pair["ratio"] == pytest.approx(a["total_ms"] / b["total_ms"], rel=1e-12)
-    assert pair["excess_ms"] == pytest.approx(a["total_ms"] - b["total_ms"], abs=1e-9)
-    assert sum(pair["categories"].values()) == pytest.approx(pair["excess_ms"], abs=1e-9)
+    a, b = prof["arms"]["rd_attnres"]["rounds"], prof["arms"]["block_attnres"]["rounds"]
+    assert pair["ratio"] == pytest.approx(statistics.median(sum(x.values()) / sum(y.values())
+                                                            for x, y in zip(a, b)), rel=1e-12)
+    assert pair["excess_ms"] == pytest.approx(statistics.median(sum(x.values()) - sum(y.values())
+                                                                for x, y in zip(a, b)), abs=1e-9)
+    assert pair["categories"]["routing"] == pytest.approx(
+        statistics.median(x["routing"] - y["routing"] for x, y in zip(a, b)), abs=1e-9)
     sizes = [abs(v) for v in pair["categories"].values()]
     assert sizes == sorted(sizes, reverse=True)
+    assert all(ci is None for ci in pair["category_intervals"].values())  # 3 rounds: no 95 % interval
 
 
 def test_compiled_kernels_are_visible_to_the_profile(tmp_path):
@@ -121,11 +133,22 @@ def test_kernel_names_line_up_across_graphs():
 
 
 def test_compare_on_known_numbers():
-    arms = {"a": {"total_ms": 12.0, "categories": {"matmul": 8.0, "routing": 4.0}, "ops": {"x": 12.0}},
-            "b": {"total_ms": 10.0, "categories": {"matmul": 8.5, "routing": 1.5}, "ops": {"x": 10.0}}}
-    (key, c), = compare(arms, {"a/b": ("a", "b")}).items()
+    """Round 2 of b stalls (+100 ms of matmul): the means would say a is faster, the paired
+    medians do not move."""
+    a_rounds = [{"matmul": 8.0, "routing": 4.0}] * 8
+    b_rounds = [{"matmul": 8.5, "routing": 1.5}] * 8
+    b_rounds[2] = {"matmul": 108.5, "routing": 1.5}
+
+    def arm(rounds):
+        cats = {c: sum(r[c] for r in rounds) / len(rounds) for c in rounds[0]}
+        return {"total_ms": sum(cats.values()), "categories": cats, "ops": {"x": sum(cats.values())},
+                "rounds": rounds}
+
+    (key, c), = compare({"a": arm(a_rounds), "b": arm(b_rounds)}, {"a/b": ("a", "b")}).items()
     assert key == "a/b" and c["ratio"] == 1.2 and c["excess_ms"] == 2.0
     assert c["categories"] == {"routing": 2.5, "matmul": -0.5} and list(c["categories"]) == ["routing", "matmul"]
+    # 8 rounds: the 95 % interval is [min, max], so it keeps the stall in view
+    assert c["category_intervals"] == {"routing": [2.5, 2.5], "matmul": [-100.5, -0.5]}
 
 
 def test_bad_rounds_are_one_clear_error(tmp_path, capsys):

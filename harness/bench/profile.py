@@ -13,8 +13,11 @@ profiler with ``torch._inductor.config.cpp.enable_kernel_profile`` on, which
 the marks cost a callback check per kernel). In eager mode element-wise operators (``aten::mul``,
 ``aten::add``) cannot be told apart by name and fall into ``elementwise``.
 
-For each step-time ratio ``a/b`` the result gives the profile's own ratio of total step time,
-the excess ``t_a - t_b`` (ms per step) by category, and the operators with the largest
+For each step-time ratio ``a/b`` the result gives the profile's own ratio of total step time
+and the excess ``t_a - t_b`` (ms per step) by category, each the median of one paired value
+per round with its 95 % interval (as the timing, :mod:`harness.bench.intervals`: an
+allocation's page faults land in whichever operator touches the memory first, and move one
+round, not the median), and the operators with the largest
 differences (kernel names with their graph and serial numbers removed, so the same kernel of
 two variants' graphs lines up). The profiled rounds are few and the profiler itself adds time,
 so the interleaved timing, not this profile, decides a goal; the profile says where the
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import statistics
 from contextlib import contextmanager
 
 import torch
@@ -108,8 +112,10 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
     """Profile ``rounds`` interleaved rounds of every arm (:class:`~harness.bench.steps.StepArm`).
 
     Returns ``{arm name: {"total_ms": float, "categories": {category: ms},
-    "calls": {category: float}, "ops": {kernel_name: ms}, "op_calls": {kernel_name: float}}}``,
-    all per step (ms of self time, calls per step), summed over the operators that start inside the arm's step windows.
+    "calls": {category: float}, "ops": {kernel_name: ms}, "op_calls": {kernel_name: float},
+    "rounds": [{category: ms}, ...]}}``: means per step over the rounds (ms of self time,
+    calls per step) of the operators that start inside the arm's step windows, and the
+    categories of each round's step (for the paired comparison of :func:`compare`).
 
     Raises:
         ValueError: ``rounds < 1``.
@@ -145,7 +151,13 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
     windows = sorted((e.time_range.start, e.time_range.end, int(e.name[len(WINDOW):]))
                      for e in events if e.name.startswith(WINDOW))
     starts = [w[0] for w in windows]
-    out = {arm.name: {"total_ms": 0.0, "categories": {}, "calls": {}, "ops": {}, "op_calls": {}} for arm in arms}
+    seen = [0] * len(arms)
+    round_of = []  # window j is round round_of[j] of its arm (each round steps every arm once)
+    for _, _, i in windows:
+        round_of.append(seen[i])
+        seen[i] += 1
+    out = {arm.name: {"total_ms": 0.0, "categories": {}, "calls": {}, "ops": {}, "op_calls": {},
+                      "rounds": [{} for _ in range(rounds)]} for arm in arms}
     for event in events:
         if event.name.startswith(WINDOW) or (cuda and event.device_type != DeviceType.CPU):
             continue  # kernels count through the CPU operator that launched them
@@ -166,25 +178,46 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
         key = kernel_name(event.name)
         entry["ops"][key] = entry["ops"].get(key, 0.0) + ms
         entry["op_calls"][key] = entry["op_calls"].get(key, 0.0) + 1 / rounds
+        step = entry["rounds"][round_of[j]]
+        step[category] = step.get(category, 0.0) + us / 1e3
     return out
 
 
 def compare(profiles: dict[str, dict], pairs: dict[str, tuple[str, str]], top: int = 8) -> dict[str, dict]:
-    """For each ratio key ``a/b`` of ``pairs``: ``ratio`` (profile totals ``t_a / t_b``),
-    ``excess_ms`` (``t_a - t_b`` per step), ``categories`` (excess by category, largest
-    first) and ``top_ops`` (the ``top`` operators with the largest absolute differences)."""
+    """Where each ratio ``a/b`` of ``pairs`` spends its difference, round by round.
+
+    Per ratio key: ``ratio`` (median over rounds of ``t_a / t_b``, the step totals of the
+    profile's round r), ``excess_ms`` (median of ``t_a - t_b``), ``categories`` (per
+    category, the median of the per-round differences in ms per step, largest first),
+    ``category_intervals`` (their distribution-free 95 % intervals,
+    :func:`harness.bench.intervals.median_interval`; None with too few rounds) and
+    ``top_ops`` (the ``top`` operators with the largest differences of their means).
+    Paired rounds, as the timing: a page-fault storm in one step moves one round, not the
+    answer.
+    """
+    from harness.bench import intervals
+
     out = {}
     for key, (a, b) in pairs.items():
         if a not in profiles or b not in profiles:
             continue
         pa, pb = profiles[a], profiles[b]
-        cats = {c: pa["categories"].get(c, 0.0) - pb["categories"].get(c, 0.0)
-                for c in {*pa["categories"], *pb["categories"]}}
+        ra, rb = pa["rounds"], pb["rounds"]
+        totals = [(sum(x.values()), sum(y.values())) for x, y in zip(ra, rb)]
+        cats: dict[str, float] = {}
+        spans: dict[str, list[float] | None] = {}
+        for c in {*pa["categories"], *pb["categories"]}:
+            diffs = [x.get(c, 0.0) - y.get(c, 0.0) for x, y in zip(ra, rb)]
+            cats[c] = statistics.median(diffs)
+            ci = intervals.median_interval(diffs)
+            spans[c] = list(ci) if ci else None
+        order = sorted(cats, key=lambda c: -abs(cats[c]))
         ops = {o: pa["ops"].get(o, 0.0) - pb["ops"].get(o, 0.0) for o in {*pa["ops"], *pb["ops"]}}
         out[key] = {
-            "ratio": pa["total_ms"] / pb["total_ms"] if pb["total_ms"] else None,
-            "excess_ms": pa["total_ms"] - pb["total_ms"],
-            "categories": dict(sorted(cats.items(), key=lambda kv: -abs(kv[1]))),
+            "ratio": statistics.median(ta / tb for ta, tb in totals) if all(tb for _, tb in totals) else None,
+            "excess_ms": statistics.median(ta - tb for ta, tb in totals),
+            "categories": {c: cats[c] for c in order},
+            "category_intervals": {c: spans[c] for c in order},
             "top_ops": dict(sorted(ops.items(), key=lambda kv: -abs(kv[1]))[:top]),
         }
     return out
@@ -198,7 +231,8 @@ def format_profile(profile: dict) -> list[str]:
     cats = sorted({c for p in arms.values() for c in p["categories"]},
                   key=lambda c: -max(p["categories"].get(c, 0.0) for p in arms.values()))
     lines = [f"profile ({profile['rounds']} interleaved round(s), {profile['time']}, ms per step; categories by "
-             "operator/kernel name):"]
+             "operator/kernel name; the arms' means, then each ratio's median paired difference per "
+             "category [95 % interval]):"]
     width = max(len("arm"), *(len(name) for name in arms))
     head = f"  {'arm':<{width}} {'total':>8} " + " ".join(f"{c[:11]:>11}" for c in cats)
     lines.append(head)
@@ -208,7 +242,10 @@ def format_profile(profile: dict) -> list[str]:
     for key, c in profile["pairs"].items():
         if c["ratio"] is None:
             continue
-        parts = ", ".join(f"{cat} {ms:+.1f}" for cat, ms in list(c["categories"].items())[:5])
+        spans = c.get("category_intervals", {})
+        parts = ", ".join(f"{cat} {ms:+.1f}" + (f" [{spans[cat][0]:+.1f}, {spans[cat][1]:+.1f}]"
+                                                if spans.get(cat) else "")
+                          for cat, ms in list(c["categories"].items())[:4])
         lines.append(f"  {key}: {c['ratio']:.4f} in the profile, {c['excess_ms']:+.1f} ms per step: {parts}")
     return lines
 
