@@ -63,7 +63,8 @@ def test_pairs_split_each_ratio_by_category_round_by_round(eager):
     import statistics
 
     prof = eager["profile"]
-    assert set(prof["pairs"]) == set(eager["ratios"]) | {"bf16/fp32"}
+    # every pair is a ratio of step times a/b, the precision pair too (bf16 arm first)
+    assert set(prof["pairs"]) == set(eager["ratios"]) | {"block_attnres@bf16-mixed/block_attnres"}
     for p in prof["arms"].values():  # the rounds and the means are one accumulation
         assert len(p["rounds"]) == prof["rounds"] == 3
         for c, ms in p["categories"].items():
@@ -93,7 +94,8 @@ def test_compiled_kernels_are_visible_to_the_profile(tmp_path):
         kernels = sum(p["ops"][k] for k in fused)
         assert p["categories"].get("graph overhead", 0.0) < kernels  # the graph call's own time is small
     lines = [ln for ln in result_lines(tmp_path) if ln.startswith("  rd_attnres/block_attnres: ")]
-    assert len(lines) == 1 and " in the profile, " in lines[0]
+    assert len(lines) == 1 and " ms per step: " in lines[0]
+    assert "Torch-Compiled Region" in result["profile"]["arms"]["rd_attnres"]["ops"]  # one name in every graph
 
 
 def result_lines(tmp_path):
@@ -162,5 +164,5 @@ def test_profile_lands_in_the_bench_table(eager):
     from harness.bench import bench_rows
 
     rows = {r["variant"]: r for r in bench_rows(eager)}
-    for v in ("prenorm", "block_attnres", "rd_attnres"):
+    for v in ("prenorm", "block_attnres", "rd_attnres", "block_attnres@bf16-mixed"):
         assert rows[v]["extra"]["profile_ms"] == eager["profile"]["arms"][v]["categories"]

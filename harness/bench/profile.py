@@ -89,6 +89,8 @@ def kernel_name(name: str) -> str:
     name = re.sub(r"^graph_\d+_", "", name)
     if name.startswith("## Call CompiledFxGraph"):
         return "## Call CompiledFxGraph ##"
+    if name.startswith("Torch-Compiled Region"):  # ": 0/N", N the variant's compile number
+        return "Torch-Compiled Region"
     return re.sub(r"_\d+$", "", name) if re.match(r"(cpp|triton)_", name) else name
 
 
@@ -174,12 +176,15 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
         ms = us / 1e3 / rounds
         entry["total_ms"] += ms
         entry["categories"][category] = entry["categories"].get(category, 0.0) + ms
-        entry["calls"][category] = entry["calls"].get(category, 0.0) + 1 / rounds
+        entry["calls"][category] = entry["calls"].get(category, 0) + 1
         key = kernel_name(event.name)
         entry["ops"][key] = entry["ops"].get(key, 0.0) + ms
-        entry["op_calls"][key] = entry["op_calls"].get(key, 0.0) + 1 / rounds
+        entry["op_calls"][key] = entry["op_calls"].get(key, 0) + 1
         step = entry["rounds"][round_of[j]]
         step[category] = step.get(category, 0.0) + us / 1e3
+    for entry in out.values():  # counts per step: exact when every round makes the same calls
+        for table in ("calls", "op_calls"):
+            entry[table] = {k: n / rounds for k, n in entry[table].items()}
     return out
 
 
@@ -223,6 +228,13 @@ def compare(profiles: dict[str, dict], pairs: dict[str, tuple[str, str]], top: i
     return out
 
 
+def _min_rounds() -> int:
+    """The fewest rounds that give a 95 % interval for a median."""
+    from harness.bench import intervals
+
+    return next(n for n in range(1, 1000) if intervals.median_rank(n))
+
+
 def format_profile(profile: dict) -> list[str]:
     """Printed lines of a result's ``profile`` entry (see :func:`harness.bench.run.run_bench`)."""
     if "error" in profile:
@@ -230,23 +242,28 @@ def format_profile(profile: dict) -> list[str]:
     arms = profile["arms"]
     cats = sorted({c for p in arms.values() for c in p["categories"]},
                   key=lambda c: -max(p["categories"].get(c, 0.0) for p in arms.values()))
-    lines = [f"profile ({profile['rounds']} interleaved round(s), {profile['time']}, ms per step; categories by "
-             "operator/kernel name; the arms' means, then each ratio's median paired difference per "
-             "category [95 % interval]):"]
+    lines = [f"profile ({profile['rounds']} interleaved round(s), {profile['time']}, ms per step, by "
+             "operator/kernel name; a fused kernel counts under its first category, so the routing "
+             "kernels include the norms fused into them):"]
     width = max(len("arm"), *(len(name) for name in arms))
-    head = f"  {'arm':<{width}} {'total':>8} " + " ".join(f"{c[:11]:>11}" for c in cats)
-    lines.append(head)
+    cols = [max(len(c), 8) for c in cats]
+    lines.append(f"  {'arm':<{width}} {'total':>8} " + " ".join(f"{c:>{w}}" for c, w in zip(cats, cols)))
     for name, p in arms.items():
         lines.append(f"  {name:<{width}} {p['total_ms']:8.1f} "
-                     + " ".join(f"{p['categories'].get(c, 0.0):11.1f}" for c in cats))
-    for key, c in profile["pairs"].items():
-        if c["ratio"] is None:
-            continue
+                     + " ".join(f"{p['categories'].get(c, 0.0):{w}.1f}" for c, w in zip(cats, cols)))
+    pairs = {k: c for k, c in profile["pairs"].items() if c["ratio"] is not None}
+    if pairs:
+        few = all(ci is None for c in pairs.values() for ci in c["category_intervals"].values())
+        lines.append("  each ratio a/b of step times: median of the per-round ratios; t_a - t_b by category, "
+                     "medians of the per-round differences (they need not add up to the total)"
+                     + (f"; no 95 % intervals from {profile['rounds']} round(s), they need {_min_rounds()}"
+                        if few else " [95 % interval]") + ":")
+    for key, c in pairs.items():
         spans = c.get("category_intervals", {})
-        parts = ", ".join(f"{cat} {ms:+.1f}" + (f" [{spans[cat][0]:+.1f}, {spans[cat][1]:+.1f}]"
-                                                if spans.get(cat) else "")
+        parts = ", ".join(f"{cat} {ms + 0.0:+.1f}" + (f" [{spans[cat][0] + 0.0:+.1f}, {spans[cat][1] + 0.0:+.1f}]"
+                                                      if spans.get(cat) else "")
                           for cat, ms in list(c["categories"].items())[:4])
-        lines.append(f"  {key}: {c['ratio']:.4f} in the profile, {c['excess_ms']:+.1f} ms per step: {parts}")
+        lines.append(f"  {key}: {c['ratio']:.3f}, {c['excess_ms'] + 0.0:+.1f} ms per step: {parts}")
     return lines
 
 

@@ -209,7 +209,8 @@ def bench_rows(result: dict) -> list[dict]:
         ms = result["precision_step_ms"][precision]
         extra = {"kind": "precision", **info, "model_variant": arm.split("@")[0], "precision": precision,
                  PRECISION_RATIO: result["precision_ratios"][PRECISION_RATIO],
-                 "ratio_interval": intervals_.get(PRECISION_RATIO)}
+                 "ratio_interval": intervals_.get(PRECISION_RATIO),
+                 "profile_ms": profiled[arm]["categories"] if arm in profiled else None}
         rows.append({**common, "variant": arm, "step_ms": ms,
                      "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
                      "tokens_per_s": result["batch_tokens"] / (ms / 1e3), "extra": extra})

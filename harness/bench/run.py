@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, BenchConfig, default_precision, default_variants,
+from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, PRECISION_RATIO, BenchConfig, default_precision, default_variants,
                                   other_precision, resolve_device)
 from harness.bench.loop import loop_throughput
 from harness.bench.profile import compare, kernel_profiling, profile_steps
@@ -140,8 +140,12 @@ def _profile(arms, rounds: int, pairs, say) -> dict:
         say(f"profile failed: {type(exc).__name__}: {exc}")
         return {"rounds": rounds, "error": f"{type(exc).__name__}: {exc}"}
     cuda = arms[0].device.type == "cuda"
+    # every pair as step time a / step time b, the precision pair too (its ratio key is a
+    # throughput ratio, fp32 time / bf16 time, which would flip the sign of its differences)
+    time_pairs = {key if key != PRECISION_RATIO else f"{b}/{a}": (a, b) if key != PRECISION_RATIO else (b, a)
+                  for key, (a, b) in pairs.items()}
     return {"rounds": rounds, "time": "self CUDA time" if cuda else "self CPU time", "arms": arms_profile,
-            "pairs": compare(arms_profile, pairs)}
+            "pairs": compare(arms_profile, time_pairs)}
 
 
 def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

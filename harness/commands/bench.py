@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="device peak TFLOP/s for MFU (default: by CUDA device name: H100/H200 989, A100 312)")
     p.add_argument("--profile", type=int, default=0, metavar="ROUNDS",
                    help="after timing, profile ROUNDS more interleaved rounds and split each ratio's difference "
-                        "by category: matmul, attention, routing, norm, ... (JSON key profile; default: 0 = off)")
+                        "by category: matmul, attention, routing, norm, ... (JSON key profile; with --compile on a "
+                        "CPU every model is compiled with the profiler's kernel marks; default: 0 = off)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH",
                    help="write the result JSON here (default: RESULTS/bench/<bench_id>.json)")
     p.add_argument("--db", type=Path, default=None, metavar="PATH",
