@@ -44,7 +44,8 @@ timings synchronise the device before reading the clock.
 Modules: :mod:`~harness.bench.config` (settings, targets, devices), :mod:`~harness.bench.steps`
 (one variant's step, interleaved timing, peak memory), :mod:`~harness.bench.loop` (Lightning
 against a bare loop), :mod:`~harness.bench.result` (medians, ratios, the JSON, the DuckDB rows,
-the printed table), :mod:`~harness.bench.run` (:func:`run_bench`: the whole benchmark).
+the printed table), :mod:`~harness.bench.profile` (``--profile``: where each ratio's time goes, by
+category), :mod:`~harness.bench.run` (:func:`run_bench`: the whole benchmark).
 """
 
 from harness.bench.config import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops

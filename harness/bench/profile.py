@@ -31,7 +31,9 @@ import re
 import statistics
 from contextlib import contextmanager
 
-import torch
+from harness.bench import intervals
+from harness.bench.config import sync
+from harness.bench.steps import quiet_stderr, round_order
 
 #: ``(category, rule)`` in order; a name (lower-cased) goes to the first rule that matches.
 #: ``ancestor:`` rules match a ``record_function`` scope enclosing the operator.
@@ -125,39 +127,29 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from harness.bench.config import sync
-    from harness.bench.steps import _quiet_stderr
-
     if rounds < 1:
         raise ValueError(f"profile rounds={rounds} must be >= 1")
     device = arms[0].device
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     prof = profile(activities=activities)
-    with _quiet_stderr():
+    with quiet_stderr():
         prof.start()
     try:
-        n = len(arms)
         for r in range(rounds):
-            for k in range(n):
-                i = (r + k) % n
+            for i in round_order(len(arms), r):
                 sync(device)
-                with record_function(f"{WINDOW}{i}"):
+                with record_function(f"{WINDOW}{i}/{r}"):
                     arms[i].step()
                     sync(device)  # the step's kernels finish inside its window
     finally:
-        with _quiet_stderr():
+        with quiet_stderr():
             prof.stop()
     events = prof.events()
     # windows by time, not by parent: on CUDA the backward runs on autograd's device thread
-    windows = sorted((e.time_range.start, e.time_range.end, int(e.name[len(WINDOW):]))
-                     for e in events if e.name.startswith(WINDOW))
+    windows = sorted((e.time_range.start, e.time_range.end, *map(int, e.name[len(WINDOW):].split("/")))
+                     for e in events if e.name.startswith(WINDOW))  # (start, end, arm, round)
     starts = [w[0] for w in windows]
-    seen = [0] * len(arms)
-    round_of = []  # window j is round round_of[j] of its arm (each round steps every arm once)
-    for _, _, i in windows:
-        round_of.append(seen[i])
-        seen[i] += 1
     out = {arm.name: {"total_ms": 0.0, "categories": {}, "calls": {}, "ops": {}, "op_calls": {},
                       "rounds": [{} for _ in range(rounds)]} for arm in arms}
     for event in events:
@@ -171,7 +163,8 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
             chain.append(parent.name)
             parent = parent.cpu_parent
         us = event.self_device_time_total if cuda else event.self_cpu_time_total
-        entry = out[arms[windows[j][2]].name]
+        _, _, arm, r = windows[j]
+        entry = out[arms[arm].name]
         category = categorize(event.name, tuple(chain))
         ms = us / 1e3 / rounds
         entry["total_ms"] += ms
@@ -180,7 +173,7 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
         key = kernel_name(event.name)
         entry["ops"][key] = entry["ops"].get(key, 0.0) + ms
         entry["op_calls"][key] = entry["op_calls"].get(key, 0) + 1
-        step = entry["rounds"][round_of[j]]
+        step = entry["rounds"][r]
         step[category] = step.get(category, 0.0) + us / 1e3
     for entry in out.values():  # counts per step: exact when every round makes the same calls
         for table in ("calls", "op_calls"):
@@ -200,8 +193,6 @@ def compare(profiles: dict[str, dict], pairs: dict[str, tuple[str, str]], top: i
     Paired rounds, as the timing: a page-fault storm in one step moves one round, not the
     answer.
     """
-    from harness.bench import intervals
-
     out = {}
     for key, (a, b) in pairs.items():
         if a not in profiles or b not in profiles:
@@ -230,8 +221,6 @@ def compare(profiles: dict[str, dict], pairs: dict[str, tuple[str, str]], top: i
 
 def _min_rounds() -> int:
     """The fewest rounds that give a 95 % interval for a median."""
-    from harness.bench import intervals
-
     return next(n for n in range(1, 1000) if intervals.median_rank(n))
 
 

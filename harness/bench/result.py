@@ -16,6 +16,7 @@ import torch
 from harness.bench import intervals
 from harness.bench.config import (LOOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
                                   device_peak_flops)
+from harness.bench.profile import format_profile
 from harness.files import atomic_write
 
 # -- the whole benchmark ---------------------------------------------------------------
@@ -282,8 +283,6 @@ def format_report(result: dict) -> str:
         if key.startswith("mem:"):
             lines.append(f"  {key:<30} {t['value']:7.3f}  (one step each)  goal {t['op']} {t['bound']}: {t['verdict']}")
     if result.get("profile"):
-        from harness.bench.profile import format_profile
-
         lines.append("")
         lines += format_profile(result["profile"])
     lines.append("")

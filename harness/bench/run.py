@@ -142,8 +142,10 @@ def _profile(arms, rounds: int, pairs, say) -> dict:
     cuda = arms[0].device.type == "cuda"
     # every pair as step time a / step time b, the precision pair too (its ratio key is a
     # throughput ratio, fp32 time / bf16 time, which would flip the sign of its differences)
-    time_pairs = {key if key != PRECISION_RATIO else f"{b}/{a}": (a, b) if key != PRECISION_RATIO else (b, a)
-                  for key, (a, b) in pairs.items()}
+    time_pairs = dict(pairs)
+    if PRECISION_RATIO in time_pairs:
+        fp32, bf16 = time_pairs.pop(PRECISION_RATIO)
+        time_pairs[f"{bf16}/{fp32}"] = (bf16, fp32)
     return {"rounds": rounds, "time": "self CUDA time" if cuda else "self CPU time", "arms": arms_profile,
             "pairs": compare(arms_profile, time_pairs)}
 

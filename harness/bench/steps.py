@@ -92,6 +92,12 @@ class StepArm:
 PROGRESS_EVERY = 10
 
 
+def round_order(n: int, r: int) -> list[int]:
+    """The arms' order in round ``r`` of ``n`` arms: rotated by one each round, round ``r``
+    starting with arm ``r mod n`` (so no arm always follows the same one)."""
+    return [(r + k) % n for k in range(n)]
+
+
 def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int | None = None,
                enough: Callable[[dict[str, list[float]]], bool] | None = None,
                progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
@@ -116,8 +122,8 @@ def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int |
             break
         if progress is not None and r and r % PROGRESS_EVERY == 0:
             progress(f"{r} rounds timed ({time.perf_counter() - t_start:.0f} s; at least {steps}, at most {limit})")
-        for k in range(n):
-            arm = arms[(r + k) % n]
+        for i in round_order(n, r):
+            arm = arms[i]
             sync(device)
             t0 = time.perf_counter()
             arm.step()
@@ -127,7 +133,7 @@ def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int |
 
 
 @contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """Silence file descriptor 2 (Kineto prints two log lines at every profiler start/stop)."""
     sys.stderr.flush()
     saved = os.dup(2)
@@ -163,14 +169,14 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
     for arm in arms:  # the last step's gradients: freed before profiling, so every free is seen
         arm.free_grads()
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():
+    with quiet_stderr():
         prof.start()
     try:
         for i, arm in enumerate(arms):
             with record_function(f"harness-bench-step/{i}"):
                 arm.step()
     finally:
-        with _quiet_stderr():
+        with quiet_stderr():
             prof.stop()
     events = list(prof.profiler.kineto_results.events())
     windows = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name().startswith("harness-bench-step/")}
