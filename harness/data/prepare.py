@@ -36,6 +36,7 @@ import numpy as np
 from filelock import FileLock
 
 from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
+from harness.data.shards import ShardedTokens, load_shard_tokenizer, read_manifest, shard_dir
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
 from harness.files import atomic_write, fsync_dir, fsync_file
 
@@ -55,6 +56,8 @@ class PreparedCorpus:
         dtype: numpy dtype name of the token files (``uint16`` or ``uint32``).
         fingerprint: corpus fingerprint, :func:`harness.data.corpus.corpus_fingerprint`.
         meta: metadata dict (``meta.json`` plus the caller's ``corpus`` spec and ``max_docs``).
+        sharded: prepared by ``harness prepare`` (:mod:`harness.data.shards`): ``meta`` is its
+            manifest and each split is a list of shard files read as one token array.
     """
 
     dir: Path
@@ -62,6 +65,7 @@ class PreparedCorpus:
     dtype: str
     fingerprint: str
     meta: dict
+    sharded: bool = False
 
     @property
     def eos_id(self) -> int:
@@ -71,16 +75,19 @@ class PreparedCorpus:
     @property
     def protocol_meta(self) -> dict:
         """``meta`` without the caller's spec string and ``max_docs`` (content only)."""
-        return {k: v for k, v in self.meta.items() if k not in ("corpus", "max_docs")}
+        return {k: v for k, v in self.meta.items() if k not in ("corpus", "max_docs", "source")}
 
-    def tokens(self, split: str) -> np.ndarray:
-        """Read-only memmap ``[N]`` of the split's token ids (``split`` in ``train``, ``val``).
+    def tokens(self, split: str) -> np.ndarray | ShardedTokens:
+        """Read-only memmap ``[N]`` of the split's token ids (``split`` in ``train``, ``val``);
+        for a sharded corpus a :class:`~harness.data.shards.ShardedTokens` over its shards.
 
         Raises:
             ValueError: unknown split name.
         """
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
+        if self.sharded:
+            return ShardedTokens(self.dir, self.meta["splits"][split]["shards"], self.dtype)
         return np.memmap(self.dir / f"{split}.bin", dtype=np.dtype(self.dtype).newbyteorder("<"), mode="r")
 
     def token_bytes(self) -> np.ndarray:
@@ -89,6 +96,8 @@ class PreparedCorpus:
 
     def tokenizer(self) -> BPETokenizer | GPT2Tokenizer:
         """The tokenizer (``.encode(str) -> list[int]``, ``.decode(list[int]) -> str``)."""
+        if self.sharded:
+            return load_shard_tokenizer(self.dir, self.meta["tokenizer"]["name"])
         return load_tokenizer(self.meta["tokenizer"]["name"], self.dir / "tokenizer.json")
 
     def verify(self) -> None:
@@ -99,6 +108,11 @@ class PreparedCorpus:
         """
         for split in SPLITS:
             info = self.meta["splits"][split]
+            for shard in info.get("shards", []) if self.sharded else []:
+                if _sha256_file(self.dir / shard["file"]) != shard["sha256"]:
+                    raise ValueError(f"prepared corpus {self.dir}: {shard['file']} does not match manifest.json")
+            if self.sharded:
+                continue
             digest = _sha256_file(self.dir / info["file"])
             if digest != info["sha256"] or len(self.tokens(split)) != info["tokens"]:
                 raise ValueError(f"prepared corpus {self.dir}: {info['file']} does not match meta.json")
@@ -124,6 +138,9 @@ def prepare_corpus(
         max_docs: use only the first ``max_docs`` non-empty documents (hub default:
             :data:`harness.data.corpus.HUB_DEFAULT_MAX_DOCS`).
 
+    A corpus that `harness prepare` sharded for these settings (:func:`harness.data.shards.shard_dir`)
+    is read from its shards instead.
+
     Returns:
         The :class:`PreparedCorpus`.
 
@@ -138,6 +155,14 @@ def prepare_corpus(
         raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
     cache_dir = Path(cache_dir)
     caller = {"corpus": corpus, "max_docs": max_docs}
+    # prepared by `harness prepare` (shards + manifest): read it, never stream or re-tokenize
+    sharded = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
+                        val_fraction=val_fraction, max_docs=max_docs)
+    manifest = read_manifest(sharded)
+    if manifest is not None:
+        return PreparedCorpus(dir=sharded, vocab_size=int(manifest["tokenizer"]["vocab_size"]),
+                              dtype=manifest["dtype"], fingerprint=manifest["fingerprint"],
+                              meta={**manifest, **caller}, sharded=True)
 
     # A hub stream is expensive and needs a network: remember which fingerprint a
     # (spec, limit) gave, so a prepared hub corpus is found again offline.

@@ -105,6 +105,10 @@ class BPETokenizer:
 class GPT2Tokenizer:
     """tiktoken's ``gpt2`` encoding (V = 50257, ``<|endoftext|>`` = 50256).
 
+    Args:
+        ranks_file: tiktoken's gpt2 merge ranks in its file format (as ``harness prepare``
+            copies them beside a sharded corpus); ``None`` = tiktoken's own (downloaded once).
+
     Raises (on construction):
         OptionalDependencyError: tiktoken is not installed.
         ValueError: tiktoken cannot load its ``gpt2`` files (offline with an empty cache).
@@ -112,7 +116,7 @@ class GPT2Tokenizer:
 
     name = "gpt2"
 
-    def __init__(self):
+    def __init__(self, ranks_file: Path | None = None):
         try:
             import tiktoken  # optional: only the gpt2 tokenizer needs it
         except ImportError:
@@ -120,6 +124,15 @@ class GPT2Tokenizer:
                 "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
                 "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
             ) from None
+        if ranks_file is not None:  # the ranks copied beside a prepared corpus: no network
+            from tiktoken.load import load_tiktoken_bpe
+            from tiktoken_ext.openai_public import r50k_pat_str
+
+            self._enc = tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str,
+                                          mergeable_ranks=load_tiktoken_bpe(str(ranks_file)),
+                                          special_tokens={EOS_TOKEN: 50256}, explicit_n_vocab=50257)
+            self.vocab_size, self.eos_id = self._enc.n_vocab, self._enc.eot_token
+            return
         try:
             self._enc = tiktoken.get_encoding("gpt2")
         # tiktoken fetches its BPE files over HTTP on first use; offline that fails with

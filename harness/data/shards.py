@@ -1,0 +1,600 @@
+"""Sharded corpora for paper scale: a stream of documents -> fixed-size token shards + manifest (DESIGN 11).
+
+:func:`prepare_shards` (``harness prepare``) streams documents from a corpus spec (a local
+file, folder or glob, read row by row; or ``hf:OWNER/NAME[:CONFIG]`` through ``datasets``
+streaming, the revision resolved once and recorded) through the tokenizer in a pool of
+processes and writes, into ``CACHE/corpora/shards-<key>/``:
+
+* ``train-00000.bin, ...`` and ``val-00000.bin, ...``: little-endian ``uint16`` token ids
+  (``uint32`` when V > 65535), ``shard_tokens`` tokens per shard (the last one of a split
+  shorter). The concatenated shards of a split are exactly what :mod:`harness.data.prepare`
+  writes into ``train.bin``: ``tok(d_1) EOS tok(d_2) EOS ...`` over the split's documents in
+  stream order (same document-level split rule); a document may continue in the next shard.
+* ``token_bytes.npy`` and the tokenizer's files (``tokenizer.json`` for ``bpe``, the
+  ``gpt2.tiktoken`` ranks for ``gpt2``), so workers load everything from this folder and
+  never download.
+* ``manifest.json``: per shard its sha256, tokens, documents (EOS tokens in it) and UTF-8
+  bytes (the sum of its tokens' byte lengths; the byte-level tokenizers make that exact);
+  the tokenizer's name, sha256 and files; the source, its revision and the split rule; the
+  ``bpe`` tokenizer's training sample. Written last: its presence marks a finished corpus.
+
+The folder's name is a hash of what a run's config says about its corpus (source,
+tokenizer, requested vocabulary, validation fraction, ``max_docs``), so a worker finds it
+from its config alone. The stream is cut in chunks of about :data:`CHUNK_BYTES` of text at
+document boundaries; a chunk is the unit of work of a pool process and of resumption:
+after each chunk ``progress.json`` records the chunks done and the length of each split's
+open shard, so a killed prepare truncates the open shards to that length and continues with
+the next chunk, ending byte-identical to an uninterrupted one. A prepare sized for more
+tokens than a finished corpus holds continues it the same way (the corpus is extended, never
+rebuilt). Memory is one chunk per pool process plus a bounded queue of chunks, whatever the
+corpus size. One writer at a time (a file lock beside the folder, on the shared file system).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+
+from harness.data.corpus import (
+    HUB_PREFIX, JSONL_EXTENSIONS, PARQUET_EXTENSIONS, OptionalDependencyError, _decode_utf8, corpus_files,
+    corpus_fingerprint, is_validation, parse_hub_spec,
+)
+from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, train_bpe
+from harness.files import atomic_write, fsync_dir, fsync_file
+
+#: Bump when the shard layout or its meaning changes; old folders are then ignored.
+SHARD_FORMAT = 1
+#: Tokens per shard (build-nanogpt's fineweb.py uses 100M): 200 MB of uint16 per file.
+DEFAULT_SHARD_TOKENS = 100_000_000
+#: Text per chunk of work (bytes, cut at document boundaries): bounds each process's memory.
+CHUNK_BYTES = 1 << 20
+#: Training text the ``bpe`` tokenizer is trained on: the first train-split documents of the
+#: stream up to this many UTF-8 bytes (recorded in the manifest).
+BPE_SAMPLE_BYTES = 32 << 20
+SPLIT_RULE = "validation iff int(sha256(utf8(text))[:8], big-endian) < val_fraction * 2**64"
+SPLITS = ("train", "val")
+
+
+# ---------------------------------------------------------------------------------------
+# Where a sharded corpus lives
+
+
+def source_key(corpus: str) -> str:
+    """The corpus spec as it names the source: ``hf:`` specs as written, local paths absolute."""
+    return corpus if corpus.startswith(HUB_PREFIX) else os.path.abspath(os.path.expanduser(corpus))
+
+
+def shard_dir(cache_dir: Path, corpus: str, *, tokenizer: str, vocab_size: int, val_fraction: float,
+              max_docs: int | None) -> Path:
+    """The folder of the sharded corpus a run with these settings reads (exists or not)."""
+    key = {"format": SHARD_FORMAT, "source": source_key(corpus), "tokenizer": tokenizer,
+           "vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
+           "val_fraction": float(val_fraction), "max_docs": max_docs or None}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return Path(cache_dir) / "corpora" / f"shards-{tokenizer}-{digest[:32]}"
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of a finished sharded corpus, or ``None`` when there is none (yet)."""
+    path = Path(folder) / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------
+# Streaming documents
+
+
+def hub_revision(spec: str) -> str | None:
+    """The commit of a hub dataset now (``None`` for a local ``datasets`` folder of that name).
+
+    Raises:
+        OptionalDependencyError: ``datasets`` is not installed.
+        ValueError: the hub cannot be reached or has no such dataset.
+    """
+    name, _ = parse_hub_spec(spec)
+    _import_datasets(spec)
+    if Path(name).is_dir():  # datasets.load_dataset reads a local folder of that name first
+        return None
+    try:
+        from huggingface_hub import HfApi  # installed with datasets
+
+        return HfApi().dataset_info(name).sha
+    except Exception as exc:  # offline / unknown dataset: many exception types across versions
+        raise ValueError(f"cannot resolve the revision of {spec!r} on the Hugging Face hub "
+                         f"({type(exc).__name__}: {exc}); `harness prepare` needs a network for hub corpora") from exc
+
+
+def _import_datasets(spec: str):
+    try:
+        import datasets  # optional: only hub corpora need it
+    except ImportError:
+        raise OptionalDependencyError(
+            f"corpus {spec!r} needs the optional 'datasets' package, which is not installed; "
+            "install it with: pip install 'rd-harness[hub]'") from None
+    return datasets
+
+
+def stream_documents(corpus: str, *, revision: str | None = None, max_docs: int | None = None) -> Iterator[str]:
+    """The corpus's non-empty documents in order, one at a time (memory: one file row group).
+
+    The same documents, in the same order, as :func:`harness.data.corpus.read_documents`.
+
+    Raises:
+        FileNotFoundError, ValueError, OptionalDependencyError: as ``read_documents``.
+    """
+    n = 0
+    for text in (_hub_rows(corpus, revision) if corpus.startswith(HUB_PREFIX) else _local_rows(corpus)):
+        if text is None or not text.strip():
+            continue
+        yield text
+        n += 1
+        if max_docs and n >= max_docs:
+            return
+
+
+def _hub_rows(spec: str, revision: str | None) -> Iterator[str | None]:
+    name, config = parse_hub_spec(spec)
+    datasets = _import_datasets(spec)
+    try:
+        stream = datasets.load_dataset(name, config, split="train", streaming=True, revision=revision)
+        rows = iter(stream)
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            if "text" not in row:
+                raise KeyError("text")
+            yield row["text"]
+    except KeyError:
+        raise ValueError(f"hub corpus {spec!r} has no 'text' column") from None
+    except Exception as exc:  # network and hub errors surface as many types
+        raise ValueError(f"cannot stream corpus {spec!r} from the Hugging Face hub "
+                         f"({type(exc).__name__}: {exc})") from exc
+
+
+def _local_rows(spec: str) -> Iterator[str | None]:
+    for path in corpus_files(spec):
+        suffix = path.suffix.lower()
+        if suffix in JSONL_EXTENSIONS:
+            yield from _jsonl_rows(path)
+        elif suffix in PARQUET_EXTENSIONS:
+            yield from _parquet_rows(path)
+        else:
+            yield _decode_utf8(path.read_bytes(), path)
+
+
+def _jsonl_rows(path: Path) -> Iterator[str | None]:
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except UnicodeDecodeError:
+                _decode_utf8(raw, path)
+                raise
+            except ValueError as exc:
+                raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object")
+            text = row.get("text")
+            if text is not None and not isinstance(text, str):
+                raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
+                                 f"{type(text).__name__}, expected a string")
+            yield text
+
+
+def _parquet_rows(path: Path) -> Iterator[str | None]:
+    import polars as pl  # deferred: only Parquet corpora need it
+
+    schema = pl.read_parquet_schema(path)
+    if "text" not in schema:
+        raise ValueError(f"Parquet file {str(path)!r} has no 'text' column")
+    frame = pl.scan_parquet(path).select("text")
+    n = frame.select(pl.len()).collect().item()
+    for start in range(0, n, 65536):  # slices keep memory at one slice of text
+        yield from frame.slice(start, 65536).collect()["text"].to_list()
+
+
+def _chunks(docs: Iterator[str]) -> Iterator[list[str]]:
+    """Consecutive documents, about :data:`CHUNK_BYTES` of text per list (deterministic)."""
+    chunk, size = [], 0
+    for text in docs:
+        chunk.append(text)
+        size += len(text)
+        if size >= CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+# ---------------------------------------------------------------------------------------
+# Tokenizer files beside the shards
+
+
+def _write_gpt2_ranks(path: Path, tok: GPT2Tokenizer) -> None:
+    """tiktoken's gpt2 merge ranks in tiktoken's own file format (base64 token, rank)."""
+    ranks = tok._enc._mergeable_ranks
+    lines = [base64.b64encode(token).decode() + f" {rank}" for token, rank in sorted(ranks.items(), key=lambda x: x[1])]
+    atomic_write(path, "\n".join(lines) + "\n")
+
+
+def load_shard_tokenizer(folder: Path, name: str) -> BPETokenizer | GPT2Tokenizer:
+    """The tokenizer from the files beside the shards (no network).
+
+    Raises:
+        OptionalDependencyError: ``gpt2`` without tiktoken.
+    """
+    if name == "bpe":
+        return BPETokenizer.from_file(Path(folder) / "tokenizer.json")
+    return GPT2Tokenizer(ranks_file=Path(folder) / "gpt2.tiktoken")
+
+
+# ---------------------------------------------------------------------------------------
+# Pool processes
+
+_TOKENIZER = None
+
+
+def _init_worker(folder: str, name: str) -> None:
+    global _TOKENIZER
+    _TOKENIZER = load_shard_tokenizer(Path(folder), name)
+
+
+def _encode_chunk(args: tuple[list[str], float, str]) -> dict:
+    """Tokenize one chunk into its train and val token arrays (each document then EOS)."""
+    docs, val_fraction, dtype = args
+    tok = _TOKENIZER
+    out = {}
+    for split in SPLITS:
+        texts = [d for d in docs if is_validation(d, val_fraction) == (split == "val")]
+        ids: list[int] = []
+        for encoded in tok.encode_batch(texts) if texts else []:
+            ids.extend(encoded)
+            ids.append(tok.eos_id)
+        out[split] = (np.asarray(ids, dtype=dtype), len(texts), sum(len(t.encode("utf-8")) for t in texts))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Writing shards
+
+
+class _ShardWriter:
+    """Appends one split's tokens to fixed-size shard files; records finished shards."""
+
+    def __init__(self, folder: Path, split: str, shard_tokens: int, dtype: np.dtype, state: dict,
+                 token_bytes: np.ndarray, on_shard: Callable[[str, dict], None]):
+        self.folder, self.split, self.shard_tokens, self.dtype = folder, split, shard_tokens, dtype
+        self.shards: list[dict] = list(state.get("shards", []))
+        self.open_tokens = int(state.get("open_tokens", 0))
+        self.token_bytes, self.on_shard = token_bytes, on_shard
+        path = self._path()
+        if path.exists() or self.open_tokens:
+            with open(path, "r+b" if path.exists() else "wb") as fh:  # cut what the last chunk left
+                fh.truncate(self.open_tokens * dtype.itemsize)
+
+    def _path(self) -> Path:
+        return self.folder / f"{self.split}-{len(self.shards):05d}.bin"
+
+    def append(self, ids: np.ndarray) -> None:
+        while ids.size:
+            room = self.shard_tokens - self.open_tokens
+            head, ids = ids[:room], ids[room:]
+            with open(self._path(), "ab") as fh:
+                fh.write(head.tobytes())
+            self.open_tokens += head.size
+            if self.open_tokens == self.shard_tokens:
+                self.close_shard()
+
+    def close_shard(self) -> None:
+        if not self.open_tokens:
+            return
+        path = self._path()
+        fsync_file(path)
+        data = np.fromfile(path, dtype=self.dtype)
+        record = {"file": path.name, "tokens": int(data.size), "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
+                  "documents": int(np.count_nonzero(data == self.eos_id)),
+                  "bytes": int(self.token_bytes[data].sum())}
+        del data
+        self.shards.append(record)
+        self.open_tokens = 0
+        self.on_shard(self.split, record)
+
+    def reopen_last(self) -> None:
+        """Make a finished short last shard the open one again (to extend the corpus)."""
+        if self.shards and self.shards[-1]["tokens"] < self.shard_tokens:
+            self.open_tokens = self.shards.pop()["tokens"]
+
+    def state(self) -> dict:
+        return {"shards": self.shards, "open_tokens": self.open_tokens}
+
+    @property
+    def tokens(self) -> int:
+        return sum(s["tokens"] for s in self.shards) + self.open_tokens
+
+
+@dataclass(frozen=True)
+class Target:
+    """How much a prepare takes: stop at the first chunk after which the train split holds
+    ``train_tokens`` and the val split ``val_tokens`` (0 = the whole source)."""
+
+    train_tokens: int = 0
+    val_tokens: int = 0
+
+    def met(self, train: int, val: int) -> bool:
+        return bool(self.train_tokens or self.val_tokens) and train >= self.train_tokens and val >= self.val_tokens
+
+
+def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", vocab_size: int = 0,
+                   val_fraction: float = 0.05, max_docs: int | None = None, target: Target = Target(),
+                   shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int | None = None,
+                   bpe_sample_bytes: int = BPE_SAMPLE_BYTES, log: Callable[[str], None] | None = None) -> Path:
+    """Stream, tokenize and shard a corpus (see the module docstring); return its folder.
+
+    Args:
+        corpus: corpus spec (local file/folder/glob or ``hf:OWNER/NAME[:CONFIG]``).
+        cache_dir: cache root (the folder is ``cache_dir/corpora/shards-...``).
+        tokenizer: ``bpe`` (trained on the first ``bpe_sample_bytes`` of train-split text)
+            or ``gpt2`` (tiktoken; its ranks are copied beside the shards).
+        vocab_size: requested BPE vocabulary (>= 257; ignored for ``gpt2``).
+        val_fraction: expected fraction of documents in the validation split, in (0, 1).
+        max_docs: take at most this many documents (``None`` = no limit).
+        target: stop once both splits hold this many tokens (default: the whole source).
+        shard_tokens: tokens per shard file (recorded; a corpus keeps its first value).
+        workers: tokenizer processes (default: the CPU cores).
+        log: where progress lines go (default: stderr).
+
+    Returns:
+        The corpus folder (``manifest.json`` in it).
+
+    Raises:
+        FileNotFoundError, ValueError, OptionalDependencyError: a bad spec, unreadable text,
+            an unreachable hub, a missing optional package; a split left empty.
+    """
+    if tokenizer not in TOKENIZER_NAMES:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
+    if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
+        raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
+    if shard_tokens <= 0:
+        raise ValueError(f"shard_tokens={shard_tokens} must be a positive integer")
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    folder = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
+                       val_fraction=val_fraction, max_docs=max_docs)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(folder.with_name(folder.name + ".lock")):
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            splits = manifest["splits"]
+            if manifest["exhausted"] or target.met(splits["train"]["tokens"], splits["val"]["tokens"]):
+                return folder
+            log(f"{folder.name}: extending: holds {splits['train']['tokens']:,} train tokens, "
+                f"{target.train_tokens:,} asked")
+        folder.mkdir(exist_ok=True)
+        _build(folder, corpus, manifest, tokenizer=tokenizer, vocab_size=vocab_size, val_fraction=float(val_fraction),
+               max_docs=max_docs, target=target, shard_tokens=shard_tokens, workers=workers or os.cpu_count() or 1,
+               bpe_sample_bytes=bpe_sample_bytes, log=log)
+    return folder
+
+
+def _setup(folder: Path, corpus: str, tokenizer: str, vocab_size: int, val_fraction: float,
+           max_docs: int | None, shard_tokens: int, bpe_sample_bytes: int, cache_dir: Path) -> dict:
+    """Resolve the revision and write the tokenizer files: the parts of the manifest fixed
+    before the first shard (written to ``setup.json``, so a resumed prepare reuses them)."""
+    path = folder / "setup.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    revision = hub_revision(corpus) if corpus.startswith(HUB_PREFIX) else None
+    if tokenizer == "bpe":
+        sample, size = [], 0
+        for text in stream_documents(corpus, revision=revision, max_docs=max_docs):
+            if size >= bpe_sample_bytes:
+                break
+            if not is_validation(text, val_fraction):
+                sample.append(text)
+                size += len(text.encode("utf-8"))
+        if not sample:
+            raise ValueError(f"corpus {corpus!r} has no training document to train the BPE tokenizer on")
+        tok = train_bpe(sample, vocab_size, cache_dir=cache_dir)
+        atomic_write(folder / "tokenizer.json", tok.json_str)
+        files = ["tokenizer.json"]
+        bpe_sample = {"documents": len(sample), "bytes": size, "fingerprint": corpus_fingerprint(sample),
+                      "rule": f"the first train-split documents of the stream up to {bpe_sample_bytes} UTF-8 bytes"}
+        del sample
+    else:
+        tok = GPT2Tokenizer()
+        _write_gpt2_ranks(folder / "gpt2.tiktoken", tok)
+        files, bpe_sample = ["gpt2.tiktoken"], None
+        tok = load_shard_tokenizer(folder, "gpt2")
+    np.save(folder / "token_bytes.npy", tok.token_bytes())
+    setup = {
+        "format": SHARD_FORMAT,
+        "source": source_key(corpus),
+        "revision": revision,
+        "max_docs": max_docs or None,
+        "val_fraction": val_fraction,
+        "split_rule": SPLIT_RULE,
+        "eos_placement": "after every document",
+        "shard_tokens": shard_tokens,
+        "chunk_bytes": CHUNK_BYTES,
+        "dtype": _dtype(tok.vocab_size).name,
+        "tokenizer": {"name": tok.name, "vocab_size": int(tok.vocab_size),
+                      "requested_vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
+                      "eos_id": int(tok.eos_id), "sha256": tok.sha256, "files": files,
+                      "bpe_sample": bpe_sample},
+    }
+    atomic_write(path, json.dumps(setup, indent=2, sort_keys=True) + "\n")
+    return setup
+
+
+def _dtype(vocab_size: int) -> np.dtype:
+    return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
+
+
+def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, vocab_size: int,
+           val_fraction: float, max_docs: int | None, target: Target, shard_tokens: int, workers: int,
+           bpe_sample_bytes: int, log: Callable[[str], None]) -> None:
+    setup = _setup(folder, corpus, tokenizer, vocab_size, val_fraction, max_docs, shard_tokens, bpe_sample_bytes,
+                   folder.parent.parent)
+    shard_tokens, dtype = setup["shard_tokens"], np.dtype(setup["dtype"])
+    token_bytes = np.load(folder / "token_bytes.npy")
+    progress_path = folder / "progress.json"
+    if manifest is not None:  # extend a finished corpus: its short last shards open again
+        state = {"chunks": manifest["chunks"], "documents": manifest["documents"],
+                 "splits": {s: {"shards": manifest["splits"][s]["shards"]} for s in SPLITS}}
+    elif progress_path.is_file():
+        state = json.loads(progress_path.read_text())
+        log(f"{folder.name}: resuming after chunk {state['chunks']:,} ({state['documents']:,} documents)")
+    else:
+        state = {"chunks": 0, "documents": 0, "splits": {s: {} for s in SPLITS}}
+    t0, tokens0 = time.perf_counter(), 0
+
+    def on_shard(split: str, record: dict) -> None:
+        elapsed = time.perf_counter() - t0
+        done = writers["train"].tokens + writers["val"].tokens - tokens0
+        log(f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
+            f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)")
+
+    writers = {s: _ShardWriter(folder, s, shard_tokens, dtype, state["splits"][s], token_bytes, on_shard)
+               for s in SPLITS}
+    for w in writers.values():
+        w.eos_id = setup["tokenizer"]["eos_id"]
+        if manifest is not None:
+            w.reopen_last()
+    if manifest is not None:
+        (folder / "manifest.json").unlink()
+    tokens0 = writers["train"].tokens + writers["val"].tokens
+    chunks_done, documents = state["chunks"], state["documents"]
+    docs = stream_documents(corpus, revision=setup["revision"], max_docs=max_docs)
+    chunks = _chunks(docs)
+    exhausted = True
+    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(str(folder), tokenizer)) as pool:
+        pending: deque = deque()
+        index = 0
+        for chunk in chunks:
+            index += 1
+            if index <= chunks_done:
+                continue  # finished before the kill: its tokens are in the shards
+            pending.append(pool.submit(_encode_chunk, (chunk, val_fraction, dtype.str)))
+            if len(pending) >= 2 * workers:  # a bounded queue: memory does not grow with the corpus
+                done = _write_chunk(pending.popleft().result(), writers)
+                chunks_done, documents = chunks_done + 1, documents + done
+                _save_progress(progress_path, chunks_done, documents, writers)
+                if target.met(writers["train"].tokens, writers["val"].tokens):
+                    exhausted = False
+                    break
+        for future in pending:
+            if exhausted:
+                done = _write_chunk(future.result(), writers)
+                chunks_done, documents = chunks_done + 1, documents + done
+                _save_progress(progress_path, chunks_done, documents, writers)
+                if target.met(writers["train"].tokens, writers["val"].tokens):
+                    exhausted = False
+            else:
+                future.cancel()
+        if exhausted and target.met(writers["train"].tokens, writers["val"].tokens):
+            exhausted = next(chunks, None) is None  # the target was met by the source's last chunk
+    for w in writers.values():
+        w.close_shard()
+    splits = {}
+    for split, w in writers.items():
+        splits[split] = {"tokens": w.tokens, "documents": sum(s["documents"] for s in w.shards),
+                         "bytes": sum(s["bytes"] for s in w.shards), "shards": w.shards}
+        if not w.tokens:
+            raise ValueError(f"corpus {corpus!r}: the {split} split is empty after {documents:,} documents; "
+                             "use more documents or another val_fraction")
+    content = hashlib.sha256(json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS},
+                                        sort_keys=True).encode()).hexdigest()
+    manifest = {**setup, "fingerprint": content, "documents": documents, "chunks": chunks_done,
+                "exhausted": exhausted, "splits": splits,
+                "token_bytes_sha256": hashlib.sha256((folder / "token_bytes.npy").read_bytes()).hexdigest()}
+    for path in folder.iterdir():
+        if path.suffix == ".bin":
+            fsync_file(path)
+    atomic_write(folder / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    progress_path.unlink(missing_ok=True)
+    fsync_dir(folder)
+    elapsed = time.perf_counter() - t0
+    total = splits["train"]["tokens"] + splits["val"]["tokens"]
+    log(f"{folder.name}: {documents:,} documents, {splits['train']['tokens']:,} train and "
+        f"{splits['val']['tokens']:,} val tokens in {len(splits['train']['shards'])} + "
+        f"{len(splits['val']['shards'])} shards; {(total - tokens0) / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s "
+        f"over {elapsed:.1f} s")
+
+
+def _write_chunk(result: dict, writers: dict) -> int:
+    for split in SPLITS:
+        writers[split].append(result[split][0])
+    return result["train"][1] + result["val"][1]
+
+
+def _save_progress(path: Path, chunks: int, documents: int, writers: dict) -> None:
+    # the open shards' bytes reach the disk before the state that counts them
+    for w in writers.values():
+        if w._path().exists():
+            fsync_file(w._path())
+    atomic_write(path, json.dumps({"chunks": chunks, "documents": documents,
+                                   "splits": {s: w.state() for s, w in writers.items()}}))
+
+
+__all__ = ["SHARD_FORMAT", "ShardedTokens", "DEFAULT_SHARD_TOKENS", "BPE_SAMPLE_BYTES", "Target", "prepare_shards", "shard_dir",
+           "read_manifest", "stream_documents", "hub_revision", "load_shard_tokenizer", "source_key"]
+
+
+class ShardedTokens:
+    """One split's shards as one logical read-only token array ``[N]`` (a memory map per shard).
+
+    Supports what the data module reads: ``len``, integer index arrays of any shape
+    (gathered shard by shard) and contiguous slices.
+    """
+
+    def __init__(self, folder: Path, shards: list[dict], dtype: str):
+        self.folder, self.files, self.dtype = Path(folder), [s["file"] for s in shards], np.dtype(dtype)
+        self.sizes = np.asarray([s["tokens"] for s in shards], dtype=np.int64)
+        self.ends = np.cumsum(self.sizes)
+        self._maps: list[np.ndarray] | None = None
+
+    def __getstate__(self) -> dict:  # pickled into DataLoader workers: each maps the files itself
+        return {**self.__dict__, "_maps": None}
+
+    @property
+    def maps(self) -> list[np.ndarray]:
+        if self._maps is None:
+            self._maps = [np.memmap(self.folder / f, dtype=self.dtype.newbyteorder("<"), mode="r", shape=(int(n),))
+                          for f, n in zip(self.files, self.sizes)]
+        return self._maps
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if self.ends.size else 0
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise IndexError("ShardedTokens: only contiguous slices")
+            index = np.arange(start, stop, dtype=np.int64)
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= len(self)):
+            raise IndexError(f"token index out of range [0, {len(self)})")
+        flat = index.ravel()
+        shard = np.searchsorted(self.ends, flat, side="right")
+        out = np.empty(flat.shape, dtype=self.dtype)
+        starts = self.ends - self.sizes
+        for k in np.unique(shard):
+            sel = shard == k
+            out[sel] = self.maps[k][flat[sel] - starts[k]]
+        return out.reshape(index.shape)
