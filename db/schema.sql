@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS runs (
     train_s       DOUBLE,                -- seconds inside optimiser steps (fwd, bwd, clip, AdamW), all segments
     eval_s        DOUBLE,                -- seconds in evaluations (validation NLL + routing diagnostics)
     setup_s       DOUBLE,                -- seconds from the start of a segment to its first step, summed
-    ckpt_s        DOUBLE                 -- seconds writing checkpoints; wall_s - the four = data, hooks, wind-down
+    ckpt_s        DOUBLE,                -- seconds writing checkpoints; wall_s - the four = data, hooks, wind-down
+    epochs        DOUBLE                 -- training tokens / train-split tokens (> 1: data seen again)
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

@@ -25,6 +25,7 @@ from harness.files import default_results
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
+    "prepare": "prepare",
     "run": "run",
     "tune": "tune",
     "queue": "queue",
@@ -47,6 +48,7 @@ EPILOG = """\
 the research loop, one command each:
   harness tune --variant block_attnres --size small --budget-tokens 100000 --trials 12 \
       --grid ablations/rd_controls_small.toml --name parent_small   # tune, then freeze (--show --write-grid)
+  harness prepare ablations/rd_paper.toml          # stream a corpus into token shards sized for the grid
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them
   harness work                                     # one or many workers train queued runs
   harness launch --executor slurm --workers 8      # ... or a SLURM job array of workers (submitit)

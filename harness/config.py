@@ -97,6 +97,9 @@ class TrainConfig:
         max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; a hub
             stream is always cut, at 50,000 documents by default).
         tokenizer: ``bpe`` (trained on the training split) or ``gpt2`` (tiktoken).
+        max_epochs: how many passes over the train split a run may make (0 = one at most:
+            `harness queue` refuses a budget larger than a prepared train split, and an
+            evaluation set larger than its val split; DESIGN 11). In the protocol hash only when set.
         checkpoint_every_tokens: checkpoint interval for resume (0 = by wall time, every 5 minutes).
         precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``auto-bf16`` (bf16-mixed on CUDA
             and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32), ``32-true`` or
@@ -120,6 +123,7 @@ class TrainConfig:
     vocab_size: int = 0
     max_docs: int = 0
     tokenizer: str = "bpe"
+    max_epochs: float = 0.0
     checkpoint_every_tokens: int = 0
     precision: str = "auto"
     compile: bool = False
@@ -149,7 +153,7 @@ class TrainConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1]")
         if not 0 < self.decay_frac <= 1:
             raise ValueError(f"decay_frac={self.decay_frac} must be in (0, 1]")
-        for name in ("weight_decay", "grad_clip"):
+        for name in ("weight_decay", "grad_clip", "max_epochs"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name}={getattr(self, name)} must be a finite number >= 0")
         for name in ("batch_tokens", "eval_tokens"):

@@ -123,18 +123,20 @@ def test_queue_command_messages(tmp_path, capsys):
     assert "g: queued 3 runs (6 already queued or done)" in capsys.readouterr().out
 
 
-def test_queue_command_corpus_precedence(tmp_path, monkeypatch):
+def test_queue_command_corpus_precedence(tmp_path, monkeypatch, capsys):
     results = tmp_path / "results"
     grid = write_grid(tmp_path, corpus="does/not/exist.jsonl")
     monkeypatch.chdir(tmp_path)
     assert cli(["queue", str(grid), "--results", str(results)]) == 2  # missing corpus
     monkeypatch.setenv("HARNESS_CORPUS", "hf:HuggingFaceFW/fineweb-edu:sample-10BT")
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    # the environment's hub corpus is the one taken: refused until `harness prepare` has sharded it
+    assert cli(["queue", str(grid), "--results", str(results)]) == 2
+    assert "corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT is not prepared" in capsys.readouterr().err
     (tmp_path / "mine.txt").write_text("text")
     assert cli(["queue", str(write_grid(tmp_path, name="h", corpus="x")), "--corpus", "mine.txt",
                 "--results", str(results)]) == 0
     corpora = {r.grid: r.config.corpus for r in RunQueue.open(None, results).runs().values()}
-    assert corpora == {"g": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "h": str(tmp_path / "mine.txt")}
+    assert corpora == {"h": str(tmp_path / "mine.txt")}
 
 
 # ----------------------------------------------------------------------------- one worker

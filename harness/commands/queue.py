@@ -21,7 +21,10 @@ Checked before anything is queued, so a bad grid fails here and not in every wor
 the corpus is readable, UTF-8 text (or Parquet) and holds a non-empty document (a quick
 scan of the first MiB of each file, not a full read); every budget is at least one batch
 and at most 10^15 tokens; batch_tokens is a multiple of each size's context; the BPE
-vocabulary is 257 (256 bytes + 1 special token) to 1,048,576.
+vocabulary is 257 (256 bytes + 1 special token) to 1,048,576. A hub corpus must have been
+prepared (`harness prepare GRID.toml`), and a prepared corpus must hold each run's budget
+in its train split and its evaluation set in its val split, unless [train] sets max_epochs
+(a line gives the budget, train tokens and epochs); gpt2 needs tiktoken installed.
 
 Storage: the default queue is RESULTS/queue.journal (an Optuna journal file).
 --storage journal:/shared/fs/queue.journal (or any path ending in .journal) puts
@@ -94,6 +97,10 @@ def main(args: argparse.Namespace) -> int:
     from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
 
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
+    from harness.data.prepare import cache_dir
+    from harness.scheduling.corpus_need import check_corpora
+
+    check_corpora(configs, cache_dir(args.results), grid_path=str(args.grid))  # prepared, big enough
 
     from harness.scheduling import legacy, tuning
 

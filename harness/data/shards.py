@@ -36,6 +36,7 @@ import base64
 import hashlib
 import json
 import os
+import resource
 import sys
 import time
 from collections import deque
@@ -283,6 +284,9 @@ class _ShardWriter:
         self.shards: list[dict] = list(state.get("shards", []))
         self.open_tokens = int(state.get("open_tokens", 0))
         self.token_bytes, self.on_shard = token_bytes, on_shard
+        for stale in folder.glob(f"{split}-*.bin"):  # shards a killed prepare began after its last record
+            if int(stale.stem.rsplit("-", 1)[1]) > len(self.shards):
+                stale.unlink()
         path = self._path()
         if path.exists() or self.open_tokens:
             with open(path, "r+b" if path.exists() else "wb") as fh:  # cut what the last chunk left
@@ -448,6 +452,8 @@ def _dtype(vocab_size: int) -> np.dtype:
 def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, vocab_size: int,
            val_fraction: float, max_docs: int | None, target: Target, shard_tokens: int, workers: int,
            bpe_sample_bytes: int, log: Callable[[str], None]) -> None:
+    cpu0 = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
     setup = _setup(folder, corpus, tokenizer, vocab_size, val_fraction, max_docs, shard_tokens, bpe_sample_bytes,
                    folder.parent.parent)
     shard_tokens, dtype = setup["shard_tokens"], np.dtype(setup["dtype"])
@@ -529,11 +535,14 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
     progress_path.unlink(missing_ok=True)
     fsync_dir(folder)
     elapsed = time.perf_counter() - t0
+    own, pool = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + pool.ru_utime + pool.ru_stime - cpu0
     total = splits["train"]["tokens"] + splits["val"]["tokens"]
     log(f"{folder.name}: {documents:,} documents, {splits['train']['tokens']:,} train and "
         f"{splits['val']['tokens']:,} val tokens in {len(splits['train']['shards'])} + "
         f"{len(splits['val']['shards'])} shards; {(total - tokens0) / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s "
-        f"over {elapsed:.1f} s")
+        f"over {elapsed:.1f} s ({(total - tokens0) / max(cpu, 1e-9) / 1e6:.2f}M tokens per CPU-second, "
+        f"tokenizer training included)")
 
 
 def _write_chunk(result: dict, writers: dict) -> int:

@@ -40,6 +40,8 @@ def protocol_dict(config: RunConfig, *, data_meta: dict, model: ModelConfig, eva
     train = config.train_config()
     train_fields = {k: v for k, v in train.to_dict().items() if k not in NON_PROTOCOL_TRAIN_FIELDS}
     train_fields["precision"] = precision  # resolved ('auto' -> the real one)
+    if not train_fields.get("max_epochs"):  # unset: out of the hash, so hashes from before it existed hold
+        train_fields.pop("max_epochs", None)
     return {
         "version": PROTOCOL_VERSION,
         "data": data_meta,

@@ -217,6 +217,7 @@ def record(run: Run, fitted: Fitted) -> str:
         n_trainable=run.n_params["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
         tokens_per_s=fitted.tokens / fitted.fit_s if fitted.fit_s > 0 and fitted.tokens > 0 else None,  # this segment
         tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step), **lit.times.state(),
+        epochs=plan.tokens / len(run.prepared.tokens("train")),  # passes over the train split (DESIGN 11)
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(), fence=run.fence,

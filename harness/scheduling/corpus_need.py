@@ -1,0 +1,112 @@
+"""What a grid needs of its corpus, and the queue-time refusal of what it cannot feed (DESIGN 11).
+
+A run of ``total_steps`` global batches of ``B`` windows of ``T + 1`` tokens reads
+``total_steps * B`` distinct windows in one epoch, i.e. a train split of at least
+``plan.tokens + 1`` tokens (:mod:`harness.data.datamodule`: windows start every ``T``
+tokens). Its evaluation set of ``eval_tokens // T`` windows needs a val split of
+``(eval_tokens // T) * T + 1`` tokens. ``epochs`` = training tokens / train-split tokens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import RunConfig, get_size
+from harness.data.corpus import HUB_PREFIX
+from harness.data.shards import read_manifest, shard_dir
+from harness.train.schedule import StepPlan
+
+
+@dataclass(frozen=True)
+class CorpusKey:
+    """What a run's config says about its corpus: one sharded corpus per key."""
+
+    corpus: str
+    tokenizer: str
+    vocab_size: int
+    val_fraction: float
+    max_docs: int | None
+
+    def folder(self, cache_dir: Path) -> Path:
+        """Where ``harness prepare`` puts this corpus (:func:`harness.data.shards.shard_dir`)."""
+        return shard_dir(cache_dir, self.corpus, tokenizer=self.tokenizer, vocab_size=self.vocab_size,
+                         val_fraction=self.val_fraction, max_docs=self.max_docs)
+
+
+@dataclass(frozen=True)
+class Need:
+    """Tokens one run reads: ``train`` (its budget in whole steps, + 1) and ``val`` (its evaluation set, + 1)."""
+
+    key: CorpusKey
+    train_tokens: int
+    val_tokens: int
+    max_epochs: float
+
+
+def need(config: RunConfig) -> Need:
+    """The corpus and the tokens of each split that ``config``'s run reads."""
+    train, preset = config.train_config(), get_size(config.size)
+    plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens)
+    key = CorpusKey(config.corpus, train.tokenizer, train.vocab_size or preset.vocab_size, train.val_fraction,
+                    train.max_docs or None)
+    val = (train.eval_tokens // preset.context) * preset.context + 1
+    return Need(key, plan.tokens + 1, val, train.max_epochs)
+
+
+def largest_needs(configs: list[RunConfig]) -> dict[CorpusKey, tuple[int, int]]:
+    """Per corpus, the most train and val tokens any of ``configs`` reads."""
+    out: dict[CorpusKey, tuple[int, int]] = {}
+    for config in configs:
+        n = need(config)
+        train, val = out.get(n.key, (0, 0))
+        out[n.key] = (max(train, n.train_tokens), max(val, n.val_tokens))
+    return out
+
+
+def _missing(module: str, why: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return (f"{why} needs the optional '{module}' package, which is not installed: "
+                f"pip install 'rd-harness[hub]' (or pip install {module})")
+    return None
+
+
+def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) -> None:
+    """Refuse, before anything is queued, what every worker would fail on or repeat.
+
+    Raises:
+        ValueError: (one line) a missing optional package (``tiktoken`` for ``gpt2``;
+            ``datasets`` to prepare a hub corpus); a hub corpus not prepared; a run whose
+            budget exceeds its prepared train split, or whose evaluation exceeds its val
+            split, beyond ``max_epochs`` (the line gives budget, train tokens and epochs).
+    """
+    for config in configs:
+        n = need(config)
+        key = n.key
+        if key.tokenizer == "gpt2" and (why := _missing("tiktoken", "tokenizer 'gpt2'")):
+            raise ValueError(why)
+        manifest = read_manifest(key.folder(cache_dir))
+        if manifest is None:
+            if key.corpus.startswith(HUB_PREFIX):
+                hint = f"run `harness prepare {grid_path}` first (workers never download)"
+                if why := _missing("datasets", f"preparing corpus {key.corpus}"):
+                    hint += f"; {why}"
+                raise ValueError(f"corpus {key.corpus} is not prepared in {cache_dir}: {hint}")
+            continue  # a small local corpus: each worker tokenizes it (DESIGN 4)
+        train, val = manifest["splits"]["train"]["tokens"], manifest["splits"]["val"]["tokens"]
+        epochs = (n.train_tokens - 1) / train
+        if n.train_tokens > train and not (n.max_epochs and epochs <= n.max_epochs):
+            raise ValueError(
+                f"{config.run_id}: budget {config.budget_tokens:,} tokens exceeds the train split of "
+                f"{key.corpus} ({train:,} tokens): it would take {epochs:.2f} epochs; prepare more "
+                f"(`harness prepare {grid_path}`) or set max_epochs = {math.ceil(epochs)} in [train]")
+        if n.val_tokens > val and not n.max_epochs:
+            raise ValueError(
+                f"{config.run_id}: the evaluation set ({n.val_tokens - 1:,} tokens) exceeds the val split of "
+                f"{key.corpus} ({val:,} tokens); prepare more (`harness prepare {grid_path}`), lower eval_tokens, "
+                "or set max_epochs in [train] to evaluate on the shorter set")
+
+
+__all__ = ["CorpusKey", "Need", "need", "largest_needs", "check_corpora"]
