@@ -101,8 +101,8 @@ def torch_equal(a, b) -> bool:
 
 
 def test_interrupted_and_extended_prepares_end_byte_identical_and_equal_one_shot(tmp_path):
-    corpus = str(recombined_corpus(tmp_path / "corpus.jsonl", 3))
-    kwargs = dict(vocab_size=1024, val_fraction=0.05, shard_tokens=200_000, workers=2)
+    corpus = str(recombined_corpus(tmp_path / "corpus.jsonl", 1.5))
+    kwargs = dict(vocab_size=512, val_fraction=0.05, shard_tokens=100_000, chunk_bytes=1 << 16, workers=2)
     whole = prepare_shards(corpus, cache_dir=tmp_path / "whole", log=lambda msg: None, **kwargs)
 
     lines = []
@@ -208,8 +208,8 @@ def test_prepare_grid_sizes_the_corpus_and_queue_refuses_what_it_cannot_feed(tmp
 @pytest.mark.slow
 def test_prepare_100mb_is_killed_resumed_and_stays_under_the_memory_goal(tmp_path):
     """A 100 MB corpus, SIGKILLed after its first shard and prepared again: the finished shards
-    are kept, the peak RSS of every process (the pool included) stays under 1.5 GB, and the
-    tokens equal a one-shot tokenization of the same documents."""
+    are kept, the peak RSS of every process (the pool included) stays under 1.5 GB, and every
+    document and byte is in the shards once."""
     corpus = str(recombined_corpus(tmp_path / "corpus.jsonl", 100))
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "harness", "prepare", "--corpus", corpus, "--tokenizer", "bpe",
@@ -241,6 +241,29 @@ def test_prepare_100mb_is_killed_resumed_and_stays_under_the_memory_goal(tmp_pat
             assert hashlib.sha256((folder / shard["file"]).read_bytes()).hexdigest() == shard["sha256"]
     assert {f: h for f, h in kept.items()} == {s["file"]: s["sha256"] for s in m["splits"]["train"]["shards"]
                                                if s["file"] in kept}
-    expected = one_shot(folder, corpus, 0.05)
-    for split in ("train", "val"):
-        assert np.array_equal(shard_tokens_of(folder, split), expected[split])
+    # every document once (the one-shot token equality is checked on the 1.5 MB corpus above, for time)
+    with open(corpus) as fh:
+        texts = [json.loads(line)["text"] for line in fh]
+    assert m["documents"] == len(texts) == sum(m["splits"][s]["documents"] for s in ("train", "val"))
+    assert m["splits"]["train"]["bytes"] + m["splits"]["val"]["bytes"] == sum(len(t.encode()) for t in texts)
+
+
+def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_path, monkeypatch):
+    import duckdb
+
+    monkeypatch.delenv("HARNESS_CACHE", raising=False)
+    results = tmp_path / "results"
+    folder = prepare_shards(str(SAMPLE), cache_dir=results / "cache", vocab_size=512, shard_tokens=100_000,
+                            workers=2, log=lambda msg: None)
+    train_tokens = read_manifest(folder)["splits"]["train"]["tokens"]
+    assert cli(["run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
+                "--corpus", str(SAMPLE), "--results", str(results), "--quiet", "--threads", "1",
+                "--set", "vocab_size=512", "--set", "batch_tokens=1024", "--set", "eval_tokens=1024"]) == 0
+    (path,) = (results / "runs").glob("*.json")
+    run = json.loads(path.read_text())["run"]
+    assert run["epochs"] == 4096 / train_tokens
+    data = run["config"]["protocol"]["data"]
+    assert data["fingerprint"] == read_manifest(folder)["fingerprint"] and "source" not in data
+    assert "max_epochs" not in run["config"]["protocol"]["train"]  # unset: out of the protocol hash
+    con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
+    assert con.execute("select epochs from runs").fetchall() == [(4096 / train_tokens,)]

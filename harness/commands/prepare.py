@@ -66,11 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from harness.data.prepare import cache_dir
-    from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
-    from harness.scheduling.corpus_need import CorpusKey, largest_needs
+    from harness.data.shards import DEFAULT_SHARD_TOKENS, CorpusKey, Target, prepare_shards, read_manifest
 
     cache = cache_dir(args.results)
     if args.grid is not None:
+        # deferred: the grid path needs the model presets (torch); --corpus alone does not
+        from harness.scheduling.corpus_need import largest_needs
         from harness.scheduling.grid import check_corpus, load_grid
 
         if args.tokenizer or args.vocab_size or args.tokens or args.max_docs:

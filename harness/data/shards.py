@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from collections import deque
@@ -85,6 +86,22 @@ def shard_dir(cache_dir: Path, corpus: str, *, tokenizer: str, vocab_size: int, 
            "val_fraction": float(val_fraction), "max_docs": max_docs or None}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return Path(cache_dir) / "corpora" / f"shards-{tokenizer}-{digest[:32]}"
+
+
+@dataclass(frozen=True)
+class CorpusKey:
+    """What a run's config says about its corpus: one sharded corpus per key."""
+
+    corpus: str
+    tokenizer: str
+    vocab_size: int
+    val_fraction: float
+    max_docs: int | None
+
+    def folder(self, cache_dir: Path) -> Path:
+        """Where ``harness prepare`` puts this corpus (:func:`harness.data.shards.shard_dir`)."""
+        return shard_dir(cache_dir, self.corpus, tokenizer=self.tokenizer, vocab_size=self.vocab_size,
+                         val_fraction=self.val_fraction, max_docs=self.max_docs)
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -210,13 +227,13 @@ def _parquet_rows(path: Path) -> Iterator[str | None]:
         yield from frame.slice(start, 65536).collect()["text"].to_list()
 
 
-def _chunks(docs: Iterator[str]) -> Iterator[list[str]]:
-    """Consecutive documents, about :data:`CHUNK_BYTES` of text per list (deterministic)."""
+def _chunks(docs: Iterator[str], chunk_bytes: int) -> Iterator[list[str]]:
+    """Consecutive documents, about ``chunk_bytes`` characters of text per list (deterministic)."""
     chunk, size = [], 0
     for text in docs:
         chunk.append(text)
         size += len(text)
-        if size >= CHUNK_BYTES:
+        if size >= chunk_bytes:
             yield chunk
             chunk, size = [], 0
     if chunk:
@@ -346,7 +363,8 @@ class Target:
 
 def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", vocab_size: int = 0,
                    val_fraction: float = 0.05, max_docs: int | None = None, target: Target = Target(),
-                   shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int | None = None,
+                   shard_tokens: int = DEFAULT_SHARD_TOKENS, chunk_bytes: int = CHUNK_BYTES,
+                   workers: int | None = None,
                    bpe_sample_bytes: int = BPE_SAMPLE_BYTES, log: Callable[[str], None] | None = None) -> Path:
     """Stream, tokenize and shard a corpus (see the module docstring); return its folder.
 
@@ -360,6 +378,7 @@ def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", voca
         max_docs: take at most this many documents (``None`` = no limit).
         target: stop once both splits hold this many tokens (default: the whole source).
         shard_tokens: tokens per shard file (recorded; a corpus keeps its first value).
+        chunk_bytes: text per unit of work and of resumption (recorded, kept like ``shard_tokens``).
         workers: tokenizer processes (default: the CPU cores).
         log: where progress lines go (default: stderr).
 
@@ -374,8 +393,8 @@ def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", voca
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
     if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
         raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
-    if shard_tokens <= 0:
-        raise ValueError(f"shard_tokens={shard_tokens} must be a positive integer")
+    if shard_tokens <= 0 or chunk_bytes <= 0:
+        raise ValueError(f"shard_tokens={shard_tokens}, chunk_bytes={chunk_bytes}: both must be positive integers")
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     folder = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
                        val_fraction=val_fraction, max_docs=max_docs)
@@ -388,15 +407,23 @@ def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", voca
                 return folder
             log(f"{folder.name}: extending: holds {splits['train']['tokens']:,} train tokens, "
                 f"{target.train_tokens:,} asked")
+        if not corpus.startswith(HUB_PREFIX):
+            corpus_files(corpus)  # a missing or empty source fails before anything is written
         folder.mkdir(exist_ok=True)
-        _build(folder, corpus, manifest, tokenizer=tokenizer, vocab_size=vocab_size, val_fraction=float(val_fraction),
-               max_docs=max_docs, target=target, shard_tokens=shard_tokens, workers=workers or os.cpu_count() or 1,
-               bpe_sample_bytes=bpe_sample_bytes, log=log)
+        try:
+            _build(folder, corpus, manifest, tokenizer=tokenizer, vocab_size=vocab_size,
+                   val_fraction=float(val_fraction), max_docs=max_docs, target=target, shard_tokens=shard_tokens,
+                   chunk_bytes=chunk_bytes, workers=workers or os.cpu_count() or 1, bpe_sample_bytes=bpe_sample_bytes, log=log)
+        except BaseException:
+            if not (folder / "setup.json").exists():  # failed before its first step: leave no empty folder
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
     return folder
 
 
 def _setup(folder: Path, corpus: str, tokenizer: str, vocab_size: int, val_fraction: float,
-           max_docs: int | None, shard_tokens: int, bpe_sample_bytes: int, cache_dir: Path) -> dict:
+           max_docs: int | None, shard_tokens: int, chunk_bytes: int, bpe_sample_bytes: int,
+           cache_dir: Path) -> dict:
     """Resolve the revision and write the tokenizer files: the parts of the manifest fixed
     before the first shard (written to ``setup.json``, so a resumed prepare reuses them)."""
     path = folder / "setup.json"
@@ -434,7 +461,7 @@ def _setup(folder: Path, corpus: str, tokenizer: str, vocab_size: int, val_fract
         "split_rule": SPLIT_RULE,
         "eos_placement": "after every document",
         "shard_tokens": shard_tokens,
-        "chunk_bytes": CHUNK_BYTES,
+        "chunk_bytes": chunk_bytes,
         "dtype": _dtype(tok.vocab_size).name,
         "tokenizer": {"name": tok.name, "vocab_size": int(tok.vocab_size),
                       "requested_vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
@@ -450,12 +477,13 @@ def _dtype(vocab_size: int) -> np.dtype:
 
 
 def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, vocab_size: int,
-           val_fraction: float, max_docs: int | None, target: Target, shard_tokens: int, workers: int,
+           val_fraction: float, max_docs: int | None, target: Target, shard_tokens: int, chunk_bytes: int,
+           workers: int,
            bpe_sample_bytes: int, log: Callable[[str], None]) -> None:
     cpu0 = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
-    setup = _setup(folder, corpus, tokenizer, vocab_size, val_fraction, max_docs, shard_tokens, bpe_sample_bytes,
-                   folder.parent.parent)
+    setup = _setup(folder, corpus, tokenizer, vocab_size, val_fraction, max_docs, shard_tokens, chunk_bytes,
+                   bpe_sample_bytes, folder.parent.parent)
     shard_tokens, dtype = setup["shard_tokens"], np.dtype(setup["dtype"])
     token_bytes = np.load(folder / "token_bytes.npy")
     progress_path = folder / "progress.json"
@@ -486,7 +514,7 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
     tokens0 = writers["train"].tokens + writers["val"].tokens
     chunks_done, documents = state["chunks"], state["documents"]
     docs = stream_documents(corpus, revision=setup["revision"], max_docs=max_docs)
-    chunks = _chunks(docs)
+    chunks = _chunks(docs, setup["chunk_bytes"])  # the recorded size: a resume cuts the same chunks
     exhausted = True
     with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(str(folder), tokenizer)) as pool:
         pending: deque = deque()
@@ -560,7 +588,7 @@ def _save_progress(path: Path, chunks: int, documents: int, writers: dict) -> No
                                    "splits": {s: w.state() for s, w in writers.items()}}))
 
 
-__all__ = ["SHARD_FORMAT", "ShardedTokens", "DEFAULT_SHARD_TOKENS", "BPE_SAMPLE_BYTES", "Target", "prepare_shards", "shard_dir",
+__all__ = ["SHARD_FORMAT", "CorpusKey", "ShardedTokens", "DEFAULT_SHARD_TOKENS", "BPE_SAMPLE_BYTES", "Target", "prepare_shards", "shard_dir",
            "read_manifest", "stream_documents", "hub_revision", "load_shard_tokenizer", "source_key"]
 
 

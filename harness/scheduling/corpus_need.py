@@ -16,24 +16,8 @@ from pathlib import Path
 
 from harness.config import RunConfig, get_size
 from harness.data.corpus import HUB_PREFIX
-from harness.data.shards import read_manifest, shard_dir
+from harness.data.shards import CorpusKey, read_manifest
 from harness.train.schedule import StepPlan
-
-
-@dataclass(frozen=True)
-class CorpusKey:
-    """What a run's config says about its corpus: one sharded corpus per key."""
-
-    corpus: str
-    tokenizer: str
-    vocab_size: int
-    val_fraction: float
-    max_docs: int | None
-
-    def folder(self, cache_dir: Path) -> Path:
-        """Where ``harness prepare`` puts this corpus (:func:`harness.data.shards.shard_dir`)."""
-        return shard_dir(cache_dir, self.corpus, tokenizer=self.tokenizer, vocab_size=self.vocab_size,
-                         val_fraction=self.val_fraction, max_docs=self.max_docs)
 
 
 @dataclass(frozen=True)
@@ -109,4 +93,4 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
                 "or set max_epochs in [train] to evaluate on the shorter set")
 
 
-__all__ = ["CorpusKey", "Need", "need", "largest_needs", "check_corpora"]
+__all__ = ["Need", "need", "largest_needs", "check_corpora"]
