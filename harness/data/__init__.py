@@ -7,6 +7,8 @@ The first stage of a run (DESIGN sections 1.1 and 4). Knows nothing about models
 * :mod:`harness.data.tokenizer` -- byte-level BPE trained on the training split, or GPT-2;
 * :mod:`harness.data.prepare` -- :func:`prepare_corpus`: the split tokenized into a
   content-addressed cache folder (token files, per-token byte lengths, metadata);
+* :mod:`harness.data.shards` -- ``harness prepare``: a corpus streamed through a process pool
+  into fixed-size token shards with a manifest, resumable; read as one token array;
 * :mod:`harness.data.datamodule` -- the Lightning data module: training batches as a pure
   function of (corpus, context, batch size, seed, step), and the fixed validation windows.
 """

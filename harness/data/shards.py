@@ -509,39 +509,38 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
         w.eos_id = setup["tokenizer"]["eos_id"]
         if manifest is not None:
             w.reopen_last()
-    if manifest is not None:
+    chunks_done, documents = state["chunks"], state["documents"]
+    if manifest is not None:  # the reopened state first: a kill from here on resumes, never restarts
+        _save_progress(progress_path, chunks_done, documents, writers)
         (folder / "manifest.json").unlink()
     tokens0 = writers["train"].tokens + writers["val"].tokens
-    chunks_done, documents = state["chunks"], state["documents"]
     docs = stream_documents(corpus, revision=setup["revision"], max_docs=max_docs)
     chunks = _chunks(docs, setup["chunk_bytes"])  # the recorded size: a resume cuts the same chunks
-    exhausted = True
+    stopped = False  # the target was met with text of the source left over
     with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(str(folder), tokenizer)) as pool:
         pending: deque = deque()
-        index = 0
-        for chunk in chunks:
-            index += 1
+
+        def write_next() -> bool:
+            """Write the oldest chunk in flight; whether the target is met."""
+            nonlocal chunks_done, documents
+            documents += _write_chunk(pending.popleft().result(), writers)
+            chunks_done += 1
+            _save_progress(progress_path, chunks_done, documents, writers)
+            return target.met(writers["train"].tokens, writers["val"].tokens)
+
+        for index, chunk in enumerate(chunks, start=1):
             if index <= chunks_done:
                 continue  # finished before the kill: its tokens are in the shards
             pending.append(pool.submit(_encode_chunk, (chunk, val_fraction, dtype.str)))
-            if len(pending) >= 2 * workers:  # a bounded queue: memory does not grow with the corpus
-                done = _write_chunk(pending.popleft().result(), writers)
-                chunks_done, documents = chunks_done + 1, documents + done
-                _save_progress(progress_path, chunks_done, documents, writers)
-                if target.met(writers["train"].tokens, writers["val"].tokens):
-                    exhausted = False
-                    break
+            # a bounded queue: memory does not grow with the corpus; chunks stay in flight after a stop
+            if len(pending) >= 2 * workers and write_next():
+                stopped = True
+                break
+        while pending and not stopped:
+            stopped = write_next() and bool(pending)
         for future in pending:
-            if exhausted:
-                done = _write_chunk(future.result(), writers)
-                chunks_done, documents = chunks_done + 1, documents + done
-                _save_progress(progress_path, chunks_done, documents, writers)
-                if target.met(writers["train"].tokens, writers["val"].tokens):
-                    exhausted = False
-            else:
-                future.cancel()
-        if exhausted and target.met(writers["train"].tokens, writers["val"].tokens):
-            exhausted = next(chunks, None) is None  # the target was met by the source's last chunk
+            future.cancel()
+    exhausted = not stopped
     for w in writers.values():
         w.close_shard()
     splits = {}
