@@ -267,3 +267,20 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
     assert "max_epochs" not in run["config"]["protocol"]["train"]  # unset: out of the protocol hash
     con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
     assert con.execute("select epochs from runs").fetchall() == [(4096 / train_tokens,)]
+
+
+def test_streamed_documents_equal_the_whole_read_for_every_file_kind(tmp_path):
+    """JSONL rows, Parquet rows (read in slices) and .txt files, in a folder: the stream gives
+    the documents read_documents gives, in the same order (empty ones dropped alike)."""
+    import polars as pl
+
+    from harness.data.shards import stream_documents
+
+    docs = read_documents(str(SAMPLE))
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    pl.DataFrame({"text": docs[:150] + ["  ", None]}).write_parquet(folder / "a.parquet")
+    (folder / "b.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in ["", *docs[150:300]]))
+    (folder / "c.txt").write_text(docs[300])
+    assert list(stream_documents(str(folder))) == read_documents(str(folder)) == docs[:301]
+    assert list(stream_documents(str(folder), max_docs=160)) == docs[:160]

@@ -296,8 +296,9 @@ class _ShardWriter:
     """Appends one split's tokens to fixed-size shard files; records finished shards."""
 
     def __init__(self, folder: Path, split: str, shard_tokens: int, dtype: np.dtype, state: dict,
-                 token_bytes: np.ndarray, on_shard: Callable[[str, dict], None]):
+                 token_bytes: np.ndarray, eos_id: int, on_shard: Callable[[str, dict], None]):
         self.folder, self.split, self.shard_tokens, self.dtype = folder, split, shard_tokens, dtype
+        self.eos_id = eos_id
         self.shards: list[dict] = list(state.get("shards", []))
         self.open_tokens = int(state.get("open_tokens", 0))
         self.token_bytes, self.on_shard = token_bytes, on_shard
@@ -503,10 +504,9 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
         log(f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
             f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)")
 
-    writers = {s: _ShardWriter(folder, s, shard_tokens, dtype, state["splits"][s], token_bytes, on_shard)
-               for s in SPLITS}
+    writers = {s: _ShardWriter(folder, s, shard_tokens, dtype, state["splits"][s], token_bytes,
+                               setup["tokenizer"]["eos_id"], on_shard) for s in SPLITS}
     for w in writers.values():
-        w.eos_id = setup["tokenizer"]["eos_id"]
         if manifest is not None:
             w.reopen_last()
     chunks_done, documents = state["chunks"], state["documents"]
