@@ -94,8 +94,9 @@ class TrainConfig:
         eval_tokens: size of the fixed validation token set (capped by the corpus).
         val_fraction: fraction of documents held out for validation (document-level split).
         vocab_size: BPE vocabulary size trained on the corpus (0 = the preset's).
-        max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; a hub
-            stream is always cut, at 50,000 documents by default).
+        max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; `harness prepare`
+            takes what the grid's largest budget needs; a hub corpus not prepared, streamed by
+            `harness run`, is cut at 50,000 documents).
         tokenizer: ``bpe`` (trained on the training split) or ``gpt2`` (tiktoken).
         max_epochs: how many passes over the train split a run may make (0 = one at most:
             `harness queue` refuses a budget larger than a prepared train split, and an
