@@ -20,9 +20,9 @@ import polars as pl
 import pytest
 
 import browser
-from reports import decisions as dec
+from reports.stats import decisions as dec
 from reports.build import Frames, build_report
-from reports.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
+from reports.render.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
 from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 WIDTHS = (1400, 900)
@@ -119,7 +119,7 @@ def test_verdict_banners_chips_and_the_aa_box(report):
     for a in s.assessments:  # in the banner and in the controls table
         chip = verdict_chip(a.verdict, short=True)
         assert texts.count((chip.text, chip.tone)) >= 2
-    # The legend: a chip for every verdict string of reports.decisions and every A/A status.
+    # The legend: a chip for every verdict string of reports.stats.decisions and every A/A status.
     for v in (*dec.VERDICTS, dec.GAIN_ESTABLISHED, dec.GAIN_NOT_ESTABLISHED):
         assert (v, VERDICT_TONES[v]) in texts, v
     for shown, tone in AA_DISPLAY.values():

@@ -3,10 +3,10 @@
 * :func:`training_curves`: training loss and validation NLL vs tokens per variant, mean
   over seeds with a min-max band, and both minus the parent at the same seed;
 * :func:`paired_differences`: per comparison, each seed's paired difference and the mean
-  with its 95 % t interval (taken from :mod:`reports.stats`, not recomputed);
+  with its 95 % t interval (taken from :mod:`reports.stats.analysis`, not recomputed);
 * :func:`gain_fractions`: per control, the fraction of the gain it reproduces with its
   Fieller interval;
-* :func:`reports.routing_figures.routing_over_training`: depth distributions (layer x
+* :func:`reports.render.routing_figures.routing_over_training`: depth distributions (layer x
   source) of every attention route at each evaluation, the values written in, QK minus V,
   and the per-layer Jensen-Shannon divergence over training;
 * :func:`gain_vs_budget`: per size, each comparison's mean paired difference and 95 % interval
@@ -30,8 +30,8 @@ import PIL.Image
 import polars as pl
 from matplotlib.figure import Figure
 
-from reports.fmt import tokens_label as _tokens_label
-from reports.stats import ReportStats
+from reports.render.fmt import tokens_label as _tokens_label
+from reports.stats.analysis import ReportStats
 
 DPI = 110
 _ROLE_COLORS = {"parent": "#222222", "treatment": "#d62728", "reference": "#8c8c8c", "aa": "#9a9a9a"}
@@ -272,7 +272,7 @@ def gain_fractions(stats: ReportStats, size: str, budget_tokens: int) -> FigureO
 def gain_vs_budget(stats: ReportStats, size: str) -> FigureOut | None:
     """Mean paired difference (nats/token) with its 95 % t interval against the budget (log axis), one
     line per comparison with the parent, at one size (DESIGN section 8); the legend gives the slope
-    per doubling from ``d ~ log2(budget) + (1 | seed)`` (:mod:`reports.budget`). None with one budget."""
+    per doubling from ``d ~ log2(budget) + (1 | seed)`` (:mod:`reports.stats.budget`). None with one budget."""
     points = [p for p in stats.budget.points if p.size == size]
     if not points:
         return None
@@ -312,7 +312,7 @@ def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame |
                 routing: pl.DataFrame | None) -> list[FigureOut]:
     """Every figure of the report, per cell (size, budget), then those spanning cells; absent
     data give no figure."""
-    from reports.routing_figures import routing_variants, routing_over_training  # it imports this module
+    from reports.render.routing_figures import routing_variants, routing_over_training  # it imports this module
 
     out: list[FigureOut] = []
     for size, budget in stats.cells:

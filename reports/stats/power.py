@@ -22,8 +22,8 @@ import numpy as np
 import scipy.optimize
 from statsmodels.stats.power import TTestPower
 
-from reports.looks import increments, look_at
-from reports.plan import MIN_SEEDS, AnalysisPlan
+from reports.stats.looks import increments, look_at
+from harness.analysis_plan import MIN_SEEDS, AnalysisPlan
 
 ALTERNATIVES = {"one-sided": "larger", "two-sided": "two-sided"}
 
@@ -64,7 +64,7 @@ def mde(sd: float, n: int, alpha: float, power: float, alternative: str) -> floa
     probability ``power`` at level ``alpha`` (solves :func:`power_at` = power for the effect
     with a bracketing root finder).
 
-    NaN with fewer than :data:`reports.plan.MIN_SEEDS` pairs or when sd is not positive.
+    NaN with fewer than :data:`harness.analysis_plan.MIN_SEEDS` pairs or when sd is not positive.
     """
     if n < MIN_SEEDS or not _usable_sd(sd):
         return float("nan")
@@ -134,7 +134,7 @@ def look_mde(sd: float, pairs: int, plan: AnalysisPlan, alternative: str) -> flo
     """MDE (nats/token) of the test the report runs on ``pairs`` pairs under ``plan``.
 
     Without looks: :func:`mde` at alpha with all pairs. With looks (DESIGN section 8):
-    the look reached (:func:`reports.looks.look_at`), its seed count n_k and its level
+    the look reached (:func:`reports.stats.looks.look_at`), its seed count n_k and its level
     Delta_k; NaN before the first look.
     """
     look = look_at(pairs, plan.looks, plan.alpha)

@@ -1,29 +1,29 @@
 """The statistics plan of DESIGN section 6, computed for one grid.
 
 Per cell (one size and budget), from final validation NLLs (nats/token) paired by seed
-and protocol hash (:mod:`reports.pairing`):
+and protocol hash (:mod:`reports.stats.pairing`):
 
 * **Descriptives**, every comparison (treatment - parent, control - parent, treatment -
   control, parent - reference, the A/A check): n, seeds, mean d with its 95 % t interval,
   sd, d_z, wins, perplexity change, two-sided t p, exact sign-flip p, exact Wilcoxon and
-  sign test with the smallest p each can reach (:mod:`reports.paired`). Reported, never
+  sign test with the smallest p each can reach (:mod:`reports.stats.paired_tests`). Reported, never
   used for a verdict.
 * **Headline** (gatekeeper): one-sided t-test of treatment - parent, Holm over the cells;
-  *established* where n >= 3, mean d < 0 and Holm p < alpha (:mod:`reports.decisions`).
+  *established* where n >= 3, mean d < 0 and Holm p < alpha (:mod:`reports.stats.decisions`).
 * **Controls**, only where the gain is established: the reproduction contrast
   ``e = c - (1 - rho) p - rho t``, two-sided, Holm over the cell's controls; the fraction
   of the gain reproduced with its Fieller interval. ``invalid: degenerate`` takes
   precedence over every verdict.
 * **A/A check** (outside every family), **divergence table**, **MDE / seeds needed** from
-  the plan's effect (:mod:`reports.power`), the **mixed model** (:mod:`reports.mixed`), and
-  **gain vs budget** where a size has several budgets (:mod:`reports.budget`).
-* With **looks** in the plan (DESIGN section 8, :mod:`reports.looks`), the headline and the
+  the plan's effect (:mod:`reports.stats.power`), the **mixed model** (:mod:`reports.stats.mixed`), and
+  **gain vs budget** where a size has several budgets (:mod:`reports.stats.budget`).
+* With **looks** in the plan (DESIGN section 8, :mod:`reports.stats.looks`), the headline and the
   control contrasts are tested at the look each cell has reached, at that look's share of
   alpha; Holm is applied to their sequential p.
 
-Results are the frozen dataclasses of :mod:`reports.results` (re-exported here);
+Results are the frozen dataclasses of :mod:`reports.stats.results` (re-exported here);
 :meth:`ReportStats.to_frame` is ``stats.csv``. Notes are short fixed tags (``NOTE_*``);
-:mod:`reports.render` words everything for people.
+:mod:`reports.render.sections` words everything for people.
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from reports import decisions as dec
-from reports import paired
-from reports.budget import gain_vs_budget
-from reports.mixed import fit_mixed_model
-from reports.pairing import AA_VARIANTS, PairedSet, cell_order, pair_runs, steps_by_run
-from reports.looks import Look, at_looks, look_at, sequential_p
-from reports.plan import AnalysisPlan, plan_from_configs
-from reports.power import contrast_effect, look_mde, planned_seeds
-from reports.progress import GridProgress, grid_progress
-from reports.results import (  # re-exported: the result objects are part of this module's API
+from reports.stats import decisions as dec
+from reports.stats import paired_tests as paired
+from reports.stats.budget import gain_vs_budget
+from reports.stats.mixed import fit_mixed_model
+from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, pair_runs, steps_by_run
+from reports.stats.looks import Look, at_looks, look_at, sequential_p
+from harness.analysis_plan import AnalysisPlan, plan_from_configs
+from reports.stats.power import contrast_effect, look_mde, planned_seeds
+from reports.stats.progress import GridProgress, grid_progress
+from reports.stats.results import (  # re-exported: the result objects are part of this module's API
     NAN, AA_NOISE_FRACTION, AA_NOISE_ABS, AA_STATUSES, CSV_COLUMNS, EXTRA_COLUMNS, KINDS, NOTE_FEW,
     NOTE_ZERO_SPREAD, NOTE_ZEROS, NOTE_LOST, NOTE_UNBOUNDED, NOTE_NO_EFFECT, NOTE_UNREACHABLE, NOTE_DEGENERATE,
     NOTE_NO_LOOK, NOTE_BETWEEN, NOTE_EARLIER, ALL_ZERO_REASON, R_ESTABLISHED, R_FEW, R_NOT_BETTER, R_HOLM,
@@ -125,21 +125,21 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         grid: keep only rows of this grid (where the frame has a ``grid`` column).
         allow_partial: protocol mismatches and duplicated runs become warnings.
         plan: the analysis plan; default: the one stored in the runs' configs
-            (:func:`reports.plan.plan_from_configs`), else the defaults.
+            (:func:`harness.analysis_plan.plan_from_configs`), else the defaults.
         degenerate: ``{(size, budget_tokens, variant): reason}`` of degenerate variants
-            (reports/degeneracy.py, from routing records); a control whose paired
+            (reports/stats/degeneracy.py, from routing records); a control whose paired
             differences with the parent are exactly zero at every seed is added here.
             A/A checks are exempt (they must be identical).
         aa_variants: variants that are A/A checks (never in a family, never a verdict).
         progress: how far the grid has got, the queue's view next to the store's
-            (:func:`reports.progress.grid_progress`); default: the store's runs only,
+            (:func:`reports.stats.progress.grid_progress`); default: the store's runs only,
             the queue marked as not read.
 
     Raises:
-        ValueError, ProtocolMismatchError: see :func:`reports.pairing.pair_runs`; runs
+        ValueError, ProtocolMismatchError: see :func:`reports.stats.pairing.pair_runs`; runs
             carrying different analysis plans.
     """
-    from reports.robustness import split_tuned, tuned_rows
+    from reports.stats.robustness import split_tuned, tuned_rows
 
     if grid is not None:  # the [tuned] runs are split off first: they pair only in the robustness row
         final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
@@ -208,7 +208,7 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
 
 
 def _sd(d: np.ndarray) -> float:
-    """Sample SD (ddof 1); 0 at zero spread (:func:`reports.paired.zero_spread`); NaN below 2 values."""
+    """Sample SD (ddof 1); 0 at zero spread (:func:`reports.stats.paired_tests.zero_spread`); NaN below 2 values."""
     return NAN if d.size < 2 else 0.0 if bool(paired.zero_spread(d)) else float(np.std(d, ddof=1))
 
 
@@ -229,7 +229,7 @@ class _SequentialTest:
 
 
 def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
-    """Test differences ``d`` (seed order) as the plan reads them (:mod:`reports.looks`).
+    """Test differences ``d`` (seed order) as the plan reads them (:mod:`reports.stats.looks`).
 
     Without looks: ``test`` on all pairs, the ordinary p. With looks: ``test`` on the first
     n_k pairs at every look reached; the sequential p over them. Untested (fewer than 3

@@ -11,7 +11,7 @@ input, so it depends on neither the queue nor the store:
 
 and folds it with the store's ``runs`` frame (and the store's unreadable result files)
 into one :class:`GridProgress`: a state per run, counts, and whether the grid is
-complete. :mod:`reports.render` words it.
+complete. :mod:`reports.render.sections` words it.
 """
 
 from __future__ import annotations

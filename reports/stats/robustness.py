@@ -21,11 +21,11 @@ import numpy as np
 import polars as pl
 
 from harness.terms import config_diff
-from reports import decisions as dec
-from reports import paired
-from reports.blocks import Block, Heading, Para, Table
-from reports.pairing import LeftOut, Pair, cell_order
-from reports.results import Comparison, Descriptives
+from reports.stats import decisions as dec
+from reports.stats import paired_tests as paired
+from reports.render.blocks import Block, Heading, Para, Table
+from reports.stats.pairing import LeftOut, Pair, cell_order
+from reports.stats.results import Comparison, Descriptives
 
 KIND = "tuned_treatment_vs_parent"
 SUFFIX = " (tuned)"
@@ -87,7 +87,7 @@ def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: 
     Args:
         parent, treatment: the grid's variants (no row without a treatment).
         untuned: ``(size, budget) -> mean treatment - parent d`` of the frozen protocol.
-        describe: :func:`reports.stats.describe`.
+        describe: :func:`reports.stats.analysis.describe`.
 
     Returns:
         The rows, one per cell where both the treatment and the parent have tuned runs, and
@@ -143,8 +143,8 @@ def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: 
 
 def blocks(stats) -> list[Block]:
     """The report section of the robustness rows (none without ``[tuned]`` runs)."""
-    from reports.fmt import fmt_p
-    from reports.render import cell_label, mean_ci
+    from reports.render.fmt import fmt_p
+    from reports.render.sections import cell_label, mean_ci
 
     rows = getattr(stats, "robustness", ())
     if not rows:

@@ -27,15 +27,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from reports import decisions as dec
-from reports.looks import look_at
-from reports.render import fmt_tokens, look_text
-from reports.stats import ReportStats
+from reports.stats import decisions as dec
+from reports.stats.looks import look_at
+from reports.render.sections import fmt_tokens, look_text
+from reports.stats.analysis import ReportStats
 
 
 def cell_open(established, headline_last, codes) -> np.ndarray:
     """``[...]`` bool: the headline is undecided (not established, not at its last look) or the gain
-    is established and a control verdict (``codes [..., C]``, :data:`reports.decisions.VERDICTS`
+    is established and a control verdict (``codes [..., C]``, :data:`reports.stats.decisions.VERDICTS`
     indices) is inconclusive. Whether seeds can still be added (a next look exists) is separate."""
     established, headline_last = np.asarray(established, bool), np.asarray(headline_last, bool)
     inconclusive = (np.asarray(codes) == dec.V_INCONCLUSIVE).any(axis=-1)
@@ -108,7 +108,7 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
     """Decide, per cell of ``stats``, whether to add seeds and which (module docstring).
 
     Args:
-        stats: the grid's report statistics (:func:`reports.stats.analyze`), whose plan has looks.
+        stats: the grid's report statistics (:func:`reports.stats.analysis.analyze`), whose plan has looks.
         cells: what the queue holds per (size, budget) (:class:`CellSeeds`).
 
     Raises:

@@ -21,9 +21,9 @@ in a cell (size, budget), and why. A control is degenerate when any of these hol
 3. **no paired difference**: its paired differences with the parent (same seed and
    ``protocol_hash``, finite NLL) are exactly 0 at every seed.
 
-The A/A checks (:data:`reports.pairing.AA_VARIANTS`) are exempt: they must equal the
+The A/A checks (:data:`reports.stats.pairing.AA_VARIANTS`) are exempt: they must equal the
 parent. Two equal queries that form ONE route (``query_reparam``) are never compared:
-only pairs of routes are. The mapping goes to :func:`reports.stats.analyze` (``degenerate=``),
+only pairs of routes are. The mapping goes to :func:`reports.stats.analysis.analyze` (``degenerate=``),
 which gives those controls the verdict ``invalid: degenerate``, taking precedence over every
 other verdict.
 """
@@ -34,8 +34,8 @@ import math
 
 import polars as pl
 
-from reports.decisions import DEGENERATE  # noqa: F401  (the verdict, re-exported)
-from reports.pairing import AA_VARIANTS
+from reports.stats.decisions import DEGENERATE  # noqa: F401  (the verdict, re-exported)
+from reports.stats.pairing import AA_VARIANTS
 
 IDENTICAL_TOL = 1e-6  # max |difference| of summed queries (and offsets) below which two routes are one
 

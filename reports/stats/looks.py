@@ -27,7 +27,7 @@ alpha exactly when some look's p is below its increment at alpha.
 Validity of that shortcut needs every increment to grow with the level, which holds for
 gamma < :data:`GAMMA_MAX` = 2 (1 - Phi(1)) = 0.317 (then z_{1-gamma/2} > 1 >= t; see
 reports/LOG.md): levels above it are never spent, and a plan with looks needs alpha below
-it (:func:`reports.plan.parse_plan`).
+it (:func:`harness.analysis_plan.parse_plan`).
 
 Shapes: ``p`` ``[..., L]`` (L looks, NaN where a look is not reached), ``d`` ``[..., n]``.
 """
@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 import scipy.stats
 
-from reports.plan import LOOKS_MAX_ALPHA as GAMMA_MAX  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
+from harness.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
 
 _BISECT_STEPS = 64  # halvings of [0, GAMMA_MAX]: far below float resolution of any p
 
@@ -135,7 +135,7 @@ def at_looks(d, looks: tuple[int, ...], test: Callable[[np.ndarray], tuple[np.nd
     Args:
         d: ``[..., n]`` paired differences in seed order (nats/token).
         looks: the planned looks.
-        test: ``d [..., m] -> (p [...], exact [...])``, e.g. :func:`reports.decisions.headline_p`.
+        test: ``d [..., m] -> (p [...], exact [...])``, e.g. :func:`reports.stats.decisions.headline_p`.
 
     Returns:
         ``(p [..., K], mean [..., K])``, NaN at looks beyond n.

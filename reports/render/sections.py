@@ -1,8 +1,8 @@
-"""Words for a :class:`reports.stats.ReportStats`: the report's sections and the CLI summary.
+"""Words for a :class:`reports.stats.analysis.ReportStats`: the report's sections and the CLI summary.
 
-Everything a person reads is written here and in :mod:`reports.summary` (the top of the
+Everything a person reads is written here and in :mod:`reports.render.summary` (the top of the
 report: grid status, verdict banners, chips, how to read it); nothing here computes a
-statistic. Sections are lists of blocks (:mod:`reports.blocks`), written out as Markdown
+statistic. Sections are lists of blocks (:mod:`reports.render.blocks`), written out as Markdown
 and as one self-contained HTML file. Sentence helpers (``headline_sentence``, ``control_sentence``,
 ``aa_sentence``) are shared by the report and ``harness report``'s terminal summary.
 """
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import math
 
-from reports.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
-from reports.decisions import DOES_NOT_REPRODUCE, NOT_ASSESSED
-from reports.figures import FigureOut
-from reports.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
-from reports.fmt import seeds_text as _seeds, tokens_label
-from reports.looks import GAMMA_MAX, increments
-from reports.paired import EXACT_MAX_N, MIN_PAIRS
-from reports.pairing import AA_VARIANTS
-from reports.progress import FINISHED
-from reports.robustness import blocks as robustness_blocks
-from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
-from reports.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners
-from reports.summary import verdict_chip
+from reports.render.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
+from reports.stats.decisions import DOES_NOT_REPRODUCE, NOT_ASSESSED
+from reports.render.figures import FigureOut
+from reports.render.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
+from reports.render.fmt import seeds_text as _seeds, tokens_label
+from reports.stats.looks import GAMMA_MAX, increments
+from reports.stats.paired_tests import EXACT_MAX_N, MIN_PAIRS
+from reports.stats.pairing import AA_VARIANTS
+from reports.stats.progress import FINISHED
+from reports.stats.robustness import blocks as robustness_blocks
+from reports.stats.analysis import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
+from reports.render.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners
+from reports.render.summary import verdict_chip
 
 PAPER_HEADLINE = ("Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu): validation NLL lower "
                   "in 10/10 matched pairs (5 seeds x {120M, 343M}), mean dNLL -0.0301 / -0.0247 "
@@ -34,7 +34,7 @@ PAPER_HEADLINE = ("Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu
 
 
 def fmt_seq_p(p: float | None) -> str:
-    """A sequential p (reports.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
+    """A sequential p (reports.stats.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
     return f"> {GAMMA_MAX:.3g}" if p is not None and p >= 1 else fmt_p(p)
 
 

@@ -7,7 +7,7 @@ recomputed), and, descriptively, the slope of d on log2(budget) from the mixed m
 
     d ~ log2(budget) + (1 | seed)
 
-(statsmodels mixedlm, REML, :func:`reports.mixed.fit_reml`): the change of d per doubling
+(statsmodels mixedlm, REML, :func:`reports.stats.mixed.fit_reml`): the change of d per doubling
 of the budget, with its Wald 95 % interval. The random intercept per seed carries what a
 seed's data order and initialisation do at every budget. In a balanced design (every
 seed at every budget) the slope equals the ordinary least-squares slope of d on
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from reports.mixed import MixedCoef, fit_reml, fixed_effect
+from reports.stats.mixed import MixedCoef, fit_reml, fixed_effect
 
 KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check")
 NAN = float("nan")
@@ -95,8 +95,8 @@ def gain_vs_budget(comparisons, pairs) -> GainVsBudget:
     """Points and slopes for every (size, comparison with the parent) seen at two or more budgets.
 
     Args:
-        comparisons: the report's :class:`reports.stats.Comparison` rows (kind, size, budget, descriptives).
-        pairs: the report's :class:`reports.pairing.Pair` rows.
+        comparisons: the report's :class:`reports.stats.analysis.Comparison` rows (kind, size, budget, descriptives).
+        pairs: the report's :class:`reports.stats.pairing.Pair` rows.
     """
     groups: dict[tuple[str, str], list] = {}
     for c in comparisons:

@@ -8,16 +8,16 @@ control's reproduction contrast ``e = c - (1 - rho) p - rho t``, two-sided):
   a control the pilot lacks gets the pilot's contrast sds of that cell pooled, df-weighted;
   a budget the pilot lacks gets the pilot's nearest budget of the same size), or one given
   sd for every comparison;
-* the **MDE** at the grid's seeds and the plan's power (:func:`reports.power.look_mde`:
+* the **MDE** at the grid's seeds and the plan's power (:func:`reports.stats.power.look_mde`:
   at alpha, or at the level of the look the grid's seeds reach);
 * the **seeds needed** for the plan's ``min_effect_nats`` (min(rho, 1 - rho) of it for a
-  contrast; :func:`reports.power.planned_seeds`), or "not reachable at this budget";
+  contrast; :func:`reports.stats.power.planned_seeds`), or "not reachable at this budget";
 * the **cost** of running the cell at that many seeds: every variant of the cell (pairs
   need them all, ``harness topup`` adds them all), runs x budget tokens, and worker-hours
   at the measured throughput of that size (:func:`throughput`: the store's finished runs,
   end to end, else ``harness bench``'s Lightning loop, else unknown).
 
-Power by the noncentral t (statsmodels, :mod:`reports.power`). This module reads frames and
+Power by the noncentral t (statsmodels, :mod:`reports.stats.power`). This module reads frames and
 the report's statistics only; ``harness/commands/plan.py`` loads the grid and the store.
 """
 
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import polars as pl
 import scipy.stats
 
-from reports.looks import look_at
-from reports.plan import AnalysisPlan
-from reports.power import contrast_effect, look_mde, planned_seeds
-from reports.stats import ReportStats
+from reports.stats.looks import look_at
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.power import contrast_effect, look_mde, planned_seeds
+from reports.stats.analysis import ReportStats
 
 HEADLINE = "headline"
 CONTRAST = "contrast"

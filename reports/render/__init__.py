@@ -1,0 +1,1 @@
+"""Rendering the report (Markdown, HTML, figures) from :mod:`reports.stats`' result objects."""
