@@ -27,8 +27,10 @@ import polars as pl
 from harness.files import atomic_write
 from harness.terms import check_grid
 from reports.stats.degeneracy import find_degenerate
-from reports.render.figures import FigureOut, all_figures
+from reports.render.figure_set import all_figures
+from reports.render.figures import FigureOut
 from reports.render.sections import render_html, render_markdown
+from reports.render.summary import progress_sentence
 from reports.stats.robustness import split_tuned
 from harness.analysis_plan import AnalysisPlan
 from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
@@ -142,8 +144,6 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     except ValueError as exc:
         if "need exactly one parent variant, found none" not in str(exc) or not progress.total:
             raise
-        from reports.render.summary import progress_sentence
-
         raise ValueError(f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}") from None
     final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
     final = split_tuned(final, frames.runs)[0]  # figures show the frozen protocol's runs

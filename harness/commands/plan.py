@@ -68,7 +68,8 @@ def _shape(grid):
 
 def main(args: argparse.Namespace) -> int:
     from harness.scheduling.grid import load_grid
-    from reports.stats.seed_planning import plan_rows, render_plan, throughput
+    from reports.render.plan_table import render_plan
+    from reports.stats.seed_planning import plan_rows, throughput
 
     if args.pilot is not None and args.sd is not None:
         raise ValueError("give either --pilot GRID_NAME or --sd NATS, not both")

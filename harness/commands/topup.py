@@ -78,7 +78,8 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
     from reports.build import compute_stats, load_frames
-    from reports.stats.topup import describe, plan_topup
+    from reports.render.topup import describe
+    from reports.stats.topup import plan_topup
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)

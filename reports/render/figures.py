@@ -306,25 +306,3 @@ def gain_vs_budget(stats: ReportStats, size: str) -> FigureOut | None:
                      "Mean paired difference with the parent (first - parent, nats/token) and its 95 % t interval "
                      "at each budget; points of different comparisons are dodged slightly along the log axis. "
                      "Slopes per doubling of the budget from d ~ log2(budget) + (1 | seed), descriptive.", png_bytes(fig), None)
-
-
-def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None,
-                routing: pl.DataFrame | None) -> list[FigureOut]:
-    """Every figure of the report, per cell (size, budget), then those spanning cells; absent
-    data give no figure."""
-    from reports.render.routing_figures import routing_variants, routing_over_training  # it imports this module
-
-    out: list[FigureOut] = []
-    for size, budget in stats.cells:
-        figs = []
-        if metrics is not None and metrics.height:
-            figs.append(training_curves(metrics, final, stats, size, budget))
-        figs += [paired_differences(stats, size, budget), gain_fractions(stats, size, budget)]
-        if routing is not None and routing.height:
-            figs += [routing_over_training(routing, final, stats, v, size, budget)
-                     for v in routing_variants(stats)]
-        out += [f for f in figs if f is not None]
-    # Figures spanning the cells of a size (cell = None) follow: gain vs budget (DESIGN 8).
-    for size in dict.fromkeys(p.size for p in stats.budget.points):
-        out += [f for f in (gain_vs_budget(stats, size),) if f is not None]
-    return out

@@ -43,7 +43,9 @@ from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, pair_runs,
 from reports.stats.looks import Look, at_looks, look_at, sequential_p
 from harness.analysis_plan import AnalysisPlan, plan_from_configs
 from reports.stats.power import contrast_effect, look_mde, planned_seeds
+from reports.stats.descriptives import describe
 from reports.stats.progress import GridProgress, grid_progress
+from reports.stats.robustness import split_tuned, tuned_rows
 from reports.stats.results import (  # re-exported: the result objects are part of this module's API
     NAN, AA_NOISE_FRACTION, AA_NOISE_ABS, AA_STATUSES, CSV_COLUMNS, EXTRA_COLUMNS, KINDS, NOTE_FEW,
     NOTE_ZERO_SPREAD, NOTE_ZEROS, NOTE_LOST, NOTE_UNBOUNDED, NOTE_NO_EFFECT, NOTE_UNREACHABLE, NOTE_DEGENERATE,
@@ -51,27 +53,6 @@ from reports.stats.results import (  # re-exported: the result objects are part 
     R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT, R_NO_TREATMENT, R_NO_LOOK, Descriptives, Comparison, Headline,
     ControlAssessment, AACheck, DivergenceRow, ReportStats,
 )
-
-def describe(d) -> Descriptives:
-    """:class:`Descriptives` of a 1-D array of paired differences (nats/token).
-
-    Raises:
-        ValueError: non-finite values, or not one-dimensional.
-    """
-    d = paired.finite_array("d", d)
-    if d.ndim != 1:
-        raise ValueError(f"d must be one-dimensional, got shape {d.shape}")
-    t = {k: float(v) for k, v in paired.t_test(d).items()}
-    w_stat, w_p = paired.wilcoxon_p(d)
-    wins, losses = int((d < 0).sum()), int((d > 0).sum())
-    mean, sd = t["mean"], t["sd"]
-    return Descriptives(
-        int(d.size), mean, sd, t["ci_low"], t["ci_high"], t["t"], t["p"],
-        mean / sd if sd > 0 else NAN, math.expm1(mean) if d.size else NAN,
-        float(paired.sign_flip_p(d)), float(w_stat), float(w_p), float(paired.sign_test_p(d)),
-        float(paired.min_attainable_p(wins + losses)), wins, losses, d.size - wins - losses,
-        bool(t["zero_spread"]))
-
 
 def _aa_check(c: Comparison, d: np.ndarray, gain: float, alpha: float, steps: tuple[int, ...]) -> AACheck:
     """DESIGN 6 A/A check of comparison ``c`` with differences ``d`` (see :class:`AACheck`)."""
@@ -139,8 +120,6 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         ValueError, ProtocolMismatchError: see :func:`reports.stats.pairing.pair_runs`; runs
             carrying different analysis plans.
     """
-    from reports.stats.robustness import split_tuned, tuned_rows
-
     if grid is not None:  # the [tuned] runs are split off first: they pair only in the robustness row
         final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
         runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
@@ -198,7 +177,7 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     if progress is None:
         progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
     robust, robust_left = tuned_rows(tuned_final, tuned_runs, pairing.parent, t,
-                                     {k: h.mean for k, h in headlines.items()}, describe)
+                                     {k: h.mean for k, h in headlines.items()})
     budget = gain_vs_budget(comparisons, pairing.pairs)
     comparisons += [r.comparison for r in robust]
     return ReportStats(grid or "", plan, pairing.parent, t, controls, aa_set, pairing.references, tuple(comparisons),

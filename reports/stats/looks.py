@@ -181,4 +181,14 @@ def sequential_p(p, looks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return np.where(none, np.nan, seq), np.where(none, -1, deciding)
 
 
-__all__ = ["GAMMA_MAX", "spent", "increments", "Look", "look_at", "at_looks", "sequential_p"]
+def look_text(look) -> str:
+    """'look 2 of 3 (5 of 6 pairs tested), level 0.00523' / 'before the first look (3 pairs)' / ''."""
+    if not look.planned:
+        return ""
+    if look.before_first:
+        return f"before the first look ({look.pairs} pair(s), first look at {look.next_n})"
+    tested = f"{look.n} of {look.pairs} pairs tested" if look.n < look.pairs else f"{look.n} pairs"
+    return f"look {look.k} of {look.n_looks} ({tested}), level {look.level:.3g}"
+
+
+__all__ = ["look_text", "GAMMA_MAX", "spent", "increments", "Look", "look_at", "at_looks", "sequential_p"]

@@ -23,7 +23,7 @@ import polars as pl
 from harness.terms import config_diff
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
-from reports.render.blocks import Block, Heading, Para, Table
+from reports.stats.descriptives import describe
 from reports.stats.pairing import LeftOut, Pair, cell_order
 from reports.stats.results import Comparison, Descriptives
 
@@ -81,13 +81,12 @@ def _value(v) -> str:
 
 
 def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: str | None,
-               untuned: dict[tuple[str, int], float], describe) -> tuple[list[TunedRow], list[LeftOut]]:
+               untuned: dict[tuple[str, int], float]) -> tuple[list[TunedRow], list[LeftOut]]:
     """The robustness rows of the ``[tuned]`` runs (``final``/``runs`` from :func:`split_tuned`).
 
     Args:
         parent, treatment: the grid's variants (no row without a treatment).
         untuned: ``(size, budget) -> mean treatment - parent d`` of the frozen protocol.
-        describe: :func:`reports.stats.analysis.describe`.
 
     Returns:
         The rows, one per cell where both the treatment and the parent have tuned runs, and
@@ -141,34 +140,4 @@ def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: 
     return rows, left
 
 
-def blocks(stats) -> list[Block]:
-    """The report section of the robustness rows (none without ``[tuned]`` runs)."""
-    from reports.render.fmt import fmt_p
-    from reports.render.sections import cell_label, mean_ci
-
-    rows = getattr(stats, "robustness", ())
-    if not rows:
-        return []
-    out: list[Block] = [
-        Heading(2, "Robustness: treatment (tuned) - parent (tuned)"),
-        Para("Does the gain survive giving each side its own tuned settings (DESIGN 9)? Each variant's [tuned] runs "
-             "pair by seed; their protocols differ only in the tuned fields listed. Descriptive: one-sided paired t "
-             f"p at alpha {stats.plan.alpha:g}, in no family and no verdict.", "note"),
-    ]
-    table = []
-    for r in rows:
-        s = r.comparison.stats
-        table.append((r.comparison.comparison, cell_label(r.comparison.size, r.comparison.budget_tokens),
-                      f"{s.wins}/{s.n}", mean_ci(s.mean, s.ci_low, s.ci_high), fmt_p(r.p_one_sided),
-                      "-" if math.isnan(r.untuned_mean) else f"{r.untuned_mean:+.3g}", "; ".join(r.fields) or "-",
-                      f"{r.sources[0]} / {r.sources[1]}"))
-    out.append(Table(("comparison", "cell", "wins (k/n)", "mean dNLL [95 % CI]", "one-sided p",
-                      "untuned mean dNLL", "tuned fields", "sources (treatment / parent)"), tuple(table)))
-    lost = [f"{r.comparison.comparison} ({cell_label(r.comparison.size, r.comparison.budget_tokens)}): "
-            + "; ".join(r.comparison.missing) for r in rows if r.comparison.missing]
-    if lost:
-        out.append(Para("Left out: " + " | ".join(lost), "warn"))
-    return out
-
-
-__all__ = ["KIND", "TunedRow", "split_tuned", "tuned_rows", "blocks"]
+__all__ = ["KIND", "TunedRow", "split_tuned", "tuned_rows"]

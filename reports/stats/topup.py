@@ -16,7 +16,7 @@ open cell stays open until its last look.
 
 Seeds already queued or running (and finished runs not yet paired) count toward the next
 look, so running ``harness topup`` twice adds nothing the second time. New seeds are the
-next integers above every seed the cell has used. This module decides; it never touches
+next integers above every seed the cell has used. This module decides (:mod:`reports.render.topup` words it); it never touches
 the queue (``harness/commands/topup.py`` does, in a handful of calls).
 """
 
@@ -28,8 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from reports.stats import decisions as dec
-from reports.stats.looks import look_at
-from reports.render.sections import fmt_tokens, look_text
+from reports.stats.looks import look_at, look_text
 from reports.stats.analysis import ReportStats
 
 
@@ -79,10 +78,6 @@ class CellTopup:
     new_seeds: tuple[int, ...] = ()
     pending: tuple[int, ...] = ()
     variants: tuple[str, ...] = field(default=())
-
-    @property
-    def cell(self) -> str:
-        return f"cell {self.size}/{fmt_tokens(self.budget_tokens)}"
 
 
 def _why_open(stats: ReportStats, size: str, budget: int) -> tuple[bool, str]:
@@ -150,18 +145,4 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
     return out
 
 
-def describe(t: CellTopup, *, dry_run: bool = False) -> str:
-    """One line per cell: what was (or would be) queued and why, or why nothing."""
-    if not t.open:
-        return f"{t.cell}: {t.reason}: nothing to add" if "nothing to add" not in t.reason else f"{t.cell}: {t.reason}"
-    waiting = f"seed(s) {' '.join(map(str, t.pending))} already queued" if t.pending else ""
-    if not t.new_seeds:
-        return f"{t.cell}: {t.reason}; next look {t.next_look}: {waiting} (waiting for workers): nothing to add"
-    verb = "would queue" if dry_run else "queued"
-    runs = len(t.new_seeds) * len(t.variants)
-    also = f" ({waiting})" if waiting else ""
-    return (f"{t.cell}: {t.reason}; next look {t.next_look}: {verb} seed(s) {' '.join(map(str, t.new_seeds))} for "
-            f"{len(t.variants)} variants ({runs} runs){also}")
-
-
-__all__ = ["cell_open", "CellSeeds", "CellTopup", "plan_topup", "describe"]
+__all__ = ["cell_open", "CellSeeds", "CellTopup", "plan_topup"]
