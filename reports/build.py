@@ -27,6 +27,7 @@ import polars as pl
 from harness.files import atomic_write
 from harness.terms import check_grid
 from reports.stats.degeneracy import find_degenerate
+from reports.stats.pairing import NoParentError, of_grid
 from reports.render.figure_set import all_figures
 from reports.render.figures import FigureOut
 from reports.render.sections import render_html, render_markdown
@@ -141,12 +142,11 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     try:
         stats = compute_stats(frames, grid=grid, allow_partial=allow_partial, plan=plan, degenerate=degenerate,
                               progress=progress)
-    except ValueError as exc:
-        if "need exactly one parent variant, found none" not in str(exc) or not progress.total:
+    except NoParentError as exc:
+        if not progress.total:
             raise
         raise ValueError(f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}") from None
-    final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
-    final = split_tuned(final, frames.runs)[0]  # figures show the frozen protocol's runs
+    final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]  # figures show the frozen protocol's runs
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"

@@ -101,6 +101,36 @@ def _minus_parent(curves: pl.DataFrame, parent: str) -> pl.DataFrame:
     return curves.join(p, on=["seed", "tokens"]).with_columns(pl.col("value") - pl.col("parent_value"))
 
 
+def _curve_frames(metrics: pl.DataFrame, final: pl.DataFrame, size: str,
+                  budget_tokens: int) -> dict[str, pl.DataFrame]:
+    """``{"train": training loss, "val": validation NLL}`` (variant, seed, tokens, value) of the cell's runs
+    with a finite final NLL; a kind without a finite value is absent."""
+    runs = final.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget_tokens)
+                        & pl.col("val_nll").is_finite()).select("run_id", "variant", "seed")
+    m = metrics.join(runs, on="run_id")
+    kinds = {"train": m.filter((pl.col("split") == "train") & (pl.col("name") == "loss")),
+             "val": m.filter((pl.col("split") == "val") & (pl.col("name") == "nll"))}
+    kinds = {k: v.select("variant", "seed", "tokens", "value").filter(pl.col("value").is_finite())
+             for k, v in kinds.items()}
+    return {k: v for k, v in kinds.items() if v.height}
+
+
+def _draw_variants(ax, frame: pl.DataFrame, stats: ReportStats, colors: dict[str, str], smooth: int,
+                   marker: str | None, legend: bool) -> None:
+    """One line (mean over seeds) and band (min-max) per variant of ``frame`` on ``ax``."""
+    for variant in variant_order(stats):
+        sub = frame.filter(pl.col("variant") == variant)
+        if sub.height == 0:
+            continue
+        agg = _band(sub, smooth)
+        x, n = agg["tokens"].to_numpy(), int(agg["n"].max())
+        style = "--" if variant in stats.aa_variants else "-"
+        ax.plot(x, agg["mean"].to_numpy(), style, color=colors.get(variant, "k"), lw=1.5, marker=marker, ms=3,
+                label=f"{variant} ({n} seed{'s' if n != 1 else ''})" if legend else None)
+        ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=colors.get(variant, "k"),
+                        alpha=0.13, lw=0)
+
+
 def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportStats,
                     size: str, budget_tokens: int) -> FigureOut | None:
     """Training loss and validation NLL (nats/token) vs tokens, one line per variant.
@@ -120,14 +150,7 @@ def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportSta
     Returns:
         the figure, or None when there is no curve for this size and budget.
     """
-    runs = final.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget_tokens)
-                        & pl.col("val_nll").is_finite()).select("run_id", "variant", "seed")
-    m = metrics.join(runs, on="run_id")
-    kinds = {"train": m.filter((pl.col("split") == "train") & (pl.col("name") == "loss")),
-             "val": m.filter((pl.col("split") == "val") & (pl.col("name") == "nll"))}
-    kinds = {k: v.select("variant", "seed", "tokens", "value").filter(pl.col("value").is_finite())
-             for k, v in kinds.items()}
-    kinds = {k: v for k, v in kinds.items() if v.height}
+    kinds = _curve_frames(metrics, final, size, budget_tokens)
     if not kinds:
         return None
     steps = kinds["train"].group_by("variant", "seed").len()["len"].max() if "train" in kinds else 0
@@ -139,18 +162,8 @@ def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportSta
     for col, (kind, curves) in enumerate(kinds.items()):
         for row, frame in enumerate((curves, _minus_parent(curves, stats.parent))):
             ax = axes[row][col]
-            for variant in variant_order(stats):
-                sub = frame.filter(pl.col("variant") == variant)
-                if sub.height == 0:
-                    continue
-                agg = _band(sub, smooth[kind])
-                x, n = agg["tokens"].to_numpy(), int(agg["n"].max())
-                style = "--" if variant in stats.aa_variants else "-"
-                ax.plot(x, agg["mean"].to_numpy(), style, color=colors.get(variant, "k"), lw=1.5,
-                        marker="o" if kind == "val" else None, ms=3,
-                        label=f"{variant} ({n} seed{'s' if n != 1 else ''})" if (row, col) == (0, 0) else None)
-                ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=colors.get(variant, "k"),
-                                alpha=0.13, lw=0)
+            _draw_variants(ax, frame, stats, colors, smooth[kind], marker="o" if kind == "val" else None,
+                           legend=(row, col) == (0, 0))
             ax.grid(alpha=0.3)
             ax.xaxis.set_major_formatter(_tokens_label)
             if row == 0:

@@ -21,7 +21,11 @@ and protocol hash (:mod:`reports.stats.pairing`):
   control contrasts are tested at the look each cell has reached, at that look's share of
   alpha; Holm is applied to their sequential p.
 
-Results are the frozen dataclasses of :mod:`reports.stats.results` (re-exported here);
+:func:`analyze` reads as its steps: keep the grid's rows (:func:`~reports.stats.pairing.of_grid`), split off
+the ``[tuned]`` runs, pair, describe each comparison (:func:`_comparisons`), collect degenerate
+variants (:func:`_degeneracy`), decide the headlines (:func:`_headlines`) and the controls
+(:func:`_assess`), the A/A checks (:func:`_aa_checks`), the mixed models, the robustness rows and
+gain vs budget. Results are the frozen dataclasses of :mod:`reports.stats.results` (re-exported here);
 :meth:`ReportStats.to_frame` is ``stats.csv``. Notes are short fixed tags (``NOTE_*``);
 :mod:`reports.render.sections` words everything for people.
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -39,7 +44,7 @@ from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.budget import gain_vs_budget
 from reports.stats.mixed import fit_mixed_model
-from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, pair_runs, steps_by_run
+from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, of_grid, pair_runs, steps_by_run
 from reports.stats.looks import Look, at_looks, look_at, sequential_p
 from harness.analysis_plan import AnalysisPlan, plan_from_configs
 from reports.stats.power import contrast_effect, look_mde, planned_seeds
@@ -71,8 +76,9 @@ def _aa_check(c: Comparison, d: np.ndarray, gain: float, alpha: float, steps: tu
         status = "warn"
     else:
         status = "noise floor"
-    return AACheck(c.first, c.size, c.budget_tokens, int(d.size), max_abs, c.stats.mean, p, exact, tested,
-                   status, gain, threshold, steps)
+    return AACheck(variant=c.first, size=c.size, budget_tokens=c.budget_tokens, n=int(d.size), max_abs=max_abs,
+                   mean=c.stats.mean, p=p, exact=exact, tested=tested, status=status, gain=gain,
+                   threshold=threshold, steps=steps)
 
 
 def _divergence(pairing, cells) -> list[DivergenceRow]:
@@ -89,7 +95,8 @@ def _divergence(pairing, cells) -> list[DivergenceRow]:
             fail = tuple(sorted(x.seed for x in lo if x.status == "failed"))
             other = len(lo) - len(div) - len(fail)
             if done or lo:
-                out.append(DivergenceRow(size, budget, v, done, len(div), len(fail), other, div, fail))
+                out.append(DivergenceRow(size=size, budget_tokens=budget, variant=v, done=done, diverged=len(div),
+                                         failed=len(fail), unfinished=other, diverged_seeds=div, failed_seeds=fail))
     return out
 
 
@@ -120,31 +127,67 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         ValueError, ProtocolMismatchError: see :func:`reports.stats.pairing.pair_runs`; runs
             carrying different analysis plans.
     """
-    if grid is not None:  # the [tuned] runs are split off first: they pair only in the robustness row
-        final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
-        runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
+    final, runs = of_grid(final, grid), of_grid(runs, grid)
     runs_all = runs
+    # The [tuned] runs are split off first: they pair only in the robustness row.
     final, runs, tuned_final, tuned_runs = split_tuned(final, runs)
     pairing = pair_runs(final, runs, grid=grid, allow_partial=allow_partial, aa_variants=aa_variants)
-    if plan is None:
-        grid_runs = runs.filter(pl.col("grid") == grid) if grid is not None and "grid" in runs.columns else runs
-        plan = plan_from_configs(grid_runs["config"].to_list() if "config" in grid_runs.columns else [])
-    alpha = plan.alpha
+    plan = plan if plan is not None else plan_from_configs(runs["config"].to_list() if "config" in runs.columns else [])
     aa_set = tuple(v for v in pairing.controls if v in aa_variants)
     controls = tuple(v for v in pairing.controls if v not in aa_variants)
     sets = {(s.comparison, s.size, s.budget_tokens): s for s in pairing.sets}
-    comparisons = []
+    comparisons = _comparisons(pairing, aa_set)
+    warn = list(pairing.warnings)
+    degen = _degeneracy(comparisons, degenerate or {}, aa_set, warn)
+    cells = sorted({(s.size, s.budget_tokens) for s in pairing.sets}, key=cell_order)
+    t = pairing.treatment
+    headlines = _headlines(cells, sets, t, pairing.parent, degen, plan)
+    assessments = [a for size, budget in cells for a in
+                   _assess(size, budget, controls, sets, t, pairing.parent, degen, plan, headlines.get((size, budget)))]
+    aa = _aa_checks(comparisons, sets, headlines, steps_by_run(runs), plan.alpha)
+    mixed = _mixed_models(pairing, warn)
+    if progress is None:
+        progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
+    robust, robust_left = tuned_rows(tuned_final, tuned_runs, pairing.parent, t,
+                                     {k: h.mean for k, h in headlines.items()})
+    budget = gain_vs_budget(comparisons, pairing.pairs)
+    comparisons += [r.comparison for r in robust]
+    return ReportStats(
+        grid=grid or "", plan=plan, parent=pairing.parent, treatment=t, controls=controls, aa_variants=aa_set,
+        references=pairing.references, comparisons=tuple(comparisons), headlines=tuple(headlines.values()),
+        assessments=tuple(assessments), aa_checks=tuple(aa), divergence=tuple(_divergence(pairing, cells)),
+        pairs=pairing.pairs + tuple(p for r in robust for p in r.pairs),
+        left_out=pairing.left_out + tuple(robust_left), mixed=tuple(mixed), warnings=tuple(warn),
+        progress=progress, budget=budget, robustness=tuple(robust))
+
+
+def _mixed_models(pairing, warn: list[str]) -> list:
+    """The mixed-model cross-check of every cell (:func:`reports.stats.mixed.fit_mixed_model`); its warnings
+    go to ``warn``."""
+    mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
+    warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
+    return mixed
+
+
+def _comparisons(pairing, aa_set: tuple[str, ...]) -> list[Comparison]:
+    """One :class:`Comparison` per paired set; a control that is an A/A check is of kind ``aa_check``."""
+    out = []
     for s in pairing.sets:
         kind = "aa_check" if s.kind == "control_vs_parent" and s.first in aa_set else s.kind
-        comparisons.append(Comparison(s.comparison, s.first, s.second, kind, s.size, s.budget_tokens, s.seeds,
-                                      describe([p.diff for p in s.pairs]), s.missing, s.code_versions))
-    warn = list(pairing.warnings)
+        out.append(Comparison(comparison=s.comparison, first=s.first, second=s.second, kind=kind, size=s.size,
+                              budget_tokens=s.budget_tokens, seeds=s.seeds, stats=describe([p.diff for p in s.pairs]),
+                              missing=s.missing, code_versions=s.code_versions))
+    return out
 
-    # Degeneracy: the given mapping (A/A exempt), plus all-zero paired differences of a control.
+
+def _degeneracy(comparisons: list[Comparison], given: Mapping[tuple[str, int, str], str], aa_set: tuple[str, ...],
+                warn: list[str]) -> dict[tuple[str, int, str], str]:
+    """``(size, budget, variant) -> reason``: the given mapping (A/A checks exempt, unknown cells warned
+    about in ``warn``), plus every control whose paired differences with the parent are all zero."""
     degen = {}
     known = {(c.size, c.budget_tokens, c.first) for c in comparisons} | {
         (c.size, c.budget_tokens, c.second) for c in comparisons}
-    for key, reason in (degenerate or {}).items():
+    for key, reason in given.items():
         if key[2] in aa_set:
             continue
         if tuple(key) not in known:
@@ -155,15 +198,12 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         if c.kind == "control_vs_parent" and c.stats.n and c.stats.ties == c.stats.n:
             key = (c.size, c.budget_tokens, c.first)
             degen[key] = "; ".join(x for x in (degen.get(key), ALL_ZERO_REASON) if x)
+    return degen
 
-    cells = sorted({(s.size, s.budget_tokens) for s in pairing.sets}, key=cell_order)
-    t = pairing.treatment
-    headlines = _headlines(cells, sets, t, pairing.parent, degen, plan)
-    assessments = []
-    for size, budget in cells:
-        assessments += _assess(size, budget, controls, sets, t, pairing.parent, degen, plan,
-                               headlines.get((size, budget)))
-    steps_of = steps_by_run(runs)
+
+def _aa_checks(comparisons: list[Comparison], sets: dict, headlines: dict[tuple[str, int], Headline],
+               steps_of: dict[str, int], alpha: float) -> list[AACheck]:
+    """The A/A check of every ``aa_check`` comparison, against its cell's treatment gain."""
     aa = []
     for c in comparisons:
         if c.kind != "aa_check":
@@ -172,18 +212,7 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         h = headlines.get((c.size, c.budget_tokens))
         steps = tuple(sorted({steps_of[r] for p in ps.pairs for r in (p.run_first, p.run_second) if r in steps_of}))
         aa.append(_aa_check(c, np.array([p.diff for p in ps.pairs]), h.mean if h and h.n else NAN, alpha, steps))
-    mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
-    warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
-    if progress is None:
-        progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
-    robust, robust_left = tuned_rows(tuned_final, tuned_runs, pairing.parent, t,
-                                     {k: h.mean for k, h in headlines.items()})
-    budget = gain_vs_budget(comparisons, pairing.pairs)
-    comparisons += [r.comparison for r in robust]
-    return ReportStats(grid or "", plan, pairing.parent, t, controls, aa_set, pairing.references, tuple(comparisons),
-                       tuple(headlines.values()), tuple(assessments), tuple(aa), tuple(_divergence(pairing, cells)),
-                       pairing.pairs + tuple(p for r in robust for p in r.pairs), pairing.left_out + tuple(robust_left),
-                       tuple(mixed), tuple(warn), progress, budget, tuple(robust))
+    return aa
 
 
 def _sd(d: np.ndarray) -> float:
@@ -216,13 +245,26 @@ def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
     """
     look = look_at(d.size, plan.looks, plan.alpha)
     if look.n < paired.MIN_PAIRS:
-        return _SequentialTest(look, NAN, False, NAN, float(d.mean()) if d.size else NAN, 0)
+        return _SequentialTest(look=look, p=NAN, exact=False, sequential_p=NAN,
+                               deciding_mean=float(d.mean()) if d.size else NAN, decided_look=0)
     p, exact = test(d[:look.n])
     if not plan.looks:
-        return _SequentialTest(look, float(p), bool(exact), float(p), float(d.mean()), 0)
+        return _SequentialTest(look=look, p=float(p), exact=bool(exact), sequential_p=float(p),
+                               deciding_mean=float(d.mean()), decided_look=0)
     p_looks, means = at_looks(d, plan.looks, test)
     seq, i = sequential_p(p_looks, plan.looks)
-    return _SequentialTest(look, float(p), bool(exact), float(seq), float(means[int(i)]), int(i) + 1)
+    return _SequentialTest(look=look, p=float(p), exact=bool(exact), sequential_p=float(seq),
+                           deciding_mean=float(means[int(i)]), decided_look=int(i) + 1)
+
+
+class _HeadlineInput(NamedTuple):
+    """One cell's treatment - parent differences and their test, before Holm over the cells."""
+
+    size: str
+    budget: int
+    d: np.ndarray
+    test: _SequentialTest
+    degenerate: str
 
 
 def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan) -> dict[tuple[str, int], Headline]:
@@ -236,30 +278,48 @@ def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan) -> dic
         if ps is None:
             continue
         d = _diffs(ps)
-        degenerate = degen.get((size, budget, treatment), "")
-        rows.append((size, budget, d, _sequential(d, plan, dec.headline_p), degenerate))
+        rows.append(_HeadlineInput(size=size, budget=budget, d=d, test=_sequential(d, plan, dec.headline_p),
+                                   degenerate=degen.get((size, budget, treatment), "")))
     if not rows:
         return {}
-    seq = [r[3] for r in rows]
-    adj, est = dec.decide_headline(np.array([q.look.n for q in seq]), np.array([q.deciding_mean for q in seq]),
-                                   np.array([q.sequential_p for q in seq]), plan.alpha,
-                                   np.array([bool(r[4]) for r in rows]))
+    adj, est = dec.decide_headline(np.array([r.test.look.n for r in rows]),
+                                   np.array([r.test.deciding_mean for r in rows]),
+                                   np.array([r.test.sequential_p for r in rows]), plan.alpha,
+                                   np.array([bool(r.degenerate) for r in rows]))
     n_cells = int(np.isfinite(adj).sum())
-    out = {}
-    for (size, budget, d, q, degenerate), hp, established in zip(rows, adj, est):
-        n, mean, established = int(d.size), float(d.mean()) if d.size else NAN, bool(established)
-        reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_NO_LOOK
-                  if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
-                  if not d[:q.look.n].mean() < 0 else R_HOLM)
-        verdict = dec.DEGENERATE if degenerate else dec.GAIN_ESTABLISHED if established else dec.GAIN_NOT_ESTABLISHED
-        sd = _sd(d)
-        p = NAN if degenerate else q.p  # a degenerate treatment is not tested
-        out[(size, budget)] = Headline(
-            size, budget, label, n, mean, sd, p, q.exact, float(hp), n_cells, q.look.level, established, verdict,
-            reason, degenerate, look_mde(sd, n, plan, "one-sided"),
-            planned_seeds(plan.min_effect_nats, sd, plan, "one-sided"), q.look,
-            NAN if degenerate else q.sequential_p, q.decided_look)
-    return out
+    return {(r.size, r.budget): _headline(r, label, float(hp), bool(established), n_cells, plan)
+            for r, hp, established in zip(rows, adj, est)}
+
+
+def _headline(r: _HeadlineInput, label: str, holm_p: float, established: bool, n_cells: int,
+              plan: AnalysisPlan) -> Headline:
+    """The :class:`Headline` of one cell, given its Holm p and whether the gain is established."""
+    d, q, degenerate = r.d, r.test, r.degenerate
+    n, mean = int(d.size), float(d.mean()) if d.size else NAN
+    reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_NO_LOOK
+              if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
+              if not d[:q.look.n].mean() < 0 else R_HOLM)
+    verdict = dec.DEGENERATE if degenerate else dec.GAIN_ESTABLISHED if established else dec.GAIN_NOT_ESTABLISHED
+    sd = _sd(d)
+    return Headline(
+        size=r.size, budget_tokens=r.budget, comparison=label, n=n, mean=mean, sd=sd,
+        p_one_sided=NAN if degenerate else q.p,  # a degenerate treatment is not tested
+        exact=q.exact, holm_p=holm_p, n_cells=n_cells, level=q.look.level, established=established,
+        verdict=verdict, reason=reason, degenerate_reason=degenerate, mde_nats=look_mde(sd, n, plan, "one-sided"),
+        seeds_needed=planned_seeds(plan.min_effect_nats, sd, plan, "one-sided"), look=q.look,
+        sequential_p=NAN if degenerate else q.sequential_p, decided_look=q.decided_look)
+
+
+class _ContrastInput(NamedTuple):
+    """One control's reproduction contrast in one cell and its test, before Holm over the controls."""
+
+    control: str
+    seeds: tuple[int, ...]
+    x: np.ndarray  # control - parent
+    y: np.ndarray  # treatment - parent, same seeds
+    e: np.ndarray  # the reproduction contrast
+    test: _SequentialTest
+    degenerate: str
 
 
 def _assess(size, budget, controls, sets, treatment, parent, degen, plan: AnalysisPlan,
@@ -274,33 +334,40 @@ def _assess(size, budget, controls, sets, treatment, parent, degen, plan: Analys
         if cp is None:
             continue
         seeds = tuple(p.seed for p in cp.pairs if p.seed in d_tp)
-        x = np.array([p.diff for p in cp.pairs if p.seed in d_tp])  # control - parent
-        y = np.array([d_tp[s] for s in seeds])  # treatment - parent, same seeds
+        x = np.array([p.diff for p in cp.pairs if p.seed in d_tp])
+        y = np.array([d_tp[s] for s in seeds])
         e = dec.reproduction_contrast(x, y, plan.reproduce_fraction)
-        degenerate = degen.get((size, budget, c), "")
-        rows.append((c, seeds, x, y, e, _sequential(e, plan, dec.two_sided_p), degenerate))
+        rows.append(_ContrastInput(control=c, seeds=seeds, x=x, y=y, e=e, test=_sequential(e, plan, dec.two_sided_p),
+                                   degenerate=degen.get((size, budget, c), "")))
     if not rows:
         return []
-    adj, codes = dec.decide_controls(established, np.array([bool(r[6]) for r in rows]),
-                                     np.array([r[5].look.n for r in rows]),
-                                     np.array([r[5].deciding_mean for r in rows]),
-                                     np.array([r[5].sequential_p for r in rows]), plan.alpha)
+    adj, codes = dec.decide_controls(established, np.array([bool(r.degenerate) for r in rows]),
+                                     np.array([r.test.look.n for r in rows]),
+                                     np.array([r.test.deciding_mean for r in rows]),
+                                     np.array([r.test.sequential_p for r in rows]), plan.alpha)
     fam = int(np.isfinite(adj).sum())
+    return [_assessment(r, size, budget, float(hp), int(code), fam, head, plan)
+            for r, hp, code in zip(rows, adj, codes)]
+
+
+def _assessment(r: _ContrastInput, size: str, budget: int, hp: float, code: int, fam: int, head: Headline | None,
+                plan: AnalysisPlan) -> ControlAssessment:
+    """The :class:`ControlAssessment` of one control, given its Holm p, verdict code and family size."""
+    established = head is not None and head.established
+    q, n = r.test, int(r.e.size)
+    mean_e = float(r.e.mean()) if n else NAN
+    p, exact, seq = (q.p, q.exact, q.sequential_p) if math.isfinite(hp) else (NAN, False, NAN)  # untested
+    reason = (R_DEGENERATE if r.degenerate else (R_NO_TREATMENT if head is None else R_NO_GAIN)
+              if not established else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
+              else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES) else R_HOLM)
+    sd_e = _sd(r.e)
     planned = contrast_effect(plan.min_effect_nats, plan.reproduce_fraction)
-    out = []
-    for (c, seeds, x, y, e, q, degenerate), hp, code in zip(rows, adj, codes):
-        n, code = int(e.size), int(code)
-        mean_e = float(e.mean()) if n else NAN
-        p, exact, seq = (q.p, q.exact, q.sequential_p) if math.isfinite(hp) else (NAN, False, NAN)  # untested
-        reason = (R_DEGENERATE if degenerate else (R_NO_TREATMENT if head is None else R_NO_GAIN)
-                  if not established else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
-                  else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES) else R_HOLM)
-        sd_e = _sd(e)
-        # Step 2 quantities only where step 2 runs (assessed, in the family).
-        f = dec.fieller(x, y) if math.isfinite(hp) else dict(f=NAN, low=NAN, high=NAN, bounded=False)
-        out.append(ControlAssessment(
-            c, size, budget, n, seeds, mean_e, sd_e, p, exact, float(hp), fam if math.isfinite(hp) else 0,
-            float(f["f"]), float(f["low"]), float(f["high"]), bool(f["bounded"]), dec.VERDICTS[code], reason,
-            degenerate, look_mde(sd_e, n, plan, "two-sided"), planned,
-            planned_seeds(planned, sd_e, plan, "two-sided"), q.look, seq))
-    return out
+    # Step 2 quantities only where step 2 runs (assessed, in the family).
+    f = dec.fieller(r.x, r.y) if math.isfinite(hp) else dict(f=NAN, low=NAN, high=NAN, bounded=False)
+    return ControlAssessment(
+        control=r.control, size=size, budget_tokens=budget, n=n, seeds=r.seeds, contrast_mean=mean_e,
+        contrast_sd=sd_e, contrast_p=p, exact=exact, holm_p=hp, family_size=fam if math.isfinite(hp) else 0,
+        fraction=float(f["f"]), fraction_low=float(f["low"]), fraction_high=float(f["high"]),
+        bounded=bool(f["bounded"]), verdict=dec.VERDICTS[code], reason=reason, degenerate_reason=r.degenerate,
+        mde_nats=look_mde(sd_e, n, plan, "two-sided"), planned_effect=planned,
+        seeds_needed=planned_seeds(planned, sd_e, plan, "two-sided"), look=q.look, sequential_p=seq)

@@ -35,7 +35,7 @@ import math
 import polars as pl
 
 from reports.stats.decisions import DEGENERATE  # noqa: F401  (the verdict, re-exported)
-from reports.stats.pairing import AA_VARIANTS
+from reports.stats.pairing import AA_VARIANTS, of_grid
 
 IDENTICAL_TOL = 1e-6  # max |difference| of summed queries (and offsets) below which two routes are one
 
@@ -67,9 +67,7 @@ def find_degenerate(final: pl.DataFrame, runs: pl.DataFrame, route_pairs: pl.Dat
         (max |summed-query difference| = 0, 3 run(s))"``. Controls without done runs, or
         without records for a criterion, are not judged by that criterion.
     """
-    if grid is not None:
-        final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
-        runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
+    final, runs = of_grid(final, grid), of_grid(runs, grid)
     done = runs.filter(pl.col("status") == "done")
     controls = done.filter((pl.col("role") == "control") & ~pl.col("variant").is_in(list(aa_variants)))
     parents = done.filter(pl.col("role") == "parent")

@@ -23,6 +23,8 @@ from urllib.parse import unquote
 
 import polars as pl
 
+from reports.stats.pairing import of_grid
+
 # Run states, in the order the report lists them. The first five are the queue's
 # (harness.terms.STATUSES); the last two exist only where queue and store disagree.
 DONE, DIVERGED, FAILED, RUNNING, QUEUED = "done", "diverged", "failed", "running", "queued"
@@ -153,8 +155,7 @@ def grid_progress(runs: pl.DataFrame, queue: Mapping[str, QueuedRun | str | Mapp
     Raises:
         ValueError: a queue state outside queued, running, done, diverged, failed.
     """
-    if grid is not None and "grid" in runs.columns:
-        runs = runs.filter(pl.col("grid") == grid)
+    runs = of_grid(runs, grid)
     unreadable = dict(unreadable or {})
     stored = {r["run_id"]: r for r in runs.iter_rows(named=True)}
     out: dict[str, RunProgress] = {}
