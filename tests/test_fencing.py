@@ -151,7 +151,7 @@ def _reclaim(url: str | None, results: str, done) -> None:
     done.set()
 
 
-@pytest.mark.parametrize("backend", ["journal", "postgres"])
+@pytest.mark.parametrize("backend", ["journal", pytest.param("postgres", marks=pytest.mark.slow)])
 def test_while_the_result_is_renamed_no_one_can_take_the_run_over(tmp_path, backend, request):
     url = request.getfixturevalue("pg_url") if backend == "postgres" else None
     q = RunQueue.open(url, tmp_path)

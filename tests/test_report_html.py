@@ -68,6 +68,7 @@ def report(request, tmp_path_factory):
     return request.param, result, out, measured
 
 
+@pytest.mark.slow  # Chromium
 def test_case_verdicts_are_what_the_layout_test_needs(report):
     """The three reports between them show every definite verdict and every A/A status."""
     name, result, _, _ = report
@@ -80,6 +81,7 @@ def test_case_verdicts_are_what_the_layout_test_needs(report):
     assert want[0] <= verdicts and aa == want[1], (verdicts, aa)
 
 
+@pytest.mark.slow  # Chromium
 @pytest.mark.parametrize("width", WIDTHS)
 def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
     name, result, _, measured = report
@@ -97,6 +99,7 @@ def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
     assert m["tocPosition"] == ("sticky" if width >= 1250 else "static")
 
 
+@pytest.mark.slow  # Chromium
 def test_verdict_banners_chips_and_the_aa_box(report):
     name, result, out, measured = report
     s = result.stats
@@ -135,6 +138,7 @@ def test_verdict_banners_chips_and_the_aa_box(report):
     assert "dup_route_tied" not in controls  # the A/A check is not listed as a control
 
 
+@pytest.mark.slow  # Chromium
 @pytest.mark.parametrize("width", WIDTHS)
 def test_screenshots_show_a_drawn_page(report, width, tmp_path):
     _, _, out, _ = report

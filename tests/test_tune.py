@@ -153,6 +153,7 @@ def test_show_json_and_write_grid_keeps_comments(drained):
     assert table["block_attnres"] == {"lr": lr, "warmup_tokens": warm} and "# keep me" in grid.read_text()
 
 
+@pytest.mark.slow  # Chromium
 def test_optuna_dashboard_shows_the_grid_study_with_values(drained):
     results = drained["results"]
     port = services.free_port()

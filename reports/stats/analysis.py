@@ -188,7 +188,8 @@ def _degeneracy(comparisons: list[Comparison], given: Mapping[tuple[str, int, st
     known = {(c.size, c.budget_tokens, c.first) for c in comparisons} | {
         (c.size, c.budget_tokens, c.second) for c in comparisons}
     for key, reason in given.items():
-        if key[2] in aa_set:
+        _size, _budget, variant = key
+        if variant in aa_set:
             continue
         if tuple(key) not in known:
             warn.append(f"degeneracy given for {key}, which is not a variant of a cell of this grid: ignored")

@@ -121,11 +121,11 @@ class Look:
 def look_at(pairs: int, looks: tuple[int, ...], alpha: float) -> Look:
     """The look a cell with ``pairs`` pairs is at (module docstring: largest look <= pairs)."""
     if not looks:
-        return Look(0, 0, int(pairs), float(alpha), None, int(pairs))
+        return Look(k=0, n_looks=0, n=int(pairs), level=float(alpha), next_n=None, pairs=int(pairs))
     k = int(np.searchsorted(np.asarray(looks), pairs, side="right"))  # looks <= pairs
     level = float(increments(alpha, looks)[k - 1]) if k else float("nan")
     nxt = int(looks[k]) if k < len(looks) else None
-    return Look(k, len(looks), int(looks[k - 1]) if k else 0, level, nxt, int(pairs))
+    return Look(k=k, n_looks=len(looks), n=int(looks[k - 1]) if k else 0, level=level, next_n=nxt, pairs=int(pairs))
 
 
 def at_looks(d, looks: tuple[int, ...], test: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]

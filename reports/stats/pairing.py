@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import polars as pl
 
@@ -23,6 +24,20 @@ RUNS_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "p
 AA_VARIANTS = ("dup_route_tied",)  # built-in A/A checks (== parent in exact arithmetic)
 _VARIANT_KEYS = ("variant", "role", "run_id")  # config keys that differ between paired runs by design
 SIZE_ORDER = ("tiny", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
+
+
+class RunKey(NamedTuple):
+    """Where a run sits in the grid: variant, size, budget (tokens) and seed (a dict key, read by name)."""
+
+    variant: str
+    size: str
+    budget_tokens: int
+    seed: int
+
+
+def run_key(row: dict) -> RunKey:
+    """The :class:`RunKey` of a ``final``/``runs`` row."""
+    return RunKey(row["variant"], row["size"], row["budget_tokens"], row["seed"])
 
 
 class ProtocolMismatchError(ValueError):
@@ -277,8 +292,8 @@ def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = Non
                          key=cell_order))
     known = _KnownRuns(
         run_info={r["run_id"]: r for r in runs.iter_rows(named=True)},
-        values={(r["variant"], r["size"], r["budget_tokens"], r["seed"]): r for r in usable.iter_rows(named=True)},
-        why_missing={(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out})
+        values={run_key(r): r for r in usable.iter_rows(named=True)},
+        why_missing={RunKey(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out})
     sets: list[PairedSet] = []
     mismatches: list[str] = []
     for size, budget in cells:
@@ -350,8 +365,8 @@ class _KnownRuns:
     and why a (variant, size, budget, seed) has no usable run."""
 
     run_info: dict[str, dict]
-    values: dict[tuple, dict]
-    why_missing: dict[tuple, str]
+    values: dict[RunKey, dict]
+    why_missing: dict[RunKey, str]
 
 
 def _pair_cell(size: str, budget: int, comparisons: list[tuple[str, str, str]], known: _KnownRuns,
@@ -359,7 +374,7 @@ def _pair_cell(size: str, budget: int, comparisons: list[tuple[str, str, str]], 
     """The paired sets of one cell; a protocol mismatch goes to ``mismatches`` and ``left_out``, a
     mix of code versions among the cell's pairs to ``warn``."""
     # Expected seeds: every seed any variant has at this size and budget, finished or not.
-    expected = sorted({k[3] for k in known.values if k[1:3] == (size, budget)}
+    expected = sorted({k.seed for k in known.values if (k.size, k.budget_tokens) == (size, budget)}
                       | {lo.seed for lo in left_out
                          if (lo.size, lo.budget_tokens) == (size, budget) and lo.seed is not None})
     cell_versions: dict[str, str | None] = {}  # run_id -> code_version, over all pairs
@@ -389,10 +404,10 @@ def _pair_seed(label: str, first: str, second: str, size: str, budget: int, seed
                left_out: list[LeftOut], mismatches: list[str], missing: list[str]) -> Pair | None:
     """The pair ``first - second`` at one seed, or None with the reason appended to ``missing`` (and, for
     a protocol mismatch, to ``mismatches`` and ``left_out``)."""
-    a = known.values.get((first, size, budget, seed))
-    b = known.values.get((second, size, budget, seed))
+    a = known.values.get(RunKey(first, size, budget, seed))
+    b = known.values.get(RunKey(second, size, budget, seed))
     if a is None or b is None:
-        why = [f"{v}: {known.why_missing.get((v, size, budget, seed), 'no run')}"
+        why = [f"{v}: {known.why_missing.get(RunKey(v, size, budget, seed), 'no run')}"
                for v, row in ((first, a), (second, b)) if row is None]
         missing.append(f"seed {seed} ({'; '.join(why)})")
         return None

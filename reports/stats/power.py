@@ -110,13 +110,13 @@ def seeds_needed(effect_nats: float | None, sd: float, alpha: float, power: floa
     effect) or an unusable SD gives ``n = None`` with ``power_at_max`` NaN.
     """
     if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
-        return SeedsNeeded(None, False, float("nan"), max_seeds)
+        return SeedsNeeded(n=None, reachable=False, power_at_max=float("nan"), max_seeds=max_seeds)
     ns = np.arange(MIN_SEEDS, max_seeds + 1)
     pw = np.atleast_1d(power_at(effect_nats, sd, ns, alpha, alternative))
     hit = np.flatnonzero(pw >= power)
     if hit.size == 0:
-        return SeedsNeeded(None, False, float(pw[-1]), max_seeds)
-    return SeedsNeeded(int(ns[hit[0]]), True, float(pw[-1]), max_seeds)
+        return SeedsNeeded(n=None, reachable=False, power_at_max=float(pw[-1]), max_seeds=max_seeds)
+    return SeedsNeeded(n=int(ns[hit[0]]), reachable=True, power_at_max=float(pw[-1]), max_seeds=max_seeds)
 
 
 def contrast_effect(min_effect_nats: float | None, rho: float) -> float | None:
@@ -156,8 +156,8 @@ def planned_seeds(effect_nats: float | None, sd: float, plan: AnalysisPlan, alte
         return seeds_needed(effect_nats, sd, plan.alpha, plan.power, alternative, plan.max_seeds)
     last = plan.looks[-1]
     if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
-        return SeedsNeeded(None, False, float("nan"), last, True)
+        return SeedsNeeded(n=None, reachable=False, power_at_max=float("nan"), max_seeds=last, at_looks=True)
     pw = [power_at(effect_nats, sd, n, float(level), alternative)
           for n, level in zip(plan.looks, increments(plan.alpha, plan.looks))]
     hit = next((n for n, p in zip(plan.looks, pw) if p >= plan.power), None)
-    return SeedsNeeded(hit, hit is not None, float(pw[-1]), last, True)
+    return SeedsNeeded(n=hit, reachable=hit is not None, power_at_max=float(pw[-1]), max_seeds=last, at_looks=True)

@@ -231,10 +231,13 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
             runs = len(variants) * need.n if need.reachable else None
             tokens = runs * budget if runs is not None else None
             hours = tokens / tps / 3600 if tokens is not None and tps else None
-            rows.append(PlanRow(label, key if key == HEADLINE else CONTRAST, size, budget, got.sd, got.source,
-                                got.df if pilot is not None and got.sd is not None else None, shape.n_seeds, level, None if math.isnan(mde) else mde, effect, need.n,
-                                need.reachable, None if math.isnan(need.power_at_max) else need.power_at_max,
-                                runs, tokens, hours))
+            rows.append(PlanRow(comparison=label, kind=key if key == HEADLINE else CONTRAST, size=size,
+                                budget_tokens=budget, sd_nats=got.sd, sd_source=got.source,
+                                sd_df=got.df if pilot is not None and got.sd is not None else None,
+                                n_seeds=shape.n_seeds, level=level, mde_nats=None if math.isnan(mde) else mde,
+                                planned_effect_nats=effect, seeds_needed=need.n, reachable=need.reachable,
+                                power_at_max=None if math.isnan(need.power_at_max) else need.power_at_max, runs=runs,
+                                tokens=tokens, est_hours=hours))
     return rows
 
 

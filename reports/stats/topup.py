@@ -122,7 +122,7 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
         held = cells.get((size, budget), CellSeeds(frozenset(), frozenset(), ()))
         open_, reason = _why_open(stats, size, budget)
         if not open_:
-            out.append(CellTopup(size, budget, False, reason, variants=held.variants))
+            out.append(CellTopup(size=size, budget_tokens=budget, open=False, reason=reason, variants=held.variants))
             continue
         comp = next((c for c in stats.comparisons if (c.comparison, c.size, c.budget_tokens) == (h.comparison, size,
                                                                                                  budget)), None)
@@ -131,17 +131,18 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
         look = look_at(len(paired), plan.looks, plan.alpha)
         target = look.next_n
         if target is None:
-            out.append(CellTopup(size, budget, False, f"{reason}; past the last look: nothing to add",
-                                 variants=held.variants))
+            out.append(CellTopup(size=size, budget_tokens=budget, open=False,
+                                 reason=f"{reason}; past the last look: nothing to add", variants=held.variants))
             continue
         if target > plan.max_seeds:
-            out.append(CellTopup(size, budget, False, f"{reason}; next look {target} > max_seeds {plan.max_seeds}",
-                                 target, variants=held.variants))
+            out.append(CellTopup(size=size, budget_tokens=budget, open=False,
+                                 reason=f"{reason}; next look {target} > max_seeds {plan.max_seeds}", next_look=target,
+                                 variants=held.variants))
             continue
         k = max(0, target - len(paired) - len(pending))
         start = max(held.used | paired, default=-1) + 1
-        out.append(CellTopup(size, budget, True, reason, target, tuple(range(start, start + k)), tuple(pending),
-                             held.variants))
+        out.append(CellTopup(size=size, budget_tokens=budget, open=True, reason=reason, next_look=target,
+                             new_seeds=tuple(range(start, start + k)), pending=tuple(pending), variants=held.variants))
     return out
 
 
