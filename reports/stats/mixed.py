@@ -70,6 +70,8 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
         ``(result or None, warnings raised, error text or "")``; a fit that raises (a singular
         design) is returned as an error, never raised.
     """
+    # Deferred on purpose: pandas and statsmodels' formula interface (patsy) are heavy, and only the
+    # mixed-model fit needs them (`harness plan` without a pilot imports this module and never fits).
     import pandas as pd  # statsmodels' formula interface needs pandas
     import statsmodels.formula.api as smf
 
