@@ -20,7 +20,7 @@ from reports.stats import decisions as dec
 from harness.analysis_plan import AnalysisPlan
 from reports.stats.analysis import analyze
 from reports.synthetic import frames_from_values
-from reports.render.topup import describe
+from reports.render.topup_lines import describe
 from reports.stats.topup import CellSeeds, cell_open, plan_topup
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 

@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
     from reports.build import compute_stats, load_frames
-    from reports.render.topup import describe
+    from reports.render.topup_lines import describe
     from reports.stats.topup import plan_topup
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -15,7 +15,7 @@ from reports.render.blocks import Block, Box, Bullets, Chip, Heading, Image, Par
 from reports.render.figures import FigureOut
 from reports.render.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
 from reports.render.fmt import seeds_text as _seeds, tokens_label
-from reports.render.robustness import blocks as robustness_blocks
+from reports.render.robustness_section import blocks as robustness_blocks
 from reports.render.sentences import (aa_sentence, cell_label, control_sentence, fraction_text, headline_sentence,
                                       mean_ci, needed_short)
 from reports.render.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners

@@ -16,7 +16,7 @@ open cell stays open until its last look.
 
 Seeds already queued or running (and finished runs not yet paired) count toward the next
 look, so running ``harness topup`` twice adds nothing the second time. New seeds are the
-next integers above every seed the cell has used. This module decides (:mod:`reports.render.topup`
+next integers above every seed the cell has used. This module decides (:mod:`reports.render.topup_lines`
 words it); it never touches the queue (``harness/commands/topup.py`` does, in a handful of calls).
 """
 
