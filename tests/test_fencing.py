@@ -55,6 +55,7 @@ checkpoint_every_tokens = 1024
 """
 
 
+@pytest.mark.slow  # trains on real text past a lease
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_path):
     grid = tmp_path / "stoptest.toml"
