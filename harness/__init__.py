@@ -13,7 +13,8 @@ The stages of one run, and of a study, each a package; imports point one way
 
 Top-level modules: :mod:`harness.config` (size presets, training settings, :class:`RunConfig`),
 :mod:`harness.terms` (roles, statuses, run ids, config differences), :mod:`harness.files`
-(atomic file replacement) and :mod:`harness.fencing` (who may still write a run's checkpoints
+(atomic file replacement), :mod:`harness.analysis_plan` (a grid's ``[analysis]`` table, read by the
+grid parser and the report) and :mod:`harness.fencing` (who may still write a run's checkpoints
 and result: owner, epoch, :class:`~harness.fencing.LeaseLost`). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
 store), ``reports`` (statistics and the report).
 """

@@ -244,7 +244,7 @@ class RunConfig:
         budget_tokens: training budget in tokens (> 0).
         corpus: corpus spec, an absolute path or ``hf:OWNER/NAME:CONFIG``.
         train: overrides of the preset's :class:`TrainConfig` (grid ``[train]``, then ``--set``).
-        analysis: the grid's analysis plan (:meth:`reports.plan.AnalysisPlan.as_config`);
+        analysis: the grid's analysis plan (:meth:`harness.analysis_plan.AnalysisPlan.as_config`);
             ``None`` for an ad-hoc run. Not part of the protocol.
         model: overrides of :class:`ModelConfig` fields (not ``vocab_size``: the tokenizer
             sets it); empty for the preset's shape. Part of the protocol through the model.

@@ -2,7 +2,7 @@
 
 Output folder layout (DESIGN section 6)::
 
-    OUT/stats.csv       one row per comparison x size x budget (column contract: reports.stats.CSV_COLUMNS)
+    OUT/stats.csv       one row per comparison x size x budget (column contract: reports.stats.analysis.CSV_COLUMNS)
     OUT/pairs.csv       every matched pair: run ids, NLLs, paired difference
     OUT/report.md       Markdown; figures linked from OUT/figures/
     OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)
@@ -26,13 +26,16 @@ import polars as pl
 
 from harness.files import atomic_write
 from harness.terms import check_grid
-from reports.degeneracy import find_degenerate
-from reports.figures import FigureOut, all_figures
-from reports.render import render_html, render_markdown
-from reports.robustness import split_tuned
-from reports.plan import AnalysisPlan
-from reports.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
-from reports.stats import ReportStats, analyze
+from reports.stats.degeneracy import find_degenerate
+from reports.stats.pairing import NoParentError, of_grid
+from reports.render.figure_set import all_figures
+from reports.render.figures import FigureOut
+from reports.render.sections import render_html, render_markdown
+from reports.render.summary import progress_sentence
+from reports.stats.robustness import split_tuned
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
+from reports.stats.analysis import ReportStats, analyze
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +101,8 @@ def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: boo
                   progress: GridProgress | None = None) -> ReportStats:
     """The report's statistics of one grid, without writing anything (``harness report``, ``plan``, ``topup``).
 
-    ``degenerate`` None: found from the frames' routing records (:func:`reports.degeneracy.find_degenerate`).
-    ``progress``: the grid's status next to the queue (:func:`reports.progress.grid_progress`).
+    ``degenerate`` None: found from the frames' routing records (:func:`reports.stats.degeneracy.find_degenerate`).
+    ``progress``: the grid's status next to the queue (:func:`reports.stats.progress.grid_progress`).
     Arguments and errors as :func:`build_report`.
     """
     if degenerate is None:  # judged on the frozen protocol's runs (the [tuned] runs repeat variant and seed)
@@ -121,16 +124,16 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
         grid: grid name (filters the frames if they carry a ``grid`` column; shown in titles).
         allow_partial: protocol mismatches and duplicated runs become warnings (pair left out).
         plan: the analysis plan (default: the one stored with the runs, see
-            :func:`reports.plan.plan_from_configs`).
-        degenerate: ``{(size, budget_tokens, variant): reason}`` (see :func:`reports.stats.analyze`).
+            :func:`harness.analysis_plan.plan_from_configs`).
+        degenerate: ``{(size, budget_tokens, variant): reason}`` (see :func:`reports.stats.analysis.analyze`).
         figures: draw the PNG figures (off: tables only, faster).
         queue: the queue's view of the grid's runs, ``{run_id: QueuedRun | state}``
-            (:mod:`reports.progress`); None where the queue was not found or not read. The
+            (:mod:`reports.stats.progress`); None where the queue was not found or not read. The
             report then says so and never claims that every run finished.
         queue_note: where the queue is, or why it was not read (printed with the grid status).
 
     Raises:
-        ValueError, reports.pairing.ProtocolMismatchError: from :func:`reports.stats.analyze`
+        ValueError, reports.stats.pairing.ProtocolMismatchError: from :func:`reports.stats.analysis.analyze`
             (e.g. no finished run of the parent yet: the message then says what the queue holds).
     """
     progress = grid_progress(frames.runs, queue, grid=grid,
@@ -139,14 +142,11 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     try:
         stats = compute_stats(frames, grid=grid, allow_partial=allow_partial, plan=plan, degenerate=degenerate,
                               progress=progress)
-    except ValueError as exc:
-        if "need exactly one parent variant, found none" not in str(exc) or not progress.total:
+    except NoParentError as exc:
+        if not progress.total:
             raise
-        from reports.summary import progress_sentence
-
         raise ValueError(f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}") from None
-    final = frames.final.filter(pl.col("grid") == grid) if grid and "grid" in frames.final.columns else frames.final
-    final = split_tuned(final, frames.runs)[0]  # figures show the frozen protocol's runs
+    final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]  # figures show the frozen protocol's runs
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"

@@ -4,18 +4,18 @@ Each simulated study is one grid: per seed, every variant's final NLL is
 ``base_s + effect_v + noise_vs`` (noise ~ N(0, sd) per run, independent across runs;
 ``base_s`` cancels in every paired difference and is left out). The parent's noise is
 shared by all its comparisons, as in a real grid. The studies go through exactly the
-functions :mod:`reports.stats` uses (:func:`reports.decisions.headline_p`,
-:func:`~reports.decisions.decide_headline`, :func:`~reports.decisions.reproduction_contrast`,
-:func:`~reports.decisions.two_sided_p`, :func:`~reports.decisions.decide_controls`),
+functions :mod:`reports.stats.analysis` uses (:func:`reports.stats.decisions.headline_p`,
+:func:`~reports.stats.decisions.decide_headline`, :func:`~reports.stats.decisions.reproduction_contrast`,
+:func:`~reports.stats.decisions.two_sided_p`, :func:`~reports.stats.decisions.decide_controls`),
 vectorised over the studies.
 
     python -m reports.simulate            # the tables quoted in reports/LOG.md
     python -m reports.simulate --studies 4000 --seed 1
 
 Sequential studies (DESIGN section 8) are read at the plan's looks (default 3, 5, 10 seeds)
-and topped up whenever the cell is open (:func:`reports.topup.cell_open`), through the same
-look functions the report uses (:func:`reports.looks.at_looks`,
-:func:`~reports.looks.sequential_p`). A study's decision at look k depends only on its
+and topped up whenever the cell is open (:func:`reports.stats.topup.cell_open`), through the same
+look functions the report uses (:func:`reports.stats.looks.at_looks`,
+:func:`~reports.stats.looks.sequential_p`). A study's decision at look k depends only on its
 first n_k seeds, so every study is drawn with n_K seeds and read at each look in turn; a
 study that closed at look k keeps its verdicts from look k.
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports import decisions as dec
-from reports.looks import at_looks, sequential_p
-from reports.topup import cell_open
+from reports.stats import decisions as dec
+from reports.stats.looks import at_looks, sequential_p
+from reports.stats.topup import cell_open
 
 NOISE_SD = 0.003  # nats/token per run (reports/synthetic.py's default)
 GAIN = -0.012  # planted treatment - parent gain, nats/token (4 noise SDs)
@@ -63,7 +63,7 @@ def headline_false_positive_rate(n: int, studies: int, rng: np.random.Generator,
 class VerdictRates:
     """Rates over simulated studies of one n: the headline and each control's verdicts.
 
-    ``verdicts[f]`` maps each verdict of :data:`reports.decisions.VERDICTS` to its rate for
+    ``verdicts[f]`` maps each verdict of :data:`reports.stats.decisions.VERDICTS` to its rate for
     the control that reproduces a fraction ``f`` of the gain.
     """
 

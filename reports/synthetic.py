@@ -95,21 +95,27 @@ def synthetic_frames(*, grid: str = "synthetic", sizes: tuple[str, ...] = ("smal
                                   "val_ppl": math.exp(nll)})
                     runs.append({**common, "status": "done", "error": None, "code_version": "abc1234",
                                  "config": json.dumps(config), "n_params": 1_000_000, "wall_s": 60.0})
-                    for k in range(1, n_evals + 1):
-                        tokens = budget * k // n_evals
-                        # Power-law-ish decay ending exactly at the final NLL.
-                        wiggle = rng.normal(0, noise_sd) if k < n_evals else 0.0
-                        value = nll + 0.8 * (math.sqrt(n_evals / k) - 1) + wiggle
-                        metrics.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="val",
-                                            name="nll", value=value))
-                        metrics.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="train",
-                                            name="loss", value=value + 0.05))
+                    metrics += _metric_rows(run_id, budget, nll, n_evals, noise_sd, rng)
                     routing += _routing_rows(run_id, budget, variant, n_layers, rng)
                     if variant != "prenorm":
                         _degeneracy_rows(pairs, params, run_id, budget, variant, n_layers, rng)
     return {"final": pl.DataFrame(final), "runs": pl.DataFrame(runs),
             "metrics": pl.DataFrame(metrics), "routing": pl.DataFrame(routing),
             "route_pairs": pl.DataFrame(pairs), "route_params": pl.DataFrame(params)}
+
+
+def _metric_rows(run_id: str, budget: int, nll: float, n_evals: int, noise_sd: float,
+                 rng: np.random.Generator) -> list[dict]:
+    """Validation NLL and training loss at ``n_evals`` evenly spaced evaluations of one run."""
+    rows = []
+    for k in range(1, n_evals + 1):
+        tokens = budget * k // n_evals
+        # Power-law-ish decay ending exactly at the final NLL.
+        wiggle = rng.normal(0, noise_sd) if k < n_evals else 0.0
+        value = nll + 0.8 * (math.sqrt(n_evals / k) - 1) + wiggle
+        rows.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="val", name="nll", value=value))
+        rows.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="train", name="loss", value=value + 0.05))
+    return rows
 
 
 def _degeneracy_rows(pairs: list[dict], params: list[dict], run_id: str, tokens: int, variant: str,

@@ -78,3 +78,15 @@ def chaos_reference(tmp_path_factory) -> dict[str, float]:
     if not chaos.SAMPLE.is_dir():
         pytest.skip(f"sample corpus absent: {chaos.SAMPLE}")
     return chaos.reference(tmp_path_factory.mktemp("chaos-reference"), CHAOS_CELLS)
+
+
+# `pytest -m "not slow"` is the developer's loop (README); `make test` runs everything. A test is slow
+# when it starts a real service through one of these fixtures; tests that start Chromium or train
+# for long carry `@pytest.mark.slow` (or a module-level `pytestmark`) in their own file.
+SLOW_FIXTURES = frozenset({"postgres", "pg_url", "slurm", "chaos_reference"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -82,6 +82,7 @@ def test_pairs_split_each_ratio_by_category_round_by_round(eager):
     assert all(ci is None for ci in pair["category_intervals"].values())  # 3 rounds: no 95 % interval
 
 
+@pytest.mark.slow  # compiles the models (torch.compile): long on a CPU
 def test_compiled_kernels_are_visible_to_the_profile(tmp_path):
     """Under --compile the fused kernels are profiled one by one (not as one opaque graph
     call), so the routing sites' fused kernels are found by name."""

@@ -1,4 +1,4 @@
-"""Gain vs budget (reports/budget.py, DESIGN section 8): points per budget, the slope of d on
+"""Gain vs budget (reports/stats/budget.py, DESIGN section 8): points per budget, the slope of d on
 log2(budget) from d ~ log2(budget) + (1 | seed), the report's table and figure. CPU only, ~5 s:
 
     python -m pytest -q tests/test_budget.py
@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from reports.budget import gain_vs_budget
+from reports.stats.budget import gain_vs_budget
 from reports.build import Frames, build_report
-from reports.stats import analyze
+from reports.stats.analysis import analyze
 from reports.synthetic import synthetic_frames
 
 BUDGETS = (100_000, 400_000, 1_600_000)

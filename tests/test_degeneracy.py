@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
-from reports.degeneracy import DEGENERATE, IDENTICAL_TOL, find_degenerate
-from reports.stats import analyze
+from reports.stats.degeneracy import DEGENERATE, IDENTICAL_TOL, find_degenerate
+from reports.stats.analysis import analyze
 from reports.synthetic import frames_from_values
 
 SEEDS = [0, 1, 2, 3, 4]

@@ -52,6 +52,7 @@ def harness(*args, env, timeout=600):
     return proc.stdout
 
 
+@pytest.mark.slow  # trains a whole grid on real text with two workers
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_queue_two_workers_sql_report(tmp_path):
     grid = tmp_path / "e2e_tiny.toml"

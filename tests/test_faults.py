@@ -263,6 +263,7 @@ def test_unreadable_result_files_are_named_by_status_sql_and_report(tmp_path):
 # ----------------------------------------------------------------------------- harness run --grid
 
 
+@pytest.mark.slow  # trains a run on real text, then a second one
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_harness_run_refuses_a_finished_cell_with_other_settings(tmp_path):
     args = ["run", "--variant", "fixed_v", "--size", "tiny", "--seed", "0", "--budget-tokens", "2048",

@@ -55,6 +55,7 @@ checkpoint_every_tokens = 1024
 """
 
 
+@pytest.mark.slow  # trains on real text past a lease
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_path):
     grid = tmp_path / "stoptest.toml"
@@ -151,7 +152,7 @@ def _reclaim(url: str | None, results: str, done) -> None:
     done.set()
 
 
-@pytest.mark.parametrize("backend", ["journal", "postgres"])
+@pytest.mark.parametrize("backend", ["journal", pytest.param("postgres", marks=pytest.mark.slow)])
 def test_while_the_result_is_renamed_no_one_can_take_the_run_over(tmp_path, backend, request):
     url = request.getfixturevalue("pg_url") if backend == "postgres" else None
     q = RunQueue.open(url, tmp_path)

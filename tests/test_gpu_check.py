@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from harness.cli import build_parser
 
@@ -45,6 +46,7 @@ def test_dry_run_prints_the_gpu_commands_and_each_parses(tmp_path):
     assert not (tmp_path / "summary.txt").read_text()  # nothing ran
 
 
+@pytest.mark.slow  # trains: a bench, a drained grid and a DDP run
 def test_cpu_fallback_runs_every_step(tmp_path):
     proc = subprocess.run([str(SCRIPT), "--cpu", str(tmp_path)], capture_output=True, text=True, env=_env(),
                           timeout=300)

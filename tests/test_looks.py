@@ -1,4 +1,4 @@
-"""Sequential looks (reports/looks.py, DESIGN section 8): the O'Brien-Fleming-type Lan-DeMets
+"""Sequential looks (reports/stats/looks.py, DESIGN section 8): the O'Brien-Fleming-type Lan-DeMets
 spending, which look a cell is at, the sequential p, and how the report reads a plan with looks.
 CPU only, a few seconds:
 
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from reports import decisions as dec
-from reports.looks import GAMMA_MAX, at_looks, increments, look_at, sequential_p, spent
-from reports.plan import AnalysisPlan, parse_plan
-from reports.power import look_mde, mde, planned_seeds, power_at, seeds_needed
-from reports.stats import analyze
+from reports.stats import decisions as dec
+from reports.stats.looks import GAMMA_MAX, at_looks, increments, look_at, sequential_p, spent
+from harness.analysis_plan import AnalysisPlan, parse_plan
+from reports.stats.power import look_mde, mde, planned_seeds, power_at, seeds_needed
+from reports.stats.analysis import analyze
 from reports.synthetic import frames_from_values
 
 ALPHA = 0.05

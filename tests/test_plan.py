@@ -1,4 +1,4 @@
-"""The analysis plan (reports/plan.py, DESIGN section 6): the grid's [analysis] table, checked at
+"""The analysis plan (harness/analysis_plan.py, DESIGN section 6): the grid's [analysis] table, checked at
 queue time, stored with every run, fixed once runs exist. CPU only, ~3 s:
 
     python -m pytest -q tests/test_plan.py
@@ -13,7 +13,7 @@ import pytest
 from harness.cli import main as cli
 from harness.scheduling.grid import load_grid
 from harness.scheduling.queue import RunQueue
-from reports.plan import AnalysisPlan, parse_plan, plan_from_configs
+from harness.analysis_plan import AnalysisPlan, parse_plan, plan_from_configs
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
 

@@ -1,4 +1,4 @@
-"""harness plan (reports/planning.py, DESIGN section 8): paired sds from a pilot or given, MDE at the
+"""harness plan (reports/stats/seed_planning.py, DESIGN section 8): paired sds from a pilot or given, MDE at the
 grid's seeds, seeds needed for min_effect_nats, cost in runs, tokens and worker-hours; the command on
 a real results store. CPU only, a few seconds:
 
@@ -17,11 +17,11 @@ import pytest
 
 from db.store import Store
 from harness.cli import main as cli
-from reports.looks import increments
-from reports.plan import AnalysisPlan
-from reports.planning import JSON_KEYS, GridShape, Throughput, pilot_sds, plan_rows, sd_interval, throughput
-from reports.power import mde, seeds_needed
-from reports.stats import analyze
+from reports.stats.looks import increments
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.seed_planning import JSON_KEYS, GridShape, Throughput, pilot_sds, plan_rows, sd_interval, throughput
+from reports.stats.power import mde, seeds_needed
+from reports.stats.analysis import analyze
 from reports.synthetic import synthetic_frames
 
 DEMO = Path(__file__).resolve().parent.parent / "ablations" / "rd_controls_small.toml"

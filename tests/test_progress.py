@@ -1,4 +1,4 @@
-"""The grid status of a report (reports/progress.py, reports/summary.py): the queue's view of
+"""The grid status of a report (reports/stats/progress.py, reports/render/summary.py): the queue's view of
 the runs next to the store's, and a report that never claims that every run finished when
 some are queued, running, failed or unreadable. Synthetic frames, no queue server (the real
 journal queue end to end: tests/test_report.py). CPU only, ~10 s:
@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
-from reports.progress import NOT_IN_STORE, UNREADABLE, QueuedRun, grid_progress, unreadable_run_ids
-from reports.summary import progress_sentence
+from reports.stats.progress import NOT_IN_STORE, UNREADABLE, QueuedRun, grid_progress, unreadable_run_ids
+from reports.render.summary import progress_sentence
 from reports.synthetic import synthetic_frames
 
 VARIANTS = {"block_attnres": 0.0, "rd_attnres": -0.03, "fixed_v": -0.01}  # a 3 x 3 grid: 9 runs

@@ -22,8 +22,8 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
-from reports.decisions import NOT_ASSESSED
-from reports.stats import CSV_COLUMNS
+from reports.stats.decisions import NOT_ASSESSED
+from reports.stats.analysis import CSV_COLUMNS
 from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

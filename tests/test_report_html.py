@@ -20,9 +20,9 @@ import polars as pl
 import pytest
 
 import browser
-from reports import decisions as dec
+from reports.stats import decisions as dec
 from reports.build import Frames, build_report
-from reports.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
+from reports.render.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
 from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 WIDTHS = (1400, 900)
@@ -68,6 +68,7 @@ def report(request, tmp_path_factory):
     return request.param, result, out, measured
 
 
+@pytest.mark.slow  # Chromium
 def test_case_verdicts_are_what_the_layout_test_needs(report):
     """The three reports between them show every definite verdict and every A/A status."""
     name, result, _, _ = report
@@ -80,6 +81,7 @@ def test_case_verdicts_are_what_the_layout_test_needs(report):
     assert want[0] <= verdicts and aa == want[1], (verdicts, aa)
 
 
+@pytest.mark.slow  # Chromium
 @pytest.mark.parametrize("width", WIDTHS)
 def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
     name, result, _, measured = report
@@ -97,6 +99,7 @@ def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
     assert m["tocPosition"] == ("sticky" if width >= 1250 else "static")
 
 
+@pytest.mark.slow  # Chromium
 def test_verdict_banners_chips_and_the_aa_box(report):
     name, result, out, measured = report
     s = result.stats
@@ -119,7 +122,7 @@ def test_verdict_banners_chips_and_the_aa_box(report):
     for a in s.assessments:  # in the banner and in the controls table
         chip = verdict_chip(a.verdict, short=True)
         assert texts.count((chip.text, chip.tone)) >= 2
-    # The legend: a chip for every verdict string of reports.decisions and every A/A status.
+    # The legend: a chip for every verdict string of reports.stats.decisions and every A/A status.
     for v in (*dec.VERDICTS, dec.GAIN_ESTABLISHED, dec.GAIN_NOT_ESTABLISHED):
         assert (v, VERDICT_TONES[v]) in texts, v
     for shown, tone in AA_DISPLAY.values():
@@ -135,6 +138,7 @@ def test_verdict_banners_chips_and_the_aa_box(report):
     assert "dup_route_tied" not in controls  # the A/A check is not listed as a control
 
 
+@pytest.mark.slow  # Chromium
 @pytest.mark.parametrize("width", WIDTHS)
 def test_screenshots_show_a_drawn_page(report, width, tmp_path):
     _, _, out, _ = report

@@ -11,8 +11,8 @@ import pytest
 from scipy import stats as sps
 
 from harness.scheduling.grid import parse_grid, resolve_tuned
-from reports.render import render_markdown
-from reports.stats import analyze
+from reports.render.sections import render_markdown
+from reports.stats.analysis import analyze
 
 SEEDS = (0, 1, 2, 3)
 PARENT = [3.10, 3.12, 3.08, 3.11, 3.09]

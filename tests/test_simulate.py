@@ -1,10 +1,10 @@
 """Simulation tests of DESIGN section 6 through the report's own decision functions.
 
 Seeded; tolerances from the binomial standard error of each rate. The studies run
-through reports.decisions exactly as reports.stats calls it (reports/simulate.py), and
+through reports.stats.decisions exactly as reports.stats.analysis calls it (reports/simulate.py), and
 one small batch is also pushed through the full analyze() path to show the two agree.
 The expected rates come from an independent power computation (statsmodels TTestPower,
-noncentral t). Sequential looks (DESIGN 8) run through reports.looks the same way. CPU only, ~10 s:
+noncentral t). Sequential looks (DESIGN 8) run through reports.stats.looks the same way. CPU only, ~10 s:
 
     python -m pytest -q tests/test_simulate.py
 """
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from reports import decisions as dec
-from reports.looks import increments
-from reports.plan import AnalysisPlan
+from reports.stats import decisions as dec
+from reports.stats.looks import increments
+from harness.analysis_plan import AnalysisPlan
 from reports.simulate import (FRACTIONS, GAIN, NOISE_SD, binomial_se, established_by_look,
                               headline_false_positive_rate, main, sequential_null, sequential_verdicts, verdict_rates)
-from reports.stats import analyze
+from reports.stats.analysis import analyze
 from reports.synthetic import frames_from_values
 
 ALPHA, RHO = 0.05, 0.5

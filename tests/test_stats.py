@@ -1,4 +1,4 @@
-"""The statistics plan of DESIGN section 6 (reports/paired.py, decisions.py, power.py, stats.py).
+"""The statistics plan of DESIGN section 6 (reports/stats/paired_tests.py, decisions.py, power.py, stats.py).
 
 Every number in stats.csv is checked against an independent computation written here:
 brute-force enumeration of all 2^n sign patterns (sign-flip and Wilcoxon nulls), scipy
@@ -26,12 +26,12 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
 from harness.terms import config_diff
-from reports import decisions as dec
-from reports import paired
-from reports.pairing import ProtocolMismatchError
-from reports.plan import AnalysisPlan
-from reports.power import contrast_effect, mde, power_at, seeds_needed
-from reports.stats import CSV_COLUMNS, analyze, describe
+from reports.stats import decisions as dec
+from reports.stats import paired_tests as paired
+from reports.stats.pairing import ProtocolMismatchError
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.power import contrast_effect, mde, power_at, seeds_needed
+from reports.stats.analysis import CSV_COLUMNS, analyze, describe
 from reports.synthetic import frames_from_values
 
 ALPHA = 0.05

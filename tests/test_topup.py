@@ -16,11 +16,12 @@ from db.store import Store
 from harness.cli import main as cli
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
-from reports import decisions as dec
-from reports.plan import AnalysisPlan
-from reports.stats import analyze
+from reports.stats import decisions as dec
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.analysis import analyze
 from reports.synthetic import frames_from_values
-from reports.topup import CellSeeds, cell_open, describe, plan_topup
+from reports.render.topup_lines import describe
+from reports.stats.topup import CellSeeds, cell_open, plan_topup
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
 LOOKS = (3, 5)

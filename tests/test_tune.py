@@ -89,6 +89,7 @@ def drained(tmp_path_factory):
     return {"results": results, "env": env, "grid": grid, "tmp": tmp}
 
 
+@pytest.mark.slow  # the `drained` fixture trains a six-trial study and a grid
 def test_six_trial_study_best_value_is_the_smallest_val_nll_in_duckdb(drained):
     results, env = drained["results"], drained["env"]
     study = optuna.load_study(study_name="tune:t6", storage=journal(results))
@@ -117,6 +118,7 @@ def test_six_trial_study_best_value_is_the_smallest_val_nll_in_duckdb(drained):
     assert len({t.params["lr"] for t in ended}) == 6  # six different points
 
 
+@pytest.mark.slow  # the `drained` fixture trains a six-trial study and a grid
 def test_grid_study_has_values_and_status_reads_every_study(drained):
     results, env = drained["results"], drained["env"]
     storage = journal(results)
@@ -129,6 +131,7 @@ def test_grid_study_has_values_and_status_reads_every_study(drained):
     assert "g2 " in status and "tune:t6 " in status
 
 
+@pytest.mark.slow  # the `drained` fixture trains a six-trial study and a grid
 def test_show_json_and_write_grid_keeps_comments(drained):
     results, env, grid = drained["results"], drained["env"], drained["grid"]
     study = optuna.load_study(study_name="tune:t6", storage=journal(results))
@@ -153,6 +156,7 @@ def test_show_json_and_write_grid_keeps_comments(drained):
     assert table["block_attnres"] == {"lr": lr, "warmup_tokens": warm} and "# keep me" in grid.read_text()
 
 
+@pytest.mark.slow  # Chromium
 def test_optuna_dashboard_shows_the_grid_study_with_values(drained):
     results = drained["results"]
     port = services.free_port()

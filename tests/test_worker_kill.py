@@ -40,6 +40,7 @@ def harness(*args, env, **kw):
     return subprocess.Popen([sys.executable, "-m", "harness", *args], env=env, **kw)
 
 
+@pytest.mark.slow  # trains real runs, kills a worker, trains them again
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     grid = tmp_path / "killtest.toml"

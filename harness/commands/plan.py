@@ -51,9 +51,9 @@ def _sd(text: str) -> float:
 
 
 def _shape(grid):
-    """The grid as :class:`reports.planning.GridShape` (A/A checks are no control)."""
-    from reports.pairing import AA_VARIANTS
-    from reports.planning import GridShape
+    """The grid as :class:`reports.stats.seed_planning.GridShape` (A/A checks are no control)."""
+    from reports.stats.pairing import AA_VARIANTS
+    from reports.stats.seed_planning import GridShape
 
     by_cell: dict[tuple[str, int], list[str]] = {}
     for c in grid.cells():
@@ -68,7 +68,8 @@ def _shape(grid):
 
 def main(args: argparse.Namespace) -> int:
     from harness.scheduling.grid import load_grid
-    from reports.planning import plan_rows, render_plan, throughput
+    from reports.render.plan_table import render_plan
+    from reports.stats.seed_planning import plan_rows, throughput
 
     if args.pilot is not None and args.sd is not None:
         raise ValueError("give either --pilot GRID_NAME or --sd NATS, not both")

@@ -56,7 +56,7 @@ def _queue_view(args: argparse.Namespace):
 
     from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
-    from reports.progress import QueuedRun
+    from reports.stats.progress import QueuedRun
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = describe_storage(args.storage, args.results)
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
     """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
     from db.store import Store  # imported here: the report core works on frames without db
     from reports.build import build_report, load_frames
-    from reports.render import summary_lines
+    from reports.render.sections import summary_lines
 
     out = args.out if args.out is not None else args.results / "reports" / args.grid
     try:

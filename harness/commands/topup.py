@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _held(queued: dict) -> dict:
-    """Per cell, what the queue holds (reports.topup.CellSeeds) from ``RunQueue.runs(grid)``."""
-    from reports.topup import CellSeeds
+    """Per cell, what the queue holds (reports.stats.topup.CellSeeds) from ``RunQueue.runs(grid)``."""
+    from reports.stats.topup import CellSeeds
 
     by_cell: dict = {}
     for r in queued.values():
@@ -78,7 +78,8 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
     from reports.build import compute_stats, load_frames
-    from reports.topup import describe, plan_topup
+    from reports.render.topup_lines import describe
+    from reports.stats.topup import plan_topup
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)

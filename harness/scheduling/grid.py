@@ -28,7 +28,7 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     block_attnres = "tune:parent_small"          # the best params of a tuning study (DESIGN 9)
     rd_attnres = { lr = 3e-3, warmup_frac = 0.1 }  # or explicit params (harness.scheduling.tuning)
 
-    [analysis]                       # optional analysis plan (reports.plan, DESIGN section 6)
+    [analysis]                       # optional analysis plan (harness.analysis_plan, DESIGN section 6)
     min_effect_nats = 0.01
 
 ``[train.VARIANT]`` tables override ``[train]`` for one variant; that variant's runs then
@@ -72,7 +72,7 @@ from pathlib import Path
 from harness.config import SIZES, RunConfig, TrainConfig, train_config
 from harness.models import available_variants
 from harness.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
-from reports.plan import AnalysisPlan, parse_plan, plan_diff
+from harness.analysis_plan import AnalysisPlan, parse_plan, plan_diff
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
 GRID_KEYS = {
@@ -206,7 +206,7 @@ class Grid:
         Returns:
             :class:`~harness.config.RunConfig` s with ``corpus`` absolute (or an ``hf:``
             spec), ``train`` the grid's overrides only (a tuned run: plus its tuned params)
-            and ``analysis`` the plan (:meth:`reports.plan.AnalysisPlan.as_config`).
+            and ``analysis`` the plan (:meth:`harness.analysis_plan.AnalysisPlan.as_config`).
 
         Raises:
             ValueError: a variant whose head groups cannot split a size's heads; a

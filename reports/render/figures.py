@@ -3,10 +3,10 @@
 * :func:`training_curves`: training loss and validation NLL vs tokens per variant, mean
   over seeds with a min-max band, and both minus the parent at the same seed;
 * :func:`paired_differences`: per comparison, each seed's paired difference and the mean
-  with its 95 % t interval (taken from :mod:`reports.stats`, not recomputed);
+  with its 95 % t interval (taken from :mod:`reports.stats.analysis`, not recomputed);
 * :func:`gain_fractions`: per control, the fraction of the gain it reproduces with its
   Fieller interval;
-* :func:`reports.routing_figures.routing_over_training`: depth distributions (layer x
+* :func:`reports.render.routing_figures.routing_over_training`: depth distributions (layer x
   source) of every attention route at each evaluation, the values written in, QK minus V,
   and the per-layer Jensen-Shannon divergence over training;
 * :func:`gain_vs_budget`: per size, each comparison's mean paired difference and 95 % interval
@@ -30,8 +30,8 @@ import PIL.Image
 import polars as pl
 from matplotlib.figure import Figure
 
-from reports.fmt import tokens_label as _tokens_label
-from reports.stats import ReportStats
+from reports.render.fmt import tokens_label as _tokens_label
+from reports.stats.analysis import ReportStats
 
 DPI = 110
 _ROLE_COLORS = {"parent": "#222222", "treatment": "#d62728", "reference": "#8c8c8c", "aa": "#9a9a9a"}
@@ -101,6 +101,36 @@ def _minus_parent(curves: pl.DataFrame, parent: str) -> pl.DataFrame:
     return curves.join(p, on=["seed", "tokens"]).with_columns(pl.col("value") - pl.col("parent_value"))
 
 
+def _curve_frames(metrics: pl.DataFrame, final: pl.DataFrame, size: str,
+                  budget_tokens: int) -> dict[str, pl.DataFrame]:
+    """``{"train": training loss, "val": validation NLL}`` (variant, seed, tokens, value) of the cell's runs
+    with a finite final NLL; a kind without a finite value is absent."""
+    runs = final.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget_tokens)
+                        & pl.col("val_nll").is_finite()).select("run_id", "variant", "seed")
+    m = metrics.join(runs, on="run_id")
+    kinds = {"train": m.filter((pl.col("split") == "train") & (pl.col("name") == "loss")),
+             "val": m.filter((pl.col("split") == "val") & (pl.col("name") == "nll"))}
+    kinds = {k: v.select("variant", "seed", "tokens", "value").filter(pl.col("value").is_finite())
+             for k, v in kinds.items()}
+    return {k: v for k, v in kinds.items() if v.height}
+
+
+def _draw_variants(ax, frame: pl.DataFrame, stats: ReportStats, colors: dict[str, str], smooth: int,
+                   marker: str | None, legend: bool) -> None:
+    """One line (mean over seeds) and band (min-max) per variant of ``frame`` on ``ax``."""
+    for variant in variant_order(stats):
+        sub = frame.filter(pl.col("variant") == variant)
+        if sub.height == 0:
+            continue
+        agg = _band(sub, smooth)
+        x, n = agg["tokens"].to_numpy(), int(agg["n"].max())
+        style = "--" if variant in stats.aa_variants else "-"
+        ax.plot(x, agg["mean"].to_numpy(), style, color=colors.get(variant, "k"), lw=1.5, marker=marker, ms=3,
+                label=f"{variant} ({n} seed{'s' if n != 1 else ''})" if legend else None)
+        ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=colors.get(variant, "k"),
+                        alpha=0.13, lw=0)
+
+
 def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportStats,
                     size: str, budget_tokens: int) -> FigureOut | None:
     """Training loss and validation NLL (nats/token) vs tokens, one line per variant.
@@ -120,14 +150,7 @@ def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportSta
     Returns:
         the figure, or None when there is no curve for this size and budget.
     """
-    runs = final.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget_tokens)
-                        & pl.col("val_nll").is_finite()).select("run_id", "variant", "seed")
-    m = metrics.join(runs, on="run_id")
-    kinds = {"train": m.filter((pl.col("split") == "train") & (pl.col("name") == "loss")),
-             "val": m.filter((pl.col("split") == "val") & (pl.col("name") == "nll"))}
-    kinds = {k: v.select("variant", "seed", "tokens", "value").filter(pl.col("value").is_finite())
-             for k, v in kinds.items()}
-    kinds = {k: v for k, v in kinds.items() if v.height}
+    kinds = _curve_frames(metrics, final, size, budget_tokens)
     if not kinds:
         return None
     steps = kinds["train"].group_by("variant", "seed").len()["len"].max() if "train" in kinds else 0
@@ -139,18 +162,8 @@ def training_curves(metrics: pl.DataFrame, final: pl.DataFrame, stats: ReportSta
     for col, (kind, curves) in enumerate(kinds.items()):
         for row, frame in enumerate((curves, _minus_parent(curves, stats.parent))):
             ax = axes[row][col]
-            for variant in variant_order(stats):
-                sub = frame.filter(pl.col("variant") == variant)
-                if sub.height == 0:
-                    continue
-                agg = _band(sub, smooth[kind])
-                x, n = agg["tokens"].to_numpy(), int(agg["n"].max())
-                style = "--" if variant in stats.aa_variants else "-"
-                ax.plot(x, agg["mean"].to_numpy(), style, color=colors.get(variant, "k"), lw=1.5,
-                        marker="o" if kind == "val" else None, ms=3,
-                        label=f"{variant} ({n} seed{'s' if n != 1 else ''})" if (row, col) == (0, 0) else None)
-                ax.fill_between(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color=colors.get(variant, "k"),
-                                alpha=0.13, lw=0)
+            _draw_variants(ax, frame, stats, colors, smooth[kind], marker="o" if kind == "val" else None,
+                           legend=(row, col) == (0, 0))
             ax.grid(alpha=0.3)
             ax.xaxis.set_major_formatter(_tokens_label)
             if row == 0:
@@ -272,7 +285,7 @@ def gain_fractions(stats: ReportStats, size: str, budget_tokens: int) -> FigureO
 def gain_vs_budget(stats: ReportStats, size: str) -> FigureOut | None:
     """Mean paired difference (nats/token) with its 95 % t interval against the budget (log axis), one
     line per comparison with the parent, at one size (DESIGN section 8); the legend gives the slope
-    per doubling from ``d ~ log2(budget) + (1 | seed)`` (:mod:`reports.budget`). None with one budget."""
+    per doubling from ``d ~ log2(budget) + (1 | seed)`` (:mod:`reports.stats.budget`). None with one budget."""
     points = [p for p in stats.budget.points if p.size == size]
     if not points:
         return None
@@ -306,25 +319,3 @@ def gain_vs_budget(stats: ReportStats, size: str) -> FigureOut | None:
                      "Mean paired difference with the parent (first - parent, nats/token) and its 95 % t interval "
                      "at each budget; points of different comparisons are dodged slightly along the log axis. "
                      "Slopes per doubling of the budget from d ~ log2(budget) + (1 | seed), descriptive.", png_bytes(fig), None)
-
-
-def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None,
-                routing: pl.DataFrame | None) -> list[FigureOut]:
-    """Every figure of the report, per cell (size, budget), then those spanning cells; absent
-    data give no figure."""
-    from reports.routing_figures import routing_variants, routing_over_training  # it imports this module
-
-    out: list[FigureOut] = []
-    for size, budget in stats.cells:
-        figs = []
-        if metrics is not None and metrics.height:
-            figs.append(training_curves(metrics, final, stats, size, budget))
-        figs += [paired_differences(stats, size, budget), gain_fractions(stats, size, budget)]
-        if routing is not None and routing.height:
-            figs += [routing_over_training(routing, final, stats, v, size, budget)
-                     for v in routing_variants(stats)]
-        out += [f for f in figs if f is not None]
-    # Figures spanning the cells of a size (cell = None) follow: gain vs budget (DESIGN 8).
-    for size in dict.fromkeys(p.size for p in stats.budget.points):
-        out += [f for f in (gain_vs_budget(stats, size),) if f is not None]
-    return out

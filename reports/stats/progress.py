@@ -11,7 +11,7 @@ input, so it depends on neither the queue nor the store:
 
 and folds it with the store's ``runs`` frame (and the store's unreadable result files)
 into one :class:`GridProgress`: a state per run, counts, and whether the grid is
-complete. :mod:`reports.render` words it.
+complete. :mod:`reports.render.sections` words it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import polars as pl
+
+from reports.stats.pairing import of_grid
 
 # Run states, in the order the report lists them. The first five are the queue's
 # (harness.terms.STATUSES); the last two exist only where queue and store disagree.
@@ -153,8 +155,7 @@ def grid_progress(runs: pl.DataFrame, queue: Mapping[str, QueuedRun | str | Mapp
     Raises:
         ValueError: a queue state outside queued, running, done, diverged, failed.
     """
-    if grid is not None and "grid" in runs.columns:
-        runs = runs.filter(pl.col("grid") == grid)
+    runs = of_grid(runs, grid)
     unreadable = dict(unreadable or {})
     stored = {r["run_id"]: r for r in runs.iter_rows(named=True)}
     out: dict[str, RunProgress] = {}
@@ -169,17 +170,19 @@ def grid_progress(runs: pl.DataFrame, queue: Mapping[str, QueuedRun | str | Mapp
         elif state in (DONE, DIVERGED):  # a failed run is an outcome; its error is the queue's
             state, detail = ((UNREADABLE, unreadable[rid]) if rid in unreadable
                              else (NOT_IN_STORE, f"the queue says {q.state}; no result file ingested yet"))
-        out[rid] = RunProgress(rid, state, q.variant, q.role, q.seed, q.size, q.budget_tokens, detail)
+        out[rid] = RunProgress(run_id=rid, state=state, variant=q.variant, role=q.role, seed=q.seed, size=q.size,
+                               budget_tokens=q.budget_tokens, detail=detail)
     for rid, r in stored.items():
         if rid in out:
             continue
         status = r["status"] if r["status"] in FINISHED else RUNNING if r["status"] == RUNNING else QUEUED
-        out[rid] = RunProgress(rid, status, r["variant"], r["role"], r["seed"], r["size"], r["budget_tokens"],
-                               r.get("error") or "")
+        out[rid] = RunProgress(run_id=rid, state=status, variant=r["variant"], role=r["role"], seed=r["seed"],
+                               size=r["size"], budget_tokens=r["budget_tokens"], detail=r.get("error") or "")
     if queue:  # keep the queue's order, with the store's outcome where it has one
         order = {rid: i for i, rid in enumerate(queue)}
         out = dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
     for rid, error in unreadable.items():
         if rid not in out and grid is not None and rid.startswith(f"{grid}:"):
-            out[rid] = RunProgress(rid, UNREADABLE, None, None, None, None, None, error)
+            out[rid] = RunProgress(run_id=rid, state=UNREADABLE, variant=None, role=None, seed=None, size=None,
+                                   budget_tokens=None, detail=error)
     return GridProgress(tuple(out.values()), queue is not None, queue_note)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import polars as pl
 
@@ -25,8 +26,26 @@ _VARIANT_KEYS = ("variant", "role", "run_id")  # config keys that differ between
 SIZE_ORDER = ("tiny", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
 
 
+class RunKey(NamedTuple):
+    """Where a run sits in the grid: variant, size, budget (tokens) and seed (a dict key, read by name)."""
+
+    variant: str
+    size: str
+    budget_tokens: int
+    seed: int
+
+
+def run_key(row: dict) -> RunKey:
+    """The :class:`RunKey` of a ``final``/``runs`` row."""
+    return RunKey(row["variant"], row["size"], row["budget_tokens"], row["seed"])
+
+
 class ProtocolMismatchError(ValueError):
     """Runs paired by seed have different ``protocol_hash`` values (DESIGN section 4)."""
+
+
+class NoParentError(ValueError):
+    """The grid's runs have no parent variant (yet): nothing can be paired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,19 +219,21 @@ def _left_out_runs(final: pl.DataFrame, runs: pl.DataFrame) -> list[LeftOut]:
             reason = "done but has no final validation NLL (missing from the final view)"
         else:
             reason = f"not finished (status {status})"
-        out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
-                           status, reason))
+        out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
+                           budget_tokens=r["budget_tokens"], status=status, reason=reason))
     listed = {lo.run_id for lo in out}
     for r in final.iter_rows(named=True):
         v = r["val_nll"]
         if r["run_id"] in listed:
             continue
         if v is None:
-            out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
-                               "done", "done but no final validation NLL recorded"))
+            out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
+                               budget_tokens=r["budget_tokens"], status="done",
+                               reason="done but no final validation NLL recorded"))
         elif not math.isfinite(v):
-            out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
-                               "diverged", f"non-finite final val_nll ({v})"))
+            out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
+                               budget_tokens=r["budget_tokens"], status="diverged",
+                               reason=f"non-finite final val_nll ({v})"))
     return out
 
 
@@ -227,6 +248,12 @@ def _version_summary(versions: dict[str, str | None]) -> str:
         names = "" if v == common else ": " + ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
         parts.append(f"{v} ({len(ids)} run{'s' if len(ids) != 1 else ''}{names})")
     return ", ".join(parts)
+
+
+def of_grid(frame: pl.DataFrame, grid: str | None) -> pl.DataFrame:
+    """The rows of ``frame`` from grid ``grid`` (all rows when ``grid`` is None or the frame has no ``grid``
+    column): the one grid filter of the report."""
+    return frame.filter(pl.col("grid") == grid) if grid is not None and "grid" in frame.columns else frame
 
 
 def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
@@ -244,102 +271,34 @@ def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = Non
         aa_variants: A/A controls; they are listed after the other controls.
 
     Raises:
-        ValueError: a required column is missing; no runs; not exactly one parent; more
-            than one treatment; a variant with two roles or an unknown role; two finished
-            runs of one variant/size/budget/seed (unless ``allow_partial``).
+        ValueError: a required column is missing; no runs; not exactly one parent
+            (:class:`NoParentError` when there is none); more than one treatment; a variant
+            with two roles or an unknown role; two finished runs of one
+            variant/size/budget/seed (unless ``allow_partial``).
         ProtocolMismatchError: paired runs differ in ``protocol_hash`` (unless
             ``allow_partial``); the message names the differing config fields.
     """
     _require_columns("final", final, FINAL_COLUMNS)
     _require_columns("runs", runs, RUNS_COLUMNS)
-    if grid is not None:
-        final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
-        runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
+    final, runs = of_grid(final, grid), of_grid(runs, grid)
     if final.height == 0 and runs.height == 0:
         raise ValueError(f"no runs found for grid {grid!r}")
-    roles = _roles(final, runs)
-    parents = [v for v, r in roles.items() if r == "parent"]
-    treatments = [v for v, r in roles.items() if r == "treatment"]
-    if len(parents) != 1:
-        raise ValueError(f"need exactly one parent variant, found {parents or 'none'} (roles: {roles})")
-    if len(treatments) > 1:
-        raise ValueError(f"at most one treatment variant is supported, found {treatments}")
-    parent, treatment = parents[0], (treatments[0] if treatments else None)
-    # A/A checks last among the controls, so the real controls lead every table.
-    controls = tuple(sorted((v for v, r in roles.items() if r == "control"),
-                            key=lambda v: (v in aa_variants, v)))
-    references = tuple(sorted(v for v, r in roles.items() if r == "reference"))
-
+    parent, treatment, controls, references = _variants_by_role(_roles(final, runs), aa_variants)
     warn: list[str] = []
     left_out = _left_out_runs(final, runs)
-    # Only finite NLLs of runs not marked failed/diverged/unfinished in `runs` may enter.
-    usable = final.filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite()
-                          & ~pl.col("run_id").is_in([lo.run_id for lo in left_out]))
-    dup = (usable.group_by("variant", "size", "budget_tokens", "seed").agg(pl.col("run_id"))
-           .filter(pl.col("run_id").list.len() > 1))
-    if dup.height:
-        desc = "; ".join(f"{r['variant']} size={r['size']} budget_tokens={r['budget_tokens']} "
-                         f"seed={r['seed']}: runs {sorted(r['run_id'])}" for r in dup.iter_rows(named=True))
-        if not allow_partial:
-            raise ValueError(f"more than one finished run per variant/size/budget/seed: {desc}")
-        warn.append(f"duplicated runs left out (--allow-partial): {desc}")
-        bad_ids = [i for ids in dup["run_id"].to_list() for i in ids]
-        for r in usable.filter(pl.col("run_id").is_in(bad_ids)).iter_rows(named=True):
-            left_out.append(LeftOut(r["run_id"], r["variant"], r["seed"], r["size"], r["budget_tokens"],
-                                    "done", "duplicated run of this variant and seed"))
-        usable = usable.filter(~pl.col("run_id").is_in(bad_ids))
-
-    run_info = {r["run_id"]: r for r in runs.iter_rows(named=True)}
-    values = {(r["variant"], r["size"], r["budget_tokens"], r["seed"]): r for r in usable.iter_rows(named=True)}
-    why_missing = {(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out}
+    usable = _usable_runs(final, left_out, allow_partial, warn)
     cells = tuple(sorted(set(pl.concat([final.select("size", "budget_tokens"),
                                         runs.select("size", "budget_tokens")]).iter_rows()),
                          key=cell_order))
-
+    known = _KnownRuns(
+        run_info={r["run_id"]: r for r in runs.iter_rows(named=True)},
+        values={run_key(r): r for r in usable.iter_rows(named=True)},
+        why_missing={RunKey(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out})
     sets: list[PairedSet] = []
     mismatches: list[str] = []
     for size, budget in cells:
-        # Expected seeds: every seed any variant has at this size and budget, finished or not.
-        expected = sorted({k[3] for k in values if k[1:3] == (size, budget)}
-                          | {lo.seed for lo in left_out
-                             if (lo.size, lo.budget_tokens) == (size, budget) and lo.seed is not None})
-        cell_versions: dict[str, str | None] = {}  # run_id -> code_version, over all pairs
-        for first, second, kind in comparisons_for(parent, treatment, controls, references):
-            label = f"{first} - {second}"
-            pairs, missing, versions = [], [], set()
-            for seed in expected:
-                a = values.get((first, size, budget, seed))
-                b = values.get((second, size, budget, seed))
-                if a is None or b is None:
-                    why = [f"{v}: {why_missing.get((v, size, budget, seed), 'no run')}"
-                           for v, row in ((first, a), (second, b)) if row is None]
-                    missing.append(f"seed {seed} ({'; '.join(why)})")
-                    continue
-                if a["protocol_hash"] != b["protocol_hash"]:
-                    fields = config_diff(run_info.get(a["run_id"], {}).get("config"),
-                                         run_info.get(b["run_id"], {}).get("config"), values=True,
-                                         ignore=_VARIANT_KEYS)
-                    named = "; ".join(fields) if fields else "none outside the variant keys"
-                    mismatches.append(
-                        f"{label} size={size} budget_tokens={budget} seed={seed}: protocol_hash "
-                        f"{a['protocol_hash']} (run {a['run_id']}) != {b['protocol_hash']} "
-                        f"(run {b['run_id']}); differing fields: {named}")
-                    missing.append(f"seed {seed} (protocol mismatch: {named})")
-                    left_out.append(LeftOut(f"{a['run_id']}|{b['run_id']}", label, seed, size, budget,
-                                            "pair", f"protocol mismatch: {named}"))
-                    continue
-                versions |= {run_info.get(r, {}).get("code_version") for r in (a["run_id"], b["run_id"])}
-                pairs.append(Pair(label, size, budget, seed, a["run_id"], b["run_id"],
-                                  a["val_nll"], b["val_nll"], a["val_nll"] - b["val_nll"]))
-            versions.discard(None)
-            for pair in pairs:
-                cell_versions.update({r: run_info.get(r, {}).get("code_version")
-                                      for r in (pair.run_first, pair.run_second)})
-            sets.append(PairedSet(label, first, second, kind, size, budget, tuple(pairs),
-                                  tuple(missing), tuple(sorted(versions))))
-        if len(set(cell_versions.values()) - {None}) > 1:
-            warn.append(f"size={size} budget_tokens={budget}: paired runs mix code versions: "
-                        + _version_summary(cell_versions))
+        sets += _pair_cell(size, budget, comparisons_for(parent, treatment, controls, references), known,
+                           left_out, mismatches, warn)
     if mismatches:
         if not allow_partial:
             more = f" | and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
@@ -347,5 +306,123 @@ def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = Non
                 f"{len(mismatches)} pair(s) differ in protocol_hash (only runs with the same protocol "
                 f"are paired; --allow-partial leaves them out): " + " | ".join(mismatches[:5]) + more)
         warn += [f"protocol mismatch, pair left out (--allow-partial): {m}" for m in mismatches]
-    return Pairing(parent, treatment, controls, references, cells, tuple(sets), tuple(left_out),
-                   tuple(warn), usable)
+    return Pairing(parent=parent, treatment=treatment, controls=controls, references=references, cells=cells,
+                   sets=tuple(sets), left_out=tuple(left_out), warnings=tuple(warn), usable=usable)
+
+
+def _variants_by_role(roles: dict[str, str],
+                      aa_variants: tuple[str, ...]) -> tuple[str, str | None, tuple[str, ...], tuple[str, ...]]:
+    """(parent, treatment or None, controls with the A/A checks last, references) of a grid's roles.
+
+    Raises:
+        NoParentError: no parent; ValueError: several parents or several treatments.
+    """
+    parents = [v for v, r in roles.items() if r == "parent"]
+    treatments = [v for v, r in roles.items() if r == "treatment"]
+    if not parents:
+        raise NoParentError(f"need exactly one parent variant, found none (roles: {roles})")
+    if len(parents) != 1:
+        raise ValueError(f"need exactly one parent variant, found {parents} (roles: {roles})")
+    if len(treatments) > 1:
+        raise ValueError(f"at most one treatment variant is supported, found {treatments}")
+    # A/A checks last among the controls, so the real controls lead every table.
+    controls = tuple(sorted((v for v, r in roles.items() if r == "control"),
+                            key=lambda v: (v in aa_variants, v)))
+    references = tuple(sorted(v for v, r in roles.items() if r == "reference"))
+    return parents[0], (treatments[0] if treatments else None), controls, references
+
+
+def _usable_runs(final: pl.DataFrame, left_out: list[LeftOut], allow_partial: bool,
+                 warn: list[str]) -> pl.DataFrame:
+    """The finished runs that may enter a statistic: a finite NLL, not left out, not duplicated.
+
+    A duplicated run (two finished runs of one variant/size/budget/seed) raises ValueError,
+    or with ``allow_partial`` is appended to ``left_out`` with a line in ``warn``.
+    """
+    # Only finite NLLs of runs not marked failed/diverged/unfinished in `runs` may enter.
+    usable = final.filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite()
+                          & ~pl.col("run_id").is_in([lo.run_id for lo in left_out]))
+    dup = (usable.group_by("variant", "size", "budget_tokens", "seed").agg(pl.col("run_id"))
+           .filter(pl.col("run_id").list.len() > 1))
+    if not dup.height:
+        return usable
+    desc = "; ".join(f"{r['variant']} size={r['size']} budget_tokens={r['budget_tokens']} "
+                     f"seed={r['seed']}: runs {sorted(r['run_id'])}" for r in dup.iter_rows(named=True))
+    if not allow_partial:
+        raise ValueError(f"more than one finished run per variant/size/budget/seed: {desc}")
+    warn.append(f"duplicated runs left out (--allow-partial): {desc}")
+    bad_ids = [i for ids in dup["run_id"].to_list() for i in ids]
+    for r in usable.filter(pl.col("run_id").is_in(bad_ids)).iter_rows(named=True):
+        left_out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
+                                budget_tokens=r["budget_tokens"], status="done",
+                                reason="duplicated run of this variant and seed"))
+    return usable.filter(~pl.col("run_id").is_in(bad_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class _KnownRuns:
+    """What pairing looks runs up in: rows by run id, usable rows by (variant, size, budget, seed),
+    and why a (variant, size, budget, seed) has no usable run."""
+
+    run_info: dict[str, dict]
+    values: dict[RunKey, dict]
+    why_missing: dict[RunKey, str]
+
+
+def _pair_cell(size: str, budget: int, comparisons: list[tuple[str, str, str]], known: _KnownRuns,
+               left_out: list[LeftOut], mismatches: list[str], warn: list[str]) -> list[PairedSet]:
+    """The paired sets of one cell; a protocol mismatch goes to ``mismatches`` and ``left_out``, a
+    mix of code versions among the cell's pairs to ``warn``."""
+    # Expected seeds: every seed any variant has at this size and budget, finished or not.
+    expected = sorted({k.seed for k in known.values if (k.size, k.budget_tokens) == (size, budget)}
+                      | {lo.seed for lo in left_out
+                         if (lo.size, lo.budget_tokens) == (size, budget) and lo.seed is not None})
+    cell_versions: dict[str, str | None] = {}  # run_id -> code_version, over all pairs
+    sets = []
+    for first, second, kind in comparisons:
+        label = f"{first} - {second}"
+        pairs, missing = [], []
+        for seed in expected:
+            pair = _pair_seed(label, first, second, size, budget, seed, known, left_out, mismatches, missing)
+            if pair is not None:
+                pairs.append(pair)
+        versions = {known.run_info.get(r, {}).get("code_version") for p in pairs for r in (p.run_first, p.run_second)}
+        versions.discard(None)
+        for pair in pairs:
+            cell_versions.update({r: known.run_info.get(r, {}).get("code_version")
+                                  for r in (pair.run_first, pair.run_second)})
+        sets.append(PairedSet(comparison=label, first=first, second=second, kind=kind, size=size,
+                              budget_tokens=budget, pairs=tuple(pairs), missing=tuple(missing),
+                              code_versions=tuple(sorted(versions))))
+    if len(set(cell_versions.values()) - {None}) > 1:
+        warn.append(f"size={size} budget_tokens={budget}: paired runs mix code versions: "
+                    + _version_summary(cell_versions))
+    return sets
+
+
+def _pair_seed(label: str, first: str, second: str, size: str, budget: int, seed: int, known: _KnownRuns,
+               left_out: list[LeftOut], mismatches: list[str], missing: list[str]) -> Pair | None:
+    """The pair ``first - second`` at one seed, or None with the reason appended to ``missing`` (and, for
+    a protocol mismatch, to ``mismatches`` and ``left_out``)."""
+    a = known.values.get(RunKey(first, size, budget, seed))
+    b = known.values.get(RunKey(second, size, budget, seed))
+    if a is None or b is None:
+        why = [f"{v}: {known.why_missing.get(RunKey(v, size, budget, seed), 'no run')}"
+               for v, row in ((first, a), (second, b)) if row is None]
+        missing.append(f"seed {seed} ({'; '.join(why)})")
+        return None
+    if a["protocol_hash"] != b["protocol_hash"]:
+        fields = config_diff(known.run_info.get(a["run_id"], {}).get("config"),
+                             known.run_info.get(b["run_id"], {}).get("config"), values=True, ignore=_VARIANT_KEYS)
+        named = "; ".join(fields) if fields else "none outside the variant keys"
+        mismatches.append(
+            f"{label} size={size} budget_tokens={budget} seed={seed}: protocol_hash "
+            f"{a['protocol_hash']} (run {a['run_id']}) != {b['protocol_hash']} "
+            f"(run {b['run_id']}); differing fields: {named}")
+        missing.append(f"seed {seed} (protocol mismatch: {named})")
+        left_out.append(LeftOut(run_id=f"{a['run_id']}|{b['run_id']}", variant=label, seed=seed, size=size,
+                                budget_tokens=budget, status="pair", reason=f"protocol mismatch: {named}"))
+        return None
+    return Pair(comparison=label, size=size, budget_tokens=budget, seed=seed, run_first=a["run_id"],
+                run_second=b["run_id"], nll_first=a["val_nll"], nll_second=b["val_nll"],
+                diff=a["val_nll"] - b["val_nll"])

@@ -21,9 +21,9 @@ in a cell (size, budget), and why. A control is degenerate when any of these hol
 3. **no paired difference**: its paired differences with the parent (same seed and
    ``protocol_hash``, finite NLL) are exactly 0 at every seed.
 
-The A/A checks (:data:`reports.pairing.AA_VARIANTS`) are exempt: they must equal the
+The A/A checks (:data:`reports.stats.pairing.AA_VARIANTS`) are exempt: they must equal the
 parent. Two equal queries that form ONE route (``query_reparam``) are never compared:
-only pairs of routes are. The mapping goes to :func:`reports.stats.analyze` (``degenerate=``),
+only pairs of routes are. The mapping goes to :func:`reports.stats.analysis.analyze` (``degenerate=``),
 which gives those controls the verdict ``invalid: degenerate``, taking precedence over every
 other verdict.
 """
@@ -34,8 +34,8 @@ import math
 
 import polars as pl
 
-from reports.decisions import DEGENERATE  # noqa: F401  (the verdict, re-exported)
-from reports.pairing import AA_VARIANTS
+from reports.stats.decisions import DEGENERATE  # noqa: F401  (the verdict, re-exported)
+from reports.stats.pairing import AA_VARIANTS, of_grid
 
 IDENTICAL_TOL = 1e-6  # max |difference| of summed queries (and offsets) below which two routes are one
 
@@ -67,9 +67,7 @@ def find_degenerate(final: pl.DataFrame, runs: pl.DataFrame, route_pairs: pl.Dat
         (max |summed-query difference| = 0, 3 run(s))"``. Controls without done runs, or
         without records for a criterion, are not judged by that criterion.
     """
-    if grid is not None:
-        final = final.filter(pl.col("grid") == grid) if "grid" in final.columns else final
-        runs = runs.filter(pl.col("grid") == grid) if "grid" in runs.columns else runs
+    final, runs = of_grid(final, grid), of_grid(runs, grid)
     done = runs.filter(pl.col("status") == "done")
     controls = done.filter((pl.col("role") == "control") & ~pl.col("variant").is_in(list(aa_variants)))
     parents = done.filter(pl.col("role") == "parent")

@@ -13,9 +13,9 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from reports.figures import FigureOut, png_bytes, variant_order
-from reports.fmt import tokens_label
-from reports.stats import ReportStats
+from reports.render.figures import FigureOut, png_bytes, variant_order
+from reports.render.fmt import tokens_label
+from reports.stats.analysis import ReportStats
 
 MAX_EVALS = 8  # evaluations drawn per figure (evenly spaced, first and last included)
 MAX_PER_ROW = 4  # evaluations per row of panels, fewer where the panels are wide
@@ -62,6 +62,46 @@ def _heatmap(ax, m: np.ndarray, cmap: str, vmin: float, vmax: float, signed: boo
     return im
 
 
+def _heatmap_row(fig, cells: list, kind: str, evals: list[int], panels: dict[int, np.ndarray], vmax: float,
+                 last: bool) -> None:
+    """One row of panels: route ``kind`` (or ``"qk - v"``, signed) at each evaluation, one colour bar."""
+    row_axes, im = [], None
+    for col, t in enumerate(evals):
+        ax = fig.add_subplot(cells[col])
+        row_axes.append(ax)
+        if kind == "qk - v":
+            im = _heatmap(ax, panels[t], "RdBu_r", -vmax, vmax, True)
+        else:
+            im = _heatmap(ax, panels[t], "viridis", 0.0, vmax, False)
+        name = "QK minus V" if kind == "qk - v" else _ROUTE_NAMES.get(kind, f"route {kind}")
+        ax.set_title(f"{name}, {t:,} tokens", fontsize=8)
+        if col == 0:
+            ax.set_ylabel("layer", fontsize=8)
+        if last:
+            ax.set_xlabel("source (0 = embedding)", fontsize=8)
+    # One colour bar per row of panels (weights share one scale, QK - V another).
+    bar = fig.colorbar(im, ax=row_axes, shrink=0.9, aspect=12, pad=0.01)
+    bar.ax.tick_params(labelsize=7)
+    bar.set_label("QK - V" if kind == "qk - v" else "weight", fontsize=8)
+
+
+def _js_panel(ax, r: pl.DataFrame) -> None:
+    """JS(QK, V) per layer against training tokens (nats; mean over runs of the per-token ``js_qk_v``)."""
+    per = (r.filter(pl.col("route") == "v").group_by("tokens", "layer", "run_id")
+           .agg(pl.col("js_qk_v").first()).group_by("tokens", "layer").agg(pl.col("js_qk_v").mean())
+           .sort("layer", "tokens"))
+    for layer in sorted(per["layer"].unique().to_list()):
+        sub = per.filter(pl.col("layer") == layer)
+        ax.plot(sub["tokens"].to_numpy(), sub["js_qk_v"].to_numpy(), "o-", ms=3, lw=1.2, label=f"layer {layer}")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("JS(QK, V) (nats)")
+    ax.xaxis.set_major_formatter(tokens_label)
+    ax.set_title("per-token Jensen-Shannon divergence between the QK and V depth distributions, per layer",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
+
+
 def routing_over_training(routing: pl.DataFrame, final: pl.DataFrame, stats: ReportStats, variant: str,
                           size: str, budget_tokens: int) -> FigureOut | None:
     """Heatmaps of every attention route of ``variant`` at each evaluation, with the values.
@@ -79,10 +119,8 @@ def routing_over_training(routing: pl.DataFrame, final: pl.DataFrame, stats: Rep
                         & (pl.col("budget_tokens") == budget_tokens) & pl.col("val_nll").is_finite()
                         ).select("run_id", "seed")
     r = routing.join(runs, on="run_id").filter(pl.col("site") == "attn")
-    if r.height == 0:
-        return None
     routes = sorted(r["route"].unique().to_list(), key=lambda x: (x != "qk", x != "v", x))
-    if routes == ["qk"] and variant not in (stats.parent, stats.treatment):
+    if r.height == 0 or (routes == ["qk"] and variant not in (stats.parent, stats.treatment)):
         return None
     evals = _evals(sorted(r["tokens"].unique().to_list()))
     shape = (int(r["layer"].max()) + 1, int(r["source"].max()) + 1)
@@ -99,43 +137,15 @@ def routing_over_training(routing: pl.DataFrame, final: pl.DataFrame, stats: Rep
     fig = Figure(figsize=(pw * ncols + 1.0, ph * nrows + 0.9), layout="constrained")
     grid = fig.add_gridspec(nrows, ncols)
     vmax = float(np.nanmax([np.nanmax(m) for m in mats.values()]))
-    dmax = max(float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0 for d in diffs.values()) if diffs else 0
+    dmax = max((float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0 for d in diffs.values()), default=0)
     dmax = dmax or 1e-6
     for ci, chunk in enumerate(chunks):
         for ki, kind in enumerate(kinds):
-            row, row_axes, im = ci * len(kinds) + ki, [], None
-            for col, t in enumerate(chunk):
-                ax = fig.add_subplot(grid[row, col])
-                row_axes.append(ax)
-                if kind == "qk - v":
-                    im = _heatmap(ax, diffs[t], "RdBu_r", -dmax, dmax, True)
-                else:
-                    im = _heatmap(ax, mats[(kind, t)], "viridis", 0.0, vmax, False)
-                name = "QK minus V" if kind == "qk - v" else _ROUTE_NAMES.get(kind, f"route {kind}")
-                ax.set_title(f"{name}, {t:,} tokens", fontsize=8)
-                if col == 0:
-                    ax.set_ylabel("layer", fontsize=8)
-                if ki == len(kinds) - 1:
-                    ax.set_xlabel("source (0 = embedding)", fontsize=8)
-            # One colour bar per row of panels (weights share one scale, QK - V another).
-            bar = fig.colorbar(im, ax=row_axes, shrink=0.9, aspect=12, pad=0.01)
-            bar.ax.tick_params(labelsize=7)
-            bar.set_label("QK - V" if kind == "qk - v" else "weight", fontsize=8)
+            panels = diffs if kind == "qk - v" else {t: mats[(kind, t)] for t in chunk}
+            _heatmap_row(fig, [grid[ci * len(kinds) + ki, col] for col in range(len(chunk))], kind, chunk, panels,
+                         dmax if kind == "qk - v" else vmax, last=ki == len(kinds) - 1)
     if js:
-        ax = fig.add_subplot(grid[nrows - 1, :])
-        per = (r.filter(pl.col("route") == "v").group_by("tokens", "layer", "run_id")
-               .agg(pl.col("js_qk_v").first()).group_by("tokens", "layer").agg(pl.col("js_qk_v").mean())
-               .sort("layer", "tokens"))
-        for layer in sorted(per["layer"].unique().to_list()):
-            sub = per.filter(pl.col("layer") == layer)
-            ax.plot(sub["tokens"].to_numpy(), sub["js_qk_v"].to_numpy(), "o-", ms=3, lw=1.2, label=f"layer {layer}")
-        ax.set_xlabel("training tokens")
-        ax.set_ylabel("JS(QK, V) (nats)")
-        ax.xaxis.set_major_formatter(tokens_label)
-        ax.set_title("per-token Jensen-Shannon divergence between the QK and V depth distributions, per layer",
-                     fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        _js_panel(fig.add_subplot(grid[nrows - 1, :]), r)
     n_seeds = r["seed"].n_unique()
     shown = "every evaluation" if len(evals) == r["tokens"].n_unique() else (
         f"{len(evals)} of {r['tokens'].n_unique()} evaluations, evenly spaced")

@@ -70,6 +70,8 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
         ``(result or None, warnings raised, error text or "")``; a fit that raises (a singular
         design) is returned as an error, never raised.
     """
+    # Deferred on purpose: pandas and statsmodels' formula interface (patsy) are heavy, and only the
+    # mixed-model fit needs them (`harness plan` without a pilot imports this module and never fits).
     import pandas as pd  # statsmodels' formula interface needs pandas
     import statsmodels.formula.api as smf
 
@@ -88,8 +90,9 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
 def fixed_effect(res, name: str, label: str) -> MixedCoef:
     """Fixed effect ``name`` of a :func:`fit_reml` result, back in nats/token (Wald SE, z p, 95 % interval)."""
     ci = res.conf_int()
-    return MixedCoef(label, float(res.fe_params[name]) / SCALE, float(res.bse_fe[name]) / SCALE,
-                     float(res.pvalues[name]), float(ci.loc[name, 0]) / SCALE, float(ci.loc[name, 1]) / SCALE)
+    return MixedCoef(variant=label, estimate=float(res.fe_params[name]) / SCALE, se=float(res.bse_fe[name]) / SCALE,
+                     p=float(res.pvalues[name]), ci_low=float(ci.loc[name, 0]) / SCALE,
+                     ci_high=float(ci.loc[name, 1]) / SCALE)
 
 
 def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -> MixedModelCheck:
@@ -103,7 +106,8 @@ def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -
     sub = usable.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget))
     n_seeds = sub["seed"].n_unique()
     variants = sorted(set(sub["variant"].to_list()))
-    base = MixedModelCheck(size, budget, sub.height, n_seeds, (), NAN, NAN, False, ())
+    base = MixedModelCheck(size=size, budget_tokens=budget, n_obs=sub.height, n_seeds=n_seeds, coefs=(), seed_var=NAN,
+                           residual_var=NAN, converged=False, warnings=())
     if n_seeds < 2 or len(variants) < 2 or parent not in variants:
         return replace(base, error=f"not fitted: needs >= 2 seeds and the parent plus another "
                                    f"variant (have {n_seeds} seed(s), variants {variants})")
@@ -113,6 +117,6 @@ def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -
     if res is None:
         return replace(base, warnings=msgs, error=error)
     coefs = [fixed_effect(res, name, m.group(1)) for name in res.fe_params.index if (m := _COEF_RE.search(name))]
-    return MixedModelCheck(size, budget, sub.height, n_seeds, tuple(coefs),
-                           float(res.cov_re.iloc[0, 0]) / SCALE**2, float(res.scale) / SCALE**2,
-                           bool(res.converged), msgs)
+    return MixedModelCheck(size=size, budget_tokens=budget, n_obs=sub.height, n_seeds=n_seeds, coefs=tuple(coefs),
+                           seed_var=float(res.cov_re.iloc[0, 0]) / SCALE**2, residual_var=float(res.scale) / SCALE**2,
+                           converged=bool(res.converged), warnings=msgs)

@@ -1,6 +1,6 @@
 """The decision rules of DESIGN section 6, as array functions.
 
-The report (:mod:`reports.stats`) and the simulations (:mod:`reports.simulate`, the
+The report (:mod:`reports.stats.analysis`) and the simulations (:mod:`reports.simulate`, the
 test suite) call these same functions: the report with one study, a simulation with
 thousands along the leading axes. Shapes: ``[..., n]`` paired differences (n seeds),
 ``[..., m]`` p-values of one family (m cells or m controls).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
-from reports.paired import CONF, MIN_PAIRS, finite_array, sign_flip_p, t_test
+from reports.stats.paired_tests import CONF, MIN_PAIRS, finite_array, sign_flip_p, t_test
 
 # Control verdicts (DESIGN section 6), by code; codes index this tuple.
 DOES_NOT_REPRODUCE = "does not reproduce gain"
@@ -53,7 +53,7 @@ def headline_p(d) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(p [...], exact [...])``: the paired t-test's one-sided p, or where the
     differences have zero spread (t undefined) the exact one-sided sign-flip p, flagged
-    in ``exact``. NaN with n < :data:`reports.paired.MIN_PAIRS`.
+    in ``exact``. NaN with n < :data:`reports.stats.paired_tests.MIN_PAIRS`.
     """
     d = finite_array("d", d)
     t = t_test(d)

@@ -22,8 +22,8 @@ import numpy as np
 import scipy.optimize
 from statsmodels.stats.power import TTestPower
 
-from reports.looks import increments, look_at
-from reports.plan import MIN_SEEDS, AnalysisPlan
+from reports.stats.looks import increments, look_at
+from harness.analysis_plan import MIN_SEEDS, AnalysisPlan
 
 ALTERNATIVES = {"one-sided": "larger", "two-sided": "two-sided"}
 
@@ -64,7 +64,7 @@ def mde(sd: float, n: int, alpha: float, power: float, alternative: str) -> floa
     probability ``power`` at level ``alpha`` (solves :func:`power_at` = power for the effect
     with a bracketing root finder).
 
-    NaN with fewer than :data:`reports.plan.MIN_SEEDS` pairs or when sd is not positive.
+    NaN with fewer than :data:`harness.analysis_plan.MIN_SEEDS` pairs or when sd is not positive.
     """
     if n < MIN_SEEDS or not _usable_sd(sd):
         return float("nan")
@@ -110,13 +110,13 @@ def seeds_needed(effect_nats: float | None, sd: float, alpha: float, power: floa
     effect) or an unusable SD gives ``n = None`` with ``power_at_max`` NaN.
     """
     if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
-        return SeedsNeeded(None, False, float("nan"), max_seeds)
+        return SeedsNeeded(n=None, reachable=False, power_at_max=float("nan"), max_seeds=max_seeds)
     ns = np.arange(MIN_SEEDS, max_seeds + 1)
     pw = np.atleast_1d(power_at(effect_nats, sd, ns, alpha, alternative))
     hit = np.flatnonzero(pw >= power)
     if hit.size == 0:
-        return SeedsNeeded(None, False, float(pw[-1]), max_seeds)
-    return SeedsNeeded(int(ns[hit[0]]), True, float(pw[-1]), max_seeds)
+        return SeedsNeeded(n=None, reachable=False, power_at_max=float(pw[-1]), max_seeds=max_seeds)
+    return SeedsNeeded(n=int(ns[hit[0]]), reachable=True, power_at_max=float(pw[-1]), max_seeds=max_seeds)
 
 
 def contrast_effect(min_effect_nats: float | None, rho: float) -> float | None:
@@ -134,7 +134,7 @@ def look_mde(sd: float, pairs: int, plan: AnalysisPlan, alternative: str) -> flo
     """MDE (nats/token) of the test the report runs on ``pairs`` pairs under ``plan``.
 
     Without looks: :func:`mde` at alpha with all pairs. With looks (DESIGN section 8):
-    the look reached (:func:`reports.looks.look_at`), its seed count n_k and its level
+    the look reached (:func:`reports.stats.looks.look_at`), its seed count n_k and its level
     Delta_k; NaN before the first look.
     """
     look = look_at(pairs, plan.looks, plan.alpha)
@@ -156,8 +156,8 @@ def planned_seeds(effect_nats: float | None, sd: float, plan: AnalysisPlan, alte
         return seeds_needed(effect_nats, sd, plan.alpha, plan.power, alternative, plan.max_seeds)
     last = plan.looks[-1]
     if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
-        return SeedsNeeded(None, False, float("nan"), last, True)
+        return SeedsNeeded(n=None, reachable=False, power_at_max=float("nan"), max_seeds=last, at_looks=True)
     pw = [power_at(effect_nats, sd, n, float(level), alternative)
           for n, level in zip(plan.looks, increments(plan.alpha, plan.looks))]
     hit = next((n for n, p in zip(plan.looks, pw) if p >= plan.power), None)
-    return SeedsNeeded(hit, hit is not None, float(pw[-1]), last, True)
+    return SeedsNeeded(n=hit, reachable=hit is not None, power_at_max=float(pw[-1]), max_seeds=last, at_looks=True)

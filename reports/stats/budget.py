@@ -7,7 +7,7 @@ recomputed), and, descriptively, the slope of d on log2(budget) from the mixed m
 
     d ~ log2(budget) + (1 | seed)
 
-(statsmodels mixedlm, REML, :func:`reports.mixed.fit_reml`): the change of d per doubling
+(statsmodels mixedlm, REML, :func:`reports.stats.mixed.fit_reml`): the change of d per doubling
 of the budget, with its Wald 95 % interval. The random intercept per seed carries what a
 seed's data order and initialisation do at every budget. In a balanced design (every
 seed at every budget) the slope equals the ordinary least-squares slope of d on
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from reports.mixed import MixedCoef, fit_reml, fixed_effect
+from reports.stats.mixed import MixedCoef, fit_reml, fixed_effect
 
 KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check")
 NAN = float("nan")
@@ -79,7 +79,8 @@ class GainVsBudget:
 def _slope(comparison: str, kind: str, size: str, budgets: list[int], pairs) -> BudgetSlope:
     d = [p.diff for p in pairs]
     seeds = [p.seed for p in pairs]
-    base = BudgetSlope(comparison, kind, size, tuple(budgets), len(d), len(set(seeds)), None)
+    base = BudgetSlope(comparison=comparison, kind=kind, size=size, budgets=tuple(budgets), n_obs=len(d),
+                       n_seeds=len(set(seeds)), coef=None)
     if len(d) < 3:
         return replace(base, error=f"not fitted: {len(d)} pair(s)")
     if np.ptp(d) == 0:  # the A/A check when bit-identical: nothing varies, nothing to fit
@@ -95,8 +96,8 @@ def gain_vs_budget(comparisons, pairs) -> GainVsBudget:
     """Points and slopes for every (size, comparison with the parent) seen at two or more budgets.
 
     Args:
-        comparisons: the report's :class:`reports.stats.Comparison` rows (kind, size, budget, descriptives).
-        pairs: the report's :class:`reports.pairing.Pair` rows.
+        comparisons: the report's :class:`reports.stats.analysis.Comparison` rows (kind, size, budget, descriptives).
+        pairs: the report's :class:`reports.stats.pairing.Pair` rows.
     """
     groups: dict[tuple[str, str], list] = {}
     for c in comparisons:
@@ -108,8 +109,9 @@ def gain_vs_budget(comparisons, pairs) -> GainVsBudget:
         if len(budgets) < 2:
             continue
         comps = sorted(comps, key=lambda c: c.budget_tokens)
-        points += [BudgetPoint(comparison, c.kind, size, c.budget_tokens, c.stats.n, c.stats.mean, c.stats.ci_low,
-                               c.stats.ci_high) for c in comps]
+        points += [BudgetPoint(comparison=comparison, kind=c.kind, size=size, budget_tokens=c.budget_tokens,
+                               n=c.stats.n, mean=c.stats.mean, ci_low=c.stats.ci_low, ci_high=c.stats.ci_high)
+                   for c in comps]
         slopes.append(_slope(comparison, comps[0].kind, size, budgets,
                              [p for p in pairs if (p.comparison, p.size) == (comparison, size)]))
     return GainVsBudget(tuple(points), tuple(slopes))

@@ -21,11 +21,11 @@ import numpy as np
 import polars as pl
 
 from harness.terms import config_diff
-from reports import decisions as dec
-from reports import paired
-from reports.blocks import Block, Heading, Para, Table
-from reports.pairing import LeftOut, Pair, cell_order
-from reports.results import Comparison, Descriptives
+from reports.stats import decisions as dec
+from reports.stats import paired_tests as paired
+from reports.stats.descriptives import describe
+from reports.stats.pairing import LeftOut, Pair, RunKey, cell_order, run_key
+from reports.stats.results import Comparison, Descriptives
 
 KIND = "tuned_treatment_vs_parent"
 SUFFIX = " (tuned)"
@@ -81,13 +81,12 @@ def _value(v) -> str:
 
 
 def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: str | None,
-               untuned: dict[tuple[str, int], float], describe) -> tuple[list[TunedRow], list[LeftOut]]:
+               untuned: dict[tuple[str, int], float]) -> tuple[list[TunedRow], list[LeftOut]]:
     """The robustness rows of the ``[tuned]`` runs (``final``/``runs`` from :func:`split_tuned`).
 
     Args:
         parent, treatment: the grid's variants (no row without a treatment).
         untuned: ``(size, budget) -> mean treatment - parent d`` of the frozen protocol.
-        describe: :func:`reports.stats.describe`.
 
     Returns:
         The rows, one per cell where both the treatment and the parent have tuned runs, and
@@ -97,78 +96,67 @@ def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: 
         return [], []
     cfg = {rid: _config(c) for rid, c in runs.select("run_id", "config").iter_rows()}
     done = final.filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite())
-    by = {(r["variant"], r["size"], r["budget_tokens"], r["seed"]): r for r in done.iter_rows(named=True)}
-    cells = sorted({(k[1], k[2]) for k in by if k[0] in (parent, treatment)}, key=cell_order)
+    by = {run_key(r): r for r in done.iter_rows(named=True)}
+    cells = sorted({(k.size, k.budget_tokens) for k in by if k.variant in (parent, treatment)}, key=cell_order)
     label = f"{treatment}{SUFFIX} - {parent}{SUFFIX}"
     rows, left = [], []
     for size, budget in cells:
-        seeds = sorted({k[3] for k in by if k[1:3] == (size, budget)})
+        seeds = sorted({k.seed for k in by if (k.size, k.budget_tokens) == (size, budget)})
         pairs, missing, fields = [], [], {}
         sources = ("", "")
         for seed in seeds:
-            a, b = by.get((treatment, size, budget, seed)), by.get((parent, size, budget, seed))
+            a, b = by.get(RunKey(treatment, size, budget, seed)), by.get(RunKey(parent, size, budget, seed))
             if a is None or b is None:
                 missing.append(f"seed {seed} ({treatment if a is None else parent}{SUFFIX}: no finished run)")
                 continue
-            ca, cb = cfg.get(a["run_id"], {}), cfg.get(b["run_id"], {})
-            ta, tb = ca.get("tuned") or {}, cb.get("tuned") or {}
-            tuned_keys = {f"train.{f}" for f in (*ta.get("fields", ()), *tb.get("fields", ()))}
-            diff = config_diff(ca.get("protocol"), cb.get("protocol"))
-            other = [d for d in diff if d not in tuned_keys]
-            if other:
-                why = f"protocols differ outside the tuned fields: {', '.join(other)}"
+            why, tuned_sources = _tuned_fields(a, b, cfg, treatment, parent, fields)
+            if why is not None:
                 missing.append(f"seed {seed} ({why})")
-                left.append(LeftOut(f"{a['run_id']}|{b['run_id']}", label, seed, size, budget, "pair", why))
+                left.append(LeftOut(run_id=f"{a['run_id']}|{b['run_id']}", variant=label, seed=seed, size=size,
+                                    budget_tokens=budget, status="pair", reason=why))
                 continue
-            sources = (ta.get("source", ""), tb.get("source", ""))
-            for key in sorted(tuned_keys):
-                name = key.split(".", 1)[1]
-                fields[key] = (f"{key}: {_value(ca.get('train', {}).get(name, '(preset)'))} ({treatment}) vs "
-                               f"{_value(cb.get('train', {}).get(name, '(preset)'))} ({parent})")
-            pairs.append(Pair(label, size, budget, seed, a["run_id"], b["run_id"], a["val_nll"], b["val_nll"],
-                              a["val_nll"] - b["val_nll"]))
-        d = np.array([p.diff for p in pairs])
-        stats: Descriptives = describe(d)
-        if d.size >= paired.MIN_PAIRS:
-            p, exact = dec.headline_p(d)
-            p, exact = float(p), bool(exact)
-        else:
-            p, exact = math.nan, False
-        comp = Comparison(label, f"{treatment}{SUFFIX}", f"{parent}{SUFFIX}", KIND, size, budget,
-                          tuple(q.seed for q in pairs), stats, tuple(missing))
-        rows.append(TunedRow(comp, tuple(pairs), p, exact, tuple(fields.values()), sources,
-                             untuned.get((size, budget), math.nan)))
+            sources = tuned_sources
+            pairs.append(Pair(comparison=label, size=size, budget_tokens=budget, seed=seed, run_first=a["run_id"],
+                              run_second=b["run_id"], nll_first=a["val_nll"], nll_second=b["val_nll"],
+                              diff=a["val_nll"] - b["val_nll"]))
+        rows.append(_tuned_row(label, treatment, parent, size, budget, pairs, missing, fields, sources,
+                               untuned.get((size, budget), math.nan)))
     return rows, left
 
 
-def blocks(stats) -> list[Block]:
-    """The report section of the robustness rows (none without ``[tuned]`` runs)."""
-    from reports.fmt import fmt_p
-    from reports.render import cell_label, mean_ci
-
-    rows = getattr(stats, "robustness", ())
-    if not rows:
-        return []
-    out: list[Block] = [
-        Heading(2, "Robustness: treatment (tuned) - parent (tuned)"),
-        Para("Does the gain survive giving each side its own tuned settings (DESIGN 9)? Each variant's [tuned] runs "
-             "pair by seed; their protocols differ only in the tuned fields listed. Descriptive: one-sided paired t "
-             f"p at alpha {stats.plan.alpha:g}, in no family and no verdict.", "note"),
-    ]
-    table = []
-    for r in rows:
-        s = r.comparison.stats
-        table.append((r.comparison.comparison, cell_label(r.comparison.size, r.comparison.budget_tokens),
-                      f"{s.wins}/{s.n}", mean_ci(s.mean, s.ci_low, s.ci_high), fmt_p(r.p_one_sided),
-                      "-" if math.isnan(r.untuned_mean) else f"{r.untuned_mean:+.3g}", "; ".join(r.fields) or "-",
-                      f"{r.sources[0]} / {r.sources[1]}"))
-    out.append(Table(("comparison", "cell", "wins (k/n)", "mean dNLL [95 % CI]", "one-sided p",
-                      "untuned mean dNLL", "tuned fields", "sources (treatment / parent)"), tuple(table)))
-    lost = [f"{r.comparison.comparison} ({cell_label(r.comparison.size, r.comparison.budget_tokens)}): "
-            + "; ".join(r.comparison.missing) for r in rows if r.comparison.missing]
-    if lost:
-        out.append(Para("Left out: " + " | ".join(lost), "warn"))
-    return out
+def _tuned_fields(a: dict, b: dict, cfg: dict, treatment: str, parent: str,
+                  fields: dict[str, str]) -> tuple[str | None, tuple[str, str]]:
+    """(why the pair is left out, or None; the two tuned sources) for the tuned runs ``a`` (treatment) and
+    ``b`` (parent); each tuned field, with both sides' values, is added to ``fields``."""
+    ca, cb = cfg.get(a["run_id"], {}), cfg.get(b["run_id"], {})
+    ta, tb = ca.get("tuned") or {}, cb.get("tuned") or {}
+    tuned_keys = {f"train.{f}" for f in (*ta.get("fields", ()), *tb.get("fields", ()))}
+    diff = config_diff(ca.get("protocol"), cb.get("protocol"))
+    other = [d for d in diff if d not in tuned_keys]
+    if other:
+        return f"protocols differ outside the tuned fields: {', '.join(other)}", ("", "")
+    for key in sorted(tuned_keys):
+        name = key.split(".", 1)[1]
+        fields[key] = (f"{key}: {_value(ca.get('train', {}).get(name, '(preset)'))} ({treatment}) vs "
+                       f"{_value(cb.get('train', {}).get(name, '(preset)'))} ({parent})")
+    return None, (ta.get("source", ""), tb.get("source", ""))
 
 
-__all__ = ["KIND", "TunedRow", "split_tuned", "tuned_rows", "blocks"]
+def _tuned_row(label: str, treatment: str, parent: str, size: str, budget: int, pairs: list[Pair],
+               missing: list[str], fields: dict[str, str], sources: tuple[str, str], untuned_mean: float) -> TunedRow:
+    """One cell's :class:`TunedRow`: descriptives and the one-sided p of its pairs."""
+    d = np.array([p.diff for p in pairs])
+    stats: Descriptives = describe(d)
+    if d.size >= paired.MIN_PAIRS:
+        p, exact = dec.headline_p(d)
+        p, exact = float(p), bool(exact)
+    else:
+        p, exact = math.nan, False
+    comp = Comparison(comparison=label, first=f"{treatment}{SUFFIX}", second=f"{parent}{SUFFIX}", kind=KIND,
+                      size=size, budget_tokens=budget, seeds=tuple(q.seed for q in pairs), stats=stats,
+                      missing=tuple(missing))
+    return TunedRow(comparison=comp, pairs=tuple(pairs), p_one_sided=p, exact=exact, fields=tuple(fields.values()),
+                    sources=sources, untuned_mean=untuned_mean)
+
+
+__all__ = ["KIND", "TunedRow", "split_tuned", "tuned_rows"]

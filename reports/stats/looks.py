@@ -27,7 +27,7 @@ alpha exactly when some look's p is below its increment at alpha.
 Validity of that shortcut needs every increment to grow with the level, which holds for
 gamma < :data:`GAMMA_MAX` = 2 (1 - Phi(1)) = 0.317 (then z_{1-gamma/2} > 1 >= t; see
 reports/LOG.md): levels above it are never spent, and a plan with looks needs alpha below
-it (:func:`reports.plan.parse_plan`).
+it (:func:`harness.analysis_plan.parse_plan`).
 
 Shapes: ``p`` ``[..., L]`` (L looks, NaN where a look is not reached), ``d`` ``[..., n]``.
 """
@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 import scipy.stats
 
-from reports.plan import LOOKS_MAX_ALPHA as GAMMA_MAX  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
+from harness.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
 
 _BISECT_STEPS = 64  # halvings of [0, GAMMA_MAX]: far below float resolution of any p
 
@@ -121,11 +121,11 @@ class Look:
 def look_at(pairs: int, looks: tuple[int, ...], alpha: float) -> Look:
     """The look a cell with ``pairs`` pairs is at (module docstring: largest look <= pairs)."""
     if not looks:
-        return Look(0, 0, int(pairs), float(alpha), None, int(pairs))
+        return Look(k=0, n_looks=0, n=int(pairs), level=float(alpha), next_n=None, pairs=int(pairs))
     k = int(np.searchsorted(np.asarray(looks), pairs, side="right"))  # looks <= pairs
     level = float(increments(alpha, looks)[k - 1]) if k else float("nan")
     nxt = int(looks[k]) if k < len(looks) else None
-    return Look(k, len(looks), int(looks[k - 1]) if k else 0, level, nxt, int(pairs))
+    return Look(k=k, n_looks=len(looks), n=int(looks[k - 1]) if k else 0, level=level, next_n=nxt, pairs=int(pairs))
 
 
 def at_looks(d, looks: tuple[int, ...], test: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -135,7 +135,7 @@ def at_looks(d, looks: tuple[int, ...], test: Callable[[np.ndarray], tuple[np.nd
     Args:
         d: ``[..., n]`` paired differences in seed order (nats/token).
         looks: the planned looks.
-        test: ``d [..., m] -> (p [...], exact [...])``, e.g. :func:`reports.decisions.headline_p`.
+        test: ``d [..., m] -> (p [...], exact [...])``, e.g. :func:`reports.stats.decisions.headline_p`.
 
     Returns:
         ``(p [..., K], mean [..., K])``, NaN at looks beyond n.
@@ -181,4 +181,14 @@ def sequential_p(p, looks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return np.where(none, np.nan, seq), np.where(none, -1, deciding)
 
 
-__all__ = ["GAMMA_MAX", "spent", "increments", "Look", "look_at", "at_looks", "sequential_p"]
+def look_text(look) -> str:
+    """'look 2 of 3 (5 of 6 pairs tested), level 0.00523' / 'before the first look (3 pairs)' / ''."""
+    if not look.planned:
+        return ""
+    if look.before_first:
+        return f"before the first look ({look.pairs} pair(s), first look at {look.next_n})"
+    tested = f"{look.n} of {look.pairs} pairs tested" if look.n < look.pairs else f"{look.n} pairs"
+    return f"look {look.k} of {look.n_looks} ({tested}), level {look.level:.3g}"
+
+
+__all__ = ["look_text", "GAMMA_MAX", "spent", "increments", "Look", "look_at", "at_looks", "sequential_p"]

@@ -1,5 +1,5 @@
-"""Number and label formats shared by the report's writers (:mod:`reports.render`,
-:mod:`reports.summary`, :mod:`reports.figures`). Nothing here computes a statistic."""
+"""Number and label formats shared by the report's writers (:mod:`reports.render.sections`,
+:mod:`reports.render.summary`, :mod:`reports.render.figures`). Nothing here computes a statistic."""
 
 from __future__ import annotations
 

@@ -8,16 +8,16 @@ control's reproduction contrast ``e = c - (1 - rho) p - rho t``, two-sided):
   a control the pilot lacks gets the pilot's contrast sds of that cell pooled, df-weighted;
   a budget the pilot lacks gets the pilot's nearest budget of the same size), or one given
   sd for every comparison;
-* the **MDE** at the grid's seeds and the plan's power (:func:`reports.power.look_mde`:
+* the **MDE** at the grid's seeds and the plan's power (:func:`reports.stats.power.look_mde`:
   at alpha, or at the level of the look the grid's seeds reach);
 * the **seeds needed** for the plan's ``min_effect_nats`` (min(rho, 1 - rho) of it for a
-  contrast; :func:`reports.power.planned_seeds`), or "not reachable at this budget";
+  contrast; :func:`reports.stats.power.planned_seeds`), or "not reachable at this budget";
 * the **cost** of running the cell at that many seeds: every variant of the cell (pairs
   need them all, ``harness topup`` adds them all), runs x budget tokens, and worker-hours
   at the measured throughput of that size (:func:`throughput`: the store's finished runs,
   end to end, else ``harness bench``'s Lightning loop, else unknown).
 
-Power by the noncentral t (statsmodels, :mod:`reports.power`). This module reads frames and
+Power by the noncentral t (statsmodels, :mod:`reports.stats.power`). This module reads frames and
 the report's statistics only; ``harness/commands/plan.py`` loads the grid and the store.
 """
 
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import polars as pl
 import scipy.stats
 
-from reports.looks import look_at
-from reports.plan import AnalysisPlan
-from reports.power import contrast_effect, look_mde, planned_seeds
-from reports.stats import ReportStats
+from reports.stats.looks import look_at
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.power import contrast_effect, look_mde, planned_seeds
+from reports.stats.analysis import ReportStats
 
 HEADLINE = "headline"
 CONTRAST = "contrast"
@@ -231,79 +231,14 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
             runs = len(variants) * need.n if need.reachable else None
             tokens = runs * budget if runs is not None else None
             hours = tokens / tps / 3600 if tokens is not None and tps else None
-            rows.append(PlanRow(label, key if key == HEADLINE else CONTRAST, size, budget, got.sd, got.source,
-                                got.df if pilot is not None and got.sd is not None else None, shape.n_seeds, level, None if math.isnan(mde) else mde, effect, need.n,
-                                need.reachable, None if math.isnan(need.power_at_max) else need.power_at_max,
-                                runs, tokens, hours))
+            rows.append(PlanRow(comparison=label, kind=key if key == HEADLINE else CONTRAST, size=size,
+                                budget_tokens=budget, sd_nats=got.sd, sd_source=got.source,
+                                sd_df=got.df if pilot is not None and got.sd is not None else None,
+                                n_seeds=shape.n_seeds, level=level, mde_nats=None if math.isnan(mde) else mde,
+                                planned_effect_nats=effect, seeds_needed=need.n, reachable=need.reachable,
+                                power_at_max=None if math.isnan(need.power_at_max) else need.power_at_max, runs=runs,
+                                tokens=tokens, est_hours=hours))
     return rows
 
 
-def _f(x: float | None, fmt: str) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
-
-def render_plan(shape: GridShape, rows: list[PlanRow], speed: dict[str, Throughput], *, sd_note: str) -> list[str]:
-    """The plan as text lines: the plan, where the sd and the throughput came from, the table, notes."""
-    p = shape.plan
-    looks = f"looks {list(p.looks)}" if p.looks else "no looks (read once at alpha)"
-    lines = [f"grid {shape.name}: {shape.n_seeds} seeds per cell; alpha {p.alpha:g} (headline one-sided, contrasts "
-             f"two-sided), power {p.power:g}, min_effect_nats "
-             f"{_f(p.min_effect_nats, '.4g') if p.min_effect_nats else 'not set'}, rho {p.reproduce_fraction:g}, "
-             f"max_seeds {p.max_seeds}, {looks}",
-             f"paired sd: {sd_note}"]
-    if p.looks:
-        lk = look_at(shape.n_seeds, p.looks, p.alpha)
-        lines.append(f"the grid's {shape.n_seeds} seeds are "
-                     + (f"before the first look ({p.looks[0]}): no MDE until then" if lk.before_first else
-                        f"look {lk.k} of {lk.n_looks} (its {lk.n} seeds tested at level {lk.level:.3g})")
-                     + "; seeds needed are looks, each at its own level")
-    for size in dict.fromkeys(s for s, _, _ in shape.cells):
-        t = speed.get(size)
-        lines.append(f"throughput, size {size}: " + (f"{t.tokens_per_s:,.0f} tokens/s per worker, from {t.source}"
-                                                     if t and t.tokens_per_s else
-                                                     "unknown (no finished run of this size in the store and no "
-                                                     f"harness bench row; run `harness bench --size {size}`)"))
-    for size, budget, variants in shape.cells:
-        t = speed.get(size)
-        runs = len(variants) * shape.n_seeds
-        hours = f", {runs * budget / t.tokens_per_s / 3600:.1f} worker-hours" if t and t.tokens_per_s else ""
-        lines.append(f"cell {size}/{budget:_} as written: {len(variants)} variants x {shape.n_seeds} seeds = {runs} "
-                     f"runs, {runs * budget:_} tokens{hours}")
-    if p.min_effect_nats is None:
-        lines.append("min_effect_nats is not set in the grid's [analysis]: no seeds needed or cost, only the MDE "
-                     "(set it to the smallest gain worth detecting, e.g. min_effect_nats = 0.01)")
-    head = ("comparison", "size", "budget", "sd", "MDE", "effect", "seeds needed", "runs", "tokens", "worker-hours")
-    table = [head]
-    for r in rows:
-        if r.planned_effect_nats is None:
-            needed = "-"
-        elif r.reachable:
-            needed = str(r.seeds_needed)
-        elif r.sd_nats is None:
-            needed = "unknown sd"
-        else:
-            needed = (f"not reachable at this budget (power {r.power_at_max:.2f} at "
-                      f"{'the last look' if p.looks else 'max_seeds'} {p.looks[-1] if p.looks else p.max_seeds})")
-        table.append((r.comparison, r.size, f"{r.budget_tokens:_}", _f(r.sd_nats, ".4f"), _f(r.mde_nats, ".4f"),
-                      _f(r.planned_effect_nats, ".4g"), needed, _f(r.runs, "d"),
-                      _f(r.tokens, "_d"), _f(r.est_hours, ".1f")))
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines.append("")
-    lines += ["  ".join(c.ljust(w) if i in (0, 1, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-              .rstrip() for row in table]
-    lines += ["", "MDE: the smallest true |mean| (nats/token) the grid's seeds detect with the plan's power "
-                  f"({'at their look' if p.looks else 'at alpha'}). effect: min_effect_nats for the headline, "
-                  f"min(rho, 1 - rho) x min_effect_nats for a contrast. runs, tokens, worker-hours: every variant "
-                  "of the cell at the seeds needed, at the measured throughput of one worker (divide by the workers)."]
-    sources = list(dict.fromkeys(r.sd_source for r in rows if r.sd_source != GIVEN))
-    if sources:
-        lines += ["sd sources:"] + [f"  {s}" for s in sources]
-    for df in sorted({r.sd_df for r in rows if r.sd_df}):
-        lo, hi = sd_interval(df)
-        lines.append(f"an sd with {df} degrees of freedom is rough: the true sd lies between {lo:.2f} and {hi:.2f} "
-                     "times it (80 % chi-square interval); seeds needed and cost grow roughly with its square")
-    return lines
-
-
-__all__ = ["GridShape", "PilotSd", "Throughput", "PlanRow", "JSON_KEYS", "pilot_sds", "throughput", "plan_rows",
-           "render_plan"]
+__all__ = ["GridShape", "PilotSd", "Throughput", "PlanRow", "JSON_KEYS", "pilot_sds", "throughput", "plan_rows"]

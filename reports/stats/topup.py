@@ -16,8 +16,8 @@ open cell stays open until its last look.
 
 Seeds already queued or running (and finished runs not yet paired) count toward the next
 look, so running ``harness topup`` twice adds nothing the second time. New seeds are the
-next integers above every seed the cell has used. This module decides; it never touches
-the queue (``harness/commands/topup.py`` does, in a handful of calls).
+next integers above every seed the cell has used. This module decides (:mod:`reports.render.topup_lines`
+words it); it never touches the queue (``harness/commands/topup.py`` does, in a handful of calls).
 """
 
 from __future__ import annotations
@@ -27,15 +27,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from reports import decisions as dec
-from reports.looks import look_at
-from reports.render import fmt_tokens, look_text
-from reports.stats import ReportStats
+from reports.stats import decisions as dec
+from reports.stats.looks import look_at, look_text
+from reports.stats.analysis import ReportStats
 
 
 def cell_open(established, headline_last, codes) -> np.ndarray:
     """``[...]`` bool: the headline is undecided (not established, not at its last look) or the gain
-    is established and a control verdict (``codes [..., C]``, :data:`reports.decisions.VERDICTS`
+    is established and a control verdict (``codes [..., C]``, :data:`reports.stats.decisions.VERDICTS`
     indices) is inconclusive. Whether seeds can still be added (a next look exists) is separate."""
     established, headline_last = np.asarray(established, bool), np.asarray(headline_last, bool)
     inconclusive = (np.asarray(codes) == dec.V_INCONCLUSIVE).any(axis=-1)
@@ -80,10 +79,6 @@ class CellTopup:
     pending: tuple[int, ...] = ()
     variants: tuple[str, ...] = field(default=())
 
-    @property
-    def cell(self) -> str:
-        return f"cell {self.size}/{fmt_tokens(self.budget_tokens)}"
-
 
 def _why_open(stats: ReportStats, size: str, budget: int) -> tuple[bool, str]:
     """(open, reason) from the report's verdicts of one cell."""
@@ -108,7 +103,7 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
     """Decide, per cell of ``stats``, whether to add seeds and which (module docstring).
 
     Args:
-        stats: the grid's report statistics (:func:`reports.stats.analyze`), whose plan has looks.
+        stats: the grid's report statistics (:func:`reports.stats.analysis.analyze`), whose plan has looks.
         cells: what the queue holds per (size, budget) (:class:`CellSeeds`).
 
     Raises:
@@ -127,7 +122,7 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
         held = cells.get((size, budget), CellSeeds(frozenset(), frozenset(), ()))
         open_, reason = _why_open(stats, size, budget)
         if not open_:
-            out.append(CellTopup(size, budget, False, reason, variants=held.variants))
+            out.append(CellTopup(size=size, budget_tokens=budget, open=False, reason=reason, variants=held.variants))
             continue
         comp = next((c for c in stats.comparisons if (c.comparison, c.size, c.budget_tokens) == (h.comparison, size,
                                                                                                  budget)), None)
@@ -136,32 +131,19 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
         look = look_at(len(paired), plan.looks, plan.alpha)
         target = look.next_n
         if target is None:
-            out.append(CellTopup(size, budget, False, f"{reason}; past the last look: nothing to add",
-                                 variants=held.variants))
+            out.append(CellTopup(size=size, budget_tokens=budget, open=False,
+                                 reason=f"{reason}; past the last look: nothing to add", variants=held.variants))
             continue
         if target > plan.max_seeds:
-            out.append(CellTopup(size, budget, False, f"{reason}; next look {target} > max_seeds {plan.max_seeds}",
-                                 target, variants=held.variants))
+            out.append(CellTopup(size=size, budget_tokens=budget, open=False,
+                                 reason=f"{reason}; next look {target} > max_seeds {plan.max_seeds}", next_look=target,
+                                 variants=held.variants))
             continue
         k = max(0, target - len(paired) - len(pending))
         start = max(held.used | paired, default=-1) + 1
-        out.append(CellTopup(size, budget, True, reason, target, tuple(range(start, start + k)), tuple(pending),
-                             held.variants))
+        out.append(CellTopup(size=size, budget_tokens=budget, open=True, reason=reason, next_look=target,
+                             new_seeds=tuple(range(start, start + k)), pending=tuple(pending), variants=held.variants))
     return out
 
 
-def describe(t: CellTopup, *, dry_run: bool = False) -> str:
-    """One line per cell: what was (or would be) queued and why, or why nothing."""
-    if not t.open:
-        return f"{t.cell}: {t.reason}: nothing to add" if "nothing to add" not in t.reason else f"{t.cell}: {t.reason}"
-    waiting = f"seed(s) {' '.join(map(str, t.pending))} already queued" if t.pending else ""
-    if not t.new_seeds:
-        return f"{t.cell}: {t.reason}; next look {t.next_look}: {waiting} (waiting for workers): nothing to add"
-    verb = "would queue" if dry_run else "queued"
-    runs = len(t.new_seeds) * len(t.variants)
-    also = f" ({waiting})" if waiting else ""
-    return (f"{t.cell}: {t.reason}; next look {t.next_look}: {verb} seed(s) {' '.join(map(str, t.new_seeds))} for "
-            f"{len(t.variants)} variants ({runs} runs){also}")
-
-
-__all__ = ["cell_open", "CellSeeds", "CellTopup", "plan_topup", "describe"]
+__all__ = ["cell_open", "CellSeeds", "CellTopup", "plan_topup"]

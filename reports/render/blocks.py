@@ -1,6 +1,6 @@
 """Report blocks and their two writers: Markdown and self-contained HTML.
 
-The report is laid out once as a list of blocks (:mod:`reports.render` words them);
+The report is laid out once as a list of blocks (:mod:`reports.render.sections` words them);
 :func:`to_markdown` and :func:`to_html` turn the same blocks into text, so the two
 formats cannot drift apart. Blocks carry a *tone* (``good``, ``bad``, ``warn``,
 ``neutral``, ``invalid``, ``info`` or ``""``) instead of colours: a :class:`Chip` is one
@@ -19,7 +19,7 @@ import html
 import re
 from dataclasses import dataclass, field
 
-from reports.figures import FigureOut
+from reports.render.figures import FigureOut
 
 TONES = ("good", "bad", "warn", "neutral", "invalid", "info")
 

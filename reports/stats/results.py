@@ -1,11 +1,11 @@
 """Result objects of the statistics plan (DESIGN section 6) and the ``stats.csv`` table.
 
-:func:`reports.stats.analyze` returns a :class:`ReportStats`: frozen dataclasses with named
+:func:`reports.stats.analysis.analyze` returns a :class:`ReportStats`: frozen dataclasses with named
 fields per comparison (:class:`Comparison`), per cell headline (:class:`Headline`), per
 control (:class:`ControlAssessment`), the A/A check (:class:`AACheck`) and the divergence
 table (:class:`DivergenceRow`). :meth:`ReportStats.to_frame` is ``stats.csv``, whose column
 contract (DESIGN section 6: add, never rename) is :data:`CSV_COLUMNS`. Notes are short fixed
-tags (``NOTE_*``); :mod:`reports.render` words everything for people. Nothing here computes a
+tags (``NOTE_*``); :mod:`reports.render.sections` words everything for people. Nothing here computes a
 statistic.
 """
 
@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from reports import paired
-from reports.budget import GainVsBudget
-from reports.looks import Look
-from reports.mixed import MixedModelCheck
-from reports.pairing import LeftOut, Pair, cell_order
-from reports.plan import AnalysisPlan
-from reports.power import SeedsNeeded
-from reports.progress import GridProgress
+from reports.stats import paired_tests as paired
+from reports.stats.budget import GainVsBudget
+from reports.stats.looks import Look
+from reports.stats.mixed import MixedModelCheck
+from reports.stats.pairing import LeftOut, Pair, cell_order
+from harness.analysis_plan import AnalysisPlan
+from reports.stats.power import SeedsNeeded
+from reports.stats.progress import GridProgress
 
 NAN = float("nan")
 AA_NOISE_FRACTION = 0.5  # A/A warns when max |d| >= this x |treatment's mean gain| (DESIGN 6)
@@ -44,9 +44,9 @@ EXTRA_COLUMNS = (
     "missing_seeds", "code_versions", "level", "look", "n_looks", "look_pairs", "sequential_p",
 )
 KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check", "treatment_vs_control", "parent_vs_reference",
-         "tuned_treatment_vs_parent")  # the last: the [tuned] robustness row (reports.robustness, DESIGN 9)
+         "tuned_treatment_vs_parent")  # the last: the [tuned] robustness row (reports.stats.robustness, DESIGN 9)
 
-# Short fixed note tags (stats.csv `note`; reports.render words them).
+# Short fixed note tags (stats.csv `note`; reports.render.sections words them).
 NOTE_FEW = "fewer than 3 pairs: no test"
 NOTE_ZERO_SPREAD = "zero spread: t undefined, the exact sign-flip p is the only p"
 NOTE_ZEROS = "{k} zero difference(s) dropped by the Wilcoxon and sign tests"
@@ -127,7 +127,7 @@ class Headline:
 
     ``n``, ``mean`` and ``sd`` describe all pairs. ``p_one_sided`` is the one-sided t p (H1
     mean d < 0), or with zero spread the exact one-sided sign-flip p (``exact``), of the
-    pairs the current look tests (``look``, :mod:`reports.looks`: all pairs without looks,
+    pairs the current look tests (``look``, :mod:`reports.stats.looks`: all pairs without looks,
     the first n_k with looks, none before the first look); ``level`` is that look's level
     (the spent increment Delta_k with looks, the plan's alpha without). ``sequential_p`` is
     the p Holm sees: the ordinary p without looks, else the smallest alpha whose spending
@@ -135,7 +135,7 @@ class Headline:
     attaining it). ``holm_p`` is Holm-adjusted over the ``n_cells`` cells with a p;
     established where ``holm_p < alpha``. ``mde_nats`` is the gain detectable with the
     plan's power at this look (one-sided, the observed sd); ``seeds_needed`` is for the
-    plan's ``min_effect_nats`` (:func:`reports.power.planned_seeds`).
+    plan's ``min_effect_nats`` (:func:`reports.stats.power.planned_seeds`).
     """
 
     size: str
@@ -263,9 +263,9 @@ class ReportStats:
     left_out: tuple[LeftOut, ...]
     mixed: tuple[MixedModelCheck, ...]
     warnings: tuple[str, ...] = field(default=())
-    progress: GridProgress | None = None  # the queue's view next to the store's (reports.progress)
+    progress: GridProgress | None = None  # the queue's view next to the store's (reports.stats.progress)
     budget: GainVsBudget = field(default=GainVsBudget((), ()))  # gain vs budget (DESIGN 8): several budgets only
-    robustness: tuple = ()  # reports.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
+    robustness: tuple = ()  # reports.stats.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
 
     @property
     def cells(self) -> list[tuple[str, int]]:

@@ -13,7 +13,7 @@ whose plan changed after its runs were queued. The report reads it back from the
     power = 0.8                # target power of MDE / seeds-needed (0 < power < 1)
     max_seeds = 30             # most seeds a cell may get (>= 3)
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
-                               # spent over them (reports.looks), which needs alpha < 0.3173
+                               # spent over them (reports.stats.looks), which needs alpha < 0.3173
 
 This module imports nothing from ``harness``: ``harness.scheduling.grid`` imports it.
 """
@@ -25,7 +25,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-LOOKS_MAX_ALPHA = 0.31731050786291415  # reports.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
+LOOKS_MAX_ALPHA = 0.31731050786291415  # reports.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
 MIN_SEEDS = 3  # a test needs at least 3 pairs (DESIGN section 6: "established when n >= 3")
 
 # key -> what it holds (shown in "unknown key" errors)
@@ -133,7 +133,7 @@ def parse_plan(table: Any, *, where: str = "<grid>", source: str = "[analysis]")
                              "allowed: strictly increasing seed counts, e.g. [3, 5, 10]")
     if looks and not alpha < LOOKS_MAX_ALPHA:
         raise ValueError(f"{where}: analysis.alpha: {alpha!r} is too large for sequential looks; allowed with "
-                         f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (reports/looks.py: above it the spent "
+                         f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (reports/stats/looks.py: above it the spent "
                          "increments no longer grow with the level)")
     return AnalysisPlan(float(alpha), float(rho), None if min_effect is None else float(min_effect),
                         float(power), max_seeds, looks, source)

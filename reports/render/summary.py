@@ -1,10 +1,10 @@
 """The top of the report: grid status, one verdict banner per cell, verdict chips, and how
 to read the rest.
 
-Words only, like :mod:`reports.render`: every verdict string of :mod:`reports.decisions`
-and every A/A status of :mod:`reports.stats` gets a tone (:data:`VERDICT_TONES`,
-:data:`AA_DISPLAY`), which :mod:`reports.blocks` draws as a coloured chip. The grid status
-comes from :class:`reports.progress.GridProgress`: the report says how many runs are
+Words only, like :mod:`reports.render.sections`: every verdict string of :mod:`reports.stats.decisions`
+and every A/A status of :mod:`reports.stats.analysis` gets a tone (:data:`VERDICT_TONES`,
+:data:`AA_DISPLAY`), which :mod:`reports.render.blocks` draws as a coloured chip. The grid status
+comes from :class:`reports.stats.progress.GridProgress`: the report says how many runs are
 done, running, queued, failed or unreadable, and never that the grid finished unless the
 queue says so.
 """
@@ -14,15 +14,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from reports import decisions as dec
-from reports.blocks import Banner, Block, Bullets, Chip, Heading, Para, Table
-from reports.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num, tokens_label
-from reports.pairing import AA_VARIANTS
-from reports.progress import (DIVERGED, DONE, FAILED, FINISHED, NOT_IN_STORE, QUEUED, RUNNING, STATES,
+from reports.stats import decisions as dec
+from reports.render.blocks import Banner, Block, Bullets, Chip, Heading, Para, Table
+from reports.render.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num, tokens_label
+from reports.stats.pairing import AA_VARIANTS
+from reports.stats.progress import (DIVERGED, DONE, FAILED, FINISHED, NOT_IN_STORE, QUEUED, RUNNING, STATES,
                               UNREADABLE, GridProgress)
-from reports.stats import AACheck, ReportStats
+from reports.stats.analysis import AACheck, ReportStats
 
-# Tone of every verdict (reports.decisions) in the report's colours (reports.blocks).
+# Tone of every verdict (reports.stats.decisions) in the report's colours (reports.render.blocks).
 VERDICT_TONES = {
     dec.GAIN_ESTABLISHED: "good",
     dec.GAIN_NOT_ESTABLISHED: "warn",
@@ -46,7 +46,7 @@ VERDICT_MEANING = {
     dec.NOT_ASSESSED: "no verdict: the gain it would reproduce is not established in this cell",
     dec.DEGENERATE: "the variant cannot differ from the parent (DESIGN 3): no test, whatever the numbers say",
 }
-# A/A status (reports.stats.AA_STATUSES) -> (what the report shows, tone). DESIGN 6: bit-identical and a
+# A/A status (reports.stats.analysis.AA_STATUSES) -> (what the report shows, tone). DESIGN 6: bit-identical and a
 # noise floor below half the gain pass; a noise floor reaching it warns; a systematic offset FAILs.
 AA_DISPLAY = {
     "bit-identical": ("pass", "good"),

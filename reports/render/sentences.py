@@ -1,0 +1,147 @@
+"""Sentences about result objects, shared by the report's sections, the robustness section and
+``harness report``'s terminal summary (moved out of :mod:`reports.render.sections`)."""
+
+from __future__ import annotations
+
+import math
+
+from reports.render.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, num as _num, tokens_label
+from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
+from reports.stats.decisions import DOES_NOT_REPRODUCE
+from reports.stats.looks import GAMMA_MAX, look_text
+from reports.stats.paired_tests import MIN_PAIRS
+
+
+def fmt_seq_p(p: float | None) -> str:
+    """A sequential p (reports.stats.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
+    return f"> {GAMMA_MAX:.3g}" if p is not None and p >= 1 else fmt_p(p)
+
+
+def needed_text(s, planned: float | None, what: str) -> str:
+    """'min_effect_nats 0.01 needs 7 seeds' / 'not reachable at this budget' / why not computed."""
+    if planned is None:
+        return f"seeds needed: set min_effect_nats in the grid's [analysis] (the smallest {what} worth detecting)"
+    if s.reachable:
+        if s.at_looks:
+            return f"{_num(planned, '.4g')} nats/token needs the look at {s.n} seeds (at its level and the observed sd)"
+        return f"{_num(planned, '.4g')} nats/token needs {s.n} seeds (at the observed sd)"
+    if math.isnan(s.power_at_max):
+        return f"{_num(planned, '.4g')} nats/token: seeds needed not computable (no spread yet)"
+    cap = f"the last look, {s.max_seeds} seeds" if s.at_looks else f"max_seeds = {s.max_seeds}"
+    return f"{_num(planned, '.4g')} nats/token: not reachable at this budget (power {s.power_at_max:.2f} at {cap})"
+
+
+def _mde_at(look) -> str:
+    """Where an MDE is computed: 'n = 6', or 'look 2 (5 pairs, level 0.00523)'."""
+    return f"look {look.k} ({look.n} pairs, level {look.level:.3g})" if look.planned else f"n = {look.n}"
+
+
+def headline_sentence(h: Headline, power: float, min_effect: float | None = None) -> str:
+    """Whether the gain is established in one cell, and why (n, mean d, one-sided p, Holm p, level)."""
+    test = "exact one-sided sign-flip p (zero spread: t undefined)" if h.exact else "one-sided t p"
+    if h.look.planned:
+        earlier = f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
+        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
+                 f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_seq_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
+                 f"{h.n_cells} cell(s){earlier}")
+    else:
+        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
+                 f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
+    why = {
+        "established": ("Holm p (of the sequential p) < alpha and mean d < 0" if h.look.planned
+                        else "Holm p < level and mean d < 0"),
+        "before the first look": f"{h.n} pair(s): no look yet (the first is at {h.look.next_n} pairs)",
+        "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
+        "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
+        "Holm p >= alpha": "Holm p >= alpha (of the sequential p)" if h.look.planned else "Holm p >= level",
+        "degenerate": f"the treatment is degenerate ({h.degenerate_reason})",
+    }[h.reason]
+    plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
+            if not math.isnan(h.mde_nats) else f"MDE: none before the first look ({h.look.next_n} pairs)"
+            if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
+    if not h.established and h.reason != "degenerate":
+        plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
+    return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}."
+
+
+def control_sentence(a: ControlAssessment, power: float) -> str:
+    """Why a control got its verdict, and what the contrast could detect at this budget."""
+    mde = (f"MDE of the contrast at {_mde_at(a.look)}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power "
+           f"{power:g})"
+           if not math.isnan(a.mde_nats) else f"MDE: none before the first look ({a.look.next_n} seeds)"
+           if a.look.before_first else "MDE: needs >= 3 seeds with control, parent and treatment")
+    if a.reason == "degenerate":
+        return f"degenerate: {a.degenerate_reason}; no contrast is tested, whatever it says"
+    if a.reason in ("gain not established", "no treatment in this cell"):
+        why = ("the treatment's gain is not established in this cell" if a.reason == "gain not established"
+               else "no treatment runs in this cell")
+        return f"{why}, so no verdict; {mde}"
+    if a.reason == "fewer than 3 pairs":
+        return f"{a.n} seed(s) with control, parent and treatment: the contrast needs >= {MIN_PAIRS}; {mde}"
+    if a.reason == "before the first look":
+        return f"{a.n} seed(s) with control, parent and treatment: {look_text(a.look)}, nothing tested yet"
+    test = "exact sign-flip p (zero spread)" if a.exact else "t p"
+    if a.look.planned:
+        test = f"{look_text(a.look)}: {test}"
+        seq = f", sequential p {fmt_seq_p(a.sequential_p)}"
+    else:
+        seq = ""
+    sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE
+            else "the control lands nearer the treatment")
+    if a.reason == "Holm p < alpha":
+        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
+    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
+
+
+def fraction_text(a: ControlAssessment) -> str:
+    """'+0.40 [+0.23, +0.58]', '+0.40 unbounded' (the gain's 95 % CI covers 0), or '-'."""
+    if math.isnan(a.fraction):
+        return "-"
+    return f"{a.fraction:+.2f}\n" + (f"[{a.fraction_low:+.2f}, {a.fraction_high:+.2f}]" if a.bounded else "unbounded")
+
+
+def cell_label(size: str, budget: int | None) -> str:
+    """A cell in a table: 'small, 1M' (size, budget in tokens)."""
+    return f"{size}, {'-' if budget is None else tokens_label(budget)}"
+
+
+def mean_ci(mean: float, lo: float, hi: float) -> str:
+    """Mean over its 95 % interval, on two lines in HTML (one in Markdown)."""
+    return f"{fmt_nats(mean)}\n{fmt_ci(lo, hi)}"
+
+
+def aa_sentence(a: AACheck, alpha: float) -> str:
+    """The A/A check of one cell in one sentence."""
+    scale = (f"half the treatment's |mean gain| ({AA_NOISE_FRACTION:g} x {abs(a.gain):.4g} = {a.threshold:.4g})"
+             if math.isfinite(a.gain) else f"{AA_NOISE_ABS:g} nats/token (no treatment gain to compare with)")
+    steps = f" over {a.steps[0]}-{a.steps[-1]} training steps" if a.steps and a.steps[0] != a.steps[-1] else (
+        f" over {a.steps[0]} training steps" if a.steps else "")
+    test = ("exact sign-flip p (zero spread)" if a.exact else "paired t p") + f" = {fmt_p(a.p)}"
+    untested = f"; {a.n} pair(s) < {MIN_PAIRS}: no offset test" if not a.tested else ""
+    if a.status == "no pairs":
+        return "no A/A pair (no seed where both runs finished)"
+    if a.status == "bit-identical":
+        return f"bit-identical: all {a.n} paired differences are exactly 0"
+    if a.status == "FAIL":
+        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, two-sided {test} < {alpha:g}) "
+                "for a variant equal to the parent in exact arithmetic: a harness bug (pairing, data order, "
+                f"initialisation) or nondeterminism; max |d| {a.max_abs:.3g}")
+    floor = (f"max |d| = {a.max_abs:.3g} nats/token is the protocol's numerical noise floor (float summation "
+             f"order diverges chaotically{steps})")
+    if a.status == "warn":
+        return (f"warn: {floor} and reaches {scale}: effects of the treatment's size cannot be told from noise at "
+                f"this budget{untested}; no systematic offset ({test})" if a.tested else
+                f"warn: {floor} and reaches {scale}{untested}")
+    return f"noise floor: {floor}, below {scale}" + (f"; no systematic offset ({test})" if a.tested else untested)
+
+
+def needed_short(s, planned: float | None) -> str:
+    """Seeds needed in a table cell: '7', 'not reachable (> 30)', 'no spread yet' or 'set min_effect_nats'."""
+    if planned is None:
+        return "set min_effect_nats"
+    if s.reachable:
+        return str(s.n)
+    return "no spread yet" if math.isnan(s.power_at_max) else f"not reachable (> {s.max_seeds})"
+
+
+__all__ = ["fmt_seq_p", "needed_text", "headline_sentence", "control_sentence", "fraction_text", "cell_label", "mean_ci", "aa_sentence", "needed_short"]

@@ -1,0 +1,47 @@
+"""The paired report's statistics (DESIGN sections 6 and 8): computing only, nothing here renders.
+
+Modules, in the order data flows through them (the analysis plan itself, the grid's ``[analysis]``
+table, is :mod:`harness.analysis_plan`, shared with the grid parser):
+
+* :mod:`~reports.stats.pairing`: pair runs by seed and protocol hash; account for left-out runs;
+  :func:`~reports.stats.pairing.of_grid` is the one grid filter;
+* :mod:`~reports.stats.paired_tests`: exact tests on paired differences (t, sign-flip, Wilcoxon, sign);
+* :mod:`~reports.stats.descriptives`: n, mean, sd, interval and the tests' p of one set of differences;
+* :mod:`~reports.stats.decisions`: the verdict rules (headline gatekeeper, reproduction contrasts,
+  Holm, Fieller), as array functions shared by the report and the simulations;
+* :mod:`~reports.stats.looks`: sequential looks, the alpha spent at each, the sequential p (DESIGN 8);
+* :mod:`~reports.stats.power`: MDE, power and seeds needed for a planned effect (noncentral t);
+* :mod:`~reports.stats.mixed`, :mod:`~reports.stats.budget`, :mod:`~reports.stats.degeneracy`,
+  :mod:`~reports.stats.robustness`: the mixed-model cross-check, gain vs budget, degenerate
+  controls, the ``[tuned]`` robustness row;
+* :mod:`~reports.stats.progress`: the grid status, the queue's view of the runs next to the store's;
+* :mod:`~reports.stats.results`: the result objects (frozen dataclasses built by keyword) and
+  ``stats.csv`` (:meth:`~reports.stats.results.ReportStats.to_frame`);
+* :mod:`~reports.stats.analysis`: :func:`~reports.stats.analysis.analyze`, one grid's
+  :class:`~reports.stats.results.ReportStats`, in short named steps;
+* :mod:`~reports.stats.seed_planning` (``harness plan``'s rows) and :mod:`~reports.stats.topup`
+  (which cells ``harness topup`` tops up), both reading a ``ReportStats``.
+
+Imports point down this list and never to :mod:`reports.render` or :mod:`reports.build`
+(``tests/test_architecture.py`` checks it).
+
+Adding a statistic
+------------------
+1. **Compute** it in the module of its kind, as a function of arrays or frames with a numpy-style
+   docstring (null hypothesis, sidedness, units, reference): a test on paired differences in
+   :mod:`~reports.stats.paired_tests`, a verdict rule in :mod:`~reports.stats.decisions`, a
+   descriptive in :mod:`~reports.stats.descriptives`. Call it from the step of
+   :mod:`~reports.stats.analysis` that builds the object it belongs to (``describe``,
+   ``_headline``, ``_assessment``, ``_aa_check``).
+2. **Result field**: add a named field to that frozen dataclass in :mod:`~reports.stats.results`
+   (:class:`~reports.stats.results.Descriptives`, ``Headline``, ``ControlAssessment``, ...) and
+   pass it by keyword where the object is built.
+3. **stats.csv column**: append its name to ``EXTRA_COLUMNS`` (``CSV_COLUMNS`` is DESIGN 6's
+   contract: add, never rename) and fill it in ``_row`` of :mod:`~reports.stats.results`.
+4. **Rendering**: word it in :mod:`reports.render` (a table column or sentence in
+   :mod:`reports.render.sections` / :mod:`reports.render.sentences`, a figure in
+   :mod:`reports.render.figures`); rendering reads the field, it never recomputes.
+5. **The independent test**: in ``tests/test_stats.py`` (or the area's test file), assert the value
+   against an independent scipy/statsmodels computation, or frozen numbers from one, and assert
+   the new ``stats.csv`` column; a test must be able to fail.
+"""
