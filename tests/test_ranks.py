@@ -135,3 +135,26 @@ def test_sigterm_stops_both_ranks_with_a_checkpoint_and_releases_the_run(tmp_pat
     step = resume_step(ckpt.parent)
     assert step is not None and step > 0, stderr  # the stop's checkpoint, at a step boundary
     assert not rank_children(results)
+
+
+def test_a_sigkilled_rank_0_takes_its_other_ranks_with_it(tmp_path):
+    """A worker SIGKILLed mid-run (DESIGN section 10's fault model) leaves no rank process
+    behind holding a device: the kernel kills them with it (PR_SET_PDEATHSIG)."""
+    results = tmp_path / "results"
+    p = subprocess.Popen([sys.executable, "-m", "harness", "run", "--variant", "rd_attnres", "--size", "tiny",
+                          "--seed", "3", "--budget-tokens", str(2000 * 1024), "--corpus", str(SAMPLE),
+                          "--results", str(results), "--devices", "2", "--accelerator", "cpu", "--threads", "1",
+                          *[f"--set={k}={v}" for k, v in TRAIN.items()]],
+                         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    for line in p.stderr:
+        if "tok/s" in line:
+            break
+        assert time.time() < deadline
+    assert rank_children(results)
+    p.kill()
+    p.wait()
+    deadline = time.time() + 30
+    while rank_children(results):
+        assert time.time() < deadline, rank_children(results)
+        time.sleep(0.2)

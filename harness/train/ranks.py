@@ -94,12 +94,16 @@ class RankFence(Fence):
         self.epoch = epoch
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent (rank 0) dies; exit at once when
+    it is already gone. Set by the child itself (a ``preexec_fn`` is unsafe in a process with
+    threads, as a worker is: its lease heartbeat)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # not glibc Linux: the children then outlive a SIGKILLed rank 0 until their timeout
-        pass
+    except (OSError, AttributeError):  # not glibc Linux: a child outlives a SIGKILLed rank 0 until its timeout
+        return
+    if os.getppid() != parent:  # rank 0 died before the line above
+        os._exit(1)
 
 
 class RankGroup:
@@ -133,8 +137,8 @@ class RankGroup:
         """Start ranks 1..n-1, each running :func:`main` with ``spec`` (JSON) in a new Python."""
         for rank in range(1, self.n):
             env = {**os.environ, **self.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
-                   SPEC_ENV: json.dumps(spec)}
-            self.children.append(subprocess.Popen([sys.executable, "-c", CHILD], env=env, preexec_fn=_die_with_parent))
+                   SPEC_ENV: json.dumps({**spec, "parent": os.getpid()})}
+            self.children.append(subprocess.Popen([sys.executable, "-c", CHILD], env=env, start_new_session=True))
 
     def __exit__(self, *exc) -> None:
         import torch.distributed as dist
@@ -176,8 +180,8 @@ def main() -> int:
     """A child rank: build the run ``$HARNESS_RANK_SPEC`` names, fit it, and let rank 0 record it.
 
     The spec holds ``config`` (:meth:`RunConfig.to_dict`), ``results_dir``, ``epoch`` (rank
-    0's fencing epoch), ``accelerator``, ``devices``, ``strategy``, ``stop_after_tokens`` and
-    ``threads``. Exit status 0 also when the run stopped early or its lease was lost (rank 0
+    0's fencing epoch), ``accelerator``, ``devices``, ``strategy``, ``stop_after_tokens``,
+    ``threads`` and ``parent`` (rank 0's pid). Exit status 0 also when the run stopped early or its lease was lost (rank 0
     says so); 1 on an error, with its traceback on stderr.
     """
     from harness.config import RunConfig
@@ -187,6 +191,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     spec = json.loads(os.environ[SPEC_ENV])
+    _die_with_parent(int(spec["parent"]))
     if spec.get("threads"):
         import torch
 

@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -307,7 +308,10 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             quiet_lightning_sigterm(run.trainer)
         return record(run, fit(run))
     fence = fence if fence is not None else fencing.current()
-    own_stop = StopRequest() if stop_requested is None else None  # else the caller owns the signals
+    # SIGTERM asks all ranks to stop at a step boundary, unless the caller owns the signals (or
+    # cannot: Python sets handlers from the main thread only)
+    main = threading.current_thread() is threading.main_thread()
+    own_stop = StopRequest() if stop_requested is None and main else None
     with RankGroup(n) as group, own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
         run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=n,
                     strategy="ddp" if strategy == "auto" else strategy, num_nodes=1,
