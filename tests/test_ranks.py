@@ -158,3 +158,20 @@ def test_a_sigkilled_rank_0_takes_its_other_ranks_with_it(tmp_path):
     while rank_children(results):
         assert time.time() < deadline, rank_children(results)
         time.sleep(0.2)
+
+
+def test_a_diverging_two_rank_run_is_recorded_as_diverged_on_every_rank(tmp_path):
+    """Every rank takes the divergence decision at the same step (the loss flag is reduced over
+    ranks, the gradient norm is the same after DDP's all-reduce): the run ends as diverged
+    instead of one rank waiting for the other's backward."""
+    config = RunConfig.adhoc("rd_attnres", "tiny", 0, 6 * 1024, str(SAMPLE),
+                             train={**TRAIN, "lr": 1e30, "grad_clip": 0.0})
+    assert train_run(config, tmp_path, progress=False, accelerator="cpu", devices=2) == "diverged"
+    con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
+    try:
+        status, step, error, devices = con.execute(
+            "select status, diverged_step, error, json_extract(config, '$.devices') from runs").fetchone()
+    finally:
+        con.close()
+    assert (status, int(devices)) == ("diverged", 2) and step < 6 and "non-finite training loss" in error, error
+    assert not rank_children(tmp_path)

@@ -110,6 +110,9 @@ class LitLM(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        if self.diverged is not None:  # this step's loss was non-finite on some rank: no update
+            optimizer.zero_grad(set_to_none=True)
+            return
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.last_grad_norm = float(norm)
@@ -124,8 +127,15 @@ class LitLM(L.LightningModule):
         logits = self._forward(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         if self._any_rank(not torch.isfinite(loss).all()):
-            self._mark_diverged(f"non-finite training loss ({float(loss)})")
-            return None  # skip this step; the trainer stops before the next one
+            several = self._trainer is not None and self.trainer.world_size > 1
+            self._mark_diverged(f"non-finite training loss ({float(loss)}"
+                                + (" on this rank; non-finite on at least one)" if several else ")"))
+            if not several:
+                return None  # skip this step; the trainer stops before the next one
+            # Lightning refuses a skipped step (None) under DDP: a loss whose gradient is exactly 0
+            # for every parameter runs DDP's backward on every rank, and configure_gradient_clipping
+            # then drops the gradients, so the optimiser step changes nothing
+            return 0.0 * sum(p.sum() for p in self.model.parameters() if p.requires_grad)
         self._last_loss = loss.detach()
         return loss
 
