@@ -462,7 +462,8 @@ def test_new_control_is_just_a_spec(tmp_path):
     m = build_model(spec, "tiny", seed=0)
     x = tokens("tiny")
     assert max_diff(m(x), build_model(PARENT, "tiny", seed=0)(x)) <= TOL
-    assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + 2 * 64
+    # one w_q per layer after the first (layer 0's site routes over one source: no parameters)
+    assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + (2 - 1) * 64
 
 
 def test_diagnostics_over_batches_equal_one_concatenated_batch():
