@@ -49,7 +49,7 @@ from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.scheduling.stop import StopRequest
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
-from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start
+from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start, started_externally
 from harness.train.schedule import StepPlan
 from harness.train.trainer import (describe_precision, make_trainer, quiet_lightning, resolve_accelerator,
                                    resolve_precision)
@@ -276,9 +276,10 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             (``devices=4, strategy="ddp"`` for several GPUs; multi-node via torchrun/SLURM).
             ``devices`` N > 1 in a process that is not already a rank trains the run on N
             ranks of this machine: this process is rank 0 and starts the others
-            (:mod:`harness.train.ranks`; strategy ``auto`` is ``ddp`` there); SIGTERM then
-            stops every rank at the next step with a checkpoint (:class:`RunInterrupted`),
-            unless ``stop_requested`` is given (its caller owns the signals).
+            (:mod:`harness.train.ranks`; strategy ``auto`` is ``ddp`` there). With several
+            ranks (also under torchrun/srun) SIGTERM stops every rank at the next step with
+            a checkpoint (:class:`RunInterrupted`), unless ``stop_requested`` is given (its
+            caller owns the signals).
         stop_after_tokens: checkpoint and raise :class:`RunInterrupted` after this many
             tokens (a planned stop; calling again resumes).
         fence: who may write this run's checkpoints and result (:mod:`harness.fencing`);
@@ -299,29 +300,27 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
-    n = ranks_to_start(devices, resolve_accelerator(accelerator))
-    if n < 2:
+    n = ranks_to_start(devices, resolve_accelerator(accelerator))  # > 1: this process starts the others
+    several = n > 1 or started_externally()
+    # With several ranks SIGTERM asks all of them to stop at a step boundary (rank 0's request is
+    # broadcast), unless the caller owns the signals, or cannot have them (only the main thread can)
+    main = threading.current_thread() is threading.main_thread()
+    own_stop = StopRequest() if several and stop_requested is None and main else None
+    if n > 1:
+        fence = fence if fence is not None else fencing.current()
+        strategy, devices, num_nodes = "ddp" if strategy == "auto" else strategy, n, 1
+    with RankGroup(n) if n > 1 else nullcontext() as group, \
+            own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
         run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
                     strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                    on_eval=on_eval, stop_requested=stop_requested)
-        if run.trainer.world_size > 1:  # a rank of torchrun/srun: a stop is rank 0's, broadcast
+                    on_eval=on_eval, stop_requested=stop_requested or own_stop)
+        if several:
             quiet_lightning_sigterm(run.trainer)
-        return record(run, fit(run))
-    fence = fence if fence is not None else fencing.current()
-    # SIGTERM asks all ranks to stop at a step boundary, unless the caller owns the signals (or
-    # cannot: Python sets handlers from the main thread only)
-    main = threading.current_thread() is threading.main_thread()
-    own_stop = StopRequest() if stop_requested is None and main else None
-    with RankGroup(n) as group, own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
-        run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=n,
-                    strategy="ddp" if strategy == "auto" else strategy, num_nodes=1,
-                    stop_after_tokens=stop_after_tokens, fence=fence, on_eval=on_eval,
-                    stop_requested=stop_requested or own_stop)
-        quiet_lightning_sigterm(run.trainer)
-        group.start({"config": config.to_dict(), "results_dir": str(Path(results_dir).resolve()),
-                     "epoch": fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": n,
-                     "strategy": "ddp" if strategy == "auto" else strategy, "stop_after_tokens": stop_after_tokens,
-                     "threads": torch.get_num_threads()})
+        if group is not None:
+            group.start({"config": config.to_dict(), "results_dir": str(Path(results_dir).resolve()),
+                         "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": n,
+                         "strategy": strategy, "stop_after_tokens": stop_after_tokens,
+                         "threads": torch.get_num_threads()})
         return record(run, fit(run))
 
 
