@@ -83,6 +83,8 @@ def test_sbatch_lines_and_resources_are_checked():
         "job_name": "harness-work", "time": 240, "signal_delay_s": 90, "cpus_per_task": 8, "mem": "64G",
         "partition": "gpu", "gpus_per_node": 1, "stderr_to_stdout": True, "additional_parameters": {"qos": "high"}}
     assert [r.local_parameters(i)["visible_gpus"] for i in range(3)] == [(0,), (1,), (2,)]
+    two = Resources(workers=2, gpus_per_worker=2)  # each worker's runs on 2 ranks, one per GPU
+    assert [two.local_parameters(i)["visible_gpus"] for i in range(2)] == [(0, 1), (2, 3)]
     for bad, message in [(dict(workers=0), r"--workers 0: must be at least 1"),
                          (dict(workers=1, mem="lots"), r"--mem 'lots': expected sbatch's form"),
                          (dict(workers=1, time_min=1, signal_delay_s=60), r"--signal-delay-s 60: must be shorter")]:
@@ -94,7 +96,7 @@ def test_sbatch_lines_and_resources_are_checked():
     ("no queue", [], r"no queue at .*queue\.journal; queue a grid first"),
     ("nothing queued", [], r"nothing queued in .* \(1 runs, none waiting\)"),
     ("unknown grid", ["--grid", "nope"], r"no runs of grid 'nope' in .*; grids there: g"),
-    ("two gpus", ["--gpus-per-worker", "2"], r"--gpus-per-worker 2: a worker trains one run at a time"),
+    ("negative gpus", ["--gpus-per-worker", "-1"], r"--gpus-per-worker -1: must be >= 0"),
     ("bad memory", ["--mem", "2 GB"], r"--mem '2 GB': expected sbatch's form"),
     ("sbatch, local", ["--sbatch=--qos=high"], r"--sbatch: only with --executor slurm"),
 ])

@@ -125,7 +125,7 @@ def test_rd_with_tied_value_query_equals_parent_forward_and_grads(config):
     randomize_queries(parent, seed=7)
     copy_shared(parent, rd)
     with torch.no_grad():
-        for l, layer in enumerate(rd.layers):
+        for l, layer in enumerate(rd.layers[1:], start=1):  # layer 0's site has no queries
             layer.attn_route.w_v.copy_(parent.layers[l].attn_route.w_qk)
     # the random queries must actually change the model, or the identity is vacuous
     assert max_diff(parent(x), build(PARENT, config, seed=1)(x)) > 1e-3
@@ -138,14 +138,12 @@ def test_rd_with_tied_value_query_equals_parent_forward_and_grads(config):
     for name, p in parent.named_parameters():
         if name.rsplit(".", 1)[-1].startswith("w_"):
             continue
-        if p.grad is None:  # e.g. layer 0's key norm: one source, softmax is constant
-            assert rd_params[name].grad is None, name
-            continue
+        assert p.grad is not None, name  # every parameter gets a gradient (DESIGN section 11)
         assert max_diff(p.grad, rd_params[name].grad) <= TOL, name
         checked += 1
     assert checked >= 7 * len(rd.layers)
     # the parent's w_qk gradient is split between rd's two queries (chain rule)
-    for l in range(1, len(rd.layers)):  # layer 0 routes over one source: no query gradient
+    for l in range(1, len(rd.layers)):  # layer 0 routes over one source: it has no queries
         g_parent = parent.layers[l].attn_route.w_qk.grad
         g_rd = rd.layers[l].attn_route.w_qk.grad + rd.layers[l].attn_route.w_v.grad
         assert max_diff(g_parent, g_rd) <= TOL
@@ -160,7 +158,7 @@ def test_rd_with_w_v_the_same_parameter_as_w_qk_tracks_the_parent_over_20_steps(
     lr, steps = 1e-3, 20
     parent = train_steps(build(PARENT, config, seed=0), steps, lr)
     rd = build("rd_attnres", config, seed=0)
-    for layer in rd.layers:
+    for layer in rd.layers[1:]:  # layer 0's site routes over one source and has no queries
         layer.attn_route.w_v = layer.attn_route.w_qk  # the same Parameter object
     assert count_params(rd) == count_params(build(PARENT, config, seed=0))
     tied = train_steps(rd, steps, lr)
@@ -188,12 +186,12 @@ def test_dup_route_queries_get_their_own_gradients_and_the_symmetric_version_doe
     for spec, same in (("dup_route", False), (SYMMETRIC_DUP, True)):
         m = build(spec, "tiny-L4-block4", seed=0)
         train_steps(m, 3, 3e-3)
-        for l, layer in enumerate(m.layers):
+        for layer in m.layers[1:]:  # layer 0 routes over one source: it has no queries
             w_qk, w_dup = layer.attn_route.w_qk, layer.attn_route.w_dup
-            if same or l == 0:  # layer 0 routes over one source: neither query moves
+            if same:
                 assert torch.equal(w_qk, w_dup), (spec, l)
             else:
-                assert max_diff(w_qk, w_dup) > 1e-4 and w_dup.abs().max() > 0, l
+                assert max_diff(w_qk, w_dup) > 1e-4 and w_dup.abs().max() > 0, layer
 
 
 @configs
@@ -209,7 +207,7 @@ def test_dup_route_tied_equals_parent_with_random_queries(config):
 
 @configs
 @pytest.mark.parametrize("variant, added, value, layers", [
-    ("param_matched", "b_qk", 0.05, (0, -1)),  # norm(r0 + b) is not norm(r0), at the first layer too
+    ("param_matched", "b_qk", 0.05, (1, -1)),  # norm(r0 + b) is not norm(r0)
     ("query_reparam", "w_extra", 0.5, (-1,)),
 ])
 def test_control_with_its_added_vector_at_zero_equals_parent(config, variant, added, value, layers):
@@ -220,7 +218,8 @@ def test_control_with_its_added_vector_at_zero_equals_parent(config, variant, ad
     randomize_queries(parent, seed=5)
     m = build(variant, config, seed=4)
     copy_shared(parent, m)  # the added vector keeps its zero init
-    assert all(float(getattr(l.attn_route, added).detach().abs().max()) == 0 for l in m.layers)
+    # layer 0's site routes over one source: it has no parameters (test_parameter_counts)
+    assert all(float(getattr(l.attn_route, added).detach().abs().max()) == 0 for l in m.layers[1:])
     assert max_diff(parent(x), m(x)) <= TOL
     for l in layers:
         with torch.no_grad():
@@ -240,7 +239,7 @@ def test_dup_route_with_equal_queries_equals_parent(config):
     dup = build("dup_route", config, seed=6)
     copy_shared(parent, dup)
     with torch.no_grad():
-        for l, layer in enumerate(dup.layers):
+        for l, layer in enumerate(dup.layers[1:], start=1):  # layer 0's site has no queries
             layer.attn_route.w_dup.copy_(parent.layers[l].attn_route.w_qk)
     assert max_diff(parent(x), dup(x)) <= TOL
     with torch.no_grad():
@@ -254,9 +253,11 @@ def test_parameter_counts(size):
     with torch.device("meta"):
         counts = {v: count_params(build_model_meta(v, size)) for v in BLOCK_VARIANTS}
     parent = counts[PARENT]
+    # one [D] per layer after the first: layer 0's attention site routes over the embedding
+    # alone and has no parameters (no query, key gain or offset could get a gradient there)
     for v in ("rd_attnres", "param_matched", "dup_route", "query_reparam"):
-        assert counts[v]["total"] == parent["total"] + L * D, v
-        assert counts[v]["trainable"] == parent["trainable"] + L * D, v
+        assert counts[v]["total"] == parent["total"] + (L - 1) * D, v
+        assert counts[v]["trainable"] == parent["trainable"] + (L - 1) * D, v
     assert counts["fixed_v"]["trainable"] == parent["trainable"]
     assert counts["dup_route_tied"] == parent
 
@@ -271,9 +272,9 @@ def build_model_meta(variant: str, size: str):
 def test_fixed_v_value_query_is_a_frozen_buffer():
     m = build_model("fixed_v", "tiny", seed=0)
     names = dict(m.named_buffers())
-    assert "layers.0.attn_route.w_v" in names
-    assert "layers.0.attn_route.w_v" not in dict(m.named_parameters())
-    assert "layers.0.attn_route.w_v" in m.state_dict()
+    assert "layers.1.attn_route.w_v" in names
+    assert "layers.1.attn_route.w_v" not in dict(m.named_parameters())
+    assert "layers.1.attn_route.w_v" in m.state_dict()
 
 
 def test_parameter_names_found_by_role():
@@ -281,7 +282,7 @@ def test_parameter_names_found_by_role():
     assert "layers.1.attn_route.w_qk" in names[PARENT]
     assert "layers.1.attn_route.w_v" in names["rd_attnres"]
     assert "layers.1.attn_route.b_qk" in names["param_matched"]
-    assert "layers.0.attn_route.b_qk" in names["param_matched"]
+    assert not any(n.startswith("layers.0.attn_route.") for v in BLOCK_VARIANTS for n in names[v])
     assert "layers.1.attn_route.w_extra" in names["query_reparam"]
     assert "layers.1.attn_route.w_dup" in names["dup_route"]
     assert "layers.1.mlp_route.w_mlp" in names[PARENT]
@@ -336,7 +337,7 @@ def test_fixed_v_buffer_does_not_train():
     loss = m(x).float().logsumexp(-1).mean()
     loss.backward()
     opt.step()
-    assert all(float(l.attn_route.w_v.abs().max()) == 0 for l in m.layers)
+    assert all(float(l.attn_route.w_v.abs().max()) == 0 for l in m.layers[1:])
 
 
 def test_bad_variant_and_size_name_the_valid_ones():
@@ -461,7 +462,8 @@ def test_new_control_is_just_a_spec(tmp_path):
     m = build_model(spec, "tiny", seed=0)
     x = tokens("tiny")
     assert max_diff(m(x), build_model(PARENT, "tiny", seed=0)(x)) <= TOL
-    assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + 2 * 64
+    # one w_q per layer after the first (layer 0's site routes over one source: no parameters)
+    assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + (2 - 1) * 64
 
 
 def test_diagnostics_over_batches_equal_one_concatenated_batch():
@@ -474,3 +476,16 @@ def test_diagnostics_over_batches_equal_one_concatenated_batch():
         assert torch.allclose(split.routes[r], whole.routes[r], atol=1e-6, equal_nan=True)
         assert torch.allclose(split.token_entropy[r], whole.token_entropy[r], atol=1e-6)
     assert torch.allclose(split.js_qk_v, whole.js_qk_v, atol=1e-6)
+
+
+@configs
+@pytest.mark.parametrize("variant", [v for v in available_variants() if v != "prenorm"])
+def test_every_trainable_parameter_gets_a_gradient(config, variant):
+    """DDP without ``find_unused_parameters`` needs a gradient for every trainable parameter
+    at every step (DESIGN section 11): no site keeps parameters a softmax over one source
+    makes constant."""
+    m = build(variant, config, seed=0)
+    randomize_queries(m, seed=3)
+    m(tokens(config)).float().square().mean().backward()
+    missing = [n for n, p in m.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, missing

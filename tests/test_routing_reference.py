@@ -73,6 +73,9 @@ def in_progress(k: int, block_size: int) -> bool:
 
 
 def ref_routes(params: dict, prefix: str, spec, sources: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    if len(sources) == 1:  # softmax over one source is 1: such a site has no parameters, every route is it
+        assert not any(k.startswith(prefix) for k in params), prefix
+        return {name: sources[0] for name in spec.routes}
     V = torch.stack(sources)  # [S, B, T, D]
     K = rms(V, params[prefix + "key_norm.weight"])  # per-site RMSNorm with gain
     out = {}

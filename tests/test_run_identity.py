@@ -14,6 +14,10 @@ Recorded again once, on purpose (issue 18): computing all routes of a site in on
 changes the float reduction order of the multi-route variants (rd_attnres, dup_route).
 Against the first recording the largest relative change of any stored number was 6.7e-7
 (float32 rounding; the parent's numbers and every final validation NLL unchanged).
+Recorded again (issue 24): layer 0's attention site, which routes over one source, lost
+its parameters (they never got a gradient, which DDP refuses); every metric, routing and
+route-pair row is bit-identical to the previous recording, only the parameter counts
+(2 or 3 fewer [D] vectors) and that site's ``route_params`` rows changed.
 
 Valid only where it was recorded: torch 2.13.0 on an x86_64 CPU with the same vector
 instruction set (``torch.backends.cpu.get_cpu_capability()``), one thread. Elsewhere

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="workers (SLURM: tasks of the job array; default: 1)")
     parser.add_argument("--gpus-per-worker", type=int, default=0, metavar="G",
-                        help="GPUs per worker, 0 or 1 (default: 0; 1 also makes its runs use the GPU)")
+                        help="GPUs per worker (default: 0); G > 0 makes its runs use the GPU, each run trained "
+                             "on G ranks (DDP), one per GPU")
     parser.add_argument("--cpus-per-worker", type=int, default=None, metavar="C",
                         help="CPUs per worker (SLURM --cpus-per-task; default: the cluster's default)")
     parser.add_argument("--mem", default=None, metavar="M", help="memory per worker, e.g. 16G (SLURM --mem)")
@@ -166,10 +167,6 @@ def main(args: argparse.Namespace) -> int:
     kind, where = parse_storage(storage, args.results)  # raises on a bad URL
     if storage is not None and kind == "journal":  # tasks may start in another folder
         storage = f"journal:{os.path.abspath(where)}"
-    if args.gpus_per_worker > 1:
-        raise ValueError(f"--gpus-per-worker {args.gpus_per_worker}: a worker trains one run at a time on one "
-                         "device (harness work's loop does not drive a multi-process DDP run); use --workers N "
-                         "--gpus-per-worker 1 for N GPUs")
     if args.threads is not None and args.threads < 0:
         raise ValueError(f"--threads {args.threads}: must be >= 0 (0 = torch's default)")
     if args.max_runs is not None and args.max_runs < 1:
@@ -192,7 +189,8 @@ def main(args: argparse.Namespace) -> int:
     work_argv += ["--storage", storage] if storage else []
     work_argv += ["--grid", args.grid] if args.grid else []
     work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
-    work_argv += ["--accelerator", "gpu"] if args.gpus_per_worker else []
+    # G ranks per run, one per GPU of the worker (harness.train.ranks); its GPUs: CUDA_VISIBLE_DEVICES
+    work_argv += ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
     shown = [describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
              for i, a in enumerate(work_argv)]  # no password in records or output
 

@@ -43,9 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="role stored with the run (default: the variant spec's role)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000")
-    p.add_argument("--devices", default="1", help="devices per node for Lightning (e.g. 4, or 'auto')")
+    p.add_argument("--devices", default="1",
+                   help="ranks (devices) per node (e.g. 4, or 'auto'): N > 1 trains this run on N ranks of this "
+                        "machine, started by this command (DDP); under torchrun/srun, the ranks per node they start")
     p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
-    p.add_argument("--num-nodes", type=int, default=1, help="nodes (multi-node under torchrun/SLURM)")
+    p.add_argument("--num-nodes", type=int, default=1,
+                   help="nodes of this run, each rank started by torchrun or srun (see the README's Scaling out)")
     p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu", "cuda", "mps"],
                    help="where to train (default: gpu when CUDA is available, else cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")

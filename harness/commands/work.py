@@ -34,12 +34,20 @@ example:
   harness work                       # until nothing is queued
   harness work --grid rd_paper --wait --storage journal:/shared/rd/queue.journal
   for i in 1 2; do harness work --threads 1 & done; wait    # two workers on 2 cores
-  harness work --devices 4 --strategy ddp     # each run on 4 GPUs of this machine
+  harness work --devices 4                    # each run on 4 GPUs of this machine (4 DDP ranks)
+  harness work --gpus 2,3                     # this worker's runs on GPUs 2 and 3 (2 ranks)
+
+GPUs: a worker takes --devices free GPUs of CUDA_VISIBLE_DEVICES (else of the node), each
+locked for its life ($HARNESS_DEVICE_LOCKS, default <tmp>/harness-devices), so workers on
+one node never share a device unless --gpus names it; --devices N trains each claimed run
+on N ranks, started around that run (rank 0 is this worker, which holds the lease).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 from collections import Counter
@@ -73,7 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"S seconds, then stop with an error (default: {STORAGE_RETRY_S:g})")
     parser.add_argument("--threads", type=int, default=0, metavar="N",
                         help="torch CPU threads for this worker (0 = torch's default; use cores / workers)")
-    parser.add_argument("--devices", default="1", help="devices per run for Lightning (e.g. 4 with --strategy ddp)")
+    parser.add_argument("--devices", default=None,
+                        help="ranks per run (default: the number of --gpus, else 1): the worker claims one run and "
+                             "trains it on N ranks of this machine, one per device, started around that run")
+    parser.add_argument("--gpus", default=None, metavar="LIST",
+                        help="the GPUs this worker trains on, e.g. 0,1 (shared with other workers only when "
+                             "they name them too); default: --devices free GPUs of CUDA_VISIBLE_DEVICES (or "
+                             "the node), each locked for this worker's life, so workers never share one")
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
@@ -91,6 +105,33 @@ def _check_writable(results: Path) -> None:
     results.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
         pass
+
+
+def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
+    """``--devices``/``--gpus``/``--accelerator`` -> ``(ranks per run, device claim or None)``.
+
+    On a GPU worker (``--accelerator gpu``, or ``auto`` on a node where ``nvidia-smi`` lists
+    GPUs, or ``--gpus`` given) the worker's devices are chosen (:func:`harness.scheduling.devices.assign`)
+    and ``CUDA_VISIBLE_DEVICES`` is set to them before CUDA starts; the claim's locks are held
+    until the worker stops. Elsewhere nothing is claimed.
+
+    Raises:
+        ValueError: a bad ``--devices`` or ``--gpus``, the two disagree, or not enough free
+            GPUs on this node (:class:`~harness.scheduling.devices.NoFreeDevice`).
+    """
+    from harness.commands.run import parse_devices
+    from harness.scheduling import devices as gpu
+
+    n = parse_devices(devices) if devices is not None else len(gpu.parse_gpus(gpus)) if gpus else 1
+    if not (gpus or accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpu.node_gpu_count())):
+        return n, None
+    if n == "auto":
+        n = len(gpu.parse_gpus(gpus)) if gpus else len(gpu.visible_devices())
+    chosen, claim = gpu.assign(gpus, n)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+    print(f"worker trains on GPU(s) {','.join(chosen)} ({n} rank(s) per run)"
+          + ("" if claim is None else f"; locked in {gpu.lock_dir()}"), flush=True)
+    return n, claim
 
 
 def _sigterm(signum, frame):
@@ -143,10 +184,6 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if train_fn is None:
         set_threads(args.threads)
-        devices = int(args.devices) if str(args.devices).isdigit() else args.devices
-        extra = {"stop_requested": stop} if stop is not None else {}
-        train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
-                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
@@ -161,11 +198,18 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
     beat_s = min(BEAT_S, args.lease_s / 4)
+    claim = None
+    if train_fn is None:
+        devices, claim = worker_devices(args.devices, args.gpus, args.accelerator)
+        extra = {"stop_requested": stop} if stop is not None else {}
+        train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
+                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
-        return worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
-                           max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                           max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop)
+        with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
+            return worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
+                               max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
+                               max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop)
     finally:
         if stop is None:
             signal.signal(signal.SIGTERM, previous)

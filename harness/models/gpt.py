@@ -125,9 +125,10 @@ class SwiGLU(nn.Module):
 
 class Layer(nn.Module):
     """One transformer layer: an attention sublayer and an MLP sublayer, each with its
-    pre-norm and (for AttnRes variants) its routing site ``attn_route`` / ``mlp_route``."""
+    pre-norm and (for AttnRes variants) its routing site ``attn_route`` / ``mlp_route``.
+    The ``first`` layer's attention site routes over one source and has no parameters."""
 
-    def __init__(self, cfg: ModelConfig, spec: VariantSpec) -> None:
+    def __init__(self, cfg: ModelConfig, spec: VariantSpec, *, first: bool = False) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         counts = None
@@ -140,7 +141,8 @@ class Layer(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
         if spec.residual != "prenorm":
-            self.attn_route = RouteSite(cfg.d_model, spec.sites["attn"])
+            # layer 0's attention site routes over the embedding alone (Block and Full AttnRes)
+            self.attn_route = RouteSite(cfg.d_model, spec.sites["attn"], single_source=first)
             self.mlp_route = RouteSite(cfg.d_model, spec.sites["mlp"])
 
     def attention(self, groups: list[dict[str, Tensor]], cos: Tensor, sin: Tensor) -> Tensor:
@@ -174,7 +176,7 @@ class DepthRoutedLM(nn.Module):
         self.spec = spec
         self.validate_tokens = True
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(Layer(cfg, spec) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Layer(cfg, spec, first=l == 0) for l in range(cfg.n_layers))
         if spec.residual != "prenorm":
             self.out_route = RouteSite(cfg.d_model, spec.sites["out"])
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)

@@ -134,6 +134,11 @@ class RouteSite(nn.Module):
     (``fixed_v``'s ``w_v``) are persistent buffers, so they are saved but never trained.
     ``key_norm.weight`` is the per-site RMSNorm gain of the keys.
 
+    A site that routes over a single source (``single_source``: the first attention site,
+    whose only source is the embedding) has no parameters at all: a softmax over one
+    source is 1 whatever the query, so its queries, key gain and offsets would never get a
+    gradient (DDP refuses such parameters, DESIGN section 11); every route is the source.
+
     ``forward(bank, partial=None)`` routes over the bank's sources plus ``partial`` (when
     given) and returns one ``{role: [B, T, D]}`` per head group of the spec, in head order
     (a single dict in a list unless the attention site is split across head groups).
@@ -144,21 +149,27 @@ class RouteSite(nn.Module):
     detached) for diagnostics.
     """
 
-    def __init__(self, d_model: int, spec: SiteSpec) -> None:
+    def __init__(self, d_model: int, spec: SiteSpec, *, single_source: bool = False) -> None:
         super().__init__()
         self.spec = spec
-        self.key_norm = RMSNorm(d_model)
-        for name, trainable in {**spec.queries, **spec.offsets}.items():
-            if trainable:
-                self.register_parameter(name, nn.Parameter(torch.zeros(d_model)))
-            else:
-                self.register_buffer(name, torch.zeros(d_model))
+        self.d_model = d_model
+        self.single_source = single_source
+        if not single_source:
+            self.key_norm = RMSNorm(d_model)
+            for name, trainable in {**spec.queries, **spec.offsets}.items():
+                if trainable:
+                    self.register_parameter(name, nn.Parameter(torch.zeros(d_model)))
+                else:
+                    self.register_buffer(name, torch.zeros(d_model))
         self.route_names = list(spec.routes)
         self.capture = False
         self.last_weights: dict[str, Tensor] = {}
 
     def route_queries(self) -> Tensor:
-        """Each route's query: the sum of its pseudo-queries, ``[R, D]``."""
+        """Each route's query: the sum of its pseudo-queries, ``[R, D]`` (zeros, on the CPU, at a
+        single-source site, which has none: every route is its one source)."""
+        if self.single_source:
+            return torch.zeros(len(self.route_names), self.d_model)
         rows = []
         for route in self.route_names:
             names = self.spec.routes[route]
@@ -169,11 +180,15 @@ class RouteSite(nn.Module):
         return torch.stack(rows)
 
     def route_offsets(self) -> dict[str, Tensor]:
-        """Each route's offset ``[D]``, for routes that have one."""
+        """Each route's offset ``[D]``, for routes that have one (none at a single-source site)."""
+        if self.single_source:
+            return {}
         return {route: getattr(self, name) for route, name in self.spec.route_offsets.items()}
 
     def forward(self, bank: SourceBank, partial: Tensor | None = None) -> list[dict[str, Tensor]]:
         values, rstd = bank.sources(partial)  # S tensors [B, T, D] and [B, T]
+        if self.single_source and len(values) != 1:
+            raise ValueError(f"a single-source site got {len(values)} sources")
         routes: dict[str, Tensor] = {}
         if len(values) == 1:
             # softmax over a single source is exactly 1: every route is that source

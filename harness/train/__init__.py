@@ -11,6 +11,7 @@ The only package that uses Lightning or records metrics. Modules, in the order a
 * :mod:`harness.train.progress` -- the run's callback: evaluate, checkpoint, stop, show;
 * :mod:`harness.train.checkpoint` -- checkpoint folder, atomic save, resume, config check;
 * :mod:`harness.train.protocol` -- the protocol dict and hash that pairing relies on;
+* :mod:`harness.train.ranks` -- one run on N ranks of this machine: rank 0 starts the others;
 * :mod:`harness.train.run` -- :func:`train_run` = build -> fit -> record.
 """
 

@@ -15,7 +15,8 @@ latest evaluation's numbers are kept in :attr:`LitLM.last_eval` (and in checkpoi
 run's final metrics are read from there, not from the metric rows.
 
 A non-finite loss or gradient norm ends the run as ``diverged`` (step and tokens kept):
-the step is skipped and the trainer is asked to stop; nothing raises.
+the step is skipped and the trainer is asked to stop; nothing raises. With several ranks
+the decision is reduced over them (a non-finite loss on any rank skips the step on all).
 """
 
 from __future__ import annotations
@@ -109,9 +110,13 @@ class LitLM(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        if self.diverged is not None:  # this step's loss was non-finite on some rank: no update
+            optimizer.zero_grad(set_to_none=True)
+            return
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.last_grad_norm = float(norm)
+        # after DDP's all-reduce every rank holds the same gradients, hence the same norm
         if not math.isfinite(self.last_grad_norm):
             # drop the gradients so this optimiser step changes nothing, then stop
             optimizer.zero_grad(set_to_none=True)
@@ -121,9 +126,16 @@ class LitLM(L.LightningModule):
         x, y = batch
         logits = self._forward(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        if not torch.isfinite(loss).all():
-            self._mark_diverged(f"non-finite training loss ({float(loss)})")
-            return None  # skip this step; the trainer stops before the next one
+        if self._any_rank(not torch.isfinite(loss).all()):
+            several = self._trainer is not None and self.trainer.world_size > 1
+            self._mark_diverged(f"non-finite training loss ({float(loss)}"
+                                + (" on this rank; non-finite on at least one)" if several else ")"))
+            if not several:
+                return None  # skip this step; the trainer stops before the next one
+            # Lightning refuses a skipped step (None) under DDP: a loss whose gradient is exactly 0
+            # for every parameter runs DDP's backward on every rank, and configure_gradient_clipping
+            # then drops the gradients, so the optimiser step changes nothing
+            return 0.0 * sum(p.sum() for p in self.model.parameters() if p.requires_grad)
         self._last_loss = loss.detach()
         return loss
 
@@ -143,6 +155,15 @@ class LitLM(L.LightningModule):
             self._record("train", "grad_norm", self.last_grad_norm)
             if math.isfinite(tps):
                 self._record("train", "tokens_per_s", tps)
+
+    def _any_rank(self, flag) -> bool:
+        """Whether ``flag`` holds on any rank: a decision every rank must take alike (skipping a
+        step's backward on one rank only would leave the others waiting in DDP's all-reduce)."""
+        flag = bool(flag)
+        trainer = self._trainer
+        if trainer is None or trainer.world_size < 2:
+            return flag
+        return trainer.strategy.reduce_boolean_decision(flag, all=False)
 
     def _mark_diverged(self, reason: str) -> None:
         self.diverged = {"step": int(self.global_step), "tokens": self.tokens_seen, "reason": reason}

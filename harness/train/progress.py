@@ -28,6 +28,7 @@ from collections.abc import Callable
 import lightning as L
 
 from harness import console, live
+from harness.fencing import LeaseLost
 from harness.train.schedule import CHECKPOINT_EVERY_S, StepPlan
 
 SHARE_CHECK_S = 2.0  # how often a bar looks for another worker on its terminal (seconds)
@@ -129,19 +130,28 @@ class RunCallback(L.Callback):
             pl_module.times.add("train_s", time.perf_counter() - self.t_step)
             self.t_step = None
         plan, step = self.plan, int(trainer.global_step)
-        self.check_lease()  # a worker whose run was taken over stops here, writing nothing more
-        if pl_module.diverged:
+        several = trainer.world_size > 1
+        if not several:
+            self.check_lease()  # a worker whose run was taken over stops here, writing nothing more
+        if pl_module.diverged:  # the same on every rank (LitLM reduces the decision)
             return
         pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
         if step == plan.total_steps or (plan.eval_every and step % plan.eval_every == 0):
             nll = pl_module.evaluate(trainer.datamodule.val_dataloader())["nll"]
-            if self.on_eval is not None and step < plan.total_steps and self.on_eval(step, pl_module.tokens_seen, nll):
+            if step < plan.total_steps and self._from_rank0(
+                    trainer, self.on_eval is not None and bool(self.on_eval(step, pl_module.tokens_seen, nll))):
                 pl_module.pruned = {"step": step, "tokens": pl_module.tokens_seen, "val_nll": nll}
                 trainer.should_stop = True
                 self._show(pl_module, step)
                 return
         planned = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
-        asked = self.stop_requested() if self.stop_requested is not None and step < plan.total_steps else None
+        asked = None
+        if several:  # rank 0 alone knows its lease and its signals: one broadcast, before any checkpoint
+            lost, asked = self._from_rank0(trainer, (self._lease_lost(), self._asked(step)))
+            if lost is not None:
+                raise LeaseLost(*lost)
+        else:
+            asked = self._asked(step)
         stopping = planned or bool(asked)
         if step < plan.total_steps and (stopping or self._checkpoint_due(trainer, step)):
             self.save_checkpoint(trainer, pl_module)
@@ -150,10 +160,28 @@ class RunCallback(L.Callback):
             why = f"on request ({asked})" if asked else "as asked"
             raise StopRequested(f"stopped after {pl_module.tokens_seen:,} tokens (step {step}) {why}")
 
+    @staticmethod
+    def _from_rank0(trainer, value):
+        """Rank 0's ``value`` on every rank: a decision only rank 0 can make (its lease, its
+        signals, its tuning study's pruner) taken by all ranks at the same step."""
+        if trainer.world_size < 2:
+            return value
+        return trainer.strategy.broadcast(value if trainer.is_global_zero else None, src=0)
+
+    def _lease_lost(self) -> tuple[str, str] | None:
+        """``(run_id, reason)`` when :attr:`check_lease` raises, else ``None``."""
+        try:
+            self.check_lease()
+        except LeaseLost as exc:
+            return exc.run_id, exc.reason
+        return None
+
+    def _asked(self, step: int) -> str | None:
+        """The stop request's reason after ``step`` (never after the last step), or ``None``."""
+        return self.stop_requested() if self.stop_requested is not None and step < self.plan.total_steps else None
+
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-        from harness.fencing import LeaseLost
 
         self._close()
         # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it

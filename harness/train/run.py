@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +44,12 @@ from harness.data.datamodule import TokenDataModule
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
-from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, save_checkpoint
+from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
+from harness.scheduling.stop import StopRequest
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
+from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start, started_externally
 from harness.train.schedule import StepPlan
 from harness.train.trainer import (describe_precision, make_trainer, quiet_lightning, resolve_accelerator,
                                    resolve_precision)
@@ -146,7 +151,10 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
                            on_eval=on_eval, stop_requested=stop_requested, t_setup=t_start)
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
                            precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
-    _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
+    if env_rank() == 0:
+        _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
+    else:  # rank 0 put the checkpoint to resume from in place (harness.train.ranks); read, never write
+        resumed_from, source = resume_step(ckpt_dir), ""
     if progress and train.precision == "auto-bf16":
         print(f"[{config.label}] {describe_precision(train.precision, accelerator)}", file=sys.stderr, flush=True)
     if progress and resumed_from is not None:
@@ -267,6 +275,12 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         progress: show a progress bar (a line every 10 % when stderr is not a terminal).
         accelerator, devices, strategy, num_nodes: passed to ``lightning.Trainer``
             (``devices=4, strategy="ddp"`` for several GPUs; multi-node via torchrun/SLURM).
+            ``devices`` N > 1 in a process that is not already a rank trains the run on N
+            ranks of this machine: this process is rank 0 and starts the others
+            (:mod:`harness.train.ranks`; strategy ``auto`` is ``ddp`` there). With several
+            ranks (also under torchrun/srun) SIGTERM stops every rank at the next step with
+            a checkpoint (:class:`RunInterrupted`), unless ``stop_requested`` is given (its
+            caller owns the signals).
         stop_after_tokens: checkpoint and raise :class:`RunInterrupted` after this many
             tokens (a planned stop; calling again resumes).
         fence: who may write this run's checkpoints and result (:mod:`harness.fencing`);
@@ -287,10 +301,28 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
-    run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
-                strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                on_eval=on_eval, stop_requested=stop_requested)
-    return record(run, fit(run))
+    n = ranks_to_start(devices, resolve_accelerator(accelerator))  # > 1: this process starts the others
+    several = n > 1 or started_externally()
+    # With several ranks SIGTERM asks all of them to stop at a step boundary (rank 0's request is
+    # broadcast), unless the caller owns the signals, or cannot have them (only the main thread can)
+    main = threading.current_thread() is threading.main_thread()
+    own_stop = StopRequest() if several and stop_requested is None and main else None
+    if n > 1:
+        fence = fence if fence is not None else fencing.current()
+        strategy, devices, num_nodes = "ddp" if strategy == "auto" else strategy, n, 1
+    with RankGroup(n) if n > 1 else nullcontext() as group, \
+            own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
+        run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
+                    strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
+                    on_eval=on_eval, stop_requested=stop_requested or own_stop)
+        if several:
+            quiet_lightning_sigterm(run.trainer)
+        if group is not None:
+            group.start({"config": config.to_dict(), "results_dir": str(Path(results_dir).resolve()),
+                         "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": n,
+                         "strategy": strategy, "stop_after_tokens": stop_after_tokens,
+                         "threads": torch.get_num_threads()})
+        return record(run, fit(run))
 
 
 def time_split(row: dict) -> str:

@@ -14,9 +14,9 @@ in a cell (size, budget), and why. A control is degenerate when any of these hol
 2. **nothing it adds moved**: it adds at least one trainable parameter beyond the
    parent's (rows of ``route_params`` that the parent's runs in the cell lack) and, in
    every one of its runs, none of them ever moved from its initial value (max |change|
-   exactly 0 at every evaluation). One parameter that cannot move alone is no sign (the
-   first attention site routes over a single source, so its queries get no gradient):
-   any added parameter moving anywhere clears the control. A control that adds no
+   exactly 0 at every evaluation). One parameter that cannot move alone is no sign (runs
+   recorded before layer 0's single-source attention site lost its parameters have such
+   rows): any added parameter moving anywhere clears the control. A control that adds no
    trainable parameter (``fixed_v``) is not judged by this rule;
 3. **no paired difference**: its paired differences with the parent (same seed and
    ``protocol_hash``, finite NLL) are exactly 0 at every seed.
