@@ -58,11 +58,11 @@ def final(results: Path) -> dict:
 
 
 def rank_children(results: Path) -> list[int]:
-    """Pids of rank processes (harness.train.ranks) still alive that train into ``results``."""
+    """Pids of rank processes (harness.train.rank_child) still alive that train into ``results``."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if b"harness.train.ranks" in (proc / "cmdline").read_bytes() and \
+            if b"harness.train.rank_child" in (proc / "cmdline").read_bytes() and \
                     str(results).encode() in (proc / "environ").read_bytes():
                 pids.append(int(proc.name))
         except (OSError, ValueError):

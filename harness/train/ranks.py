@@ -45,7 +45,7 @@ from harness.fencing import Fence
 #: the environment a rank process reads; rank 0 sets it on itself for the run and restores it after
 RANK_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")
 SPEC_ENV = "HARNESS_RANK_SPEC"  # the child's JSON spec: run config, results folder, trainer settings
-CHILD = "import sys; from harness.train.ranks import main; sys.exit(main())"  # not -m: harness.train imports us
+CHILD = "import sys; from harness.train.rank_child import main; sys.exit(main())"  # not -m: harness.train imports us
 STOP_GRACE_S = 30.0  # how long children get to finish after rank 0 left the run, seconds
 
 
@@ -94,7 +94,7 @@ class RankFence(Fence):
         self.epoch = epoch
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Have the kernel SIGKILL this process when its parent (rank 0) dies; exit at once when
     it is already gone. Set by the child itself (a ``preexec_fn`` is unsafe in a process with
     threads, as a worker is: its lease heartbeat)."""
@@ -174,33 +174,3 @@ def quiet_lightning_sigterm(trainer) -> None:
     signal handler, a collective the other ranks do not make at that point (a hang or a
     mismatched collective); a stop is rank 0's :class:`StopRequest`, broadcast at a step boundary."""
     trainer._signal_connector._sigterm_notifier_fn = lambda signum, frame: None
-
-
-def main() -> int:
-    """A child rank: build the run ``$HARNESS_RANK_SPEC`` names, fit it, and let rank 0 record it.
-
-    The spec holds ``config`` (:meth:`RunConfig.to_dict`), ``results_dir``, ``epoch`` (rank
-    0's fencing epoch), ``accelerator``, ``devices``, ``strategy``, ``stop_after_tokens``,
-    ``threads`` and ``parent`` (rank 0's pid). Exit status 0 also when the run stopped early or its lease was lost (rank 0
-    says so); 1 on an error, with its traceback on stderr.
-    """
-    from harness.config import RunConfig
-    from harness.fencing import LeaseLost
-    from harness.train.run import RunInterrupted, train_run
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    spec = json.loads(os.environ[SPEC_ENV])
-    _die_with_parent(int(spec["parent"]))
-    if spec.get("threads"):
-        import torch
-
-        torch.set_num_threads(int(spec["threads"]))
-    try:
-        train_run(RunConfig.from_dict(spec["config"]), Path(spec["results_dir"]), progress=False,
-                  accelerator=spec["accelerator"], devices=spec["devices"], strategy=spec["strategy"],
-                  stop_after_tokens=spec["stop_after_tokens"], fence=RankFence(spec["epoch"]))
-    except (RunInterrupted, LeaseLost):
-        return 0
-    return 0
-
