@@ -120,10 +120,15 @@ def is_duplicate(t: FrozenTrial) -> bool:
 
 def lease_of(t: FrozenTrial) -> Lease:
     """Trial ``t``'s lease (its ``lease`` attribute; before that is written, one dated at its start, host ``""``)."""
-    d = t.user_attrs.get("lease")
+    return lease_from(t.user_attrs.get("lease"), t.datetime_start.timestamp() if t.datetime_start else None)
+
+
+def lease_from(d: dict | None, started: float | None) -> Lease:
+    """A trial's lease from its ``lease`` attribute ``d``, or, before that is written, one dated at
+    the trial's start ``started`` (unix seconds; now if unknown), host ``""``."""
     if d:
         return Lease.from_dict(d)
-    start = t.datetime_start.timestamp() if t.datetime_start else time.time()
+    start = time.time() if started is None else started
     return Lease(host="", pid=0, since=start, beat=start)  # popped, lease not yet written
 
 
@@ -177,9 +182,14 @@ def fold(trials: list[FrozenTrial]) -> RunState:
 
 def queue_order(t: FrozenTrial) -> tuple:
     """Queue order: the run's original enqueue position, then trial number (retries keep their slot)."""
-    o = t.user_attrs.get("order") or [0.0, 0]
-    return (float(o[0]), int(o[1]), t.number)
+    return order_key(t.user_attrs, t.number)
 
 
-__all__ = ["Claim", "RunState", "EnqueueResult", "is_duplicate", "lease_of", "config_of", "ended_as", "fold",
-           "queue_order"]
+def order_key(user_attrs: dict, number: int) -> tuple:
+    """:func:`queue_order` of a trial with these user attributes and this number."""
+    o = user_attrs.get("order") or [0.0, 0]
+    return (float(o[0]), int(o[1]), number)
+
+
+__all__ = ["Claim", "RunState", "EnqueueResult", "is_duplicate", "lease_of", "lease_from", "config_of", "ended_as",
+           "fold", "queue_order", "order_key"]
