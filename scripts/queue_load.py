@@ -17,8 +17,12 @@ the drain), claim latency p50 / p95 / max (one call of ``RunQueue.claim`` that t
 queue time per run (the workers' time outside the train function, per run), full scans per
 claim (reads of every trial of a study), reads per claim (every read of many trials: full, live,
 one run's), duplicates (trials discarded as a second live trial of their run), runs lost to a
-kill, and whether every run finished exactly once. Exit status 0 only if it did and duplicates
-<= runs lost. The test suite runs a small version (tests/test_queue_load.py).
+kill, whether every run finished exactly once, and the CPU each run cost: the workers' (every
+thread) and, with ``--postgres``, the server's (every backend). On a machine shared with other
+work the times above are inflated by waiting for a core; the CPU per run is not, and gives the
+last column, the claims/s two otherwise idle cores would sustain (2 / CPU per run: an estimate
+that assumes perfect overlap). Exit status 0 only if every run finished once and duplicates <=
+runs lost. The test suite runs a small version (tests/test_queue_load.py).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GRID = "load"
 HOLD_S = (0.05, 0.2)
-LEASE_S = 2.0
+LEASE_S = 5.0  # short, so a killed worker's run comes back soon; long enough for a loaded machine
 
 
 def configs(n: int, *, offset: int = 0, name: str = GRID):
@@ -117,10 +121,11 @@ def worker(index: int, storage: str | None, results: str, out: str, max_runs: in
             Path(held).write_text("")
 
     q.claim = timed_claim
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     outcomes = work(q, train, Path(results), max_runs=max_runs, beat_s=LEASE_S / 4, log=lambda m: None)
     f.write(json.dumps({"end": True, "at": time.time(), "wall_s": time.perf_counter() - t0, "hold_s": hold_s[0],
-                        "runs": sum(outcomes.values()), "reads": dict(q.reads)}) + "\n")
+                        "cpu_s": time.process_time() - cpu0, "runs": sum(outcomes.values()),
+                        "reads": dict(q.reads)}) + "\n")
     f.close()
 
 
@@ -144,6 +149,14 @@ class Result:
     exactly_once: bool = False
     history: int = 0
     reads: Counter = field(default_factory=Counter)
+    cpu_s_per_run: float = math.nan  # the workers' CPU (all threads), per run
+    server_cpu_s_per_run: float = math.nan  # PostgreSQL's CPU (every backend), per run; nan: not measured
+
+    @property
+    def free_claims_per_s(self) -> float:
+        """Claims/s two otherwise idle cores could sustain: 2 / (CPU seconds per run, workers + server)."""
+        server = 0.0 if math.isnan(self.server_cpu_s_per_run) else self.server_cpu_s_per_run
+        return 2.0 / (self.cpu_s_per_run + server)
 
     @property
     def ok(self) -> bool:
@@ -154,21 +167,47 @@ class Result:
         return c[min(len(c) - 1, int(math.ceil(q * len(c))) - 1)] if c else math.nan
 
     HEADER = ("| storage | N | runs | history | claims/s | claim p50 / p95 / max | queue time per run | "
-              "full scans / claim | reads / claim | duplicates | lost | exactly once |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "full scans / claim | reads / claim | duplicates | lost | exactly once | CPU per run (workers + "
+              "server) | claims/s on 2 free cores |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def row(self) -> str:
         return (f"| {self.storage} | {self.workers} | {self.runs} | {self.history} | "
                 f"{self.finished / self.drain_s:.1f} | {self.pct(.5):.3f} / {self.pct(.95):.3f} / "
                 f"{max(self.claims, default=math.nan):.3f} s | {self.queue_s_per_run:.3f} s | "
                 f"{self.full_per_claim:.3f} | {self.reads_per_claim:.2f} | {self.duplicates} | {self.lost} | "
-                f"{'yes' if self.exactly_once else 'NO'} |")
+                f"{'yes' if self.exactly_once else 'NO'} | {self.cpu_s_per_run * 1e3:.0f} + "
+                f"{self.server_cpu_s_per_run * 1e3:.0f} ms | {self.free_claims_per_s:.0f} |")
+
+
+def server_cpu_s(postmaster: int | None) -> float:
+    """CPU seconds of a PostgreSQL server so far: its postmaster, the backends it reaped, the live ones."""
+    if postmaster is None:
+        return math.nan
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    fields = stat(postmaster)
+    total = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                fields = stat(pid)
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster:
+                total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history: int = 0, kills: int = 0,
-         drain: int | None = None, seed: int = 0, log=print) -> Result:
+         drain: int | None = None, seed: int = 0, postmaster: int | None = None, log=print) -> Result:
     """Queue ``runs`` runs (after ``history`` finished ones), drain them with ``workers`` worker
-    processes while ``kills`` of them are SIGKILLed holding a run; return the measurements."""
+    processes while ``kills`` of them are SIGKILLed holding a run; return the measurements.
+    ``postmaster``: the pid of the PostgreSQL server, to measure its CPU (same machine)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -197,6 +236,7 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
         p.start()
         procs[i] = p
 
+    server0 = server_cpu_s(postmaster)
     for i in range(workers):
         start(i)
     t_start = time.perf_counter()
@@ -215,6 +255,7 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
                 log(f"killed worker {victim} holding {(logs / f'w{victim}.held').read_text()}")
                 start(len(procs) + 100 * killed)  # a new worker in its place
         time.sleep(0.02)
+    server_s = server_cpu_s(postmaster) - server0
     res.kills = killed
 
     ends = []
@@ -234,9 +275,10 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
     survivors_runs = sum(e["runs"] for e in ends)
     if survivors_runs:
         res.queue_s_per_run = sum(e["wall_s"] - e["hold_s"] for e in ends) / survivors_runs
-        claims_by_survivors = survivors_runs
-        res.full_per_claim = res.reads["full"] / claims_by_survivors
-        res.reads_per_claim = sum(res.reads.values()) / claims_by_survivors
+        res.cpu_s_per_run = sum(e["cpu_s"] for e in ends) / survivors_runs
+        res.full_per_claim = res.reads["full"] / survivors_runs
+        res.reads_per_claim = sum(res.reads.values()) / survivors_runs
+    res.server_cpu_s_per_run = server_s / max(1, len(res.claims))
     trials = [t for t in q.all_trials() if t.user_attrs.get("grid") == GRID]
     mine = {c.run_id for c in cfgs}
     complete = Counter(t.user_attrs["run_id"] for t in trials if t.state == TrialState.COMPLETE
@@ -257,6 +299,7 @@ def postgres_server(max_connections: int = 300):
     import services
 
     pg = services.PostgresServer().start()
+    pg.postmaster = lambda: int((pg.data / "postmaster.pid").read_text().split()[0])
     with psycopg.connect(pg.url("postgres"), autocommit=True) as con:
         con.execute(f"ALTER SYSTEM SET max_connections = {int(max_connections)}")
     pg.stop()
@@ -291,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="queue-load-") as tmp:
             res = load(url, Path(tmp), workers=args.workers, runs=args.runs, history=args.history,
-                       kills=args.kill, drain=args.drain, seed=args.seed)
+                       kills=args.kill, drain=args.drain, seed=args.seed,
+                       postmaster=server.postmaster() if server is not None else None)
     finally:
         if server is not None:
             server.close()
