@@ -285,7 +285,8 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
                        and t.user_attrs["run_id"] in mine)
     res.finished = sum(complete.values())
     res.duplicates = sum(t.user_attrs.get("ending") == "duplicate" for t in trials)
-    res.lost = sum(t.user_attrs.get("ending") == "reclaimed" for t in trials if t.user_attrs["run_id"] in mine)
+    res.lost = sum(t.state == TrialState.FAIL and t.user_attrs.get("ending") == "reclaimed"
+                   for t in trials if t.user_attrs["run_id"] in mine)
     done = {rid for rid, n in complete.items() if n == 1}
     res.exactly_once = all(n == 1 for n in complete.values()) and (drain is not None or done == mine)
     return res

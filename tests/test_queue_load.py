@@ -73,3 +73,21 @@ def test_batched_enqueue_numbers_trials_as_optuna_does(pg_url, tmp_path):
     # the runs read back as queued, in enqueue order
     runs = list(RunQueue.open(pg_url, tmp_path).runs().values())
     assert [r.state for r in runs] == ["queued"] * 41
+
+
+def test_a_run_reclaimed_while_its_worker_reported_it_is_trained_by_its_retry(tmp_path):
+    """Worker A wrote its run's outcome attributes, but reclaimer B's FAIL went through first: the run
+    is queued again (not read as done from A's attributes, with no COMPLETE trial and its retry
+    discarded as a duplicate), and its retry completes it (found by the 64-worker load test)."""
+    q = RunQueue.open(None, tmp_path)
+    (config,) = queue_load.configs(1)
+    q.enqueue([config])
+    a = q.claim()
+    assert q._set_attrs(a.trial_id, {"status": "done", "wall_s": 1.0, "val_nll": 3.0})  # A reports ...
+    assert [rid for rid, _ in q.reclaim_stale(now=a.lease.beat + 10_000)] == [config.run_id]  # ... B wins
+    assert q.complete(a, "done", value=3.0, wall_s=1.0) is False
+    assert q.runs()[config.run_id].state == "queued"
+    assert work(q, lambda c, r: "done", tmp_path, log=lambda m: None) == Counter(done=1)
+    trials = q.all_trials()
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "FAIL"]
+    assert not any(t.user_attrs.get("ending") == "duplicate" for t in trials)

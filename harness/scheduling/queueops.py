@@ -298,22 +298,24 @@ def create_waiting(storage: BaseStorage, study_id: int, templates: list[FrozenTr
     if engine is None or any(t.params for t in templates):
         return [storage.create_new_trial(study_id, template_trial=t) for t in templates]
     import sqlalchemy
-    from optuna.storages._rdb import models  # Optuna's schema, written through its own models
-    from sqlalchemy.orm import Session
+    from optuna.storages._rdb import models  # Optuna's schema, written through its own tables
 
-    with Session(engine) as session, session.begin():
-        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
-        base = session.execute(sqlalchemy.select(sqlalchemy.func.count(models.TrialModel.trial_id))
-                               .where(models.TrialModel.study_id == study_id)).scalar_one()
-        rows = [models.TrialModel(study_id=study_id, number=base + i, state=TrialState.WAITING)
-                for i in range(len(templates))]
-        session.add_all(rows)
-        session.flush()
-        session.add_all([models.TrialUserAttributeModel(trial_id=row.trial_id, key=k, value_json=json.dumps(v))
-                         for row, t in zip(rows, templates) for k, v in t.user_attrs.items()])
-        ids = [row.trial_id for row in rows]
-        if ids != sorted(ids):  # numbers follow trial ids (Optuna's rule): refuse a flush that reordered them
+    trials, attrs = models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
+    with engine.begin() as conn:  # Core executemany: batched INSERTs, not one ORM object per row
+        study = models.StudyModel.__table__
+        if conn.execute(sqlalchemy.select(study.c.study_id).where(study.c.study_id == study_id)
+                        .with_for_update()).first() is None:
+            raise KeyError(f"no study with id {study_id}")
+        base = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(trials)
+                            .where(trials.c.study_id == study_id)).scalar_one()
+        ids = list(conn.execute(
+            trials.insert().returning(trials.c.trial_id, sort_by_parameter_order=True),
+            [{"number": base + i, "study_id": study_id, "state": TrialState.WAITING}
+             for i in range(len(templates))]).scalars())
+        if ids != sorted(ids):  # numbers follow trial ids (Optuna's rule): refuse an insert that reordered them
             raise RuntimeError(f"trial ids of a batch came back out of order: {ids[:5]} ...")
+        conn.execute(attrs.insert(), [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                                      for tid, t in zip(ids, templates) for k, v in t.user_attrs.items()])
     return ids
 
 

@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from harness.config import RunConfig
 from harness.scheduling.lease import Lease
-from harness.terms import FINISHED, is_tune_grid
+from harness.terms import is_tune_grid
 
 
 @dataclass(frozen=True)
@@ -141,14 +141,17 @@ def ended_as(t: FrozenTrial) -> str | None:
     """``done``, ``diverged`` or ``pruned`` if trial ``t`` ended its run so, else ``None``.
 
     A COMPLETE trial is ``done`` (a previous-layout trial says ``diverged`` in its
-    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``.
+    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``. A FAIL
+    trial saying ``done`` or ``pruned`` is one whose worker wrote its outcome while another
+    reclaimed it (the reclaimer's FAIL went through first): the run was requeued, and its next
+    attempt reports the result file the worker wrote.
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "done")
     if t.state == TrialState.PRUNED:
         return "pruned"
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") in FINISHED:
-        return t.user_attrs["status"]
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") == "diverged":
+        return "diverged"
     return None
 
 
