@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GRID = "load"
 HOLD_S = (0.05, 0.2)
-LEASE_S = 5.0  # short, so a killed worker's run comes back soon; long enough for a loaded machine
+LEASE_S = 10.0  # short, so a killed worker's run comes back soon; long enough for a loaded machine
 
 
 def configs(n: int, *, offset: int = 0, name: str = GRID):

@@ -210,16 +210,31 @@ class RunQueue(QueueReader):
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued, and
-        whose process died before it created it (reads every trial: run it when idle).
+        whose process died before it created it.
 
-        Returns the run ids requeued. Idempotent up to races (a duplicate is discarded
-        when popped).
+        Reads the failed trials of every study (not the finished history), then the trials of each
+        run whose latest failed attempt asked to be requeued. Returns the run ids requeued.
+        Idempotent up to races (a duplicate is discarded when popped).
         """
         out = []
-        for rid, r in self.runs().items():
-            if r.pending and (run_id is None or rid == run_id):
-                self._requeue(max((t for t in r.trials if not is_duplicate(t)), key=lambda t: t.number))
-                out.append(rid)
+        for sid in self.studies().values():
+            try:
+                failed = self.storage.get_all_trials(sid, deepcopy=False, states=(TrialState.FAIL,))
+            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                continue
+            self.reads["failed"] += 1
+            asking = {}  # run id -> its latest failed attempt, when that one asked to be requeued
+            for t in sorted(failed, key=lambda t: t.number):
+                rid = t.user_attrs.get("run_id")
+                if rid is not None and not is_duplicate(t) and (run_id is None or rid == run_id):
+                    asking[rid] = t
+            for rid, t in asking.items():
+                if not t.user_attrs.get("requeue"):
+                    continue
+                trials = [s for s in self.run_trials(rid, sid) if not is_duplicate(s)]
+                if trials and trials[-1].number == t.number:  # no later attempt: the retry was never created
+                    self._requeue(trials[-1])
+                    out.append(rid)
         return out
 
     # -- taking and finishing

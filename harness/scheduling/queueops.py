@@ -42,9 +42,14 @@ _INDEXES = {
     LIVE_INDEX: "CREATE INDEX IF NOT EXISTS {name} ON trials (state) WHERE state IN ('WAITING', 'RUNNING')",
 }
 _LIVE_SQL = """
-SELECT t.trial_id, t.study_id, t.number, t.state, t.datetime_start, a.key, a.value_json
-FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id
-     AND a.key IN ('run_id', 'grid', 'order', 'lease', 'ending')
+SELECT t.trial_id, t.study_id, t.number, t.state, t.datetime_start,
+       r.value_json, g.value_json, o.value_json, l.value_json, e.value_json
+FROM trials t
+JOIN trial_user_attributes r ON r.trial_id = t.trial_id AND r.key = 'run_id'
+LEFT JOIN trial_user_attributes g ON g.trial_id = t.trial_id AND g.key = 'grid'
+LEFT JOIN trial_user_attributes o ON o.trial_id = t.trial_id AND o.key = 'order'
+LEFT JOIN trial_user_attributes l ON l.trial_id = t.trial_id AND l.key = 'lease'
+LEFT JOIN trial_user_attributes e ON e.trial_id = t.trial_id AND e.key = 'ending'
 WHERE t.state IN ('WAITING', 'RUNNING')
 """
 _RUN_SQL = """
@@ -69,7 +74,8 @@ class LiveTrial:
         state: ``WAITING`` or ``RUNNING``.
         run_id, grid: its run.
         order: its queue order key (:func:`harness.scheduling.trials.order_key`).
-        lease: its lease (a RUNNING trial's; one dated at its start before it is written).
+        lease: a RUNNING trial's lease (one dated at its start before it is written); ``None``
+            for a WAITING trial.
         ending: its ``ending`` attribute (``duplicate``: discarded as a second live trial).
     """
 
@@ -80,7 +86,7 @@ class LiveTrial:
     run_id: str
     grid: str
     order: tuple
-    lease: Lease
+    lease: Lease | None
     ending: str | None
 
 
@@ -117,7 +123,8 @@ def _light(t: FrozenTrial, study_id: int) -> LiveTrial:
     ua = t.user_attrs
     started = t.datetime_start.timestamp() if t.datetime_start else None
     return LiveTrial(trial_id=t._trial_id, study_id=study_id, number=t.number, state=t.state, run_id=ua["run_id"],
-                     grid=ua.get("grid", ""), order=order_key(ua, t.number), lease=lease_from(ua.get("lease"), started),
+                     grid=ua.get("grid", ""), order=order_key(ua, t.number),
+                     lease=lease_from(ua.get("lease"), started) if t.state == TrialState.RUNNING else None,
                      ending=ua.get("ending"))
 
 
@@ -139,21 +146,19 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]]) ->
 
     import sqlalchemy
 
-    rows: dict[int, dict] = {}
-    with engine.connect() as conn:
-        for tid, sid, number, state, start, key, value in conn.execute(sqlalchemy.text(_LIVE_SQL)):
-            r = rows.setdefault(tid, {"sid": sid, "number": number, "state": state, "start": start, "ua": {}})
-            r["ua"][key] = json.loads(value)
     out = []
-    for tid, r in rows.items():
-        ua = r["ua"]
-        if "run_id" not in ua:
-            continue
-        start = r["start"].replace(tzinfo=dt.timezone.utc).timestamp() if r["start"] else None  # stored naive UTC
-        state = _state(r["state"])
-        out.append(LiveTrial(trial_id=tid, study_id=r["sid"], number=r["number"], state=state, run_id=ua["run_id"],
-                             grid=ua.get("grid", ""), order=order_key(ua, r["number"]),
-                             lease=lease_from(ua.get("lease"), start), ending=ua.get("ending")))
+    loads = json.loads
+    with engine.connect() as conn:
+        for tid, sid, number, state, start, run, grid, order, lease, ending in conn.execute(sqlalchemy.text(_LIVE_SQL)):
+            state = _state(state)
+            if state == TrialState.RUNNING:
+                started = start.replace(tzinfo=dt.timezone.utc).timestamp() if start else None  # stored naive UTC
+                lease = lease_from(loads(lease) if lease else None, started)
+            o = loads(order) if order else None
+            out.append(LiveTrial(trial_id=tid, study_id=sid, number=number, state=state, run_id=loads(run),
+                                 grid=loads(grid) if grid else "", order=order_key({"order": o}, number),
+                                 lease=lease if state == TrialState.RUNNING else None,
+                                 ending=loads(ending) if ending else None))
     return out
 
 

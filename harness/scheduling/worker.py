@@ -139,8 +139,8 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         if claim is None:
             # nothing waiting: before stopping, and while polling at most once per lease timeout,
             # requeue runs whose process died between failing an attempt and queueing the next
-            # (a read of every trial, hence not in every poll)
-            if (not wait or time.monotonic() - orphans_at >= queue.lease_timeout_s):
+            # (a read of every failed trial, hence not in every poll)
+            if not wait or time.monotonic() - orphans_at >= queue.lease_timeout_s:
                 orphans_at = time.monotonic()
                 if call(queue.requeue_orphans):
                     continue
