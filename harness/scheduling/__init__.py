@@ -10,6 +10,8 @@
   and finished atomically, retried and reclaimed;
 * :mod:`harness.scheduling.queueread` -- the queue's studies (one per grid) and reading every
   run's trials out of them (:class:`RunQueue`'s reading half);
+* :mod:`harness.scheduling.queueops` -- the storage operations a worker makes per run, whose
+  cost does not grow with the queue's history (live trials, one run's trials, a claim, batches);
 * :mod:`harness.scheduling.trials` -- what a queue trial says: the records (claim, run state) and
   one run's trials folded into its state;
 * :mod:`harness.scheduling.lease` -- worker leases and their heartbeat (is a worker alive?);

@@ -223,7 +223,7 @@ class Grid:
                                         role=c.role, train=self.train_for(c.variant), analysis=analysis))
             last_of_seed = i + 1 == len(cells) or (cells[i + 1].size, cells[i + 1].budget_tokens,
                                                     cells[i + 1].seed) != (c.size, c.budget_tokens, c.seed)
-            if not last_of_seed:
+            if not last_of_seed or not tuned:  # (the scan below is over every cell: skipped when nothing is tuned)
                 continue
             for t in (x for x in cells if (x.size, x.budget_tokens, x.seed) == (c.size, c.budget_tokens, c.seed)):
                 if t.variant not in tuned:

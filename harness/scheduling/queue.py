@@ -19,11 +19,19 @@ when two workers reclaim one stale run, one wins.
 
 Retries and re-enqueueing never modify a trial back to WAITING: the old trial is
 marked FAIL (with ``requeue = true`` set just before) and a new WAITING trial with the
-same tag is created by :meth:`RunQueue.requeue_orphans`, which any worker runs before
-taking work, so a process dying between the two steps loses nothing. Should two
-live trials of one run ever exist (two ``harness queue`` racing, two reclaimers
-racing), the one with the lowest trial number is kept and the other is discarded when
-popped (user attr ``ending = "duplicate"``).
+same tag is created by the one process whose FAIL transition went through (the worker
+giving its run back, or the one reclaimer of a stale run that won: one new attempt per
+lost run, however many workers saw it stale). A process dying between the two steps
+loses nothing: :meth:`RunQueue.requeue_orphans`, which a worker runs when it finds
+nothing to claim, creates the missing trial. Should two live trials of one run ever
+exist (two ``harness queue`` racing, an orphan repaired while its process still lived),
+the one with the lowest trial number is kept and the other is discarded when popped
+(user attr ``ending = "duplicate"``).
+
+What a worker reads per run does not grow with the queue's history: the live trials
+(:meth:`~harness.scheduling.queueread.QueueReader.live`, one read that serves a reclaim and a
+claim), the trials of the run it took, and the live trials again for its ``[done/total]``
+lines (:meth:`RunQueue.tally`), the one read the next claim then reuses.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,9 +54,11 @@ from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.queueread import LEGACY_STUDY, QueueReader
+from harness.scheduling.queueops import (LiveTrial, create_waiting, ensure_indexes, grid_run_ids, set_user_attrs,
+                                         take_waiting)
 from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage, trial_lock
 from harness.scheduling.trials import (Claim, EnqueueResult, RunState, config_of, ended_as, fold, is_duplicate,
-                                       lease_of, queue_order)
+                                       lease_of)
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
 
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
@@ -74,6 +85,11 @@ class RunQueue(QueueReader):
         super().__init__(storage)
         self.lease_timeout_s = float(lease_timeout_s)
         self.host = hostname()
+        ensure_indexes(storage)
+        self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
+        self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
+        self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
+        self._rng = random.Random()  # where a worker that lost a race for a trial tries next
 
     where = "(storage)"  # for messages; set by :meth:`open`
 
@@ -127,24 +143,44 @@ class RunQueue(QueueReader):
             )
         result = EnqueueResult()
         queued_at = time.time()
+        batch: dict[int, list] = {}  # study id -> the new trials' templates (one write per study)
         for index, c in enumerate(configs):
             r = existing.get(c.run_id)
             if r is None:
-                self._new_trial(c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs)
+                batch.setdefault(self._study_for(c), []).append(
+                    self._template(c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs))
                 result.added.append(c.run_id)
             elif r.state != "failed":
                 result.present.append(c.run_id)
             elif retry_failed:
-                self._new_trial(c, attempt=r.attempt + 1, failures=0, reclaims=0, order=[queued_at, index],
-                                carried=attrs)
+                batch.setdefault(self._study_for(c), []).append(
+                    self._template(c, attempt=r.attempt + 1, failures=0, reclaims=0, order=[queued_at, index],
+                                   carried=attrs))
                 result.retried.append(c.run_id)
             else:
                 result.failed.append(c.run_id)
+        self._snapshot = None
+        for study_id, templates in batch.items():
+            create_waiting(self.storage, study_id, templates)
         return result
+
+    def _study_for(self, config: RunConfig) -> int:
+        """The study of ``config``'s run: the one holding its trials, else its grid's (recorded)."""
+        if config.run_id not in self._run_study:
+            self._run_study[config.run_id] = self.study_of(config.grid)
+        return self._run_study[config.run_id]
 
     def _new_trial(self, config: RunConfig, *, attempt: int, failures: int, reclaims: int, order: list,
                    carried: Mapping[str, Any] | None = None) -> int:
-        """A WAITING trial for ``config`` in its run's study (new run: its grid's study).
+        """A WAITING trial for ``config`` in its run's study (new run: its grid's study); see :meth:`_template`."""
+        template = self._template(config, attempt=attempt, failures=failures, reclaims=reclaims, order=order,
+                                  carried=carried)
+        self._snapshot = None
+        return self.storage.create_new_trial(self._study_for(config), template_trial=template)
+
+    def _template(self, config: RunConfig, *, attempt: int, failures: int, reclaims: int, order: list,
+                  carried: Mapping[str, Any] | None = None):
+        """The WAITING trial (Optuna's template) of an attempt at ``config``'s run.
 
         ``carried``: attributes of the run's previous attempt (:data:`CARRIED_ATTRS`); a
         tuning trial's drawn parameters become the new trial's parameters too.
@@ -162,68 +198,120 @@ class RunQueue(QueueReader):
 
             params = dict(attrs["tune_params"])
             distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}
-        template = create_trial(state=TrialState.WAITING, user_attrs=attrs, params=params,
-                                distributions=distributions)
-        study_id = self._run_study[config.run_id] if config.run_id in self._run_study else self.study_of(config.grid)
-        trial_id = self.storage.create_new_trial(study_id, template_trial=template)
-        self._run_study[config.run_id] = study_id
-        return trial_id
+        return create_trial(state=TrialState.WAITING, user_attrs=attrs, params=params, distributions=distributions)
+
+    def _requeue(self, last) -> None:
+        """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
+        requeued: same config, slot in the queue and carried attributes, attempt + 1."""
+        ua = last.user_attrs
+        self._new_trial(config_of(last), attempt=ua.get("attempt", 1) + 1, failures=ua.get("failures", 0),
+                        reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]),
+                        carried={k: ua[k] for k in CARRIED_ATTRS if k in ua})
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
-        """Create the next trial of every run whose last attempt ended asking to be requeued.
+        """Create the next trial of every run whose last attempt ended asking to be requeued, and
+        whose process died before it created it.
 
-        Returns the run ids requeued. Idempotent up to races (a duplicate is discarded
-        when popped).
+        Reads the failed trials of every study (not the finished history), then the trials of each
+        run whose latest failed attempt asked to be requeued. Returns the run ids requeued.
+        Idempotent up to races (a duplicate is discarded when popped).
         """
         out = []
-        for rid, r in self.runs().items():
-            if r.pending and (run_id is None or rid == run_id):
-                last = max((t for t in r.trials if not is_duplicate(t)), key=lambda t: t.number)
-                ua = last.user_attrs
-                self._new_trial(r.config, attempt=ua.get("attempt", 1) + 1, failures=ua.get("failures", 0),
-                                reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]),
-                                carried={k: ua[k] for k in CARRIED_ATTRS if k in ua})
-                out.append(rid)
+        for sid in self.studies().values():
+            try:
+                failed = self.storage.get_all_trials(sid, deepcopy=False, states=(TrialState.FAIL,))
+            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                continue
+            self.reads["failed"] += 1
+            asking = {}  # run id -> its latest failed attempt, when that one asked to be requeued
+            for t in sorted(failed, key=lambda t: t.number):
+                rid = t.user_attrs.get("run_id")
+                if rid is not None and not is_duplicate(t) and (run_id is None or rid == run_id):
+                    asking[rid] = t
+            for rid, t in asking.items():
+                if not t.user_attrs.get("requeue"):
+                    continue
+                trials = [s for s in self.run_trials(rid, sid) if not is_duplicate(s)]
+                if trials and trials[-1].number == t.number:  # no later attempt: the retry was never created
+                    self._requeue(trials[-1])
+                    out.append(rid)
         return out
 
     # -- taking and finishing
 
+    def _live(self, reuse: bool = True) -> list[LiveTrial]:
+        """The live trials: the last read not yet used by a claim when ``reuse``, else read now."""
+        if not reuse or self._snapshot is None:
+            self._snapshot = self.live()
+        return self._snapshot
+
     def claim(self, grid: str | None = None) -> Claim | None:
         """Take the next queued run (optionally of one grid) under a fresh lease, or ``None``.
+
+        Reads the live trials (or uses the last read, left by :meth:`tally` or
+        :meth:`reclaim_stale`, read again before answering ``None``), and the claimed run's
+        trials; never the finished history. Tries the waiting trials in queue order; after a
+        race lost to another worker it tries a random one among the next 2, 4, 8, ... so that
+        many workers starting at once spread over the list instead of queueing on one row.
 
         A tuning trial whose parameters are not drawn yet gets them now, from its study's
         sampler (:func:`harness.scheduling.tuning.draw_params`); its config then holds them.
         """
-        waiting = [t for t in self._trials() if t.state == TrialState.WAITING
-                   and (grid is None or t.user_attrs.get("grid") == grid)]
-        for t in sorted(waiting, key=queue_order):
-            try:
-                trial_id = self._id_of(t)
-                if not self.storage.set_trial_state_values(trial_id, TrialState.RUNNING):
-                    continue  # another worker popped it first
-            except UpdateFinishedTrialError:
-                continue
+        reused = self._snapshot is not None
+        live = self._live()
+        self._snapshot = None  # the claim changes what is live: the next one reads again
+        claim = self._claim_from(live, grid)
+        if claim is None and reused:
+            claim = self._claim_from(self._live(reuse=False), grid)
+            self._snapshot = None
+        return claim
+
+    def _claim_from(self, live: list[LiveTrial], grid: str | None) -> Claim | None:
+        left = sorted((t for t in live if t.state == TrialState.WAITING and (grid is None or t.grid == grid)),
+                      key=lambda t: t.order)
+        lost = 0
+        while left:
+            t = left.pop(self._rng.randrange(min(len(left), 2 ** lost)) if lost else 0)
             lease = Lease.here(epoch=t.number)
-            self.storage.set_trial_user_attr(trial_id, "lease", lease.to_dict())
-            rid = t.user_attrs["run_id"]
-            siblings = [s for s in self._trials() if s.user_attrs["run_id"] == rid
-                        and s.number != t.number and not is_duplicate(s)]
-            if any(ended_as(s)
-                   or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
-                   for s in siblings):
+            if not take_waiting(self.storage, t.trial_id, {"lease": lease.to_dict()}):
+                lost += 1
+                continue  # another worker popped it first
+            trial_id = t.trial_id
+            trials = self.run_trials(t.run_id, t.study_id)
+            mine = next(s for s in trials if s.number == t.number)
+            if any(ended_as(s) or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
+                   for s in trials if s.number != t.number and not is_duplicate(s)):
                 self.storage.set_trial_user_attr(trial_id, "ending", "duplicate")
                 self._finish(trial_id, TrialState.FAIL)
                 continue
-            ua = t.user_attrs
-            config = config_of(t)
+            ua = mine.user_attrs
+            config = config_of(mine)
             if ua.get("tune_pending"):
                 from harness.scheduling.tuning import draw_params
 
                 config = draw_params(self.storage, trial_id, config)
-            return Claim(trial_id=trial_id, run_id=rid, grid=ua["grid"], config=config,
+            self._claimed_from = live
+            return Claim(trial_id=trial_id, run_id=t.run_id, grid=ua["grid"], config=config,
                          attempt=ua.get("attempt", 1), failures=ua.get("failures", 0),
                          reclaims=ua.get("reclaims", 0), lease=lease, epoch=t.number)
         return None
+
+    def tally(self, grid: str) -> tuple[int, int]:
+        """``(finished, total)`` runs of ``grid``, as :meth:`progress` but from one read of the live
+        trials (left for the next claim; right after a claim, the read it took its run from):
+        total = every run of the grid this queue has seen (its history read once, the first
+        time), finished = total - runs live now. A run whose retry is not created yet
+        (:meth:`requeue_orphans`) counts as finished here."""
+        live, self._claimed_from = self._claimed_from, None
+        if live is None:
+            live = self._live(reuse=False)
+        if grid not in self._grid_runs:
+            self.reads["full"] += 1
+            self._grid_runs[grid] = grid_run_ids(self.storage, grid, lambda: self.studies().values())
+        mine = {t.run_id for t in live if t.grid == grid and t.ending != "duplicate"}
+        known = self._grid_runs[grid]
+        known |= mine
+        return len(known) - len(mine), len(known)
 
     # -- fencing (harness.fencing)
 
@@ -239,8 +327,8 @@ class RunQueue(QueueReader):
             if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (None, claim.epoch):
                 return None
             return f"lease lost to {lease.worker} (epoch {claim.epoch})"
-        later = sorted((t for t in self._trials() if t.user_attrs.get("run_id") == claim.run_id
-                        and t.number > claim.epoch and not is_duplicate(t)), key=lambda t: t.number)
+        study_id = self._run_study.get(claim.run_id) or self.study_of(claim.grid)
+        later = [t for t in self.run_trials(claim.run_id, study_id) if t.number > claim.epoch and not is_duplicate(t)]
         taken = [t for t in later if t.user_attrs.get("lease")]
         ua = trial.user_attrs
         ended = f"epoch {claim.epoch} was {trial.state.name.lower()}"
@@ -268,13 +356,13 @@ class RunQueue(QueueReader):
 
     def _set_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> bool:
         try:
-            for k, v in attrs.items():
-                self.storage.set_trial_user_attr(trial_id, k, v)
+            set_user_attrs(self.storage, trial_id, dict(attrs))
         except UpdateFinishedTrialError:
             return False
         return True
 
     def _finish(self, trial_id: int, state: TrialState, value: float | None = None) -> bool:
+        self._snapshot = self._claimed_from = None  # what is live changes: the next claim reads again
         try:
             self.storage.set_trial_state_values(trial_id, state, None if value is None else [value])
         except UpdateFinishedTrialError:
@@ -320,7 +408,7 @@ class RunQueue(QueueReader):
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
         if requeue:
-            self.requeue_orphans(claim.run_id)
+            self._requeue(self.storage.get_trial(claim.trial_id))
         return requeue
 
     def release(self, claim: Claim, reason: str) -> bool:
@@ -328,41 +416,46 @@ class RunQueue(QueueReader):
         attrs = {"error": reason, "ending": "released", "requeue": True}
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
-        self.requeue_orphans(claim.run_id)
+        self._requeue(self.storage.get_trial(claim.trial_id))
         return True
 
     def reclaim_stale(self, now: float | None = None) -> list[tuple[str, str]]:
         """Fail and requeue every running attempt whose lease is stale (see :mod:`harness.scheduling.lease`).
 
         Returns ``(run_id, reason)`` for each run reclaimed by this call. A run reclaimed
-        :data:`MAX_RECLAIMS` times stays failed.
+        :data:`MAX_RECLAIMS` times stays failed. Of several workers that see one run stale, the
+        one whose FAIL transition goes through requeues it; the others skip it. Reads the live
+        trials (or uses the last read, which a reclaim then leaves for the claim that follows).
         """
         now = time.time() if now is None else now
         out = []
-        for t in self._trials():
-            if t.state != TrialState.RUNNING or is_duplicate(t):
+        for t in self._live():
+            if t.state != TrialState.RUNNING or t.ending == "duplicate":
                 continue
-            why = stale_reason(lease_of(t), now=now, timeout_s=self.lease_timeout_s, host=self.host)
+            why = stale_reason(t.lease, now=now, timeout_s=self.lease_timeout_s, host=self.host)
             if why is None:
                 continue
-            reclaims = t.user_attrs.get("reclaims", 0) + 1
+            trial = self.storage.get_trial(t.trial_id)
+            if trial.state != TrialState.RUNNING:
+                continue  # finished meanwhile (reclaimed by another worker)
+            reclaims = trial.user_attrs.get("reclaims", 0) + 1
+            requeue = reclaims <= MAX_RECLAIMS
             attrs = {"error": f"lease expired: {why}", "ending": "reclaimed", "reclaims": reclaims,
-                     "requeue": reclaims <= MAX_RECLAIMS, "reclaimed_by": f"{self.host}:{os.getpid()}"}
-            trial_id = self._id_of(t)
-            if self._set_attrs(trial_id, attrs) and self._finish(trial_id, TrialState.FAIL):
-                out.append((t.user_attrs["run_id"], why))
-        self.requeue_orphans()
+                     "requeue": requeue, "reclaimed_by": f"{self.host}:{os.getpid()}"}
+            if self._set_attrs(t.trial_id, attrs) and self._finish(t.trial_id, TrialState.FAIL):
+                self._run_study[t.run_id] = t.study_id
+                if requeue:
+                    self._requeue(self.storage.get_trial(t.trial_id))
+                out.append((t.run_id, why))
+        if out:
+            self._snapshot = None  # the new attempts are not in it
         return out
 
     def live_workers(self, now: float | None = None) -> list[str]:
         """``host:pid`` of every worker holding a fresh lease (sorted)."""
         now = time.time() if now is None else now
-        out = set()
-        for r in self.runs().values():
-            if r.lease is not None and stale_reason(r.lease, now=now, timeout_s=self.lease_timeout_s,
-                                                    host=self.host) is None:
-                out.add(r.lease.worker)
-        return sorted(out)
+        return sorted({t.lease.worker for t in self.live() if t.state == TrialState.RUNNING
+                       and stale_reason(t.lease, now=now, timeout_s=self.lease_timeout_s, host=self.host) is None})
 
 
 __all__ = ["LEGACY_STUDY", "MAX_RECLAIMS", "CARRIED_ATTRS", "Claim", "RunState", "EnqueueResult", "ended_as", "fold",

@@ -14,6 +14,10 @@ does, with a message).
 Trials are addressed by their number in their study; the storage's trial id, which its
 write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.
 
+A worker reads only the live trials (:meth:`QueueReader.live`) and the trials of the run it
+took (:meth:`QueueReader.run_trials`), never the finished history
+(:mod:`harness.scheduling.queueops`); :attr:`QueueReader.reads` counts the reads of each kind.
+
 :class:`QueueReader` only reads (and creates a grid's study when asked for its id);
 :class:`harness.scheduling.queue.RunQueue` extends it with the writes.
 """
@@ -27,6 +31,7 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from harness.scheduling.queueops import LiveTrial, live_trials, run_trials
 from harness.scheduling.trials import RunState, fold, queue_order
 from harness.terms import FINISHED, STATUSES
 
@@ -44,6 +49,7 @@ class QueueReader:
         self.storage = storage
         self._study_ids: dict[str, int] = {}  # study name -> id (ids never change; a deleted one is dropped)
         self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
+        self.reads: Counter = Counter()  # storage reads by kind: full (a study's every trial), live, run
 
     def _id_of(self, trial: FrozenTrial) -> int:
         """The storage's id of ``trial`` (what its write calls take), by the public API."""
@@ -86,6 +92,7 @@ class QueueReader:
                 trials = self.storage.get_all_trials(sid, deepcopy=False)
             except KeyError:  # deleted meanwhile (a conversion of the previous layout)
                 continue
+            self.reads["full"] += 1
             by_study.append((name, sid, [t for t in trials if "run_id" in t.user_attrs]))
         modern = {t.user_attrs["run_id"] for name, _, ts in by_study if name != LEGACY_STUDY for t in ts}
         out = []
@@ -97,6 +104,18 @@ class QueueReader:
                 self._run_study[rid] = sid
                 out.append(t)
         return out
+
+    def live(self) -> list[LiveTrial]:
+        """Every live (WAITING or RUNNING) trial of a run, light (:func:`~harness.scheduling.queueops.live_trials`):
+        one read whose cost does not grow with the finished history."""
+        self.reads["live"] += 1
+        return live_trials(self.storage, lambda: self.studies().values())
+
+    def run_trials(self, run_id: str, study_id: int) -> list[FrozenTrial]:
+        """Every trial of one run (in its study ``study_id``), whole, by number; records the run's study."""
+        self.reads["run"] += 1
+        self._run_study[run_id] = study_id
+        return run_trials(self.storage, run_id, study_id)
 
     def all_trials(self) -> list[FrozenTrial]:
         """Every attempt at every run (all studies), as Optuna's frozen trials."""

@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from harness.config import RunConfig
 from harness.scheduling.lease import Lease
-from harness.terms import FINISHED, is_tune_grid
+from harness.terms import is_tune_grid
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,15 @@ def is_duplicate(t: FrozenTrial) -> bool:
 
 def lease_of(t: FrozenTrial) -> Lease:
     """Trial ``t``'s lease (its ``lease`` attribute; before that is written, one dated at its start, host ``""``)."""
-    d = t.user_attrs.get("lease")
+    return lease_from(t.user_attrs.get("lease"), t.datetime_start.timestamp() if t.datetime_start else None)
+
+
+def lease_from(d: dict | None, started: float | None) -> Lease:
+    """A trial's lease from its ``lease`` attribute ``d``, or, before that is written, one dated at
+    the trial's start ``started`` (unix seconds; now if unknown), host ``""``."""
     if d:
         return Lease.from_dict(d)
-    start = t.datetime_start.timestamp() if t.datetime_start else time.time()
+    start = time.time() if started is None else started
     return Lease(host="", pid=0, since=start, beat=start)  # popped, lease not yet written
 
 
@@ -136,14 +141,17 @@ def ended_as(t: FrozenTrial) -> str | None:
     """``done``, ``diverged`` or ``pruned`` if trial ``t`` ended its run so, else ``None``.
 
     A COMPLETE trial is ``done`` (a previous-layout trial says ``diverged`` in its
-    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``.
+    ``status`` attribute); a diverged run is a FAIL trial with ``status = "diverged"``. A FAIL
+    trial saying ``done`` or ``pruned`` is one whose worker wrote its outcome while another
+    reclaimed it (the reclaimer's FAIL went through first): the run was requeued, and its next
+    attempt reports the result file the worker wrote.
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "done")
     if t.state == TrialState.PRUNED:
         return "pruned"
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") in FINISHED:
-        return t.user_attrs["status"]
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") == "diverged":
+        return "diverged"
     return None
 
 
@@ -177,9 +185,14 @@ def fold(trials: list[FrozenTrial]) -> RunState:
 
 def queue_order(t: FrozenTrial) -> tuple:
     """Queue order: the run's original enqueue position, then trial number (retries keep their slot)."""
-    o = t.user_attrs.get("order") or [0.0, 0]
-    return (float(o[0]), int(o[1]), t.number)
+    return order_key(t.user_attrs, t.number)
 
 
-__all__ = ["Claim", "RunState", "EnqueueResult", "is_duplicate", "lease_of", "config_of", "ended_as", "fold",
-           "queue_order"]
+def order_key(user_attrs: dict, number: int) -> tuple:
+    """:func:`queue_order` of a trial with these user attributes and this number."""
+    o = user_attrs.get("order") or [0.0, 0]
+    return (float(o[0]), int(o[1]), number)
+
+
+__all__ = ["Claim", "RunState", "EnqueueResult", "is_duplicate", "lease_of", "lease_from", "config_of", "ended_as",
+           "fold", "queue_order", "order_key"]

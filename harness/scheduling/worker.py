@@ -23,6 +23,7 @@ with any other train function without loading Lightning.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -127,15 +128,23 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
 
     outcomes: Counter = Counter()
     n = 0
+    orphans_at = -math.inf  # when this worker last looked for runs whose retry was never created
     while max_runs is None or n < max_runs:
         if stop is not None and stop.requested:
             log(f"stop requested ({stop.requested}); worker stops")
             break
-        for rid, why in call(queue.reclaim_stale):
+        for rid, why in call(queue.reclaim_stale):  # one read of the live trials, which the claim reuses
             log(f"reclaimed {rid}: {why}; queued again")
         claim = call(queue.claim, grid)
         if claim is None:
-            if wait:
+            # nothing waiting: before stopping, and while polling at most once per lease timeout,
+            # requeue runs whose process died between failing an attempt and queueing the next
+            # (a read of every failed trial, hence not in every poll)
+            if not wait or time.monotonic() - orphans_at >= queue.lease_timeout_s:
+                orphans_at = time.monotonic()
+                if call(queue.requeue_orphans):
+                    continue
+            if wait:  # each poll: one read of the live trials
                 stop.wait(poll_s) if stop is not None else time.sleep(poll_s)
                 continue
             log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
@@ -156,7 +165,7 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     Returns the outcome: ``done``, ``diverged``, ``failed`` or ``lost`` (the lease was lost to
     another worker: the run is stopped, nothing more is written, the worker goes on).
     """
-    done, total = call(queue.progress, claim.grid)
+    done, total = call(queue.tally, claim.grid)
     again = f", attempt {claim.attempt}" if claim.attempt > 1 else ""
     log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}, epoch {claim.epoch}{again})")
     t0 = time.monotonic()
@@ -191,7 +200,7 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
             except Exception as exc2:  # keep going: the queue still records the failure
                 log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
         retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
-        done, total = call(queue.progress, claim.grid)
+        done, total = call(queue.tally, claim.grid)
         then = "retry queued" if retried else "no retries left"
         log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): "
             f"{type(exc).__name__}: {exc}; {then}")
@@ -204,7 +213,7 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     if not call(queue.complete, claim, status, value=value, wall_s=wall, error=reason):
         log(f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
             f"reclaimed it); the result file is written, the queue keeps the other attempt")
-    done, total = call(queue.progress, claim.grid)
+    done, total = call(queue.tally, claim.grid)
     nll = f", val_nll {value:.4f}" if isinstance(value, (int, float)) and value == value else ""
     log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)}{nll})")
     return status

@@ -1,0 +1,93 @@
+"""The queue at scale (issue 32): the load test's small version on a real PostgreSQL server, and the
+reads a claim makes counted, not timed.
+
+``scripts/queue_load.py`` drives N worker processes through the real worker loop with a stand-in
+train function; here N = 8 drain 100 runs while 2 are SIGKILLed holding a run: every run is done
+exactly once, at most one new attempt per lost run, and a bounded number of reads per claim.
+The reads of one claim are also counted in-process on the journal and on PostgreSQL with a long
+finished history: the same count at 20 and at 2,000 stored trials.
+
+Run: python -m pytest -q tests/test_queue_load.py (about a minute on 2 CPU cores)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from harness.scheduling.queue import RunQueue
+from harness.scheduling.worker import work
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import queue_load  # noqa: E402  (scripts/ is not a package)
+
+
+def test_eight_workers_two_killed_every_run_once_at_most_one_retry_per_lost_run(pg_url, tmp_path):
+    res = queue_load.load(pg_url, tmp_path, workers=8, runs=100, kills=2, seed=1, log=print)
+    print(queue_load.Result.HEADER)
+    print(res.row())
+    assert res.kills == 2 and res.finished == 100 and res.exactly_once, res.row()
+    assert res.lost >= 2  # the killed workers' runs were reclaimed (a stalled live worker's may be too)
+    assert res.duplicates <= res.lost, res.row()
+    # per claim: one read of the live trials (left by the previous run's last line) and one of its
+    # run's trials; a worker reads every trial only twice in its life (its grid's run ids once,
+    # the orphan check before it stops), whatever the number of runs
+    assert res.reads["full"] <= 2 * (8 + 2), res.reads
+    assert (res.reads["live"] + res.reads["run"]) / res.finished <= 3.0, res.reads
+
+
+def _reads_per_claim(url, results, history: int) -> Counter:
+    q = RunQueue.open(url, results)
+    queue_load.store_history(q, history)
+    q.enqueue(queue_load.configs(10))
+    w = RunQueue.open(url, results)
+    work(w, lambda c, r: "done", results, max_runs=1, log=lambda m: None)  # the grid's run ids: read once
+    before = Counter(w.reads)
+    assert work(w, lambda c, r: "done", results, max_runs=5, log=lambda m: None) == Counter(done=5)
+    return Counter({k: v - before[k] for k, v in w.reads.items()})
+
+
+@pytest.mark.parametrize("backend", ["journal", "postgres"])
+def test_reads_per_claim_do_not_grow_with_the_history(backend, request, tmp_path):
+    server = request.getfixturevalue("postgres") if backend == "postgres" else None
+    urls = [server.create_database(f"reads_{backend}_{i}") if server else None for i in range(2)]
+    small = _reads_per_claim(urls[0], tmp_path / "a", 20)
+    large = _reads_per_claim(urls[1], tmp_path / "b", 2000)
+    assert small == large == Counter(live=5, run=5, full=0), (small, large)
+
+
+def test_batched_enqueue_numbers_trials_as_optuna_does(pg_url, tmp_path):
+    q = RunQueue.open(pg_url, tmp_path)
+    q.enqueue(queue_load.configs(30))
+    q._new_trial(queue_load.configs(1, offset=99)[0], attempt=1, failures=0, reclaims=0, order=[0.0, 0])
+    q.enqueue(queue_load.configs(40))  # 10 more after Optuna's own create_new_trial
+    trials = q.storage.get_all_trials(q.study_of(queue_load.GRID))
+    assert [t.number for t in sorted(trials, key=lambda t: t._trial_id)] == list(range(41))
+    assert all(t.state == TrialState.WAITING for t in trials)
+    assert {t.user_attrs["run_id"] for t in trials} == {c.run_id for c in queue_load.configs(40)} | {
+        queue_load.configs(1, offset=99)[0].run_id}
+    # the runs read back as queued, in enqueue order
+    runs = list(RunQueue.open(pg_url, tmp_path).runs().values())
+    assert [r.state for r in runs] == ["queued"] * 41
+
+
+def test_a_run_reclaimed_while_its_worker_reported_it_is_trained_by_its_retry(tmp_path):
+    """Worker A wrote its run's outcome attributes, but reclaimer B's FAIL went through first: the run
+    is queued again (not read as done from A's attributes, with no COMPLETE trial and its retry
+    discarded as a duplicate), and its retry completes it (found by the 64-worker load test)."""
+    q = RunQueue.open(None, tmp_path)
+    (config,) = queue_load.configs(1)
+    q.enqueue([config])
+    a = q.claim()
+    assert q._set_attrs(a.trial_id, {"status": "done", "wall_s": 1.0, "val_nll": 3.0})  # A reports ...
+    assert [rid for rid, _ in q.reclaim_stale(now=a.lease.beat + 10_000)] == [config.run_id]  # ... B wins
+    assert q.complete(a, "done", value=3.0, wall_s=1.0) is False
+    assert q.runs()[config.run_id].state == "queued"
+    assert work(q, lambda c, r: "done", tmp_path, log=lambda m: None) == Counter(done=1)
+    trials = q.all_trials()
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "FAIL"]
+    assert not any(t.user_attrs.get("ending") == "duplicate" for t in trials)
