@@ -105,6 +105,11 @@ class BPETokenizer:
 class GPT2Tokenizer:
     """tiktoken's ``gpt2`` encoding (V = 50257, ``<|endoftext|>`` = 50256).
 
+    Args:
+        encoding: a ``tiktoken.Encoding`` of the same kind (byte-level mergeable ranks,
+            ``<|endoftext|>`` special) to use instead of ``gpt2``; the tests build one from
+            local ranks, since the ``gpt2`` files need a network once. Default: ``gpt2``.
+
     Raises (on construction):
         OptionalDependencyError: tiktoken is not installed.
         ValueError: tiktoken cannot load its ``gpt2`` files (offline with an empty cache).
@@ -112,24 +117,8 @@ class GPT2Tokenizer:
 
     name = "gpt2"
 
-    def __init__(self):
-        try:
-            import tiktoken  # optional: only the gpt2 tokenizer needs it
-        except ImportError:
-            raise OptionalDependencyError(
-                "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
-                "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
-            ) from None
-        try:
-            self._enc = tiktoken.get_encoding("gpt2")
-        # tiktoken fetches its BPE files over HTTP on first use; offline that fails with
-        # requests/urllib/OS errors depending on the version.
-        except Exception as exc:
-            raise ValueError(
-                f"tokenizer 'gpt2': tiktoken cannot load its gpt2 files ({type(exc).__name__}: {exc}); "
-                "they are downloaded on first use, so this needs a network once "
-                "(or TIKTOKEN_CACHE_DIR pointing at a filled cache); or use tokenizer 'bpe'"
-            ) from exc
+    def __init__(self, encoding=None):
+        self._enc = encoding if encoding is not None else _gpt2_encoding()
         self.vocab_size = self._enc.n_vocab
         self.eos_id = self._enc.eot_token
 
@@ -167,6 +156,27 @@ class GPT2Tokenizer:
             except KeyError:  # ids without a token (gaps in some encodings)
                 out[idx] = 0
         return out
+
+
+def _gpt2_encoding():
+    """tiktoken's ``gpt2`` ``Encoding`` (errors: see :class:`GPT2Tokenizer`)."""
+    try:
+        import tiktoken  # optional: only the gpt2 tokenizer needs it
+    except ImportError:
+        raise OptionalDependencyError(
+            "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
+            "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
+        ) from None
+    try:
+        return tiktoken.get_encoding("gpt2")
+    # tiktoken fetches its BPE files over HTTP on first use; offline that fails with
+    # requests/urllib/OS errors depending on the version.
+    except Exception as exc:
+        raise ValueError(
+            f"tokenizer 'gpt2': tiktoken cannot load its gpt2 files ({type(exc).__name__}: {exc}); "
+            "they are downloaded on first use, so this needs a network once "
+            "(or TIKTOKEN_CACHE_DIR pointing at a filled cache); or use tokenizer 'bpe'"
+        ) from exc
 
 
 def _bpe_json(texts: Sequence[str], vocab_size: int) -> str:
