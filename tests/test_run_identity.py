@@ -29,7 +29,9 @@ machines (issue 23):
 Recorded again, on purpose: once for the one-pass routing (issue 18; it changes the float
 reduction order of the multi-route variants; the largest relative change of any stored
 number was 6.7e-7, the parent's numbers and every final validation NLL unchanged), and
-once to widen the environment key (issue 23; no number changed). To record the fixture
+once to widen the environment key (issue 23; no number changed), and once for issue 31
+(``rd_controls_small``'s budget 100_000 -> 98_304, a whole number of global batches: only
+the grid payloads' budget and run ids changed). To record the fixture
 again (only when a change of numbers is intended and explained, or on a new reference
 machine): ``.venv/bin/python tests/test_run_identity.py --record``. Takes ~20 s on 2 CPU
 cores.

@@ -40,6 +40,7 @@ with ``$HARNESS_SPEC_PATH`` (``os.pathsep``-separated).
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import tomllib
@@ -121,6 +122,8 @@ class VariantSpec:
         role: the variant's usual role in a study (parent/treatment/control/reference).
         description: one line for tables and reports.
         source: file the spec was read from.
+        data: the mapping it was parsed from (the TOML file's tables), which
+            :func:`parse_spec` turns into this spec again.
     """
 
     name: str
@@ -129,6 +132,7 @@ class VariantSpec:
     role: str = "reference"
     description: str = ""
     source: str = ""
+    data: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _fail(where: str, msg: str) -> ValueError:
@@ -277,7 +281,7 @@ def parse_spec(data: dict, *, where: str = "<spec>") -> VariantSpec:
             sites[site] = _parse_site(site, data[site], where) if site in data else SiteSpec.default(site)
     return VariantSpec(
         name=str(data["name"]), residual=residual, sites=sites, role=role,
-        description=str(data.get("description", "")), source=where,
+        description=str(data.get("description", "")), source=where, data=copy.deepcopy(dict(data)),
     )
 
 
@@ -301,13 +305,22 @@ def spec_dirs() -> list[Path]:
     The ``controls`` folder is located without importing it: specs are data, and
     ``harness.models`` depends on nothing outside itself.
     """
+    return [*_shipped_dirs(), *map(Path, filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep)))]
+
+
+def _shipped_dirs() -> list[Path]:
+    """The harness's own spec folders: built-ins and ``controls/``."""
     dirs = [Path(__file__).with_name("specs")]
     found = importlib.util.find_spec("controls")
     if found is not None and found.submodule_search_locations:
         dirs.append(Path(list(found.submodule_search_locations)[0]))
-    for extra in filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep)):
-        dirs.append(Path(extra))
     return dirs
+
+
+def is_shipped(spec: VariantSpec) -> bool:
+    """Whether ``spec`` was read from the harness's own folders (built-ins, ``controls/``),
+    not from ``$HARNESS_SPEC_PATH``: a worker elsewhere has the shipped ones."""
+    return Path(spec.source).parent in _shipped_dirs()
 
 
 def load_specs() -> dict[str, VariantSpec]:
