@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.models import VariantSpec, get_spec, parse_spec
-from harness.models.spec import is_shipped
+from harness.models import VariantSpec, get_spec
+from harness.models.spec import is_shipped, parse_spec_text
 from harness.models.config import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
 from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
@@ -258,8 +258,10 @@ class RunConfig:
             "params": {...}, "fields": [TrainConfig fields they set]}``; its id ends in
             ``:tuned``. The settings themselves are in :attr:`train`.
         spec: ``None`` for a variant shipped with the harness (built-ins, ``controls/``); for a
-            user's spec (from ``$HARNESS_SPEC_PATH`` when the run was created) its TOML tables,
-            so a worker without that folder builds the same model (:meth:`variant_spec`).
+            user's spec (from ``$HARNESS_SPEC_PATH`` when the run was created) its TOML text
+            (text, not tables: the queue stores payloads with sorted keys, and the order of a
+            spec's tables orders its modules), so a worker without that folder builds the
+            same model (:meth:`variant_spec`).
     """
 
     run_id: str
@@ -274,7 +276,7 @@ class RunConfig:
     analysis: dict[str, Any] | None = None
     model: dict[str, Any] = field(default_factory=dict)
     tuned: dict[str, Any] | None = None
-    spec: dict[str, Any] | None = None
+    spec: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("run_id", "grid", "variant", "size", "corpus"):
@@ -286,15 +288,19 @@ class RunConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"run config {name}={value!r} must be an integer")
-        for name in ("train", "model", "analysis", "tuned", "spec"):
+        for name in ("train", "model", "analysis", "tuned"):
             value = getattr(self, name)
-            if not isinstance(value, Mapping) and not (name in ("analysis", "tuned", "spec") and value is None):
+            if not isinstance(value, Mapping) and not (name in ("analysis", "tuned") and value is None):
                 raise ValueError(f"run config {name}={value!r} must be a table")
             # a private copy, as JSON gives it back (lists, not tuples): a config read from the
             # queue equals the one that was queued, and later edits of the caller's dict do not leak in
             object.__setattr__(self, name, None if value is None else json.loads(json.dumps(dict(value))))
-        if self.spec is not None and self.spec.get("name") != self.variant:
-            raise ValueError(f"run config spec name={self.spec.get('name')!r} must be the variant {self.variant!r}")
+        if self.spec is not None:
+            if not isinstance(self.spec, str):
+                raise ValueError(f"run config spec={self.spec!r} must be a spec's TOML text")
+            if self.variant_spec().name != self.variant:
+                raise ValueError(f"run config spec name={self.variant_spec().name!r} must be the variant "
+                                 f"{self.variant!r}")
 
     # -- building ---------------------------------------------------------------------
 
@@ -338,7 +344,7 @@ class RunConfig:
         return cls(run_id=rid, grid=grid, variant=variant,
                    role=role or spec.role, size=size, seed=int(seed), budget_tokens=int(budget_tokens),
                    corpus=corpus, train=train, analysis=None if analysis is None else dict(analysis), model=model,
-                   tuned=None if tuned is None else dict(tuned), spec=None if is_shipped(spec) else spec.data)
+                   tuned=None if tuned is None else dict(tuned), spec=None if is_shipped(spec) else spec.text)
 
     @classmethod
     def adhoc(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
@@ -416,7 +422,7 @@ class RunConfig:
         """
         if self.spec is None:
             return get_spec(self.variant)
-        return parse_spec(self.spec, where=f"run {self.run_id}: the variant spec stored when it was queued")
+        return parse_spec_text(self.spec, where=f"run {self.run_id}: the variant spec stored when it was queued")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model's shape: the size's preset with :attr:`model` and the tokenizer's ``vocab_size``."""

@@ -117,13 +117,15 @@ def test_a_user_spec_is_stored_in_the_config_a_shipped_one_is_not(thirds_spec):
     from harness.models import get_spec
 
     user = RunConfig.create(thirds_spec, "120m", 0, 524_288, "/c")  # its 3 head groups split 12 heads
-    assert user.spec == get_spec(thirds_spec).data and user.spec["name"] == "thirds"
+    assert user.spec == get_spec(thirds_spec).text and 'name = "thirds"' in user.spec
     assert RunConfig.from_dict(json.loads(json.dumps(user.to_dict()))) == user
     assert dataclasses.replace(user.variant_spec(), source="") == dataclasses.replace(get_spec(thirds_spec), source="")
     shipped = RunConfig.create("dup_route", "small", 0, 4096, "/c")
     assert shipped.spec is None and "spec" not in shipped.to_dict()
     with pytest.raises(ValueError, match="spec name='thirds' must be the variant 'dup_route'"):
         RunConfig.from_dict({**shipped.to_dict(), "spec": user.spec})
+    with pytest.raises(ValueError, match="run config spec=.* must be a spec's TOML text"):
+        RunConfig.from_dict({**user.to_dict(), "spec": {"name": "thirds"}})
 
 
 def test_model_overrides_reach_the_model_config_and_the_json_only_when_set():

@@ -40,7 +40,7 @@ with ``$HARNESS_SPEC_PATH`` (``os.pathsep``-separated).
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import importlib.util
 import os
 import tomllib
@@ -122,8 +122,8 @@ class VariantSpec:
         role: the variant's usual role in a study (parent/treatment/control/reference).
         description: one line for tables and reports.
         source: file the spec was read from.
-        data: the mapping it was parsed from (the TOML file's tables), which
-            :func:`parse_spec` turns into this spec again.
+        text: the TOML text it was read from (``""`` when built from a mapping), which
+            :func:`parse_spec_text` turns into this spec again (tables in file order).
     """
 
     name: str
@@ -132,7 +132,7 @@ class VariantSpec:
     role: str = "reference"
     description: str = ""
     source: str = ""
-    data: dict = field(default_factory=dict, compare=False, repr=False)
+    text: str = field(default="", compare=False, repr=False)
 
 
 def _fail(where: str, msg: str) -> ValueError:
@@ -281,19 +281,27 @@ def parse_spec(data: dict, *, where: str = "<spec>") -> VariantSpec:
             sites[site] = _parse_site(site, data[site], where) if site in data else SiteSpec.default(site)
     return VariantSpec(
         name=str(data["name"]), residual=residual, sites=sites, role=role,
-        description=str(data.get("description", "")), source=where, data=copy.deepcopy(dict(data)),
+        description=str(data.get("description", "")), source=where,
     )
+
+
+def parse_spec_text(text: str, *, where: str = "<spec>") -> VariantSpec:
+    """:func:`parse_spec` of a spec's TOML text, keeping the text (:attr:`VariantSpec.text`).
+
+    Raises:
+        ValueError: not valid TOML, or as :func:`parse_spec`.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}: not valid TOML: {exc}") from None
+    return dataclasses.replace(parse_spec(data, where=where), text=text)
 
 
 def load_spec_file(path: str | os.PathLike) -> VariantSpec:
     """Read and validate one spec TOML file (errors name the file)."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
-    spec = parse_spec(data, where=str(path))
+    spec = parse_spec_text(path.read_text(encoding="utf-8"), where=str(path))
     if spec.name != path.stem:
         raise ValueError(f"{path}: name={spec.name!r} must equal the file name {path.stem!r}")
     return spec
