@@ -46,7 +46,7 @@ READS_RESULTS = ("sql", "export", "report", "topup")
 
 EPILOG = """\
 the research loop, one command each:
-  harness tune --variant block_attnres --size small --budget-tokens 100000 --trials 12 \
+  harness tune --variant block_attnres --size small --budget-tokens 98304 --trials 12 \
       --grid ablations/rd_controls_small.toml --name parent_small   # tune, then freeze (--show --write-grid)
   harness prepare ablations/rd_paper.toml          # stream a corpus into token shards sized for the grid
   harness queue ablations/rd_controls_small.toml   # expand a grid into runs, enqueue them

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.models import get_spec
+from harness.models import VariantSpec, get_spec
+from harness.models.spec import is_shipped, parse_spec_text
 from harness.models.config import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
 from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
@@ -42,10 +43,13 @@ MAX_VOCAB_SIZE = 2**20
 
 def check_budget(train: "TrainConfig", *, size: str, context: int, budget_tokens: int) -> None:
     """Refuse a budget the run cannot train: ``batch_tokens`` not a multiple of the context,
-    a budget below one batch or above :data:`MAX_BUDGET_TOKENS` (tokens).
+    a budget below one batch, not a whole number of global batches (a step is one global
+    batch, DESIGN 11: the run would train fewer tokens than its id says), or above
+    :data:`MAX_BUDGET_TOKENS` (tokens).
 
     Raises:
-        ValueError: naming the value and what is allowed.
+        ValueError: naming the value and what is allowed (for a budget between two whole
+            numbers of batches: those two budgets).
     """
     if train.batch_tokens % context:
         raise ValueError(f"batch_tokens={train.batch_tokens} must be a multiple of the "
@@ -56,6 +60,12 @@ def check_budget(train: "TrainConfig", *, size: str, context: int, budget_tokens
     if budget_tokens > MAX_BUDGET_TOKENS:
         raise ValueError(f"budget_tokens={budget_tokens:_} is more than {MAX_BUDGET_TOKENS:_} tokens "
                          "(the largest budget a run may have)")
+    if budget_tokens % train.batch_tokens:
+        steps = budget_tokens // train.batch_tokens  # >= 1: the budget is at least one batch
+        raise ValueError(f"budget_tokens={budget_tokens:_} is not a whole number of global batches "
+                         f"(batch_tokens={train.batch_tokens:_}); the nearest budgets that are: "
+                         f"{steps * train.batch_tokens:_} ({steps} step{'s' if steps > 1 else ''}) or "
+                         f"{(steps + 1) * train.batch_tokens:_} ({steps + 1} steps)")
 
 
 def check_vocab(train: "TrainConfig", preset: SizePreset) -> None:
@@ -252,6 +262,11 @@ class RunConfig:
             tuned settings, DESIGN section 9) ``{"source": "tune:NAME" or "explicit",
             "params": {...}, "fields": [TrainConfig fields they set]}``; its id ends in
             ``:tuned``. The settings themselves are in :attr:`train`.
+        spec: ``None`` for a variant shipped with the harness (built-ins, ``controls/``); for a
+            user's spec (from ``$HARNESS_SPEC_PATH`` when the run was created) its TOML text
+            (text, not tables: the queue stores payloads with sorted keys, and the order of a
+            spec's tables orders its modules), so a worker without that folder builds the
+            same model (:meth:`variant_spec`).
     """
 
     run_id: str
@@ -266,6 +281,7 @@ class RunConfig:
     analysis: dict[str, Any] | None = None
     model: dict[str, Any] = field(default_factory=dict)
     tuned: dict[str, Any] | None = None
+    spec: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("run_id", "grid", "variant", "size", "corpus"):
@@ -284,6 +300,12 @@ class RunConfig:
             # a private copy, as JSON gives it back (lists, not tuples): a config read from the
             # queue equals the one that was queued, and later edits of the caller's dict do not leak in
             object.__setattr__(self, name, None if value is None else json.loads(json.dumps(dict(value))))
+        if self.spec is not None:
+            if not isinstance(self.spec, str):
+                raise ValueError(f"run config spec={self.spec!r} must be a spec's TOML text")
+            if self.variant_spec().name != self.variant:
+                raise ValueError(f"run config spec name={self.variant_spec().name!r} must be the variant "
+                                 f"{self.variant!r}")
 
     # -- building ---------------------------------------------------------------------
 
@@ -327,7 +349,7 @@ class RunConfig:
         return cls(run_id=rid, grid=grid, variant=variant,
                    role=role or spec.role, size=size, seed=int(seed), budget_tokens=int(budget_tokens),
                    corpus=corpus, train=train, analysis=None if analysis is None else dict(analysis), model=model,
-                   tuned=None if tuned is None else dict(tuned))
+                   tuned=None if tuned is None else dict(tuned), spec=None if is_shipped(spec) else spec.text)
 
     @classmethod
     def adhoc(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
@@ -364,10 +386,10 @@ class RunConfig:
     # -- reading and writing ------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of this run (``analysis`` and ``tuned`` only when set, ``model`` only
-        when non-empty)."""
+        """The JSON object of this run (``analysis``, ``tuned`` and ``spec`` only when set,
+        ``model`` only when non-empty)."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
-        for name in ("analysis", "tuned"):
+        for name in ("analysis", "tuned", "spec"):
             if out[name] is None:
                 del out[name]
         if not out["model"]:
@@ -396,6 +418,16 @@ class RunConfig:
     def train_config(self) -> TrainConfig:
         """The training settings: the size's defaults with :attr:`train` applied."""
         return train_config(self.size, **self.train)
+
+    def variant_spec(self) -> VariantSpec:
+        """The variant's spec: the one stored in the config (a user's spec), else the shipped one.
+
+        Raises:
+            ValueError: an unknown variant, or a stored spec that no longer parses.
+        """
+        if self.spec is None:
+            return get_spec(self.variant)
+        return parse_spec_text(self.spec, where=f"run {self.run_id}: the variant spec stored when it was queued")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model's shape: the size's preset with :attr:`model` and the tokenizer's ``vocab_size``."""

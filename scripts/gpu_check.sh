@@ -40,8 +40,8 @@ RESULTS=$OUT/results
 if [ "$MODE" != cpu ]; then  # the GPU's commands (also what --dry-run prints)
   ACCEL=gpu; DEVICE=cuda
   BENCH_ARGS=(--size 120m --compile --steps 20 --max-steps 60 --loop-rounds 2 --loop-steps 10 --profile 3)
-  GRID_SIZE=tiny; GRID_BUDGET=400000; GRID_TRAIN='batch_tokens = 8192'
-  DDP_SIZE=small; DDP_BUDGET=400000
+  GRID_SIZE=tiny; GRID_BUDGET=401408; GRID_TRAIN='batch_tokens = 8192'
+  DDP_SIZE=small; DDP_BUDGET=401408
   LIMITS=(300 150 120)  # seconds per step: 5 + 2.5 + 2 minutes at most
 else
   ACCEL=cpu; DEVICE=cpu

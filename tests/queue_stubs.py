@@ -24,7 +24,7 @@ name = "{name}"
 corpus = "{corpus}"
 sizes = ["tiny"]
 seeds = {seeds}
-budgets_tokens = [1000]
+budgets_tokens = [1024]   # 2 global batches of 512
 
 [variants]
 block_attnres = "parent"

@@ -95,6 +95,39 @@ def test_create_checks_every_field(kwargs, message):
     assert message in str(info.value)
 
 
+def test_a_budget_between_whole_global_batches_names_the_two_nearest():
+    """A step is one global batch, so a budget that is not a whole number of them would train
+    fewer tokens than its run id says: refused, naming the two whole budgets (issue 31)."""
+    config = RunConfig.create("rd_attnres", "tiny", 0, 10_000, "/c")  # tiny: batch_tokens 2048
+    with pytest.raises(ValueError) as info:
+        config.check_trainable()
+    assert str(info.value) == (
+        "run adhoc:tiny:rd_attnres:s0:10000: budget_tokens=10_000 is not a whole number of global batches "
+        "(batch_tokens=2_048); the nearest budgets that are: 8_192 (4 steps) or 10_240 (5 steps)")
+    for budget in (8_192, 10_240, 2_048):
+        RunConfig.create("rd_attnres", "tiny", 0, budget, "/c").check_trainable()
+    odd = RunConfig.create("rd_attnres", "small", 0, 100_000, "/c", train={"batch_tokens": 2048})
+    with pytest.raises(ValueError, match=r"the nearest budgets that are: 98_304 \(48 steps\) or 100_352 \(49"):
+        odd.check_trainable()
+
+
+def test_a_user_spec_is_stored_in_the_config_a_shipped_one_is_not(thirds_spec):
+    """A variant from $HARNESS_SPEC_PATH travels in the run's config, so a worker without the
+    folder builds the same model; shipped variants stay names (their payloads unchanged)."""
+    from harness.models import get_spec
+
+    user = RunConfig.create(thirds_spec, "120m", 0, 524_288, "/c")  # its 3 head groups split 12 heads
+    assert user.spec == get_spec(thirds_spec).text and 'name = "thirds"' in user.spec
+    assert RunConfig.from_dict(json.loads(json.dumps(user.to_dict()))) == user
+    assert dataclasses.replace(user.variant_spec(), source="") == dataclasses.replace(get_spec(thirds_spec), source="")
+    shipped = RunConfig.create("dup_route", "small", 0, 4096, "/c")
+    assert shipped.spec is None and "spec" not in shipped.to_dict()
+    with pytest.raises(ValueError, match="spec name='thirds' must be the variant 'dup_route'"):
+        RunConfig.from_dict({**shipped.to_dict(), "spec": user.spec})
+    with pytest.raises(ValueError, match="run config spec=.* must be a spec's TOML text"):
+        RunConfig.from_dict({**user.to_dict(), "spec": {"name": "thirds"}})
+
+
 def test_model_overrides_reach_the_model_config_and_the_json_only_when_set():
     config = RunConfig.create("rd_attnres", "small", 0, 1000, "/c", model={"block_size": 4})
     assert config.model_config(vocab_size=300) == derive("small", block_size=4, vocab_size=300)

@@ -2,8 +2,10 @@
 
 Run: ``python -m pytest -q tests/test_data.py`` (CPU only, a few seconds). Uses the real
 FineWeb-Edu sample in ``../shared/data/fineweb_edu_sample`` (skipped where absent) and tiny
-hand-made corpora for the error cases. Never touches the network: the hub and tiktoken
-paths run against fake modules.
+hand-made corpora for the error cases. Never touches the network: the hub path and the
+tiktoken error paths run against fake modules, and the gpt2 code path runs on a real
+``tiktoken.Encoding`` built here from the BPE trained on the sample (tiktoken's own ``gpt2``
+files need a network once: that test is marked ``gpt2_files`` and runs where they load).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import tiktoken
+from tiktoken_ext.openai_public import r50k_pat_str
 
 from harness.data import prepare as data_mod
 from harness.data.corpus import (
@@ -261,12 +265,71 @@ def test_gpt2_offline_without_cached_files_is_a_clear_error(monkeypatch):
         GPT2Tokenizer()
 
 
-def test_gpt2_real_byte_accounting_when_available():
-    tiktoken = pytest.importorskip("tiktoken")
+def _gpt2_byte_chars() -> dict[str, int]:
+    """GPT-2's printable character -> byte table (its ``bytes_to_unicode``, written out here
+    independently of ``tokenizers``): the printable bytes stand for themselves, the others
+    are shifted to 256 + n in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    shifted = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(shifted)}}
+
+
+GAP_IDS = 3  # unused ids between the last rank and <|endoftext|>, as in a vocabulary padded to a round size
+
+
+@pytest.fixture(scope="module")
+def local_gpt2(prepared) -> tiktoken.Encoding:
+    """A ``tiktoken.Encoding`` shaped like ``gpt2`` and built offline: GPT-2's split pattern,
+    byte-level mergeable ranks from the BPE trained on the sample's training split (rank =
+    BPE id - 1), then ``GAP_IDS`` ids without a token, then ``<|endoftext|>``."""
+    byte_of = _gpt2_byte_chars()
+    vocab = json.loads(prepared.tokenizer().json_str)["model"]["vocab"]
+    ranks = {bytes(byte_of[c] for c in token): idx - 1 for token, idx in vocab.items() if idx != 0}
+    assert sorted(ranks.values()) == list(range(VOCAB - 1))
+    return tiktoken.Encoding("local_gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={EOS_TOKEN: VOCAB - 1 + GAP_IDS})
+
+
+@needs_sample
+def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
+    """The gpt2 tokenizer's encode, token-bytes (special and unused ids) and hash on a real
+    tiktoken Encoding: it tokenizes the sample exactly as the BPE its ranks came from."""
+    tok = GPT2Tokenizer(encoding=local_gpt2)
+    eos = VOCAB - 1 + GAP_IDS
+    assert (tok.vocab_size, tok.eos_id) == (eos + 1, eos)
+    lengths = tok.token_bytes()
+    assert lengths.shape == (eos + 1,) and lengths.dtype == np.int64
+    bpe_lengths = prepared.token_bytes()
+    assert lengths[:VOCAB - 1].tolist() == bpe_lengths[1:].tolist()  # every rank: its byte length
+    assert lengths[VOCAB - 1:].tolist() == [0] * (GAP_IDS + 1)  # unused ids and <|endoftext|>: no bytes
+    assert min(lengths[:VOCAB - 1]) == 1
+    bpe = prepared.tokenizer()
+    encoded = tok.encode_batch(sample_docs)
+    assert encoded[:20] == [tok.encode(d) for d in sample_docs[:20]]
+    for doc, ids in zip(sample_docs, encoded):
+        assert ids == [i - 1 for i in bpe.encode(doc)]  # the same tokens (BPE has <|endoftext|> at id 0)
+        assert int(lengths[ids].sum()) == len(doc.encode("utf-8"))
+    text = "Plants make sugar. <|endoftext|> is just text here: \u00e9, \u65e5\u672c."
+    ids = tok.encode(text)
+    assert eos not in ids and tok.decode(ids) == text
+    assert int(lengths[ids].sum()) == len(text.encode("utf-8"))
+    # the hash: every id's bytes, length-framed, in id order (unused and special ids empty)
+    framed = b"".join(len(b).to_bytes(4, "little") + b for b in
+                      [local_gpt2.decode_single_token_bytes(i) for i in range(VOCAB - 1)] + [b""] * (GAP_IDS + 1))
+    assert tok.sha256 == hashlib.sha256(framed).hexdigest()
+
+
+@pytest.mark.gpt2_files
+def test_gpt2_real_byte_accounting_when_available(monkeypatch):
+    def offline(blobpath):  # the suite never downloads (tiktoken's requests.get has no timeout)
+        raise ConnectionError(f"{blobpath} is not in tiktoken's cache and the tests do not download")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", offline)
     try:
         tiktoken.get_encoding("gpt2")
-    except Exception as exc:  # offline without cached files
-        pytest.skip(f"tiktoken gpt2 files unavailable: {exc}")
+    except Exception as exc:  # without cached files
+        pytest.skip(f"tiktoken's gpt2 files are not cached here (TIKTOKEN_CACHE_DIR): {exc}")
     tok = GPT2Tokenizer()
     text = "Plants make sugar. <|endoftext|> é 日本"
     ids = tok.encode(text)

@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.stats
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 VARIANTS = ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied",
@@ -82,9 +84,16 @@ def test_queue_two_workers_sql_report(tmp_path):
                                         env=env).splitlines()))
     assert len(final) == n_runs
     nll = {(r["variant"], r["seed"]): float(r["val_nll"]) for r in final}
-    # the A/A control equals the parent bit for bit (same batches, same init, same arithmetic)
-    for seed in "012":
-        assert nll["dup_route_tied", seed] == nll["block_attnres", seed]
+    # The A/A control equals the parent in exact arithmetic, bit for bit only where both sum in the same
+    # order, which depends on the CPU's kernels (issue 23). What the report promises (DESIGN 6): every
+    # paired difference exactly 0, or a noise floor below half the treatment's gain and no systematic offset
+    # (two-sided paired t, or the exact sign-flip p of 3 equal differences, 2/2**3, at zero spread).
+    d = np.array([nll["dup_route_tied", s] - nll["block_attnres", s] for s in "012"])
+    gain = np.mean([nll["rd_attnres", s] - nll["block_attnres", s] for s in "012"])
+    assert np.abs(d).max() < 0.5 * abs(gain), (d, gain)
+    offset_p = 1.0 if not d.any() else 2 / 2 ** 3 if np.ptp(d) == 0 else scipy.stats.ttest_1samp(d, 0).pvalue
+    assert offset_p >= 0.05, d
+    aa_status = "bit-identical" if not d.any() else "noise floor"
 
     out = tmp_path / "report"
     printed = harness("report", "--grid", "e2e_tiny", "--out", str(out), env=env)
@@ -106,7 +115,7 @@ def test_queue_two_workers_sql_report(tmp_path):
         want = (("reproduces gain", "does not reproduce gain", "inconclusive") if established
                 else ("not assessed: the treatment's gain is not established",))
         assert verdicts[f"{c} - block_attnres"] in want, (c, verdicts)
-    assert verdicts["dup_route_tied - block_attnres"] == "bit-identical"  # the A/A check, in no family
+    assert verdicts["dup_route_tied - block_attnres"] == aa_status  # the A/A check passes, in no family
     # the user's symmetric control is caught; fixed_v (no added parameter) and the new controls are not
     degenerate = {r["comparison"].split(" - ")[0]: r["note"] for r in stats if r["verdict"] == "invalid: degenerate"}
     assert list(degenerate) == ["dup_route_avg"], degenerate

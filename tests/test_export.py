@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 
+import pandas as pd
 import polars as pl
 import pytest
 
@@ -62,6 +63,19 @@ def test_csv_has_a_header_and_every_digit(results, capsys):
     assert [(r["run_id"], float(r["val_nll"]), float(r["val_ppl"])) for r in rows] == [
         (r["run_id"], r["val_nll"], r["val_ppl"]) for r in want.iter_rows(named=True)]
     assert float(rows[1]["val_nll"]) == 3.0 + 1 / 7 and float(rows[2]["val_ppl"]) == math.exp(3.5)
+
+
+def test_pandas_reads_the_parquet_export(results):
+    """The export is offered for pandas: pandas (through pyarrow, a dependency) reads every
+    column and value DuckDB holds for the grid."""
+    out = results / "final.parquet"
+    assert cli(["export", "--grid", "g", "--format", "parquet", "--out", str(out), "--results", str(results)]) == 0
+    frame = pd.read_parquet(out)
+    want = expected(Store(results), "final", "g")
+    assert list(frame.columns) == want.columns and len(frame) == want.height == 3
+    assert frame["run_id"].tolist() == want["run_id"].to_list()
+    assert frame["val_nll"].tolist() == want["val_nll"].to_list()  # the same doubles
+    assert frame["val_nll"].tolist()[1] == 3.0 + 1 / 7
 
 
 def test_an_existing_file_is_replaced_whole_and_a_failed_export_leaves_it(results, capsys):

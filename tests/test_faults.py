@@ -45,7 +45,7 @@ def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
 
 def grid_file(tmp_path: Path, corpus: Path | str, *, budget: int = 4096, train: str = "") -> Path:
     path = tmp_path / "g.toml"
-    text = GRID_TOML.format(name="g", corpus=corpus, seeds="[0]", extra="").replace("[1000]", f"[{budget}]")
+    text = GRID_TOML.format(name="g", corpus=corpus, seeds="[0]", extra="").replace("[1024]", f"[{budget}]")
     path.write_text(text + train)
     return path
 

@@ -65,24 +65,28 @@ def test_shipped_grid_loads_and_expands(path: Path):
 
 def test_rd_controls_small_is_the_cpu_grid():
     grid = load_grid(ROOT / "ablations/rd_controls_small.toml")
-    runs = grid.expand(cwd="/work/main")
+    runs = grid.expand()
     assert len(runs) == 18  # 6 variants x 3 seeds
     assert {r.size for r in runs} == {"small"}
     assert sorted({r.variant for r in runs}) == sorted(
         ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied"])
-    assert runs[0].corpus == "/work/shared/data/fineweb_edu_sample"
+    assert runs[0].corpus == str(ROOT.parent / "shared/data/fineweb_edu_sample")  # the sample, from any cwd
+    for r in runs:
+        r.check_trainable()  # a whole number of global batches
 
 
 def test_rd_paper_controls_only_at_the_early_budget():
     grid = load_grid(ROOT / "ablations/rd_paper.toml")
     runs = grid.expand()
     by = {(r.role, r.budget_tokens) for r in runs}
-    assert ("control", 2_000_000_000) not in by
-    assert {("control", 250_000_000), ("parent", 250_000_000), ("parent", 2_000_000_000),
-            ("treatment", 250_000_000), ("treatment", 2_000_000_000)} <= by
+    early, full = 476 * 524_288, 3814 * 524_288  # ~250M and ~2.0B tokens in whole global batches
+    assert ("control", full) not in by
+    assert {("control", early), ("parent", early), ("parent", full), ("treatment", early), ("treatment", full)} <= by
     # per size: 2 variants x 5 seeds x 2 budgets + 4 controls x 5 seeds = 40
     assert len(runs) == 80
-    assert sum(r.budget_tokens == 2_000_000_000 and r.size == "343m" for r in runs) == 10
+    assert sum(r.budget_tokens == full and r.size == "343m" for r in runs) == 10
+    for r in runs:
+        r.check_trainable()
 
 
 # ----------------------------------------------------------------------------- expansion
@@ -131,6 +135,38 @@ def test_corpus_override(tmp_path):
     grid = load_grid(write(tmp_path, GOOD))
     assert {r.corpus for r in grid.expand(corpus="hf:a/b:c")} == {"hf:a/b:c"}
     assert {r.corpus for r in grid.expand(corpus="other.txt", cwd="/q")} == {"/q/other.txt"}
+
+
+def test_a_grids_relative_corpus_is_relative_to_its_file(tmp_path, monkeypatch):
+    """The grid's own corpus resolves against the grid file's folder, whatever the cwd; an
+    override (--corpus, $HARNESS_CORPUS) against the cwd (issue 31)."""
+    (tmp_path / "grids").mkdir()
+    grid = load_grid(write(tmp_path / "grids", GOOD.replace("data/corpus.jsonl", "../data/corpus.jsonl")))
+    for cwd in (tmp_path, tmp_path / "grids", Path("/")):
+        monkeypatch.chdir(cwd)
+        assert {r.corpus for r in grid.expand()} == {str(tmp_path / "data/corpus.jsonl")}
+        assert {r.corpus for r in grid.expand(corpus="c.jsonl")} == {str(cwd / "c.jsonl")}
+    monkeypatch.chdir(tmp_path)
+    relative = load_grid(Path("grids/grid.toml"))  # a relative grid path too
+    assert {r.corpus for r in relative.expand()} == {str(tmp_path / "data/corpus.jsonl")}
+
+
+def test_a_grid_copied_to_another_folder_keeps_naming_its_corpus(tmp_path):
+    """--write-grid NEW.toml from a grid in another folder rewrites a relative corpus."""
+    from harness.scheduling.gridedit import write_train
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b/c").mkdir(parents=True)
+    source = write(tmp_path / "a", "# the grid\n" + GOOD.replace("data/corpus.jsonl", "../data/corpus.jsonl"))
+    target = tmp_path / "b/c/new.toml"
+    changes = write_train(target, {"lr": 1e-3}, source=source, name="new")
+    assert changes == ["name: 'g' -> 'new'", "corpus: '../data/corpus.jsonl' -> '../../data/corpus.jsonl'",
+                       "train.lr: '(unset)' -> 0.001"]
+    new = load_grid(target)
+    assert (new.name, new.train) == ("new", {"lr": 1e-3}) and target.read_text().startswith("# the grid")
+    assert {r.corpus for r in new.expand()} == {r.corpus for r in load_grid(source).expand()} == {
+        str(tmp_path / "data/corpus.jsonl")}
+    assert load_grid(source).name == "g" and "lr" not in source.read_text()  # the source is left as it was
 
 
 def test_run_id_format():

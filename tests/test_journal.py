@@ -23,7 +23,7 @@ from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
 from queue_stubs import quiet, write_grid
 
-RUN0 = "g:tiny:block_attnres:s0:1000"
+RUN0 = "g:tiny:block_attnres:s0:1024"
 
 
 def _queued(tmp_path: Path) -> tuple[Path, Path, Path]:

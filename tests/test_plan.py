@@ -19,7 +19,7 @@ from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no pac
 
 
 def write(tmp_path: Path, analysis: str = "", seeds: str = "[0, 1]") -> Path:
-    """The queue tests' grid (3 variants, tiny, 1000 tokens) with an [analysis] table appended."""
+    """The queue tests' grid (3 variants, tiny, 1024 tokens) with an [analysis] table appended."""
     return write_grid(tmp_path, seeds=seeds, extra=analysis)
 
 

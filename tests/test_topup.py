@@ -124,7 +124,7 @@ def test_a_degenerate_treatment_is_closed():
 
 # --------------------------------------------------------------------------- the command, end to end
 
-# The queue tests' grid (tiny, 1000 tokens, parent, treatment, fixed_v) plus the A/A check and a plan.
+# The queue tests' grid (tiny, 1024 tokens, parent, treatment, fixed_v) plus the A/A check and a plan.
 EXTRA = 'dup_route_tied = "control"\n[analysis]\nmin_effect_nats = 0.01\n{looks}\n'
 
 # Designed final NLLs: parent 3.5 + 0.01 seed; treatment - parent per seed; fixed_v - parent per seed.
@@ -171,7 +171,7 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
 
     assert cli(["topup", "--grid", "seq", "--results", str(results), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "cell tiny/1_000: headline gain not established at look 1 of 2 (3 pairs), level 0.0114" in out
+    assert "cell tiny/1_024: headline gain not established at look 1 of 2 (3 pairs), level 0.0114" in out
     assert "would queue seed(s) 3 4 for 4 variants (8 runs)" in out
     assert _seeds(results)["rd_attnres"] == [0, 1, 2]  # a dry run queues nothing
 
@@ -184,7 +184,7 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
                if r.config.seed == 4 and r.config.variant == "fixed_v")
     old = next(r.config.to_dict() for r in RunQueue.open(None, results).runs("seq").values()
                if r.config.seed == 0 and r.config.variant == "fixed_v")
-    assert new["run_id"] == "seq:tiny:fixed_v:s4:1000" and {**old, "seed": 4, "run_id": new["run_id"]} == new
+    assert new["run_id"] == "seq:tiny:fixed_v:s4:1024" and {**old, "seed": 4, "run_id": new["run_id"]} == new
 
     assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0  # idempotent: waiting for workers
     out = capsys.readouterr().out
@@ -196,13 +196,13 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
     out = capsys.readouterr().out
     # 5 pairs: the last look. The gain is established there (one-sided p 0.0013 < 0.0386) and fixed_v,
     # near the parent at every seed (e = 0.0025 .. 0.004), does not reproduce it.
-    assert "cell tiny/1_000: headline gain established and every control decided: nothing to add" in out
+    assert "cell tiny/1_024: headline gain established and every control decided: nothing to add" in out
     assert len(RunQueue.open(None, results).runs("seq")) == 20
     assert cli(["report", "--grid", "seq", "--results", str(results), "--out", str(tmp_path / "r"),
                 "--no-figures"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     assert "look 2 of 2 (5 pairs), level 0.0386" in md
-    assert "| fixed_v | tiny, 1k | **does not reproduce gain** |" in md
+    assert "| fixed_v | tiny, 1.024k | **does not reproduce gain** |" in md
 
 
 def test_topup_command_errors_are_one_line(tmp_path, capsys):

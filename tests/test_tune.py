@@ -142,18 +142,30 @@ def test_show_json_and_write_grid_keeps_comments(drained):
     assert f"best: val_nll {study.best_value:.4f}" in text and "parameter importances" in text
 
     before = grid.read_text()
-    out = harness("tune", "--show", "t6", "--write-grid", grid, env=env).stdout
-    after = grid.read_text()
+    # g2 is queued: its settings are fixed, and the refusal names the way (issue 31)
+    refused = harness("tune", "--show", "t6", "--write-grid", grid, env=env, check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and grid.read_text() == before
+    assert (f"grid 'g2' is already queued (2 runs): its settings are fixed (its runs are the runs it names); "
+            f"write a new grid under a new name: --grid {grid} --write-grid NEW.toml --grid-name NEW") in refused.stderr
+    new = drained["tmp"] / "tuned" / "g3.toml"
+    new.parent.mkdir()
+    out = harness("tune", "--show", "t6", "--grid", grid, "--write-grid", new, "--grid-name", "g3", env=env).stdout
+    after = new.read_text()
     lr = study.best_params["lr"]
     warm = max(1, round(study.best_params["warmup_frac"] * 4096))
-    assert f"wrote {grid}: train.lr: '(unset)' -> {lr!r}; train.warmup_tokens: '(unset)' -> {warm!r}" in out
+    assert (f"wrote {new}: name: 'g2' -> 'g3'; train.lr: '(unset)' -> {lr!r}; train.warmup_tokens: '(unset)' -> "
+            f"{warm!r}") in out
     assert tomllib.loads(after)["train"] == {**tomllib.loads(before)["train"], "lr": lr, "warmup_tokens": warm}
+    assert tomllib.loads(after)["name"] == "g3" and grid.read_text() == before
     for comment in ("# a grid whose comments must survive --write-grid", "# the parent", "# tiny settings",
                     "# keep me"):
         assert comment in after
-    harness("tune", "--show", "t6", "--write-grid", grid, "--per-variant", env=env)
-    table = tomllib.loads(grid.read_text())["train"]
-    assert table["block_attnres"] == {"lr": lr, "warmup_tokens": warm} and "# keep me" in grid.read_text()
+    again = harness("tune", "--show", "t6", "--grid", grid, "--write-grid", new, "--grid-name", "g4", env=env,
+                    check=False)  # another grid file is never replaced
+    assert again.returncode == 2 and "the file exists and is not the grid written from" in again.stderr
+    harness("tune", "--show", "t6", "--write-grid", new, "--per-variant", env=env)  # g3 is not queued: in place
+    table = tomllib.loads(new.read_text())["train"]
+    assert table["block_attnres"] == {"lr": lr, "warmup_tokens": warm} and "# keep me" in new.read_text()
 
 
 @pytest.mark.slow  # Chromium

@@ -12,6 +12,7 @@ example:
   harness export --grid rd_controls_small --format parquet --out final.parquet
   harness export --grid rd_controls_small --table metrics --format csv --out metrics.csv
   python -c "import polars as pl; print(pl.read_parquet('final.parquet'))"
+  python -c "import pandas as pd; print(pd.read_parquet('final.parquet'))"     # pyarrow is installed
 """
 
 from __future__ import annotations

@@ -14,17 +14,20 @@ layout (one Optuna study "harness" for every grid) is converted into one study p
 when none of its runs is queued or running (a message says so).
 
 The corpus is the grid's `corpus`, overridden by $HARNESS_CORPUS, overridden by
---corpus; a relative path is resolved against the current directory and stored
-absolute in each run's config (hf:OWNER/NAME:CONFIG specs are stored as they are).
+--corpus. A relative path is resolved against the grid file's folder (the grid's own
+corpus, so a grid queues the same corpus from any directory) or the current directory
+($HARNESS_CORPUS, --corpus), and stored absolute in each run's config (hf:OWNER/NAME:CONFIG
+specs are stored as they are).
 
 Checked before anything is queued, so a bad grid fails here and not in every worker:
 the corpus is readable, UTF-8 text (or Parquet) and holds a non-empty document (a quick
-scan of the first MiB of each file, not a full read); every budget is at least one batch
-and at most 10^15 tokens; batch_tokens is a multiple of each size's context; the BPE
-vocabulary is 257 (256 bytes + 1 special token) to 1,048,576. A hub corpus must have been
-prepared (`harness prepare GRID.toml`), and a prepared corpus must hold each run's budget
-in its train split and its evaluation set in its val split, unless [train] sets max_epochs
-(a line gives the budget, train tokens and epochs); gpt2 needs tiktoken installed.
+scan of the first MiB of each file, not a full read); every budget is a whole number of
+global batches (batch_tokens; the two nearest whole budgets are named) and at most 10^15
+tokens; batch_tokens is a multiple of each size's context; the BPE vocabulary is 257
+(256 bytes + 1 special token) to 1,048,576. A hub corpus must have been prepared
+(`harness prepare GRID.toml`), and a prepared corpus must hold each run's budget in its
+train split and its evaluation set in its val split, unless [train] sets max_epochs (a line
+gives the budget, train tokens and epochs); gpt2 needs tiktoken installed.
 
 Storage: the default queue is RESULTS/queue.journal (an Optuna journal file).
 --storage journal:/shared/fs/queue.journal (or any path ending in .journal) puts
@@ -88,8 +91,8 @@ def main(args: argparse.Namespace) -> int:
         corpus, source = args.corpus, "--corpus"
     elif os.environ.get("HARNESS_CORPUS"):
         corpus, source = os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
-    else:
-        corpus, source = grid.corpus, f"key 'corpus' of {args.grid}"
+    else:  # the grid's own: resolved against the grid file's folder (Grid.expand)
+        corpus, source = None, f"key 'corpus' of {args.grid}"
     configs = grid.expand(corpus=corpus, tuned={})  # [tuned] runs need the storage: below
     for config in configs:  # before anything is queued: what would fail in every worker fails here
         config.check_trainable()

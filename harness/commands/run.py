@@ -15,7 +15,7 @@ A corpus is a JSONL/Parquet file (column `text`), a .txt file, a directory or gl
 those, or hf:OWNER/NAME:CONFIG (streamed from the hub where a network exists).
 
 example:
-  harness run --variant rd_attnres --size tiny --seed 0 --budget-tokens 50000 \\
+  harness run --variant rd_attnres --size tiny --seed 0 --budget-tokens 49152 \\
       --corpus ../shared/data/fineweb_edu_sample --results /tmp/r
   harness sql "select variant, seed, val_nll, val_bpb from final" --results /tmp/r
 """
@@ -110,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
         corpus = os.path.abspath(corpus)
     config = RunConfig.adhoc(args.variant, args.size, args.seed, args.budget_tokens, corpus,
                              grid=args.grid, role=args.role, train=parse_overrides(args.set))
+    config.check_trainable()  # a budget, batch or vocabulary it cannot train: refused before the corpus
     if not args.force:
         try:
             previous, diff = stored_result(config, args.results)

@@ -16,7 +16,9 @@ listed with why; a grid whose runs all trained but some result is unreadable sho
 "trained; N result(s) unreadable", not "finished".
 
 --watch redraws every --interval seconds (default 5) until Ctrl-C (exit 0); when stdout
-is not a terminal it prints the blocks one after another, each under a time stamp.
+is not a terminal it prints the blocks one after another, each under a time stamp. With
+--until-done it also stops (exit 0) after the first block in which no run of the grid
+(--grid, else every grid in the queue) is queued or running, so a script can wait on it.
 
 Then the workers started by `harness launch` (the newest --launches launches recorded in
 RESULTS/launches): each job's state from SLURM (squeue, then sacct) or, for local
@@ -25,6 +27,7 @@ workers, from their processes, with how often SLURM requeued it and what it trai
 example:
   harness status
   harness status --watch --interval 2
+  harness status --watch --until-done --grid rd_controls_small && harness report --grid rd_controls_small
   harness status --grid rd_controls_small --storage journal:/shared/rd/queue.journal
 """
 
@@ -54,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
                         help=f"lease timeout in seconds for judging stale leases (default: {LEASE_TIMEOUT_S:g})")
     parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
+    parser.add_argument("--until-done", action="store_true",
+                        help="with --watch: stop when no run of the grid (--grid, else any) is queued or running")
     parser.add_argument("--interval", type=float, default=None, metavar="S",
                         help=f"seconds between redraws with --watch (default: {WATCH_INTERVAL_S:g})")
     parser.add_argument("--launches", type=int, default=LAUNCHES_SHOWN, metavar="N",
@@ -207,6 +212,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--launches {args.launches}: must be >= 0")
     if args.interval is not None and not args.watch:
         raise ValueError("--interval S goes with --watch")
+    if args.until_done and not args.watch:
+        raise ValueError("--until-done goes with --watch (plain `harness status` prints once)")
     interval = WATCH_INTERVAL_S if args.interval is None else args.interval
     if not interval > 0:
         raise ValueError(f"--interval {args.interval:g}: must be a positive number of seconds")
@@ -237,11 +244,21 @@ def main(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(f"--- {head}\n" + "\n".join(lines) + "\n\n")
             sys.stdout.flush()
+            if args.until_done and _finished(queue, args.grid):
+                print(f"{'grid ' + args.grid if args.grid else 'every grid'}: nothing queued or running; "
+                      "stopping (--until-done)")
+                return 0
             time.sleep(interval)
     except KeyboardInterrupt:  # the way out of --watch: not an error
         if not args.watch:
             raise
         return 0
+
+
+def _finished(queue, grid: str | None) -> bool:
+    """Whether no run of ``grid`` (``None``: of any grid) is queued or running (also with no queue)."""
+    runs = queue.runs(grid) if queue is not None else {}
+    return not any(r.state in ("queued", "running") for r in runs.values())
 
 
 def _unreadable(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:

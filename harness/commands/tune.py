@@ -22,13 +22,18 @@ trials; the same --name with another space is refused.
 --show NAME prints the best value and params, the trials and the parameter importances
 (Optuna's default evaluator, PED-ANOVA); --json prints them as one object; --write-grid GRID.toml writes the best
 settings into the grid's [train] ([train.VARIANT] with --per-variant), keeping its comments.
+A grid already queued keeps its settings (its runs are the runs it names), so --write-grid
+refuses a grid whose name has runs in the queue: write a new grid instead, from the queued
+one (--grid) under a new name (--grid-name), as below.
 
 example:
-  harness tune --variant block_attnres --size small --budget-tokens 100000 --trials 12 \\
+  harness tune --variant block_attnres --size small --budget-tokens 98304 --trials 12 \\
       --grid ablations/rd_controls_small.toml --name parent_small
   for i in 1 2; do harness work --threads 1 & done; wait
   harness tune --show parent_small
-  harness tune --show parent_small --write-grid ablations/rd_controls_small.toml
+  harness tune --show parent_small --grid ablations/rd_controls_small.toml \\
+      --write-grid ablations/rd_tuned_small.toml --grid-name rd_tuned_small
+  harness queue ablations/rd_tuned_small.toml
   optuna-dashboard results/queue.journal      # the studies in a browser
 """
 
@@ -57,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="search-space entry, e.g. lr=log:1e-4:3e-2 (repeat; default: lr and warmup_frac)")
     p.add_argument("--name", help="study name: the study is tune:NAME (default: VARIANT_SIZE_BUDGET)")
     p.add_argument("--grid", type=Path, metavar="GRID.toml",
-                   help="take base settings ([train], [train.VARIANT]) and corpus from this grid")
+                   help="take base settings ([train], [train.VARIANT]) and corpus from this grid; with "
+                        "--show --write-grid NEW.toml: the grid NEW.toml is written from")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="base training override under the space, e.g. --set batch_tokens=2048")
     p.add_argument("--pruner", default="median", choices=["median", "hyperband", "none"],
@@ -74,6 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --show: write the best settings into this grid's [train]")
     p.add_argument("--per-variant", action="store_true",
                    help="with --write-grid: write into [train.VARIANT] (the study's variant) instead")
+    p.add_argument("--grid-name", metavar="NAME",
+                   help="with --write-grid: the written grid's name (a grid already queued is refused)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -82,8 +90,8 @@ def main(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.show:
         return _show(args)
-    if args.json or args.write_grid or args.per_variant:
-        raise ValueError("--json, --write-grid and --per-variant go with --show NAME")
+    if args.json or args.write_grid or args.per_variant or args.grid_name:
+        raise ValueError("--json, --write-grid, --per-variant and --grid-name go with --show NAME")
     return _start(args)
 
 
@@ -113,8 +121,8 @@ def _start(args) -> int:
             raise ValueError(f"--variant {args.variant!r} is not in {args.grid}'s [variants] "
                              f"({', '.join(grid.variants)})")
         base = grid.train_for(args.variant)
-        if corpus is None:
-            corpus, source = grid.corpus, f"key 'corpus' of {args.grid}"
+        if corpus is None:  # relative to the grid file's folder, as `harness queue` resolves it
+            corpus, source = resolve_corpus(grid.corpus, args.grid.resolve().parent), f"key 'corpus' of {args.grid}"
     if corpus is None and os.environ.get("HARNESS_CORPUS"):
         corpus, source = os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
     if corpus is None:
@@ -207,7 +215,9 @@ def _show(args) -> int:
             raise ValueError(f"tuning study {spec.study_name!r} has no finished trial yet: nothing to write")
         from harness.scheduling.gridedit import write_train
 
-        changes = write_train(args.write_grid, best["train"], variant=spec.variant if args.per_variant else None)
+        _check_unqueued(args, queue)
+        changes = write_train(args.write_grid, best["train"], variant=spec.variant if args.per_variant else None,
+                              source=args.grid, name=args.grid_name)
     if args.json:
         print(json.dumps({"study": spec.study_name, "spec": spec.__dict__, "best_value": best and best["value"],
                           "best_params": best and best["params"], "best_train": best and best["train"],
@@ -219,6 +229,29 @@ def _show(args) -> int:
         out = sys.stderr if args.json else sys.stdout
         print(f"wrote {args.write_grid}: " + "; ".join(changes), file=out)
     return 0
+
+
+def _check_unqueued(args, queue) -> None:
+    """Refuse a --write-grid whose grid (its name after the write) has runs in the queue, or
+    that would replace another grid file than the one it is written from.
+
+    Raises:
+        ValueError: naming the grid and the way: a new file under a new name.
+    """
+    from harness.scheduling.grid import load_grid
+
+    source = args.grid if args.grid is not None else args.write_grid
+    grid = load_grid(source)
+    name = args.grid_name or grid.name
+    way = (f"write a new grid under a new name: --grid {source} --write-grid NEW.toml --grid-name NEW, "
+           "then harness queue NEW.toml")
+    if args.write_grid.exists() and args.write_grid.resolve() != Path(source).resolve():
+        raise ValueError(f"--write-grid {args.write_grid}: the file exists and is not the grid written from "
+                         f"({source}); {way}")
+    queued = queue.runs(name)
+    if queued:
+        raise ValueError(f"grid {name!r} is already queued ({len(queued)} runs): its settings are fixed "
+                         f"(its runs are the runs it names); {way}")
 
 
 def _queue_exists(args) -> bool:

@@ -15,7 +15,7 @@ unreachable storage (a database restarting) is retried for --storage-retry-s sec
 then the worker stops with an error; start it again once the storage is back.
 
 Prints one line per run start and end, with the grid's finished/total count:
-  [3/18] done rd_controls_small:small:rd_attnres:s0:100000 (41 s)
+  [3/18] done rd_controls_small:small:rd_attnres:s0:98304 (41 s)
 
 Progress within a run goes to stderr, as $HARNESS_PROGRESS says:
   auto   (default) a live bar when stderr is a terminal no other worker trains on; else

@@ -108,6 +108,9 @@ class GPT2Tokenizer:
     Args:
         ranks_file: tiktoken's gpt2 merge ranks in its file format (as ``harness prepare``
             copies them beside a sharded corpus); ``None`` = tiktoken's own (downloaded once).
+        encoding: a ``tiktoken.Encoding`` of the same kind (byte-level mergeable ranks,
+            ``<|endoftext|>`` special) to use instead of ``gpt2``; the tests build one from
+            local ranks, since the ``gpt2`` files need a network once. Default: ``gpt2``.
 
     Raises (on construction):
         OptionalDependencyError: tiktoken is not installed.
@@ -116,33 +119,8 @@ class GPT2Tokenizer:
 
     name = "gpt2"
 
-    def __init__(self, ranks_file: Path | None = None):
-        try:
-            import tiktoken  # optional: only the gpt2 tokenizer needs it
-        except ImportError:
-            raise OptionalDependencyError(
-                "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
-                "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
-            ) from None
-        if ranks_file is not None:  # the ranks copied beside a prepared corpus: no network
-            from tiktoken.load import load_tiktoken_bpe
-            from tiktoken_ext.openai_public import r50k_pat_str
-
-            self._enc = tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str,
-                                          mergeable_ranks=load_tiktoken_bpe(str(ranks_file)),
-                                          special_tokens={EOS_TOKEN: 50256}, explicit_n_vocab=50257)
-            self.vocab_size, self.eos_id = self._enc.n_vocab, self._enc.eot_token
-            return
-        try:
-            self._enc = tiktoken.get_encoding("gpt2")
-        # tiktoken fetches its BPE files over HTTP on first use; offline that fails with
-        # requests/urllib/OS errors depending on the version.
-        except Exception as exc:
-            raise ValueError(
-                f"tokenizer 'gpt2': tiktoken cannot load its gpt2 files ({type(exc).__name__}: {exc}); "
-                "they are downloaded on first use, so this needs a network once "
-                "(or TIKTOKEN_CACHE_DIR pointing at a filled cache); or use tokenizer 'bpe'"
-            ) from exc
+    def __init__(self, ranks_file: Path | None = None, encoding=None):
+        self._enc = encoding if encoding is not None else _gpt2_encoding(ranks_file)
         self.vocab_size = self._enc.n_vocab
         self.eos_id = self._enc.eot_token
 
@@ -180,6 +158,35 @@ class GPT2Tokenizer:
             except KeyError:  # ids without a token (gaps in some encodings)
                 out[idx] = 0
         return out
+
+
+def _gpt2_encoding(ranks_file: Path | None = None):
+    """tiktoken's ``gpt2`` ``Encoding``, from ``ranks_file`` when given (no network), else
+    tiktoken's own files (errors: see :class:`GPT2Tokenizer`)."""
+    try:
+        import tiktoken  # optional: only the gpt2 tokenizer needs it
+    except ImportError:
+        raise OptionalDependencyError(
+            "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
+            "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
+        ) from None
+    if ranks_file is not None:  # the ranks copied beside a prepared corpus: no network
+        from tiktoken.load import load_tiktoken_bpe
+        from tiktoken_ext.openai_public import r50k_pat_str
+
+        return tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str,
+                                 mergeable_ranks=load_tiktoken_bpe(str(ranks_file)),
+                                 special_tokens={EOS_TOKEN: 50256}, explicit_n_vocab=50257)
+    try:
+        return tiktoken.get_encoding("gpt2")
+    # tiktoken fetches its BPE files over HTTP on first use; offline that fails with
+    # requests/urllib/OS errors depending on the version.
+    except Exception as exc:
+        raise ValueError(
+            f"tokenizer 'gpt2': tiktoken cannot load its gpt2 files ({type(exc).__name__}: {exc}); "
+            "they are downloaded on first use, so this needs a network once "
+            "(or TIKTOKEN_CACHE_DIR pointing at a filled cache); or use tokenizer 'bpe'"
+        ) from exc
 
 
 def _bpe_json(texts: Sequence[str], vocab_size: int) -> str:

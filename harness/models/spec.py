@@ -40,6 +40,7 @@ with ``$HARNESS_SPEC_PATH`` (``os.pathsep``-separated).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import tomllib
@@ -121,6 +122,8 @@ class VariantSpec:
         role: the variant's usual role in a study (parent/treatment/control/reference).
         description: one line for tables and reports.
         source: file the spec was read from.
+        text: the TOML text it was read from (``""`` when built from a mapping), which
+            :func:`parse_spec_text` turns into this spec again (tables in file order).
     """
 
     name: str
@@ -129,6 +132,7 @@ class VariantSpec:
     role: str = "reference"
     description: str = ""
     source: str = ""
+    text: str = field(default="", compare=False, repr=False)
 
 
 def _fail(where: str, msg: str) -> ValueError:
@@ -281,15 +285,23 @@ def parse_spec(data: dict, *, where: str = "<spec>") -> VariantSpec:
     )
 
 
+def parse_spec_text(text: str, *, where: str = "<spec>") -> VariantSpec:
+    """:func:`parse_spec` of a spec's TOML text, keeping the text (:attr:`VariantSpec.text`).
+
+    Raises:
+        ValueError: not valid TOML, or as :func:`parse_spec`.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}: not valid TOML: {exc}") from None
+    return dataclasses.replace(parse_spec(data, where=where), text=text)
+
+
 def load_spec_file(path: str | os.PathLike) -> VariantSpec:
     """Read and validate one spec TOML file (errors name the file)."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
-    spec = parse_spec(data, where=str(path))
+    spec = parse_spec_text(path.read_text(encoding="utf-8"), where=str(path))
     if spec.name != path.stem:
         raise ValueError(f"{path}: name={spec.name!r} must equal the file name {path.stem!r}")
     return spec
@@ -301,13 +313,22 @@ def spec_dirs() -> list[Path]:
     The ``controls`` folder is located without importing it: specs are data, and
     ``harness.models`` depends on nothing outside itself.
     """
+    return [*_shipped_dirs(), *map(Path, filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep)))]
+
+
+def _shipped_dirs() -> list[Path]:
+    """The harness's own spec folders: built-ins and ``controls/``."""
     dirs = [Path(__file__).with_name("specs")]
     found = importlib.util.find_spec("controls")
     if found is not None and found.submodule_search_locations:
         dirs.append(Path(list(found.submodule_search_locations)[0]))
-    for extra in filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep)):
-        dirs.append(Path(extra))
     return dirs
+
+
+def is_shipped(spec: VariantSpec) -> bool:
+    """Whether ``spec`` was read from the harness's own folders (built-ins, ``controls/``),
+    not from ``$HARNESS_SPEC_PATH``: a worker elsewhere has the shipped ones."""
+    return Path(spec.source).parent in _shipped_dirs()
 
 
 def load_specs() -> dict[str, VariantSpec]:

@@ -4,7 +4,7 @@ A grid is variants x seeds x budgets x sizes. Every variant plays one *role*: th
 single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s::
 
     name = "rd_controls_small"
-    corpus = "../shared/data/fineweb_edu_sample"   # relative: resolved against the cwd at queue time
+    corpus = "../../shared/data/fineweb_edu_sample"   # relative: to this file's folder
     sizes = ["small"]
     seeds = [0, 1, 2]
     budgets_tokens = [200_000]       # every budget is its own run (its own LR schedule)
@@ -140,7 +140,7 @@ class Grid:
 
     Attributes:
         name: grid name; the first field of every run id.
-        corpus: corpus spec as written in the file (possibly relative).
+        corpus: corpus spec as written in the file (possibly relative: to the file's folder).
         sizes: size presets, in file order.
         seeds: seeds, in file order.
         budgets_tokens: budgets in tokens, ascending.
@@ -199,7 +199,9 @@ class Grid:
 
         Args:
             corpus: overrides the grid's corpus (``--corpus`` / ``$HARNESS_CORPUS``).
-            cwd: folder a relative corpus is resolved against (default: current directory).
+            cwd: folder a relative corpus is resolved against; default: the current
+                directory for ``corpus``, the grid file's folder for the grid's own (so a
+                grid queues the same corpus from any directory).
             tuned: the ``[tuned]`` entries resolved (:func:`resolve_tuned`): variant ->
                 ``{"source", "params"}``; default: explicit entries only.
 
@@ -214,6 +216,8 @@ class Grid:
         """
         from harness.scheduling.tuning import train_overrides
 
+        if corpus is None and cwd is None and self.path is not None:
+            corpus, cwd = self.corpus, self.path.resolve().parent
         resolved = resolve_corpus(corpus if corpus is not None else self.corpus, cwd)
         analysis = self.analysis.as_config()
         tuned = resolve_tuned(self, None) if tuned is None else tuned

@@ -2,7 +2,10 @@
 
 ``harness tune --show NAME --write-grid GRID.toml`` freezes a tuning study's best
 parameters into the grid before it is queued (DESIGN section 9): into ``[train]`` (every
-variant) or ``[train.VARIANT]`` (one variant). The new text is checked as a grid
+variant) or ``[train.VARIANT]`` (one variant). With a source grid and a new name
+(``--grid SRC.toml --write-grid NEW.toml --grid-name NEW``) the result is a new grid file:
+SRC's text with ``name = NEW`` and the settings, its relative corpus rewritten so it still
+names the same folder from NEW's folder. The new text is checked as a grid
 (:func:`harness.scheduling.grid.parse_grid`) before it replaces the file atomically, so a
 grid is never left half-written or invalid.
 """
@@ -18,12 +21,22 @@ from typing import Any
 from harness.files import atomic_write
 
 
-def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, variant: str | None = None) -> list[str]:
+def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, variant: str | None = None,
+                source: str | os.PathLike | None = None, name: str | None = None) -> list[str]:
     """Set ``overrides`` (TrainConfig field -> value) in the grid file's ``[train]`` table, or in
     ``[train.VARIANT]`` with ``variant``; every other line and comment stays as it was.
 
+    Args:
+        path: the grid file to write.
+        overrides: TrainConfig field -> value.
+        variant: write ``[train.VARIANT]`` instead of ``[train]``.
+        source: the grid file to start from (default: ``path`` itself); its relative corpus
+            is rewritten relative to ``path``'s folder.
+        name: the written grid's ``name`` (default: the source's).
+
     Returns:
-        One line per setting: ``train.lr: 0.002 -> 0.0035`` (``(unset)`` where it was not set).
+        One line per change: ``train.lr: 0.002 -> 0.0035`` (``(unset)`` where it was not set),
+        ``name: 'a' -> 'b'``, ``corpus: ...``.
 
     Raises:
         FileNotFoundError: no such grid file.
@@ -32,13 +45,23 @@ def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, varian
     """
     import tomlkit
 
-    from harness.scheduling.grid import load_grid, parse_grid
+    from harness.scheduling.grid import load_grid, parse_grid, resolve_corpus
 
     path = Path(path)
-    grid = load_grid(path)  # refuse to edit a file that is not a grid already
+    source = Path(source) if source is not None else path
+    grid = load_grid(source)  # refuse to edit a file that is not a grid already
     if variant is not None and variant not in grid.variants:
-        raise ValueError(f"{path}: variant {variant!r} is not in its [variants] ({', '.join(grid.variants)})")
-    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+        raise ValueError(f"{source}: variant {variant!r} is not in its [variants] ({', '.join(grid.variants)})")
+    doc = tomlkit.parse(source.read_text(encoding="utf-8"))
+    changes = []
+    if name is not None and name != grid.name:
+        changes.append(f"name: {grid.name!r} -> {name!r}")
+        doc["name"] = name
+    folder, new_folder = source.resolve().parent, path.resolve().parent
+    if folder != new_folder and not grid.corpus.startswith("hf:") and not Path(grid.corpus).expanduser().is_absolute():
+        moved = os.path.relpath(resolve_corpus(grid.corpus, folder), new_folder)  # the same folder from path's
+        changes.append(f"corpus: {grid.corpus!r} -> {moved!r}")
+        doc["corpus"] = moved
     if "train" not in doc:
         doc.add(tomlkit.nl())
         doc["train"] = tomlkit.table()
@@ -49,7 +72,6 @@ def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, varian
             table[variant] = tomlkit.table()
         table, label = table[variant], f"train.{variant}"
     before = (grid.train_by_variant.get(variant, {}) if variant else grid.train)
-    changes = []
     for key, value in overrides.items():
         changes.append(f"{label}.{key}: {before.get(key, '(unset)')!r} -> {value!r}")
         table[key] = value

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.config import RunConfig, TrainConfig, train_config
+from harness.config import RunConfig, TrainConfig, check_budget, get_size, train_config
 from harness.terms import NAME_RE, TUNE_PREFIX, TUNE_ROLE, TUNE_SEED_BASE
 
 if TYPE_CHECKING:
@@ -179,7 +179,8 @@ def train_overrides(params: Mapping[str, Any], budget_tokens: int) -> dict[str, 
 
 
 def check_space(space: Mapping[str, Param], size: str, train: Mapping[str, Any], budget_tokens: int) -> None:
-    """Every corner of the space must give a valid TrainConfig with ``train`` as the base.
+    """Every corner of the space must give a valid TrainConfig with ``train`` as the base, and
+    one that can train ``budget_tokens`` (:func:`harness.config.check_budget`).
 
     Raises:
         ValueError: naming the entry and the invalid setting (e.g. ``beta2=1.5``).
@@ -188,7 +189,8 @@ def check_space(space: Mapping[str, Param], size: str, train: Mapping[str, Any],
         ends = p.choices if p.kind == "choice" else (p.low, p.high)
         for value in ends:
             try:
-                train_config(size, **{**train, **train_overrides({p.name: value}, budget_tokens)})
+                settings = train_config(size, **{**train, **train_overrides({p.name: value}, budget_tokens)})
+                check_budget(settings, size=size, context=get_size(size).context, budget_tokens=budget_tokens)
             except ValueError as exc:
                 raise ValueError(f"--space {p.text}: at {p.name}={value!r}: {exc}") from None
 

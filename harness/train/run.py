@@ -125,7 +125,7 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     prepared = prepare_corpus(config.corpus, cache_dir=cache_dir(results_dir),
                               vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
                               val_fraction=train.val_fraction, max_docs=train.max_docs or None)
-    model = build_model(config.variant, config.size, seed=config.seed, **config.model,
+    model = build_model(config.variant_spec(), config.size, seed=config.seed, **config.model,
                         vocab_size=prepared.vocab_size)
     dm = TokenDataModule(prepared, preset.context, plan.batch_size, config.seed, train.eval_tokens)
     lit = LitLM(model, train, total_steps=plan.total_steps, batch_tokens=plan.batch_tokens,
