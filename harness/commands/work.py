@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import console
+from harness.commands.run import add_micro_batch_argument, parse_micro_batch
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
@@ -76,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", default="1", help="devices per run for Lightning (e.g. 4 with --strategy ddp)")
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
 
 
@@ -145,6 +147,9 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
         set_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         extra = {"stop_requested": stop} if stop is not None else {}
+        micro = parse_micro_batch(args.micro_batch_size)
+        if micro is not None:
+            extra["micro_batch_size"] = micro
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
                                      accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     on_failure = on_failure or worker.record_failure

@@ -133,7 +133,11 @@ class RunCallback(L.Callback):
         if pl_module.diverged:
             return
         pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
+        if pl_module.diverged:  # read at this step's log interval (on CUDA not every step)
+            return
         if step == plan.total_steps or (plan.eval_every and step % plan.eval_every == 0):
+            if pl_module.poll_divergence():  # never evaluate (nor checkpoint) diverged weights
+                return
             nll = pl_module.evaluate(trainer.datamodule.val_dataloader())["nll"]
             if self.on_eval is not None and step < plan.total_steps and self.on_eval(step, pl_module.tokens_seen, nll):
                 pl_module.pruned = {"step": step, "tokens": pl_module.tokens_seen, "val_nll": nll}
@@ -144,6 +148,8 @@ class RunCallback(L.Callback):
         asked = self.stop_requested() if self.stop_requested is not None and step < plan.total_steps else None
         stopping = planned or bool(asked)
         if step < plan.total_steps and (stopping or self._checkpoint_due(trainer, step)):
+            if pl_module.poll_divergence():
+                return
             self.save_checkpoint(trainer, pl_module)
         self._show(pl_module, step)
         if stopping:
@@ -157,7 +163,7 @@ class RunCallback(L.Callback):
 
         self._close()
         # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it
-        if isinstance(exception, SIGTERMException) and not pl_module.diverged:
+        if isinstance(exception, SIGTERMException) and not pl_module.poll_divergence():
             try:
                 self.save_checkpoint(trainer, pl_module)
             except LeaseLost:  # the run is someone else's now: nothing to keep
