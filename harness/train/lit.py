@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from harness.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
+from harness.models.routing import upcast
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
 from harness.train.schedule import lr_multiplier, warmup_steps
 from harness.train.timing import RunTimes
@@ -116,7 +117,7 @@ class LitLM(L.LightningModule):
         tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out."""
         if logits.shape[-1] != self.vocab_size:
             logits = logits[..., :self.vocab_size]
-        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction=reduction)
+        return F.cross_entropy(upcast(logits).flatten(0, 1), y.flatten(), reduction=reduction)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if resolve_compile(self.cfg.compile, self.device.type) and self._compiled is None:
