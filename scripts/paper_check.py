@@ -35,14 +35,14 @@ DDP_REL = 2e-2
 
 
 def make_corpus(folder: Path, words: int, seed: int = 0) -> None:
-    """``words`` generated words in ``.txt`` documents of ~2,000 words under ``folder``."""
+    """``words`` generated words in ``.txt`` documents of 200 words under ``folder``."""
     rng = random.Random(seed)
     cons, vowels = "bcdfghjklmnprstvwz", "aeiou"
     syllables = sorted({c + v + rng.choice(["", "", "n", "r", "s"]) for c in cons for v in vowels} | set(vowels))
     syllables = (syllables * 8)[:600]
     weights = [1.0 / (k + 1) for k in range(len(syllables))]
     folder.mkdir(parents=True, exist_ok=True)
-    per_doc, n = 2000, 0
+    per_doc, n = 200, 0
     for start in range(0, words, per_doc):
         text = []
         for _ in range(min(per_doc, words - start)):
