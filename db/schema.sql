@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS runs (
     eval_s        DOUBLE,                -- seconds in evaluations (validation NLL + routing diagnostics)
     setup_s       DOUBLE,                -- seconds from the start of a segment to its first step, summed
     ckpt_s        DOUBLE,                -- seconds writing checkpoints; wall_s - the four = data, hooks, wind-down
-    epochs        DOUBLE                 -- training tokens / train-split tokens (> 1: data seen again)
+    epochs        DOUBLE,                -- training tokens / train-split tokens (> 1: data seen again)
+    micro_batch_size INTEGER,            -- sequences per forward+backward on one rank (execution setting, DESIGN 11)
+    world_size    INTEGER                -- ranks that trained the run (execution setting, outside the protocol hash)
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

@@ -81,6 +81,15 @@ def check_vocab(train: "TrainConfig", preset: SizePreset) -> None:
         raise ValueError(f"vocab_size={vocab} is not allowed for byte-level BPE: it must be {MIN_BPE_VOCAB} "
                          f"(256 bytes + 1 special token) to {MAX_VOCAB_SIZE:_}")
 
+#: Training settings that also take ``"auto"`` (resolved per machine), with the type of their other values.
+AUTO_FIELDS = {"compile": "bool", "micro_batch_size": "int"}
+
+
+def resolve_compile(setting: bool | str, device_type: str) -> bool:
+    """``TrainConfig.compile`` made concrete: ``auto`` compiles on CUDA only (DESIGN section 11)."""
+    return device_type == "cuda" if setting == "auto" else bool(setting)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimiser, schedule and evaluation settings of one run (DESIGN section 4).
@@ -115,7 +124,12 @@ class TrainConfig:
         precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``auto-bf16`` (bf16-mixed on CUDA
             and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32), ``32-true`` or
             ``bf16-mixed``. Resolved per machine; the result enters the protocol hash.
-        compile: wrap the model in ``torch.compile``.
+        compile: wrap the model in ``torch.compile``; ``auto`` (the default): on CUDA, not on a CPU.
+        micro_batch_size: sequences per forward+backward on one rank (DESIGN section 11): a
+            step's global batch runs as micro-batches of this many sequences, gradients
+            accumulating; ``auto`` (the default): the largest that fits, probed on CUDA, the
+            whole per-rank batch on a CPU (:mod:`harness.train.microbatch`). An execution
+            setting, outside the protocol hash.
     """
 
     lr: float = 3e-3
@@ -137,24 +151,32 @@ class TrainConfig:
     max_epochs: float = 0.0
     checkpoint_every_tokens: int = 0
     precision: str = "auto"
-    compile: bool = False
+    compile: bool | str = "auto"
+    micro_batch_size: int | str = "auto"
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            kind = {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+            if f.name in AUTO_FIELDS and value == "auto":
+                continue
+            kind = {"int": int, "float": float, "bool": bool, "str": str}[AUTO_FIELDS.get(f.name, f.type)]
             ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
                 ok = True
             if not ok:
-                raise ValueError(f"{f.name}={value!r} must be {'an' if f.type == 'int' else 'a'} {f.type}")
+                name = AUTO_FIELDS.get(f.name, f.type)
+                auto = " or 'auto'" if f.name in AUTO_FIELDS else ""
+                raise ValueError(f"{f.name}={value!r} must be {'an' if name == 'int' else 'a'} {name}{auto}")
         if self.schedule not in ("cosine", "wsd"):
             raise ValueError(f"schedule={self.schedule!r}; allowed: 'cosine', 'wsd'")
         if self.tokenizer not in ("bpe", "gpt2"):
             raise ValueError(f"tokenizer={self.tokenizer!r}; allowed: 'bpe', 'gpt2'")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}; allowed: {', '.join(map(repr, PRECISIONS))}")
+        if self.micro_batch_size != "auto" and self.micro_batch_size <= 0:
+            raise ValueError(f"micro_batch_size={self.micro_batch_size} must be 'auto' or a positive number "
+                             "of sequences")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr={self.lr} must be a positive finite number")
         if not 0 < self.val_fraction < 1:
@@ -183,10 +205,12 @@ class TrainConfig:
         Raises:
             ValueError: unknown key (listing the allowed ones) or a value of the wrong type.
         """
-        types = {f.name: f.type for f in fields(cls)}
+        types = {f.name: AUTO_FIELDS.get(f.name, f.type) for f in fields(cls)}
         if key not in types:
             raise ValueError(f"unknown training setting {key!r}; allowed: {sorted(types)}")
         kind, text = types[key], raw.strip()
+        if key in AUTO_FIELDS and text.lower() == "auto":
+            return "auto"
         try:
             if kind == "int":
                 return int(text.replace("_", ""))
@@ -200,7 +224,8 @@ class TrainConfig:
                     return False
                 raise ValueError
         except ValueError:
-            raise ValueError(f"{key}={raw!r} is not {'an' if kind == 'int' else 'a'} {kind}") from None
+            allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or 'auto'" if key in AUTO_FIELDS else "")
+            raise ValueError(f"{key}={raw!r} is not {allowed}") from None
         return text
 
     @classmethod
@@ -442,5 +467,5 @@ class RunConfig:
 __all__ = [
     "SizePreset", "SIZES", "get_size", "mlp_hidden", "default_block_size", "ModelConfig",
     "derive", "TrainConfig", "TRAIN_DEFAULTS", "train_config", "ADHOC_GRID", "MAX_BUDGET_TOKENS", "MAX_VOCAB_SIZE",
-    "check_budget", "check_vocab", "RunConfig",
+    "check_budget", "check_vocab", "RunConfig", "AUTO_FIELDS", "resolve_compile",
 ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: every GPU path of the harness in one go, in under 8 minutes on one GPU.
 #
-#   scripts/gpu_check.sh [--cpu | --dry-run] [OUT]
+#   scripts/gpu_check.sh [--paper] [--cpu | --dry-run] [OUT]
 #
 # 1. `harness bench --size 120m --compile` on CUDA (bf16 autocast): step times of prenorm,
 #    block_attnres and rd_attnres, the bf16/fp32 ratio, Lightning vs a bare loop, MFU, and a
@@ -16,16 +16,30 @@
 # else ../shared/data/fineweb_edu_sample, else the repository's own Markdown, one paragraph
 # per document. The harness command is $HARNESS (default .venv/bin/harness, else harness on
 # PATH). Exit status: 0 when every step passed, 1 otherwise (summary.txt says which).
-# Not yet run on a GPU (see README, "Scaling out").
+#
+# --paper (DESIGN section 11, < 8 minutes on one GPU): the paper's protocol instead, at its global
+# batch of 524,288 tokens run as micro-batches (auto: probed on the GPU): `harness bench --size
+# 120m` for block_attnres and rd_attnres (tokens/s, MFU, peak memory, the micro-batch; the goals
+# MFU >= 45 % and rd/block <= 1.02), then 20 optimiser steps of each at 120m and at 343m, with a
+# byte-level BPE of 50,304 tokens trained locally on generated text (no network; the sample is
+# smaller than one batch); with more than one visible GPU, a 120m run on all of them (DDP)
+# whose step-20 loss is compared with the 1-GPU run. summary.txt gets a PASS/FAIL line per
+# check (scripts/paper_check.py). --paper --cpu: the same steps at size tiny on the CPU
+# (1,024-token batches in micro-batches of 4). Not yet run on a GPU.
 set -uo pipefail
 
 MODE=gpu
-case "${1:-}" in
-  --cpu) MODE=cpu; shift ;;
-  --dry-run) MODE=dry; shift ;;
-  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-  -*) echo "gpu_check.sh: unknown option '$1'; allowed: --cpu, --dry-run, -h" >&2; exit 2 ;;
-esac
+PAPER=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu) MODE=cpu; shift ;;
+    --dry-run) MODE=dry; shift ;;
+    --paper) PAPER=1; shift ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -*) echo "gpu_check.sh: unknown option '$1'; allowed: --paper, --cpu, --dry-run, -h" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
 [ $# -le 1 ] || { echo "gpu_check.sh: one OUT folder at most, got: $*" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/results/gpu_check/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -63,25 +77,6 @@ if [ -z "$CORPUS" ]; then  # the repository's Markdown, one paragraph per .txt d
                            { buf = buf $0 "\n" } END { if (buf != "") { n++; print buf > (dir "/" n ".txt") } }'
 fi
 
-# The tiny grid: parent and treatment, 2 seeds, a small BPE vocabulary.
-cat > "$OUT/gpu_check_grid.toml" <<TOML
-# gpu_check: parent and treatment at $GRID_SIZE, 2 seeds, one short budget ($MODE mode)
-name = "gpu_check"
-corpus = "$CORPUS"
-sizes = ["$GRID_SIZE"]
-seeds = [0, 1]
-budgets_tokens = [$GRID_BUDGET]
-
-[variants]
-block_attnres = "parent"
-rd_attnres = "treatment"
-
-[train]
-vocab_size = 512
-$GRID_TRAIN
-eval_tokens = 4096
-TOML
-
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 FAILED=0
@@ -100,12 +95,73 @@ step() {  # step NAME LIMIT_S CMD...: run CMD with a time limit, keep its output
   [ $rc -ne 0 ] && FAILED=1 && tail -n 20 "$OUT/$name.log" >&2
   echo "$line" | tee -a "$SUMMARY" >&2
 }
-
 {
-  echo "mode $MODE, $(date -u +%FT%TZ), host $(hostname)"
+  echo "mode $MODE, paper $PAPER, $(date -u +%FT%TZ), host $(hostname)"
   [ "$MODE" = gpu ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
   "$HARNESS" --version 2>/dev/null || true
 } > "$OUT/env.txt" 2>&1
+
+if [ "$PAPER" = 1 ]; then
+  PY=${PYTHON:-$(command -v python3 || echo python)}
+  STEPS=20
+  if [ "$MODE" != cpu ]; then
+    SIZES=(120m 343m); BATCH=524288; WORDS=4000000; VOCAB=50304; MICRO=(); EVAL=131072; LIMIT=150
+    BENCH=(--size 120m --compile --steps 10 --max-steps 30 --loop-rounds 0 --device cuda)
+    NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+  else
+    SIZES=(tiny); BATCH=1024; WORDS=30000; VOCAB=512; MICRO=(--micro-batch-size 4); EVAL=1024; LIMIT=240
+    BENCH=(--size tiny --steps 2 --max-steps 0 --warmup 1 --loop-rounds 0 --threads 1 --device cpu)
+    NGPU=0
+  fi
+  PCORPUS=${CORPUS_PAPER:-$OUT/paper_corpus}
+  step paper_corpus 120 "$PY" "$ROOT/scripts/paper_check.py" corpus "$PCORPUS" "$WORDS"
+  step paper_bench "$LIMIT" "$HARNESS" bench "${BENCH[@]}" --variant block_attnres --variant rd_attnres \
+    --json "$OUT/bench.json" --db "$OUT/bench.duckdb" --results "$RESULTS"
+  for size in "${SIZES[@]}"; do
+    for variant in block_attnres rd_attnres; do
+      step "paper_${size}_$variant" "$LIMIT" "$HARNESS" run --variant "$variant" --size "$size" --seed 0 \
+        --budget-tokens $((STEPS * BATCH)) --corpus "$PCORPUS" --set batch_tokens=$BATCH --set vocab_size=$VOCAB \
+        --set eval_tokens=$EVAL --accelerator "$ACCEL" --grid gpu_check_paper --results "$RESULTS" "${MICRO[@]}"
+    done
+  done
+  DDP=()
+  [ "$MODE" = dry ] && NGPU=2  # --dry-run shows the DDP command as it runs on 2 GPUs
+  if [ "$NGPU" -gt 1 ]; then  # one run on every visible GPU (harness run --devices N, issue 24's i24b part)
+    step paper_ddp "$LIMIT" "$HARNESS" run --variant block_attnres --size "${SIZES[0]}" --seed 0 \
+      --budget-tokens $((STEPS * BATCH)) --corpus "$PCORPUS" --set batch_tokens=$BATCH --set vocab_size=$VOCAB \
+      --set eval_tokens=$EVAL --accelerator "$ACCEL" --devices "$NGPU" --strategy ddp --grid gpu_check_paper \
+      --results "$OUT/results_ddp"
+    DDP=(--ddp "$OUT/results_ddp")
+  elif [ "$MODE" != cpu ]; then
+    echo "SKIP ddp: $NGPU GPU visible (the DDP comparison needs 2 or more)" >> "$SUMMARY"
+  fi
+  if [ "$MODE" != dry ]; then
+    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    "$PY" "$ROOT/scripts/paper_check.py" summary "$RESULTS" "$SUMMARY" --bench "$OUT/bench.json" "${DDP[@]}" \
+      --min-steps $STEPS --device "$GPU_NAME" || FAILED=1
+    echo "== $( [ $FAILED -eq 0 ] && echo 'every check passed' || echo 'some check FAILED' ); everything is in $OUT" >&2
+  fi
+  exit $FAILED
+fi
+
+# The tiny grid: parent and treatment, 2 seeds, a small BPE vocabulary.
+cat > "$OUT/gpu_check_grid.toml" <<TOML
+# gpu_check: parent and treatment at $GRID_SIZE, 2 seeds, one short budget ($MODE mode)
+name = "gpu_check"
+corpus = "$CORPUS"
+sizes = ["$GRID_SIZE"]
+seeds = [0, 1]
+budgets_tokens = [$GRID_BUDGET]
+
+[variants]
+block_attnres = "parent"
+rd_attnres = "treatment"
+
+[train]
+vocab_size = 512
+$GRID_TRAIN
+eval_tokens = 4096
+TOML
 
 step bench "${LIMITS[0]}" "$HARNESS" bench "${BENCH_ARGS[@]}" --device "$DEVICE" \
   --variant prenorm --variant block_attnres --variant rd_attnres \

@@ -140,8 +140,10 @@ def test_assemble_computes_known_medians_paired_ratios_intervals_verdicts_and_mf
     assert result["ratios"]["lightning/bare"] == pytest.approx(0.8)
     assert result["ratio_intervals"]["lightning/bare"] == pytest.approx([0.1, 1.6])
     assert result["peak_mem_ratios"]["rd_attnres/block_attnres"] == pytest.approx(1.1)
-    # MFU = 6 N tokens/s / peak: 6 * 1000 * (256 tokens / 0.010 s) / 1e12
-    assert result["mfu"]["prenorm"] == pytest.approx(6 * 1000 * 25600 / 1e12)
+    # MFU = (6 N + 12 L D T) tokens/s / peak: tiny L 2, D 64, T 64; (256 tokens / 0.010 s) / 1e12
+    assert result["flops_per_token"]["prenorm"] == 6 * 1000 + 12 * 2 * 64 * 64
+    assert result["mfu"]["prenorm"] == pytest.approx((6 * 1000 + 12 * 2 * 64 * 64) * 25600 / 1e12)
+    assert result["mfu_note"] is None
     targets = result["targets"]
     assert targets["block_attnres/prenorm"]["verdict"] == "not met"  # the whole interval is above 1.03
     assert targets["block_attnres/prenorm"]["met"] is False

@@ -22,7 +22,8 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
 def _env() -> dict:
-    return {**os.environ, "HARNESS": str(Path(sys.executable).with_name("harness")), "HARNESS_PROGRESS": "lines"}
+    return {**os.environ, "HARNESS": str(Path(sys.executable).with_name("harness")), "HARNESS_PROGRESS": "lines",
+            "PYTHON": sys.executable}
 
 
 def test_script_parses_as_bash():
@@ -67,3 +68,37 @@ def test_cpu_fallback_runs_every_step(tmp_path):
     assert [r[:3] for r in rows] == [("gpu_check", "block_attnres", "done")] * 2 + [
         ("gpu_check", "rd_attnres", "done")] * 2 + [("gpu_check_ddp", "rd_attnres", "done")]
     assert rows[-1][3] == "DDPStrategy" and all(r[4] and r[5] for r in rows)
+
+
+def test_paper_dry_run_prints_the_paper_commands_and_each_parses(tmp_path):
+    out = subprocess.run([str(SCRIPT), "--paper", "--dry-run", str(tmp_path)], capture_output=True, text=True,
+                         env=_env(), check=True).stdout
+    lines = {line.split("] ", 1)[0][1:]: line.split("] ", 1)[1] for line in out.splitlines()}
+    assert set(lines) == {"paper_corpus", "paper_bench", "paper_ddp", *(f"paper_{s}_{v}" for s in ("120m", "343m")
+                                                                        for v in ("block_attnres", "rd_attnres"))}
+    parser = build_parser()
+    bench = parser.parse_args(shlex.split(lines["paper_bench"])[1:])
+    assert (bench.command, bench.size, bench.compile, bench.device) == ("bench", "120m", True, "cuda")
+    assert bench.variant == ["block_attnres", "rd_attnres"]
+    for size in ("120m", "343m"):
+        run = parser.parse_args(shlex.split(lines[f"paper_{size}_rd_attnres"])[1:])
+        sets = dict(item.split("=") for item in run.set)
+        # the paper's global batch, >= 20 optimiser steps, a 50,304-token BPE, micro-batches auto (probed)
+        assert (run.size, sets["batch_tokens"], sets["vocab_size"]) == (size, "524288", "50304")
+        assert run.budget_tokens // int(sets["batch_tokens"]) >= 20 and run.micro_batch_size is None
+    ddp = parser.parse_args(shlex.split(lines["paper_ddp"])[1:])
+    assert (ddp.devices, ddp.strategy, ddp.accelerator) == ("2", "ddp", "gpu")
+    assert not (tmp_path / "summary.txt").read_text()  # nothing ran
+
+
+def test_paper_cpu_fallback_trains_micro_batched_runs_and_says_pass_per_check(tmp_path):
+    proc = subprocess.run([str(SCRIPT), "--paper", "--cpu", str(tmp_path)], capture_output=True, text=True,
+                          env=_env(), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = (tmp_path / "summary.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in summary[:4]] == ["paper_corpus", "paper_bench", "paper_tiny_block_attnres",
+                                                           "paper_tiny_rd_attnres"]
+    checks = [line for line in summary if line.startswith(("PASS", "FAIL"))]
+    assert len(checks) == 2 and all(line.startswith("PASS") for line in checks), summary
+    assert all("20 steps of 1,024 tokens, micro-batch 4, world size 1" in line for line in checks)
+    assert any(line.startswith("INFO bench tiny block_attnres") for line in summary)

@@ -14,9 +14,12 @@ from pathlib import Path
 import torch
 
 from harness.bench import intervals
-from harness.bench.config import (LOOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
+from harness.bench.config import (LOOPS, PEAK_FLOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
                                   device_peak_flops)
+from harness.bench.flops import mfu as model_mfu
+from harness.bench.flops import model_flops_per_token
 from harness.bench.profile import format_profile
+from harness.config import get_size
 from harness.files import atomic_write
 
 # -- the whole benchmark ---------------------------------------------------------------
@@ -86,8 +89,13 @@ def narrow_enough(width: float, pairs: dict[str, tuple[str, str]]):
 
 def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_size: int, context: int,
              samples: dict[str, list[float]], peak_mb: dict[str, float], loops: dict[str, list[float]],
-             n_params: dict[str, int], created: dt.datetime, precision_arms: dict[str, str] | None = None) -> dict:
+             n_params: dict[str, int], created: dt.datetime, precision_arms: dict[str, str] | None = None,
+             micro_batch_note: str | None = None) -> dict:
     """Medians, paired ratios with intervals, MFU and targets from raw samples (pure function).
+
+    MFU counts ``6 N + 12 L D T`` FLOPs per token (:mod:`harness.bench.flops`); it is ``None``
+    when the device's bf16 peak is unknown (any CPU, an unlisted GPU), and ``mfu_note`` says why.
+    ``micro_batch_note``: how the step's batch was chosen (the CUDA probe's line), if it was.
 
     ``samples`` holds one step time per round (ms) per arm name: every variant, and the arms
     of ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``; one of them a variant).
@@ -114,10 +122,15 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
                      "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb}}
     tokens_per_s = {v: batch_tokens / (step_ms[v] / 1e3) for v in variants}
     peak = device_peak_flops(device, cfg.peak_tflops)
-    mfu = None
+    preset = get_size(cfg.size)
+    flops = {v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()}
+    mfu, mfu_note = None, None
     if peak:
-        mfu = {v: 6 * n_params[v] * tokens_per_s[v] / peak for v in variants}
-        mfu.update({name: 6 * n_params[cfg.loop_variant] * tps / peak for name, tps in loop_tps.items()})
+        mfu = {v: model_mfu(flops[v], tokens_per_s[v], peak) for v in variants}
+        mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
+    else:
+        mfu_note = (f"MFU omitted: no bf16 peak known for {_device_name(device)} (known: {', '.join(PEAK_FLOPS)}; "
+                    "pass --peak-tflops)")
     targets = {}
     for kind, table in (("time", ratios), ("mem", mem_ratios)):
         for key, value in table.items():
@@ -146,7 +159,8 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
                                 "interval for the median (binomial ranks)"},
         **precision,
         "peak_mem_ratios": mem_ratios, "tokens_per_s": tokens_per_s, "loop_tokens_per_s": loop_tps,
-        "mfu": mfu, "peak_flops": peak, "targets": targets, "n_params": n_params,
+        "mfu": mfu, "mfu_note": mfu_note, "flops_per_token": flops, "micro_batch_note": micro_batch_note,
+        "peak_flops": peak, "targets": targets, "n_params": n_params,
         "samples_ms": samples, "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
         "device": device.type, "device_name": _device_name(device), "batch_size": batch_size, "context": context,
         "batch_tokens": batch_tokens, "steps": len(next(iter(samples.values()))) if samples else 0,
@@ -236,8 +250,15 @@ def format_report(result: dict) -> str:
         f"{result['device']} ({result['device_name']}), {result['threads']} thread(s), torch {result['torch']}",
         f"batch {result['batch_size']} x {result['context']} tokens; {result['steps']} interleaved rounds after "
         f"{result['warmup']} warmup step(s); medians",
-        "",
     ]
+    if result.get("micro_batch_note"):
+        lines.append(result["micro_batch_note"])
+    if result.get("flops_per_token"):
+        lines.append("model FLOPs per token (6 N + 12 L D T): " + ", ".join(
+            f"{v} {f / 1e9:.3f} G" for v, f in result["flops_per_token"].items()))
+    if result.get("mfu_note"):
+        lines.append(result["mfu_note"])
+    lines.append("")
     parent_ms = result["step_ms"].get(PARENT)
     parent_mb = result["peak_mem_mb"].get(PARENT)
     head = f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, PRECISION_RATIO, BenchConfig, default_precision, default_variants,
-                                  other_precision, resolve_device)
+from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, PRECISION_RATIO, BenchConfig, autocast, default_precision,
+                                  default_variants, other_precision, resolve_device)
 from harness.bench.loop import loop_throughput
 from harness.bench.profile import compare, kernel_profiling, profile_steps
 from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
@@ -78,7 +78,9 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     # every variant (and each loop's model) compiles its own graph of the same forward code
     torch._dynamo.config.recompile_limit = max(old_limit, 4 * len(variants) + 8)
     preset = get_size(cfg.size)
-    batch_size = cfg.batch_size or max(1, min(train_config(cfg.size).batch_tokens // preset.context, MAX_DEFAULT_BATCH))
+    batch_size, micro_note = _step_batch(cfg, device, len(variants) + bool(cfg.precision_ratio))
+    if micro_note:
+        say(micro_note)
     created = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     try:
         with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
@@ -124,10 +126,39 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
         torch.set_num_threads(old_threads)
         torch._dynamo.config.recompile_limit = old_limit
     result = assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created,
-                      precision_arms)
+                      precision_arms, micro_batch_note=micro_note)
     if profile is not None:
         result["profile"] = profile
     return result
+
+
+def _step_batch(cfg: BenchConfig, device: torch.device, n_arms: int) -> tuple[int, str | None]:
+    """Sequences per timed step, and the CUDA probe's line when it chose them.
+
+    ``cfg.batch_size`` when set. Else on a CPU the preset's global batch, at most
+    :data:`MAX_DEFAULT_BATCH` (the CPU ratios stay as they were measured); on CUDA the
+    micro-batch a run would use (:func:`harness.train.microbatch.probe_micro_batch` on the
+    parent, in the device's precision), with the memory the other ``n_arms - 1`` arms hold
+    (parameters, gradients, AdamW moments: 16 bytes a parameter) set aside.
+    """
+    preset = get_size(cfg.size)
+    rows = max(1, train_config(cfg.size).batch_tokens // preset.context)
+    if cfg.batch_size:
+        return cfg.batch_size, None
+    if device.type != "cuda":
+        return min(rows, MAX_DEFAULT_BATCH), None
+    from harness.models import build_model, count_params
+    from harness.train.microbatch import MEMORY_FRACTION, probe_micro_batch
+
+    model = build_model(PARENT, cfg.size, seed=cfg.seed, vocab_size=preset.vocab_size).to(device)
+    others = (n_arms - 1) * 16 * count_params(model)["total"]
+    budget = int(MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory) - others
+    try:
+        return probe_micro_batch(model, local_batch=rows, context=preset.context, vocab_size=preset.vocab_size,
+                                 device=device, forward_context=lambda: autocast(device), budget_bytes=budget)
+    finally:
+        del model
+        torch.cuda.empty_cache()
 
 
 def _profile(arms, rounds: int, pairs, say) -> dict:

@@ -51,12 +51,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nodes of this run, each rank started by torchrun or srun (see the README's Scaling out)")
     p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu", "cuda", "mps"],
                    help="where to train (default: gpu when CUDA is available, else cpu)")
+    add_micro_batch_argument(p)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--stop-after-tokens", type=int, default=None,
                    help="checkpoint and stop after this many tokens; run again to resume")
     p.add_argument("--force", action="store_true", help="train again even if this run is already done")
     p.add_argument("--quiet", action="store_true",
                    help="no progress output ($HARNESS_PROGRESS: auto = a bar on a terminal, else lines; lines; off)")
+
+
+def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
+    """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
+    p.add_argument("--micro-batch-size", default=None, metavar="N|auto",
+                   help="sequences per forward+backward on one device; a step's global batch (batch_tokens) runs "
+                        "as micro-batches of N, gradients accumulating (execution setting: the run id and the "
+                        "protocol hash stay; runs.micro_batch_size records it). auto: the largest that fits, "
+                        "probed on CUDA at the start; the whole per-device batch on a CPU. Default: the grid's "
+                        "[train] micro_batch_size, else auto")
+
+
+def parse_micro_batch(value: str | None) -> int | str | None:
+    """``--micro-batch-size``: ``None`` (not given), ``auto`` or a positive int.
+
+    Raises:
+        ValueError: anything else (the message names the value and what is allowed).
+    """
+    from harness.config import TrainConfig
+
+    if value is None:
+        return None
+    parsed = TrainConfig.parse_value("micro_batch_size", value)
+    TrainConfig(micro_batch_size=parsed)  # 'auto' or a positive int, else one clear line
+    return parsed
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -104,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
         raise ValueError(f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens")
     devices = parse_devices(args.devices)
+    micro = parse_micro_batch(args.micro_batch_size)
     set_threads(args.threads)
     corpus = args.corpus
     if not corpus.startswith("hf:"):
@@ -128,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         status = train_run(config, args.results, progress=not args.quiet, accelerator=args.accelerator,
                            devices=devices, strategy=args.strategy, num_nodes=args.num_nodes,
-                           stop_after_tokens=args.stop_after_tokens)
+                           stop_after_tokens=args.stop_after_tokens, micro_batch_size=micro)
     except RunInterrupted as exc:
         print(f"{config.run_id}: {exc}; run the same command again to resume")
         return 0 if args.stop_after_tokens else 130

@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import console
+from harness.commands.run import add_micro_batch_argument, parse_micro_batch
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
@@ -90,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the node), each locked for this worker's life, so workers never share one")
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
 
 
@@ -202,6 +204,9 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     if train_fn is None:
         devices, claim = worker_devices(args.devices, args.gpus, args.accelerator)
         extra = {"stop_requested": stop} if stop is not None else {}
+        micro = parse_micro_batch(args.micro_batch_size)
+        if micro is not None:
+            extra["micro_batch_size"] = micro
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
                                      accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None

@@ -228,14 +228,17 @@ class TokenDataModule(L.LightningDataModule):
                 f"and a split of >= {self.context + 1} tokens)"
             )
         self.rank, self.world_size = 0, 1
+        self.pin_memory = False  # page-locked batches for asynchronous host-to-GPU copies (CUDA only)
         self._fit_base: tuple[int, int] | None = None  # (start_step, trainer.global_step) at fit start
 
     # ----- Lightning hooks
 
     def setup(self, stage: str | None = None) -> None:
-        """Read rank and world size from the attached trainer (none attached: 0 of 1)."""
+        """Read rank and world size from the attached trainer (none attached: 0 of 1), and pin
+        the batches' memory when it trains on CUDA."""
         if self.trainer is not None:
             self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+            self.pin_memory = self.trainer.strategy.root_device.type == "cuda"
         _check_rank(self.rank, self.world_size, self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
@@ -243,24 +246,24 @@ class TokenDataModule(L.LightningDataModule):
         global_step = self.trainer.global_step if self.trainer is not None else 0
         self._fit_base = (self.start_step, global_step)
         dataset = TrainBatches(self.schedule, self.start_step, self.rank, self.world_size)
-        return DataLoader(dataset, batch_size=None, num_workers=self.num_workers)
+        return DataLoader(dataset, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
     def val_dataloader(self) -> DataLoader:
         """The fixed validation windows in batches of ``B / world`` (all on every rank)."""
         dataset = ValBatches(self.val_tokens, self.context, self.n_val_windows, self.local_batch_size)
-        return DataLoader(dataset, batch_size=None, num_workers=self.num_workers)
+        return DataLoader(dataset, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
     def state_dict(self) -> dict:
         """Resume state saved in Lightning checkpoints: the next global batch index.
 
-        Counts one batch per optimiser step and micro-batch
-        (``global_step * accumulate_grad_batches`` since this fit began).
+        One global batch per optimiser step since this fit began: the micro-batches of a step
+        are cut from its global batch by the training step (:mod:`harness.train.microbatch`),
+        never drawn from this stream.
         """
         next_step = self.start_step
         if self.trainer is not None and self._fit_base is not None:
             base_step, base_global = self._fit_base
-            done = (self.trainer.global_step - base_global) * self.trainer.accumulate_grad_batches
-            next_step = base_step + done
+            next_step = base_step + (self.trainer.global_step - base_global)
         return {"next_step": int(next_step), "seed": self.seed, "context": self.context,
                 "batch_size": self.batch_size, "fingerprint": self.prepared.fingerprint}
 

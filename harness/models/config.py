@@ -43,6 +43,20 @@ SIZES: dict[str, SizePreset] = {
 }
 
 
+#: The model's vocabulary is the tokenizer's rounded up to a multiple of this (DESIGN section 11:
+#: GPT-2's 50257 -> 50304, the width that tensor cores tile without a ragged edge).
+VOCAB_MULTIPLE = 64
+
+
+def padded_vocab(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
+    """``vocab_size`` rounded up to a multiple of ``multiple`` (50257 -> 50304; 512 stays 512).
+
+    The extra ids are padding: no token maps to them, and the training loss and the
+    evaluation leave their logits out (:meth:`harness.train.lit.LitLM.loss`).
+    """
+    return -(-vocab_size // multiple) * multiple
+
+
 def get_size(name: str) -> SizePreset:
     """Return the preset called ``name``.
 
@@ -134,4 +148,4 @@ def derive(size: str, **overrides) -> ModelConfig:
     return ModelConfig(**base)
 
 
-__all__ = ["SizePreset", "SIZES", "get_size", "mlp_hidden", "default_block_size", "ModelConfig", "derive"]
+__all__ = ["SizePreset", "SIZES", "VOCAB_MULTIPLE", "padded_vocab", "get_size", "mlp_hidden", "default_block_size", "ModelConfig", "derive"]

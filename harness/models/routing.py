@@ -32,6 +32,12 @@ from torch import Tensor, nn
 from harness.models.spec import SiteSpec
 
 
+def upcast(x: Tensor) -> Tensor:
+    """``x`` in at least float32: bf16/fp16 are converted, float32 and float64 returned as they
+    are (no copy; float64 stays float64, so a float64 model computes in float64 throughout)."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm with a learned gain: ``x / sqrt(mean(x^2) + eps) * g``.
 
@@ -44,17 +50,17 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+        return F.rms_norm(upcast(x), (x.shape[-1],), upcast(self.weight), self.eps).type_as(x)
 
 
 def rms_normalize(x: Tensor, eps: float) -> Tensor:
     """Weightless RMS normalisation ``x / sqrt(mean(x^2) + eps)`` in float32: ``[..., D]``."""
-    return F.rms_norm(x.float(), (x.shape[-1],), None, eps)
+    return F.rms_norm(upcast(x), (x.shape[-1],), None, eps)
 
 
 def inv_rms(x: Tensor, eps: float) -> Tensor:
     """``1 / sqrt(mean(x^2) + eps)`` over the last axis in float32: ``[..., D] -> [...]``."""
-    return torch.rsqrt(x.float().square().mean(-1) + eps)
+    return torch.rsqrt(upcast(x).square().mean(-1) + eps)
 
 
 def mix_routes(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Tensor, Tensor]:
@@ -82,7 +88,7 @@ def mix_routes(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Ten
     """
     R = u.shape[0]
     with torch.autocast(u.device.type, enabled=False):  # bf16 logits would blur the softmax
-        logits = torch.stack([torch.stack([v.float() @ u[j] for j in range(R)]) * r
+        logits = torch.stack([torch.stack([upcast(v) @ u[j] for j in range(R)]) * r
                               for v, r in zip(values, rstd)])  # [S, R, B, T]
     weights = torch.softmax(logits, dim=0)  # softmax over the source axis S
     a = weights.to(values[0].dtype).unsqueeze(-1)  # [S, R, B, T, 1]
@@ -197,7 +203,7 @@ class RouteSite(nn.Module):
                 self.last_weights = {r: ones for r in self.route_names}
             routes = {name: values[0] for name in self.route_names}
         else:
-            u = self.route_queries().float() * self.key_norm.weight.float()  # [R, D]
+            u = upcast(self.route_queries()) * upcast(self.key_norm.weight)  # [R, D]
             mixed, weights = mix_routes(values, rstd, u)  # [R, B, T, D] and [S, R, B, T]
             routes = {name: mixed[j] for j, name in enumerate(self.route_names)}
             if self.capture:

@@ -14,14 +14,27 @@ nats/token, bits-per-byte = sum NLL / (ln 2 * bytes of the predicted tokens), pe
 latest evaluation's numbers are kept in :attr:`LitLM.last_eval` (and in checkpoints): a
 run's final metrics are read from there, not from the metric rows.
 
-A non-finite loss or gradient norm ends the run as ``diverged`` (step and tokens kept):
-the step is skipped and the trainer is asked to stop; nothing raises. With several ranks
-the decision is reduced over them (a non-finite loss on any rank skips the step on all).
+A step is one global batch run as micro-batches (DESIGN section 11,
+:mod:`harness.train.microbatch`): manual optimisation, so Lightning counts one optimiser step
+per global batch (its ``accumulate_grad_batches`` would count every micro-batch as a batch of
+the data module). Each micro-batch's token-mean loss is weighted by its share of the rank's
+rows; under DDP the gradients are synchronised on the last micro-batch only.
+
+A non-finite loss or gradient norm ends the run as ``diverged`` (step and tokens kept) and the
+trainer is asked to stop; nothing raises. With several ranks the decision is reduced over them
+(a non-finite loss on any rank makes the step change nothing on all; every rank runs the same
+backward passes, so none waits alone in DDP's all-reduce). On a CPU this is read every step
+and the step changes nothing (as before micro-batches). On CUDA the host never waits for the
+device inside a step: the first non-finite step is kept on the device and read every
+``log_every`` steps and before every evaluation and checkpoint (:meth:`LitLM.poll_divergence`,
+reduced over the ranks), so a diverged run stops there, records the step where it diverged and
+writes no checkpoint of its NaN weights.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from contextlib import nullcontext
 
@@ -29,8 +42,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from harness.config import TrainConfig
+from harness.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
+from harness.models.routing import upcast
+from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
 from harness.train.schedule import lr_multiplier, warmup_steps
 from harness.train.timing import RunTimes
 
@@ -43,13 +58,16 @@ class LitLM(L.LightningModule):
         cfg: training settings.
         total_steps: optimiser steps in the run's budget (budget_tokens // batch_tokens).
         batch_tokens: global tokens per optimiser step (all ranks together).
-        token_bytes: ``[V]`` UTF-8 bytes of each token id, for bits-per-byte.
+        token_bytes: ``[V]`` UTF-8 bytes of each token id, for bits-per-byte; ``V`` is the
+            tokenizer's vocabulary, the model's may be padded beyond it (its padding logits are
+            never in the loss, so they are never targeted and bits-per-byte is unchanged).
         log_every: record train metrics every this many steps.
     """
 
     def __init__(self, model, cfg: TrainConfig, *, total_steps: int, batch_tokens: int,
                  token_bytes: torch.Tensor, log_every: int = 10) -> None:
         super().__init__()
+        self.automatic_optimization = False  # one optimiser step per global batch of micro-batches
         self.model = model
         self.model.validate_tokens = False  # ids come from the tokenizer that sized the vocabulary
         self.cfg = cfg
@@ -57,6 +75,9 @@ class LitLM(L.LightningModule):
         self.batch_tokens = batch_tokens
         self.warmup_steps = warmup_steps(cfg, total_steps, batch_tokens)
         self.register_buffer("token_bytes", token_bytes.to(torch.int64), persistent=False)
+        self.vocab_size = int(token_bytes.numel())  # the tokenizer's; logits beyond it are padding
+        self.micro_batch_size: int | None = None  # sequences per micro-batch, resolved at the fit's start
+        self.micro_batch_note: str | None = None  # the auto probe's line (CUDA)
         self.log_every = max(1, log_every)
         self.records: list[dict] = []
         self.routing_rows: list[dict] = []
@@ -74,6 +95,11 @@ class LitLM(L.LightningModule):
         self._t_last = None
         self._tokens_last = 0
         self.last_grad_norm = float("nan")
+        self._grad_norm: torch.Tensor | None = None
+        self._last_loss: torch.Tensor | None = None
+        # first step with a non-finite (loss, gradient norm), -1 = none; kept on the device (CUDA)
+        self._first_bad: torch.Tensor | None = None
+        self._bad_value: torch.Tensor | None = None
 
     # -- helpers ------------------------------------------------------------------
     @property
@@ -84,8 +110,20 @@ class LitLM(L.LightningModule):
         step = int(self.global_step) if step is None else step
         self.records.append(dict(step=step, tokens=step * self.batch_tokens, split=split, name=name, value=float(value)))
 
+    @property
+    def sync_every_step(self) -> bool:
+        """Whether the divergence check reads the device every step (not on CUDA, DESIGN section 11)."""
+        return self.device.type != "cuda"
+
+    def loss(self, logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        """Cross-entropy (nats/token) of ``logits [B, T, V_model]`` against ``y [B, T]`` over the
+        tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out."""
+        if logits.shape[-1] != self.vocab_size:
+            logits = logits[..., :self.vocab_size]
+        return F.cross_entropy(upcast(logits).flatten(0, 1), y.flatten(), reduction=reduction)
+
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.cfg.compile and self._compiled is None:
+        if resolve_compile(self.cfg.compile, self.device.type) and self._compiled is None:
             self._compiled = torch.compile(self.model)
         # `is not None`: a compiled module's truthiness calls len(), which modules lack
         return (self._compiled if self._compiled is not None else self.model)(x)
@@ -102,42 +140,107 @@ class LitLM(L.LightningModule):
             {"params": decay, "weight_decay": self.cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        opt = torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2),
-                                foreach=False)
+        # fused on CUDA (one kernel for all tensors); the per-tensor loop elsewhere, as the CPU runs were recorded
+        fast = {"fused": True} if self.device.type == "cuda" else {"foreach": False}
+        opt = torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2), **fast)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: lr_multiplier(s, self.total_steps, self.warmup_steps, self.cfg)
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
-        if self.diverged is not None:  # this step's loss was non-finite on some rank: no update
-            optimizer.zero_grad(set_to_none=True)
-            return
-        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        self.last_grad_norm = float(norm)
-        # after DDP's all-reduce every rank holds the same gradients, hence the same norm
-        if not math.isfinite(self.last_grad_norm):
-            # drop the gradients so this optimiser step changes nothing, then stop
-            optimizer.zero_grad(set_to_none=True)
-            self._mark_diverged(f"non-finite gradient norm ({self.last_grad_norm})")
+    def on_fit_start(self) -> None:
+        """Resolve the micro-batch size (``auto``: probed on CUDA, :mod:`harness.train.microbatch`)."""
+        context = self.model.cfg.context
+        local = self.batch_tokens // context // max(1, self.trainer.world_size)
+
+        def probe():
+            precision = self.trainer.precision_plugin.forward_context
+            return probe_micro_batch(self.model, local_batch=local, context=context, vocab_size=self.vocab_size,
+                                     device=self.device, forward_context=precision)
+
+        micro, note = resolve_micro_batch(self.cfg.micro_batch_size, local_batch=local, device=self.device,
+                                          probe=probe)
+        if self.trainer.world_size > 1:  # every rank runs the same micro-batches: the smallest probed
+            micro = int(self.all_gather(torch.tensor(micro, device=self.device)).min())
+        self.micro_batch_size, self.micro_batch_note = micro, note
+        if note is not None and self.trainer.is_global_zero:
+            print(note, file=sys.stderr, flush=True)
+
+    def _no_sync(self, last: bool):
+        """DDP's gradient sync on the last micro-batch of a step only (none on one process)."""
+        block = getattr(self.trainer.strategy, "block_backward_sync", None)
+        return nullcontext() if last or block is None else block()
 
     def training_step(self, batch, batch_idx):
+        """One optimiser step over this rank's rows of one global batch, in micro-batches.
+
+        Order as Lightning's automatic optimisation had it: zero the gradients, forward and
+        backward, clip the gradient norm, AdamW step, LR-schedule step. The optimiser and the
+        schedule step even when the step diverged (then without gradients: nothing changes).
+        """
         x, y = batch
-        logits = self._forward(x)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        if self._any_rank(not torch.isfinite(loss).all()):
-            several = self._trainer is not None and self.trainer.world_size > 1
-            self._mark_diverged(f"non-finite training loss ({float(loss)}"
-                                + (" on this rank; non-finite on at least one)" if several else ")"))
-            if not several:
-                return None  # skip this step; the trainer stops before the next one
-            # Lightning refuses a skipped step (None) under DDP: a loss whose gradient is exactly 0
-            # for every parameter runs DDP's backward on every rank, and configure_gradient_clipping
-            # then drops the gradients, so the optimiser step changes nothing
-            return 0.0 * sum(p.sum() for p in self.model.parameters() if p.requires_grad)
-        self._last_loss = loss.detach()
-        return loss
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        step = int(self.global_step)
+        opt.zero_grad(set_to_none=True)
+        parts = micro_slices(x.shape[0], self.micro_batch_size or x.shape[0])
+        total = None
+        for k, (rows, weight) in enumerate(parts):
+            with self._no_sync(k == len(parts) - 1):
+                loss = self.loss(self._forward(x[rows]), y[rows])
+                if weight != 1.0:
+                    loss = loss * weight
+                # every micro-batch's backward runs even after a non-finite loss: under DDP the
+                # other ranks wait in the last one's all-reduce (the gradients are dropped below)
+                self.manual_backward(loss)
+            total = loss.detach() if total is None else total + loss.detach()
+        self._last_loss = total
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        if self.sync_every_step:
+            if self._any_rank(not torch.isfinite(total).all()):
+                opt.zero_grad(set_to_none=True)
+                several = self.trainer.world_size > 1
+                self._mark_diverged(f"non-finite training loss ({float(total)}"
+                                    + (" on this rank; non-finite on at least one)" if several else ")"))
+            else:
+                # after DDP's all-reduce every rank holds the same gradients, hence the same norm
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                self._grad_norm = norm
+                self.last_grad_norm = float(norm)
+                if not math.isfinite(self.last_grad_norm):
+                    # drop the gradients so this optimiser step changes nothing, then stop
+                    opt.zero_grad(set_to_none=True)
+                    self._mark_diverged(f"non-finite gradient norm ({self.last_grad_norm})")
+        else:
+            self._grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            self._note_bad(step, total, self._grad_norm)
+        opt.step()
+        sched.step()
+
+    def _note_bad(self, step: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
+        """Keep the first non-finite loss / gradient-norm step on the device (no host sync)."""
+        values = torch.stack([loss.float(), norm.float()])
+        if self._first_bad is None:
+            self._first_bad = torch.full((2,), -1, dtype=torch.int64, device=values.device)
+            self._bad_value = torch.zeros(2, dtype=torch.float32, device=values.device)
+        bad = ~torch.isfinite(values) & (self._first_bad < 0)
+        self._first_bad = torch.where(bad, torch.full_like(self._first_bad, step), self._first_bad)
+        self._bad_value = torch.where(bad, values, self._bad_value)
+
+    def poll_divergence(self) -> bool:
+        """Read the device's divergence record (a host sync on CUDA; nothing to read elsewhere):
+        mark the run diverged at its first non-finite step. Returns whether it diverged."""
+        hits = []
+        if self.diverged is None and self._first_bad is not None:
+            first, value = self._first_bad.tolist(), self._bad_value.tolist()
+            hits = [(s, i) for i, s in enumerate(first) if s >= 0]
+            if hits:
+                s, i = min(hits)
+                what = "training loss" if i == 0 else "gradient norm"
+                self._mark_diverged(f"non-finite {what} ({value[i]})", step=s)
+        # a collective on every rank at the same points (never skipped by a rank that already knows)
+        if self._any_rank(self.diverged is not None) and self.diverged is None:
+            self._mark_diverged("non-finite training loss on another rank")  # stop alike
+        return self.diverged is not None
 
     def record_train_step(self) -> None:
         """Record train loss, lr, grad norm and tokens/s every ``log_every`` steps (and at the
@@ -145,11 +248,14 @@ class LitLM(L.LightningModule):
         evaluates or checkpoints."""
         step = int(self.global_step)
         if step % self.log_every == 0 or step == self.total_steps:
+            if self.poll_divergence():
+                return
             now = time.perf_counter()
             tps = float("nan")
             if self._t_last is not None and now > self._t_last:
                 tps = (self.tokens_seen - self._tokens_last) / (now - self._t_last)
             self._t_last, self._tokens_last = now, self.tokens_seen
+            self.last_grad_norm = float(self._grad_norm) if self._grad_norm is not None else float("nan")
             self._record("train", "loss", float(self._last_loss))
             self._record("train", "lr", self.lr_schedulers().get_last_lr()[0])
             self._record("train", "grad_norm", self.last_grad_norm)
@@ -158,15 +264,16 @@ class LitLM(L.LightningModule):
 
     def _any_rank(self, flag) -> bool:
         """Whether ``flag`` holds on any rank: a decision every rank must take alike (skipping a
-        step's backward on one rank only would leave the others waiting in DDP's all-reduce)."""
+        step's update on one rank only would let the ranks' weights drift apart)."""
         flag = bool(flag)
         trainer = self._trainer
         if trainer is None or trainer.world_size < 2:
             return flag
         return trainer.strategy.reduce_boolean_decision(flag, all=False)
 
-    def _mark_diverged(self, reason: str) -> None:
-        self.diverged = {"step": int(self.global_step), "tokens": self.tokens_seen, "reason": reason}
+    def _mark_diverged(self, reason: str, step: int | None = None) -> None:
+        step = int(self.global_step) if step is None else step
+        self.diverged = {"step": step, "tokens": step * self.batch_tokens, "reason": reason}
         self.trainer.should_stop = True
 
     # -- evaluation -----------------------------------------------------------------
@@ -196,14 +303,17 @@ class LitLM(L.LightningModule):
         n_tok = torch.zeros((), dtype=torch.float64, device=self.device)
         n_bytes = torch.zeros((), dtype=torch.float64, device=self.device)
         acc = RoutingAccumulator(self.model)
-        for x, y in val_batches:
-            x, y = x.to(self.device), y.to(self.device)
-            precision = self.trainer.precision_plugin.forward_context() if self._trainer else nullcontext()
-            with acc, precision:
-                logits = self.model(x)
-            nll_sum += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").double()
-            n_tok += y.numel()
-            n_bytes += self.token_bytes[y].sum().double()
+        for batch_x, batch_y in val_batches:
+            batch_x, batch_y = batch_x.to(self.device), batch_y.to(self.device)
+            # in micro-batches, as training: never [B, T, V] float32 logits of a whole batch at once
+            for rows, _ in micro_slices(batch_x.shape[0], self.micro_batch_size or batch_x.shape[0]):
+                x, y = batch_x[rows], batch_y[rows]
+                precision = self.trainer.precision_plugin.forward_context() if self._trainer else nullcontext()
+                with acc, precision:
+                    logits = self.model(x)
+                nll_sum += self.loss(logits, y, reduction="sum").double()
+                n_tok += y.numel()
+                n_bytes += self.token_bytes[y].sum().double()
         if was_training:
             self.model.train()
         nll = float(nll_sum / n_tok)

@@ -136,7 +136,11 @@ class RunCallback(L.Callback):
         if pl_module.diverged:  # the same on every rank (LitLM reduces the decision)
             return
         pl_module.record_train_step()  # before any checkpoint, so a resume keeps this step's rows
+        if pl_module.diverged:  # read at this step's log interval (on CUDA not every step)
+            return
         if step == plan.total_steps or (plan.eval_every and step % plan.eval_every == 0):
+            if pl_module.poll_divergence():  # never evaluate (nor checkpoint) diverged weights
+                return
             nll = pl_module.evaluate(trainer.datamodule.val_dataloader())["nll"]
             if step < plan.total_steps and self._from_rank0(
                     trainer, self.on_eval is not None and bool(self.on_eval(step, pl_module.tokens_seen, nll))):
@@ -154,6 +158,8 @@ class RunCallback(L.Callback):
             asked = self._asked(step)
         stopping = planned or bool(asked)
         if step < plan.total_steps and (stopping or self._checkpoint_due(trainer, step)):
+            if pl_module.poll_divergence():
+                return
             self.save_checkpoint(trainer, pl_module)
         self._show(pl_module, step)
         if stopping:
@@ -185,7 +191,7 @@ class RunCallback(L.Callback):
 
         self._close()
         # Lightning raises SIGTERMException at a batch boundary: the state is whole, keep it
-        if isinstance(exception, SIGTERMException) and not pl_module.diverged:
+        if isinstance(exception, SIGTERMException) and not pl_module.poll_divergence():
             try:
                 self.save_checkpoint(trainer, pl_module)
             except LeaseLost:  # the run is someone else's now: nothing to keep

@@ -24,7 +24,7 @@ def main() -> int:
 
     The spec holds ``config`` (:meth:`RunConfig.to_dict`), ``results_dir``, ``epoch`` (rank
     0's fencing epoch), ``accelerator``, ``devices``, ``strategy``, ``stop_after_tokens``,
-    ``threads`` and ``parent`` (rank 0's pid). Exit status 0 also when the run stopped early or its lease was lost (rank 0
+    ``micro_batch_size``, ``threads`` and ``parent`` (rank 0's pid). Exit status 0 also when the run stopped early or its lease was lost (rank 0
     says so); 1 on an error, with its traceback on stderr.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 decides when to stop
@@ -36,7 +36,8 @@ def main() -> int:
     try:
         train_run(RunConfig.from_dict(spec["config"]), Path(spec["results_dir"]), progress=False,
                   accelerator=spec["accelerator"], devices=spec["devices"], strategy=spec["strategy"],
-                  stop_after_tokens=spec["stop_after_tokens"], fence=RankFence(spec["epoch"]))
+                  stop_after_tokens=spec["stop_after_tokens"], fence=RankFence(spec["epoch"]),
+                  micro_batch_size=spec.get("micro_batch_size"))
     except (RunInterrupted, LeaseLost):
         return 0
     return 0

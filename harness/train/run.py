@@ -21,6 +21,7 @@ the next reader).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shutil
 import signal
@@ -43,6 +44,7 @@ from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
+from harness.models.config import padded_vocab
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
@@ -106,7 +108,7 @@ class Fitted:
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
           stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-          stop_requested: Callable[[], str | None] | None = None) -> Run:
+          stop_requested: Callable[[], str | None] | None = None, micro_batch_size: int | str | None = None) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -120,18 +122,24 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     quiet_lightning()
     results_dir = Path(results_dir)
     train, preset = config.train_config(), get_size(config.size)
+    if micro_batch_size is not None:  # an execution setting: the run's config (and id, protocol) stay
+        train = dataclasses.replace(train, micro_batch_size=micro_batch_size)
     plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens,
                        stop_after_tokens=stop_after_tokens)
     prepared = prepare_corpus(config.corpus, cache_dir=cache_dir(results_dir),
                               vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
                               val_fraction=train.val_fraction, max_docs=train.max_docs or None)
+    # the tokenizer's vocabulary padded to a multiple of 64 (50257 -> 50304); the loss leaves the padding out
     model = build_model(config.variant_spec(), config.size, seed=config.seed, **config.model,
-                        vocab_size=prepared.vocab_size)
+                        vocab_size=padded_vocab(prepared.vocab_size))
     dm = TokenDataModule(prepared, preset.context, plan.batch_size, config.seed, train.eval_tokens)
     lit = LitLM(model, train, total_steps=plan.total_steps, batch_tokens=plan.batch_tokens,
                 token_bytes=torch.from_numpy(prepared.token_bytes()), log_every=plan.log_every)
     lit.t_process_start = t_start  # a checkpoint's wall_s counts this segment from here
     accelerator = resolve_accelerator(accelerator)
+    if accelerator in ("gpu", "cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls (outside bf16 autocast) on tensor cores
+        torch.backends.cudnn.allow_tf32 = True
     precision = resolve_precision(train.precision, accelerator)
     protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
                              eval_windows=dm.n_val_windows, precision=precision)
@@ -226,6 +234,7 @@ def record(run: Run, fitted: Fitted) -> str:
         tokens_per_s=fitted.tokens / fitted.fit_s if fitted.fit_s > 0 and fitted.tokens > 0 else None,  # this segment
         tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step), **lit.times.state(),
         epochs=plan.tokens / len(run.prepared.tokens("train")),  # passes over the train split (DESIGN 11)
+        micro_batch_size=lit.micro_batch_size, world_size=int(run.trainer.world_size),
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(), fence=run.fence,
@@ -266,7 +275,8 @@ def record(run: Run, fitted: Fitted) -> str:
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
               stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-              stop_requested: Callable[[], str | None] | None = None) -> str:
+              stop_requested: Callable[[], str | None] | None = None,
+              micro_batch_size: int | str | None = None) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -291,6 +301,8 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         stop_requested: asked after every optimiser step; a reason (a signal's name,
             :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
             :class:`RunInterrupted`.
+        micro_batch_size: sequences per micro-batch on one rank, or ``auto``; ``None`` = the
+            config's ``micro_batch_size`` (DESIGN section 11, :mod:`harness.train.microbatch`).
 
     Returns:
         ``done``, ``diverged`` or ``pruned`` (a diverged run is recorded, not raised).
@@ -314,14 +326,14 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
         run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
                     strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                    on_eval=on_eval, stop_requested=stop_requested or own_stop)
+                    on_eval=on_eval, stop_requested=stop_requested or own_stop, micro_batch_size=micro_batch_size)
         if several:
             quiet_lightning_sigterm(run.trainer)
         if group is not None:
             group.start({"config": config.to_dict(), "results_dir": str(Path(results_dir).resolve()),
                          "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": n,
                          "strategy": strategy, "stop_after_tokens": stop_after_tokens,
-                         "threads": torch.get_num_threads()})
+                         "micro_batch_size": micro_batch_size, "threads": torch.get_num_threads()})
         return record(run, fit(run))
 
 
