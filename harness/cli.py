@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import signal
 import sys
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.results.exists() and not args.results.is_dir():
             raise NotADirectoryError(f"--results {str(args.results)!r} is a file, not a folder "
                                      "(set --results DIR or $HARNESS_RESULTS)")
+        check_finite(args)
         status = int(args._main(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
@@ -129,6 +131,18 @@ def main(argv: list[str] | None = None) -> int:
         # should be): one line naming the file, no traceback
         print(f"harness {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 1
+
+
+def check_finite(args: argparse.Namespace) -> None:
+    """Refuse NaN and infinities in every float option (``--lease-s nan`` would never
+    reclaim: ``age > nan`` is never true).
+
+    Raises:
+        ValueError: naming the option and its value.
+    """
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} {value}: must be a finite number")
 
 
 def _os_error(exc: OSError) -> str:

@@ -77,17 +77,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    parser.add_argument("--create", action="store_true",
+                        help="make the results folder if it does not exist (default: refuse a folder that "
+                             "does not exist, so a mistyped --results is not a new, empty queue)")
 
 
-def _check_writable(results: Path) -> None:
+def _check_writable(results: Path, create: bool = False) -> None:
     """A worker writes checkpoints and result files under ``results``: fail now, with the
     system's own reason (read-only file system, permission denied), not after a run trained.
 
     Raises:
+        FileNotFoundError: ``results`` does not exist and ``create`` is false (a mistyped
+            path would otherwise become a new, empty queue).
         OSError: ``results`` cannot be created or written.
     """
     import tempfile
 
+    try:
+        results.stat()
+    except FileNotFoundError:  # not NotADirectoryError: a file on the path is said by mkdir below
+        if not create:
+            raise FileNotFoundError(f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
+                                    "--results DIR` makes it, or pass --create (set --results DIR or "
+                                    "$HARNESS_RESULTS)") from None
     results.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
         pass
@@ -151,7 +163,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    _check_writable(Path(args.results))
+    _check_writable(Path(args.results), getattr(args, "create", False))
     queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
     if args.grid is not None:
         try:
