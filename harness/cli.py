@@ -131,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         # should be): one line naming the file, no traceback
         print(f"harness {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        if not type(exc).__module__.startswith("_duckdb"):
+            raise
+        # a database DuckDB cannot use (its own words, first line), e.g. a disk that filled mid-query
+        print(f"harness {args.command}: error: results database: {str(exc).strip().splitlines()[0]}",
+              file=sys.stderr)
+        return 1
 
 
 def check_finite(args: argparse.Namespace) -> None:

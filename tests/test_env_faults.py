@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_faults import grid_file, harness, one_line_error
+from test_faults import _drained, grid_file, harness, one_line_error
 
 
 @pytest.mark.parametrize("option", ["--lease-s", "--poll-s", "--storage-retry-s"])
@@ -38,3 +38,77 @@ def test_work_refuses_a_results_folder_that_does_not_exist_unless_create(tmp_pat
     proc = harness("work", "--results", str(missing), "--create")
     assert proc.returncode == 0 and "nothing queued" in proc.stdout, proc.stderr
     assert missing.is_dir()
+
+
+# ----------------------------------------------------------------------------- a damaged database
+
+
+def _damage(db: Path, how: str) -> None:
+    data = db.read_bytes()
+    if how == "truncated":
+        db.write_bytes(data[: len(data) // 3])
+    elif how == "random":
+        db.write_bytes(os.urandom(len(data)))
+    else:
+        db.write_bytes(b"")
+
+
+@pytest.mark.parametrize("how", ["truncated", "random", "empty"])
+def test_a_damaged_database_is_set_aside_and_rebuilt_from_the_result_files(tmp_path, how):
+    results = _drained(tmp_path)
+    want = harness("sql", "select run_id, val_nll from final order by 1", "--format", "csv", "--results", str(results))
+    assert want.returncode == 0 and want.stdout.count("\n") == 10, want.stderr
+    db = results / "harness.duckdb"
+    assert db.stat().st_size > 0
+    for command in (["sql", "select run_id, val_nll from final order by 1", "--format", "csv"],
+                    ["export", "--grid", "g", "--format", "csv", "--out", str(tmp_path / "x.csv")],
+                    ["report", "--grid", "g", "--no-figures", "--out", str(tmp_path / "rep")]):
+        _damage(db, how)
+        before = {p.name for p in results.iterdir()}
+        proc = harness(*command, "--results", str(results))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        aside = sorted({p.name for p in results.iterdir()} - before)
+        assert len(aside) == 1 and aside[0].startswith("harness.duckdb.damaged-"), aside
+        said = [line for line in proc.stderr.splitlines() if "cannot be opened as a database" in line]
+        assert len(said) == 1 and aside[0] in said[0] and "runs" in said[0], proc.stderr
+        if command[0] == "sql":
+            assert proc.stdout == want.stdout
+    assert harness("sql", "select run_id, val_nll from final order by 1", "--format", "csv",
+                   "--results", str(results)).stdout == want.stdout
+    assert len(list(results.glob("harness.duckdb.damaged-*"))) == 3  # every damaged file kept
+    assert (tmp_path / "rep" / "report.md").exists() and len((tmp_path / "x.csv").read_text().splitlines()) == 10
+
+
+# ----------------------------------------------------------------------------- harness sql at scale
+
+PEAK_RSS = """import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+sys.stderr.write(proc.stderr.decode())
+print(proc.returncode, len(proc.stdout), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+"""
+
+
+def _sql_peak(tmp_path: Path, *args: str) -> tuple[int, int, int, str]:
+    """``harness sql ARGS`` in a fresh process: (exit status, stdout bytes, peak RSS in MiB, stderr)."""
+    proc = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "harness", "sql", *args,
+                           "--results", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    rc, size, mib = map(int, proc.stdout.split())
+    return rc, size, mib, proc.stderr
+
+
+def test_sql_streams_millions_of_rows_in_bounded_memory(tmp_path):
+    """5 M rows (the table format held 2.0 GB before): every format stays under 400 MiB peak RSS;
+    the table shows --limit rows and says how many more there are; csv has every row."""
+    query = "select * from range(5000000)"
+    for fmt in ("table", "csv", "json"):
+        rc, size, mib, err = _sql_peak(tmp_path, query, "--format", fmt)
+        assert rc == 0 and mib < 400, (fmt, mib, err)
+        if fmt == "table":
+            assert "harness sql: note: 4,990,000 more rows not shown (--limit 10,000); use --format csv" in err
+        if fmt == "csv":
+            assert size == len("range\n") + sum(len(str(i)) + 1 for i in range(5_000_000))
+    proc = harness("sql", "select range as r from range(70000)", "--format", "json", "--results", str(tmp_path))
+    assert [row["r"] for row in __import__("json").loads(proc.stdout)] == list(range(70000))
+    proc = harness("sql", "select range as r from range(5)", "--limit", "2", "--results", str(tmp_path))
+    assert proc.stdout.count("│ 0") + proc.stdout.count("│ 1") == 2 and "│ 2" not in proc.stdout
+    assert "3 more rows not shown (--limit 2)" in proc.stderr
