@@ -7,6 +7,7 @@ results folders. Real commands as subprocesses, real tmpfs mounts, a real Postgr
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -14,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main as cli
+from harness.scheduling.queue import RunQueue
 from test_faults import _drained, grid_file, harness, one_line_error
+
+SPAWN = mp.get_context("spawn")
 
 
 @pytest.mark.parametrize("option", ["--lease-s", "--poll-s", "--storage-retry-s"])
@@ -112,3 +117,52 @@ def test_sql_streams_millions_of_rows_in_bounded_memory(tmp_path):
     proc = harness("sql", "select range as r from range(5)", "--limit", "2", "--results", str(tmp_path))
     assert proc.stdout.count("│ 0") + proc.stdout.count("│ 1") == 2 and "│ 2" not in proc.stdout
     assert "3 more rows not shown (--limit 2)" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- two `harness queue` at once
+
+
+def _queue_slowly(argv: list[str], out: str, go) -> None:
+    """``harness queue ARGV`` whose read of the queue takes 1 s more (so two of them read before
+    either writes, as two machines may); its stdout goes to ``out``."""
+    import contextlib
+    import time
+
+    from harness.scheduling.queue import RunQueue
+
+    read = RunQueue.runs
+
+    def slow_runs(self, grid=None):
+        runs = read(self, grid)
+        time.sleep(1.0)
+        return runs
+
+    RunQueue.runs = slow_runs
+    go.wait(60)
+    with open(out, "w") as f, contextlib.redirect_stdout(f):
+        sys.exit(cli(argv))
+
+
+@pytest.mark.parametrize("storage", ["journal", "postgresql"])
+def test_two_concurrent_queues_of_one_grid_add_each_run_once(tmp_path, storage, request):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello world"}\n')
+    grid = grid_file(tmp_path, corpus)
+    results = tmp_path / "results"
+    extra = ["--storage", request.getfixturevalue("pg_url")] if storage == "postgresql" else []
+    argv = ["queue", str(grid), "--results", str(results), *extra]
+    RunQueue.open(extra[1] if extra else None, results)  # the storage's tables made (not what is tested)
+    go = SPAWN.Event()
+    procs = [SPAWN.Process(target=_queue_slowly, args=(argv, str(tmp_path / f"out{i}"), go)) for i in range(2)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    said = sorted((tmp_path / f"out{i}").read_text().splitlines()[0] for i in range(2))
+    assert said[0].startswith("g: nothing to add: all 3 runs already queued or done"), said
+    assert said[1].startswith("g: queued 3 runs in "), said
+    queue = RunQueue.open(extra[1] if extra else None, results)
+    trials = queue.all_trials()
+    assert len(trials) == 3 and len({t.user_attrs["run_id"] for t in trials}) == 3

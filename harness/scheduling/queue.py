@@ -20,9 +20,10 @@ when two workers reclaim one stale run, one wins.
 Retries and re-enqueueing never modify a trial back to WAITING: the old trial is
 marked FAIL (with ``requeue = true`` set just before) and a new WAITING trial with the
 same tag is created by :meth:`RunQueue.requeue_orphans`, which any worker runs before
-taking work, so a process dying between the two steps loses nothing. Should two
-live trials of one run ever exist (two ``harness queue`` racing, two reclaimers
-racing), the one with the lowest trial number is kept and the other is discarded when
+taking work, so a process dying between the two steps loses nothing. Adding a grid's
+runs holds that grid's lock (:func:`~harness.scheduling.storage.grid_lock`), so two
+``harness queue`` of one grid add each run once. Should two live trials of one run ever
+exist (two reclaimers racing), the one with the lowest trial number is kept and the other is discarded when
 popped (user attr ``ending = "duplicate"``).
 """
 
@@ -33,7 +34,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Mapping
 
 from optuna.exceptions import UpdateFinishedTrialError
@@ -45,7 +46,8 @@ from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.queueread import LEGACY_STUDY, QueueReader
-from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage, trial_lock
+from harness.scheduling.storage import (STORAGE_RETRY_S, describe_storage, grid_lock, open_storage, retry_storage,
+                                       trial_lock)
 from harness.scheduling.trials import (Claim, EnqueueResult, RunState, config_of, ended_as, fold, is_duplicate,
                                        lease_of, queue_order)
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
@@ -110,6 +112,14 @@ class RunQueue(QueueReader):
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f"run id {dup!r} appears twice in the configs to enqueue")
+        with ExitStack() as stack:  # each grid's lock, in one order: concurrent queues add each run once
+            alive = [stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})]
+            return self._enqueue(configs, retry_failed=retry_failed, attrs=attrs,
+                                 keep_alive=lambda: [f() for f in alive])
+
+    def _enqueue(self, configs: list[RunConfig], *, retry_failed: bool, attrs: Mapping[str, Any] | None,
+                 keep_alive: Callable[[], Any]) -> EnqueueResult:
+        """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
         existing = self.runs()
         conflicts = []
         for c in configs:
@@ -128,6 +138,7 @@ class RunQueue(QueueReader):
         result = EnqueueResult()
         queued_at = time.time()
         for index, c in enumerate(configs):
+            keep_alive()
             r = existing.get(c.run_id)
             if r is None:
                 self._new_trial(c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs)
