@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from harness.console import setup_logging
-from harness.files import default_results
+from harness.files import default_results, full_disk
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         if not type(exc).__module__.startswith("_duckdb"):
             raise
         # a database DuckDB cannot use (its own words, first line), e.g. a disk that filled mid-query
-        print(f"harness {args.command}: error: results database: {str(exc).strip().splitlines()[0]}",
-              file=sys.stderr)
+        full = full_disk(args.results)
+        print(f"harness {args.command}: error: {full + '; ' if full else ''}results database: "
+              f"{str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return 1
 
 

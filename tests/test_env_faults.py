@@ -166,3 +166,131 @@ def test_two_concurrent_queues_of_one_grid_add_each_run_once(tmp_path, storage, 
     queue = RunQueue.open(extra[1] if extra else None, results)
     trials = queue.all_trials()
     assert len(trials) == 3 and len({t.user_attrs["run_id"] for t in trials}) == 3
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)`` -> a real tmpfs mount of ``size`` (e.g. ``"1m"``), unmounted after the test."""
+    mounts = []
+
+    def make(size: str) -> Path:
+        target = tmp_path / f"tmpfs-{len(mounts)}"
+        target.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            pytest.fail(f"cannot mount a tmpfs at {target}: {proc.stderr}", pytrace=False)
+        mounts.append(target)
+        return target
+
+    yield make
+    for target in reversed(mounts):
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def _no_failure(run) -> bool:
+    """No attempt of ``run`` counted as a failure (a release spends no retry)."""
+    return all(t.user_attrs.get("failures", 0) == 0 for t in run.trials)
+
+
+def _queued(tmp_path: Path, results: Path, storage: list[str] = ()) -> Path:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello world"}\n')
+    grid = grid_file(tmp_path, corpus)
+    assert cli(["queue", str(grid), "--results", str(results), *storage]) == 0
+    return grid
+
+
+def test_a_worker_refuses_a_run_whose_checkpoints_do_not_fit_and_leaves_it_queued(tmp_path, tmpfs):
+    from harness.train.checkpoint import space_needed
+
+    results = tmpfs("1m")
+    _queued(tmp_path, results)
+    queue = RunQueue.open(None, results)
+    need = space_needed(next(iter(queue.runs().values())).config)
+    assert need > 2**20  # tiny: 173k parameters, about 7 MiB for its checkpoints
+    proc = harness("work", "--results", str(results), "--threads", "1", "--quiet")
+    err = one_line_error(proc, f"disk full: {results} (not enough free space to start", "free)",
+                         f"needs about {need / 2**20:.1f} MiB for its checkpoints", "released and queued again")
+    assert proc.returncode == 1 and "Traceback" not in err
+    runs = RunQueue.open(None, results).runs()
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3
+    assert all(_no_failure(r) for r in runs.values())
+    assert not (results / "runs").exists() and not (results / "checkpoints").exists()
+
+
+def _fill_and_write(config, results_dir: Path):
+    """A train function whose checkpoint meets a full disk: a real ENOSPC from the file system."""
+    from harness.files import atomic_write
+
+    atomic_write(results_dir / "checkpoints" / "big.ckpt", b"\0" * (4 * 2**20))
+    return "done"
+
+
+def test_enospc_while_writing_a_checkpoint_releases_the_run_and_stops_the_worker(tmp_path, tmpfs):
+    from harness.scheduling.worker import DiskFull, work
+
+    results = tmpfs("2m")
+    _queued(tmp_path, results)
+    queue = RunQueue.open(None, results)
+    failures = []
+    with pytest.raises(DiskFull) as caught:
+        work(queue, _fill_and_write, results, on_failure=lambda *a: failures.append(a), log=lambda m: None,
+             space_needed=lambda config: 2**19)
+    msg = str(caught.value)
+    assert msg.startswith(f"disk full: {results} (OSError: [Errno 28] No space left on device"), msg
+    assert "needs about 512 KiB for its checkpoints" in msg and "released and queued again (no retry spent)" in msg
+    assert "\n" not in msg and failures == []  # no failed result written, no retry spent
+    runs = RunQueue.open(None, results).runs()
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3 and all(_no_failure(r) for r in runs.values())
+    assert not list((results / "checkpoints").iterdir())  # the torn temporary file was removed
+
+
+def test_sql_on_a_full_disk_says_the_disk_is_full(tmp_path, tmpfs):
+    results = tmpfs("8m")
+    (results / "runs").mkdir()
+    source = _drained(tmp_path)
+    files = sorted((source / "runs").glob("*.json"))
+    for f in files[:-1]:
+        (results / "runs" / f.name).write_bytes(f.read_bytes())
+    assert harness("sql", "select 1", "--results", str(results)).returncode == 0  # database made, 8 files in
+    (results / "runs" / files[-1].name).write_bytes(files[-1].read_bytes())  # one to ingest
+    fd = os.open(results / "filler", os.O_WRONLY | os.O_CREAT)  # the disk fills up
+    try:
+        while True:
+            os.write(fd, b"\1" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    proc = harness("sql", "select count(*) from final", "--results", str(results))
+    one_line_error(proc, f"the disk holding {results} is full (", " free)")
+
+
+# ----------------------------------------------------------------------------- workers on different results folders
+
+
+def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_path):
+    from harness.scheduling.worker import work
+    from test_faults import _stub_result
+
+    journal = tmp_path / "shared" / "q.journal"
+    storage = ["--storage", f"journal:{journal}"]
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    _queued(tmp_path, here, storage)
+    rid = (here / ".harness-id").read_text().strip()
+    elsewhere.mkdir()
+    proc = harness("work", "--results", str(elsewhere), *storage, "--threads", "1", "--quiet")
+    one_line_error(proc, f"grid g belongs to the results folder {here.resolve()} (id {rid})",
+                   f"this worker's --results {elsewhere} is another folder (no .harness-id)", "released")
+    queue = RunQueue.open(f"journal:{journal}", here)
+    assert sorted(r.state for r in queue.runs().values()) == ["queued"] * 3
+    assert not (elsewhere / "runs").exists()
+    # queueing the grid again from the other folder is refused the same way
+    one_line_error(harness("queue", str(tmp_path / "g.toml"), "--results", str(elsewhere), *storage),
+                   f"grid g in this queue belongs to the results folder {here.resolve()}")
+    # the right folder takes them all
+    assert work(queue, _stub_result, here, log=lambda m: None)["done"] == 3

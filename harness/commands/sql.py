@@ -32,6 +32,8 @@ import re
 import sys
 import warnings
 
+from harness.files import full_disk
+
 FORMATS = ("table", "csv", "json")
 TABLE_LIMIT = 10_000  # rows the table format shows by default (--limit)
 BATCH_ROWS = 65_536  # rows read from DuckDB at a time
@@ -137,7 +139,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"harness sql: error: {exc}", file=sys.stderr)
         return 1
     except duckdb.Error as exc:
-        print(f"harness sql: error: {exc}", file=sys.stderr)
+        full = full_disk(args.results)
+        print(f"harness sql: error: {full + '; DuckDB: ' if full else ''}{exc}", file=sys.stderr)
         if isinstance(exc, duckdb.PermissionException) and re.search(r"\b(copy|export)\b", sql, re.IGNORECASE):
             print(f"harness sql: hint: {EXPORT_HINT}", file=sys.stderr)
         return 1

@@ -12,7 +12,12 @@ result file is renamed into place) and goes on with the next run. A run whose tr
 raises is recorded as failed and retried up to --retries times; the worker exits 1 when
 every run it took failed. Ctrl-C or SIGTERM gives the current run back to the queue. An
 unreachable storage (a database restarting) is retried for --storage-retry-s seconds,
-then the worker stops with an error; start it again once the storage is back.
+then the worker stops with an error; start it again once the storage is back. A full disk
+is the environment's fault, not the run's: a worker takes a run only when the results
+folder has the free space its checkpoints need, and a write that meets a full disk gives
+the run back (no retry spent); either way the worker stops with one line naming the full
+path, its free space and what the run needs. A results folder that does not exist is
+refused (a mistyped path) unless --create.
 
 Prints one line per run start and end, with the grid's finished/total count:
   [3/18] done rd_controls_small:small:rd_attnres:s0:100000 (41 s)
@@ -153,7 +158,10 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     if args.retries < 0:
         raise ValueError(f"--retries {args.retries} must be >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space_needed = None
     if train_fn is None:
+        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
+
         set_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         extra = {"stop_requested": stop} if stop is not None else {}
@@ -177,7 +185,8 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     try:
         return worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
                            max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                           max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop)
+                           max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop,
+                           space_needed=space_needed)
     finally:
         if stop is None:
             signal.signal(signal.SIGTERM, previous)

@@ -180,6 +180,31 @@ class RunQueue(QueueReader):
         self._run_study[config.run_id] = study_id
         return trial_id
 
+    def bind_results(self, grid: str, folder: str | os.PathLike, folder_id: str) -> None:
+        """Record that ``grid``'s results go to the results folder ``folder`` (stable id ``folder_id``,
+        :func:`harness.files.results_id`), so workers on another folder refuse its runs
+        (:meth:`results_of`). Recorded once per grid.
+
+        Raises:
+            ValueError: the grid's results already go to another folder (naming both).
+        """
+        study_id = self.study_of(grid)
+        have = self.storage.get_study_user_attrs(study_id).get("results")
+        if have is None:
+            self.storage.set_study_user_attr(study_id, "results", {"id": folder_id, "path": str(folder)})
+        elif have["id"] != folder_id:
+            raise ValueError(f"grid {grid} in this queue belongs to the results folder {have['path']} (id {have['id']}); "
+                             f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
+                             "or rename the grid")
+
+    def results_of(self, grid: str) -> dict | None:
+        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to (:meth:`bind_results`),
+        or ``None`` when none was recorded (a queue written before the check)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get("results")
+
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued.
 

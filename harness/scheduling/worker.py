@@ -23,6 +23,7 @@ with any other train function without loading Lightning.
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 import traceback
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import live
 from harness.config import RunConfig
+from harness.files import FULL_BELOW, fmt_bytes, free_bytes, results_id
 from harness.fencing import LeaseLost, fenced
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
@@ -48,6 +50,60 @@ MAX_RETRIES = 2  # a run whose training raised is retried this many times, then 
 
 TrainFn = Callable[[RunConfig, Path], Any]
 FailureFn = Callable[[RunConfig, Path, str], None]
+SpaceFn = Callable[[RunConfig], int]
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# how torch's checkpoint writer says ENOSPC (a RuntimeError without an errno)
+_FULL_WORDS = ("no space left on device", "disk quota exceeded", "file write failed")
+
+
+class DiskFull(OSError):
+    """The disk holding a run's checkpoints or result is full: the environment's fault, not the run's.
+    The run was released (queued again, no retry spent) and the worker stops; the message (one
+    line) names the full path, its free space and what the run needs."""
+
+
+def _full_path(exc: BaseException, results_dir: Path) -> Path | None:
+    """The path a full disk refused (the error's file, else the results folder) when ``exc`` or an
+    error it came from is ENOSPC / EDQUOT (or torch's words for it on a disk that is full); else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in FULL_ERRNOS:
+            return Path(seen.filename) if seen.filename else results_dir
+        if any(w in str(seen).lower() for w in _FULL_WORDS) and free_bytes(results_dir) < FULL_BELOW:
+            return results_dir
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class OtherResults(ValueError):
+    """A run's grid belongs to another results folder than the worker's ``--results`` (by the id
+    in ``RESULTS/.harness-id``): the run was released and the worker stops, naming both folders."""
+
+
+def _check_results(queue, call, claim, results_dir: Path) -> None:
+    """Refuse (release ``claim`` and raise :class:`OtherResults`) a run whose grid the queue records
+    for another results folder than ``results_dir`` (:meth:`RunQueue.bind_results`)."""
+    owner = call(queue.results_of, claim.grid)
+    if owner is None:
+        return
+    mine = results_id(results_dir)
+    if mine == owner["id"]:
+        return
+    call(queue.release, claim, f"worker on another results folder ({results_dir}); run released")
+    raise OtherResults(f"grid {claim.grid} belongs to the results folder {owner['path']} (id {owner['id']}); "
+                       f"this worker's --results {results_dir} is another folder "
+                       f"({'id ' + mine if mine else 'no .harness-id'}): {claim.run_id} released; start the "
+                       f"worker with --results {owner['path']} (the same folder, mounted on this machine)")
+
+
+def _disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> DiskFull:
+    """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with."""
+    call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
+    needs = f"; {claim.run_id} needs about {fmt_bytes(need)} for its checkpoints" if need else ""
+    full = DiskFull(f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {claim.run_id} released "
+                    "and queued again (no retry spent); the worker stops: free space there or point --results elsewhere")
+    full.errno = errno.ENOSPC
+    return full
 
 
 def fmt_duration(seconds: float) -> str:
@@ -77,7 +133,8 @@ def _outcome(result: Any) -> tuple[str, float | None, str | None]:
 def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
          grid: str | None = None, max_runs: int | None = None, wait: bool = False, poll_s: float = 10.0,
          max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S, retry_s: float = STORAGE_RETRY_S,
-         stop: StopRequest | None = None, log: Callable[[str], None] = print) -> Counter:
+         stop: StopRequest | None = None, space_needed: SpaceFn | None = None,
+         log: Callable[[str], None] = print) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
     Args:
@@ -101,6 +158,9 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             the same object (``harness work`` binds it as :func:`harness.train.train_run`'s
             ``stop_requested``) so that a run being trained stops at its next batch
             boundary, with a checkpoint, and is released.
+        space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
+            (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the
+            results folder has that much free, else it is released and :class:`DiskFull` raised.
         log: where the one-line progress messages go.
 
     Returns:
@@ -110,6 +170,11 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
     Raises:
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
             being finished stays RUNNING in the queue; the next worker reclaims it).
+        OtherResults: the grid of the run taken belongs to another results folder (the run is
+            released).
+        DiskFull: the results folder has less free space than a run needs, or a write of a
+            checkpoint, result or database hit ENOSPC/EDQUOT: the run is released (queued
+            again, no retry spent) and the worker stops.
 
     A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one; a stopped run raises
     :class:`~harness.train.run.RunInterrupted`) releases the run being trained back to the
@@ -144,13 +209,18 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
             log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
             break
+        _check_results(queue, call, claim, Path(results_dir))
+        need = space_needed(claim.config) if space_needed is not None else None
+        if need is not None and free_bytes(Path(results_dir)) < need:
+            raise _disk_full(queue, call, claim, Path(results_dir), need, "not enough free space to start")
         n += 1
         outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
-                            log)] += 1
+                            log, need)] += 1
     return outcomes
 
 
-def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log) -> str:
+def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log,
+               need: int | None = None) -> str:
     """Train one claimed run inside its fence; every queue operation goes through ``call`` (retried).
 
     Returns the outcome: ``done``, ``diverged``, ``failed`` or ``lost`` (the lease was lost to
@@ -180,6 +250,9 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     except LeaseLost as exc:
         return _lost(queue, call, claim, exc, log)
     except Exception as exc:
+        full = _full_path(exc, Path(results_dir))
+        if full is not None:  # the environment's fault: no failed result, no retry spent
+            raise _disk_full(queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
         wall = time.monotonic() - t0
         error = traceback.format_exc()
         if on_failure is not None and not isinstance(exc, _ReportedFailure):
@@ -250,4 +323,4 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> Non
     runner.record_failure(config, results_dir, error_text)
 
 
-__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "fmt_duration", "work", "train_unless_finished", "record_failure"]
+__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "SpaceFn", "DiskFull", "OtherResults", "fmt_duration", "work", "train_unless_finished", "record_failure"]
