@@ -285,7 +285,7 @@ def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_pat
     elsewhere.mkdir()
     proc = harness("work", "--results", str(elsewhere), *storage, "--threads", "1", "--quiet")
     one_line_error(proc, f"grid g belongs to the results folder {here.resolve()} (id {rid})",
-                   f"this worker's --results {elsewhere} is another folder (no .harness-id)", "released")
+                   f"this worker's --results {elsewhere} is another folder (id ", "released")
     queue = RunQueue.open(f"journal:{journal}", here)
     assert sorted(r.state for r in queue.runs().values()) == ["queued"] * 3
     assert not (elsewhere / "runs").exists()
@@ -294,3 +294,96 @@ def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_pat
                    f"grid g in this queue belongs to the results folder {here.resolve()}")
     # the right folder takes them all
     assert work(queue, _stub_result, here, log=lambda m: None)["done"] == 3
+
+
+# ----------------------------------------------------------------------------- the results folder goes away
+
+
+def _train_until_lost(config, results_dir: Path):
+    """Stands in for training's own loop (harness.train.run): after every step the fence is asked
+    (no I/O), every 5 steps a checkpoint is written through the fence (as save_checkpoint does)."""
+    import time
+
+    from harness import fencing
+    from harness.files import atomic_write
+    from harness.train.checkpoint import checkpoint_dir
+
+    fence = fencing.current()
+    for step in range(1, 2000):
+        time.sleep(0.02)
+        why = fence.lost()
+        if why is not None:
+            raise fencing.LeaseLost(config.run_id, why)
+        if step % 5 == 0:
+            fence.check("checkpoint")
+            atomic_write(checkpoint_dir(results_dir, config.run_id) / "last.ckpt", b"x" * 1000)
+    return "done"
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced", "unmounted"])
+def test_a_worker_whose_results_folder_goes_away_stops_within_a_beat(tmp_path, tmpfs, how):
+    import shutil
+    import threading
+    import time
+
+    from harness.scheduling.worker import ResultsLost, work
+
+    results = tmpfs("64m") if how == "unmounted" else tmp_path / "results"
+    journal = f"journal:{tmp_path / 'q.journal'}"
+    _queued(tmp_path, results, ["--storage", journal])
+    queue = RunQueue.open(journal, results, lease_timeout_s=4)
+
+    def take_away():
+        while not (results / "checkpoints").exists():
+            time.sleep(0.01)
+        time.sleep(0.2)
+        if how == "unmounted":
+            subprocess.run(["umount", "-l", str(results)], check=True)
+        else:
+            shutil.rmtree(results)
+            if how == "replaced":
+                results.mkdir()
+        gone_at.append(time.monotonic())
+
+    gone_at: list[float] = []
+    thread = threading.Thread(target=take_away)
+    thread.start()
+    with pytest.raises(ResultsLost) as caught:
+        work(queue, _train_until_lost, results, log=lambda m: None, beat_s=1.0)
+    stopped = time.monotonic()
+    thread.join()
+    msg = str(caught.value)
+    why = {"deleted": "deleted", "replaced": "replaced by another folder",
+           "unmounted": "unmounted, or another file system mounted there"}[how]
+    assert msg.startswith(f"results folder {results} {why} while this worker used it; g:tiny:") and "\n" not in msg
+    assert "released; the worker stops and creates nothing there" in msg
+    assert stopped - gone_at[0] < 4  # within one lease interval
+    assert (not results.exists()) if how == "deleted" else not list(results.iterdir())  # nothing re-created
+    runs = RunQueue.open(journal, results).runs()
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3 and all(_no_failure(r) for r in runs.values())
+
+
+def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_new_one(tmp_path):
+    import shutil
+    import threading
+    import time
+
+    from harness.scheduling.worker import ResultsLost, work
+
+    results = tmp_path / "results"
+    _queued(tmp_path, results)  # the queue journal lives in the results folder
+
+    def replace():
+        while not (results / "checkpoints").exists():
+            time.sleep(0.01)
+        shutil.rmtree(results)
+        results.mkdir()
+
+    thread = threading.Thread(target=replace)
+    thread.start()
+    with pytest.raises(ResultsLost) as caught:
+        work(RunQueue.open(None, results, lease_timeout_s=4), _train_until_lost, results, log=lambda m: None,
+             beat_s=1.0)
+    thread.join()
+    assert "not released (FileNotFoundError: the queue is unreachable; another worker reclaims it" in str(caught.value)
+    assert list(results.iterdir()) == []

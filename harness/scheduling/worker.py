@@ -24,11 +24,13 @@ with any other train function without loading Lightning.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +75,92 @@ def _full_path(exc: BaseException, results_dir: Path) -> Path | None:
             return results_dir
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+class ResultsLost(OSError):
+    """The worker's results folder is gone (deleted, unmounted, or replaced by another folder) since
+    it started: the run was released (when the queue could still be reached) and the worker stops,
+    creating nothing there."""
+
+
+class FolderWatch:
+    """Whether the results folder is still the one the worker started on: same device, inode and
+    id (``RESULTS/.harness-id``, written now if missing: a new folder may get a freed inode's number).
+
+    :meth:`look` stats it (the heartbeat calls it every beat, the fence before every write);
+    :attr:`gone` is the reason once it is lost (free to read, checked after every optimiser step).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.id = results_id(folder, create=True)
+        st = os.stat(folder)
+        self.identity = (st.st_dev, st.st_ino)
+        self.gone: str | None = None
+
+    def look(self) -> str | None:
+        """Why the folder is lost, or ``None`` while it is the one the worker started on."""
+        if self.gone is None:
+            try:
+                st = os.stat(self.folder)
+                same_id = results_id(self.folder) == self.id
+            except FileNotFoundError:
+                self.gone = "deleted"
+            except OSError as exc:
+                self.gone = f"unreachable: {exc.strerror}"
+            else:
+                if st.st_dev != self.identity[0]:
+                    self.gone = "unmounted, or another file system mounted there"
+                elif st.st_ino != self.identity[1] or not same_id:
+                    self.gone = "replaced by another folder"
+        return self.gone
+
+
+class WatchedFence(ClaimFence):
+    """A :class:`ClaimFence` that also stops the run, writing nothing, once the results folder is lost
+    (so a checkpoint or result never re-creates the folder tree)."""
+
+    def __init__(self, watch: FolderWatch, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def _folder(self, what: str) -> None:
+        why = self.watch.look()
+        if why is not None:
+            raise LeaseLost(self.claim.run_id, f"results folder {self.watch.folder} {why}; {what} not written")
+
+    def lost(self) -> str | None:
+        if self.watch.gone is not None:
+            return f"results folder {self.watch.folder} {self.watch.gone}"
+        return super().lost()
+
+    def check(self, what: str) -> None:
+        self._folder(what)
+        super().check(what)
+
+    @contextmanager
+    def holding(self, what: str) -> Iterator[None]:
+        self._folder(what)
+        with super().holding(what):
+            yield
+
+
+def _results_lost(queue, claim, watch: FolderWatch) -> ResultsLost:
+    """Release ``claim`` once, best effort (the queue may live in the lost folder: then the next worker
+    reclaims the run once its lease is stale), and the one-line :class:`ResultsLost` the worker stops with."""
+    journal = getattr(getattr(queue.storage, "journal", None), "_file_path", None)
+    try:
+        if journal is not None and Path(os.path.abspath(journal)).is_relative_to(os.path.abspath(watch.folder)):
+            raise FileNotFoundError(journal)  # the queue went with the folder: write nothing in what is there now
+        queue.release(claim, f"results folder {watch.folder} {watch.gone}; run released")
+        released = f"{claim.run_id} released"
+    except Exception as exc:  # noqa: BLE001 - the queue went with the folder: say so, do not retry
+        released = (f"{claim.run_id} not released ({type(exc).__name__}: the queue is unreachable; another worker "
+                    "reclaims it once its lease is stale)")
+    lost = ResultsLost(f"results folder {watch.folder} {watch.gone} while this worker used it; {released}; the "
+                       "worker stops and creates nothing there (check the mount, then start the worker again)")
+    lost.errno = errno.ENOENT
+    return lost
 
 
 class OtherResults(ValueError):
@@ -170,6 +258,8 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
     Raises:
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
             being finished stays RUNNING in the queue; the next worker reclaims it).
+        ResultsLost: the results folder was deleted, unmounted or replaced since the worker
+            started (checked every beat and before every write; the run is released).
         OtherResults: the grid of the run taken belongs to another results folder (the run is
             released).
         DiskFull: the results folder has less free space than a run needs, or a write of a
@@ -191,6 +281,7 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
 
     outcomes: Counter = Counter()
+    watch = FolderWatch(Path(results_dir)) if Path(results_dir).is_dir() else None
     n = 0
     while max_runs is None or n < max_runs:
         if stop is not None and stop.requested:
@@ -209,18 +300,20 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
             log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
             break
+        if watch is not None and watch.look() is not None:
+            raise _results_lost(queue, claim, watch)
         _check_results(queue, call, claim, Path(results_dir))
         need = space_needed(claim.config) if space_needed is not None else None
         if need is not None and free_bytes(Path(results_dir)) < need:
             raise _disk_full(queue, call, claim, Path(results_dir), need, "not enough free space to start")
         n += 1
         outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
-                            log, need)] += 1
+                            log, need, watch)] += 1
     return outcomes
 
 
 def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log,
-               need: int | None = None) -> str:
+               need: int | None = None, watch: FolderWatch | None = None) -> str:
     """Train one claimed run inside its fence; every queue operation goes through ``call`` (retried).
 
     Returns the outcome: ``done``, ``diverged``, ``failed`` or ``lost`` (the lease was lost to
@@ -231,8 +324,13 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}, epoch {claim.epoch}{again})")
     t0 = time.monotonic()
     live.publish(None)  # the heartbeat sends this run's progress only, once its training publishes some
-    heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
-    fence = ClaimFence(queue, claim, heartbeat, call)
+    if watch is None:
+        heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
+        fence = ClaimFence(queue, claim, heartbeat, call)
+    else:  # every beat also looks at the results folder: a lost one stops the run within a beat
+        heartbeat = Heartbeat(lambda: watch.look() is not None or queue.beat(claim, live.current(claim.run_id)),
+                              beat_s)
+        fence = WatchedFence(watch, queue, claim, heartbeat, call)
     try:
         extra = {}
         if claim.tuning:
@@ -248,8 +346,12 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
             raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' "
                              "or 'failed'")
     except LeaseLost as exc:
+        if watch is not None and watch.gone is not None:
+            raise _results_lost(queue, claim, watch) from None
         return _lost(queue, call, claim, exc, log)
     except Exception as exc:
+        if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
+            raise _results_lost(queue, claim, watch) from None
         full = _full_path(exc, Path(results_dir))
         if full is not None:  # the environment's fault: no failed result, no retry spent
             raise _disk_full(queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
@@ -323,4 +425,4 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> Non
     runner.record_failure(config, results_dir, error_text)
 
 
-__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "SpaceFn", "DiskFull", "OtherResults", "fmt_duration", "work", "train_unless_finished", "record_failure"]
+__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "SpaceFn", "DiskFull", "OtherResults", "ResultsLost", "FolderWatch", "fmt_duration", "work", "train_unless_finished", "record_failure"]
