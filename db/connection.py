@@ -21,6 +21,7 @@ atomic rename), with a message saying so.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import re
@@ -75,7 +76,87 @@ def storage_version(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _is_lock_error(exc: BaseException) -> bool:
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+    # "lock" as a word: DuckDB's other IO errors speak of "blocks"
+    return isinstance(exc, duckdb.IOException) and re.search(r"\block\b", str(exc).lower()) is not None
+
+
+# DuckDB's words for a file that is not (or no longer) a whole database: empty, overwritten, truncated.
+_DAMAGE_WORDS = ("not a valid duckdb database file", "could not read enough bytes", "checksum", "corrupt",
+                 "magic bytes")
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """Whether opening failed because the file is not a whole DuckDB database (empty,
+    random bytes, truncated), not because of a lock, permissions or a full disk."""
+    if _is_lock_error(exc) or not isinstance(exc, duckdb.Error):
+        return False
+    if isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, duckdb.IOException) and any(w in text for w in _DAMAGE_WORDS)
+
+
+HEADER_BYTES = 3 * 4096  # DuckDB's file header and its two database headers, before the first block
+
+
+def _probe(con: duckdb.DuckDBPyConnection, db_path: Path) -> None:
+    """Read enough of a just-opened database to tell a truncated file: its used blocks must fit in
+    the file, and its catalog (``meta``) must be readable. DuckDB opens some truncated files and
+    fails only at the first read of a missing block.
+
+    Raises:
+        duckdb.IOException: the file is shorter than its used blocks (DuckDB's words for it), or
+            DuckDB's own error reading the catalog.
+    """
+    row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size() "
+                      "WHERE database_name = current_database()").fetchone()
+    if row is not None:
+        need = HEADER_BYTES + int(row[0]) * int(row[1])
+        have = os.path.getsize(db_path)
+        if have < need:
+            raise duckdb.IOException(f"Could not read enough bytes from file {str(db_path)!r}: it has {have} bytes, "
+                                     f"its {row[1]} used storage units need {need}")
+    try:
+        con.execute("SELECT count(*) FROM meta").fetchall()
+    except duckdb.CatalogException:
+        pass  # a database made before its schema: nothing to read yet
+
+
+def set_aside(db_path: Path, why: BaseException, inode: int | None = None) -> Path | None:
+    """Rename a database that cannot be opened to ``NAME.damaged-<UTC time>`` (its WAL too),
+    and say so in one line on stderr; the caller then makes a new one, which ingestion fills
+    from the result files (the database is a cache of ``runs/*.json``).
+
+    ``inode``: the file that failed to open; if ``db_path`` is another file by now (another
+    process already set it aside and made a new one) nothing is renamed. Returns the new
+    name, or ``None`` when nothing was renamed.
+
+    Raises:
+        OSError: the rename failed (a read-only folder): the message says the database is damaged.
+    """
+    try:
+        if inode is not None and os.stat(db_path).st_ino != inode:
+            return None
+    except FileNotFoundError:
+        return None
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    aside = db_path.with_name(f"{db_path.name}.damaged-{stamp}")
+    first = str(why).strip().splitlines()[0] if str(why).strip() else type(why).__name__
+    try:
+        os.rename(db_path, aside)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OSError(exc.errno, f"results database {db_path} cannot be opened as a database ({first}) and "
+                      f"cannot be moved aside ({exc.strerror}); remove it and the next command rebuilds it "
+                      "from the result files") from None
+    wal = db_path.with_name(db_path.name + ".wal")
+    if wal.exists():
+        os.rename(wal, aside.with_name(aside.name + ".wal"))
+    fsync_dir(db_path.parent)
+    print(f"harness: results database {db_path} cannot be opened as a database ({first}); moved it aside to "
+          f"{aside.name}; a new one is built from the result files {db_path.parent / 'runs'}/*.json", file=sys.stderr)
+    return aside
 
 
 def _quote(path: os.PathLike | str) -> str:
@@ -164,8 +245,13 @@ def connect(db_path: Path, *, read_only: bool, timeout_s: float, files: bool = F
     (:func:`create`, with ``init``), and one to a database in a newer storage format
     rewrites it (:func:`in_storage_version`).
 
+    A file that cannot be opened as a database (empty, random bytes, truncated) is moved
+    aside (:func:`set_aside`) and a new, empty one made in its place: ingestion refills it
+    from the result files.
+
     Raises:
         StoreLockedError: still locked after ``timeout_s`` seconds (0: one try).
+        OSError: the database is damaged and cannot be moved aside (a read-only folder).
     """
     if read_only and files:
         config = {}
@@ -178,11 +264,27 @@ def connect(db_path: Path, *, read_only: bool, timeout_s: float, files: bool = F
         config = {}
     start = time.monotonic()
     delay = 0.02
+    set_aside_once = False
     while True:
         try:
+            inode = os.stat(db_path).st_ino
+        except FileNotFoundError:
+            inode = None
+        try:
             con = duckdb.connect(str(db_path), read_only=read_only, config=config)
+            try:
+                _probe(con, db_path)
+            except BaseException:
+                con.close()
+                raise
             return con if read_only else in_storage_version(con, db_path)
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:
+            if _is_damage(exc) and inode is not None and not set_aside_once:
+                set_aside_once = True
+                set_aside(db_path, exc, inode)
+                if not db_path.exists():
+                    create(db_path, init)
+                continue
             if not _is_lock_error(exc):
                 raise
             waited = time.monotonic() - start

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -69,6 +70,23 @@ def frame(table: str, rows: list[dict[str, Any]]) -> pl.DataFrame:
 def to_polars(rel: duckdb.DuckDBPyRelation) -> pl.DataFrame:
     """A DuckDB relation -> polars frame; duplicate column names get DuckDB's ``_1`` suffixes
     and types polars cannot import become text."""
+    return pl.DataFrame(polars_ready(rel))
+
+
+def to_polars_batches(rel: duckdb.DuckDBPyRelation, rows: int) -> Iterator[pl.DataFrame]:
+    """:func:`to_polars` in frames of at most ``rows`` rows, streamed: only one batch is in memory at a
+    time. An empty result gives one empty frame with the result's columns."""
+    reader = polars_ready(rel).to_arrow_reader(rows)
+    empty = True
+    for batch in reader:
+        empty = False
+        yield pl.from_arrow(batch)
+    if empty:
+        yield pl.from_arrow(reader.schema.empty_table())
+
+
+def polars_ready(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``rel`` with duplicate column names suffixed ``_1``, ``_2`` and types polars cannot import as text."""
     names = list(rel.columns)
     types = [str(t) for t in rel.types]
     seen: dict[str, int] = {}
@@ -83,4 +101,4 @@ def to_polars(rel: duckdb.DuckDBPyRelation) -> pl.DataFrame:
             expr = f"#{i}::VARCHAR" if _AS_TEXT.search(dtype) else f"#{i}"
             items.append(expr + ' AS "' + name.replace('"', '""') + '"')
         rel = rel.query("_q", f"SELECT {', '.join(items)} FROM _q")
-    return pl.DataFrame(rel)
+    return rel

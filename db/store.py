@@ -26,13 +26,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from db.connection import STORAGE_VERSION, StoreLockedError, connect, create, ensure_schema, storage_version
-from db.frames import ArrowStream, frame, to_polars
+from db.frames import ArrowStream, frame, to_polars, to_polars_batches
 from db.ingest import changed, ingest_into, read_errors, read_log, result_files, unreadable_files
 from db.validate import columns, result_filename, validate_bench_rows, validate_result
 from harness.files import atomic_path, atomic_write
@@ -206,7 +208,7 @@ class Store:
         Pending result files are ingested first, best effort: if another process holds the
         database (even a reader blocks a writer), ingestion is skipped, ``last_ingest_skipped``
         says why, and the query sees what is there. In a folder this process cannot write
-        (a read-only mount) nothing is ingested or created (:meth:`_query_read_only`). On an
+        (a read-only mount) nothing is ingested or created (:meth:`_read_only_connection`). On an
         empty results folder the schema is created, so e.g. ``select * from final`` returns
         an empty frame.
 
@@ -225,13 +227,37 @@ class Store:
             duckdb.Error: the statement failed (DuckDB's message); nothing was changed.
             StoreLockedError: the database stayed write-locked for ``lock_timeout_s``.
         """
+        with self._reading(ingest) as con:
+            return self._run(con, sql, params)
+
+    @contextmanager
+    def query_batches(self, sql: str, params: list | None = None, *, ingest: bool = True,
+                      rows: int = 65_536) -> Iterator[Iterator[pl.DataFrame]]:
+        """:meth:`query`, streamed: a block in which the result comes as polars frames of at most
+        ``rows`` rows each, read from DuckDB as they are consumed (one batch in memory at a time;
+        ``harness sql`` prints millions of rows this way). The connection stays open for the block.
+
+        Raises:
+            as :meth:`query`.
+        """
+        with self._reading(ingest) as con:
+            rel = con.sql(sql, params=params)
+            yield iter([pl.DataFrame()]) if rel is None else to_polars_batches(rel, rows)
+
+    @contextmanager
+    def _reading(self, ingest: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection a query runs on, after ingesting (see :meth:`query`); closed after the block
+        (unless it is the in-memory copy of a read-only folder, kept for the next queries)."""
         if ingest:
             self.last_ingest_skipped = None
             if not self.writable():
-                return self._query_read_only(sql, params)
+                with self._read_only_connection() as con:
+                    yield con
+                return
             self._ingest_best_effort()
         elif self._memory is not None:
-            return self._run(self._memory, sql, params)
+            yield self._memory
+            return
         if not self.db_path.exists():
             con = self._connect(read_only=False, timeout_s=self.lock_timeout_s)
             try:
@@ -240,7 +266,7 @@ class Store:
                 con.close()
         con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
         try:
-            return self._run(con, sql, params)
+            yield con
         finally:
             con.close()
 
@@ -310,8 +336,9 @@ class Store:
             return True
         return os.access(self.results_dir, os.W_OK) and (not self.db_path.exists() or os.access(self.db_path, os.W_OK))
 
-    def _query_read_only(self, sql: str, params: list | None) -> pl.DataFrame:
-        """:meth:`query` in a folder this process cannot write: nothing is ingested or created.
+    @contextmanager
+    def _read_only_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """:meth:`query`'s connection in a folder this process cannot write: nothing is ingested or created.
 
         With a database there, the query reads it as it is (result files it lacks are counted
         in ``last_ingest_skipped``); without one, the result files are read into an in-memory
@@ -324,9 +351,10 @@ class Store:
                                         if n else f"{where}: its database was read as it is (nothing to ingest)")
             con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
             try:
-                return self._run(con, sql, params)
+                yield con
             finally:
                 con.close()
+            return
         if self._memory is None:
             con = duckdb.connect(":memory:")
             self._ensure_schema(con)
@@ -337,7 +365,7 @@ class Store:
         n = len(result_files(self.runs_dir))
         self.last_ingest_skipped = (f"{where} and has no database: the query ran on an in-memory copy of its "
                                     f"{n} result file(s); nothing was written")
-        return self._run(self._memory, sql, params)
+        yield self._memory
 
     def unreadable(self) -> list[tuple[str, str]]:
         """``(file name, why)`` of every result file in ``runs/`` that is not in the tables because it

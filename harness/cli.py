@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import signal
 import sys
 from pathlib import Path
 
 from harness.console import setup_logging
-from harness.files import default_results
+from harness.files import default_results, full_disk
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.results.exists() and not args.results.is_dir():
             raise NotADirectoryError(f"--results {str(args.results)!r} is a file, not a folder "
                                      "(set --results DIR or $HARNESS_RESULTS)")
+        check_finite(args)
         status = int(args._main(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
@@ -131,6 +133,26 @@ def main(argv: list[str] | None = None) -> int:
         # should be): one line naming the file, no traceback
         print(f"harness {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        if not type(exc).__module__.startswith("_duckdb"):
+            raise
+        # a database DuckDB cannot use (its own words, first line), e.g. a disk that filled mid-query
+        full = full_disk(args.results)
+        print(f"harness {args.command}: error: {full + '; ' if full else ''}results database: "
+              f"{str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+
+
+def check_finite(args: argparse.Namespace) -> None:
+    """Refuse NaN and infinities in every float option (``--lease-s nan`` would never
+    reclaim: ``age > nan`` is never true).
+
+    Raises:
+        ValueError: naming the option and its value.
+    """
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} {value}: must be a finite number")
 
 
 def _os_error(exc: OSError) -> str:

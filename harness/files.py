@@ -19,6 +19,7 @@ library), not code of ours.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -27,6 +28,67 @@ from pathlib import Path
 def default_results() -> Path:
     """The results folder when ``--results`` is not given: ``$HARNESS_RESULTS``, else ``./results``."""
     return Path(os.environ.get("HARNESS_RESULTS", "results"))
+
+
+FULL_BELOW = 2**20  # a file system with less free space than this (bytes) is said to be full
+
+
+def fmt_bytes(n: float) -> str:
+    """``512 KiB``, ``7.3 MiB``, ``1.2 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit in ("B", "KiB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes (for this user) on the file system holding ``path`` or its nearest existing folder; 0 if unknown."""
+    path = Path(path)
+    for folder in (path, *path.parents):
+        try:
+            return shutil.disk_usage(folder).free
+        except OSError:
+            continue
+    return 0
+
+
+def full_disk(path: str | os.PathLike) -> str | None:
+    """``the disk holding PATH is full (N free)`` when it has less than :data:`FULL_BELOW` free, else
+    ``None``: said beside an error whose own words (DuckDB's) do not mention the disk."""
+    free = free_bytes(path)
+    return f"the disk holding {path} is full ({fmt_bytes(free)} free)" if free < FULL_BELOW else None
+
+
+RESULTS_ID_NAME = ".harness-id"  # RESULTS/.harness-id: the folder's stable id (a queue's grids name it)
+
+
+def results_id(folder: str | os.PathLike, *, create: bool = False) -> str | None:
+    """The stable id of the results folder ``folder`` (``RESULTS/.harness-id``, a random hex
+    string written once), or ``None`` when it has none and ``create`` is false. A queue records
+    the id of the folder its grid's results go to, so a worker on another folder (a node that
+    mounts it elsewhere, or not at all) refuses that grid's runs instead of splitting them.
+
+    Raises:
+        OSError: the id cannot be written (``create``).
+    """
+    path = Path(folder) / RESULTS_ID_NAME
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        if not create:
+            return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # O_EXCL: when two processes race, the first one's id stays
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return path.read_text().strip() or None
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(16).hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(path.parent)
+    return path.read_text().strip()
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -94,4 +156,4 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, *,
     return Path(path)
 
 
-__all__ = ["default_results", "atomic_path", "atomic_write", "fsync_file", "fsync_dir"]
+__all__ = ["default_results", "RESULTS_ID_NAME", "results_id", "FULL_BELOW", "fmt_bytes", "free_bytes", "full_disk", "atomic_path", "atomic_write", "fsync_file", "fsync_dir"]

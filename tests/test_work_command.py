@@ -240,7 +240,7 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
     assert work(q, lambda c, r: seen.append(c.run_id) or "done", results, log=quiet) == Counter(done=3)
     assert seen[0] == first and len(seen) == 3
 
-    # `harness work`: the same outage is one line on stderr and exit 1
+    # `harness work`: the results folder (the queue in it) gone for good is one line on stderr and exit 1
     other = tmp_path / "other"
     RunQueue.open(None, other).enqueue(configs(seeds=(1,)))
     fake = types.ModuleType("harness.train.run")
@@ -255,8 +255,10 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
     assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.fullmatch(
-        rf"harness work: error: queue storage {re.escape(str(other / 'queue.journal'))} unreachable: "
-        r"gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: .*\)", err[0])
+        rf"harness work: error: results folder {re.escape(str(other))} deleted while this worker used it; "
+        r"\S+ not released \(FileNotFoundError: the queue is unreachable; .*\); the worker stops and creates "
+        r"nothing there .*", err[0]), err
+    assert not other.exists()
 
 
 def test_retry_storage_passes_other_errors_at_once():

@@ -120,6 +120,9 @@ def main(args: argparse.Namespace) -> int:
             if config.tuned is not None:  # the others were checked above
                 config.check_trainable()
     check_plan_unchanged(grid, {rid: r.config for rid, r in queue.runs(grid.name).items()})
+    from harness.files import results_id
+
+    queue.bind_results(grid.name, args.results.resolve(), results_id(args.results, create=True))
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     where = describe_storage(args.storage, args.results)
     n = len(configs)

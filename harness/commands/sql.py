@@ -8,8 +8,10 @@ ingest_log; view final (one row per done run with val_nll,
 val_bpb, val_ppl at its last evaluation). The query runs on a read-only connection with file
 access disabled, so it cannot change results or write files (to write a grid's table to a
 Parquet or CSV file: harness export); a failing statement prints DuckDB's error and exits
-with status 1. The table format shows every row and column, floats to 6 significant digits;
-csv and json keep every digit. If another process holds the database, new result files are not ingested
+with status 1. The table format shows every column and the first --limit rows (default 10,000;
+a note says how many more there are), floats to 6 significant digits; csv and json keep every
+digit and every row. Rows are streamed from DuckDB, so a result of millions of rows needs no
+more memory than a batch of them. If another process holds the database, new result files are not ingested
 this time (a note on stderr says so) and the query waits up to --lock-timeout seconds. In a
 results folder this process cannot write (a read-only mount) nothing is ingested or created:
 the query reads the database as it is, or, without one, an in-memory copy of the result
@@ -30,7 +32,11 @@ import re
 import sys
 import warnings
 
+from harness.files import full_disk
+
 FORMATS = ("table", "csv", "json")
+TABLE_LIMIT = 10_000  # rows the table format shows by default (--limit)
+BATCH_ROWS = 65_536  # rows read from DuckDB at a time
 TABLE_DIGITS = 6  # significant digits of a float in the table format
 EXPORT_HINT = ("harness sql cannot write files (its connection is read-only, file access disabled); "
                "to write a grid's table to a file: harness export --grid NAME [--table final|runs|metrics|routing|"
@@ -42,8 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", metavar="QUERY", help="SQL text, or - to read it from stdin")
     parser.add_argument(
         "--format", choices=FORMATS, default="table",
-        help="table: every row and column, nothing truncated; csv: with a header; "
-        "json: a list of records (default: table)",
+        help="table: every column and the first --limit rows, strings in full; csv: every row, with a header; "
+        "json: a list of records, every row (default: table)",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=TABLE_LIMIT, metavar="N",
+        help=f"rows the table format shows; a note on stderr says how many more there are "
+        f"(0: every row, held in memory; default: {TABLE_LIMIT:,})",
     )
     parser.add_argument(
         "--lock-timeout", type=float, default=10.0, metavar="S",
@@ -54,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def format_frame(df, fmt: str) -> str:
+def format_frame(df, fmt: str, *, header: bool = True) -> str:
     """Render a polars frame as ``table``, ``csv`` or ``json`` text (ending in a newline).
 
     table: polars' table with all rows and columns and strings in full, floats (also inside
@@ -91,7 +102,7 @@ def format_frame(df, fmt: str) -> str:
                           dtype=pl.String)
                 for c in nested
             )
-        return df.write_csv()
+        return df.write_csv(include_header=header)
     if fmt == "json":
         return df.write_json() + "\n"
     raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
@@ -113,24 +124,66 @@ def main(args: argparse.Namespace) -> int:
     sql = sys.stdin.read() if args.query == "-" else args.query
     if not sql.strip():
         raise ValueError("empty query; give SQL text, or - to read it from stdin")
+    if args.limit < 0:
+        raise ValueError(f"--limit {args.limit}: expected 0 (every row) or more")
     store = Store(args.results, lock_timeout_s=args.lock_timeout)
     try:
         with warnings.catch_warnings():  # unreadable result files are named below, once
             warnings.filterwarnings("ignore", message="skipping result file")
-            df = store.query(sql, ingest=not args.no_ingest)
+            with store.query_batches(sql, ingest=not args.no_ingest, rows=BATCH_ROWS) as batches:
+                if store.last_ingest_skipped:
+                    print(f"harness sql: note: {store.last_ingest_skipped}", file=sys.stderr)
+                warn_unreadable(store, "harness sql: ")
+                more = write_batches(batches, args.format, args.limit, sys.stdout)
     except StoreLockedError as exc:
         print(f"harness sql: error: {exc}", file=sys.stderr)
         return 1
     except duckdb.Error as exc:
-        print(f"harness sql: error: {exc}", file=sys.stderr)
+        full = full_disk(args.results)
+        print(f"harness sql: error: {full + '; DuckDB: ' if full else ''}{exc}", file=sys.stderr)
         if isinstance(exc, duckdb.PermissionException) and re.search(r"\b(copy|export)\b", sql, re.IGNORECASE):
             print(f"harness sql: hint: {EXPORT_HINT}", file=sys.stderr)
         return 1
-    if store.last_ingest_skipped:
-        print(f"harness sql: note: {store.last_ingest_skipped}", file=sys.stderr)
-    warn_unreadable(store, "harness sql: ")
-    sys.stdout.write(format_frame(df, args.format))
+    if more:
+        print(f"harness sql: note: {more:,} more rows not shown (--limit {args.limit:,}); use --format csv "
+              "for every row, or --limit N", file=sys.stderr)
     return 0
+
+
+def write_batches(batches, fmt: str, limit: int, out) -> int:
+    """Write a streamed result (polars frames, :meth:`db.store.Store.query_batches`) to ``out`` as
+    ``fmt``, holding one batch at a time; the table format shows the first ``limit`` rows (0: all).
+
+    Returns:
+        the number of rows not shown (table format beyond ``limit``; else 0).
+    """
+    import polars as pl
+
+    if fmt == "table":
+        head, shown, more = [], 0, 0
+        for df in batches:
+            part = df.head(max(limit - shown, 0)) if limit else df
+            if not head or len(part):  # the first (maybe empty) frame keeps the columns
+                head.append(part)
+            shown += len(part)
+            more += len(df) - len(part)
+        out.write(format_frame(pl.concat(head, how="vertical_relaxed") if len(head) > 1 else head[0], fmt))
+        return more
+    if fmt == "csv":
+        for i, df in enumerate(batches):
+            out.write(format_frame(df, fmt, header=i == 0))
+        return 0
+    if fmt == "json":  # one JSON list, written batch by batch
+        out.write("[")
+        first = True
+        for df in batches:
+            body = format_frame(df, fmt).strip()[1:-1]
+            if body:
+                out.write(body if first else "," + body)
+                first = False
+        out.write("]\n")
+        return 0
+    raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
 
 
 def warn_unreadable(store, prefix: str, *, most: int = 10, file=None,

@@ -12,7 +12,12 @@ result file is renamed into place) and goes on with the next run. A run whose tr
 raises is recorded as failed and retried up to --retries times; the worker exits 1 when
 every run it took failed. Ctrl-C or SIGTERM gives the current run back to the queue. An
 unreachable storage (a database restarting) is retried for --storage-retry-s seconds,
-then the worker stops with an error; start it again once the storage is back.
+then the worker stops with an error; start it again once the storage is back. A full disk
+is the environment's fault, not the run's: a worker takes a run only when the results
+folder has the free space its checkpoints need, and a write that meets a full disk gives
+the run back (no retry spent); either way the worker stops with one line naming the full
+path, its free space and what the run needs. A results folder that does not exist is
+refused (a mistyped path) unless --create.
 
 Prints one line per run start and end, with the grid's finished/total count:
   [3/18] done rd_controls_small:small:rd_attnres:s0:98304 (41 s)
@@ -93,17 +98,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    parser.add_argument("--create", action="store_true",
+                        help="make the results folder if it does not exist (default: refuse a folder that "
+                             "does not exist, so a mistyped --results is not a new, empty queue)")
 
 
-def _check_writable(results: Path) -> None:
+def _check_writable(results: Path, create: bool = False) -> None:
     """A worker writes checkpoints and result files under ``results``: fail now, with the
     system's own reason (read-only file system, permission denied), not after a run trained.
 
     Raises:
+        FileNotFoundError: ``results`` does not exist and ``create`` is false (a mistyped
+            path would otherwise become a new, empty queue).
         OSError: ``results`` cannot be created or written.
     """
     import tempfile
 
+    try:
+        results.stat()
+    except FileNotFoundError:  # not NotADirectoryError: a file on the path is said by mkdir below
+        if not create:
+            raise FileNotFoundError(f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
+                                    "--results DIR` makes it, or pass --create (set --results DIR or "
+                                    "$HARNESS_RESULTS)") from None
     results.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
         pass
@@ -184,13 +201,16 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     if args.retries < 0:
         raise ValueError(f"--retries {args.retries} must be >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space_needed = None
     if train_fn is None:
+        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
+
         set_threads(args.threads)
     on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    _check_writable(Path(args.results))
+    _check_writable(Path(args.results), getattr(args, "create", False))
     queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
     if args.grid is not None:
         try:
@@ -214,7 +234,8 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
             return worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
                                max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                               max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop)
+                               max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop,
+                               space_needed=space_needed)
     finally:
         if stop is None:
             signal.signal(signal.SIGTERM, previous)

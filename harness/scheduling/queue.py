@@ -23,10 +23,11 @@ same tag is created by the one process whose FAIL transition went through (the w
 giving its run back, or the one reclaimer of a stale run that won: one new attempt per
 lost run, however many workers saw it stale). A process dying between the two steps
 loses nothing: :meth:`RunQueue.requeue_orphans`, which a worker runs when it finds
-nothing to claim, creates the missing trial. Should two live trials of one run ever
-exist (two ``harness queue`` racing, an orphan repaired while its process still lived),
-the one with the lowest trial number is kept and the other is discarded when popped
-(user attr ``ending = "duplicate"``).
+nothing to claim, creates the missing trial. Adding a grid's runs holds that grid's lock
+(:func:`~harness.scheduling.storage.grid_lock`), so two ``harness queue`` of one grid add
+each run once. Should two live trials of one run ever exist (an orphan repaired while its
+process still lived), the one with the lowest trial number is kept and the other is
+discarded when popped (user attr ``ending = "duplicate"``).
 
 What a worker reads per run does not grow with the queue's history: the live trials
 (:meth:`~harness.scheduling.queueread.QueueReader.live`, one read that serves a reclaim and a
@@ -42,7 +43,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Mapping
 
 from optuna.exceptions import UpdateFinishedTrialError
@@ -56,7 +57,8 @@ from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_rea
 from harness.scheduling.queueread import LEGACY_STUDY, QueueReader
 from harness.scheduling.queueops import (LiveTrial, create_waiting, ensure_indexes, grid_run_ids, set_user_attrs,
                                          take_waiting)
-from harness.scheduling.storage import STORAGE_RETRY_S, describe_storage, open_storage, retry_storage, trial_lock
+from harness.scheduling.storage import (STORAGE_RETRY_S, describe_storage, grid_lock, open_storage, retry_storage,
+                                        trial_lock)
 from harness.scheduling.trials import (Claim, EnqueueResult, RunState, config_of, ended_as, fold, is_duplicate,
                                        lease_of)
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
@@ -126,6 +128,14 @@ class RunQueue(QueueReader):
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f"run id {dup!r} appears twice in the configs to enqueue")
+        with ExitStack() as stack:  # each grid's lock, in one order: concurrent queues add each run once
+            alive = [stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})]
+            return self._enqueue(configs, retry_failed=retry_failed, attrs=attrs,
+                                 keep_alive=lambda: [f() for f in alive])
+
+    def _enqueue(self, configs: list[RunConfig], *, retry_failed: bool, attrs: Mapping[str, Any] | None,
+                 keep_alive: Callable[[], Any]) -> EnqueueResult:
+        """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
         existing = self.runs()
         conflicts = []
         for c in configs:
@@ -145,6 +155,7 @@ class RunQueue(QueueReader):
         queued_at = time.time()
         batch: dict[int, list] = {}  # study id -> the new trials' templates (one write per study)
         for index, c in enumerate(configs):
+            keep_alive()
             r = existing.get(c.run_id)
             if r is None:
                 batch.setdefault(self._study_for(c), []).append(
@@ -207,6 +218,31 @@ class RunQueue(QueueReader):
         self._new_trial(config_of(last), attempt=ua.get("attempt", 1) + 1, failures=ua.get("failures", 0),
                         reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]),
                         carried={k: ua[k] for k in CARRIED_ATTRS if k in ua})
+
+    def bind_results(self, grid: str, folder: str | os.PathLike, folder_id: str) -> None:
+        """Record that ``grid``'s results go to the results folder ``folder`` (stable id ``folder_id``,
+        :func:`harness.files.results_id`), so workers on another folder refuse its runs
+        (:meth:`results_of`). Recorded once per grid.
+
+        Raises:
+            ValueError: the grid's results already go to another folder (naming both).
+        """
+        study_id = self.study_of(grid)
+        have = self.storage.get_study_user_attrs(study_id).get("results")
+        if have is None:
+            self.storage.set_study_user_attr(study_id, "results", {"id": folder_id, "path": str(folder)})
+        elif have["id"] != folder_id:
+            raise ValueError(f"grid {grid} in this queue belongs to the results folder {have['path']} (id {have['id']}); "
+                             f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
+                             "or rename the grid")
+
+    def results_of(self, grid: str) -> dict | None:
+        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to (:meth:`bind_results`),
+        or ``None`` when none was recorded (a queue written before the check)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get("results")
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued, and

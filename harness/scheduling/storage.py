@@ -148,6 +148,55 @@ def trial_lock(storage: "BaseStorage", trial_id: int) -> Iterator[None]:
         yield
 
 
+GRID_LOCK_GRACE_S = 60  # a grid lock file untouched this long (seconds) is a dead `harness queue`'s: broken
+
+
+@contextmanager
+def grid_lock(storage: "BaseStorage", grid: str) -> Iterator[Callable[[], None]]:
+    """Hold ``grid``'s lock for a block across processes and machines sharing the storage: the
+    reading of a grid's runs and the adding of its missing ones (``harness queue``) then happen
+    as one step, so two concurrent queues add each run once.
+
+    Journal file: an ``O_EXCL`` lock file beside the journal, ``JOURNAL.grid-<sha1 of grid>.lock``
+    (Optuna's ``JournalFileOpenLock``, as the journal's own lock: NFSv3+); one left by a killed
+    process is broken after :data:`GRID_LOCK_GRACE_S` seconds without a touch. PostgreSQL: a
+    session advisory lock on the grid's name (released with the connection). Other storages: none.
+
+    Yields:
+        ``keep_alive()``: call it now and then in a long block (it touches the lock file).
+    """
+    from harness.scheduling.journal import QueueJournalStorage
+
+    if isinstance(storage, QueueJournalStorage):
+        import hashlib
+
+        from optuna.storages.journal import JournalFileOpenLock
+
+        name = f"{storage.journal._file_path}.grid-{hashlib.sha1(grid.encode()).hexdigest()[:12]}"
+        lock = JournalFileOpenLock(name, grace_period=GRID_LOCK_GRACE_S)
+        lock.acquire()
+        try:
+            yield lambda: os.utime(lock._lock_file)
+        finally:
+            lock.release()
+        return
+    engine = getattr(storage, "engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        yield lambda: None
+        return
+    import sqlalchemy
+
+    key = {"k": f"harness queue grid {grid}"}
+    with engine.connect() as conn:
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), key)
+        conn.commit()
+        try:
+            yield lambda: None
+        finally:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), key)
+            conn.commit()
+
+
 def postgres_driver(url: str) -> tuple[str, str]:
     """``(module, pip package)`` of the DBAPI driver SQLAlchemy uses for a ``postgresql`` URL.
 

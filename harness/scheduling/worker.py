@@ -23,17 +23,21 @@ with any other train function without loading Lightning.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import live
 from harness.config import RunConfig
+from harness.files import FULL_BELOW, fmt_bytes, free_bytes, results_id
 from harness.fencing import LeaseLost, fenced
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
@@ -49,6 +53,146 @@ MAX_RETRIES = 2  # a run whose training raised is retried this many times, then 
 
 TrainFn = Callable[[RunConfig, Path], Any]
 FailureFn = Callable[[RunConfig, Path, str], None]
+SpaceFn = Callable[[RunConfig], int]
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# how torch's checkpoint writer says ENOSPC (a RuntimeError without an errno)
+_FULL_WORDS = ("no space left on device", "disk quota exceeded", "file write failed")
+
+
+class DiskFull(OSError):
+    """The disk holding a run's checkpoints or result is full: the environment's fault, not the run's.
+    The run was released (queued again, no retry spent) and the worker stops; the message (one
+    line) names the full path, its free space and what the run needs."""
+
+
+def _full_path(exc: BaseException, results_dir: Path) -> Path | None:
+    """The path a full disk refused (the error's file, else the results folder) when ``exc`` or an
+    error it came from is ENOSPC / EDQUOT (or torch's words for it on a disk that is full); else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in FULL_ERRNOS:
+            return Path(seen.filename) if seen.filename else results_dir
+        if any(w in str(seen).lower() for w in _FULL_WORDS) and free_bytes(results_dir) < FULL_BELOW:
+            return results_dir
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class ResultsLost(OSError):
+    """The worker's results folder is gone (deleted, unmounted, or replaced by another folder) since
+    it started: the run was released (when the queue could still be reached) and the worker stops,
+    creating nothing there."""
+
+
+class FolderWatch:
+    """Whether the results folder is still the one the worker started on: same device, inode and
+    id (``RESULTS/.harness-id``, written now if missing: a new folder may get a freed inode's number).
+
+    :meth:`look` stats it (the heartbeat calls it every beat, the fence before every write);
+    :attr:`gone` is the reason once it is lost (free to read, checked after every optimiser step).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.id = results_id(folder, create=True)
+        st = os.stat(folder)
+        self.identity = (st.st_dev, st.st_ino)
+        self.gone: str | None = None
+
+    def look(self) -> str | None:
+        """Why the folder is lost, or ``None`` while it is the one the worker started on."""
+        if self.gone is None:
+            try:
+                st = os.stat(self.folder)
+                same_id = results_id(self.folder) == self.id
+            except FileNotFoundError:
+                self.gone = "deleted"
+            except OSError as exc:
+                self.gone = f"unreachable: {exc.strerror}"
+            else:
+                if st.st_dev != self.identity[0]:
+                    self.gone = "unmounted, or another file system mounted there"
+                elif st.st_ino != self.identity[1] or not same_id:
+                    self.gone = "replaced by another folder"
+        return self.gone
+
+
+class WatchedFence(ClaimFence):
+    """A :class:`ClaimFence` that also stops the run, writing nothing, once the results folder is lost
+    (so a checkpoint or result never re-creates the folder tree)."""
+
+    def __init__(self, watch: FolderWatch, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def _folder(self, what: str) -> None:
+        why = self.watch.look()
+        if why is not None:
+            raise LeaseLost(self.claim.run_id, f"results folder {self.watch.folder} {why}; {what} not written")
+
+    def lost(self) -> str | None:
+        if self.watch.gone is not None:
+            return f"results folder {self.watch.folder} {self.watch.gone}"
+        return super().lost()
+
+    def check(self, what: str) -> None:
+        self._folder(what)
+        super().check(what)
+
+    @contextmanager
+    def holding(self, what: str) -> Iterator[None]:
+        self._folder(what)
+        with super().holding(what):
+            yield
+
+
+def _results_lost(queue, claim, watch: FolderWatch) -> ResultsLost:
+    """Release ``claim`` once, best effort (the queue may live in the lost folder: then the next worker
+    reclaims the run once its lease is stale), and the one-line :class:`ResultsLost` the worker stops with."""
+    journal = getattr(getattr(queue.storage, "journal", None), "_file_path", None)
+    try:
+        if journal is not None and Path(os.path.abspath(journal)).is_relative_to(os.path.abspath(watch.folder)):
+            raise FileNotFoundError(journal)  # the queue went with the folder: write nothing in what is there now
+        queue.release(claim, f"results folder {watch.folder} {watch.gone}; run released")
+        released = f"{claim.run_id} released"
+    except Exception as exc:  # noqa: BLE001 - the queue went with the folder: say so, do not retry
+        released = (f"{claim.run_id} not released ({type(exc).__name__}: the queue is unreachable; another worker "
+                    "reclaims it once its lease is stale)")
+    lost = ResultsLost(f"results folder {watch.folder} {watch.gone} while this worker used it; {released}; the "
+                       "worker stops and creates nothing there (check the mount, then start the worker again)")
+    lost.errno = errno.ENOENT
+    return lost
+
+
+class OtherResults(ValueError):
+    """A run's grid belongs to another results folder than the worker's ``--results`` (by the id
+    in ``RESULTS/.harness-id``): the run was released and the worker stops, naming both folders."""
+
+
+def _check_results(queue, call, claim, results_dir: Path) -> None:
+    """Refuse (release ``claim`` and raise :class:`OtherResults`) a run whose grid the queue records
+    for another results folder than ``results_dir`` (:meth:`RunQueue.bind_results`)."""
+    owner = call(queue.results_of, claim.grid)
+    if owner is None:
+        return
+    mine = results_id(results_dir)
+    if mine == owner["id"]:
+        return
+    call(queue.release, claim, f"worker on another results folder ({results_dir}); run released")
+    raise OtherResults(f"grid {claim.grid} belongs to the results folder {owner['path']} (id {owner['id']}); "
+                       f"this worker's --results {results_dir} is another folder "
+                       f"({'id ' + mine if mine else 'no .harness-id'}): {claim.run_id} released; start the "
+                       f"worker with --results {owner['path']} (the same folder, mounted on this machine)")
+
+
+def _disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> DiskFull:
+    """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with."""
+    call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
+    needs = f"; {claim.run_id} needs about {fmt_bytes(need)} for its checkpoints" if need else ""
+    full = DiskFull(f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {claim.run_id} released "
+                    "and queued again (no retry spent); the worker stops: free space there or point --results elsewhere")
+    full.errno = errno.ENOSPC
+    return full
 
 
 def fmt_duration(seconds: float) -> str:
@@ -78,7 +222,8 @@ def _outcome(result: Any) -> tuple[str, float | None, str | None]:
 def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
          grid: str | None = None, max_runs: int | None = None, wait: bool = False, poll_s: float = 10.0,
          max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S, retry_s: float = STORAGE_RETRY_S,
-         stop: StopRequest | None = None, log: Callable[[str], None] = print) -> Counter:
+         stop: StopRequest | None = None, space_needed: SpaceFn | None = None,
+         log: Callable[[str], None] = print) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
     Args:
@@ -102,6 +247,9 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             the same object (``harness work`` binds it as :func:`harness.train.train_run`'s
             ``stop_requested``) so that a run being trained stops at its next batch
             boundary, with a checkpoint, and is released.
+        space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
+            (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the
+            results folder has that much free, else it is released and :class:`DiskFull` raised.
         log: where the one-line progress messages go.
 
     Returns:
@@ -111,6 +259,13 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
     Raises:
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
             being finished stays RUNNING in the queue; the next worker reclaims it).
+        ResultsLost: the results folder was deleted, unmounted or replaced since the worker
+            started (checked every beat and before every write; the run is released).
+        OtherResults: the grid of the run taken belongs to another results folder (the run is
+            released).
+        DiskFull: the results folder has less free space than a run needs, or a write of a
+            checkpoint, result or database hit ENOSPC/EDQUOT: the run is released (queued
+            again, no retry spent) and the worker stops.
 
     A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one; a stopped run raises
     :class:`~harness.train.run.RunInterrupted`) releases the run being trained back to the
@@ -127,6 +282,7 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
 
     outcomes: Counter = Counter()
+    watch = FolderWatch(Path(results_dir)) if Path(results_dir).is_dir() else None
     n = 0
     orphans_at = -math.inf  # when this worker last looked for runs whose retry was never created
     while max_runs is None or n < max_runs:
@@ -153,13 +309,20 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
             log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
             break
+        if watch is not None and watch.look() is not None:
+            raise _results_lost(queue, claim, watch)
+        _check_results(queue, call, claim, Path(results_dir))
+        need = space_needed(claim.config) if space_needed is not None else None
+        if need is not None and free_bytes(Path(results_dir)) < need:
+            raise _disk_full(queue, call, claim, Path(results_dir), need, "not enough free space to start")
         n += 1
         outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
-                            log)] += 1
+                            log, need, watch)] += 1
     return outcomes
 
 
-def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log) -> str:
+def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log,
+               need: int | None = None, watch: FolderWatch | None = None) -> str:
     """Train one claimed run inside its fence; every queue operation goes through ``call`` (retried).
 
     Returns the outcome: ``done``, ``diverged``, ``failed`` or ``lost`` (the lease was lost to
@@ -170,8 +333,13 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}, epoch {claim.epoch}{again})")
     t0 = time.monotonic()
     live.publish(None)  # the heartbeat sends this run's progress only, once its training publishes some
-    heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
-    fence = ClaimFence(queue, claim, heartbeat, call)
+    if watch is None:
+        heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
+        fence = ClaimFence(queue, claim, heartbeat, call)
+    else:  # every beat also looks at the results folder: a lost one stops the run within a beat
+        heartbeat = Heartbeat(lambda: watch.look() is not None or queue.beat(claim, live.current(claim.run_id)),
+                              beat_s)
+        fence = WatchedFence(watch, queue, claim, heartbeat, call)
     try:
         extra = {}
         if claim.tuning:
@@ -187,8 +355,15 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
             raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' "
                              "or 'failed'")
     except LeaseLost as exc:
+        if watch is not None and watch.gone is not None:
+            raise _results_lost(queue, claim, watch) from None
         return _lost(queue, call, claim, exc, log)
     except Exception as exc:
+        if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
+            raise _results_lost(queue, claim, watch) from None
+        full = _full_path(exc, Path(results_dir))
+        if full is not None:  # the environment's fault: no failed result, no retry spent
+            raise _disk_full(queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
         wall = time.monotonic() - t0
         error = traceback.format_exc()
         if on_failure is not None and not isinstance(exc, _ReportedFailure):
@@ -259,4 +434,4 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> Non
     runner.record_failure(config, results_dir, error_text)
 
 
-__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "fmt_duration", "work", "train_unless_finished", "record_failure"]
+__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "SpaceFn", "DiskFull", "OtherResults", "ResultsLost", "FolderWatch", "fmt_duration", "work", "train_unless_finished", "record_failure"]

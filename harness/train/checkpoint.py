@@ -59,6 +59,27 @@ def owner_dir(run_folder: Path, epoch: int | None) -> Path:
     return Path(run_folder) / (LOCAL if epoch is None else f"e{int(epoch)}")
 
 
+CHECKPOINT_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two fp32 moments
+CHECKPOINT_COPIES = 3  # an earlier epoch's checkpoint, its copy in this epoch's folder, and the next one being written
+
+
+def space_needed(config: RunConfig) -> int:
+    """Bytes of free space a run's checkpoints need at their largest (checked by a worker before it
+    takes the run): :data:`CHECKPOINT_COPIES` checkpoints side by side (resuming copies an earlier
+    epoch's; an atomic replace writes the new one beside the old), each
+    :data:`CHECKPOINT_BYTES_PER_PARAM` bytes per parameter, plus 1 MiB (config, result file,
+    Lightning's state). The parameters are counted on the meta device (no memory, no weights).
+    """
+    from harness.config import get_size
+    from harness.models import count_params, get_spec
+    from harness.models.gpt import DepthRoutedLM
+
+    vocab = config.train_config().vocab_size or get_size(config.size).vocab_size
+    with torch.device("meta"):
+        n = count_params(DepthRoutedLM(config.model_config(vocab), get_spec(config.variant)))["total"]
+    return CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * n + 2**20
+
+
 def save_checkpoint(trainer, folder: Path) -> None:
     """Write ``folder/last.ckpt`` atomically (:func:`harness.files.atomic_path`).
 
