@@ -32,7 +32,10 @@ from pathlib import Path
 
 import torch
 
-from harness.config import RunConfig
+from harness.config import RunConfig, get_size
+from harness.models import count_params
+from harness.models.config import padded_vocab
+from harness.models.gpt import DepthRoutedLM
 from harness.files import atomic_path, atomic_write
 from harness.terms import config_diff
 
@@ -70,13 +73,9 @@ def space_needed(config: RunConfig) -> int:
     :data:`CHECKPOINT_BYTES_PER_PARAM` bytes per parameter, plus 1 MiB (config, result file,
     Lightning's state). The parameters are counted on the meta device (no memory, no weights).
     """
-    from harness.config import get_size
-    from harness.models import count_params, get_spec
-    from harness.models.gpt import DepthRoutedLM
-
-    vocab = config.train_config().vocab_size or get_size(config.size).vocab_size
+    vocab = padded_vocab(config.train_config().vocab_size or get_size(config.size).vocab_size)
     with torch.device("meta"):
-        n = count_params(DepthRoutedLM(config.model_config(vocab), get_spec(config.variant)))["total"]
+        n = count_params(DepthRoutedLM(config.model_config(vocab), config.variant_spec()))["total"]
     return CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * n + 2**20
 
 
