@@ -12,14 +12,15 @@ from __future__ import annotations
 import math
 
 from reports.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
-from reports.decisions import DOES_NOT_REPRODUCE, NOT_ASSESSED
+from reports.decisions import DOES_NOT_REPRODUCE, NOT_ASSESSED, UNDECIDED
 from reports.figures import FigureOut
+from reports.floors import FLOOR_NATS
 from reports.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
 from reports.fmt import seeds_text as _seeds, tokens_label
 from reports.looks import GAMMA_MAX, increments
 from reports.paired import EXACT_MAX_N, MIN_PAIRS
 from reports.pairing import AA_VARIANTS
-from reports.progress import FINISHED
+from reports.progress import FINISHED, NOT_IN_STORE, UNREADABLE
 from reports.robustness import blocks as robustness_blocks
 from reports.stats import (AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline, ReportStats)
 from reports.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners
@@ -84,6 +85,11 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
     why = {
         "established": ("Holm p (of the sequential p) < alpha and mean d < 0" if h.look.planned
                         else "Holm p < level and mean d < 0"),
+        "absent": (f"the one-sided test of H0 'gain >= {_num(min_effect, '.4g')} nats/token' rejects: Holm p "
+                   f"{fmt_p(h.absence_holm_p)} < alpha; the gain is at most {_num(h.gain_upper, '.3g')} nats/token "
+                   f"(upper one-sided bound at level {_num(h.gain_upper_level, '.3g')}, Holm-adjusted)"),
+        "mean within the numerical floor": (f"|mean d| <= {FLOOR_NATS:g} nats/token, the numerical floor: no verdict "
+                                            "rests on float rounding"),
         "before the first look": f"{h.n} pair(s): no look yet (the first is at {h.look.next_n} pairs)",
         "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
         "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
@@ -95,7 +101,38 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
             if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
     if not h.established and h.reason != "degenerate":
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
-    return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}."
+    extra = _divergence_text(h.imputed, h.dropped)
+    if h.verdict == UNDECIDED:
+        extra += _undecided_text(h, min_effect)
+    return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}.{extra}"
+
+
+def _divergence_text(imputed: tuple, dropped: tuple) -> str:
+    """' Seeds 3, 4 count as losses of rd_attnres (diverged; d = +0.015, the largest |d| observed).'"""
+    out = ""
+    for loser in dict.fromkeys(i.loser for i in imputed):
+        mine = [i for i in imputed if i.loser == loser]
+        out += (f" Seed(s) {', '.join(str(i.seed) for i in mine)} count as losses of {loser}, which diverged there "
+                f"(d = {mine[0].value:+.4g}, the largest |d| observed, worst-case imputation).")
+    return out + (f" Seed(s) {', '.join(map(str, dropped))} left out: both sides diverged." if dropped else "")
+
+
+def _undecided_text(h: Headline, min_effect: float | None) -> str:
+    """What would decide an undecided headline: seeds to establish the observed gain, or to show it absent."""
+    parts = []
+    if h.seeds_establish is not None:
+        parts.append(f"to establish the observed gain ({fmt_nats(-h.mean)} nats/token): "
+                     + (f"{h.seeds_establish.n} seeds" if h.seeds_establish.reachable else "not reachable at this "
+                        "budget"))
+    if h.seeds_absent is not None:
+        parts.append(f"to show it absent (< {_num(min_effect, '.4g')} nats/token) at the observed gain: "
+                     + (f"{h.seeds_absent.n} seeds" if h.seeds_absent.reachable else "not reachable at this "
+                        "budget"))
+    elif min_effect is None:
+        parts.append("to show it absent: set min_effect_nats in the grid's [analysis]")
+    bound = (f" The gain is at most {_num(h.gain_upper, '.3g')} nats/token (upper one-sided bound at level "
+             f"{_num(h.gain_upper_level, '.3g')}, Holm-adjusted)." if math.isfinite(h.gain_upper) else "")
+    return bound + (" Undecided; what would decide it: " + "; ".join(parts) + "." if parts else "")
 
 
 def control_sentence(a: ControlAssessment, power: float) -> str:
@@ -122,9 +159,14 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
         seq = ""
     sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE
             else "the control lands nearer the treatment")
+    lost = _divergence_text(a.imputed, a.dropped)
+    family = f" over the grid's {a.family_size} assessed contrast(s)"
     if a.reason == "Holm p < alpha":
-        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
-    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
+        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} < alpha: {sign}{lost}"
+    if a.reason == "mean within the numerical floor":
+        return (f"contrast mean e {a.contrast_mean:+.3g} is within the numerical floor ({FLOOR_NATS:g} nats/token): "
+                f"no verdict from rounding (Holm p {fmt_p(a.holm_p)}){lost}")
+    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} >= alpha; {mde}{lost}"
 
 
 def fraction_text(a: ControlAssessment) -> str:
@@ -152,14 +194,21 @@ def aa_sentence(a: AACheck, alpha: float) -> str:
         f" over {a.steps[0]} training steps" if a.steps else "")
     test = ("exact sign-flip p (zero spread)" if a.exact else "paired t p") + f" = {fmt_p(a.p)}"
     untested = f"; {a.n} pair(s) < {MIN_PAIRS}: no offset test" if not a.tested else ""
+    if a.tested and math.isfinite(a.floor) and abs(a.mean) <= a.floor and a.max_abs <= a.floor:
+        test += f", mean offset within the float32 rounding of the NLL ({a.floor:.3g} nats/token): pass"
+    elif a.tested:
+        test += f", Holm p {fmt_p(a.holm_p)} over {a.n_cells} cell(s)"
     if a.status == "no pairs":
         return "no A/A pair (no seed where both runs finished)"
     if a.status == "bit-identical":
         return f"bit-identical: all {a.n} paired differences are exactly 0"
     if a.status == "FAIL":
-        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, two-sided {test} < {alpha:g}) "
-                "for a variant equal to the parent in exact arithmetic: a harness bug (pairing, data order, "
-                f"initialisation) or nondeterminism; max |d| {a.max_abs:.3g}")
+        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, beyond the float32 rounding of the "
+                f"NLL {a.floor:.3g}; two-sided {test}, Holm p {fmt_p(a.holm_p)} < {alpha:g} over the grid's "
+                f"{a.n_cells} cell(s)) for a variant equal to the parent in exact arithmetic. At this level a FAIL "
+                f"means: if the harness were sound, a FAIL in any cell of this grid would happen in at most "
+                f"{alpha:g} of grids; so a harness bug (pairing, data order, initialisation) or nondeterminism is "
+                f"the likely cause; max |d| {a.max_abs:.3g}")
     floor = (f"max |d| = {a.max_abs:.3g} nats/token is the protocol's numerical noise floor (float summation "
              f"order diverges chaotically{steps})")
     if a.status == "warn":
@@ -211,12 +260,30 @@ def _looks_text(p) -> str:
 
 def _top_warnings(stats: ReportStats) -> list[Block]:
     items = [f"{r.variant} diverged at seed(s) {_seeds(r.diverged_seeds)} ({_cell(r.size, r.budget_tokens)}): "
-             "those seeds are missing from every comparison with it (divergence table below)"
+             "each such seed counts as a loss for it in every test where its comparator finished (d = the largest "
+             "|d| observed, with the sign of a loss; divergence table below)"
              for r in stats.diverged()]
+    items += _no_result_warnings(stats)
     items += [f"A/A check, {_cell(a.size, a.budget_tokens)}: {aa_sentence(a, stats.plan.alpha)}"
               for a in stats.aa_checks if a.status == "FAIL"]
     items += list(stats.warnings)
     return [Heading(2, "Warnings"), Bullets(tuple(items), "warn")] if items else []
+
+
+def _no_result_warnings(stats: ReportStats) -> list[str]:
+    """Top-of-report warnings for runs with no result in the store (finished per the queue, or unreadable)."""
+    p = stats.progress
+    if p is None:
+        return []
+    out = []
+    for state, what in ((NOT_IN_STORE, "the queue says finished but no result file is in the store"),
+                        (UNREADABLE, "its result file could not be read")):
+        runs = [r for r in p.runs if r.state == state]
+        if runs:
+            out.append(f"{len(runs)} run(s) have no usable result ({what}): "
+                       + ", ".join(f"{r.variant} s{r.seed} ({_cell(r.size, r.budget_tokens)})" for r in runs[:8])
+                       + (", ..." if len(runs) > 8 else "") + "; they are in no statistic (grid status below)")
+    return out
 
 
 def _not_finished(stats: ReportStats, role: str, aa: bool | None = None) -> str | None:
@@ -360,7 +427,10 @@ def _aa(stats: ReportStats) -> list[Block]:
         "A/A variant sums floats in another order than the parent and that rounding difference diverges "
         "chaotically over the run, so its max |dNLL| is the protocol's numerical noise floor; warn when it reaches "
         f"{AA_NOISE_FRACTION:g} x the treatment's |mean gain| ({AA_NOISE_ABS:g} nats/token without a treatment). "
-        "FAIL: a systematic offset, two-sided paired t p < alpha (unadjusted: the A/A check is in no family).", "note")
+        "FAIL: a systematic offset: two-sided paired t p, Holm over the grid's cells, < alpha, and a mean offset beyond "
+        "the float32 rounding of the NLL (one float32 ulp at the NLL's size); a FAIL thus has a family-wise false-alarm "
+        "rate <= alpha per grid. The A/A check is in no control family. A seed where the A/A variant diverged and the "
+        "parent did not counts as a loss for it (worst-case imputation).", "note")
     return [Box(title, _aa_box_chip(stats), (table, sentences, note), "aa-check")]
 
 

@@ -38,6 +38,8 @@ import polars as pl
 from reports import decisions as dec
 from reports import paired
 from reports.budget import gain_vs_budget
+from reports.divergence import TestedDiffs, contrast_losses, lost_by_variant, pair_losses, worst_case
+from reports.floors import FLOOR_NATS, aa_floor, beyond_floor, within_floor_everywhere
 from reports.mixed import fit_mixed_model
 from reports.pairing import AA_VARIANTS, PairedSet, cell_order, pair_runs, steps_by_run
 from reports.looks import Look, at_looks, look_at, sequential_p
@@ -48,7 +50,8 @@ from reports.results import (  # re-exported: the result objects are part of thi
     NAN, AA_NOISE_FRACTION, AA_NOISE_ABS, AA_STATUSES, CSV_COLUMNS, EXTRA_COLUMNS, KINDS, NOTE_FEW,
     NOTE_ZERO_SPREAD, NOTE_ZEROS, NOTE_LOST, NOTE_UNBOUNDED, NOTE_NO_EFFECT, NOTE_UNREACHABLE, NOTE_DEGENERATE,
     NOTE_NO_LOOK, NOTE_BETWEEN, NOTE_EARLIER, ALL_ZERO_REASON, R_ESTABLISHED, R_FEW, R_NOT_BETTER, R_HOLM,
-    R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT, R_NO_TREATMENT, R_NO_LOOK, Descriptives, Comparison, Headline,
+    R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT, R_NO_TREATMENT, R_NO_LOOK, R_ABSENT, R_FLOOR, Descriptives, Comparison,
+    Headline,
     ControlAssessment, AACheck, DivergenceRow, ReportStats,
 )
 
@@ -73,25 +76,30 @@ def describe(d) -> Descriptives:
         bool(t["zero_spread"]))
 
 
-def _aa_check(c: Comparison, d: np.ndarray, gain: float, alpha: float, steps: tuple[int, ...]) -> AACheck:
-    """DESIGN 6 A/A check of comparison ``c`` with differences ``d`` (see :class:`AACheck`)."""
+def _aa_check(c: Comparison, t: TestedDiffs, gain: float, alpha: float, steps: tuple[int, ...], holm_p: float,
+              n_cells: int, floor: float) -> AACheck:
+    """DESIGN 6 A/A check of comparison ``c`` with tested differences ``t`` (observed, and the A/A
+    variant's lost seeds as losses) and the Holm p of its offset test over the cells (see :class:`AACheck`).
+    FAIL needs Holm p < alpha and a mean offset beyond ``floor`` (the float32 rounding of the NLL)."""
+    d = t.d
     threshold = AA_NOISE_FRACTION * abs(gain) if math.isfinite(gain) else AA_NOISE_ABS
     max_abs = float(np.max(np.abs(d))) if d.size else NAN
     tested = d.size >= paired.MIN_PAIRS
     p, exact = dec.two_sided_p(d) if tested else (np.array(NAN), np.array(False))
     p, exact = float(p), bool(exact)
+    mean = float(d.mean()) if d.size else NAN
     if not d.size:
         status = "no pairs"
     elif max_abs == 0.0:
         status = "bit-identical"
-    elif tested and p < alpha:
+    elif tested and holm_p < alpha and bool(beyond_floor(mean, floor)):
         status = "FAIL"
     elif max_abs >= threshold:
         status = "warn"
     else:
         status = "noise floor"
-    return AACheck(c.first, c.size, c.budget_tokens, int(d.size), max_abs, c.stats.mean, p, exact, tested,
-                   status, gain, threshold, steps)
+    return AACheck(c.first, c.size, c.budget_tokens, int(d.size), max_abs, mean, p, exact, tested,
+                   status, gain, threshold, steps, holm_p, n_cells, floor, t.imputed)
 
 
 def _divergence(pairing, cells) -> list[DivergenceRow]:
@@ -172,27 +180,35 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
             warn.append(f"degeneracy given for {key}, which is not a variant of a cell of this grid: ignored")
             continue
         degen[tuple(key)] = str(reason)
-    for c in comparisons:
-        if c.kind == "control_vs_parent" and c.stats.n and c.stats.ties == c.stats.n:
+    for c in comparisons:  # within the numerical floor of the parent at every seed: no test can mean anything
+        ps = sets[(c.comparison, c.size, c.budget_tokens)]
+        if c.kind == "control_vs_parent" and within_floor_everywhere(_diffs(ps)):
             key = (c.size, c.budget_tokens, c.first)
-            degen[key] = "; ".join(x for x in (degen.get(key), ALL_ZERO_REASON) if x)
+            degen[key] = "; ".join(x for x in (degen.get(key), ALL_ZERO_REASON.format(floor=FLOOR_NATS)) if x)
 
     cells = sorted({(s.size, s.budget_tokens) for s in pairing.sets}, key=cell_order)
     t = pairing.treatment
-    headlines = _headlines(cells, sets, t, pairing.parent, degen, plan)
-    assessments = []
-    for size, budget in cells:
-        assessments += _assess(size, budget, controls, sets, t, pairing.parent, degen, plan,
-                               headlines.get((size, budget)))
+    usable = {(r["variant"], r["size"], r["budget_tokens"], r["seed"])
+              for r in pairing.usable.select("variant", "size", "budget_tokens", "seed").iter_rows(named=True)}
+    lost = _Lost(lost_by_variant(pairing.left_out, usable), usable)
+    headlines = _headlines(cells, sets, t, pairing.parent, degen, plan, lost)
+    assessments = _assess(cells, controls, sets, t, pairing.parent, degen, plan, headlines, lost)
     steps_of = steps_by_run(runs)
-    aa = []
+    aa_rows = []
     for c in comparisons:
         if c.kind != "aa_check":
             continue
         ps = sets[(c.comparison, c.size, c.budget_tokens)]
+        tested = lost.tested(ps)
+        aa_rows.append((c, ps, tested, dec.two_sided_p(tested.d)[0] if tested.d.size >= paired.MIN_PAIRS else NAN))
+    aa_holm = dec.holm(np.array([float(r[3]) for r in aa_rows])) if aa_rows else np.zeros(0)
+    n_aa = int(np.isfinite(aa_holm).sum())
+    aa = []
+    for (c, ps, tested, _), hp in zip(aa_rows, aa_holm):
         h = headlines.get((c.size, c.budget_tokens))
         steps = tuple(sorted({steps_of[r] for p in ps.pairs for r in (p.run_first, p.run_second) if r in steps_of}))
-        aa.append(_aa_check(c, np.array([p.diff for p in ps.pairs]), h.mean if h and h.n else NAN, alpha, steps))
+        floor = aa_floor([v for p in ps.pairs for v in (p.nll_first, p.nll_second)])
+        aa.append(_aa_check(c, tested, h.mean if h and h.n else NAN, alpha, steps, float(hp), n_aa, floor))
     mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
     warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
     if progress is None:
@@ -246,82 +262,139 @@ def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
     return _SequentialTest(look, float(p), bool(exact), float(seq), float(means[int(i)]), int(i) + 1)
 
 
-def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan) -> dict[tuple[str, int], Headline]:
-    """Step 1 for every cell with a treatment - parent comparison; Holm over the cells."""
+class _Lost:
+    """Diverged runs of the grid and the seeds each variant finished (reports.divergence)."""
+
+    def __init__(self, lost: dict[tuple[str, str, int], dict[int, str]], usable: set[tuple]):
+        self.lost, self.usable = lost, usable
+
+    def of(self, variant: str, size: str, budget: int) -> dict[int, str]:
+        return self.lost.get((variant, size, budget), {})
+
+    def done(self, variant: str, size: str, budget: int) -> set[int]:
+        return {k[3] for k in self.usable if k[:3] == (variant, size, budget)}
+
+    def tested(self, ps: PairedSet) -> TestedDiffs:
+        """The differences of ``ps`` a test uses: its pairs plus the lost seeds counted as losses."""
+        key = (ps.size, ps.budget_tokens)
+        losses, dropped = pair_losses(ps.first, ps.second, self.of(ps.first, *key), self.of(ps.second, *key),
+                                      self.done(ps.first, *key), self.done(ps.second, *key))
+        return worst_case(ps.seeds, _diffs(ps), losses, dropped)
+
+
+def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan,
+               lost: _Lost) -> dict[tuple[str, int], Headline]:
+    """Step 1 for every cell with a treatment - parent comparison: established (Holm over the cells),
+    absent (the absence test, Holm over the cells) or undecided."""
     if treatment is None:
         return {}
     label = f"{treatment} - {parent}"
+    delta = plan.min_effect_nats
     rows = []
     for size, budget in cells:
         ps = sets.get((label, size, budget))
         if ps is None:
             continue
-        d = _diffs(ps)
+        tested = lost.tested(ps)
+        d = tested.d
         degenerate = degen.get((size, budget, treatment), "")
-        rows.append((size, budget, d, _sequential(d, plan, dec.headline_p), degenerate))
+        absence = _sequential(d, plan, dec.absence_test(delta)) if delta is not None else None
+        rows.append((size, budget, tested, _sequential(d, plan, dec.headline_p), absence, degenerate))
     if not rows:
         return {}
     seq = [r[3] for r in rows]
+    degenerate_cells = np.array([bool(r[5]) for r in rows])
     adj, est = dec.decide_headline(np.array([q.look.n for q in seq]), np.array([q.deciding_mean for q in seq]),
-                                   np.array([q.sequential_p for q in seq]), plan.alpha,
-                                   np.array([bool(r[4]) for r in rows]))
+                                   np.array([q.sequential_p for q in seq]), plan.alpha, degenerate_cells)
+    p_abs = np.array([r[4].sequential_p if r[4] is not None else NAN for r in rows])
+    adj_abs, absent = dec.decide_absence(np.array([q.look.n for q in seq]), p_abs, plan.alpha, degenerate_cells)
+    levels = dec.holm_levels(np.where(degenerate_cells, NAN, p_abs), plan.alpha)
     n_cells = int(np.isfinite(adj).sum())
     out = {}
-    for (size, budget, d, q, degenerate), hp, established in zip(rows, adj, est):
+    for (size, budget, tested, q, qa, degenerate), hp, established, ha, is_absent, level in zip(
+            rows, adj, est, adj_abs, absent, levels):
+        d = tested.d
         n, mean, established = int(d.size), float(d.mean()) if d.size else NAN, bool(established)
-        reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_NO_LOOK
-                  if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
-                  if not d[:q.look.n].mean() < 0 else R_HOLM)
-        verdict = dec.DEGENERATE if degenerate else dec.GAIN_ESTABLISHED if established else dec.GAIN_NOT_ESTABLISHED
+        is_absent = bool(is_absent) and not established
+        look_mean = float(d[:q.look.n].mean()) if q.look.n else NAN
+        reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_ABSENT if is_absent
+                  else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
+                  if not look_mean < 0 else R_FLOOR if not bool(beyond_floor(look_mean)) else R_HOLM)
+        verdict = dec.DEGENERATE if degenerate else dec.headline_verdict(established, is_absent, delta)
         sd = _sd(d)
         p = NAN if degenerate else q.p  # a degenerate treatment is not tested
+        # The bound on the pairs the current look tests, at Holm's level for this cell (scaled to the look's share).
+        bound_level = float(level) * (q.look.level / plan.alpha) if qa is not None and math.isfinite(level) else NAN
+        upper = (float(dec.gain_upper_bound(d[:q.look.n], bound_level)) if math.isfinite(bound_level)
+                 and q.look.n >= paired.MIN_PAIRS else NAN)
+        gain = -mean if n else NAN
+        undecided = verdict == dec.UNDECIDED
         out[(size, budget)] = Headline(
             size, budget, label, n, mean, sd, p, q.exact, float(hp), n_cells, q.look.level, established, verdict,
             reason, degenerate, look_mde(sd, n, plan, "one-sided"),
             planned_seeds(plan.min_effect_nats, sd, plan, "one-sided"), q.look,
-            NAN if degenerate else q.sequential_p, q.decided_look)
+            NAN if degenerate else q.sequential_p, q.decided_look,
+            absent=is_absent, absence_p=NAN if degenerate or qa is None else qa.p,
+            absence_holm_p=float(ha), gain_upper=upper, gain_upper_level=bound_level, seeds=tested.seeds,
+            imputed=tested.imputed, dropped=tested.dropped,
+            seeds_establish=planned_seeds(gain, sd, plan, "one-sided") if undecided and gain > FLOOR_NATS else None,
+            seeds_absent=(planned_seeds(delta - gain, sd, plan, "one-sided")
+                          if undecided and delta is not None and gain < delta else None))
     return out
 
 
-def _assess(size, budget, controls, sets, treatment, parent, degen, plan: AnalysisPlan,
-            head: Headline | None) -> list[ControlAssessment]:
-    """Step 2 for the controls of one cell: contrasts, Holm over the assessed ones, verdicts."""
-    established = head is not None and head.established
-    tp = sets.get((f"{treatment} - {parent}", size, budget)) if treatment else None
-    d_tp = {p.seed: p.diff for p in tp.pairs} if tp is not None else {}
+def _assess(cells, controls, sets, treatment, parent, degen, plan: AnalysisPlan, headlines,
+            lost: _Lost) -> list[ControlAssessment]:
+    """Step 2 for the controls of every cell: contrasts, Holm over every assessed (cell, control)
+    contrast of the grid (DESIGN 6 "families across the grid"), verdicts."""
     rows = []
-    for c in controls:
-        cp = sets.get((f"{c} - {parent}", size, budget))
-        if cp is None:
-            continue
-        seeds = tuple(p.seed for p in cp.pairs if p.seed in d_tp)
-        x = np.array([p.diff for p in cp.pairs if p.seed in d_tp])  # control - parent
-        y = np.array([d_tp[s] for s in seeds])  # treatment - parent, same seeds
-        e = dec.reproduction_contrast(x, y, plan.reproduce_fraction)
-        degenerate = degen.get((size, budget, c), "")
-        rows.append((c, seeds, x, y, e, _sequential(e, plan, dec.two_sided_p), degenerate))
+    for size, budget in cells:
+        head = headlines.get((size, budget))
+        tp = sets.get((f"{treatment} - {parent}", size, budget)) if treatment else None
+        d_tp = {p.seed: p.diff for p in tp.pairs} if tp is not None else {}
+        key = (size, budget)
+        for c in controls:
+            cp = sets.get((f"{c} - {parent}", size, budget))
+            if cp is None:
+                continue
+            seeds = tuple(p.seed for p in cp.pairs if p.seed in d_tp)
+            x = np.array([p.diff for p in cp.pairs if p.seed in d_tp])  # control - parent
+            y = np.array([d_tp[s] for s in seeds])  # treatment - parent, same seeds
+            e = dec.reproduction_contrast(x, y, plan.reproduce_fraction)
+            names = (c, parent) + ((treatment,) if treatment else ())
+            losses, dropped = (contrast_losses(c, treatment, {v: lost.of(v, *key) for v in names},
+                                               {v: lost.done(v, *key) for v in names}, parent)
+                               if treatment else ({}, []))
+            tested = worst_case(seeds, e, losses, dropped)
+            degenerate = degen.get((size, budget, c), "")
+            rows.append((c, size, budget, head, x, y, tested, _sequential(tested.d, plan, dec.two_sided_p),
+                         degenerate))
     if not rows:
         return []
-    adj, codes = dec.decide_controls(established, np.array([bool(r[6]) for r in rows]),
-                                     np.array([r[5].look.n for r in rows]),
-                                     np.array([r[5].deciding_mean for r in rows]),
-                                     np.array([r[5].sequential_p for r in rows]), plan.alpha)
+    established = np.array([r[3] is not None and r[3].established for r in rows])
+    adj, codes = dec.decide_controls(established, np.array([bool(r[8]) for r in rows]),
+                                     np.array([r[7].look.n for r in rows]),
+                                     np.array([r[7].deciding_mean for r in rows]),
+                                     np.array([r[7].sequential_p for r in rows]), plan.alpha)
     fam = int(np.isfinite(adj).sum())
     planned = contrast_effect(plan.min_effect_nats, plan.reproduce_fraction)
     out = []
-    for (c, seeds, x, y, e, q, degenerate), hp, code in zip(rows, adj, codes):
+    for (c, size, budget, head, x, y, tested, q, degenerate), hp, code, est in zip(rows, adj, codes, established):
+        e = tested.d
         n, code = int(e.size), int(code)
         mean_e = float(e.mean()) if n else NAN
         p, exact, seq = (q.p, q.exact, q.sequential_p) if math.isfinite(hp) else (NAN, False, NAN)  # untested
         reason = (R_DEGENERATE if degenerate else (R_NO_TREATMENT if head is None else R_NO_GAIN)
-                  if not established else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
-                  else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES) else R_HOLM)
+                  if not est else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
+                  else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES)
+                  else R_FLOOR if hp < plan.alpha else R_HOLM)
         sd_e = _sd(e)
-        # Step 2 quantities only where step 2 runs (assessed, in the family).
-        f = dec.fieller(x, y) if math.isfinite(hp) else dict(f=NAN, low=NAN, high=NAN, bounded=False)
+        # Step 2 quantities only where step 2 runs (assessed, in the family); Fieller on the observed seeds.
+        f = (dec.fieller(x, y) if math.isfinite(hp) and x.size
+             else dict(f=NAN, low=NAN, high=NAN, bounded=False))
         out.append(ControlAssessment(
-            c, size, budget, n, seeds, mean_e, sd_e, p, exact, float(hp), fam if math.isfinite(hp) else 0,
+            c, size, budget, n, tested.seeds, mean_e, sd_e, p, exact, float(hp), fam if math.isfinite(hp) else 0,
             float(f["f"]), float(f["low"]), float(f["high"]), bool(f["bounded"]), dec.VERDICTS[code], reason,
             degenerate, look_mde(sd_e, n, plan, "two-sided"), planned,
-            planned_seeds(planned, sd_e, plan, "two-sided"), q.look, seq))
+            planned_seeds(planned, sd_e, plan, "two-sided"), q.look, seq, tested.imputed, tested.dropped))
     return out
