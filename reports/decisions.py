@@ -307,3 +307,17 @@ def fieller(x, y, conf: float = CONF) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(b != 0, a / np.where(b != 0, b, 1.0), np.nan)
     return dict(f=f, low=(B - root) / A_safe, high=(B + root) / A_safe, bounded=bounded)
+
+
+# The gate's conditional error (DESIGN 6, issue 27): the wrong-verdict rate of a control exactly at the
+# boundary (f = rho = 0.5, both definite verdicts wrong; true gain -0.02 nats/token) among the cells where
+# the gain is established, when the treatment's run-to-run sd is 3x the parent's or the reverse (the
+# control's sd = the parent's). Measured with reports/simulate_v3.conditional_control_error over 400,000
+# studies per row (SE <= 0.0008); tests/test_simulate_v3.py re-measures them within 4 SE.
+# (n, sd parent, sd treatment) -> rate.
+CONDITIONAL_RATES = {
+    (3, 0.005, 0.015): 0.0642,
+    (3, 0.015, 0.005): 0.0543,
+    (5, 0.01, 0.03): 0.0729,
+    (5, 0.03, 0.01): 0.0571,
+}

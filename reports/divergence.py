@@ -84,6 +84,22 @@ def lost_by_variant(left_out: Iterable, usable: set[tuple]) -> dict[tuple[str, s
     return out
 
 
+def impute(d, lost, floor: float = FLOOR_NATS) -> np.ndarray:
+    """Worst-case imputation as arrays (the rule of :func:`worst_case`, vectorised for simulations).
+
+    Args:
+        d: paired differences ``[..., n]`` (nats/token; values at lost positions are ignored).
+        lost: ``[..., n]`` int: 0 observed, +1 ``first`` lost (d = +M), -1 ``second`` lost (d = -M).
+
+    Returns:
+        ``[..., n]``: observed d kept, lost positions ``sign * M`` with M = max(max |observed d|, floor).
+    """
+    d, lost = np.asarray(d, dtype=float), np.asarray(lost)
+    observed = lost == 0
+    m = np.maximum(np.where(observed, np.abs(np.where(observed, d, 0.0)), 0.0).max(axis=-1, keepdims=True), floor)
+    return np.where(observed, d, lost * m)
+
+
 def worst_case(seeds: Iterable[int], d, losses: dict[int, tuple[int, str, str]], dropped: Iterable[int] = (),
                floor: float = FLOOR_NATS) -> TestedDiffs:
     """Observed ``d`` at ``seeds`` plus each lost seed counted as a loss (module docstring).
@@ -104,10 +120,11 @@ def worst_case(seeds: Iterable[int], d, losses: dict[int, tuple[int, str, str]],
     bad = {s: v[0] for s, v in losses.items() if v[0] not in (1, -1)}
     if bad:
         raise ValueError(f"loss signs must be +1 or -1, got {bad}")
-    m = max(float(np.abs(d).max()) if d.size else 0.0, floor)
-    imputed = tuple(Imputed(s, loser, sign * m, why) for s, (sign, loser, why) in sorted(losses.items()))
+    lost = sorted(losses.items())
+    signs = np.array([0] * d.size + [sign for _, (sign, _, _) in lost])
+    values = impute(np.concatenate([d, np.zeros(len(lost))]), signs, floor)
+    imputed = tuple(Imputed(s, loser, float(v), why) for (s, (_, loser, why)), v in zip(lost, values[d.size:]))
     all_seeds = seeds + [i.seed for i in imputed]
-    values = np.concatenate([d, np.array([i.value for i in imputed])])
     order = np.argsort(all_seeds, kind="stable")
     return TestedDiffs(tuple(all_seeds[i] for i in order), values[order], imputed, tuple(sorted(set(dropped))))
 
