@@ -16,15 +16,13 @@ Rates carry their binomial SE (:func:`reports.simulate.binomial_se`).
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import scipy.stats
 
 from reports import decisions as dec
 from reports.divergence import impute
 from reports.floors import FLOOR_NATS, beyond_floor
-from reports.simulate import NOISE_SD, binomial_se
+from reports.simulate import NOISE_SD, binomial_se, table_cli
 
 LOSS_RULES = ("every losing seed", "half the losing seeds", "the worst seed")
 
@@ -115,6 +113,19 @@ def aa_grid(n: int, studies: int, rng: np.random.Generator, *, cells: int = 3, a
     return float(((holm < alpha) & off).any(axis=-1).mean()), float(((p < alpha) & off).any(axis=-1).mean())
 
 
+def _one_cell(parent, treat, control, rho: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """One cell per study, NLLs ``[S, n]``: ``(established [S], definite control verdict [S])``."""
+    studies, n = parent.shape
+    d = treat - parent
+    p, _ = dec.headline_p(d[:, None])
+    est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1)[:, None], p, alpha)[1][:, 0]
+    e = dec.reproduction_contrast(control - parent, d, rho)
+    p_e, _ = dec.two_sided_p(e[:, None])
+    _, codes = dec.decide_controls(est, np.zeros((studies, 1), bool), np.full((studies, 1), n),
+                                   e.mean(axis=-1)[:, None], p_e, alpha)
+    return est, (codes[:, 0] == dec.V_DOES_NOT) | (codes[:, 0] == dec.V_REPRODUCES)
+
+
 def conditional_control_error(n: int, studies: int, rng: np.random.Generator, *, sd_parent: float,
                               sd_treatment: float, sd_control: float | None = None, gain: float = -0.02,
                               rho: float = 0.5, alpha: float = 0.05) -> tuple[float, float, float]:
@@ -127,15 +138,7 @@ def conditional_control_error(n: int, studies: int, rng: np.random.Generator, *,
     parent = rng.normal(0.0, sd_parent, (studies, n))
     treat = gain + rng.normal(0.0, sd_treatment, (studies, n))
     control = rho * gain + rng.normal(0.0, sd_control, (studies, n))
-    d = treat - parent
-    p, _ = dec.headline_p(d[:, None])
-    _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1)[:, None], p, alpha)
-    est = est[:, 0]
-    e = dec.reproduction_contrast(control - parent, d, rho)
-    p_e, _ = dec.two_sided_p(e[:, None])
-    _, codes = dec.decide_controls(est, np.zeros((studies, 1), bool), np.full((studies, 1), n),
-                                   e.mean(axis=-1)[:, None], p_e, alpha)
-    wrong = ((codes[:, 0] == dec.V_DOES_NOT) | (codes[:, 0] == dec.V_REPRODUCES)) & est
+    est, wrong = _one_cell(parent, treat, control, rho, alpha)
     p_est = float(est.mean())
     return p_est, float(wrong.sum() / max(est.sum(), 1)), float(wrong.mean())
 
@@ -151,16 +154,7 @@ def rounding_verdicts(n: int, studies: int, rng: np.random.Generator, *, alpha: 
     p, _ = dec.headline_p(d)
     _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1), p, alpha)
     treat2 = parent - 0.05 + rng.normal(0.0, NOISE_SD, (studies, n))
-    half = (parent + treat2) / 2
-    d2 = treat2 - parent
-    p2, _ = dec.headline_p(d2[:, None])
-    _, est2 = dec.decide_headline(np.full(p2.shape, n), d2.mean(axis=-1)[:, None], p2, alpha)
-    est2 = est2[:, 0]
-    e = dec.reproduction_contrast(half - parent, d2, rho)
-    p_e, _ = dec.two_sided_p(e[:, None])
-    _, codes = dec.decide_controls(est2, np.zeros((studies, 1), bool), np.full((studies, 1), n),
-                                   e.mean(axis=-1)[:, None], p_e, alpha)
-    definite = (codes[:, 0] == dec.V_DOES_NOT) | (codes[:, 0] == dec.V_REPRODUCES)
+    _, definite = _one_cell(parent, treat2, (parent + treat2) / 2, rho, alpha)
     return float(est.mean()), float(definite.mean())
 
 
@@ -208,14 +202,8 @@ def table(studies: int = 20_000, seed: int = 20261227, alpha: float = 0.05) -> l
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reports.simulate_v3 [--studies N] [--seed S]``: print :func:`table`."""
-    parser = argparse.ArgumentParser(prog="python -m reports.simulate_v3", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--studies", type=int, default=20_000, help="simulated studies per row (default 20000)")
-    parser.add_argument("--seed", type=int, default=20261227, help="random seed (default 20261227)")
-    args = parser.parse_args(argv)
-    if args.studies < 100:
-        parser.error(f"--studies {args.studies}: use at least 100")
-    print("\n".join(table(args.studies, args.seed)))
-    return 0
+    return table_cli(argv, "python -m reports.simulate_v3", __doc__, lambda studies, seed: table(studies, seed),
+                     20261227)
 
 
 if __name__ == "__main__":
