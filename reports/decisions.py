@@ -14,7 +14,7 @@ thousands along the leading axes. Shapes: ``[..., n]`` paired differences (n see
    alpha over the cells; otherwise the headline is *undecided* (:func:`headline_verdict`).
 2. Controls, only where the gain is established: the reproduction contrast
    ``e_s = c_s - (1 - rho) p_s - rho t_s`` per seed, a two-sided paired t-test on e
-   (exact sign-flip p at zero spread), Holm over the cell's controls, and
+   (exact sign-flip p at zero spread), Holm over the grid's assessed contrasts, and
    :func:`control_verdict` (a definite verdict needs |mean e| beyond the numerical floor).
    Holm runs over every assessed (cell, control) contrast of the grid (:func:`decide_controls`
    with per-control ``established``). A degenerate control is ``invalid: degenerate`` whatever else

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from reports.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
-from reports.decisions import DOES_NOT_REPRODUCE, NOT_ASSESSED, UNDECIDED
+from reports.decisions import CONDITIONAL_RATES, DOES_NOT_REPRODUCE, NOT_ASSESSED, UNDECIDED
 from reports.figures import FigureOut
 from reports.floors import FLOOR_NATS
 from reports.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
@@ -324,8 +324,10 @@ def _headline(stats: ReportStats) -> list[Block]:
                        "good" if all(h.established for h in stats.headlines) else "warn"))
     out.append(Para(f"dNLL = {stats.treatment} minus {stats.parent}, final validation NLL, same seed and protocol; "
                     "negative = the treatment is better. One-sided paired t-test (H1: mean dNLL < 0), Holm over the "
-                    f"cells, level {stats.plan.alpha:g}; the gain is established where n >= 3, mean dNLL < 0 and Holm "
-                    "p < alpha. " + ("" if planned else "Seeds needed: set min_effect_nats in the grid's [analysis]. ")
+                    f"cells, level {stats.plan.alpha:g}; the gain is established where n >= 3, mean dNLL < "
+                    f"-{FLOOR_NATS:g} (the numerical floor) and Holm p < alpha; it is absent (< min_effect_nats) where "
+                    "the one-sided test of H0 'gain >= min_effect_nats' rejects (Holm over the cells); otherwise "
+                    "undecided. A seed where the treatment diverged and the parent did not counts as a loss. " + ("" if planned else "Seeds needed: set min_effect_nats in the grid's [analysis]. ")
                     + PAPER_HEADLINE, "note"))
     return out
 
@@ -385,9 +387,11 @@ def _controls(stats: ReportStats) -> list[Block]:
     out.append(Para(
         f"Reproduction contrast per seed: e = c - (1 - rho) p - rho t with rho = {rho:g} (p parent, t treatment): "
         "mean e < 0 means the control lands nearer the treatment, mean e > 0 nearer the parent. Two-sided paired "
-        f"t-test on e (the exact sign-flip p where e has zero spread), Holm over the cell's assessed controls, level "
+        f"t-test on e (the exact sign-flip p where e has zero spread), Holm over every assessed (cell, control) "
+        "contrast of the grid, level "
         f"{stats.plan.alpha:g}: 'does not reproduce gain' = Holm p < alpha and mean e > 0; 'reproduces gain' = Holm "
-        "p < alpha and mean e < 0; 'inconclusive' otherwise. Controls are assessed only where the headline "
+        "p < alpha and mean e < 0 (both need |mean e| beyond the numerical floor, "
+        f"{FLOOR_NATS:g} nats/token); 'inconclusive' otherwise. Controls are assessed only where the headline "
         "established the gain; 'invalid: degenerate' (a control that cannot differ from the parent, DESIGN 3) takes "
         "precedence over every verdict. f = mean(c - p) / mean(t - p) with its 95 % Fieller interval; the A/A check "
         "is not a control and enters no family. Planned contrast effect = min(rho, 1 - rho) x min_effect_nats"
@@ -519,10 +523,38 @@ def _methods(stats: ReportStats) -> list[Block]:
         "2^m sign patterns (no Monte Carlo); exact sign test. Tests need >= 3 pairs. With zero spread the t "
         "statistic is 0/0 or infinite: its p and interval are undefined, never 0, and the sign-flip p is the only p.",
         f"Step 1 (gatekeeper): one-sided paired t-test of treatment - parent per cell (the exact one-sided sign-flip "
-        f"p at zero spread), Holm over the cells, level {p.alpha:g}.",
+        f"p at zero spread), Holm over the cells, level {p.alpha:g}: 'gain established' where mean d < -{FLOOR_NATS:g} "
+        "and Holm p < alpha. 'gain absent (< delta nats/token)', delta = min_effect_nats: the one-sided test of H0 "
+        "'gain >= delta' (paired t on d + delta, upper alternative; exact sign-flip at zero spread) rejects at Holm "
+        "level alpha over the cells; the printed bound is the upper one-sided bound on the gain at the level Holm "
+        "tests that cell at (alpha / (m - j + 1) for the j-th smallest p, held at the first failing step), which is "
+        "below delta exactly where absence is shown. Established takes precedence (a real gain smaller than delta). "
+        "Otherwise 'undecided', with the seeds that would establish the observed gain or show it absent at the "
+        "observed sd (noncentral t, at the plan's power).",
+        "Divergence is the worst outcome (worst-case imputation): a seed where one side of a comparison diverged (or "
+        "failed with a numerical error: NaN, inf, overflow) and the other finished counts in every test as a loss "
+        "for the side that diverged, d = +-max |d| observed in that comparison and cell (at least the floor); in a "
+        "reproduction contrast a diverged control counts e = +max |e|, a diverged treatment e = -max |e|; a seed "
+        "where both sides (or the parent of a contrast) diverged is left out. Simulated under a true null with a "
+        "treatment that diverges where it would lose: false-positive rate <= alpha at n = 3-10 (dropping those "
+        "pairs: up to 0.79). Descriptive rows show the observed pairs; each verdict's seeds are in stats.csv "
+        "(test_pairs, test_seeds, imputed_seeds).",
+        f"No verdict from rounding: every definite verdict needs its mean beyond an absolute floor of {FLOOR_NATS:g} "
+        "nats/token (the A/A check: the float32 rounding of the NLL, one float32 ulp at its size); a control within "
+        "the floor of the parent at every seed is degenerate; zero spread means max - min <= the floor (absolute).",
         f"Step 2 (only where the gain is established): reproduction contrast e = c - (1 - rho) p - rho t, rho = "
-        f"{p.reproduce_fraction:g}; two-sided paired t-test; Holm over the cell's controls. Degenerate controls and "
-        "the A/A check are outside the family.",
+        f"{p.reproduce_fraction:g}; two-sided paired t-test; Holm over every assessed (cell, control) contrast of the "
+        "grid. Degenerate controls and the A/A check are outside the family. The A/A offset tests: Holm over the "
+        "cells.",
+        "Controls are judged conditionally on the gate: the contrast e correlates with the gain's estimate when the "
+        "treatment's and the parent's run-to-run variances differ (cov(e, d) = (1 - rho) var(p) - rho var(t)), so "
+        "among the cells where the gain is established a control at the boundary (both definite verdicts wrong) "
+        "gets a wrong definite verdict more often than alpha when the gate's power is low. Simulated (f = 0.5, "
+        "gain -0.02 nats/token, alpha 0.05): " + "; ".join(
+            f"n = {n}, sd parent {a:g} / treatment {b:g}: {r:.3f}" for (n, a, b), r in CONDITIONAL_RATES.items())
+        + " (equal variances: 0.05; gate power >= 0.75: <= 0.05). The rate over all cells stays below alpha. No "
+        "rule based on the contrast's own test can remove this (the hypothesis fixes e, and so its covariance with "
+        "d); a selective test conditioning on the gate would, and is not implemented.",
         "Gain fraction: f = mean(c - p) / mean(t - p) over the seeds where all three ran; 95 % Fieller interval from "
         "the paired means and their covariance (t quantile, df = n - 1); unbounded when the gain's own 95 % "
         "interval covers 0.",

@@ -9,12 +9,15 @@ and protocol hash (:mod:`reports.pairing`):
   sign test with the smallest p each can reach (:mod:`reports.paired`). Reported, never
   used for a verdict.
 * **Headline** (gatekeeper): one-sided t-test of treatment - parent, Holm over the cells;
-  *established* where n >= 3, mean d < 0 and Holm p < alpha (:mod:`reports.decisions`).
+  *established* where n >= 3, mean d below minus the numerical floor and Holm p < alpha,
+  *absent* where the one-sided test of H0 "gain >= min_effect_nats" rejects (Holm over the
+  cells), else *undecided* (:mod:`reports.decisions`, :mod:`reports.floors`). A seed where one
+  side diverged counts as a loss for it (:mod:`reports.divergence`).
 * **Controls**, only where the gain is established: the reproduction contrast
-  ``e = c - (1 - rho) p - rho t``, two-sided, Holm over the cell's controls; the fraction
+  ``e = c - (1 - rho) p - rho t``, two-sided, Holm over the grid's assessed (cell, control) contrasts; the fraction
   of the gain reproduced with its Fieller interval. ``invalid: degenerate`` takes
   precedence over every verdict.
-* **A/A check** (outside every family), **divergence table**, **MDE / seeds needed** from
+* **A/A check** (in no control family; its offset tests Holm over the cells), **divergence table**, **MDE / seeds needed** from
   the plan's effect (:mod:`reports.power`), the **mixed model** (:mod:`reports.mixed`), and
   **gain vs budget** where a size has several budgets (:mod:`reports.budget`).
 * With **looks** in the plan (DESIGN section 8, :mod:`reports.looks`), the headline and the

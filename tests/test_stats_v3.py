@@ -85,6 +85,11 @@ def test_divergence_at_the_losing_seeds_does_not_establish_the_gain(tmp_path, ca
     assert "**undecided** (n = 5," in md and "undecided (n = 5," in out
     warnings = md[md.index("## Warnings"):md.index("## How to read")]
     assert "rd_attnres diverged at seed(s) 3 4" in warnings and "counts as a loss for it" in warnings
+    # The methods state every v3 rule, and the conditional rate of the controls with its numbers.
+    methods = md[md.index("## Methods"):]
+    assert "Divergence is the worst outcome (worst-case imputation)" in methods
+    assert "No verdict from rounding" in methods and "Holm over every assessed (cell, control) contrast" in methods
+    assert "n = 3, sd parent 0.005 / treatment 0.015: 0.064" in methods
 
 
 def test_one_ulp_treatment_is_undecided_and_a_control_equal_to_it_is_degenerate(tmp_path, capsys):
