@@ -132,7 +132,13 @@ class Comparison:
 class Headline:
     """Step 1 in one cell: is the treatment's gain over the parent established?
 
-    ``n``, ``mean`` and ``sd`` describe all pairs. ``p_one_sided`` is the one-sided t p (H1
+    ``n``, ``mean`` and ``sd`` describe the tested differences (``seeds``): every pair, plus each
+    seed where the treatment or the parent diverged and the other finished, counted as a loss for
+    the one that diverged (``imputed``, :mod:`reports.divergence`). ``verdict``: ``gain
+    established``, ``gain absent (< delta nats/token)`` (``absent``; ``absence_p`` its one-sided p,
+    ``absence_holm_p`` Holm over the cells, ``gain_upper`` the Holm-adjusted upper bound on the
+    gain at level ``gain_upper_level``) or ``undecided`` (``seeds_establish`` / ``seeds_absent``:
+    what would decide it), or ``invalid: degenerate``. ``p_one_sided`` is the one-sided t p (H1
     mean d < 0), or with zero spread the exact one-sided sign-flip p (``exact``), of the
     pairs the current look tests (``look``, :mod:`reports.looks`: all pairs without looks,
     the first n_k with looks, none before the first look); ``level`` is that look's level
@@ -181,7 +187,11 @@ class Headline:
 class ControlAssessment:
     """Step 2 for one control in one cell: the reproduction contrast and the verdict.
 
-    ``n``/``seeds``: seeds where control, parent and treatment all have a paired run.
+    ``n``/``seeds``: seeds where control, parent and treatment all have a paired run, plus seeds
+    where the control or the treatment diverged and the other two finished (``imputed``: a loss
+    for the one that diverged, :mod:`reports.divergence`). ``holm_p`` is over every assessed
+    (cell, control) contrast of the grid (``family_size``); a definite verdict also needs
+    |mean e| beyond the numerical floor (:mod:`reports.floors`).
     ``contrast_p`` (two-sided; exact sign-flip at zero spread, ``exact``) and ``holm_p``
     (over the cell's ``family_size`` assessed controls) are NaN where no test was run
     (gain not established, degenerate, n < 3). ``fraction``/``low``/``high``: f = mean(c -
@@ -226,10 +236,11 @@ class AACheck:
     """The A/A check: a variant equal to the parent in exact arithmetic vs the parent.
 
     ``status``: ``bit-identical`` (every d exactly 0), ``FAIL`` (systematic offset: two-sided
-    p < alpha, exact sign-flip at zero spread), ``warn`` (max |d| >= ``threshold``: the
+    p, exact sign-flip at zero spread, Holm over the grid's ``n_cells`` A/A cells < alpha, and
+    |mean| beyond ``floor``, the float32 rounding of the NLL), ``warn`` (max |d| >= ``threshold``: the
     numerical noise floor rivals the gain), ``noise floor`` (max |d| below it), ``no pairs``.
     ``tested`` is False with fewer than 3 pairs. ``threshold`` = 0.5 |gain| (gain = the
-    treatment's mean d in the cell) or ``AA_NOISE_ABS`` without one. Outside every family.
+    treatment's mean d in the cell) or ``AA_NOISE_ABS`` without one. In no control family (its own: the cells).
     """
 
     variant: str

@@ -196,3 +196,52 @@ def test_a_run_without_a_result_file_is_warned_at_the_top(tmp_path):
     warnings = md[md.index("## Warnings"):md.index("## How to read")]
     assert ("1 run(s) have no usable result (the queue says finished but no result file is in the store): "
             "rd_attnres s3 (size small, budget 1_000_000 tokens)") in warnings
+
+
+# --------------------------------------------------------------------------- the new rules, against independent computations
+
+
+def test_absence_p_and_the_bound_equal_scipy():
+    rng = np.random.default_rng(3)
+    from reports import decisions as dec
+
+    for _ in range(20):
+        n = int(rng.integers(3, 12))
+        d = rng.normal(-0.002, 0.004, n)
+        p, exact = dec.absence_p(d, 0.01)
+        assert not exact and p == pytest.approx(st.ttest_1samp(d + 0.01, 0, alternative="greater").pvalue, abs=1e-12)
+        level = float(rng.uniform(0.005, 0.1))
+        ci = st.t.interval(1 - 2 * level, n - 1, loc=d.mean(), scale=st.sem(d))  # two-sided 1 - 2 level
+        assert dec.gain_upper_bound(d, level) == pytest.approx(-ci[0], abs=1e-12)  # upper bound on -mean d
+    with pytest.raises(ValueError, match="delta"):
+        dec.absence_p([0.1, 0.2, 0.3], 0.0)
+
+
+def test_holm_levels_reject_exactly_where_holm_does():
+    from statsmodels.stats.multitest import multipletests
+
+    from reports import decisions as dec
+
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        m = int(rng.integers(1, 7))
+        p = rng.uniform(0, 0.1, m) ** rng.uniform(0.5, 2)
+        levels = dec.holm_levels(p, 0.05)
+        reject = multipletests(p, alpha=0.05, method="holm")[0]
+        assert ((p < levels) == reject).all(), (p, levels, reject)
+
+
+def test_lost_runs_are_numerical_failures_only():
+    from reports.divergence import is_lost, worst_case
+
+    assert is_lost("diverged", "diverged: loss became NaN")
+    for reason in ("failed: loss is NaN at step 40", "failed: FloatingPointError: overflow", "failed: inf loss",
+                   "failed: non-finite gradient"):
+        assert is_lost("failed", reason), reason
+    for reason in ("failed: RuntimeError: CUDA out of memory", "failed: no error message stored",
+                   "failed: information lost"):
+        assert not is_lost("failed", reason), reason
+    t = worst_case([4, 0, 2], [-0.01, 0.02, -0.03], {1: (1, "t", "diverged"), 3: (-1, "p", "diverged")}, [5])
+    assert t.seeds == (0, 1, 2, 3, 4) and t.d.tolist() == [0.02, 0.03, -0.03, -0.03, -0.01] and t.dropped == (5,)
+    with pytest.raises(ValueError, match="both observed and lost"):
+        worst_case([1], [0.1], {1: (1, "t", "x")})
