@@ -96,7 +96,7 @@ def impute(d, lost, floor: float = FLOOR_NATS) -> np.ndarray:
     """
     d, lost = np.asarray(d, dtype=float), np.asarray(lost)
     observed = lost == 0
-    m = np.maximum(np.where(observed, np.abs(np.where(observed, d, 0.0)), 0.0).max(axis=-1, keepdims=True), floor)
+    m = np.maximum(np.abs(np.where(observed, d, 0.0)).max(axis=-1, keepdims=True, initial=0.0), floor)
     return np.where(observed, d, lost * m)
 
 

@@ -99,7 +99,7 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
     plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
             if not math.isnan(h.mde_nats) else f"MDE: none before the first look ({h.look.next_n} pairs)"
             if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
-    if not h.established and h.reason != "degenerate":
+    if h.verdict == UNDECIDED:
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
     extra = _divergence_text(h.imputed, h.dropped)
     if h.verdict == UNDECIDED:

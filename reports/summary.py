@@ -238,8 +238,10 @@ def how_to_read(stats: ReportStats) -> list[Block]:
     legend += [(Chip(text, tone), AA_MEANING[text]) for text, tone in dict(AA_DISPLAY.values()).items()]
     return [Heading(2, "How to read this report"), Bullets((
         f"A cell is one (size, budget). Read its banner above first. Step 1 asks whether {t} beats {par}: a "
-        "one-sided paired t-test on the final validation NLL over matched seeds, Holm over the cells. Only where "
-        "that gain is established does step 2 judge the controls.",
+        "one-sided paired t-test on the final validation NLL over matched seeds, Holm over the cells: 'gain "
+        "established', 'gain absent (< min_effect_nats)' (a one-sided test that the gain is smaller than the plan's "
+        "min_effect_nats) or 'undecided'. Only where the gain is established does step 2 judge the controls. A seed "
+        "where a variant diverged and its comparator finished counts as a loss for it.",
         "dNLL = first minus second, in nats/token, at the same seed and protocol: negative means the first is "
         "better. Intervals are 95 %; 'wins k/n' counts the seeds where the first is better.",
         f"A control reproduces the gain when it lands nearer {t} than rho = {rho:g} of the way from {par} "
