@@ -344,7 +344,7 @@ def _wins(stats, h):
 
 def _mean_ci(stats, h):
     s = _comp(stats, h).stats
-    return mean_ci(h.mean, s.ci_low, s.ci_high)
+    return mean_ci(s.mean, s.ci_low, s.ci_high)  # the observed pairs (the sentence gives the tested mean)
 
 
 def _ppl(stats, h):
