@@ -262,16 +262,21 @@ def table(studies: int = 20_000, seed: int = 20261201, alpha: float = 0.05, rho:
     return lines + [""] + sequential_table(studies, rng, alpha, rho)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m reports.simulate [--studies N] [--seed S]``: print :func:`table`."""
-    parser = argparse.ArgumentParser(prog="python -m reports.simulate", description=__doc__.split("\n\n")[0])
+def table_cli(argv: list[str] | None, prog: str, doc: str, make_table, default_seed: int) -> int:
+    """``PROG [--studies N] [--seed S]``: print ``make_table(studies, seed)`` (a list of lines)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument("--studies", type=int, default=20_000, help="simulated studies per row (default 20000)")
-    parser.add_argument("--seed", type=int, default=20261201, help="random seed (default 20261201)")
+    parser.add_argument("--seed", type=int, default=default_seed, help=f"random seed (default {default_seed})")
     args = parser.parse_args(argv)
     if args.studies < 100:
         parser.error(f"--studies {args.studies}: use at least 100")
-    print("\n".join(table(args.studies, args.seed)))
+    print("\n".join(make_table(args.studies, args.seed)))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reports.simulate [--studies N] [--seed S]``: print :func:`table`."""
+    return table_cli(argv, "python -m reports.simulate", __doc__, lambda studies, seed: table(studies, seed), 20261201)
 
 
 if __name__ == "__main__":

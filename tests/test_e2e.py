@@ -110,7 +110,7 @@ def test_queue_two_workers_sql_report(tmp_path):
     verdicts = {r["comparison"]: r["verdict"] for r in stats}
     # Controls get a verdict only where the treatment's gain is established (DESIGN 6).
     established = verdicts["rd_attnres - block_attnres"] == "gain established"
-    assert verdicts["rd_attnres - block_attnres"] in ("gain established", "gain not established")
+    assert verdicts["rd_attnres - block_attnres"] in ("gain established", "undecided")
     for c in ("param_matched", "dup_route", "fixed_v"):
         want = (("reproduces gain", "does not reproduce gain", "inconclusive") if established
                 else ("not assessed: the treatment's gain is not established",))

@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from statsmodels.stats.power import TTestPower
 
 from db.store import Store
 from harness.cli import main as cli
+from reports.stats import decisions as dec
 from reports.stats.looks import increments
 from harness.analysis_plan import AnalysisPlan
 from reports.stats.seed_planning import JSON_KEYS, GridShape, Throughput, pilot_sds, plan_rows, sd_interval, throughput
@@ -36,9 +38,19 @@ def shape(plan=AnalysisPlan(min_effect_nats=0.01), n_seeds=3, cells=(("small", 1
 def test_given_sd_rows_match_the_power_functions():
     speed = {"small": Throughput(500.0, "test")}
     rows = plan_rows(shape(), sd=0.006, speed=speed)
-    assert [r.comparison for r in rows] == ["rd_attnres - block_attnres", "param_matched (contrast)",
-                                            "dup_route (contrast)", "fixed_v (contrast)"]
-    head, contrast = rows[0], rows[1]
+    assert [r.comparison for r in rows] == ["rd_attnres - block_attnres",
+                                            "rd_attnres - block_attnres (absent, true gain 0)",
+                                            "param_matched (contrast)", "dup_route (contrast)", "fixed_v (contrast)"]
+    head, absent, contrast = rows[0], rows[1], rows[2]
+    # Showing the gain absent (< 0.01) when it is 0 needs the seeds the headline needs for 0.01 (DESIGN 6):
+    # checked against a simulation of the report's absence test at that many seeds.
+    assert (absent.kind, absent.seeds_needed, absent.planned_effect_nats) == ("absence", head.seeds_needed, 0.01)
+    rng = np.random.default_rng(5)
+    d = rng.normal(0.0, 0.006, (4000, 1, absent.seeds_needed))
+    p_abs, _ = dec.absence_p(d, 0.01)
+    rate = dec.decide_absence(np.full(p_abs.shape, absent.seeds_needed), p_abs, 0.05)[1].mean()
+    power = TTestPower().power(effect_size=0.01 / 0.006, nobs=absent.seeds_needed, alpha=0.05, alternative="larger")
+    assert power >= 0.8 and abs(rate - power) <= 4 * math.sqrt(power * (1 - power) / 4000), (rate, power)
     assert head.mde_nats == mde(0.006, 3, 0.05, 0.8, "one-sided")
     assert contrast.mde_nats == mde(0.006, 3, 0.05, 0.8, "two-sided")
     want = seeds_needed(0.01, 0.006, 0.05, 0.8, "one-sided", 30)
@@ -170,7 +182,8 @@ def test_plan_command_with_a_pilot(pilot_store, capsys):
     assert "rd_attnres - block_attnres" in out and "fixed_v (contrast)" in out and "dup_route_tied" not in out
     assert cli(["plan", str(DEMO), "--pilot", "pilot", "--results", str(results), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 4 and all(tuple(r)[:len(JSON_KEYS)] == JSON_KEYS for r in rows)
+    assert len(rows) == 5 and all(tuple(r)[:len(JSON_KEYS)] == JSON_KEYS for r in rows)
+    assert rows[1]["kind"] == "absence" and rows[1]["sd_nats"] == rows[0]["sd_nats"]  # the headline's pilot sd
     d = _diffs(frames["final"], "rd_attnres", "block_attnres", 100_000)
     assert rows[0]["sd_nats"] == pytest.approx(np.std(d, ddof=1), rel=1e-12)
     assert rows[0]["mde_nats"] == pytest.approx(mde(rows[0]["sd_nats"], 3, 0.05, 0.8, "one-sided"), rel=1e-12)

@@ -373,7 +373,7 @@ def test_degenerate_takes_precedence_and_leaves_the_family():
     res = run(vals, degenerate=degenerate)
     by = {a.control: a for a in res.assessments}
     assert by["param_matched"].verdict == dec.DEGENERATE  # it reproduces the gain, yet is invalid
-    assert by["dup_route"].verdict == dec.DEGENERATE and "exactly zero at every seed" in by["dup_route"].degenerate_reason
+    assert by["dup_route"].verdict == dec.DEGENERATE and "within the numerical floor" in by["dup_route"].degenerate_reason
     assert by["fixed_v"].family_size == 1 and math.isnan(by["param_matched"].holm_p)
     assert by["fixed_v"].holm_p == pytest.approx(by["fixed_v"].contrast_p, abs=0)  # family of one
     assert res.aa_checks[0].status == "bit-identical"  # the A/A check is exempt
@@ -410,7 +410,8 @@ def test_aa_check_statuses_and_no_family():
         (a,) = res.assessments  # only fixed_v: the A/A is not a control
         assert a.control == "fixed_v" and a.family_size in (0, 1)
         assert rows_of(res)["dup_route_tied - block_attnres"]["verdict"] == status
-        assert math.isnan(rows_of(res)["dup_route_tied - block_attnres"]["holm_p"])
+        # One cell: the Holm family of the A/A offset tests has one member (DESIGN 6: Holm over the cells).
+        assert aa.n_cells == 1 and (aa.holm_p == aa.p or (math.isnan(aa.p) and math.isnan(aa.holm_p)))
     # Two pairs: no offset test, the floor still stated; no treatment: 1e-3 threshold.
     (aa,) = run({"block_attnres": list(p3[:2]), "dup_route_tied": list(p3[:2] + [0.002, 0.0])}).aa_checks
     assert (aa.status, aa.tested, aa.threshold) == ("warn", False, 1e-3)
@@ -510,9 +511,21 @@ def test_divergence_table_and_lost_seeds():
     assert (tp["n_pairs"], tp["seeds"], tp["missing_seeds"]) == (4, "0 1 2 4", "seed 3 (rd_attnres: failed: "
                                                                              "RuntimeError: CUDA OOM)")
     assert "lost seeds 1, 3" in rows["rd_attnres - fixed_v"]["note"]
-    # The contrast uses the seeds where control, parent and treatment all ran.
+    # The contrast uses the seeds where control, parent and treatment all ran, plus seed 1 where the
+    # control diverged and the other two finished: a loss for the control, e = +max |e| (DESIGN 6).
     fv = next(a for a in res.assessments if a.control == "fixed_v")
-    assert fv.seeds == (0, 2, 4) and fv.n == 3
+    vals = fixed_values()
+    e = [vals["fixed_v"][s] - 0.5 * vals["block_attnres"][s] - 0.5 * vals["rd_attnres"][s] for s in (0, 2, 4)]
+    assert fv.seeds == (0, 1, 2, 4) and fv.n == 4 and [i.seed for i in fv.imputed] == [1]
+    assert fv.imputed[0].loser == "fixed_v" and fv.imputed[0].value == max(abs(x) for x in e)
+    # stats.csv: the control row describes its 4 control - parent pairs, and says which seeds the verdict uses.
+    cp = rows["fixed_v - block_attnres"]
+    assert (cp["n_pairs"], cp["seeds"]) == (4, "0 2 3 4")
+    assert (cp["test_pairs"], cp["test_seeds"], cp["imputed_seeds"]) == (4, "0 1 2 4", "1")
+    assert "the verdict uses 4 pair(s), seeds 0 1 2 4" in cp["note"] and "seed(s) 1 count as losses" in cp["note"]
+    # The treatment's seed 3 failed for a non-numerical reason (CUDA OOM): missing, not a loss.
+    (h,) = res.headlines
+    assert h.seeds == (0, 1, 2, 4) and h.imputed == ()
 
 
 def test_mixed_code_versions_warn_and_duplicates_error():

@@ -53,6 +53,19 @@ def test_cell_open_truth_table():
     assert cell_open(np.array([True, True]), np.array([False, False]), codes).tolist() == [True, False]
 
 
+def test_a_gain_shown_absent_is_closed():
+    """DESIGN 6 v3: topup adds seeds to undecided cells only; 'gain absent' is decided."""
+    assert not cell_open(False, False, [dec.V_NOT_ASSESSED], absent=True).item()
+    f = frames_from_values({"block_attnres": [3.50, 3.51, 3.52],
+                            "rd_attnres": [3.5001, 3.5099, 3.5202]})  # d = +1e-4, -1e-4, +2e-4
+    st = analyze(f["final"], f["runs"], plan=AnalysisPlan(looks=LOOKS, min_effect_nats=0.01))
+    (h,) = st.headlines
+    assert h.absent and h.verdict == "gain absent (< 0.01 nats/token)" and h.absence_holm_p < h.look.level
+    (t,) = plan_topup(st, _held({0, 1, 2}))
+    assert not t.open and t.new_seeds == ()
+    assert "headline gain absent (< 0.01 nats/token): decided, more seeds cannot change it" in describe(t)
+
+
 def test_established_and_decided_is_closed():
     st = _stats(EST, [0.0001, -0.0001, 0.0])  # the control lands at the parent: does not reproduce
     assert st.assessments[0].verdict == dec.DOES_NOT_REPRODUCE
@@ -76,7 +89,7 @@ def test_an_inconclusive_control_gets_seeds_up_to_the_next_look():
 def test_an_undecided_headline_is_open_and_the_last_look_closes_it():
     (t,) = plan_topup(_stats(WEAK), _held({0, 1, 2}))
     assert t.open and t.new_seeds == (3, 4)
-    assert "headline gain not established at look 1 of 2 (3 pairs), level 0.0114: still undecided" in describe(t)
+    assert "headline undecided at look 1 of 2 (3 pairs), level 0.0114 (neither established nor absent)" in describe(t)
     last = _stats(WEAK + [0.004, -0.003])  # 5 pairs: the last look, still not established
     assert not last.headlines[0].established
     (t,) = plan_topup(last, _held({0, 1, 2, 3, 4}))
@@ -171,7 +184,7 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
 
     assert cli(["topup", "--grid", "seq", "--results", str(results), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "cell tiny/1_024: headline gain not established at look 1 of 2 (3 pairs), level 0.0114" in out
+    assert "cell tiny/1_024: headline undecided at look 1 of 2 (3 pairs), level 0.0114" in out
     assert "would queue seed(s) 3 4 for 4 variants (8 runs)" in out
     assert _seeds(results)["rd_attnres"] == [0, 1, 2]  # a dry run queues nothing
 

@@ -1,7 +1,7 @@
 """Add seeds up to the next look where a cell can still decide something (DESIGN section 8).
 
 Reads the grid's finished runs (as `harness report` does) and, for every cell (size,
-budget) whose headline is still undecided (gain not established before the last look)
+budget) whose headline is still undecided (neither established nor absent, before the last look)
 or whose gain is established with some control `inconclusive`, enqueues the seeds up to
 the cell's next look for every variant of that cell (pairs need the same seeds); workers
 then train them as usual (`harness work`). A cell whose gain is established and every

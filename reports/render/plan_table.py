@@ -70,7 +70,8 @@ def _table(shape: GridShape, rows: list[PlanRow]) -> list[str]:
     lines += ["  ".join(c.ljust(w) if i in (0, 1, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
               .rstrip() for row in table]
     lines += ["", "MDE: the smallest true |mean| (nats/token) the grid's seeds detect with the plan's power "
-                  f"({'at their look' if p.looks else 'at alpha'}). effect: min_effect_nats for the headline, "
+                  f"({'at their look' if p.looks else 'at alpha'}). effect: min_effect_nats for the headline "
+                  "(and for showing the gain absent, < min_effect_nats, when the true gain is 0), "
                   f"min(rho, 1 - rho) x min_effect_nats for a contrast. runs, tokens, worker-hours: every variant "
                   "of the cell at the seeds needed, at the measured throughput of one worker (divide by the workers)."]
     sources = list(dict.fromkeys(r.sd_source for r in rows if r.sd_source != GIVEN))

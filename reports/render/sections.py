@@ -20,12 +20,13 @@ from reports.render.sentences import (aa_sentence, cell_label, control_sentence,
                                       mean_ci, needed_short)
 from reports.render.summary import aa_chip, grid_status, how_to_read, progress_sentence, roles_text, verdict_banners
 from reports.render.summary import verdict_chip
+from reports.stats.floors import FLOOR_NATS
 from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, Headline, ReportStats
-from reports.stats.decisions import NOT_ASSESSED
+from reports.stats.decisions import CONDITIONAL_RATES, NOT_ASSESSED
 from reports.stats.looks import increments
 from reports.stats.paired_tests import EXACT_MAX_N
 from reports.stats.pairing import AA_VARIANTS
-from reports.stats.progress import FINISHED
+from reports.stats.progress import FINISHED, NOT_IN_STORE, UNREADABLE
 
 PAPER_HEADLINE = ("Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu): validation NLL lower "
                   "in 10/10 matched pairs (5 seeds x {120M, 343M}), mean dNLL -0.0301 / -0.0247 "
@@ -65,12 +66,30 @@ def _looks_text(p) -> str:
 
 def _top_warnings(stats: ReportStats) -> list[Block]:
     items = [f"{r.variant} diverged at seed(s) {_seeds(r.diverged_seeds)} ({_cell(r.size, r.budget_tokens)}): "
-             "those seeds are missing from every comparison with it (divergence table below)"
+             "each such seed counts as a loss for it in every test where its comparator finished (d = the largest "
+             "|d| observed, with the sign of a loss; divergence table below)"
              for r in stats.diverged()]
+    items += _no_result_warnings(stats)
     items += [f"A/A check, {_cell(a.size, a.budget_tokens)}: {aa_sentence(a, stats.plan.alpha)}"
               for a in stats.aa_checks if a.status == "FAIL"]
     items += list(stats.warnings)
     return [Heading(2, "Warnings"), Bullets(tuple(items), "warn")] if items else []
+
+
+def _no_result_warnings(stats: ReportStats) -> list[str]:
+    """Top-of-report warnings for runs with no result in the store (finished per the queue, or unreadable)."""
+    p = stats.progress
+    if p is None:
+        return []
+    out = []
+    for state, what in ((NOT_IN_STORE, "the queue says finished but no result file is in the store"),
+                        (UNREADABLE, "its result file could not be read")):
+        runs = [r for r in p.runs if r.state == state]
+        if runs:
+            out.append(f"{len(runs)} run(s) have no usable result ({what}): "
+                       + ", ".join(f"{r.variant} s{r.seed} ({_cell(r.size, r.budget_tokens)})" for r in runs[:8])
+                       + (", ..." if len(runs) > 8 else "") + "; they are in no statistic (grid status below)")
+    return out
 
 
 def _not_finished(stats: ReportStats, role: str, aa: bool | None = None) -> str | None:
@@ -111,8 +130,10 @@ def _headline(stats: ReportStats) -> list[Block]:
                        "good" if all(h.established for h in stats.headlines) else "warn"))
     out.append(Para(f"dNLL = {stats.treatment} minus {stats.parent}, final validation NLL, same seed and protocol; "
                     "negative = the treatment is better. One-sided paired t-test (H1: mean dNLL < 0), Holm over the "
-                    f"cells, level {stats.plan.alpha:g}; the gain is established where n >= 3, mean dNLL < 0 and Holm "
-                    "p < alpha. " + ("" if planned else "Seeds needed: set min_effect_nats in the grid's [analysis]. ")
+                    f"cells, level {stats.plan.alpha:g}; the gain is established where n >= 3, mean dNLL < "
+                    f"-{FLOOR_NATS:g} (the numerical floor) and Holm p < alpha; it is absent (< min_effect_nats) where "
+                    "the one-sided test of H0 'gain >= min_effect_nats' rejects (Holm over the cells); otherwise "
+                    "undecided. A seed where the treatment diverged and the parent did not counts as a loss. " + ("" if planned else "Seeds needed: set min_effect_nats in the grid's [analysis]. ")
                     + PAPER_HEADLINE, "note"))
     return out
 
@@ -129,7 +150,7 @@ def _wins(stats, h):
 
 def _mean_ci(stats, h):
     s = _comp(stats, h).stats
-    return mean_ci(h.mean, s.ci_low, s.ci_high)
+    return mean_ci(s.mean, s.ci_low, s.ci_high)  # the observed pairs (the sentence gives the tested mean)
 
 
 def _ppl(stats, h):
@@ -172,9 +193,11 @@ def _controls(stats: ReportStats) -> list[Block]:
     out.append(Para(
         f"Reproduction contrast per seed: e = c - (1 - rho) p - rho t with rho = {rho:g} (p parent, t treatment): "
         "mean e < 0 means the control lands nearer the treatment, mean e > 0 nearer the parent. Two-sided paired "
-        f"t-test on e (the exact sign-flip p where e has zero spread), Holm over the cell's assessed controls, level "
+        f"t-test on e (the exact sign-flip p where e has zero spread), Holm over every assessed (cell, control) "
+        "contrast of the grid, level "
         f"{stats.plan.alpha:g}: 'does not reproduce gain' = Holm p < alpha and mean e > 0; 'reproduces gain' = Holm "
-        "p < alpha and mean e < 0; 'inconclusive' otherwise. Controls are assessed only where the headline "
+        "p < alpha and mean e < 0 (both need |mean e| beyond the numerical floor, "
+        f"{FLOOR_NATS:g} nats/token); 'inconclusive' otherwise. Controls are assessed only where the headline "
         "established the gain; 'invalid: degenerate' (a control that cannot differ from the parent, DESIGN 3) takes "
         "precedence over every verdict. f = mean(c - p) / mean(t - p) with its 95 % Fieller interval; the A/A check "
         "is not a control and enters no family. Planned contrast effect = min(rho, 1 - rho) x min_effect_nats"
@@ -214,7 +237,10 @@ def _aa(stats: ReportStats) -> list[Block]:
         "A/A variant sums floats in another order than the parent and that rounding difference diverges "
         "chaotically over the run, so its max |dNLL| is the protocol's numerical noise floor; warn when it reaches "
         f"{AA_NOISE_FRACTION:g} x the treatment's |mean gain| ({AA_NOISE_ABS:g} nats/token without a treatment). "
-        "FAIL: a systematic offset, two-sided paired t p < alpha (unadjusted: the A/A check is in no family).", "note")
+        "FAIL: a systematic offset: two-sided paired t p, Holm over the grid's cells, < alpha, and a mean offset beyond "
+        "the float32 rounding of the NLL (one float32 ulp at the NLL's size); a FAIL thus has a family-wise false-alarm "
+        "rate <= alpha per grid. The A/A check is in no control family. A seed where the A/A variant diverged and the "
+        "parent did not counts as a loss for it (worst-case imputation).", "note")
     return [Box(title, _aa_box_chip(stats), (table, sentences, note), "aa-check")]
 
 
@@ -303,10 +329,38 @@ def _methods(stats: ReportStats) -> list[Block]:
         "2^m sign patterns (no Monte Carlo); exact sign test. Tests need >= 3 pairs. With zero spread the t "
         "statistic is 0/0 or infinite: its p and interval are undefined, never 0, and the sign-flip p is the only p.",
         f"Step 1 (gatekeeper): one-sided paired t-test of treatment - parent per cell (the exact one-sided sign-flip "
-        f"p at zero spread), Holm over the cells, level {p.alpha:g}.",
+        f"p at zero spread), Holm over the cells, level {p.alpha:g}: 'gain established' where mean d < -{FLOOR_NATS:g} "
+        "and Holm p < alpha. 'gain absent (< delta nats/token)', delta = min_effect_nats: the one-sided test of H0 "
+        "'gain >= delta' (paired t on d + delta, upper alternative; exact sign-flip at zero spread) rejects at Holm "
+        "level alpha over the cells; the printed bound is the upper one-sided bound on the gain at the level Holm "
+        "tests that cell at (alpha / (m - j + 1) for the j-th smallest p, held at the first failing step), which is "
+        "below delta exactly where absence is shown. Established takes precedence (a real gain smaller than delta). "
+        "Otherwise 'undecided', with the seeds that would establish the observed gain or show it absent at the "
+        "observed sd (noncentral t, at the plan's power).",
+        "Divergence is the worst outcome (worst-case imputation): a seed where one side of a comparison diverged (or "
+        "failed with a numerical error: NaN, inf, overflow) and the other finished counts in every test as a loss "
+        "for the side that diverged, d = +-max |d| observed in that comparison and cell (at least the floor); in a "
+        "reproduction contrast a diverged control counts e = +max |e|, a diverged treatment e = -max |e|; a seed "
+        "where both sides (or the parent of a contrast) diverged is left out. Simulated under a true null with a "
+        "treatment that diverges where it would lose: false-positive rate <= alpha at n = 3-10 (dropping those "
+        "pairs: up to 0.79). Descriptive rows show the observed pairs; each verdict's seeds are in stats.csv "
+        "(test_pairs, test_seeds, imputed_seeds).",
+        f"No verdict from rounding: every definite verdict needs its mean beyond an absolute floor of {FLOOR_NATS:g} "
+        "nats/token (the A/A check: the float32 rounding of the NLL, one float32 ulp at its size); a control within "
+        "the floor of the parent at every seed is degenerate; zero spread means max - min <= the floor (absolute).",
         f"Step 2 (only where the gain is established): reproduction contrast e = c - (1 - rho) p - rho t, rho = "
-        f"{p.reproduce_fraction:g}; two-sided paired t-test; Holm over the cell's controls. Degenerate controls and "
-        "the A/A check are outside the family.",
+        f"{p.reproduce_fraction:g}; two-sided paired t-test; Holm over every assessed (cell, control) contrast of the "
+        "grid. Degenerate controls and the A/A check are outside the family. The A/A offset tests: Holm over the "
+        "cells.",
+        "Controls are judged conditionally on the gate: the contrast e correlates with the gain's estimate when the "
+        "treatment's and the parent's run-to-run variances differ (cov(e, d) = (1 - rho) var(p) - rho var(t)), so "
+        "among the cells where the gain is established a control at the boundary (both definite verdicts wrong) "
+        "gets a wrong definite verdict more often than alpha when the gate's power is low. Simulated (f = 0.5, "
+        "gain -0.02 nats/token, alpha 0.05): " + "; ".join(
+            f"n = {n}, sd parent {a:g} / treatment {b:g}: {r:.3f}" for (n, a, b), r in CONDITIONAL_RATES.items())
+        + " (equal variances: 0.05; gate power >= 0.75: <= 0.05). The rate over all cells stays below alpha. No "
+        "rule based on the contrast's own test can remove this (the hypothesis fixes e, and so its covariance with "
+        "d); a selective test conditioning on the gate would, and is not implemented.",
         "Gain fraction: f = mean(c - p) / mean(t - p) over the seeds where all three ran; 95 % Fieller interval from "
         "the paired means and their covariance (t quantile, df = n - 1); unbounded when the gain's own 95 % "
         "interval covers 0.",

@@ -7,7 +7,8 @@ import math
 
 from reports.render.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, num as _num, tokens_label
 from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
-from reports.stats.decisions import DOES_NOT_REPRODUCE
+from reports.stats.decisions import DOES_NOT_REPRODUCE, UNDECIDED
+from reports.stats.floors import FLOOR_NATS
 from reports.stats.looks import GAMMA_MAX, look_text
 from reports.stats.paired_tests import MIN_PAIRS
 
@@ -50,6 +51,11 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
     why = {
         "established": ("Holm p (of the sequential p) < alpha and mean d < 0" if h.look.planned
                         else "Holm p < level and mean d < 0"),
+        "absent": (f"the one-sided test of H0 'gain >= {_num(min_effect, '.4g')} nats/token' rejects: Holm p "
+                   f"{fmt_p(h.absence_holm_p)} < alpha; the gain is at most {_num(h.gain_upper, '.3g')} nats/token "
+                   f"(upper one-sided bound at level {_num(h.gain_upper_level, '.3g')}, Holm-adjusted)"),
+        "mean within the numerical floor": (f"|mean d| <= {FLOOR_NATS:g} nats/token, the numerical floor: no verdict "
+                                            "rests on float rounding"),
         "before the first look": f"{h.n} pair(s): no look yet (the first is at {h.look.next_n} pairs)",
         "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
         "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
@@ -59,9 +65,40 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
     plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
             if not math.isnan(h.mde_nats) else f"MDE: none before the first look ({h.look.next_n} pairs)"
             if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
-    if not h.established and h.reason != "degenerate":
+    if h.verdict == UNDECIDED:
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
-    return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}."
+    extra = _divergence_text(h.imputed, h.dropped)
+    if h.verdict == UNDECIDED:
+        extra += _undecided_text(h, min_effect)
+    return f"{_cell(h.size, h.budget_tokens)}: **{h.verdict}** ({facts}): {why}. {plan}.{extra}"
+
+
+def _divergence_text(imputed: tuple, dropped: tuple) -> str:
+    """' Seeds 3, 4 count as losses of rd_attnres (diverged; d = +0.015, the largest |d| observed).'"""
+    out = ""
+    for loser in dict.fromkeys(i.loser for i in imputed):
+        mine = [i for i in imputed if i.loser == loser]
+        out += (f" Seed(s) {', '.join(str(i.seed) for i in mine)} count as losses of {loser}, which diverged there "
+                f"(d = {mine[0].value:+.4g}, the largest |d| observed, worst-case imputation).")
+    return out + (f" Seed(s) {', '.join(map(str, dropped))} left out: both sides diverged." if dropped else "")
+
+
+def _undecided_text(h: Headline, min_effect: float | None) -> str:
+    """What would decide an undecided headline: seeds to establish the observed gain, or to show it absent."""
+    parts = []
+    if h.seeds_establish is not None:
+        parts.append(f"to establish the observed gain ({fmt_nats(-h.mean)} nats/token): "
+                     + (f"{h.seeds_establish.n} seeds" if h.seeds_establish.reachable else "not reachable at this "
+                        "budget"))
+    if h.seeds_absent is not None:
+        parts.append(f"to show it absent (< {_num(min_effect, '.4g')} nats/token) at the observed gain: "
+                     + (f"{h.seeds_absent.n} seeds" if h.seeds_absent.reachable else "not reachable at this "
+                        "budget"))
+    elif min_effect is None:
+        parts.append("to show it absent: set min_effect_nats in the grid's [analysis]")
+    bound = (f" The gain is at most {_num(h.gain_upper, '.3g')} nats/token (upper one-sided bound at level "
+             f"{_num(h.gain_upper_level, '.3g')}, Holm-adjusted)." if math.isfinite(h.gain_upper) else "")
+    return bound + (" Undecided; what would decide it: " + "; ".join(parts) + "." if parts else "")
 
 
 def control_sentence(a: ControlAssessment, power: float) -> str:
@@ -88,9 +125,14 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
         seq = ""
     sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE
             else "the control lands nearer the treatment")
+    lost = _divergence_text(a.imputed, a.dropped)
+    family = f" over the grid's {a.family_size} assessed contrast(s)"
     if a.reason == "Holm p < alpha":
-        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} < alpha: {sign}"
-    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)} >= alpha; {mde}"
+        return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} < alpha: {sign}{lost}"
+    if a.reason == "mean within the numerical floor":
+        return (f"contrast mean e {a.contrast_mean:+.3g} is within the numerical floor ({FLOOR_NATS:g} nats/token): "
+                f"no verdict from rounding (Holm p {fmt_p(a.holm_p)}){lost}")
+    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} >= alpha; {mde}{lost}"
 
 
 def fraction_text(a: ControlAssessment) -> str:
@@ -118,14 +160,21 @@ def aa_sentence(a: AACheck, alpha: float) -> str:
         f" over {a.steps[0]} training steps" if a.steps else "")
     test = ("exact sign-flip p (zero spread)" if a.exact else "paired t p") + f" = {fmt_p(a.p)}"
     untested = f"; {a.n} pair(s) < {MIN_PAIRS}: no offset test" if not a.tested else ""
+    if a.tested and math.isfinite(a.floor) and abs(a.mean) <= a.floor and a.max_abs <= a.floor:
+        test += f", mean offset within the float32 rounding of the NLL ({a.floor:.3g} nats/token): pass"
+    elif a.tested:
+        test += f", Holm p {fmt_p(a.holm_p)} over {a.n_cells} cell(s)"
     if a.status == "no pairs":
         return "no A/A pair (no seed where both runs finished)"
     if a.status == "bit-identical":
         return f"bit-identical: all {a.n} paired differences are exactly 0"
     if a.status == "FAIL":
-        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, two-sided {test} < {alpha:g}) "
-                "for a variant equal to the parent in exact arithmetic: a harness bug (pairing, data order, "
-                f"initialisation) or nondeterminism; max |d| {a.max_abs:.3g}")
+        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, beyond the float32 rounding of the "
+                f"NLL {a.floor:.3g}; two-sided {test}, Holm p {fmt_p(a.holm_p)} < {alpha:g} over the grid's "
+                f"{a.n_cells} cell(s)) for a variant equal to the parent in exact arithmetic. At this level a FAIL "
+                f"means: if the harness were sound, a FAIL in any cell of this grid would happen in at most "
+                f"{alpha:g} of grids; so a harness bug (pairing, data order, initialisation) or nondeterminism is "
+                f"the likely cause; max |d| {a.max_abs:.3g}")
     floor = (f"max |d| = {a.max_abs:.3g} nats/token is the protocol's numerical noise floor (float summation "
              f"order diverges chaotically{steps})")
     if a.status == "warn":

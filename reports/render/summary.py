@@ -26,6 +26,7 @@ from reports.stats.analysis import AACheck, ReportStats
 VERDICT_TONES = {
     dec.GAIN_ESTABLISHED: "good",
     dec.GAIN_NOT_ESTABLISHED: "warn",
+    dec.GAIN_ABSENT_PREFIX: "info",  # "gain absent (< delta nats/token)": a definite null result
     dec.DOES_NOT_REPRODUCE: "good",
     dec.REPRODUCES: "bad",
     dec.INCONCLUSIVE: "warn",
@@ -37,7 +38,10 @@ VERDICT_SHORT = {dec.NOT_ASSESSED: "not assessed"}  # chips in banners and table
 VERDICT_MEANING = {
     dec.GAIN_ESTABLISHED: "step 1: the treatment beats the parent in this cell (n >= 3, mean dNLL < 0, Holm p < "
                           "alpha); its controls are judged in step 2",
-    dec.GAIN_NOT_ESTABLISHED: "step 1: no claim in this cell; no control is assessed there",
+    dec.GAIN_NOT_ESTABLISHED: "step 1: neither a gain nor its absence is shown at these seeds; the headline says "
+                              "how many seeds would decide it; no control is assessed there",
+    dec.GAIN_ABSENT_PREFIX: "step 1: the gain is smaller than min_effect_nats (one-sided test of H0 'gain >= "
+                            "min_effect_nats', Holm over the cells): a null result; no control is assessed there",
     dec.DOES_NOT_REPRODUCE: "the control lands nearer the parent: the confound it stands for does not explain the "
                             "gain",
     dec.REPRODUCES: "the control lands nearer the treatment: the confound it stands for can explain the gain",
@@ -70,7 +74,8 @@ STATE_TONES = {DONE: "good", DIVERGED: "warn", FAILED: "bad", RUNNING: "info", Q
 
 def verdict_chip(verdict: str, *, short: bool = False) -> Chip:
     """The chip of a headline or control verdict (raises KeyError on an unknown verdict)."""
-    return Chip(VERDICT_SHORT.get(verdict, verdict) if short else verdict, VERDICT_TONES[verdict], verdict)
+    tone = VERDICT_TONES[dec.GAIN_ABSENT_PREFIX if dec.is_absent(verdict) else verdict]
+    return Chip(VERDICT_SHORT.get(verdict, verdict) if short else verdict, tone, verdict)
 
 
 def aa_chip(a: AACheck) -> Chip:
@@ -182,13 +187,18 @@ def _banner_text(stats: ReportStats, size: str, budget: int) -> tuple[Chip, str]
         text = f"{who}: the treatment is degenerate ({h.degenerate_reason}); no test, and no control is assessed."
     elif h.established:
         text = f"{who}: {facts} < {h.level:g}. The gain is established; the controls are judged below."
+    elif h.absent:
+        text = (f"{who}: {facts}. The gain is absent: at most {num(h.gain_upper, '.3g')} nats/token (Holm-adjusted "
+                f"upper bound), below min_effect_nats; no control is assessed in this cell.")
     else:
         why = {"fewer than 3 pairs": f"{h.n} pair(s), the test needs 3",
+               "before the first look": "no look reached yet",
                "mean d >= 0": "the treatment is not better than the parent",
+               "mean within the numerical floor": "|mean dNLL| is within the numerical floor (float rounding)",
                "Holm p >= alpha": f"Holm p >= {h.level:g}"}[h.reason]
         mde = (f"; at {h.n} seeds the test detects gains of about {num(h.mde_nats, '.3g')} nats/token (MDE)"
                if math.isfinite(h.mde_nats) else "")
-        text = f"{who}: {facts}. Not established ({why}){mde}. No control is assessed in this cell."
+        text = f"{who}: {facts}. Undecided ({why}){mde}. No control is assessed in this cell."
     return verdict_chip(h.verdict), text
 
 
@@ -223,13 +233,15 @@ def how_to_read(stats: ReportStats) -> list[Block]:
     t, par = stats.treatment or "the treatment", stats.parent
     rho = stats.plan.reproduce_fraction
     legend = [(verdict_chip(v), VERDICT_MEANING[v]) for v in (
-        dec.GAIN_ESTABLISHED, dec.GAIN_NOT_ESTABLISHED, dec.DOES_NOT_REPRODUCE, dec.REPRODUCES, dec.INCONCLUSIVE,
+        dec.GAIN_ESTABLISHED, dec.GAIN_ABSENT_PREFIX, dec.GAIN_NOT_ESTABLISHED, dec.DOES_NOT_REPRODUCE, dec.REPRODUCES, dec.INCONCLUSIVE,
         dec.NOT_ASSESSED, dec.DEGENERATE)]
     legend += [(Chip(text, tone), AA_MEANING[text]) for text, tone in dict(AA_DISPLAY.values()).items()]
     return [Heading(2, "How to read this report"), Bullets((
         f"A cell is one (size, budget). Read its banner above first. Step 1 asks whether {t} beats {par}: a "
-        "one-sided paired t-test on the final validation NLL over matched seeds, Holm over the cells. Only where "
-        "that gain is established does step 2 judge the controls.",
+        "one-sided paired t-test on the final validation NLL over matched seeds, Holm over the cells: 'gain "
+        "established', 'gain absent (< min_effect_nats)' (a one-sided test that the gain is smaller than the plan's "
+        "min_effect_nats) or 'undecided'. Only where the gain is established does step 2 judge the controls. A seed "
+        "where a variant diverged and its comparator finished counts as a loss for it.",
         "dNLL = first minus second, in nats/token, at the same seed and protocol: negative means the first is "
         "better. Intervals are 95 %; 'wins k/n' counts the seeds where the first is better.",
         f"A control reproduces the gain when it lands nearer {t} than rho = {rho:g} of the way from {par} "

@@ -9,12 +9,16 @@ and protocol hash (:mod:`reports.stats.pairing`):
   sign test with the smallest p each can reach (:mod:`reports.stats.paired_tests`). Reported, never
   used for a verdict.
 * **Headline** (gatekeeper): one-sided t-test of treatment - parent, Holm over the cells;
-  *established* where n >= 3, mean d < 0 and Holm p < alpha (:mod:`reports.stats.decisions`).
+  *established* where n >= 3, mean d below minus the numerical floor and Holm p < alpha,
+  *absent* where the one-sided test of H0 "gain >= min_effect_nats" rejects (Holm over the
+  cells), else *undecided* (:mod:`reports.stats.decisions`, :mod:`reports.stats.floors`). A seed
+  where one side diverged counts as a loss for it (:mod:`reports.stats.divergence`).
 * **Controls**, only where the gain is established: the reproduction contrast
-  ``e = c - (1 - rho) p - rho t``, two-sided, Holm over the cell's controls; the fraction
+  ``e = c - (1 - rho) p - rho t``, two-sided, Holm over the grid's assessed (cell, control)
+  contrasts; the fraction
   of the gain reproduced with its Fieller interval. ``invalid: degenerate`` takes
   precedence over every verdict.
-* **A/A check** (outside every family), **divergence table**, **MDE / seeds needed** from
+* **A/A check** (in no control family; its offset tests Holm over the cells), **divergence table**, **MDE / seeds needed** from
   the plan's effect (:mod:`reports.stats.power`), the **mixed model** (:mod:`reports.stats.mixed`), and
   **gain vs budget** where a size has several budgets (:mod:`reports.stats.budget`).
 * With **looks** in the plan (DESIGN section 8, :mod:`reports.stats.looks`), the headline and the
@@ -43,6 +47,8 @@ import polars as pl
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.budget import gain_vs_budget
+from reports.stats.divergence import LostSeeds, TestedDiffs, contrast_losses, worst_case
+from reports.stats.floors import FLOOR_NATS, aa_floor, beyond_floor, within_floor_everywhere
 from reports.stats.mixed import fit_mixed_model
 from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, of_grid, pair_runs, steps_by_run
 from reports.stats.looks import Look, at_looks, look_at, sequential_p
@@ -55,30 +61,37 @@ from reports.stats.results import (  # re-exported: the result objects are part 
     NAN, AA_NOISE_FRACTION, AA_NOISE_ABS, AA_STATUSES, CSV_COLUMNS, EXTRA_COLUMNS, KINDS, NOTE_FEW,
     NOTE_ZERO_SPREAD, NOTE_ZEROS, NOTE_LOST, NOTE_UNBOUNDED, NOTE_NO_EFFECT, NOTE_UNREACHABLE, NOTE_DEGENERATE,
     NOTE_NO_LOOK, NOTE_BETWEEN, NOTE_EARLIER, ALL_ZERO_REASON, R_ESTABLISHED, R_FEW, R_NOT_BETTER, R_HOLM,
-    R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT, R_NO_TREATMENT, R_NO_LOOK, Descriptives, Comparison, Headline,
-    ControlAssessment, AACheck, DivergenceRow, ReportStats,
+    R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT, R_NO_TREATMENT, R_NO_LOOK, R_ABSENT, R_FLOOR, Descriptives, Comparison,
+    Headline, ControlAssessment, AACheck, DivergenceRow, ReportStats,
 )
 
-def _aa_check(c: Comparison, d: np.ndarray, gain: float, alpha: float, steps: tuple[int, ...]) -> AACheck:
-    """DESIGN 6 A/A check of comparison ``c`` with differences ``d`` (see :class:`AACheck`)."""
+
+def _aa_check(c: Comparison, t: TestedDiffs, gain: float, alpha: float, steps: tuple[int, ...], holm_p: float,
+              n_cells: int, floor: float) -> AACheck:
+    """DESIGN 6 A/A check of comparison ``c`` with tested differences ``t`` (observed, and the A/A
+    variant's lost seeds as losses) and the Holm p of its offset test over the cells (see :class:`AACheck`).
+    FAIL needs Holm p < alpha and a mean offset beyond ``floor`` (the float32 rounding of the NLL)."""
+    d = t.d
     threshold = AA_NOISE_FRACTION * abs(gain) if math.isfinite(gain) else AA_NOISE_ABS
     max_abs = float(np.max(np.abs(d))) if d.size else NAN
     tested = d.size >= paired.MIN_PAIRS
     p, exact = dec.two_sided_p(d) if tested else (np.array(NAN), np.array(False))
     p, exact = float(p), bool(exact)
+    mean = float(d.mean()) if d.size else NAN
     if not d.size:
         status = "no pairs"
     elif max_abs == 0.0:
         status = "bit-identical"
-    elif tested and p < alpha:
+    elif tested and holm_p < alpha and bool(beyond_floor(mean, floor)):
         status = "FAIL"
     elif max_abs >= threshold:
         status = "warn"
     else:
         status = "noise floor"
     return AACheck(variant=c.first, size=c.size, budget_tokens=c.budget_tokens, n=int(d.size), max_abs=max_abs,
-                   mean=c.stats.mean, p=p, exact=exact, tested=tested, status=status, gain=gain,
-                   threshold=threshold, steps=steps)
+                   mean=mean, p=p, exact=exact, tested=tested, status=status, gain=gain,
+                   threshold=threshold, steps=steps, holm_p=holm_p, n_cells=n_cells, floor=floor,
+                   imputed=t.imputed)
 
 
 def _divergence(pairing, cells) -> list[DivergenceRow]:
@@ -138,13 +151,13 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     sets = {(s.comparison, s.size, s.budget_tokens): s for s in pairing.sets}
     comparisons = _comparisons(pairing, aa_set)
     warn = list(pairing.warnings)
-    degen = _degeneracy(comparisons, degenerate or {}, aa_set, warn)
+    degen = _degeneracy(comparisons, sets, degenerate or {}, aa_set, warn)
     cells = sorted({(s.size, s.budget_tokens) for s in pairing.sets}, key=cell_order)
     t = pairing.treatment
-    headlines = _headlines(cells, sets, t, pairing.parent, degen, plan)
-    assessments = [a for size, budget in cells for a in
-                   _assess(size, budget, controls, sets, t, pairing.parent, degen, plan, headlines.get((size, budget)))]
-    aa = _aa_checks(comparisons, sets, headlines, steps_by_run(runs), plan.alpha)
+    lost = LostSeeds.of_pairing(pairing)
+    headlines = _headlines(cells, sets, t, pairing.parent, degen, plan, lost)
+    assessments = _assess(cells, controls, sets, t, pairing.parent, degen, plan, headlines, lost)
+    aa = _aa_checks(comparisons, sets, headlines, steps_by_run(runs), plan.alpha, lost)
     mixed = _mixed_models(pairing, warn)
     if progress is None:
         progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
@@ -180,10 +193,11 @@ def _comparisons(pairing, aa_set: tuple[str, ...]) -> list[Comparison]:
     return out
 
 
-def _degeneracy(comparisons: list[Comparison], given: Mapping[tuple[str, int, str], str], aa_set: tuple[str, ...],
-                warn: list[str]) -> dict[tuple[str, int, str], str]:
+def _degeneracy(comparisons: list[Comparison], sets: dict, given: Mapping[tuple[str, int, str], str],
+                aa_set: tuple[str, ...], warn: list[str]) -> dict[tuple[str, int, str], str]:
     """``(size, budget, variant) -> reason``: the given mapping (A/A checks exempt, unknown cells warned
-    about in ``warn``), plus every control whose paired differences with the parent are all zero."""
+    about in ``warn``), plus every control whose paired differences with the parent are within the
+    numerical floor at every seed (:func:`reports.stats.floors.within_floor_everywhere`)."""
     degen = {}
     known = {(c.size, c.budget_tokens, c.first) for c in comparisons} | {
         (c.size, c.budget_tokens, c.second) for c in comparisons}
@@ -195,24 +209,30 @@ def _degeneracy(comparisons: list[Comparison], given: Mapping[tuple[str, int, st
             warn.append(f"degeneracy given for {key}, which is not a variant of a cell of this grid: ignored")
             continue
         degen[tuple(key)] = str(reason)
-    for c in comparisons:
-        if c.kind == "control_vs_parent" and c.stats.n and c.stats.ties == c.stats.n:
+    for c in comparisons:  # within the numerical floor of the parent at every seed: no test can mean anything
+        ps = sets[(c.comparison, c.size, c.budget_tokens)]
+        if c.kind == "control_vs_parent" and within_floor_everywhere(_diffs(ps)):
             key = (c.size, c.budget_tokens, c.first)
-            degen[key] = "; ".join(x for x in (degen.get(key), ALL_ZERO_REASON) if x)
+            degen[key] = "; ".join(x for x in (degen.get(key), ALL_ZERO_REASON.format(floor=FLOOR_NATS)) if x)
     return degen
 
 
 def _aa_checks(comparisons: list[Comparison], sets: dict, headlines: dict[tuple[str, int], Headline],
-               steps_of: dict[str, int], alpha: float) -> list[AACheck]:
-    """The A/A check of every ``aa_check`` comparison, against its cell's treatment gain."""
+               steps_of: dict[str, int], alpha: float, lost: LostSeeds) -> list[AACheck]:
+    """The A/A check of every ``aa_check`` comparison, against its cell's treatment gain; the offset
+    tests Holm over the cells (DESIGN 6)."""
+    checked = [c for c in comparisons if c.kind == "aa_check"]
+    tested = [lost.tested(sets[(c.comparison, c.size, c.budget_tokens)]) for c in checked]
+    p = np.array([float(dec.two_sided_p(t.d)[0]) if t.d.size >= paired.MIN_PAIRS else NAN for t in tested])
+    holm_p = dec.holm(p) if checked else np.zeros(0)
+    n_cells = int(np.isfinite(holm_p).sum())
     aa = []
-    for c in comparisons:
-        if c.kind != "aa_check":
-            continue
+    for c, t, hp in zip(checked, tested, holm_p):
         ps = sets[(c.comparison, c.size, c.budget_tokens)]
         h = headlines.get((c.size, c.budget_tokens))
         steps = tuple(sorted({steps_of[r] for p in ps.pairs for r in (p.run_first, p.run_second) if r in steps_of}))
-        aa.append(_aa_check(c, np.array([p.diff for p in ps.pairs]), h.mean if h and h.n else NAN, alpha, steps))
+        floor = aa_floor([v for p in ps.pairs for v in (p.nll_first, p.nll_second)])
+        aa.append(_aa_check(c, t, h.mean if h and h.n else NAN, alpha, steps, float(hp), n_cells, floor))
     return aa
 
 
@@ -259,76 +279,132 @@ def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
 
 
 class _HeadlineInput(NamedTuple):
-    """One cell's treatment - parent differences and their test, before Holm over the cells."""
+    """One cell's tested treatment - parent differences and their tests, before Holm over the cells."""
 
     size: str
     budget: int
-    d: np.ndarray
-    test: _SequentialTest
+    tested: TestedDiffs  # the pairs plus lost seeds counted as losses (reports.stats.divergence)
+    test: _SequentialTest  # the headline test (H1: gain > 0)
+    absence: _SequentialTest | None  # the absence test (H1: gain < delta); None without min_effect_nats
     degenerate: str
 
 
-def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan) -> dict[tuple[str, int], Headline]:
-    """Step 1 for every cell with a treatment - parent comparison; Holm over the cells."""
+class _HeadlineDecision(NamedTuple):
+    """One cell's Holm results: the headline's and the absence test's, and Holm's level for the bound."""
+
+    holm_p: float
+    established: bool
+    absence_holm_p: float
+    absent: bool
+    level: float  # Holm's level of the absence test in this cell (NaN: not tested)
+
+
+def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan,
+               lost: LostSeeds) -> dict[tuple[str, int], Headline]:
+    """Step 1 for every cell with a treatment - parent comparison: established (Holm over the cells),
+    absent (the absence test, Holm over the cells) or undecided."""
     if treatment is None:
         return {}
-    label = f"{treatment} - {parent}"
+    label, delta = f"{treatment} - {parent}", plan.min_effect_nats
     rows = []
     for size, budget in cells:
         ps = sets.get((label, size, budget))
         if ps is None:
             continue
-        d = _diffs(ps)
-        rows.append(_HeadlineInput(size=size, budget=budget, d=d, test=_sequential(d, plan, dec.headline_p),
+        tested = lost.tested(ps)
+        absence = _sequential(tested.d, plan, dec.absence_test(delta)) if delta is not None else None
+        rows.append(_HeadlineInput(size=size, budget=budget, tested=tested,
+                                   test=_sequential(tested.d, plan, dec.headline_p), absence=absence,
                                    degenerate=degen.get((size, budget, treatment), "")))
     if not rows:
         return {}
-    adj, est = dec.decide_headline(np.array([r.test.look.n for r in rows]),
-                                   np.array([r.test.deciding_mean for r in rows]),
-                                   np.array([r.test.sequential_p for r in rows]), plan.alpha,
-                                   np.array([bool(r.degenerate) for r in rows]))
-    n_cells = int(np.isfinite(adj).sum())
-    return {(r.size, r.budget): _headline(r, label, float(hp), bool(established), n_cells, plan)
-            for r, hp, established in zip(rows, adj, est)}
+    decisions = _decide_headlines(rows, plan)
+    n_cells = int(np.isfinite([x.holm_p for x in decisions]).sum())
+    return {(r.size, r.budget): _headline(r, label, x, n_cells, plan) for r, x in zip(rows, decisions)}
 
 
-def _headline(r: _HeadlineInput, label: str, holm_p: float, established: bool, n_cells: int,
-              plan: AnalysisPlan) -> Headline:
-    """The :class:`Headline` of one cell, given its Holm p and whether the gain is established."""
-    d, q, degenerate = r.d, r.test, r.degenerate
+def _decide_headlines(rows: list[_HeadlineInput], plan: AnalysisPlan) -> list[_HeadlineDecision]:
+    """Holm over the cells for the headline test and, separately, for the absence test (DESIGN 6)."""
+    n = np.array([r.test.look.n for r in rows])
+    degenerate = np.array([bool(r.degenerate) for r in rows])
+    adj, est = dec.decide_headline(n, np.array([r.test.deciding_mean for r in rows]),
+                                   np.array([r.test.sequential_p for r in rows]), plan.alpha, degenerate)
+    p_abs = np.array([r.absence.sequential_p if r.absence is not None else NAN for r in rows])
+    adj_abs, absent = dec.decide_absence(n, p_abs, plan.alpha, degenerate)
+    levels = dec.holm_levels(np.where(degenerate, NAN, p_abs), plan.alpha)
+    return [_HeadlineDecision(holm_p=float(hp), established=bool(e), absence_holm_p=float(ha),
+                              absent=bool(a) and not bool(e), level=float(lv))
+            for hp, e, ha, a, lv in zip(adj, est, adj_abs, absent, levels)]
+
+
+def _headline(r: _HeadlineInput, label: str, x: _HeadlineDecision, n_cells: int, plan: AnalysisPlan) -> Headline:
+    """The :class:`Headline` of one cell, given its Holm decisions."""
+    d, q, qa, degenerate, delta = r.tested.d, r.test, r.absence, r.degenerate, plan.min_effect_nats
     n, mean = int(d.size), float(d.mean()) if d.size else NAN
-    reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if established else R_NO_LOOK
-              if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
-              if not d[:q.look.n].mean() < 0 else R_HOLM)
-    verdict = dec.DEGENERATE if degenerate else dec.GAIN_ESTABLISHED if established else dec.GAIN_NOT_ESTABLISHED
+    look_mean = float(d[:q.look.n].mean()) if q.look.n else NAN
+    reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if x.established else R_ABSENT if x.absent
+              else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
+              if not look_mean < 0 else R_FLOOR if not bool(beyond_floor(look_mean)) else R_HOLM)
+    verdict = dec.DEGENERATE if degenerate else dec.headline_verdict(x.established, x.absent, delta)
     sd = _sd(d)
+    # The bound on the pairs the current look tests, at Holm's level for this cell (scaled to the look's share).
+    bound_level = x.level * (q.look.level / plan.alpha) if qa is not None and math.isfinite(x.level) else NAN
+    upper = (float(dec.gain_upper_bound(d[:q.look.n], bound_level)) if math.isfinite(bound_level)
+             and q.look.n >= paired.MIN_PAIRS else NAN)
+    gain, undecided = -mean if n else NAN, verdict == dec.UNDECIDED
     return Headline(
         size=r.size, budget_tokens=r.budget, comparison=label, n=n, mean=mean, sd=sd,
         p_one_sided=NAN if degenerate else q.p,  # a degenerate treatment is not tested
-        exact=q.exact, holm_p=holm_p, n_cells=n_cells, level=q.look.level, established=established,
+        exact=q.exact, holm_p=x.holm_p, n_cells=n_cells, level=q.look.level, established=x.established,
         verdict=verdict, reason=reason, degenerate_reason=degenerate, mde_nats=look_mde(sd, n, plan, "one-sided"),
-        seeds_needed=planned_seeds(plan.min_effect_nats, sd, plan, "one-sided"), look=q.look,
-        sequential_p=NAN if degenerate else q.sequential_p, decided_look=q.decided_look)
+        seeds_needed=planned_seeds(delta, sd, plan, "one-sided"), look=q.look,
+        sequential_p=NAN if degenerate else q.sequential_p, decided_look=q.decided_look,
+        absent=x.absent, absence_p=NAN if degenerate or qa is None else qa.p, absence_holm_p=x.absence_holm_p,
+        gain_upper=upper, gain_upper_level=bound_level, seeds=r.tested.seeds, imputed=r.tested.imputed,
+        dropped=r.tested.dropped,
+        seeds_establish=planned_seeds(gain, sd, plan, "one-sided") if undecided and gain > FLOOR_NATS else None,
+        seeds_absent=(planned_seeds(delta - gain, sd, plan, "one-sided")
+                      if undecided and delta is not None and gain < delta else None))
 
 
 class _ContrastInput(NamedTuple):
-    """One control's reproduction contrast in one cell and its test, before Holm over the controls."""
+    """One control's reproduction contrast in one cell and its test, before Holm over the grid's contrasts."""
 
     control: str
-    seeds: tuple[int, ...]
-    x: np.ndarray  # control - parent
+    size: str
+    budget: int
+    head: Headline | None
+    x: np.ndarray  # control - parent, observed seeds
     y: np.ndarray  # treatment - parent, same seeds
-    e: np.ndarray  # the reproduction contrast
+    tested: TestedDiffs  # the contrast e, plus lost seeds counted as losses (reports.stats.divergence)
     test: _SequentialTest
     degenerate: str
 
 
-def _assess(size, budget, controls, sets, treatment, parent, degen, plan: AnalysisPlan,
-            head: Headline | None) -> list[ControlAssessment]:
-    """Step 2 for the controls of one cell: contrasts, Holm over the assessed ones, verdicts."""
-    established = head is not None and head.established
+def _assess(cells, controls, sets, treatment, parent, degen, plan: AnalysisPlan, headlines,
+            lost: LostSeeds) -> list[ControlAssessment]:
+    """Step 2 for the controls of every cell: contrasts, Holm over every assessed (cell, control)
+    contrast of the grid (DESIGN 6 "families across the grid"), verdicts."""
+    rows = [r for size, budget in cells
+            for r in _contrasts(size, budget, controls, sets, treatment, parent, degen, plan,
+                                headlines.get((size, budget)), lost)]
+    if not rows:
+        return []
+    established = np.array([r.head is not None and r.head.established for r in rows])
+    adj, codes = dec.decide_controls(established, np.array([bool(r.degenerate) for r in rows]),
+                                     np.array([r.test.look.n for r in rows]),
+                                     np.array([r.test.deciding_mean for r in rows]),
+                                     np.array([r.test.sequential_p for r in rows]), plan.alpha)
+    fam = int(np.isfinite(adj).sum())
+    return [_assessment(r, float(hp), int(code), fam, plan) for r, hp, code in zip(rows, adj, codes)]
+
+
+def _contrasts(size, budget, controls, sets, treatment, parent, degen, plan: AnalysisPlan, head: Headline | None,
+               lost: LostSeeds) -> list[_ContrastInput]:
+    """The reproduction contrast of every control of one cell, with its lost seeds as losses."""
     tp = sets.get((f"{treatment} - {parent}", size, budget)) if treatment else None
     d_tp = {p.seed: p.diff for p in tp.pairs} if tp is not None else {}
+    names = (parent,) + ((treatment,) if treatment else ())
     rows = []
     for c in controls:
         cp = sets.get((f"{c} - {parent}", size, budget))
@@ -338,37 +414,37 @@ def _assess(size, budget, controls, sets, treatment, parent, degen, plan: Analys
         x = np.array([p.diff for p in cp.pairs if p.seed in d_tp])
         y = np.array([d_tp[s] for s in seeds])
         e = dec.reproduction_contrast(x, y, plan.reproduce_fraction)
-        rows.append(_ContrastInput(control=c, seeds=seeds, x=x, y=y, e=e, test=_sequential(e, plan, dec.two_sided_p),
+        losses, dropped = (contrast_losses(c, treatment, {v: lost.of(v, size, budget) for v in (c, *names)},
+                                           {v: lost.done(v, size, budget) for v in (c, *names)}, parent)
+                           if treatment else ({}, []))
+        tested = worst_case(seeds, e, losses, dropped)
+        rows.append(_ContrastInput(control=c, size=size, budget=budget, head=head, x=x, y=y, tested=tested,
+                                   test=_sequential(tested.d, plan, dec.two_sided_p),
                                    degenerate=degen.get((size, budget, c), "")))
-    if not rows:
-        return []
-    adj, codes = dec.decide_controls(established, np.array([bool(r.degenerate) for r in rows]),
-                                     np.array([r.test.look.n for r in rows]),
-                                     np.array([r.test.deciding_mean for r in rows]),
-                                     np.array([r.test.sequential_p for r in rows]), plan.alpha)
-    fam = int(np.isfinite(adj).sum())
-    return [_assessment(r, size, budget, float(hp), int(code), fam, head, plan)
-            for r, hp, code in zip(rows, adj, codes)]
+    return rows
 
 
-def _assessment(r: _ContrastInput, size: str, budget: int, hp: float, code: int, fam: int, head: Headline | None,
-                plan: AnalysisPlan) -> ControlAssessment:
+def _assessment(r: _ContrastInput, hp: float, code: int, fam: int, plan: AnalysisPlan) -> ControlAssessment:
     """The :class:`ControlAssessment` of one control, given its Holm p, verdict code and family size."""
-    established = head is not None and head.established
-    q, n = r.test, int(r.e.size)
-    mean_e = float(r.e.mean()) if n else NAN
+    established = r.head is not None and r.head.established
+    e = r.tested.d
+    q, n = r.test, int(e.size)
+    mean_e = float(e.mean()) if n else NAN
     p, exact, seq = (q.p, q.exact, q.sequential_p) if math.isfinite(hp) else (NAN, False, NAN)  # untested
-    reason = (R_DEGENERATE if r.degenerate else (R_NO_TREATMENT if head is None else R_NO_GAIN)
+    reason = (R_DEGENERATE if r.degenerate else (R_NO_TREATMENT if r.head is None else R_NO_GAIN)
               if not established else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
-              else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES) else R_HOLM)
-    sd_e = _sd(r.e)
+              else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES)
+              else R_FLOOR if hp < plan.alpha else R_HOLM)
+    sd_e = _sd(e)
     planned = contrast_effect(plan.min_effect_nats, plan.reproduce_fraction)
-    # Step 2 quantities only where step 2 runs (assessed, in the family).
-    f = dec.fieller(r.x, r.y) if math.isfinite(hp) else dict(f=NAN, low=NAN, high=NAN, bounded=False)
+    # Step 2 quantities only where step 2 runs (assessed, in the family); Fieller on the observed seeds.
+    f = (dec.fieller(r.x, r.y) if math.isfinite(hp) and r.x.size
+         else dict(f=NAN, low=NAN, high=NAN, bounded=False))
     return ControlAssessment(
-        control=r.control, size=size, budget_tokens=budget, n=n, seeds=r.seeds, contrast_mean=mean_e,
+        control=r.control, size=r.size, budget_tokens=r.budget, n=n, seeds=r.tested.seeds, contrast_mean=mean_e,
         contrast_sd=sd_e, contrast_p=p, exact=exact, holm_p=hp, family_size=fam if math.isfinite(hp) else 0,
         fraction=float(f["f"]), fraction_low=float(f["low"]), fraction_high=float(f["high"]),
         bounded=bool(f["bounded"]), verdict=dec.VERDICTS[code], reason=reason, degenerate_reason=r.degenerate,
         mde_nats=look_mde(sd_e, n, plan, "two-sided"), planned_effect=planned,
-        seeds_needed=planned_seeds(planned, sd_e, plan, "two-sided"), look=q.look, sequential_p=seq)
+        seeds_needed=planned_seeds(planned, sd_e, plan, "two-sided"), look=q.look, sequential_p=seq,
+        imputed=r.tested.imputed, dropped=r.tested.dropped)

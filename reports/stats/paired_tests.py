@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
+from reports.stats.floors import ZERO_SPREAD_NATS
+
 MIN_PAIRS = 3  # fewer pairs: no test is run (DESIGN section 6: n >= 3)
 CONF = 0.95  # the descriptive interval is a 95 % two-sided t interval (DESIGN section 6)
 EXACT_MAX_N = 40  # sign-flip enumeration limit (2 x 2^20 partial sums)
@@ -56,11 +58,12 @@ def min_attainable_p(n_nonzero) -> np.ndarray | float:
 
 
 def zero_spread(d) -> np.ndarray:
-    """``[...]`` bool: the n values of ``d`` ``[..., n]`` are all equal, up to
-    :data:`REL_TIE` of the largest |d| (differences of NLLs that are equal in decimal
-    differ in the last bits; their float spread is not evidence)."""
+    """``[...]`` bool: the n values of ``d`` ``[..., n]`` are all equal, up to the absolute
+    tolerance :data:`reports.stats.floors.ZERO_SPREAD_NATS` (1e-6 nats/token): differences of NLLs
+    that are equal in decimal differ in the last bits, and a tolerance relative to the largest
+    |d| would call that rounding spread when every |d| is itself rounding (DESIGN 6)."""
     d = np.asarray(d, dtype=float)
-    return np.ptp(d, axis=-1) <= REL_TIE * np.abs(d).max(axis=-1)
+    return np.ptp(d, axis=-1) <= ZERO_SPREAD_NATS
 
 
 def t_test(d) -> dict[str, np.ndarray]:

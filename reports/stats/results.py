@@ -18,6 +18,7 @@ import polars as pl
 
 from reports.stats import paired_tests as paired
 from reports.stats.budget import GainVsBudget
+from reports.stats.floors import FLOOR_NATS
 from reports.stats.looks import Look
 from reports.stats.mixed import MixedModelCheck
 from reports.stats.pairing import LeftOut, Pair, cell_order
@@ -42,6 +43,8 @@ EXTRA_COLUMNS = (
     "wilcoxon_min_p", "sign_min_p", "p_one_sided_test", "family_size", "contrast_n", "contrast_sd",
     "contrast_test", "gain_fraction_bounded", "planned_effect_nats", "power_at_max_seeds",
     "missing_seeds", "code_versions", "level", "look", "n_looks", "look_pairs", "sequential_p",
+    "test_pairs", "test_seeds", "imputed_seeds", "absence_p", "absence_holm_p", "gain_upper",
+    "gain_upper_level", "numerical_floor",
 )
 KINDS = ("treatment_vs_parent", "control_vs_parent", "aa_check", "treatment_vs_control", "parent_vs_reference",
          "tuned_treatment_vs_parent")  # the last: the [tuned] robustness row (reports.stats.robustness, DESIGN 9)
@@ -58,13 +61,17 @@ NOTE_DEGENERATE = "degenerate: {reason}"
 NOTE_NO_LOOK = "before the first look ({first} pairs): not tested yet"
 NOTE_BETWEEN = "look {k} of {K} tests the first {n} of {pairs} pairs"
 NOTE_EARLIER = "established at look {k} of {K}"
-ALL_ZERO_REASON = "paired differences with the parent exactly zero at every seed"
+ALL_ZERO_REASON = "paired differences with the parent within the numerical floor ({floor:g} nats/token) at every seed"
+NOTE_IMPUTED = "seed(s) {seeds} count as losses (diverged: d = {values}, worst-case imputation)"
+NOTE_DROPPED = "seed(s) {seeds} left out: both sides (or the parent) diverged"
+NOTE_TEST_SEEDS = "the verdict uses {n} pair(s), seeds {seeds}"
 
 # Reason tags of a headline or control verdict.
 R_ESTABLISHED, R_FEW, R_NOT_BETTER, R_HOLM = "established", "fewer than 3 pairs", "mean d >= 0", "Holm p >= alpha"
 R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT = "degenerate", "gain not established", "Holm p < alpha"
 R_NO_TREATMENT = "no treatment in this cell"
 R_NO_LOOK = "before the first look"
+R_ABSENT, R_FLOOR = "absent", "mean within the numerical floor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +132,13 @@ class Comparison:
 class Headline:
     """Step 1 in one cell: is the treatment's gain over the parent established?
 
-    ``n``, ``mean`` and ``sd`` describe all pairs. ``p_one_sided`` is the one-sided t p (H1
+    ``n``, ``mean`` and ``sd`` describe the tested differences (``seeds``): every pair, plus each
+    seed where the treatment or the parent diverged and the other finished, counted as a loss for
+    the one that diverged (``imputed``, :mod:`reports.stats.divergence`). ``verdict``: ``gain
+    established``, ``gain absent (< delta nats/token)`` (``absent``; ``absence_p`` its one-sided p,
+    ``absence_holm_p`` Holm over the cells, ``gain_upper`` the Holm-adjusted upper bound on the
+    gain at level ``gain_upper_level``) or ``undecided`` (``seeds_establish`` / ``seeds_absent``:
+    what would decide it), or ``invalid: degenerate``. ``p_one_sided`` is the one-sided t p (H1
     mean d < 0), or with zero spread the exact one-sided sign-flip p (``exact``), of the
     pairs the current look tests (``look``, :mod:`reports.stats.looks`: all pairs without looks,
     the first n_k with looks, none before the first look); ``level`` is that look's level
@@ -158,13 +171,27 @@ class Headline:
     look: Look
     sequential_p: float
     decided_look: int
+    absent: bool = False
+    absence_p: float = NAN  # one-sided p of H0 "gain >= delta" at the current look (reports.stats.decisions.absence_p)
+    absence_holm_p: float = NAN  # Holm over the cells of its sequential p
+    gain_upper: float = NAN  # Holm-adjusted upper one-sided bound on the gain -mean d (nats/token)
+    gain_upper_level: float = NAN  # the one-sided level of that bound
+    seeds: tuple[int, ...] = ()  # seeds of the tested differences (observed and imputed), seed order
+    imputed: tuple = ()  # reports.stats.divergence.Imputed: lost seeds counted as losses
+    dropped: tuple[int, ...] = ()  # seeds left out: both runs diverged
+    seeds_establish: SeedsNeeded | None = None  # seeds to establish the observed gain (undecided cells)
+    seeds_absent: SeedsNeeded | None = None  # seeds to show the gain absent at the observed gain
 
 
 @dataclass(frozen=True, slots=True)
 class ControlAssessment:
     """Step 2 for one control in one cell: the reproduction contrast and the verdict.
 
-    ``n``/``seeds``: seeds where control, parent and treatment all have a paired run.
+    ``n``/``seeds``: seeds where control, parent and treatment all have a paired run, plus seeds
+    where the control or the treatment diverged and the other two finished (``imputed``: a loss
+    for the one that diverged, :mod:`reports.stats.divergence`). ``holm_p`` is over every assessed
+    (cell, control) contrast of the grid (``family_size``); a definite verdict also needs
+    |mean e| beyond the numerical floor (:mod:`reports.stats.floors`).
     ``contrast_p`` (two-sided; exact sign-flip at zero spread, ``exact``) and ``holm_p``
     (over the cell's ``family_size`` assessed controls) are NaN where no test was run
     (gain not established, degenerate, n < 3). ``fraction``/``low``/``high``: f = mean(c -
@@ -200,6 +227,8 @@ class ControlAssessment:
     seeds_needed: SeedsNeeded
     look: Look
     sequential_p: float
+    imputed: tuple = ()  # reports.stats.divergence.Imputed: lost seeds counted as losses in the contrast
+    dropped: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,10 +236,11 @@ class AACheck:
     """The A/A check: a variant equal to the parent in exact arithmetic vs the parent.
 
     ``status``: ``bit-identical`` (every d exactly 0), ``FAIL`` (systematic offset: two-sided
-    p < alpha, exact sign-flip at zero spread), ``warn`` (max |d| >= ``threshold``: the
+    p, exact sign-flip at zero spread, Holm over the grid's ``n_cells`` A/A cells < alpha, and
+    |mean| beyond ``floor``, the float32 rounding of the NLL), ``warn`` (max |d| >= ``threshold``: the
     numerical noise floor rivals the gain), ``noise floor`` (max |d| below it), ``no pairs``.
     ``tested`` is False with fewer than 3 pairs. ``threshold`` = 0.5 |gain| (gain = the
-    treatment's mean d in the cell) or ``AA_NOISE_ABS`` without one. Outside every family.
+    treatment's mean d in the cell) or ``AA_NOISE_ABS`` without one. In no control family (its own: the cells).
     """
 
     variant: str
@@ -226,6 +256,10 @@ class AACheck:
     gain: float
     threshold: float
     steps: tuple[int, ...]
+    holm_p: float = NAN  # Holm over the cells' A/A offset tests (DESIGN 6)
+    n_cells: int = 0
+    floor: float = NAN  # the float32 rounding of the NLL (reports.stats.floors.aa_floor)
+    imputed: tuple = ()  # reports.stats.divergence.Imputed: the A/A variant's lost seeds, counted as losses
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +352,21 @@ def _look_notes(look: Look, decided: int) -> list[str]:
     return notes + ([NOTE_EARLIER.format(k=decided, K=look.n_looks)] if 0 < decided < look.k else [])
 
 
+def _tested_columns(seeds: tuple[int, ...], imputed: tuple) -> dict:
+    return dict(test_pairs=len(seeds), test_seeds=" ".join(map(str, seeds)),
+                imputed_seeds=" ".join(str(i.seed) for i in imputed))
+
+
+def _tested_notes(described: tuple[int, ...], tested: tuple[int, ...], imputed: tuple, dropped: tuple) -> list[str]:
+    """Notes when the verdict's seeds differ from the row's descriptive pairs (lost or imputed seeds)."""
+    notes = [NOTE_IMPUTED.format(seeds=", ".join(str(i.seed) for i in imputed),
+                                 values=", ".join(f"{i.value:+.4g}" for i in imputed))] if imputed else []
+    notes += [NOTE_DROPPED.format(seeds=", ".join(map(str, dropped)))] if dropped else []
+    if tuple(tested) != tuple(described):
+        notes.append(NOTE_TEST_SEEDS.format(n=len(tested), seeds=" ".join(map(str, tested)) or "none"))
+    return notes
+
+
 def _row(rs: ReportStats, c: Comparison) -> dict:
     s = c.stats
     notes = [NOTE_FEW] if s.n < paired.MIN_PAIRS else []
@@ -339,43 +388,60 @@ def _row(rs: ReportStats, c: Comparison) -> dict:
         family_size=None, contrast_n=None, contrast_sd=NAN, contrast_test="", gain_fraction_bounded=None,
         planned_effect_nats=NAN, power_at_max_seeds=NAN, missing_seeds="; ".join(c.missing),
         code_versions=" ".join(c.code_versions), level=NAN, look=None, n_looks=None, look_pairs=None,
-        sequential_p=NAN)
-    plan = rs.plan
+        sequential_p=NAN, test_pairs=None, test_seeds="", imputed_seeds="", absence_p=NAN, absence_holm_p=NAN,
+        gain_upper=NAN, gain_upper_level=NAN, numerical_floor=NAN)
     h = rs.headline(c.size, c.budget_tokens) if c.kind == "treatment_vs_parent" else None
     a = rs.assessment(c.first, c.size, c.budget_tokens) if c.kind == "control_vs_parent" else None
     aa = rs.aa_check(c.first, c.size, c.budget_tokens) if c.kind == "aa_check" else None
     if h is not None:
-        row.update(p_one_sided=h.p_one_sided, holm_p=h.holm_p, verdict=h.verdict, reason=h.reason,
-                   p_one_sided_test="exact sign-flip" if h.exact else "t", family_size=h.n_cells,
-                   mde_nats=h.mde_nats, seeds_needed=h.seeds_needed.n, planned_effect_nats=plan.min_effect_nats,
-                   power_at_max_seeds=h.seeds_needed.power_at_max)
-        notes += [NOTE_DEGENERATE.format(reason=h.degenerate_reason)] if h.degenerate_reason else []
-        row.update(_look_columns(h.look, h.level, h.sequential_p))
-        notes += _look_notes(h.look, h.decided_look if h.established else 0)
-        notes += _needed_notes(h.seeds_needed, plan.min_effect_nats)
+        notes += _headline_columns(row, h, c, rs.plan)
     elif a is not None:
-        row.update(holm_p=a.holm_p, contrast_mean=a.contrast_mean, contrast_p=a.contrast_p,
-                   gain_fraction=a.fraction, gain_fraction_low=a.fraction_low, gain_fraction_high=a.fraction_high,
-                   verdict=a.verdict, reason=a.reason, family_size=a.family_size or None, contrast_n=a.n,
-                   contrast_sd=a.contrast_sd, contrast_test=("exact sign-flip" if a.exact else "t")
-                   if math.isfinite(a.contrast_p) else "", gain_fraction_bounded=a.bounded,
-                   mde_nats=a.mde_nats, seeds_needed=a.seeds_needed.n,
-                   planned_effect_nats=NAN if a.planned_effect is None else a.planned_effect,
-                   power_at_max_seeds=a.seeds_needed.power_at_max)
-        notes += [NOTE_DEGENERATE.format(reason=a.degenerate_reason)] if a.degenerate_reason else []
-        if math.isfinite(a.holm_p):  # tested: its look and level
-            row.update(_look_columns(a.look, a.look.level, a.sequential_p))
-            notes += _look_notes(a.look, 0)
-        notes += [NOTE_UNBOUNDED] if math.isfinite(a.fraction) and not a.bounded else []
-        notes += _needed_notes(a.seeds_needed, a.planned_effect)
+        notes += _control_columns(row, a, c)
     elif aa is not None:
-        row.update(verdict=aa.status, holm_p=NAN)
+        row.update(verdict=aa.status, holm_p=aa.holm_p, family_size=aa.n_cells or None, numerical_floor=aa.floor,
+                   imputed_seeds=" ".join(str(i.seed) for i in aa.imputed))
+        notes += _tested_notes((), (), aa.imputed, ())
     elif c.kind == "tuned_treatment_vs_parent":
         r = next(x for x in rs.robustness if x.comparison is c)
         row.update(p_one_sided=r.p_one_sided, p_one_sided_test="exact sign-flip" if r.exact else "t")
         notes.append("robustness row (descriptive, in no family); tuned fields: " + ("; ".join(r.fields) or "none"))
     row["note"] = "; ".join(notes)
     return row
+
+
+def _headline_columns(row: dict, h: Headline, c: Comparison, plan: AnalysisPlan) -> list[str]:
+    """Fill ``row`` with the headline's columns (step 1); returns its notes."""
+    row.update(p_one_sided=h.p_one_sided, holm_p=h.holm_p, verdict=h.verdict, reason=h.reason,
+               p_one_sided_test="exact sign-flip" if h.exact else "t", family_size=h.n_cells,
+               mde_nats=h.mde_nats, seeds_needed=h.seeds_needed.n, planned_effect_nats=plan.min_effect_nats,
+               power_at_max_seeds=h.seeds_needed.power_at_max)
+    notes = [NOTE_DEGENERATE.format(reason=h.degenerate_reason)] if h.degenerate_reason else []
+    row.update(_look_columns(h.look, h.level, h.sequential_p))
+    row.update(_tested_columns(h.seeds, h.imputed), absence_p=h.absence_p, absence_holm_p=h.absence_holm_p,
+               gain_upper=h.gain_upper, gain_upper_level=h.gain_upper_level, numerical_floor=FLOOR_NATS)
+    notes += _tested_notes(c.seeds, h.seeds, h.imputed, h.dropped)
+    notes += _look_notes(h.look, h.decided_look if h.established else 0)
+    return notes + _needed_notes(h.seeds_needed, plan.min_effect_nats)
+
+
+def _control_columns(row: dict, a: ControlAssessment, c: Comparison) -> list[str]:
+    """Fill ``row`` with a control's columns (step 2); returns its notes."""
+    row.update(holm_p=a.holm_p, contrast_mean=a.contrast_mean, contrast_p=a.contrast_p,
+               gain_fraction=a.fraction, gain_fraction_low=a.fraction_low, gain_fraction_high=a.fraction_high,
+               verdict=a.verdict, reason=a.reason, family_size=a.family_size or None, contrast_n=a.n,
+               contrast_sd=a.contrast_sd, contrast_test=("exact sign-flip" if a.exact else "t")
+               if math.isfinite(a.contrast_p) else "", gain_fraction_bounded=a.bounded,
+               mde_nats=a.mde_nats, seeds_needed=a.seeds_needed.n,
+               planned_effect_nats=NAN if a.planned_effect is None else a.planned_effect,
+               power_at_max_seeds=a.seeds_needed.power_at_max)
+    notes = [NOTE_DEGENERATE.format(reason=a.degenerate_reason)] if a.degenerate_reason else []
+    row.update(_tested_columns(a.seeds, a.imputed), numerical_floor=FLOOR_NATS)
+    notes += _tested_notes(c.seeds, a.seeds, a.imputed, a.dropped)
+    if math.isfinite(a.holm_p):  # tested: its look and level
+        row.update(_look_columns(a.look, a.look.level, a.sequential_p))
+        notes += _look_notes(a.look, 0)
+    notes += [NOTE_UNBOUNDED] if math.isfinite(a.fraction) and not a.bounded else []
+    return notes + _needed_notes(a.seeds_needed, a.planned_effect)
 
 
 # --------------------------------------------------------------------------- analysis

@@ -35,6 +35,7 @@ from reports.stats.power import contrast_effect, look_mde, planned_seeds
 from reports.stats.analysis import ReportStats
 
 HEADLINE = "headline"
+ABSENCE = "absence"  # the headline's absence test (H0: gain >= min_effect_nats), DESIGN 6
 CONTRAST = "contrast"
 GIVEN = "given (--sd)"
 JSON_KEYS = ("comparison", "size", "budget_tokens", "sd_nats", "n_seeds", "mde_nats", "seeds_needed", "reachable",
@@ -85,7 +86,7 @@ class PlanRow:
     """One comparison in one cell (see the module docstring). Units: nats/token, tokens, hours."""
 
     comparison: str
-    kind: str  # HEADLINE or CONTRAST
+    kind: str  # HEADLINE, ABSENCE or CONTRAST
     size: str
     budget_tokens: int
     sd_nats: float | None
@@ -215,6 +216,11 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
     sds = pilot_sds(pilot) if pilot is not None else {}
     comparisons = ([(HEADLINE, f"{shape.treatment} - {shape.parent}", "one-sided", plan.min_effect_nats)]
                    if shape.treatment else [])
+    if shape.treatment and plan.min_effect_nats is not None:
+        # Showing the gain absent (< delta) when it is 0: the one-sided test of H0 "gain >= delta" is
+        # the headline's test shifted by delta, so it has the same power at the same distance.
+        comparisons.append((ABSENCE, f"{shape.treatment} - {shape.parent} (absent, true gain 0)", "one-sided",
+                            plan.min_effect_nats))
     comparisons += [(c, f"{c} (contrast)", "two-sided", contrast_effect(plan.min_effect_nats, plan.reproduce_fraction))
                     for c in shape.controls]
     level = look_at(shape.n_seeds, plan.looks, plan.alpha).level
@@ -222,16 +228,16 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
     for size, budget, variants in shape.cells:
         tps = speed.get(size, Throughput(None, "unknown")).tokens_per_s
         for key, label, alternative, effect in comparisons:
-            if key != HEADLINE and key not in variants:
+            if key not in (HEADLINE, ABSENCE) and key not in variants:
                 continue
             got = (PilotSd(sd, GIVEN) if pilot is None
-                   else _match(sds, key, size, budget, pilot.grid))
+                   else _match(sds, HEADLINE if key == ABSENCE else key, size, budget, pilot.grid))
             mde = look_mde(got.sd, shape.n_seeds, plan, alternative) if got.sd is not None else float("nan")
             need = planned_seeds(effect, got.sd if got.sd is not None else float("nan"), plan, alternative)
             runs = len(variants) * need.n if need.reachable else None
             tokens = runs * budget if runs is not None else None
             hours = tokens / tps / 3600 if tokens is not None and tps else None
-            rows.append(PlanRow(comparison=label, kind=key if key == HEADLINE else CONTRAST, size=size,
+            rows.append(PlanRow(comparison=label, kind=key if key in (HEADLINE, ABSENCE) else CONTRAST, size=size,
                                 budget_tokens=budget, sd_nats=got.sd, sd_source=got.source,
                                 sd_df=got.df if pilot is not None and got.sd is not None else None,
                                 n_seeds=shape.n_seeds, level=level, mde_nats=None if math.isnan(mde) else mde,

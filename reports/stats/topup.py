@@ -1,11 +1,13 @@
 """Which cells can still decide something, and which seeds to add (DESIGN section 8, ``harness topup``).
 
-A cell is *open* when its headline or any control verdict is still inconclusive:
+A cell is *open* when its headline or any control verdict is still undecided (DESIGN 6 v3:
+``harness topup`` tops up undecided cells only):
 
-* the headline is ``gain not established`` before the last look (or before the first):
-  in a sequential plan that means "not yet", the headline itself is undecided. At the
-  last look the plan's alpha is spent and "not established" is final;
+* the headline is ``undecided`` (neither established nor absent) before the last look
+  (or before the first). At the last look the plan's alpha is spent and it is final;
 * or the gain is established and some control is ``inconclusive``.
+
+A cell whose gain is ``gain absent (< delta nats/token)`` is decided: closed.
 
 A degenerate treatment, a cell without a treatment, or a cell whose gain is established
 and every control decided (``does not reproduce gain``, ``reproduces gain``, ``invalid:
@@ -32,13 +34,15 @@ from reports.stats.looks import look_at, look_text
 from reports.stats.analysis import ReportStats
 
 
-def cell_open(established, headline_last, codes) -> np.ndarray:
-    """``[...]`` bool: the headline is undecided (not established, not at its last look) or the gain
-    is established and a control verdict (``codes [..., C]``, :data:`reports.stats.decisions.VERDICTS`
-    indices) is inconclusive. Whether seeds can still be added (a next look exists) is separate."""
+def cell_open(established, headline_last, codes, absent=False) -> np.ndarray:
+    """``[...]`` bool: the headline is undecided (neither established nor ``absent``, not at its last
+    look) or the gain is established and a control verdict (``codes [..., C]``,
+    :data:`reports.stats.decisions.VERDICTS` indices) is inconclusive. Whether seeds can still be added
+    (a next look exists) is separate."""
     established, headline_last = np.asarray(established, bool), np.asarray(headline_last, bool)
+    absent = np.asarray(absent, bool)
     inconclusive = (np.asarray(codes) == dec.V_INCONCLUSIVE).any(axis=-1)
-    return (~established & ~headline_last) | (established & inconclusive)
+    return (~established & ~absent & ~headline_last) | (established & inconclusive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +97,12 @@ def _why_open(stats: ReportStats, size: str, budget: int) -> tuple[bool, str]:
         if not open_:
             return False, "headline gain established and every control decided"
         return True, f"headline gain established; inconclusive: {', '.join(open_)}"
+    if h.absent:
+        return False, f"headline {h.verdict}: decided, more seeds cannot change it"
     if h.look.last:
-        return False, f"gain not established at the last look ({look_text(h.look)}): the plan's alpha is spent"
+        return False, f"gain undecided at the last look ({look_text(h.look)}): the plan's alpha is spent"
     where = look_text(h.look) or f"{h.n} pairs"
-    return True, f"headline gain not established at {where}: still undecided"
+    return True, f"headline undecided at {where} (neither established nor absent)"
 
 
 def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -> list[CellTopup]:
