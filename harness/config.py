@@ -29,6 +29,8 @@ from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
 PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
+#: Live-curve trackers a run can stream to (``[train] loggers``, ``--logger``; harness.train.trackers).
+TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
 
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
@@ -102,6 +104,8 @@ class TrainConfig:
             and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32), ``32-true`` or
             ``bf16-mixed``. Resolved per machine; the result enters the protocol hash.
         compile: wrap the model in ``torch.compile``.
+        loggers: trackers that show the run's curves live (:data:`TRACKERS`; TOML list, ``--set
+            loggers=a,b``); an execution setting, outside the protocol hash.
     """
 
     lr: float = 3e-3
@@ -123,9 +127,13 @@ class TrainConfig:
     checkpoint_every_tokens: int = 0
     precision: str = "auto"
     compile: bool = False
+    loggers: tuple = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "loggers", check_loggers(self.loggers))
         for f in fields(self):
+            if f.type == "tuple":
+                continue
             value = getattr(self, f.name)
             kind = {"int": int, "float": float, "bool": bool, "str": str}[f.type]
             ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
@@ -177,6 +185,8 @@ class TrainConfig:
                 return int(text.replace("_", ""))
             if kind == "float":
                 return float(text.replace("_", ""))
+            if kind == "tuple":
+                return tuple(t.strip() for t in text.split(",") if t.strip())
             if kind == "bool":
                 low = text.lower()
                 if low in ("true", "1", "yes", "on"):
@@ -199,6 +209,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def check_loggers(names) -> tuple[str, ...]:
+    """``names`` (a list or tuple of :data:`TRACKERS` names) as a tuple, each once, in order.
+
+    Raises:
+        ValueError: not a list of strings, or an unknown tracker (the message lists the allowed ones).
+    """
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"loggers={names!r} must be a list of names; allowed: {', '.join(TRACKERS)}")
+    bad = [n for n in names if n not in TRACKERS]
+    if bad:
+        raise ValueError(f"logger {bad[0]!r} is not known; allowed: {', '.join(TRACKERS)}")
+    return tuple(dict.fromkeys(names))
 
 
 # Per-size defaults of the training settings (preset level of the precedence chain).

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import console
+from harness.config import TRACKERS
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
@@ -77,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    parser.add_argument("--logger", action="append", default=[], choices=TRACKERS, metavar="NAME",
+                        help=f"stream each run's live curves to a tracker ({', '.join(TRACKERS)}), besides its "
+                        "[train] loggers; repeatable; outside the protocol hash")
 
 
 def _check_writable(results: Path) -> None:
@@ -146,7 +150,8 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         extra = {"stop_requested": stop} if stop is not None else {}
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
-                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
+                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy,
+                                     loggers=tuple(args.logger), **extra)
     on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")

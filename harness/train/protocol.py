@@ -22,7 +22,7 @@ from harness.config import ModelConfig, RunConfig
 
 PROTOCOL_VERSION = 1
 # Execution details that do not change what is computed (or only through kernel choice).
-NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens")
+NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens", "loggers")
 
 
 def protocol_dict(config: RunConfig, *, data_meta: dict, model: ModelConfig, eval_windows: int,

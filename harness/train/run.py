@@ -46,6 +46,7 @@ from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
 from harness.train.schedule import StepPlan
+from harness.train.trackers import Trackers
 from harness.train.trainer import (describe_precision, make_trainer, quiet_lightning, resolve_accelerator,
                                    resolve_precision)
 
@@ -80,6 +81,7 @@ class Run:
     progress: bool
     started: dt.datetime
     t_start: float  # perf_counter at the start of build, seconds
+    trackers: Trackers | None = None  # live curves (harness.train.trackers); None without loggers
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class Fitted:
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
           stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-          stop_requested: Callable[[], str | None] | None = None) -> Run:
+          stop_requested: Callable[[], str | None] | None = None, loggers: tuple[str, ...] = ()) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -144,8 +146,11 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
                            save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
                            on_eval=on_eval, stop_requested=stop_requested, t_setup=t_start)
+    names = train.loggers + tuple(loggers)
+    trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
-                           precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
+                           precision=precision, max_steps=plan.total_steps, root=ckpt_dir,
+                           callbacks=[callback] + ([trackers] if trackers else []))
     _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
     if progress and train.precision == "auto-bf16":
         print(f"[{config.label}] {describe_precision(train.precision, accelerator)}", file=sys.stderr, flush=True)
@@ -159,7 +164,7 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
                trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
                ckpt_dir=ckpt_dir, fence=fence, resumed_from=resumed_from, progress=progress, started=started,
-               t_start=t_start)
+               t_start=t_start, trackers=trackers)
 
 
 def fit(run: Run) -> Fitted:
@@ -257,7 +262,7 @@ def record(run: Run, fitted: Fitted) -> str:
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
               stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-              stop_requested: Callable[[], str | None] | None = None) -> str:
+              stop_requested: Callable[[], str | None] | None = None, loggers: tuple[str, ...] = ()) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -276,6 +281,8 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         stop_requested: asked after every optimiser step; a reason (a signal's name,
             :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
             :class:`RunInterrupted`.
+        loggers: trackers to stream the run's curves to, besides its ``[train] loggers``
+            (:data:`harness.config.TRACKERS`, :mod:`harness.train.trackers`).
 
     Returns:
         ``done``, ``diverged`` or ``pruned`` (a diverged run is recorded, not raised).
@@ -288,8 +295,14 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
     """
     run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
                 strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                on_eval=on_eval, stop_requested=stop_requested)
-    return record(run, fit(run))
+                on_eval=on_eval, stop_requested=stop_requested, loggers=loggers)
+    status = "interrupted"
+    try:
+        status = record(run, fit(run))
+    finally:
+        if run.trackers is not None and run.trainer.is_global_zero:
+            run.trackers.finish(run.lit, status)
+    return status
 
 
 def time_split(row: dict) -> str:
