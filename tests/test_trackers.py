@@ -63,17 +63,18 @@ def tracked(tmp_path_factory):
     return results, config, val, phash
 
 
-def _folder(config: RunConfig) -> str:
+def _folder(run_id: str) -> str:
+    """The run's folder name (its result file's name without .json: a file-safe, distinct name)."""
     from db.validate import result_filename
 
-    return result_filename(config.run_id)[:-5]
+    return result_filename(run_id)[:-5]
 
 
 def test_tensorboard_event_files_hold_the_stored_val_nll(tracked):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     results, config, val, _ = tracked
-    logdir = results / "tb" / config.grid / _folder(config)
+    logdir = results / "tb" / config.grid / _folder(config.run_id)
     acc = EventAccumulator(str(logdir))
     acc.Reload()
     got = [(e.step, e.value) for e in acc.Scalars("val/nll")]
@@ -147,7 +148,7 @@ def test_csv_logger_writes_the_curves(tracked):
     import polars as pl
 
     results, config, val, _ = tracked
-    metrics = pl.read_csv(results / "csv" / config.grid / _folder(config) / "metrics.csv")
+    metrics = pl.read_csv(results / "csv" / config.grid / _folder(config.run_id) / "metrics.csv")
     rows = metrics.filter(pl.col("val/nll").is_not_null()).select("step", "val/nll").rows()
     assert rows == [(step, v) for step, v in val]
 
@@ -193,3 +194,38 @@ def test_routing_rows_become_per_layer_metrics():
                                        js_qk_v=0.25)]
     assert routing_metrics(rows) == {2048: {"routing/attn/L1/js_qk_v": 0.25, "routing/attn/L1/qk/entropy": 0.5,
                                             "routing/attn/L1/v/entropy": 0.75}}
+
+
+def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch):
+    """A grid with ``[train] loggers = ["tensorboard"]`` queued and drained by ``harness work --logger csv``:
+    each run's TensorBoard folder (RESULTS/tb/GRID/RUN) and CSV file hold its stored validation NLL."""
+    import polars as pl
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from harness.cli import main as cli
+    from harness.scheduling.grid import parse_grid
+    from harness.scheduling.queue import RunQueue
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    results = tmp_path / "results"
+    grid = parse_grid({"name": "tracked", "corpus": str(SAMPLE), "sizes": ["tiny"], "seeds": [0],
+                       "budgets_tokens": [4096], "variants": {"block_attnres": "parent", "rd_attnres": "treatment"},
+                       "train": {**TRAIN, "loggers": ["tensorboard"]}})
+    RunQueue.open(None, results).enqueue(grid.expand())
+    assert cli(["work", "--results", str(results), "--logger", "csv", "--quiet", "--threads", "1"]) == 0
+    con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
+    try:
+        stored = con.execute("select run_id, step, value from metrics where split = 'val' and name = 'nll' "
+                             "order by run_id, step").fetchall()
+    finally:
+        con.close()
+    run_ids = sorted({r for r, _, _ in stored})
+    assert run_ids == sorted(c.run_id for c in grid.expand())
+    for rid in run_ids:
+        want = [(s, v) for r, s, v in stored if r == rid]
+        folder = _folder(rid)
+        acc = EventAccumulator(str(results / "tb" / "tracked" / folder))
+        acc.Reload()
+        assert [(e.step, e.value) for e in acc.Scalars("val/nll")] == [(s, float(np.float32(v))) for s, v in want]
+        csv = pl.read_csv(results / "csv" / "tracked" / folder / "metrics.csv")
+        assert csv.filter(pl.col("val/nll").is_not_null()).select("step", "val/nll").rows() == want

@@ -149,9 +149,9 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
         set_threads(args.threads)
         devices = int(args.devices) if str(args.devices).isdigit() else args.devices
         extra = {"stop_requested": stop} if stop is not None else {}
+        extra.update({"loggers": tuple(args.logger)} if args.logger else {})
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
-                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy,
-                                     loggers=tuple(args.logger), **extra)
+                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     on_failure = on_failure or worker.record_failure
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
