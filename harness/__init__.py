@@ -17,6 +17,21 @@ Top-level modules: :mod:`harness.config` (size presets, training settings, :clas
 grid parser and the report) and :mod:`harness.fencing` (who may still write a run's checkpoints
 and result: owner, epoch, :class:`~harness.fencing.LeaseLost`). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
 store), ``reports`` (statistics and the report).
+
+The notebook API: ``harness.results(RESULTS, grid=...)`` (a grid's tables as polars frames) and
+``harness.analyze(RESULTS, grid=...)`` (the report's statistics), from :mod:`reports.api`.
 """
 
 __version__ = "0.1.0"
+
+API = ("results", "analyze")
+
+
+def __getattr__(name: str):
+    """``harness.results`` / ``harness.analyze``, imported on first use: deferred on purpose, so
+    ``import harness`` (and ``harness --help``) loads no polars, DuckDB, numpy or statistics."""
+    if name in API:
+        from reports import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -30,6 +30,8 @@ from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
 PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
+#: Live-curve trackers a run can stream to (``[train] loggers``, ``--logger``; harness.train.trackers).
+TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
 
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
@@ -130,6 +132,8 @@ class TrainConfig:
             accumulating; ``auto`` (the default): the largest that fits, probed on CUDA, the
             whole per-rank batch on a CPU (:mod:`harness.train.microbatch`). An execution
             setting, outside the protocol hash.
+        loggers: trackers that show the run's curves live (:data:`TRACKERS`; TOML list, ``--set
+            loggers=a,b``); an execution setting, outside the protocol hash.
     """
 
     lr: float = 3e-3
@@ -153,9 +157,13 @@ class TrainConfig:
     precision: str = "auto"
     compile: bool | str = "auto"
     micro_batch_size: int | str = "auto"
+    loggers: tuple = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "loggers", check_loggers(self.loggers))
         for f in fields(self):
+            if f.type == "tuple":
+                continue
             value = getattr(self, f.name)
             if f.name in AUTO_FIELDS and value == "auto":
                 continue
@@ -216,6 +224,8 @@ class TrainConfig:
                 return int(text.replace("_", ""))
             if kind == "float":
                 return float(text.replace("_", ""))
+            if kind == "tuple":
+                return tuple(t.strip() for t in text.split(",") if t.strip())
             if kind == "bool":
                 low = text.lower()
                 if low in ("true", "1", "yes", "on"):
@@ -239,6 +249,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def check_loggers(names) -> tuple[str, ...]:
+    """``names`` (a list or tuple of :data:`TRACKERS` names) as a tuple, each once, in order.
+
+    Raises:
+        ValueError: not a list of strings, or an unknown tracker (the message lists the allowed ones).
+    """
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"loggers={names!r} must be a list of names; allowed: {', '.join(TRACKERS)}")
+    bad = [n for n in names if n not in TRACKERS]
+    if bad:
+        raise ValueError(f"logger {bad[0]!r} is not known; allowed: {', '.join(TRACKERS)}")
+    return tuple(dict.fromkeys(names))
 
 
 # Per-size defaults of the training settings (preset level of the precedence chain).

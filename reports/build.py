@@ -8,6 +8,9 @@ Output folder layout (DESIGN section 6)::
     OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)
     OUT/figures/*.png
 
+With ``single_file`` (``harness report --single-file``) only ``OUT/report.html`` is written: one file
+that carries its figures and style, for a pull request or an e-mail.
+
 ``harness report`` writes to ``RESULTS/reports/GRID/`` by default.
 
 Each file is written to a temporary name and renamed into place, so a reader never
@@ -115,7 +118,7 @@ def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: boo
 def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
                  plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
                  figures: bool = True, queue: Mapping[str, QueuedRun | str] | None = None,
-                 queue_note: str = "") -> BuildResult:
+                 queue_note: str = "", single_file: bool = False) -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
     Args:
@@ -131,6 +134,7 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
             (:mod:`reports.stats.progress`); None where the queue was not found or not read. The
             report then says so and never claims that every run finished.
         queue_note: where the queue is, or why it was not read (printed with the grid status).
+        single_file: write only ``report.html`` (figures embedded as data: URIs), no other file.
 
     Raises:
         ValueError, reports.stats.pairing.ProtocolMismatchError: from :func:`reports.stats.analysis.analyze`
@@ -149,13 +153,17 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]  # figures show the frozen protocol's runs
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)
-    fig_dir = out_dir / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     generated = f"Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}"
+    html = render_html(stats, figs, generated=generated).encode()
+    if single_file:
+        return BuildResult(stats, tuple(figs), (atomic_write(out_dir / "report.html", html),))
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(exist_ok=True)
     paths = [atomic_write(fig_dir / f"{f.name}.png", f.png) for f in figs]
     paths.append(atomic_write(out_dir / "stats.csv", stats.to_frame().write_csv().encode()))
     paths.append(atomic_write(out_dir / "pairs.csv", stats.pairs_frame().write_csv().encode()))
     paths.append(atomic_write(out_dir / "report.md",
                                render_markdown(stats, figs, generated=generated).encode()))
-    paths.append(atomic_write(out_dir / "report.html", render_html(stats, figs, generated=generated).encode()))
+    paths.append(atomic_write(out_dir / "report.html", html))
     return BuildResult(stats, tuple(figs), tuple(paths))

@@ -30,6 +30,8 @@ MAX_FUNCTION_LINES = 59
 DEFERRED = {
     "harness/commands/": "a command loads its stage's modules only when it runs, so `harness --help` and the "
                          "other commands start without torch, Optuna or the report (tests/test_cli_startup.py)",
+    "harness/__init__.py": "harness.results / harness.analyze (reports.api) load on first use, so `import "
+                           "harness` and `harness --help` stay cheap (tests/test_cli_startup.py)",
     # Deferred before issue 26 and not reviewed there (other issues were editing these files at the time):
     **{path: "not reviewed yet (issue 26 left harness/ to the issues editing it)" for path in (
         "harness/bench/", "harness/config.py", "harness/models/__init__.py", "harness/scheduling/",
@@ -124,7 +126,9 @@ def test_dependencies_point_one_way():
         if module.startswith("reports.render"):
             wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports.build")]
         if module.startswith("harness") and not module.startswith("harness.commands"):
-            wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports")]
+            # the package's facade may forward to the notebook API (reports.api), nothing else
+            wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports")
+                      and (module, t) != ("harness", "reports.api")]
         if module.startswith(("db", "controls")):
             wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports")]
     assert not wrong, "\n".join(wrong)

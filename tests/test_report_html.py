@@ -154,3 +154,34 @@ def test_no_chromium_is_a_failure_with_the_install_line(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(browser.BrowserError, match=r"apt-get install -y chromium"):
         browser.chromium()
+
+
+@pytest.mark.slow  # Chromium
+def test_single_file_report_shows_every_figure_without_its_folder(tmp_path, capsys):
+    """`harness report --single-file` on a real store writes report.html alone; opened in Chromium from a
+    folder without figures/ (the normal report's figures deleted), every figure loads, and nothing on the
+    page points outside the file."""
+    import shutil
+
+    from db.store import Store
+    from harness import cli
+    from test_report import write_results
+
+    frames = synthetic_frames(grid="one", seeds=(0, 1, 2), n_layers=2, n_evals=3)
+    results, out = tmp_path / "results", tmp_path / "report"
+    write_results(Store(results), frames)
+    assert cli.main(["report", "--grid", "one", "--results", str(results), "--out", str(out)]) == 0
+    n_figures = len(list((out / "figures").glob("*.png")))
+    shutil.rmtree(out)
+    assert cli.main(["report", "--grid", "one", "--results", str(results), "--out", str(out), "--single-file"]) == 0
+    assert [p.name for p in out.iterdir()] == ["report.html"]
+    assert f"{out / 'report.html'}\n" in capsys.readouterr().out
+    page = (out / "report.html").read_text()
+    outside = [u for u in re.findall(r'(?:src|href)="([^"]*)"', page) if not u.startswith(("data:", "#"))]
+    assert outside == []
+    moved = tmp_path / "elsewhere" / "report.html"  # as an attachment: alone in another folder
+    moved.parent.mkdir()
+    shutil.move(out / "report.html", moved)
+    measured, _, log = browser.measure(moved, 1400)
+    assert measured["images"] == n_figures >= 6, log[-2000:]
+    assert measured["imagesOk"] == n_figures, log[-2000:]

@@ -18,12 +18,13 @@ the report says how many of the grid's runs are done, and that its verdicts use 
 only; without a queue it says the queue was not found.
 
 Files written to OUT (default RESULTS/reports/GRID/): stats.csv, pairs.csv, report.md,
-report.html (self-contained) and figures/*.png. A results folder this process cannot write
+report.html (self-contained) and figures/*.png; with --single-file only report.html. A results folder this process cannot write
 (a read-only mount) is read without ingesting anything (a note says so); give --out DIR.
 
 example:
   harness report --grid rd_controls_small
   harness report --grid rd_controls_small --results /shared/results --out /tmp/report --allow-partial
+  harness report --grid rd_controls_small --single-file --out /tmp/rd_report
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out (with a warning) pairs whose protocol hashes differ and "
                         "duplicated runs, instead of stopping with an error")
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures (tables only)")
+    parser.add_argument("--single-file", action="store_true",
+                        help="write only report.html, one self-contained file (figures embedded), to attach "
+                        "to a pull request or an e-mail")
 
 
 def _queue_view(args: argparse.Namespace):
@@ -98,7 +102,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     queue, queue_note = _queue_view(args)
     result = build_report(frames, out, grid=args.grid, allow_partial=args.allow_partial,
-                          figures=not args.no_figures, queue=queue, queue_note=queue_note)
+                          figures=not args.no_figures, queue=queue, queue_note=queue_note,
+                          single_file=args.single_file)
     for w in result.stats.warnings:
         print(f"warning: {w}")
     for p in result.paths:

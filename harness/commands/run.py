@@ -27,7 +27,7 @@ import os
 import sys
 
 from harness import console
-from harness.config import SIZES
+from harness.config import SIZES, TRACKERS
 from harness.terms import ROLES
 
 
@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after-tokens", type=int, default=None,
                    help="checkpoint and stop after this many tokens; run again to resume")
     p.add_argument("--force", action="store_true", help="train again even if this run is already done")
+    p.add_argument("--logger", action="append", default=[], choices=TRACKERS, metavar="NAME",
+                   help=f"stream live curves to a tracker ({', '.join(TRACKERS)}), besides [train] loggers; "
+                   "repeatable; outside the protocol hash")
     p.add_argument("--quiet", action="store_true",
                    help="no progress output ($HARNESS_PROGRESS: auto = a bar on a terminal, else lines; lines; off)")
 
@@ -155,7 +158,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         status = train_run(config, args.results, progress=not args.quiet, accelerator=args.accelerator,
                            devices=devices, strategy=args.strategy, num_nodes=args.num_nodes,
-                           stop_after_tokens=args.stop_after_tokens, micro_batch_size=micro)
+                           stop_after_tokens=args.stop_after_tokens, micro_batch_size=micro,
+                           loggers=tuple(args.logger))
     except RunInterrupted as exc:
         print(f"{config.run_id}: {exc}; run the same command again to resume")
         return 0 if args.stop_after_tokens else 130

@@ -61,6 +61,7 @@ from pathlib import Path
 
 from harness import console
 from harness.commands.run import add_micro_batch_argument, parse_micro_batch
+from harness.config import TRACKERS
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
@@ -101,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--create", action="store_true",
                         help="make the results folder if it does not exist (default: refuse a folder that "
                              "does not exist, so a mistyped --results is not a new, empty queue)")
+    parser.add_argument("--logger", action="append", default=[], choices=TRACKERS, metavar="NAME",
+                        help=f"stream each run's live curves to a tracker ({', '.join(TRACKERS)}), besides its "
+                        "[train] loggers; repeatable; outside the protocol hash")
 
 
 def _check_writable(results: Path, create: bool = False) -> None:
@@ -227,6 +231,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
         micro = parse_micro_batch(args.micro_batch_size)
         if micro is not None:
             extra["micro_batch_size"] = micro
+        extra.update({"loggers": tuple(args.logger)} if args.logger else {})
         train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
                                      accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None

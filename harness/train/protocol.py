@@ -22,8 +22,9 @@ from harness.config import ModelConfig, RunConfig
 
 PROTOCOL_VERSION = 1
 # Execution details that do not change what is computed (or only through kernel choice).
-# The micro-batch size (and the world size) split a global batch without changing it (DESIGN section 11).
-NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens", "micro_batch_size")
+# The micro-batch size (and the world size) split a global batch without changing it (DESIGN
+# section 11); trackers only watch.
+NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens", "micro_batch_size", "loggers")
 
 
 def protocol_dict(config: RunConfig, *, data_meta: dict, model: ModelConfig, eval_windows: int,

@@ -53,6 +53,7 @@ from harness.scheduling.stop import StopRequest
 from harness.train.protocol import code_version, protocol_dict, protocol_hash
 from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start, started_externally
 from harness.train.schedule import StepPlan
+from harness.train.trackers import Trackers
 from harness.train.trainer import (describe_precision, make_trainer, quiet_lightning, resolve_accelerator,
                                    resolve_precision)
 
@@ -87,6 +88,7 @@ class Run:
     progress: bool
     started: dt.datetime
     t_start: float  # perf_counter at the start of build, seconds
+    trackers: Trackers | None = None  # live curves (harness.train.trackers); None without loggers
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class Fitted:
 def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
           devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
           stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-          stop_requested: Callable[[], str | None] | None = None, micro_batch_size: int | str | None = None) -> Run:
+          stop_requested: Callable[[], str | None] | None = None, micro_batch_size: int | str | None = None,
+          loggers: tuple[str, ...] = ()) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -157,8 +160,11 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
                            save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
                            on_eval=on_eval, stop_requested=stop_requested, t_setup=t_start)
+    names = train.loggers + tuple(loggers)
+    trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
     trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
-                           precision=precision, max_steps=plan.total_steps, callbacks=[callback], root=ckpt_dir)
+                           precision=precision, max_steps=plan.total_steps, root=ckpt_dir,
+                           callbacks=[callback] + ([trackers] if trackers else []))
     if env_rank() == 0:
         _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
     else:  # rank 0 put the checkpoint to resume from in place (harness.train.ranks); read, never write
@@ -175,7 +181,7 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
                trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
                ckpt_dir=ckpt_dir, fence=fence, resumed_from=resumed_from, progress=progress, started=started,
-               t_start=t_start)
+               t_start=t_start, trackers=trackers)
 
 
 def fit(run: Run) -> Fitted:
@@ -276,7 +282,7 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
               stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
               stop_requested: Callable[[], str | None] | None = None,
-              micro_batch_size: int | str | None = None) -> str:
+              micro_batch_size: int | str | None = None, loggers: tuple[str, ...] = ()) -> str:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -303,6 +309,8 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             :class:`RunInterrupted`.
         micro_batch_size: sequences per micro-batch on one rank, or ``auto``; ``None`` = the
             config's ``micro_batch_size`` (DESIGN section 11, :mod:`harness.train.microbatch`).
+        loggers: trackers to stream the run's curves to, besides its ``[train] loggers``
+            (:data:`harness.config.TRACKERS`, :mod:`harness.train.trackers`).
 
     Returns:
         ``done``, ``diverged`` or ``pruned`` (a diverged run is recorded, not raised).
@@ -326,7 +334,8 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
         run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
                     strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                    on_eval=on_eval, stop_requested=stop_requested or own_stop, micro_batch_size=micro_batch_size)
+                    on_eval=on_eval, stop_requested=stop_requested or own_stop, micro_batch_size=micro_batch_size,
+                    loggers=loggers)
         if several:
             quiet_lightning_sigterm(run.trainer)
         if group is not None:
@@ -334,7 +343,13 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
                          "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": n,
                          "strategy": strategy, "stop_after_tokens": stop_after_tokens,
                          "micro_batch_size": micro_batch_size, "threads": torch.get_num_threads()})
-        return record(run, fit(run))
+        status = "interrupted"
+        try:
+            status = record(run, fit(run))
+        finally:
+            if run.trackers is not None and run.trainer.is_global_zero:
+                run.trackers.finish(run.lit, status)
+        return status
 
 
 def time_split(row: dict) -> str:

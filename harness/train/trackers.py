@@ -1,0 +1,178 @@
+"""Live curves in the trackers researchers already watch: TensorBoard, W&B, MLflow, CSV (issue 30).
+
+DuckDB stays the store of record; a tracker is a copy for watching, an execution setting outside
+the protocol hash (``[train] loggers`` or ``harness run/work --logger NAME``). Each run streams,
+through Lightning's own logger classes, what :class:`~harness.train.lit.LitLM` records: ``train/loss``,
+``train/lr``, ``train/grad_norm``, ``train/tokens_per_s``, ``val/nll`` (nats/token), ``val/bpb``,
+``val/ppl`` and the routing diagnostics per evaluation (``routing/SITE/LLAYER/js_qk_v``,
+``routing/SITE/LLAYER/ROUTE/entropy``), at the optimiser step. Grouped by grid, named by run id:
+
+* ``tensorboard``: event files in ``RESULTS/tb/GRID/RUN`` (``tensorboard --logdir RESULTS/tb``);
+* ``wandb``: project ``$WANDB_PROJECT`` (default ``rd-harness``), group GRID, files under RESULTS
+  (``$WANDB_DIR`` wins); ``WANDB_MODE=offline`` writes a run ``wandb sync`` uploads later;
+* ``mlflow``: experiment GRID at ``$MLFLOW_TRACKING_URI`` (default the ``file:`` store RESULTS/mlruns,
+  with ``MLFLOW_ALLOW_FILE_STORE=true``: MLflow 3 keeps that store in maintenance mode);
+* ``csv``: ``RESULTS/csv/GRID/RUN/metrics.csv``.
+
+Hyper-parameters: the run's config (flattened), role, seed and protocol hash. Only rank 0 logs.
+A tracker that fails (package missing, W&B not logged in, MLflow server down) never fails a
+run: one warning naming it, and training goes on without it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import lightning as L
+
+from db.validate import result_filename
+from harness.config import TRACKERS, RunConfig
+
+DEFAULT_WANDB_PROJECT = "rd-harness"
+
+
+def _folder(run_id: str) -> str:
+    """A file-safe, distinct folder name for a run id (the result file's name, without .json)."""
+    return result_filename(run_id)[: -len(".json")]
+
+
+def make_logger(name: str, config: RunConfig, results_dir: Path):
+    """A Lightning logger ``name`` (one of :data:`harness.config.TRACKERS`) for one run.
+
+    Raises:
+        ModuleNotFoundError and whatever the tracker's client raises (caught by :class:`Trackers`).
+    """
+    results_dir = Path(results_dir).resolve()
+    run = _folder(config.run_id)
+    if name == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return TensorBoardLogger(save_dir=results_dir / "tb", name=config.grid, version=run,
+                                 default_hp_metric=False)
+    if name == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(save_dir=results_dir / "csv", name=config.grid, version=run)
+    if name == "mlflow":
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:  # the local file: store; MLflow 3 keeps it in maintenance mode and asks for this opt-in
+            uri = (results_dir / "mlruns").as_uri()
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        return MLFlowLogger(experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri)
+    if name == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        save_dir = os.environ.get("WANDB_DIR") or str(results_dir)
+        return WandbLogger(name=config.run_id, group=config.grid, id=run.replace("%", "-"), resume="allow",
+                           project=os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT, save_dir=save_dir)
+    raise ValueError(f"logger {name!r}; allowed: {', '.join(TRACKERS)}")
+
+
+def hyperparameters(config: RunConfig, protocol_hash: str) -> dict:
+    """The run's config flattened to ``a.b`` keys, plus its protocol hash (scalars only)."""
+    flat: dict = {"protocol_hash": protocol_hash}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}{k}.", v)
+        else:
+            flat[prefix[:-1]] = value if isinstance(value, (int, float, str, bool)) else str(value)
+
+    walk("", config.to_dict())
+    return flat
+
+
+def routing_metrics(rows: list[dict]) -> dict[int, dict[str, float]]:
+    """Routing rows (table ``routing``: one per layer, site, route and source) -> ``{tokens: {metric: value}}``:
+    JS(QK, V) per site and layer, the entropy (nats) of each route's depth distribution."""
+    out: dict[int, dict[str, float]] = {}
+    for r in rows:
+        m = out.setdefault(int(r["tokens"]), {})
+        key = f"routing/{r['site']}/L{r['layer']}"
+        if r.get("js_qk_v") is not None:
+            m[f"{key}/js_qk_v"] = float(r["js_qk_v"])
+        if r.get("entropy") is not None:
+            m[f"{key}/{r['route']}/entropy"] = float(r["entropy"])
+    return out
+
+
+class Trackers(L.Callback):
+    """Streams a :class:`~harness.train.lit.LitLM`'s new metric and routing rows to the chosen loggers.
+
+    Rows recorded before this process started training (a resumed run's) are not sent again.
+    Each logger call is guarded: the first failure of a tracker is one warning and that tracker
+    is dropped; the run goes on.
+    """
+
+    def __init__(self, names: tuple[str, ...], config: RunConfig, results_dir: Path, *, protocol_hash: str):
+        self.config, self.results_dir, self.protocol_hash = config, Path(results_dir), protocol_hash
+        self.names = tuple(dict.fromkeys(names))
+        self.loggers: dict[str, object] = {}
+        self._records = self._routing = 0
+        self._opened = False
+
+    def _guard(self, name: str, fn) -> None:
+        if name not in self.loggers:
+            return
+        try:
+            fn(self.loggers[name])
+        except Exception as exc:  # noqa: BLE001 -- a tracker never fails a run
+            self.loggers.pop(name, None)
+            warnings.warn(f"logger {name} failed ({type(exc).__name__}: {exc}); the run goes on without it "
+                          "(its results are in DuckDB)", stacklevel=2)
+
+    def _open(self) -> None:
+        self._opened = True
+        for name in self.names:
+            try:
+                self.loggers[name] = make_logger(name, self.config, self.results_dir)
+            except Exception as exc:  # noqa: BLE001
+                hint = " (pip install 'rd-harness[tracking]')" if isinstance(exc, ModuleNotFoundError) else ""
+                warnings.warn(f"logger {name} could not start ({type(exc).__name__}: {exc}){hint}; the run goes "
+                              "on without it", stacklevel=2)
+                continue
+            hp = hyperparameters(self.config, self.protocol_hash)
+            self._guard(name, lambda lg: lg.log_hyperparams(hp))
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero:
+            return
+        self._records, self._routing = len(pl_module.records), len(pl_module.routing_rows)
+        if not self._opened:
+            self._open()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.is_global_zero:
+            self.flush(pl_module)
+
+    def flush(self, lit) -> None:
+        """Send the rows ``lit`` recorded since the last flush (steps are optimiser steps)."""
+        if not self.loggers:
+            return
+        by_step: dict[int, dict[str, float]] = {}
+        for r in lit.records[self._records:]:
+            by_step.setdefault(int(r["step"]), {})[f"{r['split']}/{r['name']}"] = float(r["value"])
+        for tokens, m in routing_metrics(lit.routing_rows[self._routing:]).items():
+            by_step.setdefault(tokens // lit.batch_tokens, {}).update(m)
+        self._records, self._routing = len(lit.records), len(lit.routing_rows)
+        for step in sorted(by_step):
+            for name in list(self.loggers):
+                self._guard(name, lambda lg: lg.log_metrics(by_step[step], step=step))
+
+    def finish(self, lit, status: str) -> None:
+        """Flush what the final evaluation added and close every tracker (``status``: the run's)."""
+        if not self._opened:
+            return
+        self.flush(lit)
+        for name in list(self.loggers):
+            self._guard(name, lambda lg: lg.finalize("success" if status in ("done", "pruned") else "failed"))
+        if "wandb" in self.loggers:
+            import wandb  # noqa: PLC0415 -- only when W&B is in use (optional, heavy)
+
+            self._guard("wandb", lambda lg: wandb.finish())
+        self.loggers.clear()
