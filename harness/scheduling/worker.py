@@ -228,49 +228,60 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
 
     Args:
         queue: the run queue.
-        train_fn: ``train_fn(config, results_dir)`` trains one run (resuming from its
-            checkpoint if one exists) and returns ``'done'``, ``'diverged'`` or ``'pruned'``
-            (or see :func:`_outcome`); it raises on a crash. A tuning trial's run is called
-            with ``on_eval=`` its study's pruning hook as well
+        train_fn: ``train_fn(config, results_dir)`` trains one run (resuming from its checkpoint if one
+            exists) and returns ``'done'``, ``'diverged'`` or ``'pruned'`` (or see :func:`_outcome`); it
+            raises on a crash. A tuning trial's run also gets ``on_eval=`` its study's pruning hook
             (:func:`harness.scheduling.tuning.pruning_hook`).
-        results_dir: passed to ``train_fn`` and ``on_failure``.
-        on_failure: ``on_failure(config, results_dir, error_text)`` records a crashed
-            attempt in the results store (:func:`record_failure`).
-        grid: only take runs of this grid.
+        results_dir: passed to ``train_fn`` and ``on_failure``. grid: only take runs of this grid.
+        on_failure: ``on_failure(config, results_dir, error_text)`` records a crashed attempt (:func:`record_failure`).
         max_runs: stop after this many runs (``None``: no limit).
         wait: when nothing is queued, poll every ``poll_s`` seconds instead of stopping.
         max_retries: a crashed run is retried this many times before it stays failed.
-        beat_s: lease refresh interval in seconds (well below the queue's lease timeout).
-        retry_s: each queue operation is retried this long while the storage is
-            unreachable (:func:`retry_storage`).
-        stop: once it is asked (a signal), no further run is taken. Give the train function
-            the same object (``harness work`` binds it as :func:`harness.train.train_run`'s
-            ``stop_requested``) so that a run being trained stops at its next batch
-            boundary, with a checkpoint, and is released.
+        beat_s: lease refresh interval in seconds (well below the queue's lease timeout). retry_s: each
+            queue operation is retried this long (seconds) while the storage is unreachable.
+        stop: once it is asked (a signal), no further run is taken. Give the train function the same
+            object (``harness work`` binds it as ``train_run``'s ``stop_requested``) so that a run being
+            trained stops at its next batch boundary, with a checkpoint, and is released.
         space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
-            (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the
-            results folder has that much free, else it is released and :class:`DiskFull` raised.
+            (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the results folder
+            has that much free, else it is released and :class:`DiskFull` raised.
         log: where the one-line progress messages go.
 
     Returns:
-        Counter of outcomes of the runs this worker took: 'done', 'diverged', 'failed', and
-        'lost' (its lease was lost to another worker: stopped, nothing more written).
+        Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
 
     Raises:
-        StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run
-            being finished stays RUNNING in the queue; the next worker reclaims it).
-        ResultsLost: the results folder was deleted, unmounted or replaced since the worker
-            started (checked every beat and before every write; the run is released).
-        OtherResults: the grid of the run taken belongs to another results folder (the run is
-            released).
-        DiskFull: the results folder has less free space than a run needs, or a write of a
-            checkpoint, result or database hit ENOSPC/EDQUOT: the run is released (queued
-            again, no retry spent) and the worker stops.
+        StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run being finished
+            stays RUNNING in the queue; the next worker reclaims it).
+        ResultsLost: the results folder was deleted, unmounted or replaced since the worker started
+            (checked every beat and before every write; the run is released).
+        OtherResults: the grid of the run taken belongs to another results folder (run released).
+        DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
+            (queued again, no retry spent) and the worker stops.
 
-    A ``KeyboardInterrupt`` (``harness work`` turns SIGTERM into one; a stopped run raises
-    :class:`~harness.train.run.RunInterrupted`) releases the run being trained back to the
-    queue, then propagates.
+    A ``KeyboardInterrupt`` (SIGTERM in ``harness work``; a stopped run raises
+    :class:`~harness.train.run.RunInterrupted`) releases the run being trained, then propagates.
     """
+    _check_intervals(max_runs, poll_s, beat_s, retry_s)
+
+    def call(method, *args, **kwargs):
+        return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
+
+    outcomes: Counter = Counter()
+    watch = FolderWatch(Path(results_dir)) if Path(results_dir).is_dir() else None
+    orphans = _OrphanClock()
+    while max_runs is None or sum(outcomes.values()) < max_runs:
+        claim = _claim_next(queue, call, grid, wait, poll_s, stop, orphans, log)
+        if claim is None or _stopped_after_claim(queue, call, claim, stop, log):
+            break
+        need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
+        outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
+                            log, need, watch)] += 1
+    return outcomes
+
+
+def _check_intervals(max_runs: int | None, poll_s: float, beat_s: float, retry_s: float) -> None:
+    """Raise ``ValueError`` (one line naming the value) for a run limit below 1 or a non-positive interval."""
     if max_runs is not None and max_runs < 1:
         raise ValueError(f"--max-runs {max_runs} must be at least 1")
     if poll_s <= 0 or beat_s <= 0:
@@ -278,47 +289,63 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
     if retry_s <= 0:
         raise ValueError(f"storage retry time {retry_s} s must be positive")
 
-    def call(method, *args, **kwargs):
-        return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
 
-    outcomes: Counter = Counter()
-    watch = FolderWatch(Path(results_dir)) if Path(results_dir).is_dir() else None
-    n = 0
-    orphans_at = -math.inf  # when this worker last looked for runs whose retry was never created
-    while max_runs is None or n < max_runs:
+class _OrphanClock:
+    """When this worker last looked for runs whose retry was never created (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        self.at = -math.inf
+
+    def due(self, wait: bool, lease_timeout_s: float) -> bool:
+        """Whether to look now: always before stopping; while polling, at most once per lease timeout
+        (the look reads every failed trial, hence not in every poll). Resets the clock when due."""
+        if wait and time.monotonic() - self.at < lease_timeout_s:
+            return False
+        self.at = time.monotonic()
+        return True
+
+
+def _claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: _OrphanClock, log):
+    """The next claimed run (after reclaiming stale leases), polling while ``wait``; ``None`` once a stop
+    is requested or, without ``wait``, nothing is queued (both said in ``log``)."""
+    while True:
         if stop is not None and stop.requested:
             log(f"stop requested ({stop.requested}); worker stops")
-            break
+            return None
         for rid, why in call(queue.reclaim_stale):  # one read of the live trials, which the claim reuses
             log(f"reclaimed {rid}: {why}; queued again")
         claim = call(queue.claim, grid)
-        if claim is None:
-            # nothing waiting: before stopping, and while polling at most once per lease timeout,
-            # requeue runs whose process died between failing an attempt and queueing the next
-            # (a read of every failed trial, hence not in every poll)
-            if not wait or time.monotonic() - orphans_at >= queue.lease_timeout_s:
-                orphans_at = time.monotonic()
-                if call(queue.requeue_orphans):
-                    continue
-            if wait:  # each poll: one read of the live trials
-                stop.wait(poll_s) if stop is not None else time.sleep(poll_s)
-                continue
+        if claim is not None:
+            return claim
+        # nothing waiting: requeue runs whose process died between failing an attempt and queueing the next
+        if orphans.due(wait, queue.lease_timeout_s) and call(queue.requeue_orphans):
+            continue
+        if not wait:
             log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
-            break
-        if stop is not None and stop.requested:  # asked while claiming: give it back untouched
-            call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
-            log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
-            break
-        if watch is not None and watch.look() is not None:
-            raise _results_lost(queue, claim, watch)
-        _check_results(queue, call, claim, Path(results_dir))
-        need = space_needed(claim.config) if space_needed is not None else None
-        if need is not None and free_bytes(Path(results_dir)) < need:
-            raise _disk_full(queue, call, claim, Path(results_dir), need, "not enough free space to start")
-        n += 1
-        outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
-                            log, need, watch)] += 1
-    return outcomes
+            return None
+        stop.wait(poll_s) if stop is not None else time.sleep(poll_s)  # each poll: one read of the live trials
+
+
+def _stopped_after_claim(queue, call, claim, stop, log) -> bool:
+    """Whether a stop was asked while claiming; then ``claim`` is given back untouched."""
+    if stop is None or not stop.requested:
+        return False
+    call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
+    log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
+    return True
+
+
+def _admit(queue, call, claim, results_dir: Path, watch: FolderWatch | None, space_needed: SpaceFn | None):
+    """The bytes ``claim`` needs (``None``: not known) once its results folder is still there, its own and
+    has that much free; else the run is released and :class:`ResultsLost` / :class:`OtherResults` /
+    :class:`DiskFull` raised."""
+    if watch is not None and watch.look() is not None:
+        raise _results_lost(queue, claim, watch)
+    _check_results(queue, call, claim, results_dir)
+    need = space_needed(claim.config) if space_needed is not None else None
+    if need is not None and free_bytes(results_dir) < need:
+        raise _disk_full(queue, call, claim, results_dir, need, "not enough free space to start")
+    return need
 
 
 def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log,
@@ -333,27 +360,9 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
     log(f"[{done}/{total}] start {claim.run_id} (on {claim.lease.worker}, epoch {claim.epoch}{again})")
     t0 = time.monotonic()
     live.publish(None)  # the heartbeat sends this run's progress only, once its training publishes some
-    if watch is None:
-        heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
-        fence = ClaimFence(queue, claim, heartbeat, call)
-    else:  # every beat also looks at the results folder: a lost one stops the run within a beat
-        heartbeat = Heartbeat(lambda: watch.look() is not None or queue.beat(claim, live.current(claim.run_id)),
-                              beat_s)
-        fence = WatchedFence(watch, queue, claim, heartbeat, call)
+    heartbeat, fence = _fence(queue, call, claim, beat_s, watch)
     try:
-        extra = {}
-        if claim.tuning:
-            from harness.scheduling.tuning import pruning_hook
-
-            extra["on_eval"] = call(pruning_hook, queue.storage, claim.grid, claim.trial_id)
-        with heartbeat, fenced(fence):
-            result = train_fn(claim.config, results_dir, **extra)
-        status, value, reason = _outcome(result)
-        if status == "failed":  # the train function recorded the failure itself
-            raise _ReportedFailure(f"train function returned 'failed' for {claim.run_id}")
-        if status not in FINISHED:
-            raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' "
-                             "or 'failed'")
+        status, value, reason = _train_fenced(queue, call, claim, train_fn, results_dir, heartbeat, fence)
     except LeaseLost as exc:
         if watch is not None and watch.gone is not None:
             raise _results_lost(queue, claim, watch) from None
@@ -364,27 +373,69 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
         full = _full_path(exc, Path(results_dir))
         if full is not None:  # the environment's fault: no failed result, no retry spent
             raise _disk_full(queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
-        wall = time.monotonic() - t0
-        error = traceback.format_exc()
-        if on_failure is not None and not isinstance(exc, _ReportedFailure):
-            try:
-                with fenced(fence):  # the failed result file is written only while the lease is held
-                    on_failure(claim.config, results_dir, error)
-            except LeaseLost as lost:
-                return _lost(queue, call, claim, lost, log)
-            except Exception as exc2:  # keep going: the queue still records the failure
-                log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
-        retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
-        done, total = call(queue.tally, claim.grid)
-        then = "retry queued" if retried else "no retries left"
-        log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): "
-            f"{type(exc).__name__}: {exc}; {then}")
-        return "failed"
+        return _failed(queue, call, claim, exc, fence, results_dir, on_failure, max_retries, t0, log)
     except BaseException:
         call(queue.release, claim, "worker interrupted (KeyboardInterrupt or SIGTERM); run released")
         log(f"released {claim.run_id}: queued again; a retry resumes from its checkpoint")
         raise
+    return _finished(queue, call, claim, status, value, reason, time.monotonic() - t0, log)
+
+
+def _fence(queue, call, claim, beat_s: float, watch: FolderWatch | None) -> tuple[Heartbeat, ClaimFence]:
+    """The heartbeat keeping ``claim``'s lease fresh (sending the run's live progress) and its fence."""
+    if watch is None:
+        heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
+        return heartbeat, ClaimFence(queue, claim, heartbeat, call)
+    # every beat also looks at the results folder: a lost one stops the run within a beat
+    heartbeat = Heartbeat(lambda: watch.look() is not None or queue.beat(claim, live.current(claim.run_id)), beat_s)
+    return heartbeat, WatchedFence(watch, queue, claim, heartbeat, call)
+
+
+def _train_fenced(queue, call, claim, train_fn, results_dir, heartbeat, fence) -> tuple[str, Any, Any]:
+    """``(status, val_nll, error)`` of ``train_fn`` run under the heartbeat and fence (a tuning trial's
+    run with its pruning hook); raises :class:`_ReportedFailure` when it returned 'failed' and
+    ``ValueError`` for a status that is not a finished one."""
+    extra = {}
+    if claim.tuning:
+        from harness.scheduling.tuning import pruning_hook
+
+        extra["on_eval"] = call(pruning_hook, queue.storage, claim.grid, claim.trial_id)
+    with heartbeat, fenced(fence):
+        result = train_fn(claim.config, results_dir, **extra)
+    status, value, reason = _outcome(result)
+    if status == "failed":  # the train function recorded the failure itself
+        raise _ReportedFailure(f"train function returned 'failed' for {claim.run_id}")
+    if status not in FINISHED:
+        raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' "
+                         "or 'failed'")
+    return status, value, reason
+
+
+def _failed(queue, call, claim, exc: Exception, fence, results_dir, on_failure, max_retries, t0: float,
+            log) -> str:
+    """Record a crashed attempt (its failed result file, written under the fence, then the queue's retry
+    or final failure) and say so; call it while ``exc`` is being handled (its traceback is recorded).
+    Returns ``failed``, or ``lost`` when the lease was lost before the failed result was written."""
     wall = time.monotonic() - t0
+    error = traceback.format_exc()
+    if on_failure is not None and not isinstance(exc, _ReportedFailure):
+        try:
+            with fenced(fence):  # the failed result file is written only while the lease is held
+                on_failure(claim.config, results_dir, error)
+        except LeaseLost as lost:
+            return _lost(queue, call, claim, lost, log)
+        except Exception as exc2:  # keep going: the queue still records the failure
+            log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
+    retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
+    done, total = call(queue.tally, claim.grid)
+    then = "retry queued" if retried else "no retries left"
+    log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): "
+        f"{type(exc).__name__}: {exc}; {then}")
+    return "failed"
+
+
+def _finished(queue, call, claim, status: str, value, reason, wall: float, log) -> str:
+    """Tell the queue a finished run's outcome (warning when its lease was lost meanwhile); ``status``."""
     if not call(queue.complete, claim, status, value=value, wall_s=wall, error=reason):
         log(f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
             f"reclaimed it); the result file is written, the queue keeps the other attempt")
