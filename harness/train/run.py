@@ -25,7 +25,6 @@ import dataclasses
 import datetime as dt
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -45,12 +44,13 @@ from harness.data.datamodule import TokenDataModule
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.models.config import padded_vocab
-from harness.terms import ERROR_CHARS, FINISHED, config_diff
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.scheduling.stop import StopRequest
-from harness.train.protocol import code_version, protocol_dict, protocol_hash
+from harness.train.protocol import protocol_dict, protocol_hash
+from harness.train.result_file import (_run_row, _utc_now, finished_outcome, finished_status, record_failure,
+                                       stored_result, time_split)
 from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start, started_externally
 from harness.train.schedule import StepPlan
 from harness.train.trackers import Trackers
@@ -62,10 +62,6 @@ class RunInterrupted(KeyboardInterrupt):
     """The run stopped before its budget (``stop_after_tokens``, ``stop_requested``, SIGTERM, Ctrl-C) with a
     checkpoint on disk; calling :func:`train_run` again resumes it. A ``KeyboardInterrupt``,
     so a queue worker gives the run back to the queue instead of recording a failure."""
-
-
-def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
 
 @dataclass
@@ -124,14 +120,46 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     started, t_start = _utc_now(), time.perf_counter()
     quiet_lightning()
     results_dir = Path(results_dir)
+    train, preset, plan, prepared = _plan_and_corpus(config, results_dir, micro_batch_size, stop_after_tokens)
+    model, dm, lit = _model_and_modules(config, train, preset, plan, prepared, t_start)
+    accelerator = _accelerator(accelerator)
+    precision = resolve_precision(train.precision, accelerator)
+    protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
+                             eval_windows=dm.n_val_windows, precision=precision)
+    ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
+    callback = _callback(config, plan, fence, ckpt_dir, progress=progress, on_eval=on_eval,
+                         stop_requested=stop_requested, t_start=t_start)
+    names = train.loggers + tuple(loggers)
+    trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
+    trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
+                           precision=precision, max_steps=plan.total_steps, root=ckpt_dir,
+                           callbacks=[callback] + ([trackers] if trackers else []))
+    resumed_from, source = _resume_point(config, results_dir, fence, ckpt_dir)
+    if progress:
+        _say_start(config, train, plan, accelerator, ckpt_dir, resumed_from, source)
+    return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
+               trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
+               ckpt_dir=ckpt_dir, fence=fence, resumed_from=resumed_from, progress=progress, started=started,
+               t_start=t_start, trackers=trackers)
+
+
+def _plan_and_corpus(config: RunConfig, results_dir: Path, micro_batch_size, stop_after_tokens):
+    """``(train, preset, plan, prepared)``: the run's train settings (with the micro-batch size, an
+    execution setting: the run's config, id and protocol stay), size preset, step plan and corpus."""
     train, preset = config.train_config(), get_size(config.size)
-    if micro_batch_size is not None:  # an execution setting: the run's config (and id, protocol) stay
+    if micro_batch_size is not None:
         train = dataclasses.replace(train, micro_batch_size=micro_batch_size)
     plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens,
                        stop_after_tokens=stop_after_tokens)
     prepared = prepare_corpus(config.corpus, cache_dir=cache_dir(results_dir),
                               vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
                               val_fraction=train.val_fraction, max_docs=train.max_docs or None)
+    return train, preset, plan, prepared
+
+
+def _model_and_modules(config: RunConfig, train, preset, plan: StepPlan, prepared: PreparedCorpus,
+                       t_start: float) -> tuple:
+    """``(model, data module, Lightning module)`` of the run (the module's clock starts at ``t_start``)."""
     # the tokenizer's vocabulary padded to a multiple of 64 (50257 -> 50304); the loss leaves the padding out
     model = build_model(config.variant_spec(), config.size, seed=config.seed, **config.model,
                         vocab_size=padded_vocab(prepared.vocab_size))
@@ -139,14 +167,21 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     lit = LitLM(model, train, total_steps=plan.total_steps, batch_tokens=plan.batch_tokens,
                 token_bytes=torch.from_numpy(prepared.token_bytes()), log_every=plan.log_every)
     lit.t_process_start = t_start  # a checkpoint's wall_s counts this segment from here
+    return model, dm, lit
+
+
+def _accelerator(accelerator: str) -> str:
+    """The resolved accelerator; on a GPU, float32 matmuls (outside bf16 autocast) use tensor cores."""
     accelerator = resolve_accelerator(accelerator)
     if accelerator in ("gpu", "cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls (outside bf16 autocast) on tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    precision = resolve_precision(train.precision, accelerator)
-    protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
-                             eval_windows=dm.n_val_windows, precision=precision)
-    ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
+    return accelerator
+
+
+def _callback(config: RunConfig, plan: StepPlan, fence: Fence, ckpt_dir: Path, *, progress: bool, on_eval,
+              stop_requested, t_start: float) -> RunCallback:
+    """The run's :class:`RunCallback`: checkpoints written only under the fence, the lease checked."""
 
     def checkpoint(trainer) -> None:
         fence.check("checkpoint")  # asks the queue: a stale worker writes no checkpoint
@@ -157,31 +192,32 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
         if why is not None:
             raise LeaseLost(config.run_id, why)
 
-    callback = RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                           save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
-                           on_eval=on_eval, stop_requested=stop_requested, t_setup=t_start)
-    names = train.loggers + tuple(loggers)
-    trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
-    trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
-                           precision=precision, max_steps=plan.total_steps, root=ckpt_dir,
-                           callbacks=[callback] + ([trackers] if trackers else []))
+    return RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
+                       save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
+                       on_eval=on_eval, stop_requested=stop_requested, t_setup=t_start)
+
+
+def _resume_point(config: RunConfig, results_dir: Path, fence: Fence, ckpt_dir: Path) -> tuple[int | None, str]:
+    """``(step resumed from or None, where the checkpoint came from)``; rank 0 puts the checkpoint in place."""
     if env_rank() == 0:
         _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
-    else:  # rank 0 put the checkpoint to resume from in place (harness.train.ranks); read, never write
-        resumed_from, source = resume_step(ckpt_dir), ""
-    if progress and train.precision == "auto-bf16":
+        return resumed_from, source
+    # rank 0 put the checkpoint to resume from in place (harness.train.ranks); read, never write
+    return resume_step(ckpt_dir), ""
+
+
+def _say_start(config: RunConfig, train, plan: StepPlan, accelerator: str, ckpt_dir: Path,
+               resumed_from: int | None, source: str) -> None:
+    """The start lines on stderr: the precision chosen, and where the run resumes or how its budget rounds."""
+    if train.precision == "auto-bf16":
         print(f"[{config.label}] {describe_precision(train.precision, accelerator)}", file=sys.stderr, flush=True)
-    if progress and resumed_from is not None:
+    if resumed_from is not None:
         print(f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'}"
               f"{', ' + source if source else ''})", file=sys.stderr, flush=True)
-    elif progress and plan.tokens != config.budget_tokens:
+    elif plan.tokens != config.budget_tokens:
         print(f"[{config.label}] training {plan.total_steps} steps x {plan.batch_tokens:,} tokens = "
               f"{plan.tokens:,} tokens (budget {config.budget_tokens:,}, rounded down to whole steps)",
               file=sys.stderr, flush=True)
-    return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
-               trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
-               ckpt_dir=ckpt_dir, fence=fence, resumed_from=resumed_from, progress=progress, started=started,
-               t_start=t_start, trackers=trackers)
 
 
 def fit(run: Run) -> Fitted:
@@ -321,6 +357,44 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
+    ranks = _ranks(devices, accelerator, strategy, num_nodes, stop_requested)
+    if ranks.n > 1:
+        fence = fence if fence is not None else fencing.current()
+    with RankGroup(ranks.n) if ranks.n > 1 else nullcontext() as group, \
+            ranks.own_stop.catching(signal.SIGTERM) if ranks.own_stop else nullcontext():
+        run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=ranks.devices,
+                    strategy=ranks.strategy, num_nodes=ranks.num_nodes, stop_after_tokens=stop_after_tokens,
+                    fence=fence, on_eval=on_eval, stop_requested=stop_requested or ranks.own_stop,
+                    micro_batch_size=micro_batch_size, loggers=loggers)
+        if ranks.several:
+            quiet_lightning_sigterm(run.trainer)
+        if group is not None:
+            _start_ranks(group, run, ranks, accelerator, stop_after_tokens, micro_batch_size)
+        return _fit_and_record(run)
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """How :func:`train_run` spreads a run over ranks.
+
+    Attributes:
+        n: ranks this process starts (> 1: it is rank 0 of a :class:`RankGroup`, on one node).
+        several: the run has several ranks (started here, or by torchrun/srun).
+        own_stop: the stop request SIGTERM sets (``None``: one rank, a caller's ``stop_requested``,
+            or not the main thread, which alone can take signals).
+        strategy, devices, num_nodes: what the trainer gets (``ddp``, ``n``, 1 when this process starts them).
+    """
+
+    n: int
+    several: bool
+    own_stop: StopRequest | None
+    strategy: str
+    devices: int | str
+    num_nodes: int
+
+
+def _ranks(devices: int | str, accelerator: str, strategy: str, num_nodes: int, stop_requested) -> _Ranks:
+    """The :class:`_Ranks` of a run asked for ``devices`` on ``accelerator``."""
     n = ranks_to_start(devices, resolve_accelerator(accelerator))  # > 1: this process starts the others
     several = n > 1 or started_externally()
     # With several ranks SIGTERM asks all of them to stop at a step boundary (rank 0's request is
@@ -328,111 +402,28 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
     main = threading.current_thread() is threading.main_thread()
     own_stop = StopRequest() if several and stop_requested is None and main else None
     if n > 1:
-        fence = fence if fence is not None else fencing.current()
         strategy, devices, num_nodes = "ddp" if strategy == "auto" else strategy, n, 1
-    with RankGroup(n) if n > 1 else nullcontext() as group, \
-            own_stop.catching(signal.SIGTERM) if own_stop else nullcontext():
-        run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=devices,
-                    strategy=strategy, num_nodes=num_nodes, stop_after_tokens=stop_after_tokens, fence=fence,
-                    on_eval=on_eval, stop_requested=stop_requested or own_stop, micro_batch_size=micro_batch_size,
-                    loggers=loggers)
-        if several:
-            quiet_lightning_sigterm(run.trainer)
-        if group is not None:
-            group.start({"config": config.to_dict(), "results_dir": str(Path(results_dir).resolve()),
-                         "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": n,
-                         "strategy": strategy, "stop_after_tokens": stop_after_tokens,
-                         "micro_batch_size": micro_batch_size, "threads": torch.get_num_threads()})
-        status = "interrupted"
-        try:
-            status = record(run, fit(run))
-        finally:
-            if run.trackers is not None and run.trainer.is_global_zero:
-                run.trackers.finish(run.lit, status)
-        return status
+    return _Ranks(n=n, several=several, own_stop=own_stop, strategy=strategy, devices=devices, num_nodes=num_nodes)
 
 
-def time_split(row: dict) -> str:
-    """``train 9.1 s (91 %), eval 0.5 s, setup 0.3 s, ckpt 0.1 s`` from a ``runs`` row."""
-    wall = row["wall_s"] or float("nan")
-    parts = [f"train {row['train_s']:.1f} s ({100 * row['train_s'] / wall:.0f} %)"]
-    parts += [f"{name[:-2]} {row[name]:.1f} s" for name in ("eval_s", "setup_s", "ckpt_s")]
-    return ", ".join(parts)
+def _start_ranks(group: RankGroup, run: Run, ranks: _Ranks, accelerator: str, stop_after_tokens,
+                 micro_batch_size) -> None:
+    """Start the other ranks of ``group`` on the run ``run`` (rank 0, this process) has built."""
+    group.start({"config": run.config.to_dict(), "results_dir": str(run.results_dir.resolve()),
+                 "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": ranks.n,
+                 "strategy": ranks.strategy, "stop_after_tokens": stop_after_tokens,
+                 "micro_batch_size": micro_batch_size, "threads": torch.get_num_threads()})
 
 
-def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
-    """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added, stamped with
-    the writer's ``owner`` and ``epoch`` (:mod:`harness.fencing`)."""
-    row = {k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
-    row.update(host=socket.gethostname(), code_version=code_version(),
-               torch_version=torch.__version__, config=config.to_dict(), owner=fence.owner, epoch=fence.epoch)
-    row.update(fields)
-    return row
-
-
-def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) -> Path:
-    """Write a ``failed`` result for ``config`` with the tail of ``error_text`` (no metric
-    rows), while the run's lease is held (:func:`harness.fencing.current`). Returns the path.
-
-    Raises:
-        LeaseLost: the run was taken over meanwhile; nothing was written.
-    """
-    from db.store import Store
-
-    fence = fencing.current()
-    result = {"run": _run_row(config, status="failed", error=str(error_text)[-ERROR_CHARS:],
-                              finished_at=_utc_now().isoformat(), fence=fence),
-              "metrics": [], "routing": []}
-    return Store(results_dir).write_result(result, commit=lambda: fence.holding("failed result file"))
-
-
-def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | None, list[str]]:
-    """The ``run`` row of ``config``'s result file and how its config differs from ``config``.
-
-    Returns:
-        ``(row, diff)``: ``row`` None when there is no result file; ``diff`` the differing
-        fields with both values (:func:`harness.terms.config_diff`), over the fields of
-        ``config`` (what the runner adds to a stored config is not compared).
-
-    Raises:
-        ValueError: the result file is unreadable (the message names it and why).
-    """
-    from db.store import Store
-
-    store = Store(results_dir)
-    path = store.result_path(config.run_id)
-    if not path.exists():
-        return None, []
-    run = store.read_result(path)["run"]
-    stored, payload = run.get("config") or {}, config.to_dict()
-    return run, config_diff({k: stored.get(k) for k in payload}, payload, values=True)
-
-
-def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
-    """``'done'`` or ``'diverged'`` if the result file of ``config``'s run already holds that
-    run finished, with the same config and code version; else ``None``.
-
-    A worker that wrote the result file but died, or lost its queue storage, before the queue
-    learned the run was finished leaves such a file behind; the worker that takes the run
-    again reports it instead of training the run a second time (DESIGN section 10: every
-    cell done exactly once). An unreadable file, a failed run, another config or another
-    code version gives ``None`` (train again).
-    """
+def _fit_and_record(run: Run) -> str:
+    """:func:`fit` then :func:`record`; the run's trackers (rank 0) are finished with its status either way."""
+    status = "interrupted"
     try:
-        run, diff = stored_result(config, results_dir)
-    except (OSError, ValueError):
-        return None
-    if run is not None and run.get("status") in FINISHED and not diff and run.get("code_version") == code_version():
-        return run["status"]
-    return None
-
-
-def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
-    """What the result file of ``config``'s run says about its end, for the queue:
-    ``{"status", "val_nll", "error"}`` (:meth:`db.store.Store.run_end`), or ``None``."""
-    from db.store import Store
-
-    return Store(results_dir).run_end(config.run_id)
+        status = record(run, fit(run))
+    finally:
+        if run.trackers is not None and run.trainer.is_global_zero:
+            run.trackers.finish(run.lit, status)
+    return status
 
 
 __all__ = ["RunInterrupted", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",

@@ -1,0 +1,110 @@
+"""A run's result file as the runner writes and reads it (DESIGN section 5): the ``runs`` row, a failed
+attempt's file, and whether an earlier attempt already finished the run (:func:`finished_status`).
+
+Split from :mod:`harness.train.run` (which re-exports these names) so that training and the result
+file it leaves each have a module.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+from pathlib import Path
+
+import torch
+
+from harness import fencing
+from harness.config import RunConfig
+from harness.fencing import Fence
+from harness.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.train.protocol import code_version
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def time_split(row: dict) -> str:
+    """``train 9.1 s (91 %), eval 0.5 s, setup 0.3 s, ckpt 0.1 s`` from a ``runs`` row."""
+    wall = row["wall_s"] or float("nan")
+    parts = [f"train {row['train_s']:.1f} s ({100 * row['train_s'] / wall:.0f} %)"]
+    parts += [f"{name[:-2]} {row[name]:.1f} s" for name in ("eval_s", "setup_s", "ckpt_s")]
+    return ", ".join(parts)
+
+
+def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
+    """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added, stamped with
+    the writer's ``owner`` and ``epoch`` (:mod:`harness.fencing`)."""
+    row = {k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
+    row.update(host=socket.gethostname(), code_version=code_version(),
+               torch_version=torch.__version__, config=config.to_dict(), owner=fence.owner, epoch=fence.epoch)
+    row.update(fields)
+    return row
+
+
+def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) -> Path:
+    """Write a ``failed`` result for ``config`` with the tail of ``error_text`` (no metric
+    rows), while the run's lease is held (:func:`harness.fencing.current`). Returns the path.
+
+    Raises:
+        LeaseLost: the run was taken over meanwhile; nothing was written.
+    """
+    from db.store import Store
+
+    fence = fencing.current()
+    result = {"run": _run_row(config, status="failed", error=str(error_text)[-ERROR_CHARS:],
+                              finished_at=_utc_now().isoformat(), fence=fence),
+              "metrics": [], "routing": []}
+    return Store(results_dir).write_result(result, commit=lambda: fence.holding("failed result file"))
+
+
+def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | None, list[str]]:
+    """The ``run`` row of ``config``'s result file and how its config differs from ``config``.
+
+    Returns:
+        ``(row, diff)``: ``row`` None when there is no result file; ``diff`` the differing
+        fields with both values (:func:`harness.terms.config_diff`), over the fields of
+        ``config`` (what the runner adds to a stored config is not compared).
+
+    Raises:
+        ValueError: the result file is unreadable (the message names it and why).
+    """
+    from db.store import Store
+
+    store = Store(results_dir)
+    path = store.result_path(config.run_id)
+    if not path.exists():
+        return None, []
+    run = store.read_result(path)["run"]
+    stored, payload = run.get("config") or {}, config.to_dict()
+    return run, config_diff({k: stored.get(k) for k in payload}, payload, values=True)
+
+
+def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
+    """``'done'`` or ``'diverged'`` if the result file of ``config``'s run already holds that
+    run finished, with the same config and code version; else ``None``.
+
+    A worker that wrote the result file but died, or lost its queue storage, before the queue
+    learned the run was finished leaves such a file behind; the worker that takes the run
+    again reports it instead of training the run a second time (DESIGN section 10: every
+    cell done exactly once). An unreadable file, a failed run, another config or another
+    code version gives ``None`` (train again).
+    """
+    try:
+        run, diff = stored_result(config, results_dir)
+    except (OSError, ValueError):
+        return None
+    if run is not None and run.get("status") in FINISHED and not diff and run.get("code_version") == code_version():
+        return run["status"]
+    return None
+
+
+def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
+    """What the result file of ``config``'s run says about its end, for the queue:
+    ``{"status", "val_nll", "error"}`` (:meth:`db.store.Store.run_end`), or ``None``."""
+    from db.store import Store
+
+    return Store(results_dir).run_end(config.run_id)
+
+
+__all__ = ["time_split", "record_failure", "stored_result", "finished_status", "finished_outcome"]
