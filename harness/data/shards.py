@@ -41,7 +41,7 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +49,9 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from harness.data.corpus import (
-    HUB_PREFIX, JSONL_EXTENSIONS, PARQUET_EXTENSIONS, OptionalDependencyError, _decode_utf8, corpus_files,
-    corpus_fingerprint, is_validation, parse_hub_spec,
-)
+from harness.data.corpus import HUB_PREFIX, corpus_files, corpus_fingerprint, is_validation
+from harness.data.shard_writer import _ShardWriter
+from harness.data.stream import _chunks, hub_revision, stream_documents
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, train_bpe
 from harness.files import atomic_write, fsync_dir, fsync_file
 
@@ -111,136 +110,6 @@ def read_manifest(folder: Path) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------
-# Streaming documents
-
-
-def hub_revision(spec: str) -> str | None:
-    """The commit of a hub dataset now (``None`` for a local ``datasets`` folder of that name).
-
-    Raises:
-        OptionalDependencyError: ``datasets`` is not installed.
-        ValueError: the hub cannot be reached or has no such dataset.
-    """
-    name, _ = parse_hub_spec(spec)
-    _import_datasets(spec)
-    if Path(name).is_dir():  # datasets.load_dataset reads a local folder of that name first
-        return None
-    try:
-        from huggingface_hub import HfApi  # installed with datasets
-
-        return HfApi().dataset_info(name).sha
-    except Exception as exc:  # offline / unknown dataset: many exception types across versions
-        raise ValueError(f"cannot resolve the revision of {spec!r} on the Hugging Face hub "
-                         f"({type(exc).__name__}: {exc}); `harness prepare` needs a network for hub corpora") from exc
-
-
-def _import_datasets(spec: str):
-    try:
-        import datasets  # optional: only hub corpora need it
-    except ImportError:
-        raise OptionalDependencyError(
-            f"corpus {spec!r} needs the optional 'datasets' package, which is not installed; "
-            "install it with: pip install 'rd-harness[hub]'") from None
-    return datasets
-
-
-def stream_documents(corpus: str, *, revision: str | None = None, max_docs: int | None = None) -> Iterator[str]:
-    """The corpus's non-empty documents in order, one at a time (memory: one file row group).
-
-    The same documents, in the same order, as :func:`harness.data.corpus.read_documents`.
-
-    Raises:
-        FileNotFoundError, ValueError, OptionalDependencyError: as ``read_documents``.
-    """
-    n = 0
-    for text in (_hub_rows(corpus, revision) if corpus.startswith(HUB_PREFIX) else _local_rows(corpus)):
-        if text is None or not text.strip():
-            continue
-        yield text
-        n += 1
-        if max_docs and n >= max_docs:
-            return
-
-
-def _hub_rows(spec: str, revision: str | None) -> Iterator[str | None]:
-    name, config = parse_hub_spec(spec)
-    datasets = _import_datasets(spec)
-    try:
-        stream = datasets.load_dataset(name, config, split="train", streaming=True, revision=revision)
-        rows = iter(stream)
-        while True:
-            try:
-                row = next(rows)
-            except StopIteration:
-                return
-            if "text" not in row:
-                raise KeyError("text")
-            yield row["text"]
-    except KeyError:
-        raise ValueError(f"hub corpus {spec!r} has no 'text' column") from None
-    except Exception as exc:  # network and hub errors surface as many types
-        raise ValueError(f"cannot stream corpus {spec!r} from the Hugging Face hub "
-                         f"({type(exc).__name__}: {exc})") from exc
-
-
-def _local_rows(spec: str) -> Iterator[str | None]:
-    for path in corpus_files(spec):
-        suffix = path.suffix.lower()
-        if suffix in JSONL_EXTENSIONS:
-            yield from _jsonl_rows(path)
-        elif suffix in PARQUET_EXTENSIONS:
-            yield from _parquet_rows(path)
-        else:
-            yield _decode_utf8(path.read_bytes(), path)
-
-
-def _jsonl_rows(path: Path) -> Iterator[str | None]:
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except UnicodeDecodeError:
-                _decode_utf8(raw, path)
-                raise
-            except ValueError as exc:
-                raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object")
-            text = row.get("text")
-            if text is not None and not isinstance(text, str):
-                raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
-                                 f"{type(text).__name__}, expected a string")
-            yield text
-
-
-def _parquet_rows(path: Path) -> Iterator[str | None]:
-    import polars as pl  # deferred: only Parquet corpora need it
-
-    schema = pl.read_parquet_schema(path)
-    if "text" not in schema:
-        raise ValueError(f"Parquet file {str(path)!r} has no 'text' column")
-    frame = pl.scan_parquet(path).select("text")
-    n = frame.select(pl.len()).collect().item()
-    for start in range(0, n, 65536):  # slices keep memory at one slice of text
-        yield from frame.slice(start, 65536).collect()["text"].to_list()
-
-
-def _chunks(docs: Iterator[str], chunk_bytes: int) -> Iterator[list[str]]:
-    """Consecutive documents, about ``chunk_bytes`` characters of text per list (deterministic)."""
-    chunk, size = [], 0
-    for text in docs:
-        chunk.append(text)
-        size += len(text)
-        if size >= chunk_bytes:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
-
-
-# ---------------------------------------------------------------------------------------
 # Tokenizer files beside the shards
 
 
@@ -290,64 +159,6 @@ def _encode_chunk(args: tuple[list[str], float, str]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # Writing shards
-
-
-class _ShardWriter:
-    """Appends one split's tokens to fixed-size shard files; records finished shards."""
-
-    def __init__(self, folder: Path, split: str, shard_tokens: int, dtype: np.dtype, state: dict,
-                 token_bytes: np.ndarray, eos_id: int, on_shard: Callable[[str, dict], None]):
-        self.folder, self.split, self.shard_tokens, self.dtype = folder, split, shard_tokens, dtype
-        self.eos_id = eos_id
-        self.shards: list[dict] = list(state.get("shards", []))
-        self.open_tokens = int(state.get("open_tokens", 0))
-        self.token_bytes, self.on_shard = token_bytes, on_shard
-        for stale in folder.glob(f"{split}-*.bin"):  # shards a killed prepare began after its last record
-            if int(stale.stem.rsplit("-", 1)[1]) > len(self.shards):
-                stale.unlink()
-        path = self._path()
-        if path.exists() or self.open_tokens:
-            with open(path, "r+b" if path.exists() else "wb") as fh:  # cut what the last chunk left
-                fh.truncate(self.open_tokens * dtype.itemsize)
-
-    def _path(self) -> Path:
-        return self.folder / f"{self.split}-{len(self.shards):05d}.bin"
-
-    def append(self, ids: np.ndarray) -> None:
-        while ids.size:
-            room = self.shard_tokens - self.open_tokens
-            head, ids = ids[:room], ids[room:]
-            with open(self._path(), "ab") as fh:
-                fh.write(head.tobytes())
-            self.open_tokens += head.size
-            if self.open_tokens == self.shard_tokens:
-                self.close_shard()
-
-    def close_shard(self) -> None:
-        if not self.open_tokens:
-            return
-        path = self._path()
-        fsync_file(path)
-        data = np.fromfile(path, dtype=self.dtype)
-        record = {"file": path.name, "tokens": int(data.size), "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
-                  "documents": int(np.count_nonzero(data == self.eos_id)),
-                  "bytes": int(self.token_bytes[data].sum())}
-        del data
-        self.shards.append(record)
-        self.open_tokens = 0
-        self.on_shard(self.split, record)
-
-    def reopen_last(self) -> None:
-        """Make a finished short last shard the open one again (to extend the corpus)."""
-        if self.shards and self.shards[-1]["tokens"] < self.shard_tokens:
-            self.open_tokens = self.shards.pop()["tokens"]
-
-    def state(self) -> dict:
-        return {"shards": self.shards, "open_tokens": self.open_tokens}
-
-    @property
-    def tokens(self) -> int:
-        return sum(s["tokens"] for s in self.shards) + self.open_tokens
 
 
 @dataclass(frozen=True)
@@ -481,55 +292,99 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
            val_fraction: float, max_docs: int | None, target: Target, shard_tokens: int, chunk_bytes: int,
            workers: int,
            bpe_sample_bytes: int, log: Callable[[str], None]) -> None:
-    cpu0 = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
+    """Tokenize ``corpus`` into the shards of ``folder`` until ``target`` is met or the source ends, then
+    write the manifest. Resumes after the last chunk a killed build finished; with ``manifest`` (a
+    finished corpus being extended) its short last shards open again."""
+    cpu0 = _cpu_seconds()
     setup = _setup(folder, corpus, tokenizer, vocab_size, val_fraction, max_docs, shard_tokens, chunk_bytes,
                    bpe_sample_bytes, folder.parent.parent)
-    shard_tokens, dtype = setup["shard_tokens"], np.dtype(setup["dtype"])
-    token_bytes = np.load(folder / "token_bytes.npy")
     progress_path = folder / "progress.json"
-    if manifest is not None:  # extend a finished corpus: its short last shards open again
-        state = {"chunks": manifest["chunks"], "documents": manifest["documents"],
-                 "splits": {s: {"shards": manifest["splits"][s]["shards"]} for s in SPLITS}}
-    elif progress_path.is_file():
-        state = json.loads(progress_path.read_text())
-        log(f"{folder.name}: resuming after chunk {state['chunks']:,} ({state['documents']:,} documents)")
-    else:
-        state = {"chunks": 0, "documents": 0, "splits": {s: {} for s in SPLITS}}
-    t0, tokens0 = time.perf_counter(), 0
-
-    def on_shard(split: str, record: dict) -> None:
-        elapsed = time.perf_counter() - t0
-        done = writers["train"].tokens + writers["val"].tokens - tokens0
-        log(f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
-            f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)")
-
-    writers = {s: _ShardWriter(folder, s, shard_tokens, dtype, state["splits"][s], token_bytes,
-                               setup["tokenizer"]["eos_id"], on_shard) for s in SPLITS}
+    state = _start_state(folder, manifest, progress_path, log)
+    dtype, token_bytes, speed = np.dtype(setup["dtype"]), np.load(folder / "token_bytes.npy"), _Speed(log)
+    writers = {s: _ShardWriter(folder, s, setup["shard_tokens"], dtype, state["splits"][s], token_bytes,
+                               setup["tokenizer"]["eos_id"], speed.on_shard) for s in SPLITS}
+    speed.writers = writers
     for w in writers.values():
         if manifest is not None:
             w.reopen_last()
-    chunks_done, documents = state["chunks"], state["documents"]
+    done = _Done(state["chunks"], state["documents"])
     if manifest is not None:  # the reopened state first: a kill from here on resumes, never restarts
-        _save_progress(progress_path, chunks_done, documents, writers)
+        _save_progress(progress_path, done.chunks, done.documents, writers)
         (folder / "manifest.json").unlink()
-    tokens0 = writers["train"].tokens + writers["val"].tokens
+    speed.tokens0 = speed.tokens()
     docs = stream_documents(corpus, revision=setup["revision"], max_docs=max_docs)
     chunks = _chunks(docs, setup["chunk_bytes"])  # the recorded size: a resume cuts the same chunks
-    stopped = False  # the target was met with text of the source left over
+    stopped = _encode(folder, tokenizer, chunks, done, writers, target, val_fraction, dtype, workers,
+                      progress_path)
+    for w in writers.values():
+        w.close_shard()
+    splits = _finish(folder, corpus, setup, writers, done, exhausted=not stopped)
+    progress_path.unlink(missing_ok=True)
+    fsync_dir(folder)
+    _log_done(folder, splits, done.documents, speed, _cpu_seconds() - cpu0, log)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children."""
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
+def _start_state(folder: Path, manifest: dict | None, progress_path: Path, log: Callable[[str], None]) -> dict:
+    """Where the build starts: a finished corpus's shards (extending it), a killed build's progress, or nothing."""
+    if manifest is not None:  # extend a finished corpus: its short last shards open again
+        return {"chunks": manifest["chunks"], "documents": manifest["documents"],
+                "splits": {s: {"shards": manifest["splits"][s]["shards"]} for s in SPLITS}}
+    if progress_path.is_file():
+        state = json.loads(progress_path.read_text())
+        log(f"{folder.name}: resuming after chunk {state['chunks']:,} ({state['documents']:,} documents)")
+        return state
+    return {"chunks": 0, "documents": 0, "splits": {s: {} for s in SPLITS}}
+
+
+class _Speed:
+    """This build's tokens per second (tokens written since :attr:`tokens0`, from when it was made)."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log, self.t0, self.tokens0, self.writers = log, time.perf_counter(), 0, {}
+
+    def tokens(self) -> int:
+        """Tokens in both splits' shards now."""
+        return self.writers["train"].tokens + self.writers["val"].tokens
+
+    def on_shard(self, split: str, record: dict) -> None:
+        """Say that a shard was closed, with the build's speed so far."""
+        elapsed = time.perf_counter() - self.t0
+        done = self.tokens() - self.tokens0
+        self.log(f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
+                 f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)")
+
+
+@dataclass
+class _Done:
+    """Chunks and documents written to the shards so far (resumable after a kill)."""
+
+    chunks: int
+    documents: int
+
+
+def _encode(folder: Path, tokenizer: str, chunks, done: _Done, writers: dict, target: Target, val_fraction: float,
+            dtype: np.dtype, workers: int, progress_path: Path) -> bool:
+    """Encode the chunks after ``done.chunks`` in ``workers`` processes and write them in order, saving the
+    progress after each; whether the target was met with text of the source left over."""
+    stopped = False
     with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(str(folder), tokenizer)) as pool:
         pending: deque = deque()
 
         def write_next() -> bool:
             """Write the oldest chunk in flight; whether the target is met."""
-            nonlocal chunks_done, documents
-            documents += _write_chunk(pending.popleft().result(), writers)
-            chunks_done += 1
-            _save_progress(progress_path, chunks_done, documents, writers)
+            done.documents += _write_chunk(pending.popleft().result(), writers)
+            done.chunks += 1
+            _save_progress(progress_path, done.chunks, done.documents, writers)
             return target.met(writers["train"].tokens, writers["val"].tokens)
 
         for index, chunk in enumerate(chunks, start=1):
-            if index <= chunks_done:
+            if index <= done.chunks:
                 continue  # finished before the kill: its tokens are in the shards
             pending.append(pool.submit(_encode_chunk, (chunk, val_fraction, dtype.str)))
             # a bounded queue: memory does not grow with the corpus; chunks stay in flight after a stop
@@ -540,35 +395,39 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
             stopped = write_next() and bool(pending)
         for future in pending:
             future.cancel()
-    exhausted = not stopped
-    for w in writers.values():
-        w.close_shard()
+    return stopped
+
+
+def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, *, exhausted: bool) -> dict:
+    """Write the manifest (after syncing the shards) and return its ``splits``; an empty split is an error."""
     splits = {}
     for split, w in writers.items():
         splits[split] = {"tokens": w.tokens, "documents": sum(s["documents"] for s in w.shards),
                          "bytes": sum(s["bytes"] for s in w.shards), "shards": w.shards}
         if not w.tokens:
-            raise ValueError(f"corpus {corpus!r}: the {split} split is empty after {documents:,} documents; "
+            raise ValueError(f"corpus {corpus!r}: the {split} split is empty after {done.documents:,} documents; "
                              "use more documents or another val_fraction")
     content = hashlib.sha256(json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS},
                                         sort_keys=True).encode()).hexdigest()
-    manifest = {**setup, "fingerprint": content, "documents": documents, "chunks": chunks_done,
+    manifest = {**setup, "fingerprint": content, "documents": done.documents, "chunks": done.chunks,
                 "exhausted": exhausted, "splits": splits,
                 "token_bytes_sha256": hashlib.sha256((folder / "token_bytes.npy").read_bytes()).hexdigest()}
     for path in folder.iterdir():
         if path.suffix == ".bin":
             fsync_file(path)
     atomic_write(folder / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    progress_path.unlink(missing_ok=True)
-    fsync_dir(folder)
-    elapsed = time.perf_counter() - t0
-    own, pool = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = own.ru_utime + own.ru_stime + pool.ru_utime + pool.ru_stime - cpu0
+    return splits
+
+
+def _log_done(folder: Path, splits: dict, documents: int, speed: _Speed, cpu: float,
+              log: Callable[[str], None]) -> None:
+    """The build's closing line: documents, tokens and shards per split, tokens per second and per CPU-second."""
+    elapsed = time.perf_counter() - speed.t0
     total = splits["train"]["tokens"] + splits["val"]["tokens"]
     log(f"{folder.name}: {documents:,} documents, {splits['train']['tokens']:,} train and "
         f"{splits['val']['tokens']:,} val tokens in {len(splits['train']['shards'])} + "
-        f"{len(splits['val']['shards'])} shards; {(total - tokens0) / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s "
-        f"over {elapsed:.1f} s ({(total - tokens0) / max(cpu, 1e-9) / 1e6:.2f}M tokens per CPU-second, "
+        f"{len(splits['val']['shards'])} shards; {(total - speed.tokens0) / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s "
+        f"over {elapsed:.1f} s ({(total - speed.tokens0) / max(cpu, 1e-9) / 1e6:.2f}M tokens per CPU-second, "
         f"tokenizer training included)")
 
 
