@@ -155,15 +155,9 @@ def prepare_corpus(
         raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
     cache_dir = Path(cache_dir)
     caller = {"corpus": corpus, "max_docs": max_docs}
-    # prepared by `harness prepare` (shards + manifest): read it, never stream or re-tokenize
-    sharded = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
-                        val_fraction=val_fraction, max_docs=max_docs)
-    manifest = read_manifest(sharded)
-    if manifest is not None:
-        return PreparedCorpus(dir=sharded, vocab_size=int(manifest["tokenizer"]["vocab_size"]),
-                              dtype=manifest["dtype"], fingerprint=manifest["fingerprint"],
-                              meta={**manifest, **caller}, sharded=True)
-
+    found = _sharded(cache_dir, corpus, tokenizer, vocab_size, val_fraction, max_docs, caller)
+    if found is not None:
+        return found
     # A hub stream is expensive and needs a network: remember which fingerprint a
     # (spec, limit) gave, so a prepared hub corpus is found again offline.
     hub_index = _hub_index_path(cache_dir, corpus, max_docs) if corpus.startswith(HUB_PREFIX) else None
@@ -172,21 +166,40 @@ def prepare_corpus(
         final = _prepared_dir(cache_dir, fingerprint, val_fraction, tokenizer, vocab_size)
         if (final / "meta.json").is_file():
             return _load(final, caller)
-
     docs = read_documents(corpus, max_docs=max_docs)
     fingerprint = corpus_fingerprint(docs)
     if hub_index is not None:
         atomic_write(hub_index, json.dumps({"corpus": corpus, "fingerprint": fingerprint}))
     final = _prepared_dir(cache_dir, fingerprint, val_fraction, tokenizer, vocab_size)
-    if (final / "meta.json").is_file():
-        return _load(final, caller)
+    if not (final / "meta.json").is_file():
+        _build_once(final, docs, fingerprint, cache_dir, vocab_size, tokenizer, val_fraction)
+    return _load(final, caller)
 
+
+def _sharded(cache_dir: Path, corpus: str, tokenizer: str, vocab_size: int, val_fraction: float,
+             max_docs: int | None, caller: dict) -> PreparedCorpus | None:
+    """The corpus `harness prepare` sharded for these settings (shards + manifest), else ``None``: a sharded
+    corpus is read, never streamed or tokenized again."""
+    sharded = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
+                        val_fraction=val_fraction, max_docs=max_docs)
+    manifest = read_manifest(sharded)
+    if manifest is None:
+        return None
+    return PreparedCorpus(dir=sharded, vocab_size=int(manifest["tokenizer"]["vocab_size"]),
+                          dtype=manifest["dtype"], fingerprint=manifest["fingerprint"],
+                          meta={**manifest, **caller}, sharded=True)
+
+
+def _build_once(final: Path, docs: list[str], fingerprint: str, cache_dir: Path, vocab_size: int,
+                tokenizer: str, val_fraction: float) -> None:
+    """Tokenize ``docs`` into ``final`` unless another worker did: built in a temporary folder, synced,
+    then renamed into place (atomic)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     # the lock only keeps concurrent workers from tokenizing one corpus twice; correctness
     # never depends on it (the rename is atomic)
     with FileLock(final.with_name(final.name + ".lock")):
         if (final / "meta.json").is_file():  # another worker finished while we waited
-            return _load(final, caller)
+            return
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
         try:
             _build(tmp, docs, fingerprint, cache_dir, vocab_size, tokenizer, val_fraction)
@@ -204,7 +217,6 @@ def prepare_corpus(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return _load(final, caller)
 
 
 def cache_dir(results_dir: str | os.PathLike) -> Path:
