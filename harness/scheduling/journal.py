@@ -265,6 +265,36 @@ def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
     return None, f"op_code {op_code}"
 
 
+def _clean_lines(data: bytes, report: Repair) -> list[bytes]:
+    """The journal ``data``'s valid lines byte for byte, a bad line that created a trial (study) as a failed
+    placeholder trial (study); counts, placeholders and dropped lines go to ``report``."""
+    out: list[bytes] = []
+    lines = data.splitlines(keepends=True)
+    report.lines = len(lines)
+    for i, raw in enumerate(lines, start=1):
+        if raw.endswith(b"\n"):
+            try:
+                log = json.loads(raw)
+                if isinstance(log, dict) and isinstance(log.get("op_code"), int):
+                    out.append(raw)
+                    report.kept += 1
+                    continue
+                reason = "not an operation record"
+            except ValueError as exc:
+                reason = _reason(exc)
+        else:
+            reason = "torn (no newline at the end)"
+        stand_in, what = _placeholder(i, raw) if raw.endswith(b"\n") else (None, None)
+        if stand_in is not None:
+            out.append((json.dumps(stand_in, separators=(",", ":")) + "\n").encode())
+            report.placeholders.append((i, what))
+        else:
+            report.dropped.append((i, reason + (f", {what}" if what else "")))
+            if raw.endswith(b"\n") and what is None:
+                report.unidentified.append(i)
+    return out
+
+
 def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | None = None) -> Repair:
     """Rewrite a damaged journal as its valid lines, in order; keep the damaged file as a backup.
 
@@ -292,30 +322,7 @@ def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | N
     lock.acquire()
     try:
         data = path.read_bytes()
-        out: list[bytes] = []
-        lines = data.splitlines(keepends=True)
-        report.lines = len(lines)
-        for i, raw in enumerate(lines, start=1):
-            if raw.endswith(b"\n"):
-                try:
-                    log = json.loads(raw)
-                    if isinstance(log, dict) and isinstance(log.get("op_code"), int):
-                        out.append(raw)
-                        report.kept += 1
-                        continue
-                    reason = "not an operation record"
-                except ValueError as exc:
-                    reason = _reason(exc)
-            else:
-                reason = "torn (no newline at the end)"
-            stand_in, what = _placeholder(i, raw) if raw.endswith(b"\n") else (None, None)
-            if stand_in is not None:
-                out.append((json.dumps(stand_in, separators=(",", ":")) + "\n").encode())
-                report.placeholders.append((i, what))
-            else:
-                report.dropped.append((i, reason + (f", {what}" if what else "")))
-                if raw.endswith(b"\n") and what is None:
-                    report.unidentified.append(i)
+        out = _clean_lines(data, report)
         if not report.dropped and not report.placeholders:
             return report
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
