@@ -87,24 +87,8 @@ def main(args: argparse.Namespace) -> int:
     if args.grid is None:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
-    if args.corpus is not None:
-        corpus, source = args.corpus, "--corpus"
-    elif os.environ.get("HARNESS_CORPUS"):
-        corpus, source = os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
-    else:  # the grid's own: resolved against the grid file's folder (Grid.expand)
-        corpus, source = None, f"key 'corpus' of {args.grid}"
-    configs = grid.expand(corpus=corpus, tuned={})  # [tuned] runs need the storage: below
-    for config in configs:  # before anything is queued: what would fail in every worker fails here
-        config.check_trainable()
-    check_corpus(configs[0].corpus, source=source)
-    from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
-
-    probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
-    from harness.data.prepare import cache_dir
-    from harness.scheduling.corpus_need import check_corpora
-
-    check_corpora(configs, cache_dir(args.results), grid_path=str(args.grid))  # prepared, big enough
-
+    corpus, source = _corpus_choice(args)
+    configs = _checked_configs(grid, corpus, source, args)
     from harness.scheduling import legacy, tuning
 
     queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
@@ -124,7 +108,39 @@ def main(args: argparse.Namespace) -> int:
 
     queue.bind_results(grid.name, args.results.resolve(), results_id(args.results, create=True))
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
-    where = describe_storage(args.storage, args.results)
+    _say_queued(grid, configs, result, describe_storage(args.storage, args.results), args)
+    return 0
+
+
+def _corpus_choice(args: argparse.Namespace) -> tuple[str | None, str]:
+    """``(corpus or None for the grid's own, where it comes from)``: --corpus, else $HARNESS_CORPUS, else the
+    grid's (resolved against the grid file's folder by Grid.expand)."""
+    if args.corpus is not None:
+        return args.corpus, "--corpus"
+    if os.environ.get("HARNESS_CORPUS"):
+        return os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
+    return None, f"key 'corpus' of {args.grid}"
+
+
+def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Namespace) -> list:
+    """The grid's run configs (without its [tuned] runs, which need the storage), checked before anything
+    is queued: what would fail in every worker fails here (settings, corpus readable, prepared and big enough)."""
+    configs = grid.expand(corpus=corpus, tuned={})
+    for config in configs:
+        config.check_trainable()
+    check_corpus(configs[0].corpus, source=source)
+    from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
+
+    probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
+    from harness.data.prepare import cache_dir
+    from harness.scheduling.corpus_need import check_corpora
+
+    check_corpora(configs, cache_dir(args.results), grid_path=str(args.grid))  # prepared, big enough
+    return configs
+
+
+def _say_queued(grid, configs: list, result, where: str, args: argparse.Namespace) -> None:
+    """What was queued (with the next command to run), what was there already, and the failed runs left."""
     n = len(configs)
     if result.added or result.retried:
         msg = f"{grid.name}: queued {len(result.added)} runs"
@@ -151,7 +167,6 @@ def main(args: argparse.Namespace) -> int:
     if result.failed:
         print(f"{len(result.failed)} failed runs left as they are (pass --retry-failed to queue them "
               f"again): {', '.join(result.failed[:5])}{' ...' if len(result.failed) > 5 else ''}")
-    return 0
 
 
 def _repair(args: argparse.Namespace) -> int:
