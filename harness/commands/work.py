@@ -183,6 +183,23 @@ def summary(outcomes: Mapping[str, int]) -> str:
             f"{outcomes.get('diverged', 0)} diverged, {outcomes.get('failed', 0)} failed{pruned}{lost}")
 
 
+def _train_fn(args: argparse.Namespace, stop):
+    """``(train function, GPU claim or None)``: :func:`~harness.scheduling.worker.train_unless_finished` with
+    the worker's devices (claimed until it stops), micro-batch size, trackers and stop request."""
+    import functools
+
+    from harness.scheduling import worker
+
+    devices, claim = worker_devices(args.devices, args.gpus, args.accelerator)
+    extra = {"stop_requested": stop} if stop is not None else {}
+    micro = parse_micro_batch(args.micro_batch_size)
+    if micro is not None:
+        extra["micro_batch_size"] = micro
+    extra.update({"loggers": tuple(args.logger)} if args.logger else {})
+    return functools.partial(worker.train_unless_finished, progress=not args.quiet, accelerator=args.accelerator,
+                             devices=devices, strategy=args.strategy, **extra), claim
+
+
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
     """Run the worker loop (:func:`harness.scheduling.worker.work`) with ``harness work``'s
     options; returns the outcomes of the runs it trained.
@@ -193,8 +210,6 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     with a :class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks) the caller
     owns the signals and a stop comes at the next batch boundary, with a checkpoint of it.
     """
-    import functools
-
     import optuna
 
     from harness.commands import set_threads
@@ -226,14 +241,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     beat_s = min(BEAT_S, args.lease_s / 4)
     claim = None
     if train_fn is None:
-        devices, claim = worker_devices(args.devices, args.gpus, args.accelerator)
-        extra = {"stop_requested": stop} if stop is not None else {}
-        micro = parse_micro_batch(args.micro_batch_size)
-        if micro is not None:
-            extra["micro_batch_size"] = micro
-        extra.update({"loggers": tuple(args.logger)} if args.logger else {})
-        train_fn = functools.partial(worker.train_unless_finished, progress=not args.quiet,
-                                     accelerator=args.accelerator, devices=devices, strategy=args.strategy, **extra)
+        train_fn, claim = _train_fn(args, stop)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
