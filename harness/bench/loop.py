@@ -21,68 +21,86 @@ def loop_throughput(cfg: BenchConfig, prepared, device: torch.device, batch_size
     round (one whole iteration: next batch, hooks, step). Tokens/s is ``B * T`` over the
     median iteration, which a stall of the shared machine in a few steps cannot move.
     """
-    import lightning as L
-    from torch.utils.data import DataLoader
-
-    from harness.data.datamodule import TokenDataModule, TrainBatches
-    from harness.models import build_model
-    from harness.train.lit import LitLM
-    from harness.train.trainer import make_trainer, quiet_lightning, resolve_precision
-
-    quiet_lightning()
-    context = get_size(cfg.size).context
-    train = train_config(cfg.size, compile=cfg.compile)
-    n_steps = cfg.warmup + cfg.loop_steps
-    batch_tokens = batch_size * context
-    log_every = max(1, n_steps // 100)  # as a run's StepPlan.log_every
-    dm = TokenDataModule(prepared, context, batch_size, cfg.seed, eval_tokens=context)
-    token_bytes = torch.from_numpy(prepared.token_bytes())
-
-    def lit_for(model) -> LitLM:
-        return LitLM(model, train, total_steps=n_steps, batch_tokens=batch_tokens, token_bytes=token_bytes,
-                     log_every=log_every)
-
-    lit = lit_for(build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))
-    bare_model = build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size).to(device)
-    bare_lit = lit_for(bare_model)  # optimiser groups and schedule only; also turns off token checks
-    bare_forward = torch.compile(bare_model) if cfg.compile else bare_model
-    max_norm = train.grad_clip if train.grad_clip > 0 else float("inf")
-
-    class Clock(L.Callback):
-        def __init__(self) -> None:
-            self.stamps: list[float] = []
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            sync(device)
-            self.stamps.append(time.perf_counter())
-
-    def iterations(stamps: list[float]) -> list[float]:
-        return [stamps[i] - stamps[i - 1] for i in range(cfg.warmup, n_steps)]
-
-    def run_lightning() -> list[float]:
-        clock = Clock()
-        accelerator = "gpu" if device.type == "cuda" else "cpu"
-        trainer = make_trainer(accelerator=accelerator, precision=resolve_precision("auto", accelerator),
-                               max_steps=n_steps, callbacks=[clock], root=root)
-        trainer.fit(lit, datamodule=dm)
-        return iterations(clock.stamps)
-
-    def run_bare() -> list[float]:
-        opt_cfg = bare_lit.configure_optimizers()  # fresh AdamW state each round, as Lightning's fit
-        opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]
-        batches = iter(DataLoader(TrainBatches(dm.schedule), batch_size=None))
-        stamps = []
-        for _ in range(n_steps):
-            x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            train_step(bare_forward, bare_model, opt, sched, x, y, max_norm, device)
-            sync(device)
-            stamps.append(time.perf_counter())
-        return iterations(stamps)
-
+    loops = _Loops(cfg, prepared, device, batch_size, root)
     out: dict[str, list[float]] = {"lightning": [], "bare": []}
     for r in range(cfg.loop_rounds):
         order = ("lightning", "bare") if r % 2 == 0 else ("bare", "lightning")
         for name in order:
-            out[name].extend(run_lightning() if name == "lightning" else run_bare())
+            out[name].extend(loops.lightning() if name == "lightning" else loops.bare())
     return out
+
+
+class _Loops:
+    """The two loops of :func:`loop_throughput` on one model config and one data module: each call of
+    :meth:`lightning` / :meth:`bare` is one round, returning its iteration times (seconds)."""
+
+    def __init__(self, cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path) -> None:
+        from harness.data.datamodule import TokenDataModule
+        from harness.models import build_model
+        from harness.train.lit import LitLM
+        from harness.train.trainer import quiet_lightning
+
+        quiet_lightning()
+        self.cfg, self.device, self.root = cfg, device, root
+        context = get_size(cfg.size).context
+        train = train_config(cfg.size, compile=cfg.compile)
+        self.n_steps = n_steps = cfg.warmup + cfg.loop_steps
+        log_every = max(1, n_steps // 100)  # as a run's StepPlan.log_every
+        self.dm = TokenDataModule(prepared, context, batch_size, cfg.seed, eval_tokens=context)
+        token_bytes = torch.from_numpy(prepared.token_bytes())
+
+        def lit_for(model) -> LitLM:
+            return LitLM(model, train, total_steps=n_steps, batch_tokens=batch_size * context,
+                         token_bytes=token_bytes, log_every=log_every)
+
+        self.lit = lit_for(build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))
+        self.bare_model = build_model(cfg.loop_variant, cfg.size, seed=cfg.seed,
+                                      vocab_size=prepared.vocab_size).to(device)
+        self.bare_lit = lit_for(self.bare_model)  # optimiser groups and schedule only; also turns off token checks
+        self.bare_forward = torch.compile(self.bare_model) if cfg.compile else self.bare_model
+        self.max_norm = train.grad_clip if train.grad_clip > 0 else float("inf")
+
+    def iterations(self, stamps: list[float]) -> list[float]:
+        """The times between the ends of consecutive steps after the warm-up."""
+        return [stamps[i] - stamps[i - 1] for i in range(self.cfg.warmup, self.n_steps)]
+
+    def lightning(self) -> list[float]:
+        """One round of the Lightning loop (``trainer.fit``), stamped at every batch end."""
+        import lightning as L
+
+        from harness.train.trainer import make_trainer, resolve_precision
+
+        device = self.device
+
+        class Clock(L.Callback):
+            def __init__(self) -> None:
+                self.stamps: list[float] = []
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                sync(device)
+                self.stamps.append(time.perf_counter())
+
+        clock = Clock()
+        accelerator = "gpu" if device.type == "cuda" else "cpu"
+        trainer = make_trainer(accelerator=accelerator, precision=resolve_precision("auto", accelerator),
+                               max_steps=self.n_steps, callbacks=[clock], root=self.root)
+        trainer.fit(self.lit, datamodule=self.dm)
+        return self.iterations(clock.stamps)
+
+    def bare(self) -> list[float]:
+        """One round of the bare PyTorch loop on the same batches."""
+        from torch.utils.data import DataLoader
+
+        from harness.data.datamodule import TrainBatches
+
+        opt_cfg = self.bare_lit.configure_optimizers()  # fresh AdamW state each round, as Lightning's fit
+        opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]
+        batches = iter(DataLoader(TrainBatches(self.dm.schedule), batch_size=None))
+        stamps = []
+        for _ in range(self.n_steps):
+            x, y = next(batches)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            train_step(self.bare_forward, self.bare_model, opt, sched, x, y, self.max_norm, self.device)
+            sync(self.device)
+            stamps.append(time.perf_counter())
+        return self.iterations(stamps)

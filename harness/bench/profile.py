@@ -125,27 +125,11 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
         ValueError: ``rounds < 1``.
     """
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function
 
     if rounds < 1:
         raise ValueError(f"profile rounds={rounds} must be >= 1")
-    device = arms[0].device
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    prof = profile(activities=activities)
-    with quiet_stderr():
-        prof.start()
-    try:
-        for r in range(rounds):
-            for i in round_order(len(arms), r):
-                sync(device)
-                with record_function(f"{WINDOW}{i}/{r}"):
-                    arms[i].step()
-                    sync(device)  # the step's kernels finish inside its window
-    finally:
-        with quiet_stderr():
-            prof.stop()
-    events = prof.events()
+    cuda = arms[0].device.type == "cuda"
+    events = _profiled_events(arms, rounds)
     # windows by time, not by parent: on CUDA the backward runs on autograd's device thread
     windows = sorted((e.time_range.start, e.time_range.end, *map(int, e.name[len(WINDOW):].split("/")))
                      for e in events if e.name.startswith(WINDOW))  # (start, end, arm, round)
@@ -179,6 +163,29 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
         for table in ("calls", "op_calls"):
             entry[table] = {k: n / rounds for k, n in entry[table].items()}
     return out
+
+
+def _profiled_events(arms, rounds: int):
+    """The profiler's events of ``rounds`` interleaved rounds of every arm, each step inside a window named
+    ``WINDOW<arm>/<round>`` (CUDA activity too on a GPU)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    device = arms[0].device
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    prof = profile(activities=activities)
+    with quiet_stderr():
+        prof.start()
+    try:
+        for r in range(rounds):
+            for i in round_order(len(arms), r):
+                sync(device)
+                with record_function(f"{WINDOW}{i}/{r}"):
+                    arms[i].step()
+                    sync(device)  # the step's kernels finish inside its window
+    finally:
+        with quiet_stderr():
+            prof.stop()
+    return prof.events()
 
 
 def compare(profiles: dict[str, dict], pairs: dict[str, tuple[str, str]], top: int = 8) -> dict[str, dict]:

@@ -108,11 +108,7 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
     mem_ratios = {f"{a}/{b}": peak_mb[a] / peak_mb[b] for a, b in ratio_keys(variants)}
     loop_tps = {name: batch_tokens / statistics.median(loops[name]) for name in LOOPS if loops.get(name)}
     if len(loop_tps) == 2:
-        # iteration i of a Lightning round against iteration i of the bare round beside it
-        rs = intervals.paired_ratios(loops["bare"], loops["lightning"])  # tokens/s ratio = bare s / lightning s
-        ci = intervals.median_interval(rs)
-        summary["lightning/bare"] = {"value": statistics.median(rs), "interval": ci,
-                                     "width": intervals.relative_width(rs, ci), "n": len(rs)}
+        summary["lightning/bare"] = _loop_ratio(loops)
         ratios["lightning/bare"] = summary["lightning/bare"]["value"]
     precision = {}
     if precision_arms:
@@ -124,29 +120,8 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
     peak = device_peak_flops(device, cfg.peak_tflops)
     preset = get_size(cfg.size)
     flops = {v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()}
-    mfu, mfu_note = None, None
-    if peak:
-        mfu = {v: model_mfu(flops[v], tokens_per_s[v], peak) for v in variants}
-        mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
-    else:
-        mfu_note = (f"MFU omitted: no bf16 peak known for {_device_name(device)} (known: {', '.join(PEAK_FLOPS)}; "
-                    "pass --peak-tflops)")
-    targets = {}
-    for kind, table in (("time", ratios), ("mem", mem_ratios)):
-        for key, value in table.items():
-            target = target_for(key, kind)
-            if not target:
-                continue
-            entry = {"value": value, "op": target[0], "bound": target[1]}
-            if kind == "time":
-                ci = summary[key]["interval"]
-                verdict = intervals.judge(ci, *target)
-                entry.update(interval=list(ci) if ci else None, verdict=verdict,
-                             met={"met": True, "not met": False}.get(verdict))
-            else:  # one measurement per variant: no interval, judged by the value
-                entry.update(interval=None, met=meets(value, target))
-                entry["verdict"] = "met" if entry["met"] else "not met"
-            targets[f"mem:{key}" if kind == "mem" else key] = entry
+    mfu, mfu_note = _mfu(cfg, device, variants, flops, tokens_per_s, loop_tps, peak)
+    targets = _targets(ratios, mem_ratios, summary)
     return {
         "size": cfg.size, "compile": cfg.compile, "threads": cfg.threads or torch.get_num_threads(),
         "torch": torch.__version__,
@@ -170,6 +145,47 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
         "bench_id": f"bench-{created:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", "host": socket.gethostname(),
         "created_at": created.isoformat(),
     }
+
+
+def _loop_ratio(loops: dict[str, list[float]]) -> dict:
+    """The Lightning/bare tokens/s ratio (= bare s / Lightning s) as a paired summary: iteration i of a
+    Lightning round against iteration i of the bare round beside it."""
+    rs = intervals.paired_ratios(loops["bare"], loops["lightning"])
+    ci = intervals.median_interval(rs)
+    return {"value": statistics.median(rs), "interval": ci, "width": intervals.relative_width(rs, ci), "n": len(rs)}
+
+
+def _mfu(cfg: BenchConfig, device: torch.device, variants: list[str], flops: dict, tokens_per_s: dict,
+         loop_tps: dict, peak: float | None) -> tuple[dict | None, str | None]:
+    """``(MFU per variant and loop, None)``, or ``(None, why it is omitted)`` without a known bf16 peak."""
+    if not peak:
+        return None, (f"MFU omitted: no bf16 peak known for {_device_name(device)} (known: "
+                      f"{', '.join(PEAK_FLOPS)}; pass --peak-tflops)")
+    mfu = {v: model_mfu(flops[v], tokens_per_s[v], peak) for v in variants}
+    mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
+    return mfu, None
+
+
+def _targets(ratios: dict, mem_ratios: dict, summary: dict) -> dict:
+    """Each ratio with a goal (:func:`target_for`): a step-time ratio judged by its interval, a memory ratio
+    (one measurement per variant) by its value; memory keys prefixed ``mem:``."""
+    targets = {}
+    for kind, table in (("time", ratios), ("mem", mem_ratios)):
+        for key, value in table.items():
+            target = target_for(key, kind)
+            if not target:
+                continue
+            entry = {"value": value, "op": target[0], "bound": target[1]}
+            if kind == "time":
+                ci = summary[key]["interval"]
+                verdict = intervals.judge(ci, *target)
+                entry.update(interval=list(ci) if ci else None, verdict=verdict,
+                             met={"met": True, "not met": False}.get(verdict))
+            else:  # one measurement per variant: no interval, judged by the value
+                entry.update(interval=None, met=meets(value, target))
+                entry["verdict"] = "met" if entry["met"] else "not met"
+            targets[f"mem:{key}" if kind == "mem" else key] = entry
+    return targets
 
 
 METHOD = {
@@ -259,20 +275,7 @@ def format_report(result: dict) -> str:
     if result.get("mfu_note"):
         lines.append(result["mfu_note"])
     lines.append("")
-    parent_ms = result["step_ms"].get(PARENT)
-    parent_mb = result["peak_mem_mb"].get(PARENT)
-    head = f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"
-    if result["mfu"]:
-        head += f" {'MFU':>6}"
-    lines += [head, "-" * len(head)]
-    for v, ms in result["step_ms"].items():
-        mb = result["peak_mem_mb"][v]
-        rel = f"{ms / parent_ms:9.3f}" if parent_ms else f"{'':9}"
-        rel_mb = f"{mb / parent_mb:9.3f}" if parent_mb else f"{'':9}"
-        line = f"{v:<16} {ms:9.1f} {rel} {result['tokens_per_s'][v]:10.0f} {mb:9.1f} {rel_mb}"
-        if result["mfu"]:
-            line += f" {100 * result['mfu'][v]:5.1f}%"
-        lines.append(line)
+    lines += _variant_table(result)
     if result["loop_tokens_per_s"]:
         lines.append("")
         lines.append(f"training loop ({result['loop_variant']}, {result['loop_rounds']} rounds x "
@@ -284,17 +287,7 @@ def format_report(result: dict) -> str:
         lines.append(f"precision ({result['precision_arms']['32-true'].split('@')[0]}, interleaved): "
                      + ", ".join(f"{p} {v:.1f} ms" for p, v in ms.items()))
     lines.append("")
-    ci_head = f"{int(100 * result['intervals']['level'])} % interval"
-    lines.append(f"ratios (median of per-round paired ratios; {ci_head}; goal judged against the interval):")
-    for key in [*result["ratios"], *result.get("precision_ratios", {})]:
-        value = result["ratios"].get(key, result.get("precision_ratios", {}).get(key))
-        ci = result["ratio_intervals"].get(key)
-        span = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{'(too few rounds)':>16}"
-        line = f"  {key:<30} {value:7.3f}  {span}  n={result['ratio_rounds'][key]:<4}"
-        t = result["targets"].get(key)
-        if t:
-            line += f" goal {t['op']} {t['bound']}: {t['verdict']}"
-        lines.append(line)
+    lines += _ratio_lines(result)
     width = result["intervals"]["target_width"]
     wide = [k for k, w in result["intervals"]["widths"].items() if w is None or w >= width]
     if wide:
@@ -309,6 +302,41 @@ def format_report(result: dict) -> str:
     lines.append("")
     lines.append("method: " + "; ".join(f"{k}: {v}" for k, v in result["method"].items()))
     return "\n".join(lines)
+
+
+def _variant_table(result: dict) -> list[str]:
+    """The per-variant table: step ms, tokens/s and peak MiB, each against the parent (and MFU if known)."""
+    parent_ms = result["step_ms"].get(PARENT)
+    parent_mb = result["peak_mem_mb"].get(PARENT)
+    head = f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"
+    if result["mfu"]:
+        head += f" {'MFU':>6}"
+    lines = [head, "-" * len(head)]
+    for v, ms in result["step_ms"].items():
+        mb = result["peak_mem_mb"][v]
+        rel = f"{ms / parent_ms:9.3f}" if parent_ms else f"{'':9}"
+        rel_mb = f"{mb / parent_mb:9.3f}" if parent_mb else f"{'':9}"
+        line = f"{v:<16} {ms:9.1f} {rel} {result['tokens_per_s'][v]:10.0f} {mb:9.1f} {rel_mb}"
+        if result["mfu"]:
+            line += f" {100 * result['mfu'][v]:5.1f}%"
+        lines.append(line)
+    return lines
+
+
+def _ratio_lines(result: dict) -> list[str]:
+    """The ratios with their intervals, rounds and goal verdicts."""
+    ci_head = f"{int(100 * result['intervals']['level'])} % interval"
+    lines = [f"ratios (median of per-round paired ratios; {ci_head}; goal judged against the interval):"]
+    for key in [*result["ratios"], *result.get("precision_ratios", {})]:
+        value = result["ratios"].get(key, result.get("precision_ratios", {}).get(key))
+        ci = result["ratio_intervals"].get(key)
+        span = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{'(too few rounds)':>16}"
+        line = f"  {key:<30} {value:7.3f}  {span}  n={result['ratio_rounds'][key]:<4}"
+        t = result["targets"].get(key)
+        if t:
+            line += f" goal {t['op']} {t['bound']}: {t['verdict']}"
+        lines.append(line)
+    return lines
 
 
 __all__ = ["METHOD", "ratio_keys", "target_for", "meets", "step_ratio_pairs", "paired_summary", "narrow_enough",

@@ -91,16 +91,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
                 f"{'compiled' if cfg.compile else 'eager'}, {device.type})")
             # Inductor's CPU kernels show in a profile only if compiled with the marks on
             with kernel_profiling(bool(cfg.profile_rounds) and cfg.compile and device.type == "cpu"):
-                arms = [StepArm(v, cfg, device, (x, y), prepared.vocab_size, total_steps) for v in variants]
-                precision_arms = None
-                if cfg.precision_ratio:  # the same model in the other precision, in the same rounds
-                    base = PARENT if PARENT in variants else variants[0]
-                    extra = StepArm(base, cfg, device, (x, y), prepared.vocab_size, total_steps,
-                                    precision=other_precision(device))
-                    arms.append(extra)
-                    precision_arms = {default_precision(device): base, extra.precision: extra.name}
-                    support = cpu_bf16_support() if device.type == "cpu" else ""
-                    say(f"precision: {base} also in {extra.precision} ({support})")
+                arms, precision_arms = _arms(cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say)
                 pairs = step_ratio_pairs(variants, precision_arms)
                 more = (f", up to {cfg.max_steps} until every interval is narrower than "
                         f"{100 * cfg.interval_width:g} %") if cfg.max_steps > cfg.steps else ""
@@ -112,16 +103,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
                 profile = _profile(arms, cfg.profile_rounds, pairs, say) if cfg.profile_rounds else None
             n_params = {arm.name: arm.n_params for arm in arms}
             del arms
-            loops: dict[str, list[float]] = {}
-            if cfg.loop_rounds:
-                say(f"Lightning vs bare loop ({cfg.loop_variant}): {cfg.loop_rounds} round(s) of "
-                    f"{cfg.warmup} + {cfg.loop_steps} steps")
-                loops = loop_throughput(cfg, prepared, device, batch_size, Path(tmp) / "lightning")
-                if cfg.loop_variant not in n_params:
-                    from harness.models import build_model, count_params
-
-                    n_params[cfg.loop_variant] = count_params(
-                        build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))["total"]
+            loops = _loops(cfg, prepared, device, batch_size, Path(tmp) / "lightning", n_params, say)
     finally:
         torch.set_num_threads(old_threads)
         torch._dynamo.config.recompile_limit = old_limit
@@ -130,6 +112,38 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     if profile is not None:
         result["profile"] = profile
     return result
+
+
+def _arms(cfg: BenchConfig, variants: list[str], device: torch.device, batch, vocab_size: int, total_steps: int,
+          say) -> tuple[list[StepArm], dict | None]:
+    """A :class:`StepArm` per variant, plus (``--precision-ratio``) the parent in the other precision, timed
+    in the same rounds; and ``precision -> arm name`` of that pair (``None`` without it)."""
+    arms = [StepArm(v, cfg, device, batch, vocab_size, total_steps) for v in variants]
+    if not cfg.precision_ratio:
+        return arms, None
+    base = PARENT if PARENT in variants else variants[0]
+    extra = StepArm(base, cfg, device, batch, vocab_size, total_steps, precision=other_precision(device))
+    arms.append(extra)
+    support = cpu_bf16_support() if device.type == "cpu" else ""
+    say(f"precision: {base} also in {extra.precision} ({support})")
+    return arms, {default_precision(device): base, extra.precision: extra.name}
+
+
+def _loops(cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path, n_params: dict,
+           say) -> dict[str, list[float]]:
+    """The Lightning and bare loops' iteration times (:func:`loop_throughput`; ``{}`` without loop rounds);
+    the loop variant's parameter count is added to ``n_params`` when no arm had it."""
+    if not cfg.loop_rounds:
+        return {}
+    say(f"Lightning vs bare loop ({cfg.loop_variant}): {cfg.loop_rounds} round(s) of "
+        f"{cfg.warmup} + {cfg.loop_steps} steps")
+    loops = loop_throughput(cfg, prepared, device, batch_size, root)
+    if cfg.loop_variant not in n_params:
+        from harness.models import build_model, count_params
+
+        n_params[cfg.loop_variant] = count_params(
+            build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))["total"]
+    return loops
 
 
 def _step_batch(cfg: BenchConfig, device: torch.device, n_arms: int) -> tuple[int, str | None]:
