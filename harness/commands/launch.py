@@ -181,16 +181,7 @@ def main(args: argparse.Namespace) -> int:
                                  job_name=args.job_name)
     resources.check()
     found = _queue_check(args, storage)
-    threads = args.threads
-    if threads is None:
-        local = max(1, (os.cpu_count() or 1) // args.workers)
-        threads = args.cpus_per_worker or (1 if args.executor == "slurm" else local)
-    work_argv = ["--results", str(args.results), "--threads", str(threads)]
-    work_argv += ["--storage", storage] if storage else []
-    work_argv += ["--grid", args.grid] if args.grid else []
-    work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
-    # G ranks per run, one per GPU of the worker (harness.train.ranks); its GPUs: CUDA_VISIBLE_DEVICES
-    work_argv += ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
+    work_argv = _work_argv(args, storage)
     shown = [describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
              for i, a in enumerate(work_argv)]  # no password in records or output
 
@@ -208,6 +199,28 @@ def main(args: argparse.Namespace) -> int:
         resources=dataclasses.asdict(resources))
     launch.write_record(record)
 
+    _say_launched(args, record, job_ids, resources, found, shown)
+    return 0
+
+
+def _work_argv(args: argparse.Namespace, storage: str | None) -> list[str]:
+    """The ``harness work`` arguments of every worker (threads: --threads, else the CPUs per worker)."""
+    threads = args.threads
+    if threads is None:
+        local = max(1, (os.cpu_count() or 1) // args.workers)
+        threads = args.cpus_per_worker or (1 if args.executor == "slurm" else local)
+    work_argv = ["--results", str(args.results), "--threads", str(threads)]
+    work_argv += ["--storage", storage] if storage else []
+    work_argv += ["--grid", args.grid] if args.grid else []
+    work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
+    # G ranks per run, one per GPU of the worker (harness.train.ranks); its GPUs: CUDA_VISIBLE_DEVICES
+    work_argv += ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
+    return work_argv
+
+
+def _say_launched(args: argparse.Namespace, record, job_ids: list[str], resources, found: str,
+                  shown: list[str]) -> None:
+    """What was started (SLURM job and tasks, or local processes), how to watch and stop it."""
     each = "harness work " + " ".join(shown)
     if args.executor == "slurm":
         array = record.array_id
@@ -216,17 +229,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"  each task runs: {each}")
         print(f"  per task: {_resources_line(resources)}; submitit's signal SIG{submitit.JobEnvironment.USR_SIG} "
               f"{resources.signal_delay_s} s before the time limit checkpoints and requeues it")
-        print(f"  folder: {folder} (sbatch script, task logs {array}_*_log.out)")
+        print(f"  folder: {record.folder} (sbatch script, task logs {array}_*_log.out)")
         print(f"watch: harness status --results {args.results}   or   squeue -j {array}   "
               f"(cancel: scancel {array})")
     else:
         print(f"started {args.workers} worker(s) as local processes (submitit LocalExecutor), "
               f"controller pid(s) {' '.join(job_ids)}; {found}")
         print(f"  each runs: {each}")
-        print(f"  folder: {folder} (logs <pid>_0_log.out)")
+        print(f"  folder: {record.folder} (logs <pid>_0_log.out)")
         print(f"watch: harness status --results {args.results}   (stop: kill -TERM {' '.join(job_ids)}: "
               "each worker releases its run at the next batch boundary)")
-    return 0
 
 
 def _resources_line(r) -> str:
