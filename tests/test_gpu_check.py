@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh, the prepared GPU check (issue 18): its syntax, the commands it would
 run on a GPU (each parsed by the harness's own argument parser), and its CPU fallback, which
 runs tiny versions of the same three steps (bench, a grid drained by a worker, a DDP run) for
-real. The GPU mode itself has not run anywhere yet (README, "Scaling out")."""
+real. The GPU mode itself has not run anywhere yet (docs/paper-scale.md)."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def test_slurm_cluster_is_this_machine_and_runs_a_job(slurm, tmp_path):
 
 
 def test_slurm_job_array_of_workers_drains_a_grid(slurm, chaos_reference, tmp_path):
-    """The README's line: `sbatch --array` tasks that each run `harness work` on the shared queue."""
+    """docs/scaling-out.md's line: `sbatch --array` tasks that each run `harness work` on the shared queue."""
     grid = chaos.write_grid(tmp_path / "chaos.toml", 4)
     results = tmp_path / "results"
     chaos.queue_grid(grid, results)

@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "machine, started by this command (DDP); under torchrun/srun, the ranks per node they start")
     p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
     p.add_argument("--num-nodes", type=int, default=1,
-                   help="nodes of this run, each rank started by torchrun or srun (see the README's Scaling out)")
+                   help="nodes of this run, each rank started by torchrun or srun (see docs/paper-scale.md)")
     p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu", "cuda", "mps"],
                    help="where to train (default: gpu when CUDA is available, else cpu)")
     add_micro_batch_argument(p)

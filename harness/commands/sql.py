@@ -18,9 +18,10 @@ the query reads the database as it is, or, without one, an in-memory copy of the
 files (a note says which). Result files that cannot be read are named on stderr, with why.
 
 example:
-  harness sql "select variant, seed, val_nll from final order by 1, 2"
-  harness sql --format csv "select * from metrics where split = 'val'" > val.csv
-  harness sql --format json "select variant, avg(val_nll) as nll from final group by 1"
+  harness sql "select grid, variant, seed, val_nll from final where grid = 'rd_controls_small' order by 2, 3"
+  harness sql --format csv "select * from metrics join runs using (run_id)
+      where grid = 'rd_controls_small' and split = 'val'" > val.csv
+  harness sql --format json "select grid, variant, avg(val_nll) as nll from final group by all"
   echo "select count(*) from runs" | harness sql -
 """
 
