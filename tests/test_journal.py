@@ -85,7 +85,11 @@ def _corrupt_line(journal: Path, number: int) -> bytes:
 def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering(tmp_path, capsys):
     grid, results, journal = _queued(tmp_path)
     numbers = {rid: r.trials[0].number for rid, r in RunQueue.open(None, results).runs().items()}
-    damaged = _corrupt_line(journal, 3)  # the second run's trial creation
+    # the second run's trial creation (trial number 1), a middle line wherever the layout puts it
+    # (the study's creation and its results-folder binding come before the trials)
+    line = [i + 1 for i, raw in enumerate(journal.read_bytes().splitlines()) if json.loads(raw)["op_code"] == 4][1]
+    assert 1 < line < journal.read_bytes().count(b"\n")
+    damaged = _corrupt_line(journal, line)
     original = journal.read_bytes()
 
     for command in (["status"], ["work", "--max-runs", "1"], ["queue", str(grid)]):
@@ -93,7 +97,7 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
         assert proc.returncode == 2, proc.stderr
         err = proc.stderr.strip()
         assert "\n" not in err and "Traceback" not in err, err
-        assert f"queue journal {journal}: line 3 is corrupt (not JSON: Invalid control character at (column 61))" in err
+        assert f"queue journal {journal}: line {line} is corrupt (not JSON: Invalid control character at (column 61))" in err
         assert "harness queue --repair" in err and "keeps the damaged file as a backup" in err
     assert journal.read_bytes() == original  # nothing was appended onto the damage
 
@@ -101,7 +105,7 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
     out = capsys.readouterr().out
     (backup,) = results.glob("queue.journal.bak-*")
     assert backup.read_bytes() == original and f"damaged file kept as {backup}" in out
-    assert "line 3: unreadable; it created a trial or study, replaced by a failed placeholder trial in study 0" in out
+    assert f"line {line}: unreadable; it created a trial or study, replaced by a failed placeholder trial in study 0" in out
     clean = journal.read_bytes().split(b"\n")
     assert damaged not in clean and len(clean) == len(original.split(b"\n"))
     # every other run keeps its trial number; the damaged run's trial is gone, and queueing adds it back
