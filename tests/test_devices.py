@@ -89,6 +89,7 @@ def test_work_sets_each_worker_its_own_cuda_visible_devices(tmp_path, monkeypatc
 
 def test_work_refuses_gpus_and_devices_that_disagree_and_a_node_without_free_gpus_in_one_line(
         tmp_path, capsys, monkeypatch):
+    (tmp_path / "r").mkdir()  # an existing results folder: the device check is what refuses
     assert cli(["work", "--results", str(tmp_path / "r"), "--gpus", "0,1", "--devices", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "harness work: error: --gpus 0,1 names 2 device(s) but --devices is 3: each run trains on all " \

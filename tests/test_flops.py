@@ -16,12 +16,13 @@ def test_120m_flops_per_token_equal_the_hand_count():
     # 120m: L 12, D 768, T 1024, SwiGLU hidden 2048 (8/3 D), V 50304 tied, Block AttnRes routes
     L, D, T, V, F = 12, 768, 1024, 50304, 2048
     per_layer = 4 * D * D + 3 * D * F + 2 * D + 2 * (2 * D)  # qkv+proj, gate_up+down, 2 norms, 2 sites (query + key norm)
-    n_hand = L * per_layer + V * D + 2 * D + D  # + tied embedding, output site, final norm
+    # layer 0's attention site routes over the embedding alone: no query, no key norm (DESIGN 3, issue 24)
+    n_hand = L * per_layer - 2 * D + V * D + 2 * D + D  # + tied embedding, output site, final norm
     model = build_model("block_attnres", "120m", seed=0)
     n = count_params(model)["total"]
-    assert n == n_hand == 123_625_728
+    assert n == n_hand == 123_624_192
     flops = model_flops_per_token(n, L, D, T)
-    assert flops == 6 * 123_625_728 + 12 * 12 * 768 * 1024 == 855_000_576
+    assert flops == 6 * 123_624_192 + 12 * 12 * 768 * 1024 == 854_991_360
 
 
 def test_an_unknown_device_gets_no_mfu_and_a_note():

@@ -178,7 +178,7 @@ def test_plan_command_with_a_pilot(pilot_store, capsys):
     out = capsys.readouterr().out
     assert "grid rd_controls_small: 3 seeds per cell" in out and "min_effect_nats 0.01" in out
     assert "throughput, size small: 1,667 tokens/s per worker, from 21 finished runs" in out  # 100k / 60 s
-    assert "cell small/100_000 as written: 6 variants x 3 seeds = 18 runs, 1_800_000 tokens" in out
+    assert "cell small/98_304 as written: 6 variants x 3 seeds = 18 runs, 1_769_472 tokens" in out
     assert "rd_attnres - block_attnres" in out and "fixed_v (contrast)" in out and "dup_route_tied" not in out
     assert cli(["plan", str(DEMO), "--pilot", "pilot", "--results", str(results), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -190,7 +190,7 @@ def test_plan_command_with_a_pilot(pilot_store, capsys):
     for r in rows:
         assert (r["seeds_needed"] is None) == (not r["reachable"])
         if r["reachable"]:
-            assert r["runs"] == 6 * r["seeds_needed"] and r["tokens"] == r["runs"] * 100_000
+            assert r["runs"] == 6 * r["seeds_needed"] and r["tokens"] == r["runs"] * 98_304  # the grid's budget (the pilot ran 100_000)
             assert r["est_hours"] == pytest.approx(r["tokens"] / (100_000 / 60.0) / 3600)
 
 
