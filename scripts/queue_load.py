@@ -86,8 +86,31 @@ def _hold(record: str, config, results_dir) -> str:
     return "done"
 
 
+class GridFinished:
+    """The workers' stop request (the ``stop`` of :func:`~harness.scheduling.worker.work`): asked once
+    the driver has written ``flag`` (every run of the grid finished). Until then a worker with nothing
+    to claim polls, as ``harness work --wait`` does, so that a killed worker's run is reclaimed once
+    its lease is stale (LEASE_S) even when the rest of the grid drained sooner."""
+
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+
+    @property
+    def requested(self) -> str | None:
+        return "grid finished" if self.flag.exists() else None
+
+    def wait(self, timeout_s: float) -> bool:
+        # jittered: workers that ran dry together would otherwise poll in lockstep, all reclaiming a
+        # stale run and looking for orphans in the same instant (a discarded duplicate retry each time)
+        end = time.monotonic() + timeout_s * random.uniform(0.5, 1.5)
+        while self.requested is None and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.requested is not None
+
+
 def worker(index: int, storage: str | None, results: str, out: str, max_runs: int | None) -> None:
-    """One worker process: the real loop, posing as host ``load-INDEX``; one JSON line per claim to ``out``."""
+    """One worker process: the real loop, posing as host ``load-INDEX``; one JSON line per claim to ``out``.
+    Without ``max_runs`` it works until the driver says the grid is finished (:class:`GridFinished`)."""
     import optuna
 
     from harness.scheduling import lease, queue as queue_mod
@@ -122,7 +145,9 @@ def worker(index: int, storage: str | None, results: str, out: str, max_runs: in
 
     q.claim = timed_claim
     t0, cpu0 = time.perf_counter(), time.process_time()
-    outcomes = work(q, train, Path(results), max_runs=max_runs, beat_s=LEASE_S / 4, log=lambda m: None)
+    until = {} if max_runs is not None else {"wait": True, "poll_s": LEASE_S / 2,
+                                             "stop": GridFinished(Path(out).parent / "finished")}
+    outcomes = work(q, train, Path(results), max_runs=max_runs, beat_s=LEASE_S / 4, log=lambda m: None, **until)
     f.write(json.dumps({"end": True, "at": time.time(), "wall_s": time.perf_counter() - t0, "hold_s": hold_s[0],
                         "cpu_s": time.process_time() - cpu0, "runs": sum(outcomes.values()),
                         "reads": dict(q.reads)}) + "\n")
@@ -242,6 +267,7 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
     t_start = time.perf_counter()
     kill_at = sorted(rng.uniform(0.1, 0.6) for _ in range(kills))  # fractions of the drain
     killed = 0
+    look_at = 0.0
     while any(p.is_alive() for p in procs.values()):
         trained = sum(len(p.read_text().splitlines()) for p in logs.glob("*.trained"))
         if killed < kills and trained >= kill_at[killed] * target:
@@ -254,6 +280,11 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
                 killed += 1
                 log(f"killed worker {victim} holding {(logs / f'w{victim}.held').read_text()}")
                 start(len(procs) + 100 * killed)  # a new worker in its place
+        if drain is None and trained >= target and time.monotonic() >= look_at:
+            look_at = time.monotonic() + 0.5  # one read of the live trials each half second
+            done, total = q.tally(GRID)
+            if done == total:
+                (logs / "finished").touch()  # every run finished: the polling workers stop
         time.sleep(0.02)
     server_s = server_cpu_s(postmaster) - server0
     res.kills = killed
