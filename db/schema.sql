@@ -14,7 +14,7 @@ CREATE TABLE IF NOT EXISTS runs (
     variant       VARCHAR NOT NULL,      -- e.g. block_attnres, rd_attnres, param_matched
     role          VARCHAR NOT NULL,      -- parent | treatment | control | reference | tune
     seed          INTEGER NOT NULL,
-    size          VARCHAR NOT NULL,      -- size preset: tiny | small | 120m | 343m
+    size          VARCHAR NOT NULL,      -- size preset: tiny | mini | small | 120m | 343m
     budget_tokens BIGINT  NOT NULL,      -- training budget in tokens
     protocol_hash VARCHAR,               -- sha256 of the frozen protocol (DESIGN section 4)
     status        VARCHAR NOT NULL,      -- queued | running | done | failed | diverged | pruned (tuning)
@@ -40,7 +40,9 @@ CREATE TABLE IF NOT EXISTS runs (
     ckpt_s        DOUBLE,                -- seconds writing checkpoints; wall_s - the four = data, hooks, wind-down
     epochs        DOUBLE,                -- training tokens / train-split tokens (> 1: data seen again)
     micro_batch_size INTEGER,            -- sequences per forward+backward on one rank (execution setting, DESIGN 11)
-    world_size    INTEGER                -- ranks that trained the run (execution setting, outside the protocol hash)
+    world_size    INTEGER,               -- ranks that trained the run (execution setting, outside the protocol hash)
+    unigram_nll   DOUBLE                 -- nats/token: the validation targets under the train split's unigram
+                                         -- distribution (add-one smoothed), the plateau (harness/data/unigram.py)
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

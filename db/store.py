@@ -41,13 +41,25 @@ from harness.files import atomic_path, atomic_write
 from harness.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 
 # Importable from here as before the split: STORAGE_VERSION, StoreLockedError, storage_version.
-__all__ = ["DB_NAME", "DEFAULT_LOCK_TIMEOUT_S", "RUNS_DIRNAME", "STORAGE_VERSION", "Store", "StoreLockedError",
+__all__ = ["DB_NAME", "DEFAULT_LOCK_TIMEOUT_S", "RUNS_DIRNAME", "STORAGE_VERSION", "Store", "StoreLockedError", "result_end",
            "storage_version"]
 
 DB_NAME = "harness.duckdb"
 RUNS_DIRNAME = "runs"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 
+
+
+def result_end(result: dict) -> dict:
+    """How the run of a result file's content ended: ``{"status", "val_nll", "error"}``.
+
+    ``val_nll`` (nats/token) is read as the ``final`` view reads it: the validation NLL at the
+    largest ``tokens`` (ties: the largest step); ``None`` without one.
+    """
+    run = result["run"]
+    val = [m for m in result.get("metrics") or () if m["split"] == "val" and m["name"] == "nll"]
+    last = max(val, key=lambda m: (m["tokens"], m["step"]), default=None)
+    return {"status": run["status"], "val_nll": None if last is None else last["value"], "error": run.get("error")}
 
 class Store:
     """The results folder: run files under ``runs/`` and the DuckDB database beside them.
@@ -137,12 +149,9 @@ class Store:
             result = self.read_result(self.result_path(run_id))
         except (OSError, ValueError):
             return None
-        run = result["run"]
-        if run.get("run_id") != run_id:
+        if result["run"].get("run_id") != run_id:
             return None
-        val = [m for m in result.get("metrics") or () if m["split"] == "val" and m["name"] == "nll"]
-        last = max(val, key=lambda m: (m["tokens"], m["step"]), default=None)
-        return {"status": run["status"], "val_nll": None if last is None else last["value"], "error": run.get("error")}
+        return result_end(result)
 
     # -- database connections (db.connection; methods so that tests can watch the schema go in) ----
 

@@ -268,6 +268,7 @@ def check_loggers(names) -> tuple[str, ...]:
 # Per-size defaults of the training settings (preset level of the precedence chain).
 TRAIN_DEFAULTS: dict[str, dict] = {
     "tiny": dict(lr=3e-3, batch_tokens=2048, eval_tokens=8192),
+    "mini": dict(lr=3e-3, batch_tokens=1024, eval_tokens=32768),
     "small": dict(lr=2e-3, batch_tokens=4096, eval_tokens=32768),
     "120m": dict(lr=6e-4, batch_tokens=524288, eval_tokens=4_194_304, weight_decay=0.1),
     "343m": dict(lr=3e-4, batch_tokens=524288, eval_tokens=4_194_304, weight_decay=0.1),

@@ -257,7 +257,7 @@ def test_route_equals_the_design3_formula():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--size", "huge"], "unknown size 'huge'; valid sizes: tiny, small, 120m, 343m"),
+    (["--size", "huge"], "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
     (["--variant", "rd_atnres"], "unknown variant 'rd_atnres'; valid variants:"),
     (["--steps", "0"], "steps=0 must be an integer >= 1"),
     (["--loop-variant", "nope"], "unknown variant 'nope'"),

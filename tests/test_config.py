@@ -78,7 +78,7 @@ def test_a_bad_payload_is_one_clear_error(data, message):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(variant="nope"), "unknown variant 'nope'; valid variants: prenorm"),
-    (dict(size="huge"), "unknown size 'huge'; valid sizes: tiny, small, 120m, 343m"),
+    (dict(size="huge"), "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
     (dict(budget_tokens=0), "budget_tokens=0 must be a positive number of tokens"),
     (dict(seed=-1), "seed=-1 must be >= 0"),
     (dict(grid="a:b"), "grid name 'a:b': use letters, digits"),

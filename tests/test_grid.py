@@ -12,7 +12,7 @@ import pytest
 
 from harness.config import SIZES
 from harness.models import available_variants
-from harness.scheduling.grid import load_grid, resolve_corpus
+from harness.scheduling.grid import choose_corpus, load_grid, resolve_corpus
 from harness.terms import ROLES, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +149,25 @@ def test_a_grids_relative_corpus_is_relative_to_its_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     relative = load_grid(Path("grids/grid.toml"))  # a relative grid path too
     assert {r.corpus for r in relative.expand()} == {str(tmp_path / "data/corpus.jsonl")}
+
+
+def test_every_command_chooses_the_corpus_by_one_precedence(tmp_path, monkeypatch):
+    """choose_corpus (queue, tune, run): --corpus, else $HARNESS_CORPUS (both against the cwd), else the
+    grid's own (against its file's folder), each named as the source."""
+    (tmp_path / "grids").mkdir()
+    grid = load_grid(write(tmp_path / "grids", GOOD.replace("data/corpus.jsonl", "../data/corpus.jsonl")))
+    monkeypatch.chdir(tmp_path / "grids")
+    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
+    own = (str(tmp_path / "data/corpus.jsonl"), f"key 'corpus' of {grid.path}")
+    assert choose_corpus(None, grid) == own
+    assert choose_corpus(None) == (None, "")
+    monkeypatch.setenv("HARNESS_CORPUS", "env.jsonl")
+    assert choose_corpus(None, grid) == (str(tmp_path / "grids/env.jsonl"), "$HARNESS_CORPUS")
+    assert choose_corpus("cli.jsonl", grid) == (str(tmp_path / "grids/cli.jsonl"), "--corpus")
+    assert choose_corpus("hf:a/b:c", grid) == ("hf:a/b:c", "--corpus")
+    # the queue expands the grid with what choose_corpus gave: the same absolute path in every run
+    monkeypatch.delenv("HARNESS_CORPUS")
+    assert {r.corpus for r in grid.expand(corpus=choose_corpus(None, grid)[0])} == {own[0]}
 
 
 def test_a_grid_copied_to_another_folder_keeps_naming_its_corpus(tmp_path):

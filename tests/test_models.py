@@ -343,7 +343,7 @@ def test_fixed_v_buffer_does_not_train():
 def test_bad_variant_and_size_name_the_valid_ones():
     with pytest.raises(ValueError, match="valid variants: .*rd_attnres"):
         build_model("rd_atnres", "tiny", seed=0)
-    with pytest.raises(ValueError, match="valid sizes: tiny, small, 120m, 343m"):
+    with pytest.raises(ValueError, match="valid sizes: tiny, mini, small, 120m, 343m"):
         build_model("rd_attnres", "huge", seed=0)
     with pytest.raises(ValueError, match="unknown model override"):
         build_model("rd_attnres", "tiny", seed=0, width=3)
@@ -489,3 +489,18 @@ def test_every_trainable_parameter_gets_a_gradient(config, variant):
     m(tokens(config)).float().square().mean().backward()
     missing = [n for n, p in m.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("variant", available_variants())
+def test_every_variant_is_causal(variant):
+    """Logits at positions < t do not depend on tokens at >= t (no leak through the depth routes,
+    whose softmax runs over sources, never over positions): changing the tail leaves the head bit-identical."""
+    model = build_model(variant, "mini", seed=0, vocab_size=512).eval()
+    x = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(0))
+    tail = x.clone()
+    tail[:, 40:] = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(x), model(tail)
+    a, b = (a[0], b[0]) if isinstance(a, tuple) else (a, b)
+    assert torch.equal(a[:, :40], b[:, :40])
+    assert (a[:, 40:] - b[:, 40:]).abs().max() > 0.1  # the tail does change what follows it

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -276,6 +277,17 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
     assert "max_epochs" not in run["config"]["protocol"]["train"]  # unset: out of the protocol hash
     con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
     assert con.execute("select epochs from runs").fetchall() == [(4096 / train_tokens,)]
+    # the unigram plateau, recomputed from the shard files: add-one smoothed counts of the train
+    # split, scored on the first eval_tokens validation targets (tokens 1..1024 of the split)
+    m = read_manifest(folder)
+    train = np.concatenate([np.fromfile(folder / s["file"], dtype=m["dtype"]) for s in m["splits"]["train"]["shards"]])
+    val = np.concatenate([np.fromfile(folder / s["file"], dtype=m["dtype"]) for s in m["splits"]["val"]["shards"]])
+    ids, n = np.unique(train, return_counts=True)
+    count = dict(zip(ids.tolist(), n.tolist()))
+    v = m["tokenizer"]["vocab_size"]
+    expected = -sum(math.log((count.get(y, 0) + 1) / (len(train) + v)) for y in val[1:1025].tolist()) / 1024
+    assert run["unigram_nll"] == pytest.approx(expected, rel=1e-12)
+    assert con.execute("select unigram_nll from runs").fetchone()[0] == run["unigram_nll"]
 
 
 def test_streamed_documents_equal_the_whole_read_for_every_file_kind(tmp_path):

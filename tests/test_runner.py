@@ -16,6 +16,7 @@ import duckdb
 import pytest
 import torch
 
+from db.store import Store
 from harness import live
 from harness.cli import main as cli
 from harness.config import RunConfig, train_config
@@ -69,8 +70,12 @@ def val_curve(results: Path) -> list[tuple]:
 
 def test_same_variant_same_seed_is_bit_identical(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    assert train_run(cfg(eval_every_tokens=3072), a, progress=False) == "done"
+    config = cfg(eval_every_tokens=3072)
+    outcome = train_run(config, a, progress=False)
+    assert outcome == "done"
     assert train_run(cfg(eval_every_tokens=3072), b, progress=False) == "done"
+    # what train_run returns is what its result file says (the worker records it without re-reading)
+    assert outcome.as_dict() == Store(a).run_end(config.run_id) and outcome.val_nll is not None
     ra, rb = final_rows(a), final_rows(b)
     assert len(ra) == 1 and ra == rb  # exact float equality
     assert val_curve(a) == val_curve(b) and len(val_curve(a)) == 6  # 2 evals x (nll, bpb, ppl)

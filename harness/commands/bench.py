@@ -35,7 +35,7 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", default="small", help="size preset: tiny, small, 120m, 343m (default: small)")
+    p.add_argument("--size", default="small", help="size preset: tiny, mini, small, 120m, 343m (default: small)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
                    help="torch.compile every model (default: eager)")
     p.add_argument("--steps", type=int, default=20,

@@ -39,6 +39,7 @@ import sys
 
 import submitit
 
+from harness.commands.options import add_storage
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
@@ -65,8 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"submitit's pre-timeout signal comes S seconds before --time (default: {SIGNAL_DELAY_S})")
     parser.add_argument("--job-name", default="harness-work", metavar="NAME", help="the jobs' name")
     # the `harness work` options each worker runs with (the results folder is --results)
-    parser.add_argument("--storage", metavar="URL", default=None,
-                        help="queue storage, as for harness work (default: RESULTS/queue.journal)")
+    add_storage(parser)
     parser.add_argument("--grid", metavar="NAME", default=None, help="workers only take runs of this grid")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="torch CPU threads per worker (default: --cpus-per-worker, else 1 on SLURM "

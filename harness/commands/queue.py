@@ -52,11 +52,11 @@ example:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from harness.scheduling.grid import check_corpus, check_plan_unchanged, load_grid, resolve_tuned
+from harness.commands.options import add_storage
+from harness.scheduling.grid import check_corpus, check_plan_unchanged, choose_corpus, load_grid, resolve_tuned
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,9 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="grid spec (see ablations/README.md); not with --repair")
     parser.add_argument("--corpus", metavar="C", default=None,
                         help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's)")
-    parser.add_argument("--storage", metavar="URL", default=None,
-                        help="queue storage: postgresql://..., journal:PATH or PATH.journal "
-                             "(default: RESULTS/queue.journal)")
+    add_storage(parser)
     parser.add_argument("--retry-failed", action="store_true",
                         help="queue failed runs of this grid again (retry counters reset)")
     parser.add_argument("--repair", action="store_true",
@@ -87,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     if args.grid is None:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
-    corpus, source = _corpus_choice(args)
+    corpus, source = choose_corpus(args.corpus, grid)
     configs = _checked_configs(grid, corpus, source, args)
     from harness.scheduling import legacy, tuning
 
@@ -110,16 +108,6 @@ def main(args: argparse.Namespace) -> int:
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     _say_queued(grid, configs, result, describe_storage(args.storage, args.results), args)
     return 0
-
-
-def _corpus_choice(args: argparse.Namespace) -> tuple[str | None, str]:
-    """``(corpus or None for the grid's own, where it comes from)``: --corpus, else $HARNESS_CORPUS, else the
-    grid's (resolved against the grid file's folder by Grid.expand)."""
-    if args.corpus is not None:
-        return args.corpus, "--corpus"
-    if os.environ.get("HARNESS_CORPUS"):
-        return os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
-    return None, f"key 'corpus' of {args.grid}"
 
 
 def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Namespace) -> list:

@@ -34,15 +34,15 @@ import os
 import warnings
 from pathlib import Path
 
+from harness.commands.options import add_storage
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``harness report``."""
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="output folder (default: RESULTS/reports/NAME/)")
-    parser.add_argument("--storage", metavar="URL", default=None,
-                        help="queue storage, read for runs still queued or running: postgresql://..., journal:PATH "
-                             "or PATH.journal (default: RESULTS/queue.journal)")
+    add_storage(parser, reads_only=True)
     parser.add_argument("--allow-partial", action="store_true",
                         help="leave out (with a warning) pairs whose protocol hashes differ and "
                         "duplicated runs, instead of stopping with an error")

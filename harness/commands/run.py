@@ -23,11 +23,11 @@ example:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from harness import console
 from harness.config import SIZES, TRACKERS
+from harness.scheduling.grid import choose_corpus
 from harness.terms import ROLES
 
 
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", required=True, choices=list(SIZES), help="size preset")
     p.add_argument("--seed", type=int, required=True, help="seed: fixes data order and initialisation")
     p.add_argument("--budget-tokens", type=int, required=True, help="training budget in tokens")
-    p.add_argument("--corpus", default=os.environ.get("HARNESS_CORPUS"),
+    p.add_argument("--corpus", default=None,
                    help="corpus: file, directory, glob or hf:OWNER/NAME:CONFIG (default: $HARNESS_CORPUS)")
     p.add_argument("--grid", default="adhoc", help="grid name stored with the run (default: adhoc)")
     p.add_argument("--role", choices=list(ROLES),
@@ -128,16 +128,14 @@ def main(args: argparse.Namespace) -> int:
     from harness.train.run import stored_result
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    if not args.corpus:
+    corpus, _ = choose_corpus(args.corpus)
+    if corpus is None:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
         raise ValueError(f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens")
     devices = parse_devices(args.devices)
     micro = parse_micro_batch(args.micro_batch_size)
     set_threads(args.threads)
-    corpus = args.corpus
-    if not corpus.startswith("hf:"):
-        corpus = os.path.abspath(corpus)
     config = RunConfig.adhoc(args.variant, args.size, args.seed, args.budget_tokens, corpus,
                              grid=args.grid, role=args.role, train=parse_overrides(args.set))
     config.check_trainable()  # a budget, batch or vocabulary it cannot train: refused before the corpus

@@ -39,6 +39,7 @@ import sys
 import time
 from urllib.parse import unquote
 
+from harness.commands.options import add_storage
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.terms import FINISHED, check_grid
 
@@ -51,9 +52,7 @@ LAUNCHES_SHOWN = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", metavar="NAME", default=None, help="only this grid")
-    parser.add_argument("--storage", metavar="URL", default=None,
-                        help="queue storage: postgresql://..., journal:PATH or PATH.journal "
-                             "(default: RESULTS/queue.journal)")
+    add_storage(parser)
     parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
                         help=f"lease timeout in seconds for judging stale leases (default: {LEASE_TIMEOUT_S:g})")
     parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")

@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.commands.options import add_storage
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be queued; queue nothing")
-    parser.add_argument("--storage", metavar="URL", default=None,
-                        help="queue storage: postgresql://..., journal:PATH or PATH.journal "
-                             "(default: RESULTS/queue.journal)")
+    add_storage(parser)
 
 
 def _held(queued: dict) -> dict:

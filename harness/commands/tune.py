@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from harness.commands.options import add_storage
 from harness.config import SIZES
 
 MIN_IMPORTANCE_TRIALS = 3  # finished trials below which importances are not computed
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-tokens", type=int, help="each trial's training budget in tokens")
     p.add_argument("--trials", type=int, help="number of trials")
     p.add_argument("--corpus", default=None,
-                   help="corpus (default: the --grid's, else $HARNESS_CORPUS)")
+                   help="corpus (default: $HARNESS_CORPUS, else the --grid's)")
     p.add_argument("--space", action="append", default=[], metavar="NAME=RANGE",
                    help="search-space entry, e.g. lr=log:1e-4:3e-2 (repeat; default: lr and warmup_frac)")
     p.add_argument("--name", help="study name: the study is tune:NAME (default: VARIANT_SIZE_BUDGET)")
@@ -71,9 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default: 0)")
     p.add_argument("--startup-trials", type=int, default=None, metavar="N",
                    help="random trials before TPE models the finished ones (default: max(2, trials // 4))")
-    p.add_argument("--storage", metavar="URL", default=None,
-                   help="queue storage: postgresql://..., journal:PATH or PATH.journal "
-                        "(default: RESULTS/queue.journal)")
+    add_storage(p)
     p.add_argument("--show", metavar="NAME", help="show study tune:NAME: best value and params, trials, importances")
     p.add_argument("--json", action="store_true", help="with --show: print one JSON object")
     p.add_argument("--write-grid", type=Path, metavar="GRID.toml",
@@ -104,7 +102,7 @@ def _open(args, *, create: bool):
 
 
 def _start(args) -> int:
-    from harness.scheduling.grid import check_corpus, load_grid, resolve_corpus
+    from harness.scheduling.grid import check_corpus, choose_corpus, load_grid
     from harness.scheduling.storage import describe_storage
     from harness.scheduling.tuning import TuneSpec, check_space, create_or_check, parse_space, with_eval_points
 
@@ -114,17 +112,14 @@ def _start(args) -> int:
         raise ValueError(f"harness tune needs {', '.join(missing)} (or --show NAME to look at a study)")
     if args.budget_tokens <= 0:
         raise ValueError(f"--budget-tokens {args.budget_tokens} must be a positive number of tokens")
-    base, corpus, source = {}, args.corpus, "--corpus"
+    base, grid = {}, None
     if args.grid is not None:
         grid = load_grid(args.grid)
         if args.variant not in grid.variants:
             raise ValueError(f"--variant {args.variant!r} is not in {args.grid}'s [variants] "
                              f"({', '.join(grid.variants)})")
         base = grid.train_for(args.variant)
-        if corpus is None:  # relative to the grid file's folder, as `harness queue` resolves it
-            corpus, source = resolve_corpus(grid.corpus, args.grid.resolve().parent), f"key 'corpus' of {args.grid}"
-    if corpus is None and os.environ.get("HARNESS_CORPUS"):
-        corpus, source = os.environ["HARNESS_CORPUS"], "$HARNESS_CORPUS"
+    corpus, source = choose_corpus(args.corpus, grid)
     if corpus is None:
         raise ValueError("no corpus: pass --corpus C (or --grid GRID.toml, or set $HARNESS_CORPUS)")
     if args.set:
@@ -134,7 +129,6 @@ def _start(args) -> int:
     space = parse_space(args.space)
     base = with_eval_points(base, args.size, args.budget_tokens)
     check_space(space, args.size, base, args.budget_tokens)
-    corpus = resolve_corpus(corpus)
     check_corpus(corpus, source=source)
     name = args.name or f"{args.variant}_{args.size}_{args.budget_tokens}"
     startup = args.startup_trials if args.startup_trials is not None else max(2, args.trials // 4)

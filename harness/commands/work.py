@@ -60,6 +60,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import console
+from harness.commands.options import add_storage
 from harness.commands.run import add_micro_batch_argument, parse_micro_batch
 from harness.config import TRACKERS
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
@@ -68,9 +69,7 @@ from harness.scheduling.worker import MAX_RETRIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--storage", metavar="URL", default=None,
-                        help="queue storage: postgresql://..., journal:PATH or PATH.journal "
-                             "(default: RESULTS/queue.journal)")
+    add_storage(parser)
     parser.add_argument("--max-runs", type=int, default=None, metavar="N",
                         help="stop after N runs (default: no limit)")
     parser.add_argument("--grid", metavar="NAME", default=None, help="only take runs of this grid")

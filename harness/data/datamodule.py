@@ -294,14 +294,17 @@ class TokenDataModule(L.LightningDataModule):
         """Rank ``rank``'s part of global training batch ``step``; ``(x, y)`` int64 ``[B/world, T]``."""
         return self.schedule.batch(step, rank, world_size)
 
+    def val_targets(self) -> np.ndarray:
+        """``[n_val_windows * T]`` int64 ids of the validation targets, tokens ``1 .. n*T`` of the split."""
+        return np.asarray(self.val_tokens.array[1:self.n_val_windows * self.context + 1], dtype=np.int64)
+
     def val_target_bytes(self) -> int:
         """UTF-8 bytes of all validation targets: ``sum(token_bytes[y])`` over the fixed set.
 
         The targets of windows ``0 .. n-1`` are exactly tokens ``1 .. n*T`` of the split.
         bits-per-byte = (sum of target NLL in nats) / (ln 2 * this).
         """
-        targets = np.asarray(self.val_tokens.array[1:self.n_val_windows * self.context + 1], dtype=np.int64)
-        return int(self.prepared.token_bytes()[targets].sum())
+        return int(self.prepared.token_bytes()[self.val_targets()].sum())
 
     @property
     def val_target_tokens(self) -> int:

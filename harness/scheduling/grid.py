@@ -92,6 +92,30 @@ def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
     return os.path.normpath(path)
 
 
+def choose_corpus(cli: str | None, grid: "Grid | None" = None) -> tuple[str | None, str]:
+    """The corpus of a command, by the one precedence every command uses (DESIGN section 1, grid
+    files): ``--corpus``, else ``$HARNESS_CORPUS`` (both relative to the working directory), else
+    the grid's ``corpus`` (relative to the grid file's folder, so a grid works from any directory).
+
+    Args:
+        cli: the command's ``--corpus`` value, or ``None``.
+        grid: the grid the command reads, if any.
+
+    Returns:
+        ``(corpus, source)``: the absolute corpus (an ``hf:`` spec unchanged) and where it came
+        from, for messages; ``(None, "")`` when none of the three gives one.
+    """
+    if cli:
+        return resolve_corpus(cli), "--corpus"
+    if os.environ.get("HARNESS_CORPUS"):
+        return resolve_corpus(os.environ["HARNESS_CORPUS"]), "$HARNESS_CORPUS"
+    if grid is not None and grid.corpus:
+        folder = grid.path.resolve().parent if grid.path is not None else None
+        where = f"key 'corpus' of {grid.path}" if grid.path is not None else f"key 'corpus' of grid {grid.name}"
+        return resolve_corpus(grid.corpus, folder), where
+    return None, ""
+
+
 def check_corpus(resolved: str, *, source: str) -> None:
     """Raise ``FileNotFoundError`` if a local corpus (path or glob) matches nothing.
 
@@ -367,6 +391,6 @@ def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) ->
 
 
 __all__ = [
-    "GRID_KEYS", "REQUIRED_KEYS", "resolve_corpus", "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
+    "GRID_KEYS", "REQUIRED_KEYS", "resolve_corpus", "choose_corpus", "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
     "check_plan_unchanged", "resolve_tuned",
 ]

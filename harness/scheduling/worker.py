@@ -464,14 +464,18 @@ def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: boo
     stop_requested).
 
     Returns:
-        ``{"status", "val_nll", "error"}`` read from the run's result file
-        (:func:`harness.train.run.finished_outcome`): what the queue records.
+        ``{"status", "val_nll", "error"}``: what the queue records; the trained run's
+        :class:`~harness.train.result_file.RunOutcome`, or read from the earlier attempt's result file
+        (:func:`harness.train.run.finished_outcome`).
     """
     from harness.train import run as runner  # lazy: torch and Lightning load only when training
 
     status = runner.finished_status(config, results_dir)
     if status is None:
-        status = runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
+        outcome = runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
+        if hasattr(outcome, "as_dict"):  # a RunOutcome, trained here: it carries what the result file holds
+            return outcome.as_dict()
+        status = outcome  # a plain status (a stand-in train function): read the file below
     elif progress:
         print(f"{config.run_id}: already {status} (its result file was written by an earlier attempt "
               "whose worker stopped before telling the queue); not trained again", file=sys.stderr, flush=True)

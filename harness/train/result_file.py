@@ -20,6 +20,34 @@ from harness.terms import ERROR_CHARS, FINISHED, config_diff
 from harness.train.protocol import code_version
 
 
+class RunOutcome(str):
+    """What :func:`harness.train.run.train_run` returns: the run's status (``done``, ``diverged``,
+    ``pruned``; it *is* that string, so ``outcome == "done"`` reads as before) with the end the
+    queue records, so that a worker never re-reads the result file it just wrote.
+
+    Attributes:
+        val_nll: final validation NLL, nats/token, as the ``final`` view reads it (``None``
+            without an evaluation, or on a rank other than 0, which writes no result).
+        error: why a run diverged or was pruned (``None`` otherwise).
+    """
+
+    val_nll: float | None
+    error: str | None
+
+    def __new__(cls, status: str, val_nll: float | None = None, error: str | None = None) -> "RunOutcome":
+        out = super().__new__(cls, status)
+        out.val_nll, out.error = val_nll, error
+        return out
+
+    @property
+    def status(self) -> str:
+        return str(self)
+
+    def as_dict(self) -> dict:
+        """``{"status", "val_nll", "error"}``, the shape :meth:`db.store.Store.run_end` gives."""
+        return {"status": self.status, "val_nll": self.val_nll, "error": self.error}
+
+
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
@@ -107,4 +135,4 @@ def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
     return Store(results_dir).run_end(config.run_id)
 
 
-__all__ = ["time_split", "record_failure", "stored_result", "finished_status", "finished_outcome"]
+__all__ = ["RunOutcome", "time_split", "record_failure", "stored_result", "finished_status", "finished_outcome"]

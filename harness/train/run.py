@@ -41,6 +41,7 @@ from harness.config import RunConfig, get_size
 from harness.console import log
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
+from harness.data.unigram import train_counts, unigram_nll
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.models.config import padded_vocab
@@ -49,7 +50,7 @@ from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.scheduling.stop import StopRequest
 from harness.train.protocol import protocol_dict, protocol_hash
-from harness.train.result_file import (_run_row, _utc_now, finished_outcome, finished_status, record_failure,
+from harness.train.result_file import (RunOutcome, _run_row, _utc_now, finished_outcome, finished_status, record_failure,
                                        stored_result, time_split)
 from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start, started_externally
 from harness.train.schedule import StepPlan
@@ -254,13 +255,13 @@ def fit(run: Run) -> Fitted:
     return Fitted(final=final, fit_s=fit_s, tokens=lit.tokens_seen - tokens_before)
 
 
-def record(run: Run, fitted: Fitted) -> str:
+def record(run: Run, fitted: Fitted) -> RunOutcome:
     """Write the run's result file (rank 0 only), remove its checkpoint, ingest it.
 
     Returns:
-        ``done``, ``diverged`` or ``pruned``.
+        ``done``, ``diverged`` or ``pruned``, with the final validation NLL the result file holds.
     """
-    from db.store import Store, StoreLockedError
+    from db.store import Store, StoreLockedError, result_end
 
     lit, config, plan = run.lit, run.config, run.plan
     status = "diverged" if lit.diverged else "pruned" if lit.pruned else "done"
@@ -269,7 +270,7 @@ def record(run: Run, fitted: Fitted) -> str:
         error = (f"pruned by the tuning study's pruner at step {lit.pruned['step']} ({lit.pruned['tokens']:,} "
                  f"tokens): val_nll {lit.pruned['val_nll']:.4f}")
     if not run.trainer.is_global_zero:
-        return status
+        return RunOutcome(status, error=error)
     row = _run_row(
         config, status=status, protocol_hash=protocol_hash(run.protocol), n_params=run.n_params["total"],
         n_trainable=run.n_params["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
@@ -277,6 +278,7 @@ def record(run: Run, fitted: Fitted) -> str:
         tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step), **lit.times.state(),
         epochs=plan.tokens / len(run.prepared.tokens("train")),  # passes over the train split (DESIGN 11)
         micro_batch_size=lit.micro_batch_size, world_size=int(run.trainer.world_size),
+        unigram_nll=unigram_nll(train_counts(run.prepared), run.dm.val_targets()),  # the plateau (nats/token)
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(), fence=run.fence,
@@ -288,10 +290,10 @@ def record(run: Run, fitted: Fitted) -> str:
     # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
     # next `harness sql`/`report` ingests it
     store = Store(run.results_dir, lock_timeout_s=0)
+    result = {"run": row, "metrics": lit.records, "routing": lit.routing_rows,
+              "route_pairs": lit.pair_rows, "route_params": lit.param_rows}
     # renamed into place only while the lease is held: a worker whose run was taken over writes nothing
-    store.write_result({"run": row, "metrics": lit.records, "routing": lit.routing_rows,
-                        "route_pairs": lit.pair_rows, "route_params": lit.param_rows},
-                       commit=lambda: run.fence.holding("result file"))
+    store.write_result(result, commit=lambda: run.fence.holding("result file"))
     shutil.rmtree(run.ckpt_dir.parent, ignore_errors=True)  # every owner's checkpoints of this run
     try:
         store.ingest()
@@ -311,14 +313,14 @@ def record(run: Run, fitted: Fitted) -> str:
         else:
             print(f"[{config.label}] diverged at step {lit.diverged['step']} ({lit.diverged['tokens']:,} tokens): "
                   f"{lit.diverged['reason']}", file=sys.stderr, flush=True)
-    return status
+    return RunOutcome(**result_end(result))
 
 
 def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
               devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
               stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
               stop_requested: Callable[[], str | None] | None = None,
-              micro_batch_size: int | str | None = None, loggers: tuple[str, ...] = ()) -> str:
+              micro_batch_size: int | str | None = None, loggers: tuple[str, ...] = ()) -> RunOutcome:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -349,7 +351,9 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
             (:data:`harness.config.TRACKERS`, :mod:`harness.train.trackers`).
 
     Returns:
-        ``done``, ``diverged`` or ``pruned`` (a diverged run is recorded, not raised).
+        a :class:`~harness.train.result_file.RunOutcome`: the status ``done``, ``diverged`` or ``pruned``
+        (a diverged run is recorded, not raised) with the final validation NLL and the error, what
+        the queue records.
 
     Raises:
         RunInterrupted: stopped at ``stop_after_tokens``, on ``stop_requested``, by SIGTERM or Ctrl-C.
@@ -415,16 +419,16 @@ def _start_ranks(group: RankGroup, run: Run, ranks: _Ranks, accelerator: str, st
                  "micro_batch_size": micro_batch_size, "threads": torch.get_num_threads()})
 
 
-def _fit_and_record(run: Run) -> str:
+def _fit_and_record(run: Run) -> RunOutcome:
     """:func:`fit` then :func:`record`; the run's trackers (rank 0) are finished with its status either way."""
-    status = "interrupted"
+    outcome = RunOutcome("interrupted")
     try:
-        status = record(run, fit(run))
+        outcome = record(run, fit(run))
     finally:
         if run.trackers is not None and run.trainer.is_global_zero:
-            run.trackers.finish(run.lit, status)
-    return status
+            run.trackers.finish(run.lit, outcome.status)
+    return outcome
 
 
-__all__ = ["RunInterrupted", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
+__all__ = ["RunInterrupted", "RunOutcome", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
            "stored_result", "finished_status", "finished_outcome"]

@@ -15,6 +15,7 @@ from reports.render.blocks import Block, Box, Bullets, Chip, Heading, Image, Par
 from reports.render.figures import FigureOut
 from reports.render.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, fmt_pct, fmt_tokens, num as _num
 from reports.render.fmt import seeds_text as _seeds, tokens_label
+from reports.render.plateau_section import blocks as plateau_blocks, plateau_line
 from reports.render.robustness_section import blocks as robustness_blocks
 from reports.render.sentences import (aa_sentence, cell_label, control_sentence, fraction_text, headline_sentence,
                                       mean_ci, needed_short)
@@ -431,6 +432,7 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
         Para(*progress_sentence(stats.progress)),
     ]
     blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
+    blocks += plateau_blocks(stats)
     blocks += _plan(stats) + _headline(stats) + _controls(stats) + robustness_blocks(stats) + _aa(stats)
     blocks += _divergence(stats)
     blocks += _gain_vs_budget(stats) + _figures(stats, figures) + _all_comparisons(stats) + _mixed(stats)
@@ -446,6 +448,7 @@ def summary_lines(stats: ReportStats) -> list[str]:
              f"{', '.join(map(str, stats.plan.looks)) or 'none'}"]
     lines += [f"diverged: {r.variant} {r.size} {r.budget_tokens} seed(s) {_seeds(r.diverged_seeds)}"
               for r in stats.diverged()]
+    lines += [f"plateau: {plateau_line(r)}" for r in stats.plateau]
     for h in stats.headlines:
         lines.append(headline_sentence(h, stats.plan.power, stats.plan.min_effect_nats).replace("**", ""))
     for a in stats.assessments:

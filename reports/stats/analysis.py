@@ -51,6 +51,7 @@ from reports.stats.divergence import LostSeeds, TestedDiffs, contrast_losses, wo
 from reports.stats.floors import FLOOR_NATS, aa_floor, beyond_floor, within_floor_everywhere
 from reports.stats.mixed import fit_mixed_model
 from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, of_grid, pair_runs, steps_by_run
+from reports.stats.plateau import plateau_rows
 from reports.stats.looks import Look, at_looks, look_at, sequential_p
 from harness.analysis_plan import AnalysisPlan, plan_from_configs
 from reports.stats.power import contrast_effect, look_mde, planned_seeds
@@ -171,7 +172,7 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
         assessments=tuple(assessments), aa_checks=tuple(aa), divergence=tuple(_divergence(pairing, cells)),
         pairs=pairing.pairs + tuple(p for r in robust for p in r.pairs),
         left_out=pairing.left_out + tuple(robust_left), mixed=tuple(mixed), warnings=tuple(warn),
-        progress=progress, budget=budget, robustness=tuple(robust))
+        progress=progress, budget=budget, robustness=tuple(robust), plateau=plateau_rows(final, runs))
 
 
 def _mixed_models(pairing, warn: list[str]) -> list:

@@ -23,7 +23,7 @@ FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "
 RUNS_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "status")
 AA_VARIANTS = ("dup_route_tied",)  # built-in A/A checks (== parent in exact arithmetic)
 _VARIANT_KEYS = ("variant", "role", "run_id")  # config keys that differ between paired runs by design
-SIZE_ORDER = ("tiny", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
+SIZE_ORDER = ("tiny", "mini", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
 
 
 class RunKey(NamedTuple):

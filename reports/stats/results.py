@@ -300,6 +300,7 @@ class ReportStats:
     progress: GridProgress | None = None  # the queue's view next to the store's (reports.stats.progress)
     budget: GainVsBudget = field(default=GainVsBudget((), ()))  # gain vs budget (DESIGN 8): several budgets only
     robustness: tuple = ()  # reports.stats.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
+    plateau: tuple = ()  # reports.stats.plateau.PlateauRow per cell: final NLL next to the unigram plateau
 
     @property
     def cells(self) -> list[tuple[str, int]]:
