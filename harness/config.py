@@ -76,7 +76,7 @@ def check_vocab(train: "TrainConfig", preset: SizePreset) -> None:
     Raises:
         ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
     """
-    from harness.data.tokenizer import MIN_BPE_VOCAB
+    from harness.data.tokenizer import MIN_BPE_VOCAB  # lazy: the tokenizer module loads HF tokenizers
 
     vocab = train.vocab_size or preset.vocab_size
     if train.tokenizer == "bpe" and not MIN_BPE_VOCAB <= vocab <= MAX_VOCAB_SIZE:

@@ -75,6 +75,20 @@ def test_rd_controls_small_is_the_cpu_grid():
         r.check_trainable()  # a whole number of global batches
 
 
+@pytest.mark.parametrize("name, seeds, budget", [("rd_controls_mini", 3, 491_520), ("rd_cpu_study", 8, 614_400)])
+def test_the_demo_and_the_study_train_mini_without_repeating_data(name, seeds, budget):
+    """The demo (make demo) and the first study: every variant at `mini`, whole global batches, one
+    pass at most over the sample's train split (750k tokens at the 512-token BPE: no max_epochs)."""
+    grid = load_grid(ROOT / f"ablations/{name}.toml")
+    runs = grid.expand()
+    assert len(runs) == 6 * seeds and {r.size for r in runs} == {"mini"} and {r.budget_tokens for r in runs} == {budget}
+    assert sorted({r.variant for r in runs}) == sorted(
+        ["block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied"])
+    for r in runs:
+        r.check_trainable()
+        assert r.train_config().max_epochs == 0 and budget < 750_000
+
+
 def test_rd_paper_controls_only_at_the_early_budget():
     grid = load_grid(ROOT / "ablations/rd_paper.toml")
     runs = grid.expand()

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from harness.config import get_size
+from harness.models import available_variants, get_spec
 
 PARENT = "block_attnres"
 REFERENCE = "prenorm"
@@ -85,7 +86,6 @@ class BenchConfig:
     profile_rounds: int = 0
 
     def __post_init__(self) -> None:
-        from harness.models import get_spec
 
         get_size(self.size)  # ValueError names the valid sizes
         for v in (*self.variants, self.loop_variant):
@@ -114,7 +114,6 @@ class BenchConfig:
 
 def default_variants() -> list[str]:
     """``prenorm``, ``block_attnres``, ``rd_attnres``, then every control spec (table order)."""
-    from harness.models import available_variants, get_spec
 
     controls = [v for v in available_variants() if get_spec(v).role == "control"]
     return [REFERENCE, PARENT, TREATMENT, *controls]

@@ -10,6 +10,10 @@ import torch
 from harness.bench.config import BenchConfig, sync
 from harness.bench.steps import train_step
 from harness.config import get_size, train_config
+from harness.data.datamodule import TokenDataModule, TrainBatches
+from harness.models import build_model
+from harness.train.lit import LitLM
+from harness.train.trainer import make_trainer, quiet_lightning, resolve_precision
 
 
 def loop_throughput(cfg: BenchConfig, prepared, device: torch.device, batch_size: int,
@@ -35,10 +39,6 @@ class _Loops:
     :meth:`lightning` / :meth:`bare` is one round, returning its iteration times (seconds)."""
 
     def __init__(self, cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path) -> None:
-        from harness.data.datamodule import TokenDataModule
-        from harness.models import build_model
-        from harness.train.lit import LitLM
-        from harness.train.trainer import quiet_lightning
 
         quiet_lightning()
         self.cfg, self.device, self.root = cfg, device, root
@@ -68,7 +68,6 @@ class _Loops:
         """One round of the Lightning loop (``trainer.fit``), stamped at every batch end."""
         import lightning as L
 
-        from harness.train.trainer import make_trainer, resolve_precision
 
         device = self.device
 
@@ -91,7 +90,6 @@ class _Loops:
         """One round of the bare PyTorch loop on the same batches."""
         from torch.utils.data import DataLoader
 
-        from harness.data.datamodule import TrainBatches
 
         opt_cfg = self.bare_lit.configure_optimizers()  # fresh AdamW state each round, as Lightning's fit
         opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]

@@ -21,6 +21,7 @@ from harness.bench.flops import model_flops_per_token
 from harness.bench.profile import format_profile
 from harness.config import get_size
 from harness.files import atomic_write
+from harness.models import get_spec
 
 # -- the whole benchmark ---------------------------------------------------------------
 
@@ -37,7 +38,6 @@ def ratio_keys(variants: list[str]) -> list[tuple[str, str]]:
 
 def target_for(key: str, kind: str = "time") -> tuple[str, float] | None:
     """The issue's goal for a ratio key (``kind`` ``time`` or ``mem``), or None."""
-    from harness.models import get_spec
 
     if kind == "mem":
         return TARGETS.get(f"mem:{key}")

@@ -17,6 +17,10 @@ from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
 from harness.train.trainer import cpu_bf16_support
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps
 from harness.config import get_size, train_config
+from harness.data import prepare_corpus, PreparedCorpus, token_dtype
+from harness.models import build_model, count_params
+from harness.train.microbatch import MEMORY_FRACTION, probe_micro_batch
+from harness.data.datamodule import TrainSchedule
 
 # -- data -----------------------------------------------------------------------------
 
@@ -27,7 +31,6 @@ def synthetic_corpus(folder: Path, vocab_size: int, context: int, n_windows: int
     ``n_windows`` training windows of ``context + 1`` tokens and one validation window;
     every token is 1 byte for bits-per-byte purposes (never evaluated here).
     """
-    from harness.data import PreparedCorpus, token_dtype
 
     folder.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(vocab_size)
@@ -45,7 +48,6 @@ def _prepare_data(cfg: BenchConfig, folder: Path, batch_size: int, n_steps: int)
     preset = get_size(cfg.size)
     train = train_config(cfg.size)
     if cfg.corpus:
-        from harness.data import prepare_corpus
 
         return prepare_corpus(cfg.corpus, cache_dir=Path(cfg.cache_dir),
                               vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
@@ -139,7 +141,6 @@ def _loops(cfg: BenchConfig, prepared, device: torch.device, batch_size: int, ro
         f"{cfg.warmup} + {cfg.loop_steps} steps")
     loops = loop_throughput(cfg, prepared, device, batch_size, root)
     if cfg.loop_variant not in n_params:
-        from harness.models import build_model, count_params
 
         n_params[cfg.loop_variant] = count_params(
             build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))["total"]
@@ -161,8 +162,6 @@ def _step_batch(cfg: BenchConfig, device: torch.device, n_arms: int) -> tuple[in
         return cfg.batch_size, None
     if device.type != "cuda":
         return min(rows, MAX_DEFAULT_BATCH), None
-    from harness.models import build_model, count_params
-    from harness.train.microbatch import MEMORY_FRACTION, probe_micro_batch
 
     model = build_model(PARENT, cfg.size, seed=cfg.seed, vocab_size=preset.vocab_size).to(device)
     others = (n_arms - 1) * 16 * count_params(model)["total"]
@@ -196,6 +195,5 @@ def _profile(arms, rounds: int, pairs, say) -> dict:
 
 
 def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from harness.data.datamodule import TrainSchedule
 
     return TrainSchedule(prepared, context, batch_size, seed).batch(0)

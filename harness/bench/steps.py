@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from harness.bench.config import BenchConfig, autocast, default_precision, sync
 from harness.config import train_config
+from harness.models import build_model, count_params
+from harness.train.lit import LitLM
 
 # -- one variant's training step --------------------------------------------------------
 
@@ -47,8 +49,6 @@ class StepArm:
 
     def __init__(self, variant: str, cfg: BenchConfig, device: torch.device, batch: tuple[torch.Tensor, torch.Tensor],
                  vocab_size: int, total_steps: int, precision: str | None = None) -> None:
-        from harness.models import build_model, count_params
-        from harness.train.lit import LitLM
 
         self.variant = variant
         self.precision = precision or default_precision(device)

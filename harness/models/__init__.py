@@ -85,6 +85,7 @@ def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides
     Raises:
         ValueError: unknown variant, size or override key.
     """
+    # lazy: specs and sizes (the CLI, grids) load without torch; the model only when one is built
     from harness.models.gpt import DepthRoutedLM
     from harness.models.init import init_weights
 

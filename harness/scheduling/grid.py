@@ -74,6 +74,7 @@ from harness.analysis_plan import AnalysisPlan, parse_plan, plan_diff
 from harness.scheduling.grid_checks import (GRID_KEYS, REQUIRED_KEYS, _by_role, _check_keys, _check_pairing,
                                             _check_seeds, _check_train, _int_list, _str_list, _texts,
                                             _train_tables, _tuned, _variants)
+from harness.scheduling.tuning import train_overrides
 
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
@@ -222,7 +223,6 @@ class Grid:
             ValueError: a variant whose head groups cannot split a size's heads; a
                 ``[tuned]`` study entry not resolved.
         """
-        from harness.scheduling.tuning import train_overrides
 
         if corpus is None and cwd is None and self.path is not None:
             corpus, cwd = self.corpus, self.path.resolve().parent
@@ -368,7 +368,6 @@ def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) ->
         ValueError: a study entry without ``best``, or a study that tuned another variant;
             an explicit entry whose params make an invalid TrainConfig.
     """
-    from harness.scheduling.tuning import train_overrides
 
     where = str(grid.path) if grid.path else "<grid>"
     out = {}

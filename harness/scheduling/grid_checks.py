@@ -13,6 +13,7 @@ from dataclasses import fields
 from harness.config import SIZES, TrainConfig, train_config
 from harness.models import available_variants
 from harness.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
+from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
 GRID_KEYS = {
@@ -185,7 +186,6 @@ def _check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = 
 
 def _tuned(table, variants: dict[str, str], err) -> dict:
     """Check a ``[tuned]`` table: variant -> ``"tune:NAME"`` or a table of tunable params."""
-    from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
 
     if not isinstance(table, dict):
         raise err("tuned", f"must be a table of `variant = \"tune:NAME\"` lines, got {type(table).__name__}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import atomic_write
+from harness.scheduling.grid import load_grid, parse_grid, resolve_corpus
 
 
 def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, variant: str | None = None,
@@ -45,7 +46,6 @@ def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, varian
     """
     import tomlkit
 
-    from harness.scheduling.grid import load_grid, parse_grid, resolve_corpus
 
     path = Path(path)
     source = Path(source) if source is not None else path

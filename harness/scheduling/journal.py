@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+from harness.files import atomic_path, atomic_write
 
 TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
 REPAIR_WORKER = "harness-repair"
@@ -312,7 +313,6 @@ def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | N
         ValueError: from ``verify`` (e.g. a worker still holds a fresh lease); the
             journal is left as it was.
     """
-    from harness.files import atomic_path, atomic_write
 
     path = Path(path)
     if not path.is_file():

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from optuna.trial import FrozenTrial, TrialState
 
+from db.store import Store
 from harness.scheduling.queue import LEGACY_STUDY, RunQueue, fold
 
 
@@ -89,8 +90,6 @@ def convert(queue: RunQueue, *, values: Callable[[str], float | None] | None = N
 
 def result_values(results_dir) -> Callable[[str], float | None]:
     """``values`` for :func:`convert`: a done run's final NLL from its result file in ``results_dir``."""
-    from db.store import Store
-
     store = Store(results_dir)
 
     def value(run_id: str) -> float | None:

@@ -62,6 +62,7 @@ from harness.scheduling.storage import (STORAGE_RETRY_S, describe_storage, grid_
 from harness.scheduling.trials import (Claim, EnqueueResult, RunState, config_of, ended_as, fold, is_duplicate,
                                        lease_of)
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.scheduling.tuning import draw_params
 
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
 # Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
@@ -323,7 +324,6 @@ class RunQueue(QueueReader):
             ua = mine.user_attrs
             config = config_of(mine)
             if ua.get("tune_pending"):
-                from harness.scheduling.tuning import draw_params
 
                 config = draw_params(self.storage, trial_id, config)
             self._claimed_from = live

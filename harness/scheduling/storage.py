@@ -110,7 +110,7 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
         from optuna.storages import RDBStorage
 
         return RDBStorage(where, engine_kwargs={"pool_pre_ping": True})
-    from harness.scheduling.journal import QueueJournalStorage
+    from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
 
     path = Path(where)
     if not path.exists():
@@ -131,7 +131,7 @@ def trial_lock(storage: "BaseStorage", trial_id: int) -> Iterator[None]:
 
     Keep the block short (a rename): a journal lock held 30 s is broken by other writers.
     """
-    from harness.scheduling.journal import QueueJournalStorage
+    from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
 
     if isinstance(storage, QueueJournalStorage):
         with storage.journal.lock.held():
@@ -165,7 +165,7 @@ def grid_lock(storage: "BaseStorage", grid: str) -> Iterator[Callable[[], None]]
     Yields:
         ``keep_alive()``: call it now and then in a long block (it touches the lock file).
     """
-    from harness.scheduling.journal import QueueJournalStorage
+    from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
 
     if isinstance(storage, QueueJournalStorage):
         import hashlib

@@ -42,6 +42,7 @@ from harness.fencing import LeaseLost, fenced
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
+from harness.scheduling.tuning import pruning_hook
 from harness.terms import FINISHED
 
 if TYPE_CHECKING:
@@ -397,8 +398,6 @@ def _train_fenced(queue, call, claim, train_fn, results_dir, heartbeat, fence) -
     ``ValueError`` for a status that is not a finished one."""
     extra = {}
     if claim.tuning:
-        from harness.scheduling.tuning import pruning_hook
-
         extra["on_eval"] = call(pruning_hook, queue.storage, claim.grid, claim.trial_id)
     with heartbeat, fenced(fence):
         result = train_fn(claim.config, results_dir, **extra)
@@ -484,7 +483,7 @@ def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: boo
 
 def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> None:
     """:func:`harness.train.record_failure`: a failed result file for a crashed attempt."""
-    from harness.train import run as runner
+    from harness.train import run as runner  # lazy: torch and Lightning load only when training
 
     runner.record_failure(config, results_dir, error_text)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from db.store import Store
 from harness import fencing
 from harness.config import RunConfig
 from harness.fencing import Fence
@@ -77,8 +78,6 @@ def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) 
     Raises:
         LeaseLost: the run was taken over meanwhile; nothing was written.
     """
-    from db.store import Store
-
     fence = fencing.current()
     result = {"run": _run_row(config, status="failed", error=str(error_text)[-ERROR_CHARS:],
                               finished_at=_utc_now().isoformat(), fence=fence),
@@ -97,8 +96,6 @@ def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | No
     Raises:
         ValueError: the result file is unreadable (the message names it and why).
     """
-    from db.store import Store
-
     store = Store(results_dir)
     path = store.result_path(config.run_id)
     if not path.exists():
@@ -130,8 +127,6 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
 def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
     """What the result file of ``config``'s run says about its end, for the queue:
     ``{"status", "val_nll", "error"}`` (:meth:`db.store.Store.run_end`), or ``None``."""
-    from db.store import Store
-
     return Store(results_dir).run_end(config.run_id)
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from db.store import Store, StoreLockedError, result_end
 from harness import fencing
 from harness.config import RunConfig, get_size
 from harness.console import log
@@ -261,8 +262,6 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
     Returns:
         ``done``, ``diverged`` or ``pruned``, with the final validation NLL the result file holds.
     """
-    from db.store import Store, StoreLockedError, result_end
-
     lit, config, plan = run.lit, run.config, run.plan
     status = "diverged" if lit.diverged else "pruned" if lit.pruned else "done"
     error = lit.diverged["reason"] if lit.diverged else None
