@@ -1,7 +1,7 @@
 """Configuration of a run (DESIGN sections 2 and 4): sizes, training settings, the run itself.
 
 * :class:`SizePreset`, :data:`SIZES`, :class:`ModelConfig`, :func:`derive` -- the model's
-  shape per size, defined in :mod:`harness.models.config` and re-exported here;
+  shape per size, defined in :mod:`harness.models.sizes` and re-exported here;
 * :class:`TrainConfig` -- optimiser, schedule, evaluation and data settings; per-size
   defaults in :data:`TRAIN_DEFAULTS`, merged by :func:`train_config`;
 * :class:`RunConfig` -- one run: variant, size, seed, budget, corpus and the overrides.
@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.models import VariantSpec, get_spec
 from harness.models.spec import is_shipped, parse_spec_text
-from harness.models.config import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
+from harness.models.sizes import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
 from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 SIZES = {"tiny": (2, 64, 64), "small": (6, 256, 256), "120m": (12, 768, 1024), "343m": (24, 1024, 1024)}  # L, D, T
-PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense bf16 FLOP/s (harness.bench.config.PEAK_FLOPS)
+PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense bf16 FLOP/s (harness.bench.settings.PEAK_FLOPS)
 DDP_REL = 2e-2
 
 

@@ -81,8 +81,8 @@ def stub_block_first(log_path: str, target: str, config: dict, results_dir: Path
 
 
 def blocking_cli_worker(results: str, started: str) -> None:
-    """`harness work` (the real command) with a fake harness.train.run whose training blocks."""
-    fake = types.ModuleType("harness.train.run")
+    """`harness work` (the real command) with a fake harness.train.runner whose training blocks."""
+    fake = types.ModuleType("harness.train.runner")
 
     def train_run(config, results_dir, *, progress=True, **trainer_kwargs):
         Path(started).write_text(config.run_id)
@@ -92,8 +92,8 @@ def blocking_cli_worker(results: str, started: str) -> None:
     fake.train_run, fake.record_failure = train_run, lambda *a: None
     fake.finished_status = lambda config, results_dir: None
     fake.finished_outcome = lambda config, results_dir: None
-    sys.modules["harness.train.run"] = fake
-    harness.train.run = fake
+    sys.modules["harness.train.runner"] = fake
+    harness.train.runner = fake
     sys.exit(cli(["work", "--results", results]))
 
 

@@ -300,7 +300,7 @@ def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_pat
 
 
 def _train_until_lost(config, results_dir: Path):
-    """Stands in for training's own loop (harness.train.run): after every step the fence is asked
+    """Stands in for training's own loop (harness.train.runner): after every step the fence is asked
     (no I/O), every 5 steps a checkpoint is written through the fence (as save_checkpoint does)."""
     import time
 

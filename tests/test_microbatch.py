@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from harness.config import TrainConfig
 from harness.models import build_model
-from harness.models.config import padded_vocab
+from harness.models.sizes import padded_vocab
 from harness.train.lit import LitLM
 from harness.train.microbatch import divisors, micro_slices, resolve_micro_batch
 from harness.train.trainer import make_trainer, quiet_lightning

@@ -328,7 +328,7 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
 
 
 def test_model_overrides_reach_the_model_and_the_final_metrics_are_what_evaluate_returned(tmp_path):
-    from harness.train.run import build, fit, record
+    from harness.train.runner import build, fit, record
 
     config = RunConfig.create("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN, model={"block_size": 4})
     run = build(config, tmp_path, progress=False)
@@ -405,7 +405,7 @@ def test_no_srun_warning_from_lightning_and_other_warnings_still_show(tmp_path, 
     from lightning.fabric.utilities.rank_zero import rank_zero_warn
     from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-    from harness.train.run import build
+    from harness.train.runner import build
 
     assert shutil.which("srun"), "slurm-wlm is not installed (tests/services.py needs it too)"
     for k in [k for k in os.environ if k.startswith(("SLURM_", "TORCHELASTIC_"))]:

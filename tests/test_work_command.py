@@ -1,6 +1,6 @@
 """The work and status commands over the run queue, and storage outages (harness.scheduling).
 
-Stub train functions only (a fake ``harness.train.run`` module stands in for training);
+Stub train functions only (a fake ``harness.train.runner`` module stands in for training);
 under a minute on 2 shared CPU cores. Run: python -m pytest -q tests/test_work_command.py
 """
 
@@ -34,7 +34,7 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     results = tmp_path / "results"
     RunQueue.open(None, results).enqueue(configs(seeds=(0,)))
     calls = []
-    fake = types.ModuleType("harness.train.run")
+    fake = types.ModuleType("harness.train.runner")
 
     def train_run(config, results_dir, *, progress=True, accelerator="auto", devices=1, strategy="auto"):
         calls.append(("train", config.run_id, Path(results_dir)))
@@ -47,8 +47,8 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     fake.record_failure = lambda config, results_dir, error: calls.append(("fail", config.run_id, error))
     fake.finished_status = lambda config, results_dir: None
     fake.finished_outcome = lambda config, results_dir: None
-    monkeypatch.setitem(sys.modules, "harness.train.run", fake)
-    monkeypatch.setattr(harness.train, "run", fake)
+    monkeypatch.setitem(sys.modules, "harness.train.runner", fake)
+    monkeypatch.setattr(harness.train, "runner", fake)
     assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
     out = capsys.readouterr().out
     assert [c[:2] for c in calls] == [("train", "g:tiny:block_attnres:s0:1000"), ("train", "g:tiny:rd_attnres:s0:1000"),
@@ -243,15 +243,15 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
     # `harness work`: the results folder (the queue in it) gone for good is one line on stderr and exit 1
     other = tmp_path / "other"
     RunQueue.open(None, other).enqueue(configs(seeds=(1,)))
-    fake = types.ModuleType("harness.train.run")
+    fake = types.ModuleType("harness.train.runner")
 
     def gone(config, results_dir, **kw):
         other.rename(tmp_path / "other-away")
         return "done"
 
     fake.train_run, fake.record_failure, fake.finished_status = gone, lambda *a: None, lambda c, r: None
-    monkeypatch.setitem(sys.modules, "harness.train.run", fake)
-    monkeypatch.setattr(harness.train, "run", fake)
+    monkeypatch.setitem(sys.modules, "harness.train.runner", fake)
+    monkeypatch.setattr(harness.train, "runner", fake)
     assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.fullmatch(

@@ -41,17 +41,17 @@ the device's dense bf16 peak from :data:`PEAK_FLOPS` or ``peak_tflops``.
 On CUDA, steps run under bf16 autocast (the Lightning loop under ``bf16-mixed``), and
 timings synchronise the device before reading the clock.
 
-Modules: :mod:`~harness.bench.config` (settings, targets, devices), :mod:`~harness.bench.steps`
+Modules: :mod:`~harness.bench.settings` (settings, targets, devices), :mod:`~harness.bench.steps`
 (one variant's step, interleaved timing, peak memory), :mod:`~harness.bench.loop` (Lightning
 against a bare loop), :mod:`~harness.bench.result` (medians, ratios, the JSON, the DuckDB rows,
 the printed table), :mod:`~harness.bench.profile` (``--profile``: where each ratio's time goes, by
-category), :mod:`~harness.bench.run` (:func:`run_bench`: the whole benchmark).
+category), :mod:`~harness.bench.measure` (:func:`run_bench`: the whole benchmark).
 """
 
-from harness.bench.config import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops
+from harness.bench.settings import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops
 from harness.bench.loop import loop_throughput
 from harness.bench.result import assemble, bench_rows, format_report, write_json
-from harness.bench.run import run_bench, synthetic_corpus
+from harness.bench.measure import run_bench, synthetic_corpus
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps, train_step
 
 __all__ = [

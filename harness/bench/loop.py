@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from harness.bench.config import BenchConfig, sync
+from harness.bench.settings import BenchConfig, sync
 from harness.bench.steps import train_step
 from harness.config import get_size, train_config
 from harness.data.datamodule import TokenDataModule, TrainBatches

@@ -32,7 +32,7 @@ import statistics
 from contextlib import contextmanager
 
 from harness.bench import intervals
-from harness.bench.config import sync
+from harness.bench.settings import sync
 from harness.bench.steps import quiet_stderr, round_order
 
 #: ``(category, rule)`` in order; a name (lower-cased) goes to the first rule that matches.
@@ -232,7 +232,7 @@ def _min_rounds() -> int:
 
 
 def format_profile(profile: dict) -> list[str]:
-    """Printed lines of a result's ``profile`` entry (see :func:`harness.bench.run.run_bench`)."""
+    """Printed lines of a result's ``profile`` entry (see :func:`harness.bench.measure.run_bench`)."""
     if "error" in profile:
         return [f"profile: not taken ({profile['error']})"]
     arms = profile["arms"]

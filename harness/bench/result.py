@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from harness.bench import intervals
-from harness.bench.config import (LOOPS, PEAK_FLOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
+from harness.bench.settings import (LOOPS, PEAK_FLOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
                                   device_peak_flops)
 from harness.bench.flops import mfu as model_mfu
 from harness.bench.flops import model_flops_per_token

@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.commands import set_threads
     from harness.config import RunConfig
     from harness.train import RunInterrupted, train_run
-    from harness.train.run import stored_result
+    from harness.train.runner import stored_result
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     corpus, _ = choose_corpus(args.corpus)

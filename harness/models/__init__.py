@@ -14,7 +14,7 @@ import functools
 import importlib
 from typing import TYPE_CHECKING
 
-from harness.models.config import derive
+from harness.models.sizes import derive
 from harness.models.spec import VariantSpec, load_specs, parse_spec
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides
         variant: a variant name (see :func:`available_variants`) or a :class:`VariantSpec`.
         size: a size preset (``tiny``, ``small``, ``120m``, ``343m``).
         seed: initialisation seed; parameters are drawn per name (DESIGN section 4).
-        **overrides: :class:`~harness.models.config.ModelConfig` fields, e.g. ``vocab_size``.
+        **overrides: :class:`~harness.models.sizes.ModelConfig` fields, e.g. ``vocab_size``.
 
     Returns:
         A :class:`DepthRoutedLM` in float32 on the CPU: tokens ``[B, T]`` int64 ->

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.models.config import ModelConfig
+from harness.models.sizes import ModelConfig
 from harness.models.routing import RMSNorm, RouteSite, SourceBank
 from harness.models.spec import VariantSpec
 

@@ -261,7 +261,7 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
             (queued again, no retry spent) and the worker stops.
 
     A ``KeyboardInterrupt`` (SIGTERM in ``harness work``; a stopped run raises
-    :class:`~harness.train.run.RunInterrupted`) releases the run being trained, then propagates.
+    :class:`~harness.train.runner.RunInterrupted`) releases the run being trained, then propagates.
     """
     _check_intervals(max_runs, poll_s, beat_s, retry_s)
 
@@ -465,9 +465,9 @@ def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: boo
     Returns:
         ``{"status", "val_nll", "error"}``: what the queue records; the trained run's
         :class:`~harness.train.result_file.RunOutcome`, or read from the earlier attempt's result file
-        (:func:`harness.train.run.finished_outcome`).
+        (:func:`harness.train.runner.finished_outcome`).
     """
-    from harness.train import run as runner  # lazy: torch and Lightning load only when training
+    from harness.train import runner  # lazy: torch and Lightning load only when training
 
     status = runner.finished_status(config, results_dir)
     if status is None:
@@ -483,7 +483,7 @@ def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: boo
 
 def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> None:
     """:func:`harness.train.record_failure`: a failed result file for a crashed attempt."""
-    from harness.train import run as runner  # lazy: torch and Lightning load only when training
+    from harness.train import runner  # lazy: torch and Lightning load only when training
 
     runner.record_failure(config, results_dir, error_text)
 

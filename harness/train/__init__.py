@@ -12,9 +12,9 @@ The only package that uses Lightning or records metrics. Modules, in the order a
 * :mod:`harness.train.checkpoint` -- checkpoint folder, atomic save, resume, config check;
 * :mod:`harness.train.protocol` -- the protocol dict and hash that pairing relies on;
 * :mod:`harness.train.ranks` -- one run on N ranks of this machine: rank 0 starts the others;
-* :mod:`harness.train.run` -- :func:`train_run` = build -> fit -> record.
+* :mod:`harness.train.runner` -- :func:`train_run` = build -> fit -> record.
 """
 
-from harness.train.run import RunInterrupted, finished_status, record_failure, train_run
+from harness.train.runner import RunInterrupted, finished_status, record_failure, train_run
 
 __all__ = ["RunInterrupted", "finished_status", "record_failure", "train_run"]

@@ -34,7 +34,7 @@ import torch
 
 from harness.config import RunConfig, get_size
 from harness.models import count_params
-from harness.models.config import padded_vocab
+from harness.models.sizes import padded_vocab
 from harness.models.gpt import DepthRoutedLM
 from harness.files import atomic_path, atomic_write
 from harness.terms import config_diff

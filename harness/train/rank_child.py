@@ -1,7 +1,7 @@
 """A child rank's entry (:mod:`harness.train.ranks` starts it with ``python -c``): build the run
 rank 0 described, fit it, write nothing of its own.
 
-Its own module because it imports :mod:`harness.train.run`, which imports :mod:`harness.train.ranks`.
+Its own module because it imports :mod:`harness.train.runner`, which imports :mod:`harness.train.ranks`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from harness.config import RunConfig
 from harness.fencing import LeaseLost
 from harness.train.ranks import SPEC_ENV, RankFence, die_with_parent
-from harness.train.run import RunInterrupted, train_run
+from harness.train.runner import RunInterrupted, train_run
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ own). Every rank gets ``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``,
   global batch, and so the paired protocol, does not depend on N.
 * SIGTERM to rank 0 is a stop request (:class:`~harness.scheduling.stop.StopRequest`,
   unless the caller owns the signals): all ranks checkpoint at the next step boundary and
-  stop, and the run is given back (:class:`~harness.train.run.RunInterrupted`). The
+  stop, and the run is given back (:class:`~harness.train.runner.RunInterrupted`). The
   children run in their own session (a terminal's Ctrl-C reaches rank 0 only), ignore
   SIGTERM and SIGINT (rank 0 decides) and die with rank 0 (``PR_SET_PDEATHSIG``). When
   rank 0 leaves the run on an error, children still running are killed.

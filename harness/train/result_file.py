@@ -1,7 +1,7 @@
 """A run's result file as the runner writes and reads it (DESIGN section 5): the ``runs`` row, a failed
 attempt's file, and whether an earlier attempt already finished the run (:func:`finished_status`).
 
-Split from :mod:`harness.train.run` (which re-exports these names) so that training and the result
+Split from :mod:`harness.train.runner` (which re-exports these names) so that training and the result
 file it leaves each have a module.
 """
 
@@ -22,7 +22,7 @@ from harness.train.protocol import code_version
 
 
 class RunOutcome(str):
-    """What :func:`harness.train.run.train_run` returns: the run's status (``done``, ``diverged``,
+    """What :func:`harness.train.runner.train_run` returns: the run's status (``done``, ``diverged``,
     ``pruned``; it *is* that string, so ``outcome == "done"`` reads as before) with the end the
     queue records, so that a worker never re-reads the result file it just wrote.
 

@@ -31,7 +31,7 @@ class StepPlan:
         ckpt_every: checkpoint every this many steps; 0 (the default, ``checkpoint_every_tokens``
             unset) checkpoints by wall time instead, every :data:`CHECKPOINT_EVERY_S` seconds.
         log_every: train-metric rows every this many steps (about 100 per run).
-        stop_step: a planned stop (checkpoint, then :class:`~harness.train.run.RunInterrupted`)
+        stop_step: a planned stop (checkpoint, then :class:`~harness.train.runner.RunInterrupted`)
             at this step, or ``None``.
     """
 

@@ -9,7 +9,7 @@ segment of a resumed run (the totals so far travel in its checkpoints):
 * ``eval_s`` -- :meth:`~harness.train.lit.LitLM.evaluate` (validation NLL and the routing
   diagnostics), every evaluation;
 * ``ckpt_s`` -- writing checkpoints;
-* ``setup_s`` -- from the start of :func:`~harness.train.run.build` to the first step of
+* ``setup_s`` -- from the start of :func:`~harness.train.runner.build` to the first step of
   the segment (corpus, model, trainer, Lightning's start-up, restoring a checkpoint, the
   first batch).
 

@@ -140,7 +140,7 @@ def _require_columns(name: str, frame: pl.DataFrame, columns: tuple[str, ...]) -
 def training_steps(config: str | dict | None) -> int | None:
     """Optimiser steps of one run, read from its ``runs.config`` (JSON string or dict).
 
-    The runner stores ``total_steps`` (``budget_tokens // batch_tokens``, harness/train/run.py);
+    The runner stores ``total_steps`` (``budget_tokens // batch_tokens``, harness/train/runner.py);
     older or synthetic configs fall back to ``budget_tokens // train.batch_tokens``.
     Returns None when neither is present or the JSON is unreadable.
     """

@@ -45,7 +45,7 @@ from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
-from harness.models.config import padded_vocab
+from harness.models.sizes import padded_vocab
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested

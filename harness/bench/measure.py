@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.bench.config import (MAX_DEFAULT_BATCH, PARENT, PRECISION_RATIO, BenchConfig, autocast, default_precision,
+from harness.bench.settings import (MAX_DEFAULT_BATCH, PARENT, PRECISION_RATIO, BenchConfig, autocast, default_precision,
                                   default_variants, other_precision, resolve_device)
 from harness.bench.loop import loop_throughput
 from harness.bench.profile import compare, kernel_profiling, profile_steps
