@@ -79,3 +79,25 @@ def test_plateau_rows_take_the_worst_run_and_leave_out_non_finite_ones():
     assert row.unigram_nll == 5.5 and row.margin == 1.0 and row.spread == 0.0
     (old,) = plateau_rows(final, runs.drop("unigram_nll"))  # runs from before the column: no plateau
     assert math.isnan(old.unigram_nll) and math.isnan(old.margin)
+
+
+def test_the_report_prints_the_plateau_and_flags_runs_near_it(tmp_path):
+    """report.md and the terminal summary give the plateau, the final NLL range and the worst run's margin;
+    a cell whose worst run ends < NEAR_PLATEAU_NATS below the plateau is flagged."""
+    from reports.build import Frames, build_report
+    from reports.render.plateau_section import NEAR_PLATEAU_NATS
+    from reports.render.sections import summary_lines
+    from reports.synthetic import synthetic_frames
+
+    frames = synthetic_frames(grid="g", seeds=(0, 1, 2))
+    nll = frames["final"]["val_nll"]
+    plateau = float(nll.max()) + 1.5
+    runs = frames["runs"].with_columns(unigram_nll=pl.lit(plateau))
+    result = build_report(Frames(frames["final"], runs), tmp_path / "far", grid="g", figures=False)
+    text = (tmp_path / "far/report.md").read_text()
+    row = (f"| {plateau:.3f} | {nll.min():.3f} / {nll.mean():.3f} / {nll.max():.3f} | {nll.len()} | 1.500 |")
+    assert "## Past the unigram plateau?" in text and row in text and "Near the plateau" not in text
+    assert any(line.startswith("plateau: ") and "ends 1.500 below it" in line for line in summary_lines(result.stats))
+    near = frames["runs"].with_columns(unigram_nll=pl.lit(float(nll.max()) + NEAR_PLATEAU_NATS / 2))
+    build_report(Frames(frames["final"], near), tmp_path / "near", grid="g", figures=False)
+    assert "Near the plateau (worst run < 0.5 nats/token below it)" in (tmp_path / "near/report.md").read_text()
