@@ -393,3 +393,24 @@ def test_killed_worker_run_is_reclaimed_and_resumed(tmp_path):
     assert recs[0][2] == f"pid={p.pid}" and recs[1][2] == f"pid={os.getpid()}"
     state = q.runs()[target]
     assert (state.state, state.attempt) == ("done", 2)
+
+
+def test_queueing_and_reading_one_grid_read_no_other_grids_history(tmp_path):
+    """enqueue and runs(grid) read the grid's own study only (issue 32: the cost of `harness queue`
+    does not grow with other grids' finished history); the queue's answers are unchanged."""
+    queue = new_queue(tmp_path)
+    queue.enqueue(configs("old", seeds=range(5)))
+    old_study = queue.study_of("old")
+    read = []
+    real = queue.storage.get_all_trials
+
+    def spy(study_id, *args, **kwargs):
+        read.append(study_id)
+        return real(study_id, *args, **kwargs)
+
+    queue.storage.get_all_trials = spy
+    result = queue.enqueue(configs("new", seeds=(0, 1)))
+    assert len(result.added) == 6 and old_study not in read
+    read.clear()
+    assert len(queue.runs("new")) == 6 and len(queue.runs("old")) == 15 and len(queue.runs()) == 21
+    assert queue.enqueue(configs("new", seeds=(0, 1))).present == result.added  # idempotent, as before

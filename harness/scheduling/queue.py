@@ -137,7 +137,7 @@ class RunQueue(QueueReader):
     def _enqueue(self, configs: list[RunConfig], *, retry_failed: bool, attrs: Mapping[str, Any] | None,
                  keep_alive: Callable[[], Any]) -> EnqueueResult:
         """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
-        existing = self.runs()
+        existing = {rid: r for grid in sorted({c.grid for c in configs}) for rid, r in self.runs(grid).items()}
         conflicts = []
         for c in configs:
             r = existing.get(c.run_id)

@@ -25,6 +25,7 @@ took (:meth:`QueueReader.run_trials`), never the finished history
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
@@ -80,14 +81,19 @@ class QueueReader:
                     self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
         return self._study_ids[grid]
 
-    def _trials(self) -> list[FrozenTrial]:
-        """Every trial that is an attempt at a run, over all studies; records each run's study.
+    def _trials(self, grids: Collection[str] | None = None) -> list[FrozenTrial]:
+        """Every trial that is an attempt at a run, over all studies (``grids``: only those grids'
+        studies and :data:`LEGACY_STUDY`, so that reading one grid costs nothing for the others'
+        history); records each run's study.
 
         A run that also has trials outside :data:`LEGACY_STUDY` (it was converted) is read
         from there only.
         """
         by_study = []
-        for name, sid in self.studies().items():
+        studies = self.studies()
+        if grids is not None:
+            studies = {n: sid for n, sid in studies.items() if n in grids or n == LEGACY_STUDY}
+        for name, sid in studies.items():
             try:
                 trials = self.storage.get_all_trials(sid, deepcopy=False)
             except KeyError:  # deleted meanwhile (a conversion of the previous layout)
@@ -124,7 +130,7 @@ class QueueReader:
     def runs(self, grid: str | None = None) -> dict[str, RunState]:
         """Every run in the queue (optionally of one grid), by run id, in queue order."""
         by_run: dict[str, list[FrozenTrial]] = {}
-        for t in sorted(self._trials(), key=queue_order):
+        for t in sorted(self._trials(None if grid is None else {grid}), key=queue_order):
             if grid is None or t.user_attrs.get("grid") == grid:
                 by_run.setdefault(t.user_attrs["run_id"], []).append(t)
         return {rid: fold(ts) for rid, ts in by_run.items()}
