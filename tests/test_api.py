@@ -25,7 +25,7 @@ from reports.synthetic import synthetic_frames
 from test_report import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
-GRID = "rd_controls_small"  # the grid the README's example names
+GRID = "rd_controls_mini"  # the grid the README's example names
 
 
 def readme_example() -> str:

@@ -39,7 +39,6 @@ class _Loops:
     :meth:`lightning` / :meth:`bare` is one round, returning its iteration times (seconds)."""
 
     def __init__(self, cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path) -> None:
-
         quiet_lightning()
         self.cfg, self.device, self.root = cfg, device, root
         context = get_size(cfg.size).context

@@ -48,7 +48,6 @@ def _prepare_data(cfg: BenchConfig, folder: Path, batch_size: int, n_steps: int)
     preset = get_size(cfg.size)
     train = train_config(cfg.size)
     if cfg.corpus:
-
         return prepare_corpus(cfg.corpus, cache_dir=Path(cfg.cache_dir),
                               vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
                               val_fraction=train.val_fraction)
@@ -141,7 +140,6 @@ def _loops(cfg: BenchConfig, prepared, device: torch.device, batch_size: int, ro
         f"{cfg.warmup} + {cfg.loop_steps} steps")
     loops = loop_throughput(cfg, prepared, device, batch_size, root)
     if cfg.loop_variant not in n_params:
-
         n_params[cfg.loop_variant] = count_params(
             build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))["total"]
     return loops
@@ -195,5 +193,4 @@ def _profile(arms, rounds: int, pairs, say) -> dict:
 
 
 def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-
     return TrainSchedule(prepared, context, batch_size, seed).batch(0)

@@ -86,7 +86,6 @@ class BenchConfig:
     profile_rounds: int = 0
 
     def __post_init__(self) -> None:
-
         get_size(self.size)  # ValueError names the valid sizes
         for v in (*self.variants, self.loop_variant):
             get_spec(v)  # ValueError names the valid variants

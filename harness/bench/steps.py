@@ -49,7 +49,6 @@ class StepArm:
 
     def __init__(self, variant: str, cfg: BenchConfig, device: torch.device, batch: tuple[torch.Tensor, torch.Tensor],
                  vocab_size: int, total_steps: int, precision: str | None = None) -> None:
-
         self.variant = variant
         self.precision = precision or default_precision(device)
         self.name = variant if self.precision == default_precision(device) else f"{variant}@{self.precision}"

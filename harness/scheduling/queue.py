@@ -324,7 +324,6 @@ class RunQueue(QueueReader):
             ua = mine.user_attrs
             config = config_of(mine)
             if ua.get("tune_pending"):
-
                 config = draw_params(self.storage, trial_id, config)
             self._claimed_from = live
             return Claim(trial_id=trial_id, run_id=t.run_id, grid=ua["grid"], config=config,
