@@ -67,6 +67,7 @@ def test_unbalanced_budgets_still_fit_and_one_budget_gives_nothing():
     assert analyze(one["final"], one["runs"]).budget.points == ()
 
 
+@pytest.mark.slow  # 7 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_report_has_the_table_and_the_figure(tmp_path):
     f = _frames()
     frames = Frames(f["final"], f["runs"], f["metrics"], f["routing"], f["route_pairs"], f["route_params"])

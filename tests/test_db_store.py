@@ -475,6 +475,7 @@ def holder():
         proc.join(30)
 
 
+@pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_write_locked_database_makes_query_retry_then_name_the_pid(tmp_path, holder):
     store = Store(tmp_path, lock_timeout_s=0.6)
     store.write_result(make_result("a"))
@@ -536,6 +537,7 @@ def _reader(results: str, ready, stop, out) -> None:
     out.put((n, skipped, errors))
 
 
+@pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_concurrent_writers_and_readers_lose_nothing(tmp_path):
     """Three writer processes write 6 runs each (half of them twice: failed, then retried)
     while two processes loop Store.query, contending for the database lock."""

@@ -34,6 +34,7 @@ def test_sql_lock_timeout_refuses_nan(tmp_path):
                    "--lock-timeout nan: must be a finite number")
 
 
+@pytest.mark.slow  # 17 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_work_refuses_a_results_folder_that_does_not_exist_unless_create(tmp_path):
     missing = tmp_path / "no" / "such" / "path"
     one_line_error(harness("work", "--results", str(missing)), f"results folder '{missing}' does not exist",
@@ -58,6 +59,7 @@ def _damage(db: Path, how: str) -> None:
         db.write_bytes(b"")
 
 
+@pytest.mark.slow  # 16 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 @pytest.mark.parametrize("how", ["truncated", "random", "empty"])
 def test_a_damaged_database_is_set_aside_and_rebuilt_from_the_result_files(tmp_path, how):
     results = _drained(tmp_path)
@@ -101,6 +103,7 @@ def _sql_peak(tmp_path: Path, *args: str) -> tuple[int, int, int, str]:
     return rc, size, mib, proc.stderr
 
 
+@pytest.mark.slow  # 4 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_sql_streams_millions_of_rows_in_bounded_memory(tmp_path):
     """5 M rows (the table format held 2.0 GB before): every format stays under 400 MiB peak RSS;
     the table shows --limit rows and says how many more there are; csv has every row."""
@@ -143,6 +146,7 @@ def _queue_slowly(argv: list[str], out: str, go) -> None:
         sys.exit(cli(argv))
 
 
+@pytest.mark.slow  # 21 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 @pytest.mark.parametrize("storage", ["journal", "postgresql"])
 def test_two_concurrent_queues_of_one_grid_add_each_run_once(tmp_path, storage, request):
     corpus = tmp_path / "c.jsonl"
@@ -204,6 +208,7 @@ def _queued(tmp_path: Path, results: Path, storage: list[str] = ()) -> Path:
     return grid
 
 
+@pytest.mark.slow  # 5 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_worker_refuses_a_run_whose_checkpoints_do_not_fit_and_leaves_it_queued(tmp_path, tmpfs):
     from harness.train.checkpoint import space_needed
 
@@ -273,6 +278,7 @@ def test_sql_on_a_full_disk_says_the_disk_is_full(tmp_path, tmpfs):
 # ----------------------------------------------------------------------------- workers on different results folders
 
 
+@pytest.mark.slow  # 11 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_path):
     from harness.scheduling.worker import work
     from test_faults import _stub_result

@@ -96,6 +96,7 @@ def test_a_run_that_would_fail_in_every_worker_is_refused_at_queue_time(tmp_path
     assert not (results / "queue.journal").exists()
 
 
+@pytest.mark.slow  # 11 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_a_worker_whose_every_run_failed_exits_non_zero(tmp_path):
     corpus = tmp_path / "one.jsonl"  # text, so it passes the queue-time scan, but too little to split
@@ -111,6 +112,7 @@ def test_a_worker_whose_every_run_failed_exits_non_zero(tmp_path):
 # ----------------------------------------------------------------------------- the environment
 
 
+@pytest.mark.slow  # 17 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_environment_errors_are_one_line_and_a_closed_pipe_ends_quietly(tmp_path):
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")
@@ -173,6 +175,7 @@ def _drained(tmp_path: Path) -> Path:
     return results
 
 
+@pytest.mark.slow  # 12 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_read_only_results_folder_still_answers_sql_and_report(tmp_path, read_only):
     results = _drained(tmp_path)
     assert cli(["sql", "select count(*) from final", "--results", str(results)]) == 0  # database made, ingested
@@ -215,6 +218,7 @@ def _hold(db_path: str, ready, release) -> None:
     con.close()
 
 
+@pytest.mark.slow  # 17 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_report_on_a_locked_database_is_one_line_naming_the_holder(tmp_path):
     results = _drained(tmp_path)
     assert cli(["sql", "select 1", "--results", str(results)]) == 0
@@ -231,6 +235,7 @@ def test_a_report_on_a_locked_database_is_one_line_naming_the_holder(tmp_path):
         holder.join(30)
 
 
+@pytest.mark.slow  # 3 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_unreadable_result_files_are_named_by_status_sql_and_report(tmp_path):
     results = _drained(tmp_path)
     truncated = next(p for p in (results / "runs").glob("*.json") if "fixed_v%3As1" in p.name)

@@ -180,6 +180,7 @@ class Epoch(Fence):
         self.epoch = epoch
 
 
+@pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_owners_never_share_a_checkpoint_and_an_unreadable_one_is_set_aside(tmp_path, capsys):
     os.environ["HARNESS_CACHE"] = str(tmp_path / "cache")

@@ -61,6 +61,7 @@ def environment(tmp_path: Path, **extra) -> dict:
             "HARNESS_PROGRESS": "lines", **extra}
 
 
+@pytest.mark.slow  # 20 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_grid_queues_the_same_corpus_from_any_directory(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -82,6 +83,7 @@ def test_a_grid_queues_the_same_corpus_from_any_directory(tmp_path):
     assert load_grid(ROOT / "ablations/rd_controls_small.toml").expand()[0].corpus == str(SAMPLE)
 
 
+@pytest.mark.slow  # 9 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_budget_between_whole_global_batches_is_refused_before_anything_is_written(tmp_path):
     grid = tmp_path / "g.toml"
     grid.write_text(GRID.format(name="g", corpus=SAMPLE, budget=10_000, extra="").replace(
@@ -100,6 +102,7 @@ def test_a_budget_between_whole_global_batches_is_refused_before_anything_is_wri
     assert "g: queued 1 runs" in harness("queue", grid, env=env).stdout
 
 
+@pytest.mark.slow  # 12 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_user_spec_travels_with_its_runs_and_status_waits_until_done(tmp_path):
     specs = tmp_path / "specs"
     specs.mkdir()

@@ -91,6 +91,7 @@ def test_paper_dry_run_prints_the_paper_commands_and_each_parses(tmp_path):
     assert not (tmp_path / "summary.txt").read_text()  # nothing ran
 
 
+@pytest.mark.slow  # 17 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_paper_cpu_fallback_trains_micro_batched_runs_and_says_pass_per_check(tmp_path):
     proc = subprocess.run([str(SCRIPT), "--paper", "--cpu", str(tmp_path)], capture_output=True, text=True,
                           env=_env(), timeout=900)

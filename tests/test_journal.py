@@ -82,6 +82,7 @@ def _corrupt_line(journal: Path, number: int) -> bytes:
     return bytes(line)
 
 
+@pytest.mark.slow  # 10 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering(tmp_path, capsys):
     grid, results, journal = _queued(tmp_path)
     numbers = {rid: r.trials[0].number for rid, r in RunQueue.open(None, results).runs().items()}

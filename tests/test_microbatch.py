@@ -241,6 +241,7 @@ print(json.dumps({"P": P, "P_max": P_max, "n_tensors": n_tensors, "before": befo
 """
 
 
+@pytest.mark.slow  # 14 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_120m_model_does_a_micro_batched_step_on_the_cpu_within_its_memory_bound(tmp_path):
     # glibc's dynamic mmap threshold (up to 32 MiB) would keep freed tensors resident; a fixed
     # 128 KiB threshold maps every larger block on its own and unmaps it when freed, so the

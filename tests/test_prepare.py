@@ -79,6 +79,7 @@ def shard_tokens_of(folder: Path, split: str) -> np.ndarray:
                            for s in manifest["splits"][split]["shards"]])
 
 
+@pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
     """Sharding the sample gives exactly the in-memory prepare's token arrays, and the data
     module's windows (read across shard boundaries) are the same batches in the same order."""
@@ -106,6 +107,7 @@ def torch_equal(a, b) -> bool:
     return a.shape == b.shape and bool((a == b).all())
 
 
+@pytest.mark.slow  # 5 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_interrupted_and_extended_prepares_end_byte_identical_and_equal_one_shot(tmp_path):
     corpus = str(recombined_corpus(tmp_path / "corpus.jsonl", 1.5))
     kwargs = dict(vocab_size=512, val_fraction=0.05, shard_tokens=100_000, chunk_bytes=1 << 16, workers=2)

@@ -154,6 +154,7 @@ def test_shared_terminal_counts_the_live_processes_on_it(tmp_path):
         assert t.folder is None and t.others() == 0  # nothing to share: nothing registered
 
 
+@pytest.mark.slow  # 7 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_alone_on_a_terminal_a_bar(tmp_path, env, term):
     p = term.start(run_cmd(tmp_path, 6 * 1024), env)
     out = read_until(term.master, p, lambda text: False)
@@ -162,6 +163,7 @@ def test_alone_on_a_terminal_a_bar(tmp_path, env, term):
     assert not LINE.search(out)
 
 
+@pytest.mark.slow  # 6 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_terminal_shared_with_another_worker_gets_complete_lines(tmp_path, env, term):
     term.other_worker(env)
     p = term.start(run_cmd(tmp_path, 6 * 1024), env)
@@ -172,6 +174,7 @@ def test_a_terminal_shared_with_another_worker_gets_complete_lines(tmp_path, env
     assert "\r" not in out.replace("\r\n", "\n")  # no carriage-return redraws: every write is a whole line
 
 
+@pytest.mark.slow  # 9 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_bar_gives_way_to_lines_when_a_second_worker_starts(tmp_path, env, term):
     p = term.start(run_cmd(tmp_path, 400 * 1024), env)  # long enough to be stopped midway
     before = read_until(term.master, p, lambda text: re.search(r"rd_attnres s0: +\d+%", text) is not None)
@@ -185,6 +188,7 @@ def test_a_bar_gives_way_to_lines_when_a_second_worker_starts(tmp_path, env, ter
     assert "\r" not in tail.replace("\r\n", "\n")  # once switched, lines only
 
 
+@pytest.mark.slow  # 10 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_off_a_terminal_lines_and_off_means_none(tmp_path, env):
     proc = subprocess.run(run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -195,6 +199,7 @@ def test_off_a_terminal_lines_and_off_means_none(tmp_path, env):
     assert not LINE.findall(proc.stderr) and "done: val_nll" in proc.stderr
 
 
+@pytest.mark.slow  # 11 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_deferred_ingest_is_said_only_with_verbose(tmp_path, env):
     """Another process holds the results database: the run's result file is written and its ingest
     deferred; that is no news without --verbose."""

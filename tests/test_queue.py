@@ -342,6 +342,7 @@ def test_heartbeat_refreshes_the_lease(tmp_path):
 # ----------------------------------------------------------------------------- many workers
 
 
+@pytest.mark.slow  # 7 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_two_workers_finish_every_run_exactly_once(tmp_path):
     results = tmp_path / "results"
     q = RunQueue.open(None, results)
@@ -365,6 +366,7 @@ def test_two_workers_finish_every_run_exactly_once(tmp_path):
     assert Counter(t.state for t in trials) == {TrialState.COMPLETE: 12}
 
 
+@pytest.mark.slow  # 4 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_killed_worker_run_is_reclaimed_and_resumed(tmp_path):
     results = tmp_path / "results"
     q = RunQueue.open(None, results, lease_timeout_s=1.0)

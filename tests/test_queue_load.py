@@ -52,6 +52,7 @@ def _reads_per_claim(url, results, history: int) -> Counter:
     return Counter({k: v - before[k] for k, v in w.reads.items()})
 
 
+@pytest.mark.slow  # 6 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 @pytest.mark.parametrize("backend", ["journal", "postgres"])
 def test_reads_per_claim_do_not_grow_with_the_history(backend, request, tmp_path):
     server = request.getfixturevalue("postgres") if backend == "postgres" else None

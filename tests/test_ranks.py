@@ -70,6 +70,7 @@ def rank_children(results: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.slow  # 18 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_two_ranks_equal_one_process_and_a_stopped_two_rank_run_resumes(tmp_path):
     one, two, parts = tmp_path / "one", tmp_path / "two", tmp_path / "parts"
     config = cfg()
@@ -94,6 +95,7 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_PROGRESS": "lines"}
 
 
+@pytest.mark.slow  # 10 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_work_devices_2_trains_one_run_on_two_ranks_while_another_stays_queued(tmp_path):
     results = tmp_path / "results"
     q = RunQueue.open(None, results)
@@ -111,6 +113,7 @@ def test_work_devices_2_trains_one_run_on_two_ranks_while_another_stays_queued(t
     assert not rank_children(results)
 
 
+@pytest.mark.slow  # 13 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_sigterm_stops_both_ranks_with_a_checkpoint_and_releases_the_run(tmp_path):
     results = tmp_path / "results"
     q = RunQueue.open(None, results)
@@ -137,6 +140,7 @@ def test_sigterm_stops_both_ranks_with_a_checkpoint_and_releases_the_run(tmp_pat
     assert not rank_children(results)
 
 
+@pytest.mark.slow  # 12 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_sigkilled_rank_0_takes_its_other_ranks_with_it(tmp_path):
     """A worker SIGKILLed mid-run (DESIGN section 10's fault model) leaves no rank process
     behind holding a device: the kernel kills them with it (PR_SET_PDEATHSIG)."""

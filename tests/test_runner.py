@@ -304,6 +304,7 @@ def test_compiled_forward_is_used_when_asked(monkeypatch):
     assert len(calls) == 2
 
 
+@pytest.mark.slow  # 6 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
     import signal
     import subprocess

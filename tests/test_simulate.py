@@ -168,6 +168,7 @@ def test_sequential_verdicts_keep_wrong_definite_verdicts_below_alpha():
         assert sv0.verdicts[f][dec.DOES_NOT_REPRODUCE] + sv0.verdicts[f][dec.REPRODUCES] <= sv0.established
 
 
+@pytest.mark.slow  # 4 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_the_report_path_reads_looks_as_the_simulation_does():
     """Studies through analyze() with a plan with looks, read at each look (first n_k seeds and
     with one extra seed between looks): the same established flags as the vectorised path."""

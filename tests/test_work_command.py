@@ -58,6 +58,7 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     assert "worker trained 3 runs: 2 done, 0 diverged, 1 failed" in out
 
 
+@pytest.mark.slow  # 5 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_sigterm_releases_the_run(tmp_path):
     results = tmp_path / "results"
     q = RunQueue.open(None, results)
@@ -185,6 +186,7 @@ def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path, caplog):
     assert Counter(r.state for r in q.runs().values()) == {"done": 3}
 
 
+@pytest.mark.slow  # 4 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
     """An outage as long as NOTICE_AFTER_S is news: one line while it lasts, one when it ends."""
     import threading
@@ -213,6 +215,7 @@ def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
     assert re.fullmatch(rf"queue storage {re.escape(str(where))} reachable again after \d+ s", notes[1])
 
 
+@pytest.mark.slow  # 3 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
     from harness.scheduling.storage import StorageUnavailable
 
