@@ -93,3 +93,66 @@ def test_a_run_reclaimed_while_its_worker_reported_it_is_trained_by_its_retry(tm
     trials = q.all_trials()
     assert sorted(t.state.name for t in trials) == ["COMPLETE", "FAIL"]
     assert not any(t.user_attrs.get("ending") == "duplicate" for t in trials)
+
+
+def test_live_reads_equal_optunas_own_and_read_a_waiting_trial_whole_once(pg_url, tmp_path):
+    """On PostgreSQL a worker reads every RUNNING trial whole and every WAITING one by id, its
+    run, grid and order once (they never change): what it sees equals Optuna's full read after
+    each change another worker makes, and no waiting trial of a run is read whole twice."""
+    import sqlalchemy
+    from optuna.trial import create_trial
+
+    from harness.scheduling.queueops import LIVE_STATES, _light
+
+    q, other = RunQueue.open(pg_url, tmp_path), RunQueue.open(pg_url, tmp_path)
+    asked: list[int] = []  # trial ids read whole, as waiting trials
+    sqlalchemy.event.listen(q.storage.engine, "before_cursor_execute",
+                            lambda conn, cur, stmt, params, ctx, many: asked.extend(
+                                (params or {}).get("ids", []) if isinstance(params, dict) else []))
+
+    def seen():
+        return sorted((t.trial_id, t.state, t.run_id, t.grid, t.order, t.ending) for t in q.live())
+
+    def reference():  # Optuna's own read of every trial of every study, made light
+        return sorted((t.trial_id, t.state, t.run_id, t.grid, t.order, t.ending)
+                      for t in (_light(t, sid) for sid in q.studies().values()
+                                for t in q.storage.get_all_trials(sid, states=LIVE_STATES)
+                                if "run_id" in t.user_attrs))
+
+    other.enqueue(queue_load.configs(6))
+    sid = q.study_of(queue_load.GRID)
+    q.storage.create_new_trial(sid, template_trial=create_trial(state=TrialState.WAITING))  # not a run's
+    assert len(seen()) == 6 and seen() == reference()
+    c = other.claim()
+    assert seen() == reference() and sum(s == TrialState.RUNNING for _, s, *_ in seen()) == 1
+    other.enqueue(queue_load.configs(4, offset=6))
+    assert len(seen()) == 10 and seen() == reference()
+    other.complete(c, "done", value=3.0, wall_s=1.0)
+    assert len(seen()) == 9 and seen() == reference()
+    runs_trials = [t for t, s, *_ in reference()]
+    assert sorted(t for t in asked if t in runs_trials) == sorted(set(runs_trials))  # each once
+    assert set(q._waiting) == {t for t, s, *_ in reference() if s == TrialState.WAITING}
+
+
+@pytest.mark.parametrize("backend", ["journal", "postgres"])
+def test_tally_counts_a_grids_runs_without_reading_its_history(backend, request, tmp_path):
+    """``[done/total]``: the total is what ``harness queue`` counted (a study attribute, one small
+    read); only a grid queued before that count was kept has its history read, once."""
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    q = RunQueue.open(url, tmp_path)
+    q.enqueue(queue_load.configs(5))
+    w = RunQueue.open(url, tmp_path)
+    assert w.tally(queue_load.GRID) == (0, 5)
+    for done in range(2):
+        c = w.claim()
+        assert w.tally(queue_load.GRID) == (done, 5)  # running is not finished
+        w.complete(c, "done", value=3.0, wall_s=1.0)
+    assert w.tally(queue_load.GRID) == (2, 5)
+    q.enqueue(queue_load.configs(8))  # 3 more seeds, as `harness topup` adds them
+    assert w.tally(queue_load.GRID) == (2, 8)
+    assert w.reads["full"] == 0
+    # a grid whose trials were written without the count (queued by an earlier version)
+    for c in queue_load.configs(3, name="old"):
+        q._new_trial(c, attempt=1, failures=0, reclaims=0, order=[0.0, 0])
+    assert w.tally("old") == (0, 3) and w.tally("old") == (0, 3)
+    assert w.reads["full"] == 1

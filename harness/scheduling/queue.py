@@ -54,7 +54,7 @@ from harness.config import RunConfig
 from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
-from harness.scheduling.queueread import LEGACY_STUDY, QueueReader
+from harness.scheduling.queueread import LEGACY_STUDY, RUNS_ATTR, QueueReader
 from harness.scheduling.queueops import (LiveTrial, create_waiting, ensure_indexes, grid_run_ids, set_user_attrs,
                                          take_waiting)
 from harness.scheduling.storage import (STORAGE_RETRY_S, describe_storage, grid_lock, open_storage, retry_storage,
@@ -174,6 +174,9 @@ class RunQueue(QueueReader):
         self._snapshot = None
         for study_id, templates in batch.items():
             create_waiting(self.storage, study_id, templates)
+        for grid in {c.grid for c in configs}:  # the total of the workers' [done/total] lines
+            runs = {rid for rid, r in existing.items() if r.grid == grid} | {c.run_id for c in configs if c.grid == grid}
+            self.storage.set_study_user_attr(self.study_of(grid), RUNS_ATTR, len(runs))
         return result
 
     def _study_for(self, config: RunConfig) -> int:
@@ -236,14 +239,6 @@ class RunQueue(QueueReader):
             raise ValueError(f"grid {grid} in this queue belongs to the results folder {have['path']} (id {have['id']}); "
                              f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
                              "or rename the grid")
-
-    def results_of(self, grid: str) -> dict | None:
-        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to (:meth:`bind_results`),
-        or ``None`` when none was recorded (a queue written before the check)."""
-        studies = self.studies()
-        if grid not in studies:
-            return None
-        return self.storage.get_study_user_attrs(studies[grid]).get("results")
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued, and
@@ -334,19 +329,22 @@ class RunQueue(QueueReader):
     def tally(self, grid: str) -> tuple[int, int]:
         """``(finished, total)`` runs of ``grid``, as :meth:`progress` but from one read of the live
         trials (left for the next claim; right after a claim, the read it took its run from):
-        total = every run of the grid this queue has seen (its history read once, the first
-        time), finished = total - runs live now. A run whose retry is not created yet
+        total = the grid's runs as ``harness queue`` last counted them (:meth:`grid_total`; a grid
+        queued before that count: every run this queue has seen, its history read once),
+        finished = total - runs live now. A run whose retry is not created yet
         (:meth:`requeue_orphans`) counts as finished here."""
         live, self._claimed_from = self._claimed_from, None
         if live is None:
             live = self._live(reuse=False)
-        if grid not in self._grid_runs:
-            self.reads["full"] += 1
-            self._grid_runs[grid] = grid_run_ids(self.storage, grid, lambda: self.studies().values())
         mine = {t.run_id for t in live if t.grid == grid and t.ending != "duplicate"}
-        known = self._grid_runs[grid]
-        known |= mine
-        return len(known) - len(mine), len(known)
+        total = self.grid_total(grid)
+        if total is None:
+            if grid not in self._grid_runs:
+                self.reads["full"] += 1
+                self._grid_runs[grid] = grid_run_ids(self.storage, grid, lambda: self.studies().values())
+            self._grid_runs[grid] |= mine
+            total = len(self._grid_runs[grid])
+        return max(0, total - len(mine)), max(total, len(mine))
 
     # -- fencing (harness.fencing)
 

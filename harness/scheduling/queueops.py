@@ -6,11 +6,11 @@ run grow with every trial ever stored (issue 32). What a worker needs per run is
 
 * the *live* trials (WAITING and RUNNING) of every study, light (:class:`LiveTrial`: ids,
   state, run id, grid, queue order, lease): what a claim picks from and a reclaim judges
-  (:func:`live_trials`);
+  (:func:`live_trials`; a waiting trial is read whole once per process, then by its id);
 * the trials of one run (:func:`run_trials`): is a claimed trial a second live trial of its
   run, who holds the run now;
-* the run ids of one grid, once per worker (:func:`grid_run_ids`): the total of its
-  ``[done/total]`` lines;
+* the run ids of one grid (:func:`grid_run_ids`): the total of its ``[done/total]`` lines for
+  a grid queued before ``harness queue`` kept that count (once per worker);
 * taking a WAITING trial with its lease in one step, skipping a row another worker is taking
   (:func:`take_waiting`), and several attributes of a RUNNING trial in one write
   (:func:`set_user_attrs`);
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
@@ -41,17 +41,21 @@ _INDEXES = {
     RUN_INDEX: "CREATE INDEX IF NOT EXISTS {name} ON trial_user_attributes (value_json) WHERE key = 'run_id'",
     LIVE_INDEX: "CREATE INDEX IF NOT EXISTS {name} ON trials (state) WHERE state IN ('WAITING', 'RUNNING')",
 }
-_LIVE_SQL = """
-SELECT t.trial_id, t.study_id, t.number, t.state, t.datetime_start,
-       r.value_json, g.value_json, o.value_json, l.value_json, e.value_json
-FROM trials t
-JOIN trial_user_attributes r ON r.trial_id = t.trial_id AND r.key = 'run_id'
-LEFT JOIN trial_user_attributes g ON g.trial_id = t.trial_id AND g.key = 'grid'
-LEFT JOIN trial_user_attributes o ON o.trial_id = t.trial_id AND o.key = 'order'
-LEFT JOIN trial_user_attributes l ON l.trial_id = t.trial_id AND l.key = 'lease'
-LEFT JOIN trial_user_attributes e ON e.trial_id = t.trial_id AND e.key = 'ending'
-WHERE t.state IN ('WAITING', 'RUNNING')
-"""
+# the trials first, then each attribute by one probe of the (trial_id, key) index: a join let the
+# planner start from every run id attribute (stale statistics), a cost that grows with the history
+_ATTR_SQL = "(SELECT value_json FROM trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key = '{}')"
+_COLUMNS_SQL = """
+SELECT * FROM (
+    SELECT t.trial_id, t.study_id, t.number, t.state, t.datetime_start, {attrs}
+    FROM trials t WHERE {{where}}) live
+WHERE live.run IS NOT NULL
+""".format(attrs=", ".join(f"{_ATTR_SQL.format(key)} AS {name}" for key, name in (
+    ("run_id", "run"), ("grid", "grid"), ("order", "ord"), ("lease", "lease"), ("ending", "ending"))))
+# every RUNNING trial whole (its lease changes), every WAITING one by id only: what a waiting
+# trial is (run, grid, order, number) never changes, so a process reads that once (_WAITING_SQL)
+_RUNNING_SQL = _COLUMNS_SQL.format(where="state = 'RUNNING'")
+_WAITING_IDS_SQL = "SELECT trial_id FROM trials WHERE state = 'WAITING'"
+_WAITING_SQL = _COLUMNS_SQL.format(where="trial_id = ANY(:ids)")
 _RUN_SQL = """
 SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, a.key, a.value_json
 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id
@@ -128,10 +132,17 @@ def _light(t: FrozenTrial, study_id: int) -> LiveTrial:
                      ending=ua.get("ending"))
 
 
-def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]]) -> list[LiveTrial]:
+def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
+                waiting: dict[int, LiveTrial] | None = None) -> list[LiveTrial]:
     """The live (WAITING, RUNNING) queue trials of the storage: of the studies ``study_ids()`` names;
-    PostgreSQL: of every study, in one query. Cost: the live trials, never the finished ones
-    (PostgreSQL), or one pass over the trials in memory without copying (journal)."""
+    PostgreSQL: of every study.
+
+    PostgreSQL: one query returning every RUNNING trial whole and every WAITING one by id; the
+    WAITING trials not in ``waiting`` (this process's earlier reads, by trial id) are read
+    whole once, by a second query, and ``waiting`` keeps the ones waiting now. Cost: the live trials, never the finished ones; per waiting trial
+    one integer after its first read. Elsewhere: one pass over the trials in memory, without
+    copying (``waiting`` unused).
+    """
     engine = _postgres(storage)
     if engine is None:
         out = []
@@ -142,24 +153,43 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]]) ->
                 continue
             out += [_light(t, sid) for t in trials if "run_id" in t.user_attrs]
         return out
-    import datetime as dt
-
     import sqlalchemy
 
-    out = []
-    loads = json.loads
+    known = {} if waiting is None else waiting
     with engine.connect() as conn:
-        for tid, sid, number, state, start, run, grid, order, lease, ending in conn.execute(sqlalchemy.text(_LIVE_SQL)):
-            state = _state(state)
-            if state == TrialState.RUNNING:
-                started = start.replace(tzinfo=dt.timezone.utc).timestamp() if start else None  # stored naive UTC
-                lease = lease_from(loads(lease) if lease else None, started)
-            o = loads(order) if order else None
-            out.append(LiveTrial(trial_id=tid, study_id=sid, number=number, state=state, run_id=loads(run),
-                                 grid=loads(grid) if grid else "", order=order_key({"order": o}, number),
-                                 lease=lease if state == TrialState.RUNNING else None,
-                                 ending=loads(ending) if ending else None))
-    return out
+        running = [_live_row(row) for row in conn.execute(sqlalchemy.text(_RUNNING_SQL))]
+        cursor = conn.connection.dbapi_connection.cursor()  # the driver's plain tuples: one int per waiting trial
+        try:
+            cursor.execute(_WAITING_IDS_SQL)
+            now_waiting = [row[0] for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+        new = [tid for tid in now_waiting if tid not in known]
+        if new:
+            for row in conn.execute(sqlalchemy.text(_WAITING_SQL), {"ids": new}):
+                known[row[0]] = replace(_live_row(row), state=TrialState.WAITING, lease=None)
+    # a waiting trial without a run id is not cached: read again next time, in case its
+    # attributes were still being written
+    current = {tid: known[tid] for tid in now_waiting if tid in known}
+    known.clear()
+    known.update(current)
+    return running + list(current.values())
+
+
+def _live_row(row) -> LiveTrial:
+    """A :class:`LiveTrial` from one row of ``_COLUMNS_SQL``."""
+    import datetime as dt
+
+    tid, sid, number, state, start, run, grid, order, lease, ending = row
+    loads = json.loads
+    state = _state(state)
+    if state == TrialState.RUNNING:
+        started = start.replace(tzinfo=dt.timezone.utc).timestamp() if start else None  # stored naive UTC
+        lease = lease_from(loads(lease) if lease else None, started)
+    o = loads(order) if order else None
+    return LiveTrial(trial_id=tid, study_id=sid, number=number, state=state, run_id=loads(run),
+                     grid=loads(grid) if grid else "", order=order_key({"order": o}, number),
+                     lease=lease if state == TrialState.RUNNING else None, ending=loads(ending) if ending else None)
 
 
 def _utc(naive):

@@ -36,6 +36,7 @@ from harness.scheduling.queueops import LiveTrial, live_trials, run_trials
 from harness.scheduling.trials import RunState, fold, queue_order
 from harness.terms import FINISHED, STATUSES
 
+RUNS_ATTR = "runs"  # a grid study's attribute: how many runs its last `harness queue` counted
 LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (read, then converted)
 
 
@@ -51,6 +52,7 @@ class QueueReader:
         self._study_ids: dict[str, int] = {}  # study name -> id (ids never change; a deleted one is dropped)
         self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
         self.reads: Counter = Counter()  # storage reads by kind: full (a study's every trial), live, run
+        self._waiting: dict[int, LiveTrial] = {}  # the WAITING trials read whole, by trial id (live_trials)
 
     def _id_of(self, trial: FrozenTrial) -> int:
         """The storage's id of ``trial`` (what its write calls take), by the public API."""
@@ -80,6 +82,28 @@ class QueueReader:
                 except DuplicatedStudyError:  # another process created it first
                     self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
         return self._study_ids[grid]
+
+    def results_of(self, grid: str) -> dict | None:
+        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to (:meth:`~harness.scheduling.queue.RunQueue.bind_results`),
+        or ``None`` when none was recorded (a queue written before the check)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get("results")
+
+    def grid_total(self, grid: str) -> int | None:
+        """How many runs ``grid`` has, as the last :meth:`~harness.scheduling.queue.RunQueue.enqueue`
+        of it counted them (its study's :data:`RUNS_ATTR`): one small read, whatever the history;
+        ``None`` for a grid queued before the count was kept, or with no study."""
+        if grid not in self._study_ids:
+            try:
+                self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
+            except KeyError:
+                return None
+        try:
+            return self.storage.get_study_user_attrs(self._study_ids[grid]).get(RUNS_ATTR)
+        except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+            return None
 
     def _trials(self, grids: Collection[str] | None = None) -> list[FrozenTrial]:
         """Every trial that is an attempt at a run, over all studies (``grids``: only those grids'
@@ -115,7 +139,7 @@ class QueueReader:
         """Every live (WAITING or RUNNING) trial of a run, light (:func:`~harness.scheduling.queueops.live_trials`):
         one read whose cost does not grow with the finished history."""
         self.reads["live"] += 1
-        return live_trials(self.storage, lambda: self.studies().values())
+        return live_trials(self.storage, lambda: self.studies().values(), self._waiting)
 
     def run_trials(self, run_id: str, study_id: int) -> list[FrozenTrial]:
         """Every trial of one run (in its study ``study_id``), whole, by number; records the run's study."""
@@ -148,4 +172,4 @@ class QueueReader:
         return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
 
 
-__all__ = ["LEGACY_STUDY", "QueueReader"]
+__all__ = ["LEGACY_STUDY", "RUNS_ATTR", "QueueReader"]
