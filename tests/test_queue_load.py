@@ -156,3 +156,20 @@ def test_tally_counts_a_grids_runs_without_reading_its_history(backend, request,
         q._new_trial(c, attempt=1, failures=0, reclaims=0, order=[0.0, 0])
     assert w.tally("old") == (0, 3) and w.tally("old") == (0, 3)
     assert w.reads["full"] == 1
+
+
+def test_an_idle_poll_is_one_read_of_the_live_trials(tmp_path):
+    """A worker with nothing to claim: reclaim_stale reads the live trials and the claim answers
+    "nothing queued" from that read; a read older than FRESH_S is read again first."""
+    from harness.scheduling.queue import FRESH_S
+
+    q = RunQueue.open(None, tmp_path)
+    q.enqueue(queue_load.configs(1))
+    w = RunQueue.open(None, tmp_path)
+    w.complete(w.claim(), "done", value=3.0, wall_s=1.0)
+    before = w.reads["live"]
+    assert w.reclaim_stale() == [] and w.claim() is None
+    assert w.reads["live"] - before == 1
+    w.reclaim_stale()
+    w._snapshot_at -= FRESH_S + 1  # as if the reclaim had read it long ago
+    assert w.claim() is None and w.reads["live"] - before == 3

@@ -65,6 +65,7 @@ from harness.terms import ERROR_CHARS, FINISHED, config_diff
 from harness.scheduling.tuning import draw_params
 
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
+FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
 # Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
 CARRIED_ATTRS = ("tune_pending", "tune_params", "tune_distributions")
 
@@ -90,6 +91,7 @@ class RunQueue(QueueReader):
         self.host = hostname()
         ensure_indexes(storage)
         self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
+        self._snapshot_at = 0.0  # when it was read (time.monotonic)
         self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
         self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
         self._rng = random.Random()  # where a worker that lost a race for a trial tries next
@@ -274,14 +276,15 @@ class RunQueue(QueueReader):
     def _live(self, reuse: bool = True) -> list[LiveTrial]:
         """The live trials: the last read not yet used by a claim when ``reuse``, else read now."""
         if not reuse or self._snapshot is None:
-            self._snapshot = self.live()
+            self._snapshot, self._snapshot_at = self.live(), time.monotonic()
         return self._snapshot
 
     def claim(self, grid: str | None = None) -> Claim | None:
         """Take the next queued run (optionally of one grid) under a fresh lease, or ``None``.
 
         Reads the live trials (or uses the last read, left by :meth:`tally` or
-        :meth:`reclaim_stale`, read again before answering ``None``), and the claimed run's
+        :meth:`reclaim_stale`, read again before answering ``None`` unless it is under
+        :data:`FRESH_S` old: an idle worker's poll is one read), and the claimed run's
         trials; never the finished history. Tries the waiting trials in queue order; after a
         race lost to another worker it tries a random one among the next 2, 4, 8, ... so that
         many workers starting at once spread over the list instead of queueing on one row.
@@ -289,7 +292,7 @@ class RunQueue(QueueReader):
         A tuning trial whose parameters are not drawn yet gets them now, from its study's
         sampler (:func:`harness.scheduling.tuning.draw_params`); its config then holds them.
         """
-        reused = self._snapshot is not None
+        reused = self._snapshot is not None and time.monotonic() - self._snapshot_at > FRESH_S
         live = self._live()
         self._snapshot = None  # the claim changes what is live: the next one reads again
         claim = self._claim_from(live, grid)
