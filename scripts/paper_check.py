@@ -65,70 +65,94 @@ def _mfu(run: dict, metrics: list[dict], peak: float | None) -> tuple[float | No
     return rate, (6 * run["n_params"] + 12 * L * D * T) * rate / peak
 
 
-def summarise(results: Path, out: Path, bench: Path | None, ddp: Path | None, min_steps: int, device: str) -> int:
+class _Checks:
+    """The summary's lines: ``PASS``/``FAIL`` checks (any FAIL fails the script), ``INFO`` and ``GOAL`` lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.failed = False
+
+    def check(self, ok: bool, text: str) -> None:
+        self.failed |= not ok
+        self.lines.append(f"{'PASS' if ok else 'FAIL'} {text}")
+
+
+def _single(results: Path, out: _Checks, min_steps: int, device: str) -> dict:
+    """Check each 1-GPU run (done, enough steps, micro-batch and world size recorded); name -> result."""
     peak = next((f for k, f in PEAKS.items() if k in device), None)
-    lines, failed = [], False
-
-    def check(ok: bool, text: str) -> None:
-        nonlocal failed
-        failed |= not ok
-        lines.append(f"{'PASS' if ok else 'FAIL'} {text}")
-
     single = {}
     for result in _runs(results):
         run = result["run"]
         name = f"{run['size']} {run['variant']}"
         single[name] = result
         steps, micro, world = run.get("steps") or 0, run.get("micro_batch_size"), run.get("world_size")
-        check(run["status"] == "done" and steps >= min_steps and micro is not None and world is not None,
-              f"run {name}: {run['status']}, {steps} steps of {run['config']['protocol']['train']['batch_tokens']:,} "
-              f"tokens, micro-batch {micro}, world size {world}")
+        out.check(run["status"] == "done" and steps >= min_steps and micro is not None and world is not None,
+                  f"run {name}: {run['status']}, {steps} steps of "
+                  f"{run['config']['protocol']['train']['batch_tokens']:,} tokens, micro-batch {micro}, world size {world}")
         rate, mfu = _mfu(run, result["metrics"], peak)
         if rate:
-            lines.append(f"INFO run {name}: {rate:,.0f} tokens/s" + (f", MFU {100 * mfu:.1f} %" if mfu else
-                                                                      f" (MFU: no bf16 peak known for {device!r})"))
+            out.lines.append(f"INFO run {name}: {rate:,.0f} tokens/s" + (
+                f", MFU {100 * mfu:.1f} %" if mfu else f" (MFU: no bf16 peak known for {device!r})"))
     if not single:
-        check(False, f"no result files in {results / 'runs'}")
-    if bench is not None:
-        if not bench.exists():
-            check(False, f"bench: {bench} missing")
-        else:
-            b = json.loads(bench.read_text())
-            for v, ms in b["step_ms"].items():
-                mfu = f", MFU {100 * b['mfu'][v]:.1f} %" if b.get("mfu") else ""
-                lines.append(f"INFO bench {b['size']} {v}: {b['tokens_per_s'][v]:,.0f} tokens/s{mfu}, "
-                             f"peak memory {b['peak_mem_mb'][v] / 1024:.1f} GiB, batch {b['batch_size']} sequences")
-            if b.get("micro_batch_note"):
-                lines.append(f"INFO bench: {b['micro_batch_note']}")
-            if b.get("mfu") and "block_attnres" in b["mfu"]:
-                v = b["mfu"]["block_attnres"]
-                lines.append(f"GOAL {'met' if v >= 0.45 else 'not met'}: {b['size']} block_attnres MFU {100 * v:.1f} % "
-                             ">= 45 %")
-            r = b["ratios"].get("rd_attnres/block_attnres")
-            if r is not None:
-                lines.append(f"GOAL {'met' if r <= 1.02 else 'not met'}: rd_attnres/block_attnres step time {r:.3f} "
-                             "<= 1.02")
-    if ddp is not None:
-        for result in _runs(ddp):
-            run = result["run"]
-            name = f"{run['size']} {run['variant']}"
-            ref = single.get(name)
-            losses = {m["step"]: m["value"] for m in result["metrics"] if m["split"] == "train" and m["name"] == "loss"}
-            ref_losses = {m["step"]: m["value"] for m in (ref or {}).get("metrics", [])
-                          if m["split"] == "train" and m["name"] == "loss"}
-            common = sorted(set(losses) & set(ref_losses))
-            if not common:
-                check(False, f"ddp {name}: no training loss step shared with a 1-GPU run")
-                continue
-            k = common[-1]
-            rel = abs(losses[k] - ref_losses[k]) / abs(ref_losses[k])
-            check(run["status"] == "done" and rel <= DDP_REL,
+        out.check(False, f"no result files in {results / 'runs'}")
+    return single
+
+
+def _bench(bench: Path, out: _Checks) -> None:
+    """The bench's tokens/s, MFU and memory per variant, and its two goals."""
+    if not bench.exists():
+        out.check(False, f"bench: {bench} missing")
+        return
+    b = json.loads(bench.read_text())
+    for v, ms in b["step_ms"].items():
+        mfu = f", MFU {100 * b['mfu'][v]:.1f} %" if b.get("mfu") else ""
+        out.lines.append(f"INFO bench {b['size']} {v}: {b['tokens_per_s'][v]:,.0f} tokens/s{mfu}, "
+                         f"peak memory {b['peak_mem_mb'][v] / 1024:.1f} GiB, batch {b['batch_size']} sequences")
+    if b.get("micro_batch_note"):
+        out.lines.append(f"INFO bench: {b['micro_batch_note']}")
+    if b.get("mfu") and "block_attnres" in b["mfu"]:
+        v = b["mfu"]["block_attnres"]
+        out.lines.append(f"GOAL {'met' if v >= 0.45 else 'not met'}: {b['size']} block_attnres MFU {100 * v:.1f} % "
+                         ">= 45 %")
+    r = b["ratios"].get("rd_attnres/block_attnres")
+    if r is not None:
+        out.lines.append(f"GOAL {'met' if r <= 1.02 else 'not met'}: rd_attnres/block_attnres step time {r:.3f} "
+                         "<= 1.02")
+
+
+def _ddp(ddp: Path, single: dict, out: _Checks) -> None:
+    """Each several-rank run's last shared training loss against its 1-GPU run's (relative <= DDP_REL)."""
+    def train_losses(result) -> dict:
+        return {m["step"]: m["value"] for m in (result or {}).get("metrics", [])
+                if m["split"] == "train" and m["name"] == "loss"}
+
+    for result in _runs(ddp):
+        run = result["run"]
+        name = f"{run['size']} {run['variant']}"
+        losses, ref_losses = train_losses(result), train_losses(single.get(name))
+        common = sorted(set(losses) & set(ref_losses))
+        if not common:
+            out.check(False, f"ddp {name}: no training loss step shared with a 1-GPU run")
+            continue
+        k = common[-1]
+        rel = abs(losses[k] - ref_losses[k]) / abs(ref_losses[k])
+        out.check(run["status"] == "done" and rel <= DDP_REL,
                   f"ddp {name} on {run.get('world_size')} ranks: step-{k} loss {losses[k]:.4f} vs 1 GPU "
                   f"{ref_losses[k]:.4f} (relative {rel:.2e} <= {DDP_REL})")
+
+
+def summarise(results: Path, out: Path, bench: Path | None, ddp: Path | None, min_steps: int, device: str) -> int:
+    """Append the check's lines to ``out`` (and stderr); exit status 1 if any check failed."""
+    checks = _Checks()
+    single = _single(results, checks, min_steps, device)
+    if bench is not None:
+        _bench(bench, checks)
+    if ddp is not None:
+        _ddp(ddp, single, checks)
     with out.open("a") as f:
-        f.write("".join(line + "\n" for line in lines))
-    print("\n".join(lines), file=sys.stderr)
-    return 1 if failed else 0
+        f.write("".join(line + "\n" for line in checks.lines))
+    print("\n".join(checks.lines), file=sys.stderr)
+    return 1 if checks.failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

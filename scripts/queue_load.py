@@ -228,67 +228,57 @@ def server_cpu_s(postmaster: int | None) -> float:
     return total / tick
 
 
-def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history: int = 0, kills: int = 0,
-         drain: int | None = None, seed: int = 0, postmaster: int | None = None, log=print) -> Result:
-    """Queue ``runs`` runs (after ``history`` finished ones), drain them with ``workers`` worker
-    processes while ``kills`` of them are SIGKILLed holding a run; return the measurements.
-    ``postmaster``: the pid of the PostgreSQL server, to measure its CPU (same machine)."""
-    import optuna
-    from optuna.trial import TrialState
+class _Drain:
+    """The driver's side of one drain: worker processes (spawned), the kills, the finish flag."""
 
-    from harness.scheduling.queue import RunQueue
+    def __init__(self, storage: str | None, results: Path, logs: Path, max_runs: int | None) -> None:
+        self.storage, self.results, self.logs, self.max_runs = storage, results, logs, max_runs
+        self.procs: dict[int, mp.Process] = {}
+        self.ctx = mp.get_context("spawn")
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rng = random.Random(seed)
-    results = workdir / "results"
-    q = RunQueue.open(storage, results)
-    store_history(q, history)
-    cfgs = configs(runs)
-    t0 = time.perf_counter()
-    q.enqueue(cfgs)
-    res = Result(storage="PostgreSQL" if storage else "journal", workers=workers, runs=runs,
-                 enqueue_s=time.perf_counter() - t0, kills=kills, history=history)
-    log(f"queued {runs} runs in {res.enqueue_s:.2f} s ({res.storage}, {history} finished trials stored before)")
-    target = drain or runs
-    max_runs = None if drain is None else max(1, drain // workers)
-    ctx = mp.get_context("spawn")
-    procs: dict[int, mp.Process] = {}
-    logs = workdir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-
-    def start(i: int) -> None:
-        p = ctx.Process(target=worker, args=(i, storage, str(results), str(logs / f"w{i}.jsonl"), max_runs))
+    def start(self, i: int) -> None:
+        p = self.ctx.Process(target=worker, args=(i, self.storage, str(self.results),
+                                                  str(self.logs / f"w{i}.jsonl"), self.max_runs))
         p.start()
-        procs[i] = p
+        self.procs[i] = p
 
-    server0 = server_cpu_s(postmaster)
-    for i in range(workers):
-        start(i)
-    t_start = time.perf_counter()
-    kill_at = sorted(rng.uniform(0.1, 0.6) for _ in range(kills))  # fractions of the drain
-    killed = 0
-    look_at = 0.0
-    while any(p.is_alive() for p in procs.values()):
-        trained = sum(len(p.read_text().splitlines()) for p in logs.glob("*.trained"))
-        if killed < kills and trained >= kill_at[killed] * target:
-            holding = [i for i, p in procs.items() if p.is_alive() and (logs / f"w{i}.held").exists()
-                       and (logs / f"w{i}.held").read_text()]
-            if holding:
-                victim = rng.choice(holding)
-                os.kill(procs[victim].pid, signal.SIGKILL)
-                procs[victim].join()
+    def trained(self) -> int:
+        return sum(len(p.read_text().splitlines()) for p in self.logs.glob("*.trained"))
+
+    def kill_one(self, rng: random.Random, killed: int, log) -> bool:
+        """SIGKILL a random worker holding a run and start one in its place; ``False`` if none holds one."""
+        holding = [i for i, p in self.procs.items() if p.is_alive() and (self.logs / f"w{i}.held").exists()
+                   and (self.logs / f"w{i}.held").read_text()]
+        if not holding:
+            return False
+        victim = rng.choice(holding)
+        os.kill(self.procs[victim].pid, signal.SIGKILL)
+        self.procs[victim].join()
+        log(f"killed worker {victim} holding {(self.logs / f'w{victim}.held').read_text()}")
+        self.start(len(self.procs) + 100 * (killed + 1))  # a new worker in its place
+        return True
+
+    def run(self, q, *, workers: int, target: int, kills: int, until_finished: bool, rng, log) -> int:
+        """Start ``workers`` workers and wait for them all; returns the number killed."""
+        for i in range(workers):
+            self.start(i)
+        kill_at = sorted(rng.uniform(0.1, 0.6) for _ in range(kills))  # fractions of the drain
+        killed, look_at = 0, 0.0
+        while any(p.is_alive() for p in self.procs.values()):
+            trained = self.trained()
+            if killed < kills and trained >= kill_at[killed] * target and self.kill_one(rng, killed, log):
                 killed += 1
-                log(f"killed worker {victim} holding {(logs / f'w{victim}.held').read_text()}")
-                start(len(procs) + 100 * killed)  # a new worker in its place
-        if drain is None and trained >= target and time.monotonic() >= look_at:
-            look_at = time.monotonic() + 0.5  # one read of the live trials each half second
-            done, total = q.tally(GRID)
-            if done == total:
-                (logs / "finished").touch()  # every run finished: the polling workers stop
-        time.sleep(0.02)
-    server_s = server_cpu_s(postmaster) - server0
-    res.kills = killed
+            if until_finished and trained >= target and time.monotonic() >= look_at:
+                look_at = time.monotonic() + 0.5  # one read of the live trials each half second
+                done, total = q.tally(GRID)
+                if done == total:
+                    (self.logs / "finished").touch()  # every run finished: the polling workers stop
+            time.sleep(0.02)
+        return killed
 
+
+def _measure(res: Result, logs: Path) -> None:
+    """Fill ``res`` from the workers' JSON lines: claim latencies, the drain, per-run queue time, CPU, reads."""
     ends = []
     for path in logs.glob("*.jsonl"):
         for line in path.read_text().splitlines():
@@ -300,7 +290,7 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
     starts = [json.loads(ln)["at"] for p in logs.glob("*.jsonl") for ln in p.read_text().splitlines()
               if "claim_s" in ln]
     # the drain: from the first claim to the last worker's end (process start-up not counted)
-    res.drain_s = max(e["at"] for e in ends) - min(starts) if ends and starts else time.perf_counter() - t_start
+    res.drain_s = max(e["at"] for e in ends) - min(starts) if ends and starts else math.nan
     for e in ends:
         res.reads.update(e["reads"])
     survivors_runs = sum(e["runs"] for e in ends)
@@ -309,7 +299,12 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
         res.cpu_s_per_run = sum(e["cpu_s"] for e in ends) / survivors_runs
         res.full_per_claim = res.reads["full"] / survivors_runs
         res.reads_per_claim = sum(res.reads.values()) / survivors_runs
-    res.server_cpu_s_per_run = server_s / max(1, len(res.claims))
+
+
+def _outcome(res: Result, q, cfgs, drain: int | None) -> None:
+    """Fill ``res`` from the storage: runs finished, exactly once, duplicates, runs lost to a kill."""
+    from optuna.trial import TrialState
+
     trials = [t for t in q.all_trials() if t.user_attrs.get("grid") == GRID]
     mine = {c.run_id for c in cfgs}
     complete = Counter(t.user_attrs["run_id"] for t in trials if t.state == TrialState.COMPLETE
@@ -320,6 +315,37 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
                    for t in trials if t.user_attrs["run_id"] in mine)
     done = {rid for rid, n in complete.items() if n == 1}
     res.exactly_once = all(n == 1 for n in complete.values()) and (drain is not None or done == mine)
+
+
+def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history: int = 0, kills: int = 0,
+         drain: int | None = None, seed: int = 0, postmaster: int | None = None, log=print) -> Result:
+    """Queue ``runs`` runs (after ``history`` finished ones), drain them with ``workers`` worker
+    processes while ``kills`` of them are SIGKILLed holding a run; return the measurements.
+    ``postmaster``: the pid of the PostgreSQL server, to measure its CPU (same machine)."""
+    import optuna
+
+    from harness.scheduling.queue import RunQueue
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    results = workdir / "results"
+    q = RunQueue.open(storage, results)
+    store_history(q, history)
+    cfgs = configs(runs)
+    t0 = time.perf_counter()
+    q.enqueue(cfgs)
+    res = Result(storage="PostgreSQL" if storage else "journal", workers=workers, runs=runs,
+                 enqueue_s=time.perf_counter() - t0, kills=kills, history=history)
+    log(f"queued {runs} runs in {res.enqueue_s:.2f} s ({res.storage}, {history} finished trials stored before)")
+    logs = workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    server0 = server_cpu_s(postmaster)
+    res.kills = _Drain(storage, results, logs, None if drain is None else max(1, drain // workers)).run(
+        q, workers=workers, target=drain or runs, kills=kills, until_finished=drain is None,
+        rng=random.Random(seed), log=log)
+    server_s = server_cpu_s(postmaster) - server0
+    _measure(res, logs)
+    res.server_cpu_s_per_run = server_s / max(1, len(res.claims))
+    _outcome(res, q, cfgs, drain)
     return res
 
 

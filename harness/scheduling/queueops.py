@@ -24,6 +24,7 @@ replays into memory) they are Optuna's state-filtered ``get_all_trials(..., deep
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -137,11 +138,11 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
     """The live (WAITING, RUNNING) queue trials of the storage: of the studies ``study_ids()`` names;
     PostgreSQL: of every study.
 
-    PostgreSQL: one query returning every RUNNING trial whole and every WAITING one by id; the
-    WAITING trials not in ``waiting`` (this process's earlier reads, by trial id) are read
-    whole once, by a second query, and ``waiting`` keeps the ones waiting now. Cost: the live trials, never the finished ones; per waiting trial
-    one integer after its first read. Elsewhere: one pass over the trials in memory, without
-    copying (``waiting`` unused).
+    PostgreSQL: every RUNNING trial whole, then every WAITING one by id; the WAITING trials not
+    in ``waiting`` (this process's earlier reads, by trial id) are read whole once, by a third
+    query, and ``waiting`` keeps the ones waiting now. Cost: the live trials, never the
+    finished ones; per waiting trial one integer after its first read. Elsewhere: one pass
+    over the trials in memory, without copying (``waiting`` unused).
     """
     engine = _postgres(storage)
     if engine is None:
@@ -178,8 +179,6 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
 
 def _live_row(row) -> LiveTrial:
     """A :class:`LiveTrial` from one row of ``_COLUMNS_SQL``."""
-    import datetime as dt
-
     tid, sid, number, state, start, run, grid, order, lease, ending = row
     loads = json.loads
     state = _state(state)
@@ -194,8 +193,6 @@ def _live_row(row) -> LiveTrial:
 
 def _utc(naive):
     """A naive UTC datetime (how Optuna's RDB storage keeps them) as Optuna hands it out: naive local time."""
-    import datetime as dt
-
     return None if naive is None else naive.replace(tzinfo=dt.timezone.utc).astimezone().replace(tzinfo=None)
 
 
@@ -249,8 +246,6 @@ def take_waiting(storage: BaseStorage, trial_id: int, attrs: dict) -> bool:
             return False
         set_user_attrs(storage, trial_id, attrs)
         return True
-    import datetime as dt
-
     from optuna.storages._rdb import models  # Optuna's schema, written through its own models
     from sqlalchemy.orm import Session
 
