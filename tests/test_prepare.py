@@ -26,7 +26,7 @@ from harness.cli import main as cli
 from harness.data.corpus import read_documents, split_documents
 from harness.data.datamodule import TrainSchedule
 from harness.data.prepare import prepare_corpus
-from harness.data.shards import Target, load_shard_tokenizer, prepare_shards, read_manifest
+from harness.data.shards import ShardedTokens, Target, load_shard_tokenizer, prepare_shards, read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
@@ -80,6 +80,26 @@ def shard_tokens_of(folder: Path, split: str) -> np.ndarray:
 
 
 @pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
+def test_sharded_tokens_read_as_their_concatenation(tmp_path):
+    """Slices (copied shard by shard) and index arrays (gathered) of a split equal the same reads
+    of its shards concatenated: across boundaries, at them, empty, whole, with an empty shard."""
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 60_000, n).astype("<u2") for n in (7, 0, 13, 1, 9)]
+    shards = []
+    for i, part in enumerate(parts):
+        part.tofile(tmp_path / f"s{i}.bin")
+        shards.append({"file": f"s{i}.bin", "tokens": len(part)})
+    tokens, whole = ShardedTokens(tmp_path, shards, "uint16"), np.concatenate(parts)
+    assert len(tokens) == len(whole) == 30
+    for start in range(0, 31):
+        for stop in range(start, 31):
+            got = tokens[start:stop]
+            assert got.dtype == np.uint16 and np.array_equal(got, whole[start:stop]), (start, stop)
+    assert np.array_equal(tokens[:], whole) and np.array_equal(tokens[-5:], whole[-5:])
+    index = rng.integers(0, 30, (4, 6))
+    assert np.array_equal(tokens[index], whole[index])
+
+
 def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
     """Sharding the sample gives exactly the in-memory prepare's token arrays, and the data
     module's windows (read across shard boundaries) are the same batches in the same order."""

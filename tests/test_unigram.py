@@ -25,6 +25,8 @@ def test_counts_match_a_counter_across_chunk_boundaries(monkeypatch):
     assert counts.tolist() == [expected.get(v, 0) for v in range(40)]
     with pytest.raises(ValueError, match="token id 39 outside the vocabulary"):
         count_tokens(np.array([1, 39]), 39)
+    with pytest.raises(ValueError, match="token id -2 outside the vocabulary"):
+        count_tokens(np.array([-2, 50]), 39)  # the id it names is one that is out
 
 
 def test_unigram_nll_is_the_add_one_cross_entropy():

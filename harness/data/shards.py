@@ -476,12 +476,24 @@ class ShardedTokens:
     def __len__(self) -> int:
         return int(self.ends[-1]) if self.ends.size else 0
 
+    def _span(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` as a ``[stop - start]`` array, copied shard by shard: a long
+        read (a unigram count's chunk) builds no index array of its length."""
+        out = np.empty(max(0, stop - start), dtype=self.dtype)
+        k, pos = int(np.searchsorted(self.ends, start, side="right")), 0
+        while pos < out.size:
+            lo = start + pos - int(self.ends[k] - self.sizes[k])
+            n = min(int(self.sizes[k]) - lo, out.size - pos)
+            out[pos:pos + n] = self.maps[k][lo:lo + n]
+            pos, k = pos + n, k + 1
+        return out
+
     def __getitem__(self, index):
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 raise IndexError("ShardedTokens: only contiguous slices")
-            index = np.arange(start, stop, dtype=np.int64)
+            return self._span(start, stop)
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= len(self)):
             raise IndexError(f"token index out of range [0, {len(self)})")

@@ -47,7 +47,8 @@ def count_tokens(tokens, vocab_size: int) -> np.ndarray:
     for start in range(0, len(tokens), CHUNK_TOKENS):
         chunk = np.asarray(tokens[start:start + CHUNK_TOKENS], dtype=np.int64)
         if chunk.size and (chunk.min() < 0 or chunk.max() >= vocab_size):
-            raise ValueError(f"token id {int(chunk.max())} outside the vocabulary [0, {vocab_size})")
+            bad = int(chunk.min()) if chunk.min() < 0 else int(chunk.max())
+            raise ValueError(f"token id {bad} outside the vocabulary [0, {vocab_size})")
         counts += np.bincount(chunk, minlength=vocab_size)
     return counts
 
