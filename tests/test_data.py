@@ -30,9 +30,10 @@ from tiktoken_ext.openai_public import r50k_pat_str
 from harness.data import prepare as data_mod
 from harness.data.corpus import (
     HUB_DEFAULT_MAX_DOCS, OptionalDependencyError, corpus_files, corpus_fingerprint, is_validation,
-    read_documents, split_documents,
+    probe_corpus, read_documents, split_documents,
 )
 from harness.data import prepare_corpus, token_dtype
+from harness.data.stream import stream_documents
 from harness.data.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
@@ -507,3 +508,21 @@ def test_bad_prepare_arguments_are_errors(tmp_path):
         prepare_corpus(str(corpus), cache_dir=tmp_path, vocab_size=300, val_fraction=1.5)
     with pytest.raises(ValueError, match="max_docs=0"):
         prepare_corpus(str(corpus), cache_dir=tmp_path, vocab_size=300, max_docs=0)
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"text": "ok"', "line 2 is not JSON"),
+    (b'["text"]', "line 2 is not a JSON object with a 'text' field"),
+    (b'{"text": 3}', "line 2: field 'text' holds int, expected a string"),
+    (b'{"text": "caf\xe9"}', "is not valid UTF-8: byte 0xe9"),
+])
+def test_a_bad_jsonl_line_is_named_alike_by_the_probe_and_the_stream(tmp_path, line, message):
+    """The queue-time probe and the streaming read of a prepare check a JSONL line with one
+    function: the same error, naming the file and the line."""
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": ""}\n' + line + b'\n{"text": "later"}\n')
+    with pytest.raises(ValueError, match=message) as probed:
+        probe_corpus(str(path))
+    with pytest.raises(ValueError, match=message) as streamed:
+        list(stream_documents(str(path)))
+    assert str(path) in str(probed.value) and str(path) in str(streamed.value)

@@ -26,7 +26,8 @@ from harness.cli import main as cli
 from harness.data.corpus import read_documents, split_documents
 from harness.data.datamodule import TrainSchedule
 from harness.data.prepare import prepare_corpus
-from harness.data.shards import ShardedTokens, Target, load_shard_tokenizer, prepare_shards, read_manifest
+from harness.data.shard_reader import ShardedTokens
+from harness.data.shards import Target, load_shard_tokenizer, prepare_shards, read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"

@@ -165,6 +165,29 @@ def _decode_utf8(data: bytes, path: Path) -> str:
         ) from None
 
 
+def jsonl_text(line: str | bytes, path: Path, number: int) -> str | None:
+    """The ``text`` field of line ``number`` of JSONL file ``path`` (``None`` when it has none).
+
+    Raises:
+        ValueError: a line that is not UTF-8, not JSON, not a JSON object, or whose ``text`` is
+            not a string (naming the file and the line).
+    """
+    try:
+        row = json.loads(line)
+    except UnicodeDecodeError:
+        _decode_utf8(line, path)
+        raise
+    except ValueError as exc:
+        raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object with a 'text' field")
+    value = row.get("text")
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
+                         f"{type(value).__name__}, expected a string")
+    return value
+
+
 def _is_blank(path: Path) -> bool:
     """Whether the file holds only whitespace (reads only up to the first other byte)."""
     with open(path, "rb") as fh:
@@ -295,16 +318,7 @@ def _probe_has_text(path: Path) -> bool:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object with a 'text' field")
-        value = row.get("text")
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
-                             f"{type(value).__name__}, expected a string")
+        value = jsonl_text(line, path, number)
         if value and value.strip():
             return True
     return False
@@ -415,6 +429,6 @@ def split_documents(docs: Sequence[str], val_fraction: float) -> SplitDocuments:
 
 __all__ = [
     "SUPPORTED_EXTENSIONS", "HUB_DEFAULT_MAX_DOCS", "OptionalDependencyError", "SplitDocuments",
-    "read_documents", "corpus_files", "probe_corpus", "PROBE_BYTES", "parse_hub_spec", "corpus_fingerprint",
+    "read_documents", "corpus_files", "probe_corpus", "jsonl_text", "PROBE_BYTES", "parse_hub_spec", "corpus_fingerprint",
     "is_validation", "split_documents",
 ]

@@ -36,7 +36,8 @@ import numpy as np
 from filelock import FileLock
 
 from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
-from harness.data.shards import ShardedTokens, load_shard_tokenizer, read_manifest, shard_dir
+from harness.data.shard_reader import ShardedTokens
+from harness.data.shards import load_shard_tokenizer, read_manifest, shard_dir
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
 from harness.files import atomic_write, fsync_dir, fsync_file
 
@@ -79,7 +80,7 @@ class PreparedCorpus:
 
     def tokens(self, split: str) -> np.ndarray | ShardedTokens:
         """Read-only memmap ``[N]`` of the split's token ids (``split`` in ``train``, ``val``);
-        for a sharded corpus a :class:`~harness.data.shards.ShardedTokens` over its shards.
+        for a sharded corpus a :class:`~harness.data.shard_reader.ShardedTokens` over its shards.
 
         Raises:
             ValueError: unknown split name.

@@ -6,13 +6,12 @@ Split from :mod:`harness.data.shards` (which re-exports :func:`stream_documents`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from harness.data.corpus import (
     HUB_PREFIX, JSONL_EXTENSIONS, PARQUET_EXTENSIONS, OptionalDependencyError, _decode_utf8, corpus_files,
-    parse_hub_spec,
+    jsonl_text, parse_hub_spec,
 )
 
 
@@ -99,22 +98,8 @@ def _local_rows(spec: str) -> Iterator[str | None]:
 def _jsonl_rows(path: Path) -> Iterator[str | None]:
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except UnicodeDecodeError:
-                _decode_utf8(raw, path)
-                raise
-            except ValueError as exc:
-                raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object")
-            text = row.get("text")
-            if text is not None and not isinstance(text, str):
-                raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
-                                 f"{type(text).__name__}, expected a string")
-            yield text
+            if raw.strip():
+                yield jsonl_text(raw, path, number)
 
 
 def _parquet_rows(path: Path) -> Iterator[str | None]:

@@ -34,7 +34,7 @@ def count_tokens(tokens, vocab_size: int) -> np.ndarray:
 
     Args:
         tokens: ``[N]`` token ids (a numpy array or memmap, or anything with ``len`` and
-            contiguous slices, e.g. :class:`~harness.data.shards.ShardedTokens`).
+            contiguous slices, e.g. :class:`~harness.data.shard_reader.ShardedTokens`).
         vocab_size: ``V``; every id must be in ``[0, V)``.
 
     Returns:
