@@ -173,3 +173,59 @@ def test_an_idle_poll_is_one_read_of_the_live_trials(tmp_path):
     w.reclaim_stale()
     w._snapshot_at -= FRESH_S + 1  # as if the reclaim had read it long ago
     assert w.claim() is None and w.reads["live"] - before == 3
+
+
+def _open_when_told(url: str, go, out) -> None:
+    from harness.scheduling.storage import open_storage
+
+    go.wait()
+    try:
+        open_storage(url, "unused")
+        out.put("ok")
+    except Exception as exc:  # the test shows what failed
+        out.put(f"{type(exc).__name__}: {exc}"[:300])
+
+
+def test_workers_opening_a_new_database_at_once_all_open_it(postgres):
+    """Four processes open an empty PostgreSQL database at the same instant (as `harness launch`
+    of several workers on a new database does): Optuna's schema creation collides (a duplicate
+    type, a second version row); each loser opens it again. Before, one of them died with a
+    traceback on every such database."""
+    import multiprocessing as mp
+    import time
+
+    ctx = mp.get_context("spawn")
+    for d in range(2):
+        url = postgres.create_database(f"at_once_{d}")
+        go, out = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_open_when_told, args=(url, go, out)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        time.sleep(4)  # every process has imported Optuna and waits
+        go.set()
+        outcomes = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert outcomes == ["ok"] * 4, outcomes
+
+
+def test_a_grids_new_trials_and_its_new_count_are_seen_together(pg_url, tmp_path, monkeypatch):
+    """PostgreSQL: `harness queue` of more seeds writes the new trials and the grid's new run
+    count in one transaction: a worker that can claim a new run already reads the new total."""
+    from harness.scheduling import queue as queue_mod
+
+    q, w = RunQueue.open(pg_url, tmp_path), RunQueue.open(pg_url, tmp_path)
+    q.enqueue(queue_load.configs(4))
+    while (c := w.claim()) is not None:
+        w.complete(c, "done", value=3.0, wall_s=1.0)
+    seen = []
+    real = queue_mod.create_waiting
+
+    def then_a_worker_claims(*args):
+        ids = real(*args)
+        seen.append((w.claim().run_id, w.tally(queue_load.GRID)))
+        return ids
+
+    monkeypatch.setattr(queue_mod, "create_waiting", then_a_worker_claims)
+    q.enqueue(queue_load.configs(8))
+    assert len(seen) == 1 and seen[0][1] == (4, 8), seen

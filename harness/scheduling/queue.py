@@ -7,11 +7,9 @@ ends. The layout, one Optuna study per grid and one trial per attempt at a run, 
 trials: :mod:`harness.scheduling.trials`. Where the storage lives and how an outage is ridden out:
 :mod:`harness.scheduling.storage`.
 
-Taking a run uses the storage's atomic WAITING -> RUNNING transition
-(``set_trial_state_values(..., RUNNING)`` returns False to all but one process), the
-same primitive ``Study.ask`` pops enqueued trials with; ``ask`` itself is not used
-because on an empty queue it silently creates a new, untagged trial, and it cannot
-restrict itself to one grid. A tuning trial's parameters are drawn by the study's
+Taking a run uses the storage's atomic WAITING -> RUNNING transition (``set_trial_state_values(...,
+RUNNING)`` returns False to all but one process), the primitive ``Study.ask`` pops enqueued trials
+with; ``ask`` itself would create an untagged trial on an empty queue and cannot keep to one grid. A tuning trial's parameters are drawn by the study's
 sampler when a worker takes it (:func:`harness.scheduling.tuning.draw_params`), so the
 sampler conditions on every trial finished by then. Finishing a trial is the other atomic
 step: a trial already finished by someone else raises ``UpdateFinishedTrialError``, so
@@ -29,10 +27,9 @@ each run once. Should two live trials of one run ever exist (an orphan repaired 
 process still lived), the one with the lowest trial number is kept and the other is
 discarded when popped (user attr ``ending = "duplicate"``).
 
-What a worker reads per run does not grow with the queue's history: the live trials
-(:meth:`~harness.scheduling.queueread.QueueReader.live`, one read that serves a reclaim and a
-claim), the trials of the run it took, and the live trials again for its ``[done/total]``
-lines (:meth:`RunQueue.tally`), the one read the next claim then reuses.
+What a worker reads per run grows with neither the history nor the queue (issue 32): the live
+trials (:meth:`~harness.scheduling.queueread.QueueReader.live`), the trials of the run it took,
+and its grid's run count (:meth:`RunQueue.tally`).
 """
 
 from __future__ import annotations
@@ -174,11 +171,13 @@ class RunQueue(QueueReader):
             else:
                 result.failed.append(c.run_id)
         self._snapshot = None
-        for study_id, templates in batch.items():
-            create_waiting(self.storage, study_id, templates)
-        for grid in {c.grid for c in configs}:  # the total of the workers' [done/total] lines
-            runs = {rid for rid, r in existing.items() if r.grid == grid} | {c.run_id for c in configs if c.grid == grid}
-            self.storage.set_study_user_attr(self.study_of(grid), RUNS_ATTR, len(runs))
+        counts = {self.study_of(g): len({rid for rid, r in existing.items() if r.grid == g}  # [done/total]'s total
+                                        | {c.run_id for c in configs if c.grid == g}) for g in {c.grid for c in configs}}
+        for study_id, templates in batch.items():  # with the trials: no worker sees them without their count
+            create_waiting(self.storage, study_id, templates,
+                           {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None)
+        for study_id, n in counts.items():
+            self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
 
     def _study_for(self, config: RunConfig) -> int:

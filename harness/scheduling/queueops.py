@@ -54,8 +54,10 @@ WHERE live.run IS NOT NULL
     ("run_id", "run"), ("grid", "grid"), ("order", "ord"), ("lease", "lease"), ("ending", "ending"))))
 # every RUNNING trial whole (its lease changes), every WAITING one by id only: what a waiting
 # trial is (run, grid, order, number) never changes, so a process reads that once (_WAITING_SQL)
-_RUNNING_SQL = _COLUMNS_SQL.format(where="state = 'RUNNING'")
-_WAITING_IDS_SQL = "SELECT trial_id FROM trials WHERE state = 'WAITING'"
+# one statement, so one snapshot: a trial taken meanwhile is in one of the two halves, never in neither
+_LIVE_SQL = _COLUMNS_SQL.format(where="state = 'RUNNING'") + """UNION ALL
+SELECT trial_id, NULL, NULL, state, NULL, NULL, NULL, NULL, NULL, NULL FROM trials WHERE state = 'WAITING'
+"""
 _WAITING_SQL = _COLUMNS_SQL.format(where="trial_id = ANY(:ids)")
 _RUN_SQL = """
 SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, a.key, a.value_json
@@ -138,9 +140,9 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
     """The live (WAITING, RUNNING) queue trials of the storage: of the studies ``study_ids()`` names;
     PostgreSQL: of every study.
 
-    PostgreSQL: every RUNNING trial whole, then every WAITING one by id; the WAITING trials not
-    in ``waiting`` (this process's earlier reads, by trial id) are read whole once, by a third
-    query, and ``waiting`` keeps the ones waiting now. Cost: the live trials, never the
+    PostgreSQL: one query returning every RUNNING trial whole and every WAITING one by id; the
+    WAITING trials not in ``waiting`` (this process's earlier reads, by trial id) are read
+    whole once, by a second query, and ``waiting`` keeps the ones waiting now. Cost: the live trials, never the
     finished ones; per waiting trial one integer after its first read. Elsewhere: one pass
     over the trials in memory, without copying (``waiting`` unused).
     """
@@ -157,12 +159,16 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
     import sqlalchemy
 
     known = {} if waiting is None else waiting
+    running, now_waiting = [], []
     with engine.connect() as conn:
-        running = [_live_row(row) for row in conn.execute(sqlalchemy.text(_RUNNING_SQL))]
-        cursor = conn.connection.dbapi_connection.cursor()  # the driver's plain tuples: one int per waiting trial
+        cursor = conn.connection.dbapi_connection.cursor()  # the driver's plain tuples: cheap per waiting trial
         try:
-            cursor.execute(_WAITING_IDS_SQL)
-            now_waiting = [row[0] for row in cursor.fetchall()]
+            cursor.execute(_LIVE_SQL)
+            for row in cursor.fetchall():
+                if row[1] is None:  # a WAITING trial, by id
+                    now_waiting.append(row[0])
+                else:
+                    running.append(_live_row(row))
         finally:
             cursor.close()
         new = [tid for tid in now_waiting if tid not in known]
@@ -315,19 +321,25 @@ def grid_run_ids(storage: BaseStorage, grid: str, study_ids: Callable[[], Iterab
         return {json.loads(r[0]) for r in conn.execute(sqlalchemy.text(_GRID_SQL), {"grid": json.dumps(grid)})}
 
 
-def create_waiting(storage: BaseStorage, study_id: int, templates: list[FrozenTrial]) -> list[int]:
-    """Create one WAITING trial per template in study ``study_id``; returns their trial ids, in order.
+def create_waiting(storage: BaseStorage, study_id: int, templates: list[FrozenTrial],
+                   study_attrs: dict | None = None) -> list[int]:
+    """Create one WAITING trial per template in study ``study_id``, then set the study's user
+    attributes ``study_attrs``; returns the trials' ids, in order.
 
     PostgreSQL: all in one transaction holding the study's row lock, as Optuna's
     ``create_new_trial`` does for one (trial numbers are the count of the study's earlier
-    trials, its rule), so 2,000 runs queue in about a second rather than half a minute.
-    Templates with parameters (a tuning trial's drawn ones), and other storages: one
-    ``create_new_trial`` each.
+    trials, its rule), so 2,000 runs queue in about a second rather than half a minute, and
+    no reader sees the new trials without the attributes. Templates with parameters (a tuning
+    trial's drawn ones), and other storages: one ``create_new_trial`` each, then the attributes.
     """
     engine = _postgres(storage)
     if engine is None or any(t.params for t in templates):
-        return [storage.create_new_trial(study_id, template_trial=t) for t in templates]
+        ids = [storage.create_new_trial(study_id, template_trial=t) for t in templates]
+        for key, value in (study_attrs or {}).items():
+            storage.set_study_user_attr(study_id, key, value)
+        return ids
     import sqlalchemy
+    from sqlalchemy.dialects.postgresql import insert
     from optuna.storages._rdb import models  # Optuna's schema, written through its own tables
 
     trials, attrs = models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
@@ -346,6 +358,11 @@ def create_waiting(storage: BaseStorage, study_id: int, templates: list[FrozenTr
             raise RuntimeError(f"trial ids of a batch came back out of order: {ids[:5]} ...")
         conn.execute(attrs.insert(), [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
                                       for tid, t in zip(ids, templates) for k, v in t.user_attrs.items()])
+        table = models.StudyUserAttributeModel.__table__
+        for key, value in (study_attrs or {}).items():  # Optuna's upsert of a study attribute
+            row = insert(table).values(study_id=study_id, key=key, value_json=json.dumps(value))
+            conn.execute(row.on_conflict_do_update(index_elements=[table.c.study_id, table.c.key],
+                                                   set_={"value_json": row.excluded.value_json}))
     return ids
 
 

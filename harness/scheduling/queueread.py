@@ -84,8 +84,9 @@ class QueueReader:
         return self._study_ids[grid]
 
     def results_of(self, grid: str) -> dict | None:
-        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to (:meth:`~harness.scheduling.queue.RunQueue.bind_results`),
-        or ``None`` when none was recorded (a queue written before the check)."""
+        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to
+        (:meth:`~harness.scheduling.queue.RunQueue.bind_results`), or ``None`` when none was
+        recorded (a queue written before the check)."""
         studies = self.studies()
         if grid not in studies:
             return None

@@ -91,6 +91,9 @@ class NoQueue(FileNotFoundError):
     """There is no queue journal to open (``create=False``): an answer, not an outage."""
 
 
+SCHEMA_ATTEMPTS = 5  # opens of a PostgreSQL storage while another process creates Optuna's schema
+
+
 def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = True) -> "BaseStorage":
     """Open the queue's Optuna storage (see :func:`parse_storage` for the accepted forms).
 
@@ -106,10 +109,7 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
                 f"--storage {where.split(':', 1)[0]}://...: the PostgreSQL driver {module!r} is not "
                 f"installed; install it with: pip install {install}"
             )
-        # Our leases replace Optuna's heartbeat (which only runs inside Study.optimize).
-        from optuna.storages import RDBStorage
-
-        return RDBStorage(where, engine_kwargs={"pool_pre_ping": True})
+        return _open_rdb(where)
     from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
 
     path = Path(where)
@@ -118,6 +118,22 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
             raise NoQueue(f"no queue journal at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
     return QueueJournalStorage(str(path))
+
+
+def _open_rdb(url: str, attempts: int = SCHEMA_ATTEMPTS) -> "BaseStorage":
+    """Optuna's RDB storage on ``url``. Opening it creates Optuna's schema when missing, and two
+    processes doing that at once collide (a duplicate type or table, or a second version row:
+    ``IntegrityError``/``ProgrammingError``); the loser opens it again once the winner is done.
+    Our leases replace Optuna's heartbeat (which only runs inside ``Study.optimize``)."""
+    from optuna.storages import RDBStorage  # lazy: Optuna loads when a storage is used
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(1, attempts):
+        try:
+            return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except (IntegrityError, ProgrammingError):
+            time.sleep(0.2 * attempt)
+    return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})  # the last attempt raises what it meets
 
 
 @contextmanager
