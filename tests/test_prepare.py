@@ -80,7 +80,6 @@ def shard_tokens_of(folder: Path, split: str) -> np.ndarray:
                            for s in manifest["splits"][split]["shards"]])
 
 
-@pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_sharded_tokens_read_as_their_concatenation(tmp_path):
     """Slices (copied shard by shard) and index arrays (gathered) of a split equal the same reads
     of its shards concatenated: across boundaries, at them, empty, whole, with an empty shard."""
@@ -101,6 +100,7 @@ def test_sharded_tokens_read_as_their_concatenation(tmp_path):
     assert np.array_equal(tokens[index], whole[index])
 
 
+@pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
     """Sharding the sample gives exactly the in-memory prepare's token arrays, and the data
     module's windows (read across shard boundaries) are the same batches in the same order."""

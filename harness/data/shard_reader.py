@@ -26,8 +26,9 @@ class ShardedTokens:
     @property
     def maps(self) -> list[np.ndarray]:
         if self._maps is None:
+            # an empty file cannot be memory-mapped: an empty shard reads as an empty array
             self._maps = [np.memmap(self.folder / f, dtype=self.dtype.newbyteorder("<"), mode="r", shape=(int(n),))
-                          for f, n in zip(self.files, self.sizes)]
+                          if n else np.empty(0, dtype=self.dtype) for f, n in zip(self.files, self.sizes)]
         return self._maps
 
     def __len__(self) -> int:
