@@ -6,6 +6,7 @@ uses one fails (with the daemons' logs) when it cannot start, it is never skippe
 
 from __future__ import annotations
 
+import gc
 import itertools
 
 import pytest
@@ -90,3 +91,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def cheap_gc():
+    """statsmodels' ``multipletests`` runs ``gc.collect()`` on every call, about 0.4 s in a process
+    that holds torch and the suite's objects; frozen, those objects are not traversed again, so
+    a test that calls it hundreds of times takes seconds, not minutes (no value changes)."""
+    gc.freeze()
+    yield
+    gc.unfreeze()

@@ -245,8 +245,7 @@ def test_nan_and_shape_errors():
 # --------------------------------------------------------------------------- decisions
 
 
-@pytest.mark.slow  # 13 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
-def test_holm_matches_statsmodels_and_ignores_nan():
+def test_holm_matches_statsmodels_and_ignores_nan(cheap_gc):
     rng = np.random.default_rng(11)
     for m in (1, 2, 4, 9):
         p = rng.uniform(0, 0.2, size=(8, m))

@@ -217,8 +217,7 @@ def test_absence_p_and_the_bound_equal_scipy():
         dec.absence_p([0.1, 0.2, 0.3], 0.0)
 
 
-@pytest.mark.slow  # 124 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
-def test_holm_levels_reject_exactly_where_holm_does():
+def test_holm_levels_reject_exactly_where_holm_does(cheap_gc):
     from statsmodels.stats.multitest import multipletests
 
     from reports.stats import decisions as dec
