@@ -9,8 +9,8 @@ trials: :mod:`harness.scheduling.trials`. Where the storage lives and how an out
 
 Taking a run uses the storage's atomic WAITING -> RUNNING transition (``set_trial_state_values(...,
 RUNNING)`` returns False to all but one process), the primitive ``Study.ask`` pops enqueued trials
-with; ``ask`` itself would create an untagged trial on an empty queue and cannot keep to one grid. A tuning trial's parameters are drawn by the study's
-sampler when a worker takes it (:func:`harness.scheduling.tuning.draw_params`), so the
+with; ``ask`` itself would create an untagged trial on an empty queue and cannot keep to one grid.
+A tuning trial's parameters are drawn by the study's sampler when a worker takes it (:func:`harness.scheduling.tuning.draw_params`), so the
 sampler conditions on every trial finished by then. Finishing a trial is the other atomic
 step: a trial already finished by someone else raises ``UpdateFinishedTrialError``, so
 when two workers reclaim one stale run, one wins.

@@ -71,16 +71,22 @@ class QueueReader:
         self._study_ids = {n: self._study_ids[n] for n in names if n in self._study_ids}
         return dict(self._study_ids)
 
-    def study_of(self, grid: str) -> int:
-        """Id of ``grid``'s study (minimised: trial values are NLLs), created when missing."""
+    def _find_study(self, grid: str) -> int | None:
+        """Id of ``grid``'s study, or ``None`` when it has none (ids are kept once found)."""
         if grid not in self._study_ids:
             try:
                 self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
             except KeyError:
-                try:
-                    self._study_ids[grid] = self.storage.create_new_study([StudyDirection.MINIMIZE], grid)
-                except DuplicatedStudyError:  # another process created it first
-                    self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
+                return None
+        return self._study_ids[grid]
+
+    def study_of(self, grid: str) -> int:
+        """Id of ``grid``'s study (minimised: trial values are NLLs), created when missing."""
+        if self._find_study(grid) is None:
+            try:
+                self._study_ids[grid] = self.storage.create_new_study([StudyDirection.MINIMIZE], grid)
+            except DuplicatedStudyError:  # another process created it first
+                self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
         return self._study_ids[grid]
 
     def results_of(self, grid: str) -> dict | None:
@@ -96,13 +102,11 @@ class QueueReader:
         """How many runs ``grid`` has, as the last :meth:`~harness.scheduling.queue.RunQueue.enqueue`
         of it counted them (its study's :data:`RUNS_ATTR`): one small read, whatever the history;
         ``None`` for a grid queued before the count was kept, or with no study."""
-        if grid not in self._study_ids:
-            try:
-                self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
-            except KeyError:
-                return None
+        study_id = self._find_study(grid)
+        if study_id is None:
+            return None
         try:
-            return self.storage.get_study_user_attrs(self._study_ids[grid]).get(RUNS_ATTR)
+            return self.storage.get_study_user_attrs(study_id).get(RUNS_ATTR)
         except KeyError:  # deleted meanwhile (a conversion of the previous layout)
             return None
 
