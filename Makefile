@@ -11,7 +11,7 @@ GRID_NAME = $(basename $(notdir $(GRID)))
 THREADS ?= 1
 export HARNESS_PROGRESS = lines
 
-.PHONY: venv test demo lock clean
+.PHONY: venv test lint demo lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# ruff (rules and why in pyproject's [tool.ruff]): the lint, then the formatter as a check; `ruff format .` fixes the latter.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The main job on real text: queue the grid, drain it with $(WORKERS) workers, write the report, print the plan.
 demo: $(STAMP)

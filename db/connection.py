@@ -70,8 +70,9 @@ def _version(tag: str) -> tuple[int, ...]:
 
 def storage_version(con: duckdb.DuckDBPyConnection) -> str:
     """The storage format of ``con``'s database, as DuckDB tags it (e.g. ``'v1.4.0+'``)."""
-    row = con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
-                      "WHERE database_name = current_database()").fetchone()
+    row = con.execute(
+        "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
     return str(row[0]) if row and row[0] else ""
 
 
@@ -81,8 +82,13 @@ def _is_lock_error(exc: BaseException) -> bool:
 
 
 # DuckDB's words for a file that is not (or no longer) a whole database: empty, overwritten, truncated.
-_DAMAGE_WORDS = ("not a valid duckdb database file", "could not read enough bytes", "checksum", "corrupt",
-                 "magic bytes")
+_DAMAGE_WORDS = (
+    "not a valid duckdb database file",
+    "could not read enough bytes",
+    "checksum",
+    "corrupt",
+    "magic bytes",
+)
 
 
 def _is_damage(exc: BaseException) -> bool:
@@ -108,14 +114,17 @@ def _probe(con: duckdb.DuckDBPyConnection, db_path: Path) -> None:
         duckdb.IOException: the file is shorter than its used blocks (DuckDB's words for it), or
             DuckDB's own error reading the catalog.
     """
-    row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size() "
-                      "WHERE database_name = current_database()").fetchone()
+    row = con.execute(
+        "SELECT block_size, used_blocks FROM pragma_database_size() WHERE database_name = current_database()"
+    ).fetchone()
     if row is not None:
         need = HEADER_BYTES + int(row[0]) * int(row[1])
         have = os.path.getsize(db_path)
         if have < need:
-            raise duckdb.IOException(f"Could not read enough bytes from file {str(db_path)!r}: it has {have} bytes, "
-                                     f"its {row[1]} used storage units need {need}")
+            raise duckdb.IOException(
+                f"Could not read enough bytes from file {str(db_path)!r}: it has {have} bytes, "
+                f"its {row[1]} used storage units need {need}"
+            )
     try:
         con.execute("SELECT count(*) FROM meta").fetchall()
     except duckdb.CatalogException:
@@ -139,7 +148,7 @@ def set_aside(db_path: Path, why: BaseException, inode: int | None = None) -> Pa
             return None
     except FileNotFoundError:
         return None
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     aside = db_path.with_name(f"{db_path.name}.damaged-{stamp}")
     first = str(why).strip().splitlines()[0] if str(why).strip() else type(why).__name__
     try:
@@ -147,15 +156,21 @@ def set_aside(db_path: Path, why: BaseException, inode: int | None = None) -> Pa
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise OSError(exc.errno, f"results database {db_path} cannot be opened as a database ({first}) and "
-                      f"cannot be moved aside ({exc.strerror}); remove it and the next command rebuilds it "
-                      "from the result files") from None
+        raise OSError(
+            exc.errno,
+            f"results database {db_path} cannot be opened as a database ({first}) and "
+            f"cannot be moved aside ({exc.strerror}); remove it and the next command rebuilds it "
+            "from the result files",
+        ) from None
     wal = db_path.with_name(db_path.name + ".wal")
     if wal.exists():
         os.rename(wal, aside.with_name(aside.name + ".wal"))
     fsync_dir(db_path.parent)
-    print(f"harness: results database {db_path} cannot be opened as a database ({first}); moved it aside to "
-          f"{aside.name}; a new one is built from the result files {db_path.parent / 'runs'}/*.json", file=sys.stderr)
+    print(
+        f"harness: results database {db_path} cannot be opened as a database ({first}); moved it aside to "
+        f"{aside.name}; a new one is built from the result files {db_path.parent / 'runs'}/*.json",
+        file=sys.stderr,
+    )
     return aside
 
 
@@ -236,8 +251,14 @@ def create(db_path: Path, init: Callable[[duckdb.DuckDBPyConnection], None] = en
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
 
 
-def connect(db_path: Path, *, read_only: bool, timeout_s: float, files: bool = False,
-            init: Callable[[duckdb.DuckDBPyConnection], None] = ensure_schema) -> duckdb.DuckDBPyConnection:
+def connect(
+    db_path: Path,
+    *,
+    read_only: bool,
+    timeout_s: float,
+    files: bool = False,
+    init: Callable[[duckdb.DuckDBPyConnection], None] = ensure_schema,
+) -> duckdb.DuckDBPyConnection:
     """Open the database, retrying while another process holds the lock.
 
     ``files``: a read-only connection that may write files (our own ``COPY ... TO``; never
@@ -322,6 +343,9 @@ def in_storage_version(con: duckdb.DuckDBPyConnection, db_path: Path) -> duckdb.
     finally:
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
     con.close()
-    print(f"harness: rewrote {db_path} in DuckDB storage format {STORAGE_VERSION} (it was {have}), "
-          "so that the DuckDB 1.4 and 1.5 CLIs can open it; nothing in it changed", file=sys.stderr)
+    print(
+        f"harness: rewrote {db_path} in DuckDB storage format {STORAGE_VERSION} (it was {have}), "
+        "so that the DuckDB 1.4 and 1.5 CLIs can open it; nothing in it changed",
+        file=sys.stderr,
+    )
     return duckdb.connect(str(db_path))

@@ -136,8 +136,9 @@ def load(path: Path) -> Loaded | None:
         return Loaded(path, st, None, why)
 
 
-def unreadable_files(files: list[tuple[Path, os.stat_result]], logged: dict[str, tuple[int, int, int]],
-                     errors: dict[str, str]) -> list[tuple[str, str]]:
+def unreadable_files(
+    files: list[tuple[Path, os.stat_result]], logged: dict[str, tuple[int, int, int]], errors: dict[str, str]
+) -> list[tuple[str, str]]:
     """``(file name, why)`` of the ``files`` that ingestion cannot take, sorted: the ``errors``
     recorded at ingestion for files unchanged since (``logged``), and the others loaded now
     (without warnings)."""
@@ -160,14 +161,18 @@ def stale(con: duckdb.DuckDBPyConnection, latest: dict[str, dict[str, Any]]) -> 
     stamped = [rid for rid, r in latest.items() if r["run"].get("epoch") is not None]
     if not stamped:
         return {}
-    rows = con.execute("SELECT run_id, epoch, owner FROM runs WHERE epoch IS NOT NULL AND list_contains(?, run_id)",
-                       [stamped]).fetchall()
+    rows = con.execute(
+        "SELECT run_id, epoch, owner FROM runs WHERE epoch IS NOT NULL AND list_contains(?, run_id)",
+        [stamped],
+    ).fetchall()
     out = {}
     for rid, epoch, owner in rows:
         new = latest[rid]["run"]
         if new["epoch"] < epoch:
-            out[rid] = (f"stale write: epoch {new['epoch']} by {new.get('owner')}, written after the run was "
-                        f"taken over; the store keeps epoch {epoch} by {owner}")
+            out[rid] = (
+                f"stale write: epoch {new['epoch']} by {new.get('owner')}, written after the run was "
+                f"taken over; the store keeps epoch {epoch} by {owner}"
+            )
     return out
 
 
@@ -178,12 +183,18 @@ def commit(con: duckdb.DuckDBPyConnection, batch: list[Loaded]) -> int:
         if item.result is not None:
             latest[item.result["run"]["run_id"]] = item.result
     kept_out = stale(con, latest)
-    if kept_out:  # kept out, and logged with why (harness.fencing: a write by a worker whose run was taken over)
-        batch = [i._replace(result=None, error=kept_out[i.result["run"]["run_id"]])
-                 if i.result is not None and i.result["run"]["run_id"] in kept_out else i for i in batch]
+    if (
+        kept_out
+    ):  # kept out, and logged with why (harness.fencing: a write by a worker whose run was taken over)
+        batch = [
+            i._replace(result=None, error=kept_out[i.result["run"]["run_id"]])
+            if i.result is not None and i.result["run"]["run_id"] in kept_out
+            else i
+            for i in batch
+        ]
         latest = {rid: r for rid, r in latest.items() if rid not in kept_out}
     results = list(latest.values())
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     frames = {
         "_in_runs": frame("runs", [r["run"] for r in results]),
         **{f"_in_{t}": frame(t, [x for r in results for x in r[t]]) for t in ROW_TABLES},

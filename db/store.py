@@ -41,13 +41,20 @@ from harness.files import atomic_path, atomic_write
 from harness.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 
 # Importable from here as before the split: STORAGE_VERSION, StoreLockedError, storage_version.
-__all__ = ["DB_NAME", "DEFAULT_LOCK_TIMEOUT_S", "RUNS_DIRNAME", "STORAGE_VERSION", "Store", "StoreLockedError", "result_end",
-           "storage_version"]
+__all__ = [
+    "DB_NAME",
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "RUNS_DIRNAME",
+    "STORAGE_VERSION",
+    "Store",
+    "StoreLockedError",
+    "result_end",
+    "storage_version",
+]
 
 DB_NAME = "harness.duckdb"
 RUNS_DIRNAME = "runs"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
-
 
 
 def result_end(result: dict) -> dict:
@@ -59,7 +66,12 @@ def result_end(result: dict) -> dict:
     run = result["run"]
     val = [m for m in result.get("metrics") or () if m["split"] == "val" and m["name"] == "nll"]
     last = max(val, key=lambda m: (m["tokens"], m["step"]), default=None)
-    return {"status": run["status"], "val_nll": None if last is None else last["value"], "error": run.get("error")}
+    return {
+        "status": run["status"],
+        "val_nll": None if last is None else last["value"],
+        "error": run.get("error"),
+    }
+
 
 class Store:
     """The results folder: run files under ``runs/`` and the DuckDB database beside them.
@@ -119,7 +131,7 @@ class Store:
             LeaseLost: from ``commit``: the writer no longer holds the run.
         """
         clean = validate_result(result)
-        clean["written_at"] = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat()
+        clean["written_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()
         # NaN/inf metric values are kept (Python's JSON extension); strict JSON would lose them.
         data = json.dumps(clean, separators=(",", ":")).encode("utf-8")
         return atomic_write(self.result_path(clean["run"]["run_id"]), data, commit=commit)
@@ -155,14 +167,18 @@ class Store:
 
     # -- database connections (db.connection; methods so that tests can watch the schema go in) ----
 
-    def _connect(self, *, read_only: bool, timeout_s: float, files: bool = False) -> duckdb.DuckDBPyConnection:
+    def _connect(
+        self, *, read_only: bool, timeout_s: float, files: bool = False
+    ) -> duckdb.DuckDBPyConnection:
         """Open the database, retrying while another process holds the lock (:func:`db.connection.connect`;
         a new database gets its schema from :meth:`_ensure_schema`).
 
         Raises:
             StoreLockedError: still locked after ``timeout_s`` seconds (0: one try).
         """
-        return connect(self.db_path, read_only=read_only, timeout_s=timeout_s, files=files, init=self._ensure_schema)
+        return connect(
+            self.db_path, read_only=read_only, timeout_s=timeout_s, files=files, init=self._ensure_schema
+        )
 
     def _create(self) -> None:
         """Make the database file whole, then give it its name (:func:`db.connection.create`)."""
@@ -208,7 +224,6 @@ class Store:
         finally:
             con.close()
 
-
     # -- queries ------------------------------------------------------------------------------
 
     def query(self, sql: str, params: list | None = None, *, ingest: bool = True) -> pl.DataFrame:
@@ -240,8 +255,9 @@ class Store:
             return self._run(con, sql, params)
 
     @contextmanager
-    def query_batches(self, sql: str, params: list | None = None, *, ingest: bool = True,
-                      rows: int = 65_536) -> Iterator[Iterator[pl.DataFrame]]:
+    def query_batches(
+        self, sql: str, params: list | None = None, *, ingest: bool = True, rows: int = 65_536
+    ) -> Iterator[Iterator[pl.DataFrame]]:
         """:meth:`query`, streamed: a block in which the result comes as polars frames of at most
         ``rows`` rows each, read from DuckDB as they are consumed (one batch in memory at a time;
         ``harness sql`` prints millions of rows this way). The connection stays open for the block.
@@ -319,7 +335,9 @@ class Store:
         self.last_ingest_skipped = None
         self._ingest_best_effort()
         check_grid(grid, self.grids(), f"the results store {self.db_path}")
-        where = "grid = ?" if table in ("final", "runs") else "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
+        where = (
+            "grid = ?" if table in ("final", "runs") else "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
+        )
         # JSON columns as text: Parquet readers would see DuckDB's JSON as raw bytes
         as_text = [c for c, t in columns().get(table, {}).items() if t == "JSON"]
         star = f"* REPLACE ({', '.join(f'{c}::VARCHAR AS {c}' for c in as_text)})" if as_text else "*"
@@ -327,8 +345,10 @@ class Store:
         try:
             with atomic_path(out) as tmp:
                 # table, columns and format come from our lists, never from the user's text
-                (rows,) = con.execute(f"COPY (SELECT {star} FROM {table} WHERE {where} ORDER BY ALL) TO ? "
-                                      f"(FORMAT {fmt})", [grid, str(tmp)]).fetchone()
+                (rows,) = con.execute(
+                    f"COPY (SELECT {star} FROM {table} WHERE {where} ORDER BY ALL) TO ? (FORMAT {fmt})",
+                    [grid, str(tmp)],
+                ).fetchone()
         finally:
             con.close()
         return int(rows)
@@ -343,7 +363,9 @@ class Store:
         read-only mount or someone else's folder. A folder not yet made counts as writable."""
         if not self.results_dir.exists():
             return True
-        return os.access(self.results_dir, os.W_OK) and (not self.db_path.exists() or os.access(self.db_path, os.W_OK))
+        return os.access(self.results_dir, os.W_OK) and (
+            not self.db_path.exists() or os.access(self.db_path, os.W_OK)
+        )
 
     @contextmanager
     def _read_only_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -356,8 +378,11 @@ class Store:
         where = f"the results folder {self.results_dir} is read-only for this process"
         if self.db_path.exists():
             n = len(self.pending())
-            self.last_ingest_skipped = (f"{where}: {n} new result file(s) were not ingested; the tables lack them"
-                                        if n else f"{where}: its database was read as it is (nothing to ingest)")
+            self.last_ingest_skipped = (
+                f"{where}: {n} new result file(s) were not ingested; the tables lack them"
+                if n
+                else f"{where}: its database was read as it is (nothing to ingest)"
+            )
             con = self._connect(read_only=True, timeout_s=self.lock_timeout_s)
             try:
                 yield con
@@ -372,8 +397,10 @@ class Store:
             con.execute("SET lock_configuration = true")
             self._memory = con
         n = len(result_files(self.runs_dir))
-        self.last_ingest_skipped = (f"{where} and has no database: the query ran on an in-memory copy of its "
-                                    f"{n} result file(s); nothing was written")
+        self.last_ingest_skipped = (
+            f"{where} and has no database: the query ran on an in-memory copy of its "
+            f"{n} result file(s); nothing was written"
+        )
         yield self._memory
 
     def unreadable(self) -> list[tuple[str, str]]:
@@ -403,8 +430,10 @@ class Store:
         try:
             con = self._connect(read_only=False, timeout_s=0.0)
         except StoreLockedError as exc:
-            self.last_ingest_skipped = (f"new result files were not ingested because the database is busy; "
-                                        f"results may be incomplete. DuckDB: {exc.duckdb_message}")
+            self.last_ingest_skipped = (
+                f"new result files were not ingested because the database is busy; "
+                f"results may be incomplete. DuckDB: {exc.duckdb_message}"
+            )
             return
         try:
             self._ensure_schema(con)

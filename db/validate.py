@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from harness.terms import RUN_ROLES as ROLES, STATUSES
+from harness.terms import RUN_ROLES as ROLES
+from harness.terms import STATUSES
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
@@ -150,7 +151,7 @@ def _utc_naive(value: Any) -> str:
     if not isinstance(value, dt.datetime):
         raise _type_error(value, "a datetime or an ISO 8601 string")
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value.isoformat()
 
 
@@ -232,9 +233,7 @@ def validate_row(table: str, row: Any, where: str, *, run_id: str | None = None)
     checkers = _checkers(table)
     unknown = [k for k in row if k not in checkers]
     if unknown:
-        raise ValueError(
-            f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(checkers)}"
-        )
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(checkers)}")
     out: dict[str, Any] = {}
     if run_id is not None:
         given = row.get("run_id", run_id)
@@ -258,9 +257,7 @@ def validate_row(table: str, row: Any, where: str, *, run_id: str | None = None)
             raise ValueError(f"{where}[{name!r}] {bad}") from None
         allowed = ALLOWED_VALUES.get((table, name))
         if allowed is not None and value not in allowed:
-            raise ValueError(
-                f"{where}[{name!r}] = {value!r} is not allowed; allowed: {', '.join(allowed)}"
-            )
+            raise ValueError(f"{where}[{name!r}] = {value!r} is not allowed; allowed: {', '.join(allowed)}")
         out[name] = value
     return out
 
@@ -294,9 +291,7 @@ def validate_result(result: Any) -> dict[str, Any]:
         raise ValueError(f"a result must be a dict, got {type(result).__name__}")
     unknown = [k for k in result if k not in TOP_LEVEL_KEYS]
     if unknown:
-        raise ValueError(
-            f"result: unknown key {unknown[0]!r}; allowed keys: {', '.join(TOP_LEVEL_KEYS)}"
-        )
+        raise ValueError(f"result: unknown key {unknown[0]!r}; allowed keys: {', '.join(TOP_LEVEL_KEYS)}")
     version = result.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise ValueError(
@@ -331,8 +326,10 @@ def _check_durations(run: dict[str, Any]) -> None:
     phases = [run[name] for name in DURATIONS[1:] if run.get(name) is not None]
     wall = run.get("wall_s")
     if wall is not None and sum(phases) > wall * (1 + 1e-9) + 1e-6:
-        raise ValueError(f"result['run']: train_s + eval_s + setup_s + ckpt_s = {sum(phases):.6g} s exceeds "
-                         f"wall_s = {wall:.6g} s (the phases are parts of the run's wall time)")
+        raise ValueError(
+            f"result['run']: train_s + eval_s + setup_s + ckpt_s = {sum(phases):.6g} s exceeds "
+            f"wall_s = {wall:.6g} s (the phases are parts of the run's wall time)"
+        )
 
 
 def validate_bench_rows(rows: Any) -> list[dict[str, Any]]:
@@ -343,7 +340,7 @@ def validate_bench_rows(rows: Any) -> list[dict[str, Any]]:
     """
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
         raise ValueError(f"bench rows must be a list of dicts, got {type(rows).__name__}")
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat()
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()
     out = []
     for i, row in enumerate(rows):
         checked = validate_row("bench", row, f"rows[{i}]")
@@ -351,4 +348,3 @@ def validate_bench_rows(rows: Any) -> list[dict[str, Any]]:
             checked["created_at"] = now
         out.append(checked)
     return out
-

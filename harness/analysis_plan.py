@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
-LOOKS_MAX_ALPHA = 0.31731050786291415  # reports.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
+LOOKS_MAX_ALPHA = (
+    0.31731050786291415  # reports.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
+)
 MIN_SEEDS = 3  # a test needs at least 3 pairs (DESIGN section 6: "established when n >= 3")
 
 # key -> what it holds (shown in "unknown key" errors)
@@ -106,8 +109,10 @@ def parse_plan(table: Any, *, where: str = "<grid>", source: str = "[analysis]")
         raise ValueError(f"{where}: analysis.alpha: {alpha!r} is out of range; allowed: {PLAN_KEYS['alpha']}")
     rho = _number(where, "reproduce_fraction", table.get("reproduce_fraction", d.reproduce_fraction))
     if not 0 < rho < 1:
-        raise ValueError(f"{where}: analysis.reproduce_fraction: {rho!r} is out of range; allowed: "
-                         f"{PLAN_KEYS['reproduce_fraction']}")
+        raise ValueError(
+            f"{where}: analysis.reproduce_fraction: {rho!r} is out of range; allowed: "
+            f"{PLAN_KEYS['reproduce_fraction']}"
+        )
     power = _number(where, "power", table.get("power", d.power))
     if not 0 < power < 1:
         raise ValueError(f"{where}: analysis.power: {power!r} is out of range; allowed: {PLAN_KEYS['power']}")
@@ -115,28 +120,45 @@ def parse_plan(table: Any, *, where: str = "<grid>", source: str = "[analysis]")
     if min_effect is not None:
         min_effect = _number(where, "min_effect_nats", min_effect)
         if not min_effect > 0:
-            raise ValueError(f"{where}: analysis.min_effect_nats: {min_effect!r} must be > 0 "
-                             "(a gain size in nats/token, e.g. 0.01)")
+            raise ValueError(
+                f"{where}: analysis.min_effect_nats: {min_effect!r} must be > 0 "
+                "(a gain size in nats/token, e.g. 0.01)"
+            )
     max_seeds = int(_number(where, "max_seeds", table.get("max_seeds", d.max_seeds), integer=True))
     if max_seeds < MIN_SEEDS:
-        raise ValueError(f"{where}: analysis.max_seeds: {max_seeds} is out of range; allowed: {PLAN_KEYS['max_seeds']}")
+        raise ValueError(
+            f"{where}: analysis.max_seeds: {max_seeds} is out of range; allowed: {PLAN_KEYS['max_seeds']}"
+        )
     looks = table.get("looks", [])
     if not isinstance(looks, (list, tuple)):
         raise ValueError(f"{where}: analysis.looks: {looks!r} must be a list of seed counts, e.g. [3, 5, 10]")
     looks = tuple(int(_number(where, "looks", k, integer=True)) for k in looks)
     for prev, k in zip((None, *looks), looks):
         if k < MIN_SEEDS or k > max_seeds:
-            raise ValueError(f"{where}: analysis.looks: {k} is out of range; allowed: {PLAN_KEYS['looks']} "
-                             f"(max_seeds = {max_seeds})")
+            raise ValueError(
+                f"{where}: analysis.looks: {k} is out of range; allowed: {PLAN_KEYS['looks']} "
+                f"(max_seeds = {max_seeds})"
+            )
         if prev is not None and k <= prev:
-            raise ValueError(f"{where}: analysis.looks: {list(looks)} is not increasing ({k} after {prev}); "
-                             "allowed: strictly increasing seed counts, e.g. [3, 5, 10]")
+            raise ValueError(
+                f"{where}: analysis.looks: {list(looks)} is not increasing ({k} after {prev}); "
+                "allowed: strictly increasing seed counts, e.g. [3, 5, 10]"
+            )
     if looks and not alpha < LOOKS_MAX_ALPHA:
-        raise ValueError(f"{where}: analysis.alpha: {alpha!r} is too large for sequential looks; allowed with "
-                         f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (reports/stats/looks.py: above it the spent "
-                         "increments no longer grow with the level)")
-    return AnalysisPlan(float(alpha), float(rho), None if min_effect is None else float(min_effect),
-                        float(power), max_seeds, looks, source)
+        raise ValueError(
+            f"{where}: analysis.alpha: {alpha!r} is too large for sequential looks; allowed with "
+            f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (reports/stats/looks.py: above it the spent "
+            "increments no longer grow with the level)"
+        )
+    return AnalysisPlan(
+        float(alpha),
+        float(rho),
+        None if min_effect is None else float(min_effect),
+        float(power),
+        max_seeds,
+        looks,
+        source,
+    )
 
 
 def plan_diff(old: dict | None, new: dict) -> list[str]:
@@ -145,8 +167,11 @@ def plan_diff(old: dict | None, new: dict) -> list[str]:
     ``old`` None (a run queued without a stored plan) differs in every key.
     """
     old = old if isinstance(old, dict) else {}
-    return [f"analysis.{k}: {old.get(k, '<absent>')!r} != {new.get(k)!r}"
-            for k in PLAN_KEYS if old.get(k, "<absent>") != new.get(k)]
+    return [
+        f"analysis.{k}: {old.get(k, '<absent>')!r} != {new.get(k)!r}"
+        for k in PLAN_KEYS
+        if old.get(k, "<absent>") != new.get(k)
+    ]
 
 
 def plan_from_configs(configs: Iterable[str | dict | None]) -> AnalysisPlan:
@@ -173,7 +198,9 @@ def plan_from_configs(configs: Iterable[str | dict | None]) -> AnalysisPlan:
     if len(plans) > 1:
         first, *rest = plans.values()
         diff = sorted({line for other in rest for line in plan_diff(first, other)})
-        raise ValueError(f"the runs carry {len(plans)} different analysis plans ({'; '.join(diff)}); a grid's "
-                         "plan is fixed before its runs: report each plan's runs as their own grid")
+        raise ValueError(
+            f"the runs carry {len(plans)} different analysis plans ({'; '.join(diff)}); a grid's "
+            "plan is fixed before its runs: report each plan's runs as their own grid"
+        )
     (stored,) = plans.values()
     return parse_plan(stored, where="runs.config", source="stored with the runs")

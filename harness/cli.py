@@ -81,13 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=summary, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
         )
         p.add_argument(
-            "--results", type=Path, default=default_results(), metavar="DIR",
+            "--results",
+            type=Path,
+            default=default_results(),
+            metavar="DIR",
             help="results folder: harness.duckdb, the default queue journal, run files, "
             "checkpoints (default: $HARNESS_RESULTS or ./results)",
         )
-        p.add_argument("--verbose", action="store_true",
-                       help="also print internal retries that usually succeed (a DuckDB ingest deferred while "
-                       "another process holds the database, a queue storage briefly unreachable)")
+        p.add_argument(
+            "--verbose",
+            action="store_true",
+            help="also print internal retries that usually succeed (a DuckDB ingest deferred while "
+            "another process holds the database, a queue storage briefly unreachable)",
+        )
         module.add_arguments(p)
         p.set_defaults(_main=module.main)
     return parser
@@ -103,11 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         if args.command in READS_RESULTS and not args.results.exists():
-            raise FileNotFoundError(f"results folder {str(args.results)!r} does not exist "
-                                    "(set --results DIR or $HARNESS_RESULTS)")
+            raise FileNotFoundError(
+                f"results folder {str(args.results)!r} does not exist (set --results DIR or $HARNESS_RESULTS)"
+            )
         if args.results.exists() and not args.results.is_dir():
-            raise NotADirectoryError(f"--results {str(args.results)!r} is a file, not a folder "
-                                     "(set --results DIR or $HARNESS_RESULTS)")
+            raise NotADirectoryError(
+                f"--results {str(args.results)!r} is a file, not a folder "
+                "(set --results DIR or $HARNESS_RESULTS)"
+            )
         check_finite(args)
         status = int(args._main(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
@@ -121,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
         # Bad input: one clear line, no traceback.
-        print(f"harness {args.command}: error: {_os_error(exc) if isinstance(exc, OSError) else exc}",
-              file=sys.stderr)
+        print(
+            f"harness {args.command}: error: {_os_error(exc) if isinstance(exc, OSError) else exc}",
+            file=sys.stderr,
+        )
         return 2
     except ConnectionError as exc:
         # e.g. harness.scheduling.storage.StorageUnavailable after its retries: one line, no traceback
@@ -138,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # a database DuckDB cannot use (its own words, first line), e.g. a disk that filled mid-query
         full = full_disk(args.results)
-        print(f"harness {args.command}: error: {full + '; ' if full else ''}results database: "
-              f"{str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        print(
+            f"harness {args.command}: error: {full + '; ' if full else ''}results database: "
+            f"{str(exc).strip().splitlines()[0]}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -24,8 +24,16 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.models import VariantSpec, get_spec
+from harness.models.sizes import (
+    SIZES,
+    ModelConfig,
+    SizePreset,
+    default_block_size,
+    derive,
+    get_size,
+    mlp_hidden,
+)
 from harness.models.spec import is_shipped, parse_spec_text
-from harness.models.sizes import SIZES, ModelConfig, SizePreset, default_block_size, derive, get_size, mlp_hidden
 from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
@@ -43,7 +51,7 @@ MAX_BUDGET_TOKENS = 10**15
 MAX_VOCAB_SIZE = 2**20
 
 
-def check_budget(train: "TrainConfig", *, size: str, context: int, budget_tokens: int) -> None:
+def check_budget(train: TrainConfig, *, size: str, context: int, budget_tokens: int) -> None:
     """Refuse a budget the run cannot train: ``batch_tokens`` not a multiple of the context,
     a budget below one batch, not a whole number of global batches (a step is one global
     batch, DESIGN 11: the run would train fewer tokens than its id says), or above
@@ -54,23 +62,30 @@ def check_budget(train: "TrainConfig", *, size: str, context: int, budget_tokens
             numbers of batches: those two budgets).
     """
     if train.batch_tokens % context:
-        raise ValueError(f"batch_tokens={train.batch_tokens} must be a multiple of the "
-                         f"{size} context ({context} tokens)")
+        raise ValueError(
+            f"batch_tokens={train.batch_tokens} must be a multiple of the {size} context ({context} tokens)"
+        )
     if budget_tokens < train.batch_tokens:
-        raise ValueError(f"budget_tokens={budget_tokens} is less than one batch "
-                         f"(batch_tokens={train.batch_tokens}); raise the budget or lower batch_tokens")
+        raise ValueError(
+            f"budget_tokens={budget_tokens} is less than one batch "
+            f"(batch_tokens={train.batch_tokens}); raise the budget or lower batch_tokens"
+        )
     if budget_tokens > MAX_BUDGET_TOKENS:
-        raise ValueError(f"budget_tokens={budget_tokens:_} is more than {MAX_BUDGET_TOKENS:_} tokens "
-                         "(the largest budget a run may have)")
+        raise ValueError(
+            f"budget_tokens={budget_tokens:_} is more than {MAX_BUDGET_TOKENS:_} tokens "
+            "(the largest budget a run may have)"
+        )
     if budget_tokens % train.batch_tokens:
         steps = budget_tokens // train.batch_tokens  # >= 1: the budget is at least one batch
-        raise ValueError(f"budget_tokens={budget_tokens:_} is not a whole number of global batches "
-                         f"(batch_tokens={train.batch_tokens:_}); the nearest budgets that are: "
-                         f"{steps * train.batch_tokens:_} ({steps} step{'s' if steps > 1 else ''}) or "
-                         f"{(steps + 1) * train.batch_tokens:_} ({steps + 1} steps)")
+        raise ValueError(
+            f"budget_tokens={budget_tokens:_} is not a whole number of global batches "
+            f"(batch_tokens={train.batch_tokens:_}); the nearest budgets that are: "
+            f"{steps * train.batch_tokens:_} ({steps} step{'s' if steps > 1 else ''}) or "
+            f"{(steps + 1) * train.batch_tokens:_} ({steps + 1} steps)"
+        )
 
 
-def check_vocab(train: "TrainConfig", preset: SizePreset) -> None:
+def check_vocab(train: TrainConfig, preset: SizePreset) -> None:
     """Refuse a BPE vocabulary the tokenizer cannot train (``train.vocab_size``, 0 = the preset's).
 
     Raises:
@@ -80,8 +95,11 @@ def check_vocab(train: "TrainConfig", preset: SizePreset) -> None:
 
     vocab = train.vocab_size or preset.vocab_size
     if train.tokenizer == "bpe" and not MIN_BPE_VOCAB <= vocab <= MAX_VOCAB_SIZE:
-        raise ValueError(f"vocab_size={vocab} is not allowed for byte-level BPE: it must be {MIN_BPE_VOCAB} "
-                         f"(256 bytes + 1 special token) to {MAX_VOCAB_SIZE:_}")
+        raise ValueError(
+            f"vocab_size={vocab} is not allowed for byte-level BPE: it must be {MIN_BPE_VOCAB} "
+            f"(256 bytes + 1 special token) to {MAX_VOCAB_SIZE:_}"
+        )
+
 
 #: Training settings that also take ``"auto"`` (resolved per machine), with the type of their other values.
 AUTO_FIELDS = {"compile": "bool", "micro_batch_size": "int"}
@@ -183,8 +201,9 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}; allowed: {', '.join(map(repr, PRECISIONS))}")
         if self.micro_batch_size != "auto" and self.micro_batch_size <= 0:
-            raise ValueError(f"micro_batch_size={self.micro_batch_size} must be 'auto' or a positive number "
-                             "of sequences")
+            raise ValueError(
+                f"micro_batch_size={self.micro_batch_size} must be 'auto' or a positive number of sequences"
+            )
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr={self.lr} must be a positive finite number")
         if not 0 < self.val_fraction < 1:
@@ -200,7 +219,13 @@ class TrainConfig:
         for name in ("batch_tokens", "eval_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
-        for name in ("warmup_tokens", "eval_every_tokens", "vocab_size", "max_docs", "checkpoint_every_tokens"):
+        for name in (
+            "warmup_tokens",
+            "eval_every_tokens",
+            "vocab_size",
+            "max_docs",
+            "checkpoint_every_tokens",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
 
@@ -234,12 +259,14 @@ class TrainConfig:
                     return False
                 raise ValueError
         except ValueError:
-            allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or 'auto'" if key in AUTO_FIELDS else "")
+            allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (
+                " or 'auto'" if key in AUTO_FIELDS else ""
+            )
             raise ValueError(f"{key}={raw!r} is not {allowed}") from None
         return text
 
     @classmethod
-    def from_dict(cls, values: dict, *, where: str = "[train]") -> "TrainConfig":
+    def from_dict(cls, values: dict, *, where: str = "[train]") -> TrainConfig:
         """Build from a mapping (a grid's ``[train]`` table); unknown keys raise ``ValueError``."""
         allowed = {f.name for f in fields(cls)}
         unknown = set(values) - allowed
@@ -257,7 +284,11 @@ def check_loggers(names) -> tuple[str, ...]:
     Raises:
         ValueError: not a list of strings, or an unknown tracker (the message lists the allowed ones).
     """
-    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+    if (
+        isinstance(names, str)
+        or not isinstance(names, (list, tuple))
+        or not all(isinstance(n, str) for n in names)
+    ):
         raise ValueError(f"loggers={names!r} must be a list of names; allowed: {', '.join(TRACKERS)}")
     bad = [n for n in names if n not in TRACKERS]
     if bad:
@@ -354,16 +385,28 @@ class RunConfig:
             if not isinstance(self.spec, str):
                 raise ValueError(f"run config spec={self.spec!r} must be a spec's TOML text")
             if self.variant_spec().name != self.variant:
-                raise ValueError(f"run config spec name={self.variant_spec().name!r} must be the variant "
-                                 f"{self.variant!r}")
+                raise ValueError(
+                    f"run config spec name={self.variant_spec().name!r} must be the variant {self.variant!r}"
+                )
 
     # -- building ---------------------------------------------------------------------
 
     @classmethod
-    def create(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
-               grid: str = ADHOC_GRID, role: str | None = None, train: Mapping | None = None,
-               analysis: Mapping | None = None, model: Mapping | None = None,
-               tuned: Mapping | None = None) -> "RunConfig":
+    def create(
+        cls,
+        variant: str,
+        size: str,
+        seed: int,
+        budget_tokens: int,
+        corpus: str,
+        *,
+        grid: str = ADHOC_GRID,
+        role: str | None = None,
+        train: Mapping | None = None,
+        analysis: Mapping | None = None,
+        model: Mapping | None = None,
+        tuned: Mapping | None = None,
+    ) -> RunConfig:
         """A checked config; its run id is ``grid:size:variant:s<seed>:<budget_tokens>``
         (``...:tuned`` with ``tuned``, see the class docstring).
 
@@ -384,8 +427,9 @@ class RunConfig:
             except ValueError as exc:
                 raise ValueError(f"variant {variant!r} at size {size!r}: {exc}") from None
         if not (NAME_RE.match(grid) or is_tune_grid(grid)):
-            raise ValueError(f"grid name {grid!r}: use letters, digits, '_', '.', '-' "
-                             "(starting with a letter or digit)")
+            raise ValueError(
+                f"grid name {grid!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)"
+            )
         if int(budget_tokens) <= 0:
             raise ValueError(f"budget_tokens={budget_tokens} must be a positive number of tokens")
         if int(seed) < 0:
@@ -393,17 +437,40 @@ class RunConfig:
         train, model = dict(train or {}), dict(model or {})
         train_config(size, **train)  # validate now, not in a worker hours later
         if "vocab_size" in model:
-            raise ValueError("model override vocab_size: the tokenizer sets the vocabulary; use train.vocab_size")
+            raise ValueError(
+                "model override vocab_size: the tokenizer sets the vocabulary; use train.vocab_size"
+            )
         derive(size, **model)
         rid = run_id(grid, size, variant, seed, budget_tokens) + (":tuned" if tuned is not None else "")
-        return cls(run_id=rid, grid=grid, variant=variant,
-                   role=role or spec.role, size=size, seed=int(seed), budget_tokens=int(budget_tokens),
-                   corpus=corpus, train=train, analysis=None if analysis is None else dict(analysis), model=model,
-                   tuned=None if tuned is None else dict(tuned), spec=None if is_shipped(spec) else spec.text)
+        return cls(
+            run_id=rid,
+            grid=grid,
+            variant=variant,
+            role=role or spec.role,
+            size=size,
+            seed=int(seed),
+            budget_tokens=int(budget_tokens),
+            corpus=corpus,
+            train=train,
+            analysis=None if analysis is None else dict(analysis),
+            model=model,
+            tuned=None if tuned is None else dict(tuned),
+            spec=None if is_shipped(spec) else spec.text,
+        )
 
     @classmethod
-    def adhoc(cls, variant: str, size: str, seed: int, budget_tokens: int, corpus: str, *,
-              grid: str = ADHOC_GRID, role: str | None = None, train: Mapping | None = None) -> "RunConfig":
+    def adhoc(
+        cls,
+        variant: str,
+        size: str,
+        seed: int,
+        budget_tokens: int,
+        corpus: str,
+        *,
+        grid: str = ADHOC_GRID,
+        role: str | None = None,
+        train: Mapping | None = None,
+    ) -> RunConfig:
         """:meth:`create` for ``harness run``: in the ``adhoc`` grid, a run with training
         overrides gets ``:<sha256 of the overrides, 8 hex digits>`` appended to its id, so a
         hand-made sweep (``--set lr=...``) keeps one result per setting.
@@ -427,8 +494,12 @@ class RunConfig:
         """
         settings = self.train_config()
         try:
-            check_budget(settings, size=self.size, context=self.model_config(1).context,
-                         budget_tokens=self.budget_tokens)
+            check_budget(
+                settings,
+                size=self.size,
+                context=self.model_config(1).context,
+                budget_tokens=self.budget_tokens,
+            )
             check_vocab(settings, get_size(self.size))
         except ValueError as exc:
             raise ValueError(f"run {self.run_id}: {exc}") from None
@@ -447,7 +518,7 @@ class RunConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         """Read :meth:`to_dict`'s object back (a queue payload or a checkpoint's ``config.json``).
 
         Raises:
@@ -457,8 +528,13 @@ class RunConfig:
         unknown = [k for k in data if k not in names]
         if unknown:
             raise ValueError(f"run config: unknown key {unknown[0]!r}; allowed keys: {', '.join(names)}")
-        missing = [f.name for f in fields(cls) if f.name not in data
-                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in fields(cls)
+            if f.name not in data
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             raise ValueError(f"run config: missing key {missing[0]!r}")
         return cls(**data)
@@ -477,7 +553,9 @@ class RunConfig:
         """
         if self.spec is None:
             return get_spec(self.variant)
-        return parse_spec_text(self.spec, where=f"run {self.run_id}: the variant spec stored when it was queued")
+        return parse_spec_text(
+            self.spec, where=f"run {self.run_id}: the variant spec stored when it was queued"
+        )
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model's shape: the size's preset with :attr:`model` and the tokenizer's ``vocab_size``."""
@@ -490,7 +568,22 @@ class RunConfig:
 
 
 __all__ = [
-    "SizePreset", "SIZES", "get_size", "mlp_hidden", "default_block_size", "ModelConfig",
-    "derive", "TrainConfig", "TRAIN_DEFAULTS", "train_config", "ADHOC_GRID", "MAX_BUDGET_TOKENS", "MAX_VOCAB_SIZE",
-    "check_budget", "check_vocab", "RunConfig", "AUTO_FIELDS", "resolve_compile",
+    "SizePreset",
+    "SIZES",
+    "get_size",
+    "mlp_hidden",
+    "default_block_size",
+    "ModelConfig",
+    "derive",
+    "TrainConfig",
+    "TRAIN_DEFAULTS",
+    "train_config",
+    "ADHOC_GRID",
+    "MAX_BUDGET_TOKENS",
+    "MAX_VOCAB_SIZE",
+    "check_budget",
+    "check_vocab",
+    "RunConfig",
+    "AUTO_FIELDS",
+    "resolve_compile",
 ]

@@ -49,8 +49,10 @@ def progress_mode() -> str:
     """
     mode = os.environ.get(PROGRESS_ENV, "").strip().lower() or "auto"
     if mode not in PROGRESS_MODES:
-        raise ValueError(f"${PROGRESS_ENV}={os.environ[PROGRESS_ENV]!r} not understood; allowed: "
-                         f"{', '.join(PROGRESS_MODES)} (auto: a bar on a terminal no other worker shares, else lines)")
+        raise ValueError(
+            f"${PROGRESS_ENV}={os.environ[PROGRESS_ENV]!r} not understood; allowed: "
+            f"{', '.join(PROGRESS_MODES)} (auto: a bar on a terminal no other worker shares, else lines)"
+        )
     return mode
 
 
@@ -85,7 +87,7 @@ class SharedTerminal:
         self.folder = folder if folder is not None else (_registry(term) if term else None)
         self._lock = None
 
-    def __enter__(self) -> "SharedTerminal":
+    def __enter__(self) -> SharedTerminal:
         if self.folder is None:
             return self
         from filelock import FileLock, Timeout
@@ -158,5 +160,14 @@ def setup_logging(verbose: bool = False) -> None:
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-__all__ = ["PROGRESS_ENV", "PROGRESS_MODES", "LINE_EVERY_FRACTION", "LINE_EVERY_S", "log", "progress_mode",
-           "terminal_id", "SharedTerminal", "setup_logging"]
+__all__ = [
+    "PROGRESS_ENV",
+    "PROGRESS_MODES",
+    "LINE_EVERY_FRACTION",
+    "LINE_EVERY_S",
+    "log",
+    "progress_mode",
+    "terminal_id",
+    "SharedTerminal",
+    "setup_logging",
+]

@@ -115,8 +115,9 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, *,
-                commit: Callable[[], AbstractContextManager] | None = None) -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike, *, commit: Callable[[], AbstractContextManager] | None = None
+) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on a clean exit make it ``path`` atomically.
 
     Whatever the block writes to the yielded path (by any means: ``open``, numpy,
@@ -147,8 +148,9 @@ def atomic_path(path: str | os.PathLike, *,
     fsync_dir(path.parent)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes, *,
-                 commit: Callable[[], AbstractContextManager] | None = None) -> Path:
+def atomic_write(
+    path: str | os.PathLike, data: str | bytes, *, commit: Callable[[], AbstractContextManager] | None = None
+) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; returns ``path``.
     ``commit`` as :func:`atomic_path`."""
     with atomic_path(path, commit=commit) as tmp:
@@ -156,4 +158,16 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, *,
     return Path(path)
 
 
-__all__ = ["default_results", "RESULTS_ID_NAME", "results_id", "FULL_BELOW", "fmt_bytes", "free_bytes", "full_disk", "atomic_path", "atomic_write", "fsync_file", "fsync_dir"]
+__all__ = [
+    "default_results",
+    "RESULTS_ID_NAME",
+    "results_id",
+    "FULL_BELOW",
+    "fmt_bytes",
+    "free_bytes",
+    "full_disk",
+    "atomic_path",
+    "atomic_write",
+    "fsync_file",
+    "fsync_dir",
+]

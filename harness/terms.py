@@ -61,7 +61,9 @@ def check_grid(grid: str, known: Iterable[str], where: str) -> None:
     """
     names = sorted({str(g) for g in known})
     if grid not in names:
-        raise ValueError(f"no runs of grid {grid!r} in {where}; grids there: {', '.join(names) or 'none yet'}")
+        raise ValueError(
+            f"no runs of grid {grid!r} in {where}; grids there: {', '.join(names) or 'none yet'}"
+        )
 
 
 def _flatten(obj, prefix: str = "") -> dict:
@@ -74,8 +76,13 @@ def _flatten(obj, prefix: str = "") -> dict:
     return {prefix[:-1]: obj}
 
 
-def config_diff(old: Mapping | str | None, new: Mapping | str | None, *, values: bool = False,
-                ignore: tuple[str, ...] = ()) -> list[str]:
+def config_diff(
+    old: Mapping | str | None,
+    new: Mapping | str | None,
+    *,
+    values: bool = False,
+    ignore: tuple[str, ...] = (),
+) -> list[str]:
     """The dotted keys whose values differ between two (nested) run configs, sorted.
 
     Args:
@@ -111,9 +118,24 @@ def config_diff(old: Mapping | str | None, new: Mapping | str | None, *, values:
 
 def is_tune_grid(grid: str) -> bool:
     """Whether ``grid`` names a tuning study's runs (``tune:NAME`` with NAME as :data:`NAME_RE`)."""
-    return grid.startswith(TUNE_PREFIX) and bool(NAME_RE.match(grid[len(TUNE_PREFIX):]))
+    return grid.startswith(TUNE_PREFIX) and bool(NAME_RE.match(grid[len(TUNE_PREFIX) :]))
 
 
-__all__ = ["ROLES", "TUNE_ROLE", "RUN_ROLES", "STATUSES", "FINISHED", "TUNE_PREFIX", "TUNE_SEED_BASE",
-           "is_tune_grid", "NAME_RE", "ERROR_CHARS", "EXPORT_TABLES", "EXPORT_FORMATS", "ABSENT", "run_id",
-           "check_grid", "config_diff"]
+__all__ = [
+    "ROLES",
+    "TUNE_ROLE",
+    "RUN_ROLES",
+    "STATUSES",
+    "FINISHED",
+    "TUNE_PREFIX",
+    "TUNE_SEED_BASE",
+    "is_tune_grid",
+    "NAME_RE",
+    "ERROR_CHARS",
+    "EXPORT_TABLES",
+    "EXPORT_FORMATS",
+    "ABSENT",
+    "run_id",
+    "check_grid",
+    "config_diff",
+]

@@ -41,8 +41,12 @@ def results(results_dir: str | os.PathLike, grid: str) -> dict[str, pl.DataFrame
     """
     store = Store(results_dir)
     frames = load_frames(store, grid)  # ingests pending result files once; raises for an unknown grid
-    metrics = store.query("SELECT * FROM metrics WHERE run_id IN (SELECT run_id FROM runs WHERE grid = ?) "
-                          "ORDER BY run_id, split, name, tokens", [grid], ingest=False)
+    metrics = store.query(
+        "SELECT * FROM metrics WHERE run_id IN (SELECT run_id FROM runs WHERE grid = ?) "
+        "ORDER BY run_id, split, name, tokens",
+        [grid],
+        ingest=False,
+    )
     return {"final": frames.final, "runs": frames.runs, "metrics": metrics, "routing": frames.routing}
 
 
@@ -100,7 +104,18 @@ def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = 
             paired runs differ in protocol (``allow_partial=True`` leaves those pairs out with a warning).
     """
     stats = compute_stats(load_frames(Store(results_dir), grid), grid=grid, allow_partial=allow_partial)
-    return Analysis(stats, ResultRows(stats.headlines), ResultRows(stats.assessments), ResultRows(stats.aa_checks))
+    return Analysis(
+        stats, ResultRows(stats.headlines), ResultRows(stats.assessments), ResultRows(stats.aa_checks)
+    )
 
 
-__all__ = ["AACheck", "Analysis", "ControlAssessment", "Headline", "ResultRows", "TABLES", "analyze", "results"]
+__all__ = [
+    "AACheck",
+    "Analysis",
+    "ControlAssessment",
+    "Headline",
+    "ResultRows",
+    "TABLES",
+    "analyze",
+    "results",
+]

@@ -20,25 +20,25 @@ sees a half-written file.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
+from harness.analysis_plan import AnalysisPlan
 from harness.files import atomic_write
 from harness.terms import check_grid
-from reports.stats.degeneracy import find_degenerate
-from reports.stats.pairing import NoParentError, of_grid
 from reports.render.figure_set import all_figures
 from reports.render.figures import FigureOut
 from reports.render.sections import render_html, render_markdown
 from reports.render.summary import progress_sentence
-from reports.stats.robustness import split_tuned
-from harness.analysis_plan import AnalysisPlan
-from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
 from reports.stats.analysis import ReportStats, analyze
+from reports.stats.degeneracy import find_degenerate
+from reports.stats.pairing import NoParentError, of_grid
+from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
+from reports.stats.robustness import split_tuned
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,26 +82,40 @@ def load_frames(store: Any, grid: str) -> Frames:
     Raises:
         ValueError: the grid has no runs; the message lists the grids that exist.
     """
-    runs = store.query("SELECT * FROM runs WHERE grid = ? ORDER BY variant, size, budget_tokens, seed", [grid])
+    runs = store.query(
+        "SELECT * FROM runs WHERE grid = ? ORDER BY variant, size, budget_tokens, seed", [grid]
+    )
     if runs.height == 0:
         grids = store.query("SELECT DISTINCT grid FROM runs", [], ingest=False)["grid"].to_list()
         check_grid(grid, grids, "the results store")
     final = store.query("SELECT * FROM final WHERE grid = ?", [grid], ingest=False)
     in_grid = "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
-    metrics = store.query("SELECT * FROM metrics WHERE ((split = 'val' AND name = 'nll') OR (split = 'train' AND "
-                          f"name = 'loss')) AND {in_grid} ORDER BY run_id, tokens", [grid], ingest=False)
+    metrics = store.query(
+        "SELECT * FROM metrics WHERE ((split = 'val' AND name = 'nll') OR (split = 'train' AND "
+        f"name = 'loss')) AND {in_grid} ORDER BY run_id, tokens",
+        [grid],
+        ingest=False,
+    )
     routing = store.query(f"SELECT * FROM routing WHERE {in_grid}", [grid], ingest=False)
-    pairs, params = (store.query(f"SELECT * FROM {t} WHERE {in_grid}", [grid], ingest=False)
-                     for t in ("route_pairs", "route_params"))
-    unreadable = store.query("SELECT file, error FROM ingest_log WHERE error IS NOT NULL ORDER BY file", [],
-                             ingest=False)
+    pairs, params = (
+        store.query(f"SELECT * FROM {t} WHERE {in_grid}", [grid], ingest=False)
+        for t in ("route_pairs", "route_params")
+    )
+    unreadable = store.query(
+        "SELECT file, error FROM ingest_log WHERE error IS NOT NULL ORDER BY file", [], ingest=False
+    )
     return Frames(final, runs, metrics, routing, pairs, params, unreadable)
 
 
-def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: bool = False,
-                  plan: AnalysisPlan | None = None,
-                  degenerate: Mapping[tuple[str, int, str], str] | None = None,
-                  progress: GridProgress | None = None) -> ReportStats:
+def compute_stats(
+    frames: Frames,
+    *,
+    grid: str | None = None,
+    allow_partial: bool = False,
+    plan: AnalysisPlan | None = None,
+    degenerate: Mapping[tuple[str, int, str], str] | None = None,
+    progress: GridProgress | None = None,
+) -> ReportStats:
     """The report's statistics of one grid, without writing anything (``harness report``, ``plan``, ``topup``).
 
     ``degenerate`` None: found from the frames' routing records (:func:`reports.stats.degeneracy.find_degenerate`).
@@ -111,14 +125,30 @@ def compute_stats(frames: Frames, *, grid: str | None = None, allow_partial: boo
     if degenerate is None:  # judged on the frozen protocol's runs (the [tuned] runs repeat variant and seed)
         final, runs, _, _ = split_tuned(frames.final, frames.runs)
         degenerate = find_degenerate(final, runs, frames.route_pairs, frames.route_params, grid=grid)
-    return analyze(frames.final, frames.runs, grid=grid, allow_partial=allow_partial, plan=plan,
-                   degenerate=degenerate, progress=progress)
+    return analyze(
+        frames.final,
+        frames.runs,
+        grid=grid,
+        allow_partial=allow_partial,
+        plan=plan,
+        degenerate=degenerate,
+        progress=progress,
+    )
 
 
-def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allow_partial: bool = False,
-                 plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
-                 figures: bool = True, queue: Mapping[str, QueuedRun | str] | None = None,
-                 queue_note: str = "", single_file: bool = False) -> BuildResult:
+def build_report(
+    frames: Frames,
+    out_dir: Path,
+    *,
+    grid: str | None = None,
+    allow_partial: bool = False,
+    plan: AnalysisPlan | None = None,
+    degenerate: Mapping[tuple[str, int, str], str] | None = None,
+    figures: bool = True,
+    queue: Mapping[str, QueuedRun | str] | None = None,
+    queue_note: str = "",
+    single_file: bool = False,
+) -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
     Args:
@@ -140,21 +170,35 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
         ValueError, reports.stats.pairing.ProtocolMismatchError: from :func:`reports.stats.analysis.analyze`
             (e.g. no finished run of the parent yet: the message then says what the queue holds).
     """
-    progress = grid_progress(frames.runs, queue, grid=grid,
-                             queue_note=queue_note or ("the queue was not read" if queue is None else ""),
-                             unreadable=unreadable_run_ids(frames.unreadable))
+    progress = grid_progress(
+        frames.runs,
+        queue,
+        grid=grid,
+        queue_note=queue_note or ("the queue was not read" if queue is None else ""),
+        unreadable=unreadable_run_ids(frames.unreadable),
+    )
     try:
-        stats = compute_stats(frames, grid=grid, allow_partial=allow_partial, plan=plan, degenerate=degenerate,
-                              progress=progress)
+        stats = compute_stats(
+            frames,
+            grid=grid,
+            allow_partial=allow_partial,
+            plan=plan,
+            degenerate=degenerate,
+            progress=progress,
+        )
     except NoParentError as exc:
         if not progress.total:
             raise
-        raise ValueError(f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}") from None
-    final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]  # figures show the frozen protocol's runs
+        raise ValueError(
+            f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}"
+        ) from None
+    final = split_tuned(of_grid(frames.final, grid), frames.runs)[
+        0
+    ]  # figures show the frozen protocol's runs
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    generated = f"Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}"
+    generated = f"Generated {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}"
     html = render_html(stats, figs, generated=generated).encode()
     if single_file:
         return BuildResult(stats, tuple(figs), (atomic_write(out_dir / "report.html", html),))
@@ -163,7 +207,8 @@ def build_report(frames: Frames, out_dir: Path, *, grid: str | None = None, allo
     paths = [atomic_write(fig_dir / f"{f.name}.png", f.png) for f in figs]
     paths.append(atomic_write(out_dir / "stats.csv", stats.to_frame().write_csv().encode()))
     paths.append(atomic_write(out_dir / "pairs.csv", stats.pairs_frame().write_csv().encode()))
-    paths.append(atomic_write(out_dir / "report.md",
-                               render_markdown(stats, figs, generated=generated).encode()))
+    paths.append(
+        atomic_write(out_dir / "report.md", render_markdown(stats, figs, generated=generated).encode())
+    )
     paths.append(atomic_write(out_dir / "report.html", html))
     return BuildResult(stats, tuple(figs), tuple(paths))

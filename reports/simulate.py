@@ -46,8 +46,15 @@ def binomial_se(rate: float, studies: int) -> float:
     return math.sqrt(max(rate * (1 - rate), 0.0) / studies)
 
 
-def headline_false_positive_rate(n: int, studies: int, rng: np.random.Generator, *, alpha: float = 0.05,
-                                 cells: int = 1, sd: float = NOISE_SD) -> float:
+def headline_false_positive_rate(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    alpha: float = 0.05,
+    cells: int = 1,
+    sd: float = NOISE_SD,
+) -> float:
     """Share of null studies (no true gain anywhere) in which the gain is established in
     at least one of ``cells`` cells (Holm over the cells): the headline's family-wise
     false-positive rate."""
@@ -80,8 +87,17 @@ class VerdictRates:
         return self.verdicts[f][wrong]
 
 
-def verdict_rates(n: int, studies: int, rng: np.random.Generator, *, gain: float = GAIN, sd: float = NOISE_SD,
-                  fractions: tuple[float, ...] = FRACTIONS, alpha: float = 0.05, rho: float = 0.5) -> VerdictRates:
+def verdict_rates(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    gain: float = GAIN,
+    sd: float = NOISE_SD,
+    fractions: tuple[float, ...] = FRACTIONS,
+    alpha: float = 0.05,
+    rho: float = 0.5,
+) -> VerdictRates:
     """Simulate one cell with a parent, a treatment of true gain ``gain`` and one control per
     fraction in ``fractions`` (true control - parent = f x gain), ``n`` seeds each, and
     count every verdict."""
@@ -96,14 +112,19 @@ def verdict_rates(n: int, studies: int, rng: np.random.Generator, *, gain: float
     established = established[:, 0]
     e = dec.reproduction_contrast(d_cp, d_tp[:, None, :], rho)
     p_e, _ = dec.two_sided_p(e)
-    _, codes = dec.decide_controls(established, np.zeros((studies, k), bool), np.full((studies, k), n),
-                                   e.mean(axis=-1), p_e, alpha)
-    verdicts = {f: {v: float((codes[:, j] == i).mean()) for i, v in enumerate(dec.VERDICTS)}
-                for j, f in enumerate(fractions)}
+    _, codes = dec.decide_controls(
+        established, np.zeros((studies, k), bool), np.full((studies, k), n), e.mean(axis=-1), p_e, alpha
+    )
+    verdicts = {
+        f: {v: float((codes[:, j] == i).mean()) for i, v in enumerate(dec.VERDICTS)}
+        for j, f in enumerate(fractions)
+    }
     return VerdictRates(n, studies, gain, float(established.mean()), verdicts)
 
 
-def _by_look(p: np.ndarray, mean: np.ndarray, looks: tuple[int, ...], k: int) -> tuple[np.ndarray, np.ndarray]:
+def _by_look(
+    p: np.ndarray, mean: np.ndarray, looks: tuple[int, ...], k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Sequential p over looks 1..k and the mean d at the look attaining it (``[..., K]`` -> ``[...]``)."""
     seen = np.where(np.arange(len(looks)) < k, p, np.nan)
     seq, i = sequential_p(seen, looks)
@@ -141,8 +162,16 @@ def established_by_look(d, looks: tuple[int, ...], alpha: float, *, spend: bool 
     return np.stack(out, axis=-1)
 
 
-def sequential_null(studies: int, rng: np.random.Generator, *, looks: tuple[int, ...] = LOOKS,
-                    alpha: float = 0.05, cells: int = 1, sd: float = NOISE_SD, gain: float = 0.0) -> SequentialNull:
+def sequential_null(
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    looks: tuple[int, ...] = LOOKS,
+    alpha: float = 0.05,
+    cells: int = 1,
+    sd: float = NOISE_SD,
+    gain: float = 0.0,
+) -> SequentialNull:
     """Headline false-positive rate of a sequential study under a true null (``gain`` 0 in every
     cell), topping up whenever the gain is not established (Holm over ``cells`` cells at each look)."""
     n = looks[-1]
@@ -175,9 +204,17 @@ class SequentialVerdicts:
         return self.verdicts[f][wrong]
 
 
-def sequential_verdicts(studies: int, rng: np.random.Generator, *, looks: tuple[int, ...] = LOOKS,
-                        gain: float = GAIN, sd: float = NOISE_SD, fractions: tuple[float, ...] = FRACTIONS,
-                        alpha: float = 0.05, rho: float = 0.5) -> SequentialVerdicts:
+def sequential_verdicts(
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    looks: tuple[int, ...] = LOOKS,
+    gain: float = GAIN,
+    sd: float = NOISE_SD,
+    fractions: tuple[float, ...] = FRACTIONS,
+    alpha: float = 0.05,
+    rho: float = 0.5,
+) -> SequentialVerdicts:
     """One cell as in :func:`verdict_rates`, read at each look and topped up while open."""
     n, k_c, K = looks[-1], len(fractions), len(looks)
     parent = rng.normal(0.0, sd, size=(studies, 1, n))
@@ -196,40 +233,64 @@ def sequential_verdicts(studies: int, rng: np.random.Generator, *, looks: tuple[
         _, est = dec.decide_headline(np.full(seq.shape, nk), m, seq, alpha)
         est = est[:, 0]
         seq_e, m_e = _by_look(p_e, mean_e, looks, k)
-        _, c = dec.decide_controls(est, np.zeros((studies, k_c), bool), np.full((studies, k_c), nk), m_e, seq_e,
-                                   alpha)
+        _, c = dec.decide_controls(
+            est, np.zeros((studies, k_c), bool), np.full((studies, k_c), nk), m_e, seq_e, alpha
+        )
         close = ~done & (~cell_open(est, k == K, c) | (k == K))
         codes[close], established[close] = c[close], est[close]
         stopped.append(float(close.mean()))
         done |= close
-    verdicts = {f: {v: float((codes[:, j] == i).mean()) for i, v in enumerate(dec.VERDICTS)}
-                for j, f in enumerate(fractions)}
+    verdicts = {
+        f: {v: float((codes[:, j] == i).mean()) for i, v in enumerate(dec.VERDICTS)}
+        for j, f in enumerate(fractions)
+    }
     return SequentialVerdicts(looks, studies, gain, float(established.mean()), tuple(stopped), verdicts)
 
 
-def sequential_table(studies: int, rng: np.random.Generator, alpha: float = 0.05, rho: float = 0.5,
-                     looks: tuple[int, ...] = LOOKS) -> list[str]:
+def sequential_table(
+    studies: int,
+    rng: np.random.Generator,
+    alpha: float = 0.05,
+    rho: float = 0.5,
+    looks: tuple[int, ...] = LOOKS,
+) -> list[str]:
     """The sequential tables (DESIGN section 8) as text lines."""
-    lines = [f"Sequential looks {list(looks)}, alpha {alpha:g} spent by O'Brien-Fleming-type Lan-DeMets, topped up "
-             f"whenever undecided; true null; {studies} studies per row (binomial SE at alpha "
-             f"{binomial_se(alpha, studies):.4f})",
-             f"{'cells':>5} {'rule':>8} " + " ".join(f"{'look ' + str(n):>8}" for n in looks)
-             + f" {'overall':>8} {'SE':>7}"]
+    lines = [
+        f"Sequential looks {list(looks)}, alpha {alpha:g} spent by O'Brien-Fleming-type Lan-DeMets, topped up "
+        f"whenever undecided; true null; {studies} studies per row (binomial SE at alpha "
+        f"{binomial_se(alpha, studies):.4f})",
+        f"{'cells':>5} {'rule':>8} "
+        + " ".join(f"{'look ' + str(n):>8}" for n in looks)
+        + f" {'overall':>8} {'SE':>7}",
+    ]
     for cells in (1, 3):
         r = sequential_null(studies, rng, looks=looks, alpha=alpha, cells=cells)
-        for rule, first, overall in (("spent", r.first_at, r.overall), ("naive", r.naive_first_at, r.naive_overall)):
-            lines.append(f"{cells:>5} {rule:>8} " + " ".join(f"{x:>8.4f}" for x in first)
-                         + f" {overall:>8.4f} {binomial_se(overall, studies):>7.4f}")
-    lines.append("spent = each look at its increment of alpha (the report); naive = every look at the full alpha")
+        for rule, first, overall in (
+            ("spent", r.first_at, r.overall),
+            ("naive", r.naive_first_at, r.naive_overall),
+        ):
+            lines.append(
+                f"{cells:>5} {rule:>8} "
+                + " ".join(f"{x:>8.4f}" for x in first)
+                + f" {overall:>8.4f} {binomial_se(overall, studies):>7.4f}"
+            )
+    lines.append(
+        "spent = each look at its increment of alpha (the report); naive = every look at the full alpha"
+    )
     sv = sequential_verdicts(studies, rng, looks=looks, alpha=alpha, rho=rho)
-    lines += ["", f"Sequential verdicts with a planted gain {GAIN:+.3f} nats/token (noise sd {NOISE_SD}), topped up "
-                  f"while the headline or a control is undecided; established {sv.established:.4f}; closed at looks "
-                  + ", ".join(f"{n}: {x:.4f}" for n, x in zip(looks, sv.stopped_at)),
-              f"{'f':>5} {'does not':>9} {'reproduces':>10} {'inconcl.':>9} {'not ass.':>9} {'wrong':>7}"]
+    lines += [
+        "",
+        f"Sequential verdicts with a planted gain {GAIN:+.3f} nats/token (noise sd {NOISE_SD}), topped up "
+        f"while the headline or a control is undecided; established {sv.established:.4f}; closed at looks "
+        + ", ".join(f"{n}: {x:.4f}" for n, x in zip(looks, sv.stopped_at)),
+        f"{'f':>5} {'does not':>9} {'reproduces':>10} {'inconcl.':>9} {'not ass.':>9} {'wrong':>7}",
+    ]
     for f in FRACTIONS:
         v = sv.verdicts[f]
-        lines.append(f"{f:>5.0%} {v[dec.DOES_NOT_REPRODUCE]:>9.4f} {v[dec.REPRODUCES]:>10.4f} "
-                     f"{v[dec.INCONCLUSIVE]:>9.4f} {v[dec.NOT_ASSESSED]:>9.4f} {sv.wrong_definite(f, rho):>7.4f}")
+        lines.append(
+            f"{f:>5.0%} {v[dec.DOES_NOT_REPRODUCE]:>9.4f} {v[dec.REPRODUCES]:>10.4f} "
+            f"{v[dec.INCONCLUSIVE]:>9.4f} {v[dec.NOT_ASSESSED]:>9.4f} {sv.wrong_definite(f, rho):>7.4f}"
+        )
     return lines
 
 
@@ -237,36 +298,49 @@ def table(studies: int = 20_000, seed: int = 20261201, alpha: float = 0.05, rho:
     """The simulation table as text lines (false-positive rates, then verdict rates)."""
     rng = np.random.default_rng(seed)
     se0 = binomial_se(alpha, studies)
-    lines = [f"Headline false-positive rate under a true null (alpha {alpha:g}, {studies} studies per row, "
-             f"binomial SE at alpha {se0:.4f}; DESIGN 6 asks alpha +- 0.02)",
-             f"{'n':>3} {'cells':>5} {'rate':>7} {'SE':>7} {'expected':>9}"]
+    lines = [
+        f"Headline false-positive rate under a true null (alpha {alpha:g}, {studies} studies per row, "
+        f"binomial SE at alpha {se0:.4f}; DESIGN 6 asks alpha +- 0.02)",
+        f"{'n':>3} {'cells':>5} {'rate':>7} {'SE':>7} {'expected':>9}",
+    ]
     for n in NS:
         for cells in (1, 3):
             r = headline_false_positive_rate(n, studies, rng, alpha=alpha, cells=cells)
             want = 1 - (1 - alpha / cells) ** cells  # Holm's first step is Bonferroni: P(min p < alpha / K)
             lines.append(f"{n:>3} {cells:>5} {r:>7.4f} {binomial_se(r, studies):>7.4f} {want:>9.4f}")
-    lines += ["", f"Verdicts with a planted gain {GAIN:+.3f} nats/token (noise sd {NOISE_SD} per run), rho {rho:g}, "
-                  f"alpha {alpha:g}, controls reproducing {', '.join(f'{f:.0%}' for f in FRACTIONS)} of it, "
-                  f"{studies} studies per n",
-              f"{'n':>3} {'f':>5} {'established':>11} {'does not':>9} {'reproduces':>10} {'inconcl.':>9} "
-              f"{'not ass.':>9} {'wrong':>7}"]
+    lines += [
+        "",
+        f"Verdicts with a planted gain {GAIN:+.3f} nats/token (noise sd {NOISE_SD} per run), rho {rho:g}, "
+        f"alpha {alpha:g}, controls reproducing {', '.join(f'{f:.0%}' for f in FRACTIONS)} of it, "
+        f"{studies} studies per n",
+        f"{'n':>3} {'f':>5} {'established':>11} {'does not':>9} {'reproduces':>10} {'inconcl.':>9} "
+        f"{'not ass.':>9} {'wrong':>7}",
+    ]
     for n in NS:
         vr = verdict_rates(n, studies, rng, alpha=alpha, rho=rho)
         for f in FRACTIONS:
             v = vr.verdicts[f]
-            lines.append(f"{n:>3} {f:>5.0%} {vr.established:>11.4f} {v[dec.DOES_NOT_REPRODUCE]:>9.4f} "
-                         f"{v[dec.REPRODUCES]:>10.4f} {v[dec.INCONCLUSIVE]:>9.4f} {v[dec.NOT_ASSESSED]:>9.4f} "
-                         f"{vr.wrong_definite(f, rho):>7.4f}")
-    lines.append("wrong = the false definite verdict: 'reproduces gain' for f < rho, 'does not reproduce gain' "
-                 "for f > rho")
+            lines.append(
+                f"{n:>3} {f:>5.0%} {vr.established:>11.4f} {v[dec.DOES_NOT_REPRODUCE]:>9.4f} "
+                f"{v[dec.REPRODUCES]:>10.4f} {v[dec.INCONCLUSIVE]:>9.4f} {v[dec.NOT_ASSESSED]:>9.4f} "
+                f"{vr.wrong_definite(f, rho):>7.4f}"
+            )
+    lines.append(
+        "wrong = the false definite verdict: 'reproduces gain' for f < rho, 'does not reproduce gain' "
+        "for f > rho"
+    )
     return lines + [""] + sequential_table(studies, rng, alpha, rho)
 
 
 def table_cli(argv: list[str] | None, prog: str, doc: str, make_table, default_seed: int) -> int:
     """``PROG [--studies N] [--seed S]``: print ``make_table(studies, seed)`` (a list of lines)."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
-    parser.add_argument("--studies", type=int, default=20_000, help="simulated studies per row (default 20000)")
-    parser.add_argument("--seed", type=int, default=default_seed, help=f"random seed (default {default_seed})")
+    parser.add_argument(
+        "--studies", type=int, default=20_000, help="simulated studies per row (default 20000)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=default_seed, help=f"random seed (default {default_seed})"
+    )
     args = parser.parse_args(argv)
     if args.studies < 100:
         parser.error(f"--studies {args.studies}: use at least 100")
@@ -276,7 +350,9 @@ def table_cli(argv: list[str] | None, prog: str, doc: str, make_table, default_s
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reports.simulate [--studies N] [--seed S]``: print :func:`table`."""
-    return table_cli(argv, "python -m reports.simulate", __doc__, lambda studies, seed: table(studies, seed), 20261201)
+    return table_cli(
+        argv, "python -m reports.simulate", __doc__, lambda studies, seed: table(studies, seed), 20261201
+    )
 
 
 if __name__ == "__main__":

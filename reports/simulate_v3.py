@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
+from reports.simulate import NOISE_SD, binomial_se, table_cli
 from reports.stats import decisions as dec
 from reports.stats.divergence import impute
 from reports.stats.floors import FLOOR_NATS, beyond_floor
-from reports.simulate import NOISE_SD, binomial_se, table_cli
 
 LOSS_RULES = ("every losing seed", "half the losing seeds", "the worst seed")
 
@@ -43,8 +43,15 @@ def _lost_when_losing(d: np.ndarray, rule: str, rng: np.random.Generator) -> np.
     return lost.astype(int)
 
 
-def divergence_null(n: int, studies: int, rng: np.random.Generator, *, rule: str = "every losing seed",
-                    alpha: float = 0.05, sd: float = NOISE_SD) -> tuple[float, float]:
+def divergence_null(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    rule: str = "every losing seed",
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+) -> tuple[float, float]:
     """Headline false-positive rate under a true null when the treatment diverges where it would lose.
 
     Returns ``(rate counting each lost seed as a loss (the report), rate dropping the lost pairs (v2))``.
@@ -65,8 +72,17 @@ def divergence_null(n: int, studies: int, rng: np.random.Generator, *, rule: str
     return float(est.mean()), float(dropped.mean())
 
 
-def absence_rate(n: int, studies: int, rng: np.random.Generator, *, gain: float, delta: float, cells: int = 1,
-                 alpha: float = 0.05, sd: float = NOISE_SD) -> float:
+def absence_rate(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    gain: float,
+    delta: float,
+    cells: int = 1,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+) -> float:
     """Share of studies with ``gain absent`` in at least one of ``cells`` cells (Holm over the cells),
     every cell with true gain ``gain`` (nats/token, > 0 = the treatment is better)."""
     d = -gain + rng.normal(0.0, sd, (studies, cells, n)) - rng.normal(0.0, sd, (studies, cells, n))
@@ -77,9 +93,18 @@ def absence_rate(n: int, studies: int, rng: np.random.Generator, *, gain: float,
     return float((absent & ~est).any(axis=-1).mean())
 
 
-def grid_boundary_controls(n: int, studies: int, rng: np.random.Generator, *, cells: int = 3,
-                           gain: float = -0.012, rho: float = 0.5, alpha: float = 0.05, sd: float = NOISE_SD,
-                           grid_family: bool = True) -> float:
+def grid_boundary_controls(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    cells: int = 3,
+    gain: float = -0.012,
+    rho: float = 0.5,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+    grid_family: bool = True,
+) -> float:
     """Share of grids with >= 1 wrong definite control verdict: one control per cell exactly at the
     boundary (it reproduces the fraction rho of a planted gain, so mean e = 0 and both definite
     verdicts are wrong). ``grid_family``: Holm over the grid's contrasts (v3), else per cell (v2)."""
@@ -95,15 +120,29 @@ def grid_boundary_controls(n: int, studies: int, rng: np.random.Generator, *, ce
     if grid_family:
         _, codes = dec.decide_controls(est, none, np.full(est.shape, n), e.mean(axis=-1), p_e, alpha)
     else:  # each cell its own family (one control): v2
-        _, codes = dec.decide_controls(est[..., None], none[..., None], np.full(est.shape + (1,), n),
-                                       e.mean(axis=-1)[..., None], p_e[..., None], alpha)
+        _, codes = dec.decide_controls(
+            est[..., None],
+            none[..., None],
+            np.full(est.shape + (1,), n),
+            e.mean(axis=-1)[..., None],
+            p_e[..., None],
+            alpha,
+        )
         codes = codes[..., 0]
     wrong = (codes == dec.V_DOES_NOT) | (codes == dec.V_REPRODUCES)
     return float(wrong.any(axis=-1).mean())
 
 
-def aa_grid(n: int, studies: int, rng: np.random.Generator, *, cells: int = 3, alpha: float = 0.05,
-            sd: float = NOISE_SD, floor: float = 2.4e-7) -> tuple[float, float]:
+def aa_grid(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    cells: int = 3,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+    floor: float = 2.4e-7,
+) -> tuple[float, float]:
     """Share of correct grids (A/A = parent up to run noise) with an A/A FAIL in some cell:
     ``(Holm over the cells (v3), unadjusted per cell (v2))``."""
     d = rng.normal(0.0, sd, (studies, cells, n)) - rng.normal(0.0, sd, (studies, cells, n))
@@ -121,14 +160,24 @@ def _one_cell(parent, treat, control, rho: float, alpha: float) -> tuple[np.ndar
     est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1)[:, None], p, alpha)[1][:, 0]
     e = dec.reproduction_contrast(control - parent, d, rho)
     p_e, _ = dec.two_sided_p(e[:, None])
-    _, codes = dec.decide_controls(est, np.zeros((studies, 1), bool), np.full((studies, 1), n),
-                                   e.mean(axis=-1)[:, None], p_e, alpha)
+    _, codes = dec.decide_controls(
+        est, np.zeros((studies, 1), bool), np.full((studies, 1), n), e.mean(axis=-1)[:, None], p_e, alpha
+    )
     return est, (codes[:, 0] == dec.V_DOES_NOT) | (codes[:, 0] == dec.V_REPRODUCES)
 
 
-def conditional_control_error(n: int, studies: int, rng: np.random.Generator, *, sd_parent: float,
-                              sd_treatment: float, sd_control: float | None = None, gain: float = -0.02,
-                              rho: float = 0.5, alpha: float = 0.05) -> tuple[float, float, float]:
+def conditional_control_error(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    sd_parent: float,
+    sd_treatment: float,
+    sd_control: float | None = None,
+    gain: float = -0.02,
+    rho: float = 0.5,
+    alpha: float = 0.05,
+) -> tuple[float, float, float]:
     """A control at the boundary (f = rho: both definite verdicts wrong) in one cell.
 
     Returns ``(P(established), P(wrong | established), P(wrong and established))``; the control's sd
@@ -143,8 +192,9 @@ def conditional_control_error(n: int, studies: int, rng: np.random.Generator, *,
     return p_est, float(wrong.sum() / max(est.sum(), 1)), float(wrong.mean())
 
 
-def rounding_verdicts(n: int, studies: int, rng: np.random.Generator, *, alpha: float = 0.05,
-                      rho: float = 0.5) -> tuple[float, float]:
+def rounding_verdicts(
+    n: int, studies: int, rng: np.random.Generator, *, alpha: float = 0.05, rho: float = 0.5
+) -> tuple[float, float]:
     """Studies where every difference is float rounding: ``(share with a definite headline for a
     treatment of -1..0 ulp per seed, share with a definite verdict for a control exactly halfway
     between parent and a treatment with a large planted gain)``."""
@@ -162,38 +212,62 @@ def table(studies: int = 20_000, seed: int = 20261227, alpha: float = 0.05) -> l
     """The v3 simulation tables as text lines."""
     rng = np.random.default_rng(seed)
     se = binomial_se(alpha, studies)
-    lines = [f"v3 rules, alpha {alpha:g}, {studies} studies per row (binomial SE at alpha {se:.4f}), noise sd "
-             f"{NOISE_SD} per run", "", "Divergence: true null, the treatment diverges where it would lose",
-             f"{'n':>3} {'diverges at':>22} {'v3 (loss)':>10} {'v2 (drop)':>10}"]
+    lines = [
+        f"v3 rules, alpha {alpha:g}, {studies} studies per row (binomial SE at alpha {se:.4f}), noise sd "
+        f"{NOISE_SD} per run",
+        "",
+        "Divergence: true null, the treatment diverges where it would lose",
+        f"{'n':>3} {'diverges at':>22} {'v3 (loss)':>10} {'v2 (drop)':>10}",
+    ]
     for n in (3, 5, 8, 10):
         for rule in LOSS_RULES:
             r, r2 = divergence_null(n, studies, rng, rule=rule, alpha=alpha)
             lines.append(f"{n:>3} {rule:>22} {r:>10.4f} {r2:>10.4f}")
     delta = 0.006
-    lines += ["", f"Gain absent (delta = {delta} nats/token): share of studies with 'gain absent' in some cell",
-              f"{'n':>3} {'cells':>5} {'gain = delta':>13} {'gain = 0':>9}"]
+    lines += [
+        "",
+        f"Gain absent (delta = {delta} nats/token): share of studies with 'gain absent' in some cell",
+        f"{'n':>3} {'cells':>5} {'gain = delta':>13} {'gain = 0':>9}",
+    ]
     for n in (3, 5, 10):
         for cells in (1, 3):
-            lines.append(f"{n:>3} {cells:>5} {absence_rate(n, studies, rng, gain=delta, delta=delta, cells=cells):>13.4f}"
-                         f" {absence_rate(n, studies, rng, gain=0.0, delta=delta, cells=cells):>9.4f}")
-    lines += ["", "Families across the grid: 3 cells, one control per cell exactly at the boundary (f = rho); "
-                  "share of grids with >= 1 wrong definite verdict", f"{'n':>3} {'grid Holm':>10} {'per cell':>9}"]
+            lines.append(
+                f"{n:>3} {cells:>5} {absence_rate(n, studies, rng, gain=delta, delta=delta, cells=cells):>13.4f}"
+                f" {absence_rate(n, studies, rng, gain=0.0, delta=delta, cells=cells):>9.4f}"
+            )
+    lines += [
+        "",
+        "Families across the grid: 3 cells, one control per cell exactly at the boundary (f = rho); "
+        "share of grids with >= 1 wrong definite verdict",
+        f"{'n':>3} {'grid Holm':>10} {'per cell':>9}",
+    ]
     for n in (5, 8):
-        lines.append(f"{n:>3} {grid_boundary_controls(n, studies, rng):>10.4f} "
-                     f"{grid_boundary_controls(n, studies, rng, grid_family=False):>9.4f}")
-    lines += ["", "A/A check on a correct harness, 3 cells: share of grids with a FAIL", f"{'n':>3} {'Holm':>7} "
-              f"{'unadj.':>7}"]
+        lines.append(
+            f"{n:>3} {grid_boundary_controls(n, studies, rng):>10.4f} "
+            f"{grid_boundary_controls(n, studies, rng, grid_family=False):>9.4f}"
+        )
+    lines += [
+        "",
+        "A/A check on a correct harness, 3 cells: share of grids with a FAIL",
+        f"{'n':>3} {'Holm':>7} {'unadj.':>7}",
+    ]
     for n in (3, 5, 10):
         a, b = aa_grid(n, studies, rng)
         lines.append(f"{n:>3} {a:>7.4f} {b:>7.4f}")
-    lines += ["", "Controls conditional on the gate: f = 0.5 (both definite verdicts wrong), gain -0.02, rho 0.5",
-              f"{'n':>3} {'sd parent':>9} {'sd treat':>9} {'P(est)':>7} {'P(wrong|est)':>12} {'P(wrong,est)':>12}"]
+    lines += [
+        "",
+        "Controls conditional on the gate: f = 0.5 (both definite verdicts wrong), gain -0.02, rho 0.5",
+        f"{'n':>3} {'sd parent':>9} {'sd treat':>9} {'P(est)':>7} {'P(wrong|est)':>12} {'P(wrong,est)':>12}",
+    ]
     for n in (3, 5, 8):
         for sp, stt in ((0.005, 0.015), (0.015, 0.005), (0.01, 0.01)):
             pe, cond, joint = conditional_control_error(n, studies, rng, sd_parent=sp, sd_treatment=stt)
             lines.append(f"{n:>3} {sp:>9g} {stt:>9g} {pe:>7.4f} {cond:>12.4f} {joint:>12.4f}")
-    lines += ["", f"Float rounding only (floor {FLOOR_NATS:g}): share with a definite verdict",
-              f"{'n':>3} {'headline (ulp)':>14} {'halfway control':>15}"]
+    lines += [
+        "",
+        f"Float rounding only (floor {FLOOR_NATS:g}): share with a definite verdict",
+        f"{'n':>3} {'headline (ulp)':>14} {'halfway control':>15}",
+    ]
     for n in (5, 8):
         h, c = rounding_verdicts(n, studies, rng, alpha=alpha)
         lines.append(f"{n:>3} {h:>14.4f} {c:>15.4f}")
@@ -202,8 +276,9 @@ def table(studies: int = 20_000, seed: int = 20261227, alpha: float = 0.05) -> l
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reports.simulate_v3 [--studies N] [--seed S]``: print :func:`table`."""
-    return table_cli(argv, "python -m reports.simulate_v3", __doc__, lambda studies, seed: table(studies, seed),
-                     20261227)
+    return table_cli(
+        argv, "python -m reports.simulate_v3", __doc__, lambda studies, seed: table(studies, seed), 20261227
+    )
 
 
 if __name__ == "__main__":

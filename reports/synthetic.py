@@ -32,9 +32,14 @@ DEFAULT_EFFECTS = {
 ROLE_OF = {"block_attnres": "parent", "rd_attnres": "treatment", "prenorm": "reference"}
 _V_ROUTE = {"rd_attnres", "fixed_v"}  # variants whose V input has its own route
 # variant -> (its second attention route, or None; its trainable routing parameter beyond w_qk)
-_ROUTES = {"rd_attnres": ("v", "w_v"), "fixed_v": ("v", None), "dup_route": ("dup", "w_dup"),
-           "dup_route_tied": ("qk_dup", None), "param_matched": (None, "b_qk"),
-           "query_reparam": (None, "w_extra")}
+_ROUTES = {
+    "rd_attnres": ("v", "w_v"),
+    "fixed_v": ("v", None),
+    "dup_route": ("dup", "w_dup"),
+    "dup_route_tied": ("qk_dup", None),
+    "param_matched": (None, "b_qk"),
+    "query_reparam": (None, "w_extra"),
+}
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -48,12 +53,20 @@ def _js(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * kl(p, m) + 0.5 * kl(q, m)
 
 
-def synthetic_frames(*, grid: str = "synthetic", sizes: tuple[str, ...] = ("small",),
-                     seeds: tuple[int, ...] = (0, 1, 2, 3, 4),
-                     budgets: tuple[int, ...] = (1_000_000,),
-                     effects: dict[str, float] | None = None, base_nll: float = 3.6,
-                     seed_sd: float = 0.02, noise_sd: float = 0.003, n_layers: int = 4,
-                     n_evals: int = 8, rng_seed: int = 0) -> dict[str, pl.DataFrame]:
+def synthetic_frames(
+    *,
+    grid: str = "synthetic",
+    sizes: tuple[str, ...] = ("small",),
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4),
+    budgets: tuple[int, ...] = (1_000_000,),
+    effects: dict[str, float] | None = None,
+    base_nll: float = 3.6,
+    seed_sd: float = 0.02,
+    noise_sd: float = 0.003,
+    n_layers: int = 4,
+    n_evals: int = 8,
+    rng_seed: int = 0,
+) -> dict[str, pl.DataFrame]:
     """Frames of one finished grid: {"final", "runs", "metrics", "routing", "route_pairs",
     "route_params"}.
 
@@ -84,28 +97,62 @@ def synthetic_frames(*, grid: str = "synthetic", sizes: tuple[str, ...] = ("smal
                     nll = base_nll + seed_eff[seed] + eff + noise
                     run_id = f"{grid}-{size}-{budget}-{variant}-s{seed}"
                     role = ROLE_OF.get(variant, "control")
-                    config = {"variant": variant, "seed": seed, "size": size,
-                              "budget_tokens": budget, "corpus": "synthetic",
-                              "train": {"lr": 3e-3, "batch_tokens": 4096}}
+                    config = {
+                        "variant": variant,
+                        "seed": seed,
+                        "size": size,
+                        "budget_tokens": budget,
+                        "corpus": "synthetic",
+                        "train": {"lr": 3e-3, "batch_tokens": 4096},
+                    }
                     protocol = {k: v for k, v in config.items() if k not in ("variant", "seed")}
                     phash = hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:16]
-                    common = dict(run_id=run_id, grid=grid, variant=variant, role=role, seed=seed,
-                                  size=size, budget_tokens=budget, protocol_hash=phash)
-                    final.append({**common, "val_nll": nll, "val_bpb": nll / math.log(2) / 4.2,
-                                  "val_ppl": math.exp(nll)})
-                    runs.append({**common, "status": "done", "error": None, "code_version": "abc1234",
-                                 "config": json.dumps(config), "n_params": 1_000_000, "wall_s": 60.0})
+                    common = dict(
+                        run_id=run_id,
+                        grid=grid,
+                        variant=variant,
+                        role=role,
+                        seed=seed,
+                        size=size,
+                        budget_tokens=budget,
+                        protocol_hash=phash,
+                    )
+                    final.append(
+                        {
+                            **common,
+                            "val_nll": nll,
+                            "val_bpb": nll / math.log(2) / 4.2,
+                            "val_ppl": math.exp(nll),
+                        }
+                    )
+                    runs.append(
+                        {
+                            **common,
+                            "status": "done",
+                            "error": None,
+                            "code_version": "abc1234",
+                            "config": json.dumps(config),
+                            "n_params": 1_000_000,
+                            "wall_s": 60.0,
+                        }
+                    )
                     metrics += _metric_rows(run_id, budget, nll, n_evals, noise_sd, rng)
                     routing += _routing_rows(run_id, budget, variant, n_layers, rng)
                     if variant != "prenorm":
                         _degeneracy_rows(pairs, params, run_id, budget, variant, n_layers, rng)
-    return {"final": pl.DataFrame(final), "runs": pl.DataFrame(runs),
-            "metrics": pl.DataFrame(metrics), "routing": pl.DataFrame(routing),
-            "route_pairs": pl.DataFrame(pairs), "route_params": pl.DataFrame(params)}
+    return {
+        "final": pl.DataFrame(final),
+        "runs": pl.DataFrame(runs),
+        "metrics": pl.DataFrame(metrics),
+        "routing": pl.DataFrame(routing),
+        "route_pairs": pl.DataFrame(pairs),
+        "route_params": pl.DataFrame(params),
+    }
 
 
-def _metric_rows(run_id: str, budget: int, nll: float, n_evals: int, noise_sd: float,
-                 rng: np.random.Generator) -> list[dict]:
+def _metric_rows(
+    run_id: str, budget: int, nll: float, n_evals: int, noise_sd: float, rng: np.random.Generator
+) -> list[dict]:
     """Validation NLL and training loss at ``n_evals`` evenly spaced evaluations of one run."""
     rows = []
     for k in range(1, n_evals + 1):
@@ -114,12 +161,21 @@ def _metric_rows(run_id: str, budget: int, nll: float, n_evals: int, noise_sd: f
         wiggle = rng.normal(0, noise_sd) if k < n_evals else 0.0
         value = nll + 0.8 * (math.sqrt(n_evals / k) - 1) + wiggle
         rows.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="val", name="nll", value=value))
-        rows.append(dict(run_id=run_id, step=k * 10, tokens=tokens, split="train", name="loss", value=value + 0.05))
+        rows.append(
+            dict(run_id=run_id, step=k * 10, tokens=tokens, split="train", name="loss", value=value + 0.05)
+        )
     return rows
 
 
-def _degeneracy_rows(pairs: list[dict], params: list[dict], run_id: str, tokens: int, variant: str,
-                     n_layers: int, rng: np.random.Generator) -> None:
+def _degeneracy_rows(
+    pairs: list[dict],
+    params: list[dict],
+    run_id: str,
+    tokens: int,
+    variant: str,
+    n_layers: int,
+    rng: np.random.Generator,
+) -> None:
     """Attention-site route pairs and routing parameters of one run after training: every
     query moved except at layer 0 (one source); the A/A check's two routes are one."""
     second, added = _ROUTES.get(variant, (None, None))
@@ -127,14 +183,37 @@ def _degeneracy_rows(pairs: list[dict], params: list[dict], run_id: str, tokens:
         move = 0.0 if layer == 0 else float(rng.uniform(0.01, 0.05))
         if second is not None:
             diff = 0.0 if variant == "dup_route_tied" else move
-            pairs.append(dict(run_id=run_id, tokens=tokens, layer=layer, site="attn", route_a="qk", route_b=second,
-                              query_max_abs_diff=diff, offset_max_abs_diff=0.0, js=diff / 10))
+            pairs.append(
+                dict(
+                    run_id=run_id,
+                    tokens=tokens,
+                    layer=layer,
+                    site="attn",
+                    route_a="qk",
+                    route_b=second,
+                    query_max_abs_diff=diff,
+                    offset_max_abs_diff=0.0,
+                    js=diff / 10,
+                )
+            )
         for name in ("w_qk", added) if added else ("w_qk",):
-            params.append(dict(run_id=run_id, tokens=tokens, layer=layer, site="attn", name=name, numel=256,
-                               max_abs_change=move, max_abs_value=move))
+            params.append(
+                dict(
+                    run_id=run_id,
+                    tokens=tokens,
+                    layer=layer,
+                    site="attn",
+                    name=name,
+                    numel=256,
+                    max_abs_change=move,
+                    max_abs_value=move,
+                )
+            )
 
 
-def _routing_rows(run_id: str, tokens: int, variant: str, n_layers: int, rng: np.random.Generator) -> list[dict]:
+def _routing_rows(
+    run_id: str, tokens: int, variant: str, n_layers: int, rng: np.random.Generator
+) -> list[dict]:
     """Attention-site depth distributions: QK leans to recent sources, V to the embedding."""
     rows = []
     for layer in range(n_layers):
@@ -143,25 +222,44 @@ def _routing_rows(run_id: str, tokens: int, variant: str, n_layers: int, rng: np
         qk = _softmax(1.2 * idx / max(n_src - 1, 1) * 3 + rng.normal(0, 0.1, n_src))
         dists = {"qk": qk}
         if variant in _V_ROUTE:
-            dists["v"] = (np.full(n_src, 1 / n_src) if variant == "fixed_v"
-                          else _softmax(-1.5 * idx / max(n_src - 1, 1) * 3 + rng.normal(0, 0.1, n_src)))
+            dists["v"] = (
+                np.full(n_src, 1 / n_src)
+                if variant == "fixed_v"
+                else _softmax(-1.5 * idx / max(n_src - 1, 1) * 3 + rng.normal(0, 0.1, n_src))
+            )
         js_means = _js(dists["qk"], dists["v"]) if "v" in dists else None
         for route, a in dists.items():
             entropy = float(-np.sum(a * np.log(a)))
             eff_depth = float(np.sum(idx * a))
             for src in idx:
-                rows.append(dict(run_id=run_id, tokens=tokens, layer=layer, site="attn", route=route,
-                                 source=int(src), weight=float(a[src]), entropy=entropy,
-                                 eff_depth=eff_depth,
-                                 js_qk_v=None if js_means is None else js_means * 1.25,
-                                 js_qk_v_of_means=js_means))
+                rows.append(
+                    dict(
+                        run_id=run_id,
+                        tokens=tokens,
+                        layer=layer,
+                        site="attn",
+                        route=route,
+                        source=int(src),
+                        weight=float(a[src]),
+                        entropy=entropy,
+                        eff_depth=eff_depth,
+                        js_qk_v=None if js_means is None else js_means * 1.25,
+                        js_qk_v_of_means=js_means,
+                    )
+                )
     return rows
 
 
-def frames_from_values(values: dict[str, list[float]], *, seeds: list[int] | None = None,
-                       roles: dict[str, str] | None = None, size: str = "small",
-                       budget_tokens: int = 1_000_000, grid: str = "fixed",
-                       code_version: str = "abc1234") -> dict[str, pl.DataFrame]:
+def frames_from_values(
+    values: dict[str, list[float]],
+    *,
+    seeds: list[int] | None = None,
+    roles: dict[str, str] | None = None,
+    size: str = "small",
+    budget_tokens: int = 1_000_000,
+    grid: str = "fixed",
+    code_version: str = "abc1234",
+) -> dict[str, pl.DataFrame]:
     """``final`` and ``runs`` frames holding exactly the given final NLLs (nats/token).
 
     Args:
@@ -178,13 +276,38 @@ def frames_from_values(values: dict[str, list[float]], *, seeds: list[int] | Non
         for pos, nll in enumerate(vals):
             seed = seeds[pos] if seeds is not None else pos
             run_id = f"{variant}-s{seed}"
-            config = {"variant": variant, "seed": seed, "size": size, "budget_tokens": budget_tokens,
-                      "train": {"lr": 3e-3}}
-            common = dict(run_id=run_id, grid=grid, variant=variant,
-                          role=roles.get(variant, ROLE_OF.get(variant, "control")), seed=seed, size=size,
-                          budget_tokens=budget_tokens, protocol_hash="p0")
-            final.append({**common, "val_nll": float(nll), "val_bpb": float(nll) / math.log(2),
-                          "val_ppl": math.exp(nll) if math.isfinite(nll) else float("nan")})
-            runs.append({**common, "status": "done", "error": None, "code_version": code_version,
-                         "config": json.dumps(config)})
+            config = {
+                "variant": variant,
+                "seed": seed,
+                "size": size,
+                "budget_tokens": budget_tokens,
+                "train": {"lr": 3e-3},
+            }
+            common = dict(
+                run_id=run_id,
+                grid=grid,
+                variant=variant,
+                role=roles.get(variant, ROLE_OF.get(variant, "control")),
+                seed=seed,
+                size=size,
+                budget_tokens=budget_tokens,
+                protocol_hash="p0",
+            )
+            final.append(
+                {
+                    **common,
+                    "val_nll": float(nll),
+                    "val_bpb": float(nll) / math.log(2),
+                    "val_ppl": math.exp(nll) if math.isfinite(nll) else float("nan"),
+                }
+            )
+            runs.append(
+                {
+                    **common,
+                    "status": "done",
+                    "error": None,
+                    "code_version": code_version,
+                    "config": json.dumps(config),
+                }
+            )
     return {"final": pl.DataFrame(final), "runs": pl.DataFrame(runs)}

@@ -29,8 +29,17 @@ import statistics
 import sys
 from pathlib import Path
 
-SIZES = {"tiny": (2, 64, 64), "small": (6, 256, 256), "120m": (12, 768, 1024), "343m": (24, 1024, 1024)}  # L, D, T
-PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense bf16 FLOP/s (harness.bench.settings.PEAK_FLOPS)
+SIZES = {
+    "tiny": (2, 64, 64),
+    "small": (6, 256, 256),
+    "120m": (12, 768, 1024),
+    "343m": (24, 1024, 1024),
+}  # L, D, T
+PEAKS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+}  # dense bf16 FLOP/s (harness.bench.settings.PEAK_FLOPS)
 DDP_REL = 2e-2
 
 
@@ -38,7 +47,9 @@ def make_corpus(folder: Path, words: int, seed: int = 0) -> None:
     """``words`` generated words in ``.txt`` documents of 200 words under ``folder``."""
     rng = random.Random(seed)
     cons, vowels = "bcdfghjklmnprstvwz", "aeiou"
-    syllables = sorted({c + v + rng.choice(["", "", "n", "r", "s"]) for c in cons for v in vowels} | set(vowels))
+    syllables = sorted(
+        {c + v + rng.choice(["", "", "n", "r", "s"]) for c in cons for v in vowels} | set(vowels)
+    )
     syllables = (syllables * 8)[:600]
     weights = [1.0 / (k + 1) for k in range(len(syllables))]
     folder.mkdir(parents=True, exist_ok=True)
@@ -86,13 +97,17 @@ def _single(results: Path, out: _Checks, min_steps: int, device: str) -> dict:
         name = f"{run['size']} {run['variant']}"
         single[name] = result
         steps, micro, world = run.get("steps") or 0, run.get("micro_batch_size"), run.get("world_size")
-        out.check(run["status"] == "done" and steps >= min_steps and micro is not None and world is not None,
-                  f"run {name}: {run['status']}, {steps} steps of "
-                  f"{run['config']['protocol']['train']['batch_tokens']:,} tokens, micro-batch {micro}, world size {world}")
+        out.check(
+            run["status"] == "done" and steps >= min_steps and micro is not None and world is not None,
+            f"run {name}: {run['status']}, {steps} steps of "
+            f"{run['config']['protocol']['train']['batch_tokens']:,} tokens, micro-batch {micro}, world size {world}",
+        )
         rate, mfu = _mfu(run, result["metrics"], peak)
         if rate:
-            out.lines.append(f"INFO run {name}: {rate:,.0f} tokens/s" + (
-                f", MFU {100 * mfu:.1f} %" if mfu else f" (MFU: no bf16 peak known for {device!r})"))
+            out.lines.append(
+                f"INFO run {name}: {rate:,.0f} tokens/s"
+                + (f", MFU {100 * mfu:.1f} %" if mfu else f" (MFU: no bf16 peak known for {device!r})")
+            )
     if not single:
         out.check(False, f"no result files in {results / 'runs'}")
     return single
@@ -104,27 +119,35 @@ def _bench(bench: Path, out: _Checks) -> None:
         out.check(False, f"bench: {bench} missing")
         return
     b = json.loads(bench.read_text())
-    for v, ms in b["step_ms"].items():
+    for v in b["step_ms"]:
         mfu = f", MFU {100 * b['mfu'][v]:.1f} %" if b.get("mfu") else ""
-        out.lines.append(f"INFO bench {b['size']} {v}: {b['tokens_per_s'][v]:,.0f} tokens/s{mfu}, "
-                         f"peak memory {b['peak_mem_mb'][v] / 1024:.1f} GiB, batch {b['batch_size']} sequences")
+        out.lines.append(
+            f"INFO bench {b['size']} {v}: {b['tokens_per_s'][v]:,.0f} tokens/s{mfu}, "
+            f"peak memory {b['peak_mem_mb'][v] / 1024:.1f} GiB, batch {b['batch_size']} sequences"
+        )
     if b.get("micro_batch_note"):
         out.lines.append(f"INFO bench: {b['micro_batch_note']}")
     if b.get("mfu") and "block_attnres" in b["mfu"]:
         v = b["mfu"]["block_attnres"]
-        out.lines.append(f"GOAL {'met' if v >= 0.45 else 'not met'}: {b['size']} block_attnres MFU {100 * v:.1f} % "
-                         ">= 45 %")
+        out.lines.append(
+            f"GOAL {'met' if v >= 0.45 else 'not met'}: {b['size']} block_attnres MFU {100 * v:.1f} % >= 45 %"
+        )
     r = b["ratios"].get("rd_attnres/block_attnres")
     if r is not None:
-        out.lines.append(f"GOAL {'met' if r <= 1.02 else 'not met'}: rd_attnres/block_attnres step time {r:.3f} "
-                         "<= 1.02")
+        out.lines.append(
+            f"GOAL {'met' if r <= 1.02 else 'not met'}: rd_attnres/block_attnres step time {r:.3f} <= 1.02"
+        )
 
 
 def _ddp(ddp: Path, single: dict, out: _Checks) -> None:
     """Each several-rank run's last shared training loss against its 1-GPU run's (relative <= DDP_REL)."""
+
     def train_losses(result) -> dict:
-        return {m["step"]: m["value"] for m in (result or {}).get("metrics", [])
-                if m["split"] == "train" and m["name"] == "loss"}
+        return {
+            m["step"]: m["value"]
+            for m in (result or {}).get("metrics", [])
+            if m["split"] == "train" and m["name"] == "loss"
+        }
 
     for result in _runs(ddp):
         run = result["run"]
@@ -136,12 +159,16 @@ def _ddp(ddp: Path, single: dict, out: _Checks) -> None:
             continue
         k = common[-1]
         rel = abs(losses[k] - ref_losses[k]) / abs(ref_losses[k])
-        out.check(run["status"] == "done" and rel <= DDP_REL,
-                  f"ddp {name} on {run.get('world_size')} ranks: step-{k} loss {losses[k]:.4f} vs 1 GPU "
-                  f"{ref_losses[k]:.4f} (relative {rel:.2e} <= {DDP_REL})")
+        out.check(
+            run["status"] == "done" and rel <= DDP_REL,
+            f"ddp {name} on {run.get('world_size')} ranks: step-{k} loss {losses[k]:.4f} vs 1 GPU "
+            f"{ref_losses[k]:.4f} (relative {rel:.2e} <= {DDP_REL})",
+        )
 
 
-def summarise(results: Path, out: Path, bench: Path | None, ddp: Path | None, min_steps: int, device: str) -> int:
+def summarise(
+    results: Path, out: Path, bench: Path | None, ddp: Path | None, min_steps: int, device: str
+) -> int:
     """Append the check's lines to ``out`` (and stderr); exit status 1 if any check failed."""
     checks = _Checks()
     single = _single(results, checks, min_steps, device)

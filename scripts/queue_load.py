@@ -51,7 +51,9 @@ def configs(n: int, *, offset: int = 0, name: str = GRID):
     """``n`` distinct run configs of one grid (seeds ``offset`` ...)."""
     from harness.config import RunConfig
 
-    return [RunConfig.create("block_attnres", "tiny", offset + i, 1024, "/corpus", grid=name) for i in range(n)]
+    return [
+        RunConfig.create("block_attnres", "tiny", offset + i, 1024, "/corpus", grid=name) for i in range(n)
+    ]
 
 
 def store_history(queue, n: int) -> None:
@@ -67,13 +69,17 @@ def store_history(queue, n: int) -> None:
 
         queue.enqueue(cfgs)
         with engine.begin() as conn:
-            conn.execute(sqlalchemy.text("UPDATE trials SET state = 'COMPLETE', datetime_complete = now() "
-                                         "WHERE state = 'WAITING'"))
+            conn.execute(
+                sqlalchemy.text(
+                    "UPDATE trials SET state = 'COMPLETE', datetime_complete = now() WHERE state = 'WAITING'"
+                )
+            )
         return
     sid = queue.study_of(GRID)
     for i, c in enumerate(cfgs):
-        tid = queue.storage.create_new_trial(sid, template_trial=queue._template(
-            c, attempt=1, failures=0, reclaims=0, order=[0.0, i]))
+        tid = queue.storage.create_new_trial(
+            sid, template_trial=queue._template(c, attempt=1, failures=0, reclaims=0, order=[0.0, i])
+        )
         queue.storage.set_trial_state_values(tid, TrialState.RUNNING)
         queue.storage.set_trial_state_values(tid, TrialState.COMPLETE, [3.0])
 
@@ -113,7 +119,8 @@ def worker(index: int, storage: str | None, results: str, out: str, max_runs: in
     Without ``max_runs`` it works until the driver says the grid is finished (:class:`GridFinished`)."""
     import optuna
 
-    from harness.scheduling import lease, queue as queue_mod
+    from harness.scheduling import lease
+    from harness.scheduling import queue as queue_mod
     from harness.scheduling.worker import work
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -145,12 +152,28 @@ def worker(index: int, storage: str | None, results: str, out: str, max_runs: in
 
     q.claim = timed_claim
     t0, cpu0 = time.perf_counter(), time.process_time()
-    until = {} if max_runs is not None else {"wait": True, "poll_s": LEASE_S / 2,
-                                             "stop": GridFinished(Path(out).parent / "finished")}
-    outcomes = work(q, train, Path(results), max_runs=max_runs, beat_s=LEASE_S / 4, log=lambda m: None, **until)
-    f.write(json.dumps({"end": True, "at": time.time(), "wall_s": time.perf_counter() - t0, "hold_s": hold_s[0],
-                        "cpu_s": time.process_time() - cpu0, "runs": sum(outcomes.values()),
-                        "reads": dict(q.reads)}) + "\n")
+    until = (
+        {}
+        if max_runs is not None
+        else {"wait": True, "poll_s": LEASE_S / 2, "stop": GridFinished(Path(out).parent / "finished")}
+    )
+    outcomes = work(
+        q, train, Path(results), max_runs=max_runs, beat_s=LEASE_S / 4, log=lambda m: None, **until
+    )
+    f.write(
+        json.dumps(
+            {
+                "end": True,
+                "at": time.time(),
+                "wall_s": time.perf_counter() - t0,
+                "hold_s": hold_s[0],
+                "cpu_s": time.process_time() - cpu0,
+                "runs": sum(outcomes.values()),
+                "reads": dict(q.reads),
+            }
+        )
+        + "\n"
+    )
     f.close()
 
 
@@ -191,18 +214,22 @@ class Result:
         c = sorted(self.claims)
         return c[min(len(c) - 1, int(math.ceil(q * len(c))) - 1)] if c else math.nan
 
-    HEADER = ("| storage | N | runs | history | claims/s | claim p50 / p95 / max | queue time per run | "
-              "full scans / claim | reads / claim | duplicates | lost | exactly once | CPU per run (workers + "
-              "server) | claims/s on 2 free cores |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    HEADER = (
+        "| storage | N | runs | history | claims/s | claim p50 / p95 / max | queue time per run | "
+        "full scans / claim | reads / claim | duplicates | lost | exactly once | CPU per run (workers + "
+        "server) | claims/s on 2 free cores |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
 
     def row(self) -> str:
-        return (f"| {self.storage} | {self.workers} | {self.runs} | {self.history} | "
-                f"{self.finished / self.drain_s:.1f} | {self.pct(.5):.3f} / {self.pct(.95):.3f} / "
-                f"{max(self.claims, default=math.nan):.3f} s | {self.queue_s_per_run:.3f} s | "
-                f"{self.full_per_claim:.3f} | {self.reads_per_claim:.2f} | {self.duplicates} | {self.lost} | "
-                f"{'yes' if self.exactly_once else 'NO'} | {self.cpu_s_per_run * 1e3:.0f} + "
-                f"{self.server_cpu_s_per_run * 1e3:.0f} ms | {self.free_claims_per_s:.0f} |")
+        return (
+            f"| {self.storage} | {self.workers} | {self.runs} | {self.history} | "
+            f"{self.finished / self.drain_s:.1f} | {self.pct(0.5):.3f} / {self.pct(0.95):.3f} / "
+            f"{max(self.claims, default=math.nan):.3f} s | {self.queue_s_per_run:.3f} s | "
+            f"{self.full_per_claim:.3f} | {self.reads_per_claim:.2f} | {self.duplicates} | {self.lost} | "
+            f"{'yes' if self.exactly_once else 'NO'} | {self.cpu_s_per_run * 1e3:.0f} + "
+            f"{self.server_cpu_s_per_run * 1e3:.0f} ms | {self.free_claims_per_s:.0f} |"
+        )
 
 
 def server_cpu_s(postmaster: int | None) -> float:
@@ -237,8 +264,10 @@ class _Drain:
         self.ctx = mp.get_context("spawn")
 
     def start(self, i: int) -> None:
-        p = self.ctx.Process(target=worker, args=(i, self.storage, str(self.results),
-                                                  str(self.logs / f"w{i}.jsonl"), self.max_runs))
+        p = self.ctx.Process(
+            target=worker,
+            args=(i, self.storage, str(self.results), str(self.logs / f"w{i}.jsonl"), self.max_runs),
+        )
         p.start()
         self.procs[i] = p
 
@@ -247,8 +276,11 @@ class _Drain:
 
     def kill_one(self, rng: random.Random, killed: int, log) -> bool:
         """SIGKILL a random worker holding a run and start one in its place; ``False`` if none holds one."""
-        holding = [i for i, p in self.procs.items() if p.is_alive() and (self.logs / f"w{i}.held").exists()
-                   and (self.logs / f"w{i}.held").read_text()]
+        holding = [
+            i
+            for i, p in self.procs.items()
+            if p.is_alive() and (self.logs / f"w{i}.held").exists() and (self.logs / f"w{i}.held").read_text()
+        ]
         if not holding:
             return False
         victim = rng.choice(holding)
@@ -287,8 +319,12 @@ def _measure(res: Result, logs: Path) -> None:
                 res.claims.append(rec["claim_s"])
             elif rec.get("end"):
                 ends.append(rec)
-    starts = [json.loads(ln)["at"] for p in logs.glob("*.jsonl") for ln in p.read_text().splitlines()
-              if "claim_s" in ln]
+    starts = [
+        json.loads(ln)["at"]
+        for p in logs.glob("*.jsonl")
+        for ln in p.read_text().splitlines()
+        if "claim_s" in ln
+    ]
     # the drain: from the first claim to the last worker's end (process start-up not counted)
     res.drain_s = max(e["at"] for e in ends) - min(starts) if ends and starts else math.nan
     for e in ends:
@@ -307,18 +343,35 @@ def _outcome(res: Result, q, cfgs, drain: int | None) -> None:
 
     trials = [t for t in q.all_trials() if t.user_attrs.get("grid") == GRID]
     mine = {c.run_id for c in cfgs}
-    complete = Counter(t.user_attrs["run_id"] for t in trials if t.state == TrialState.COMPLETE
-                       and t.user_attrs["run_id"] in mine)
+    complete = Counter(
+        t.user_attrs["run_id"]
+        for t in trials
+        if t.state == TrialState.COMPLETE and t.user_attrs["run_id"] in mine
+    )
     res.finished = sum(complete.values())
     res.duplicates = sum(t.user_attrs.get("ending") == "duplicate" for t in trials)
-    res.lost = sum(t.state == TrialState.FAIL and t.user_attrs.get("ending") == "reclaimed"
-                   for t in trials if t.user_attrs["run_id"] in mine)
+    res.lost = sum(
+        t.state == TrialState.FAIL and t.user_attrs.get("ending") == "reclaimed"
+        for t in trials
+        if t.user_attrs["run_id"] in mine
+    )
     done = {rid for rid, n in complete.items() if n == 1}
     res.exactly_once = all(n == 1 for n in complete.values()) and (drain is not None or done == mine)
 
 
-def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history: int = 0, kills: int = 0,
-         drain: int | None = None, seed: int = 0, postmaster: int | None = None, log=print) -> Result:
+def load(
+    storage: str | None,
+    workdir: Path,
+    *,
+    workers: int,
+    runs: int,
+    history: int = 0,
+    kills: int = 0,
+    drain: int | None = None,
+    seed: int = 0,
+    postmaster: int | None = None,
+    log=print,
+) -> Result:
     """Queue ``runs`` runs (after ``history`` finished ones), drain them with ``workers`` worker
     processes while ``kills`` of them are SIGKILLed holding a run; return the measurements.
     ``postmaster``: the pid of the PostgreSQL server, to measure its CPU (same machine)."""
@@ -333,15 +386,29 @@ def load(storage: str | None, workdir: Path, *, workers: int, runs: int, history
     cfgs = configs(runs)
     t0 = time.perf_counter()
     q.enqueue(cfgs)
-    res = Result(storage="PostgreSQL" if storage else "journal", workers=workers, runs=runs,
-                 enqueue_s=time.perf_counter() - t0, kills=kills, history=history)
-    log(f"queued {runs} runs in {res.enqueue_s:.2f} s ({res.storage}, {history} finished trials stored before)")
+    res = Result(
+        storage="PostgreSQL" if storage else "journal",
+        workers=workers,
+        runs=runs,
+        enqueue_s=time.perf_counter() - t0,
+        kills=kills,
+        history=history,
+    )
+    log(
+        f"queued {runs} runs in {res.enqueue_s:.2f} s ({res.storage}, {history} finished trials stored before)"
+    )
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     server0 = server_cpu_s(postmaster)
     res.kills = _Drain(storage, results, logs, None if drain is None else max(1, drain // workers)).run(
-        q, workers=workers, target=drain or runs, kills=kills, until_finished=drain is None,
-        rng=random.Random(seed), log=log)
+        q,
+        workers=workers,
+        target=drain or runs,
+        kills=kills,
+        until_finished=drain is None,
+        rng=random.Random(seed),
+        log=log,
+    )
     server_s = server_cpu_s(postmaster) - server0
     _measure(res, logs)
     res.server_cpu_s_per_run = server_s / max(1, len(res.claims))
@@ -354,6 +421,7 @@ def postgres_server(max_connections: int = 300):
     (each worker holds two: its loop and its heartbeat); returns ``(server, url of a new database)``."""
     sys.path.insert(0, str(REPO / "tests"))
     import psycopg
+
     import services
 
     pg = services.PostgresServer().start()
@@ -366,17 +434,24 @@ def postgres_server(max_connections: int = 300):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--workers", type=int, default=16, help="worker processes (default 16)")
     ap.add_argument("--runs", type=int, default=200, help="runs queued (default 200)")
     ap.add_argument("--history", type=int, default=0, help="finished trials stored first (default 0)")
-    ap.add_argument("--kill", type=int, default=0, metavar="K", help="SIGKILL K workers holding a run (default 0)")
-    ap.add_argument("--drain", type=int, default=None, metavar="D", help="stop after about D runs (default: all)")
+    ap.add_argument(
+        "--kill", type=int, default=0, metavar="K", help="SIGKILL K workers holding a run (default 0)"
+    )
+    ap.add_argument(
+        "--drain", type=int, default=None, metavar="D", help="stop after about D runs (default: all)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill times and victims (default 0)")
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--storage", default=None, metavar="URL", help="an empty PostgreSQL database to use")
-    group.add_argument("--postgres", action="store_true", help="start a throw-away PostgreSQL server (Debian's)")
+    group.add_argument(
+        "--postgres", action="store_true", help="start a throw-away PostgreSQL server (Debian's)"
+    )
     args = ap.parse_args(argv)
     for name in ("workers", "runs"):
         if getattr(args, name) < 1:
@@ -391,9 +466,17 @@ def main(argv: list[str] | None = None) -> int:
         server, url = postgres_server(max(100, 3 * args.workers + 20))
     try:
         with tempfile.TemporaryDirectory(prefix="queue-load-") as tmp:
-            res = load(url, Path(tmp), workers=args.workers, runs=args.runs, history=args.history,
-                       kills=args.kill, drain=args.drain, seed=args.seed,
-                       postmaster=server.postmaster() if server is not None else None)
+            res = load(
+                url,
+                Path(tmp),
+                workers=args.workers,
+                runs=args.runs,
+                history=args.history,
+                kills=args.kill,
+                drain=args.drain,
+                seed=args.seed,
+                postmaster=server.postmaster() if server is not None else None,
+            )
     finally:
         if server is not None:
             server.close()

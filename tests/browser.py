@@ -19,9 +19,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 
 # Probe: after load, measure the page and write the result as JSON into <pre id="probe-result">.
@@ -79,9 +87,11 @@ def chromium() -> str:
     """Path of the chromium binary. Raises :class:`BrowserError` (a test failure) when absent."""
     path = next((p for p in map(shutil.which, CANDIDATES) if p), None)
     if path is None:
-        raise BrowserError("no chromium binary on PATH (tried " + ", ".join(CANDIDATES) + "): the report's "
-                           "browser tests need a real headless browser; install it with `apt-get install -y "
-                           "chromium` (.ci/run does)")
+        raise BrowserError(
+            "no chromium binary on PATH (tried " + ", ".join(CANDIDATES) + "): the report's "
+            "browser tests need a real headless browser; install it with `apt-get install -y "
+            "chromium` (.ci/run does)"
+        )
     return path
 
 
@@ -91,8 +101,9 @@ def _run(args: list[str], timeout: int = 180) -> subprocess.CompletedProcess:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise BrowserError(f"chromium timed out after {timeout} s: {' '.join(cmd)}\n"
-                               f"{(exc.stderr or b'')[-3000:]!r}") from None
+            raise BrowserError(
+                f"chromium timed out after {timeout} s: {' '.join(cmd)}\n{(exc.stderr or b'')[-3000:]!r}"
+            ) from None
     if proc.returncode != 0:
         raise BrowserError(f"chromium exited {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     return proc
@@ -106,13 +117,23 @@ def measure(page: Path, width: int, height: int = 1000) -> tuple[dict, str, str]
     probe = page.with_name(f".probe-{width}-{page.name}")
     probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     try:
-        proc = _run([f"--window-size={width},{height}", "--virtual-time-budget=10000", "--enable-logging=stderr",
-                     "--v=0", "--dump-dom", probe.as_uri()])
+        proc = _run(
+            [
+                f"--window-size={width},{height}",
+                "--virtual-time-budget=10000",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--dump-dom",
+                probe.as_uri(),
+            ]
+        )
     finally:
         probe.unlink(missing_ok=True)
     m = re.search(r'<pre id="probe-result">(.*?)</pre>', proc.stdout, re.S)
     if not m:
-        raise BrowserError(f"the probe wrote no result at width {width} (page did not load?)\n{proc.stderr[-3000:]}")
+        raise BrowserError(
+            f"the probe wrote no result at width {width} (page did not load?)\n{proc.stderr[-3000:]}"
+        )
     import html
 
     return json.loads(html.unescape(m.group(1))), proc.stdout, proc.stderr
@@ -120,7 +141,9 @@ def measure(page: Path, width: int, height: int = 1000) -> tuple[dict, str, str]
 
 def dump_dom(url: str, width: int = 1400, height: int = 1000, budget_ms: int = 20000) -> str:
     """The DOM of ``url`` (any page, e.g. a JS app on localhost) after ``budget_ms`` of virtual time."""
-    return _run([f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}", "--dump-dom", url]).stdout
+    return _run(
+        [f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}", "--dump-dom", url]
+    ).stdout
 
 
 def visible_text(dom: str) -> str:
@@ -131,9 +154,13 @@ def visible_text(dom: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
 
 
-def screenshot_url(url: str, out: Path, width: int = 1400, height: int = 1000, budget_ms: int = 20000) -> Path:
+def screenshot_url(
+    url: str, out: Path, width: int = 1400, height: int = 1000, budget_ms: int = 20000
+) -> Path:
     """A PNG of ``url`` at ``width`` x ``height`` CSS px after ``budget_ms`` of virtual time."""
-    _run([f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}", f"--screenshot={out}", url])
+    _run(
+        [f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}", f"--screenshot={out}", url]
+    )
     return out
 
 

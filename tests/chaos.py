@@ -88,8 +88,12 @@ def _storage_args(storage: str | None) -> list[str]:
 
 def queue_grid(grid: Path, results: Path, storage: str | None = None) -> None:
     """``harness queue GRID`` (raises ``RuntimeError`` with its output if it fails)."""
-    proc = subprocess.run(harness("queue", str(grid), "--results", str(results), *_storage_args(storage)),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        harness("queue", str(grid), "--results", str(results), *_storage_args(storage)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"harness queue failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
 
@@ -103,7 +107,9 @@ def final_values(results: Path) -> dict[str, float]:
     return dict(zip(frame["run_id"].to_list(), frame["val_nll"].to_list()))
 
 
-def reference(workdir: Path, cells: int, *, corpus: Path = SAMPLE, budget: int = BUDGET_TOKENS) -> dict[str, float]:
+def reference(
+    workdir: Path, cells: int, *, corpus: Path = SAMPLE, budget: int = BUDGET_TOKENS
+) -> dict[str, float]:
     """Train every cell with one uninterrupted worker on a journal queue in ``workdir``;
     returns ``run_id -> val_nll``.
 
@@ -114,12 +120,18 @@ def reference(workdir: Path, cells: int, *, corpus: Path = SAMPLE, budget: int =
     results = workdir / "results"
     grid = write_grid(workdir / "chaos.toml", cells, corpus=corpus, budget=budget)
     queue_grid(grid, results)
-    proc = subprocess.run(harness("work", "--results", str(results), "--threads", "1", "--quiet"),
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        harness("work", "--results", str(results), "--threads", "1", "--quiet"),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     values = final_values(results)
     if proc.returncode != 0 or len(values) != cells:
-        raise RuntimeError(f"reference worker: exit {proc.returncode}, {len(values)} of {cells} cells done\n"
-                           f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"reference worker: exit {proc.returncode}, {len(values)} of {cells} cells done\n"
+            f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
     return values
 
 
@@ -143,17 +155,27 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return (self.done == self.cells and not (self.duplicates or self.lost or self.differed)
-                and not self.exits and not self.timed_out)
+        return (
+            self.done == self.cells
+            and not (self.duplicates or self.lost or self.differed)
+            and not self.exits
+            and not self.timed_out
+        )
 
     def line(self) -> str:
-        return (f"chaos: {self.cells} cells, {self.workers} workers, {self.kills} kills "
-                f"({self.kills_mid_run} mid-run), {self.reclaimed} runs reclaimed, {self.resumed} resumed "
-                f"from a checkpoint; done {self.done}/{self.cells}, duplicates {len(self.duplicates)}, "
-                f"lost {len(self.lost)}, NLL differed {len(self.differed)} (vs an uninterrupted reference), "
-                f"workers exited by themselves {self.exits}; {self.wall_s:.0f} s" + (" (TIMED OUT)" if self.timed_out else "")
-                + ("" if self.ok else f"\n  duplicates: {self.duplicates}\n  lost: {self.lost}\n"
-                   f"  differed: {self.differed}"))
+        return (
+            f"chaos: {self.cells} cells, {self.workers} workers, {self.kills} kills "
+            f"({self.kills_mid_run} mid-run), {self.reclaimed} runs reclaimed, {self.resumed} resumed "
+            f"from a checkpoint; done {self.done}/{self.cells}, duplicates {len(self.duplicates)}, "
+            f"lost {len(self.lost)}, NLL differed {len(self.differed)} (vs an uninterrupted reference), "
+            f"workers exited by themselves {self.exits}; {self.wall_s:.0f} s"
+            + (" (TIMED OUT)" if self.timed_out else "")
+            + (
+                ""
+                if self.ok
+                else f"\n  duplicates: {self.duplicates}\n  lost: {self.lost}\n  differed: {self.differed}"
+            )
+        )
 
 
 class _Writes:
@@ -177,11 +199,24 @@ class _Writes:
                 self.count[f.name] += 1
 
 
-def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: int = 0,
-          storage: str | None = None, ref: dict[str, float] | None = None, lease_s: float = 3.0,
-          kill_every_s: tuple[float, float] = (1.0, 3.0), p_idle: float = 0.25, mid_run_only: bool = False,
-          corpus: Path = SAMPLE, budget: int = BUDGET_TOKENS, timeout_s: float = 900.0,
-          log=print) -> Summary:
+def chaos(
+    workdir: Path,
+    *,
+    cells: int,
+    workers: int = 3,
+    kills: int = 3,
+    seed: int = 0,
+    storage: str | None = None,
+    ref: dict[str, float] | None = None,
+    lease_s: float = 3.0,
+    kill_every_s: tuple[float, float] = (1.0, 3.0),
+    p_idle: float = 0.25,
+    mid_run_only: bool = False,
+    corpus: Path = SAMPLE,
+    budget: int = BUDGET_TOKENS,
+    timeout_s: float = 900.0,
+    log=print,
+) -> Summary:
     """Queue the chaos grid, drain it with ``workers`` workers while killing ``kills`` of them
     at random (seeded by ``seed``), then check it (see the module docstring).
 
@@ -222,9 +257,25 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
         out = open(logs / f"worker-{started:02d}.log", "wb")
         try:
             return subprocess.Popen(
-                harness("work", "--results", str(results), *_storage_args(storage), "--wait", "--poll-s", "0.5",
-                        "--lease-s", str(lease_s), "--storage-retry-s", "30", "--threads", "1"),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                harness(
+                    "work",
+                    "--results",
+                    str(results),
+                    *_storage_args(storage),
+                    "--wait",
+                    "--poll-s",
+                    "0.5",
+                    "--lease-s",
+                    str(lease_s),
+                    "--storage-retry-s",
+                    "30",
+                    "--threads",
+                    "1",
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         finally:
             out.close()
 
@@ -232,8 +283,11 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
         return RunQueue.open(storage, results, create=False, retry_s=30)
 
     def holders() -> dict[int, str]:  # worker pid -> the run it holds
-        return {r.lease.pid: rid for rid, r in queue().runs(GRID_NAME).items()
-                if r.state == "running" and r.lease is not None}
+        return {
+            r.lease.pid: rid
+            for rid, r in queue().runs(GRID_NAME).items()
+            if r.state == "running" and r.lease is not None
+        }
 
     killed_runs: Counter = Counter()  # run_id -> kills of a worker holding it
     t0 = time.monotonic()
@@ -310,8 +364,10 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
     for rid in (c.run_id for c in load_grid(grid).expand()):
         r = runs.get(rid)
         if r is None or r.state != "done" or rid not in values:
-            summary.lost.append(f"{rid} ({r.state if r else 'not in the queue'}, "
-                                f"{'NLL' if rid in values else 'no NLL'} in DuckDB)")
+            summary.lost.append(
+                f"{rid} ({r.state if r else 'not in the queue'}, "
+                f"{'NLL' if rid in values else 'no NLL'} in DuckDB)"
+            )
             continue
         summary.done += 1
         n_complete = sum(t.state == TrialState.COMPLETE for t in r.trials)
@@ -324,16 +380,21 @@ def chaos(workdir: Path, *, cells: int, workers: int = 3, kills: int = 3, seed: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--cells", type=int, default=12, help="cells in the grid (even; default 12)")
     ap.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     ap.add_argument("--kills", type=int, default=4, help="SIGKILLs to send (default 4)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill times and victims (default 0)")
     ap.add_argument("--storage", default=None, help="queue storage URL (default: a journal in the results)")
-    ap.add_argument("--budget-tokens", type=int, default=BUDGET_TOKENS, help=f"per cell (default {BUDGET_TOKENS})")
+    ap.add_argument(
+        "--budget-tokens", type=int, default=BUDGET_TOKENS, help=f"per cell (default {BUDGET_TOKENS})"
+    )
     ap.add_argument("--corpus", type=Path, default=SAMPLE, help="corpus (default: the FineWeb-Edu sample)")
-    ap.add_argument("--dir", type=Path, default=None, help="work folder, kept (default: a temp folder, removed)")
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="work folder, kept (default: a temp folder, removed)"
+    )
     args = ap.parse_args(argv)
     import shutil
     import tempfile
@@ -348,9 +409,17 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         ref = reference(workdir / "reference", args.cells, corpus=args.corpus, budget=args.budget_tokens)
         print(f"reference: {len(ref)} cells trained uninterrupted in {time.monotonic() - t0:.0f} s")
-        summary = chaos(workdir / "chaos", cells=args.cells, workers=args.workers, kills=args.kills,
-                        seed=args.seed, storage=args.storage, ref=ref, corpus=args.corpus,
-                        budget=args.budget_tokens)
+        summary = chaos(
+            workdir / "chaos",
+            cells=args.cells,
+            workers=args.workers,
+            kills=args.kills,
+            seed=args.seed,
+            storage=args.storage,
+            ref=ref,
+            corpus=args.corpus,
+            budget=args.budget_tokens,
+        )
         print(summary.line())
         return 0 if summary.ok else 1
     finally:

@@ -47,7 +47,9 @@ def thirds_spec(tmp_path, monkeypatch):
     (folder / "thirds.toml").write_text(
         'name = "thirds"\nresidual = "block"\nrole = "control"\n'
         '[attn.queries]\nw_qk = {}\n[attn.routes]\nqk = ["w_qk"]\n'
-        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n' * 3)
+        + '[[attn.head_groups]]\nq = ["qk"]\nk = ["qk"]\nv = ["qk"]\n'
+        * 3
+    )
     monkeypatch.setenv("HARNESS_SPEC_PATH", str(folder))
     models._specs.cache_clear()
     yield "thirds"

@@ -38,8 +38,16 @@ batch_tokens = 512   # a batch the budget fits (harness queue refuses one it doe
 
 def configs(name="g", seeds=(0, 1), variants=("block_attnres", "rd_attnres", "fixed_v"), corpus="/c"):
     roles = ["parent", "treatment"] + ["control"] * (len(variants) - 2)
-    grid = parse_grid({"name": name, "corpus": corpus, "sizes": ["tiny"], "seeds": list(seeds),
-                       "budgets_tokens": [1000], "variants": dict(zip(variants, roles))})
+    grid = parse_grid(
+        {
+            "name": name,
+            "corpus": corpus,
+            "sizes": ["tiny"],
+            "seeds": list(seeds),
+            "budgets_tokens": [1000],
+            "variants": dict(zip(variants, roles)),
+        }
+    )
     return grid.expand()
 
 

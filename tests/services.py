@@ -123,12 +123,16 @@ def _find_tool(name: str, globs: tuple[str, ...] = ()) -> str:
     found = shutil.which(name)
     if found:
         return found
-    hits = sorted((h for g in globs for h in glob.glob(g)),
-                  key=lambda p: [int(x) if x.isdigit() else x for x in Path(p).parts])
+    hits = sorted(
+        (h for g in globs for h in glob.glob(g)),
+        key=lambda p: [int(x) if x.isdigit() else x for x in Path(p).parts],
+    )
     if hits:
         return hits[-1]
-    raise ServiceError(f"{name} not found (on PATH or {', '.join(globs) or 'PATH'}); install Debian's "
-                       "packages: apt-get install postgresql slurm-wlm munge (.ci/run does)")
+    raise ServiceError(
+        f"{name} not found (on PATH or {', '.join(globs) or 'PATH'}); install Debian's "
+        "packages: apt-get install postgresql slurm-wlm munge (.ci/run does)"
+    )
 
 
 class _Recorded:
@@ -153,8 +157,10 @@ class _Recorded:
     def _save_record(self, daemons: list[tuple[int, int]]) -> None:
         """Record ``(pid, stop signal)`` of each daemon started (see :func:`clear_leftovers`)."""
         assert self._record is not None and self.root is not None
-        atomic_write(self._record, json.dumps({"kind": self.kind, "owner": os.getpid(), "root": str(self.root),
-                                               "daemons": daemons}))
+        atomic_write(
+            self._record,
+            json.dumps({"kind": self.kind, "owner": os.getpid(), "root": str(self.root), "daemons": daemons}),
+        )
 
     def _remove_root(self) -> None:
         if self.root is not None:
@@ -234,22 +240,59 @@ class PostgresServer(_Recorded):
     def _run(self, argv: list[str], what: str) -> None:
         assert self.root is not None
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        proc = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=120,
-                              **_user_kwargs(self.USER))
+        proc = subprocess.run(
+            argv,
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **_user_kwargs(self.USER),
+        )
         if proc.returncode != 0:
-            raise ServiceError(f"PostgreSQL: {what} failed (exit {proc.returncode}): {' '.join(argv)}\n"
-                               f"{proc.stdout}{proc.stderr}\n--- server log ---\n{tail(self.logfile)}")
+            raise ServiceError(
+                f"PostgreSQL: {what} failed (exit {proc.returncode}): {' '.join(argv)}\n"
+                f"{proc.stdout}{proc.stderr}\n--- server log ---\n{tail(self.logfile)}"
+            )
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         if self.root is None:
             root = self._make_root()
             _chown(root, self.USER)
             self.port = free_port()
-            self._run([self._initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-                       "--locale=C", "--no-sync"], "initdb")
+            self._run(
+                [
+                    self._initdb,
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ],
+                "initdb",
+            )
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
-        self._run([self._pg_ctl, "-D", str(self.data), "-l", str(self.logfile), "-o", opts, "-w",
-                   "-t", str(int(START_TIMEOUT_S)), "start"], "pg_ctl start")
+        self._run(
+            [
+                self._pg_ctl,
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.logfile),
+                "-o",
+                opts,
+                "-w",
+                "-t",
+                str(int(START_TIMEOUT_S)),
+                "start",
+            ],
+            "pg_ctl start",
+        )
         postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
         self._save_record([(postmaster, int(signal.SIGQUIT))])  # SIGQUIT: immediate shutdown
         return self
@@ -276,8 +319,9 @@ class PostgresServer(_Recorded):
         """Create an empty database; returns its URL (plain ``postgresql://``, psycopg 3)."""
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
-                             autocommit=True) as con:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as con:
             con.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
@@ -323,8 +367,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 def slurm_node_line() -> str:
     """This host as a SLURM node (``NodeName=... CPUs=... RealMemory=...``) from ``slurmd -C``."""
-    out = subprocess.run([_find_tool("slurmd", ("/usr/sbin/slurmd",)), "-C"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [_find_tool("slurmd", ("/usr/sbin/slurmd",)), "-C"], capture_output=True, text=True, timeout=60
+    )
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("NodeName=")), None)
     if out.returncode != 0 or line is None:
         raise ServiceError(f"slurmd -C failed (exit {out.returncode}): {out.stdout}{out.stderr}")
@@ -381,14 +426,20 @@ class SlurmCluster(_Recorded):
         assert self.root is not None
         out = open(self.root / "log" / f"{name}.out", "wb")
         try:
-            self._procs[name] = subprocess.Popen(argv, cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                                 **_user_kwargs(user))
+            self._procs[name] = subprocess.Popen(
+                argv,
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **_user_kwargs(user),
+            )
         finally:
             out.close()
         self._save_record([(p.pid, int(signal.SIGTERM)) for p in self._procs.values()])
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         root = self._make_root()
         for sub in ("state", "spool", "log"):
             (root / sub).mkdir()
@@ -400,14 +451,31 @@ class SlurmCluster(_Recorded):
         with os.fdopen(fd, "wb") as f:
             f.write(os.urandom(128))
         _chown(key, self.MUNGE_USER)
-        self._spawn("munged", [self._tools["munged"], "--foreground", f"--key-file={key}",
-                               f"--socket={munge / 'munge.socket'}", f"--pid-file={munge / 'munged.pid'}",
-                               f"--seed-file={munge / 'munged.seed'}", f"--log-file={munge / 'munged.log'}"],
-                    user=self.MUNGE_USER)
+        self._spawn(
+            "munged",
+            [
+                self._tools["munged"],
+                "--foreground",
+                f"--key-file={key}",
+                f"--socket={munge / 'munge.socket'}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--seed-file={munge / 'munged.seed'}",
+                f"--log-file={munge / 'munged.log'}",
+            ],
+            user=self.MUNGE_USER,
+        )
         self._wait(lambda: (munge / "munge.socket").exists(), "munged did not create its socket")
         user = pwd.getpwuid(os.geteuid()).pw_name
-        self.conf.write_text(SLURM_CONF.format(host=self.node_name, ctld_port=free_port(),
-                                               slurmd_port=free_port(), user=user, root=root, node=self.node))
+        self.conf.write_text(
+            SLURM_CONF.format(
+                host=self.node_name,
+                ctld_port=free_port(),
+                slurmd_port=free_port(),
+                user=user,
+                root=root,
+                node=self.node,
+            )
+        )
         self._spawn("slurmctld", [self._tools["slurmctld"], "-D", "-f", str(self.conf)])
         self._spawn("slurmd", [self._tools["slurmd"], "-D", "-f", str(self.conf)])
         self._wait(lambda: self.node_state() == "idle", "the node did not come up idle (sinfo)")
@@ -448,7 +516,11 @@ class SlurmCluster(_Recorded):
         """``scontrol show job`` of ``job_id`` as dicts (``JobState``, ``ExitCode``, ...), one per
         task of a job array (one for a plain job)."""
         out = self.run("scontrol", "show", "job", "-o", str(job_id)).stdout
-        return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.splitlines() if line.strip()]
+        return [
+            dict(f.split("=", 1) for f in line.split() if "=" in f)
+            for line in out.splitlines()
+            if line.strip()
+        ]
 
     def wait_job(self, job_id: int, timeout_s: float = 120) -> list[dict]:
         """Wait until every task of ``job_id`` has ended; returns their ``scontrol`` records.

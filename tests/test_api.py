@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from test_report import write_results
 
 import harness
 from db.store import Store
 from reports.synthetic import synthetic_frames
-from test_report import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = "rd_controls_mini"  # the grid the README's example names
@@ -61,8 +61,11 @@ def test_readme_example_runs_and_its_frames_hold_the_stored_numbers(folder, monk
     assert set(ns["tables"]) == {"final", "runs", "metrics", "routing"}
     assert ns["tables"]["metrics"].height == frames["metrics"].height  # every metric, not only NLL
     assert ns["tables"]["routing"].height == frames["routing"].height
-    assert ns["curves"].height == frames["metrics"].filter(
-        (pl.col("split") == "val") & (pl.col("name") == "nll")).height > 0
+    assert (
+        ns["curves"].height
+        == frames["metrics"].filter((pl.col("split") == "val") & (pl.col("name") == "nll")).height
+        > 0
+    )
 
     # The headline's mean paired difference, computed here from the synthetic frames.
     f = frames["final"]
@@ -85,7 +88,11 @@ def test_analysis_objects_and_their_frames_agree(folder):
     h = a.headline[0]
     row = a.headline.to_frame().row(0, named=True)
     assert (row["mean"], row["verdict"], row["seeds_needed_n"], row["look_k"]) == (
-        h.mean, h.verdict, h.seeds_needed.n, h.look.k)
+        h.mean,
+        h.verdict,
+        h.seeds_needed.n,
+        h.look.k,
+    )
     c = a.controls.to_frame()
     assert c.height == len(a.controls) and c["seeds"][0] == " ".join(map(str, a.controls[0].seeds))
 
@@ -100,7 +107,9 @@ def test_unknown_grid_is_one_clear_error(folder):
 
 def test_import_harness_stays_cheap():
     """The API is imported on first use: `import harness` loads no polars, DuckDB or numpy."""
-    code = ("import sys, harness; print(sorted(m for m in ('polars', 'duckdb', 'numpy', 'torch', 'reports.api') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, harness; print(sorted(m for m in ('polars', 'duckdb', 'numpy', 'torch', 'reports.api') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

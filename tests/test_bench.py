@@ -30,9 +30,29 @@ def bench(tmp_path_factory):
     """One tiny benchmark through the CLI: (exit code, JSON, DuckDB rows, paths)."""
     tmp = tmp_path_factory.mktemp("bench")
     out, db = tmp / "out" / "bench.json", tmp / "elsewhere" / "bench.duckdb"
-    argv = ["bench", "--size", "tiny", "--steps", "6", "--max-steps", "0", "--warmup", "1", "--loop-steps", "3",
-            "--loop-rounds", "2",
-            "--threads", "1", "--results", str(tmp / "results"), "--json", str(out), "--db", str(db)]
+    argv = [
+        "bench",
+        "--size",
+        "tiny",
+        "--steps",
+        "6",
+        "--max-steps",
+        "0",
+        "--warmup",
+        "1",
+        "--loop-steps",
+        "3",
+        "--loop-rounds",
+        "2",
+        "--threads",
+        "1",
+        "--results",
+        str(tmp / "results"),
+        "--json",
+        str(out),
+        "--db",
+        str(db),
+    ]
     for v in VARIANTS:
         argv += ["--variant", v]
     rc = cli(argv)
@@ -55,7 +75,11 @@ def test_json_has_the_design7_keys(bench):
     assert result["torch"] == torch.__version__
     assert list(result["step_ms"]) == VARIANTS and list(result["peak_mem_mb"]) == VARIANTS
     assert set(result["ratios"]) == {
-        "block_attnres/prenorm", "rd_attnres/block_attnres", "fixed_v/block_attnres", "lightning/bare"}
+        "block_attnres/prenorm",
+        "rd_attnres/block_attnres",
+        "fixed_v/block_attnres",
+        "lightning/bare",
+    }
     assert set(result["ratio_intervals"]) == set(result["ratios"]) | {"bf16/fp32"}
     assert set(result["precision_ratios"]) == {"bf16/fp32"}
 
@@ -81,8 +105,10 @@ def test_ratios_are_medians_of_per_round_ratios_with_their_order_statistic_inter
         assert result["ratio_intervals"][key] == pytest.approx([min(per_round), max(per_round)], rel=1e-12)
     per_round = [x / y for x, y in zip(samples["block_attnres"], samples["block_attnres@bf16-mixed"])]
     assert result["precision_ratios"]["bf16/fp32"] == pytest.approx(statistics.median(per_round), rel=1e-12)
-    assert result["precision_step_ms"] == {"32-true": result["step_ms"]["block_attnres"],
-                                           "bf16-mixed": statistics.median(samples["block_attnres@bf16-mixed"])}
+    assert result["precision_step_ms"] == {
+        "32-true": result["step_ms"]["block_attnres"],
+        "bf16-mixed": statistics.median(samples["block_attnres@bf16-mixed"]),
+    }
 
 
 def test_peak_memory_exceeds_parameters_and_adam_state(bench):
@@ -100,7 +126,9 @@ def test_duckdb_rows_match_the_json(bench):
     assert set(by_variant) == {*VARIANTS, "block_attnres@bf16-mixed", "lightning", "bare"}
     assert len(rows) == len(VARIANTS) + 3
     precision = json.loads(by_variant["block_attnres@bf16-mixed"]["extra"])
-    assert precision["kind"] == "precision" and precision["bf16/fp32"] == result["precision_ratios"]["bf16/fp32"]
+    assert (
+        precision["kind"] == "precision" and precision["bf16/fp32"] == result["precision_ratios"]["bf16/fp32"]
+    )
     for r in rows:
         assert r["host"] == result["host"] and r["torch_version"] == result["torch"]
         assert r["threads"] == result["threads"] and r["compile"] is False and r["size"] == "tiny"
@@ -119,22 +147,41 @@ def test_duckdb_rows_match_the_json(bench):
 
 def test_assemble_computes_known_medians_paired_ratios_intervals_verdicts_and_mfu():
     block = [11.0, 12.0, 10.5, 11.0, 100.0, 11.5, 10.8]  # one stalled round (100 ms)
-    samples = {"prenorm": [10.0] * 7, "block_attnres": block, "rd_attnres": list(block),
-               "block_attnres@bf16-mixed": [t / 2 for t in block]}
-    loops = {"lightning": [0.5, 0.25, 1.0, 0.5, 0.5, 0.5], "bare": [0.4, 0.4, 0.1, 0.4, 0.4, 0.4]}  # s per iteration
+    samples = {
+        "prenorm": [10.0] * 7,
+        "block_attnres": block,
+        "rd_attnres": list(block),
+        "block_attnres@bf16-mixed": [t / 2 for t in block],
+    }
+    loops = {
+        "lightning": [0.5, 0.25, 1.0, 0.5, 0.5, 0.5],
+        "bare": [0.4, 0.4, 0.1, 0.4, 0.4, 0.4],
+    }  # s per iteration
     variants = ["prenorm", "block_attnres", "rd_attnres"]
     cfg = BenchConfig(size="tiny", variants=tuple(variants), peak_tflops=1.0)
-    result = assemble(cfg, variants, torch.device("cpu"), 4, 64, samples,
-                      {"prenorm": 100.0, "block_attnres": 110.0, "rd_attnres": 121.0}, loops,
-                      {"prenorm": 1000, "block_attnres": 1000, "rd_attnres": 1010}, dt.datetime(2026, 1, 1),
-                      precision_arms={"32-true": "block_attnres", "bf16-mixed": "block_attnres@bf16-mixed"})
+    result = assemble(
+        cfg,
+        variants,
+        torch.device("cpu"),
+        4,
+        64,
+        samples,
+        {"prenorm": 100.0, "block_attnres": 110.0, "rd_attnres": 121.0},
+        loops,
+        {"prenorm": 1000, "block_attnres": 1000, "rd_attnres": 1010},
+        dt.datetime(2026, 1, 1),
+        precision_arms={"32-true": "block_attnres", "bf16-mixed": "block_attnres@bf16-mixed"},
+    )
     assert result["step_ms"] == {"prenorm": 10.0, "block_attnres": 11.0, "rd_attnres": 11.0}
     # block/prenorm per round: 1.1 1.2 1.05 1.1 10 1.15 1.08 -> median 1.1; n = 7: [x_(1), x_(7)]
     assert result["ratios"]["block_attnres/prenorm"] == pytest.approx(1.1)
     assert result["ratio_intervals"]["block_attnres/prenorm"] == pytest.approx([1.05, 10.0])
     assert result["ratios"]["rd_attnres/block_attnres"] == 1.0
     assert result["ratio_intervals"]["rd_attnres/block_attnres"] == [1.0, 1.0]
-    assert result["precision_ratios"] == {"bf16/fp32": 2.0} and result["ratio_intervals"]["bf16/fp32"] == [2.0, 2.0]
+    assert result["precision_ratios"] == {"bf16/fp32": 2.0} and result["ratio_intervals"]["bf16/fp32"] == [
+        2.0,
+        2.0,
+    ]
     assert result["loop_tokens_per_s"] == {"lightning": 256 / 0.5, "bare": 256 / 0.4}
     # lightning/bare per iteration (bare s / lightning s): 0.8 1.6 0.1 0.8 0.8 0.8 -> median 0.8, n = 6: the range
     assert result["ratios"]["lightning/bare"] == pytest.approx(0.8)
@@ -147,13 +194,23 @@ def test_assemble_computes_known_medians_paired_ratios_intervals_verdicts_and_mf
     targets = result["targets"]
     assert targets["block_attnres/prenorm"]["verdict"] == "not met"  # the whole interval is above 1.03
     assert targets["block_attnres/prenorm"]["met"] is False
-    assert targets["rd_attnres/block_attnres"]["verdict"] == "met" and targets["rd_attnres/block_attnres"]["met"]
+    assert (
+        targets["rd_attnres/block_attnres"]["verdict"] == "met" and targets["rd_attnres/block_attnres"]["met"]
+    )
     assert targets["lightning/bare"]["verdict"] == "undecided" and targets["lightning/bare"]["met"] is None
     assert targets["mem:rd_attnres/block_attnres"]["met"] is False
     rows = bench_rows({**result, "n_params": {"prenorm": 1000, "block_attnres": 1000, "rd_attnres": 1010}})
-    assert [r["variant"] for r in rows] == ["prenorm", "block_attnres", "rd_attnres", "block_attnres@bf16-mixed",
-                                            "lightning", "bare"]
-    assert rows[3]["step_ms"] == 5.5 and rows[4]["step_ms"] == pytest.approx(500.0)  # 256 tokens at 512 tokens/s
+    assert [r["variant"] for r in rows] == [
+        "prenorm",
+        "block_attnres",
+        "rd_attnres",
+        "block_attnres@bf16-mixed",
+        "lightning",
+        "bare",
+    ]
+    assert rows[3]["step_ms"] == 5.5 and rows[4]["step_ms"] == pytest.approx(
+        500.0
+    )  # 256 tokens at 512 tokens/s
 
 
 def test_median_interval_ranks_and_coverage_follow_the_binomial():
@@ -176,11 +233,18 @@ def test_median_interval_ranks_and_coverage_follow_the_binomial():
     assert hits / 4000 >= coverage(20) - 3 * math.sqrt(0.05 * 0.95 / 4000)
 
 
-@pytest.mark.parametrize("interval, op, bound, verdict", [
-    ((1.00, 1.02), "<=", 1.03, "met"), ((1.04, 1.05), "<=", 1.03, "not met"), ((1.02, 1.04), "<=", 1.03, "undecided"),
-    ((0.99, 1.00), ">=", 0.98, "met"), ((0.95, 0.97), ">=", 0.98, "not met"), ((0.97, 0.99), ">=", 0.98, "undecided"),
-    (None, "<=", 1.03, "undecided"),
-])
+@pytest.mark.parametrize(
+    "interval, op, bound, verdict",
+    [
+        ((1.00, 1.02), "<=", 1.03, "met"),
+        ((1.04, 1.05), "<=", 1.03, "not met"),
+        ((1.02, 1.04), "<=", 1.03, "undecided"),
+        ((0.99, 1.00), ">=", 0.98, "met"),
+        ((0.95, 0.97), ">=", 0.98, "not met"),
+        ((0.97, 0.99), ">=", 0.98, "undecided"),
+        (None, "<=", 1.03, "undecided"),
+    ],
+)
 def test_goals_are_judged_against_the_interval(interval, op, bound, verdict):
     from harness.bench.intervals import judge
 
@@ -256,12 +320,15 @@ def test_route_equals_the_design3_formula():
     assert roles["q"] is roles["k"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--size", "huge"], "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
-    (["--variant", "rd_atnres"], "unknown variant 'rd_atnres'; valid variants:"),
-    (["--steps", "0"], "steps=0 must be an integer >= 1"),
-    (["--loop-variant", "nope"], "unknown variant 'nope'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--size", "huge"], "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
+        (["--variant", "rd_atnres"], "unknown variant 'rd_atnres'; valid variants:"),
+        (["--steps", "0"], "steps=0 must be an integer >= 1"),
+        (["--loop-variant", "nope"], "unknown variant 'nope'"),
+    ],
+)
 def test_bad_input_is_one_clear_error(tmp_path, capsys, argv, message):
     assert cli(["bench", *argv, "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -278,8 +345,17 @@ def test_loops_train_on_a_prepared_corpus(tmp_path):
     sample = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
     if not sample.is_dir():
         pytest.skip(f"sample corpus {sample} absent")
-    cfg = BenchConfig(size="tiny", variants=("block_attnres",), steps=1, warmup=1, loop_steps=1, loop_rounds=1,
-                      corpus=str(sample), cache_dir=tmp_path / "cache", threads=1)
+    cfg = BenchConfig(
+        size="tiny",
+        variants=("block_attnres",),
+        steps=1,
+        warmup=1,
+        loop_steps=1,
+        loop_rounds=1,
+        corpus=str(sample),
+        cache_dir=tmp_path / "cache",
+        threads=1,
+    )
     result = run_bench(cfg)
     assert result["corpus"] == str(sample)
     assert len(result["loop_samples_ms"]["lightning"]) == len(result["loop_samples_ms"]["bare"]) == 1

@@ -18,8 +18,28 @@ from harness.models import build_model
 
 def _bench(tmp_path, variants, *extra):
     out = tmp_path / "bench.json"
-    argv = ["bench", "--size", "tiny", "--steps", "2", "--max-steps", "0", "--warmup", "1", "--loop-rounds", "0",
-            "--threads", "1", "--profile", "3", "--results", str(tmp_path), "--json", str(out), *extra]
+    argv = [
+        "bench",
+        "--size",
+        "tiny",
+        "--steps",
+        "2",
+        "--max-steps",
+        "0",
+        "--warmup",
+        "1",
+        "--loop-rounds",
+        "0",
+        "--threads",
+        "1",
+        "--profile",
+        "3",
+        "--results",
+        str(tmp_path),
+        "--json",
+        str(out),
+        *extra,
+    ]
     for v in variants:
         argv += ["--variant", v]
     assert cli(argv) == 0
@@ -49,8 +69,10 @@ def test_routing_is_found_only_where_there_is_routing(eager):
     assert "routing" not in arms["prenorm"]["categories"]
     assert arms["block_attnres"]["calls"]["routing"] > 0
     # the treatment's second route: one more mat-vec per source at each multi-source attention site
-    mv = {v: arms[v]["op_calls"].get("aten::mv", 0) + arms[v]["op_calls"].get("aten::addmv_", 0)
-          for v in ("block_attnres", "rd_attnres")}
+    mv = {
+        v: arms[v]["op_calls"].get("aten::mv", 0) + arms[v]["op_calls"].get("aten::addmv_", 0)
+        for v in ("block_attnres", "rd_attnres")
+    }
     assert mv["rd_attnres"] > mv["block_attnres"] > 0
     for p in arms.values():  # every operator is in one category
         assert sum(p["categories"].values()) == pytest.approx(p["total_ms"], rel=1e-9)
@@ -71,12 +93,15 @@ def test_pairs_split_each_ratio_by_category_round_by_round(eager):
             assert statistics.mean(r.get(c, 0.0) for r in p["rounds"]) == pytest.approx(ms, rel=1e-9)
     pair = prof["pairs"]["rd_attnres/block_attnres"]
     a, b = prof["arms"]["rd_attnres"]["rounds"], prof["arms"]["block_attnres"]["rounds"]
-    assert pair["ratio"] == pytest.approx(statistics.median(sum(x.values()) / sum(y.values())
-                                                            for x, y in zip(a, b)), rel=1e-12)
-    assert pair["excess_ms"] == pytest.approx(statistics.median(sum(x.values()) - sum(y.values())
-                                                                for x, y in zip(a, b)), abs=1e-9)
+    assert pair["ratio"] == pytest.approx(
+        statistics.median(sum(x.values()) / sum(y.values()) for x, y in zip(a, b)), rel=1e-12
+    )
+    assert pair["excess_ms"] == pytest.approx(
+        statistics.median(sum(x.values()) - sum(y.values()) for x, y in zip(a, b)), abs=1e-9
+    )
     assert pair["categories"]["routing"] == pytest.approx(
-        statistics.median(x["routing"] - y["routing"] for x, y in zip(a, b)), abs=1e-9)
+        statistics.median(x["routing"] - y["routing"] for x, y in zip(a, b)), abs=1e-9
+    )
     sizes = [abs(v) for v in pair["categories"].values()]
     assert sizes == sorted(sizes, reverse=True)
     assert all(ci is None for ci in pair["category_intervals"].values())  # 3 rounds: no 95 % interval
@@ -96,7 +121,9 @@ def test_compiled_kernels_are_visible_to_the_profile(tmp_path):
         assert p["categories"].get("graph overhead", 0.0) < kernels  # the graph call's own time is small
     lines = [ln for ln in result_lines(tmp_path) if ln.startswith("  rd_attnres/block_attnres: ")]
     assert len(lines) == 1 and " ms per step: " in lines[0]
-    assert "Torch-Compiled Region" in result["profile"]["arms"]["rd_attnres"]["ops"]  # one name in every graph
+    assert (
+        "Torch-Compiled Region" in result["profile"]["arms"]["rd_attnres"]["ops"]
+    )  # one name in every graph
 
 
 def result_lines(tmp_path):
@@ -105,32 +132,49 @@ def result_lines(tmp_path):
     return format_report(json.loads((tmp_path / "bench.json").read_text())).splitlines()
 
 
-@pytest.mark.parametrize("name, ancestors, category", [
-    ("aten::mm", (), "matmul"),
-    ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", (), "attention"),
-    ("aten::_log_softmax_backward_data", (), "loss"),
-    ("aten::_softmax_backward_data", (), "routing"),
-    ("aten::addmv_", (), "routing"),
-    ("aten::mvlgamma", (), "other"),
-    ("aten::addcmul_", ("Optimizer.step#AdamW.step", "harness-bench-profile/0"), "optimizer"),
-    ("Optimizer.step#AdamW.step", (), "optimizer"),
-    ("autograd::engine::evaluate_function: LogSoftmaxBackward0", (), "autograd"),
-    ("LogSoftmaxBackward0", (), "autograd"),
-    ("## Call CompiledFxGraph fwbvlsupntttzesgurdebrryt5gi44gkggy4lclfres3nbca55v6 ##", (), "graph overhead"),
-    ("graph_1_cpp_fused__softmax__unsafe_view_add_addcmul_mean_mul_mv_pow_rsqrt_select_stack_unsqueeze_view_16",
-     (), "routing"),
-    ("graph_0_cpp_fused__unsafe_view_mul_silu_silu_backward_split_view_2", (), "mlp"),
-    ("cpp_fused_silu_backward_3", (), "mlp"),
-    ("graph_1_cpp_fused__unsafe_view_add_cat_clone_mul_neg_select_slice_backward_transpose_view_4", (), "rope"),
-    ("triton_per_fused__softmax_add_mul_7", (), "routing"),
-])
+@pytest.mark.parametrize(
+    "name, ancestors, category",
+    [
+        ("aten::mm", (), "matmul"),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", (), "attention"),
+        ("aten::_log_softmax_backward_data", (), "loss"),
+        ("aten::_softmax_backward_data", (), "routing"),
+        ("aten::addmv_", (), "routing"),
+        ("aten::mvlgamma", (), "other"),
+        ("aten::addcmul_", ("Optimizer.step#AdamW.step", "harness-bench-profile/0"), "optimizer"),
+        ("Optimizer.step#AdamW.step", (), "optimizer"),
+        ("autograd::engine::evaluate_function: LogSoftmaxBackward0", (), "autograd"),
+        ("LogSoftmaxBackward0", (), "autograd"),
+        (
+            "## Call CompiledFxGraph fwbvlsupntttzesgurdebrryt5gi44gkggy4lclfres3nbca55v6 ##",
+            (),
+            "graph overhead",
+        ),
+        (
+            "graph_1_cpp_fused__softmax__unsafe_view_add_addcmul_mean_mul_mv_pow_rsqrt_select_stack_unsqueeze_view_16",
+            (),
+            "routing",
+        ),
+        ("graph_0_cpp_fused__unsafe_view_mul_silu_silu_backward_split_view_2", (), "mlp"),
+        ("cpp_fused_silu_backward_3", (), "mlp"),
+        (
+            "graph_1_cpp_fused__unsafe_view_add_cat_clone_mul_neg_select_slice_backward_transpose_view_4",
+            (),
+            "rope",
+        ),
+        ("triton_per_fused__softmax_add_mul_7", (), "routing"),
+    ],
+)
 def test_categories_follow_the_names(name, ancestors, category):
     assert categorize(name, ancestors) == category
 
 
 def test_kernel_names_line_up_across_graphs():
-    assert kernel_name("graph_0_cpp_fused_clone_transpose_2") == kernel_name("graph_1_cpp_fused_clone_transpose_7") \
+    assert (
+        kernel_name("graph_0_cpp_fused_clone_transpose_2")
+        == kernel_name("graph_1_cpp_fused_clone_transpose_7")
         == "cpp_fused_clone_transpose"
+    )
     assert kernel_name("aten::_softmax") == "aten::_softmax"
     assert kernel_name("## Call CompiledFxGraph abc ##") == "## Call CompiledFxGraph ##"
 
@@ -144,12 +188,19 @@ def test_compare_on_known_numbers():
 
     def arm(rounds):
         cats = {c: sum(r[c] for r in rounds) / len(rounds) for c in rounds[0]}
-        return {"total_ms": sum(cats.values()), "categories": cats, "ops": {"x": sum(cats.values())},
-                "rounds": rounds}
+        return {
+            "total_ms": sum(cats.values()),
+            "categories": cats,
+            "ops": {"x": sum(cats.values())},
+            "rounds": rounds,
+        }
 
-    (key, c), = compare({"a": arm(a_rounds), "b": arm(b_rounds)}, {"a/b": ("a", "b")}).items()
+    ((key, c),) = compare({"a": arm(a_rounds), "b": arm(b_rounds)}, {"a/b": ("a", "b")}).items()
     assert key == "a/b" and c["ratio"] == 1.2 and c["excess_ms"] == 2.0
-    assert c["categories"] == {"routing": 2.5, "matmul": -0.5} and list(c["categories"]) == ["routing", "matmul"]
+    assert c["categories"] == {"routing": 2.5, "matmul": -0.5} and list(c["categories"]) == [
+        "routing",
+        "matmul",
+    ]
     # 8 rounds: the 95 % interval is [min, max], so it keeps the stall in view
     assert c["category_intervals"] == {"routing": [2.5, 2.5], "matmul": [-100.5, -0.5]}
 

@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from reports.stats.budget import gain_vs_budget
 from reports.build import Frames, build_report
 from reports.stats.analysis import analyze
+from reports.stats.budget import gain_vs_budget
 from reports.synthetic import synthetic_frames
 
 BUDGETS = (100_000, 400_000, 1_600_000)
@@ -29,10 +29,19 @@ def test_points_are_the_reports_descriptives_and_the_slope_is_ols_when_balanced(
     comps = {(c.comparison, c.budget_tokens): c for c in st.comparisons}
     for p in gvb.points:
         c = comps[(p.comparison, p.budget_tokens)]
-        assert (p.n, p.mean, p.ci_low, p.ci_high) == (c.stats.n, c.stats.mean, c.stats.ci_low, c.stats.ci_high)
-    assert {p.comparison for p in gvb.points} == {"rd_attnres - block_attnres", "param_matched - block_attnres",
-                                                  "dup_route - block_attnres", "fixed_v - block_attnres",
-                                                  "dup_route_tied - block_attnres"}
+        assert (p.n, p.mean, p.ci_low, p.ci_high) == (
+            c.stats.n,
+            c.stats.mean,
+            c.stats.ci_low,
+            c.stats.ci_high,
+        )
+    assert {p.comparison for p in gvb.points} == {
+        "rd_attnres - block_attnres",
+        "param_matched - block_attnres",
+        "dup_route - block_attnres",
+        "fixed_v - block_attnres",
+        "dup_route_tied - block_attnres",
+    }
     for s in gvb.slopes:
         pairs = [p for p in st.pairs if p.comparison == s.comparison]
         if s.comparison.startswith("dup_route_tied"):  # bit-identical A/A: nothing to fit
@@ -42,7 +51,12 @@ def test_points_are_the_reports_descriptives_and_the_slope_is_ols_when_balanced(
         # REML slope is the least-squares slope of d on log2(budget).
         ols = np.polyfit(np.log2([p.budget_tokens for p in pairs]), [p.diff for p in pairs], 1)[0]
         assert s.slope == pytest.approx(ols, abs=1e-9), s
-        assert s.coef.ci_low < s.slope < s.coef.ci_high and s.n_obs == 12 and s.n_seeds == 4 and s.budgets == BUDGETS
+        assert (
+            s.coef.ci_low < s.slope < s.coef.ci_high
+            and s.n_obs == 12
+            and s.n_seeds == 4
+            and s.budgets == BUDGETS
+        )
 
 
 def test_a_gain_that_grows_with_the_budget_has_a_negative_slope():
@@ -51,7 +65,9 @@ def test_a_gain_that_grows_with_the_budget_has_a_negative_slope():
     final = f["final"].with_columns(
         pl.when(pl.col("variant") == "rd_attnres")
         .then(pl.col("val_nll") - 0.004 * (pl.col("budget_tokens") / 100_000).log(2))
-        .otherwise(pl.col("val_nll")).alias("val_nll"))
+        .otherwise(pl.col("val_nll"))
+        .alias("val_nll")
+    )
     st = analyze(final, f["runs"])
     (s,) = gain_vs_budget(st.comparisons, st.pairs).slopes
     assert s.slope == pytest.approx(-0.004, abs=0.002) and s.coef.ci_high < 0
@@ -59,7 +75,9 @@ def test_a_gain_that_grows_with_the_budget_has_a_negative_slope():
 
 def test_unbalanced_budgets_still_fit_and_one_budget_gives_nothing():
     f = _frames()
-    drop = (pl.col("variant") == "rd_attnres") & (pl.col("seed") == 3) & (pl.col("budget_tokens") == 1_600_000)
+    drop = (
+        (pl.col("variant") == "rd_attnres") & (pl.col("seed") == 3) & (pl.col("budget_tokens") == 1_600_000)
+    )
     st = analyze(f["final"].filter(~drop), f["runs"].filter(~drop))
     s = next(x for x in st.budget.slopes if x.comparison == "rd_attnres - block_attnres")
     assert s.n_obs == 11 and np.isfinite(s.slope) and not s.error

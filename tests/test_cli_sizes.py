@@ -10,7 +10,15 @@ from harness.models import build_model, count_params
 def test_sizes_table_matches_built_models(capsys):
     assert main(["sizes", "--size", "tiny"]) == 0
     out = capsys.readouterr().out
-    for variant in ("block_attnres", "rd_attnres", "param_matched", "dup_route", "query_reparam", "fixed_v", "prenorm"):
+    for variant in (
+        "block_attnres",
+        "rd_attnres",
+        "param_matched",
+        "dup_route",
+        "query_reparam",
+        "fixed_v",
+        "prenorm",
+    ):
         counts = count_params(build_model(variant, "tiny", seed=0))
         line = next(l for l in out.splitlines() if l.split()[:2] == ["tiny", variant])
         assert f"{counts['total']:,}" in line.split()
@@ -24,7 +32,9 @@ def test_bad_variant_is_one_clean_error(capsys):
 
 
 def test_python_m_harness_help():
-    out = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     assert "sizes" in out and "harness queue" in out
 
 

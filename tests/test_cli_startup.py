@@ -19,6 +19,7 @@ import pytest
 
 from db.store import Store
 from harness.cli import COMMANDS
+
 from queue_stubs import configs
 
 HEAVY = ("torch", "lightning", "optuna")
@@ -26,8 +27,13 @@ HEAVY = ("torch", "lightning", "optuna")
 
 def imported(*argv: str, cwd=None) -> set[str]:
     """Top-level packages a fresh ``python -m harness ARGV`` imports (from ``-X importtime``)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "harness", *argv], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", proc.stderr, flags=re.MULTILINE)
     assert "harness.cli" in names, proc.stderr[-2000:]  # the log was read
@@ -51,11 +57,22 @@ def test_status_and_sql_load_no_torch_or_lightning(tmp_path):
 
     results = tmp_path / "results"
     RunQueue.open(None, results).enqueue(configs(seeds=(0,)))
-    Store(results).write_result({
-        "run": {"run_id": "r0", "grid": "g", "variant": "block_attnres", "role": "parent", "seed": 0,
-                "size": "tiny", "budget_tokens": 1000, "status": "done", "config": {}},
-        "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": 3.0}],
-    })
+    Store(results).write_result(
+        {
+            "run": {
+                "run_id": "r0",
+                "grid": "g",
+                "variant": "block_attnres",
+                "role": "parent",
+                "seed": 0,
+                "size": "tiny",
+                "budget_tokens": 1000,
+                "status": "done",
+                "config": {},
+            },
+            "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": 3.0}],
+        }
+    )
     status = imported("status", "--results", str(results))
     assert "optuna" in status and not status & {"torch", "lightning"}, sorted(status & {"torch", "lightning"})
     sql = imported("sql", "select * from final", "--results", str(results))

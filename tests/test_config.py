@@ -19,10 +19,23 @@ from harness.files import atomic_path, atomic_write
 from harness.terms import FINISHED, ROLES, STATUSES, config_diff, run_id
 
 PAYLOAD = {  # a queued payload as harness queue wrote it before RunConfig existed (61e45a1)
-    "run_id": "g:tiny:fixed_v:s0:1000", "grid": "g", "variant": "fixed_v", "role": "control",
-    "size": "tiny", "seed": 0, "budget_tokens": 1000, "corpus": "/data/corpus.jsonl",
-    "train": {"lr": 1e-3}, "analysis": {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": None,
-                                        "power": 0.8, "max_seeds": 30, "looks": []},
+    "run_id": "g:tiny:fixed_v:s0:1000",
+    "grid": "g",
+    "variant": "fixed_v",
+    "role": "control",
+    "size": "tiny",
+    "seed": 0,
+    "budget_tokens": 1000,
+    "corpus": "/data/corpus.jsonl",
+    "train": {"lr": 1e-3},
+    "analysis": {
+        "alpha": 0.05,
+        "reproduce_fraction": 0.5,
+        "min_effect_nats": None,
+        "power": 0.8,
+        "max_seeds": 30,
+        "looks": [],
+    },
 }
 
 
@@ -34,12 +47,23 @@ def test_a_stored_payload_reads_back_to_the_same_json():
     assert config.to_dict() == PAYLOAD and list(config.to_dict()) == list(PAYLOAD)  # keys and their order
     assert config.train_config().lr == 1e-3 and config.train_config().batch_tokens == 2048  # tiny preset
     adhoc = {k: v for k, v in PAYLOAD.items() if k != "analysis"}  # `harness run` stored no plan
-    assert RunConfig.from_dict(adhoc).analysis is None and "analysis" not in RunConfig.from_dict(adhoc).to_dict()
+    assert (
+        RunConfig.from_dict(adhoc).analysis is None and "analysis" not in RunConfig.from_dict(adhoc).to_dict()
+    )
 
 
 def test_create_is_the_grid_cell_and_adhoc_adds_the_overrides_digest():
-    cell = RunConfig.create("fixed_v", "tiny", 0, 1000, "/data/corpus.jsonl", grid="g", role="control",
-                            train={"lr": 1e-3}, analysis=PAYLOAD["analysis"])
+    cell = RunConfig.create(
+        "fixed_v",
+        "tiny",
+        0,
+        1000,
+        "/data/corpus.jsonl",
+        grid="g",
+        role="control",
+        train={"lr": 1e-3},
+        analysis=PAYLOAD["analysis"],
+    )
     assert cell == RunConfig.from_dict(PAYLOAD) and cell.run_id == run_id("g", "tiny", "fixed_v", 0, 1000)
     plain = RunConfig.adhoc("rd_attnres", "tiny", 0, 6144, "/c")
     assert plain.run_id == "adhoc:tiny:rd_attnres:s0:6144" and plain.role == "treatment"  # the spec's role
@@ -47,8 +71,10 @@ def test_create_is_the_grid_cell_and_adhoc_adds_the_overrides_digest():
     digest = hashlib.sha256(json.dumps({"lr": 3e-3}, sort_keys=True).encode()).hexdigest()[:8]
     assert tuned.run_id == f"adhoc:tiny:rd_attnres:s0:6144:{digest}"
     # a named grid keeps the plain id, overrides or not
-    assert RunConfig.adhoc("rd_attnres", "tiny", 0, 6144, "/c", grid="sweep", train={"lr": 3e-3}).run_id == \
-        "sweep:tiny:rd_attnres:s0:6144"
+    assert (
+        RunConfig.adhoc("rd_attnres", "tiny", 0, 6144, "/c", grid="sweep", train={"lr": 3e-3}).run_id
+        == "sweep:tiny:rd_attnres:s0:6144"
+    )
 
 
 def test_a_config_is_a_value():
@@ -63,35 +89,53 @@ def test_a_config_is_a_value():
     assert RunConfig.from_dict(json.loads(json.dumps(looks.to_dict()))) == looks
 
 
-@pytest.mark.parametrize("data, message", [
-    ({**PAYLOAD, "colour": "red"}, "run config: unknown key 'colour'; allowed keys: run_id, grid, variant"),
-    ({k: v for k, v in PAYLOAD.items() if k != "corpus"}, "run config: missing key 'corpus'"),
-    ({**PAYLOAD, "role": "boss"}, "run config role='boss'; allowed: parent, treatment, control, reference"),
-    ({**PAYLOAD, "seed": "0"}, "run config seed='0' must be an integer"),
-    ({**PAYLOAD, "train": [1]}, "run config train=[1] must be a table"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {**PAYLOAD, "colour": "red"},
+            "run config: unknown key 'colour'; allowed keys: run_id, grid, variant",
+        ),
+        ({k: v for k, v in PAYLOAD.items() if k != "corpus"}, "run config: missing key 'corpus'"),
+        (
+            {**PAYLOAD, "role": "boss"},
+            "run config role='boss'; allowed: parent, treatment, control, reference",
+        ),
+        ({**PAYLOAD, "seed": "0"}, "run config seed='0' must be an integer"),
+        ({**PAYLOAD, "train": [1]}, "run config train=[1] must be a table"),
+    ],
+)
 def test_a_bad_payload_is_one_clear_error(data, message):
     with pytest.raises(ValueError) as info:
         RunConfig.from_dict(data)
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(variant="nope"), "unknown variant 'nope'; valid variants: prenorm"),
-    (dict(size="huge"), "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
-    (dict(budget_tokens=0), "budget_tokens=0 must be a positive number of tokens"),
-    (dict(seed=-1), "seed=-1 must be >= 0"),
-    (dict(grid="a:b"), "grid name 'a:b': use letters, digits"),
-    (dict(train={"lr": -1.0}), "lr=-1.0 must be a positive finite number"),
-    (dict(model={"vocab_size": 9}), "model override vocab_size: the tokenizer sets the vocabulary"),
-    (dict(model={"block_size": 3}), "block_size=3 must be an even number >= 2"),
-    (dict(model={"colour": 1}), "unknown model override(s) ['colour']"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(variant="nope"), "unknown variant 'nope'; valid variants: prenorm"),
+        (dict(size="huge"), "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
+        (dict(budget_tokens=0), "budget_tokens=0 must be a positive number of tokens"),
+        (dict(seed=-1), "seed=-1 must be >= 0"),
+        (dict(grid="a:b"), "grid name 'a:b': use letters, digits"),
+        (dict(train={"lr": -1.0}), "lr=-1.0 must be a positive finite number"),
+        (dict(model={"vocab_size": 9}), "model override vocab_size: the tokenizer sets the vocabulary"),
+        (dict(model={"block_size": 3}), "block_size=3 must be an even number >= 2"),
+        (dict(model={"colour": 1}), "unknown model override(s) ['colour']"),
+    ],
+)
 def test_create_checks_every_field(kwargs, message):
     args = dict(variant="rd_attnres", size="tiny", seed=0, budget_tokens=1000, corpus="/c") | kwargs
     with pytest.raises(ValueError) as info:
-        RunConfig.create(args.pop("variant"), args.pop("size"), args.pop("seed"), args.pop("budget_tokens"),
-                         args.pop("corpus"), **args)
+        RunConfig.create(
+            args.pop("variant"),
+            args.pop("size"),
+            args.pop("seed"),
+            args.pop("budget_tokens"),
+            args.pop("corpus"),
+            **args,
+        )
     assert message in str(info.value)
 
 
@@ -103,11 +147,14 @@ def test_a_budget_between_whole_global_batches_names_the_two_nearest():
         config.check_trainable()
     assert str(info.value) == (
         "run adhoc:tiny:rd_attnres:s0:10000: budget_tokens=10_000 is not a whole number of global batches "
-        "(batch_tokens=2_048); the nearest budgets that are: 8_192 (4 steps) or 10_240 (5 steps)")
+        "(batch_tokens=2_048); the nearest budgets that are: 8_192 (4 steps) or 10_240 (5 steps)"
+    )
     for budget in (8_192, 10_240, 2_048):
         RunConfig.create("rd_attnres", "tiny", 0, budget, "/c").check_trainable()
     odd = RunConfig.create("rd_attnres", "small", 0, 100_000, "/c", train={"batch_tokens": 2048})
-    with pytest.raises(ValueError, match=r"the nearest budgets that are: 98_304 \(48 steps\) or 100_352 \(49"):
+    with pytest.raises(
+        ValueError, match=r"the nearest budgets that are: 98_304 \(48 steps\) or 100_352 \(49"
+    ):
         odd.check_trainable()
 
 
@@ -119,7 +166,9 @@ def test_a_user_spec_is_stored_in_the_config_a_shipped_one_is_not(thirds_spec):
     user = RunConfig.create(thirds_spec, "120m", 0, 524_288, "/c")  # its 3 head groups split 12 heads
     assert user.spec == get_spec(thirds_spec).text and 'name = "thirds"' in user.spec
     assert RunConfig.from_dict(json.loads(json.dumps(user.to_dict()))) == user
-    assert dataclasses.replace(user.variant_spec(), source="") == dataclasses.replace(get_spec(thirds_spec), source="")
+    assert dataclasses.replace(user.variant_spec(), source="") == dataclasses.replace(
+        get_spec(thirds_spec), source=""
+    )
     shipped = RunConfig.create("dup_route", "small", 0, 4096, "/c")
     assert shipped.spec is None and "spec" not in shipped.to_dict()
     with pytest.raises(ValueError, match="spec name='thirds' must be the variant 'dup_route'"):
@@ -141,7 +190,14 @@ def test_model_overrides_reach_the_model_config_and_the_json_only_when_set():
 
 def test_vocabulary_is_design_section_5():
     assert ROLES == ("parent", "treatment", "control", "reference")
-    assert STATUSES == ("queued", "running", "done", "failed", "diverged", "pruned")  # pruned: tuning (DESIGN 9)
+    assert STATUSES == (
+        "queued",
+        "running",
+        "done",
+        "failed",
+        "diverged",
+        "pruned",
+    )  # pruned: tuning (DESIGN 9)
     assert set(FINISHED) < set(STATUSES) and FINISHED == ("done", "diverged", "pruned")
 
 
@@ -153,9 +209,14 @@ def test_config_diff_serves_both_callers():
     assert config_diff(old, new, values=True)[2] == "train.lr: 0.003 != 0.001"
     # the report: JSON text, the variant keys skipped, absent keys named
     assert config_diff(json.dumps(old), json.dumps(new), values=True, ignore=("variant", "run_id")) == [
-        "extra: '<absent>' != 1", "train.lr: 0.003 != 0.001"]
-    assert config_diff(None, "{}") == config_diff("not json", "{}") == [
-        "config JSON missing or unreadable, fields cannot be compared"]
+        "extra: '<absent>' != 1",
+        "train.lr: 0.003 != 0.001",
+    ]
+    assert (
+        config_diff(None, "{}")
+        == config_diff("not json", "{}")
+        == ["config JSON missing or unreadable, fields cannot be compared"]
+    )
     assert config_diff(old, json.loads(json.dumps(old))) == []
 
 

@@ -28,11 +28,17 @@ import tiktoken
 from tiktoken_ext.openai_public import r50k_pat_str
 
 from harness.data import prepare as data_mod
-from harness.data.corpus import (
-    HUB_DEFAULT_MAX_DOCS, OptionalDependencyError, corpus_files, corpus_fingerprint, is_validation,
-    probe_corpus, read_documents, split_documents,
-)
 from harness.data import prepare_corpus, token_dtype
+from harness.data.corpus import (
+    HUB_DEFAULT_MAX_DOCS,
+    OptionalDependencyError,
+    corpus_files,
+    corpus_fingerprint,
+    is_validation,
+    probe_corpus,
+    read_documents,
+    split_documents,
+)
 from harness.data.stream import stream_documents
 from harness.data.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
 
@@ -80,7 +86,9 @@ def test_directory_reads_all_jsonl_documents_in_sorted_order(sample_docs):
     assert len(docs) == 406  # 6 + 150 + 250 (PROVENANCE.md); PROVENANCE.md is skipped
     assert docs == sample_docs
     assert [p.name for p in corpus_files(str(SAMPLE))] == [
-        "fineweb_edu_misc6.jsonl", "fineweb_edu_sample10BT_efscorer150.jsonl", "fineweb_edu_sample10BT_fac250.jsonl",
+        "fineweb_edu_misc6.jsonl",
+        "fineweb_edu_sample10BT_efscorer150.jsonl",
+        "fineweb_edu_sample10BT_fac250.jsonl",
     ]
     assert read_documents(str(SAMPLE / "*.jsonl")) == sample_docs  # glob form
     assert read_documents(str(SAMPLE), max_docs=10) == sample_docs[:10]
@@ -116,7 +124,8 @@ def test_fingerprint_matches_independent_hash_and_changes_with_one_character():
 def test_split_is_document_level_deterministic_and_order_independent(sample_docs):
     split = split_documents(sample_docs, 0.05)
     expected_val = [
-        d for d in sample_docs
+        d
+        for d in sample_docs
         if int.from_bytes(hashlib.sha256(d.encode()).digest()[:8], "big") < 0.05 * 2**64
     ]
     assert split.val == expected_val
@@ -173,8 +182,10 @@ def test_byte_accounting_is_exact(prepared, sample_docs):
     val = prepared.tokens("val")
     assert prepared.tokenizer().decode(val.tolist()) == "".join(d + EOS_TOKEN for d in split.val)
     assert val[-1] == 0  # EOS follows every document
-    assert prepared.meta["tokenizer"]["sha256"] == hashlib.sha256(
-        (prepared.dir / "tokenizer.json").read_bytes()).hexdigest()
+    assert (
+        prepared.meta["tokenizer"]["sha256"]
+        == hashlib.sha256((prepared.dir / "tokenizer.json").read_bytes()).hexdigest()
+    )
     prepared.verify()
 
 
@@ -184,7 +195,10 @@ def test_prepared_metadata_and_memmap(prepared, sample_docs):
     assert prepared.dtype == "uint16" and prepared.vocab_size == VOCAB == meta["tokenizer"]["vocab_size"]
     assert meta["fingerprint"] == prepared.fingerprint == corpus_fingerprint(sample_docs)
     assert meta["corpus"] == str(SAMPLE) and meta["max_docs"] is None and meta["documents"] == 406
-    assert "corpus" not in prepared.protocol_meta and prepared.protocol_meta["fingerprint"] == prepared.fingerprint
+    assert (
+        "corpus" not in prepared.protocol_meta
+        and prepared.protocol_meta["fingerprint"] == prepared.fingerprint
+    )
     tokens = prepared.tokens("train")
     assert isinstance(tokens, np.memmap) and not tokens.flags.writeable
     assert int(tokens.max()) < prepared.vocab_size
@@ -230,7 +244,11 @@ def test_bpe_training_is_deterministic_across_cache_dirs_and_threads(tmp_path, s
     env = dict(os.environ, RAYON_NUM_THREADS="1", RAYON_RS_NUM_CPUS="1")
     out = subprocess.run(
         [sys.executable, "-c", _TRAIN_IN_CHILD, str(tmp_path / "docs.json"), str(tmp_path / "three")],
-        capture_output=True, text=True, env=env, check=True, cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert out.stdout.strip() == first.sha256
 
@@ -270,8 +288,11 @@ def _gpt2_byte_chars() -> dict[str, int]:
     """GPT-2's printable character -> byte table (its ``bytes_to_unicode``, written out here
     independently of ``tokenizers``): the printable bytes stand for themselves, the others
     are shifted to 256 + n in byte order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), ord("\u00ff") + 1),
+    ]
     shifted = [b for b in range(256) if b not in printable]
     return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(shifted)}}
 
@@ -288,8 +309,12 @@ def local_gpt2(prepared) -> tiktoken.Encoding:
     vocab = json.loads(prepared.tokenizer().json_str)["model"]["vocab"]
     ranks = {bytes(byte_of[c] for c in token): idx - 1 for token, idx in vocab.items() if idx != 0}
     assert sorted(ranks.values()) == list(range(VOCAB - 1))
-    return tiktoken.Encoding("local_gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                             special_tokens={EOS_TOKEN: VOCAB - 1 + GAP_IDS})
+    return tiktoken.Encoding(
+        "local_gpt2",
+        pat_str=r50k_pat_str,
+        mergeable_ranks=ranks,
+        special_tokens={EOS_TOKEN: VOCAB - 1 + GAP_IDS},
+    )
 
 
 @needs_sample
@@ -302,9 +327,9 @@ def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
     lengths = tok.token_bytes()
     assert lengths.shape == (eos + 1,) and lengths.dtype == np.int64
     bpe_lengths = prepared.token_bytes()
-    assert lengths[:VOCAB - 1].tolist() == bpe_lengths[1:].tolist()  # every rank: its byte length
-    assert lengths[VOCAB - 1:].tolist() == [0] * (GAP_IDS + 1)  # unused ids and <|endoftext|>: no bytes
-    assert min(lengths[:VOCAB - 1]) == 1
+    assert lengths[: VOCAB - 1].tolist() == bpe_lengths[1:].tolist()  # every rank: its byte length
+    assert lengths[VOCAB - 1 :].tolist() == [0] * (GAP_IDS + 1)  # unused ids and <|endoftext|>: no bytes
+    assert min(lengths[: VOCAB - 1]) == 1
     bpe = prepared.tokenizer()
     encoded = tok.encode_batch(sample_docs)
     assert encoded[:20] == [tok.encode(d) for d in sample_docs[:20]]
@@ -316,8 +341,10 @@ def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
     assert eos not in ids and tok.decode(ids) == text
     assert int(lengths[ids].sum()) == len(text.encode("utf-8"))
     # the hash: every id's bytes, length-framed, in id order (unused and special ids empty)
-    framed = b"".join(len(b).to_bytes(4, "little") + b for b in
-                      [local_gpt2.decode_single_token_bytes(i) for i in range(VOCAB - 1)] + [b""] * (GAP_IDS + 1))
+    framed = b"".join(
+        len(b).to_bytes(4, "little") + b
+        for b in [local_gpt2.decode_single_token_bytes(i) for i in range(VOCAB - 1)] + [b""] * (GAP_IDS + 1)
+    )
     assert tok.sha256 == hashlib.sha256(framed).hexdigest()
 
 
@@ -496,7 +523,9 @@ def test_malformed_jsonl_is_an_error(tmp_path):
 def test_unsupported_extension_is_an_error(tmp_path):
     path = tmp_path / "corpus.csv"
     path.write_text("text\nhello\n")
-    with pytest.raises(ValueError, match=r"unsupported extension '.csv'; allowed: .jsonl, .ndjson, .parquet, .txt"):
+    with pytest.raises(
+        ValueError, match=r"unsupported extension '.csv'; allowed: .jsonl, .ndjson, .parquet, .txt"
+    ):
         read_documents(str(path))
 
 
@@ -510,12 +539,15 @@ def test_bad_prepare_arguments_are_errors(tmp_path):
         prepare_corpus(str(corpus), cache_dir=tmp_path, vocab_size=300, max_docs=0)
 
 
-@pytest.mark.parametrize("line, message", [
-    (b'{"text": "ok"', "line 2 is not JSON"),
-    (b'["text"]', "line 2 is not a JSON object with a 'text' field"),
-    (b'{"text": 3}', "line 2: field 'text' holds int, expected a string"),
-    (b'{"text": "caf\xe9"}', "is not valid UTF-8: byte 0xe9"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (b'{"text": "ok"', "line 2 is not JSON"),
+        (b'["text"]', "line 2 is not a JSON object with a 'text' field"),
+        (b'{"text": 3}', "line 2: field 'text' holds int, expected a string"),
+        (b'{"text": "caf\xe9"}', "is not valid UTF-8: byte 0xe9"),
+    ],
+)
 def test_a_bad_jsonl_line_is_named_alike_by_the_probe_and_the_stream(tmp_path, line, message):
     """The queue-time probe and the streaming read of a prepare check a JSONL line with one
     function: the same error, naming the file and the line."""

@@ -50,8 +50,8 @@ def test_batches_match_independent_computation(prepared):
     assert dm.schedule.n_windows == n_windows and dm.schedule.batches_per_epoch == n_windows // B
     perm = np.random.default_rng([3, 0]).permutation(n_windows)
     for step, (x, y) in enumerate(_first_batches(dm, 3)):
-        starts = perm[step * B:(step + 1) * B] * T
-        expected = np.stack([tokens[s:s + T + 1] for s in starts])
+        starts = perm[step * B : (step + 1) * B] * T
+        expected = np.stack([tokens[s : s + T + 1] for s in starts])
         assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (B, T)
         assert np.array_equal(x.numpy(), expected[:, :-1]) and np.array_equal(y.numpy(), expected[:, 1:])
 
@@ -89,7 +89,7 @@ def test_epochs_wrap_with_a_fresh_permutation_and_no_window_repeats_within_an_ep
     assert len(np.unique(epoch0)) == len(epoch0) == per_epoch * big_batch
     assert not np.array_equal(epoch0, epoch1)
     perm1 = np.random.default_rng([0, 1]).permutation(dm.schedule.n_windows)
-    assert np.array_equal(epoch1, perm1[:per_epoch * big_batch] * T)
+    assert np.array_equal(epoch1, perm1[: per_epoch * big_batch] * T)
     # resuming across the epoch boundary
     resumed = TokenDataModule(prepared, T, big_batch, seed=0, eval_tokens=4096, start_step=per_epoch - 1)
     it = iter(resumed.train_dataloader())
@@ -134,8 +134,8 @@ def test_validation_set_is_fixed_first_windows_with_exact_target_bytes(prepared)
     assert _equal(batches[0], batches[1])  # same for every seed
     x = torch.cat([b[0] for b in batches[0]]).numpy()
     y = torch.cat([b[1] for b in batches[0]]).numpy()
-    assert np.array_equal(x, val[:n * T].reshape(n, T))
-    assert np.array_equal(y, val[1:n * T + 1].reshape(n, T))
+    assert np.array_equal(x, val[: n * T].reshape(n, T))
+    assert np.array_equal(y, val[1 : n * T + 1].reshape(n, T))
     token_bytes = prepared.token_bytes()
     assert dms[0].val_target_bytes() == int(token_bytes[y].sum())
     # whole split: the targets are every validation token but the first
@@ -143,7 +143,8 @@ def test_validation_set_is_fixed_first_windows_with_exact_target_bytes(prepared)
     assert everything.n_val_windows == (len(val) - 1) // T
     covered = everything.n_val_windows * T + 1
     assert everything.val_target_bytes() == prepared.meta["splits"]["val"]["bytes"] - int(
-        token_bytes[val[0]] + token_bytes[val[covered:]].sum())
+        token_bytes[val[0]] + token_bytes[val[covered:]].sum()
+    )
 
 
 def test_too_short_splits_are_clear_errors(prepared):
@@ -154,9 +155,13 @@ def test_too_short_splits_are_clear_errors(prepared):
         TokenDataModule(prepared, n_val, 1, seed=0, eval_tokens=10**9)
     n_train = len(prepared.tokens("train"))
     windows = (n_train - 1) // 4096
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             f"training split too short: {n_train} tokens give {windows} windows of context 4096 .* "
-            f"fewer than one batch of batch_size=512")):
+            f"fewer than one batch of batch_size=512"
+        ),
+    ):
         TokenDataModule(prepared, 4096, 512, seed=0, eval_tokens=4096)
     with pytest.raises(ValueError, match="seed=-1 must be an integer >= 0"):
         TokenDataModule(prepared, T, B, seed=-1, eval_tokens=4096)
@@ -193,9 +198,18 @@ class _Recorder(L.LightningModule):
 
 def _trainer(root: Path, max_steps: int, callbacks=()) -> L.Trainer:
     return L.Trainer(
-        max_steps=max_steps, accelerator="cpu", devices=1, use_distributed_sampler=False, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=bool(callbacks),
-        callbacks=list(callbacks), default_root_dir=root, val_check_interval=3, check_val_every_n_epoch=None,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=bool(callbacks),
+        callbacks=list(callbacks),
+        default_root_dir=root,
+        val_check_interval=3,
+        check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
     )
 

@@ -25,14 +25,31 @@ from db.validate import ROW_TABLES, columns, result_filename
 
 SPAWN = mp.get_context("spawn")
 FINAL_CONTRACT = [
-    "run_id", "grid", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash",
-    "val_nll", "val_bpb", "val_ppl",
+    "run_id",
+    "grid",
+    "variant",
+    "role",
+    "seed",
+    "size",
+    "budget_tokens",
+    "protocol_hash",
+    "val_nll",
+    "val_bpb",
+    "val_ppl",
 ]
 
 
-def make_result(run_id: str, *, seed: int = 0, variant: str = "rd_attnres", role: str = "treatment",
-                status: str = "done", val: dict[int, float] | None = None, n_layers: int = 2,
-                routing_tokens: tuple[int, ...] = (1000,)) -> dict:
+def make_result(
+    run_id: str,
+    *,
+    seed: int = 0,
+    variant: str = "rd_attnres",
+    role: str = "treatment",
+    status: str = "done",
+    val: dict[int, float] | None = None,
+    n_layers: int = 2,
+    routing_tokens: tuple[int, ...] = (1000,),
+) -> dict:
     """A result with val nll/bpb/ppl at each tokens value of ``val`` (nll), train loss rows,
     routing rows for ``n_layers`` layers x 2 routes x (layer + 1) sources, and per layer one
     route_pairs row (qk vs v) and two route_params rows (w_qk, w_v)."""
@@ -51,24 +68,65 @@ def make_result(run_id: str, *, seed: int = 0, variant: str = "rd_attnres", role
             for route in ("qk", "v"):
                 n = layer + 1
                 for source in range(n):
-                    routing.append({
-                        "tokens": tokens, "layer": layer, "site": "attn", "route": route,
-                        "source": source, "weight": 1.0 / n, "entropy": math.log(n),
-                        "eff_depth": (n - 1) / 2, "js_qk_v": 0.0 if n > 1 else None,
-                    })
-    pairs = [{"tokens": t, "layer": layer, "site": "attn", "route_a": "qk", "route_b": "v",
-              "query_max_abs_diff": 0.01 * layer, "offset_max_abs_diff": 0.0, "js": 0.001 * layer}
-             for t in routing_tokens for layer in range(n_layers)]
-    params = [{"tokens": t, "layer": layer, "site": "attn", "name": name, "numel": 64,
-               "max_abs_change": 0.02 * layer, "max_abs_value": 0.02 * layer}
-              for t in routing_tokens for layer in range(n_layers) for name in ("w_qk", "w_v")]
+                    routing.append(
+                        {
+                            "tokens": tokens,
+                            "layer": layer,
+                            "site": "attn",
+                            "route": route,
+                            "source": source,
+                            "weight": 1.0 / n,
+                            "entropy": math.log(n),
+                            "eff_depth": (n - 1) / 2,
+                            "js_qk_v": 0.0 if n > 1 else None,
+                        }
+                    )
+    pairs = [
+        {
+            "tokens": t,
+            "layer": layer,
+            "site": "attn",
+            "route_a": "qk",
+            "route_b": "v",
+            "query_max_abs_diff": 0.01 * layer,
+            "offset_max_abs_diff": 0.0,
+            "js": 0.001 * layer,
+        }
+        for t in routing_tokens
+        for layer in range(n_layers)
+    ]
+    params = [
+        {
+            "tokens": t,
+            "layer": layer,
+            "site": "attn",
+            "name": name,
+            "numel": 64,
+            "max_abs_change": 0.02 * layer,
+            "max_abs_value": 0.02 * layer,
+        }
+        for t in routing_tokens
+        for layer in range(n_layers)
+        for name in ("w_qk", "w_v")
+    ]
     return {
         "run": {
-            "run_id": run_id, "grid": "g", "variant": variant, "role": role, "seed": seed,
-            "size": "tiny", "budget_tokens": 1000, "protocol_hash": f"p{seed % 2}",
-            "status": status, "n_params": 123456, "wall_s": 1.5, "host": "h",
-            "code_version": "abc123-dirty", "config": {"lr": 0.003, "layers": [64, 64]},
-            "started_at": "2026-01-01T02:00:00+02:00", "finished_at": "2026-01-01T00:00:01",
+            "run_id": run_id,
+            "grid": "g",
+            "variant": variant,
+            "role": role,
+            "seed": seed,
+            "size": "tiny",
+            "budget_tokens": 1000,
+            "protocol_hash": f"p{seed % 2}",
+            "status": status,
+            "n_params": 123456,
+            "wall_s": 1.5,
+            "host": "h",
+            "code_version": "abc123-dirty",
+            "config": {"lr": 0.003, "layers": [64, 64]},
+            "started_at": "2026-01-01T02:00:00+02:00",
+            "finished_at": "2026-01-01T00:00:01",
             "error": None if status == "done" else "boom",
         },
         "metrics": metrics,
@@ -79,8 +137,19 @@ def make_result(run_id: str, *, seed: int = 0, variant: str = "rd_attnres", role
 
 
 METRIC_COLS = ["run_id", "step", "tokens", "split", "name", "value"]
-ROUTING_COLS = ["run_id", "tokens", "layer", "site", "route", "source", "weight", "entropy",
-                "eff_depth", "js_qk_v", "js_qk_v_of_means"]
+ROUTING_COLS = [
+    "run_id",
+    "tokens",
+    "layer",
+    "site",
+    "route",
+    "source",
+    "weight",
+    "entropy",
+    "eff_depth",
+    "js_qk_v",
+    "js_qk_v_of_means",
+]
 
 
 def table(store: Store, name: str, cols: list[str] | None = None) -> list[tuple]:
@@ -115,10 +184,32 @@ def test_write_and_ingest_give_exact_rows_and_final_view(tmp_path):
     final = store.query("SELECT * FROM final ORDER BY run_id")
     assert final.columns[: len(FINAL_CONTRACT)] == FINAL_CONTRACT
     assert final.select(FINAL_CONTRACT).rows() == [
-        ("a", "g", "rd_attnres", "treatment", 0, "tiny", 1000, "p0",
-         4.0, 4.0 / math.log(2) / 4, math.exp(4.0)),
-        ("b", "g", "block_attnres", "parent", 1, "tiny", 1000, "p1",
-         4.5, 4.5 / math.log(2) / 4, math.exp(4.5)),
+        (
+            "a",
+            "g",
+            "rd_attnres",
+            "treatment",
+            0,
+            "tiny",
+            1000,
+            "p0",
+            4.0,
+            4.0 / math.log(2) / 4,
+            math.exp(4.0),
+        ),
+        (
+            "b",
+            "g",
+            "block_attnres",
+            "parent",
+            1,
+            "tiny",
+            1000,
+            "p1",
+            4.5,
+            4.5 / math.log(2) / 4,
+            math.exp(4.5),
+        ),
     ]  # c failed: not in final
     assert final["val_tokens"].to_list() == [1000, 1000]
 
@@ -134,21 +225,37 @@ def test_write_and_ingest_give_exact_rows_and_final_view(tmp_path):
 
     want_metrics = sorted(
         (r["run"]["run_id"], m["step"], m["tokens"], m["split"], m["name"], m["value"])
-        for r in (a, b, c) for m in r["metrics"]
+        for r in (a, b, c)
+        for m in r["metrics"]
     )
     assert table(store, "metrics", METRIC_COLS) == want_metrics
     want_routing = [
-        (r["run"]["run_id"], x["tokens"], x["layer"], x["site"], x["route"], x["source"],
-         x["weight"], x["entropy"], x["eff_depth"], x["js_qk_v"], None)
-        for r in (a, b, c) for x in r["routing"]
+        (
+            r["run"]["run_id"],
+            x["tokens"],
+            x["layer"],
+            x["site"],
+            x["route"],
+            x["source"],
+            x["weight"],
+            x["entropy"],
+            x["eff_depth"],
+            x["js_qk_v"],
+            None,
+        )
+        for r in (a, b, c)
+        for x in r["routing"]
     ]
     assert len(want_routing) == 3 * 2 * (1 + 2)
     got = table(store, "routing", ROUTING_COLS)  # columns added later are not checked here
     assert got == sorted(want_routing, key=lambda t: tuple((v is None, v) for v in t))
     for name in ("route_pairs", "route_params"):  # the degeneracy records, exactly
         cols = list(columns()[name])
-        want = sorted(tuple(r["run"]["run_id"] if c == "run_id" else x[c] for c in cols)
-                      for r in (a, b, c) for x in r[name])
+        want = sorted(
+            tuple(r["run"]["run_id"] if c == "run_id" else x[c] for c in cols)
+            for r in (a, b, c)
+            for x in r[name]
+        )
         assert len(want) >= 6 and table(store, name) == want, name
 
 
@@ -259,7 +366,9 @@ def test_invalid_file_in_runs_dir_is_skipped_with_a_warning(tmp_path):
         assert store.ingest() == 1
     assert store.query("SELECT run_id FROM runs").rows() == [("ok",)]
     assert store.query("SELECT file, error IS NOT NULL FROM ingest_log ORDER BY 1").rows() == [
-        ("junk.json", True), ("ok.json", False)]
+        ("junk.json", True),
+        ("ok.json", False),
+    ]
     assert store.pending() == []  # not retried until the file changes
 
 
@@ -287,6 +396,7 @@ def _set(path, value):
             del node[last]
         else:
             node[last] = value
+
     return mutate
 
 
@@ -294,30 +404,72 @@ def _set(path, value):
     "mutate, match",
     [
         (_set(["run", "seed"], KeyError), r"result\['run'\]: required key 'seed' is missing"),
-        (_set(["run", "status"], "ok"), r"result\['run'\]\['status'\] = 'ok' is not allowed; allowed: queued, running, done, failed, diverged"),
-        (_set(["run", "role"], "baseline"), r"\['role'\] = 'baseline' is not allowed; allowed: parent, treatment, control, reference"),
+        (
+            _set(["run", "status"], "ok"),
+            r"result\['run'\]\['status'\] = 'ok' is not allowed; allowed: queued, running, done, failed, diverged",
+        ),
+        (
+            _set(["run", "role"], "baseline"),
+            r"\['role'\] = 'baseline' is not allowed; allowed: parent, treatment, control, reference",
+        ),
         (_set(["run", "seed"], "0"), r"result\['run'\]\['seed'\] = '0' \(str\) must be an integer"),
         (_set(["run", "seed"], True), r"\['seed'\] = True \(bool\) must be an integer"),
-        (_set(["run", "budget_tokens"], 1e6), r"\['budget_tokens'\] = 1000000.0 \(float\) must be an integer"),
+        (
+            _set(["run", "budget_tokens"], 1e6),
+            r"\['budget_tokens'\] = 1000000.0 \(float\) must be an integer",
+        ),
         (_set(["run", "seed"], 2**31), r"\['seed'\] = 2147483648 is out of range for INTEGER"),
         (_set(["run", "run_id"], ""), r"\['run_id'\] must be a non-empty string"),
         (_set(["run", "grid"], None), r"required key 'grid' is None"),
-        (_set(["run", "colour"], "red"), r"result\['run'\]: unknown key 'colour'; allowed keys: run_id, grid"),
+        (
+            _set(["run", "colour"], "red"),
+            r"result\['run'\]: unknown key 'colour'; allowed keys: run_id, grid",
+        ),
         (_set(["run", "config"], {"a": {1, 2}}), r"result\['run'\]\['config'\] is not JSON-serialisable"),
         (_set(["run", "config"], {"lr": float("nan")}), r"\['config'\] is not JSON-serialisable"),
-        (_set(["run", "started_at"], "yesterday"), r"\['started_at'\] = 'yesterday' is not an ISO 8601 timestamp"),
+        (
+            _set(["run", "started_at"], "yesterday"),
+            r"\['started_at'\] = 'yesterday' is not an ISO 8601 timestamp",
+        ),
         (_set(["run"], [1, 2]), r"result\['run'\] must be a dict, got list"),
         (_set(["metrics"], {"a": 1}), r"result\['metrics'\] must be a list of dicts, got dict"),
-        (_set(["metrics", 1, "split"], "test"), r"result\['metrics'\]\[1\]\['split'\] = 'test' is not allowed; allowed: train, val"),
-        (_set(["metrics", 0, "value"], "4.0"), r"result\['metrics'\]\[0\]\['value'\] = '4.0' \(str\) must be a number"),
+        (
+            _set(["metrics", 1, "split"], "test"),
+            r"result\['metrics'\]\[1\]\['split'\] = 'test' is not allowed; allowed: train, val",
+        ),
+        (
+            _set(["metrics", 0, "value"], "4.0"),
+            r"result\['metrics'\]\[0\]\['value'\] = '4.0' \(str\) must be a number",
+        ),
         (_set(["metrics", 2, "foo"], 1), r"result\['metrics'\]\[2\]: unknown key 'foo'"),
-        (_set(["metrics", 0, "run_id"], "other"), r"result\['metrics'\]\[0\]\['run_id'\] = 'other' differs from the run's 'r'"),
-        (_set(["routing", 3, "weight"], KeyError), r"result\['routing'\]\[3\]: required key 'weight' is missing"),
-        (_set(["routing", 0, "site"], "ffn"), r"result\['routing'\]\[0\]\['site'\] = 'ffn' is not allowed; allowed: attn, mlp, out"),
-        (_set(["route_pairs", 1, "route_b"], KeyError), r"result\['route_pairs'\]\[1\]: required key 'route_b' is missing"),
-        (_set(["route_pairs", 0, "query_max_abs_diff"], "0"), r"result\['route_pairs'\]\[0\]\['query_max_abs_diff'\] = '0' \(str\) must be a number"),
-        (_set(["route_params", 0, "site"], "ffn"), r"result\['route_params'\]\[0\]\['site'\] = 'ffn' is not allowed; allowed: attn, mlp, out"),
-        (_set(["route_params", 2, "name"], None), r"result\['route_params'\]\[2\]: required key 'name' is None"),
+        (
+            _set(["metrics", 0, "run_id"], "other"),
+            r"result\['metrics'\]\[0\]\['run_id'\] = 'other' differs from the run's 'r'",
+        ),
+        (
+            _set(["routing", 3, "weight"], KeyError),
+            r"result\['routing'\]\[3\]: required key 'weight' is missing",
+        ),
+        (
+            _set(["routing", 0, "site"], "ffn"),
+            r"result\['routing'\]\[0\]\['site'\] = 'ffn' is not allowed; allowed: attn, mlp, out",
+        ),
+        (
+            _set(["route_pairs", 1, "route_b"], KeyError),
+            r"result\['route_pairs'\]\[1\]: required key 'route_b' is missing",
+        ),
+        (
+            _set(["route_pairs", 0, "query_max_abs_diff"], "0"),
+            r"result\['route_pairs'\]\[0\]\['query_max_abs_diff'\] = '0' \(str\) must be a number",
+        ),
+        (
+            _set(["route_params", 0, "site"], "ffn"),
+            r"result\['route_params'\]\[0\]\['site'\] = 'ffn' is not allowed; allowed: attn, mlp, out",
+        ),
+        (
+            _set(["route_params", 2, "name"], None),
+            r"result\['route_params'\]\[2\]: required key 'name' is None",
+        ),
         (_set(["extra"], 1), r"result: unknown key 'extra'; allowed keys: format_version"),
         (_set(["format_version"], 2), r"result\['format_version'\] = 2 is not supported"),
     ],
@@ -413,16 +565,27 @@ def test_bad_sql_gives_duckdb_error_and_changes_nothing(tmp_path):
 def test_add_bench_rows(tmp_path):
     store = Store(tmp_path)
     rows = [
-        {"bench_id": "b1", "size": "tiny", "variant": v, "threads": 2, "compile": False,
-         "step_ms": ms, "peak_mem_mb": 10.5, "extra": {"ratio": ms / 2.0}}
+        {
+            "bench_id": "b1",
+            "size": "tiny",
+            "variant": v,
+            "threads": 2,
+            "compile": False,
+            "step_ms": ms,
+            "peak_mem_mb": 10.5,
+            "extra": {"ratio": ms / 2.0},
+        }
         for v, ms in (("prenorm", 2.0), ("block_attnres", 3.0))
     ]
     store.add_bench_rows(rows)
-    got = store.query("SELECT variant, step_ms, compile, threads, extra, created_at IS NOT NULL "
-                      "FROM bench ORDER BY step_ms").rows()
+    got = store.query(
+        "SELECT variant, step_ms, compile, threads, extra, created_at IS NOT NULL FROM bench ORDER BY step_ms"
+    ).rows()
     got = [(*row[:4], json.loads(row[4]), row[5]) for row in got]
-    assert got == [("prenorm", 2.0, False, 2, {"ratio": 1.0}, True),
-                   ("block_attnres", 3.0, False, 2, {"ratio": 1.5}, True)]
+    assert got == [
+        ("prenorm", 2.0, False, 2, {"ratio": 1.0}, True),
+        ("block_attnres", 3.0, False, 2, {"ratio": 1.5}, True),
+    ]
     with pytest.raises(ValueError, match=r"rows\[1\]\['step_ms'\] = 'fast' \(str\) must be a number"):
         store.add_bench_rows([rows[0], {**rows[1], "step_ms": "fast"}])
     with pytest.raises(ValueError, match=r"rows\[0\]: required key 'bench_id' is missing"):
@@ -442,7 +605,9 @@ def test_schema_changes_reach_an_old_database(tmp_path):
     store.write_result(make_result("b", seed=1))
     assert store.ingest() == 1
     assert store.query("SELECT run_id, torch_version FROM runs ORDER BY 1").rows() == [
-        ("a", None), ("b", None)]
+        ("a", None),
+        ("b", None),
+    ]
     assert store.query("SELECT count(*) FROM final").item() == 2
 
 

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
-from reports.stats.degeneracy import DEGENERATE, IDENTICAL_TOL, find_degenerate
 from reports.stats.analysis import analyze
+from reports.stats.degeneracy import DEGENERATE, IDENTICAL_TOL, find_degenerate
 from reports.synthetic import frames_from_values
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -26,24 +26,57 @@ def frames(**controls: list[float]) -> dict[str, pl.DataFrame]:
     return frames_from_values({"block_attnres": PARENT, "rd_attnres": TREAT, **controls}, seeds=SEEDS)
 
 
-def pair_rows(variant: str, diffs, *, tokens=(1_000_000,), route_b: str = "dup", seeds=SEEDS,
-              offset: float = 0.0) -> list[dict]:
+def pair_rows(
+    variant: str, diffs, *, tokens=(1_000_000,), route_b: str = "dup", seeds=SEEDS, offset: float = 0.0
+) -> list[dict]:
     """route_pairs rows (qk vs route_b, attn site) with ``diffs[layer]`` at every evaluation."""
-    return [dict(run_id=f"{variant}-s{s}", tokens=t, layer=l, site="attn", route_a="qk", route_b=route_b,
-                 query_max_abs_diff=float(diffs[l]), offset_max_abs_diff=offset, js=0.0)
-            for s in seeds for t in tokens for l in LAYERS]
+    return [
+        dict(
+            run_id=f"{variant}-s{s}",
+            tokens=t,
+            layer=l,
+            site="attn",
+            route_a="qk",
+            route_b=route_b,
+            query_max_abs_diff=float(diffs[l]),
+            offset_max_abs_diff=offset,
+            js=0.0,
+        )
+        for s in seeds
+        for t in tokens
+        for l in LAYERS
+    ]
 
 
-def param_rows(variant: str, names: dict[str, float], *, seeds=SEEDS, tokens=(500_000, 1_000_000)) -> list[dict]:
+def param_rows(
+    variant: str, names: dict[str, float], *, seeds=SEEDS, tokens=(500_000, 1_000_000)
+) -> list[dict]:
     """route_params rows: every routing parameter name at every layer with max |change| ``names[name]``."""
-    return [dict(run_id=f"{variant}-s{s}", tokens=t, layer=l, site="attn", name=n, numel=64,
-                 max_abs_change=float(c), max_abs_value=float(c))
-            for s in seeds for t in tokens for l in LAYERS for n, c in names.items()]
+    return [
+        dict(
+            run_id=f"{variant}-s{s}",
+            tokens=t,
+            layer=l,
+            site="attn",
+            name=n,
+            numel=64,
+            max_abs_change=float(c),
+            max_abs_value=float(c),
+        )
+        for s in seeds
+        for t in tokens
+        for l in LAYERS
+        for n, c in names.items()
+    ]
 
 
 def find(f, pairs=(), params=()) -> dict:
-    return find_degenerate(f["final"], f["runs"], pl.DataFrame(list(pairs)) if pairs else None,
-                           pl.DataFrame(list(params)) if params else None)
+    return find_degenerate(
+        f["final"],
+        f["runs"],
+        pl.DataFrame(list(pairs)) if pairs else None,
+        pl.DataFrame(list(params)) if params else None,
+    )
 
 
 def moved_parent() -> list[dict]:
@@ -64,12 +97,15 @@ def test_two_routes_identical_at_every_site_make_a_control_degenerate():
     assert "max |summed-query difference| = 0" in reason and "5 run(s)" in reason
 
 
-@pytest.mark.parametrize("diffs, offset, degenerate", [
-    ([0, 0, 0, 0.5 * IDENTICAL_TOL], 0.0, True),  # within the tolerance
-    ([0, 0, 0, 2 * IDENTICAL_TOL], 0.0, False),  # one site apart is enough
-    ([0, 1e-3, 1e-3, 1e-3], 0.0, False),  # layer 0 (one source) never moves: no sign either way
-    ([0, 0, 0, 0], 1e-3, False),  # same queries, different offsets: two different routes
-])
+@pytest.mark.parametrize(
+    "diffs, offset, degenerate",
+    [
+        ([0, 0, 0, 0.5 * IDENTICAL_TOL], 0.0, True),  # within the tolerance
+        ([0, 0, 0, 2 * IDENTICAL_TOL], 0.0, False),  # one site apart is enough
+        ([0, 1e-3, 1e-3, 1e-3], 0.0, False),  # layer 0 (one source) never moves: no sign either way
+        ([0, 0, 0, 0], 1e-3, False),  # same queries, different offsets: two different routes
+    ],
+)
 def test_identical_routes_boundary(diffs, offset, degenerate):
     out = find(frames(c=NOISY), pair_rows("c", diffs, offset=offset))
     assert bool(out) == degenerate, out
@@ -129,7 +165,9 @@ def test_one_route_with_two_equal_queries_is_not_degenerate():
 
 def test_zero_paired_differences_at_every_seed_are_degenerate_and_one_nonzero_is_not():
     out = find(frames(copy=list(PARENT)))
-    assert out == {(*CELL, "copy"): "its paired differences with the parent are exactly 0 at every seed (5 pair(s))"}
+    assert out == {
+        (*CELL, "copy"): "its paired differences with the parent are exactly 0 at every seed (5 pair(s))"
+    }
     almost = list(PARENT)
     almost[2] += 1e-12
     assert find(frames(copy=almost)) == {}
@@ -143,7 +181,9 @@ def test_the_aa_check_is_exempt():
 def test_criteria_are_all_named():
     params = moved_parent() + param_rows("c", {"w_qk": 0.01, "w_dup": 0.0})
     reason = find(frames(c=list(PARENT)), pair_rows("c", [0, 0, 0, 0]), params)[(*CELL, "c")]
-    assert reason.count("; ") == 2 and "identical" in reason and "ever moved" in reason and "exactly 0" in reason
+    assert (
+        reason.count("; ") == 2 and "identical" in reason and "ever moved" in reason and "exactly 0" in reason
+    )
 
 
 # -- the verdict -----------------------------------------------------------------------------------
@@ -173,8 +213,11 @@ def test_degenerate_takes_precedence_over_every_verdict():
 
 def test_report_files_say_invalid_degenerate(tmp_path):
     f = frames(sym=NOISY, good=TREAT)
-    out = build_report(Frames(f["final"], f["runs"], route_pairs=pl.DataFrame(pair_rows("sym", [0, 0, 0, 0]))),
-                       tmp_path, figures=False)
+    out = build_report(
+        Frames(f["final"], f["runs"], route_pairs=pl.DataFrame(pair_rows("sym", [0, 0, 0, 0]))),
+        tmp_path,
+        figures=False,
+    )
     with open(tmp_path / "stats.csv") as fh:
         rows = {r["comparison"]: r for r in csv.DictReader(fh)}
     assert rows["sym - block_attnres"]["verdict"] == DEGENERATE

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,9 @@ def test_eight_workers_on_an_eight_gpu_node_each_take_their_own_device(tmp_path)
     node = [str(i) for i in range(8)]
     claims = [DeviceClaim(node, 1, tmp_path) for _ in range(8)]
     assert [c.devices for c in claims] == [[d] for d in node]
-    with pytest.raises(NoFreeDevice, match=r"1 free GPU\(s\) needed, but only 0 of 0, 1, .*, 7 are free .*--gpus"):
+    with pytest.raises(
+        NoFreeDevice, match=r"1 free GPU\(s\) needed, but only 0 of 0, 1, .*, 7 are free .*--gpus"
+    ):
         DeviceClaim(node, 1, tmp_path)
     claims[3].release()  # a worker stops: its device is free again
     assert DeviceClaim(node, 1, tmp_path).devices == ["3"]
@@ -44,16 +45,25 @@ def test_a_worker_of_several_ranks_takes_free_devices_and_skips_taken_ones(tmp_p
 
 def test_a_device_locked_by_another_process_is_skipped_until_that_process_ends(tmp_path):
     hold = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from harness.scheduling.devices import DeviceClaim; "
-         f"c = DeviceClaim(['GPU-a', 'GPU-b'], 1, {str(tmp_path)!r}); print(c.devices[0], flush=True); time.sleep(600)"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from harness.scheduling.devices import DeviceClaim; "
+            f"c = DeviceClaim(['GPU-a', 'GPU-b'], 1, {str(tmp_path)!r}); print(c.devices[0], flush=True); time.sleep(600)",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert hold.stdout.readline().strip() == "GPU-a"
         assert DeviceClaim(["GPU-a", "GPU-b"], 1, tmp_path).devices == ["GPU-b"]
     finally:
         hold.kill()
         hold.wait()
-    assert DeviceClaim(["GPU-a", "GPU-b"], 1, tmp_path).devices == ["GPU-a"]  # a killed worker's lock goes with it
+    assert DeviceClaim(["GPU-a", "GPU-b"], 1, tmp_path).devices == [
+        "GPU-a"
+    ]  # a killed worker's lock goes with it
 
 
 def test_visible_devices_and_gpus_option():
@@ -61,8 +71,11 @@ def test_visible_devices_and_gpus_option():
     assert visible_devices({}, count=3) == ["0", "1", "2"]
     assert visible_devices({"CUDA_VISIBLE_DEVICES": ""}, count=3) == []  # none visible, as CUDA reads it
     assert parse_gpus("0,1") == ["0", "1"] and parse_gpus("GPU-8f3a-11") == ["GPU-8f3a-11"]
-    for bad, message in [("0,,1", r"'' is not a device index"), ("a", r"'a' is not a device index"),
-                         ("1,1", "a device is named twice")]:
+    for bad, message in [
+        ("0,,1", r"'' is not a device index"),
+        ("a", r"'a' is not a device index"),
+        ("1,1", "a device is named twice"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_gpus(bad)
     assert assign("2,3", 2) == (["2", "3"], None)  # asked for: no lock
@@ -88,15 +101,21 @@ def test_work_sets_each_worker_its_own_cuda_visible_devices(tmp_path, monkeypatc
 
 
 def test_work_refuses_gpus_and_devices_that_disagree_and_a_node_without_free_gpus_in_one_line(
-        tmp_path, capsys, monkeypatch):
+    tmp_path, capsys, monkeypatch
+):
     (tmp_path / "r").mkdir()  # an existing results folder: the device check is what refuses
     assert cli(["work", "--results", str(tmp_path / "r"), "--gpus", "0,1", "--devices", "3"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "harness work: error: --gpus 0,1 names 2 device(s) but --devices is 3: each run trains on all " \
-                  "of the worker's devices", err
+    assert (
+        err == "harness work: error: --gpus 0,1 names 2 device(s) but --devices is 3: each run trains on all "
+        "of the worker's devices"
+    ), err
     monkeypatch.setenv("HARNESS_DEVICE_LOCKS", str(tmp_path / "locks"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with DeviceClaim(["0"], 1, tmp_path / "locks"):  # another worker holds the only GPU
         assert cli(["work", "--results", str(tmp_path / "r"), "--accelerator", "gpu"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("harness work: error: 1 free GPU(s) needed, but only 0 of 0 are free") and "\n" not in err
+    assert (
+        err.startswith("harness work: error: 1 free GPU(s) needed, but only 0 of 0 are free")
+        and "\n" not in err
+    )

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_faults import _drained, grid_file, harness, one_line_error
 
 from harness.cli import main as cli
 from harness.scheduling.queue import RunQueue
-from test_faults import _drained, grid_file, harness, one_line_error
 
 SPAWN = mp.get_context("spawn")
 
@@ -25,20 +25,25 @@ SPAWN = mp.get_context("spawn")
 @pytest.mark.parametrize("option", ["--lease-s", "--poll-s", "--storage-retry-s"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_float_options_refuse_nan_and_infinities(tmp_path, option, value):
-    one_line_error(harness("work", "--results", str(tmp_path), f"{option}={value}"),
-                   f"{option} {value}: must be a finite number")
+    one_line_error(
+        harness("work", "--results", str(tmp_path), f"{option}={value}"),
+        f"{option} {value}: must be a finite number",
+    )
 
 
 def test_sql_lock_timeout_refuses_nan(tmp_path):
-    one_line_error(harness("sql", "select 1", "--results", str(tmp_path), "--lock-timeout", "nan"),
-                   "--lock-timeout nan: must be a finite number")
+    one_line_error(
+        harness("sql", "select 1", "--results", str(tmp_path), "--lock-timeout", "nan"),
+        "--lock-timeout nan: must be a finite number",
+    )
 
 
 @pytest.mark.slow  # 17 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_work_refuses_a_results_folder_that_does_not_exist_unless_create(tmp_path):
     missing = tmp_path / "no" / "such" / "path"
-    one_line_error(harness("work", "--results", str(missing)), f"results folder '{missing}' does not exist",
-                   "--create")
+    one_line_error(
+        harness("work", "--results", str(missing)), f"results folder '{missing}' does not exist", "--create"
+    )
     one_line_error(harness("work", env={"HARNESS_RESULTS": str(missing)}), "does not exist")
     assert not (tmp_path / "no").exists()
     proc = harness("work", "--results", str(missing), "--create")
@@ -63,13 +68,17 @@ def _damage(db: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated", "random", "empty"])
 def test_a_damaged_database_is_set_aside_and_rebuilt_from_the_result_files(tmp_path, how):
     results = _drained(tmp_path)
-    want = harness("sql", "select run_id, val_nll from final order by 1", "--format", "csv", "--results", str(results))
+    want = harness(
+        "sql", "select run_id, val_nll from final order by 1", "--format", "csv", "--results", str(results)
+    )
     assert want.returncode == 0 and want.stdout.count("\n") == 10, want.stderr
     db = results / "harness.duckdb"
     assert db.stat().st_size > 0
-    for command in (["sql", "select run_id, val_nll from final order by 1", "--format", "csv"],
-                    ["export", "--grid", "g", "--format", "csv", "--out", str(tmp_path / "x.csv")],
-                    ["report", "--grid", "g", "--no-figures", "--out", str(tmp_path / "rep")]):
+    for command in (
+        ["sql", "select run_id, val_nll from final order by 1", "--format", "csv"],
+        ["export", "--grid", "g", "--format", "csv", "--out", str(tmp_path / "x.csv")],
+        ["report", "--grid", "g", "--no-figures", "--out", str(tmp_path / "rep")],
+    ):
         _damage(db, how)
         before = {p.name for p in results.iterdir()}
         proc = harness(*command, "--results", str(results))
@@ -80,10 +89,21 @@ def test_a_damaged_database_is_set_aside_and_rebuilt_from_the_result_files(tmp_p
         assert len(said) == 1 and aside[0] in said[0] and "runs" in said[0], proc.stderr
         if command[0] == "sql":
             assert proc.stdout == want.stdout
-    assert harness("sql", "select run_id, val_nll from final order by 1", "--format", "csv",
-                   "--results", str(results)).stdout == want.stdout
+    assert (
+        harness(
+            "sql",
+            "select run_id, val_nll from final order by 1",
+            "--format",
+            "csv",
+            "--results",
+            str(results),
+        ).stdout
+        == want.stdout
+    )
     assert len(list(results.glob("harness.duckdb.damaged-*"))) == 3  # every damaged file kept
-    assert (tmp_path / "rep" / "report.md").exists() and len((tmp_path / "x.csv").read_text().splitlines()) == 10
+    assert (tmp_path / "rep" / "report.md").exists() and len(
+        (tmp_path / "x.csv").read_text().splitlines()
+    ) == 10
 
 
 # ----------------------------------------------------------------------------- harness sql at scale
@@ -97,8 +117,23 @@ print(proc.returncode, len(proc.stdout), resource.getrusage(resource.RUSAGE_CHIL
 
 def _sql_peak(tmp_path: Path, *args: str) -> tuple[int, int, int, str]:
     """``harness sql ARGS`` in a fresh process: (exit status, stdout bytes, peak RSS in MiB, stderr)."""
-    proc = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "harness", "sql", *args,
-                           "--results", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PEAK_RSS,
+            sys.executable,
+            "-m",
+            "harness",
+            "sql",
+            *args,
+            "--results",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     rc, size, mib = map(int, proc.stdout.split())
     return rc, size, mib, proc.stderr
 
@@ -112,10 +147,14 @@ def test_sql_streams_millions_of_rows_in_bounded_memory(tmp_path):
         rc, size, mib, err = _sql_peak(tmp_path, query, "--format", fmt)
         assert rc == 0 and mib < 400, (fmt, mib, err)
         if fmt == "table":
-            assert "harness sql: note: 4,990,000 more rows not shown (--limit 10,000); use --format csv" in err
+            assert (
+                "harness sql: note: 4,990,000 more rows not shown (--limit 10,000); use --format csv" in err
+            )
         if fmt == "csv":
             assert size == len("range\n") + sum(len(str(i)) + 1 for i in range(5_000_000))
-    proc = harness("sql", "select range as r from range(70000)", "--format", "json", "--results", str(tmp_path))
+    proc = harness(
+        "sql", "select range as r from range(70000)", "--format", "json", "--results", str(tmp_path)
+    )
     assert [row["r"] for row in __import__("json").loads(proc.stdout)] == list(range(70000))
     proc = harness("sql", "select range as r from range(5)", "--limit", "2", "--results", str(tmp_path))
     assert proc.stdout.count("│ 0") + proc.stdout.count("│ 1") == 2 and "│ 2" not in proc.stdout
@@ -157,7 +196,9 @@ def test_two_concurrent_queues_of_one_grid_add_each_run_once(tmp_path, storage, 
     argv = ["queue", str(grid), "--results", str(results), *extra]
     RunQueue.open(extra[1] if extra else None, results)  # the storage's tables made (not what is tested)
     go = SPAWN.Event()
-    procs = [SPAWN.Process(target=_queue_slowly, args=(argv, str(tmp_path / f"out{i}"), go)) for i in range(2)]
+    procs = [
+        SPAWN.Process(target=_queue_slowly, args=(argv, str(tmp_path / f"out{i}"), go)) for i in range(2)
+    ]
     for p in procs:
         p.start()
     go.set()
@@ -183,8 +224,11 @@ def tmpfs(tmp_path):
     def make(size: str) -> Path:
         target = tmp_path / f"tmpfs-{len(mounts)}"
         target.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             pytest.fail(f"cannot mount a tmpfs at {target}: {proc.stderr}", pytrace=False)
         mounts.append(target)
@@ -218,8 +262,13 @@ def test_a_worker_refuses_a_run_whose_checkpoints_do_not_fit_and_leaves_it_queue
     need = space_needed(next(iter(queue.runs().values())).config)
     assert need > 2**20  # tiny: 173k parameters, about 7 MiB for its checkpoints
     proc = harness("work", "--results", str(results), "--threads", "1", "--quiet")
-    err = one_line_error(proc, f"disk full: {results} (not enough free space to start", "free)",
-                         f"needs about {need / 2**20:.1f} MiB for its checkpoints", "released and queued again")
+    err = one_line_error(
+        proc,
+        f"disk full: {results} (not enough free space to start",
+        "free)",
+        f"needs about {need / 2**20:.1f} MiB for its checkpoints",
+        "released and queued again",
+    )
     assert proc.returncode == 1 and "Traceback" not in err
     runs = RunQueue.open(None, results).runs()
     assert sorted(r.state for r in runs.values()) == ["queued"] * 3
@@ -243,14 +292,25 @@ def test_enospc_while_writing_a_checkpoint_releases_the_run_and_stops_the_worker
     queue = RunQueue.open(None, results)
     failures = []
     with pytest.raises(DiskFull) as caught:
-        work(queue, _fill_and_write, results, on_failure=lambda *a: failures.append(a), log=lambda m: None,
-             space_needed=lambda config: 2**19)
+        work(
+            queue,
+            _fill_and_write,
+            results,
+            on_failure=lambda *a: failures.append(a),
+            log=lambda m: None,
+            space_needed=lambda config: 2**19,
+        )
     msg = str(caught.value)
     assert msg.startswith(f"disk full: {results} (OSError: [Errno 28] No space left on device"), msg
-    assert "needs about 512 KiB for its checkpoints" in msg and "released and queued again (no retry spent)" in msg
+    assert (
+        "needs about 512 KiB for its checkpoints" in msg
+        and "released and queued again (no retry spent)" in msg
+    )
     assert "\n" not in msg and failures == []  # no failed result written, no retry spent
     runs = RunQueue.open(None, results).runs()
-    assert sorted(r.state for r in runs.values()) == ["queued"] * 3 and all(_no_failure(r) for r in runs.values())
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3 and all(
+        _no_failure(r) for r in runs.values()
+    )
     assert not list((results / "checkpoints").iterdir())  # the torn temporary file was removed
 
 
@@ -280,8 +340,9 @@ def test_sql_on_a_full_disk_says_the_disk_is_full(tmp_path, tmpfs):
 
 @pytest.mark.slow  # 11 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_path):
-    from harness.scheduling.worker import work
     from test_faults import _stub_result
+
+    from harness.scheduling.worker import work
 
     journal = tmp_path / "shared" / "q.journal"
     storage = ["--storage", f"journal:{journal}"]
@@ -290,14 +351,20 @@ def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_pat
     rid = (here / ".harness-id").read_text().strip()
     elsewhere.mkdir()
     proc = harness("work", "--results", str(elsewhere), *storage, "--threads", "1", "--quiet")
-    one_line_error(proc, f"grid g belongs to the results folder {here.resolve()} (id {rid})",
-                   f"this worker's --results {elsewhere} is another folder (id ", "released")
+    one_line_error(
+        proc,
+        f"grid g belongs to the results folder {here.resolve()} (id {rid})",
+        f"this worker's --results {elsewhere} is another folder (id ",
+        "released",
+    )
     queue = RunQueue.open(f"journal:{journal}", here)
     assert sorted(r.state for r in queue.runs().values()) == ["queued"] * 3
     assert not (elsewhere / "runs").exists()
     # queueing the grid again from the other folder is refused the same way
-    one_line_error(harness("queue", str(tmp_path / "g.toml"), "--results", str(elsewhere), *storage),
-                   f"grid g in this queue belongs to the results folder {here.resolve()}")
+    one_line_error(
+        harness("queue", str(tmp_path / "g.toml"), "--results", str(elsewhere), *storage),
+        f"grid g in this queue belongs to the results folder {here.resolve()}",
+    )
     # the right folder takes them all
     assert work(queue, _stub_result, here, log=lambda m: None)["done"] == 3
 
@@ -360,15 +427,22 @@ def test_a_worker_whose_results_folder_goes_away_stops_within_a_beat(tmp_path, t
     thread.join()
     msg = str(caught.value)
     # a replacement is rmtree then mkdir: a beat may fall between the two and see it deleted
-    why = {"deleted": ("deleted",), "replaced": ("replaced by another folder", "deleted"),
-           "unmounted": ("unmounted, or another file system mounted there",)}[how]
-    assert any(msg.startswith(f"results folder {results} {w} while this worker used it; g:tiny:") for w in why), msg
+    why = {
+        "deleted": ("deleted",),
+        "replaced": ("replaced by another folder", "deleted"),
+        "unmounted": ("unmounted, or another file system mounted there",),
+    }[how]
+    assert any(
+        msg.startswith(f"results folder {results} {w} while this worker used it; g:tiny:") for w in why
+    ), msg
     assert "\n" not in msg
     assert "released; the worker stops and creates nothing there" in msg
     assert stopped - gone_at[0] < 4  # within one lease interval
     assert (not results.exists()) if how == "deleted" else not list(results.iterdir())  # nothing re-created
     runs = RunQueue.open(journal, results).runs()
-    assert sorted(r.state for r in runs.values()) == ["queued"] * 3 and all(_no_failure(r) for r in runs.values())
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3 and all(
+        _no_failure(r) for r in runs.values()
+    )
 
 
 def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_new_one(tmp_path):
@@ -390,8 +464,15 @@ def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_
     thread = threading.Thread(target=replace)
     thread.start()
     with pytest.raises(ResultsLost) as caught:
-        work(RunQueue.open(None, results, lease_timeout_s=4), _train_until_lost, results, log=lambda m: None,
-             beat_s=1.0)
+        work(
+            RunQueue.open(None, results, lease_timeout_s=4),
+            _train_until_lost,
+            results,
+            log=lambda m: None,
+            beat_s=1.0,
+        )
     thread.join()
-    assert "not released (FileNotFoundError: the queue is unreachable; another worker reclaims it" in str(caught.value)
+    assert "not released (FileNotFoundError: the queue is unreachable; another worker reclaims it" in str(
+        caught.value
+    )
     assert list(results.iterdir()) == []

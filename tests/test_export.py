@@ -13,11 +13,11 @@ import math
 import pandas as pd
 import polars as pl
 import pytest
+from test_db_store import make_result
 
 from db.store import Store
 from harness.cli import main as cli
 from harness.terms import EXPORT_TABLES
-from test_db_store import make_result
 
 
 def result(run_id: str, grid: str, seed: int, nll: float) -> dict:
@@ -44,8 +44,24 @@ def expected(store: Store, table: str, grid: str) -> pl.DataFrame:
 @pytest.mark.parametrize("table", EXPORT_TABLES)
 def test_parquet_holds_exactly_the_grids_rows(results, table, capsys):
     out = results / "out" / f"{table}.parquet"
-    assert cli(["export", "--grid", "g", "--table", table, "--format", "parquet", "--out", str(out),
-                "--results", str(results)]) == 0
+    assert (
+        cli(
+            [
+                "export",
+                "--grid",
+                "g",
+                "--table",
+                table,
+                "--format",
+                "parquet",
+                "--out",
+                str(out),
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     want = expected(Store(results), table, "g")
     got = pl.read_parquet(out)
     assert want.height > 0 and set(want["run_id"]) == {"g-run-0", "g-run-1", "g-run-2"}
@@ -56,12 +72,15 @@ def test_parquet_holds_exactly_the_grids_rows(results, table, capsys):
 
 def test_csv_has_a_header_and_every_digit(results, capsys):
     out = results / "final.csv"
-    assert cli(["export", "--grid", "g", "--format", "csv", "--out", str(out), "--results", str(results)]) == 0
+    assert (
+        cli(["export", "--grid", "g", "--format", "csv", "--out", str(out), "--results", str(results)]) == 0
+    )
     rows = list(csv.DictReader(out.open()))
     want = expected(Store(results), "final", "g")
     assert list(rows[0]) == want.columns
     assert [(r["run_id"], float(r["val_nll"]), float(r["val_ppl"])) for r in rows] == [
-        (r["run_id"], r["val_nll"], r["val_ppl"]) for r in want.iter_rows(named=True)]
+        (r["run_id"], r["val_nll"], r["val_ppl"]) for r in want.iter_rows(named=True)
+    ]
     assert float(rows[1]["val_nll"]) == 3.0 + 1 / 7 and float(rows[2]["val_ppl"]) == math.exp(3.5)
 
 
@@ -69,7 +88,10 @@ def test_pandas_reads_the_parquet_export(results):
     """The export is offered for pandas: pandas (through pyarrow, a dependency) reads every
     column and value DuckDB holds for the grid."""
     out = results / "final.parquet"
-    assert cli(["export", "--grid", "g", "--format", "parquet", "--out", str(out), "--results", str(results)]) == 0
+    assert (
+        cli(["export", "--grid", "g", "--format", "parquet", "--out", str(out), "--results", str(results)])
+        == 0
+    )
     frame = pd.read_parquet(out)
     want = expected(Store(results), "final", "g")
     assert list(frame.columns) == want.columns and len(frame) == want.height == 3
@@ -81,26 +103,43 @@ def test_pandas_reads_the_parquet_export(results):
 def test_an_existing_file_is_replaced_whole_and_a_failed_export_leaves_it(results, capsys):
     out = results / "final.parquet"
     out.write_text("old")
-    assert cli(["export", "--grid", "h", "--format", "parquet", "--out", str(out), "--results", str(results)]) == 0
+    assert (
+        cli(["export", "--grid", "h", "--format", "parquet", "--out", str(out), "--results", str(results)])
+        == 0
+    )
     assert pl.read_parquet(out)["run_id"].to_list() == ["h-run-0"]
     before = out.read_bytes()
-    assert cli(["export", "--grid", "nope", "--format", "parquet", "--out", str(out), "--results", str(results)]) == 2
+    assert (
+        cli(["export", "--grid", "nope", "--format", "parquet", "--out", str(out), "--results", str(results)])
+        == 2
+    )
     assert out.read_bytes() == before
     folder = results / "a_folder"
     folder.mkdir()
     capsys.readouterr()
-    assert cli(["export", "--grid", "g", "--format", "csv", "--out", str(folder), "--results", str(results)]) == 1
+    assert (
+        cli(["export", "--grid", "g", "--format", "csv", "--out", str(folder), "--results", str(results)])
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"harness export: error: cannot write {folder}: ")
     assert folder.is_dir() and not [p for p in results.iterdir() if p.name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--grid", "nope", "--format", "csv"], "no runs of grid 'nope' in the results store {db}; grids there: g, h"),
-    (["--grid", "g", "--table", "bench", "--format", "csv"],
-     "--table 'bench' not known; allowed: final, runs, metrics, routing, route_pairs, route_params"),
-    (["--grid", "g", "--format", "xlsx"], "--format 'xlsx' not known; allowed: parquet, csv"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--grid", "nope", "--format", "csv"],
+            "no runs of grid 'nope' in the results store {db}; grids there: g, h",
+        ),
+        (
+            ["--grid", "g", "--table", "bench", "--format", "csv"],
+            "--table 'bench' not known; allowed: final, runs, metrics, routing, route_pairs, route_params",
+        ),
+        (["--grid", "g", "--format", "xlsx"], "--format 'xlsx' not known; allowed: parquet, csv"),
+    ],
+)
 def test_bad_grid_table_or_format_is_one_line_naming_the_allowed(results, capsys, argv, message):
     out = results / "x.out"
     assert cli(["export", *argv, "--out", str(out), "--results", str(results)]) == 2
@@ -110,6 +149,20 @@ def test_bad_grid_table_or_format_is_one_line_naming_the_allowed(results, capsys
 
 
 def test_an_empty_store_says_there_are_no_grids_yet(tmp_path, capsys):
-    assert cli(["export", "--grid", "g", "--format", "csv", "--out", str(tmp_path / "x.csv"),
-                "--results", str(tmp_path)]) == 2
+    assert (
+        cli(
+            [
+                "export",
+                "--grid",
+                "g",
+                "--format",
+                "csv",
+                "--out",
+                str(tmp_path / "x.csv"),
+                "--results",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err.endswith("; grids there: none yet\n")

@@ -22,6 +22,7 @@ from db.store import Store
 from harness.cli import main as cli
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
+
 from queue_stubs import GRID_TOML, quiet
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
@@ -29,8 +30,14 @@ SPAWN = mp.get_context("spawn")
 
 
 def harness(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -66,11 +73,14 @@ def _corpus(tmp_path: Path, kind: str) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("kind, needles", [
-    ("empty", ("holds no text: none of its 2 file(s) has a non-empty document",)),
-    ("binary", ("looks binary (a NUL byte at offset 0)", "a.txt")),
-    ("textless", ("holds no text", "'text' field")),
-])
+@pytest.mark.parametrize(
+    "kind, needles",
+    [
+        ("empty", ("holds no text: none of its 2 file(s) has a non-empty document",)),
+        ("binary", ("looks binary (a NUL byte at offset 0)", "a.txt")),
+        ("textless", ("holds no text", "'text' field")),
+    ],
+)
 def test_a_corpus_without_text_is_refused_before_anything_is_queued(tmp_path, kind, needles):
     results = tmp_path / "results"
     proc = harness("queue", str(grid_file(tmp_path, _corpus(tmp_path, kind))), "--results", str(results))
@@ -78,13 +88,24 @@ def test_a_corpus_without_text_is_refused_before_anything_is_queued(tmp_path, ki
     assert not (results / "queue.journal").exists()
 
 
-@pytest.mark.parametrize("budget, train, needles", [
-    (1000, "", ("budget_tokens=1000 is less than one batch (batch_tokens=2048)",)),
-    (4096, "batch_tokens = 1000\n", ("batch_tokens=1000 must be a multiple of the tiny context (64 tokens)",)),
-    (4096, "vocab_size = 10\n", ("vocab_size=10 is not allowed for byte-level BPE", "257")),
-    (4096, "vocab_size = 100_000_000\n", ("vocab_size=100000000 is not allowed", "1_048_576")),
-    (10**20, "", ("budget_tokens=100_000_000_000_000_000_000 is more than 1_000_000_000_000_000 tokens",)),
-])
+@pytest.mark.parametrize(
+    "budget, train, needles",
+    [
+        (1000, "", ("budget_tokens=1000 is less than one batch (batch_tokens=2048)",)),
+        (
+            4096,
+            "batch_tokens = 1000\n",
+            ("batch_tokens=1000 must be a multiple of the tiny context (64 tokens)",),
+        ),
+        (4096, "vocab_size = 10\n", ("vocab_size=10 is not allowed for byte-level BPE", "257")),
+        (4096, "vocab_size = 100_000_000\n", ("vocab_size=100000000 is not allowed", "1_048_576")),
+        (
+            10**20,
+            "",
+            ("budget_tokens=100_000_000_000_000_000_000 is more than 1_000_000_000_000_000 tokens",),
+        ),
+    ],
+)
 def test_a_run_that_would_fail_in_every_worker_is_refused_at_queue_time(tmp_path, budget, train, needles):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"text": "hello world"}\n')
@@ -120,12 +141,17 @@ def test_environment_errors_are_one_line_and_a_closed_pipe_ends_quietly(tmp_path
     one_line_error(harness("sql", "select 1", "--results", str(a_file)), "is a file, not a folder")
     one_line_error(harness("work", "--results", str(a_file / "sub")), f"Not a directory: {a_file / 'sub'}")
     for n in ("-1", "100000"):
-        one_line_error(harness("work", "--threads", n, "--results", str(tmp_path)),
-                       f"--threads {n}: expected 0 (torch's default) to {os.cpu_count()}")
+        one_line_error(
+            harness("work", "--threads", n, "--results", str(tmp_path)),
+            f"--threads {n}: expected 0 (torch's default) to {os.cpu_count()}",
+        )
 
     # `harness sql ... | head`: the reader goes away first; no message, SIGPIPE's status
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "sql", "select * from range(100000)",
-                             "--results", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "sql", "select * from range(100000)", "--results", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(120) == 141 and err == "", err
@@ -139,7 +165,10 @@ def read_only(tmp_path):
     def make(folder: Path) -> Path:
         target = tmp_path / f"ro-{len(mounts)}"
         target.mkdir()
-        for cmd in (["mount", "--bind", str(folder), str(target)], ["mount", "-o", "remount,bind,ro", str(target)]):
+        for cmd in (
+            ["mount", "--bind", str(folder), str(target)],
+            ["mount", "-o", "remount,bind,ro", str(target)],
+        ):
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode:
                 pytest.fail(f"cannot make a read-only mount ({' '.join(cmd)}): {proc.stderr}", pytrace=False)
@@ -157,9 +186,12 @@ def _stub_result(config, results_dir: Path) -> tuple[str, float]:
     c = config.to_dict()
     nll = 3.5 if c["variant"] == "block_attnres" else 3.49
     run = {k: c[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
-    Store(results_dir).write_result({"run": {**run, "status": "done", "protocol_hash": "p", "config": c},
-                                     "metrics": [{"step": 1, "tokens": 4096, "split": "val", "name": "nll",
-                                                  "value": nll}]})
+    Store(results_dir).write_result(
+        {
+            "run": {**run, "status": "done", "protocol_hash": "p", "config": c},
+            "metrics": [{"step": 1, "tokens": 4096, "split": "val", "name": "nll", "value": nll}],
+        }
+    )
     return "done", nll
 
 
@@ -178,19 +210,40 @@ def _drained(tmp_path: Path) -> Path:
 @pytest.mark.slow  # 12 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_a_read_only_results_folder_still_answers_sql_and_report(tmp_path, read_only):
     results = _drained(tmp_path)
-    assert cli(["sql", "select count(*) from final", "--results", str(results)]) == 0  # database made, ingested
-    Store(results).write_result({  # one more result file, never ingested
-        "run": {"run_id": "g:tiny:rd_attnres:s9:4096", "grid": "g", "variant": "rd_attnres", "role": "treatment",
-                "seed": 9, "size": "tiny", "budget_tokens": 4096, "status": "done"}})
+    assert (
+        cli(["sql", "select count(*) from final", "--results", str(results)]) == 0
+    )  # database made, ingested
+    Store(results).write_result(
+        {  # one more result file, never ingested
+            "run": {
+                "run_id": "g:tiny:rd_attnres:s9:4096",
+                "grid": "g",
+                "variant": "rd_attnres",
+                "role": "treatment",
+                "seed": 9,
+                "size": "tiny",
+                "budget_tokens": 4096,
+                "status": "done",
+            }
+        }
+    )
     ro = read_only(results)
 
     proc = harness("sql", "select count(*) as n from runs", "--format", "csv", "--results", str(ro))
     assert proc.returncode == 0 and proc.stdout == "n\n9\n", proc.stderr
-    assert f"the results folder {ro} is read-only for this process: 1 new result file(s) were not ingested" in proc.stderr
+    assert (
+        f"the results folder {ro} is read-only for this process: 1 new result file(s) were not ingested"
+        in proc.stderr
+    )
 
-    one_line_error(harness("report", "--grid", "g", "--results", str(ro), "--no-figures"),
-                   f"cannot write the report to {ro / 'reports' / 'g'}", "pass --out DIR")
-    proc = harness("report", "--grid", "g", "--results", str(ro), "--no-figures", "--out", str(tmp_path / "rep"))
+    one_line_error(
+        harness("report", "--grid", "g", "--results", str(ro), "--no-figures"),
+        f"cannot write the report to {ro / 'reports' / 'g'}",
+        "pass --out DIR",
+    )
+    proc = harness(
+        "report", "--grid", "g", "--results", str(ro), "--no-figures", "--out", str(tmp_path / "rep")
+    )
     assert proc.returncode == 0, proc.stderr
     assert "is read-only for this process" in proc.stdout and (tmp_path / "rep" / "report.md").exists()
     err = one_line_error(harness("work", "--results", str(ro)), "Read-only file system")
@@ -202,7 +255,9 @@ def test_a_read_only_results_folder_still_answers_sql_and_report(tmp_path, read_
     for f in (results / "runs").glob("*.json"):
         (bare / "runs" / f.name).write_bytes(f.read_bytes())
     ro_bare = read_only(bare)
-    proc = harness("report", "--grid", "g", "--results", str(ro_bare), "--no-figures", "--out", str(tmp_path / "rb"))
+    proc = harness(
+        "report", "--grid", "g", "--results", str(ro_bare), "--no-figures", "--out", str(tmp_path / "rb")
+    )
     assert proc.returncode == 0, proc.stderr
     assert "has no database: the query ran on an in-memory copy of its 10 result file(s)" in proc.stdout
     assert f"Queue not found (no queue at {ro_bare / 'queue.journal'})" in proc.stdout
@@ -248,7 +303,9 @@ def test_unreadable_result_files_are_named_by_status_sql_and_report(tmp_path):
 
     proc = harness("status", "--results", str(results))
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^g\s+0\s+0\s+9\s+0\s+0\s+9\s.*trained; 2 result\(s\) unreadable$", proc.stdout, re.M), proc.stdout
+    assert re.search(
+        r"^g\s+0\s+0\s+9\s+0\s+0\s+9\s.*trained; 2 result\(s\) unreadable$", proc.stdout, re.M
+    ), proc.stdout
     assert f"warning: 2 result file(s) in {results / 'runs'} are not in the tables" in proc.stdout
     assert f"  {truncated.name}: not valid JSON" in proc.stdout and "truncated or damaged" in proc.stdout
     assert f"  {drifted.name}: result['run']: unknown key 'val_loss'" in proc.stdout
@@ -258,9 +315,13 @@ def test_unreadable_result_files_are_named_by_status_sql_and_report(tmp_path):
     assert "harness sql: warning: 2 result file(s)" in proc.stderr and truncated.name in proc.stderr
     assert "UserWarning" not in proc.stderr
 
-    proc = harness("report", "--grid", "g", "--results", str(results), "--no-figures", "--out", str(tmp_path / "r"))
+    proc = harness(
+        "report", "--grid", "g", "--results", str(results), "--no-figures", "--out", str(tmp_path / "r")
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "runs of the grid finished" not in proc.stdout and "2 result file unreadable" in proc.stdout, proc.stdout
+    assert "runs of the grid finished" not in proc.stdout and "2 result file unreadable" in proc.stdout, (
+        proc.stdout
+    )
     md = (tmp_path / "r" / "report.md").read_text()
     assert "g:tiny:fixed_v:s1:4096" in md and "g:tiny:rd_attnres:s2:4096" in md
 
@@ -271,13 +332,39 @@ def test_unreadable_result_files_are_named_by_status_sql_and_report(tmp_path):
 @pytest.mark.slow  # trains a run on real text, then a second one
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_harness_run_refuses_a_finished_cell_with_other_settings(tmp_path):
-    args = ["run", "--variant", "fixed_v", "--size", "tiny", "--seed", "0", "--budget-tokens", "2048",
-            "--corpus", str(SAMPLE), "--results", str(tmp_path), "--grid", "G", "--quiet", "--threads", "1",
-            "--set", "vocab_size=512", "--set", "eval_tokens=2048"]
+    args = [
+        "run",
+        "--variant",
+        "fixed_v",
+        "--size",
+        "tiny",
+        "--seed",
+        "0",
+        "--budget-tokens",
+        "2048",
+        "--corpus",
+        str(SAMPLE),
+        "--results",
+        str(tmp_path),
+        "--grid",
+        "G",
+        "--quiet",
+        "--threads",
+        "1",
+        "--set",
+        "vocab_size=512",
+        "--set",
+        "eval_tokens=2048",
+    ]
     env = {"HARNESS_CACHE": str(tmp_path / "cache")}
     assert harness(*args, env=env).returncode == 0
     proc = harness(*args, env=env)
     assert proc.returncode == 0 and "G:tiny:fixed_v:s0:2048: already done" in proc.stdout
-    one_line_error(harness(*args, "--set", "lr=0.001", "--set", "eval_tokens=4096", env=env),
-                   "G:tiny:fixed_v:s0:2048 is already done", "with another config",
-                   "train.eval_tokens: 2048 != 4096", "train.lr: '<absent>' != 0.001", "--force")
+    one_line_error(
+        harness(*args, "--set", "lr=0.001", "--set", "eval_tokens=4096", env=env),
+        "G:tiny:fixed_v:s0:2048 is already done",
+        "with another config",
+        "train.eval_tokens: 2048 != 4096",
+        "train.lr: '<absent>' != 0.001",
+        "--force",
+    )

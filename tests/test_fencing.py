@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
 from db.store import Store
 from harness.config import RunConfig
@@ -33,8 +34,8 @@ from harness.scheduling.lease import Heartbeat
 from harness.scheduling.queue import RunQueue
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import SET_ASIDE, checkpoint_dir, checkpoint_step, prepare_resume
+
 from queue_stubs import configs
-from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 HOST = socket.gethostname()
@@ -89,7 +90,9 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
     assert b.returncode == 0 and "1 done" in out_b, out_b[-3000:]
     assert a.returncode == 0, out_a[-3000:]
     # A says who has the run now, stops it and goes on (nothing else queued: it stops)
-    assert f"lease lost to {HOST}:{b.pid} (epoch 1; epoch 0 was reclaimed by {HOST}:{b.pid}" in out_a, out_a[-3000:]
+    assert f"lease lost to {HOST}:{b.pid} (epoch 1; epoch 0 was reclaimed by {HOST}:{b.pid}" in out_a, out_a[
+        -3000:
+    ]
     assert f"{HOST}:{a.pid} stopped stoptest:tiny:block_attnres:s3:65536 and wrote nothing more" in out_a
     assert "0 done, 0 diverged, 0 failed, 1 lost to another worker" in out_a
 
@@ -108,9 +111,13 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
 
 
 def _result(config: RunConfig, fence: Fence) -> dict:
-    run = {k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
-    return {"run": {**run, "status": "done", "owner": fence.owner, "epoch": fence.epoch},
-            "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": 3.0 + fence.epoch}]}
+    run = {
+        k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")
+    }
+    return {
+        "run": {**run, "status": "done", "owner": fence.owner, "epoch": fence.epoch},
+        "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": 3.0 + fence.epoch}],
+    }
 
 
 def test_a_stale_claim_can_neither_check_nor_write_and_its_file_is_ignored_at_ingest(tmp_path):
@@ -125,7 +132,9 @@ def test_a_stale_claim_can_neither_check_nor_write_and_its_file_is_ignored_at_in
     fence_a = ClaimFence(q, a, Heartbeat(lambda: q.beat(a)))
     fence_b = ClaimFence(q, b, Heartbeat(lambda: q.beat(b)))
     assert q.beat(a) is False  # A's heartbeat is refused from now on
-    with pytest.raises(LeaseLost, match=rf"lease lost to {HOST}:{os.getpid()} \(epoch 1; epoch 0 was reclaimed"):
+    with pytest.raises(
+        LeaseLost, match=rf"lease lost to {HOST}:{os.getpid()} \(epoch 1; epoch 0 was reclaimed"
+    ):
         fence_a.check("checkpoint")
     fence_b.check("checkpoint")
 
@@ -141,7 +150,11 @@ def test_a_stale_claim_can_neither_check_nor_write_and_its_file_is_ignored_at_in
     store.write_result(_result(config, fence_a))
     assert store.query("select epoch, status from runs").rows() == [(1, "done")]
     ((name, why),) = store.unreadable()
-    assert name == path.name and "stale write: epoch 0" in why and f"the store keeps epoch 1 by {fence_b.owner}" in why
+    assert (
+        name == path.name
+        and "stale write: epoch 0" in why
+        and f"the store keeps epoch 1 by {fence_b.owner}" in why
+    )
     assert q.complete(b, "done", value=4.0, wall_s=1.0) and not q.complete(a, "done", value=3.0, wall_s=1.0)
 
 

@@ -22,8 +22,12 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
 def _env() -> dict:
-    return {**os.environ, "HARNESS": str(Path(sys.executable).with_name("harness")), "HARNESS_PROGRESS": "lines",
-            "PYTHON": sys.executable}
+    return {
+        **os.environ,
+        "HARNESS": str(Path(sys.executable).with_name("harness")),
+        "HARNESS_PROGRESS": "lines",
+        "PYTHON": sys.executable,
+    }
 
 
 def test_script_parses_as_bash():
@@ -31,8 +35,9 @@ def test_script_parses_as_bash():
 
 
 def test_dry_run_prints_the_gpu_commands_and_each_parses(tmp_path):
-    out = subprocess.run([str(SCRIPT), "--dry-run", str(tmp_path)], capture_output=True, text=True, env=_env(),
-                         check=True).stdout
+    out = subprocess.run(
+        [str(SCRIPT), "--dry-run", str(tmp_path)], capture_output=True, text=True, env=_env(), check=True
+    ).stdout
     lines = {line.split("] ", 1)[0][1:]: line.split("] ", 1)[1] for line in out.splitlines()}
     assert set(lines) == {"bench", "grid", "ddp"}
     parser = build_parser()
@@ -49,8 +54,9 @@ def test_dry_run_prints_the_gpu_commands_and_each_parses(tmp_path):
 
 @pytest.mark.slow  # trains: a bench, a drained grid and a DDP run
 def test_cpu_fallback_runs_every_step(tmp_path):
-    proc = subprocess.run([str(SCRIPT), "--cpu", str(tmp_path)], capture_output=True, text=True, env=_env(),
-                          timeout=300)
+    proc = subprocess.run(
+        [str(SCRIPT), "--cpu", str(tmp_path)], capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = (tmp_path / "summary.txt").read_text().splitlines()
     assert [line.split(":")[0] for line in summary] == ["bench", "grid", "ddp"]
@@ -61,21 +67,33 @@ def test_cpu_fallback_runs_every_step(tmp_path):
     assert set(bench["profile"]["pairs"]) >= {"block_attnres/prenorm", "rd_attnres/block_attnres"}
     con = duckdb.connect(str(tmp_path / "results" / "harness.duckdb"), read_only=True)
     try:
-        rows = con.execute("SELECT grid, variant, status, config->>'strategy', train_s > 0, train_s <= wall_s "
-                           "FROM runs ORDER BY grid, variant, seed").fetchall()
+        rows = con.execute(
+            "SELECT grid, variant, status, config->>'strategy', train_s > 0, train_s <= wall_s "
+            "FROM runs ORDER BY grid, variant, seed"
+        ).fetchall()
     finally:
         con.close()
     assert [r[:3] for r in rows] == [("gpu_check", "block_attnres", "done")] * 2 + [
-        ("gpu_check", "rd_attnres", "done")] * 2 + [("gpu_check_ddp", "rd_attnres", "done")]
+        ("gpu_check", "rd_attnres", "done")
+    ] * 2 + [("gpu_check_ddp", "rd_attnres", "done")]
     assert rows[-1][3] == "DDPStrategy" and all(r[4] and r[5] for r in rows)
 
 
 def test_paper_dry_run_prints_the_paper_commands_and_each_parses(tmp_path):
-    out = subprocess.run([str(SCRIPT), "--paper", "--dry-run", str(tmp_path)], capture_output=True, text=True,
-                         env=_env(), check=True).stdout
+    out = subprocess.run(
+        [str(SCRIPT), "--paper", "--dry-run", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
+    ).stdout
     lines = {line.split("] ", 1)[0][1:]: line.split("] ", 1)[1] for line in out.splitlines()}
-    assert set(lines) == {"paper_corpus", "paper_bench", "paper_ddp", *(f"paper_{s}_{v}" for s in ("120m", "343m")
-                                                                        for v in ("block_attnres", "rd_attnres"))}
+    assert set(lines) == {
+        "paper_corpus",
+        "paper_bench",
+        "paper_ddp",
+        *(f"paper_{s}_{v}" for s in ("120m", "343m") for v in ("block_attnres", "rd_attnres")),
+    }
     parser = build_parser()
     bench = parser.parse_args(shlex.split(lines["paper_bench"])[1:])
     assert (bench.command, bench.size, bench.compile, bench.device) == ("bench", "120m", True, "cuda")
@@ -93,12 +111,21 @@ def test_paper_dry_run_prints_the_paper_commands_and_each_parses(tmp_path):
 
 @pytest.mark.slow  # 17 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_paper_cpu_fallback_trains_micro_batched_runs_and_says_pass_per_check(tmp_path):
-    proc = subprocess.run([str(SCRIPT), "--paper", "--cpu", str(tmp_path)], capture_output=True, text=True,
-                          env=_env(), timeout=900)
+    proc = subprocess.run(
+        [str(SCRIPT), "--paper", "--cpu", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = (tmp_path / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary[:4]] == ["paper_corpus", "paper_bench", "paper_tiny_block_attnres",
-                                                           "paper_tiny_rd_attnres"]
+    assert [line.split(":")[0] for line in summary[:4]] == [
+        "paper_corpus",
+        "paper_bench",
+        "paper_tiny_block_attnres",
+        "paper_tiny_rd_attnres",
+    ]
     checks = [line for line in summary if line.startswith(("PASS", "FAIL"))]
     assert len(checks) == 2 and all(line.startswith("PASS") for line in checks), summary
     assert all("20 steps of 1,024 tokens, micro-batch 4, world size 1" in line for line in checks)

@@ -21,6 +21,7 @@ from harness.cli import main as cli
 from harness.scheduling.journal import JournalCorrupt, QueueJournalStorage
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
+
 from queue_stubs import quiet, write_grid
 
 RUN0 = "g:tiny:block_attnres:s0:1024"
@@ -39,14 +40,18 @@ def _states(results: Path) -> dict[str, str]:
 
 
 def _harness(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_torn_last_line_is_skipped_with_a_warning_and_the_next_append_starts_a_fresh_line(tmp_path, capsys):
     grid, results, journal = _queued(tmp_path)
     before = journal.read_bytes()
     # a writer killed mid-append: the first 70 bytes of its line, no newline
-    torn = json.dumps({"op_code": 8, "worker_id": "w", "trial_id": 0, "user_attr": {"lease": {"host": "x"}}})[:70]
+    torn = json.dumps({"op_code": 8, "worker_id": "w", "trial_id": 0, "user_attr": {"lease": {"host": "x"}}})[
+        :70
+    ]
     with open(journal, "ab") as f:
         f.write(torn.encode())
     capsys.readouterr()
@@ -88,7 +93,9 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
     numbers = {rid: r.trials[0].number for rid, r in RunQueue.open(None, results).runs().items()}
     # the second run's trial creation (trial number 1), a middle line wherever the layout puts it
     # (the study's creation and its results-folder binding come before the trials)
-    line = [i + 1 for i, raw in enumerate(journal.read_bytes().splitlines()) if json.loads(raw)["op_code"] == 4][1]
+    line = [
+        i + 1 for i, raw in enumerate(journal.read_bytes().splitlines()) if json.loads(raw)["op_code"] == 4
+    ][1]
     assert 1 < line < journal.read_bytes().count(b"\n")
     damaged = _corrupt_line(journal, line)
     original = journal.read_bytes()
@@ -98,7 +105,10 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
         assert proc.returncode == 2, proc.stderr
         err = proc.stderr.strip()
         assert "\n" not in err and "Traceback" not in err, err
-        assert f"queue journal {journal}: line {line} is corrupt (not JSON: Invalid control character at (column 61))" in err
+        assert (
+            f"queue journal {journal}: line {line} is corrupt (not JSON: Invalid control character at (column 61))"
+            in err
+        )
         assert "harness queue --repair" in err and "keeps the damaged file as a backup" in err
     assert journal.read_bytes() == original  # nothing was appended onto the damage
 
@@ -106,13 +116,18 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
     out = capsys.readouterr().out
     (backup,) = results.glob("queue.journal.bak-*")
     assert backup.read_bytes() == original and f"damaged file kept as {backup}" in out
-    assert f"line {line}: unreadable; it created a trial or study, replaced by a failed placeholder trial in study 0" in out
+    assert (
+        f"line {line}: unreadable; it created a trial or study, replaced by a failed placeholder trial in study 0"
+        in out
+    )
     clean = journal.read_bytes().split(b"\n")
     assert damaged not in clean and len(clean) == len(original.split(b"\n"))
     # every other run keeps its trial number; the damaged run's trial is gone, and queueing adds it back
     runs = RunQueue.open(None, results).runs()
     lost = next(rid for rid in numbers if numbers[rid] == 1)
-    assert {rid: r.trials[0].number for rid, r in runs.items()} == {k: v for k, v in numbers.items() if k != lost}
+    assert {rid: r.trials[0].number for rid, r in runs.items()} == {
+        k: v for k, v in numbers.items() if k != lost
+    }
     assert cli(["queue", str(grid), "--results", str(results)]) == 0
     assert "queued 1 runs" in capsys.readouterr().out and len(_states(results)) == 6
     assert cli(["queue", "--repair", "--results", str(results)]) == 0
@@ -134,5 +149,7 @@ def test_repair_is_refused_while_a_worker_holds_a_fresh_lease(tmp_path, capsys):
     original = journal.read_bytes()
     assert cli(["queue", "--repair", "--results", str(results)]) == 2
     err = capsys.readouterr().err
-    assert f"worker(s) {claim.owner} hold a fresh lease in {journal}: stop every worker before --repair" in err
+    assert (
+        f"worker(s) {claim.owner} hold a fresh lease in {journal}: stop every worker before --repair" in err
+    )
     assert journal.read_bytes() == original and not list(results.glob("queue.journal.bak-*"))

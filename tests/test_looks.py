@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from reports.stats import decisions as dec
-from reports.stats.looks import GAMMA_MAX, at_looks, increments, look_at, sequential_p, spent
 from harness.analysis_plan import AnalysisPlan, parse_plan
-from reports.stats.power import look_mde, mde, planned_seeds, power_at, seeds_needed
+from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
+from reports.stats.looks import GAMMA_MAX, at_looks, increments, look_at, sequential_p, spent
+from reports.stats.power import look_mde, mde, planned_seeds, power_at, seeds_needed
 from reports.synthetic import frames_from_values
 
 ALPHA = 0.05
@@ -35,8 +35,9 @@ def test_spending_function_values():
     # Published O'Brien-Fleming-type Lan-DeMets values at alpha 0.05: 0.0056 spent by half the information.
     assert spent(ALPHA, 0.5) == pytest.approx(0.00557, abs=5e-5)
     inc = increments(ALPHA, (3, 5, 10))
-    assert inc == pytest.approx([_obf(ALPHA, 0.3), _obf(ALPHA, 0.5) - _obf(ALPHA, 0.3), ALPHA - _obf(ALPHA, 0.5)],
-                                rel=1e-9)
+    assert inc == pytest.approx(
+        [_obf(ALPHA, 0.3), _obf(ALPHA, 0.5) - _obf(ALPHA, 0.3), ALPHA - _obf(ALPHA, 0.5)], rel=1e-9
+    )
     assert inc.sum() == pytest.approx(ALPHA, abs=1e-15)
     assert inc == pytest.approx([0.000346, 0.005229, 0.044425], abs=1e-6)
 
@@ -112,7 +113,8 @@ def test_mde_and_seeds_needed_at_the_looks():
     s = planned_seeds(0.01, 0.02, plan, "one-sided")  # too noisy for any look
     assert not s.reachable and s.n is None and s.power_at_max == pytest.approx(powers_at(0.01, 0.02, plan))
     assert planned_seeds(0.01, 0.006, AnalysisPlan(min_effect_nats=0.01), "one-sided") == seeds_needed(
-        0.01, 0.006, ALPHA, 0.8, "one-sided", 30)
+        0.01, 0.006, ALPHA, 0.8, "one-sided", 30
+    )
 
 
 def powers_at(effect, sd, plan):
@@ -133,7 +135,9 @@ def test_the_report_tests_the_look_not_every_pair():
     st = analyze(f["final"], f["runs"], plan=AnalysisPlan(looks=(3, 5, 10)))
     h = st.headlines[0]
     assert (h.n, h.look.k, h.look.n) == (4, 1, 3)
-    assert h.p_one_sided == pytest.approx(scipy.stats.ttest_1samp(d[:3], 0, alternative="less").pvalue, rel=1e-12)
+    assert h.p_one_sided == pytest.approx(
+        scipy.stats.ttest_1samp(d[:3], 0, alternative="less").pvalue, rel=1e-12
+    )
     assert h.level == pytest.approx(increments(ALPHA, (3, 5, 10))[0])
     assert not h.established  # p ~ 0.03 at 3 pairs is far above the first look's 0.00035
     row = st.to_frame().filter(st.to_frame()["comparison"] == "rd_attnres - block_attnres").row(0, named=True)
@@ -141,8 +145,12 @@ def test_the_report_tests_the_look_not_every_pair():
     assert "look 1 of 3 tests the first 3 of 4 pairs" in row["note"]
     # Without looks the same pairs are read once at alpha: established.
     h0 = analyze(f["final"], f["runs"], plan=AnalysisPlan()).headlines[0]
-    assert h0.established and h0.level == ALPHA and h0.p_one_sided == pytest.approx(
-        scipy.stats.ttest_1samp(d, 0, alternative="less").pvalue, rel=1e-12)
+    assert (
+        h0.established
+        and h0.level == ALPHA
+        and h0.p_one_sided
+        == pytest.approx(scipy.stats.ttest_1samp(d, 0, alternative="less").pvalue, rel=1e-12)
+    )
 
 
 def test_before_the_first_look_nothing_is_tested():

@@ -42,19 +42,32 @@ class GradCapture(L.Callback):
         self.grads: dict[str, torch.Tensor | None] = {}
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        self.grads = {n: None if p.grad is None else p.grad.detach().clone()
-                      for n, p in pl_module.model.named_parameters()}
+        self.grads = {
+            n: None if p.grad is None else p.grad.detach().clone()
+            for n, p in pl_module.model.named_parameters()
+        }
 
 
-def one_step(micro: int | str, precision: str, x: torch.Tensor, y: torch.Tensor, root: Path, *,
-             variant: str = "rd_attnres", size: str = "tiny", **model) -> tuple[LitLM, GradCapture]:
+def one_step(
+    micro: int | str,
+    precision: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    root: Path,
+    *,
+    variant: str = "rd_attnres",
+    size: str = "tiny",
+    **model,
+) -> tuple[LitLM, GradCapture]:
     """Train one step of the batch ``(x, y)`` with the real trainer; return the module and its gradients."""
     quiet_lightning()
     net = build_model(variant, size, seed=0, vocab_size=padded_vocab(TOKENIZER_VOCAB), **model)
     cfg = TrainConfig(grad_clip=0.0, micro_batch_size=micro, compile=False)  # no clip: the raw gradients
     lit = LitLM(net, cfg, total_steps=1, batch_tokens=x.numel(), token_bytes=torch.ones(TOKENIZER_VOCAB))
     capture = GradCapture()
-    trainer = make_trainer(accelerator="cpu", precision=precision, max_steps=1, callbacks=[capture], root=root)
+    trainer = make_trainer(
+        accelerator="cpu", precision=precision, max_steps=1, callbacks=[capture], root=root
+    )
     trainer.fit(lit, train_dataloaders=DataLoader([(x, y)], batch_size=None))
     assert int(trainer.global_step) == 1  # one optimiser step per global batch, whatever the micro-batches
     return lit, capture
@@ -135,9 +148,27 @@ def _cli_run(results: Path, *extra: str) -> dict:
     from db.store import Store
     from harness.cli import main as cli
 
-    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(4 * 2048),
-              "--corpus", str(SAMPLE), "--results", str(results), "--quiet",
-              "--set=vocab_size=512", "--set=eval_tokens=2048", *extra])
+    rc = cli(
+        [
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            str(4 * 2048),
+            "--corpus",
+            str(SAMPLE),
+            "--results",
+            str(results),
+            "--quiet",
+            "--set=vocab_size=512",
+            "--set=eval_tokens=2048",
+            *extra,
+        ]
+    )
     assert rc == 0
     (path,) = Store(results).runs_dir.glob("*.json")
     return Store(results).read_result(path)
@@ -158,16 +189,36 @@ def test_a_micro_batched_run_takes_the_same_steps_over_the_same_data(tmp_path, c
     for key, value in loss.items():
         if key[1] != "tokens_per_s":
             assert loss_m[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    val = [(r["value"], s["value"]) for r, s in zip(whole["metrics"], micro["metrics"])
-           if r["split"] == "val" and r["name"] == "nll"]
+    val = [
+        (r["value"], s["value"])
+        for r, s in zip(whole["metrics"], micro["metrics"])
+        if r["split"] == "val" and r["name"] == "nll"
+    ]
     assert val and all(abs(u - v) <= 1e-4 * abs(u) for u, v in val)
 
 
 def test_the_micro_batch_flag_refuses_a_bad_value_in_one_line(tmp_path, capsys):
     from harness.cli import main as cli
 
-    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
-              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--micro-batch-size", "0"])
+    rc = cli(
+        [
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            "4096",
+            "--corpus",
+            str(SAMPLE),
+            "--results",
+            str(tmp_path),
+            "--micro-batch-size",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc != 0 and "micro_batch_size=0" in err and "Traceback" not in err
 
@@ -247,8 +298,14 @@ def test_a_120m_model_does_a_micro_batched_step_on_the_cpu_within_its_memory_bou
     # 128 KiB threshold maps every larger block on its own and unmaps it when freed, so the
     # resident size follows the live tensors
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
-    out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(tmp_path)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=1200, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1200,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     m = json.loads(out.stdout.strip().splitlines()[-1])
     assert m["steps"] == 1 and m["micro"] == 1
@@ -268,11 +325,13 @@ def test_a_120m_model_does_a_micro_batched_step_on_the_cpu_within_its_memory_bou
     adam_phase = 12 * m["P"] + 2 * 4 * m["P_max"] + residue
     bound = max(grads_phase, adam_phase)
     added, added_grads = m["peak"] - m["before"], m["peak_grads"] - m["before"]
-    print(f"120m micro-batched step ({m['micro']} of 4 sequences x 128 tokens): peak RSS added {added / gib:.3f} GiB "
-          f"({added_grads / gib:.3f} GiB before the AdamW step), "
-          f"bound {bound / gib:.3f} GiB = max(fwd+bwd {grads_phase / gib:.3f}, AdamW {adam_phase / gib:.3f}) "
-          f"incl. residue {residue / gib:.3f} GiB; "
-          f"saved activations: one micro-batch {m['saved_micro'] / gib:.3f} GiB, one pass {m['saved_batch'] / gib:.3f} GiB")
+    print(
+        f"120m micro-batched step ({m['micro']} of 4 sequences x 128 tokens): peak RSS added {added / gib:.3f} GiB "
+        f"({added_grads / gib:.3f} GiB before the AdamW step), "
+        f"bound {bound / gib:.3f} GiB = max(fwd+bwd {grads_phase / gib:.3f}, AdamW {adam_phase / gib:.3f}) "
+        f"incl. residue {residue / gib:.3f} GiB; "
+        f"saved activations: one micro-batch {m['saved_micro'] / gib:.3f} GiB, one pass {m['saved_batch'] / gib:.3f} GiB"
+    )
     assert 0 < added_grads <= grads_phase and added <= bound
     # one pass would keep the whole batch's activations alongside the gradients: micro-batching bounds it
     assert grads_phase < 4 * m["P"] + m["saved_batch"] + 8 * m["P_max"] + residue

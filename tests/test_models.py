@@ -20,7 +20,9 @@ PARENT = "block_attnres"
 AA_CHECK = "dup_route_tied"
 CONTROLS = [v for v in BLOCK_VARIANTS if get_spec(v).role == "control" and v != AA_CHECK]
 # the canonical degenerate control (DESIGN section 3): the symmetric, averaged dup_route
-SYMMETRIC_DUP = parse_spec(tomllib.loads((Path(__file__).parent / "specs" / "dup_route_avg.toml").read_text()))
+SYMMETRIC_DUP = parse_spec(
+    tomllib.loads((Path(__file__).parent / "specs" / "dup_route_avg.toml").read_text())
+)
 
 # (size, model overrides). The presets' blocks have 2 sublayers; blocks of 4 and 6 make
 # attention sites route over an in-progress partial block (DESIGN section 3).
@@ -68,7 +70,9 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
 
-def train_steps(model: torch.nn.Module, steps: int, lr: float, probe: torch.Tensor | None = None) -> list[torch.Tensor]:
+def train_steps(
+    model: torch.nn.Module, steps: int, lr: float, probe: torch.Tensor | None = None
+) -> list[torch.Tensor]:
     """``steps`` AdamW steps (no weight decay) on fixed random batches (the same for every
     model); returns the logits on ``probe`` (default: the first batch) after each step."""
     g = torch.Generator().manual_seed(0)
@@ -88,8 +92,15 @@ def train_steps(model: torch.nn.Module, steps: int, lr: float, probe: torch.Tens
 
 def test_core_variants_exist():
     assert set(available_variants()) >= {
-        "prenorm", "full_attnres", "block_attnres", "rd_attnres",
-        "param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam",
+        "prenorm",
+        "full_attnres",
+        "block_attnres",
+        "rd_attnres",
+        "param_matched",
+        "dup_route",
+        "dup_route_tied",
+        "fixed_v",
+        "query_reparam",
     }
     assert get_spec(PARENT).role == "parent" and get_spec("rd_attnres").role == "treatment"
     for v in ("param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam"):
@@ -189,7 +200,7 @@ def test_dup_route_queries_get_their_own_gradients_and_the_symmetric_version_doe
         for layer in m.layers[1:]:  # layer 0 routes over one source: it has no queries
             w_qk, w_dup = layer.attn_route.w_qk, layer.attn_route.w_dup
             if same:
-                assert torch.equal(w_qk, w_dup), (spec, l)
+                assert torch.equal(w_qk, w_dup), (spec, layer)
             else:
                 assert max_diff(w_qk, w_dup) > 1e-4 and w_dup.abs().max() > 0, layer
 
@@ -206,10 +217,13 @@ def test_dup_route_tied_equals_parent_with_random_queries(config):
 
 
 @configs
-@pytest.mark.parametrize("variant, added, value, layers", [
-    ("param_matched", "b_qk", 0.05, (1, -1)),  # norm(r0 + b) is not norm(r0)
-    ("query_reparam", "w_extra", 0.5, (-1,)),
-])
+@pytest.mark.parametrize(
+    "variant, added, value, layers",
+    [
+        ("param_matched", "b_qk", 0.05, (1, -1)),  # norm(r0 + b) is not norm(r0)
+        ("query_reparam", "w_extra", 0.5, (-1,)),
+    ],
+)
 def test_control_with_its_added_vector_at_zero_equals_parent(config, variant, added, value, layers):
     """param_matched with b = 0 and query_reparam with w_extra = 0 are the parent; a
     non-zero value moves them away."""
@@ -416,36 +430,76 @@ def test_spec_validation_errors_name_the_key():
         parse_spec({**base, "colour": 1})
     with pytest.raises(ValueError, match="residual='deep'"):
         parse_spec({"name": "x", "residual": "deep"})
-    bad_role = {"queries": {"w_qk": {}}, "routes": {"qk": ["w_qk"]}, "roles": {"q": ["qk"], "k": ["qk"], "v": ["zz"]}}
+    bad_role = {
+        "queries": {"w_qk": {}},
+        "routes": {"qk": ["w_qk"]},
+        "roles": {"q": ["qk"], "k": ["qk"], "v": ["zz"]},
+    }
     with pytest.raises(ValueError, match="unknown route 'zz'"):
         parse_spec({**base, "attn": bad_role})
     q, r = {"w_qk": {}}, {"qk": ["w_qk"]}
     qkv = {"q": ["qk"], "k": ["qk"], "v": ["qk"]}
     cases = [
-        ({"queries": q, "routes": r, "roles": qkv, "head_groups": [qkv, qkv]}, r"needs exactly one of 'roles' or 'head_groups'"),
+        (
+            {"queries": q, "routes": r, "roles": qkv, "head_groups": [qkv, qkv]},
+            r"needs exactly one of 'roles' or 'head_groups'",
+        ),
         ({"queries": q, "routes": r, "head_groups": [qkv]}, r"at least two tables"),
-        ({"queries": q, "routes": r, "head_groups": [qkv, {**qkv, "share": 0}]}, r"#1 share=0: a positive integer"),
-        ({"queries": q, "routes": r, "head_groups": [qkv, {"q": ["qk"], "k": ["qk"]}]}, r"#1 must define exactly \['q', 'k', 'v'\]"),
-        ({"queries": q, "offsets": {"x_qk": {}}, "routes": r, "roles": qkv}, r"\[attn.offsets\] 'x_qk': names start with 'b_'"),
-        ({"queries": q, "offsets": {"b_qk": {}}, "routes": r, "roles": qkv}, r"\['b_qk'\] declared but used by no route"),
-        ({"queries": q, "routes": {"qk": {"queries": ["w_qk"], "offset": "b_zz"}}, "roles": qkv}, r"unknown offset 'b_zz'"),
-        ({"queries": q, "routes": {"qk": {"query": ["w_qk"]}}, "roles": qkv}, r"a route table has keys 'queries' \(required\) and 'offset'"),
-        ({"queries": {"w_qk": "yes"}, "routes": r, "roles": qkv}, r"w_qk = 'yes': use \{\} or \{ trainable = false \}"),
+        (
+            {"queries": q, "routes": r, "head_groups": [qkv, {**qkv, "share": 0}]},
+            r"#1 share=0: a positive integer",
+        ),
+        (
+            {"queries": q, "routes": r, "head_groups": [qkv, {"q": ["qk"], "k": ["qk"]}]},
+            r"#1 must define exactly \['q', 'k', 'v'\]",
+        ),
+        (
+            {"queries": q, "offsets": {"x_qk": {}}, "routes": r, "roles": qkv},
+            r"\[attn.offsets\] 'x_qk': names start with 'b_'",
+        ),
+        (
+            {"queries": q, "offsets": {"b_qk": {}}, "routes": r, "roles": qkv},
+            r"\['b_qk'\] declared but used by no route",
+        ),
+        (
+            {"queries": q, "routes": {"qk": {"queries": ["w_qk"], "offset": "b_zz"}}, "roles": qkv},
+            r"unknown offset 'b_zz'",
+        ),
+        (
+            {"queries": q, "routes": {"qk": {"query": ["w_qk"]}}, "roles": qkv},
+            r"a route table has keys 'queries' \(required\) and 'offset'",
+        ),
+        (
+            {"queries": {"w_qk": "yes"}, "routes": r, "roles": qkv},
+            r"w_qk = 'yes': use \{\} or \{ trainable = false \}",
+        ),
     ]
     for attn, message in cases:
         with pytest.raises(ValueError, match=message):
             parse_spec({**base, "attn": attn})
     with pytest.raises(ValueError, match=r"\[mlp\] head_groups: only the attention site has heads"):
-        parse_spec({**base, "mlp": {"queries": {"w_mlp": {}}, "routes": {"mlp": ["w_mlp"]},
-                                    "head_groups": [{"mlp": ["mlp"]}, {"mlp": ["mlp"]}]}})
+        parse_spec(
+            {
+                **base,
+                "mlp": {
+                    "queries": {"w_mlp": {}},
+                    "routes": {"mlp": ["w_mlp"]},
+                    "head_groups": [{"mlp": ["mlp"]}, {"mlp": ["mlp"]}],
+                },
+            }
+        )
 
 
 def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(thirds_spec):
     from harness.config import RunConfig
 
-    with pytest.raises(ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "):
+    with pytest.raises(
+        ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "
+    ):
         build_model("thirds", "tiny", seed=0)
-    with pytest.raises(ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"):
+    with pytest.raises(
+        ValueError, match=r"variant 'thirds' at size 'tiny': .*cannot split 2 attention heads"
+    ):
         RunConfig.create("thirds", "tiny", 0, 1000, "corpus")  # refused at queue time
     assert RunConfig.create("thirds", "120m", 0, 1000, "corpus").variant == "thirds"
     with torch.device("meta"):
@@ -454,16 +508,25 @@ def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(thirds_spec
 
 def test_new_control_is_just_a_spec(tmp_path):
     """q_kv (Q alone on its own route) is a new control with no model code."""
-    spec = parse_spec({
-        "name": "q_kv", "residual": "block", "role": "control",
-        "attn": {"queries": {"w_qk": {}, "w_q": {}}, "routes": {"qk": ["w_qk"], "q": ["w_q"]},
-                 "roles": {"q": ["q"], "k": ["qk"], "v": ["qk"]}},
-    })
+    spec = parse_spec(
+        {
+            "name": "q_kv",
+            "residual": "block",
+            "role": "control",
+            "attn": {
+                "queries": {"w_qk": {}, "w_q": {}},
+                "routes": {"qk": ["w_qk"], "q": ["w_q"]},
+                "roles": {"q": ["q"], "k": ["qk"], "v": ["qk"]},
+            },
+        }
+    )
     m = build_model(spec, "tiny", seed=0)
     x = tokens("tiny")
     assert max_diff(m(x), build_model(PARENT, "tiny", seed=0)(x)) <= TOL
     # one w_q per layer after the first (layer 0's site routes over one source: no parameters)
-    assert count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + (2 - 1) * 64
+    assert (
+        count_params(m)["total"] == count_params(build_model(PARENT, "tiny", seed=0))["total"] + (2 - 1) * 64
+    )
 
 
 def test_diagnostics_over_batches_equal_one_concatenated_batch():

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis_plan import AnalysisPlan, parse_plan, plan_from_configs
 from harness.cli import main as cli
 from harness.scheduling.grid import load_grid
 from harness.scheduling.queue import RunQueue
-from harness.analysis_plan import AnalysisPlan, parse_plan, plan_from_configs
-from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
+from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
 
 def write(tmp_path: Path, analysis: str = "", seeds: str = "[0, 1]") -> Path:
@@ -25,12 +25,32 @@ def write(tmp_path: Path, analysis: str = "", seeds: str = "[0, 1]") -> Path:
 
 def test_defaults_and_a_full_table():
     assert parse_plan({}, source="defaults") == AnalysisPlan()
-    assert AnalysisPlan().as_config() == {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": None,
-                                          "power": 0.8, "max_seeds": 30, "looks": []}
-    plan = parse_plan({"alpha": 0.01, "reproduce_fraction": 0.25, "min_effect_nats": 0.005, "power": 0.9,
-                       "max_seeds": 12, "looks": [3, 5, 10]})
-    assert (plan.alpha, plan.reproduce_fraction, plan.min_effect_nats, plan.power, plan.max_seeds, plan.looks) == (
-        0.01, 0.25, 0.005, 0.9, 12, (3, 5, 10))
+    assert AnalysisPlan().as_config() == {
+        "alpha": 0.05,
+        "reproduce_fraction": 0.5,
+        "min_effect_nats": None,
+        "power": 0.8,
+        "max_seeds": 30,
+        "looks": [],
+    }
+    plan = parse_plan(
+        {
+            "alpha": 0.01,
+            "reproduce_fraction": 0.25,
+            "min_effect_nats": 0.005,
+            "power": 0.9,
+            "max_seeds": 12,
+            "looks": [3, 5, 10],
+        }
+    )
+    assert (
+        plan.alpha,
+        plan.reproduce_fraction,
+        plan.min_effect_nats,
+        plan.power,
+        plan.max_seeds,
+        plan.looks,
+    ) == (0.01, 0.25, 0.005, 0.9, 12, (3, 5, 10))
     assert parse_plan(plan.as_config()) == plan  # round trip through a run config (source "[analysis]")
 
 
@@ -72,8 +92,18 @@ def test_grid_stores_the_plan_in_every_run_config(tmp_path):
     assert grid.analysis.min_effect_nats == 0.01 and grid.analysis.source == "[analysis]"
     runs = grid.expand()
     assert {r.analysis["min_effect_nats"] for r in runs} == {0.01}
-    assert all(r.analysis == {"alpha": 0.05, "reproduce_fraction": 0.5, "min_effect_nats": 0.01,
-                                 "power": 0.8, "max_seeds": 30, "looks": [3, 5]} for r in runs)
+    assert all(
+        r.analysis
+        == {
+            "alpha": 0.05,
+            "reproduce_fraction": 0.5,
+            "min_effect_nats": 0.01,
+            "power": 0.8,
+            "max_seeds": 30,
+            "looks": [3, 5],
+        }
+        for r in runs
+    )
     assert plan_from_configs([r.to_dict() for r in runs]).min_effect_nats == 0.01
     assert plan_from_configs([{"grid": "adhoc"}]).source == "defaults"
 
@@ -88,14 +118,26 @@ def test_queue_refuses_a_bad_plan_before_enqueuing_anything(tmp_path, capsys):
 
 def test_queue_refuses_a_changed_plan_once_runs_exist(tmp_path, capsys):
     results = str(tmp_path / "results")
-    assert cli(["queue", str(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.01\n")), "--results", results]) == 0
+    assert (
+        cli(["queue", str(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.01\n")), "--results", results])
+        == 0
+    )
     capsys.readouterr()
-    assert cli(["queue", str(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.01\n")), "--results", results]) == 0
+    assert (
+        cli(["queue", str(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.01\n")), "--results", results])
+        == 0
+    )
     assert "nothing to add" in capsys.readouterr().out  # unchanged plan: idempotent
     # Changing the plan is refused, also when the re-queue only adds new seeds.
     for seeds in ("[0, 1]", "[0, 1, 2]"):
-        rc = cli(["queue", str(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.02\n", seeds)), "--results",
-                  results])
+        rc = cli(
+            [
+                "queue",
+                str(write(tmp_path, "\n[analysis]\nmin_effect_nats = 0.02\n", seeds)),
+                "--results",
+                results,
+            ]
+        )
         err = capsys.readouterr().err
         assert rc == 2, err
         assert "analysis.min_effect_nats changed after its runs were queued" in err

@@ -35,9 +35,12 @@ MEMORY_GOAL_KB = 1_500_000  # DESIGN 11: peak RSS <= 1.5 GB at any corpus size
 
 
 #: Runs argv[1:] and prints the largest RSS (KiB) among it and the processes it waited for.
-PEAK_WRAPPER = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
-                "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-                "sys.exit(r.returncode)")
+PEAK_WRAPPER = (
+    "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+    "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+    "sys.exit(r.returncode)"
+)
+
 
 def recombined_corpus(path: Path, megabytes: float, seed: int = 0) -> Path:
     """A JSONL corpus of about ``megabytes`` MB: documents of 3-12 paragraphs of the sample, drawn at random."""
@@ -45,7 +48,10 @@ def recombined_corpus(path: Path, megabytes: float, seed: int = 0) -> Path:
     rng, size = random.Random(seed), 0
     with open(path, "w") as fh:
         while size < megabytes * 2**20:
-            line = json.dumps({"text": "\n".join(rng.choice(paragraphs) for _ in range(rng.randint(3, 12)))}) + "\n"
+            line = (
+                json.dumps({"text": "\n".join(rng.choice(paragraphs) for _ in range(rng.randint(3, 12)))})
+                + "\n"
+            )
             fh.write(line)
             size += len(line.encode())
     return path
@@ -64,7 +70,9 @@ def one_shot(folder: Path, corpus: str, val_fraction: float) -> dict[str, np.nda
     for name, docs in (("train", split.train), ("val", split.val)):
         parts = []
         for start in range(0, len(docs), 1000):  # Python int lists of 100 MB of text would not fit
-            ids = [i for encoded in tok.encode_batch(docs[start:start + 1000]) for i in (*encoded, tok.eos_id)]
+            ids = [
+                i for encoded in tok.encode_batch(docs[start : start + 1000]) for i in (*encoded, tok.eos_id)
+            ]
             parts.append(np.asarray(ids, dtype=manifest["dtype"]))
         out[name] = np.concatenate(parts)
     return out
@@ -76,8 +84,12 @@ def corpus_folders(cache: Path) -> list[Path]:
 
 def shard_tokens_of(folder: Path, split: str) -> np.ndarray:
     manifest = read_manifest(folder)
-    return np.concatenate([np.fromfile(folder / s["file"], dtype=manifest["dtype"])
-                           for s in manifest["splits"][split]["shards"]])
+    return np.concatenate(
+        [
+            np.fromfile(folder / s["file"], dtype=manifest["dtype"])
+            for s in manifest["splits"][split]["shards"]
+        ]
+    )
 
 
 def test_sharded_tokens_read_as_their_concatenation(tmp_path):
@@ -105,8 +117,14 @@ def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
     """Sharding the sample gives exactly the in-memory prepare's token arrays, and the data
     module's windows (read across shard boundaries) are the same batches in the same order."""
     legacy = prepare_corpus(str(SAMPLE), cache_dir=tmp_path / "legacy", vocab_size=512)
-    folder = prepare_shards(str(SAMPLE), cache_dir=tmp_path / "new", vocab_size=512, shard_tokens=100_000,
-                            workers=2, log=lambda msg: None)
+    folder = prepare_shards(
+        str(SAMPLE),
+        cache_dir=tmp_path / "new",
+        vocab_size=512,
+        shard_tokens=100_000,
+        workers=2,
+        log=lambda msg: None,
+    )
     sharded = prepare_corpus(str(SAMPLE), cache_dir=tmp_path / "new", vocab_size=512)
     assert sharded.sharded and sharded.dir == folder and not legacy.sharded
     assert len(read_manifest(folder)["splits"]["train"]["shards"]) == 8  # 750,059 tokens in 100k shards
@@ -120,7 +138,10 @@ def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
             assert torch_equal(x, y)
     sharded.verify()
     manifest = read_manifest(folder)
-    assert sum(s["bytes"] for s in manifest["splits"]["train"]["shards"]) == legacy.meta["splits"]["train"]["bytes"]
+    assert (
+        sum(s["bytes"] for s in manifest["splits"]["train"]["shards"])
+        == legacy.meta["splits"]["train"]["bytes"]
+    )
     assert manifest["documents"] == legacy.meta["documents"]
 
 
@@ -140,6 +161,7 @@ def test_interrupted_and_extended_prepares_end_byte_identical_and_equal_one_shot
         lines.append(msg)
         if sum(" shard " in line for line in lines) == 2:
             raise KeyboardInterrupt  # a kill between two chunks
+
     with pytest.raises(KeyboardInterrupt):
         prepare_shards(corpus, cache_dir=tmp_path / "killed", log=stop_after_two_shards, **kwargs)
     (killed,) = corpus_folders(tmp_path / "killed")
@@ -150,8 +172,9 @@ def test_interrupted_and_extended_prepares_end_byte_identical_and_equal_one_shot
     assert folder_files(killed) == folder_files(whole)
 
     # sized for fewer tokens first, then extended to the whole source: the same bytes again
-    small = prepare_shards(corpus, cache_dir=tmp_path / "grown", target=Target(300_000, 10_000),
-                           log=lambda msg: None, **kwargs)
+    small = prepare_shards(
+        corpus, cache_dir=tmp_path / "grown", target=Target(300_000, 10_000), log=lambda msg: None, **kwargs
+    )
     first = read_manifest(small)
     assert 300_000 <= first["splits"]["train"]["tokens"] < read_manifest(whole)["splits"]["train"]["tokens"]
     assert not first["exhausted"]
@@ -222,13 +245,17 @@ def test_prepare_grid_sizes_the_corpus_and_queue_refuses_what_it_cannot_feed(tmp
     epochs = (big - big % 1024) / m["splits"]["train"]["tokens"]
     assert err.count("\n") == 0 and f"budget {big - big % 1024:,} tokens exceeds the train split" in err
     assert f"{epochs:.2f} epochs" in err and "max_epochs = 3" in err
-    grid.write_text(GRID.format(corpus=SAMPLE, budgets=big - big % 1024, extra="max_epochs = 3")
-                    .replace('"g"', '"h"'))
+    grid.write_text(
+        GRID.format(corpus=SAMPLE, budgets=big - big % 1024, extra="max_epochs = 3").replace('"g"', '"h"')
+    )
     assert cli(["queue", str(grid), "--results", results]) == 0
 
     hub = tmp_path / "hub.toml"
-    hub.write_text(GRID.format(corpus="hf:HuggingFaceFW/fineweb-edu:sample-10BT", budgets="20_480", extra="")
-                   .replace('"g"', '"k"'))
+    hub.write_text(
+        GRID.format(corpus="hf:HuggingFaceFW/fineweb-edu:sample-10BT", budgets="20_480", extra="").replace(
+            '"g"', '"k"'
+        )
+    )
     assert cli(["queue", str(hub), "--results", results]) == 2
     err = capsys.readouterr().err
     assert "is not prepared" in err and f"harness prepare {hub}" in err
@@ -242,8 +269,24 @@ def test_prepare_100mb_is_killed_resumed_and_stays_under_the_memory_goal(tmp_pat
     document and byte is in the shards once."""
     corpus = str(recombined_corpus(tmp_path / "corpus.jsonl", 100))
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "harness", "prepare", "--corpus", corpus, "--tokenizer", "bpe",
-           "--vocab-size", "4096", "--shard-tokens", "4000000", "--workers", "2", "--results", str(results)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "prepare",
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "4096",
+        "--shard-tokens",
+        "4000000",
+        "--workers",
+        "2",
+        "--results",
+        str(results),
+    ]
     env = {**os.environ, "HARNESS_CACHE": ""}
     first = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
     progress = None
@@ -260,8 +303,9 @@ def test_prepare_100mb_is_killed_resumed_and_stays_under_the_memory_goal(tmp_pat
     kept = {s["file"]: s["sha256"] for s in json.loads(progress.read_text())["splits"]["train"]["shards"]}
     # measured in a fresh wrapper process: pytest's own RUSAGE_CHILDREN also holds every earlier
     # test's subprocesses (a 120m model among them), so it cannot tell this prepare's peak
-    second = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *cmd], env=env, stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    second = subprocess.run(
+        [sys.executable, "-c", PEAK_WRAPPER, *cmd], env=env, capture_output=True, text=True
+    )
     assert second.returncode == 0, second.stderr
     peak_kb = int(re.search(r"^peak_rss_kb (\d+)$", second.stderr, re.M).group(1))  # its largest process
     assert peak_kb < MEMORY_GOAL_KB, peak_kb
@@ -272,8 +316,9 @@ def test_prepare_100mb_is_killed_resumed_and_stays_under_the_memory_goal(tmp_pat
     for split in ("train", "val"):
         for shard in m["splits"][split]["shards"]:
             assert hashlib.sha256((folder / shard["file"]).read_bytes()).hexdigest() == shard["sha256"]
-    assert {f: h for f, h in kept.items()} == {s["file"]: s["sha256"] for s in m["splits"]["train"]["shards"]
-                                               if s["file"] in kept}
+    assert {f: h for f, h in kept.items()} == {
+        s["file"]: s["sha256"] for s in m["splits"]["train"]["shards"] if s["file"] in kept
+    }
     # every document once (the one-shot token equality is checked on the 1.5 MB corpus above, for time)
     with open(corpus) as fh:
         texts = [json.loads(line)["text"] for line in fh]
@@ -286,12 +331,44 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
 
     monkeypatch.delenv("HARNESS_CACHE", raising=False)
     results = tmp_path / "results"
-    folder = prepare_shards(str(SAMPLE), cache_dir=results / "cache", vocab_size=512, shard_tokens=100_000,
-                            workers=2, log=lambda msg: None)
+    folder = prepare_shards(
+        str(SAMPLE),
+        cache_dir=results / "cache",
+        vocab_size=512,
+        shard_tokens=100_000,
+        workers=2,
+        log=lambda msg: None,
+    )
     train_tokens = read_manifest(folder)["splits"]["train"]["tokens"]
-    assert cli(["run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
-                "--corpus", str(SAMPLE), "--results", str(results), "--quiet", "--threads", "1",
-                "--set", "vocab_size=512", "--set", "batch_tokens=1024", "--set", "eval_tokens=1024"]) == 0
+    assert (
+        cli(
+            [
+                "run",
+                "--variant",
+                "block_attnres",
+                "--size",
+                "tiny",
+                "--seed",
+                "0",
+                "--budget-tokens",
+                "4096",
+                "--corpus",
+                str(SAMPLE),
+                "--results",
+                str(results),
+                "--quiet",
+                "--threads",
+                "1",
+                "--set",
+                "vocab_size=512",
+                "--set",
+                "batch_tokens=1024",
+                "--set",
+                "eval_tokens=1024",
+            ]
+        )
+        == 0
+    )
     (path,) = (results / "runs").glob("*.json")
     run = json.loads(path.read_text())["run"]
     assert run["epochs"] == 4096 / train_tokens
@@ -303,8 +380,12 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
     # the unigram plateau, recomputed from the shard files: add-one smoothed counts of the train
     # split, scored on the first eval_tokens validation targets (tokens 1..1024 of the split)
     m = read_manifest(folder)
-    train = np.concatenate([np.fromfile(folder / s["file"], dtype=m["dtype"]) for s in m["splits"]["train"]["shards"]])
-    val = np.concatenate([np.fromfile(folder / s["file"], dtype=m["dtype"]) for s in m["splits"]["val"]["shards"]])
+    train = np.concatenate(
+        [np.fromfile(folder / s["file"], dtype=m["dtype"]) for s in m["splits"]["train"]["shards"]]
+    )
+    val = np.concatenate(
+        [np.fromfile(folder / s["file"], dtype=m["dtype"]) for s in m["splits"]["val"]["shards"]]
+    )
     ids, n = np.unique(train, return_counts=True)
     count = dict(zip(ids.tolist(), n.tolist()))
     v = m["tokenizer"]["vocab_size"]

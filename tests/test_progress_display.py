@@ -45,9 +45,27 @@ def env(tmp_path_factory):
 
 
 def run_cmd(results: Path, budget: int) -> list[str]:
-    return [sys.executable, "-m", "harness", "run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0",
-            "--budget-tokens", str(budget), "--corpus", str(SAMPLE), "--results", str(results), "--threads", "1",
-            *TRAIN]
+    return [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--variant",
+        "rd_attnres",
+        "--size",
+        "tiny",
+        "--seed",
+        "0",
+        "--budget-tokens",
+        str(budget),
+        "--corpus",
+        str(SAMPLE),
+        "--results",
+        str(results),
+        "--threads",
+        "1",
+        *TRAIN,
+    ]
 
 
 def read_until(fd: int, proc: subprocess.Popen, done, timeout_s: float = 300) -> str:
@@ -88,8 +106,10 @@ class Terminal:
 
     def other_worker(self, env) -> subprocess.Popen:
         """A process registered as training on this terminal (as a second worker would be)."""
-        code = ("import sys, time\nfrom harness.console import SharedTerminal\n"
-                "t = SharedTerminal(sys.stderr).__enter__()\nprint('ready', flush=True)\ntime.sleep(600)\n")
+        code = (
+            "import sys, time\nfrom harness.console import SharedTerminal\n"
+            "t = SharedTerminal(sys.stderr).__enter__()\nprint('ready', flush=True)\ntime.sleep(600)\n"
+        )
         p = self.start([sys.executable, "-c", code], env, stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "ready"
         return p
@@ -117,27 +137,51 @@ def test_progress_mode_values(monkeypatch):
         monkeypatch.setenv(console.PROGRESS_ENV, value)
         assert console.progress_mode() == mode
     monkeypatch.setenv(console.PROGRESS_ENV, "bars")
-    with pytest.raises(ValueError, match=r"\$HARNESS_PROGRESS='bars' not understood; allowed: auto, lines, off"):
+    with pytest.raises(
+        ValueError, match=r"\$HARNESS_PROGRESS='bars' not understood; allowed: auto, lines, off"
+    ):
         console.progress_mode()
 
 
 def test_a_bad_progress_mode_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(console.PROGRESS_ENV, "fancy")
-    for argv in (["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024",
-                  "--corpus", str(SAMPLE)], ["work"]):
+    for argv in (
+        [
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            "1024",
+            "--corpus",
+            str(SAMPLE),
+        ],
+        ["work"],
+    ):
         assert cli([*argv, "--results", str(tmp_path / "r")]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "$HARNESS_PROGRESS='fancy' not understood; allowed: auto, lines, off" in err
+        assert (
+            err.count("\n") == 1
+            and "$HARNESS_PROGRESS='fancy' not understood; allowed: auto, lines, off" in err
+        )
     assert not (tmp_path / "r" / "runs").exists()
 
 
 def test_shared_terminal_counts_the_live_processes_on_it(tmp_path):
-    code = ("import sys, time\nfrom pathlib import Path\nfrom harness.console import SharedTerminal\n"
-            f"t = SharedTerminal(folder=Path({str(tmp_path)!r})).__enter__()\nprint('ready', flush=True)\n"
-            "time.sleep(600)\n")
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom harness.console import SharedTerminal\n"
+        f"t = SharedTerminal(folder=Path({str(tmp_path)!r})).__enter__()\nprint('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
     with console.SharedTerminal(folder=tmp_path) as me:
         assert me.others() == 0
-        others = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        others = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
         try:
             assert [p.stdout.readline().strip() for p in others] == ["ready", "ready"]
             assert me.others() == 2
@@ -184,7 +228,7 @@ def test_a_bar_gives_way_to_lines_when_a_second_worker_starts(tmp_path, env, ter
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
     assert len(LINE.findall(after)) >= 2, after[-3000:]
-    tail = after[after.index("[rd_attnres s0]"):]
+    tail = after[after.index("[rd_attnres s0]") :]
     assert "\r" not in tail.replace("\r\n", "\n")  # once switched, lines only
 
 
@@ -193,8 +237,13 @@ def test_off_a_terminal_lines_and_off_means_none(tmp_path, env):
     proc = subprocess.run(run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(LINE.findall(proc.stderr)) >= 5 and "\r" not in proc.stderr
-    proc = subprocess.run([*run_cmd(tmp_path, 6 * 1024), "--force"], capture_output=True, text=True,
-                          env={**env, console.PROGRESS_ENV: "off"}, timeout=300)
+    proc = subprocess.run(
+        [*run_cmd(tmp_path, 6 * 1024), "--force"],
+        capture_output=True,
+        text=True,
+        env={**env, console.PROGRESS_ENV: "off"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not LINE.findall(proc.stderr) and "done: val_nll" in proc.stderr
 
@@ -208,15 +257,30 @@ def test_a_deferred_ingest_is_said_only_with_verbose(tmp_path, env):
     from db.store import Store
 
     Store(tmp_path).query("select 1")  # make the database
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import duckdb, sys, time\n"
-        f"con = duckdb.connect({str(tmp_path / 'harness.duckdb')!r})\nprint('ready', flush=True)\ntime.sleep(600)\n")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import duckdb, sys, time\n"
+                f"con = duckdb.connect({str(tmp_path / 'harness.duckdb')!r})\nprint('ready', flush=True)\ntime.sleep(600)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
-        quiet = subprocess.run(run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300)
-        loud = subprocess.run([*run_cmd(tmp_path, 6 * 1024), "--force", "--verbose"], capture_output=True, text=True,
-                              env=env, timeout=300)
+        quiet = subprocess.run(
+            run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300
+        )
+        loud = subprocess.run(
+            [*run_cmd(tmp_path, 6 * 1024), "--force", "--verbose"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
     finally:
         holder.kill()
         holder.wait()
@@ -225,6 +289,8 @@ def test_a_deferred_ingest_is_said_only_with_verbose(tmp_path, env):
     assert "[rd_attnres s0] result saved; DuckDB ingest deferred to the next reader" in loud.stderr
     assert (tmp_path / "runs").is_dir() and len(list((tmp_path / "runs").glob("*.json"))) == 1
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
-    assert con.execute("select count(*) from runs").fetchone() == (0,)  # not ingested yet: the next reader does
+    assert con.execute("select count(*) from runs").fetchone() == (
+        0,
+    )  # not ingested yet: the next reader does
     con.close()
     assert Store(tmp_path).query("select count(*) as n from final")["n"].to_list() == [1]

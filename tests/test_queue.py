@@ -25,8 +25,8 @@ from harness.scheduling.lease import Lease, pid_alive, stale_reason
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.storage import SQLITE_REFUSED, describe_storage, open_storage, parse_storage
 from harness.scheduling.worker import MAX_RETRIES, work
-from queue_stubs import configs, new_queue, quiet, stub_append, stub_block_first, worker_process, write_grid
 
+from queue_stubs import configs, new_queue, quiet, stub_append, stub_block_first, worker_process, write_grid
 
 # ----------------------------------------------------------------------------- storage URLs
 
@@ -61,15 +61,22 @@ def test_storage_forms(tmp_path):
 
 def test_postgres_without_driver_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
-    with pytest.raises(ValueError, match=r"driver 'psycopg' is not installed; install it with: "
-                                         r"pip install 'rd-harness\[postgres\]'"):
+    with pytest.raises(
+        ValueError,
+        match=r"driver 'psycopg' is not installed; install it with: "
+        r"pip install 'rd-harness\[postgres\]'",
+    ):
         open_storage("postgresql://u:pw@localhost/harness", tmp_path)
     monkeypatch.setitem(sys.modules, "psycopg2", None)
-    with pytest.raises(ValueError, match=r"driver 'psycopg2' is not installed; .*pip install psycopg2-binary"):
+    with pytest.raises(
+        ValueError, match=r"driver 'psycopg2' is not installed; .*pip install psycopg2-binary"
+    ):
         open_storage("postgresql+psycopg2://u:pw@localhost/harness", tmp_path)
     assert cli(["work", "--results", str(tmp_path), "--storage", "postgresql://u@localhost/h"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("harness work: error: --storage postgresql://...: the PostgreSQL")
+    assert len(err) == 1 and err[0].startswith(
+        "harness work: error: --storage postgresql://...: the PostgreSQL"
+    )
 
 
 def test_default_storage_is_a_journal_with_open_lock(tmp_path):
@@ -93,7 +100,11 @@ def test_enqueue_is_idempotent_and_adds_only_new_cells(tmp_path):
     again = q.enqueue(configs(seeds=(0, 1)))
     assert again.added == [] and len(again.present) == 6
     more = q.enqueue(configs(seeds=(0, 1, 2)))
-    assert more.added == ["g:tiny:block_attnres:s2:1000", "g:tiny:rd_attnres:s2:1000", "g:tiny:fixed_v:s2:1000"]
+    assert more.added == [
+        "g:tiny:block_attnres:s2:1000",
+        "g:tiny:rd_attnres:s2:1000",
+        "g:tiny:fixed_v:s2:1000",
+    ]
     assert len(more.present) == 6
     assert Counter(r.state for r in q.runs().values()) == {"queued": 9}
     # a second process sees the same queue
@@ -133,8 +144,19 @@ def test_queue_command_corpus_precedence(tmp_path, monkeypatch, capsys):
     assert cli(["queue", str(grid), "--results", str(results)]) == 2
     assert "corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT is not prepared" in capsys.readouterr().err
     (tmp_path / "mine.txt").write_text("text")
-    assert cli(["queue", str(write_grid(tmp_path, name="h", corpus="x")), "--corpus", "mine.txt",
-                "--results", str(results)]) == 0
+    assert (
+        cli(
+            [
+                "queue",
+                str(write_grid(tmp_path, name="h", corpus="x")),
+                "--corpus",
+                "mine.txt",
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     corpora = {r.grid: r.config.corpus for r in RunQueue.open(None, results).runs().values()}
     assert corpora == {"h": str(tmp_path / "mine.txt")}
 
@@ -150,7 +172,7 @@ def test_worker_trains_every_run_once_in_queue_order(tmp_path):
     outcomes = work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=lines.append)
     assert seen == [c.run_id for c in cfgs]
     assert outcomes == Counter(done=6)
-    assert lines[0] == "[0/6] start g:tiny:block_attnres:s0:1000 (on %s, epoch 0)" % Lease.here().worker
+    assert lines[0] == f"[0/6] start g:tiny:block_attnres:s0:1000 (on {Lease.here().worker}, epoch 0)"
     assert lines[1].startswith("[1/6] done g:tiny:block_attnres:s0:1000 (")
     assert lines[-2].startswith("[6/6] done g:tiny:fixed_v:s1:1000 (")
     assert lines[-1] == "nothing queued; worker stops"
@@ -169,12 +191,20 @@ def test_status_value_and_max_runs(tmp_path):
     assert [r.state for r in runs] == ["diverged", "done", "done", "queued", "queued", "queued"]
     assert [r.value for r in runs[:3]] == [None, 3.25, 2.5]
     # done: COMPLETE with the final NLL as its value; diverged: FAIL with the reason (never a ranked inf)
-    ended = {t.user_attrs["run_id"]: (t.state, t.value) for t in q.all_trials() if t.state != TrialState.WAITING}
-    assert ended == {"g:tiny:block_attnres:s0:1000": (TrialState.FAIL, None),
-                     "g:tiny:rd_attnres:s0:1000": (TrialState.COMPLETE, 3.25),
-                     "g:tiny:fixed_v:s0:1000": (TrialState.COMPLETE, 2.5)}
+    ended = {
+        t.user_attrs["run_id"]: (t.state, t.value) for t in q.all_trials() if t.state != TrialState.WAITING
+    }
+    assert ended == {
+        "g:tiny:block_attnres:s0:1000": (TrialState.FAIL, None),
+        "g:tiny:rd_attnres:s0:1000": (TrialState.COMPLETE, 3.25),
+        "g:tiny:fixed_v:s0:1000": (TrialState.COMPLETE, 2.5),
+    }
     (div,) = [t for t in q.all_trials() if t.state == TrialState.FAIL]
-    assert (div.user_attrs["status"], div.user_attrs["error"], div.user_attrs["requeue"]) == ("diverged", "diverged", False)
+    assert (div.user_attrs["status"], div.user_attrs["error"], div.user_attrs["requeue"]) == (
+        "diverged",
+        "diverged",
+        False,
+    )
 
 
 def test_grid_filter(tmp_path):
@@ -202,8 +232,9 @@ def test_failed_run_is_retried_then_stays_failed(tmp_path):
             raise RuntimeError("loss exploded into a stack trace")
         return "done"
 
-    out = work(q, train, tmp_path, on_failure=lambda c, r, e: recorded.append((c.run_id, e)),
-               log=lines.append)
+    out = work(
+        q, train, tmp_path, on_failure=lambda c, r, e: recorded.append((c.run_id, e)), log=lines.append
+    )
     bad = "g:tiny:rd_attnres:s0:1000"
     assert calls.count(bad) == 1 + MAX_RETRIES == 3
     assert out == Counter(done=1, failed=3)
@@ -216,8 +247,9 @@ def test_failed_run_is_retried_then_stays_failed(tmp_path):
     assert sum("no retries left" in ln for ln in lines) == 1
     # --retry-failed queues it once more; a plain re-queue leaves it alone
     assert q.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres"))).failed == [bad]
-    assert q.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")),
-                     retry_failed=True).retried == [bad]
+    assert q.enqueue(
+        configs(seeds=(0,), variants=("block_attnres", "rd_attnres")), retry_failed=True
+    ).retried == [bad]
     assert q.runs()[bad].state == "queued" and q.runs()[bad].attempt == 4
 
 
@@ -291,8 +323,10 @@ def test_stale_lease_rules():
     t = 1_000_000.0
     lease = Lease(host="elsewhere", pid=1, since=t, beat=t)
     assert stale_reason(lease, now=t + 50, timeout_s=50, host="here") is None
-    assert stale_reason(lease, now=t + 50.5, timeout_s=50, host="here") == \
-        "worker elsewhere:1 last beat 50 s ago (lease timeout 50 s)"
+    assert (
+        stale_reason(lease, now=t + 50.5, timeout_s=50, host="here")
+        == "worker elsewhere:1 last beat 50 s ago (lease timeout 50 s)"
+    )
     # same host: a gone pid is stale at once
     p = mp.get_context("spawn").Process(target=time.sleep, args=(0,))
     p.start()
@@ -313,7 +347,8 @@ def test_stale_lease_is_reclaimed_after_the_timeout(tmp_path):
     assert q.runs()[claim.run_id].state == "running"
     other = new_queue(tmp_path, lease_timeout_s=50)
     assert other.reclaim_stale(now=t + 51) == [
-        (claim.run_id, "worker elsewhere:4242 last beat 51 s ago (lease timeout 50 s)")]
+        (claim.run_id, "worker elsewhere:4242 last beat 51 s ago (lease timeout 50 s)")
+    ]
     assert q.reclaim_stale(now=t + 51) == []  # only one reclaimer wins
     state = q.runs()[claim.run_id]
     assert (state.state, state.attempt) == ("queued", 2)
@@ -334,8 +369,7 @@ def test_heartbeat_refreshes_the_lease(tmp_path):
         return "done"
 
     work(q, train, tmp_path, max_runs=1, beat_s=0.1, log=quiet)
-    (claim_lease,) = [t.user_attrs["lease"] for t in q.all_trials()
-                      if t.state == TrialState.COMPLETE]
+    (claim_lease,) = [t.user_attrs["lease"] for t in q.all_trials() if t.state == TrialState.COMPLETE]
     assert beats[0] > claim_lease["since"] + 0.15  # refreshed at least twice in 0.35 s
 
 
@@ -390,8 +424,11 @@ def test_killed_worker_run_is_reclaimed_and_resumed(tmp_path):
     assert out == Counter(done=3)
     recs = [ln.split() for ln in attempts.read_text().splitlines()]
     assert [(r[0], r[1]) for r in recs] == [
-        (target, "attempt=1"), (target, "attempt=2"),
-        (cfgs[1].run_id, "attempt=1"), (cfgs[2].run_id, "attempt=1")]
+        (target, "attempt=1"),
+        (target, "attempt=2"),
+        (cfgs[1].run_id, "attempt=1"),
+        (cfgs[2].run_id, "attempt=1"),
+    ]
     assert recs[0][2] == f"pid={p.pid}" and recs[1][2] == f"pid={os.getpid()}"
     state = q.runs()[target]
     assert (state.state, state.attempt) == ("done", 2)

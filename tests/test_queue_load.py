@@ -71,7 +71,8 @@ def test_batched_enqueue_numbers_trials_as_optuna_does(pg_url, tmp_path):
     assert [t.number for t in sorted(trials, key=lambda t: t._trial_id)] == list(range(41))
     assert all(t.state == TrialState.WAITING for t in trials)
     assert {t.user_attrs["run_id"] for t in trials} == {c.run_id for c in queue_load.configs(40)} | {
-        queue_load.configs(1, offset=99)[0].run_id}
+        queue_load.configs(1, offset=99)[0].run_id
+    }
     # the runs read back as queued, in enqueue order
     runs = list(RunQueue.open(pg_url, tmp_path).runs().values())
     assert [r.state for r in runs] == ["queued"] * 41
@@ -106,18 +107,27 @@ def test_live_reads_equal_optunas_own_and_read_a_waiting_trial_whole_once(pg_url
 
     q, other = RunQueue.open(pg_url, tmp_path), RunQueue.open(pg_url, tmp_path)
     asked: list[int] = []  # trial ids read whole, as waiting trials
-    sqlalchemy.event.listen(q.storage.engine, "before_cursor_execute",
-                            lambda conn, cur, stmt, params, ctx, many: asked.extend(
-                                (params or {}).get("ids", []) if isinstance(params, dict) else []))
+    sqlalchemy.event.listen(
+        q.storage.engine,
+        "before_cursor_execute",
+        lambda conn, cur, stmt, params, ctx, many: asked.extend(
+            (params or {}).get("ids", []) if isinstance(params, dict) else []
+        ),
+    )
 
     def seen():
         return sorted((t.trial_id, t.state, t.run_id, t.grid, t.order, t.ending) for t in q.live())
 
     def reference():  # Optuna's own read of every trial of every study, made light
-        return sorted((t.trial_id, t.state, t.run_id, t.grid, t.order, t.ending)
-                      for t in (_light(t, sid) for sid in q.studies().values()
-                                for t in q.storage.get_all_trials(sid, states=LIVE_STATES)
-                                if "run_id" in t.user_attrs))
+        return sorted(
+            (t.trial_id, t.state, t.run_id, t.grid, t.order, t.ending)
+            for t in (
+                _light(t, sid)
+                for sid in q.studies().values()
+                for t in q.storage.get_all_trials(sid, states=LIVE_STATES)
+                if "run_id" in t.user_attrs
+            )
+        )
 
     other.enqueue(queue_load.configs(6))
     sid = q.study_of(queue_load.GRID)

@@ -62,8 +62,10 @@ def rank_children(results: Path) -> list[int]:
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if b"harness.train.rank_child" in (proc / "cmdline").read_bytes() and \
-                    str(results).encode() in (proc / "environ").read_bytes():
+            if (
+                b"harness.train.rank_child" in (proc / "cmdline").read_bytes()
+                and str(results).encode() in (proc / "environ").read_bytes()
+            ):
                 pids.append(int(proc.name))
         except (OSError, ValueError):
             continue
@@ -86,7 +88,7 @@ def test_two_ranks_equal_one_process_and_a_stopped_two_rank_run_resumes(tmp_path
     assert resume_step(owner_dir(checkpoint_dir(parts, config.run_id), None)) == 10
     assert not rank_children(parts)
     assert train_run(config, parts, progress=False, accelerator="cpu", devices=2) == "done"
-    (_, nll3, bpb3), = final(parts)["rows"]
+    ((_, nll3, bpb3),) = final(parts)["rows"]
     assert abs(nll3 - nll2) <= 1e-6 and abs(bpb3 - bpb2) <= 1e-6, (nll2, nll3)
     assert not rank_children(parts)
 
@@ -101,9 +103,28 @@ def test_work_devices_2_trains_one_run_on_two_ranks_while_another_stays_queued(t
     q = RunQueue.open(None, results)
     first, second = cfg(seed=0, steps=4, grid="g"), cfg(seed=1, steps=4, grid="g")
     q.enqueue([first, second])
-    out = subprocess.run([sys.executable, "-m", "harness", "work", "--results", str(results), "--devices", "2",
-                          "--accelerator", "cpu", "--threads", "1", "--max-runs", "1"],
-                         env=_env(), capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "work",
+            "--results",
+            str(results),
+            "--devices",
+            "2",
+            "--accelerator",
+            "cpu",
+            "--threads",
+            "1",
+            "--max-runs",
+            "1",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     runs = q.runs()
     assert sorted(r.state for r in runs.values()) == ["done", "queued"], out.stdout
@@ -119,9 +140,26 @@ def test_sigterm_stops_both_ranks_with_a_checkpoint_and_releases_the_run(tmp_pat
     q = RunQueue.open(None, results)
     config = cfg(seed=2, steps=2000, grid="g")  # far longer than the test
     q.enqueue([config])
-    p = subprocess.Popen([sys.executable, "-m", "harness", "work", "--results", str(results), "--devices", "2",
-                          "--accelerator", "cpu", "--threads", "1"],
-                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "work",
+            "--results",
+            str(results),
+            "--devices",
+            "2",
+            "--accelerator",
+            "cpu",
+            "--threads",
+            "1",
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 600
     for line in p.stderr:  # a progress line: both ranks are training
         if "tok/s" in line:
@@ -145,11 +183,37 @@ def test_a_sigkilled_rank_0_takes_its_other_ranks_with_it(tmp_path):
     """A worker SIGKILLed mid-run (DESIGN section 10's fault model) leaves no rank process
     behind holding a device: the kernel kills them with it (PR_SET_PDEATHSIG)."""
     results = tmp_path / "results"
-    p = subprocess.Popen([sys.executable, "-m", "harness", "run", "--variant", "rd_attnres", "--size", "tiny",
-                          "--seed", "3", "--budget-tokens", str(2000 * 1024), "--corpus", str(SAMPLE),
-                          "--results", str(results), "--devices", "2", "--accelerator", "cpu", "--threads", "1",
-                          *[f"--set={k}={v}" for k, v in TRAIN.items()]],
-                         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "3",
+            "--budget-tokens",
+            str(2000 * 1024),
+            "--corpus",
+            str(SAMPLE),
+            "--results",
+            str(results),
+            "--devices",
+            "2",
+            "--accelerator",
+            "cpu",
+            "--threads",
+            "1",
+            *[f"--set={k}={v}" for k, v in TRAIN.items()],
+        ],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 600
     for line in p.stderr:
         if "tok/s" in line:
@@ -168,14 +232,18 @@ def test_a_diverging_two_rank_run_is_recorded_as_diverged_on_every_rank(tmp_path
     """Every rank takes the divergence decision at the same step (the loss flag is reduced over
     ranks, the gradient norm is the same after DDP's all-reduce): the run ends as diverged
     instead of one rank waiting for the other's backward."""
-    config = RunConfig.adhoc("rd_attnres", "tiny", 0, 6 * 1024, str(SAMPLE),
-                             train={**TRAIN, "lr": 1e30, "grad_clip": 0.0})
+    config = RunConfig.adhoc(
+        "rd_attnres", "tiny", 0, 6 * 1024, str(SAMPLE), train={**TRAIN, "lr": 1e30, "grad_clip": 0.0}
+    )
     assert train_run(config, tmp_path, progress=False, accelerator="cpu", devices=2) == "diverged"
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
     try:
         status, step, error, devices = con.execute(
-            "select status, diverged_step, error, json_extract(config, '$.devices') from runs").fetchone()
+            "select status, diverged_step, error, json_extract(config, '$.devices') from runs"
+        ).fetchone()
     finally:
         con.close()
-    assert (status, int(devices)) == ("diverged", 2) and step < 6 and "non-finite training loss" in error, error
+    assert (status, int(devices)) == ("diverged", 2) and step < 6 and "non-finite training loss" in error, (
+        error
+    )
     assert not rank_children(tmp_path)

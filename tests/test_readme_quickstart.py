@@ -22,8 +22,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent"),
+]
 
 
 def quickstart_block() -> str:
@@ -35,8 +37,13 @@ def quickstart_block() -> str:
 
 def test_the_quickstart_block_names_the_commands_a_new_user_runs():
     block = quickstart_block()
-    for command in ("harness run ", "harness queue ablations/quickstart_tiny.toml", "harness work",
-                    "harness report --grid quickstart_tiny", "harness plan ablations/quickstart_tiny.toml"):
+    for command in (
+        "harness run ",
+        "harness queue ablations/quickstart_tiny.toml",
+        "harness work",
+        "harness report --grid quickstart_tiny",
+        "harness plan ablations/quickstart_tiny.toml",
+    ):
         assert command in block, command
 
 
@@ -44,19 +51,28 @@ def test_readme_quickstart_runs_as_written(tmp_path):
     block = quickstart_block()
     script = "\n".join(line for line in block.splitlines() if not line.startswith(". .venv/bin/activate"))
     prelude = f'set -euo pipefail\nharness() {{ "{sys.executable}" -m harness "$@"; }}\n'
-    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_CACHE": str(tmp_path / "cache"),
-           "HARNESS_PROGRESS": "lines", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "HARNESS_RESULTS": str(tmp_path / "results"),
+        "HARNESS_CACHE": str(tmp_path / "cache"),
+        "HARNESS_PROGRESS": "lines",
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("HARNESS_SPEC_PATH", None)
-    proc = subprocess.run(["bash", "-c", prelude + script], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", "-c", prelude + script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     report = tmp_path / "results" / "reports" / "quickstart_tiny"
     for name in ("report.html", "report.md", "stats.csv", "pairs.csv"):
         assert (report / name).stat().st_size > 0, name
     md = (report / "report.md").read_text()
     assert "All 9 runs of the grid finished (9 done)." in md
-    verdict = re.search(r"Size tiny, budget 32_768 tokens: (gain established|gain absent \(< 0\.001 nats/token\)"
-                        r"|undecided)\.", md)
+    verdict = re.search(
+        r"Size tiny, budget 32_768 tokens: (gain established|gain absent \(< 0\.001 nats/token\)"
+        r"|undecided)\.",
+        md,
+    )
     assert verdict, md[:2000]
     assert re.search(r"^rd_attnres - block_attnres +tiny +32_768 ", proc.stdout, re.M), proc.stdout[-3000:]
     assert "seeds needed" in proc.stdout

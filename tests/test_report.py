@@ -22,8 +22,8 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
-from reports.stats.decisions import NOT_ASSESSED
 from reports.stats.analysis import CSV_COLUMNS
+from reports.stats.decisions import NOT_ASSESSED
 from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -44,9 +44,14 @@ def test_files_written_and_stats_csv_contract(full_report):
     # Figures: training and validation curves, paired differences, gain fractions, routing of the
     # parent and of the two variants with a V route (dup_route's second route: n_layers=4 frames have none).
     figs = sorted(n for n in names if n.startswith("figures/"))
-    assert figs == ["figures/curves_small_1000000.png", "figures/gain_fraction_small_1000000.png",
-                    "figures/paired_diffs_small_1000000.png", "figures/routing_block_attnres_small_1000000.png",
-                    "figures/routing_fixed_v_small_1000000.png", "figures/routing_rd_attnres_small_1000000.png"]
+    assert figs == [
+        "figures/curves_small_1000000.png",
+        "figures/gain_fraction_small_1000000.png",
+        "figures/paired_diffs_small_1000000.png",
+        "figures/routing_block_attnres_small_1000000.png",
+        "figures/routing_fixed_v_small_1000000.png",
+        "figures/routing_rd_attnres_small_1000000.png",
+    ]
     assert {f.cell for f in result.figures} == {("small", 1_000_000)}
     for f in figs:
         assert (out / f).read_bytes().startswith(PNG_MAGIC)
@@ -55,40 +60,58 @@ def test_files_written_and_stats_csv_contract(full_report):
     assert table.height == 10  # 1 + 4 controls + 4 treatment-vs-control + 1 reference
     pairs = pl.read_csv(out / "pairs.csv")
     assert pairs.height == 50 and pairs["diff"].to_list() == pytest.approx(
-        (pairs["nll_first"] - pairs["nll_second"]).to_list(), abs=0)
+        (pairs["nll_first"] - pairs["nll_second"]).to_list(), abs=0
+    )
     assert not list(out.glob("**/.*tmp*"))  # no temporary file left behind
 
 
 def test_markdown_has_every_section(full_report):
     result, out = full_report
     md = (out / "report.md").read_text()
-    for heading in ("# Paired significance report: grid synth", "## Verdict per cell", "## How to read this report",
-                    "## Grid status: which runs have finished", "## Analysis plan (fixed before the runs)",
-                    "## Step 1, the headline: is the treatment's gain established?",
-                    "## Step 2, controls: do they reproduce the gain?", "## A/A check",
-                    "## Divergence is an outcome: runs per variant", "## Descriptives: every comparison",
-                    "## Mixed model cross-check: nll ~ variant + (1 | seed)", "## Figures",
-                    "## Methods (DESIGN section 6)", "## Runs left out, and why"):
+    for heading in (
+        "# Paired significance report: grid synth",
+        "## Verdict per cell",
+        "## How to read this report",
+        "## Grid status: which runs have finished",
+        "## Analysis plan (fixed before the runs)",
+        "## Step 1, the headline: is the treatment's gain established?",
+        "## Step 2, controls: do they reproduce the gain?",
+        "## A/A check",
+        "## Divergence is an outcome: runs per variant",
+        "## Descriptives: every comparison",
+        "## Mixed model cross-check: nll ~ variant + (1 | seed)",
+        "## Figures",
+        "## Methods (DESIGN section 6)",
+        "## Runs left out, and why",
+    ):
         assert heading in md, heading
     (h,) = result.stats.headlines
     s = next(c.stats for c in result.stats.comparisons if c.comparison == h.comparison)
     assert h.established
-    assert (f"| small, 1M | **gain established** | {h.mean:+.4f} [{s.ci_low:+.4f}, {s.ci_high:+.4f}] | 5/5 |"
-            in md)
-    assert (f"> **Size small, budget 1_000_000 tokens: gain established.** rd_attnres vs block_attnres: mean dNLL "
-            f"{h.mean:+.4f} nats/token [{s.ci_low:+.4f}, {s.ci_high:+.4f}], lower at 5 of 5 seeds") in md
+    assert (
+        f"| small, 1M | **gain established** | {h.mean:+.4f} [{s.ci_low:+.4f}, {s.ci_high:+.4f}] | 5/5 |"
+        in md
+    )
+    assert (
+        f"> **Size small, budget 1_000_000 tokens: gain established.** rd_attnres vs block_attnres: mean dNLL "
+        f"{h.mean:+.4f} nats/token [{s.ci_low:+.4f}, {s.ci_high:+.4f}], lower at 5 of 5 seeds"
+    ) in md
     assert f"{100 * np.expm1(h.mean):+.2f} %" in md
     # Whether the gain is established and why: n, mean d, one-sided p, Holm p, level.
-    assert (f"size small, budget 1_000_000 tokens: **gain established** (n = 5, mean d = {h.mean:+.4f} nats/token, "
-            f"one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05)") in md
+    assert (
+        f"size small, budget 1_000_000 tokens: **gain established** (n = 5, mean d = {h.mean:+.4f} nats/token, "
+        f"one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05)"
+    ) in md
     assert "| 0.05 | 0.5 | not set | 0.8 | 30 | none (one look) |" in md  # the plan, printed
     assert "bit-identical: all 5 paired differences are exactly 0" in md
     assert "| rd_attnres - block_attnres | small, 1M | 5/5 |" in md and "| 0.0625 | 0.0625 | 0.0625 |\n" in md
     for a in result.stats.assessments:
         assert f"| {a.control} | small, 1M | **{a.verdict}** |" in md
         assert f"{a.control}: **{a.verdict}**" in md  # its chip in the cell's banner
-    assert "A/A dup_route_tied: **pass**" in md and "### A/A check (identical to the parent in exact arithmetic): " \
-        "**pass**" in md
+    assert (
+        "A/A dup_route_tied: **pass**" in md
+        and "### A/A check (identical to the parent in exact arithmetic): **pass**" in md
+    )
     # No queue was given: the report says so and never that every run finished.
     assert "Queue not found (the queue was not read): this report sees only the 35 run(s)" in md
     assert "every run of the grid finished" not in md and "All 35 runs" not in md
@@ -113,15 +136,22 @@ def test_html_is_self_contained(full_report):
 def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
     frames = synthetic_frames(grid="g", seeds=(0, 1, 2))
     runs = frames["runs"].with_columns(
-        pl.when(pl.col("run_id") == "g-small-1000000-rd_attnres-s1").then(pl.lit("failed"))
-        .otherwise(pl.col("status")).alias("status"),
-        pl.when(pl.col("run_id") == "g-small-1000000-rd_attnres-s1").then(pl.lit("loss is NaN at step 40"))
-        .otherwise(pl.col("error")).alias("error"))
+        pl.when(pl.col("run_id") == "g-small-1000000-rd_attnres-s1")
+        .then(pl.lit("failed"))
+        .otherwise(pl.col("status"))
+        .alias("status"),
+        pl.when(pl.col("run_id") == "g-small-1000000-rd_attnres-s1")
+        .then(pl.lit("loss is NaN at step 40"))
+        .otherwise(pl.col("error"))
+        .alias("error"),
+    )
     final = frames["final"].filter(pl.col("run_id") != "g-small-1000000-rd_attnres-s1")
     result = build_report(Frames(final, runs, frames["metrics"], frames["routing"]), tmp_path, grid="g")
     md = (tmp_path / "report.md").read_text()
-    assert ("| g-small-1000000-rd_attnres-s1 | rd_attnres | 1 | small, 1M | failed "
-            "| failed: loss is NaN at step 40 |") in md
+    assert (
+        "| g-small-1000000-rd_attnres-s1 | rd_attnres | 1 | small, 1M | failed "
+        "| failed: loss is NaN at step 40 |"
+    ) in md
     assert "lost seed(s) 1: seed 1 (rd_attnres: failed: loss is NaN at step 40)" in md
     (h,) = result.stats.headlines
     # A failure for a numerical reason is a divergence: seed 1 counts as a loss of the treatment
@@ -129,7 +159,10 @@ def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
     d_obs = [p.diff for p in result.stats.pairs if p.comparison == "rd_attnres - block_attnres"]
     assert h.n == 3 and h.seeds == (0, 1, 2) and not h.established and h.verdict == "undecided"
     assert [(i.seed, i.loser, i.value) for i in h.imputed] == [(1, "rd_attnres", max(abs(x) for x in d_obs))]
-    assert "**undecided** (n = 3, " in md and "Seed(s) 1 count as losses of rd_attnres, which diverged there" in md
+    assert (
+        "**undecided** (n = 3, " in md
+        and "Seed(s) 1 count as losses of rd_attnres, which diverged there" in md
+    )
     # Controls have 3 pairs with the parent, but the gain is not established: no verdict, and the
     # row gives the MDE of the contrast at this budget.
     assert {a.verdict for a in result.stats.assessments} == {NOT_ASSESSED}
@@ -180,14 +213,26 @@ def _run_cli(monkeypatch, capsys, frames, argv):
 
 def test_cli_report_writes_and_prints_headline(monkeypatch, capsys, tmp_path):
     frames = synthetic_frames(grid="rd_controls_small")
-    argv = ["report", "--grid", "rd_controls_small", "--results", str(tmp_path), "--out", str(tmp_path / "o"),
-            "--no-figures"]
+    argv = [
+        "report",
+        "--grid",
+        "rd_controls_small",
+        "--results",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-figures",
+    ]
     rc, cap = _run_cli(monkeypatch, capsys, frames, argv)
     assert rc == 0, cap.err
     assert str(tmp_path / "o" / "stats.csv") in cap.out and str(tmp_path / "o" / "report.html") in cap.out
-    assert re.search(r"size small, budget 1_000_000 tokens: gain established \(n = 5, mean d = -0\.0\d{3}", cap.out)
+    assert re.search(
+        r"size small, budget 1_000_000 tokens: gain established \(n = 5, mean d = -0\.0\d{3}", cap.out
+    )
     assert "plan: alpha 0.05, rho 0.5, min_effect_nats not set, power 0.8, max_seeds 30" in cap.out
-    assert "A/A dup_route_tied small 1000000: bit-identical: all 5 paired differences are exactly 0" in cap.out
+    assert (
+        "A/A dup_route_tied small 1000000: bit-identical: all 5 paired differences are exactly 0" in cap.out
+    )
 
 
 AA_NOISE = [0.004, -0.006, 0.0128, 0.002, -0.001]  # A/A - parent per seed, nats/token
@@ -198,8 +243,11 @@ def weak_noisy_frames(grid: str) -> dict[str, pl.DataFrame]:
     frames = synthetic_frames(grid=grid, effects={**DEFAULT_EFFECTS, "rd_attnres": -0.002})
     aa = pl.col("variant") == "dup_route_tied"
     frames["final"] = frames["final"].with_columns(
-        pl.when(aa).then(pl.col("val_nll") + pl.col("seed").map_elements(lambda s: AA_NOISE[s], pl.Float64))
-        .otherwise(pl.col("val_nll")).alias("val_nll"))
+        pl.when(aa)
+        .then(pl.col("val_nll") + pl.col("seed").map_elements(lambda s: AA_NOISE[s], pl.Float64))
+        .otherwise(pl.col("val_nll"))
+        .alias("val_nll")
+    )
     return frames
 
 
@@ -214,28 +262,50 @@ def test_weak_treatment_assesses_no_control_and_shows_the_noise_floor(monkeypatc
     assert aa.threshold == pytest.approx(abs(h.mean) / 2, abs=1e-15) and aa.threshold < 0.0128
     md = (tmp_path / "report.md").read_text()
     page = (tmp_path / "report.html").read_text()
-    why = (f"size small, budget 1_000_000 tokens: **undecided** (n = 5, mean d = {h.mean:+.4f} "
-           f"nats/token, one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05): "
-           f"Holm p >= level. MDE at n = 5: {h.mde_nats:.4g} nats/token (one-sided, power 0.8)")
-    assert why in md and html_escape(why.replace("**", "")).replace("undecided", "<strong>undecided</strong>") in page
-    controls = md[md.index("## Step 2"):md.index("## A/A check")]
-    assert "Not assessed at size small, budget 1_000_000 tokens: the treatment's gain is not established" in controls
+    why = (
+        f"size small, budget 1_000_000 tokens: **undecided** (n = 5, mean d = {h.mean:+.4f} "
+        f"nats/token, one-sided t p = {h.p_one_sided:.3g}, Holm p = {h.holm_p:.3g} over 1 cell(s), level 0.05): "
+        f"Holm p >= level. MDE at n = 5: {h.mde_nats:.4g} nats/token (one-sided, power 0.8)"
+    )
+    assert (
+        why in md
+        and html_escape(why.replace("**", "")).replace("undecided", "<strong>undecided</strong>") in page
+    )
+    controls = md[md.index("## Step 2") : md.index("## A/A check")]
+    assert (
+        "Not assessed at size small, budget 1_000_000 tokens: the treatment's gain is not established"
+        in controls
+    )
     rows = [line for line in controls.splitlines() if line.startswith("| ") and "| small, 1M |" in line]
     assert len(rows) == 3  # the three controls; the A/A check is not one
     for a, line in zip(stats.assessments, rows):
-        assert a.verdict == NOT_ASSESSED and "| **not assessed** |" in line and f"| {a.mde_nats:.4g} |" in line
+        assert (
+            a.verdict == NOT_ASSESSED and "| **not assessed** |" in line and f"| {a.mde_nats:.4g} |" in line
+        )
     # The caveat is said once for the cell, not once per control row.
     assert controls.count("not established in this cell") == 0 and controls.count("Not assessed at") == 1
     assert "- why," not in controls
     noise = "max |d| = 0.0128 nats/token is the protocol's numerical noise floor"
-    assert noise.replace("|", "\\|") in md and "| dup_route_tied | small, 1M | **warn** | 5 | 244 | 0.0128 |" in md
-    assert "A/A dup_route_tied: **warn**" in md[:md.index("## Step 2")]  # in the cell's banner
+    assert (
+        noise.replace("|", "\\|") in md
+        and "| dup_route_tied | small, 1M | **warn** | 5 | 244 | 0.0128 |" in md
+    )
+    assert "A/A dup_route_tied: **warn**" in md[: md.index("## Step 2")]  # in the cell's banner
     table = pl.read_csv(tmp_path / "stats.csv")
     ctrl = table.filter(pl.col("kind") == "control_vs_parent")
     assert ctrl["verdict"].to_list() == [NOT_ASSESSED] * 3 and ctrl["contrast_p"].is_nan().all()
     assert (ctrl["mde_nats"] > 0).all()
 
-    argv = ["report", "--grid", "weak", "--results", str(tmp_path), "--out", str(tmp_path / "o"), "--no-figures"]
+    argv = [
+        "report",
+        "--grid",
+        "weak",
+        "--results",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-figures",
+    ]
     rc, cap = _run_cli(monkeypatch, capsys, frames, argv)
     assert rc == 0, cap.err
     assert why.replace("**", "") in cap.out
@@ -251,12 +321,25 @@ def test_cli_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
 
     sel = pl.col("run_id") == "gA-small-1000000-fixed_v-s4"
     frames["final"] = frames["final"].with_columns(
-        pl.when(sel).then(pl.lit("other")).otherwise(pl.col("protocol_hash")).alias("protocol_hash"))
+        pl.when(sel).then(pl.lit("other")).otherwise(pl.col("protocol_hash")).alias("protocol_hash")
+    )
     frames["runs"] = frames["runs"].with_columns(
         pl.when(sel).then(pl.lit("other")).otherwise(pl.col("protocol_hash")).alias("protocol_hash"),
-        pl.when(sel).then(pl.col("config").str.replace("synthetic", "fineweb"))
-        .otherwise(pl.col("config")).alias("config"))
-    argv = ["report", "--grid", "gA", "--results", str(tmp_path), "--out", str(tmp_path / "o"), "--no-figures"]
+        pl.when(sel)
+        .then(pl.col("config").str.replace("synthetic", "fineweb"))
+        .otherwise(pl.col("config"))
+        .alias("config"),
+    )
+    argv = [
+        "report",
+        "--grid",
+        "gA",
+        "--results",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-figures",
+    ]
     rc, cap = _run_cli(monkeypatch, capsys, frames, argv)
     assert rc == 2 and "corpus: 'fineweb' != 'synthetic'" in cap.err and "seed=4" in cap.err
     assert len(cap.err.strip().splitlines()) == 1
@@ -276,11 +359,19 @@ def write_results(store, frames: dict[str, pl.DataFrame], only=None, edit=None) 
         if only is not None and rid not in only:
             continue
         run = {**run, "config": json.loads(run["config"]), **(edit or {}).get(rid, {})}
-        store.write_result({
-            "run": run,
-            "metrics": [{k: v for k, v in m.items() if k != "run_id"} for m in metrics[(rid,)].iter_rows(named=True)],
-            "routing": [{k: v for k, v in r.items() if k != "run_id"} for r in routing[(rid,)].iter_rows(named=True)],
-        })
+        store.write_result(
+            {
+                "run": run,
+                "metrics": [
+                    {k: v for k, v in m.items() if k != "run_id"}
+                    for m in metrics[(rid,)].iter_rows(named=True)
+                ],
+                "routing": [
+                    {k: v for k, v in r.items() if k != "run_id"}
+                    for r in routing[(rid,)].iter_rows(named=True)
+                ],
+            }
+        )
 
 
 def test_cli_report_on_the_real_store(capsys, tmp_path):
@@ -289,8 +380,11 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
     from harness import cli
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
-    write_results(Store(tmp_path / "results"), frames, edit={
-        "e2e-small-1000000-fixed_v-s2": dict(status="diverged", error="loss became NaN at step 70")})
+    write_results(
+        Store(tmp_path / "results"),
+        frames,
+        edit={"e2e-small-1000000-fixed_v-s2": dict(status="diverged", error="loss became NaN at step 70")},
+    )
     rc = cli.main(["report", "--grid", "e2e", "--results", str(tmp_path / "results")])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
@@ -298,8 +392,10 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
     assert str(out / "report.html") in cap.out
     table = pl.read_csv(out / "stats.csv")
     tp = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
-    want = (frames["final"].filter(pl.col("variant") == "rd_attnres")["val_nll"]
-            - frames["final"].filter(pl.col("variant") == "block_attnres")["val_nll"]).mean()
+    want = (
+        frames["final"].filter(pl.col("variant") == "rd_attnres")["val_nll"]
+        - frames["final"].filter(pl.col("variant") == "block_attnres")["val_nll"]
+    ).mean()
     assert tp["n_pairs"] == 3 and tp["mean_diff"] == pytest.approx(want, abs=1e-12)
     fv = table.filter(pl.col("comparison") == "fixed_v - block_attnres").row(0, named=True)
     assert fv["n_pairs"] == 2 and "fewer than 3 pairs" in fv["note"]  # the control - parent descriptives
@@ -307,8 +403,10 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
     assert (fv["test_pairs"], str(fv["test_seeds"]), str(fv["imputed_seeds"])) == (3, "0 1 2", "2")
     assert "seed(s) 2 count as losses" in fv["note"] and fv["verdict"] == "does not reproduce gain"
     md = (out / "report.md").read_text()
-    assert ("| e2e-small-1000000-fixed_v-s2 | fixed_v | 2 | small, 1M | diverged "
-            "| diverged: loss became NaN at step 70 |") in md
+    assert (
+        "| e2e-small-1000000-fixed_v-s2 | fixed_v | 2 | small, 1M | diverged "
+        "| diverged: loss became NaN at step 70 |"
+    ) in md
     assert len(list((out / "figures").glob("*.png"))) == 6
     from reports.build import load_frames  # the curves read the training loss too
 
@@ -333,12 +431,19 @@ def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     results = tmp_path / "results"
-    stored = [f"e2e-small-1000000-{v}-s{s}" for v in ("block_attnres", "rd_attnres", "fixed_v") for s in (0, 1, 2)]
+    stored = [
+        f"e2e-small-1000000-{v}-s{s}" for v in ("block_attnres", "rd_attnres", "fixed_v") for s in (0, 1, 2)
+    ]
     store = Store(results)
     write_results(store, frames, only=stored)
     runs = frames["runs"].iter_rows(named=True)
-    configs = [RunConfig(**{k: r[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")},
-                         corpus=str(tmp_path / "corpus")) for r in runs]
+    configs = [
+        RunConfig(
+            **{k: r[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")},
+            corpus=str(tmp_path / "corpus"),
+        )
+        for r in runs
+    ]
     configs.sort(key=lambda c: c.run_id in stored)  # the unfinished first: claimed first
     queue = RunQueue.open(None, results, log=lambda m: None)
     queue.enqueue(configs)
@@ -356,16 +461,20 @@ def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     md = (results / "reports" / "e2e" / "report.md").read_text()
-    sentence = ("9 of 21 runs done; 1 running, 9 queued, 1 finished, result not in the store, 1 result file "
-                "unreadable — the verdicts below use the finished runs only.")
+    sentence = (
+        "9 of 21 runs done; 1 running, 9 queued, 1 finished, result not in the store, 1 result file "
+        "unreadable — the verdicts below use the finished runs only."
+    )
     assert f"> {sentence}" in md and f"runs: {sentence}" in cap.out
     assert "every run of the grid finished" not in md and "All 21" not in md
-    status = md[md.index("## Grid status"):md.index("## Analysis plan")]
+    status = md[md.index("## Grid status") : md.index("## Analysis plan")]
     assert "| **done** | 9 | block_attnres s0 s1 s2; rd_attnres s0 s1 s2; fixed_v s0 s1 s2 |" in status
     assert f"| **running** | 1 | {running.split('-')[3]} s{running[-1]} |" in status
     assert "| **queued** | 9 |" in status
     assert f"- detail, **result file unreadable** (1): {unreadable}: " in status
-    assert f"- detail, **finished, result not in the store** (1): {not_written}: the queue says done" in status
+    assert (
+        f"- detail, **finished, result not in the store** (1): {not_written}: the queue says done" in status
+    )
     assert f"Queue: read from {results / 'queue.journal'}." in status
     # The controls and A/A check without finished runs are named as such, not "none".
     roles = md.splitlines()[2]

@@ -26,8 +26,9 @@ def grid():
     # four evaluations whose weights differ (scaled copies, renormalised per layer).
     rows = []
     for k, tokens in enumerate((250_000, 500_000, 750_000, 1_000_000)):
-        r = frames["routing"].with_columns(pl.lit(tokens).alias("tokens"),
-                                           (pl.col("weight") * (1 + k * pl.col("source"))).alias("weight"))
+        r = frames["routing"].with_columns(
+            pl.lit(tokens).alias("tokens"), (pl.col("weight") * (1 + k * pl.col("source"))).alias("weight")
+        )
         r = r.with_columns(pl.col("weight") / pl.col("weight").sum().over("run_id", "layer", "route"))
         rows.append(r)
     frames["routing"] = pl.concat(rows)
@@ -37,13 +38,20 @@ def grid():
 def test_seed_band_is_mean_min_max_over_seeds(grid):
     frames, _ = grid
     m = frames["metrics"].filter((pl.col("split") == "val") & (pl.col("name") == "nll"))
-    curves = m.join(frames["final"].select("run_id", "variant", "seed"), on="run_id").filter(
-        pl.col("variant") == "rd_attnres").select("variant", "seed", "tokens", "value")
+    curves = (
+        m.join(frames["final"].select("run_id", "variant", "seed"), on="run_id")
+        .filter(pl.col("variant") == "rd_attnres")
+        .select("variant", "seed", "tokens", "value")
+    )
     band = _band(curves, 1)
     for row in band.iter_rows(named=True):
         v = curves.filter(pl.col("tokens") == row["tokens"])["value"].to_numpy()
-        assert (row["mean"], row["lo"], row["hi"], row["n"]) == (pytest.approx(v.mean(), abs=1e-12), v.min(),
-                                                                 v.max(), 3)
+        assert (row["mean"], row["lo"], row["hi"], row["n"]) == (
+            pytest.approx(v.mean(), abs=1e-12),
+            v.min(),
+            v.max(),
+            3,
+        )
     # Smoothing: a centred rolling mean per seed, before the band.
     smooth = _band(curves, 3)
     s0 = curves.filter(pl.col("seed") == 0).sort("tokens")["value"].to_numpy()
@@ -52,12 +60,28 @@ def test_seed_band_is_mean_min_max_over_seeds(grid):
     want = np.mean([s[0:3].mean() for s in (s0, s1, s2)])  # the second point: its window is points 0, 1, 2
     assert smooth["mean"][1] == pytest.approx(want, abs=1e-12)
     # Minus the parent: the same seed at the same token count.
-    rel = _minus_parent(m.join(frames["final"].select("run_id", "variant", "seed"), on="run_id")
-                        .select("variant", "seed", "tokens", "value"), "block_attnres")
-    one = rel.filter((pl.col("variant") == "rd_attnres") & (pl.col("seed") == 1)).sort("tokens")["value"].to_numpy()
+    rel = _minus_parent(
+        m.join(frames["final"].select("run_id", "variant", "seed"), on="run_id").select(
+            "variant", "seed", "tokens", "value"
+        ),
+        "block_attnres",
+    )
+    one = (
+        rel.filter((pl.col("variant") == "rd_attnres") & (pl.col("seed") == 1))
+        .sort("tokens")["value"]
+        .to_numpy()
+    )
     p1 = m.join(frames["final"].select("run_id", "variant", "seed"), on="run_id")
-    t = p1.filter((pl.col("variant") == "rd_attnres") & (pl.col("seed") == 1)).sort("tokens")["value"].to_numpy()
-    p = p1.filter((pl.col("variant") == "block_attnres") & (pl.col("seed") == 1)).sort("tokens")["value"].to_numpy()
+    t = (
+        p1.filter((pl.col("variant") == "rd_attnres") & (pl.col("seed") == 1))
+        .sort("tokens")["value"]
+        .to_numpy()
+    )
+    p = (
+        p1.filter((pl.col("variant") == "block_attnres") & (pl.col("seed") == 1))
+        .sort("tokens")["value"]
+        .to_numpy()
+    )
     assert one == pytest.approx(t - p, abs=0)
 
 
@@ -72,23 +96,34 @@ def test_training_curves_draw_training_loss_and_validation(grid):
 
 def test_routing_matrix_per_evaluation_is_the_mean_over_seeds(grid):
     frames, stats = grid
-    r = frames["routing"].join(frames["final"].filter(pl.col("variant") == "rd_attnres")
-                               .select("run_id", "seed"), on="run_id")
+    r = frames["routing"].join(
+        frames["final"].filter(pl.col("variant") == "rd_attnres").select("run_id", "seed"), on="run_id"
+    )
     m = _matrix(r, "v", 500_000, (3, 4))
     for layer in range(3):
         for src in range(4):
-            w = r.filter((pl.col("route") == "v") & (pl.col("tokens") == 500_000) & (pl.col("layer") == layer)
-                         & (pl.col("source") == src))["weight"].to_numpy()
-            assert (np.isnan(m[layer, src]) and w.size == 0) or m[layer, src] == pytest.approx(w.mean(), abs=1e-12)
+            w = r.filter(
+                (pl.col("route") == "v")
+                & (pl.col("tokens") == 500_000)
+                & (pl.col("layer") == layer)
+                & (pl.col("source") == src)
+            )["weight"].to_numpy()
+            assert (np.isnan(m[layer, src]) and w.size == 0) or m[layer, src] == pytest.approx(
+                w.mean(), abs=1e-12
+            )
     assert np.nansum(m, axis=1) == pytest.approx(np.ones(3), abs=1e-12)  # each layer's distribution sums to 1
     assert not np.allclose(np.nan_to_num(_matrix(r, "v", 250_000, (3, 4))), np.nan_to_num(m))
 
     fig = routing_over_training(frames["routing"], frames["final"], stats, "rd_attnres", "small", 1_000_000)
     assert fig.png.startswith(PNG) and "at every evaluation" in fig.caption and "QK minus V" in fig.caption
     # A control with only the QK route adds nothing to the parent's figure; the parent keeps its own.
-    assert routing_over_training(frames["routing"], frames["final"], stats, "param_matched", "small",
-                                 1_000_000) is None
-    parent = routing_over_training(frames["routing"], frames["final"], stats, "block_attnres", "small", 1_000_000)
+    assert (
+        routing_over_training(frames["routing"], frames["final"], stats, "param_matched", "small", 1_000_000)
+        is None
+    )
+    parent = routing_over_training(
+        frames["routing"], frames["final"], stats, "block_attnres", "small", 1_000_000
+    )
     assert parent is not None and "QK minus V" not in parent.caption
 
 

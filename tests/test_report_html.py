@@ -19,11 +19,12 @@ import matplotlib.image
 import polars as pl
 import pytest
 
-import browser
-from reports.stats import decisions as dec
 from reports.build import Frames, build_report
 from reports.render.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
+from reports.stats import decisions as dec
 from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
+
+import browser
 
 WIDTHS = (1400, 900)
 MIN_CELL_PX = 40
@@ -40,19 +41,33 @@ def _weak(tmp):
     frames["final"] = frames["final"].with_columns(
         pl.when(pl.col("variant") == "dup_route_tied")
         .then(pl.col("val_nll") + pl.col("seed").map_elements(lambda s: noise[s], pl.Float64))
-        .otherwise(pl.col("val_nll")).alias("val_nll"))
+        .otherwise(pl.col("val_nll"))
+        .alias("val_nll")
+    )
     return frames
 
 
 def _broken(tmp):
     """Two budgets; dup_route identical to the parent (degenerate); the A/A check off by a constant."""
     frames = synthetic_frames(grid="broken", budgets=(1_000_000, 4_000_000), n_layers=3)
-    parent = frames["final"].filter(pl.col("variant") == "block_attnres").select(
-        "seed", "budget_tokens", pl.col("val_nll").alias("p"))
-    frames["final"] = frames["final"].join(parent, on=["seed", "budget_tokens"]).with_columns(
-        pl.when(pl.col("variant") == "dup_route").then(pl.col("p"))
-        .when(pl.col("variant") == "dup_route_tied").then(pl.col("p") + 0.01 + 1e-4 * pl.col("seed"))
-        .otherwise(pl.col("val_nll")).alias("val_nll")).drop("p")
+    parent = (
+        frames["final"]
+        .filter(pl.col("variant") == "block_attnres")
+        .select("seed", "budget_tokens", pl.col("val_nll").alias("p"))
+    )
+    frames["final"] = (
+        frames["final"]
+        .join(parent, on=["seed", "budget_tokens"])
+        .with_columns(
+            pl.when(pl.col("variant") == "dup_route")
+            .then(pl.col("p"))
+            .when(pl.col("variant") == "dup_route_tied")
+            .then(pl.col("p") + 0.01 + 1e-4 * pl.col("seed"))
+            .otherwise(pl.col("val_nll"))
+            .alias("val_nll")
+        )
+        .drop("p")
+    )
     return frames
 
 
@@ -75,9 +90,11 @@ def test_case_verdicts_are_what_the_layout_test_needs(report):
     s = result.stats
     verdicts = {a.verdict for a in s.assessments} | {h.verdict for h in s.headlines}
     aa = {a.status for a in s.aa_checks}
-    want = {"established": ({dec.GAIN_ESTABLISHED, dec.DOES_NOT_REPRODUCE, dec.INCONCLUSIVE}, {"bit-identical"}),
-            "weak": ({dec.GAIN_NOT_ESTABLISHED, dec.NOT_ASSESSED}, {"warn"}),
-            "broken": ({dec.DEGENERATE}, {"FAIL"})}[name]
+    want = {
+        "established": ({dec.GAIN_ESTABLISHED, dec.DOES_NOT_REPRODUCE, dec.INCONCLUSIVE}, {"bit-identical"}),
+        "weak": ({dec.GAIN_NOT_ESTABLISHED, dec.NOT_ASSESSED}, {"warn"}),
+        "broken": ({dec.DEGENERATE}, {"FAIL"}),
+    }[name]
     assert want[0] <= verdicts and aa == want[1], (verdicts, aa)
 
 
@@ -94,7 +111,9 @@ def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
     assert m["narrowestCell"]["width"] >= MIN_CELL_PX, m["narrowestCell"]
     assert not m["clipped"], f"cells clipping their text: {m['clipped']}"
     assert m["imagesOk"] == m["images"] == len(result.figures) and m["imagesWiderThanViewport"] == 0
-    assert 'data-js-error="' not in dom and not re.search(r"CONSOLE.*(Failed to load|Refused|Not allowed)", log)
+    assert 'data-js-error="' not in dom and not re.search(
+        r"CONSOLE.*(Failed to load|Refused|Not allowed)", log
+    )
     # Contents: a sticky column beside the report on wide screens, under the header on narrow ones.
     assert m["tocPosition"] == ("sticky" if width >= 1250 else "static")
 
@@ -128,13 +147,16 @@ def test_verdict_banners_chips_and_the_aa_box(report):
     for shown, tone in AA_DISPLAY.values():
         assert (shown, tone) in texts
     # The A/A check in its own box: its chip is the worst status, the box framed in its colour.
-    want = {"established": ("pass", "rgb(11, 110, 79)"), "weak": ("warn", "rgb(138, 83, 0)"),
-            "broken": ("FAIL", "rgb(179, 38, 30)")}[name]
+    want = {
+        "established": ("pass", "rgb(11, 110, 79)"),
+        "weak": ("warn", "rgb(138, 83, 0)"),
+        "broken": ("FAIL", "rgb(179, 38, 30)"),
+    }[name]
     assert (m["aaBox"]["chip"], m["aaBox"]["border"]) == want
     page = (out / "report.html").read_text()
-    aa_box = page[page.index('<section class="box'):page.index("</section>")]
+    aa_box = page[page.index('<section class="box') : page.index("</section>")]
     assert "dup_route_tied" in aa_box and "Step 2" not in aa_box
-    controls = page[page.index('id="step-2-controls'):page.index('<section class="box')]
+    controls = page[page.index('id="step-2-controls') : page.index('<section class="box')]
     assert "dup_route_tied" not in controls  # the A/A check is not listed as a control
 
 
@@ -163,9 +185,10 @@ def test_single_file_report_shows_every_figure_without_its_folder(tmp_path, caps
     page points outside the file."""
     import shutil
 
+    from test_report import write_results
+
     from db.store import Store
     from harness import cli
-    from test_report import write_results
 
     frames = synthetic_frames(grid="one", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     results, out = tmp_path / "results", tmp_path / "report"
@@ -173,7 +196,10 @@ def test_single_file_report_shows_every_figure_without_its_folder(tmp_path, caps
     assert cli.main(["report", "--grid", "one", "--results", str(results), "--out", str(out)]) == 0
     n_figures = len(list((out / "figures").glob("*.png")))
     shutil.rmtree(out)
-    assert cli.main(["report", "--grid", "one", "--results", str(results), "--out", str(out), "--single-file"]) == 0
+    assert (
+        cli.main(["report", "--grid", "one", "--results", str(results), "--out", str(out), "--single-file"])
+        == 0
+    )
     assert [p.name for p in out.iterdir()] == ["report.html"]
     assert f"{out / 'report.html'}\n" in capsys.readouterr().out
     page = (out / "report.html").read_text()

@@ -28,19 +28,37 @@ def _row(variant, role, seed, nll, *, lr=2e-3, beta2=0.95, tuned=None):
     if tuned:
         cfg["tuned"] = {"source": tuned, "params": {"lr": lr}, "fields": ["lr"]}
     phash = json.dumps(protocol, sort_keys=True)
-    return dict(run_id=rid, grid="g", variant=variant, role=role, seed=seed, size="small", budget_tokens=100000,
-                protocol_hash=phash, val_nll=nll, status="done", config=json.dumps(cfg), code_version="c1", error=None)
+    return dict(
+        run_id=rid,
+        grid="g",
+        variant=variant,
+        role=role,
+        seed=seed,
+        size="small",
+        budget_tokens=100000,
+        protocol_hash=phash,
+        val_nll=nll,
+        status="done",
+        config=json.dumps(cfg),
+        code_version="c1",
+        error=None,
+    )
 
 
 def frames():
     rows = []
     for s in SEEDS:
-        rows += [_row("block_attnres", "parent", s, PARENT[s]), _row("rd_attnres", "treatment", s, TREAT[s]),
-                 _row("block_attnres", "parent", s, PARENT_T[s], lr=3e-3, tuned="tune:p"),
-                 _row("rd_attnres", "treatment", s, TREAT_T[s], lr=2.5e-3, tuned="tune:t")]
+        rows += [
+            _row("block_attnres", "parent", s, PARENT[s]),
+            _row("rd_attnres", "treatment", s, TREAT[s]),
+            _row("block_attnres", "parent", s, PARENT_T[s], lr=3e-3, tuned="tune:p"),
+            _row("rd_attnres", "treatment", s, TREAT_T[s], lr=2.5e-3, tuned="tune:t"),
+        ]
     # seed 4: the tuned treatment ran with another beta2 as well: a protocol difference outside the tuned fields
-    rows += [_row("block_attnres", "parent", 4, PARENT_T[4], lr=3e-3, tuned="tune:p"),
-             _row("rd_attnres", "treatment", 4, TREAT_T[4], lr=2.5e-3, beta2=0.99, tuned="tune:t")]
+    rows += [
+        _row("block_attnres", "parent", 4, PARENT_T[4], lr=3e-3, tuned="tune:p"),
+        _row("rd_attnres", "treatment", 4, TREAT_T[4], lr=2.5e-3, beta2=0.99, tuned="tune:t"),
+    ]
     runs = pl.DataFrame(rows)
     return runs.drop("config", "status", "code_version", "error"), runs
 
@@ -56,8 +74,9 @@ def test_robustness_row_pairs_tuned_runs_and_names_the_tuned_fields():
     c = r.comparison
     assert c.comparison == "rd_attnres (tuned) - block_attnres (tuned)" and c.seeds == SEEDS
     assert c.stats.n == 4 and c.stats.mean == pytest.approx(dt.mean(), abs=1e-15)
-    assert r.p_one_sided == pytest.approx(sps.ttest_rel(TREAT_T[:4], PARENT_T[:4], alternative="less").pvalue,
-                                          rel=1e-12)
+    assert r.p_one_sided == pytest.approx(
+        sps.ttest_rel(TREAT_T[:4], PARENT_T[:4], alternative="less").pvalue, rel=1e-12
+    )
     assert c.stats.ci_low == pytest.approx(dt.mean() - sps.t.ppf(0.975, 3) * dt.std(ddof=1) / 2, rel=1e-12)
     assert r.fields == ("train.lr: 0.0025 (rd_attnres) vs 0.003 (block_attnres)",)
     assert r.sources == ("tune:t", "tune:p") and r.untuned_mean == pytest.approx(d.mean(), abs=1e-15)
@@ -80,46 +99,79 @@ def test_no_robustness_row_without_tuned_runs():
 
 
 def grid(**extra):
-    data = {"name": "g", "corpus": "/c", "sizes": ["tiny"], "seeds": [0, 1], "budgets_tokens": [4096],
-            "variants": {"block_attnres": "parent", "rd_attnres": "treatment"}, "train": {"batch_tokens": 1024}}
+    data = {
+        "name": "g",
+        "corpus": "/c",
+        "sizes": ["tiny"],
+        "seeds": [0, 1],
+        "budgets_tokens": [4096],
+        "variants": {"block_attnres": "parent", "rd_attnres": "treatment"},
+        "train": {"batch_tokens": 1024},
+    }
     for k, v in extra.items():
         data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) and k == "train" else v
     return parse_grid(data)
 
 
 def test_train_variant_tables_and_tuned_runs_expand():
-    g = grid(train={"rd_attnres": {"lr": 1e-3}},
-             tuned={"block_attnres": {"lr": 4e-3, "warmup_frac": 0.25}, "rd_attnres": "tune:rd"})
+    g = grid(
+        train={"rd_attnres": {"lr": 1e-3}},
+        tuned={"block_attnres": {"lr": 4e-3, "warmup_frac": 0.25}, "rd_attnres": "tune:rd"},
+    )
     assert g.train == {"batch_tokens": 1024} and g.train_by_variant == {"rd_attnres": {"lr": 1e-3}}
-    with pytest.raises(ValueError, match="tuned.rd_attnres = 'tune:rd': a tuning study's best params are read"):
+    with pytest.raises(
+        ValueError, match="tuned.rd_attnres = 'tune:rd': a tuning study's best params are read"
+    ):
         g.expand()
     with pytest.raises(ValueError, match="that study tuned 'block_attnres', not 'rd_attnres'"):
         resolve_tuned(g, lambda study: ("block_attnres", {"lr": 1e-2}))
     configs = g.expand(tuned=resolve_tuned(g, lambda study: ("rd_attnres", {"lr": 5e-3})))
     ids = [c.run_id for c in configs]
-    assert ids == ["g:tiny:block_attnres:s0:4096", "g:tiny:rd_attnres:s0:4096", "g:tiny:block_attnres:s0:4096:tuned",
-                   "g:tiny:rd_attnres:s0:4096:tuned", "g:tiny:block_attnres:s1:4096", "g:tiny:rd_attnres:s1:4096",
-                   "g:tiny:block_attnres:s1:4096:tuned", "g:tiny:rd_attnres:s1:4096:tuned"]
+    assert ids == [
+        "g:tiny:block_attnres:s0:4096",
+        "g:tiny:rd_attnres:s0:4096",
+        "g:tiny:block_attnres:s0:4096:tuned",
+        "g:tiny:rd_attnres:s0:4096:tuned",
+        "g:tiny:block_attnres:s1:4096",
+        "g:tiny:rd_attnres:s1:4096",
+        "g:tiny:block_attnres:s1:4096:tuned",
+        "g:tiny:rd_attnres:s1:4096:tuned",
+    ]
     by = {c.run_id: c for c in configs}
     assert by["g:tiny:rd_attnres:s0:4096"].train == {"batch_tokens": 1024, "lr": 1e-3}  # [train.rd_attnres]
     pt = by["g:tiny:block_attnres:s0:4096:tuned"]
     assert pt.train == {"batch_tokens": 1024, "lr": 4e-3, "warmup_tokens": 1024}  # 0.25 x 4096
-    assert pt.tuned == {"source": "explicit", "params": {"lr": 4e-3, "warmup_frac": 0.25},
-                        "fields": ["lr", "warmup_tokens"]}
+    assert pt.tuned == {
+        "source": "explicit",
+        "params": {"lr": 4e-3, "warmup_frac": 0.25},
+        "fields": ["lr", "warmup_tokens"],
+    }
     tt = by["g:tiny:rd_attnres:s1:4096:tuned"]
     assert tt.train == {"batch_tokens": 1024, "lr": 5e-3} and tt.tuned["source"] == "tune:rd"
-    assert by["g:tiny:block_attnres:s0:4096"].tuned is None and "tuned" not in by["g:tiny:rd_attnres:s0:4096"].to_dict()
+    assert (
+        by["g:tiny:block_attnres:s0:4096"].tuned is None
+        and "tuned" not in by["g:tiny:rd_attnres:s0:4096"].to_dict()
+    )
 
 
-@pytest.mark.parametrize("extra, message", [
-    (dict(train={"fixed_v": {"lr": 1e-3}}), "train.fixed_v: a [train.VARIANT] table must name a variant"),
-    (dict(train={"rd_attnres": {"nope": 1}}), "train.rd_attnres.nope: unknown key"),
-    (dict(tuned={"fixed_v": "tune:x"}), "tuned.fixed_v: 'fixed_v' is not a variant"),
-    (dict(tuned={"rd_attnres": "x"}), "tuned.rd_attnres: 'x': write \"tune:NAME\""),
-    (dict(tuned={"rd_attnres": {"eval_tokens": 5}}), "tuned.rd_attnres.eval_tokens: not a tunable setting"),
-    (dict(tuned={"rd_attnres": {"warmup_frac": 1.5}}), "tuned.rd_attnres.warmup_frac: 1.5 must be a fraction"),
-    (dict(seeds=[0, 10_000]), "seeds: 10000 is reserved: seeds from 10_000 on are the tuning trials'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (dict(train={"fixed_v": {"lr": 1e-3}}), "train.fixed_v: a [train.VARIANT] table must name a variant"),
+        (dict(train={"rd_attnres": {"nope": 1}}), "train.rd_attnres.nope: unknown key"),
+        (dict(tuned={"fixed_v": "tune:x"}), "tuned.fixed_v: 'fixed_v' is not a variant"),
+        (dict(tuned={"rd_attnres": "x"}), "tuned.rd_attnres: 'x': write \"tune:NAME\""),
+        (
+            dict(tuned={"rd_attnres": {"eval_tokens": 5}}),
+            "tuned.rd_attnres.eval_tokens: not a tunable setting",
+        ),
+        (
+            dict(tuned={"rd_attnres": {"warmup_frac": 1.5}}),
+            "tuned.rd_attnres.warmup_frac: 1.5 must be a fraction",
+        ),
+        (dict(seeds=[0, 10_000]), "seeds: 10000 is reserved: seeds from 10_000 on are the tuning trials'"),
+    ],
+)
 def test_bad_grid_tables_are_refused(extra, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
         grid(**extra)

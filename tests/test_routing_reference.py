@@ -32,19 +32,23 @@ from harness.models.spec import parse_spec
 EPS = 1e-6
 ROUTED = [v for v in available_variants() if get_spec(v).residual in ("block", "full")]
 # Three head groups of unequal size, a route with an offset, a role averaging two routes.
-THREE_GROUPS = parse_spec({
-    "name": "three_groups", "residual": "block", "role": "control",
-    "attn": {
-        "queries": {"w_qk": {}, "w_v": {}, "w_dup": {}},
-        "offsets": {"b_v": {}},
-        "routes": {"qk": ["w_qk"], "v": {"queries": ["w_v", "w_qk"], "offset": "b_v"}, "dup": ["w_dup"]},
-        "head_groups": [
-            {"share": 1, "q": ["qk"], "k": ["qk"], "v": ["v"]},
-            {"share": 2, "q": ["dup"], "k": ["qk", "dup"], "v": ["dup"]},
-            {"share": 1, "q": ["v"], "k": ["v"], "v": ["qk"]},
-        ],
-    },
-})
+THREE_GROUPS = parse_spec(
+    {
+        "name": "three_groups",
+        "residual": "block",
+        "role": "control",
+        "attn": {
+            "queries": {"w_qk": {}, "w_v": {}, "w_dup": {}},
+            "offsets": {"b_v": {}},
+            "routes": {"qk": ["w_qk"], "v": {"queries": ["w_v", "w_qk"], "offset": "b_v"}, "dup": ["w_dup"]},
+            "head_groups": [
+                {"share": 1, "q": ["qk"], "k": ["qk"], "v": ["v"]},
+                {"share": 2, "q": ["dup"], "k": ["qk", "dup"], "v": ["dup"]},
+                {"share": 1, "q": ["v"], "k": ["v"], "v": ["qk"]},
+            ],
+        },
+    }
+)
 
 
 # -- the reference -------------------------------------------------------------------------
@@ -55,7 +59,9 @@ def rms(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     return y if weight is None else y * weight
 
 
-def site_sources(emb: torch.Tensor, outputs: list[torch.Tensor], k: int, block_size: int | None) -> list[torch.Tensor]:
+def site_sources(
+    emb: torch.Tensor, outputs: list[torch.Tensor], k: int, block_size: int | None
+) -> list[torch.Tensor]:
     """Sources of the site before sublayer ``k``: Full AttnRes (``block_size`` None) sees
     every output; Block AttnRes sees the embedding and one sum per begun block."""
     if block_size is None:
@@ -112,7 +118,7 @@ def ref_attention(params: dict, l: int, spec, routes: dict, cfg) -> torch.Tensor
     for h in range(H):
         roles = spec.groups[group_of[h]].roles
         x = {r: rms(mean_of(routes, roles[r]), params[p + "attn_norm.weight"]) for r in "qkv"}
-        q, k, v = (x[r] @ W[i * D + h * hs: i * D + (h + 1) * hs].T for i, r in enumerate("qkv"))
+        q, k, v = (x[r] @ W[i * D + h * hs : i * D + (h + 1) * hs].T for i, r in enumerate("qkv"))
         q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
         T = q.shape[1]
         scores = q @ k.transpose(1, 2) / math.sqrt(hs)
@@ -139,11 +145,14 @@ def ref_hidden(model, spec, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
     for l in range(cfg.n_layers):
         k = 2 * l
         partial_sites += block_size is not None and in_progress(k, block_size)
-        routes = ref_routes(params, f"layers.{l}.attn_route.", spec.sites["attn"],
-                            site_sources(emb, outputs, k, block_size))
+        routes = ref_routes(
+            params, f"layers.{l}.attn_route.", spec.sites["attn"], site_sources(emb, outputs, k, block_size)
+        )
         outputs.append(ref_attention(params, l, spec.sites["attn"], routes, cfg))
         mlp = spec.sites["mlp"]
-        routes = ref_routes(params, f"layers.{l}.mlp_route.", mlp, site_sources(emb, outputs, k + 1, block_size))
+        routes = ref_routes(
+            params, f"layers.{l}.mlp_route.", mlp, site_sources(emb, outputs, k + 1, block_size)
+        )
         outputs.append(ref_mlp(params, l, mean_of(routes, mlp.groups[0].roles["mlp"])))
     out = spec.sites["out"]
     routes = ref_routes(params, "out_route.", out, site_sources(emb, outputs, 2 * cfg.n_layers, block_size))
@@ -157,7 +166,7 @@ def test_block_timing_of_the_reference_follows_the_pseudocode_by_hand():
     """block_size 4 (two layers per block), sublayer outputs o0, o1, ...: the sites of
     layer 1 see [emb, o0 + o1] and [emb, o0 + o1 + o2]; layer 2's attention site sees the
     finished block [emb, o0 + .. + o3], its MLP site [emb, o0 + .. + o3, o4]."""
-    emb, *o = [torch.full((1,), float(10 ** i)) for i in range(7)]
+    emb, *o = [torch.full((1,), float(10**i)) for i in range(7)]
     val = lambda k: [s.item() for s in site_sources(emb, o, k, 4)]
     assert val(0) == [1.0]
     assert val(1) == [1.0, 10.0]
@@ -170,8 +179,11 @@ def test_block_timing_of_the_reference_follows_the_pseudocode_by_hand():
 CASES = [(v, bs) for v in ROUTED for bs in ((2, 4, 6) if get_spec(v).residual == "block" else (2,))]
 
 
-@pytest.mark.parametrize("variant, block_size", CASES + [(THREE_GROUPS, 4)],
-                         ids=[f"{getattr(v, 'name', v)}-block{bs}" for v, bs in CASES + [(THREE_GROUPS, 4)]])
+@pytest.mark.parametrize(
+    "variant, block_size",
+    CASES + [(THREE_GROUPS, 4)],
+    ids=[f"{getattr(v, 'name', v)}-block{bs}" for v, bs in CASES + [(THREE_GROUPS, 4)]],
+)
 def test_model_equals_the_independent_reference(variant, block_size):
     torch.manual_seed(0)
     spec = variant if not isinstance(variant, str) else get_spec(variant)

@@ -59,12 +59,25 @@ SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "run_identity.json"
 VARIANTS = ("block_attnres", "rd_attnres", "dup_route")
 # 6 steps of 1,024 tokens, evaluations at steps 3 and 6, a 512-token BPE vocabulary
-SETTINGS = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-3, "eval_every_tokens": 3072}
+SETTINGS = {
+    "vocab_size": 512,
+    "batch_tokens": 1024,
+    "eval_tokens": 2048,
+    "lr": 3e-3,
+    "eval_every_tokens": 3072,
+}
 BUDGET = 6 * 1024
 CORPUS_PLACEHOLDER = "<sample>"
 #: environment variables that change which CPU kernels MKL, oneDNN or ATen run (so the bits)
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE",
-              "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE")
+KERNEL_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DEBUG_CPU_TYPE",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+)
 
 
 def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]:
@@ -87,12 +100,17 @@ def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]
 def environment() -> dict:
     """Where the fixture's floats are valid: everything that decides the bits (module docstring)."""
     model, flags = cpu_identity()
-    return {"torch": torch.__version__,
-            "torch_build": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16],
-            "numpy": np.__version__, "tokenizers": tokenizers.__version__,
-            "machine": platform.machine(), "cpu_model": model, "cpu_flags": flags,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}}
+    return {
+        "torch": torch.__version__,
+        "torch_build": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16],
+        "numpy": np.__version__,
+        "tokenizers": tokenizers.__version__,
+        "machine": platform.machine(),
+        "cpu_model": model,
+        "cpu_flags": flags,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ},
+    }
 
 
 def key_differences(recorded: dict, here: dict) -> list[str]:
@@ -104,7 +122,9 @@ def key_differences(recorded: dict, here: dict) -> list[str]:
             continue
         if key == "cpu_flags" and isinstance(was, list) and isinstance(now, list):
             extra, missing = sorted(set(now) - set(was)), sorted(set(was) - set(now))
-            out.append(f"cpu_flags (here also {' '.join(extra) or '-'}; here without {' '.join(missing) or '-'})")
+            out.append(
+                f"cpu_flags (here also {' '.join(extra) or '-'}; here without {' '.join(missing) or '-'})"
+            )
         else:
             out.append(f"{key} ({was!r} recorded, {now!r} here)")
     return out
@@ -136,17 +156,56 @@ def observe(results: Path) -> dict:
 
     out = {}
     for variant in VARIANTS:
-        rc = cli(["run", "--variant", variant, "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
-                  "--corpus", str(SAMPLE), "--results", str(results), "--quiet", "--threads", "1",
-                  "--accelerator", "cpu", *[f"--set={k}={v}" for k, v in SETTINGS.items()]])
+        rc = cli(
+            [
+                "run",
+                "--variant",
+                variant,
+                "--size",
+                "tiny",
+                "--seed",
+                "0",
+                "--budget-tokens",
+                str(BUDGET),
+                "--corpus",
+                str(SAMPLE),
+                "--results",
+                str(results),
+                "--quiet",
+                "--threads",
+                "1",
+                "--accelerator",
+                "cpu",
+                *[f"--set={k}={v}" for k, v in SETTINGS.items()],
+            ]
+        )
         assert rc == 0, variant
         store = Store(results)
-        (path,) = [p for p in store.runs_dir.glob("*.json") if f":{variant}:" in store.read_result(p)["run"]["run_id"]]
+        (path,) = [
+            p
+            for p in store.runs_dir.glob("*.json")
+            if f":{variant}:" in store.read_result(p)["run"]["run_id"]
+        ]
         result = store.read_result(path)
         run = result["run"]
         out[variant] = {
-            "run": {k: run[k] for k in ("run_id", "status", "protocol_hash", "n_params", "n_trainable", "steps",
-                                        "tokens_seen", "grid", "role", "seed", "size", "budget_tokens")},
+            "run": {
+                k: run[k]
+                for k in (
+                    "run_id",
+                    "status",
+                    "protocol_hash",
+                    "n_params",
+                    "n_trainable",
+                    "steps",
+                    "tokens_seen",
+                    "grid",
+                    "role",
+                    "seed",
+                    "size",
+                    "budget_tokens",
+                )
+            },
             "config": _scrub(run["config"]),
             "metrics": [r for r in result["metrics"] if r["name"] != "tokens_per_s"],
             **{t: result.get(t, []) for t in ("routing", "route_pairs", "route_params")},
@@ -158,7 +217,10 @@ def expanded_grid() -> list[dict]:
     """The queued payloads of ``ablations/rd_controls_small.toml`` (corpus fixed)."""
     from harness.scheduling.grid import load_grid
 
-    return [c.to_dict() for c in load_grid(ROOT / "ablations" / "rd_controls_small.toml").expand(corpus="/data/corpus")]
+    return [
+        c.to_dict()
+        for c in load_grid(ROOT / "ablations" / "rd_controls_small.toml").expand(corpus="/data/corpus")
+    ]
 
 
 def _canonical(value) -> str:
@@ -197,8 +259,9 @@ def test_a_tiny_run_records_what_it_recorded(observed):
         assert set(got) == set(want), variant
         for key in want:
             if key in FLOAT_TABLES:
-                assert _canonical(_without_floats(got[key])) == _canonical(_without_floats(want[key])), \
+                assert _canonical(_without_floats(got[key])) == _canonical(_without_floats(want[key])), (
                     f"{variant}: the rows of {key} differ"
+                )
             else:
                 assert _canonical(got[key]) == _canonical(want[key]), f"{variant}: {key} differs"
 
@@ -208,15 +271,18 @@ def test_a_tiny_run_is_bit_identical_to_the_recorded_one(request):
     fixture = json.loads(FIXTURE.read_text())
     differ = key_differences(fixture["environment"], environment())
     if differ:
-        pytest.skip("float results are bit-identical on one machine, not across machines, and the fixture was "
-                    f"recorded on another: {'; '.join(differ)} (the rest is checked by "
-                    "test_a_tiny_run_records_what_it_recorded)")
+        pytest.skip(
+            "float results are bit-identical on one machine, not across machines, and the fixture was "
+            f"recorded on another: {'; '.join(differ)} (the rest is checked by "
+            "test_a_tiny_run_records_what_it_recorded)"
+        )
     observed = request.getfixturevalue("observed")
     for variant in VARIANTS:
         want, got = fixture["runs"][variant], observed[variant]
         final = [r for r in got["metrics"] if r["split"] == "val" and r["name"] == "nll" and r["step"] == 6]
-        assert final and final == [r for r in want["metrics"] if r["split"] == "val" and r["name"] == "nll"
-                                   and r["step"] == 6], variant
+        assert final and final == [
+            r for r in want["metrics"] if r["split"] == "val" and r["name"] == "nll" and r["step"] == 6
+        ], variant
         for key in want:
             assert _canonical(got[key]) == _canonical(want[key]), f"{variant}: {key} differs"
 
@@ -227,7 +293,9 @@ def test_another_cpu_changes_the_key(tmp_path):
     names what differs."""
     info = tmp_path / "cpuinfo"
     proc = "processor\t: {n}\nmodel name\t: {model}\nflags\t\t: fpu sse2 avx2 avx512f {extra}\n"
-    info.write_text(proc.format(n=0, model="Model A", extra="") + "\n" + proc.format(n=1, model="Model A", extra=""))
+    info.write_text(
+        proc.format(n=0, model="Model A", extra="") + "\n" + proc.format(n=1, model="Model A", extra="")
+    )
     model, flags = cpu_identity(info)
     assert (model, flags) == ("Model A", ["avx2", "avx512f", "fpu", "sse2"])
     recorded = {"cpu_model": model, "cpu_flags": flags, "cpu_capability": "AVX512"}
@@ -235,12 +303,23 @@ def test_another_cpu_changes_the_key(tmp_path):
     model, flags = cpu_identity(info)
     here = {"cpu_model": model, "cpu_flags": flags, "cpu_capability": "AVX512"}
     assert key_differences(recorded, here) == [
-        "cpu_flags (here also amx_tile avx512_fp16; here without -)", "cpu_model ('Model A' recorded, 'Model B' here)"]
+        "cpu_flags (here also amx_tile avx512_fp16; here without -)",
+        "cpu_model ('Model A' recorded, 'Model B' here)",
+    ]
     assert key_differences(recorded, recorded) == []
     assert cpu_identity(tmp_path / "absent")[1] == []
     # this machine's key is complete: every field the docstring names
-    assert set(environment()) == {"torch", "torch_build", "numpy", "tokenizers", "machine", "cpu_model",
-                                  "cpu_flags", "cpu_capability", "kernel_env"}
+    assert set(environment()) == {
+        "torch",
+        "torch_build",
+        "numpy",
+        "tokenizers",
+        "machine",
+        "cpu_model",
+        "cpu_flags",
+        "cpu_capability",
+        "kernel_env",
+    }
 
 
 def test_a_grid_expands_into_the_recorded_queue_payloads():

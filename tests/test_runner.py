@@ -117,7 +117,9 @@ def test_resume_after_stop_matches_uninterrupted(tmp_path):
     assert train_run(config, parts, progress=False) == "done"
     assert final_rows(parts) == final_rows(whole)  # bit-identical on CPU
     assert val_curve(parts) == val_curve(whole)  # metrics before the stop were kept
-    train = "select step, name, value from metrics where split='train' and name != 'tokens_per_s' order by 1, 2"
+    train = (
+        "select step, name, value from metrics where split='train' and name != 'tokens_per_s' order by 1, 2"
+    )
     con_w = duckdb.connect(str(whole / "harness.duckdb"), read_only=True)
     con_p = duckdb.connect(str(parts / "harness.duckdb"), read_only=True)
     rows_w, rows_p = con_w.execute(train).fetchall(), con_p.execute(train).fetchall()
@@ -131,7 +133,10 @@ def test_resume_after_stop_matches_uninterrupted(tmp_path):
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_v_tokens_over_bytes(tmp_path):
     corpus = tmp_path / "hand.jsonl"
-    docs = [f"Document {i}: the quick brown fox jumps over the lazy dog {i * 7} times. Ünïcödé ✓." for i in range(200)]
+    docs = [
+        f"Document {i}: the quick brown fox jumps over the lazy dog {i * 7} times. Ünïcödé ✓."
+        for i in range(200)
+    ]
     corpus.write_text("\n".join(json.dumps({"text": d}) for d in docs) + "\n", encoding="utf-8")
     prepared = prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", vocab_size=300, val_fraction=0.2)
     V = prepared.vocab_size
@@ -139,8 +144,13 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_v_tokens_over_bytes(tmp_path):
     with torch.no_grad():
         model.final_norm.weight.zero_()  # hidden -> 0, logits -> 0: the uniform distribution
     dm = TokenDataModule(prepared, 32, 4, 0, 512)
-    lit = LitLM(model, train_config("tiny"), total_steps=1, batch_tokens=128,
-                token_bytes=torch.from_numpy(prepared.token_bytes()))
+    lit = LitLM(
+        model,
+        train_config("tiny"),
+        total_steps=1,
+        batch_tokens=128,
+        token_bytes=torch.from_numpy(prepared.token_bytes()),
+    )
     out = lit.evaluate(dm.val_dataloader())
     n_tokens, n_bytes = dm.val_target_tokens, dm.val_target_bytes()
     assert out["tokens"] == n_tokens and out["bytes"] == n_bytes
@@ -150,9 +160,29 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_v_tokens_over_bytes(tmp_path):
 
 
 def test_forced_divergence_is_recorded_and_exits_cleanly(tmp_path, capsys):
-    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
-              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
-              *[f"--set={k}={v}" for k, v in TRAIN.items() if k != "lr"], "--set", "lr=1e30", "--set", "grad_clip=0"])
+    rc = cli(
+        [
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            str(BUDGET),
+            "--corpus",
+            str(SAMPLE),
+            "--results",
+            str(tmp_path),
+            "--quiet",
+            *[f"--set={k}={v}" for k, v in TRAIN.items() if k != "lr"],
+            "--set",
+            "lr=1e30",
+            "--set",
+            "grad_clip=0",
+        ]
+    )
     assert rc == 0
     assert "diverged" in capsys.readouterr().out
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
@@ -164,12 +194,28 @@ def test_forced_divergence_is_recorded_and_exits_cleanly(tmp_path, capsys):
 
 
 def test_cli_run_writes_final_and_routing(tmp_path, capsys):
-    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
-              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
-              *[f"--set={k}={v}" for k, v in TRAIN.items()]])
+    rc = cli(
+        [
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            str(BUDGET),
+            "--corpus",
+            str(SAMPLE),
+            "--results",
+            str(tmp_path),
+            "--quiet",
+            *[f"--set={k}={v}" for k, v in TRAIN.items()],
+        ]
+    )
     assert rc == 0
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
-    (variant, nll, bpb), = con.execute("select variant, val_nll, val_bpb from final").fetchall()
+    ((variant, nll, bpb),) = con.execute("select variant, val_nll, val_bpb from final").fetchall()
     routes = con.execute("select distinct site, route from routing order by 1, 2").fetchall()
     js = con.execute("select max(js_qk_v) from routing where site='attn' and layer=1").fetchone()[0]
     proto, code = con.execute("select protocol_hash, code_version from runs").fetchone()
@@ -193,7 +239,9 @@ def test_bad_corpus_gives_clear_error_and_writes_nothing(tmp_path, capsys, monke
         (tmp_path / "empty.jsonl").write_text("")
         corpus, expect = str(tmp_path / "empty.jsonl"), "is empty"
     elif case == "short":
-        (tmp_path / "short.jsonl").write_text("\n".join(json.dumps({"text": f"tiny doc {i}"}) for i in range(40)))
+        (tmp_path / "short.jsonl").write_text(
+            "\n".join(json.dumps({"text": f"tiny doc {i}"}) for i in range(40))
+        )
         corpus, expect = str(tmp_path / "short.jsonl"), "fewer than one batch"
     elif case == "utf8":
         (tmp_path / "bad.txt").write_bytes(b"hello \xff\xfe world")
@@ -206,10 +254,32 @@ def test_bad_corpus_gives_clear_error_and_writes_nothing(tmp_path, capsys, monke
             raise ConnectionError("network is unreachable")
 
         monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
-        corpus, expect = "hf:nobody/no-such-dataset:none", "cannot stream corpus 'hf:nobody/no-such-dataset:none'"
-    rc = cli(["run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
-              "--corpus", corpus, "--results", str(tmp_path / "results"), "--quiet", "--set", "vocab_size=300",
-              "--set", "val_fraction=0.5"])
+        corpus, expect = (
+            "hf:nobody/no-such-dataset:none",
+            "cannot stream corpus 'hf:nobody/no-such-dataset:none'",
+        )
+    rc = cli(
+        [
+            "run",
+            "--variant",
+            "block_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            "4096",
+            "--corpus",
+            corpus,
+            "--results",
+            str(tmp_path / "results"),
+            "--quiet",
+            "--set",
+            "vocab_size=300",
+            "--set",
+            "val_fraction=0.5",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and expect.lower() in err.lower() and "Traceback" not in err, err
     assert not (tmp_path / "results" / "harness.duckdb").exists()
@@ -236,26 +306,59 @@ def test_resume_with_a_different_config_is_refused(tmp_path):
     assert train_run(config, tmp_path, progress=False) == "done"  # the same config resumes
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("lr=abc", "lr='abc' is not a float"),
-    ("lr=nan", "lr=nan must be a positive finite number"),
-    ("batch_tokens=2.5", "batch_tokens='2.5' is not an int"),
-    ("batch_tokens=100", "batch_tokens=100 must be a multiple of the tiny context (64 tokens)"),
-    ("min_lr_ratio=5", "min_lr_ratio=5.0 must be in [0, 1]"),
-    ("weight_decay=-1", "weight_decay=-1.0 must be a finite number >= 0"),
-    ("compile=maybe", "compile='maybe' is not a bool"),
-    ("colour=red", "unknown training setting 'colour'"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("lr=abc", "lr='abc' is not a float"),
+        ("lr=nan", "lr=nan must be a positive finite number"),
+        ("batch_tokens=2.5", "batch_tokens='2.5' is not an int"),
+        ("batch_tokens=100", "batch_tokens=100 must be a multiple of the tiny context (64 tokens)"),
+        ("min_lr_ratio=5", "min_lr_ratio=5.0 must be in [0, 1]"),
+        ("weight_decay=-1", "weight_decay=-1.0 must be a finite number >= 0"),
+        ("compile=maybe", "compile='maybe' is not a bool"),
+        ("colour=red", "unknown training setting 'colour'"),
+    ],
+)
 def test_bad_settings_are_one_clear_line(tmp_path, capsys, setting, message):
-    rc = cli(["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
-              "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet", "--set", setting])
+    rc = cli(
+        [
+            "run",
+            "--variant",
+            "rd_attnres",
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            "4096",
+            "--corpus",
+            str(SAMPLE),
+            "--results",
+            str(tmp_path),
+            "--quiet",
+            "--set",
+            setting,
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err, err
 
 
 def test_budget_below_one_batch_and_bad_options(tmp_path, capsys):
-    base = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--corpus", str(SAMPLE),
-            "--results", str(tmp_path), "--quiet"]
+    base = [
+        "run",
+        "--variant",
+        "rd_attnres",
+        "--size",
+        "tiny",
+        "--seed",
+        "0",
+        "--corpus",
+        str(SAMPLE),
+        "--results",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert cli(base + ["--budget-tokens", "1000"]) == 2
     assert "budget_tokens=1000 is less than one batch (batch_tokens=2048)" in capsys.readouterr().err
     assert cli(base + ["--budget-tokens", "4096", "--threads", "-3"]) == 2
@@ -267,9 +370,23 @@ def test_budget_below_one_batch_and_bad_options(tmp_path, capsys):
 
 
 def test_adhoc_settings_get_their_own_run_and_done_runs_are_not_retrained(tmp_path, capsys):
-    base = ["run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", str(BUDGET),
-            "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
-            *[f"--set={k}={v}" for k, v in TRAIN.items() if k != "lr"]]
+    base = [
+        "run",
+        "--variant",
+        "block_attnres",
+        "--size",
+        "tiny",
+        "--seed",
+        "0",
+        "--budget-tokens",
+        str(BUDGET),
+        "--corpus",
+        str(SAMPLE),
+        "--results",
+        str(tmp_path),
+        "--quiet",
+        *[f"--set={k}={v}" for k, v in TRAIN.items() if k != "lr"],
+    ]
     assert cli(base + ["--set", "lr=1e-3"]) == 0
     assert cli(base + ["--set", "lr=3e-3"]) == 0
     ids = [l.split(": ")[0] for l in capsys.readouterr().out.splitlines()]
@@ -297,8 +414,13 @@ def test_compiled_forward_is_used_when_asked(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", lambda m: Wrapper(m))
     model = build_model("rd_attnres", "tiny", seed=0)
-    lit = LitLM(model, train_config("tiny", compile=True), total_steps=1, batch_tokens=128,
-                token_bytes=torch.ones(model.cfg.vocab_size, dtype=torch.long))
+    lit = LitLM(
+        model,
+        train_config("tiny", compile=True),
+        total_steps=1,
+        batch_tokens=128,
+        token_bytes=torch.ones(model.cfg.vocab_size, dtype=torch.long),
+    )
     x = torch.zeros(2, 8, dtype=torch.long)
     assert torch.equal(lit._forward(x), model(x)) and lit._forward(x).shape == (2, 8, model.cfg.vocab_size)
     assert len(calls) == 2
@@ -311,10 +433,33 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
     import sys
     import time
 
-    cmd = [sys.executable, "-m", "harness", "run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0",
-           "--budget-tokens", str(200 * 1024), "--corpus", str(SAMPLE), "--results", str(tmp_path), "--quiet",
-           "--threads", "1", *[f"--set={k}={v}" for k, v in TRAIN.items()], "--set", "checkpoint_every_tokens=1024"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--variant",
+        "rd_attnres",
+        "--size",
+        "tiny",
+        "--seed",
+        "0",
+        "--budget-tokens",
+        str(200 * 1024),
+        "--corpus",
+        str(SAMPLE),
+        "--results",
+        str(tmp_path),
+        "--quiet",
+        "--threads",
+        "1",
+        *[f"--set={k}={v}" for k, v in TRAIN.items()],
+        "--set",
+        "checkpoint_every_tokens=1024",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob("checkpoints/*/*/last.ckpt")):
         time.sleep(0.05)
@@ -331,13 +476,18 @@ def test_sigterm_stops_harness_run_with_a_checkpoint_and_it_resumes(tmp_path):
 def test_model_overrides_reach_the_model_and_the_final_metrics_are_what_evaluate_returned(tmp_path):
     from harness.train.runner import build, fit, record
 
-    config = RunConfig.create("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN, model={"block_size": 4})
+    config = RunConfig.create(
+        "rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN, model={"block_size": 4}
+    )
     run = build(config, tmp_path, progress=False)
     assert run.lit.model.cfg.block_size == 4 and run.protocol["model"]["block_size"] == 4  # default: 2
     fitted = fit(run)
     rows = {r["name"]: r["value"] for r in run.lit.records if r["split"] == "val" and r["step"] == 6}
-    assert fitted.final["step"] == 6 and {k: fitted.final[k] for k in rows} == rows and set(rows) == {
-        "nll", "bpb", "ppl"}
+    assert (
+        fitted.final["step"] == 6
+        and {k: fitted.final[k] for k in rows} == rows
+        and set(rows) == {"nll", "bpb", "ppl"}
+    )
     assert record(run, fitted) == "done"
     stored = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())["run"]["config"]
     assert stored["model"] == {"block_size": 4} and stored["protocol"]["model"]["block_size"] == 4
@@ -355,7 +505,9 @@ def test_a_run_pruned_by_its_evaluation_hook_is_recorded_as_pruned(tmp_path):
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
     try:
         status, steps, error = con.execute("select status, steps, error from runs").fetchone()
-        vals = con.execute("select step, value from metrics where split = 'val' and name = 'nll' order by step").fetchall()
+        vals = con.execute(
+            "select step, value from metrics where split = 'val' and name = 'nll' order by step"
+        ).fetchall()
         n_final = con.execute("select count(*) from final").fetchone()[0]
     finally:
         con.close()
@@ -387,7 +539,9 @@ def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_
         return reason
 
     with stop.catching(signal.SIGUSR1):
-        with pytest.raises(RunInterrupted, match=r"stopped after 2,048 tokens \(step 2\) on request \(SIGUSR1\)"):
+        with pytest.raises(
+            RunInterrupted, match=r"stopped after 2,048 tokens \(step 2\) on request \(SIGUSR1\)"
+        ):
             train_run(config, parts, progress=False, stop_requested=stop_requested)
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # put back
     assert len(asked) == 2 and resume_step(owner_dir(checkpoint_dir(parts, config.run_id), None)) == 2
@@ -420,8 +574,10 @@ def test_no_srun_warning_from_lightning_and_other_warnings_still_show(tmp_path, 
     assert "another warning" in messages
     from harness.train.trainer import cluster_environment
 
-    assert isinstance(build(cfg(seed=1), tmp_path, progress=False).trainer._accelerator_connector.cluster_environment,
-                      LightningEnvironment)
+    assert isinstance(
+        build(cfg(seed=1), tmp_path, progress=False).trainer._accelerator_connector.cluster_environment,
+        LightningEnvironment,
+    )
     # a single-task SLURM step (a `harness launch` worker): Lightning's own, no SLURM rank logic
     monkeypatch.setenv("SLURM_NTASKS", "1")
     monkeypatch.setenv("SLURM_JOB_NAME", "harness-work")

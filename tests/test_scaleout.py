@@ -17,15 +17,16 @@ import sys
 import time
 
 import pytest
+from conftest import CHAOS_CELLS
 from optuna.trial import TrialState
 
-import chaos
-import services
-from conftest import CHAOS_CELLS
 from db.store import Store
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.storage import postgres_driver
+
+import chaos
+import services
 
 
 def harness_run(*args, timeout=600):
@@ -65,8 +66,9 @@ def test_postgres_url_forms_pick_the_installed_driver():
 def test_postgres_queue_three_workers_one_killed_exactly_once(pg_url, postgres, chaos_reference, tmp_path):
     """`harness queue --storage postgresql://` then three `harness work` on it, one SIGKILLed
     while it trains: every cell done once, NLLs equal to the journal-queue reference."""
-    summary = chaos.chaos(tmp_path, cells=6, workers=3, kills=1, mid_run_only=True, storage=pg_url,
-                          ref=chaos_reference)
+    summary = chaos.chaos(
+        tmp_path, cells=6, workers=3, kills=1, mid_run_only=True, storage=pg_url, ref=chaos_reference
+    )
     assert summary.ok, summary.line()
     assert (summary.kills, summary.kills_mid_run, summary.done) == (1, 1, 6)
     assert summary.reclaimed >= 1  # the killed worker's run came back
@@ -86,10 +88,28 @@ def test_postgres_stopped_while_a_worker_polls(tmp_path, chaos_reference):
         grid = chaos.write_grid(tmp_path / "chaos.toml", 4)
         results = tmp_path / "results"
         chaos.queue_grid(grid, results, url)
-        a = subprocess.Popen(chaos.harness("work", "--results", str(results), "--storage", url, "--wait",
-                                           "--poll-s", "0.2", "--lease-s", "3", "--storage-retry-s", "3",
-                                           "--threads", "1", "--verbose"),  # --verbose: every retry
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        a = subprocess.Popen(
+            chaos.harness(
+                "work",
+                "--results",
+                str(results),
+                "--storage",
+                url,
+                "--wait",
+                "--poll-s",
+                "0.2",
+                "--lease-s",
+                "3",
+                "--storage-retry-s",
+                "3",
+                "--threads",
+                "1",
+                "--verbose",
+            ),  # --verbose: every retry
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             queue = RunQueue.open(url, results)
             deadline = time.monotonic() + 120
@@ -107,13 +127,22 @@ def test_postgres_stopped_while_a_worker_polls(tmp_path, chaos_reference):
         assert a.returncode == 1, out[-3000:]
         assert "Traceback" not in out
         where = f"postgresql://127.0.0.1:{pg.port}/harness"
-        assert re.fullmatch(rf"harness work: error: queue storage {re.escape(where)} unreachable: gave up after "
-                            r"\d+ tries in \d+ s \(last error: OperationalError: .*Connection refused.*\)", lines[-1])
-        waits = [float(m.group(1)) for ln in lines if (m := re.search(r"unreachable \(.*\); retry \d+ in (\S+) s", ln))]
+        assert re.fullmatch(
+            rf"harness work: error: queue storage {re.escape(where)} unreachable: gave up after "
+            r"\d+ tries in \d+ s \(last error: OperationalError: .*Connection refused.*\)",
+            lines[-1],
+        )
+        waits = [
+            float(m.group(1))
+            for ln in lines
+            if (m := re.search(r"unreachable \(.*\); retry \d+ in (\S+) s", ln))
+        ]
         assert waits[:2] == [0.5, 1.0]  # backoff: doubling from 0.5 s, within --storage-retry-s 3
 
         pg.start()
-        b = harness_run("work", "--results", str(results), "--storage", url, "--lease-s", "3", "--threads", "1")
+        b = harness_run(
+            "work", "--results", str(results), "--storage", url, "--lease-s", "3", "--threads", "1"
+        )
         assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
         queue = RunQueue.open(url, results)
         assert {r.state for r in queue.runs().values()} == {"done"} and len(queue.runs()) == 4
@@ -186,7 +215,9 @@ def test_slurm_cluster_is_this_machine_and_runs_a_job(slurm, tmp_path):
     assert f"CPUs={slurm.cpus} " in proc.stdout  # the cluster's CPUs are this machine's
     assert f"CPUTot={slurm.cpus} " in slurm.run("scontrol", "show", "node", slurm.node_name).stdout
     out = tmp_path / "job.out"
-    job = slurm.submit("--output", str(out), "--chdir", str(tmp_path), "--wrap", f"{sys.executable} -m harness --help")
+    job = slurm.submit(
+        "--output", str(out), "--chdir", str(tmp_path), "--wrap", f"{sys.executable} -m harness --help"
+    )
     (record,) = slurm.wait_job(job)
     assert (record["JobState"], record["ExitCode"]) == ("COMPLETED", "0:0"), record
     assert out.read_text().startswith("usage: harness ")
@@ -197,8 +228,16 @@ def test_slurm_job_array_of_workers_drains_a_grid(slurm, chaos_reference, tmp_pa
     grid = chaos.write_grid(tmp_path / "chaos.toml", 4)
     results = tmp_path / "results"
     chaos.queue_grid(grid, results)
-    job = slurm.submit("--array", "1-2", "--cpus-per-task", "1", "--output", str(tmp_path / "work-%a.out"),
-                       "--wrap", f"{sys.executable} -m harness work --results {results} --threads 1")
+    job = slurm.submit(
+        "--array",
+        "1-2",
+        "--cpus-per-task",
+        "1",
+        "--output",
+        str(tmp_path / "work-%a.out"),
+        "--wrap",
+        f"{sys.executable} -m harness work --results {results} --threads 1",
+    )
     records = slurm.wait_job(job, timeout_s=300)
     assert [(r["JobState"], r["ExitCode"]) for r in records] == [("COMPLETED", "0:0")] * 2, records
     logs = [(tmp_path / f"work-{i}.out").read_text() for i in (1, 2)]
@@ -218,7 +257,8 @@ def test_slurm_fixture_clears_a_previous_runs_leftover_daemons(tmp_path):
         "import services\n"
         "c = services.SlurmCluster().start()\n"
         "print(c.root, *[p.pid for p in c._procs.values()], flush=True)\n"
-        "import os; os._exit(0)  # no teardown: the daemons live on\n")
+        "import os; os._exit(0)  # no teardown: the daemons live on\n"
+    )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     root, *pids = proc.stdout.split()

@@ -17,12 +17,22 @@ import numpy as np
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from reports.stats import decisions as dec
-from reports.stats.looks import increments
 from harness.analysis_plan import AnalysisPlan
-from reports.simulate import (FRACTIONS, GAIN, NOISE_SD, binomial_se, established_by_look,
-                              headline_false_positive_rate, main, sequential_null, sequential_verdicts, verdict_rates)
+from reports.simulate import (
+    FRACTIONS,
+    GAIN,
+    NOISE_SD,
+    binomial_se,
+    established_by_look,
+    headline_false_positive_rate,
+    main,
+    sequential_null,
+    sequential_verdicts,
+    verdict_rates,
+)
+from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
+from reports.stats.looks import increments
 from reports.synthetic import frames_from_values
 
 ALPHA, RHO = 0.05, 0.5
@@ -58,7 +68,7 @@ def test_verdict_rates_with_a_planted_gain(n):
     # Step 1: the gain is established exactly when the one-sided t-test rejects (one cell).
     p_est = _power(abs(GAIN) / (NOISE_SD * math.sqrt(2)), n, ALPHA, "larger")
     assert abs(vr.established - p_est) <= tol(p_est)
-    sd_e = NOISE_SD * math.sqrt(1 + (1 - RHO) ** 2 + RHO ** 2)  # e = c - (1 - rho) p - rho t, independent runs
+    sd_e = NOISE_SD * math.sqrt(1 + (1 - RHO) ** 2 + RHO**2)  # e = c - (1 - rho) p - rho t, independent runs
     for f in FRACTIONS:
         v = vr.verdicts[f]
         assert sum(v.values()) == pytest.approx(1.0)
@@ -181,8 +191,12 @@ def test_the_report_path_reads_looks_as_the_simulation_does():
     for s in range(studies):
         for k, nk in enumerate(looks):
             for n in {nk, min(nk + 1, 10)}:  # at the look, and one pair past it (same look)
-                frames = frames_from_values({"block_attnres": list(3.5 + parent[s, 0, :n]),
-                                             "rd_attnres": list(3.5 + treatment[s, 0, :n])})
+                frames = frames_from_values(
+                    {
+                        "block_attnres": list(3.5 + parent[s, 0, :n]),
+                        "rd_attnres": list(3.5 + treatment[s, 0, :n]),
+                    }
+                )
                 h = analyze(frames["final"], frames["runs"], plan=plan).headlines[0]
                 assert (h.look.k, h.look.n) == (k + 1, nk)
                 assert h.established == bool(est[s, k]), (s, k, n)

@@ -10,13 +10,22 @@ import numpy as np
 import polars as pl
 import pytest
 
+from reports.simulate import NOISE_SD, binomial_se
+from reports.simulate_v3 import (
+    LOSS_RULES,
+    _lost_when_losing,
+    aa_grid,
+    absence_rate,
+    conditional_control_error,
+    divergence_null,
+    grid_boundary_controls,
+    main,
+    rounding_verdicts,
+)
 from reports.stats import decisions as dec
+from reports.stats.analysis import analyze
 from reports.stats.decisions import CONDITIONAL_RATES
 from reports.stats.divergence import impute
-from reports.simulate import NOISE_SD, binomial_se
-from reports.simulate_v3 import (LOSS_RULES, _lost_when_losing, aa_grid, absence_rate, conditional_control_error,
-                                 divergence_null, grid_boundary_controls, main, rounding_verdicts)
-from reports.stats.analysis import analyze
 from reports.synthetic import frames_from_values
 
 ALPHA = 0.05
@@ -50,13 +59,15 @@ def test_the_report_path_counts_divergence_as_the_simulation_does():
     est = dec.decide_headline(np.full(p.shape, n), tested.mean(axis=-1)[:, None], p, ALPHA)[1][:, 0]
     assert lost.any()
     for s in range(studies):
-        frames = frames_from_values({"block_attnres": list(3.5 + parent[s]), "rd_attnres": list(3.5 + parent[s] + d[s])})
+        frames = frames_from_values(
+            {"block_attnres": list(3.5 + parent[s]), "rd_attnres": list(3.5 + parent[s] + d[s])}
+        )
         ids = [f"rd_attnres-s{i}" for i in np.flatnonzero(lost[s])]
         gone = pl.col("run_id").is_in(ids)
-        runs = frames["runs"].with_columns(pl.when(gone).then(pl.lit("diverged")).otherwise(pl.col("status"))
-                                           .alias("status"),
-                                           pl.when(gone).then(pl.lit("loss became NaN")).otherwise(pl.col("error"))
-                                           .alias("error"))
+        runs = frames["runs"].with_columns(
+            pl.when(gone).then(pl.lit("diverged")).otherwise(pl.col("status")).alias("status"),
+            pl.when(gone).then(pl.lit("loss became NaN")).otherwise(pl.col("error")).alias("error"),
+        )
         final = frames["final"].filter(~frames["final"]["run_id"].is_in(ids))
         (h,) = analyze(final, runs).headlines
         # d from stored NLLs (3.5 + parent + d) - (3.5 + parent) differs from d in the last bits only.
@@ -68,7 +79,9 @@ def _tested(h, final):
     """The headline's tested differences, rebuilt from the stored NLLs and its imputed seeds."""
     nll = {(r["variant"], r["seed"]): r["val_nll"] for r in final.iter_rows(named=True)}
     imputed = {i.seed: i.value for i in h.imputed}
-    return [imputed[s] if s in imputed else nll[("rd_attnres", s)] - nll[("block_attnres", s)] for s in h.seeds]
+    return [
+        imputed[s] if s in imputed else nll[("rd_attnres", s)] - nll[("block_attnres", s)] for s in h.seeds
+    ]
 
 
 @pytest.mark.parametrize("n,cells", [(3, 1), (5, 1), (10, 1), (5, 3)])
@@ -130,7 +143,9 @@ def test_conditional_control_error_is_measured_and_stated():
     studies = 20_000
     rng = np.random.default_rng(2760)
     for (n, sd_p, sd_t), stated in CONDITIONAL_RATES.items():
-        p_est, cond, joint = conditional_control_error(n, studies, rng, sd_parent=sd_p, sd_treatment=sd_t, alpha=ALPHA)
+        p_est, cond, joint = conditional_control_error(
+            n, studies, rng, sd_parent=sd_p, sd_treatment=sd_t, alpha=ALPHA
+        )
         assert joint <= ALPHA + tol(ALPHA, studies)  # the unconditional wrong rate stays below alpha
         assert abs(cond - stated) <= tol(stated, int(p_est * studies)), (n, sd_p, sd_t, cond, stated)
     equal = conditional_control_error(3, studies, rng, sd_parent=0.01, sd_treatment=0.01, alpha=ALPHA)[1]
@@ -140,6 +155,12 @@ def test_conditional_control_error_is_measured_and_stated():
 def test_simulate_v3_command_prints_the_tables(capsys):
     assert main(["--studies", "300", "--seed", "3"]) == 0
     out = capsys.readouterr().out
-    for title in ("Divergence: true null", "Gain absent", "Families across the grid", "A/A check on a correct",
-                  "Controls conditional on the gate", "Float rounding only"):
+    for title in (
+        "Divergence: true null",
+        "Gain absent",
+        "Families across the grid",
+        "A/A check on a correct",
+        "Controls conditional on the gate",
+        "Float rounding only",
+    ):
         assert title in out

@@ -30,17 +30,33 @@ def results(tmp_path):
     store = Store(tmp_path)
     for seed in range(N_RUNS):
         variant = "rd_attnres" if seed % 2 else "block_attnres"
-        store.write_result({
-            "run": {"run_id": f"run-{seed:02d}", "grid": LONG, "variant": variant,
-                    "role": "treatment" if seed % 2 else "parent", "seed": seed, "size": "tiny",
-                    "budget_tokens": 4096, "status": "done", "config": {"seed": seed}},
-            "metrics": [
-                {"step": 1, "tokens": 2048, "split": "val", "name": "nll", "value": 9.0},
-                {"step": 2, "tokens": 4096, "split": "val", "name": "nll", "value": nll(seed)},
-                {"step": 2, "tokens": 4096, "split": "val", "name": "bpb", "value": nll(seed) / math.log(2)},
-                {"step": 2, "tokens": 4096, "split": "val", "name": "ppl", "value": math.exp(nll(seed))},
-            ],
-        })
+        store.write_result(
+            {
+                "run": {
+                    "run_id": f"run-{seed:02d}",
+                    "grid": LONG,
+                    "variant": variant,
+                    "role": "treatment" if seed % 2 else "parent",
+                    "seed": seed,
+                    "size": "tiny",
+                    "budget_tokens": 4096,
+                    "status": "done",
+                    "config": {"seed": seed},
+                },
+                "metrics": [
+                    {"step": 1, "tokens": 2048, "split": "val", "name": "nll", "value": 9.0},
+                    {"step": 2, "tokens": 4096, "split": "val", "name": "nll", "value": nll(seed)},
+                    {
+                        "step": 2,
+                        "tokens": 4096,
+                        "split": "val",
+                        "name": "bpb",
+                        "value": nll(seed) / math.log(2),
+                    },
+                    {"step": 2, "tokens": 4096, "split": "val", "name": "ppl", "value": math.exp(nll(seed))},
+                ],
+            }
+        )
     return tmp_path
 
 
@@ -49,9 +65,15 @@ QUERY = "select run_id, variant, seed, budget_tokens, val_nll, val_bpb, val_ppl 
 
 def expected_rows() -> list[dict]:
     return [
-        {"run_id": f"run-{s:02d}", "variant": "rd_attnres" if s % 2 else "block_attnres", "seed": s,
-         "budget_tokens": 4096, "val_nll": nll(s), "val_bpb": nll(s) / math.log(2),
-         "val_ppl": math.exp(nll(s))}
+        {
+            "run_id": f"run-{s:02d}",
+            "variant": "rd_attnres" if s % 2 else "block_attnres",
+            "seed": s,
+            "budget_tokens": 4096,
+            "val_nll": nll(s),
+            "val_bpb": nll(s) / math.log(2),
+            "val_ppl": math.exp(nll(s)),
+        }
         for s in range(N_RUNS)
     ]
 
@@ -67,9 +89,15 @@ def test_csv_parses_back_to_the_values(results, capsys):
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     parsed = [
-        {"run_id": r["run_id"], "variant": r["variant"], "seed": int(r["seed"]),
-         "budget_tokens": int(r["budget_tokens"]), "val_nll": float(r["val_nll"]),
-         "val_bpb": float(r["val_bpb"]), "val_ppl": float(r["val_ppl"])}
+        {
+            "run_id": r["run_id"],
+            "variant": r["variant"],
+            "seed": int(r["seed"]),
+            "budget_tokens": int(r["budget_tokens"]),
+            "val_nll": float(r["val_nll"]),
+            "val_bpb": float(r["val_bpb"]),
+            "val_ppl": float(r["val_ppl"]),
+        }
         for r in rows
     ]
     assert parsed == expected_rows()  # floats round-trip exactly (shortest repr)
@@ -86,10 +114,14 @@ def test_csv_and_json_write_nested_values(results, capsys):
     code, out, _ = run(capsys, q, "--format", "csv", "--results", str(results))
     assert code == 0
     assert [(r["pair"], r["st"]) for r in csv.DictReader(io.StringIO(out))] == [
-        ("[0, 1]", '{"s": 0}'), ("[1, 2]", '{"s": 1}')]
+        ("[0, 1]", '{"s": 0}'),
+        ("[1, 2]", '{"s": 1}'),
+    ]
     code, out, _ = run(capsys, q, "--format", "json", "--results", str(results))
-    assert json.loads(out) == [{"run_id": "run-00", "pair": [0, 1], "st": {"s": 0}},
-                               {"run_id": "run-01", "pair": [1, 2], "st": {"s": 1}}]
+    assert json.loads(out) == [
+        {"run_id": "run-00", "pair": [0, 1], "st": {"s": 0}},
+        {"run_id": "run-01", "pair": [1, 2], "st": {"s": 1}},
+    ]
 
 
 def test_table_shows_every_row_and_full_strings(results, capsys):
@@ -102,8 +134,10 @@ def test_table_shows_every_row_and_full_strings(results, capsys):
 
 
 def test_table_rounds_floats_to_6_significant_digits_csv_and_json_keep_them(results, capsys):
-    q = ("select seed, val_nll, val_ppl, val_nll / 1e6 as tiny, [val_nll, val_bpb] as pair, 'x' as s "
-         "from final where seed = 5")
+    q = (
+        "select seed, val_nll, val_ppl, val_nll / 1e6 as tiny, [val_nll, val_bpb] as pair, 'x' as s "
+        "from final where seed = 5"
+    )
     code, out, err = run(capsys, q, "--results", str(results))
     assert code == 0, err
     (row,) = [ln for ln in out.splitlines() if ln.startswith("│ 5")]
@@ -112,7 +146,9 @@ def test_table_rounds_floats_to_6_significant_digits_csv_and_json_keep_them(resu
     six = lambda x: float(f"{x:.6g}")  # noqa: E731
     assert cells[0] == "5" and cells[5] == "x"
     assert [float(c) for c in cells[1:4]] == [six(v), six(math.exp(v)), six(v / 1e6)]
-    assert cells[1] == f"{v:.6g}" == "3.71429" and cells[3] == "0.00000371429"  # 6 digits, never cut to 0.000004
+    assert (
+        cells[1] == f"{v:.6g}" == "3.71429" and cells[3] == "0.00000371429"
+    )  # 6 digits, never cut to 0.000004
     assert cells[4] == f"[{v:.6g}, {v / math.log(2):.6g}]"
     assert repr(v) not in out
     code, out, _ = run(capsys, q, "--format", "json", "--results", str(results))
@@ -126,8 +162,14 @@ def test_copy_to_is_refused_with_a_hint_at_harness_export(results, capsys):
     code, out, err = run(capsys, f"copy (select * from final) to '{target}'", "--results", str(results))
     assert code == 1 and out == "" and not target.exists()
     lines = err.strip().splitlines()
-    assert lines[0].startswith("harness sql: error: Permission Error") and "disabled by configuration" in lines[0]
-    assert lines[1].startswith("harness sql: hint: harness sql cannot write files") and "harness export --grid NAME" in lines[1]
+    assert (
+        lines[0].startswith("harness sql: error: Permission Error")
+        and "disabled by configuration" in lines[0]
+    )
+    assert (
+        lines[1].startswith("harness sql: hint: harness sql cannot write files")
+        and "harness export --grid NAME" in lines[1]
+    )
     code, _, err = run(capsys, "select * from read_csv('/etc/hostname')", "--results", str(results))
     assert code == 1 and "hint" not in err  # not a COPY: no export hint
 
@@ -164,8 +206,9 @@ def test_empty_query_is_a_usage_error(results, capsys):
 
 def test_empty_results_folder(tmp_path, capsys):
     (tmp_path / "new").mkdir()
-    code, out, err = run(capsys, "select * from final", "--format", "json",
-                         "--results", str(tmp_path / "new"))
+    code, out, err = run(
+        capsys, "select * from final", "--format", "json", "--results", str(tmp_path / "new")
+    )
     assert code == 0, err
     assert json.loads(out) == []
 

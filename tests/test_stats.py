@@ -25,13 +25,13 @@ from statsmodels.stats.descriptivestats import sign_test
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
+from harness.analysis_plan import AnalysisPlan
 from harness.terms import config_diff
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
-from reports.stats.pairing import ProtocolMismatchError
-from harness.analysis_plan import AnalysisPlan
-from reports.stats.power import contrast_effect, mde, power_at, seeds_needed
 from reports.stats.analysis import CSV_COLUMNS, analyze, describe
+from reports.stats.pairing import ProtocolMismatchError
+from reports.stats.power import contrast_effect, mde, power_at, seeds_needed
 from reports.synthetic import frames_from_values
 
 ALPHA = 0.05
@@ -102,10 +102,18 @@ def reference(d: np.ndarray) -> dict:
     half = st.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
     k_neg, k_pos = int((d < 0).sum()), int((d > 0).sum())
     return {
-        "n_pairs": n, "mean_diff": mean, "ci_low": mean - half, "ci_high": mean + half, "sd": sd,
-        "t_p": st.ttest_1samp(d, 0.0).pvalue, "perm_p": sign_flip_enum(d), "wilcoxon_p": wilcoxon_enum(d),
-        "sign_p": st.binomtest(k_neg, k_neg + k_pos, 0.5).pvalue, "d_z": mean / sd,
-        "ppl_change": math.exp(mean) - 1, "wins": f"{k_neg}/{n}",
+        "n_pairs": n,
+        "mean_diff": mean,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "sd": sd,
+        "t_p": st.ttest_1samp(d, 0.0).pvalue,
+        "perm_p": sign_flip_enum(d),
+        "wilcoxon_p": wilcoxon_enum(d),
+        "sign_p": st.binomtest(k_neg, k_neg + k_pos, 0.5).pvalue,
+        "d_z": mean / sd,
+        "ppl_change": math.exp(mean) - 1,
+        "wins": f"{k_neg}/{n}",
     }
 
 
@@ -127,9 +135,11 @@ def fieller_by_root(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def test_stats_csv_columns_are_the_design_contract():
-    design = ("comparison, kind, size, budget_tokens, n_pairs, seeds, mean_diff, ci_low, ci_high, sd, d_z, wins, "
-              "ppl_change, t_p, p_one_sided, perm_p, wilcoxon_p, sign_p, holm_p, contrast_mean, contrast_p, "
-              "gain_fraction, gain_fraction_low, gain_fraction_high, verdict, note, mde_nats, seeds_needed")
+    design = (
+        "comparison, kind, size, budget_tokens, n_pairs, seeds, mean_diff, ci_low, ci_high, sd, d_z, wins, "
+        "ppl_change, t_p, p_one_sided, perm_p, wilcoxon_p, sign_p, holm_p, contrast_mean, contrast_p, "
+        "gain_fraction, gain_fraction_low, gain_fraction_high, verdict, note, mde_nats, seeds_needed"
+    )
     assert CSV_COLUMNS == tuple(design.split(", "))
     table = run(fixed_values()).to_frame()
     assert tuple(table.columns[: len(CSV_COLUMNS)]) == CSV_COLUMNS
@@ -183,8 +193,10 @@ def test_wilcoxon_with_ties_and_a_zero_is_exact_and_deterministic():
     assert len(ps) == 1 and ps.pop() == pytest.approx(wilcoxon_enum(d), abs=1e-15)
     # The trap of the old code: scipy's permutation method asked for 2**m resamples (m non-zero d)
     # counts the zero too, finds 2**m < 2**n and samples at random.
-    old = {st.wilcoxon(d, zero_method="wilcox", method=st.PermutationMethod(n_resamples=2 ** 4)).pvalue
-           for _ in range(30)}
+    old = {
+        st.wilcoxon(d, zero_method="wilcox", method=st.PermutationMethod(n_resamples=2**4)).pvalue
+        for _ in range(30)
+    }
     assert len(old) > 1
     d2 = np.array([0.0, 1, 1, 2, -3, 4, 4, -1]) * 1e-3
     assert paired.wilcoxon_p(d2)[1] == pytest.approx(wilcoxon_enum(d2), abs=1e-15)
@@ -207,7 +219,7 @@ def test_sign_test_matches_statsmodels():
 
 
 def test_min_attainable_p():
-    assert [paired.min_attainable_p(m) for m in (0, 1, 5, 9)] == [1.0, 1.0, 0.0625, 2.0 ** -8]
+    assert [paired.min_attainable_p(m) for m in (0, 1, 5, 9)] == [1.0, 1.0, 0.0625, 2.0**-8]
     d = np.array([-1.0, -2.0, -3.0, -4.0, -5.0])  # every difference one sign: each test at its floor
     s = describe(d)
     assert s.perm_p == s.wilcoxon_p == s.sign_p == s.min_p == 0.0625
@@ -300,17 +312,27 @@ def test_contrast_tests_and_verdicts_match_scipy_and_statsmodels():
         row = rows[f"{c} - block_attnres"]
         assert row["holm_p"] == pytest.approx(holm[c], abs=1e-13) and row["family_size"] == 3
         mean_e = row["contrast_mean"]
-        want = (dec.DOES_NOT_REPRODUCE if holm[c] < ALPHA and mean_e > 0 else
-                dec.REPRODUCES if holm[c] < ALPHA and mean_e < 0 else dec.INCONCLUSIVE)
+        want = (
+            dec.DOES_NOT_REPRODUCE
+            if holm[c] < ALPHA and mean_e > 0
+            else dec.REPRODUCES
+            if holm[c] < ALPHA and mean_e < 0
+            else dec.INCONCLUSIVE
+        )
         assert row["verdict"] == want
     assert [rows[f"{c} - block_attnres"]["verdict"] for c in CONTROLS] == [
-        dec.DOES_NOT_REPRODUCE, dec.INCONCLUSIVE, dec.REPRODUCES]
+        dec.DOES_NOT_REPRODUCE,
+        dec.INCONCLUSIVE,
+        dec.REPRODUCES,
+    ]
     # rho moves the threshold: with rho = 0.9, a control at 0.95 of the gain is nearer the treatment.
     v2 = dict(vals, fixed_v=list(PARENT + 0.95 * D_TREAT + NOISE / 3))
     rows2 = rows_of(run(v2, plan=AnalysisPlan(reproduce_fraction=0.9)))
     e2 = np.array(v2["fixed_v"]) - 0.1 * p - 0.9 * t
     assert rows2["fixed_v - block_attnres"]["contrast_mean"] == pytest.approx(e2.mean(), abs=1e-15)
-    assert rows2["fixed_v - block_attnres"]["contrast_p"] == pytest.approx(st.ttest_1samp(e2, 0).pvalue, abs=1e-13)
+    assert rows2["fixed_v - block_attnres"]["contrast_p"] == pytest.approx(
+        st.ttest_1samp(e2, 0).pvalue, abs=1e-13
+    )
 
 
 def test_gain_fraction_fieller_matches_a_direct_solve():
@@ -336,7 +358,10 @@ def test_gain_fraction_fieller_matches_a_direct_solve():
     y = np.array(fixed_values()["rd_attnres"]) - PARENT
     lo, hi = fieller_by_root(x, y)
     assert pm["gain_fraction"] == pytest.approx(x.mean() / y.mean(), rel=1e-13)
-    assert (pm["gain_fraction_low"], pm["gain_fraction_high"]) == (pytest.approx(lo, abs=1e-8), pytest.approx(hi, abs=1e-8))
+    assert (pm["gain_fraction_low"], pm["gain_fraction_high"]) == (
+        pytest.approx(lo, abs=1e-8),
+        pytest.approx(hi, abs=1e-8),
+    )
 
 
 # --------------------------------------------------------------------------- verdicts need evidence
@@ -368,12 +393,17 @@ def test_treatment_with_two_pairs_assesses_no_control():
 
 def test_degenerate_takes_precedence_and_leaves_the_family():
     vals = dict(fixed_values(), dup_route=list(PARENT))  # all-zero paired differences: degenerate by itself
-    degenerate = {("small", 1_000_000, "param_matched"): "routes identical at every site",
-                  ("small", 1_000_000, "dup_route_tied"): "A/A: exempt"}
+    degenerate = {
+        ("small", 1_000_000, "param_matched"): "routes identical at every site",
+        ("small", 1_000_000, "dup_route_tied"): "A/A: exempt",
+    }
     res = run(vals, degenerate=degenerate)
     by = {a.control: a for a in res.assessments}
     assert by["param_matched"].verdict == dec.DEGENERATE  # it reproduces the gain, yet is invalid
-    assert by["dup_route"].verdict == dec.DEGENERATE and "within the numerical floor" in by["dup_route"].degenerate_reason
+    assert (
+        by["dup_route"].verdict == dec.DEGENERATE
+        and "within the numerical floor" in by["dup_route"].degenerate_reason
+    )
     assert by["fixed_v"].family_size == 1 and math.isnan(by["param_matched"].holm_p)
     assert by["fixed_v"].holm_p == pytest.approx(by["fixed_v"].contrast_p, abs=0)  # family of one
     assert res.aa_checks[0].status == "bit-identical"  # the A/A check is exempt
@@ -390,8 +420,11 @@ def test_degenerate_takes_precedence_and_leaves_the_family():
 def test_aa_check_statuses_and_no_family():
     p3 = PARENT[:3]
     treat = list(p3 - 0.02)
-    base = {"block_attnres": list(p3), "rd_attnres": [t + e for t, e in zip(treat, [0.001, -0.001, 0.0])],
-            "fixed_v": list(p3 - 0.01)}
+    base = {
+        "block_attnres": list(p3),
+        "rd_attnres": [t + e for t, e in zip(treat, [0.001, -0.001, 0.0])],
+        "fixed_v": list(p3 - 0.01),
+    }
     cases = {
         "bit-identical": [0.0, 0.0, 0.0],
         "noise floor": [0.004, -0.006, 0.002],  # max 0.006 < |G|/2 = 0.01
@@ -421,7 +454,9 @@ def test_power_figures_use_the_planned_effect():
     tp = TTestPower()
     for alt, sm_alt in (("one-sided", "larger"), ("two-sided", "two-sided")):
         m = mde(0.004, 5, 0.05, 0.8, alt)
-        assert tp.power(effect_size=m / 0.004, nobs=5, alpha=0.05, alternative=sm_alt) == pytest.approx(0.8, abs=1e-8)
+        assert tp.power(effect_size=m / 0.004, nobs=5, alpha=0.05, alternative=sm_alt) == pytest.approx(
+            0.8, abs=1e-8
+        )
         s = seeds_needed(0.003, 0.004, 0.05, 0.8, alt, 30)
         powers = [tp.power(effect_size=0.75, nobs=k, alpha=0.05, alternative=sm_alt) for k in (s.n - 1, s.n)]
         assert powers[0] < 0.8 <= powers[1] and s.reachable
@@ -449,13 +484,18 @@ def test_power_figures_use_the_planned_effect():
 def test_plan_is_read_from_the_runs():
     frames = frames_from_values(fixed_values())
     stored = AnalysisPlan(alpha=0.01, reproduce_fraction=0.5, min_effect_nats=0.02).as_config()
-    with_plan = frames["runs"].with_columns(pl.col("config").map_elements(
-        lambda c: json.dumps({**json.loads(c), "analysis": stored}), pl.String))
+    with_plan = frames["runs"].with_columns(
+        pl.col("config").map_elements(lambda c: json.dumps({**json.loads(c), "analysis": stored}), pl.String)
+    )
     res = analyze(frames["final"], with_plan)
     assert (res.plan.alpha, res.plan.min_effect_nats, res.plan.source) == (0.01, 0.02, "stored with the runs")
     assert res.headlines[0].level == 0.01
-    other = with_plan.with_columns(pl.when(pl.col("variant") == "fixed_v").then(
-        pl.col("config").str.replace('"alpha": 0.01', '"alpha": 0.05')).otherwise(pl.col("config")).alias("config"))
+    other = with_plan.with_columns(
+        pl.when(pl.col("variant") == "fixed_v")
+        .then(pl.col("config").str.replace('"alpha": 0.01', '"alpha": 0.05'))
+        .otherwise(pl.col("config"))
+        .alias("config")
+    )
     with pytest.raises(ValueError, match=r"2 different analysis plans \(analysis.alpha: 0.01 != 0.05\)"):
         analyze(frames["final"], other)
     assert analyze(frames["final"], frames["runs"]).plan.source == "defaults"
@@ -463,15 +503,26 @@ def test_plan_is_read_from_the_runs():
 
 def test_protocol_mismatch_is_an_error_naming_fields():
     frames = frames_from_values(fixed_values())
-    bad_cfg = json.dumps({"variant": "rd_attnres", "seed": 2, "size": "small", "budget_tokens": 1_000_000,
-                          "train": {"lr": 1e-3}})
+    bad_cfg = json.dumps(
+        {
+            "variant": "rd_attnres",
+            "seed": 2,
+            "size": "small",
+            "budget_tokens": 1_000_000,
+            "train": {"lr": 1e-3},
+        }
+    )
     sel = pl.col("run_id") == "rd_attnres-s2"
     new_hash = pl.when(sel).then(pl.lit("p1")).otherwise(pl.col("protocol_hash")).alias("protocol_hash")
-    runs = frames["runs"].with_columns(new_hash, pl.when(sel).then(pl.lit(bad_cfg)).otherwise(pl.col("config"))
-                                       .alias("config"))
+    runs = frames["runs"].with_columns(
+        new_hash, pl.when(sel).then(pl.lit(bad_cfg)).otherwise(pl.col("config")).alias("config")
+    )
     final = frames["final"].with_columns(new_hash)
-    with pytest.raises(ProtocolMismatchError, match=r"seed=2: protocol_hash p1 \(run rd_attnres-s2\) != p0 "
-                       r"\(run block_attnres-s2\); differing fields: train\.lr: 0\.001 != 0\.003"):
+    with pytest.raises(
+        ProtocolMismatchError,
+        match=r"seed=2: protocol_hash p1 \(run rd_attnres-s2\) != p0 "
+        r"\(run block_attnres-s2\); differing fields: train\.lr: 0\.001 != 0\.003",
+    ):
         analyze(final, runs)
     res = analyze(final, runs, allow_partial=True)
     tp = rows_of(res)["rd_attnres - block_attnres"]
@@ -486,21 +537,39 @@ def test_config_diff_names_fields_and_skips_variant():
     a = json.dumps({"variant": "x", "train": {"lr": 1, "wd": 0}, "corpus": "c"})
     b = json.dumps({"variant": "y", "train": {"lr": 2, "wd": 0}, "extra": 1, "corpus": "c"})
     assert config_diff(a, b, values=True, ignore=("variant", "role", "run_id")) == [
-        "extra: '<absent>' != 1", "train.lr: 1 != 2"]
+        "extra: '<absent>' != 1",
+        "train.lr: 1 != 2",
+    ]
 
 
 def test_divergence_table_and_lost_seeds():
     frames = frames_from_values(fixed_values())
-    runs = frames["runs"].with_columns(
-        pl.when(pl.col("run_id") == "rd_attnres-s3").then(pl.lit("failed"))
-        .when(pl.col("run_id") == "fixed_v-s1").then(pl.lit("diverged"))
-        .otherwise(pl.col("status")).alias("status"),
-        pl.when(pl.col("run_id") == "rd_attnres-s3").then(pl.lit("RuntimeError: CUDA OOM"))
-        .otherwise(pl.col("error")).alias("error"),
-    ).filter(pl.col("run_id") != "dup_route-s4")
-    final = (frames["final"].filter(~pl.col("run_id").is_in(["rd_attnres-s3", "dup_route-s4"]))
-             .with_columns(pl.when(pl.col("run_id") == "fixed_v-s1").then(float("nan"))
-                           .otherwise(pl.col("val_nll")).alias("val_nll")))
+    runs = (
+        frames["runs"]
+        .with_columns(
+            pl.when(pl.col("run_id") == "rd_attnres-s3")
+            .then(pl.lit("failed"))
+            .when(pl.col("run_id") == "fixed_v-s1")
+            .then(pl.lit("diverged"))
+            .otherwise(pl.col("status"))
+            .alias("status"),
+            pl.when(pl.col("run_id") == "rd_attnres-s3")
+            .then(pl.lit("RuntimeError: CUDA OOM"))
+            .otherwise(pl.col("error"))
+            .alias("error"),
+        )
+        .filter(pl.col("run_id") != "dup_route-s4")
+    )
+    final = (
+        frames["final"]
+        .filter(~pl.col("run_id").is_in(["rd_attnres-s3", "dup_route-s4"]))
+        .with_columns(
+            pl.when(pl.col("run_id") == "fixed_v-s1")
+            .then(float("nan"))
+            .otherwise(pl.col("val_nll"))
+            .alias("val_nll")
+        )
+    )
     res = analyze(final, runs)
     table = {r.variant: r for r in res.divergence}
     assert (table["fixed_v"].done, table["fixed_v"].diverged, table["fixed_v"].diverged_seeds) == (4, 1, (1,))
@@ -508,8 +577,11 @@ def test_divergence_table_and_lost_seeds():
     assert table["dup_route"].done == 4 and [r.variant for r in res.diverged()] == ["fixed_v"]
     rows = rows_of(res)
     tp = rows["rd_attnres - block_attnres"]
-    assert (tp["n_pairs"], tp["seeds"], tp["missing_seeds"]) == (4, "0 1 2 4", "seed 3 (rd_attnres: failed: "
-                                                                             "RuntimeError: CUDA OOM)")
+    assert (tp["n_pairs"], tp["seeds"], tp["missing_seeds"]) == (
+        4,
+        "0 1 2 4",
+        "seed 3 (rd_attnres: failed: RuntimeError: CUDA OOM)",
+    )
     assert "lost seeds 1, 3" in rows["rd_attnres - fixed_v"]["note"]
     # The contrast uses the seeds where control, parent and treatment all ran, plus seed 1 where the
     # control diverged and the other two finished: a loss for the control, e = +max |e| (DESIGN 6).
@@ -522,7 +594,10 @@ def test_divergence_table_and_lost_seeds():
     cp = rows["fixed_v - block_attnres"]
     assert (cp["n_pairs"], cp["seeds"]) == (4, "0 2 3 4")
     assert (cp["test_pairs"], cp["test_seeds"], cp["imputed_seeds"]) == (4, "0 1 2 4", "1")
-    assert "the verdict uses 4 pair(s), seeds 0 1 2 4" in cp["note"] and "seed(s) 1 count as losses" in cp["note"]
+    assert (
+        "the verdict uses 4 pair(s), seeds 0 1 2 4" in cp["note"]
+        and "seed(s) 1 count as losses" in cp["note"]
+    )
     # The treatment's seed 3 failed for a non-numerical reason (CUDA OOM): missing, not a loss.
     (h,) = res.headlines
     assert h.seeds == (0, 1, 2, 4) and h.imputed == ()
@@ -530,13 +605,22 @@ def test_divergence_table_and_lost_seeds():
 
 def test_mixed_code_versions_warn_and_duplicates_error():
     frames = frames_from_values(fixed_values())
-    runs = frames["runs"].with_columns(pl.when(pl.col("run_id") == "rd_attnres-s0").then(pl.lit("def5678+dirty"))
-                                       .otherwise(pl.col("code_version")).alias("code_version"))
+    runs = frames["runs"].with_columns(
+        pl.when(pl.col("run_id") == "rd_attnres-s0")
+        .then(pl.lit("def5678+dirty"))
+        .otherwise(pl.col("code_version"))
+        .alias("code_version")
+    )
     res = analyze(frames["final"], runs)
     assert [w for w in res.warnings if "mix code versions" in w] == [
         "size=small budget_tokens=1000000: paired runs mix code versions: abc1234 (29 runs), "
-        "def5678+dirty (1 run: rd_attnres-s0)"]
-    dup = frames["final"].filter(pl.col("run_id") == "rd_attnres-s0").with_columns(pl.lit("again").alias("run_id"))
+        "def5678+dirty (1 run: rd_attnres-s0)"
+    ]
+    dup = (
+        frames["final"]
+        .filter(pl.col("run_id") == "rd_attnres-s0")
+        .with_columns(pl.lit("again").alias("run_id"))
+    )
     with pytest.raises(ValueError, match=r"more than one finished run.*rd_attnres.*seed=0.*again"):
         analyze(pl.concat([frames["final"], dup]), frames["runs"])
 
@@ -567,8 +651,12 @@ def test_mixed_model_matches_paired_means_and_reports_boundary_warnings():
     for coef in mm.coefs:
         assert coef.estimate == pytest.approx(means[coef.variant], abs=1e-9)
     rng = np.random.default_rng(1)
-    flat = {v: list(3.5 + eff + rng.normal(0, 0.003, 5)) for v, eff in
-            (("block_attnres", 0.0), ("rd_attnres", -0.03), ("dup_route", 0.0))}
+    flat = {
+        v: list(3.5 + eff + rng.normal(0, 0.003, 5))
+        for v, eff in (("block_attnres", 0.0), ("rd_attnres", -0.03), ("dup_route", 0.0))
+    }
     res2 = run(flat)
-    assert res2.mixed[0].seed_var < 1e-10 and any("may be on the boundary" in w for w in res2.mixed[0].warnings)
+    assert res2.mixed[0].seed_var < 1e-10 and any(
+        "may be on the boundary" in w for w in res2.mixed[0].warnings
+    )
     assert any(w.startswith("mixed model size=small") and "boundary" in w for w in res2.warnings)

@@ -24,8 +24,13 @@ from reports.synthetic import frames_from_values
 GRID = "v3"
 
 
-def write_folder(results, values: dict[str, list[float | None]], *, lost: dict[tuple[str, int], str] | None = None,
-                 analysis: dict | None = None) -> None:
+def write_folder(
+    results,
+    values: dict[str, list[float | None]],
+    *,
+    lost: dict[tuple[str, int], str] | None = None,
+    analysis: dict | None = None,
+) -> None:
     """A results folder holding exactly ``values`` (variant -> final val NLL per seed 0..n-1).
 
     ``lost``: (variant, seed) -> error: that run is written as ``diverged`` with the error and no
@@ -34,15 +39,19 @@ def write_folder(results, values: dict[str, list[float | None]], *, lost: dict[t
     from db.store import Store
 
     store = Store(results)
-    frames = frames_from_values({v: [x if x is not None else 0.0 for x in vals] for v, vals in values.items()},
-                                grid=GRID)
+    frames = frames_from_values(
+        {v: [x if x is not None else 0.0 for x in vals] for v, vals in values.items()}, grid=GRID
+    )
     for run in frames["runs"].iter_rows(named=True):
         nll = values[run["variant"]][run["seed"]]
         error = (lost or {}).get((run["variant"], run["seed"]))
         config = {**__import__("json").loads(run["config"]), "analysis": analysis or {}}
         row = {**run, "config": config, "status": "diverged" if error else "done", "error": error}
-        metrics = [] if error else [dict(step=100, tokens=run["budget_tokens"], split="val", name="nll",
-                                         value=float(nll))]
+        metrics = (
+            []
+            if error
+            else [dict(step=100, tokens=run["budget_tokens"], split="val", name="nll", value=float(nll))]
+        )
         store.write_result({"run": row, "metrics": metrics, "routing": []})
 
 
@@ -68,8 +77,11 @@ def test_divergence_at_the_losing_seeds_does_not_establish_the_gain(tmp_path, ca
     d = np.array([-0.012, -0.008, -0.015, 0.020, 0.015])
     parent = PARENT[:5]
     treat = list(parent[:3] + d[:3]) + [None, None]
-    write_folder(tmp_path / "r", {"block_attnres": list(parent), "rd_attnres": treat},
-                 lost={("rd_attnres", 3): "loss became NaN at step 40", ("rd_attnres", 4): "loss became inf"})
+    write_folder(
+        tmp_path / "r",
+        {"block_attnres": list(parent), "rd_attnres": treat},
+        lost={("rd_attnres", 3): "loss became NaN at step 40", ("rd_attnres", 4): "loss became inf"},
+    )
     table, md, out = report(tmp_path / "r", tmp_path / "o", capsys)
     assert st.ttest_1samp(d[:3], 0, alternative="less").pvalue < 0.05  # what dropping the pairs would claim
     tp = row(table, "rd_attnres - block_attnres")
@@ -83,12 +95,15 @@ def test_divergence_at_the_losing_seeds_does_not_establish_the_gain(tmp_path, ca
     assert "seed(s) 3, 4 count as losses" in tp["note"]
     assert f"Seed(s) 3, 4 count as losses of rd_attnres, which diverged there (d = {m:+.4g}" in md
     assert "**undecided** (n = 5," in md and "undecided (n = 5," in out
-    warnings = md[md.index("## Warnings"):md.index("## How to read")]
+    warnings = md[md.index("## Warnings") : md.index("## How to read")]
     assert "rd_attnres diverged at seed(s) 3 4" in warnings and "counts as a loss for it" in warnings
     # The methods state every v3 rule, and the conditional rate of the controls with its numbers.
-    methods = md[md.index("## Methods"):]
+    methods = md[md.index("## Methods") :]
     assert "Divergence is the worst outcome (worst-case imputation)" in methods
-    assert "No verdict from rounding" in methods and "Holm over every assessed (cell, control) contrast" in methods
+    assert (
+        "No verdict from rounding" in methods
+        and "Holm over every assessed (cell, control) contrast" in methods
+    )
     assert "n = 3, sd parent 0.005 / treatment 0.015: 0.064" in methods
 
 
@@ -99,38 +114,54 @@ def test_one_ulp_treatment_is_undecided_and_a_control_equal_to_it_is_degenerate(
     treat = np.nextafter(parent, -np.inf)
     d = treat - parent
     assert np.all(d < 0) and np.ptp(d) > 0 and abs(d.mean()) < 1e-15
-    write_folder(tmp_path / "r", {"block_attnres": list(parent), "rd_attnres": list(treat),
-                                  "param_matched": list(treat)})
+    write_folder(
+        tmp_path / "r",
+        {"block_attnres": list(parent), "rd_attnres": list(treat), "param_matched": list(treat)},
+    )
     table, md, out = report(tmp_path / "r", tmp_path / "o", capsys)
     tp = row(table, "rd_attnres - block_attnres")
     assert tp["verdict"] == "undecided" and tp["reason"] == "mean within the numerical floor"
     # Zero spread is absolute: the t p is undefined, the exact sign-flip p (1/32) is the only p, and
     # it is significant: the floor alone keeps the verdict from resting on rounding.
-    assert tp["p_one_sided_test"] == "exact sign-flip" and tp["p_one_sided"] == pytest.approx(1 / 32, abs=1e-15)
+    assert tp["p_one_sided_test"] == "exact sign-flip" and tp["p_one_sided"] == pytest.approx(
+        1 / 32, abs=1e-15
+    )
     assert math.isnan(tp["t_p"]) and tp["numerical_floor"] == FLOOR_NATS
     cp = row(table, "param_matched - block_attnres")
-    assert cp["verdict"] == "invalid: degenerate" and "within the numerical floor (1e-06 nats/token)" in cp["note"]
+    assert (
+        cp["verdict"] == "invalid: degenerate"
+        and "within the numerical floor (1e-06 nats/token)" in cp["note"]
+    )
     assert f"\\|mean d\\| <= {FLOOR_NATS:g} nats/token, the numerical floor" in md
     # With a min_effect_nats the same study shows the gain absent: d + delta is far above the floor.
-    write_folder(tmp_path / "r2", {"block_attnres": list(parent), "rd_attnres": list(treat)},
-                 analysis={"min_effect_nats": 0.01})
+    write_folder(
+        tmp_path / "r2",
+        {"block_attnres": list(parent), "rd_attnres": list(treat)},
+        analysis={"min_effect_nats": 0.01},
+    )
     table, md, _ = report(tmp_path / "r2", tmp_path / "o2", capsys)
     tp = row(table, "rd_attnres - block_attnres")
-    assert tp["verdict"] == "gain absent (< 0.01 nats/token)" and tp["absence_p"] == pytest.approx(1 / 32, abs=1e-15)
+    assert tp["verdict"] == "gain absent (< 0.01 nats/token)" and tp["absence_p"] == pytest.approx(
+        1 / 32, abs=1e-15
+    )
 
 
 def test_aa_one_ulp_above_the_parent_passes(tmp_path, capsys):
     """Issue 27 item 3: A/A = parent + 1 ulp at 6 seeds was "FAIL" (the harness is broken)."""
     parent = PARENT[:6]
     aa = np.nextafter(parent, np.inf)
-    write_folder(tmp_path / "r", {"block_attnres": list(parent), "rd_attnres": list(parent - 0.03),
-                                  "dup_route_tied": list(aa)})
+    write_folder(
+        tmp_path / "r",
+        {"block_attnres": list(parent), "rd_attnres": list(parent - 0.03), "dup_route_tied": list(aa)},
+    )
     table, md, out = report(tmp_path / "r", tmp_path / "o", capsys)
     a = row(table, "dup_route_tied - block_attnres")
     assert a["verdict"] == "noise floor"  # shown as "pass"
     # The offset test alone rejects (all 6 differences positive: exact p = 2/64): the floor decides.
     assert a["perm_p"] == pytest.approx(2 / 64, abs=1e-15) and a["holm_p"] == pytest.approx(2 / 64, abs=1e-15)
-    assert a["numerical_floor"] == aa_floor(np.concatenate([parent, aa])) == float(np.spacing(np.float32(4.05)))
+    assert (
+        a["numerical_floor"] == aa_floor(np.concatenate([parent, aa])) == float(np.spacing(np.float32(4.05)))
+    )
     assert "| dup_route_tied | small, 1M | **pass** |" in md
     assert "mean offset within the float32 rounding of the NLL" in out and "FAIL" not in out
 
@@ -142,12 +173,16 @@ def test_a_control_exactly_halfway_gets_no_definite_verdict(tmp_path, capsys):
     for seed in range(2000):  # a study whose rounding errors all have one sign: the exact p is 2/256
         treat = parent - 0.02 + np.random.default_rng(seed).normal(0, 0.003, parent.size)
         half = (parent + treat) / 2
-        e = (half - parent) - 0.5 * (treat - parent)  # as reports.stats.decisions.reproduction_contrast computes it
+        e = (half - parent) - 0.5 * (
+            treat - parent
+        )  # as reports.stats.decisions.reproduction_contrast computes it
         if np.all(e > 0) or np.all(e < 0):
             break
     else:
         raise AssertionError("no study with one-signed rounding in 2000 draws")
-    write_folder(tmp_path / "r", {"block_attnres": list(parent), "rd_attnres": list(treat), "fixed_v": list(half)})
+    write_folder(
+        tmp_path / "r", {"block_attnres": list(parent), "rd_attnres": list(treat), "fixed_v": list(half)}
+    )
     table, md, _ = report(tmp_path / "r", tmp_path / "o", capsys)
     assert row(table, "rd_attnres - block_attnres")["verdict"] == "gain established"
     c = row(table, "fixed_v - block_attnres")
@@ -162,22 +197,30 @@ def test_a_precise_zero_is_absent_and_an_underpowered_study_is_undecided(tmp_pat
     with its upper bound printed, and an underpowered study is "undecided" with the seeds that would decide."""
     rng = np.random.default_rng(1)
     parent = PARENT[:5]
-    write_folder(tmp_path / "zero", {"block_attnres": list(parent),
-                                     "rd_attnres": list(parent + rng.normal(0, 5e-4, 5))},
-                 analysis={"min_effect_nats": 0.01})
+    write_folder(
+        tmp_path / "zero",
+        {"block_attnres": list(parent), "rd_attnres": list(parent + rng.normal(0, 5e-4, 5))},
+        analysis={"min_effect_nats": 0.01},
+    )
     table, md, out = report(tmp_path / "zero", tmp_path / "o1", capsys)
     tp = row(table, "rd_attnres - block_attnres")
-    nll = pl.read_csv(tmp_path / "o1" / "pairs.csv").filter(pl.col("comparison") == "rd_attnres - block_attnres")
+    nll = pl.read_csv(tmp_path / "o1" / "pairs.csv").filter(
+        pl.col("comparison") == "rd_attnres - block_attnres"
+    )
     d = nll["diff"].to_numpy()
     p_abs = st.ttest_1samp(d + 0.01, 0, alternative="greater").pvalue
-    assert tp["verdict"] == "gain absent (< 0.01 nats/token)" and tp["absence_p"] == pytest.approx(p_abs, abs=1e-12)
+    assert tp["verdict"] == "gain absent (< 0.01 nats/token)" and tp["absence_p"] == pytest.approx(
+        p_abs, abs=1e-12
+    )
     upper = -d.mean() + st.t.isf(0.05, 4) * d.std(ddof=1) / math.sqrt(5)  # one cell: Holm level = alpha
     assert tp["gain_upper"] == pytest.approx(upper, abs=1e-12) and upper < 0.01
     assert f"the gain is at most {upper:.3g} nats/token" in md and "gain absent (< 0.01 nats/token)" in out
 
-    write_folder(tmp_path / "weak", {"block_attnres": list(parent[:3]),
-                                     "rd_attnres": list(parent[:3] + np.array([-0.03, 0.01, -0.01]))},
-                 analysis={"min_effect_nats": 0.01})
+    write_folder(
+        tmp_path / "weak",
+        {"block_attnres": list(parent[:3]), "rd_attnres": list(parent[:3] + np.array([-0.03, 0.01, -0.01]))},
+        analysis={"min_effect_nats": 0.01},
+    )
     table, md, out = report(tmp_path / "weak", tmp_path / "o2", capsys)
     tp = row(table, "rd_attnres - block_attnres")
     assert tp["verdict"] == "undecided" and tp["absence_holm_p"] >= 0.05 and tp["holm_p"] >= 0.05
@@ -187,15 +230,18 @@ def test_a_precise_zero_is_absent_and_an_underpowered_study_is_undecided(tmp_pat
 
 def test_a_run_without_a_result_file_is_warned_at_the_top(tmp_path):
     """Issue 27 item 6: the queue says a run finished but the store has no result for it."""
-    frames = frames_from_values({"block_attnres": list(PARENT[:3]), "rd_attnres": list(PARENT[:3] - 0.03)},
-                                grid=GRID)
+    frames = frames_from_values(
+        {"block_attnres": list(PARENT[:3]), "rd_attnres": list(PARENT[:3] - 0.03)}, grid=GRID
+    )
     queue = {r: "done" for r in frames["runs"]["run_id"].to_list()}
     queue["rd_attnres-s3"] = QueuedRun("done", "rd_attnres", "treatment", 3, "small", 1_000_000)
     build_report(Frames(frames["final"], frames["runs"]), tmp_path, grid=GRID, figures=False, queue=queue)
     md = (tmp_path / "report.md").read_text()
-    warnings = md[md.index("## Warnings"):md.index("## How to read")]
-    assert ("1 run(s) have no usable result (the queue says finished but no result file is in the store): "
-            "rd_attnres s3 (size small, budget 1_000_000 tokens)") in warnings
+    warnings = md[md.index("## Warnings") : md.index("## How to read")]
+    assert (
+        "1 run(s) have no usable result (the queue says finished but no result file is in the store): "
+        "rd_attnres s3 (size small, budget 1_000_000 tokens)"
+    ) in warnings
 
 
 # --------------------------------------------------------------------------- the new rules, against independent computations
@@ -209,7 +255,9 @@ def test_absence_p_and_the_bound_equal_scipy():
         n = int(rng.integers(3, 12))
         d = rng.normal(-0.002, 0.004, n)
         p, exact = dec.absence_p(d, 0.01)
-        assert not exact and p == pytest.approx(st.ttest_1samp(d + 0.01, 0, alternative="greater").pvalue, abs=1e-12)
+        assert not exact and p == pytest.approx(
+            st.ttest_1samp(d + 0.01, 0, alternative="greater").pvalue, abs=1e-12
+        )
         level = float(rng.uniform(0.005, 0.1))
         ci = st.t.interval(1 - 2 * level, n - 1, loc=d.mean(), scale=st.sem(d))  # two-sided 1 - 2 level
         assert dec.gain_upper_bound(d, level) == pytest.approx(-ci[0], abs=1e-12)  # upper bound on -mean d
@@ -235,13 +283,22 @@ def test_lost_runs_are_numerical_failures_only():
     from reports.stats.divergence import is_lost, worst_case
 
     assert is_lost("diverged", "diverged: loss became NaN")
-    for reason in ("failed: loss is NaN at step 40", "failed: FloatingPointError: overflow", "failed: inf loss",
-                   "failed: non-finite gradient"):
+    for reason in (
+        "failed: loss is NaN at step 40",
+        "failed: FloatingPointError: overflow",
+        "failed: inf loss",
+        "failed: non-finite gradient",
+    ):
         assert is_lost("failed", reason), reason
-    for reason in ("failed: RuntimeError: CUDA out of memory", "failed: no error message stored",
-                   "failed: information lost"):
+    for reason in (
+        "failed: RuntimeError: CUDA out of memory",
+        "failed: no error message stored",
+        "failed: information lost",
+    ):
         assert not is_lost("failed", reason), reason
     t = worst_case([4, 0, 2], [-0.01, 0.02, -0.03], {1: (1, "t", "diverged"), 3: (-1, "p", "diverged")}, [5])
-    assert t.seeds == (0, 1, 2, 3, 4) and t.d.tolist() == [0.02, 0.03, -0.03, -0.03, -0.01] and t.dropped == (5,)
+    assert (
+        t.seeds == (0, 1, 2, 3, 4) and t.d.tolist() == [0.02, 0.03, -0.03, -0.03, -0.01] and t.dropped == (5,)
+    )
     with pytest.raises(ValueError, match="both observed and lost"):
         worst_case([1], [0.1], {1: (1, "t", "x")})

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 
 import pytest
+from test_progress_display import Terminal, read_until
 
 from harness import live
 from harness.cli import main as cli
@@ -22,8 +23,8 @@ from harness.commands.status import CLEAR, status_lines
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
+
 from queue_stubs import configs, quiet
-from test_progress_display import Terminal, read_until
 
 
 def wait_for(fn, what: str, timeout_s: float = 60):
@@ -51,14 +52,18 @@ def test_the_heartbeat_writes_the_runs_live_progress_into_its_lease(tmp_path):
         for tokens in (512, 1536):
             mine = live.LiveProgress(config.run_id, tokens, 2048, 256.0, time.time())
             live.publish(mine)
-            seen[config.run_id].append(wait_for(lambda: lease().progress == mine and lease().progress, "progress"))
+            seen[config.run_id].append(
+                wait_for(lambda mine=mine: lease().progress == mine and lease().progress, "progress")
+            )
         return "done"
 
     assert work(q, train, results, beat_s=0.05, log=quiet) == Counter(done=2)
     for rid, got in seen.items():
         assert got[0] is None  # the other run's progress, or the previous run's, is never sent
         assert [(p.run_id, p.tokens, p.total_tokens, p.tokens_per_s) for p in got[1:]] == [
-            (rid, 512, 2048, 256.0), (rid, 1536, 2048, 256.0)]
+            (rid, 512, 2048, 256.0),
+            (rid, 1536, 2048, 256.0),
+        ]
     # the stored lease is plain JSON and reads back as what was written
     (t, *_) = [t for t in q.storage.get_all_trials(q.study_of("g")) if t.user_attrs["run_id"] == rid]
     assert Lease.from_dict(t.user_attrs["lease"]).progress == got[-1]
@@ -77,7 +82,18 @@ def test_status_shows_tokens_rate_and_eta_per_running_run(tmp_path, capsys):
     q.beat(fresh, live.LiveProgress(fresh.run_id, 8_192, 81_920, 512.0, now))
     lines = status_lines(q, None, 120.0, now=now)
     me = Lease.here().worker
-    assert lines[1].split() == ["grid", "queued", "running", "done", "diverged", "failed", "total", "mean", "run", "ETA"]
+    assert lines[1].split() == [
+        "grid",
+        "queued",
+        "running",
+        "done",
+        "diverged",
+        "failed",
+        "total",
+        "mean",
+        "run",
+        "ETA",
+    ]
     # g: 78 s left of the running run (40_960 tokens to go at 512 tok/s, less 2 s since measured)
     # plus 1 queued x 90 s (the mean finished run), over 1 live worker: 168 s
     assert lines[2].split() == ["g", "1", "1", "1", "0", "0", "3", "90", "s", "~3", "min"]
@@ -86,7 +102,18 @@ def test_status_shows_tokens_rate_and_eta_per_running_run(tmp_path, capsys):
     assert lines[4] == f"live workers: 1 ({me})"
     assert lines[5] == "running:"
     assert lines[6].split() == ["run", "worker", "tokens", "tok/s", "ETA", "last", "beat"]
-    assert lines[7].split() == [running.run_id, me, "40,960/81,920", "(50%)", "512", "78", "s", "0", "s", "ago"]
+    assert lines[7].split() == [
+        running.run_id,
+        me,
+        "40,960/81,920",
+        "(50%)",
+        "512",
+        "78",
+        "s",
+        "0",
+        "s",
+        "ago",
+    ]
     assert lines[8].split() == [fresh.run_id, me, "8,192/81,920", "(10%)", "512", "2", "min", "0", "s", "ago"]
     assert len(lines) == 9
     assert cli(["status", "--results", str(results), "--grid", "h"]) == 0
@@ -95,8 +122,10 @@ def test_status_shows_tokens_rate_and_eta_per_running_run(tmp_path, capsys):
 
 
 def test_status_option_errors_are_one_line(tmp_path, capsys):
-    for argv, message in ((["--interval", "2"], "--interval S goes with --watch"),
-                          (["--watch", "--interval", "0"], "--interval 0: must be a positive number of seconds")):
+    for argv, message in (
+        (["--interval", "2"], "--interval S goes with --watch"),
+        (["--watch", "--interval", "0"], "--interval 0: must be a positive number of seconds"),
+    ):
         assert cli(["status", "--results", str(tmp_path), *argv]) == 2
         assert capsys.readouterr().err == f"harness status: error: {message}\n"
 
@@ -105,8 +134,9 @@ def test_work_on_a_grid_that_names_nothing_is_an_error_naming_the_grids(tmp_path
     results = tmp_path / "results"
     RunQueue.open(None, results).enqueue(configs(seeds=(0,)))
     assert cli(["work", "--results", str(results), "--grid", "nope"]) == 2
-    assert capsys.readouterr().err == (f"harness work: error: no runs of grid 'nope' in {results / 'queue.journal'}; "
-                                       "grids there: g\n")
+    assert capsys.readouterr().err == (
+        f"harness work: error: no runs of grid 'nope' in {results / 'queue.journal'}; grids there: g\n"
+    )
     assert {r.state for r in RunQueue.open(None, results).runs().values()} == {"queued"}
 
 
@@ -122,7 +152,17 @@ def one_running(tmp_path):
 
 
 def watch_cmd(results):
-    return [sys.executable, "-m", "harness", "status", "--watch", "--interval", "0.2", "--results", str(results)]
+    return [
+        sys.executable,
+        "-m",
+        "harness",
+        "status",
+        "--watch",
+        "--interval",
+        "0.2",
+        "--results",
+        str(results),
+    ]
 
 
 def test_watch_prints_blocks_until_ctrl_c_and_exits_0(one_running):
@@ -144,7 +184,10 @@ def test_watch_prints_blocks_until_ctrl_c_and_exits_0(one_running):
             p.kill()
     assert p.returncode == 0 and "Traceback" not in err, err
     for block in blocks[:2]:  # each block whole: header, the grid, the running run, a blank line
-        assert block[0].endswith("every 0.2 s, Ctrl-C to stop\n") and block[1] == f"queue: {results / 'queue.journal'}\n"
+        assert (
+            block[0].endswith("every 0.2 s, Ctrl-C to stop\n")
+            and block[1] == f"queue: {results / 'queue.journal'}\n"
+        )
         row = next(ln for ln in block if ln.startswith(f"  {claim.run_id}"))
         assert row.split()[2:5] == ["4,096/8,192", "(50%)", "1,024"] and block[-1] == "\n"
     assert "\x1b" not in "".join(sum(blocks, [])) + rest  # not a terminal: no screen control
@@ -155,7 +198,9 @@ def test_watch_on_a_terminal_redraws_the_screen(one_running):
     term = Terminal()
     try:
         p = term.start(watch_cmd(results), None)
-        out = read_until(term.master, p, lambda text: text.count(CLEAR) >= 2 and text.rstrip().endswith("ago"))
+        out = read_until(
+            term.master, p, lambda text: text.count(CLEAR) >= 2 and text.rstrip().endswith("ago")
+        )
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=60) == 0
     finally:

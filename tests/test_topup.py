@@ -13,15 +13,16 @@ import numpy as np
 import pytest
 
 from db.store import Store
+from harness.analysis_plan import AnalysisPlan
 from harness.cli import main as cli
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
-from reports.stats import decisions as dec
-from harness.analysis_plan import AnalysisPlan
-from reports.stats.analysis import analyze
-from reports.synthetic import frames_from_values
 from reports.render.topup_lines import describe
+from reports.stats import decisions as dec
+from reports.stats.analysis import analyze
 from reports.stats.topup import CellSeeds, cell_open, plan_topup
+from reports.synthetic import frames_from_values
+
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
 LOOKS = (3, 5)
@@ -39,8 +40,11 @@ def _stats(d_tp, d_cp=None, looks=LOOKS, seeds=None):
 
 
 def _held(seeds, pending=()):
-    return {("small", 1_000_000): CellSeeds(frozenset(seeds), frozenset(pending),
-                                            ("block_attnres", "rd_attnres", "fixed_v"))}
+    return {
+        ("small", 1_000_000): CellSeeds(
+            frozenset(seeds), frozenset(pending), ("block_attnres", "rd_attnres", "fixed_v")
+        )
+    }
 
 
 def test_cell_open_truth_table():
@@ -56,8 +60,9 @@ def test_cell_open_truth_table():
 def test_a_gain_shown_absent_is_closed():
     """DESIGN 6 v3: topup adds seeds to undecided cells only; 'gain absent' is decided."""
     assert not cell_open(False, False, [dec.V_NOT_ASSESSED], absent=True).item()
-    f = frames_from_values({"block_attnres": [3.50, 3.51, 3.52],
-                            "rd_attnres": [3.5001, 3.5099, 3.5202]})  # d = +1e-4, -1e-4, +2e-4
+    f = frames_from_values(
+        {"block_attnres": [3.50, 3.51, 3.52], "rd_attnres": [3.5001, 3.5099, 3.5202]}
+    )  # d = +1e-4, -1e-4, +2e-4
     st = analyze(f["final"], f["runs"], plan=AnalysisPlan(looks=LOOKS, min_effect_nats=0.01))
     (h,) = st.headlines
     assert h.absent and h.verdict == "gain absent (< 0.01 nats/token)" and h.absence_holm_p < h.look.level
@@ -71,8 +76,9 @@ def test_established_and_decided_is_closed():
     assert st.assessments[0].verdict == dec.DOES_NOT_REPRODUCE
     (t,) = plan_topup(st, _held({0, 1, 2}))
     assert not t.open and t.new_seeds == ()
-    assert describe(t) == ("cell small/1_000_000: headline gain established and every control decided: "
-                           "nothing to add")
+    assert describe(t) == (
+        "cell small/1_000_000: headline gain established and every control decided: nothing to add"
+    )
 
 
 def test_an_inconclusive_control_gets_seeds_up_to_the_next_look():
@@ -89,7 +95,10 @@ def test_an_inconclusive_control_gets_seeds_up_to_the_next_look():
 def test_an_undecided_headline_is_open_and_the_last_look_closes_it():
     (t,) = plan_topup(_stats(WEAK), _held({0, 1, 2}))
     assert t.open and t.new_seeds == (3, 4)
-    assert "headline undecided at look 1 of 2 (3 pairs), level 0.0114 (neither established nor absent)" in describe(t)
+    assert (
+        "headline undecided at look 1 of 2 (3 pairs), level 0.0114 (neither established nor absent)"
+        in describe(t)
+    )
     last = _stats(WEAK + [0.004, -0.003])  # 5 pairs: the last look, still not established
     assert not last.headlines[0].established
     (t,) = plan_topup(last, _held({0, 1, 2, 3, 4}))
@@ -101,8 +110,10 @@ def test_an_inconclusive_control_at_the_last_look_gets_nothing():
     assert st.headlines[0].established and st.headlines[0].look.last
     assert st.assessments[0].verdict == dec.INCONCLUSIVE
     (t,) = plan_topup(st, _held({0, 1, 2, 3, 4}))
-    assert not t.open and describe(t) == ("cell small/1_000_000: headline gain established; inconclusive: "
-                                          "fixed_v; past the last look: nothing to add")
+    assert not t.open and describe(t) == (
+        "cell small/1_000_000: headline gain established; inconclusive: "
+        "fixed_v; past the last look: nothing to add"
+    )
 
 
 def test_before_the_first_look_and_seed_choice():
@@ -117,7 +128,9 @@ def test_before_the_first_look_and_seed_choice():
 def test_pending_seeds_count_toward_the_next_look():
     (t,) = plan_topup(_stats(WEAK), _held({0, 1, 2, 3, 4}, pending={3, 4}))
     assert t.open and t.new_seeds == () and t.pending == (3, 4)
-    assert describe(t).endswith("next look 5: seed(s) 3 4 already queued (waiting for workers): nothing to add")
+    assert describe(t).endswith(
+        "next look 5: seed(s) 3 4 already queued (waiting for workers): nothing to add"
+    )
     (t,) = plan_topup(_stats(WEAK), _held({0, 1, 2, 3}, pending={3}))
     assert t.new_seeds == (4,) and t.pending == (3,)
 
@@ -129,8 +142,12 @@ def test_a_plan_without_looks_cannot_be_topped_up():
 
 def test_a_degenerate_treatment_is_closed():
     f = frames_from_values({"block_attnres": [3.5, 3.6, 3.7], "rd_attnres": [3.49, 3.58, 3.69]})
-    st = analyze(f["final"], f["runs"], plan=AnalysisPlan(looks=LOOKS),
-                 degenerate={("small", 1_000_000, "rd_attnres"): "w_v never moved"})
+    st = analyze(
+        f["final"],
+        f["runs"],
+        plan=AnalysisPlan(looks=LOOKS),
+        degenerate={("small", 1_000_000, "rd_attnres"): "w_v never moved"},
+    )
     (t,) = plan_topup(st, {})
     assert not t.open and "degenerate (w_v never moved)" in t.reason
 
@@ -151,10 +168,19 @@ def stub_result(run_config, results_dir: Path) -> tuple[str, float]:
     seed, variant = config["seed"], config["variant"]
     nll = 3.5 + 0.01 * seed + {"rd_attnres": D_TP[seed], "fixed_v": D_CP[seed]}.get(variant, 0.0)
     run = {k: config[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
-    Store(results_dir).write_result({"run": {**run, "status": "done", "protocol_hash": "p0", "config": config,
-                                             "wall_s": 2.0, "tokens_seen": 1000},
-                                     "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll",
-                                                  "value": nll}]})
+    Store(results_dir).write_result(
+        {
+            "run": {
+                **run,
+                "status": "done",
+                "protocol_hash": "p0",
+                "config": config,
+                "wall_s": 2.0,
+                "tokens_seen": 1000,
+            },
+            "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": nll}],
+        }
+    )
     return "done", nll
 
 
@@ -191,12 +217,19 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
     assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0
     out = capsys.readouterr().out
     assert "queued seed(s) 3 4 for 4 variants (8 runs)" in out and "queued 8 runs in" in out
-    assert _seeds(results) == {v: [0, 1, 2, 3, 4] for v in ("block_attnres", "rd_attnres", "fixed_v",
-                                                              "dup_route_tied")}
-    new = next(r.config.to_dict() for r in RunQueue.open(None, results).runs("seq").values()
-               if r.config.seed == 4 and r.config.variant == "fixed_v")
-    old = next(r.config.to_dict() for r in RunQueue.open(None, results).runs("seq").values()
-               if r.config.seed == 0 and r.config.variant == "fixed_v")
+    assert _seeds(results) == {
+        v: [0, 1, 2, 3, 4] for v in ("block_attnres", "rd_attnres", "fixed_v", "dup_route_tied")
+    }
+    new = next(
+        r.config.to_dict()
+        for r in RunQueue.open(None, results).runs("seq").values()
+        if r.config.seed == 4 and r.config.variant == "fixed_v"
+    )
+    old = next(
+        r.config.to_dict()
+        for r in RunQueue.open(None, results).runs("seq").values()
+        if r.config.seed == 0 and r.config.variant == "fixed_v"
+    )
     assert new["run_id"] == "seq:tiny:fixed_v:s4:1024" and {**old, "seed": 4, "run_id": new["run_id"]} == new
 
     assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0  # idempotent: waiting for workers
@@ -211,8 +244,21 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
     # near the parent at every seed (e = 0.0025 .. 0.004), does not reproduce it.
     assert "cell tiny/1_024: headline gain established and every control decided: nothing to add" in out
     assert len(RunQueue.open(None, results).runs("seq")) == 20
-    assert cli(["report", "--grid", "seq", "--results", str(results), "--out", str(tmp_path / "r"),
-                "--no-figures"]) == 0
+    assert (
+        cli(
+            [
+                "report",
+                "--grid",
+                "seq",
+                "--results",
+                str(results),
+                "--out",
+                str(tmp_path / "r"),
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
     md = (tmp_path / "r" / "report.md").read_text()
     assert "look 2 of 2 (5 pairs), level 0.0386" in md
     assert "| fixed_v | tiny, 1.024k | **does not reproduce gain** |" in md

@@ -43,8 +43,14 @@ def tracked(tmp_path_factory):
     for k in ("MLFLOW_TRACKING_URI", "WANDB_DIR"):
         os.environ.pop(k, None)
     torch.set_num_threads(1)
-    config = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE),
-                             train={**TRAIN, "loggers": ["tensorboard", "mlflow", "wandb"]})
+    config = RunConfig.adhoc(
+        "rd_attnres",
+        "tiny",
+        0,
+        BUDGET,
+        str(SAMPLE),
+        train={**TRAIN, "loggers": ["tensorboard", "mlflow", "wandb"]},
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)  # no tracker may have failed here
@@ -55,7 +61,9 @@ def tracked(tmp_path_factory):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
     try:
-        val = con.execute("select step, value from metrics where split = 'val' and name = 'nll' order by step").fetchall()
+        val = con.execute(
+            "select step, value from metrics where split = 'val' and name = 'nll' order by step"
+        ).fetchall()
         (phash,) = con.execute("select protocol_hash from runs").fetchone()
     finally:
         con.close()
@@ -80,8 +88,15 @@ def test_tensorboard_event_files_hold_the_stored_val_nll(tracked):
     got = [(e.step, e.value) for e in acc.Scalars("val/nll")]
     assert got == [(step, float(np.float32(v))) for step, v in val]
     tags = acc.Tags()["scalars"]
-    for tag in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/bpb",
-                "routing/attn/L0/js_qk_v", "routing/attn/L1/qk/entropy"):
+    for tag in (
+        "train/loss",
+        "train/lr",
+        "train/grad_norm",
+        "train/tokens_per_s",
+        "val/bpb",
+        "routing/attn/L0/js_qk_v",
+        "routing/attn/L1/qk/entropy",
+    ):
         assert tag in tags, tags
 
 
@@ -112,10 +127,10 @@ def _wandb_records(path: Path):
         if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
             pos += block - pos % block
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if length == 0 and kind == 0:
             break
-        chunk = data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pending = chunk if kind in (1, 2) else pending + chunk
         pos += 7 + length
         if kind in (1, 4):
@@ -137,8 +152,11 @@ def test_wandb_offline_run_history_holds_the_stored_val_nll(tracked):
         elif kind == "config":
             cfg.update({i.key: json.loads(i.value_json) for i in rec.config.update})
         elif kind == "run":
-            assert (rec.run.run_group, rec.run.display_name, rec.run.project) == (config.grid, config.run_id,
-                                                                                 "rd-harness")
+            assert (rec.run.run_group, rec.run.display_name, rec.run.project) == (
+                config.grid,
+                config.run_id,
+                "rd-harness",
+            )
             cfg.update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
     assert history == [(step, v) for step, v in val]
     assert cfg["protocol_hash"] == phash and cfg["seed"] == 0
@@ -169,19 +187,25 @@ def test_a_tracker_that_fails_never_fails_the_run(tmp_path, monkeypatch):
 
 
 def test_loggers_are_outside_the_protocol_hash():
-    with_loggers = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE),
-                                   train={**TRAIN, "loggers": ["wandb", "csv"]})
+    with_loggers = RunConfig.adhoc(
+        "rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train={**TRAIN, "loggers": ["wandb", "csv"]}
+    )
     without = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN)
-    args = dict(data_meta={"corpus": "x"}, model=without.model_config(512), eval_windows=4, precision="32-true")
+    args = dict(
+        data_meta={"corpus": "x"}, model=without.model_config(512), eval_windows=4, precision="32-true"
+    )
     assert protocol_dict(with_loggers, **args) == protocol_dict(without, **args)
     changed = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train={**TRAIN, "lr": 1e-3})
     assert protocol_dict(changed, **args) != protocol_dict(without, **args)  # the comparison can fail
 
 
-@pytest.mark.parametrize("value, message", [
-    (["tensorbord"], "logger 'tensorbord' is not known; allowed: tensorboard, wandb, mlflow, csv"),
-    ("wandb", "must be a list of names"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (["tensorbord"], "logger 'tensorbord' is not known; allowed: tensorboard, wandb, mlflow, csv"),
+        ("wandb", "must be a list of names"),
+    ],
+)
 def test_bad_logger_names_are_one_clear_line(value, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(loggers=value)
@@ -189,11 +213,17 @@ def test_bad_logger_names_are_one_clear_line(value, message):
 
 
 def test_routing_rows_become_per_layer_metrics():
-    rows = [dict(tokens=2048, layer=1, site="attn", route="qk", source=s, entropy=0.5, js_qk_v=0.25)
-            for s in range(3)] + [dict(tokens=2048, layer=1, site="attn", route="v", source=0, entropy=0.75,
-                                       js_qk_v=0.25)]
-    assert routing_metrics(rows) == {2048: {"routing/attn/L1/js_qk_v": 0.25, "routing/attn/L1/qk/entropy": 0.5,
-                                            "routing/attn/L1/v/entropy": 0.75}}
+    rows = [
+        dict(tokens=2048, layer=1, site="attn", route="qk", source=s, entropy=0.5, js_qk_v=0.25)
+        for s in range(3)
+    ] + [dict(tokens=2048, layer=1, site="attn", route="v", source=0, entropy=0.75, js_qk_v=0.25)]
+    assert routing_metrics(rows) == {
+        2048: {
+            "routing/attn/L1/js_qk_v": 0.25,
+            "routing/attn/L1/qk/entropy": 0.5,
+            "routing/attn/L1/v/entropy": 0.75,
+        }
+    }
 
 
 def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch):
@@ -208,15 +238,25 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     results = tmp_path / "results"
-    grid = parse_grid({"name": "tracked", "corpus": str(SAMPLE), "sizes": ["tiny"], "seeds": [0],
-                       "budgets_tokens": [4096], "variants": {"block_attnres": "parent", "rd_attnres": "treatment"},
-                       "train": {**TRAIN, "loggers": ["tensorboard"]}})
+    grid = parse_grid(
+        {
+            "name": "tracked",
+            "corpus": str(SAMPLE),
+            "sizes": ["tiny"],
+            "seeds": [0],
+            "budgets_tokens": [4096],
+            "variants": {"block_attnres": "parent", "rd_attnres": "treatment"},
+            "train": {**TRAIN, "loggers": ["tensorboard"]},
+        }
+    )
     RunQueue.open(None, results).enqueue(grid.expand())
     assert cli(["work", "--results", str(results), "--logger", "csv", "--quiet", "--threads", "1"]) == 0
     con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
     try:
-        stored = con.execute("select run_id, step, value from metrics where split = 'val' and name = 'nll' "
-                             "order by run_id, step").fetchall()
+        stored = con.execute(
+            "select run_id, step, value from metrics where split = 'val' and name = 'nll' "
+            "order by run_id, step"
+        ).fetchall()
     finally:
         con.close()
     run_ids = sorted({r for r, _, _ in stored})
@@ -226,6 +266,8 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
         folder = _folder(rid)
         acc = EventAccumulator(str(results / "tb" / "tracked" / folder))
         acc.Reload()
-        assert [(e.step, e.value) for e in acc.Scalars("val/nll")] == [(s, float(np.float32(v))) for s, v in want]
+        assert [(e.step, e.value) for e in acc.Scalars("val/nll")] == [
+            (s, float(np.float32(v))) for s, v in want
+        ]
         csv = pl.read_csv(results / "csv" / "tracked" / folder / "metrics.csv")
         assert csv.filter(pl.col("val/nll").is_not_null()).select("step", "val/nll").rows() == want

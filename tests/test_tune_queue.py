@@ -15,13 +15,24 @@ from optuna.trial import TrialState, create_trial
 from harness.scheduling import legacy, tuning
 from harness.scheduling.queue import LEGACY_STUDY, RunQueue
 from harness.scheduling.worker import work
+
 from queue_stubs import configs, new_queue, quiet
 
 
 def study(queue: RunQueue, name="t", trials=3, pruner="median", seed=0) -> tuning.TuneSpec:
-    spec = tuning.TuneSpec(name=name, variant="block_attnres", size="tiny", budget_tokens=4096, corpus="/c",
-                           trials=trials, space={"lr": "lr=log:0.0001:0.03", "warmup_frac": "warmup_frac=0.0:0.2"},
-                           train={"batch_tokens": 1024}, seed=seed, pruner=pruner, startup_trials=2)
+    spec = tuning.TuneSpec(
+        name=name,
+        variant="block_attnres",
+        size="tiny",
+        budget_tokens=4096,
+        corpus="/c",
+        trials=trials,
+        space={"lr": "lr=log:0.0001:0.03", "warmup_frac": "warmup_frac=0.0:0.2"},
+        train={"batch_tokens": 1024},
+        seed=seed,
+        pruner=pruner,
+        startup_trials=2,
+    )
     assert tuning.create_or_check(queue.storage, spec) == "created"
     queue.enqueue(spec.configs(), attrs={"tune_pending": True})
     return spec
@@ -75,7 +86,10 @@ def test_median_pruner_prunes_a_bad_trial_through_the_evaluation_hook(tmp_path):
     states = {t.user_attrs["seed"]: t.state for t in st.trials}
     assert states == {10_000: TrialState.COMPLETE, 10_001: TrialState.COMPLETE, 10_002: TrialState.PRUNED}
     pruned = next(t for t in st.trials if t.state == TrialState.PRUNED)
-    assert pruned.intermediate_values == {1: 9.0, 2: 8.0}  # pruned at half the run (step 2 of 4): 8.0 > median(2.0, 2.2)
+    assert pruned.intermediate_values == {
+        1: 9.0,
+        2: 8.0,
+    }  # pruned at half the run (step 2 of 4): 8.0 > median(2.0, 2.2)
     assert st.best_value == 1.0 and q.counts()["tune:t"]["pruned"] == 1
     assert {r.state for r in q.runs("tune:t").values()} == {"done", "pruned"}
 
@@ -92,8 +106,16 @@ def test_a_grid_run_gets_no_pruning_hook(tmp_path):
 
 
 def _legacy_trial(config, state, **attrs):
-    ua = {"run_id": config.run_id, "grid": config.grid, "config": json.dumps(config.to_dict(), sort_keys=True),
-          "attempt": 1, "failures": 0, "reclaims": 0, "order": [0.0, 0], **attrs}
+    ua = {
+        "run_id": config.run_id,
+        "grid": config.grid,
+        "config": json.dumps(config.to_dict(), sort_keys=True),
+        "attempt": 1,
+        "failures": 0,
+        "reclaims": 0,
+        "order": [0.0, 0],
+        **attrs,
+    }
     value = math.inf if state == TrialState.COMPLETE else None
     return create_trial(state=state, value=value, user_attrs=ua)
 
@@ -108,8 +130,11 @@ def test_previous_layout_is_read_then_converted_into_one_study_per_grid(tmp_path
     q.storage.create_new_trial(sid, _legacy_trial(a[2], TrialState.WAITING))
     del old
     q = RunQueue(q.storage)
-    assert {r: s.state for r, s in q.runs().items()} == {a[0].run_id: "done", a[1].run_id: "diverged",
-                                                          a[2].run_id: "queued"}
+    assert {r: s.state for r, s in q.runs().items()} == {
+        a[0].run_id: "done",
+        a[1].run_id: "diverged",
+        a[2].run_id: "queued",
+    }
     q.enqueue(b)  # new runs go into their grid's study
     assert set(q.studies()) == {LEGACY_STUDY, "b"}
     lines = []
@@ -121,11 +146,17 @@ def test_previous_layout_is_read_then_converted_into_one_study_per_grid(tmp_path
     assert "3 trial(s) of study 'harness' copied into 1 studies" in lines[-1]
     st = optuna.load_study(study_name="a", storage=q.storage)
     by = {t.user_attrs["run_id"]: t for t in st.trials}
-    assert (by[a[0].run_id].state, by[a[0].run_id].value) == (TrialState.COMPLETE, 4.5)  # value from the result
+    assert (by[a[0].run_id].state, by[a[0].run_id].value) == (
+        TrialState.COMPLETE,
+        4.5,
+    )  # value from the result
     assert by[a[1].run_id].state == TrialState.FAIL and by[a[1].run_id].user_attrs["status"] == "diverged"
     assert (by[a[2].run_id].state, by[a[2].run_id].value) == (TrialState.COMPLETE, 4.0)
     assert {r: s.state for r, s in RunQueue(q.storage).runs("a").items()} == {
-        a[0].run_id: "done", a[1].run_id: "diverged", a[2].run_id: "done"}
+        a[0].run_id: "done",
+        a[1].run_id: "diverged",
+        a[2].run_id: "done",
+    }
     assert legacy.convert(q, log=lines.append) == 0  # nothing left to convert
 
 
@@ -151,7 +182,9 @@ def test_a_conversion_cut_short_is_finished_without_copying_twice(tmp_path, cut,
         legacy.convert(q, log=quiet)
     monkeypatch.setattr(q.storage, "create_new_trial", real)
     fresh = RunQueue(q.storage)
-    assert len(fresh.all_trials()) == 3 and {s.state for s in fresh.runs().values()} == {"done"}  # read once each
+    assert len(fresh.all_trials()) == 3 and {s.state for s in fresh.runs().values()} == {
+        "done"
+    }  # read once each
     assert legacy.convert(fresh, log=quiet) == 3 - cut
     st = optuna.load_study(study_name="a", storage=q.storage)
     assert sorted(t.user_attrs["converted_from"] for t in st.trials) == [0, 1, 2] and len(st.trials) == 3

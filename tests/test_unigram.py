@@ -56,7 +56,9 @@ def test_train_counts_are_cached_and_a_read_only_folder_is_no_error(tmp_path):
     tokens = np.array([1, 1, 2, 4], dtype=np.uint16)
     prepared = _Prepared(tmp_path, tokens, 5)
     assert train_counts(prepared).tolist() == [0, 2, 1, 0, 1]
-    assert train_counts(prepared).tolist() == [0, 2, 1, 0, 1] and prepared.reads == 1  # second call: the cache
+    assert (
+        train_counts(prepared).tolist() == [0, 2, 1, 0, 1] and prepared.reads == 1
+    )  # second call: the cache
     assert sorted(p.name for p in tmp_path.iterdir()) == ["unigram_counts.npy"]  # no temporary left
     # a cache of another vocabulary (the folder reused) is recounted
     assert train_counts(_Prepared(tmp_path, tokens, 6)).tolist() == [0, 2, 1, 0, 1, 0]
@@ -73,8 +75,14 @@ def test_train_counts_are_cached_and_a_read_only_folder_is_no_error(tmp_path):
 
 
 def test_plateau_rows_take_the_worst_run_and_leave_out_non_finite_ones():
-    final = pl.DataFrame({"run_id": ["a", "b", "c", "d"], "size": ["tiny"] * 4, "budget_tokens": [100] * 4,
-                          "val_nll": [4.0, 4.5, float("nan"), 3.5]})
+    final = pl.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "d"],
+            "size": ["tiny"] * 4,
+            "budget_tokens": [100] * 4,
+            "val_nll": [4.0, 4.5, float("nan"), 3.5],
+        }
+    )
     runs = pl.DataFrame({"run_id": ["a", "b", "c", "d"], "unigram_nll": [5.5, 5.5, 5.5, 5.5]})
     (row,) = plateau_rows(final, runs)
     assert (row.n_runs, row.final_min, row.final_max, row.final_mean) == (3, 3.5, 4.5, 4.0)
@@ -97,9 +105,13 @@ def test_the_report_prints_the_plateau_and_flags_runs_near_it(tmp_path):
     runs = frames["runs"].with_columns(unigram_nll=pl.lit(plateau))
     result = build_report(Frames(frames["final"], runs), tmp_path / "far", grid="g", figures=False)
     text = (tmp_path / "far/report.md").read_text()
-    row = (f"| {plateau:.3f} | {nll.min():.3f} / {nll.mean():.3f} / {nll.max():.3f} | {nll.len()} | 1.500 |")
+    row = f"| {plateau:.3f} | {nll.min():.3f} / {nll.mean():.3f} / {nll.max():.3f} | {nll.len()} | 1.500 |"
     assert "## Past the unigram plateau?" in text and row in text and "Near the plateau" not in text
-    assert any(line.startswith("plateau: ") and "ends 1.500 below it" in line for line in summary_lines(result.stats))
+    assert any(
+        line.startswith("plateau: ") and "ends 1.500 below it" in line for line in summary_lines(result.stats)
+    )
     near = frames["runs"].with_columns(unigram_nll=pl.lit(float(nll.max()) + NEAR_PLATEAU_NATS / 2))
     build_report(Frames(frames["final"], near), tmp_path / "near", grid="g", figures=False)
-    assert "Near the plateau (worst run < 0.5 nats/token below it)" in (tmp_path / "near/report.md").read_text()
+    assert (
+        "Near the plateau (worst run < 0.5 nats/token below it)" in (tmp_path / "near/report.md").read_text()
+    )

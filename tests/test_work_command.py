@@ -24,8 +24,8 @@ from harness.cli import main as cli
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import MAX_RETRIES, work
-from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
 
+from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
 
 # ----------------------------------------------------------------------------- commands
 
@@ -51,8 +51,12 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(harness.train, "runner", fake)
     assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
     out = capsys.readouterr().out
-    assert [c[:2] for c in calls] == [("train", "g:tiny:block_attnres:s0:1000"), ("train", "g:tiny:rd_attnres:s0:1000"),
-                                      ("train", "g:tiny:fixed_v:s0:1000"), ("fail", "g:tiny:fixed_v:s0:1000")]
+    assert [c[:2] for c in calls] == [
+        ("train", "g:tiny:block_attnres:s0:1000"),
+        ("train", "g:tiny:rd_attnres:s0:1000"),
+        ("train", "g:tiny:fixed_v:s0:1000"),
+        ("fail", "g:tiny:fixed_v:s0:1000"),
+    ]
     assert calls[0][2] == results and "ValueError: bad corpus" in calls[3][2]
     assert "[3/3] failed g:tiny:fixed_v:s0:1000" in out and "no retries left" in out
     assert "worker trained 3 runs: 2 done, 0 diverged, 1 failed" in out
@@ -102,20 +106,41 @@ def test_status_command(tmp_path, capsys):
     q.enqueue(configs(name="other", seeds=(0,)))
     assert cli(["status", "--results", str(results)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["grid", "queued", "running", "done", "diverged", "failed", "total", "mean", "run", "ETA"]
+    assert out[1].split() == [
+        "grid",
+        "queued",
+        "running",
+        "done",
+        "diverged",
+        "failed",
+        "total",
+        "mean",
+        "run",
+        "ETA",
+    ]
     # g: 2 done (mean 20 s), 1 failed, 1 running; 1 remaining x 20 s / 1 live worker
     assert out[2].split() == ["g", "0", "1", "2", "0", "1", "4", "20", "s", "~20", "s"]
     assert out[3].split()[:7] == ["other", "3", "0", "0", "0", "0", "3"]
     assert out[3].endswith("? (no run finished yet)")
     assert out[4] == f"live workers: 1 ({Lease.here().worker})"
-    assert out[5] == "running:" and out[6].split() == ["run", "worker", "tokens", "tok/s", "ETA", "last", "beat"]
+    assert out[5] == "running:" and out[6].split() == [
+        "run",
+        "worker",
+        "tokens",
+        "tok/s",
+        "ETA",
+        "last",
+        "beat",
+    ]
     # a lease without progress yet (its worker has not finished a step): "starting"
     assert out[7].split()[:5] == ["g:tiny:rd_attnres:s1:1000", Lease.here().worker, "starting", "-", "-"]
     assert out[8].startswith("failed runs: 1")
     assert out[9] == "  g:tiny:block_attnres:s1:1000 (attempt 1): RuntimeError: boom"
     assert cli(["status", "--results", str(results), "--grid", "nope"]) == 2
-    assert capsys.readouterr().err == (f"harness status: error: no runs of grid 'nope' in {results / 'queue.journal'}; "
-                                       "grids there: g, other\n")
+    assert capsys.readouterr().err == (
+        f"harness status: error: no runs of grid 'nope' in {results / 'queue.journal'}; "
+        "grids there: g, other\n"
+    )
     empty = tmp_path / "empty"
     RunQueue.open(None, empty)
     assert cli(["status", "--results", str(empty), "--grid", "nope"]) == 2
@@ -180,8 +205,14 @@ def test_results_folder_briefly_gone_is_retried_with_backoff(tmp_path, caplog):
     assert len(seen) == 3 == len(set(seen))
     # retries that succeed are no news: not in the worker's output, only at debug level (--verbose)
     assert not [ln for ln in lines if "unreachable" in ln]
-    retries = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and " unreachable (" in r.getMessage()]
-    assert retries[0].startswith(f"queue storage {results / 'queue.journal'} unreachable (FileNotFoundError: ")
+    retries = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.DEBUG and " unreachable (" in r.getMessage()
+    ]
+    assert retries[0].startswith(
+        f"queue storage {results / 'queue.journal'} unreachable (FileNotFoundError: "
+    )
     assert [ln.rsplit("; ", 1)[1] for ln in retries[:2]] == ["retry 1 in 0.5 s", "retry 2 in 1 s"]
     assert Counter(r.state for r in q.runs().values()) == {"done": 3}
 
@@ -210,8 +241,11 @@ def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
     where = results / "queue.journal"
     notes = [ln for ln in lines if "queue storage" in ln]
     assert len(notes) == 2, lines
-    assert re.fullmatch(rf"queue storage {re.escape(str(where))} unreachable for \d+ s \(FileNotFoundError: .*\); "
-                        r"still retrying, for up to 30 s in all", notes[0])
+    assert re.fullmatch(
+        rf"queue storage {re.escape(str(where))} unreachable for \d+ s \(FileNotFoundError: .*\); "
+        r"still retrying, for up to 30 s in all",
+        notes[0],
+    )
     assert re.fullmatch(rf"queue storage {re.escape(str(where))} reachable again after \d+ s", notes[1])
 
 
@@ -234,8 +268,11 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
     import re
 
     unreachable = f"queue storage {re.escape(str(results / 'queue.journal'))} unreachable"
-    assert re.fullmatch(rf"{unreachable}: gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: "
-                        r"\[Errno 2\] No such file or directory: .*\)", str(info.value))
+    assert re.fullmatch(
+        rf"{unreachable}: gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: "
+        r"\[Errno 2\] No such file or directory: .*\)",
+        str(info.value),
+    )
     away.rename(results)  # back: nothing lost; the run is still RUNNING under the stopped worker's lease
     assert q.runs()[first].state == "running"
     time.sleep(1.1)  # the lease (1 s) runs out
@@ -260,7 +297,9 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
     assert len(err) == 1 and re.fullmatch(
         rf"harness work: error: results folder {re.escape(str(other))} deleted while this worker used it; "
         r"\S+ not released \(FileNotFoundError: the queue is unreachable; .*\); the worker stops and creates "
-        r"nothing there .*", err[0]), err
+        r"nothing there .*",
+        err[0],
+    ), err
     assert not other.exists()
 
 
@@ -299,7 +338,7 @@ def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untr
     assert [r.state for r in q.runs().values()] == ["done", "queued", "queued"]
 
     stop, claim = StopRequest(), q.claim
-    monkeypatch.setattr(q, "claim", lambda grid=None: (c := claim(grid), stop.request("SIGTERM"))[0])
+    monkeypatch.setattr(q, "claim", lambda grid=None: (claim(grid), stop.request("SIGTERM"))[0])
     assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter() and len(trained) == 1
     rid = "g:tiny:rd_attnres:s0:1000"
     assert lines[-1] == f"stop requested (SIGTERM); released {rid}; worker stops"

@@ -50,8 +50,17 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     assert subprocess.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
 
     # worker A takes the first run (the parent), and is killed once it has checkpointed twice
-    a = harness("work", "--max-runs", "1", "--threads", "1", "--quiet", env=env,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a = harness(
+        "work",
+        "--max-runs",
+        "1",
+        "--threads",
+        "1",
+        "--quiet",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ckpts = results / "checkpoints"
     deadline = time.time() + 120
     step = None
@@ -73,8 +82,13 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     assert not list(results.glob("runs/*.json")), "worker A must have died mid-run"
 
     # worker B reclaims the dead worker's run (same host, pid gone) and finishes everything
-    b = subprocess.run([sys.executable, "-m", "harness", "work", "--lease-s", "5", "--threads", "1"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    b = subprocess.run(
+        [sys.executable, "-m", "harness", "work", "--lease-s", "5", "--threads", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert b.returncode == 0, b.stderr[-3000:]
     assert "resuming from step" in b.stderr
 

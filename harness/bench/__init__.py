@@ -48,14 +48,27 @@ the printed table), :mod:`~harness.bench.profile` (``--profile``: where each rat
 category), :mod:`~harness.bench.measure` (:func:`run_bench`: the whole benchmark).
 """
 
-from harness.bench.settings import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops
 from harness.bench.loop import loop_throughput
-from harness.bench.result import assemble, bench_rows, format_report, write_json
 from harness.bench.measure import run_bench, synthetic_corpus
+from harness.bench.result import assemble, bench_rows, format_report, write_json
+from harness.bench.settings import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps, train_step
 
 __all__ = [
-    "BenchConfig", "run_bench", "default_variants", "bench_rows", "write_json", "format_report", "assemble",
-    "time_steps", "peak_step_bytes", "loop_throughput", "StepArm", "train_step", "synthetic_corpus",
-    "device_peak_flops", "PEAK_FLOPS", "TARGETS",
+    "BenchConfig",
+    "run_bench",
+    "default_variants",
+    "bench_rows",
+    "write_json",
+    "format_report",
+    "assemble",
+    "time_steps",
+    "peak_step_bytes",
+    "loop_throughput",
+    "StepArm",
+    "train_step",
+    "synthetic_corpus",
+    "device_peak_flops",
+    "PEAK_FLOPS",
+    "TARGETS",
 ]

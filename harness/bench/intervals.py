@@ -37,7 +37,9 @@ def paired_ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
         ValueError: different lengths, or a non-positive time.
     """
     if len(num) != len(den):
-        raise ValueError(f"paired ratios need as many numerator as denominator rounds ({len(num)} != {len(den)})")
+        raise ValueError(
+            f"paired ratios need as many numerator as denominator rounds ({len(num)} != {len(den)})"
+        )
     if any(not (t > 0) for t in (*num, *den)):
         raise ValueError("paired ratios need positive times")
     return [a / b for a, b in zip(num, den)]
@@ -87,5 +89,13 @@ def judge(interval: tuple[float, float] | None, op: str, bound: float) -> str:
     raise ValueError(f"op={op!r}; allowed: '<=', '>='")
 
 
-__all__ = ["LEVEL", "MIN_ROUNDS", "paired_ratios", "median_rank", "median_interval", "coverage",
-           "relative_width", "judge"]
+__all__ = [
+    "LEVEL",
+    "MIN_ROUNDS",
+    "paired_ratios",
+    "median_rank",
+    "median_interval",
+    "coverage",
+    "relative_width",
+    "judge",
+]

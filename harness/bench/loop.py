@@ -16,8 +16,9 @@ from harness.train.lit import LitLM
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_precision
 
 
-def loop_throughput(cfg: BenchConfig, prepared, device: torch.device, batch_size: int,
-                    root: Path) -> dict[str, list[float]]:
+def loop_throughput(
+    cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path
+) -> dict[str, list[float]]:
     """Seconds per loop iteration of the Lightning loop and the bare loop.
 
     Returns ``{"lightning": [...], "bare": [...]}``: ``loop_rounds * loop_steps`` values
@@ -49,13 +50,24 @@ class _Loops:
         token_bytes = torch.from_numpy(prepared.token_bytes())
 
         def lit_for(model) -> LitLM:
-            return LitLM(model, train, total_steps=n_steps, batch_tokens=batch_size * context,
-                         token_bytes=token_bytes, log_every=log_every)
+            return LitLM(
+                model,
+                train,
+                total_steps=n_steps,
+                batch_tokens=batch_size * context,
+                token_bytes=token_bytes,
+                log_every=log_every,
+            )
 
-        self.lit = lit_for(build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))
-        self.bare_model = build_model(cfg.loop_variant, cfg.size, seed=cfg.seed,
-                                      vocab_size=prepared.vocab_size).to(device)
-        self.bare_lit = lit_for(self.bare_model)  # optimiser groups and schedule only; also turns off token checks
+        self.lit = lit_for(
+            build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size)
+        )
+        self.bare_model = build_model(
+            cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size
+        ).to(device)
+        self.bare_lit = lit_for(
+            self.bare_model
+        )  # optimiser groups and schedule only; also turns off token checks
         self.bare_forward = torch.compile(self.bare_model) if cfg.compile else self.bare_model
         self.max_norm = train.grad_clip if train.grad_clip > 0 else float("inf")
 
@@ -66,7 +78,6 @@ class _Loops:
     def lightning(self) -> list[float]:
         """One round of the Lightning loop (``trainer.fit``), stamped at every batch end."""
         import lightning as L
-
 
         device = self.device
 
@@ -80,15 +91,19 @@ class _Loops:
 
         clock = Clock()
         accelerator = "gpu" if device.type == "cuda" else "cpu"
-        trainer = make_trainer(accelerator=accelerator, precision=resolve_precision("auto", accelerator),
-                               max_steps=self.n_steps, callbacks=[clock], root=self.root)
+        trainer = make_trainer(
+            accelerator=accelerator,
+            precision=resolve_precision("auto", accelerator),
+            max_steps=self.n_steps,
+            callbacks=[clock],
+            root=self.root,
+        )
         trainer.fit(self.lit, datamodule=self.dm)
         return self.iterations(clock.stamps)
 
     def bare(self) -> list[float]:
         """One round of the bare PyTorch loop on the same batches."""
         from torch.utils.data import DataLoader
-
 
         opt_cfg = self.bare_lit.configure_optimizers()  # fresh AdamW state each round, as Lightning's fit
         opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]

@@ -9,18 +9,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.bench.settings import (MAX_DEFAULT_BATCH, PARENT, PRECISION_RATIO, BenchConfig, autocast, default_precision,
-                                  default_variants, other_precision, resolve_device)
 from harness.bench.loop import loop_throughput
 from harness.bench.profile import compare, kernel_profiling, profile_steps
 from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
-from harness.train.trainer import cpu_bf16_support
+from harness.bench.settings import (
+    MAX_DEFAULT_BATCH,
+    PARENT,
+    PRECISION_RATIO,
+    BenchConfig,
+    autocast,
+    default_precision,
+    default_variants,
+    other_precision,
+    resolve_device,
+)
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps
 from harness.config import get_size, train_config
-from harness.data import prepare_corpus, PreparedCorpus, token_dtype
+from harness.data import PreparedCorpus, prepare_corpus, token_dtype
+from harness.data.datamodule import TrainSchedule
 from harness.models import build_model, count_params
 from harness.train.microbatch import MEMORY_FRACTION, probe_micro_batch
-from harness.data.datamodule import TrainSchedule
+from harness.train.trainer import cpu_bf16_support
 
 # -- data -----------------------------------------------------------------------------
 
@@ -39,8 +48,13 @@ def synthetic_corpus(folder: Path, vocab_size: int, context: int, n_windows: int
         rng.integers(0, vocab_size, size=n).astype(dtype.newbyteorder("<")).tofile(folder / f"{split}.bin")
     np.save(folder / "token_bytes.npy", np.ones(vocab_size, dtype=np.int64))
     meta = {"tokenizer": {"name": "synthetic", "vocab_size": vocab_size, "eos_id": 0}, "synthetic": True}
-    return PreparedCorpus(dir=folder, vocab_size=vocab_size, dtype=dtype.name,
-                          fingerprint=f"synthetic-{vocab_size}-{seed}", meta=meta)
+    return PreparedCorpus(
+        dir=folder,
+        vocab_size=vocab_size,
+        dtype=dtype.name,
+        fingerprint=f"synthetic-{vocab_size}-{seed}",
+        meta=meta,
+    )
 
 
 def _prepare_data(cfg: BenchConfig, folder: Path, batch_size: int, n_steps: int):
@@ -48,9 +62,13 @@ def _prepare_data(cfg: BenchConfig, folder: Path, batch_size: int, n_steps: int)
     preset = get_size(cfg.size)
     train = train_config(cfg.size)
     if cfg.corpus:
-        return prepare_corpus(cfg.corpus, cache_dir=Path(cfg.cache_dir),
-                              vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
-                              val_fraction=train.val_fraction)
+        return prepare_corpus(
+            cfg.corpus,
+            cache_dir=Path(cfg.cache_dir),
+            vocab_size=train.vocab_size or preset.vocab_size,
+            tokenizer=train.tokenizer,
+            val_fraction=train.val_fraction,
+        )
     return synthetic_corpus(folder, preset.vocab_size, preset.context, batch_size * max(n_steps, 2), cfg.seed)
 
 
@@ -82,24 +100,42 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     batch_size, micro_note = _step_batch(cfg, device, len(variants) + bool(cfg.precision_ratio))
     if micro_note:
         say(micro_note)
-    created = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    created = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     try:
         with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
             prepared = _prepare_data(cfg, Path(tmp) / "data", batch_size, cfg.warmup + cfg.loop_steps)
             x, y = _first_batch(prepared, preset.context, batch_size, cfg.seed)
             total_steps = cfg.warmup + cfg.steps + 1
-            say(f"building {len(variants)} variants ({cfg.size}, batch {batch_size} x {preset.context} tokens, "
-                f"{'compiled' if cfg.compile else 'eager'}, {device.type})")
+            say(
+                f"building {len(variants)} variants ({cfg.size}, batch {batch_size} x {preset.context} tokens, "
+                f"{'compiled' if cfg.compile else 'eager'}, {device.type})"
+            )
             # Inductor's CPU kernels show in a profile only if compiled with the marks on
             with kernel_profiling(bool(cfg.profile_rounds) and cfg.compile and device.type == "cpu"):
-                arms, precision_arms = _arms(cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say)
+                arms, precision_arms = _arms(
+                    cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say
+                )
                 pairs = step_ratio_pairs(variants, precision_arms)
-                more = (f", up to {cfg.max_steps} until every interval is narrower than "
-                        f"{100 * cfg.interval_width:g} %") if cfg.max_steps > cfg.steps else ""
+                more = (
+                    (
+                        f", up to {cfg.max_steps} until every interval is narrower than "
+                        f"{100 * cfg.interval_width:g} %"
+                    )
+                    if cfg.max_steps > cfg.steps
+                    else ""
+                )
                 say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
-                samples = time_steps(arms, cfg.steps, cfg.warmup, max_steps=cfg.max_steps,
-                                     enough=narrow_enough(cfg.interval_width, pairs), progress=say)
-                say(f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)")
+                samples = time_steps(
+                    arms,
+                    cfg.steps,
+                    cfg.warmup,
+                    max_steps=cfg.max_steps,
+                    enough=narrow_enough(cfg.interval_width, pairs),
+                    progress=say,
+                )
+                say(
+                    f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)"
+                )
                 peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
                 profile = _profile(arms, cfg.profile_rounds, pairs, say) if cfg.profile_rounds else None
             n_params = {arm.name: arm.n_params for arm in arms}
@@ -108,15 +144,28 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     finally:
         torch.set_num_threads(old_threads)
         torch._dynamo.config.recompile_limit = old_limit
-    result = assemble(cfg, variants, device, batch_size, preset.context, samples, peak_mb, loops, n_params, created,
-                      precision_arms, micro_batch_note=micro_note)
+    result = assemble(
+        cfg,
+        variants,
+        device,
+        batch_size,
+        preset.context,
+        samples,
+        peak_mb,
+        loops,
+        n_params,
+        created,
+        precision_arms,
+        micro_batch_note=micro_note,
+    )
     if profile is not None:
         result["profile"] = profile
     return result
 
 
-def _arms(cfg: BenchConfig, variants: list[str], device: torch.device, batch, vocab_size: int, total_steps: int,
-          say) -> tuple[list[StepArm], dict | None]:
+def _arms(
+    cfg: BenchConfig, variants: list[str], device: torch.device, batch, vocab_size: int, total_steps: int, say
+) -> tuple[list[StepArm], dict | None]:
     """A :class:`StepArm` per variant, plus (``--precision-ratio``) the parent in the other precision, timed
     in the same rounds; and ``precision -> arm name`` of that pair (``None`` without it)."""
     arms = [StepArm(v, cfg, device, batch, vocab_size, total_steps) for v in variants]
@@ -130,18 +179,22 @@ def _arms(cfg: BenchConfig, variants: list[str], device: torch.device, batch, vo
     return arms, {default_precision(device): base, extra.precision: extra.name}
 
 
-def _loops(cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path, n_params: dict,
-           say) -> dict[str, list[float]]:
+def _loops(
+    cfg: BenchConfig, prepared, device: torch.device, batch_size: int, root: Path, n_params: dict, say
+) -> dict[str, list[float]]:
     """The Lightning and bare loops' iteration times (:func:`loop_throughput`; ``{}`` without loop rounds);
     the loop variant's parameter count is added to ``n_params`` when no arm had it."""
     if not cfg.loop_rounds:
         return {}
-    say(f"Lightning vs bare loop ({cfg.loop_variant}): {cfg.loop_rounds} round(s) of "
-        f"{cfg.warmup} + {cfg.loop_steps} steps")
+    say(
+        f"Lightning vs bare loop ({cfg.loop_variant}): {cfg.loop_rounds} round(s) of "
+        f"{cfg.warmup} + {cfg.loop_steps} steps"
+    )
     loops = loop_throughput(cfg, prepared, device, batch_size, root)
     if cfg.loop_variant not in n_params:
         n_params[cfg.loop_variant] = count_params(
-            build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size))["total"]
+            build_model(cfg.loop_variant, cfg.size, seed=cfg.seed, vocab_size=prepared.vocab_size)
+        )["total"]
     return loops
 
 
@@ -165,8 +218,15 @@ def _step_batch(cfg: BenchConfig, device: torch.device, n_arms: int) -> tuple[in
     others = (n_arms - 1) * 16 * count_params(model)["total"]
     budget = int(MEMORY_FRACTION * torch.cuda.get_device_properties(device).total_memory) - others
     try:
-        return probe_micro_batch(model, local_batch=rows, context=preset.context, vocab_size=preset.vocab_size,
-                                 device=device, forward_context=lambda: autocast(device), budget_bytes=budget)
+        return probe_micro_batch(
+            model,
+            local_batch=rows,
+            context=preset.context,
+            vocab_size=preset.vocab_size,
+            device=device,
+            forward_context=lambda: autocast(device),
+            budget_bytes=budget,
+        )
     finally:
         del model
         torch.cuda.empty_cache()
@@ -188,8 +248,12 @@ def _profile(arms, rounds: int, pairs, say) -> dict:
     if PRECISION_RATIO in time_pairs:
         fp32, bf16 = time_pairs.pop(PRECISION_RATIO)
         time_pairs[f"{bf16}/{fp32}"] = (bf16, fp32)
-    return {"rounds": rounds, "time": "self CUDA time" if cuda else "self CPU time", "arms": arms_profile,
-            "pairs": compare(arms_profile, time_pairs)}
+    return {
+        "rounds": rounds,
+        "time": "self CUDA time" if cuda else "self CPU time",
+        "arms": arms_profile,
+        "pairs": compare(arms_profile, time_pairs),
+    }
 
 
 def _first_batch(prepared, context: int, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

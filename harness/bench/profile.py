@@ -44,16 +44,47 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("autograd", ("autograd::engine", "regex:^(?!cpp_|triton_|graph_)\\w+backward\\d*$")),
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
     ("attention", ("scaled_dot_product", "flash", "efficient_attention", "cudnn_attention")),
-    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul",
-                "gemm", "cutlass", "sm90_xmma", "ampere_")),
+    (
+        "matmul",
+        (
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "aten::linear",
+            "aten::matmul",
+            "gemm",
+            "cutlass",
+            "sm90_xmma",
+            "ampere_",
+        ),
+    ),
     ("routing", ("softmax", "aten::mv", "aten::addmv", "_mv_", "aten::addcmul")),
     ("mlp", ("silu",)),
     ("rope", ("neg",)),
     ("norm", ("rsqrt", "rms_norm", "_pow_")),
     ("embedding", ("embedding",)),
-    ("elementwise", ("aten::mul", "aten::add", "aten::sub", "aten::div", "aten::copy", "aten::fill", "aten::cat",
-                     "aten::clone", "aten::sum", "aten::mean", "aten::pow", "aten::rsqrt", "aten::zero",
-                     "aten::empty", "aten::to", "aten::_to_copy")),
+    (
+        "elementwise",
+        (
+            "aten::mul",
+            "aten::add",
+            "aten::sub",
+            "aten::div",
+            "aten::copy",
+            "aten::fill",
+            "aten::cat",
+            "aten::clone",
+            "aten::sum",
+            "aten::mean",
+            "aten::pow",
+            "aten::rsqrt",
+            "aten::zero",
+            "aten::empty",
+            "aten::to",
+            "aten::_to_copy",
+        ),
+    ),
 ]
 OTHER = "other"
 WINDOW = "harness-bench-profile/"
@@ -72,10 +103,10 @@ def categorize(name: str, ancestors: tuple[str, ...] = ()) -> str:
     for category, rules in CATEGORIES:
         for rule in rules:
             if rule.startswith("ancestor:"):
-                if any(s.startswith(rule[len("ancestor:"):]) for s in scopes):
+                if any(s.startswith(rule[len("ancestor:") :]) for s in scopes):
                     return category
             elif rule.startswith("regex:"):
-                if re.search(rule[len("regex:"):], low):
+                if re.search(rule[len("regex:") :], low):
                     return category
             elif rule.startswith("aten::"):
                 if low == rule or low == rule + "_" or low.startswith(rule + "."):
@@ -131,11 +162,23 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
     cuda = arms[0].device.type == "cuda"
     events = _profiled_events(arms, rounds)
     # windows by time, not by parent: on CUDA the backward runs on autograd's device thread
-    windows = sorted((e.time_range.start, e.time_range.end, *map(int, e.name[len(WINDOW):].split("/")))
-                     for e in events if e.name.startswith(WINDOW))  # (start, end, arm, round)
+    windows = sorted(
+        (e.time_range.start, e.time_range.end, *map(int, e.name[len(WINDOW) :].split("/")))
+        for e in events
+        if e.name.startswith(WINDOW)
+    )  # (start, end, arm, round)
     starts = [w[0] for w in windows]
-    out = {arm.name: {"total_ms": 0.0, "categories": {}, "calls": {}, "ops": {}, "op_calls": {},
-                      "rounds": [{} for _ in range(rounds)]} for arm in arms}
+    out = {
+        arm.name: {
+            "total_ms": 0.0,
+            "categories": {},
+            "calls": {},
+            "ops": {},
+            "op_calls": {},
+            "rounds": [{} for _ in range(rounds)],
+        }
+        for arm in arms
+    }
     for event in events:
         if event.name.startswith(WINDOW) or (cuda and event.device_type != DeviceType.CPU):
             continue  # kernels count through the CPU operator that launched them
@@ -236,32 +279,53 @@ def format_profile(profile: dict) -> list[str]:
     if "error" in profile:
         return [f"profile: not taken ({profile['error']})"]
     arms = profile["arms"]
-    cats = sorted({c for p in arms.values() for c in p["categories"]},
-                  key=lambda c: -max(p["categories"].get(c, 0.0) for p in arms.values()))
-    lines = [f"profile ({profile['rounds']} interleaved round(s), {profile['time']}, ms per step, by "
-             "operator/kernel name; a fused kernel counts under its first category, so the routing "
-             "kernels include the norms fused into them):"]
+    cats = sorted(
+        {c for p in arms.values() for c in p["categories"]},
+        key=lambda c: -max(p["categories"].get(c, 0.0) for p in arms.values()),
+    )
+    lines = [
+        f"profile ({profile['rounds']} interleaved round(s), {profile['time']}, ms per step, by "
+        "operator/kernel name; a fused kernel counts under its first category, so the routing "
+        "kernels include the norms fused into them):"
+    ]
     width = max(len("arm"), *(len(name) for name in arms))
     cols = [max(len(c), 8) for c in cats]
     lines.append(f"  {'arm':<{width}} {'total':>8} " + " ".join(f"{c:>{w}}" for c, w in zip(cats, cols)))
     for name, p in arms.items():
-        lines.append(f"  {name:<{width}} {p['total_ms']:8.1f} "
-                     + " ".join(f"{p['categories'].get(c, 0.0):{w}.1f}" for c, w in zip(cats, cols)))
+        lines.append(
+            f"  {name:<{width}} {p['total_ms']:8.1f} "
+            + " ".join(f"{p['categories'].get(c, 0.0):{w}.1f}" for c, w in zip(cats, cols))
+        )
     pairs = {k: c for k, c in profile["pairs"].items() if c["ratio"] is not None}
     if pairs:
         few = all(ci is None for c in pairs.values() for ci in c["category_intervals"].values())
-        lines.append("  each ratio a/b of step times: median of the per-round ratios; t_a - t_b by category, "
-                     "medians of the per-round differences (they need not add up to the total)"
-                     + (f"; no 95 % intervals from {profile['rounds']} round(s), they need {_min_rounds()}"
-                        if few else " [95 % interval]") + ":")
+        lines.append(
+            "  each ratio a/b of step times: median of the per-round ratios; t_a - t_b by category, "
+            "medians of the per-round differences (they need not add up to the total)"
+            + (
+                f"; no 95 % intervals from {profile['rounds']} round(s), they need {_min_rounds()}"
+                if few
+                else " [95 % interval]"
+            )
+            + ":"
+        )
     for key, c in pairs.items():
         spans = c.get("category_intervals", {})
-        parts = ", ".join(f"{cat} {ms + 0.0:+.1f}" + (f" [{spans[cat][0] + 0.0:+.1f}, {spans[cat][1] + 0.0:+.1f}]"
-                                                      if spans.get(cat) else "")
-                          for cat, ms in list(c["categories"].items())[:4])
+        parts = ", ".join(
+            f"{cat} {ms + 0.0:+.1f}"
+            + (f" [{spans[cat][0] + 0.0:+.1f}, {spans[cat][1] + 0.0:+.1f}]" if spans.get(cat) else "")
+            for cat, ms in list(c["categories"].items())[:4]
+        )
         lines.append(f"  {key}: {c['ratio']:.3f}, {c['excess_ms'] + 0.0:+.1f} ms per step: {parts}")
     return lines
 
 
-__all__ = ["CATEGORIES", "categorize", "kernel_name", "kernel_profiling", "profile_steps", "compare",
-           "format_profile"]
+__all__ = [
+    "CATEGORIES",
+    "categorize",
+    "kernel_name",
+    "kernel_profiling",
+    "profile_steps",
+    "compare",
+    "format_profile",
+]

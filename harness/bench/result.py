@@ -14,11 +14,20 @@ from pathlib import Path
 import torch
 
 from harness.bench import intervals
-from harness.bench.settings import (LOOPS, PEAK_FLOPS, PARENT, PRECISION_RATIO, REFERENCE, TARGETS, TREATMENT, BenchConfig,
-                                  device_peak_flops)
 from harness.bench.flops import mfu as model_mfu
 from harness.bench.flops import model_flops_per_token
 from harness.bench.profile import format_profile
+from harness.bench.settings import (
+    LOOPS,
+    PARENT,
+    PEAK_FLOPS,
+    PRECISION_RATIO,
+    REFERENCE,
+    TARGETS,
+    TREATMENT,
+    BenchConfig,
+    device_peak_flops,
+)
 from harness.config import get_size
 from harness.files import atomic_write
 from harness.models import get_spec
@@ -57,7 +66,9 @@ def meets(value: float | None, target: tuple[str, float] | None) -> bool | None:
     return value <= bound if op == "<=" else value >= bound
 
 
-def step_ratio_pairs(variants: list[str], precision_arms: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+def step_ratio_pairs(
+    variants: list[str], precision_arms: dict[str, str] | None = None
+) -> dict[str, tuple[str, str]]:
     """Ratio key -> ``(arm a, arm b)`` whose per-round ratio is ``t_a / t_b``: the step-time
     ratios of :func:`ratio_keys`, and ``bf16/fp32`` (``t_fp32 / t_bf16``, a throughput
     ratio) when ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``) is given."""
@@ -74,23 +85,39 @@ def paired_summary(samples: dict[str, list[float]], pairs: dict[str, tuple[str, 
     for key, (a, b) in pairs.items():
         rs = intervals.paired_ratios(samples[a], samples[b])
         ci = intervals.median_interval(rs)
-        out[key] = {"value": statistics.median(rs), "interval": ci, "width": intervals.relative_width(rs, ci),
-                    "n": len(rs)}
+        out[key] = {
+            "value": statistics.median(rs),
+            "interval": ci,
+            "width": intervals.relative_width(rs, ci),
+            "n": len(rs),
+        }
     return out
 
 
 def narrow_enough(width: float, pairs: dict[str, tuple[str, str]]):
     """``enough(samples)`` for :func:`~harness.bench.steps.time_steps`: every ratio of
     ``pairs`` has a 95 % interval narrower than ``width`` (relative)."""
+
     def enough(samples: dict[str, list[float]]) -> bool:
         return all(s["width"] < width for s in paired_summary(samples, pairs).values())
+
     return enough
 
 
-def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_size: int, context: int,
-             samples: dict[str, list[float]], peak_mb: dict[str, float], loops: dict[str, list[float]],
-             n_params: dict[str, int], created: dt.datetime, precision_arms: dict[str, str] | None = None,
-             micro_batch_note: str | None = None) -> dict:
+def assemble(
+    cfg: BenchConfig,
+    variants: list[str],
+    device: torch.device,
+    batch_size: int,
+    context: int,
+    samples: dict[str, list[float]],
+    peak_mb: dict[str, float],
+    loops: dict[str, list[float]],
+    n_params: dict[str, int],
+    created: dt.datetime,
+    precision_arms: dict[str, str] | None = None,
+    micro_batch_note: str | None = None,
+) -> dict:
     """Medians, paired ratios with intervals, MFU and targets from raw samples (pure function).
 
     MFU counts ``6 N + 12 L D T`` FLOPs per token (:mod:`harness.bench.flops`); it is ``None``
@@ -112,37 +139,67 @@ def assemble(cfg: BenchConfig, variants: list[str], device: torch.device, batch_
         ratios["lightning/bare"] = summary["lightning/bare"]["value"]
     precision = {}
     if precision_arms:
-        precision = {"precision_ratios": {PRECISION_RATIO: summary[PRECISION_RATIO]["value"]},
-                     "precision_step_ms": {p: statistics.median(samples[a]) for p, a in precision_arms.items()},
-                     "precision_arms": precision_arms,
-                     "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb}}
+        precision = {
+            "precision_ratios": {PRECISION_RATIO: summary[PRECISION_RATIO]["value"]},
+            "precision_step_ms": {p: statistics.median(samples[a]) for p, a in precision_arms.items()},
+            "precision_arms": precision_arms,
+            "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb},
+        }
     tokens_per_s = {v: batch_tokens / (step_ms[v] / 1e3) for v in variants}
     peak = device_peak_flops(device, cfg.peak_tflops)
     preset = get_size(cfg.size)
-    flops = {v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()}
+    flops = {
+        v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()
+    }
     mfu, mfu_note = _mfu(cfg, device, variants, flops, tokens_per_s, loop_tps, peak)
     targets = _targets(ratios, mem_ratios, summary)
     return {
-        "size": cfg.size, "compile": cfg.compile, "threads": cfg.threads or torch.get_num_threads(),
+        "size": cfg.size,
+        "compile": cfg.compile,
+        "threads": cfg.threads or torch.get_num_threads(),
         "torch": torch.__version__,
-        "step_ms": step_ms, "peak_mem_mb": {v: peak_mb[v] for v in variants}, "ratios": ratios,
+        "step_ms": step_ms,
+        "peak_mem_mb": {v: peak_mb[v] for v in variants},
+        "ratios": ratios,
         "ratio_intervals": {k: list(s["interval"]) if s["interval"] else None for k, s in summary.items()},
         "ratio_rounds": {k: s["n"] for k, s in summary.items()},
-        "intervals": {"level": intervals.LEVEL, "target_width": cfg.interval_width,
-                      "widths": {k: s["width"] if math.isfinite(s["width"]) else None for k, s in summary.items()},
-                      "method": "median of the per-round paired ratios; distribution-free order-statistic "
-                                "interval for the median (binomial ranks)"},
+        "intervals": {
+            "level": intervals.LEVEL,
+            "target_width": cfg.interval_width,
+            "widths": {k: s["width"] if math.isfinite(s["width"]) else None for k, s in summary.items()},
+            "method": "median of the per-round paired ratios; distribution-free order-statistic "
+            "interval for the median (binomial ranks)",
+        },
         **precision,
-        "peak_mem_ratios": mem_ratios, "tokens_per_s": tokens_per_s, "loop_tokens_per_s": loop_tps,
-        "mfu": mfu, "mfu_note": mfu_note, "flops_per_token": flops, "micro_batch_note": micro_batch_note,
-        "peak_flops": peak, "targets": targets, "n_params": n_params,
-        "samples_ms": samples, "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
-        "device": device.type, "device_name": _device_name(device), "batch_size": batch_size, "context": context,
-        "batch_tokens": batch_tokens, "steps": len(next(iter(samples.values()))) if samples else 0,
-        "min_steps": cfg.steps, "max_steps": cfg.max_steps, "warmup": cfg.warmup, "loop_variant": cfg.loop_variant,
-        "loop_steps": cfg.loop_steps, "loop_rounds": cfg.loop_rounds, "corpus": cfg.corpus or "synthetic",
-        "seed": cfg.seed, "method": METHOD[device.type],
-        "bench_id": f"bench-{created:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", "host": socket.gethostname(),
+        "peak_mem_ratios": mem_ratios,
+        "tokens_per_s": tokens_per_s,
+        "loop_tokens_per_s": loop_tps,
+        "mfu": mfu,
+        "mfu_note": mfu_note,
+        "flops_per_token": flops,
+        "micro_batch_note": micro_batch_note,
+        "peak_flops": peak,
+        "targets": targets,
+        "n_params": n_params,
+        "samples_ms": samples,
+        "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
+        "device": device.type,
+        "device_name": _device_name(device),
+        "batch_size": batch_size,
+        "context": context,
+        "batch_tokens": batch_tokens,
+        "steps": len(next(iter(samples.values()))) if samples else 0,
+        "min_steps": cfg.steps,
+        "max_steps": cfg.max_steps,
+        "warmup": cfg.warmup,
+        "loop_variant": cfg.loop_variant,
+        "loop_steps": cfg.loop_steps,
+        "loop_rounds": cfg.loop_rounds,
+        "corpus": cfg.corpus or "synthetic",
+        "seed": cfg.seed,
+        "method": METHOD[device.type],
+        "bench_id": f"bench-{created:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}",
+        "host": socket.gethostname(),
         "created_at": created.isoformat(),
     }
 
@@ -152,15 +209,29 @@ def _loop_ratio(loops: dict[str, list[float]]) -> dict:
     Lightning round against iteration i of the bare round beside it."""
     rs = intervals.paired_ratios(loops["bare"], loops["lightning"])
     ci = intervals.median_interval(rs)
-    return {"value": statistics.median(rs), "interval": ci, "width": intervals.relative_width(rs, ci), "n": len(rs)}
+    return {
+        "value": statistics.median(rs),
+        "interval": ci,
+        "width": intervals.relative_width(rs, ci),
+        "n": len(rs),
+    }
 
 
-def _mfu(cfg: BenchConfig, device: torch.device, variants: list[str], flops: dict, tokens_per_s: dict,
-         loop_tps: dict, peak: float | None) -> tuple[dict | None, str | None]:
+def _mfu(
+    cfg: BenchConfig,
+    device: torch.device,
+    variants: list[str],
+    flops: dict,
+    tokens_per_s: dict,
+    loop_tps: dict,
+    peak: float | None,
+) -> tuple[dict | None, str | None]:
     """``(MFU per variant and loop, None)``, or ``(None, why it is omitted)`` without a known bf16 peak."""
     if not peak:
-        return None, (f"MFU omitted: no bf16 peak known for {_device_name(device)} (known: "
-                      f"{', '.join(PEAK_FLOPS)}; pass --peak-tflops)")
+        return None, (
+            f"MFU omitted: no bf16 peak known for {_device_name(device)} (known: "
+            f"{', '.join(PEAK_FLOPS)}; pass --peak-tflops)"
+        )
     mfu = {v: model_mfu(flops[v], tokens_per_s[v], peak) for v in variants}
     mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
     return mfu, None
@@ -179,8 +250,11 @@ def _targets(ratios: dict, mem_ratios: dict, summary: dict) -> dict:
             if kind == "time":
                 ci = summary[key]["interval"]
                 verdict = intervals.judge(ci, *target)
-                entry.update(interval=list(ci) if ci else None, verdict=verdict,
-                             met={"met": True, "not met": False}.get(verdict))
+                entry.update(
+                    interval=list(ci) if ci else None,
+                    verdict=verdict,
+                    met={"met": True, "not met": False}.get(verdict),
+                )
             else:  # one measurement per variant: no interval, judged by the value
                 entry.update(interval=None, met=meets(value, target))
                 entry["verdict"] = "met" if entry["met"] else "not met"
@@ -191,18 +265,18 @@ def _targets(ratios: dict, mem_ratios: dict, summary: dict) -> dict:
 METHOD = {
     "cpu": {
         "step_ms": "median over interleaved rounds of one step (fwd+loss+bwd+clip+AdamW) per variant, rotated order; "
-                   "ratios: median of the per-round ratios",
+        "ratios: median of the per-round ratios",
         "peak_mem_mb": "params+buffers+optimiser state + peak of torch.profiler CPU allocator events over "
-                       "one step (grads freed first)",
+        "one step (grads freed first)",
         "loop": "B*T / median seconds per loop iteration (end of step to end of next step, after warmup), "
-                "alternating Lightning/bare rounds",
+        "alternating Lightning/bare rounds",
     },
     "cuda": {
         "step_ms": "median over interleaved rounds, cuda.synchronize around each step, bf16 autocast; "
-                   "ratios: median of the per-round ratios",
+        "ratios: median of the per-round ratios",
         "peak_mem_mb": "params+buffers+optimiser state + (cuda.max_memory_allocated - allocated at step start)",
         "loop": "B*T / median seconds per loop iteration, alternating rounds (Lightning bf16-mixed, "
-                "bare bf16 autocast)",
+        "bare bf16 autocast)",
     },
 }
 
@@ -227,30 +301,69 @@ def bench_rows(result: dict) -> list[dict]:
     profiled = (result.get("profile") or {}).get("arms", {})
     for v, ms in result["step_ms"].items():
         ratio = result["ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0
-        extra = {"kind": "step", **info, "n_params": result["n_params"][v], "ratio_vs_parent": ratio,
-                 "ratio_interval": intervals_.get(f"{v}/{PARENT}"),
-                 "mem_ratio_vs_parent": result["peak_mem_ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0,
-                 "mfu": result["mfu"][v] if result["mfu"] else None,
-                 "profile_ms": profiled[v]["categories"] if v in profiled else None}
-        rows.append({**common, "variant": v, "step_ms": ms, "peak_mem_mb": result["peak_mem_mb"][v],
-                     "tokens_per_s": result["tokens_per_s"][v], "extra": extra})
+        extra = {
+            "kind": "step",
+            **info,
+            "n_params": result["n_params"][v],
+            "ratio_vs_parent": ratio,
+            "ratio_interval": intervals_.get(f"{v}/{PARENT}"),
+            "mem_ratio_vs_parent": result["peak_mem_ratios"].get(f"{v}/{PARENT}") if v != PARENT else 1.0,
+            "mfu": result["mfu"][v] if result["mfu"] else None,
+            "profile_ms": profiled[v]["categories"] if v in profiled else None,
+        }
+        rows.append(
+            {
+                **common,
+                "variant": v,
+                "step_ms": ms,
+                "peak_mem_mb": result["peak_mem_mb"][v],
+                "tokens_per_s": result["tokens_per_s"][v],
+                "extra": extra,
+            }
+        )
     for precision, arm in (result.get("precision_arms") or {}).items():
         if arm in result["step_ms"]:
             continue  # the variant's own row
         ms = result["precision_step_ms"][precision]
-        extra = {"kind": "precision", **info, "model_variant": arm.split("@")[0], "precision": precision,
-                 PRECISION_RATIO: result["precision_ratios"][PRECISION_RATIO],
-                 "ratio_interval": intervals_.get(PRECISION_RATIO),
-                 "profile_ms": profiled[arm]["categories"] if arm in profiled else None}
-        rows.append({**common, "variant": arm, "step_ms": ms,
-                     "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
-                     "tokens_per_s": result["batch_tokens"] / (ms / 1e3), "extra": extra})
+        extra = {
+            "kind": "precision",
+            **info,
+            "model_variant": arm.split("@")[0],
+            "precision": precision,
+            PRECISION_RATIO: result["precision_ratios"][PRECISION_RATIO],
+            "ratio_interval": intervals_.get(PRECISION_RATIO),
+            "profile_ms": profiled[arm]["categories"] if arm in profiled else None,
+        }
+        rows.append(
+            {
+                **common,
+                "variant": arm,
+                "step_ms": ms,
+                "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
+                "tokens_per_s": result["batch_tokens"] / (ms / 1e3),
+                "extra": extra,
+            }
+        )
     for name, tps in result["loop_tokens_per_s"].items():
-        extra = {"kind": "loop", **info, "model_variant": result["loop_variant"], "loop_steps": result["loop_steps"],
-                 "rounds": result["loop_rounds"], "lightning/bare": result["ratios"].get("lightning/bare"),
-                 "mfu": result["mfu"][name] if result["mfu"] else None}
-        rows.append({**common, "variant": name, "step_ms": result["batch_tokens"] / tps * 1e3, "peak_mem_mb": None,
-                     "tokens_per_s": tps, "extra": extra})
+        extra = {
+            "kind": "loop",
+            **info,
+            "model_variant": result["loop_variant"],
+            "loop_steps": result["loop_steps"],
+            "rounds": result["loop_rounds"],
+            "lightning/bare": result["ratios"].get("lightning/bare"),
+            "mfu": result["mfu"][name] if result["mfu"] else None,
+        }
+        rows.append(
+            {
+                **common,
+                "variant": name,
+                "step_ms": result["batch_tokens"] / tps * 1e3,
+                "peak_mem_mb": None,
+                "tokens_per_s": tps,
+                "extra": extra,
+            }
+        )
     return rows
 
 
@@ -270,32 +383,42 @@ def format_report(result: dict) -> str:
     if result.get("micro_batch_note"):
         lines.append(result["micro_batch_note"])
     if result.get("flops_per_token"):
-        lines.append("model FLOPs per token (6 N + 12 L D T): " + ", ".join(
-            f"{v} {f / 1e9:.3f} G" for v, f in result["flops_per_token"].items()))
+        lines.append(
+            "model FLOPs per token (6 N + 12 L D T): "
+            + ", ".join(f"{v} {f / 1e9:.3f} G" for v, f in result["flops_per_token"].items())
+        )
     if result.get("mfu_note"):
         lines.append(result["mfu_note"])
     lines.append("")
     lines += _variant_table(result)
     if result["loop_tokens_per_s"]:
         lines.append("")
-        lines.append(f"training loop ({result['loop_variant']}, {result['loop_rounds']} rounds x "
-                     f"{result['loop_steps']} steps): " + ", ".join(
-                         f"{k} {v:,.0f} tokens/s" for k, v in result["loop_tokens_per_s"].items()))
+        lines.append(
+            f"training loop ({result['loop_variant']}, {result['loop_rounds']} rounds x "
+            f"{result['loop_steps']} steps): "
+            + ", ".join(f"{k} {v:,.0f} tokens/s" for k, v in result["loop_tokens_per_s"].items())
+        )
     if result.get("precision_ratios"):
         ms = result["precision_step_ms"]
         lines.append("")
-        lines.append(f"precision ({result['precision_arms']['32-true'].split('@')[0]}, interleaved): "
-                     + ", ".join(f"{p} {v:.1f} ms" for p, v in ms.items()))
+        lines.append(
+            f"precision ({result['precision_arms']['32-true'].split('@')[0]}, interleaved): "
+            + ", ".join(f"{p} {v:.1f} ms" for p, v in ms.items())
+        )
     lines.append("")
     lines += _ratio_lines(result)
     width = result["intervals"]["target_width"]
     wide = [k for k, w in result["intervals"]["widths"].items() if w is None or w >= width]
     if wide:
-        lines.append(f"  intervals wider than {100 * width:g} %: {', '.join(wide)} (more --steps / --max-steps, "
-                     "or a quieter machine)")
+        lines.append(
+            f"  intervals wider than {100 * width:g} %: {', '.join(wide)} (more --steps / --max-steps, "
+            "or a quieter machine)"
+        )
     for key, t in result["targets"].items():
         if key.startswith("mem:"):
-            lines.append(f"  {key:<30} {t['value']:7.3f}  (one step each)  goal {t['op']} {t['bound']}: {t['verdict']}")
+            lines.append(
+                f"  {key:<30} {t['value']:7.3f}  (one step each)  goal {t['op']} {t['bound']}: {t['verdict']}"
+            )
     if result.get("profile"):
         lines.append("")
         lines += format_profile(result["profile"])
@@ -308,7 +431,9 @@ def _variant_table(result: dict) -> list[str]:
     """The per-variant table: step ms, tokens/s and peak MiB, each against the parent (and MFU if known)."""
     parent_ms = result["step_ms"].get(PARENT)
     parent_mb = result["peak_mem_mb"].get(PARENT)
-    head = f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"
+    head = (
+        f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"
+    )
     if result["mfu"]:
         head += f" {'MFU':>6}"
     lines = [head, "-" * len(head)]
@@ -339,5 +464,16 @@ def _ratio_lines(result: dict) -> list[str]:
     return lines
 
 
-__all__ = ["METHOD", "ratio_keys", "target_for", "meets", "step_ratio_pairs", "paired_summary", "narrow_enough",
-           "assemble", "bench_rows", "write_json", "format_report"]
+__all__ = [
+    "METHOD",
+    "ratio_keys",
+    "target_for",
+    "meets",
+    "step_ratio_pairs",
+    "paired_summary",
+    "narrow_enough",
+    "assemble",
+    "bench_rows",
+    "write_json",
+    "format_report",
+]

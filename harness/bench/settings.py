@@ -91,9 +91,17 @@ class BenchConfig:
             get_spec(v)  # ValueError names the valid variants
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants listed twice: {list(self.variants)}")
-        for name, low in (("steps", 1), ("max_steps", 0), ("warmup", 1), ("batch_size", 0), ("loop_steps", 1),
-                          ("loop_rounds", 0), ("threads", 0), ("seed", 0),
-                           ("profile_rounds", 0)):
+        for name, low in (
+            ("steps", 1),
+            ("max_steps", 0),
+            ("warmup", 1),
+            ("batch_size", 0),
+            ("loop_steps", 1),
+            ("loop_rounds", 0),
+            ("threads", 0),
+            ("seed", 0),
+            ("profile_rounds", 0),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} must be an integer >= {low}")

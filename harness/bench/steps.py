@@ -19,8 +19,9 @@ from harness.train.lit import LitLM
 # -- one variant's training step --------------------------------------------------------
 
 
-def train_step(forward, model, opt, sched, x, y, max_norm: float, device: torch.device,
-               precision: str | None = None) -> None:
+def train_step(
+    forward, model, opt, sched, x, y, max_norm: float, device: torch.device, precision: str | None = None
+) -> None:
     """One optimiser step in the order of Lightning's automatic optimisation (as under
     :class:`harness.train.lit.LitLM`): forward and loss, ``zero_grad(set_to_none=True)``,
     backward, gradient clipping, AdamW step, LR-schedule step. ``precision``: a Lightning
@@ -47,8 +48,16 @@ class StepArm:
     whose precision is not the device's default (the bf16/fp32 comparison).
     """
 
-    def __init__(self, variant: str, cfg: BenchConfig, device: torch.device, batch: tuple[torch.Tensor, torch.Tensor],
-                 vocab_size: int, total_steps: int, precision: str | None = None) -> None:
+    def __init__(
+        self,
+        variant: str,
+        cfg: BenchConfig,
+        device: torch.device,
+        batch: tuple[torch.Tensor, torch.Tensor],
+        vocab_size: int,
+        total_steps: int,
+        precision: str | None = None,
+    ) -> None:
         self.variant = variant
         self.precision = precision or default_precision(device)
         self.name = variant if self.precision == default_precision(device) else f"{variant}@{self.precision}"
@@ -59,16 +68,30 @@ class StepArm:
         x, y = batch
         self.x, self.y = x.to(device), y.to(device)
         # LitLM only supplies the optimiser groups and schedule (and turns off token checks).
-        lit = LitLM(self.model, self.train, total_steps=total_steps, batch_tokens=x.numel(),
-                    token_bytes=torch.ones(vocab_size, dtype=torch.int64))
+        lit = LitLM(
+            self.model,
+            self.train,
+            total_steps=total_steps,
+            batch_tokens=x.numel(),
+            token_bytes=torch.ones(vocab_size, dtype=torch.int64),
+        )
         opt = lit.configure_optimizers()
         self.opt, self.sched = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.max_norm = self.train.grad_clip if self.train.grad_clip > 0 else float("inf")
 
     def step(self) -> None:
-        train_step(self.forward, self.model, self.opt, self.sched, self.x, self.y, self.max_norm, self.device,
-                   self.precision)
+        train_step(
+            self.forward,
+            self.model,
+            self.opt,
+            self.sched,
+            self.x,
+            self.y,
+            self.max_norm,
+            self.device,
+            self.precision,
+        )
 
     def free_grads(self) -> None:
         """Drop the gradients (``set_to_none``), leaving only persistent state."""
@@ -97,9 +120,15 @@ def round_order(n: int, r: int) -> list[int]:
     return [(r + k) % n for k in range(n)]
 
 
-def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int | None = None,
-               enough: Callable[[dict[str, list[float]]], bool] | None = None,
-               progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+def time_steps(
+    arms: list[StepArm],
+    steps: int,
+    warmup: int,
+    *,
+    max_steps: int | None = None,
+    enough: Callable[[dict[str, list[float]]], bool] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, list[float]]:
     """Interleaved per-step times in ms: ``{arm name: [one value per round]}``.
 
     After ``warmup`` steps per arm, each round runs one step of every arm, round ``r``
@@ -120,7 +149,9 @@ def time_steps(arms: list[StepArm], steps: int, warmup: int, *, max_steps: int |
         if r >= steps and (enough is None or enough(times)):
             break
         if progress is not None and r and r % PROGRESS_EVERY == 0:
-            progress(f"{r} rounds timed ({time.perf_counter() - t_start:.0f} s; at least {steps}, at most {limit})")
+            progress(
+                f"{r} rounds timed ({time.perf_counter() - t_start:.0f} s; at least {steps}, at most {limit})"
+            )
         for i in round_order(n, r):
             arm = arms[i]
             sync(device)
@@ -178,7 +209,9 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
         with quiet_stderr():
             prof.stop()
     events = list(prof.profiler.kineto_results.events())
-    windows = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name().startswith("harness-bench-step/")}
+    windows = {
+        e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name().startswith("harness-bench-step/")
+    }
     memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
     for i, arm in enumerate(arms):
         lo, hi = windows[f"harness-bench-step/{i}"]

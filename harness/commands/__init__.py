@@ -12,7 +12,9 @@ def set_threads(threads: int) -> None:
 
     cores = os.cpu_count() or 1
     if not 0 <= threads <= cores:
-        raise ValueError(f"--threads {threads}: expected 0 (torch's default) to {cores} (this machine's CPU cores)")
+        raise ValueError(
+            f"--threads {threads}: expected 0 (torch's default) to {cores} (this machine's CPU cores)"
+        )
     if threads:
         import torch
 

@@ -35,44 +35,103 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", default="small", help="size preset: tiny, mini, small, 120m, 343m (default: small)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
-                   help="torch.compile every model (default: eager)")
-    p.add_argument("--steps", type=int, default=20,
-                   help="timed interleaved rounds at least, one step per variant each (default: 20)")
-    p.add_argument("--max-steps", type=int, default=120,
-                   help="then more rounds, up to this many in all, until every ratio's 95%% interval is narrower "
-                        "than --interval-width (0 = exactly --steps; default: 120)")
-    p.add_argument("--interval-width", type=float, default=0.01,
-                   help="relative width of a ratio's 95%% interval that is narrow enough (default: 0.01 = 1%%)")
-    p.add_argument("--precision-ratio", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the parent in the other precision (bf16-mixed on a CPU, float32 on CUDA) in "
-                        "the same rounds: precision_ratios bf16/fp32 (default: on)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)")
-    p.add_argument("--variant", action="append", metavar="V",
-                   help="variant to time (repeatable; default: prenorm, block_attnres, rd_attnres and every control)")
-    p.add_argument("--batch-size", type=int, default=0,
-                   help="sequences per step (default: the preset's training batch, at most 32)")
-    p.add_argument("--loop-variant", default="block_attnres",
-                   help="variant trained by the two loops (default: block_attnres)")
+    p.add_argument(
+        "--size", default="small", help="size preset: tiny, mini, small, 120m, 343m (default: small)"
+    )
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch.compile every model (default: eager)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="timed interleaved rounds at least, one step per variant each (default: 20)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=120,
+        help="then more rounds, up to this many in all, until every ratio's 95%% interval is narrower "
+        "than --interval-width (0 = exactly --steps; default: 120)",
+    )
+    p.add_argument(
+        "--interval-width",
+        type=float,
+        default=0.01,
+        help="relative width of a ratio's 95%% interval that is narrow enough (default: 0.01 = 1%%)",
+    )
+    p.add_argument(
+        "--precision-ratio",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the parent in the other precision (bf16-mixed on a CPU, float32 on CUDA) in "
+        "the same rounds: precision_ratios bf16/fp32 (default: on)",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)"
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        metavar="V",
+        help="variant to time (repeatable; default: prenorm, block_attnres, rd_attnres and every control)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="sequences per step (default: the preset's training batch, at most 32)",
+    )
+    p.add_argument(
+        "--loop-variant",
+        default="block_attnres",
+        help="variant trained by the two loops (default: block_attnres)",
+    )
     p.add_argument("--loop-steps", type=int, default=10, help="timed steps per loop round (default: 10)")
-    p.add_argument("--loop-rounds", type=int, default=3,
-                   help="rounds of (Lightning, bare) loops; 0 skips them (default: 3)")
-    p.add_argument("--corpus", default=None,
-                   help="corpus for the loops' batches (default: synthetic uniform tokens)")
+    p.add_argument(
+        "--loop-rounds",
+        type=int,
+        default=3,
+        help="rounds of (Lightning, bare) loops; 0 skips them (default: 3)",
+    )
+    p.add_argument(
+        "--corpus", default=None, help="corpus for the loops' batches (default: synthetic uniform tokens)"
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device (default: auto)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default: 0)")
-    p.add_argument("--peak-tflops", type=float, default=0.0,
-                   help="device peak TFLOP/s for MFU (default: by CUDA device name: H100/H200 989, A100 312)")
-    p.add_argument("--profile", type=int, default=0, metavar="ROUNDS",
-                   help="after timing, profile ROUNDS more interleaved rounds and split each ratio's difference "
-                        "by category: matmul, attention, routing, norm, ... (JSON key profile; with --compile on a "
-                        "CPU every model is compiled with the profiler's kernel marks; default: 0 = off)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH",
-                   help="write the result JSON here (default: RESULTS/bench/<bench_id>.json)")
-    p.add_argument("--db", type=Path, default=None, metavar="PATH",
-                   help="DuckDB file for the `bench` rows (default: RESULTS/harness.duckdb)")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=0.0,
+        help="device peak TFLOP/s for MFU (default: by CUDA device name: H100/H200 989, A100 312)",
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="after timing, profile ROUNDS more interleaved rounds and split each ratio's difference "
+        "by category: matmul, attention, routing, norm, ... (JSON key profile; with --compile on a "
+        "CPU every model is compiled with the profiler's kernel marks; default: 0 = off)",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write the result JSON here (default: RESULTS/bench/<bench_id>.json)",
+    )
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="DuckDB file for the `bench` rows (default: RESULTS/harness.duckdb)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -81,13 +140,25 @@ def main(args: argparse.Namespace) -> int:
     from harness.data import cache_dir
 
     cfg = BenchConfig(
-        size=args.size, variants=tuple(args.variant or ()), compile=args.compile, steps=args.steps,
-        max_steps=args.max_steps if args.max_steps > args.steps else 0, interval_width=args.interval_width,
+        size=args.size,
+        variants=tuple(args.variant or ()),
+        compile=args.compile,
+        steps=args.steps,
+        max_steps=args.max_steps if args.max_steps > args.steps else 0,
+        interval_width=args.interval_width,
         precision_ratio=args.precision_ratio,
-        warmup=args.warmup, batch_size=args.batch_size, loop_variant=args.loop_variant,
-        loop_steps=args.loop_steps, loop_rounds=args.loop_rounds, corpus=args.corpus,
-        cache_dir=cache_dir(args.results) if args.corpus else None, device=args.device,
-        threads=args.threads, seed=args.seed, peak_tflops=args.peak_tflops, profile_rounds=args.profile,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        loop_variant=args.loop_variant,
+        loop_steps=args.loop_steps,
+        loop_rounds=args.loop_rounds,
+        corpus=args.corpus,
+        cache_dir=cache_dir(args.results) if args.corpus else None,
+        device=args.device,
+        threads=args.threads,
+        seed=args.seed,
+        peak_tflops=args.peak_tflops,
+        profile_rounds=args.profile,
     )
     result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_report(result))

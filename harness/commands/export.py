@@ -30,10 +30,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
     parser.add_argument("--table", default="final", metavar="TABLE", help=f"one of {TABLES} (default: final)")
     parser.add_argument("--format", required=True, metavar="FORMAT", help=f"one of {FORMATS}")
-    parser.add_argument("--out", required=True, type=Path, metavar="PATH",
-                        help="file to write (replaced atomically if it exists)")
-    parser.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
-                        help="seconds to keep retrying while another process holds the database (default: 10)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="PATH",
+        help="file to write (replaced atomically if it exists)",
+    )
+    parser.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to keep retrying while another process holds the database (default: 10)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -49,7 +59,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"harness export: error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if store.last_ingest_skipped:
-        print("harness export: note: new result files were not ingested because the database is busy; "
-              f"the file may lack the newest runs. DuckDB: {store.last_ingest_skipped}", file=sys.stderr)
+        print(
+            "harness export: note: new result files were not ingested because the database is busy; "
+            f"the file may lack the newest runs. DuckDB: {store.last_ingest_skipped}",
+            file=sys.stderr,
+        )
     print(f"wrote {rows} rows of {args.table} (grid {args.grid}) to {args.out} ({args.format})")
     return 0

@@ -46,33 +46,79 @@ SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is reque
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--executor", choices=EXECUTORS, required=True,
-                        help="slurm: one job array through sbatch; local: processes on this machine")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="workers (SLURM: tasks of the job array; default: 1)")
-    parser.add_argument("--gpus-per-worker", type=int, default=0, metavar="G",
-                        help="GPUs per worker (default: 0); G > 0 makes its runs use the GPU, each run trained "
-                             "on G ranks (DDP), one per GPU")
-    parser.add_argument("--cpus-per-worker", type=int, default=None, metavar="C",
-                        help="CPUs per worker (SLURM --cpus-per-task; default: the cluster's default)")
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        required=True,
+        help="slurm: one job array through sbatch; local: processes on this machine",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="workers (SLURM: tasks of the job array; default: 1)",
+    )
+    parser.add_argument(
+        "--gpus-per-worker",
+        type=int,
+        default=0,
+        metavar="G",
+        help="GPUs per worker (default: 0); G > 0 makes its runs use the GPU, each run trained "
+        "on G ranks (DDP), one per GPU",
+    )
+    parser.add_argument(
+        "--cpus-per-worker",
+        type=int,
+        default=None,
+        metavar="C",
+        help="CPUs per worker (SLURM --cpus-per-task; default: the cluster's default)",
+    )
     parser.add_argument("--mem", default=None, metavar="M", help="memory per worker, e.g. 16G (SLURM --mem)")
-    parser.add_argument("--time", type=int, default=None, metavar="MIN",
-                        help=f"time limit per task in minutes (default: {SLURM_TIME_MIN} on SLURM, none locally); "
-                             "the task checkpoints and is requeued at the limit")
-    parser.add_argument("--partition", default=None, metavar="P", help="SLURM partition (default: the default one)")
-    parser.add_argument("--sbatch", action="append", default=[], metavar="LINE",
-                        help="extra sbatch option, e.g. --sbatch=--qos=high (repeatable)")
-    parser.add_argument("--signal-delay-s", type=int, default=SIGNAL_DELAY_S, metavar="S",
-                        help=f"submitit's pre-timeout signal comes S seconds before --time (default: {SIGNAL_DELAY_S})")
+    parser.add_argument(
+        "--time",
+        type=int,
+        default=None,
+        metavar="MIN",
+        help=f"time limit per task in minutes (default: {SLURM_TIME_MIN} on SLURM, none locally); "
+        "the task checkpoints and is requeued at the limit",
+    )
+    parser.add_argument(
+        "--partition", default=None, metavar="P", help="SLURM partition (default: the default one)"
+    )
+    parser.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="extra sbatch option, e.g. --sbatch=--qos=high (repeatable)",
+    )
+    parser.add_argument(
+        "--signal-delay-s",
+        type=int,
+        default=SIGNAL_DELAY_S,
+        metavar="S",
+        help=f"submitit's pre-timeout signal comes S seconds before --time (default: {SIGNAL_DELAY_S})",
+    )
     parser.add_argument("--job-name", default="harness-work", metavar="NAME", help="the jobs' name")
     # the `harness work` options each worker runs with (the results folder is --results)
     add_storage(parser)
     parser.add_argument("--grid", metavar="NAME", default=None, help="workers only take runs of this grid")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads per worker (default: --cpus-per-worker, else 1 on SLURM "
-                             "and cores / workers locally)")
-    parser.add_argument("--max-runs", type=int, default=None, metavar="N",
-                        help="each worker stops after N runs (default: when nothing is queued)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads per worker (default: --cpus-per-worker, else 1 on SLURM "
+        "and cores / workers locally)",
+    )
+    parser.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="each worker stops after N runs (default: when nothing is queued)",
+    )
 
 
 class WorkerTask(submitit.helpers.Checkpointable):
@@ -117,11 +163,17 @@ class WorkerTask(submitit.helpers.Checkpointable):
         handler = previous.get(getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG))
         usr = [s for s in stop.signals if s in (signal.SIGUSR1, signal.SIGUSR2)]
         if usr and callable(handler):
-            print(f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
-                  "of its last step; requeueing this task", flush=True)
+            print(
+                f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
+                "of its last step; requeueing this task",
+                flush=True,
+            )
             handler(usr[0], None)  # submitit's: self.checkpoint(), requeue, exit
-        print(f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
-              "of its last step; the task ends", flush=True)
+        print(
+            f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
+            "of its last step; the task ends",
+            flush=True,
+        )
         raise SystemExit(130)
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
@@ -137,20 +189,30 @@ def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
 
     where = describe_storage(storage, args.results)
     try:
-        queue = RunQueue.open(storage, args.results, create=False, retry_s=COMMAND_RETRY_S,
-                              log=lambda msg: print(msg, file=sys.stderr))
+        queue = RunQueue.open(
+            storage,
+            args.results,
+            create=False,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
     except FileNotFoundError:
         raise ValueError(f"no queue at {where}; queue a grid first: harness queue GRID.toml") from None
     counts = queue.counts(args.grid)
     if args.grid and args.grid not in counts:
         grids = sorted(queue.counts())
-        raise ValueError(f"no runs of grid {args.grid!r} in {where}" + (f"; grids there: {', '.join(grids)}"
-                                                                          if grids else ""))
+        raise ValueError(
+            f"no runs of grid {args.grid!r} in {where}"
+            + (f"; grids there: {', '.join(grids)}" if grids else "")
+        )
     queued = sum(c["queued"] for c in counts.values())
     if queued == 0:
         total = sum(sum(c.values()) for c in counts.values())
-        raise ValueError(f"nothing queued in {where}" + (f" for grid {args.grid}" if args.grid else "")
-                         + f" ({total} runs, none waiting): nothing for workers to do")
+        raise ValueError(
+            f"nothing queued in {where}"
+            + (f" for grid {args.grid}" if args.grid else "")
+            + f" ({total} runs, none waiting): nothing for workers to do"
+        )
     return f"{queued} runs queued in {where}" + (f" (grid {args.grid})" if args.grid else "")
 
 
@@ -175,28 +237,45 @@ def main(args: argparse.Namespace) -> int:
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")
     time_min = args.time if args.time is not None else (SLURM_TIME_MIN if args.executor == "slurm" else None)
-    resources = launch.Resources(workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                                 cpus_per_worker=args.cpus_per_worker, mem=args.mem, time_min=time_min,
-                                 partition=args.partition, sbatch=sbatch, signal_delay_s=args.signal_delay_s,
-                                 job_name=args.job_name)
+    resources = launch.Resources(
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        cpus_per_worker=args.cpus_per_worker,
+        mem=args.mem,
+        time_min=time_min,
+        partition=args.partition,
+        sbatch=sbatch,
+        signal_delay_s=args.signal_delay_s,
+        job_name=args.job_name,
+    )
     resources.check()
     found = _queue_check(args, storage)
     work_argv = _work_argv(args, storage)
-    shown = [describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
-             for i, a in enumerate(work_argv)]  # no password in records or output
+    shown = [
+        describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
+        for i, a in enumerate(work_argv)
+    ]  # no password in records or output
 
     launch_id, folder = launch.launch_folder(args.results, args.executor)
     try:
-        job_ids = launch.submit(args.executor, folder, [WorkerTask(work_argv) for _ in range(args.workers)],
-                                resources)
+        job_ids = launch.submit(
+            args.executor, folder, [WorkerTask(work_argv) for _ in range(args.workers)], resources
+        )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing half-written
         raise
     record = launch.LaunchRecord(
-        id=launch_id, executor=args.executor, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        host=hostname(), folder=str(folder), job_ids=job_ids, results=str(args.results),
-        storage=describe_storage(storage, args.results), command=shown,
-        resources=dataclasses.asdict(resources))
+        id=launch_id,
+        executor=args.executor,
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        host=hostname(),
+        folder=str(folder),
+        job_ids=job_ids,
+        results=str(args.results),
+        storage=describe_storage(storage, args.results),
+        command=shown,
+        resources=dataclasses.asdict(resources),
+    )
     launch.write_record(record)
 
     _say_launched(args, record, job_ids, resources, found, shown)
@@ -214,12 +293,15 @@ def _work_argv(args: argparse.Namespace, storage: str | None) -> list[str]:
     work_argv += ["--grid", args.grid] if args.grid else []
     work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
     # G ranks per run, one per GPU of the worker (harness.train.ranks); its GPUs: CUDA_VISIBLE_DEVICES
-    work_argv += ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
+    work_argv += (
+        ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
+    )
     return work_argv
 
 
-def _say_launched(args: argparse.Namespace, record, job_ids: list[str], resources, found: str,
-                  shown: list[str]) -> None:
+def _say_launched(
+    args: argparse.Namespace, record, job_ids: list[str], resources, found: str, shown: list[str]
+) -> None:
     """What was started (SLURM job and tasks, or local processes), how to watch and stop it."""
     each = "harness work " + " ".join(shown)
     if args.executor == "slurm":
@@ -227,24 +309,35 @@ def _say_launched(args: argparse.Namespace, record, job_ids: list[str], resource
         tasks = " ".join(job_ids)
         print(f"submitted {args.workers} worker(s) to SLURM as job {array} (tasks {tasks}); {found}")
         print(f"  each task runs: {each}")
-        print(f"  per task: {_resources_line(resources)}; submitit's signal SIG{submitit.JobEnvironment.USR_SIG} "
-              f"{resources.signal_delay_s} s before the time limit checkpoints and requeues it")
+        print(
+            f"  per task: {_resources_line(resources)}; submitit's signal SIG{submitit.JobEnvironment.USR_SIG} "
+            f"{resources.signal_delay_s} s before the time limit checkpoints and requeues it"
+        )
         print(f"  folder: {record.folder} (sbatch script, task logs {array}_*_log.out)")
-        print(f"watch: harness status --results {args.results}   or   squeue -j {array}   "
-              f"(cancel: scancel {array})")
+        print(
+            f"watch: harness status --results {args.results}   or   squeue -j {array}   "
+            f"(cancel: scancel {array})"
+        )
     else:
-        print(f"started {args.workers} worker(s) as local processes (submitit LocalExecutor), "
-              f"controller pid(s) {' '.join(job_ids)}; {found}")
+        print(
+            f"started {args.workers} worker(s) as local processes (submitit LocalExecutor), "
+            f"controller pid(s) {' '.join(job_ids)}; {found}"
+        )
         print(f"  each runs: {each}")
         print(f"  folder: {record.folder} (logs <pid>_0_log.out)")
-        print(f"watch: harness status --results {args.results}   (stop: kill -TERM {' '.join(job_ids)}: "
-              "each worker releases its run at the next batch boundary)")
+        print(
+            f"watch: harness status --results {args.results}   (stop: kill -TERM {' '.join(job_ids)}: "
+            "each worker releases its run at the next batch boundary)"
+        )
 
 
 def _resources_line(r) -> str:
-    parts = [f"{r.cpus_per_worker} CPU(s)" if r.cpus_per_worker else "the default CPUs",
-             f"{r.gpus_per_worker} GPU" if r.gpus_per_worker else "no GPU",
-             f"memory {r.mem}" if r.mem else "the default memory", f"time limit {r.time_min} min",
-             f"partition {r.partition}" if r.partition else "the default partition"]
+    parts = [
+        f"{r.cpus_per_worker} CPU(s)" if r.cpus_per_worker else "the default CPUs",
+        f"{r.gpus_per_worker} GPU" if r.gpus_per_worker else "no GPU",
+        f"memory {r.mem}" if r.mem else "the default memory",
+        f"time limit {r.time_min} min",
+        f"partition {r.partition}" if r.partition else "the default partition",
+    ]
     parts += [f"--{k}" + ("" if v is True else f"={v}") for k, v in r.sbatch.items()]
     return ", ".join(parts)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-STORAGE_HELP = "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
+STORAGE_HELP = (
+    "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
+)
 
 
 def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) -> None:
@@ -13,8 +15,11 @@ def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) ->
 
     ``reads_only``: the command only reads the queue (its help says so).
     """
-    help_text = STORAGE_HELP.replace("queue storage:", "queue storage, read for runs still queued or running:") \
-        if reads_only else STORAGE_HELP
+    help_text = (
+        STORAGE_HELP.replace("queue storage:", "queue storage, read for runs still queued or running:")
+        if reads_only
+        else STORAGE_HELP
+    )
     parser.add_argument("--storage", metavar="URL", default=None, help=help_text)
 
 

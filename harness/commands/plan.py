@@ -31,11 +31,21 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("grid", type=Path, metavar="GRID.toml", help="the grid to plan (see ablations/README.md)")
-    parser.add_argument("--pilot", metavar="GRID_NAME", default=None,
-                        help="a grid with finished runs in the store whose paired sds to use")
-    parser.add_argument("--sd", metavar="NATS", default=None,
-                        help="the paired sd (nats/token) to use for every comparison, e.g. 0.006")
+    parser.add_argument(
+        "grid", type=Path, metavar="GRID.toml", help="the grid to plan (see ablations/README.md)"
+    )
+    parser.add_argument(
+        "--pilot",
+        metavar="GRID_NAME",
+        default=None,
+        help="a grid with finished runs in the store whose paired sds to use",
+    )
+    parser.add_argument(
+        "--sd",
+        metavar="NATS",
+        default=None,
+        help="the paired sd (nats/token) to use for every comparison, e.g. 0.006",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
 
 
@@ -45,8 +55,10 @@ def _sd(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"--sd {text}: must be a positive number of nats/token (the sd of the paired differences, "
-                         "e.g. 0.006)")
+        raise ValueError(
+            f"--sd {text}: must be a positive number of nats/token (the sd of the paired differences, "
+            "e.g. 0.006)"
+        )
     return value
 
 
@@ -62,8 +74,15 @@ def _shape(grid):
             variants.append(c.variant)
     treatment = next((v for v, r in grid.variants.items() if r == "treatment"), None)
     controls = tuple(v for v, r in grid.variants.items() if r == "control" and v not in AA_VARIANTS)
-    return GridShape(grid.name, grid.analysis, len(grid.seeds), grid.parent, treatment, controls,
-                     tuple((s, b, tuple(v)) for (s, b), v in by_cell.items()))
+    return GridShape(
+        grid.name,
+        grid.analysis,
+        len(grid.seeds),
+        grid.parent,
+        treatment,
+        controls,
+        tuple((s, b, tuple(v)) for (s, b), v in by_cell.items()),
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,8 +93,10 @@ def main(args: argparse.Namespace) -> int:
     if args.pilot is not None and args.sd is not None:
         raise ValueError("give either --pilot GRID_NAME or --sd NATS, not both")
     if args.pilot is None and args.sd is None:
-        raise ValueError("the plan needs a paired sd: --pilot GRID_NAME (a grid with finished runs in the store, "
-                         "e.g. a few seeds of this one) or --sd NATS")
+        raise ValueError(
+            "the plan needs a paired sd: --pilot GRID_NAME (a grid with finished runs in the store, "
+            "e.g. a few seeds of this one) or --sd NATS"
+        )
     sd = _sd(args.sd) if args.sd is not None else None
     grid = load_grid(args.grid)
     has_store = (args.results / "harness.duckdb").exists() or (args.results / "runs").is_dir()
@@ -85,11 +106,15 @@ def main(args: argparse.Namespace) -> int:
 
         store = Store(args.results)
         runs = store.query("SELECT size, status, tokens_seen, budget_tokens, wall_s FROM runs", [])
-        bench = store.query("SELECT bench_id, created_at, size, variant, tokens_per_s FROM bench", [], ingest=False)
+        bench = store.query(
+            "SELECT bench_id, created_at, size, variant, tokens_per_s FROM bench", [], ingest=False
+        )
     if args.pilot is not None:
         if not has_store:
-            raise FileNotFoundError(f"--pilot {args.pilot}: no results store in {str(args.results)!r} (no "
-                                    "harness.duckdb or runs/); set --results DIR or $HARNESS_RESULTS")
+            raise FileNotFoundError(
+                f"--pilot {args.pilot}: no results store in {str(args.results)!r} (no "
+                "harness.duckdb or runs/); set --results DIR or $HARNESS_RESULTS"
+            )
         from reports.build import compute_stats, load_frames
 
         pilot = compute_stats(load_frames(store, args.pilot), grid=args.pilot)
@@ -99,8 +124,11 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_json() for r in rows], indent=2))
         return 0
-    note = (f"given: {sd:g} nats/token for every comparison" if pilot is None else
-            f"from pilot grid {args.pilot} in {args.results}: each comparison's sd over the pilot's seeds in the "
-            "same cell")
+    note = (
+        f"given: {sd:g} nats/token for every comparison"
+        if pilot is None
+        else f"from pilot grid {args.pilot} in {args.results}: each comparison's sd over the pilot's seeds in the "
+        "same cell"
+    )
     print("\n".join(render_plan(shape, rows, speed, sd_note=note)))
     return 0

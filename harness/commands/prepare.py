@@ -43,25 +43,64 @@ def _tokens(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("grid", type=Path, metavar="GRID.toml", nargs="?",
-                        help="grid whose corpus to prepare, sized for its largest budget (or give --corpus)")
-    parser.add_argument("--corpus", metavar="C", default=None,
-                        help="corpus spec: file, folder, glob or hf:OWNER/NAME[:CONFIG] (with a grid: overrides its "
-                             "corpus, as for `harness queue`; default $HARNESS_CORPUS, else the grid's)")
-    parser.add_argument("--tokenizer", choices=("bpe", "gpt2"), default=None,
-                        help="without a grid: the tokenizer (default bpe)")
-    parser.add_argument("--vocab-size", type=_tokens, default=None, metavar="V",
-                        help="without a grid: BPE vocabulary size (default 8192)")
-    parser.add_argument("--val-fraction", type=float, default=0.05, metavar="F",
-                        help="without a grid: fraction of documents in the val split (default 0.05)")
-    parser.add_argument("--max-docs", type=_tokens, default=None, metavar="N",
-                        help="without a grid: take at most N documents")
-    parser.add_argument("--tokens", type=_tokens, default=None, metavar="N",
-                        help="without a grid: stop once the train split holds N tokens (default: the whole source)")
-    parser.add_argument("--shard-tokens", type=_tokens, default=None, metavar="N",
-                        help="tokens per shard file (default 100,000,000)")
-    parser.add_argument("--workers", type=_tokens, default=None, metavar="N",
-                        help=f"tokenizer processes (default: the CPU cores, {os.cpu_count()} here)")
+    parser.add_argument(
+        "grid",
+        type=Path,
+        metavar="GRID.toml",
+        nargs="?",
+        help="grid whose corpus to prepare, sized for its largest budget (or give --corpus)",
+    )
+    parser.add_argument(
+        "--corpus",
+        metavar="C",
+        default=None,
+        help="corpus spec: file, folder, glob or hf:OWNER/NAME[:CONFIG] (with a grid: overrides its "
+        "corpus, as for `harness queue`; default $HARNESS_CORPUS, else the grid's)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        choices=("bpe", "gpt2"),
+        default=None,
+        help="without a grid: the tokenizer (default bpe)",
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=_tokens,
+        default=None,
+        metavar="V",
+        help="without a grid: BPE vocabulary size (default 8192)",
+    )
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="without a grid: fraction of documents in the val split (default 0.05)",
+    )
+    parser.add_argument(
+        "--max-docs", type=_tokens, default=None, metavar="N", help="without a grid: take at most N documents"
+    )
+    parser.add_argument(
+        "--tokens",
+        type=_tokens,
+        default=None,
+        metavar="N",
+        help="without a grid: stop once the train split holds N tokens (default: the whole source)",
+    )
+    parser.add_argument(
+        "--shard-tokens",
+        type=_tokens,
+        default=None,
+        metavar="N",
+        help="tokens per shard file (default 100,000,000)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_tokens,
+        default=None,
+        metavar="N",
+        help=f"tokenizer processes (default: the CPU cores, {os.cpu_count()} here)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -75,8 +114,10 @@ def main(args: argparse.Namespace) -> int:
         from harness.scheduling.grid import check_corpus, load_grid
 
         if args.tokenizer or args.vocab_size or args.tokens or args.max_docs:
-            raise ValueError("with a GRID.toml, the tokenizer, vocabulary, size and max_docs come from the grid; "
-                             "drop --tokenizer/--vocab-size/--tokens/--max-docs")
+            raise ValueError(
+                "with a GRID.toml, the tokenizer, vocabulary, size and max_docs come from the grid; "
+                "drop --tokenizer/--vocab-size/--tokens/--max-docs"
+            )
         grid = load_grid(args.grid)
         corpus = args.corpus or os.environ.get("HARNESS_CORPUS") or None
         configs = grid.expand(corpus=corpus, tuned={})
@@ -88,23 +129,39 @@ def main(args: argparse.Namespace) -> int:
         if not 0 < args.val_fraction < 1:
             raise ValueError(f"--val-fraction {args.val_fraction}: expected a number in (0, 1)")
         spec = args.corpus if args.corpus.startswith("hf:") else os.path.abspath(args.corpus)
-        key = CorpusKey(spec, args.tokenizer or "bpe", args.vocab_size or 8192, args.val_fraction, args.max_docs)
+        key = CorpusKey(
+            spec, args.tokenizer or "bpe", args.vocab_size or 8192, args.val_fraction, args.max_docs
+        )
         needs = {key: (args.tokens or 0, 0)}
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
-        folder = prepare_shards(key.corpus, cache_dir=cache, tokenizer=key.tokenizer, vocab_size=key.vocab_size,
-                                val_fraction=key.val_fraction, max_docs=key.max_docs, target=Target(train, val),
-                                shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS, workers=args.workers)
+        folder = prepare_shards(
+            key.corpus,
+            cache_dir=cache,
+            tokenizer=key.tokenizer,
+            vocab_size=key.vocab_size,
+            val_fraction=key.val_fraction,
+            max_docs=key.max_docs,
+            target=Target(train, val),
+            shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS,
+            workers=args.workers,
+        )
         m = read_manifest(folder)
         got_train, got_val = m["splits"]["train"]["tokens"], m["splits"]["val"]["tokens"]
-        print(f"{key.corpus} ({key.tokenizer}): {m['documents']:,} documents, {got_train:,} train tokens, "
-              f"{got_val:,} val tokens ({time.perf_counter() - t0:.1f} s) in {folder}")
+        print(
+            f"{key.corpus} ({key.tokenizer}): {m['documents']:,} documents, {got_train:,} train tokens, "
+            f"{got_val:,} val tokens ({time.perf_counter() - t0:.1f} s) in {folder}"
+        )
         if train:
-            print(f"  largest budget reads {train - 1:,} train tokens: {(train - 1) / got_train:.3f} epochs; "
-                  f"evaluation set {val - 1:,} tokens")
+            print(
+                f"  largest budget reads {train - 1:,} train tokens: {(train - 1) / got_train:.3f} epochs; "
+                f"evaluation set {val - 1:,} tokens"
+            )
         if train > got_train or val > got_val:
-            print(f"  the source ends before that: `harness queue` refuses the runs it cannot feed "
-                  "unless [train] sets max_epochs")
+            print(
+                "  the source ends before that: `harness queue` refuses the runs it cannot feed "
+                "unless [train] sets max_epochs"
+            )
         if m.get("revision"):
             print(f"  revision {m['revision']}")
     return 0

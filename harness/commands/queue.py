@@ -56,19 +56,40 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import add_storage
-from harness.scheduling.grid import check_corpus, check_plan_unchanged, choose_corpus, load_grid, resolve_tuned
+from harness.scheduling.grid import (
+    check_corpus,
+    check_plan_unchanged,
+    choose_corpus,
+    load_grid,
+    resolve_tuned,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("grid", type=Path, metavar="GRID.toml", nargs="?",
-                        help="grid spec (see ablations/README.md); not with --repair")
-    parser.add_argument("--corpus", metavar="C", default=None,
-                        help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's)")
+    parser.add_argument(
+        "grid",
+        type=Path,
+        metavar="GRID.toml",
+        nargs="?",
+        help="grid spec (see ablations/README.md); not with --repair",
+    )
+    parser.add_argument(
+        "--corpus",
+        metavar="C",
+        default=None,
+        help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's)",
+    )
     add_storage(parser)
-    parser.add_argument("--retry-failed", action="store_true",
-                        help="queue failed runs of this grid again (retry counters reset)")
-    parser.add_argument("--repair", action="store_true",
-                        help="rewrite a damaged queue journal as its valid lines (backup kept); stop workers first")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="queue failed runs of this grid again (retry counters reset)",
+    )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="rewrite a damaged queue journal as its valid lines (backup kept); stop workers first",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -89,10 +110,14 @@ def main(args: argparse.Namespace) -> int:
     configs = _checked_configs(grid, corpus, source, args)
     from harness.scheduling import legacy, tuning
 
-    queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S,
-                          log=lambda msg: print(msg, file=sys.stderr))
-    legacy.convert(queue, values=legacy.result_values(args.results), log=lambda msg: print(msg, file=sys.stderr))
+    queue = RunQueue.open(
+        args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
+    )
+    legacy.convert(
+        queue, values=legacy.result_values(args.results), log=lambda msg: print(msg, file=sys.stderr)
+    )
     if grid.tuned:
+
         def best(study: str) -> tuple[str, dict]:
             spec, params, _ = tuning.best_params(queue.storage, study)
             return spec.variant, params
@@ -149,12 +174,16 @@ def _say_queued(grid, configs: list, result, where: str, args: argparse.Namespac
             hint += f" --storage {shlex.quote(args.storage)}"
         print(hint)
     else:
-        print(f"{grid.name}: nothing to add: all {len(result.present)} runs already queued or done"
-              if not result.failed else
-              f"{grid.name}: nothing to add: {len(result.present)} of {n} runs already queued or done")
+        print(
+            f"{grid.name}: nothing to add: all {len(result.present)} runs already queued or done"
+            if not result.failed
+            else f"{grid.name}: nothing to add: {len(result.present)} of {n} runs already queued or done"
+        )
     if result.failed:
-        print(f"{len(result.failed)} failed runs left as they are (pass --retry-failed to queue them "
-              f"again): {', '.join(result.failed[:5])}{' ...' if len(result.failed) > 5 else ''}")
+        print(
+            f"{len(result.failed)} failed runs left as they are (pass --retry-failed to queue them "
+            f"again): {', '.join(result.failed[:5])}{' ...' if len(result.failed) > 5 else ''}"
+        )
 
 
 def _repair(args: argparse.Namespace) -> int:
@@ -166,26 +195,34 @@ def _repair(args: argparse.Namespace) -> int:
 
     kind, path = parse_storage(args.storage, args.results)
     if kind != "journal":
-        raise ValueError(f"--repair repairs a journal file; {args.storage} is a database server "
-                         "(its own tools check and repair it)")
+        raise ValueError(
+            f"--repair repairs a journal file; {args.storage} is a database server "
+            "(its own tools check and repair it)"
+        )
 
     def no_live_workers(storage) -> None:
         live = RunQueue(storage, create=False).live_workers()
         if live:
-            raise ValueError(f"worker(s) {', '.join(live)} hold a fresh lease in {path}: stop every worker "
-                             "before --repair (a running worker keeps byte offsets into the journal)")
+            raise ValueError(
+                f"worker(s) {', '.join(live)} hold a fresh lease in {path}: stop every worker "
+                "before --repair (a running worker keeps byte offsets into the journal)"
+            )
 
     report = repair_journal(path, verify=no_live_workers)
     if report.backup is None:
         print(f"queue journal {path}: all {report.lines} lines are valid; nothing to repair")
         return 0
-    print(f"queue journal {path}: kept {report.kept} of {report.lines} lines; damaged file kept as {report.backup}")
+    print(
+        f"queue journal {path}: kept {report.kept} of {report.lines} lines; damaged file kept as {report.backup}"
+    )
     for line, what in report.placeholders:
         print(f"  line {line}: unreadable; it created a trial or study, replaced by {what} (numbering kept)")
     for line, why in report.dropped:
         print(f"  line {line}: dropped ({why})")
     if report.unidentified:
-        print(f"  warning: line(s) {', '.join(map(str, report.unidentified))} could not be identified; had one "
-              "created a trial, the trials after it would be numbered one lower: check `harness status`")
+        print(
+            f"  warning: line(s) {', '.join(map(str, report.unidentified))} could not be identified; had one "
+            "created a trial, the trials after it would be numbered one lower: check `harness status`"
+        )
     print("next: harness status; `harness queue GRID.toml` again re-adds any run whose only trial was lost")
     return 0

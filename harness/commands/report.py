@@ -40,16 +40,23 @@ from harness.commands.options import add_storage
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``harness report``."""
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="output folder (default: RESULTS/reports/NAME/)")
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="output folder (default: RESULTS/reports/NAME/)"
+    )
     add_storage(parser, reads_only=True)
-    parser.add_argument("--allow-partial", action="store_true",
-                        help="leave out (with a warning) pairs whose protocol hashes differ and "
-                        "duplicated runs, instead of stopping with an error")
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="leave out (with a warning) pairs whose protocol hashes differ and "
+        "duplicated runs, instead of stopping with an error",
+    )
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures (tables only)")
-    parser.add_argument("--single-file", action="store_true",
-                        help="write only report.html, one self-contained file (figures embedded), to attach "
-                        "to a pull request or an e-mail")
+    parser.add_argument(
+        "--single-file",
+        action="store_true",
+        help="write only report.html, one self-contained file (figures embedded), to attach "
+        "to a pull request or an e-mail",
+    )
 
 
 def _queue_view(args: argparse.Namespace):
@@ -65,8 +72,13 @@ def _queue_view(args: argparse.Namespace):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = describe_storage(args.storage, args.results)
     try:
-        queue = RunQueue.open(args.storage, args.results, create=False, retry_s=COMMAND_RETRY_S,
-                              log=lambda msg: print(msg, file=sys.stderr))
+        queue = RunQueue.open(
+            args.storage,
+            args.results,
+            create=False,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
         runs = queue.runs(args.grid)
     except FileNotFoundError:
         return None, f"no queue at {where}"
@@ -74,9 +86,18 @@ def _queue_view(args: argparse.Namespace):
         return None, f"queue unreachable: {exc}"
     if not runs:
         return None, f"no runs of grid {args.grid!r} in the queue at {where}"
-    return {rid: QueuedRun(r.state, r.config.variant, r.config.role, r.config.seed, r.config.size,
-                           r.config.budget_tokens, r.error)
-            for rid, r in runs.items()}, f"read from {where}"
+    return {
+        rid: QueuedRun(
+            r.state,
+            r.config.variant,
+            r.config.role,
+            r.config.seed,
+            r.config.size,
+            r.config.budget_tokens,
+            r.error,
+        )
+        for rid, r in runs.items()
+    }, f"read from {where}"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -91,8 +112,9 @@ def main(args: argparse.Namespace) -> int:
         if not os.access(out, os.W_OK):
             raise PermissionError(13, "not writable", str(out))
     except OSError as exc:
-        raise ValueError(f"cannot write the report to {out} ({exc.strerror or exc}); pass --out DIR "
-                         "(a writable folder)") from None
+        raise ValueError(
+            f"cannot write the report to {out} ({exc.strerror or exc}); pass --out DIR (a writable folder)"
+        ) from None
     store = Store(args.results)
     with warnings.catch_warnings():  # the report lists unreadable result files itself
         warnings.filterwarnings("ignore", message="skipping result file")
@@ -101,9 +123,16 @@ def main(args: argparse.Namespace) -> int:
     if note:
         print(f"note: {note}")
     queue, queue_note = _queue_view(args)
-    result = build_report(frames, out, grid=args.grid, allow_partial=args.allow_partial,
-                          figures=not args.no_figures, queue=queue, queue_note=queue_note,
-                          single_file=args.single_file)
+    result = build_report(
+        frames,
+        out,
+        grid=args.grid,
+        allow_partial=args.allow_partial,
+        figures=not args.no_figures,
+        queue=queue,
+        queue_note=queue_note,
+        single_file=args.single_file,
+    )
     for w in result.stats.warnings:
         print(f"warning: {w}")
     for p in result.paths:

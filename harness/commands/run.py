@@ -36,41 +36,78 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", required=True, choices=list(SIZES), help="size preset")
     p.add_argument("--seed", type=int, required=True, help="seed: fixes data order and initialisation")
     p.add_argument("--budget-tokens", type=int, required=True, help="training budget in tokens")
-    p.add_argument("--corpus", default=None,
-                   help="corpus: file, directory, glob or hf:OWNER/NAME:CONFIG (default: $HARNESS_CORPUS)")
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="corpus: file, directory, glob or hf:OWNER/NAME:CONFIG (default: $HARNESS_CORPUS)",
+    )
     p.add_argument("--grid", default="adhoc", help="grid name stored with the run (default: adhoc)")
-    p.add_argument("--role", choices=list(ROLES),
-                   help="role stored with the run (default: the variant spec's role)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000")
-    p.add_argument("--devices", default="1",
-                   help="ranks (devices) per node (e.g. 4, or 'auto'): N > 1 trains this run on N ranks of this "
-                        "machine, started by this command (DDP); under torchrun/srun, the ranks per node they start")
+    p.add_argument(
+        "--role", choices=list(ROLES), help="role stored with the run (default: the variant spec's role)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000",
+    )
+    p.add_argument(
+        "--devices",
+        default="1",
+        help="ranks (devices) per node (e.g. 4, or 'auto'): N > 1 trains this run on N ranks of this "
+        "machine, started by this command (DDP); under torchrun/srun, the ranks per node they start",
+    )
     p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
-    p.add_argument("--num-nodes", type=int, default=1,
-                   help="nodes of this run, each rank started by torchrun or srun (see docs/paper-scale.md)")
-    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu", "cuda", "mps"],
-                   help="where to train (default: gpu when CUDA is available, else cpu)")
+    p.add_argument(
+        "--num-nodes",
+        type=int,
+        default=1,
+        help="nodes of this run, each rank started by torchrun or srun (see docs/paper-scale.md)",
+    )
+    p.add_argument(
+        "--accelerator",
+        default="auto",
+        choices=["auto", "cpu", "gpu", "cuda", "mps"],
+        help="where to train (default: gpu when CUDA is available, else cpu)",
+    )
     add_micro_batch_argument(p)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--stop-after-tokens", type=int, default=None,
-                   help="checkpoint and stop after this many tokens; run again to resume")
+    p.add_argument(
+        "--stop-after-tokens",
+        type=int,
+        default=None,
+        help="checkpoint and stop after this many tokens; run again to resume",
+    )
     p.add_argument("--force", action="store_true", help="train again even if this run is already done")
-    p.add_argument("--logger", action="append", default=[], choices=TRACKERS, metavar="NAME",
-                   help=f"stream live curves to a tracker ({', '.join(TRACKERS)}), besides [train] loggers; "
-                   "repeatable; outside the protocol hash")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress output ($HARNESS_PROGRESS: auto = a bar on a terminal, else lines; lines; off)")
+    p.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        choices=TRACKERS,
+        metavar="NAME",
+        help=f"stream live curves to a tracker ({', '.join(TRACKERS)}), besides [train] loggers; "
+        "repeatable; outside the protocol hash",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress output ($HARNESS_PROGRESS: auto = a bar on a terminal, else lines; lines; off)",
+    )
 
 
 def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
     """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
-    p.add_argument("--micro-batch-size", default=None, metavar="N|auto",
-                   help="sequences per forward+backward on one device; a step's global batch (batch_tokens) runs "
-                        "as micro-batches of N, gradients accumulating (execution setting: the run id and the "
-                        "protocol hash stay; runs.micro_batch_size records it). auto: the largest that fits, "
-                        "probed on CUDA at the start; the whole per-device batch on a CPU. Default: the grid's "
-                        "[train] micro_batch_size, else auto")
+    p.add_argument(
+        "--micro-batch-size",
+        default=None,
+        metavar="N|auto",
+        help="sequences per forward+backward on one device; a step's global batch (batch_tokens) runs "
+        "as micro-batches of N, gradients accumulating (execution setting: the run id and the "
+        "protocol hash stay; runs.micro_batch_size records it). auto: the largest that fits, "
+        "probed on CUDA at the start; the whole per-device batch on a CPU. Default: the grid's "
+        "[train] micro_batch_size, else auto",
+    )
 
 
 def parse_micro_batch(value: str | None) -> int | str | None:
@@ -132,12 +169,22 @@ def main(args: argparse.Namespace) -> int:
     if corpus is None:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
-        raise ValueError(f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens")
+        raise ValueError(
+            f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens"
+        )
     devices = parse_devices(args.devices)
     micro = parse_micro_batch(args.micro_batch_size)
     set_threads(args.threads)
-    config = RunConfig.adhoc(args.variant, args.size, args.seed, args.budget_tokens, corpus,
-                             grid=args.grid, role=args.role, train=parse_overrides(args.set))
+    config = RunConfig.adhoc(
+        args.variant,
+        args.size,
+        args.seed,
+        args.budget_tokens,
+        corpus,
+        grid=args.grid,
+        role=args.role,
+        train=parse_overrides(args.set),
+    )
     config.check_trainable()  # a budget, batch or vocabulary it cannot train: refused before the corpus
     if not args.force:
         try:
@@ -150,14 +197,23 @@ def main(args: argparse.Namespace) -> int:
                 raise ValueError(
                     f"{config.run_id} is already done in {args.results} with another config ({'; '.join(diff)}); "
                     "a run id names one config: pick another --grid, or pass --force to train it again "
-                    "with these settings (its result is replaced)")
+                    "with these settings (its result is replaced)"
+                )
             print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
     try:
-        status = train_run(config, args.results, progress=not args.quiet, accelerator=args.accelerator,
-                           devices=devices, strategy=args.strategy, num_nodes=args.num_nodes,
-                           stop_after_tokens=args.stop_after_tokens, micro_batch_size=micro,
-                           loggers=tuple(args.logger))
+        status = train_run(
+            config,
+            args.results,
+            progress=not args.quiet,
+            accelerator=args.accelerator,
+            devices=devices,
+            strategy=args.strategy,
+            num_nodes=args.num_nodes,
+            stop_after_tokens=args.stop_after_tokens,
+            micro_batch_size=micro,
+            loggers=tuple(args.logger),
+        )
     except RunInterrupted as exc:
         print(f"{config.run_id}: {exc}; run the same command again to resume")
         return 0 if args.stop_after_tokens else 130

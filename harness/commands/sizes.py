@@ -39,22 +39,38 @@ def size_table(sizes: list[str], variants: list[str], vocab_size: int | None = N
             counts = {v: count_params(DepthRoutedLM(cfg, get_spec(v))) for v in variants}
             parent = count_params(DepthRoutedLM(cfg, get_spec("block_attnres")))
         for v in variants:
-            rows.append(dict(
-                size=size, variant=v, L=cfg.n_layers, D=cfg.d_model, H=cfg.n_heads, T=cfg.context,
-                V=cfg.vocab_size, block=cfg.block_size, total=counts[v]["total"],
-                trainable=counts[v]["trainable"], vs_parent=counts[v]["total"] - parent["total"],
-            ))
+            rows.append(
+                dict(
+                    size=size,
+                    variant=v,
+                    L=cfg.n_layers,
+                    D=cfg.d_model,
+                    H=cfg.n_heads,
+                    T=cfg.context,
+                    V=cfg.vocab_size,
+                    block=cfg.block_size,
+                    total=counts[v]["total"],
+                    trainable=counts[v]["trainable"],
+                    vs_parent=counts[v]["total"] - parent["total"],
+                )
+            )
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
     """Fixed-width text table of :func:`size_table` rows (counts with thousands separators)."""
     cols = ["size", "variant", "L", "D", "H", "T", "V", "block", "total", "trainable", "vs_parent"]
-    fmt = lambda c, v: f"{v:+,}" if c == "vs_parent" else (f"{v:,}" if isinstance(v, int) and c in ("total", "trainable") else str(v))
+    fmt = lambda c, v: (
+        f"{v:+,}"
+        if c == "vs_parent"
+        else (f"{v:,}" if isinstance(v, int) and c in ("total", "trainable") else str(v))
+    )
     cells = [[fmt(c, r[c]) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     left = {"size", "variant"}
-    line = lambda vals: "  ".join(v.ljust(w) if c in left else v.rjust(w) for c, v, w in zip(cols, vals, widths))
+    line = lambda vals: "  ".join(
+        v.ljust(w) if c in left else v.rjust(w) for c, v, w in zip(cols, vals, widths)
+    )
     out = [line(cols), line(["-" * w for w in widths])]
     prev = None
     for r, row in zip(rows, cells):

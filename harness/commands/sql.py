@@ -39,26 +39,36 @@ FORMATS = ("table", "csv", "json")
 TABLE_LIMIT = 10_000  # rows the table format shows by default (--limit)
 BATCH_ROWS = 65_536  # rows read from DuckDB at a time
 TABLE_DIGITS = 6  # significant digits of a float in the table format
-EXPORT_HINT = ("harness sql cannot write files (its connection is read-only, file access disabled); "
-               "to write a grid's table to a file: harness export --grid NAME [--table final|runs|metrics|routing|"
-               "route_pairs|route_params] --format parquet|csv --out PATH")
+EXPORT_HINT = (
+    "harness sql cannot write files (its connection is read-only, file access disabled); "
+    "to write a grid's table to a file: harness export --grid NAME [--table final|runs|metrics|routing|"
+    "route_pairs|route_params] --format parquet|csv --out PATH"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``QUERY``, ``--format``, ``--lock-timeout`` and ``--no-ingest``."""
     parser.add_argument("query", metavar="QUERY", help="SQL text, or - to read it from stdin")
     parser.add_argument(
-        "--format", choices=FORMATS, default="table",
+        "--format",
+        choices=FORMATS,
+        default="table",
         help="table: every column and the first --limit rows, strings in full; csv: every row, with a header; "
         "json: a list of records, every row (default: table)",
     )
     parser.add_argument(
-        "--limit", type=int, default=TABLE_LIMIT, metavar="N",
+        "--limit",
+        type=int,
+        default=TABLE_LIMIT,
+        metavar="N",
         help=f"rows the table format shows; a note on stderr says how many more there are "
         f"(0: every row, held in memory; default: {TABLE_LIMIT:,})",
     )
     parser.add_argument(
-        "--lock-timeout", type=float, default=10.0, metavar="S",
+        "--lock-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
         help="seconds to keep retrying while another process holds the database (default: 10)",
     )
     parser.add_argument(
@@ -87,20 +97,31 @@ def format_frame(df, fmt: str, *, header: bool = True) -> str:
         floats = (pl.Float32, pl.Float64)
         df = df.with_columns(
             [pl.col(c).round_sig_figs(TABLE_DIGITS) for c, t in df.schema.items() if t in floats]
-            + [pl.col(c).list.eval(pl.element().round_sig_figs(TABLE_DIGITS)) for c, t in df.schema.items()
-               if isinstance(t, pl.List) and t.inner in floats]
+            + [
+                pl.col(c).list.eval(pl.element().round_sig_figs(TABLE_DIGITS))
+                for c, t in df.schema.items()
+                if isinstance(t, pl.List) and t.inner in floats
+            ]
         )
         with pl.Config(
-            tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65535, fmt_str_lengths=max(32, longest),
-            fmt_table_cell_list_len=-1, fmt_float="full", tbl_hide_dataframe_shape=True,
+            tbl_rows=-1,
+            tbl_cols=-1,
+            tbl_width_chars=65535,
+            fmt_str_lengths=max(32, longest),
+            fmt_table_cell_list_len=-1,
+            fmt_float="full",
+            tbl_hide_dataframe_shape=True,
         ):
             return f"{df}\n"
     if fmt == "csv":
         nested = [c for c, t in df.schema.items() if t.is_nested()]
         if nested:
             df = df.with_columns(
-                pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
-                          dtype=pl.String)
+                pl.Series(
+                    c,
+                    [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                    dtype=pl.String,
+                )
                 for c in nested
             )
         return df.write_csv(include_header=header)
@@ -142,12 +163,17 @@ def main(args: argparse.Namespace) -> int:
     except duckdb.Error as exc:
         full = full_disk(args.results)
         print(f"harness sql: error: {full + '; DuckDB: ' if full else ''}{exc}", file=sys.stderr)
-        if isinstance(exc, duckdb.PermissionException) and re.search(r"\b(copy|export)\b", sql, re.IGNORECASE):
+        if isinstance(exc, duckdb.PermissionException) and re.search(
+            r"\b(copy|export)\b", sql, re.IGNORECASE
+        ):
             print(f"harness sql: hint: {EXPORT_HINT}", file=sys.stderr)
         return 1
     if more:
-        print(f"harness sql: note: {more:,} more rows not shown (--limit {args.limit:,}); use --format csv "
-              "for every row, or --limit N", file=sys.stderr)
+        print(
+            f"harness sql: note: {more:,} more rows not shown (--limit {args.limit:,}); use --format csv "
+            "for every row, or --limit N",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -187,8 +213,9 @@ def write_batches(batches, fmt: str, limit: int, out) -> int:
     raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
 
 
-def warn_unreadable(store, prefix: str, *, most: int = 10, file=None,
-                    bad: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+def warn_unreadable(
+    store, prefix: str, *, most: int = 10, file=None, bad: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
     """Name every result file the tables lack because it cannot be read, and why, on ``file``
     (default stderr); returns them. ``bad``: :meth:`db.store.Store.unreadable` already called
     (default: call it; nothing is said when the database is locked). Used by ``harness sql``
@@ -202,8 +229,11 @@ def warn_unreadable(store, prefix: str, *, most: int = 10, file=None,
         except StoreLockedError:
             return []
     if bad:
-        print(f"{prefix}warning: {len(bad)} result file(s) in {store.runs_dir} are not in the tables: "
-              "they cannot be read (fix or remove them; their runs do not count as finished)", file=file)
+        print(
+            f"{prefix}warning: {len(bad)} result file(s) in {store.runs_dir} are not in the tables: "
+            "they cannot be read (fix or remove them; their runs do not count as finished)",
+            file=file,
+        )
         for name, why in bad[:most]:
             print(f"  {name}: {why}", file=file)
         if len(bad) > most:

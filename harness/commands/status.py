@@ -53,15 +53,33 @@ LAUNCHES_SHOWN = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", metavar="NAME", default=None, help="only this grid")
     add_storage(parser)
-    parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
-                        help=f"lease timeout in seconds for judging stale leases (default: {LEASE_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--lease-s",
+        type=float,
+        default=LEASE_TIMEOUT_S,
+        metavar="S",
+        help=f"lease timeout in seconds for judging stale leases (default: {LEASE_TIMEOUT_S:g})",
+    )
     parser.add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
-    parser.add_argument("--until-done", action="store_true",
-                        help="with --watch: stop when no run of the grid (--grid, else any) is queued or running")
-    parser.add_argument("--interval", type=float, default=None, metavar="S",
-                        help=f"seconds between redraws with --watch (default: {WATCH_INTERVAL_S:g})")
-    parser.add_argument("--launches", type=int, default=LAUNCHES_SHOWN, metavar="N",
-                        help=f"show the jobs of the newest N launches (default: {LAUNCHES_SHOWN}; 0: none)")
+    parser.add_argument(
+        "--until-done",
+        action="store_true",
+        help="with --watch: stop when no run of the grid (--grid, else any) is queued or running",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"seconds between redraws with --watch (default: {WATCH_INTERVAL_S:g})",
+    )
+    parser.add_argument(
+        "--launches",
+        type=int,
+        default=LAUNCHES_SHOWN,
+        metavar="N",
+        help=f"show the jobs of the newest N launches (default: {LAUNCHES_SHOWN}; 0: none)",
+    )
 
 
 def _last_line(text: str | None) -> str:
@@ -72,8 +90,10 @@ def _last_line(text: str | None) -> str:
 def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
     """Fixed-width rows; the first ``left`` columns left-aligned, the others right-aligned."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-            for row in [header, *rows]]
+    return [
+        "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in [header, *rows]
+    ]
 
 
 def launch_lines(results, shown: int) -> list[str]:
@@ -87,8 +107,10 @@ def launch_lines(results, shown: int) -> list[str]:
     out = [f"launched workers (newest first; {len(records)} launch(es) in {results}/launches):"]
     for rec in records[:shown]:
         what = f"job {rec.array_id}" if rec.executor == "slurm" else "controller pid(s)"
-        out.append(f"  {rec.id}: {len(rec.job_ids)} worker(s), {rec.executor}, {what}, launched {rec.created} "
-                   f"from {rec.host}")
+        out.append(
+            f"  {rec.id}: {len(rec.job_ids)} worker(s), {rec.executor}, {what}, launched {rec.created} "
+            f"from {rec.host}"
+        )
         for job in job_states(rec):
             extra = [f"requeued {job.restarts}x"] if job.restarts else []
             extra += [summary(job.result)] if job.result is not None else []
@@ -107,16 +129,28 @@ def _run_left_s(r, mean: float | None, now: float) -> float | None:
     return eta if eta is not None else mean
 
 
-def _grid_rows(grids: dict[str, list], columns: list[str], n_workers: int, now: float, fmt_duration,
-               bad_ids: frozenset[str] = frozenset()) -> list[list[str]]:
+def _grid_rows(
+    grids: dict[str, list],
+    columns: list[str],
+    n_workers: int,
+    now: float,
+    fmt_duration,
+    bad_ids: frozenset[str] = frozenset(),
+) -> list[list[str]]:
     rows = []
     for name, rs in grids.items():
         counts = {c: sum(r.state == c for r in rs) for c in columns}
         walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
         if mean is None:  # no run finished yet: what the running runs' throughput makes of a whole run
-            whole = [p.total_tokens / p.tokens_per_s for r in rs if r.state == "running" and r.lease is not None
-                     and (p := r.lease.progress) is not None and p.tokens_per_s]
+            whole = [
+                p.total_tokens / p.tokens_per_s
+                for r in rs
+                if r.state == "running"
+                and r.lease is not None
+                and (p := r.lease.progress) is not None
+                and p.tokens_per_s
+            ]
             per_run = sum(whole) / len(whole) if whole else None
         else:
             per_run = mean
@@ -132,8 +166,15 @@ def _grid_rows(grids: dict[str, list], columns: list[str], n_workers: int, now: 
             eta = "no live workers"
         else:
             eta = "~" + fmt_duration((sum(left) + counts["queued"] * per_run) / n_workers)
-        rows.append([name, *(str(counts[c]) for c in columns), str(len(rs)),
-                     fmt_duration(mean) if mean is not None else "-", eta])
+        rows.append(
+            [
+                name,
+                *(str(counts[c]) for c in columns),
+                str(len(rs)),
+                fmt_duration(mean) if mean is not None else "-",
+                eta,
+            ]
+        )
     return rows
 
 
@@ -147,14 +188,22 @@ def _running_rows(runs: list, now: float, fmt_duration) -> list[list[str]]:
             rows.append([r.run_id, worker, "starting", "-", "-", beat])
             continue
         eta = p.eta_s(now)
-        rows.append([r.run_id, worker, f"{p.tokens:,}/{p.total_tokens:,} ({100 * p.tokens / max(p.total_tokens, 1):.0f}%)",
-                     f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "-",
-                     fmt_duration(eta) if eta is not None else "-", beat])
+        rows.append(
+            [
+                r.run_id,
+                worker,
+                f"{p.tokens:,}/{p.total_tokens:,} ({100 * p.tokens / max(p.total_tokens, 1):.0f}%)",
+                f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "-",
+                fmt_duration(eta) if eta is not None else "-",
+                beat,
+            ]
+        )
     return rows
 
 
-def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None = None,
-                 bad: list[tuple[str, str]] = ()) -> list[str]:
+def status_lines(
+    queue, grid: str | None, lease_s: float, *, now: float | None = None, bad: list[tuple[str, str]] = ()
+) -> list[str]:
     """The status block of ``queue`` (optionally one grid) as lines; ``bad``: the ``(file, why)``
     of result files the store cannot read (:meth:`db.store.Store.unreadable`).
 
@@ -179,16 +228,27 @@ def status_lines(queue, grid: str | None, lease_s: float, *, now: float | None =
     out = [f"queue: {queue.where}"]
     bad_ids = frozenset(unquote(name.removesuffix(".json")) for name, _ in bad)
     columns = [c for c in COLUMNS if c != "pruned" or any(r.state == "pruned" for r in runs.values())]
-    out += _table(["grid", *columns, "total", "mean run", "ETA"],
-                  _grid_rows(grids, columns, len(workers), now, fmt_duration, bad_ids))
+    out += _table(
+        ["grid", *columns, "total", "mean run", "ETA"],
+        _grid_rows(grids, columns, len(workers), now, fmt_duration, bad_ids),
+    )
     out.append(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
     running = [r for r in runs.values() if r.state == "running"]
     if running:
         out.append("running:")
-        out += ["  " + ln for ln in _table(["run", "worker", "tokens", "tok/s", "ETA", "last beat"],
-                                          _running_rows(running, now, fmt_duration), left=2)]
-    stale = [(r.run_id, why) for r in runs.values() if r.lease is not None
-             and (why := stale_reason(r.lease, now=now, timeout_s=lease_s, host=queue.host))]
+        out += [
+            "  " + ln
+            for ln in _table(
+                ["run", "worker", "tokens", "tok/s", "ETA", "last beat"],
+                _running_rows(running, now, fmt_duration),
+                left=2,
+            )
+        ]
+    stale = [
+        (r.run_id, why)
+        for r in runs.values()
+        if r.lease is not None and (why := stale_reason(r.lease, now=now, timeout_s=lease_s, host=queue.host))
+    ]
     if stale:
         out.append(f"stale leases: {len(stale)} (the next `harness work` queues these runs again)")
         out += [f"  {rid}: {why}" for rid, why in stale]
@@ -224,14 +284,23 @@ def main(args: argparse.Namespace) -> int:
         while True:
             if queue is None:
                 try:
-                    queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, create=False,
-                                          retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr))
+                    queue = RunQueue.open(
+                        args.storage,
+                        args.results,
+                        lease_timeout_s=args.lease_s,
+                        create=False,
+                        retry_s=COMMAND_RETRY_S,
+                        log=lambda msg: print(msg, file=sys.stderr),
+                    )
                 except FileNotFoundError:
                     if args.grid is not None:
                         raise ValueError(f"no runs of grid {args.grid!r}: no queue at {where}") from None
             bad, said = _unreadable(args)
-            lines = (status_lines(queue, args.grid, args.lease_s, bad=bad) if queue is not None else
-                     [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"])
+            lines = (
+                status_lines(queue, args.grid, args.lease_s, bad=bad)
+                if queue is not None
+                else [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"]
+            )
             lines += said + launch_lines(args.results, args.launches)
             if not args.watch:
                 print("\n".join(lines))
@@ -244,8 +313,10 @@ def main(args: argparse.Namespace) -> int:
                 sys.stdout.write(f"--- {head}\n" + "\n".join(lines) + "\n\n")
             sys.stdout.flush()
             if args.until_done and _finished(queue, args.grid):
-                print(f"{'grid ' + args.grid if args.grid else 'every grid'}: nothing queued or running; "
-                      "stopping (--until-done)")
+                print(
+                    f"{'grid ' + args.grid if args.grid else 'every grid'}: nothing queued or running; "
+                    "stopping (--until-done)"
+                )
                 return 0
             time.sleep(interval)
     except KeyboardInterrupt:  # the way out of --watch: not an error

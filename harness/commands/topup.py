@@ -66,8 +66,13 @@ def _configs(queued: dict, grid: str, plans) -> list:
     for t in plans:
         for seed in t.new_seeds:
             for v in t.variants:
-                out.append(dataclasses.replace(template[(t.size, t.budget_tokens, v)], seed=seed,
-                                               run_id=run_id(grid, t.size, v, seed, t.budget_tokens)))
+                out.append(
+                    dataclasses.replace(
+                        template[(t.size, t.budget_tokens, v)],
+                        seed=seed,
+                        run_id=run_id(grid, t.size, v, seed, t.budget_tokens),
+                    )
+                )
     return out
 
 
@@ -84,11 +89,18 @@ def main(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)
     try:
-        queue = RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S, create=False,
-                              log=lambda msg: print(msg, file=sys.stderr))
+        queue = RunQueue.open(
+            args.storage,
+            args.results,
+            retry_s=COMMAND_RETRY_S,
+            create=False,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
     except FileNotFoundError:
-        raise FileNotFoundError(f"no queue at {describe_storage(args.storage, args.results)}: topup adds runs "
-                                "to the queue the grid was queued in (pass --storage URL)") from None
+        raise FileNotFoundError(
+            f"no queue at {describe_storage(args.storage, args.results)}: topup adds runs "
+            "to the queue the grid was queued in (pass --storage URL)"
+        ) from None
     # the [tuned] runs (robustness row) are descriptive: topup adds seeds to the paired protocol only
     queued = {rid: r for rid, r in queue.runs(args.grid).items() if r.config.tuned is None}
     plans = plan_topup(stats, _held(queued))
@@ -100,8 +112,11 @@ def main(args: argparse.Namespace) -> int:
     for t in plans:
         print(describe(t, dry_run=args.dry_run))
     if configs:
-        print(f"{'would queue' if args.dry_run else 'queued'} {len(configs)} runs in "
-              f"{describe_storage(args.storage, args.results)}" + ("" if args.dry_run else "; next: harness work"))
+        print(
+            f"{'would queue' if args.dry_run else 'queued'} {len(configs)} runs in "
+            f"{describe_storage(args.storage, args.results)}"
+            + ("" if args.dry_run else "; next: harness work")
+        )
     else:
         print("nothing to add")
     return 0

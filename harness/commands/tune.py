@@ -56,30 +56,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", choices=list(SIZES), help="size preset")
     p.add_argument("--budget-tokens", type=int, help="each trial's training budget in tokens")
     p.add_argument("--trials", type=int, help="number of trials")
-    p.add_argument("--corpus", default=None,
-                   help="corpus (default: $HARNESS_CORPUS, else the --grid's)")
-    p.add_argument("--space", action="append", default=[], metavar="NAME=RANGE",
-                   help="search-space entry, e.g. lr=log:1e-4:3e-2 (repeat; default: lr and warmup_frac)")
+    p.add_argument("--corpus", default=None, help="corpus (default: $HARNESS_CORPUS, else the --grid's)")
+    p.add_argument(
+        "--space",
+        action="append",
+        default=[],
+        metavar="NAME=RANGE",
+        help="search-space entry, e.g. lr=log:1e-4:3e-2 (repeat; default: lr and warmup_frac)",
+    )
     p.add_argument("--name", help="study name: the study is tune:NAME (default: VARIANT_SIZE_BUDGET)")
-    p.add_argument("--grid", type=Path, metavar="GRID.toml",
-                   help="take base settings ([train], [train.VARIANT]) and corpus from this grid; with "
-                        "--show --write-grid NEW.toml: the grid NEW.toml is written from")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="base training override under the space, e.g. --set batch_tokens=2048")
-    p.add_argument("--pruner", default="median", choices=["median", "hyperband", "none"],
-                   help="pruner fed the validation NLL at every evaluation (default: median)")
+    p.add_argument(
+        "--grid",
+        type=Path,
+        metavar="GRID.toml",
+        help="take base settings ([train], [train.VARIANT]) and corpus from this grid; with "
+        "--show --write-grid NEW.toml: the grid NEW.toml is written from",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="base training override under the space, e.g. --set batch_tokens=2048",
+    )
+    p.add_argument(
+        "--pruner",
+        default="median",
+        choices=["median", "hyperband", "none"],
+        help="pruner fed the validation NLL at every evaluation (default: median)",
+    )
     p.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default: 0)")
-    p.add_argument("--startup-trials", type=int, default=None, metavar="N",
-                   help="random trials before TPE models the finished ones (default: max(2, trials // 4))")
+    p.add_argument(
+        "--startup-trials",
+        type=int,
+        default=None,
+        metavar="N",
+        help="random trials before TPE models the finished ones (default: max(2, trials // 4))",
+    )
     add_storage(p)
-    p.add_argument("--show", metavar="NAME", help="show study tune:NAME: best value and params, trials, importances")
+    p.add_argument(
+        "--show", metavar="NAME", help="show study tune:NAME: best value and params, trials, importances"
+    )
     p.add_argument("--json", action="store_true", help="with --show: print one JSON object")
-    p.add_argument("--write-grid", type=Path, metavar="GRID.toml",
-                   help="with --show: write the best settings into this grid's [train]")
-    p.add_argument("--per-variant", action="store_true",
-                   help="with --write-grid: write into [train.VARIANT] (the study's variant) instead")
-    p.add_argument("--grid-name", metavar="NAME",
-                   help="with --write-grid: the written grid's name (a grid already queued is refused)")
+    p.add_argument(
+        "--write-grid",
+        type=Path,
+        metavar="GRID.toml",
+        help="with --show: write the best settings into this grid's [train]",
+    )
+    p.add_argument(
+        "--per-variant",
+        action="store_true",
+        help="with --write-grid: write into [train.VARIANT] (the study's variant) instead",
+    )
+    p.add_argument(
+        "--grid-name",
+        metavar="NAME",
+        help="with --write-grid: the written grid's name (a grid already queued is refused)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -97,17 +131,31 @@ def _open(args, *, create: bool):
     from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S
 
-    return RunQueue.open(args.storage, args.results, retry_s=COMMAND_RETRY_S, create=create,
-                         log=lambda msg: print(msg, file=sys.stderr))
+    return RunQueue.open(
+        args.storage,
+        args.results,
+        retry_s=COMMAND_RETRY_S,
+        create=create,
+        log=lambda msg: print(msg, file=sys.stderr),
+    )
 
 
 def _start(args) -> int:
     from harness.scheduling.grid import check_corpus, choose_corpus, load_grid
     from harness.scheduling.storage import describe_storage
-    from harness.scheduling.tuning import TuneSpec, check_space, create_or_check, parse_space, with_eval_points
+    from harness.scheduling.tuning import (
+        TuneSpec,
+        check_space,
+        create_or_check,
+        parse_space,
+        with_eval_points,
+    )
 
-    missing = [f"--{k.replace('_', '-')}" for k in ("variant", "size", "budget_tokens", "trials")
-               if getattr(args, k) is None]
+    missing = [
+        f"--{k.replace('_', '-')}"
+        for k in ("variant", "size", "budget_tokens", "trials")
+        if getattr(args, k) is None
+    ]
     if missing:
         raise ValueError(f"harness tune needs {', '.join(missing)} (or --show NAME to look at a study)")
     if args.budget_tokens <= 0:
@@ -116,8 +164,9 @@ def _start(args) -> int:
     if args.grid is not None:
         grid = load_grid(args.grid)
         if args.variant not in grid.variants:
-            raise ValueError(f"--variant {args.variant!r} is not in {args.grid}'s [variants] "
-                             f"({', '.join(grid.variants)})")
+            raise ValueError(
+                f"--variant {args.variant!r} is not in {args.grid}'s [variants] ({', '.join(grid.variants)})"
+            )
         base = grid.train_for(args.variant)
     corpus, source = choose_corpus(args.corpus, grid)
     if corpus is None:
@@ -132,9 +181,19 @@ def _start(args) -> int:
     check_corpus(corpus, source=source)
     name = args.name or f"{args.variant}_{args.size}_{args.budget_tokens}"
     startup = args.startup_trials if args.startup_trials is not None else max(2, args.trials // 4)
-    spec = TuneSpec(name=name, variant=args.variant, size=args.size, budget_tokens=args.budget_tokens,
-                    corpus=corpus, trials=args.trials, space={n: p.text for n, p in space.items()}, train=base,
-                    seed=args.seed, pruner=args.pruner, startup_trials=startup)
+    spec = TuneSpec(
+        name=name,
+        variant=args.variant,
+        size=args.size,
+        budget_tokens=args.budget_tokens,
+        corpus=corpus,
+        trials=args.trials,
+        space={n: p.text for n, p in space.items()},
+        train=base,
+        seed=args.seed,
+        pruner=args.pruner,
+        startup_trials=startup,
+    )
     configs = spec.configs()  # checks variant, size and settings before anything is written
     queue = _open(args, create=True)
     how = create_or_check(queue.storage, spec)
@@ -143,13 +202,17 @@ def _start(args) -> int:
     where = describe_storage(args.storage, args.results)
     space_text = ", ".join(p.text for p in space.values())
     verb = {"created": "created", "same": "exists", "more trials": "exists (trials raised)"}[how]
-    print(f"study {spec.study_name} {verb} in {where}: {args.variant}, {args.size}, {args.budget_tokens:_} tokens "
-          f"per trial; space {space_text}; TPE seed {args.seed} ({startup} random startup trials), "
-          f"{args.pruner} pruner")
+    print(
+        f"study {spec.study_name} {verb} in {where}: {args.variant}, {args.size}, {args.budget_tokens:_} tokens "
+        f"per trial; space {space_text}; TPE seed {args.seed} ({startup} random startup trials), "
+        f"{args.pruner} pruner"
+    )
     if result.added:
-        print(f"queued {len(result.added)} trial(s) (seeds {configs[len(held)].seed} .. {configs[-1].seed}); "
-              f"{len(held)} already queued; next: harness work (each worker draws a trial's params when it "
-              "takes it)")
+        print(
+            f"queued {len(result.added)} trial(s) (seeds {configs[len(held)].seed} .. {configs[-1].seed}); "
+            f"{len(held)} already queued; next: harness work (each worker draws a trial's params when it "
+            "takes it)"
+        )
     else:
         print(f"nothing to add: all {len(held)} trial(s) already queued (a larger --trials adds more)")
     return 0
@@ -164,9 +227,19 @@ def _trial_rows(queue, study_name: str) -> list[dict]:
     for r in queue.runs(study_name).values():
         # every attempt of a run has the params its first attempt drew (a retry carries them)
         params = next((x.params for x in sorted(r.trials, key=lambda x: x.number) if x.params), {})
-        rows.append({"number": min(x.number for x in r.trials), "run_id": r.run_id, "seed": r.config.seed,
-                     "state": r.state, "value": r.value, "params": dict(params), "train": dict(r.config.train),
-                     "wall_s": r.wall_s, "attempt": r.attempt})
+        rows.append(
+            {
+                "number": min(x.number for x in r.trials),
+                "run_id": r.run_id,
+                "seed": r.config.seed,
+                "state": r.state,
+                "value": r.value,
+                "params": dict(params),
+                "train": dict(r.config.train),
+                "wall_s": r.wall_s,
+                "attempt": r.attempt,
+            }
+        )
     return sorted(rows, key=lambda row: row["seed"])
 
 
@@ -174,13 +247,17 @@ def _importances(study, n_complete: int) -> tuple[dict | None, str]:
     import optuna
 
     if n_complete < MIN_IMPORTANCE_TRIALS:
-        return None, (f"parameter importances: not computed: {n_complete} finished trial(s), "
-                      f"needs at least {MIN_IMPORTANCE_TRIALS}")
+        return None, (
+            f"parameter importances: not computed: {n_complete} finished trial(s), "
+            f"needs at least {MIN_IMPORTANCE_TRIALS}"
+        )
     try:
         imp = optuna.importance.get_param_importances(study)  # PED-ANOVA, Optuna's default: deterministic
     except (ValueError, RuntimeError) as exc:
         return None, f"parameter importances: not computed ({exc})"
-    rough = f"; rough with fewer than {ROUGH_IMPORTANCE_TRIALS}" if n_complete < ROUGH_IMPORTANCE_TRIALS else ""
+    rough = (
+        f"; rough with fewer than {ROUGH_IMPORTANCE_TRIALS}" if n_complete < ROUGH_IMPORTANCE_TRIALS else ""
+    )
     text = ", ".join(f"{k} {v:.2f}" for k, v in imp.items())
     return dict(imp), f"parameter importances (PED-ANOVA over {n_complete} finished trials{rough}): {text}"
 
@@ -192,8 +269,10 @@ def _show(args) -> int:
 
     queue = _open(args, create=False) if _queue_exists(args) else None
     if queue is None:
-        raise ValueError(f"no queue at {args.storage or args.results / 'queue.journal'}: no tuning study "
-                         f"{study_name_of(args.show)!r}")
+        raise ValueError(
+            f"no queue at {args.storage or args.results / 'queue.journal'}: no tuning study "
+            f"{study_name_of(args.show)!r}"
+        )
     spec = load_spec(queue.storage, args.show)
     study = optuna.load_study(study_name=spec.study_name, storage=queue.storage)
     rows = _trial_rows(queue, spec.study_name)
@@ -202,21 +281,43 @@ def _show(args) -> int:
     best = None
     if n_complete:
         _, params, value = best_params(queue.storage, spec.study_name)
-        best = {"value": value, "params": params, "train": train_overrides(params, spec.budget_tokens),
-                "run_id": next((r["run_id"] for r in rows if r["state"] == "done" and r["value"] == value), None)}
+        best = {
+            "value": value,
+            "params": params,
+            "train": train_overrides(params, spec.budget_tokens),
+            "run_id": next((r["run_id"] for r in rows if r["state"] == "done" and r["value"] == value), None),
+        }
     if args.write_grid is not None:
         if best is None:
             raise ValueError(f"tuning study {spec.study_name!r} has no finished trial yet: nothing to write")
         from harness.scheduling.gridedit import write_train
 
         _check_unqueued(args, queue)
-        changes = write_train(args.write_grid, best["train"], variant=spec.variant if args.per_variant else None,
-                              source=args.grid, name=args.grid_name)
+        changes = write_train(
+            args.write_grid,
+            best["train"],
+            variant=spec.variant if args.per_variant else None,
+            source=args.grid,
+            name=args.grid_name,
+        )
     if args.json:
-        print(json.dumps({"study": spec.study_name, "spec": spec.__dict__, "best_value": best and best["value"],
-                          "best_params": best and best["params"], "best_train": best and best["train"],
-                          "best_run_id": best and best["run_id"], "trials": rows, "importances": importances,
-                          "importance_note": imp_text}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "study": spec.study_name,
+                    "spec": spec.__dict__,
+                    "best_value": best and best["value"],
+                    "best_params": best and best["params"],
+                    "best_train": best and best["train"],
+                    "best_run_id": best and best["run_id"],
+                    "trials": rows,
+                    "importances": importances,
+                    "importance_note": imp_text,
+                },
+                indent=2,
+                default=str,
+            )
+        )
     else:
         _print_show(spec, rows, best, imp_text)
     if args.write_grid is not None:
@@ -237,15 +338,21 @@ def _check_unqueued(args, queue) -> None:
     source = args.grid if args.grid is not None else args.write_grid
     grid = load_grid(source)
     name = args.grid_name or grid.name
-    way = (f"write a new grid under a new name: --grid {source} --write-grid NEW.toml --grid-name NEW, "
-           "then harness queue NEW.toml")
+    way = (
+        f"write a new grid under a new name: --grid {source} --write-grid NEW.toml --grid-name NEW, "
+        "then harness queue NEW.toml"
+    )
     if args.write_grid.exists() and args.write_grid.resolve() != Path(source).resolve():
-        raise ValueError(f"--write-grid {args.write_grid}: the file exists and is not the grid written from "
-                         f"({source}); {way}")
+        raise ValueError(
+            f"--write-grid {args.write_grid}: the file exists and is not the grid written from "
+            f"({source}); {way}"
+        )
     queued = queue.runs(name)
     if queued:
-        raise ValueError(f"grid {name!r} is already queued ({len(queued)} runs): its settings are fixed "
-                         f"(its runs are the runs it names); {way}")
+        raise ValueError(
+            f"grid {name!r} is already queued ({len(queued)} runs): its settings are fixed "
+            f"(its runs are the runs it names); {way}"
+        )
 
 
 def _queue_exists(args) -> bool:
@@ -258,26 +365,41 @@ def _queue_exists(args) -> bool:
 def _print_show(spec, rows, best, imp_text) -> None:
     from harness.scheduling.worker import fmt_duration
 
-    counts = {s: sum(r["state"] == s for r in rows) for s in ("done", "pruned", "diverged", "failed", "running",
-                                                               "queued")}
+    counts = {
+        s: sum(r["state"] == s for r in rows)
+        for s in ("done", "pruned", "diverged", "failed", "running", "queued")
+    }
     tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    print(f"tuning study {spec.study_name}: {spec.variant}, {spec.size}, {spec.budget_tokens:_} tokens per trial; "
-          f"{len(rows)} of {spec.trials} trials queued ({tally or 'none'})")
+    print(
+        f"tuning study {spec.study_name}: {spec.variant}, {spec.size}, {spec.budget_tokens:_} tokens per trial; "
+        f"{len(rows)} of {spec.trials} trials queued ({tally or 'none'})"
+    )
     print(f"space: {', '.join(spec.space.values())}; TPE seed {spec.seed}, {spec.pruner} pruner")
     if best is None:
         print("best: no finished trial yet")
     else:
-        ps = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
+        ps = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items()
+        )
         ts = ", ".join(f"{k}={v!r}" for k, v in best["train"].items())
         print(f"best: val_nll {best['value']:.4f} nats/token ({best['run_id']}): {ps} (train: {ts})")
     names = list(spec.space)
     header = ["seed", "state", "val_nll", *names, "wall"]
     table = [header]
     for r in rows:
-        vals = [f"{r['params'][n]:.4g}" if isinstance(r["params"].get(n), float) else str(r["params"].get(n, "-"))
-                for n in names]
-        table.append([str(r["seed"]), r["state"], f"{r['value']:.4f}" if r["value"] is not None else "-", *vals,
-                      fmt_duration(r["wall_s"]) if r["wall_s"] is not None else "-"])
+        vals = [
+            f"{r['params'][n]:.4g}" if isinstance(r["params"].get(n), float) else str(r["params"].get(n, "-"))
+            for n in names
+        ]
+        table.append(
+            [
+                str(r["seed"]),
+                r["state"],
+                f"{r['value']:.4f}" if r["value"] is not None else "-",
+                *vals,
+                fmt_duration(r["wall_s"]) if r["wall_s"] is not None else "-",
+            ]
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     print()
     for row in table:

@@ -70,40 +70,83 @@ from harness.scheduling.worker import MAX_RETRIES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_storage(parser)
-    parser.add_argument("--max-runs", type=int, default=None, metavar="N",
-                        help="stop after N runs (default: no limit)")
+    parser.add_argument(
+        "--max-runs", type=int, default=None, metavar="N", help="stop after N runs (default: no limit)"
+    )
     parser.add_argument("--grid", metavar="NAME", default=None, help="only take runs of this grid")
-    parser.add_argument("--wait", action="store_true",
-                        help="when nothing is queued, keep polling instead of stopping")
-    parser.add_argument("--poll-s", type=float, default=10.0, metavar="S",
-                        help="polling interval with --wait, seconds (default: 10)")
-    parser.add_argument("--retries", type=int, default=MAX_RETRIES, metavar="N",
-                        help=f"retries of a run whose training raised (default: {MAX_RETRIES})")
-    parser.add_argument("--lease-s", type=float, default=LEASE_TIMEOUT_S, metavar="S",
-                        help="a run whose worker has not refreshed its lease for S seconds is "
-                             f"reclaimed (default: {LEASE_TIMEOUT_S:g}; clocks must agree well within it)")
-    parser.add_argument("--storage-retry-s", type=float, default=STORAGE_RETRY_S, metavar="S",
-                        help="retry an unreachable queue storage (backoff 0.5 s doubling to 10 s) for "
-                             f"S seconds, then stop with an error (default: {STORAGE_RETRY_S:g})")
-    parser.add_argument("--threads", type=int, default=0, metavar="N",
-                        help="torch CPU threads for this worker (0 = torch's default; use cores / workers)")
-    parser.add_argument("--devices", default=None,
-                        help="ranks per run (default: the number of --gpus, else 1): the worker claims one run and "
-                             "trains it on N ranks of this machine, one per device, started around that run")
-    parser.add_argument("--gpus", default=None, metavar="LIST",
-                        help="the GPUs this worker trains on, e.g. 0,1 (shared with other workers only when "
-                             "they name them too); default: --devices free GPUs of CUDA_VISIBLE_DEVICES (or "
-                             "the node), each locked for this worker's life, so workers never share one")
+    parser.add_argument(
+        "--wait", action="store_true", help="when nothing is queued, keep polling instead of stopping"
+    )
+    parser.add_argument(
+        "--poll-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="polling interval with --wait, seconds (default: 10)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=MAX_RETRIES,
+        metavar="N",
+        help=f"retries of a run whose training raised (default: {MAX_RETRIES})",
+    )
+    parser.add_argument(
+        "--lease-s",
+        type=float,
+        default=LEASE_TIMEOUT_S,
+        metavar="S",
+        help="a run whose worker has not refreshed its lease for S seconds is "
+        f"reclaimed (default: {LEASE_TIMEOUT_S:g}; clocks must agree well within it)",
+    )
+    parser.add_argument(
+        "--storage-retry-s",
+        type=float,
+        default=STORAGE_RETRY_S,
+        metavar="S",
+        help="retry an unreachable queue storage (backoff 0.5 s doubling to 10 s) for "
+        f"S seconds, then stop with an error (default: {STORAGE_RETRY_S:g})",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="torch CPU threads for this worker (0 = torch's default; use cores / workers)",
+    )
+    parser.add_argument(
+        "--devices",
+        default=None,
+        help="ranks per run (default: the number of --gpus, else 1): the worker claims one run and "
+        "trains it on N ranks of this machine, one per device, started around that run",
+    )
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        metavar="LIST",
+        help="the GPUs this worker trains on, e.g. 0,1 (shared with other workers only when "
+        "they name them too); default: --devices free GPUs of CUDA_VISIBLE_DEVICES (or "
+        "the node), each locked for this worker's life, so workers never share one",
+    )
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
-    parser.add_argument("--create", action="store_true",
-                        help="make the results folder if it does not exist (default: refuse a folder that "
-                             "does not exist, so a mistyped --results is not a new, empty queue)")
-    parser.add_argument("--logger", action="append", default=[], choices=TRACKERS, metavar="NAME",
-                        help=f"stream each run's live curves to a tracker ({', '.join(TRACKERS)}), besides its "
-                        "[train] loggers; repeatable; outside the protocol hash")
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="make the results folder if it does not exist (default: refuse a folder that "
+        "does not exist, so a mistyped --results is not a new, empty queue)",
+    )
+    parser.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        choices=TRACKERS,
+        metavar="NAME",
+        help=f"stream each run's live curves to a tracker ({', '.join(TRACKERS)}), besides its "
+        "[train] loggers; repeatable; outside the protocol hash",
+    )
 
 
 def _check_writable(results: Path, create: bool = False) -> None:
@@ -121,9 +164,11 @@ def _check_writable(results: Path, create: bool = False) -> None:
         results.stat()
     except FileNotFoundError:  # not NotADirectoryError: a file on the path is said by mkdir below
         if not create:
-            raise FileNotFoundError(f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
-                                    "--results DIR` makes it, or pass --create (set --results DIR or "
-                                    "$HARNESS_RESULTS)") from None
+            raise FileNotFoundError(
+                f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
+                "--results DIR` makes it, or pass --create (set --results DIR or "
+                "$HARNESS_RESULTS)"
+            ) from None
     results.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
         pass
@@ -151,8 +196,11 @@ def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
         n = len(gpu.parse_gpus(gpus)) if gpus else len(gpu.visible_devices())
     chosen, claim = gpu.assign(gpus, n)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
-    print(f"worker trains on GPU(s) {','.join(chosen)} ({n} rank(s) per run)"
-          + ("" if claim is None else f"; locked in {gpu.lock_dir()}"), flush=True)
+    print(
+        f"worker trains on GPU(s) {','.join(chosen)} ({n} rank(s) per run)"
+        + ("" if claim is None else f"; locked in {gpu.lock_dir()}"),
+        flush=True,
+    )
     return n, claim
 
 
@@ -167,8 +215,11 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     print(summary(outcomes))
     n = sum(outcomes.values())
     if n and outcomes.get("failed", 0) == n:
-        print(f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
-              "their errors", file=sys.stderr)
+        print(
+            f"harness work: error: every run this worker took failed ({n}); see `harness status` for "
+            "their errors",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -178,8 +229,10 @@ def summary(outcomes: Mapping[str, int]) -> str:
     worker]`` of an outcome count."""
     pruned = f", {outcomes['pruned']} pruned" if outcomes.get("pruned") else ""
     lost = f", {outcomes['lost']} lost to another worker" if outcomes.get("lost") else ""
-    return (f"worker trained {sum(outcomes.values())} runs: {outcomes.get('done', 0)} done, "
-            f"{outcomes.get('diverged', 0)} diverged, {outcomes.get('failed', 0)} failed{pruned}{lost}")
+    return (
+        f"worker trained {sum(outcomes.values())} runs: {outcomes.get('done', 0)} done, "
+        f"{outcomes.get('diverged', 0)} diverged, {outcomes.get('failed', 0)} failed{pruned}{lost}"
+    )
 
 
 def _train_fn(args: argparse.Namespace, stop):
@@ -195,8 +248,14 @@ def _train_fn(args: argparse.Namespace, stop):
     if micro is not None:
         extra["micro_batch_size"] = micro
     extra.update({"loggers": tuple(args.logger)} if args.logger else {})
-    return functools.partial(worker.train_unless_finished, progress=not args.quiet, accelerator=args.accelerator,
-                             devices=devices, strategy=args.strategy, **extra), claim
+    return functools.partial(
+        worker.train_unless_finished,
+        progress=not args.quiet,
+        accelerator=args.accelerator,
+        devices=devices,
+        strategy=args.strategy,
+        **extra,
+    ), claim
 
 
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
@@ -229,7 +288,9 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     _check_writable(Path(args.results), getattr(args, "create", False))
-    queue = RunQueue.open(args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s)
+    queue = RunQueue.open(
+        args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s
+    )
     if args.grid is not None:
         try:
             check_grid(args.grid, (r.grid for r in queue.runs().values()), queue.where)
@@ -244,10 +305,21 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
-            return worker.work(queue, train_fn, args.results, on_failure=on_failure, grid=args.grid,
-                               max_runs=args.max_runs, wait=args.wait, poll_s=args.poll_s,
-                               max_retries=args.retries, beat_s=beat_s, retry_s=args.storage_retry_s, stop=stop,
-                               space_needed=space_needed)
+            return worker.work(
+                queue,
+                train_fn,
+                args.results,
+                on_failure=on_failure,
+                grid=args.grid,
+                max_runs=args.max_runs,
+                wait=args.wait,
+                poll_s=args.poll_s,
+                max_retries=args.retries,
+                beat_s=beat_s,
+                retry_s=args.storage_retry_s,
+                stop=stop,
+                space_needed=space_needed,
+            )
     finally:
         if stop is None:
             signal.signal(signal.SIGTERM, previous)

@@ -88,8 +88,12 @@ def read_documents(spec: str, *, max_docs: int | None = None) -> list[str]:
         OptionalDependencyError: an ``hf:`` spec without the ``datasets`` package.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"corpus spec {spec!r} is empty; give a file, directory, glob or hf:OWNER/NAME:CONFIG")
-    if max_docs is not None and (isinstance(max_docs, bool) or not isinstance(max_docs, int) or max_docs <= 0):
+        raise ValueError(
+            f"corpus spec {spec!r} is empty; give a file, directory, glob or hf:OWNER/NAME:CONFIG"
+        )
+    if max_docs is not None and (
+        isinstance(max_docs, bool) or not isinstance(max_docs, int) or max_docs <= 0
+    ):
         raise ValueError(f"max_docs={max_docs!r} must be a positive integer or None")
     if spec.startswith(HUB_PREFIX):
         docs = _read_hub(spec, max_docs if max_docs is not None else HUB_DEFAULT_MAX_DOCS)
@@ -137,7 +141,9 @@ def corpus_files(spec: str) -> list[Path]:
         key=lambda p: p.as_posix(),
     )
     if not files:
-        raise FileNotFoundError(f"{where} holds no corpus file with extension {', '.join(SUPPORTED_EXTENSIONS)}")
+        raise FileNotFoundError(
+            f"{where} holds no corpus file with extension {', '.join(SUPPORTED_EXTENSIONS)}"
+        )
     return files
 
 
@@ -183,8 +189,10 @@ def jsonl_text(line: str | bytes, path: Path, number: int) -> str | None:
         raise ValueError(f"JSONL file {str(path)!r}: line {number} is not a JSON object with a 'text' field")
     value = row.get("text")
     if value is not None and not isinstance(value, str):
-        raise ValueError(f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
-                         f"{type(value).__name__}, expected a string")
+        raise ValueError(
+            f"JSONL file {str(path)!r}: line {number}: field 'text' holds "
+            f"{type(value).__name__}, expected a string"
+        )
     return value
 
 
@@ -209,7 +217,9 @@ def _read_jsonl(path: Path) -> list[str | None]:
                 f"JSONL file {str(path)!r} has no 'text' field (fields found: {', '.join(columns) or 'none'})"
             )
         if columns["text"] not in (pl.String, pl.Null):
-            raise ValueError(f"JSONL file {str(path)!r}: field 'text' holds {columns['text']}, expected strings")
+            raise ValueError(
+                f"JSONL file {str(path)!r}: field 'text' holds {columns['text']}, expected strings"
+            )
         texts = frame.select("text").collect()["text"].to_list()
     except pl.exceptions.PolarsError as exc:
         _decode_utf8(path.read_bytes(), path)  # raises the clearer message when that is the cause
@@ -225,7 +235,9 @@ def _read_parquet(path: Path) -> list[str | None]:
                 f"Parquet file {str(path)!r} has no 'text' column (columns found: {', '.join(columns) or 'none'})"
             )
         if columns["text"] not in (pl.String, pl.Null):
-            raise ValueError(f"Parquet file {str(path)!r}: column 'text' holds {columns['text']}, expected strings")
+            raise ValueError(
+                f"Parquet file {str(path)!r}: column 'text' holds {columns['text']}, expected strings"
+            )
         return pl.read_parquet(path, columns=["text"])["text"].to_list()
     except pl.exceptions.PolarsError as exc:
         raise ValueError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
@@ -261,19 +273,24 @@ def probe_corpus(spec: str) -> str:
         head = _probe_read(path, 4096)
         if path.suffix.lower() in PARQUET_EXTENSIONS:
             if not head.startswith(_PARQUET_MAGIC):
-                raise ValueError(f"corpus file {str(path)!r} is not a Parquet file (it does not start with PAR1)")
+                raise ValueError(
+                    f"corpus file {str(path)!r} is not a Parquet file (it does not start with PAR1)"
+                )
             continue
         nul = head.find(b"\x00")
         if nul >= 0:
-            raise ValueError(f"corpus file {str(path)!r} looks binary (a NUL byte at offset {nul}); "
-                             "corpus files are UTF-8 text (.jsonl, .txt) or Parquet")
+            raise ValueError(
+                f"corpus file {str(path)!r} looks binary (a NUL byte at offset {nul}); "
+                "corpus files are UTF-8 text (.jsonl, .txt) or Parquet"
+            )
         _decode_utf8_prefix(head, path)
     for path in files:
         if _probe_has_text(path):
             return f"{len(files)} corpus file(s); the first document is in {path}"
     raise ValueError(
         f"corpus {spec!r} holds no text: none of its {len(files)} file(s) has a non-empty document in its "
-        f"first {PROBE_BYTES >> 20} MiB (JSONL rows need a non-empty string 'text' field)")
+        f"first {PROBE_BYTES >> 20} MiB (JSONL rows need a non-empty string 'text' field)"
+    )
 
 
 def _probe_read(path: Path, n: int) -> bytes:
@@ -290,7 +307,7 @@ def _decode_utf8_prefix(data: bytes, path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.reason == "unexpected end of data" and exc.start >= len(data) - 3:
-            return data[:exc.start].decode("utf-8")
+            return data[: exc.start].decode("utf-8")
         return _decode_utf8(data, path)  # raises its message
 
 
@@ -301,13 +318,17 @@ def _probe_has_text(path: Path) -> bool:
         try:
             schema = pl.read_parquet_schema(path)
             if "text" not in schema:
-                raise ValueError(f"Parquet file {str(path)!r} has no 'text' column (columns found: "
-                                 f"{', '.join(schema) or 'none'})")
+                raise ValueError(
+                    f"Parquet file {str(path)!r} has no 'text' column (columns found: "
+                    f"{', '.join(schema) or 'none'})"
+                )
             head = pl.scan_parquet(path).select("text").head(1000).collect()["text"]
         except pl.exceptions.PolarsError as exc:
             raise ValueError(f"cannot read Parquet file {str(path)!r}: {exc}") from None
         if head.dtype not in (pl.String, pl.Null):
-            raise ValueError(f"Parquet file {str(path)!r}: column 'text' holds {head.dtype}, expected strings")
+            raise ValueError(
+                f"Parquet file {str(path)!r}: column 'text' holds {head.dtype}, expected strings"
+            )
         return any(t is not None and t.strip() for t in head.to_list())
     text = _decode_utf8_prefix(_probe_read(path, PROBE_BYTES), path)
     if suffix in TEXT_EXTENSIONS:
@@ -330,7 +351,7 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None]:
     Raises:
         ValueError: the spec does not have that form.
     """
-    match = _HUB_RE.match(spec[len(HUB_PREFIX):]) if spec.startswith(HUB_PREFIX) else None
+    match = _HUB_RE.match(spec[len(HUB_PREFIX) :]) if spec.startswith(HUB_PREFIX) else None
     if not match:
         raise ValueError(
             f"hub corpus spec {spec!r} is malformed; expected hf:OWNER/NAME or hf:OWNER/NAME:CONFIG, "
@@ -428,7 +449,17 @@ def split_documents(docs: Sequence[str], val_fraction: float) -> SplitDocuments:
 
 
 __all__ = [
-    "SUPPORTED_EXTENSIONS", "HUB_DEFAULT_MAX_DOCS", "OptionalDependencyError", "SplitDocuments",
-    "read_documents", "corpus_files", "probe_corpus", "jsonl_text", "PROBE_BYTES", "parse_hub_spec", "corpus_fingerprint",
-    "is_validation", "split_documents",
+    "SUPPORTED_EXTENSIONS",
+    "HUB_DEFAULT_MAX_DOCS",
+    "OptionalDependencyError",
+    "SplitDocuments",
+    "read_documents",
+    "corpus_files",
+    "probe_corpus",
+    "jsonl_text",
+    "PROBE_BYTES",
+    "parse_hub_spec",
+    "corpus_fingerprint",
+    "is_validation",
+    "split_documents",
 ]

@@ -122,7 +122,7 @@ class TrainSchedule:
             # Seeded by (seed, epoch) only: independent of any global RNG state.
             self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_windows)
             self._perm_epoch = epoch
-        return self._perm[j * self.batch_size:(j + 1) * self.batch_size].astype(np.int64) * self.context
+        return self._perm[j * self.batch_size : (j + 1) * self.batch_size].astype(np.int64) * self.context
 
     def batch(self, step: int, rank: int = 0, world_size: int = 1) -> Batch:
         """Rank ``rank``'s rows ``[rank::world_size]`` of global batch ``step``.
@@ -175,7 +175,7 @@ class ValBatches(IterableDataset):
         batches = range(0, self.n_windows, self.batch_size)
         for k, first in enumerate(batches):
             if k % n_workers == worker:
-                yield self.tokens.windows(starts[first:first + self.batch_size], self.context)
+                yield self.tokens.windows(starts[first : first + self.batch_size], self.context)
 
 
 class TokenDataModule(L.LightningDataModule):
@@ -213,7 +213,11 @@ class TokenDataModule(L.LightningDataModule):
         super().__init__()
         self.prepared = prepared
         self.schedule = TrainSchedule(prepared, context, batch_size, seed)
-        self.context, self.batch_size, self.seed = self.schedule.context, self.schedule.batch_size, self.schedule.seed
+        self.context, self.batch_size, self.seed = (
+            self.schedule.context,
+            self.schedule.batch_size,
+            self.schedule.seed,
+        )
         self.eval_tokens = _positive_int("eval_tokens", eval_tokens)
         self.start_step = _nonnegative_int("start_step", start_step)
         self.num_workers = _nonnegative_int("num_workers", num_workers)
@@ -264,8 +268,13 @@ class TokenDataModule(L.LightningDataModule):
         if self.trainer is not None and self._fit_base is not None:
             base_step, base_global = self._fit_base
             next_step = base_step + (self.trainer.global_step - base_global)
-        return {"next_step": int(next_step), "seed": self.seed, "context": self.context,
-                "batch_size": self.batch_size, "fingerprint": self.prepared.fingerprint}
+        return {
+            "next_step": int(next_step),
+            "seed": self.seed,
+            "context": self.context,
+            "batch_size": self.batch_size,
+            "fingerprint": self.prepared.fingerprint,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Resume at the checkpoint's next batch (sets ``start_step``, never adds to it).
@@ -273,8 +282,12 @@ class TokenDataModule(L.LightningDataModule):
         Raises:
             ValueError: the checkpoint was written for another corpus, seed, context or batch size.
         """
-        mine = {"seed": self.seed, "context": self.context, "batch_size": self.batch_size,
-                "fingerprint": self.prepared.fingerprint}
+        mine = {
+            "seed": self.seed,
+            "context": self.context,
+            "batch_size": self.batch_size,
+            "fingerprint": self.prepared.fingerprint,
+        }
         differ = [k for k, v in mine.items() if state_dict.get(k) != v]
         if differ:
             raise ValueError(
@@ -296,7 +309,7 @@ class TokenDataModule(L.LightningDataModule):
 
     def val_targets(self) -> np.ndarray:
         """``[n_val_windows * T]`` int64 ids of the validation targets, tokens ``1 .. n*T`` of the split."""
-        return np.asarray(self.val_tokens.array[1:self.n_val_windows * self.context + 1], dtype=np.int64)
+        return np.asarray(self.val_tokens.array[1 : self.n_val_windows * self.context + 1], dtype=np.int64)
 
     def val_target_bytes(self) -> int:
         """UTF-8 bytes of all validation targets: ``sum(token_bytes[y])`` over the fixed set.

@@ -35,7 +35,13 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, corpus_fingerprint, read_documents, split_documents
+from harness.data.corpus import (
+    HUB_DEFAULT_MAX_DOCS,
+    HUB_PREFIX,
+    corpus_fingerprint,
+    read_documents,
+    split_documents,
+)
 from harness.data.shard_reader import ShardedTokens
 from harness.data.shards import load_shard_tokenizer, read_manifest, shard_dir
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
@@ -111,7 +117,9 @@ class PreparedCorpus:
             info = self.meta["splits"][split]
             for shard in info.get("shards", []) if self.sharded else []:
                 if _sha256_file(self.dir / shard["file"]) != shard["sha256"]:
-                    raise ValueError(f"prepared corpus {self.dir}: {shard['file']} does not match manifest.json")
+                    raise ValueError(
+                        f"prepared corpus {self.dir}: {shard['file']} does not match manifest.json"
+                    )
             if self.sharded:
                 continue
             digest = _sha256_file(self.dir / info["file"])
@@ -177,22 +185,47 @@ def prepare_corpus(
     return _load(final, caller)
 
 
-def _sharded(cache_dir: Path, corpus: str, tokenizer: str, vocab_size: int, val_fraction: float,
-             max_docs: int | None, caller: dict) -> PreparedCorpus | None:
+def _sharded(
+    cache_dir: Path,
+    corpus: str,
+    tokenizer: str,
+    vocab_size: int,
+    val_fraction: float,
+    max_docs: int | None,
+    caller: dict,
+) -> PreparedCorpus | None:
     """The corpus `harness prepare` sharded for these settings (shards + manifest), else ``None``: a sharded
     corpus is read, never streamed or tokenized again."""
-    sharded = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
-                        val_fraction=val_fraction, max_docs=max_docs)
+    sharded = shard_dir(
+        cache_dir,
+        corpus,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        val_fraction=val_fraction,
+        max_docs=max_docs,
+    )
     manifest = read_manifest(sharded)
     if manifest is None:
         return None
-    return PreparedCorpus(dir=sharded, vocab_size=int(manifest["tokenizer"]["vocab_size"]),
-                          dtype=manifest["dtype"], fingerprint=manifest["fingerprint"],
-                          meta={**manifest, **caller}, sharded=True)
+    return PreparedCorpus(
+        dir=sharded,
+        vocab_size=int(manifest["tokenizer"]["vocab_size"]),
+        dtype=manifest["dtype"],
+        fingerprint=manifest["fingerprint"],
+        meta={**manifest, **caller},
+        sharded=True,
+    )
 
 
-def _build_once(final: Path, docs: list[str], fingerprint: str, cache_dir: Path, vocab_size: int,
-                tokenizer: str, val_fraction: float) -> None:
+def _build_once(
+    final: Path,
+    docs: list[str],
+    fingerprint: str,
+    cache_dir: Path,
+    vocab_size: int,
+    tokenizer: str,
+    val_fraction: float,
+) -> None:
     """Tokenize ``docs`` into ``final`` unless another worker did: built in a temporary folder, synced,
     then renamed into place (atomic)."""
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +266,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
 
 
-def _prepared_dir(cache_dir: Path, fingerprint: str, val_fraction: float, tokenizer: str, vocab_size: int) -> Path:
+def _prepared_dir(
+    cache_dir: Path, fingerprint: str, val_fraction: float, tokenizer: str, vocab_size: int
+) -> Path:
     key = {
         "format": FORMAT_VERSION,
         "fingerprint": fingerprint,
@@ -264,7 +299,12 @@ def _load(path: Path, caller: dict) -> PreparedCorpus:
 
 
 def _build(
-    out: Path, docs: list[str], fingerprint: str, cache_dir: Path, vocab_size: int, tokenizer: str,
+    out: Path,
+    docs: list[str],
+    fingerprint: str,
+    cache_dir: Path,
+    vocab_size: int,
+    tokenizer: str,
     val_fraction: float,
 ) -> None:
     split = split_documents(docs, val_fraction)
@@ -312,7 +352,7 @@ def _write_tokens(path: Path, texts: list[str], tok, dtype: np.dtype) -> dict:
     n_tokens = n_bytes = bytes_from_tokens = 0
     with open(path, "wb") as fh:
         for start in range(0, len(texts), _ENCODE_CHUNK_DOCS):
-            chunk = texts[start:start + _ENCODE_CHUNK_DOCS]
+            chunk = texts[start : start + _ENCODE_CHUNK_DOCS]
             ids = []
             for encoded in tok.encode_batch(chunk):
                 ids.extend(encoded)

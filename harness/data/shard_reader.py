@@ -27,8 +27,12 @@ class ShardedTokens:
     def maps(self) -> list[np.ndarray]:
         if self._maps is None:
             # an empty file cannot be memory-mapped: an empty shard reads as an empty array
-            self._maps = [np.memmap(self.folder / f, dtype=self.dtype.newbyteorder("<"), mode="r", shape=(int(n),))
-                          if n else np.empty(0, dtype=self.dtype) for f, n in zip(self.files, self.sizes)]
+            self._maps = [
+                np.memmap(self.folder / f, dtype=self.dtype.newbyteorder("<"), mode="r", shape=(int(n),))
+                if n
+                else np.empty(0, dtype=self.dtype)
+                for f, n in zip(self.files, self.sizes)
+            ]
         return self._maps
 
     def __len__(self) -> int:
@@ -42,7 +46,7 @@ class ShardedTokens:
         while pos < out.size:
             lo = start + pos - int(self.ends[k] - self.sizes[k])
             n = min(int(self.sizes[k]) - lo, out.size - pos)
-            out[pos:pos + n] = self.maps[k][lo:lo + n]
+            out[pos : pos + n] = self.maps[k][lo : lo + n]
             pos, k = pos + n, k + 1
         return out
 

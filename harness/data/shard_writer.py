@@ -17,8 +17,17 @@ from harness.files import fsync_file
 class _ShardWriter:
     """Appends one split's tokens to fixed-size shard files; records finished shards."""
 
-    def __init__(self, folder: Path, split: str, shard_tokens: int, dtype: np.dtype, state: dict,
-                 token_bytes: np.ndarray, eos_id: int, on_shard: Callable[[str, dict], None]):
+    def __init__(
+        self,
+        folder: Path,
+        split: str,
+        shard_tokens: int,
+        dtype: np.dtype,
+        state: dict,
+        token_bytes: np.ndarray,
+        eos_id: int,
+        on_shard: Callable[[str, dict], None],
+    ):
         self.folder, self.split, self.shard_tokens, self.dtype = folder, split, shard_tokens, dtype
         self.eos_id = eos_id
         self.shards: list[dict] = list(state.get("shards", []))
@@ -51,9 +60,13 @@ class _ShardWriter:
         path = self._path()
         fsync_file(path)
         data = np.fromfile(path, dtype=self.dtype)
-        record = {"file": path.name, "tokens": int(data.size), "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
-                  "documents": int(np.count_nonzero(data == self.eos_id)),
-                  "bytes": int(self.token_bytes[data].sum())}
+        record = {
+            "file": path.name,
+            "tokens": int(data.size),
+            "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
+            "documents": int(np.count_nonzero(data == self.eos_id)),
+            "bytes": int(self.token_bytes[data].sum()),
+        }
         del data
         self.shards.append(record)
         self.open_tokens = 0

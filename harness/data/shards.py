@@ -77,12 +77,24 @@ def source_key(corpus: str) -> str:
     return corpus if corpus.startswith(HUB_PREFIX) else os.path.abspath(os.path.expanduser(corpus))
 
 
-def shard_dir(cache_dir: Path, corpus: str, *, tokenizer: str, vocab_size: int, val_fraction: float,
-              max_docs: int | None) -> Path:
+def shard_dir(
+    cache_dir: Path,
+    corpus: str,
+    *,
+    tokenizer: str,
+    vocab_size: int,
+    val_fraction: float,
+    max_docs: int | None,
+) -> Path:
     """The folder of the sharded corpus a run with these settings reads (exists or not)."""
-    key = {"format": SHARD_FORMAT, "source": source_key(corpus), "tokenizer": tokenizer,
-           "vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
-           "val_fraction": float(val_fraction), "max_docs": max_docs or None}
+    key = {
+        "format": SHARD_FORMAT,
+        "source": source_key(corpus),
+        "tokenizer": tokenizer,
+        "vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
+        "val_fraction": float(val_fraction),
+        "max_docs": max_docs or None,
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return Path(cache_dir) / "corpora" / f"shards-{tokenizer}-{digest[:32]}"
 
@@ -99,8 +111,14 @@ class CorpusKey:
 
     def folder(self, cache_dir: Path) -> Path:
         """Where ``harness prepare`` puts this corpus (:func:`harness.data.shards.shard_dir`)."""
-        return shard_dir(cache_dir, self.corpus, tokenizer=self.tokenizer, vocab_size=self.vocab_size,
-                         val_fraction=self.val_fraction, max_docs=self.max_docs)
+        return shard_dir(
+            cache_dir,
+            self.corpus,
+            tokenizer=self.tokenizer,
+            vocab_size=self.vocab_size,
+            val_fraction=self.val_fraction,
+            max_docs=self.max_docs,
+        )
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -116,7 +134,10 @@ def read_manifest(folder: Path) -> dict | None:
 def _write_gpt2_ranks(path: Path, tok: GPT2Tokenizer) -> None:
     """tiktoken's gpt2 merge ranks in tiktoken's own file format (base64 token, rank)."""
     ranks = tok._enc._mergeable_ranks
-    lines = [base64.b64encode(token).decode() + f" {rank}" for token, rank in sorted(ranks.items(), key=lambda x: x[1])]
+    lines = [
+        base64.b64encode(token).decode() + f" {rank}"
+        for token, rank in sorted(ranks.items(), key=lambda x: x[1])
+    ]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
@@ -170,14 +191,28 @@ class Target:
     val_tokens: int = 0
 
     def met(self, train: int, val: int) -> bool:
-        return bool(self.train_tokens or self.val_tokens) and train >= self.train_tokens and val >= self.val_tokens
+        return (
+            bool(self.train_tokens or self.val_tokens)
+            and train >= self.train_tokens
+            and val >= self.val_tokens
+        )
 
 
-def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", vocab_size: int = 0,
-                   val_fraction: float = 0.05, max_docs: int | None = None, target: Target = Target(),
-                   shard_tokens: int = DEFAULT_SHARD_TOKENS, chunk_bytes: int = CHUNK_BYTES,
-                   workers: int | None = None,
-                   bpe_sample_bytes: int = BPE_SAMPLE_BYTES, log: Callable[[str], None] | None = None) -> Path:
+def prepare_shards(
+    corpus: str,
+    *,
+    cache_dir: Path,
+    tokenizer: str = "bpe",
+    vocab_size: int = 0,
+    val_fraction: float = 0.05,
+    max_docs: int | None = None,
+    target: Target = Target(),
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    chunk_bytes: int = CHUNK_BYTES,
+    workers: int | None = None,
+    bpe_sample_bytes: int = BPE_SAMPLE_BYTES,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """Stream, tokenize and shard a corpus (see the module docstring); return its folder.
 
     Args:
@@ -206,10 +241,18 @@ def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", voca
     if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
         raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
     if shard_tokens <= 0 or chunk_bytes <= 0:
-        raise ValueError(f"shard_tokens={shard_tokens}, chunk_bytes={chunk_bytes}: both must be positive integers")
+        raise ValueError(
+            f"shard_tokens={shard_tokens}, chunk_bytes={chunk_bytes}: both must be positive integers"
+        )
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    folder = shard_dir(cache_dir, corpus, tokenizer=tokenizer, vocab_size=vocab_size,
-                       val_fraction=val_fraction, max_docs=max_docs)
+    folder = shard_dir(
+        cache_dir,
+        corpus,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        val_fraction=val_fraction,
+        max_docs=max_docs,
+    )
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(folder.with_name(folder.name + ".lock")):
         manifest = read_manifest(folder)
@@ -217,15 +260,29 @@ def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", voca
             splits = manifest["splits"]
             if manifest["exhausted"] or target.met(splits["train"]["tokens"], splits["val"]["tokens"]):
                 return folder
-            log(f"{folder.name}: extending: holds {splits['train']['tokens']:,} train tokens, "
-                f"{target.train_tokens:,} asked")
+            log(
+                f"{folder.name}: extending: holds {splits['train']['tokens']:,} train tokens, "
+                f"{target.train_tokens:,} asked"
+            )
         if not corpus.startswith(HUB_PREFIX):
             corpus_files(corpus)  # a missing or empty source fails before anything is written
         folder.mkdir(exist_ok=True)
         try:
-            _build(folder, corpus, manifest, tokenizer=tokenizer, vocab_size=vocab_size,
-                   val_fraction=float(val_fraction), max_docs=max_docs, target=target, shard_tokens=shard_tokens,
-                   chunk_bytes=chunk_bytes, workers=workers or os.cpu_count() or 1, bpe_sample_bytes=bpe_sample_bytes, log=log)
+            _build(
+                folder,
+                corpus,
+                manifest,
+                tokenizer=tokenizer,
+                vocab_size=vocab_size,
+                val_fraction=float(val_fraction),
+                max_docs=max_docs,
+                target=target,
+                shard_tokens=shard_tokens,
+                chunk_bytes=chunk_bytes,
+                workers=workers or os.cpu_count() or 1,
+                bpe_sample_bytes=bpe_sample_bytes,
+                log=log,
+            )
         except BaseException:
             if not (folder / "setup.json").exists():  # failed before its first step: leave no empty folder
                 shutil.rmtree(folder, ignore_errors=True)
@@ -233,9 +290,18 @@ def prepare_shards(corpus: str, *, cache_dir: Path, tokenizer: str = "bpe", voca
     return folder
 
 
-def _setup(folder: Path, corpus: str, tokenizer: str, vocab_size: int, val_fraction: float,
-           max_docs: int | None, shard_tokens: int, chunk_bytes: int, bpe_sample_bytes: int,
-           cache_dir: Path) -> dict:
+def _setup(
+    folder: Path,
+    corpus: str,
+    tokenizer: str,
+    vocab_size: int,
+    val_fraction: float,
+    max_docs: int | None,
+    shard_tokens: int,
+    chunk_bytes: int,
+    bpe_sample_bytes: int,
+    cache_dir: Path,
+) -> dict:
     """Resolve the revision and write the tokenizer files: the parts of the manifest fixed
     before the first shard (written to ``setup.json``, so a resumed prepare reuses them)."""
     path = folder / "setup.json"
@@ -255,8 +321,12 @@ def _setup(folder: Path, corpus: str, tokenizer: str, vocab_size: int, val_fract
         tok = train_bpe(sample, vocab_size, cache_dir=cache_dir)
         atomic_write(folder / "tokenizer.json", tok.json_str)
         files = ["tokenizer.json"]
-        bpe_sample = {"documents": len(sample), "bytes": size, "fingerprint": corpus_fingerprint(sample),
-                      "rule": f"the first train-split documents of the stream up to {bpe_sample_bytes} UTF-8 bytes"}
+        bpe_sample = {
+            "documents": len(sample),
+            "bytes": size,
+            "fingerprint": corpus_fingerprint(sample),
+            "rule": f"the first train-split documents of the stream up to {bpe_sample_bytes} UTF-8 bytes",
+        }
         del sample
     else:
         tok = GPT2Tokenizer()
@@ -275,10 +345,15 @@ def _setup(folder: Path, corpus: str, tokenizer: str, vocab_size: int, val_fract
         "shard_tokens": shard_tokens,
         "chunk_bytes": chunk_bytes,
         "dtype": _dtype(tok.vocab_size).name,
-        "tokenizer": {"name": tok.name, "vocab_size": int(tok.vocab_size),
-                      "requested_vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
-                      "eos_id": int(tok.eos_id), "sha256": tok.sha256, "files": files,
-                      "bpe_sample": bpe_sample},
+        "tokenizer": {
+            "name": tok.name,
+            "vocab_size": int(tok.vocab_size),
+            "requested_vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
+            "eos_id": int(tok.eos_id),
+            "sha256": tok.sha256,
+            "files": files,
+            "bpe_sample": bpe_sample,
+        },
     }
     atomic_write(path, json.dumps(setup, indent=2, sort_keys=True) + "\n")
     return setup
@@ -288,21 +363,54 @@ def _dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
 
 
-def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, vocab_size: int,
-           val_fraction: float, max_docs: int | None, target: Target, shard_tokens: int, chunk_bytes: int,
-           workers: int,
-           bpe_sample_bytes: int, log: Callable[[str], None]) -> None:
+def _build(
+    folder: Path,
+    corpus: str,
+    manifest: dict | None,
+    *,
+    tokenizer: str,
+    vocab_size: int,
+    val_fraction: float,
+    max_docs: int | None,
+    target: Target,
+    shard_tokens: int,
+    chunk_bytes: int,
+    workers: int,
+    bpe_sample_bytes: int,
+    log: Callable[[str], None],
+) -> None:
     """Tokenize ``corpus`` into the shards of ``folder`` until ``target`` is met or the source ends, then
     write the manifest. Resumes after the last chunk a killed build finished; with ``manifest`` (a
     finished corpus being extended) its short last shards open again."""
     cpu0 = _cpu_seconds()
-    setup = _setup(folder, corpus, tokenizer, vocab_size, val_fraction, max_docs, shard_tokens, chunk_bytes,
-                   bpe_sample_bytes, folder.parent.parent)
+    setup = _setup(
+        folder,
+        corpus,
+        tokenizer,
+        vocab_size,
+        val_fraction,
+        max_docs,
+        shard_tokens,
+        chunk_bytes,
+        bpe_sample_bytes,
+        folder.parent.parent,
+    )
     progress_path = folder / "progress.json"
     state = _start_state(folder, manifest, progress_path, log)
     dtype, token_bytes, speed = np.dtype(setup["dtype"]), np.load(folder / "token_bytes.npy"), _Speed(log)
-    writers = {s: _ShardWriter(folder, s, setup["shard_tokens"], dtype, state["splits"][s], token_bytes,
-                               setup["tokenizer"]["eos_id"], speed.on_shard) for s in SPLITS}
+    writers = {
+        s: _ShardWriter(
+            folder,
+            s,
+            setup["shard_tokens"],
+            dtype,
+            state["splits"][s],
+            token_bytes,
+            setup["tokenizer"]["eos_id"],
+            speed.on_shard,
+        )
+        for s in SPLITS
+    }
     speed.writers = writers
     for w in writers.values():
         if manifest is not None:
@@ -314,8 +422,9 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
     speed.tokens0 = speed.tokens()
     docs = stream_documents(corpus, revision=setup["revision"], max_docs=max_docs)
     chunks = _chunks(docs, setup["chunk_bytes"])  # the recorded size: a resume cuts the same chunks
-    stopped = _encode(folder, tokenizer, chunks, done, writers, target, val_fraction, dtype, workers,
-                      progress_path)
+    stopped = _encode(
+        folder, tokenizer, chunks, done, writers, target, val_fraction, dtype, workers, progress_path
+    )
     for w in writers.values():
         w.close_shard()
     splits = _finish(folder, corpus, setup, writers, done, exhausted=not stopped)
@@ -326,15 +435,23 @@ def _build(folder: Path, corpus: str, manifest: dict | None, *, tokenizer: str, 
 
 def _cpu_seconds() -> float:
     """User + system CPU seconds of this process and its finished children."""
-    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
+    return sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
 
 
-def _start_state(folder: Path, manifest: dict | None, progress_path: Path, log: Callable[[str], None]) -> dict:
+def _start_state(
+    folder: Path, manifest: dict | None, progress_path: Path, log: Callable[[str], None]
+) -> dict:
     """Where the build starts: a finished corpus's shards (extending it), a killed build's progress, or nothing."""
     if manifest is not None:  # extend a finished corpus: its short last shards open again
-        return {"chunks": manifest["chunks"], "documents": manifest["documents"],
-                "splits": {s: {"shards": manifest["splits"][s]["shards"]} for s in SPLITS}}
+        return {
+            "chunks": manifest["chunks"],
+            "documents": manifest["documents"],
+            "splits": {s: {"shards": manifest["splits"][s]["shards"]} for s in SPLITS},
+        }
     if progress_path.is_file():
         state = json.loads(progress_path.read_text())
         log(f"{folder.name}: resuming after chunk {state['chunks']:,} ({state['documents']:,} documents)")
@@ -356,8 +473,10 @@ class _Speed:
         """Say that a shard was closed, with the build's speed so far."""
         elapsed = time.perf_counter() - self.t0
         done = self.tokens() - self.tokens0
-        self.log(f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
-                 f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)")
+        self.log(
+            f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
+            f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)"
+        )
 
 
 @dataclass
@@ -368,8 +487,18 @@ class _Done:
     documents: int
 
 
-def _encode(folder: Path, tokenizer: str, chunks, done: _Done, writers: dict, target: Target, val_fraction: float,
-            dtype: np.dtype, workers: int, progress_path: Path) -> bool:
+def _encode(
+    folder: Path,
+    tokenizer: str,
+    chunks,
+    done: _Done,
+    writers: dict,
+    target: Target,
+    val_fraction: float,
+    dtype: np.dtype,
+    workers: int,
+    progress_path: Path,
+) -> bool:
     """Encode the chunks after ``done.chunks`` in ``workers`` processes and write them in order, saving the
     progress after each; whether the target was met with text of the source left over."""
     stopped = False
@@ -402,16 +531,29 @@ def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, 
     """Write the manifest (after syncing the shards) and return its ``splits``; an empty split is an error."""
     splits = {}
     for split, w in writers.items():
-        splits[split] = {"tokens": w.tokens, "documents": sum(s["documents"] for s in w.shards),
-                         "bytes": sum(s["bytes"] for s in w.shards), "shards": w.shards}
+        splits[split] = {
+            "tokens": w.tokens,
+            "documents": sum(s["documents"] for s in w.shards),
+            "bytes": sum(s["bytes"] for s in w.shards),
+            "shards": w.shards,
+        }
         if not w.tokens:
-            raise ValueError(f"corpus {corpus!r}: the {split} split is empty after {done.documents:,} documents; "
-                             "use more documents or another val_fraction")
-    content = hashlib.sha256(json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS},
-                                        sort_keys=True).encode()).hexdigest()
-    manifest = {**setup, "fingerprint": content, "documents": done.documents, "chunks": done.chunks,
-                "exhausted": exhausted, "splits": splits,
-                "token_bytes_sha256": hashlib.sha256((folder / "token_bytes.npy").read_bytes()).hexdigest()}
+            raise ValueError(
+                f"corpus {corpus!r}: the {split} split is empty after {done.documents:,} documents; "
+                "use more documents or another val_fraction"
+            )
+    content = hashlib.sha256(
+        json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS}, sort_keys=True).encode()
+    ).hexdigest()
+    manifest = {
+        **setup,
+        "fingerprint": content,
+        "documents": done.documents,
+        "chunks": done.chunks,
+        "exhausted": exhausted,
+        "splits": splits,
+        "token_bytes_sha256": hashlib.sha256((folder / "token_bytes.npy").read_bytes()).hexdigest(),
+    }
     for path in folder.iterdir():
         if path.suffix == ".bin":
             fsync_file(path)
@@ -419,16 +561,19 @@ def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, 
     return splits
 
 
-def _log_done(folder: Path, splits: dict, documents: int, speed: _Speed, cpu: float,
-              log: Callable[[str], None]) -> None:
+def _log_done(
+    folder: Path, splits: dict, documents: int, speed: _Speed, cpu: float, log: Callable[[str], None]
+) -> None:
     """The build's closing line: documents, tokens and shards per split, tokens per second and per CPU-second."""
     elapsed = time.perf_counter() - speed.t0
     total = splits["train"]["tokens"] + splits["val"]["tokens"]
-    log(f"{folder.name}: {documents:,} documents, {splits['train']['tokens']:,} train and "
+    log(
+        f"{folder.name}: {documents:,} documents, {splits['train']['tokens']:,} train and "
         f"{splits['val']['tokens']:,} val tokens in {len(splits['train']['shards'])} + "
         f"{len(splits['val']['shards'])} shards; {(total - speed.tokens0) / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s "
         f"over {elapsed:.1f} s ({(total - speed.tokens0) / max(cpu, 1e-9) / 1e6:.2f}M tokens per CPU-second, "
-        f"tokenizer training included)")
+        f"tokenizer training included)"
+    )
 
 
 def _write_chunk(result: dict, writers: dict) -> int:
@@ -442,9 +587,25 @@ def _save_progress(path: Path, chunks: int, documents: int, writers: dict) -> No
     for w in writers.values():
         if w._path().exists():
             fsync_file(w._path())
-    atomic_write(path, json.dumps({"chunks": chunks, "documents": documents,
-                                   "splits": {s: w.state() for s, w in writers.items()}}))
+    atomic_write(
+        path,
+        json.dumps(
+            {"chunks": chunks, "documents": documents, "splits": {s: w.state() for s, w in writers.items()}}
+        ),
+    )
 
 
-__all__ = ["SHARD_FORMAT", "CorpusKey", "DEFAULT_SHARD_TOKENS", "BPE_SAMPLE_BYTES", "Target", "prepare_shards", "shard_dir",
-           "read_manifest", "stream_documents", "hub_revision", "load_shard_tokenizer", "source_key"]
+__all__ = [
+    "SHARD_FORMAT",
+    "CorpusKey",
+    "DEFAULT_SHARD_TOKENS",
+    "BPE_SAMPLE_BYTES",
+    "Target",
+    "prepare_shards",
+    "shard_dir",
+    "read_manifest",
+    "stream_documents",
+    "hub_revision",
+    "load_shard_tokenizer",
+    "source_key",
+]

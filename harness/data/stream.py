@@ -10,8 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.data.corpus import (
-    HUB_PREFIX, JSONL_EXTENSIONS, PARQUET_EXTENSIONS, OptionalDependencyError, _decode_utf8, corpus_files,
-    jsonl_text, parse_hub_spec,
+    HUB_PREFIX,
+    JSONL_EXTENSIONS,
+    PARQUET_EXTENSIONS,
+    OptionalDependencyError,
+    _decode_utf8,
+    corpus_files,
+    jsonl_text,
+    parse_hub_spec,
 )
 
 
@@ -31,8 +37,10 @@ def hub_revision(spec: str) -> str | None:
 
         return HfApi().dataset_info(name).sha
     except Exception as exc:  # offline / unknown dataset: many exception types across versions
-        raise ValueError(f"cannot resolve the revision of {spec!r} on the Hugging Face hub "
-                         f"({type(exc).__name__}: {exc}); `harness prepare` needs a network for hub corpora") from exc
+        raise ValueError(
+            f"cannot resolve the revision of {spec!r} on the Hugging Face hub "
+            f"({type(exc).__name__}: {exc}); `harness prepare` needs a network for hub corpora"
+        ) from exc
 
 
 def _import_datasets(spec: str):
@@ -41,11 +49,14 @@ def _import_datasets(spec: str):
     except ImportError:
         raise OptionalDependencyError(
             f"corpus {spec!r} needs the optional 'datasets' package, which is not installed; "
-            "install it with: pip install 'rd-harness[hub]'") from None
+            "install it with: pip install 'rd-harness[hub]'"
+        ) from None
     return datasets
 
 
-def stream_documents(corpus: str, *, revision: str | None = None, max_docs: int | None = None) -> Iterator[str]:
+def stream_documents(
+    corpus: str, *, revision: str | None = None, max_docs: int | None = None
+) -> Iterator[str]:
     """The corpus's non-empty documents in order, one at a time (memory: one file row group).
 
     The same documents, in the same order, as :func:`harness.data.corpus.read_documents`.
@@ -54,7 +65,7 @@ def stream_documents(corpus: str, *, revision: str | None = None, max_docs: int 
         FileNotFoundError, ValueError, OptionalDependencyError: as ``read_documents``.
     """
     n = 0
-    for text in (_hub_rows(corpus, revision) if corpus.startswith(HUB_PREFIX) else _local_rows(corpus)):
+    for text in _hub_rows(corpus, revision) if corpus.startswith(HUB_PREFIX) else _local_rows(corpus):
         if text is None or not text.strip():
             continue
         yield text
@@ -80,8 +91,9 @@ def _hub_rows(spec: str, revision: str | None) -> Iterator[str | None]:
     except KeyError:
         raise ValueError(f"hub corpus {spec!r} has no 'text' column") from None
     except Exception as exc:  # network and hub errors surface as many types
-        raise ValueError(f"cannot stream corpus {spec!r} from the Hugging Face hub "
-                         f"({type(exc).__name__}: {exc})") from exc
+        raise ValueError(
+            f"cannot stream corpus {spec!r} from the Hugging Face hub ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def _local_rows(spec: str) -> Iterator[str | None]:

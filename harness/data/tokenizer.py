@@ -68,7 +68,7 @@ class BPETokenizer:
         self.eos_id = 0
 
     @classmethod
-    def from_file(cls, path: Path) -> "BPETokenizer":
+    def from_file(cls, path: Path) -> BPETokenizer:
         """Load a tokenizer JSON written by :func:`train_bpe`."""
         return cls(Path(path).read_text(encoding="utf-8"))
 
@@ -174,9 +174,13 @@ def _gpt2_encoding(ranks_file: Path | None = None):
         from tiktoken.load import load_tiktoken_bpe
         from tiktoken_ext.openai_public import r50k_pat_str
 
-        return tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str,
-                                 mergeable_ranks=load_tiktoken_bpe(str(ranks_file)),
-                                 special_tokens={EOS_TOKEN: 50256}, explicit_n_vocab=50257)
+        return tiktoken.Encoding(
+            name="gpt2",
+            pat_str=r50k_pat_str,
+            mergeable_ranks=load_tiktoken_bpe(str(ranks_file)),
+            special_tokens={EOS_TOKEN: 50256},
+            explicit_n_vocab=50257,
+        )
     try:
         return tiktoken.get_encoding("gpt2")
     # tiktoken fetches its BPE files over HTTP on first use; offline that fails with
@@ -209,7 +213,9 @@ def _bpe_json(texts: Sequence[str], vocab_size: int) -> str:
 def bpe_cache_path(cache_dir: Path, train_fingerprint: str, vocab_size: int) -> Path:
     """Where :func:`train_bpe` caches the tokenizer of these training documents."""
     key = hashlib.sha256(
-        json.dumps({"recipe": BPE_RECIPE_VERSION, "train": train_fingerprint, "vocab_size": vocab_size}).encode()
+        json.dumps(
+            {"recipe": BPE_RECIPE_VERSION, "train": train_fingerprint, "vocab_size": vocab_size}
+        ).encode()
     ).hexdigest()
     return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{key[:32]}.json"
 
@@ -259,6 +265,12 @@ def load_tokenizer(name: str, path: Path | None = None) -> BPETokenizer | GPT2To
 
 
 __all__ = [
-    "EOS_TOKEN", "MIN_BPE_VOCAB", "TOKENIZER_NAMES", "BPETokenizer", "GPT2Tokenizer",
-    "bpe_cache_path", "train_bpe", "load_tokenizer",
+    "EOS_TOKEN",
+    "MIN_BPE_VOCAB",
+    "TOKENIZER_NAMES",
+    "BPETokenizer",
+    "GPT2Tokenizer",
+    "bpe_cache_path",
+    "train_bpe",
+    "load_tokenizer",
 ]

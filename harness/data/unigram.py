@@ -45,7 +45,7 @@ def count_tokens(tokens, vocab_size: int) -> np.ndarray:
     """
     counts = np.zeros(vocab_size, dtype=np.int64)
     for start in range(0, len(tokens), CHUNK_TOKENS):
-        chunk = np.asarray(tokens[start:start + CHUNK_TOKENS], dtype=np.int64)
+        chunk = np.asarray(tokens[start : start + CHUNK_TOKENS], dtype=np.int64)
         if chunk.size and (chunk.min() < 0 or chunk.max() >= vocab_size):
             bad = int(chunk.min()) if chunk.min() < 0 else int(chunk.max())
             raise ValueError(f"token id {bad} outside the vocabulary [0, {vocab_size})")

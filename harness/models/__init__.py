@@ -39,10 +39,18 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # Variants every study knows about, in table order; any further spec files follow.
 CORE_ORDER = (
-    "prenorm", "full_attnres", "block_attnres", "rd_attnres",
-    "param_matched", "dup_route", "dup_route_tied", "fixed_v", "query_reparam",
+    "prenorm",
+    "full_attnres",
+    "block_attnres",
+    "rd_attnres",
+    "param_matched",
+    "dup_route",
+    "dup_route_tied",
+    "fixed_v",
+    "query_reparam",
 )
 
 
@@ -106,6 +114,15 @@ def count_params(model: nn.Module) -> dict[str, int]:
 
 
 __all__ = [
-    "build_model", "available_variants", "get_spec", "count_params", "routing_diagnostics",
-    "RoutingDiagnostics", "js_divergence", "DepthRoutedLM", "VariantSpec", "parse_spec", "CORE_ORDER",
+    "build_model",
+    "available_variants",
+    "get_spec",
+    "count_params",
+    "routing_diagnostics",
+    "RoutingDiagnostics",
+    "js_divergence",
+    "DepthRoutedLM",
+    "VariantSpec",
+    "parse_spec",
+    "CORE_ORDER",
 ]

@@ -64,7 +64,7 @@ class SiteDiagnostics:
     layers: list[int]
     js_qk_v: Tensor | None = None
     js_qk_v_of_means: Tensor | None = None
-    pairs: dict[tuple[str, str], "PairDiagnostics"] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], PairDiagnostics] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,12 +99,21 @@ class RoutingDiagnostics:
                     js = None if d.js_qk_v is None else float(d.js_qk_v[row])
                     jsm = None if d.js_qk_v_of_means is None else float(d.js_qk_v_of_means[row])
                     for source in range(n):
-                        out.append(dict(
-                            tokens=int(tokens), layer=int(layer), site=site, route=route, source=source,
-                            weight=float(dist[row, source]), entropy=float(d.entropy[route][row]),
-                            token_entropy=float(d.token_entropy[route][row]),
-                            eff_depth=float(d.eff_depth[route][row]), js_qk_v=js, js_qk_v_of_means=jsm,
-                        ))
+                        out.append(
+                            dict(
+                                tokens=int(tokens),
+                                layer=int(layer),
+                                site=site,
+                                route=route,
+                                source=source,
+                                weight=float(dist[row, source]),
+                                entropy=float(d.entropy[route][row]),
+                                token_entropy=float(d.token_entropy[route][row]),
+                                eff_depth=float(d.eff_depth[route][row]),
+                                js_qk_v=js,
+                                js_qk_v_of_means=jsm,
+                            )
+                        )
         return out
 
     def pair_rows(self, tokens: int) -> list[dict]:
@@ -114,11 +123,18 @@ class RoutingDiagnostics:
         for site, d in self.sites.items():
             for (a, b), pd in d.pairs.items():
                 for row, layer in enumerate(d.layers):
-                    out.append(dict(
-                        tokens=int(tokens), layer=int(layer), site=site, route_a=a, route_b=b,
-                        query_max_abs_diff=float(pd.query_max_abs_diff[row]),
-                        offset_max_abs_diff=float(pd.offset_max_abs_diff[row]), js=float(pd.js[row]),
-                    ))
+                    out.append(
+                        dict(
+                            tokens=int(tokens),
+                            layer=int(layer),
+                            site=site,
+                            route_a=a,
+                            route_b=b,
+                            query_max_abs_diff=float(pd.query_max_abs_diff[row]),
+                            offset_max_abs_diff=float(pd.offset_max_abs_diff[row]),
+                            js=float(pd.js[row]),
+                        )
+                    )
         return out
 
 
@@ -138,7 +154,7 @@ class RoutingAccumulator:
         self.tokens = 0
         self.sums: dict[tuple[int, str], dict[str, Tensor]] = {}
 
-    def __enter__(self) -> "RoutingAccumulator":
+    def __enter__(self) -> RoutingAccumulator:
         for _, _, site in self.sites:
             site.capture = True
         return self
@@ -200,8 +216,10 @@ class RoutingAccumulator:
                 layers=layers,
                 js_qk_v=torch.zeros(L) if kind == "attn" else None,
                 js_qk_v_of_means=torch.zeros(L) if kind == "attn" else None,
-                pairs={pair: PairDiagnostics(torch.zeros(L), torch.zeros(L), torch.zeros(L))
-                       for pair in spec[layers[0]].spec.route_pairs()},
+                pairs={
+                    pair: PairDiagnostics(torch.zeros(L), torch.zeros(L), torch.zeros(L))
+                    for pair in spec[layers[0]].spec.route_pairs()
+                },
             )
             for row, key in enumerate(keys):
                 acc = {name: t.cpu() for name, t in self.sums[key].items()}
@@ -218,8 +236,10 @@ class RoutingAccumulator:
                     groups = spec[key[0]].spec.groups
                     total = sum(g.share for g in groups)
                     d.js_qk_v[row] = sum(g.share / total * acc[f"js:{i}"] / N for i, g in enumerate(groups))
-                    d.js_qk_v_of_means[row] = sum(g.share / total * js_divergence(acc[f"k:{i}"] / N, acc[f"v:{i}"] / N)
-                                                  for i, g in enumerate(groups))
+                    d.js_qk_v_of_means[row] = sum(
+                        g.share / total * js_divergence(acc[f"k:{i}"] / N, acc[f"v:{i}"] / N)
+                        for i, g in enumerate(groups)
+                    )
                 site = spec[key[0]]
                 queries = dict(zip(site.route_names, site.route_queries().detach().float().cpu()))
                 offsets = {r: b.detach().float().cpu() for r, b in site.route_offsets().items()}
@@ -235,8 +255,11 @@ class RoutingAccumulator:
 def route_param_snapshot(model) -> dict[str, Tensor]:
     """Detached CPU copies of every trainable pseudo-query and offset of ``model`` (its
     routing parameters; a spec can add no others), by qualified name, ``[D]`` each."""
-    return {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()
-            if p.requires_grad and is_zero_init(name)}
+    return {
+        name: p.detach().float().cpu().clone()
+        for name, p in model.named_parameters()
+        if p.requires_grad and is_zero_init(name)
+    }
 
 
 def route_param_rows(model, initial: dict[str, Tensor], tokens: int) -> list[dict]:
@@ -256,9 +279,17 @@ def route_param_rows(model, initial: dict[str, Tensor], tokens: int) -> list[dic
         prefix, name = full.rsplit(".", 1)
         layer, kind = where[prefix]
         value = p.detach().float().cpu()
-        rows.append(dict(tokens=int(tokens), layer=int(layer), site=kind, name=name, numel=int(value.numel()),
-                         max_abs_change=float((value - initial[full]).abs().max()),
-                         max_abs_value=float(value.abs().max())))
+        rows.append(
+            dict(
+                tokens=int(tokens),
+                layer=int(layer),
+                site=kind,
+                name=name,
+                numel=int(value.numel()),
+                max_abs_change=float((value - initial[full]).abs().max()),
+                max_abs_value=float(value.abs().max()),
+            )
+        )
     return rows
 
 

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.models.sizes import ModelConfig
 from harness.models.routing import RMSNorm, RouteSite, SourceBank
+from harness.models.sizes import ModelConfig
 from harness.models.spec import VariantSpec
 
 
@@ -95,16 +95,18 @@ class Attention(nn.Module):
                     spans[-1][1] = hi
                 else:
                     spans.append([lo, hi])
-            w = W[spans[0][0]:spans[0][1]] if len(spans) == 1 else torch.cat([W[lo:hi] for lo, hi in spans])
+            w = W[spans[0][0] : spans[0][1]] if len(spans) == 1 else torch.cat([W[lo:hi] for lo, hi in spans])
             y = F.linear(x, w)  # [B, T, rows]
-            for (j, g, lo, hi), piece in zip(slots, y.split([hi - lo for _, _, lo, hi in slots], dim=-1)):
+            for (j, g, _lo, _hi), piece in zip(slots, y.split([hi - lo for _, _, lo, hi in slots], dim=-1)):
                 parts[j][g] = piece
         return tuple(p[0] if len(p) == 1 else torch.cat(p, dim=-1) for p in parts)  # type: ignore[return-value]
 
     def forward(self, groups: list[tuple[Tensor, Tensor, Tensor]], cos: Tensor, sin: Tensor) -> Tensor:
         B, T, D = groups[0][0].shape
         q, k, v = self._project(groups)  # each [B, T, D]
-        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hs)
+        q, k, v = (
+            t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )  # (B, H, T, hs)
         q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hs)
         return self.proj(y.transpose(1, 2).reshape(B, T, D))

@@ -88,8 +88,9 @@ def mix_routes(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Ten
     """
     R = u.shape[0]
     with torch.autocast(u.device.type, enabled=False):  # bf16 logits would blur the softmax
-        logits = torch.stack([torch.stack([upcast(v) @ u[j] for j in range(R)]) * r
-                              for v, r in zip(values, rstd)])  # [S, R, B, T]
+        logits = torch.stack(
+            [torch.stack([upcast(v) @ u[j] for j in range(R)]) * r for v, r in zip(values, rstd)]
+        )  # [S, R, B, T]
     weights = torch.softmax(logits, dim=0)  # softmax over the source axis S
     a = weights.to(values[0].dtype).unsqueeze(-1)  # [S, R, B, T, 1]
     out = a[0] * values[0]  # [R, B, T, D]: each source broadcast over the routes

@@ -142,7 +142,13 @@ def derive(size: str, **overrides) -> ModelConfig:
     unknown = set(overrides) - allowed
     if unknown:
         raise ValueError(f"unknown model override(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    base.update({k: v for k, v in overrides.items() if k in ("n_layers", "d_model", "n_heads", "context", "vocab_size")})
+    base.update(
+        {
+            k: v
+            for k, v in overrides.items()
+            if k in ("n_layers", "d_model", "n_heads", "context", "vocab_size")
+        }
+    )
     base["mlp_hidden"] = overrides.get("mlp_hidden", mlp_hidden(base["d_model"]))
     base["block_size"] = overrides.get("block_size", default_block_size(base["n_layers"]))
     for key in ("tie_embeddings", "rope_base", "norm_eps"):
@@ -151,4 +157,14 @@ def derive(size: str, **overrides) -> ModelConfig:
     return ModelConfig(**base)
 
 
-__all__ = ["SizePreset", "SIZES", "VOCAB_MULTIPLE", "padded_vocab", "get_size", "mlp_hidden", "default_block_size", "ModelConfig", "derive"]
+__all__ = [
+    "SizePreset",
+    "SIZES",
+    "VOCAB_MULTIPLE",
+    "padded_vocab",
+    "get_size",
+    "mlp_hidden",
+    "default_block_size",
+    "ModelConfig",
+    "derive",
+]

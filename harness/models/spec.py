@@ -86,7 +86,7 @@ class SiteSpec:
     route_offsets: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def default(cls, site: str) -> "SiteSpec":
+    def default(cls, site: str) -> SiteSpec:
         """The parent's single route at ``site`` (every role reads it)."""
         q, r = DEFAULT_QUERY[site], DEFAULT_ROUTE[site]
         return cls({q: True}, {r: (q,)}, (HeadGroup(1, {role: (r,) for role in SITE_ROLES[site]}),))
@@ -100,14 +100,16 @@ class SiteSpec:
         shares = [g.share for g in self.groups]
         total = sum(shares)
         if any(n_heads * s % total for s in shares):
-            raise ValueError(f"head groups with shares {shares} cannot split {n_heads} attention heads "
-                             f"evenly; use shares whose sum divides the number of heads")
+            raise ValueError(
+                f"head groups with shares {shares} cannot split {n_heads} attention heads "
+                f"evenly; use shares whose sum divides the number of heads"
+            )
         return [n_heads * s // total for s in shares]
 
     def route_pairs(self) -> list[tuple[str, str]]:
         """Every unordered pair of routes, in declaration order (the degeneracy records)."""
         names = list(self.routes)
-        return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
 
 
 @dataclass(frozen=True)
@@ -165,17 +167,24 @@ def _declared(site: str, kind: str, prefix: str, table, where: str) -> dict[str,
     return out
 
 
-def _parse_route(site: str, rname: str, value, queries: dict, offsets: dict, where: str) -> tuple[tuple[str, ...], str | None]:
+def _parse_route(
+    site: str, rname: str, value, queries: dict, offsets: dict, where: str
+) -> tuple[tuple[str, ...], str | None]:
     """A route: a list of query names, or ``{ queries = [...], offset = "b_..." }``."""
     key = f"[{site}.routes] {rname}"
     offset = None
     if isinstance(value, dict):
         bad = set(value) - {"queries", "offset"}
         if bad or "queries" not in value:
-            raise _fail(where, f"{key}: a route table has keys 'queries' (required) and 'offset', got {sorted(value)}")
+            raise _fail(
+                where, f"{key}: a route table has keys 'queries' (required) and 'offset', got {sorted(value)}"
+            )
         offset = value.get("offset")
         if offset is not None and offset not in offsets:
-            raise _fail(where, f"{key} uses unknown offset {offset!r}; declared in [{site}.offsets]: {sorted(offsets)}")
+            raise _fail(
+                where,
+                f"{key} uses unknown offset {offset!r}; declared in [{site}.offsets]: {sorted(offsets)}",
+            )
         value = value["queries"]
     qs = _names(value, where, key)
     for q in qs:
@@ -210,7 +219,9 @@ def _parse_groups(site: str, table: dict, routes: dict, where: str) -> tuple[Hea
         raise _fail(where, f"[{site}] head_groups: only the attention site has heads")
     groups = table["head_groups"]
     if not isinstance(groups, list) or len(groups) < 2 or not all(isinstance(g, dict) for g in groups):
-        raise _fail(where, f"[[{site}.head_groups]] must be at least two tables (one per head group), got {groups!r}")
+        raise _fail(
+            where, f"[[{site}.head_groups]] must be at least two tables (one per head group), got {groups!r}"
+        )
     out = []
     for i, g in enumerate(groups):
         key = f"[[{site}.head_groups]] #{i}"
@@ -280,8 +291,12 @@ def parse_spec(data: dict, *, where: str = "<spec>") -> VariantSpec:
         for site in SITE_ROLES:
             sites[site] = _parse_site(site, data[site], where) if site in data else SiteSpec.default(site)
     return VariantSpec(
-        name=str(data["name"]), residual=residual, sites=sites, role=role,
-        description=str(data.get("description", "")), source=where,
+        name=str(data["name"]),
+        residual=residual,
+        sites=sites,
+        role=role,
+        description=str(data.get("description", "")),
+        source=where,
     )
 
 
@@ -313,7 +328,10 @@ def spec_dirs() -> list[Path]:
     The ``controls`` folder is located without importing it: specs are data, and
     ``harness.models`` depends on nothing outside itself.
     """
-    return [*_shipped_dirs(), *map(Path, filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep)))]
+    return [
+        *_shipped_dirs(),
+        *map(Path, filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep))),
+    ]
 
 
 def _shipped_dirs() -> list[Path]:

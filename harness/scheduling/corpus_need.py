@@ -34,8 +34,13 @@ def need(config: RunConfig) -> Need:
     """The corpus and the tokens of each split that ``config``'s run reads."""
     train, preset = config.train_config(), get_size(config.size)
     plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens)
-    key = CorpusKey(config.corpus, train.tokenizer, train.vocab_size or preset.vocab_size, train.val_fraction,
-                    train.max_docs or None)
+    key = CorpusKey(
+        config.corpus,
+        train.tokenizer,
+        train.vocab_size or preset.vocab_size,
+        train.val_fraction,
+        train.max_docs or None,
+    )
     val = (train.eval_tokens // preset.context) * preset.context + 1
     return Need(key, plan.tokens + 1, val, train.max_epochs)
 
@@ -52,8 +57,10 @@ def largest_needs(configs: list[RunConfig]) -> dict[CorpusKey, tuple[int, int]]:
 
 def _missing(module: str, why: str) -> str | None:
     if importlib.util.find_spec(module) is None:
-        return (f"{why} needs the optional '{module}' package, which is not installed: "
-                f"pip install 'rd-harness[hub]' (or pip install {module})")
+        return (
+            f"{why} needs the optional '{module}' package, which is not installed: "
+            f"pip install 'rd-harness[hub]' (or pip install {module})"
+        )
     return None
 
 
@@ -85,12 +92,14 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
             raise ValueError(
                 f"{config.run_id}: budget {config.budget_tokens:,} tokens exceeds the train split of "
                 f"{key.corpus} ({train:,} tokens): it would take {epochs:.2f} epochs; prepare more "
-                f"(`harness prepare {grid_path}`) or set max_epochs = {math.ceil(epochs)} in [train]")
+                f"(`harness prepare {grid_path}`) or set max_epochs = {math.ceil(epochs)} in [train]"
+            )
         if n.val_tokens > val and not n.max_epochs:
             raise ValueError(
                 f"{config.run_id}: the evaluation set ({n.val_tokens - 1:,} tokens) exceeds the val split of "
                 f"{key.corpus} ({val:,} tokens); prepare more (`harness prepare {grid_path}`), lower eval_tokens, "
-                "or set max_epochs in [train] to evaluate on the shorter set")
+                "or set max_epochs in [train] to evaluate on the shorter set"
+            )
 
 
 __all__ = ["Need", "need", "largest_needs", "check_corpora"]

@@ -44,8 +44,9 @@ def parse_gpus(text: str) -> list[str]:
     items = [t.strip() for t in str(text).split(",")]
     for t in items:
         if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", t):
-            raise ValueError(f"--gpus {text!r}: {t!r} is not a device index or a GPU-/MIG- UUID "
-                             "(expected e.g. --gpus 0,1)")
+            raise ValueError(
+                f"--gpus {text!r}: {t!r} is not a device index or a GPU-/MIG- UUID (expected e.g. --gpus 0,1)"
+            )
     if len(set(items)) != len(items):
         raise ValueError(f"--gpus {text!r}: a device is named twice")
     return items
@@ -112,7 +113,8 @@ class DeviceClaim:
             raise NoFreeDevice(
                 f"{n} free GPU(s) needed, but only {free} of {', '.join(visible) or 'none'} are free "
                 f"(the others are taken by workers on this host; locks in {folder}); stop a worker, or name "
-                "devices to share on purpose with --gpus")
+                "devices to share on purpose with --gpus"
+            )
 
     def release(self) -> None:
         self._stack.close()
@@ -125,8 +127,14 @@ class DeviceClaim:
         self.release()
 
 
-def assign(gpus: str | None, devices: int, *, environ: dict | None = None,
-           count: int | None = None, folder: Path | None = None) -> tuple[list[str], DeviceClaim | None]:
+def assign(
+    gpus: str | None,
+    devices: int,
+    *,
+    environ: dict | None = None,
+    count: int | None = None,
+    folder: Path | None = None,
+) -> tuple[list[str], DeviceClaim | None]:
     """The devices of one worker and the claim that holds them (``None`` with ``--gpus``).
 
     Args:
@@ -141,11 +149,22 @@ def assign(gpus: str | None, devices: int, *, environ: dict | None = None,
     if gpus is not None:
         chosen = parse_gpus(gpus)
         if devices != len(chosen):
-            raise ValueError(f"--gpus {gpus} names {len(chosen)} device(s) but --devices is {devices}: "
-                             "each run trains on all of the worker's devices")
+            raise ValueError(
+                f"--gpus {gpus} names {len(chosen)} device(s) but --devices is {devices}: "
+                "each run trains on all of the worker's devices"
+            )
         return chosen, None
     claim = DeviceClaim(visible_devices(environ, count), devices, folder)
     return claim.devices, claim
 
 
-__all__ = ["LOCK_DIR_ENV", "NoFreeDevice", "parse_gpus", "node_gpu_count", "visible_devices", "lock_dir", "DeviceClaim", "assign"]
+__all__ = [
+    "LOCK_DIR_ENV",
+    "NoFreeDevice",
+    "parse_gpus",
+    "node_gpu_count",
+    "visible_devices",
+    "lock_dir",
+    "DeviceClaim",
+    "assign",
+]

@@ -31,8 +31,9 @@ class ClaimFence(Fence):
         call: how queue operations are called (the worker's retrying wrapper); default: directly.
     """
 
-    def __init__(self, queue: RunQueue, claim: Claim, heartbeat: Heartbeat,
-                 call: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self, queue: RunQueue, claim: Claim, heartbeat: Heartbeat, call: Callable[..., Any] | None = None
+    ) -> None:
         self.queue, self.claim, self.heartbeat = queue, claim, heartbeat
         self._call = call or (lambda method, *args: method(*args))
         self.epoch = claim.epoch

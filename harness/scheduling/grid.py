@@ -61,20 +61,32 @@ refuses to queue a grid whose plan differs from the one its queued runs carry.
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config import SIZES, RunConfig
-from harness.terms import ROLES
 from harness.analysis_plan import AnalysisPlan, parse_plan, plan_diff
-from harness.scheduling.grid_checks import (GRID_KEYS, REQUIRED_KEYS, _by_role, _check_keys, _check_pairing,
-                                            _check_seeds, _check_train, _int_list, _str_list, _texts,
-                                            _train_tables, _tuned, _variants)
+from harness.config import SIZES, RunConfig
+from harness.scheduling.grid_checks import (
+    GRID_KEYS,
+    REQUIRED_KEYS,
+    _by_role,
+    _check_keys,
+    _check_pairing,
+    _check_seeds,
+    _check_train,
+    _int_list,
+    _str_list,
+    _texts,
+    _train_tables,
+    _tuned,
+    _variants,
+)
 from harness.scheduling.tuning import train_overrides
+from harness.terms import ROLES
 
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
@@ -93,7 +105,7 @@ def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
     return os.path.normpath(path)
 
 
-def choose_corpus(cli: str | None, grid: "Grid | None" = None) -> tuple[str | None, str]:
+def choose_corpus(cli: str | None, grid: Grid | None = None) -> tuple[str | None, str]:
     """The corpus of a command, by the one precedence every command uses (DESIGN section 1, grid
     files): ``--corpus``, else ``$HARNESS_CORPUS`` (both relative to the working directory), else
     the grid's ``corpus`` (relative to the grid file's folder, so a grid works from any directory).
@@ -112,7 +124,9 @@ def choose_corpus(cli: str | None, grid: "Grid | None" = None) -> tuple[str | No
         return resolve_corpus(os.environ["HARNESS_CORPUS"]), "$HARNESS_CORPUS"
     if grid is not None and grid.corpus:
         folder = grid.path.resolve().parent if grid.path is not None else None
-        where = f"key 'corpus' of {grid.path}" if grid.path is not None else f"key 'corpus' of grid {grid.name}"
+        where = (
+            f"key 'corpus' of {grid.path}" if grid.path is not None else f"key 'corpus' of grid {grid.name}"
+        )
         return resolve_corpus(grid.corpus, folder), where
     return None, ""
 
@@ -201,8 +215,12 @@ class Grid:
                             out.append(Cell(size, budget, variant, role, seed))
         return out
 
-    def expand(self, corpus: str | None = None, cwd: str | os.PathLike | None = None,
-               tuned: dict[str, dict] | None = None) -> list[RunConfig]:
+    def expand(
+        self,
+        corpus: str | None = None,
+        cwd: str | os.PathLike | None = None,
+        tuned: dict[str, dict] | None = None,
+    ) -> list[RunConfig]:
         """Run configs, one per cell (see :meth:`cells` for the order); after each seed's
         runs of a cell, that seed's ``[tuned]`` runs (same role order).
 
@@ -231,21 +249,53 @@ class Grid:
         tuned = resolve_tuned(self, None) if tuned is None else tuned
         out = []
         for i, c in enumerate(cells := self.cells()):
-            out.append(RunConfig.create(c.variant, c.size, c.seed, c.budget_tokens, resolved, grid=self.name,
-                                        role=c.role, train=self.train_for(c.variant), analysis=analysis))
-            last_of_seed = i + 1 == len(cells) or (cells[i + 1].size, cells[i + 1].budget_tokens,
-                                                    cells[i + 1].seed) != (c.size, c.budget_tokens, c.seed)
-            if not last_of_seed or not tuned:  # (the scan below is over every cell: skipped when nothing is tuned)
+            out.append(
+                RunConfig.create(
+                    c.variant,
+                    c.size,
+                    c.seed,
+                    c.budget_tokens,
+                    resolved,
+                    grid=self.name,
+                    role=c.role,
+                    train=self.train_for(c.variant),
+                    analysis=analysis,
+                )
+            )
+            last_of_seed = i + 1 == len(cells) or (
+                cells[i + 1].size,
+                cells[i + 1].budget_tokens,
+                cells[i + 1].seed,
+            ) != (c.size, c.budget_tokens, c.seed)
+            if (
+                not last_of_seed or not tuned
+            ):  # (the scan below is over every cell: skipped when nothing is tuned)
                 continue
-            for t in (x for x in cells if (x.size, x.budget_tokens, x.seed) == (c.size, c.budget_tokens, c.seed)):
+            for t in (
+                x for x in cells if (x.size, x.budget_tokens, x.seed) == (c.size, c.budget_tokens, c.seed)
+            ):
                 if t.variant not in tuned:
                     continue
                 entry = tuned[t.variant]
                 extra = train_overrides(entry["params"], t.budget_tokens)
-                out.append(RunConfig.create(
-                    t.variant, t.size, t.seed, t.budget_tokens, resolved, grid=self.name, role=t.role,
-                    train={**self.train_for(t.variant), **extra}, analysis=analysis,
-                    tuned={"source": entry["source"], "params": dict(entry["params"]), "fields": sorted(extra)}))
+                out.append(
+                    RunConfig.create(
+                        t.variant,
+                        t.size,
+                        t.seed,
+                        t.budget_tokens,
+                        resolved,
+                        grid=self.name,
+                        role=t.role,
+                        train={**self.train_for(t.variant), **extra},
+                        analysis=analysis,
+                        tuned={
+                            "source": entry["source"],
+                            "params": dict(entry["params"]),
+                            "fields": sorted(extra),
+                        },
+                    )
+                )
         return out
 
 
@@ -317,12 +367,23 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     train, by_variant = _train_tables(data.get("train", {}), sizes, variants, where, err)
     tuned = _tuned(data.get("tuned", {}), variants, err)
     _check_seeds(seeds, err)
-    analysis = parse_plan(data.get("analysis", {}), where=where,
-                          source="[analysis]" if "analysis" in data else "defaults")
+    analysis = parse_plan(
+        data.get("analysis", {}), where=where, source="[analysis]" if "analysis" in data else "defaults"
+    )
     return Grid(
-        name=name, corpus=corpus, sizes=sizes, seeds=seeds, budgets_tokens=budgets,
-        variants=variants, budgets_by_role=budgets_by_role, sizes_by_role=sizes_by_role,
-        train=dict(train), train_by_variant=by_variant, tuned=tuned, analysis=analysis, description=description,
+        name=name,
+        corpus=corpus,
+        sizes=sizes,
+        seeds=seeds,
+        budgets_tokens=budgets,
+        variants=variants,
+        budgets_by_role=budgets_by_role,
+        sizes_by_role=sizes_by_role,
+        train=dict(train),
+        train_by_variant=by_variant,
+        tuned=tuned,
+        analysis=analysis,
+        description=description,
         path=Path(path) if path is not None else None,
     )
 
@@ -352,7 +413,8 @@ def check_plan_unchanged(grid: Grid, queued: dict[str, RunConfig]) -> None:
             raise ValueError(
                 f"grid {grid.name!r}: {diff[0].split(':')[0]} changed after its runs were queued "
                 f"({'; '.join(diff)}; first run {run}, {n} run(s) queued); the analysis plan is fixed "
-                "before the runs: undo the change, or give the grid a new `name`")
+                "before the runs: undo the change, or give the grid a new `name`"
+            )
 
 
 def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) -> dict[str, dict]:
@@ -374,12 +436,16 @@ def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) ->
     for variant, entry in grid.tuned.items():
         if isinstance(entry, str):
             if best is None:
-                raise ValueError(f"{where}: tuned.{variant} = {entry!r}: a tuning study's best params are read "
-                                 "from the queue's storage (harness queue does this)")
+                raise ValueError(
+                    f"{where}: tuned.{variant} = {entry!r}: a tuning study's best params are read "
+                    "from the queue's storage (harness queue does this)"
+                )
             tuned_variant, params = best(entry)
             if tuned_variant != variant:
-                raise ValueError(f"{where}: tuned.{variant} = {entry!r}: that study tuned {tuned_variant!r}, "
-                                 f"not {variant!r}")
+                raise ValueError(
+                    f"{where}: tuned.{variant} = {entry!r}: that study tuned {tuned_variant!r}, "
+                    f"not {variant!r}"
+                )
             out[variant] = {"source": entry, "params": dict(params)}
         else:
             out[variant] = {"source": "explicit", "params": dict(entry)}
@@ -390,6 +456,15 @@ def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) ->
 
 
 __all__ = [
-    "GRID_KEYS", "REQUIRED_KEYS", "resolve_corpus", "choose_corpus", "check_corpus", "Cell", "Grid", "load_grid", "parse_grid",
-    "check_plan_unchanged", "resolve_tuned",
+    "GRID_KEYS",
+    "REQUIRED_KEYS",
+    "resolve_corpus",
+    "choose_corpus",
+    "check_corpus",
+    "Cell",
+    "Grid",
+    "load_grid",
+    "parse_grid",
+    "check_plan_unchanged",
+    "resolve_tuned",
 ]

@@ -12,8 +12,8 @@ from dataclasses import fields
 
 from harness.config import SIZES, TrainConfig, train_config
 from harness.models import available_variants
-from harness.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
 from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
+from harness.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
 GRID_KEYS = {
@@ -58,7 +58,9 @@ def _texts(data: dict, err) -> tuple[str, str, str]:
     return name, description, corpus
 
 
-def _train_tables(train, sizes: tuple[str, ...], variants: dict[str, str], where: str, err) -> tuple[dict, dict]:
+def _train_tables(
+    train, sizes: tuple[str, ...], variants: dict[str, str], where: str, err
+) -> tuple[dict, dict]:
     """``([train] overrides, variant -> its [train.VARIANT] table)``, each checked for every size."""
     if not isinstance(train, dict):
         raise err("train", f"must be a table of TrainConfig overrides, got {type(train).__name__}")
@@ -67,8 +69,11 @@ def _train_tables(train, sizes: tuple[str, ...], variants: dict[str, str], where
     _check_train(train, sizes, where)
     for variant, table in by_variant.items():
         if variant not in variants:
-            raise err(f"train.{variant}", f"a [train.VARIANT] table must name a variant of [variants] "
-                                          f"({', '.join(variants)}); {variant!r} is not one")
+            raise err(
+                f"train.{variant}",
+                f"a [train.VARIANT] table must name a variant of [variants] "
+                f"({', '.join(variants)}); {variant!r} is not one",
+            )
         _check_train({**train, **table}, sizes, where, prefix=f"train.{variant}")
     return train, by_variant
 
@@ -77,8 +82,11 @@ def _check_seeds(seeds: tuple[int, ...], err) -> None:
     """Grid seeds stay below the tuning trials' (:data:`harness.terms.TUNE_SEED_BASE`)."""
     big = [s for s in seeds if s >= TUNE_SEED_BASE]
     if big:
-        raise err("seeds", f"{big[0]} is reserved: seeds from {TUNE_SEED_BASE:_} on are the tuning trials' "
-                           f"(DESIGN 9); grid seeds must be below {TUNE_SEED_BASE:_}")
+        raise err(
+            "seeds",
+            f"{big[0]} is reserved: seeds from {TUNE_SEED_BASE:_} on are the tuning trials' "
+            f"(DESIGN 9); grid seeds must be below {TUNE_SEED_BASE:_}",
+        )
 
 
 def _str_list(value, key, err) -> tuple[str, ...]:
@@ -114,7 +122,9 @@ def _variants(table, err) -> dict[str, str]:
     known = available_variants()
     for variant, role in table.items():
         if variant not in known:
-            raise err(f"variants.{variant}", f"unknown variant {variant!r}; valid variants: {', '.join(known)}")
+            raise err(
+                f"variants.{variant}", f"unknown variant {variant!r}; valid variants: {', '.join(known)}"
+            )
         if role not in ROLES:
             raise err(f"variants.{variant}", f"role {role!r} is not one of {', '.join(ROLES)}")
     parents = [v for v, r in table.items() if r == "parent"]
@@ -150,8 +160,10 @@ def _check_pairing(variants, sizes_by_role, budgets_by_role, err) -> None:
     for variant, role in variants.items():
         if role not in ("treatment", "control"):
             continue
-        for key, table, what in (("sizes_by_role", sizes_by_role, "size"),
-                                 ("budgets_by_role", budgets_by_role, "budget")):
+        for key, table, what in (
+            ("sizes_by_role", sizes_by_role, "size"),
+            ("budgets_by_role", budgets_by_role, "budget"),
+        ):
             missing = [x for x in table[role] if x not in table["parent"]]
             if missing:
                 raise err(
@@ -195,15 +207,21 @@ def _tuned(table, variants: dict[str, str], err) -> dict:
             raise err(key, f"{variant!r} is not a variant of [variants] ({', '.join(variants)})")
         if isinstance(entry, str):
             if not is_tune_grid(entry):
-                raise err(key, f"{entry!r}: write \"tune:NAME\" (a tuning study of `harness tune`) or a table "
-                               "of params, e.g. { lr = 3e-3, warmup_frac = 0.1 }")
+                raise err(
+                    key,
+                    f"{entry!r}: write \"tune:NAME\" (a tuning study of `harness tune`) or a table "
+                    "of params, e.g. { lr = 3e-3, warmup_frac = 0.1 }",
+                )
             continue
         if not isinstance(entry, dict) or not entry:
             raise err(key, f"{entry!r}: write \"tune:NAME\" or a non-empty table of params")
         for name, value in entry.items():
             if name not in (*TUNABLE, WARMUP_FRAC):
-                raise err(f"{key}.{name}", f"not a tunable setting; allowed: {', '.join((*TUNABLE, WARMUP_FRAC))}")
-            if name == WARMUP_FRAC and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                        or not 0 <= value < 1):
+                raise err(
+                    f"{key}.{name}", f"not a tunable setting; allowed: {', '.join((*TUNABLE, WARMUP_FRAC))}"
+                )
+            if name == WARMUP_FRAC and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1
+            ):
                 raise err(f"{key}.{name}", f"{value!r} must be a fraction of the budget in [0, 1)")
     return dict(table)

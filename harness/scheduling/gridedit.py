@@ -22,8 +22,14 @@ from harness.files import atomic_write
 from harness.scheduling.grid import load_grid, parse_grid, resolve_corpus
 
 
-def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, variant: str | None = None,
-                source: str | os.PathLike | None = None, name: str | None = None) -> list[str]:
+def write_train(
+    path: str | os.PathLike,
+    overrides: Mapping[str, Any],
+    *,
+    variant: str | None = None,
+    source: str | os.PathLike | None = None,
+    name: str | None = None,
+) -> list[str]:
     """Set ``overrides`` (TrainConfig field -> value) in the grid file's ``[train]`` table, or in
     ``[train.VARIANT]`` with ``variant``; every other line and comment stays as it was.
 
@@ -46,20 +52,27 @@ def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, varian
     """
     import tomlkit
 
-
     path = Path(path)
     source = Path(source) if source is not None else path
     grid = load_grid(source)  # refuse to edit a file that is not a grid already
     if variant is not None and variant not in grid.variants:
-        raise ValueError(f"{source}: variant {variant!r} is not in its [variants] ({', '.join(grid.variants)})")
+        raise ValueError(
+            f"{source}: variant {variant!r} is not in its [variants] ({', '.join(grid.variants)})"
+        )
     doc = tomlkit.parse(source.read_text(encoding="utf-8"))
     changes = []
     if name is not None and name != grid.name:
         changes.append(f"name: {grid.name!r} -> {name!r}")
         doc["name"] = name
     folder, new_folder = source.resolve().parent, path.resolve().parent
-    if folder != new_folder and not grid.corpus.startswith("hf:") and not Path(grid.corpus).expanduser().is_absolute():
-        moved = os.path.relpath(resolve_corpus(grid.corpus, folder), new_folder)  # the same folder from path's
+    if (
+        folder != new_folder
+        and not grid.corpus.startswith("hf:")
+        and not Path(grid.corpus).expanduser().is_absolute()
+    ):
+        moved = os.path.relpath(
+            resolve_corpus(grid.corpus, folder), new_folder
+        )  # the same folder from path's
         changes.append(f"corpus: {grid.corpus!r} -> {moved!r}")
         doc["corpus"] = moved
     if "train" not in doc:
@@ -71,7 +84,7 @@ def write_train(path: str | os.PathLike, overrides: Mapping[str, Any], *, varian
         if variant not in table:
             table[variant] = tomlkit.table()
         table, label = table[variant], f"train.{variant}"
-    before = (grid.train_by_variant.get(variant, {}) if variant else grid.train)
+    before = grid.train_by_variant.get(variant, {}) if variant else grid.train
     for key, value in overrides.items():
         changes.append(f"{label}.{key}: {before.get(key, '(unset)')!r} -> {value!r}")
         table[key] = value

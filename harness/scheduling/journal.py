@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+
 from harness.files import atomic_path, atomic_write
 
 TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
@@ -64,7 +65,8 @@ class JournalCorrupt(ValueError):
         super().__init__(
             f"queue journal {self.path}: line {self.line} is corrupt ({reason}), so the queue cannot be read "
             f"past it; stop every worker, then run `harness queue --repair --storage journal:{self.path}` "
-            "(it writes a clean journal of the valid lines, in order, and keeps the damaged file as a backup)")
+            "(it writes a clean journal of the valid lines, in order, and keeps the damaged file as a backup)"
+        )
 
 
 def _reason(exc: ValueError) -> str:
@@ -114,8 +116,10 @@ def mend_torn_tail(path: str | os.PathLike, warn: Callable[[str], None] = _stder
         f.truncate(start)
         f.flush()
         os.fsync(f.fileno())
-    warn(f"queue journal {path}: its last line was torn ({len(torn)} bytes without a newline: a writer "
-         f"was killed mid-append); set aside in {path}{TORN_SUFFIX}, and the journal goes on on a fresh line")
+    warn(
+        f"queue journal {path}: its last line was torn ({len(torn)} bytes without a newline: a writer "
+        f"was killed mid-append); set aside in {path}{TORN_SUFFIX}, and the journal goes on on a fresh line"
+    )
     return len(torn)
 
 
@@ -206,9 +210,11 @@ class QueueJournal(JournalFileBackend):
             return
         if os.path.getsize(self._file_path) == size:
             self._warned_torn.add(start)
-            self._warn(f"queue journal {self._file_path}: line {n + 1} is torn ({size - start} bytes without a "
-                       "newline: a writer was killed mid-append); it is skipped, and the next write sets it "
-                       f"aside in {self._file_path}{TORN_SUFFIX}")
+            self._warn(
+                f"queue journal {self._file_path}: line {n + 1} is torn ({size - start} bytes without a "
+                "newline: a writer was killed mid-append); it is skipped, and the next write sets it "
+                f"aside in {self._file_path}{TORN_SUFFIX}"
+            )
 
 
 class QueueJournalStorage(JournalStorage):
@@ -255,14 +261,29 @@ def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
         return None, None
     op_code = int(op.group(1))
     if op_code == _OP_CREATE_TRIAL and (study := _STUDY_RE.search(raw)):
-        return ({"op_code": _OP_CREATE_TRIAL, "worker_id": REPAIR_WORKER, "study_id": int(study.group(1)),
-                 "datetime_start": None, "state": _TRIAL_FAIL, "value": None, "values": None,
-                 "user_attrs": {"repair_placeholder": f"line {line_no}"}},
-                f"a failed placeholder trial in study {int(study.group(1))}")
+        return (
+            {
+                "op_code": _OP_CREATE_TRIAL,
+                "worker_id": REPAIR_WORKER,
+                "study_id": int(study.group(1)),
+                "datetime_start": None,
+                "state": _TRIAL_FAIL,
+                "value": None,
+                "values": None,
+                "user_attrs": {"repair_placeholder": f"line {line_no}"},
+            },
+            f"a failed placeholder trial in study {int(study.group(1))}",
+        )
     if op_code == _OP_CREATE_STUDY:
-        return ({"op_code": _OP_CREATE_STUDY, "worker_id": REPAIR_WORKER,
-                 "study_name": f"harness-repair-placeholder-line-{line_no}", "directions": [1]},
-                "a placeholder study")
+        return (
+            {
+                "op_code": _OP_CREATE_STUDY,
+                "worker_id": REPAIR_WORKER,
+                "study_name": f"harness-repair-placeholder-line-{line_no}",
+                "directions": [1],
+            },
+            "a placeholder study",
+        )
     return None, f"op_code {op_code}"
 
 
@@ -325,7 +346,7 @@ def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | N
         out = _clean_lines(data, report)
         if not report.dropped and not report.placeholders:
             return report
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         with atomic_path(path) as tmp:
             tmp.write_bytes(b"".join(out))
             storage = QueueJournalStorage(str(tmp))  # replays every line, raises if it cannot
@@ -338,5 +359,13 @@ def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | N
     return report
 
 
-__all__ = ["TORN_SUFFIX", "JournalCorrupt", "mend_torn_tail", "MendingLock", "QueueJournal",
-           "QueueJournalStorage", "Repair", "repair_journal"]
+__all__ = [
+    "TORN_SUFFIX",
+    "JournalCorrupt",
+    "mend_torn_tail",
+    "MendingLock",
+    "QueueJournal",
+    "QueueJournalStorage",
+    "Repair",
+    "repair_journal",
+]

@@ -60,11 +60,12 @@ def parse_sbatch_line(line: str) -> tuple[str, str | bool]:
     """
     text = line.strip()
     if text.startswith("#SBATCH"):
-        text = text[len("#SBATCH"):].strip()
+        text = text[len("#SBATCH") :].strip()
     m = _SBATCH.fullmatch(text.lstrip("-"))
     if m is None:
-        raise ValueError(f"--sbatch {line!r}: expected an sbatch option such as --qos=high, "
-                         "--account=NAME or --exclusive")
+        raise ValueError(
+            f"--sbatch {line!r}: expected an sbatch option such as --qos=high, --account=NAME or --exclusive"
+        )
     return m.group(1), (m.group(2).strip() if m.group(2) else True)
 
 
@@ -110,23 +111,36 @@ class Resources:
         if self.signal_delay_s < 1:
             raise ValueError(f"--signal-delay-s {self.signal_delay_s}: must be at least 1 second")
         if self.time_min is not None and self.signal_delay_s >= 60 * self.time_min:
-            raise ValueError(f"--signal-delay-s {self.signal_delay_s}: must be shorter than --time "
-                             f"{self.time_min} min, or no step would run before the signal")
+            raise ValueError(
+                f"--signal-delay-s {self.signal_delay_s}: must be shorter than --time "
+                f"{self.time_min} min, or no step would run before the signal"
+            )
 
     def slurm_parameters(self) -> dict:
         """``SlurmExecutor.update_parameters`` keywords."""
-        params = {"job_name": self.job_name, "time": self.time_min, "signal_delay_s": self.signal_delay_s,
-                  "cpus_per_task": self.cpus_per_worker, "mem": self.mem, "partition": self.partition,
-                  "gpus_per_node": self.gpus_per_worker or None, "stderr_to_stdout": True,
-                  "additional_parameters": dict(self.sbatch) or None}
+        params = {
+            "job_name": self.job_name,
+            "time": self.time_min,
+            "signal_delay_s": self.signal_delay_s,
+            "cpus_per_task": self.cpus_per_worker,
+            "mem": self.mem,
+            "partition": self.partition,
+            "gpus_per_node": self.gpus_per_worker or None,
+            "stderr_to_stdout": True,
+            "additional_parameters": dict(self.sbatch) or None,
+        }
         return {k: v for k, v in params.items() if v is not None}
 
     def local_parameters(self, worker: int) -> dict:
         """``LocalExecutor.update_parameters`` keywords of worker ``worker`` (0-based)."""
         g = self.gpus_per_worker
-        return {"timeout_min": self.time_min or LOCAL_TIME_MIN, "signal_delay_s": self.signal_delay_s,
-                "gpus_per_node": g, "visible_gpus": tuple(range(worker * g, (worker + 1) * g)),
-                "stderr_to_stdout": True}
+        return {
+            "timeout_min": self.time_min or LOCAL_TIME_MIN,
+            "signal_delay_s": self.signal_delay_s,
+            "gpus_per_node": g,
+            "visible_gpus": tuple(range(worker * g, (worker + 1) * g)),
+            "stderr_to_stdout": True,
+        }
 
 
 @contextmanager
@@ -152,7 +166,9 @@ def _stdio_detached() -> Iterator[None]:
         os.close(null)
 
 
-def submit(executor: str, folder: Path, tasks: Sequence[Callable[[], object]], resources: Resources) -> list[str]:
+def submit(
+    executor: str, folder: Path, tasks: Sequence[Callable[[], object]], resources: Resources
+) -> list[str]:
     """Submit one job per task with submitit; returns their job ids (SLURM ``ARRAY_TASK`` of one
     array, or a plain id for one task; local: the controllers' process ids).
 
@@ -165,8 +181,10 @@ def submit(executor: str, folder: Path, tasks: Sequence[Callable[[], object]], r
     resources.check()
     if executor == "slurm":
         if shutil.which("srun") is None or shutil.which("sbatch") is None:
-            raise ValueError("--executor slurm: srun/sbatch not found on PATH; run harness launch where SLURM's "
-                             "client commands are (a login node), or use --executor local")
+            raise ValueError(
+                "--executor slurm: srun/sbatch not found on PATH; run harness launch where SLURM's "
+                "client commands are (a login node), or use --executor local"
+            )
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_TIMEOUTS)
         ex.update_parameters(**resources.slurm_parameters())
         try:
@@ -223,9 +241,11 @@ class LaunchRecord:
         return self.job_ids[0].split("_")[0] if self.executor == "slurm" and self.job_ids else None
 
 
-def launch_folder(results: str | os.PathLike, executor: str, now: dt.datetime | None = None) -> tuple[str, Path]:
+def launch_folder(
+    results: str | os.PathLike, executor: str, now: dt.datetime | None = None
+) -> tuple[str, Path]:
     """``(id, folder)`` of a new launch under ``RESULTS/launches`` (created; unique)."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     base = f"{now:%Y%m%d-%H%M%S}-{executor}"
     root = Path(results).resolve() / LAUNCH_DIR
     root.mkdir(parents=True, exist_ok=True)
@@ -305,8 +325,12 @@ def _squeue(job: str) -> dict[str, tuple[str, int]]:
     """``task id -> (state, restarts)`` of every element of SLURM job ``job`` the controller holds."""
     fmt = "ArrayJobID:32,ArrayTaskID:32,JobID:32,State:32,RestartCnt:12"
     try:
-        proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", job, "-O", fmt],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-j", job, "-O", fmt],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     out = {}
@@ -322,8 +346,12 @@ def _squeue(job: str) -> dict[str, tuple[str, int]]:
 def _sacct(job: str) -> dict[str, str]:
     """``task id -> state`` from SLURM accounting (empty where the cluster keeps none)."""
     try:
-        proc = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State"],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     pairs = (line.split("|") for line in proc.stdout.splitlines() if proc.returncode == 0 and "|" in line)
@@ -356,8 +384,14 @@ def _slurm_states(record: LaunchRecord) -> list[JobState]:
         elif jid in accounted:
             out.append(JobState(jid, accounted[jid], result=_finished(record, jid)))
         else:
-            out.append(JobState(jid, "UNKNOWN", detail="not in squeue any more and no accounting record (sacct)",
-                                result=_finished(record, jid)))
+            out.append(
+                JobState(
+                    jid,
+                    "UNKNOWN",
+                    detail="not in squeue any more and no accounting record (sacct)",
+                    result=_finished(record, jid),
+                )
+            )
     return out
 
 
@@ -378,14 +412,33 @@ def _local_state(record: LaunchRecord, jid: str) -> JobState:
         except OSError:
             log = []
         stopped = [ln for ln in log if ln.startswith("worker stopped (")]
-        return JobState(jid, "ENDED", detail=stopped[-1].split(";")[0] if stopped
-                        else "the process is gone and left no result (killed?)")
+        return JobState(
+            jid,
+            "ENDED",
+            detail=stopped[-1].split(";")[0]
+            if stopped
+            else "the process is gone and left no result (killed?)",
+        )
     if got[0] == "success":
         return JobState(jid, "FINISHED", result=got[1] if isinstance(got[1], dict) else None)
     lines = [ln for ln in str(got[1]).splitlines() if ln.strip()]
     return JobState(jid, "FAILED", detail=lines[-1].strip() if lines else "")
 
 
-__all__ = ["LAUNCH_DIR", "RECORD_NAME", "EXECUTORS", "SIGNAL_DELAY_S", "MAX_TIMEOUTS", "parse_sbatch_line",
-           "Resources", "submit", "LaunchRecord", "launch_folder", "write_record", "read_records", "JobState",
-           "log_path", "job_states"]
+__all__ = [
+    "LAUNCH_DIR",
+    "RECORD_NAME",
+    "EXECUTORS",
+    "SIGNAL_DELAY_S",
+    "MAX_TIMEOUTS",
+    "parse_sbatch_line",
+    "Resources",
+    "submit",
+    "LaunchRecord",
+    "launch_folder",
+    "write_record",
+    "read_records",
+    "JobState",
+    "log_path",
+    "job_states",
+]

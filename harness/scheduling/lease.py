@@ -65,14 +65,16 @@ class Lease:
         return f"{self.host}:{self.pid}"
 
     @classmethod
-    def here(cls, now: float | None = None, *, epoch: int | None = None) -> "Lease":
+    def here(cls, now: float | None = None, *, epoch: int | None = None) -> Lease:
         """A fresh lease for the calling process."""
         now = time.time() if now is None else now
         return cls(host=hostname(), pid=os.getpid(), since=now, beat=now, epoch=epoch)
 
-    def refreshed(self, now: float | None = None, progress: LiveProgress | None = None) -> "Lease":
+    def refreshed(self, now: float | None = None, progress: LiveProgress | None = None) -> Lease:
         """The same lease with ``beat`` set to ``now`` and the run's latest ``progress``."""
-        return Lease(self.host, self.pid, self.since, time.time() if now is None else now, progress, self.epoch)
+        return Lease(
+            self.host, self.pid, self.since, time.time() if now is None else now, progress, self.epoch
+        )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -81,14 +83,28 @@ class Lease:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Lease":
+    def from_dict(cls, d: dict) -> Lease:
         p = d.get("progress")
-        progress = None if not p else LiveProgress(
-            run_id=str(p["run_id"]), tokens=int(p["tokens"]), total_tokens=int(p["total_tokens"]),
-            tokens_per_s=None if p.get("tokens_per_s") is None else float(p["tokens_per_s"]), at=float(p["at"]))
+        progress = (
+            None
+            if not p
+            else LiveProgress(
+                run_id=str(p["run_id"]),
+                tokens=int(p["tokens"]),
+                total_tokens=int(p["total_tokens"]),
+                tokens_per_s=None if p.get("tokens_per_s") is None else float(p["tokens_per_s"]),
+                at=float(p["at"]),
+            )
+        )
         epoch = d.get("epoch")
-        return cls(host=str(d["host"]), pid=int(d["pid"]), since=float(d["since"]), beat=float(d["beat"]),
-                   progress=progress, epoch=None if epoch is None else int(epoch))
+        return cls(
+            host=str(d["host"]),
+            pid=int(d["pid"]),
+            since=float(d["since"]),
+            beat=float(d["beat"]),
+            progress=progress,
+            epoch=None if epoch is None else int(epoch),
+        )
 
 
 def pid_alive(pid: int) -> bool:
@@ -161,7 +177,7 @@ class Heartbeat:
         with self._beating:
             yield
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 

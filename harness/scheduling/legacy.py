@@ -35,16 +35,38 @@ def _copy(t: FrozenTrial, value: float | None) -> FrozenTrial:
             ua["val_nll"], values = float(nll), [float(nll)]
         else:  # diverged, or done without a known NLL: not a ranked value
             state, values = TrialState.FAIL, None
-            ua.update(ending=status, requeue=False,
-                      error=ua.get("error") or (status if status != "done" else
-                                                "done; final validation NLL not found when the queue was converted"))
-    return FrozenTrial(number=0, state=state, value=None, values=values, datetime_start=t.datetime_start,
-                       datetime_complete=t.datetime_complete, params=t.params, distributions=t.distributions,
-                       user_attrs=ua, system_attrs={}, intermediate_values=t.intermediate_values, trial_id=0)
+            ua.update(
+                ending=status,
+                requeue=False,
+                error=ua.get("error")
+                or (
+                    status
+                    if status != "done"
+                    else "done; final validation NLL not found when the queue was converted"
+                ),
+            )
+    return FrozenTrial(
+        number=0,
+        state=state,
+        value=None,
+        values=values,
+        datetime_start=t.datetime_start,
+        datetime_complete=t.datetime_complete,
+        params=t.params,
+        distributions=t.distributions,
+        user_attrs=ua,
+        system_attrs={},
+        intermediate_values=t.intermediate_values,
+        trial_id=0,
+    )
 
 
-def convert(queue: RunQueue, *, values: Callable[[str], float | None] | None = None,
-            log: Callable[[str], None] = print) -> int:
+def convert(
+    queue: RunQueue,
+    *,
+    values: Callable[[str], float | None] | None = None,
+    log: Callable[[str], None] = print,
+) -> int:
     """Convert the old study of ``queue``'s storage, if there is one and it is idle.
 
     Args:
@@ -66,16 +88,21 @@ def convert(queue: RunQueue, *, values: Callable[[str], float | None] | None = N
         by_run.setdefault(t.user_attrs["run_id"], []).append(t)
     busy = [rid for rid, ts in by_run.items() if fold(ts).state in ("queued", "running")]
     if busy:
-        log(f"queue of the previous layout (one study {LEGACY_STUDY!r} for every grid): read as it is; "
+        log(
+            f"queue of the previous layout (one study {LEGACY_STUDY!r} for every grid): read as it is; "
             f"{len(busy)} of its runs are queued or running, so it is converted into one study per grid "
-            "by a later `harness queue` once they are finished")
+            "by a later `harness queue` once they are finished"
+        )
         return 0
     copied, grids = 0, set()
     for rid, trials in by_run.items():
         grid = trials[0].user_attrs["grid"]
         target = queue.study_of(grid)
-        have = {t.user_attrs.get("converted_from") for t in storage.get_all_trials(target)
-                if t.user_attrs.get("run_id") == rid}
+        have = {
+            t.user_attrs.get("converted_from")
+            for t in storage.get_all_trials(target)
+            if t.user_attrs.get("run_id") == rid
+        }
         value = values(rid) if values is not None else None
         for t in sorted(trials, key=lambda x: x.number):
             if t.number not in have:
@@ -83,8 +110,10 @@ def convert(queue: RunQueue, *, values: Callable[[str], float | None] | None = N
                 copied += 1
         grids.add(grid)
     storage.delete_study(sid)
-    log(f"converted the queue of the previous layout: {copied} trial(s) of study {LEGACY_STUDY!r} copied into "
-        f"{len(grids)} studies, one per grid ({', '.join(sorted(grids))}); study {LEGACY_STUDY!r} removed")
+    log(
+        f"converted the queue of the previous layout: {copied} trial(s) of study {LEGACY_STUDY!r} copied into "
+        f"{len(grids)} studies, one per grid ({', '.join(sorted(grids))}); study {LEGACY_STUDY!r} removed"
+    )
     return copied
 
 

@@ -39,9 +39,9 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
@@ -51,15 +51,35 @@ from harness.config import RunConfig
 from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
+from harness.scheduling.queueops import (
+    LiveTrial,
+    create_waiting,
+    ensure_indexes,
+    grid_run_ids,
+    set_user_attrs,
+    take_waiting,
+)
 from harness.scheduling.queueread import LEGACY_STUDY, RUNS_ATTR, QueueReader
-from harness.scheduling.queueops import (LiveTrial, create_waiting, ensure_indexes, grid_run_ids, set_user_attrs,
-                                         take_waiting)
-from harness.scheduling.storage import (STORAGE_RETRY_S, describe_storage, grid_lock, open_storage, retry_storage,
-                                        trial_lock)
-from harness.scheduling.trials import (Claim, EnqueueResult, RunState, config_of, ended_as, fold, is_duplicate,
-                                       lease_of)
-from harness.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.scheduling.storage import (
+    STORAGE_RETRY_S,
+    describe_storage,
+    grid_lock,
+    open_storage,
+    retry_storage,
+    trial_lock,
+)
+from harness.scheduling.trials import (
+    Claim,
+    EnqueueResult,
+    RunState,
+    config_of,
+    ended_as,
+    fold,
+    is_duplicate,
+    lease_of,
+)
 from harness.scheduling.tuning import draw_params
+from harness.terms import ERROR_CHARS, FINISHED, config_diff
 
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
 FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
@@ -79,8 +99,9 @@ class RunQueue(QueueReader):
             created when a grid's first run is enqueued.
     """
 
-    def __init__(self, storage: BaseStorage, *, lease_timeout_s: float = LEASE_TIMEOUT_S,
-                 create: bool = True) -> None:
+    def __init__(
+        self, storage: BaseStorage, *, lease_timeout_s: float = LEASE_TIMEOUT_S, create: bool = True
+    ) -> None:
         if lease_timeout_s <= 0:
             raise ValueError(f"lease timeout {lease_timeout_s} s must be positive")
         super().__init__(storage)
@@ -96,8 +117,15 @@ class RunQueue(QueueReader):
     where = "(storage)"  # for messages; set by :meth:`open`
 
     @classmethod
-    def open(cls, url: str | None, results: str | os.PathLike, *, retry_s: float = STORAGE_RETRY_S,
-             log: Callable[[str], None] = print, **kwargs) -> "RunQueue":
+    def open(
+        cls,
+        url: str | None,
+        results: str | os.PathLike,
+        *,
+        retry_s: float = STORAGE_RETRY_S,
+        log: Callable[[str], None] = print,
+        **kwargs,
+    ) -> RunQueue:
         """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
         while the storage is unreachable (:func:`retry_storage`).
 
@@ -105,15 +133,20 @@ class RunQueue(QueueReader):
             StorageUnavailable: unreachable for ``retry_s`` seconds.
         """
         where = describe_storage(url, results)
-        queue = retry_storage(lambda: cls(open_storage(url, results, create=kwargs.get("create", True)),
-                                          **kwargs), where=where, retry_s=retry_s, log=log)
+        queue = retry_storage(
+            lambda: cls(open_storage(url, results, create=kwargs.get("create", True)), **kwargs),
+            where=where,
+            retry_s=retry_s,
+            log=log,
+        )
         queue.where = where
         return queue
 
     # -- adding
 
-    def enqueue(self, configs: list[RunConfig], *, retry_failed: bool = False,
-                attrs: Mapping[str, Any] | None = None) -> EnqueueResult:
+    def enqueue(
+        self, configs: list[RunConfig], *, retry_failed: bool = False, attrs: Mapping[str, Any] | None = None
+    ) -> EnqueueResult:
         """Add one trial per run config not yet in the queue (idempotent).
 
         A run already queued, running, done or diverged is left alone; a failed run is
@@ -129,14 +162,25 @@ class RunQueue(QueueReader):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f"run id {dup!r} appears twice in the configs to enqueue")
         with ExitStack() as stack:  # each grid's lock, in one order: concurrent queues add each run once
-            alive = [stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})]
-            return self._enqueue(configs, retry_failed=retry_failed, attrs=attrs,
-                                 keep_alive=lambda: [f() for f in alive])
+            alive = [
+                stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})
+            ]
+            return self._enqueue(
+                configs, retry_failed=retry_failed, attrs=attrs, keep_alive=lambda: [f() for f in alive]
+            )
 
-    def _enqueue(self, configs: list[RunConfig], *, retry_failed: bool, attrs: Mapping[str, Any] | None,
-                 keep_alive: Callable[[], Any]) -> EnqueueResult:
+    def _enqueue(
+        self,
+        configs: list[RunConfig],
+        *,
+        retry_failed: bool,
+        attrs: Mapping[str, Any] | None,
+        keep_alive: Callable[[], Any],
+    ) -> EnqueueResult:
         """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
-        existing = {rid: r for grid in sorted({c.grid for c in configs}) for rid, r in self.runs(grid).items()}
+        existing = {
+            rid: r for grid in sorted({c.grid for c in configs}) for rid, r in self.runs(grid).items()
+        }
         conflicts = []
         for c in configs:
             r = existing.get(c.run_id)
@@ -159,23 +203,42 @@ class RunQueue(QueueReader):
             r = existing.get(c.run_id)
             if r is None:
                 batch.setdefault(self._study_for(c), []).append(
-                    self._template(c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs))
+                    self._template(
+                        c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs
+                    )
+                )
                 result.added.append(c.run_id)
             elif r.state != "failed":
                 result.present.append(c.run_id)
             elif retry_failed:
                 batch.setdefault(self._study_for(c), []).append(
-                    self._template(c, attempt=r.attempt + 1, failures=0, reclaims=0, order=[queued_at, index],
-                                   carried=attrs))
+                    self._template(
+                        c,
+                        attempt=r.attempt + 1,
+                        failures=0,
+                        reclaims=0,
+                        order=[queued_at, index],
+                        carried=attrs,
+                    )
+                )
                 result.retried.append(c.run_id)
             else:
                 result.failed.append(c.run_id)
         self._snapshot = None
-        counts = {self.study_of(g): len({rid for rid, r in existing.items() if r.grid == g}  # [done/total]'s total
-                                        | {c.run_id for c in configs if c.grid == g}) for g in {c.grid for c in configs}}
+        counts = {
+            self.study_of(g): len(
+                {rid for rid, r in existing.items() if r.grid == g}  # [done/total]'s total
+                | {c.run_id for c in configs if c.grid == g}
+            )
+            for g in {c.grid for c in configs}
+        }
         for study_id, templates in batch.items():  # with the trials: no worker sees them without their count
-            create_waiting(self.storage, study_id, templates,
-                           {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None)
+            create_waiting(
+                self.storage,
+                study_id,
+                templates,
+                {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None,
+            )
         for study_id, n in counts.items():
             self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
@@ -186,26 +249,51 @@ class RunQueue(QueueReader):
             self._run_study[config.run_id] = self.study_of(config.grid)
         return self._run_study[config.run_id]
 
-    def _new_trial(self, config: RunConfig, *, attempt: int, failures: int, reclaims: int, order: list,
-                   carried: Mapping[str, Any] | None = None) -> int:
+    def _new_trial(
+        self,
+        config: RunConfig,
+        *,
+        attempt: int,
+        failures: int,
+        reclaims: int,
+        order: list,
+        carried: Mapping[str, Any] | None = None,
+    ) -> int:
         """A WAITING trial for ``config`` in its run's study (new run: its grid's study); see :meth:`_template`."""
-        template = self._template(config, attempt=attempt, failures=failures, reclaims=reclaims, order=order,
-                                  carried=carried)
+        template = self._template(
+            config, attempt=attempt, failures=failures, reclaims=reclaims, order=order, carried=carried
+        )
         self._snapshot = None
         return self.storage.create_new_trial(self._study_for(config), template_trial=template)
 
-    def _template(self, config: RunConfig, *, attempt: int, failures: int, reclaims: int, order: list,
-                  carried: Mapping[str, Any] | None = None):
+    def _template(
+        self,
+        config: RunConfig,
+        *,
+        attempt: int,
+        failures: int,
+        reclaims: int,
+        order: list,
+        carried: Mapping[str, Any] | None = None,
+    ):
         """The WAITING trial (Optuna's template) of an attempt at ``config``'s run.
 
         ``carried``: attributes of the run's previous attempt (:data:`CARRIED_ATTRS`); a
         tuning trial's drawn parameters become the new trial's parameters too.
         """
         attrs = {
-            "run_id": config.run_id, "grid": config.grid, "variant": config.variant, "role": config.role,
-            "seed": config.seed, "size": config.size, "budget_tokens": config.budget_tokens,
+            "run_id": config.run_id,
+            "grid": config.grid,
+            "variant": config.variant,
+            "role": config.role,
+            "seed": config.seed,
+            "size": config.size,
+            "budget_tokens": config.budget_tokens,
             "config": json.dumps(config.to_dict(), sort_keys=True),
-            "attempt": attempt, "failures": failures, "reclaims": reclaims, "order": order,
+            "attempt": attempt,
+            "failures": failures,
+            "reclaims": reclaims,
+            "order": order,
             **(carried or {}),
         }
         params, distributions = {}, {}
@@ -214,15 +302,22 @@ class RunQueue(QueueReader):
 
             params = dict(attrs["tune_params"])
             distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}
-        return create_trial(state=TrialState.WAITING, user_attrs=attrs, params=params, distributions=distributions)
+        return create_trial(
+            state=TrialState.WAITING, user_attrs=attrs, params=params, distributions=distributions
+        )
 
     def _requeue(self, last) -> None:
         """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
         requeued: same config, slot in the queue and carried attributes, attempt + 1."""
         ua = last.user_attrs
-        self._new_trial(config_of(last), attempt=ua.get("attempt", 1) + 1, failures=ua.get("failures", 0),
-                        reclaims=ua.get("reclaims", 0), order=ua.get("order", [time.time(), 0]),
-                        carried={k: ua[k] for k in CARRIED_ATTRS if k in ua})
+        self._new_trial(
+            config_of(last),
+            attempt=ua.get("attempt", 1) + 1,
+            failures=ua.get("failures", 0),
+            reclaims=ua.get("reclaims", 0),
+            order=ua.get("order", [time.time(), 0]),
+            carried={k: ua[k] for k in CARRIED_ATTRS if k in ua},
+        )
 
     def bind_results(self, grid: str, folder: str | os.PathLike, folder_id: str) -> None:
         """Record that ``grid``'s results go to the results folder ``folder`` (stable id ``folder_id``,
@@ -237,9 +332,11 @@ class RunQueue(QueueReader):
         if have is None:
             self.storage.set_study_user_attr(study_id, "results", {"id": folder_id, "path": str(folder)})
         elif have["id"] != folder_id:
-            raise ValueError(f"grid {grid} in this queue belongs to the results folder {have['path']} (id {have['id']}); "
-                             f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
-                             "or rename the grid")
+            raise ValueError(
+                f"grid {grid} in this queue belongs to the results folder {have['path']} (id {have['id']}); "
+                f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
+                "or rename the grid"
+            )
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued, and
@@ -301,11 +398,13 @@ class RunQueue(QueueReader):
         return claim
 
     def _claim_from(self, live: list[LiveTrial], grid: str | None) -> Claim | None:
-        left = sorted((t for t in live if t.state == TrialState.WAITING and (grid is None or t.grid == grid)),
-                      key=lambda t: t.order)
+        left = sorted(
+            (t for t in live if t.state == TrialState.WAITING and (grid is None or t.grid == grid)),
+            key=lambda t: t.order,
+        )
         lost = 0
         while left:
-            t = left.pop(self._rng.randrange(min(len(left), 2 ** lost)) if lost else 0)
+            t = left.pop(self._rng.randrange(min(len(left), 2**lost)) if lost else 0)
             lease = Lease.here(epoch=t.number)
             if not take_waiting(self.storage, t.trial_id, {"lease": lease.to_dict()}):
                 lost += 1
@@ -313,8 +412,11 @@ class RunQueue(QueueReader):
             trial_id = t.trial_id
             trials = self.run_trials(t.run_id, t.study_id)
             mine = next(s for s in trials if s.number == t.number)
-            if any(ended_as(s) or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
-                   for s in trials if s.number != t.number and not is_duplicate(s)):
+            if any(
+                ended_as(s) or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
+                for s in trials
+                if s.number != t.number and not is_duplicate(s)
+            ):
                 self.storage.set_trial_user_attr(trial_id, "ending", "duplicate")
                 self._finish(trial_id, TrialState.FAIL)
                 continue
@@ -323,9 +425,17 @@ class RunQueue(QueueReader):
             if ua.get("tune_pending"):
                 config = draw_params(self.storage, trial_id, config)
             self._claimed_from = live
-            return Claim(trial_id=trial_id, run_id=t.run_id, grid=ua["grid"], config=config,
-                         attempt=ua.get("attempt", 1), failures=ua.get("failures", 0),
-                         reclaims=ua.get("reclaims", 0), lease=lease, epoch=t.number)
+            return Claim(
+                trial_id=trial_id,
+                run_id=t.run_id,
+                grid=ua["grid"],
+                config=config,
+                attempt=ua.get("attempt", 1),
+                failures=ua.get("failures", 0),
+                reclaims=ua.get("reclaims", 0),
+                lease=lease,
+                epoch=t.number,
+            )
         return None
 
     def tally(self, grid: str) -> tuple[int, int]:
@@ -359,11 +469,18 @@ class RunQueue(QueueReader):
         trial = self.storage.get_trial(claim.trial_id)
         if trial.state == TrialState.RUNNING:
             lease = lease_of(trial)
-            if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (None, claim.epoch):
+            if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (
+                None,
+                claim.epoch,
+            ):
                 return None
             return f"lease lost to {lease.worker} (epoch {claim.epoch})"
         study_id = self._run_study.get(claim.run_id) or self.study_of(claim.grid)
-        later = [t for t in self.run_trials(claim.run_id, study_id) if t.number > claim.epoch and not is_duplicate(t)]
+        later = [
+            t
+            for t in self.run_trials(claim.run_id, study_id)
+            if t.number > claim.epoch and not is_duplicate(t)
+        ]
         taken = [t for t in later if t.user_attrs.get("lease")]
         ua = trial.user_attrs
         ended = f"epoch {claim.epoch} was {trial.state.name.lower()}"
@@ -409,8 +526,9 @@ class RunQueue(QueueReader):
         way); ``False`` if the run was meanwhile taken from this worker."""
         return self._set_attrs(claim.trial_id, {"lease": claim.lease.refreshed(progress=progress).to_dict()})
 
-    def complete(self, claim: Claim, status: str, *, value: float | None, wall_s: float,
-                 error: str | None = None) -> bool:
+    def complete(
+        self, claim: Claim, status: str, *, value: float | None, wall_s: float, error: str | None = None
+    ) -> bool:
         """Mark a trained run finished: ``status`` 'done', 'diverged' or 'pruned'.
 
         done: a COMPLETE trial whose value is ``value``, the final validation NLL
@@ -428,7 +546,10 @@ class RunQueue(QueueReader):
         if state == TrialState.FAIL:
             attrs.update(error=(error or status)[-ERROR_CHARS:], ending=status, requeue=False)
         return self._set_attrs(claim.trial_id, attrs) and self._finish(
-            claim.trial_id, state, (float(value) if ok_value else math.inf) if state == TrialState.COMPLETE else None)
+            claim.trial_id,
+            state,
+            (float(value) if ok_value else math.inf) if state == TrialState.COMPLETE else None,
+        )
 
     def fail(self, claim: Claim, error: str, *, wall_s: float, max_retries: int) -> bool:
         """Mark an attempt whose training raised; requeue it while its ``max_retries``
@@ -438,8 +559,13 @@ class RunQueue(QueueReader):
         """
         failures = claim.failures + 1
         requeue = failures <= max_retries
-        attrs = {"error": error[-ERROR_CHARS:], "ending": "failed", "failures": failures,
-                 "wall_s": wall_s, "requeue": requeue}
+        attrs = {
+            "error": error[-ERROR_CHARS:],
+            "ending": "failed",
+            "failures": failures,
+            "wall_s": wall_s,
+            "requeue": requeue,
+        }
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
         if requeue:
@@ -475,8 +601,13 @@ class RunQueue(QueueReader):
                 continue  # finished meanwhile (reclaimed by another worker)
             reclaims = trial.user_attrs.get("reclaims", 0) + 1
             requeue = reclaims <= MAX_RECLAIMS
-            attrs = {"error": f"lease expired: {why}", "ending": "reclaimed", "reclaims": reclaims,
-                     "requeue": requeue, "reclaimed_by": f"{self.host}:{os.getpid()}"}
+            attrs = {
+                "error": f"lease expired: {why}",
+                "ending": "reclaimed",
+                "reclaims": reclaims,
+                "requeue": requeue,
+                "reclaimed_by": f"{self.host}:{os.getpid()}",
+            }
             if self._set_attrs(t.trial_id, attrs) and self._finish(t.trial_id, TrialState.FAIL):
                 self._run_study[t.run_id] = t.study_id
                 if requeue:
@@ -489,9 +620,24 @@ class RunQueue(QueueReader):
     def live_workers(self, now: float | None = None) -> list[str]:
         """``host:pid`` of every worker holding a fresh lease (sorted)."""
         now = time.time() if now is None else now
-        return sorted({t.lease.worker for t in self.live() if t.state == TrialState.RUNNING
-                       and stale_reason(t.lease, now=now, timeout_s=self.lease_timeout_s, host=self.host) is None})
+        return sorted(
+            {
+                t.lease.worker
+                for t in self.live()
+                if t.state == TrialState.RUNNING
+                and stale_reason(t.lease, now=now, timeout_s=self.lease_timeout_s, host=self.host) is None
+            }
+        )
 
 
-__all__ = ["LEGACY_STUDY", "MAX_RECLAIMS", "CARRIED_ATTRS", "Claim", "RunState", "EnqueueResult", "ended_as", "fold",
-           "RunQueue"]
+__all__ = [
+    "LEGACY_STUDY",
+    "MAX_RECLAIMS",
+    "CARRIED_ATTRS",
+    "Claim",
+    "RunState",
+    "EnqueueResult",
+    "ended_as",
+    "fold",
+    "RunQueue",
+]

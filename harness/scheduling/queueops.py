@@ -50,14 +50,27 @@ SELECT * FROM (
     SELECT t.trial_id, t.study_id, t.number, t.state, t.datetime_start, {attrs}
     FROM trials t WHERE {{where}}) live
 WHERE live.run IS NOT NULL
-""".format(attrs=", ".join(f"{_ATTR_SQL.format(key)} AS {name}" for key, name in (
-    ("run_id", "run"), ("grid", "grid"), ("order", "ord"), ("lease", "lease"), ("ending", "ending"))))
+""".format(
+    attrs=", ".join(
+        f"{_ATTR_SQL.format(key)} AS {name}"
+        for key, name in (
+            ("run_id", "run"),
+            ("grid", "grid"),
+            ("order", "ord"),
+            ("lease", "lease"),
+            ("ending", "ending"),
+        )
+    )
+)
 # every RUNNING trial whole (its lease changes), every WAITING one by id only: what a waiting
 # trial is (run, grid, order, number) never changes, so a process reads that once (_WAITING_SQL)
 # one statement, so one snapshot: a trial taken meanwhile is in one of the two halves, never in neither
-_LIVE_SQL = _COLUMNS_SQL.format(where="state = 'RUNNING'") + """UNION ALL
+_LIVE_SQL = (
+    _COLUMNS_SQL.format(where="state = 'RUNNING'")
+    + """UNION ALL
 SELECT trial_id, NULL, NULL, state, NULL, NULL, NULL, NULL, NULL, NULL FROM trials WHERE state = 'WAITING'
 """
+)
 _WAITING_SQL = _COLUMNS_SQL.format(where="trial_id = ANY(:ids)")
 _RUN_SQL = """
 SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, a.key, a.value_json
@@ -115,8 +128,13 @@ def ensure_indexes(storage: BaseStorage) -> None:
     import sqlalchemy
 
     with engine.connect() as conn:
-        have = {r[0] for r in conn.execute(sqlalchemy.text(
-            "SELECT indexname FROM pg_indexes WHERE indexname IN (:a, :b)"), {"a": RUN_INDEX, "b": LIVE_INDEX})}
+        have = {
+            r[0]
+            for r in conn.execute(
+                sqlalchemy.text("SELECT indexname FROM pg_indexes WHERE indexname IN (:a, :b)"),
+                {"a": RUN_INDEX, "b": LIVE_INDEX},
+            )
+        }
     for name, sql in _INDEXES.items():
         if name not in have:
             try:
@@ -129,14 +147,22 @@ def ensure_indexes(storage: BaseStorage) -> None:
 def _light(t: FrozenTrial, study_id: int) -> LiveTrial:
     ua = t.user_attrs
     started = t.datetime_start.timestamp() if t.datetime_start else None
-    return LiveTrial(trial_id=t._trial_id, study_id=study_id, number=t.number, state=t.state, run_id=ua["run_id"],
-                     grid=ua.get("grid", ""), order=order_key(ua, t.number),
-                     lease=lease_from(ua.get("lease"), started) if t.state == TrialState.RUNNING else None,
-                     ending=ua.get("ending"))
+    return LiveTrial(
+        trial_id=t._trial_id,
+        study_id=study_id,
+        number=t.number,
+        state=t.state,
+        run_id=ua["run_id"],
+        grid=ua.get("grid", ""),
+        order=order_key(ua, t.number),
+        lease=lease_from(ua.get("lease"), started) if t.state == TrialState.RUNNING else None,
+        ending=ua.get("ending"),
+    )
 
 
-def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
-                waiting: dict[int, LiveTrial] | None = None) -> list[LiveTrial]:
+def live_trials(
+    storage: BaseStorage, study_ids: Callable[[], Iterable[int]], waiting: dict[int, LiveTrial] | None = None
+) -> list[LiveTrial]:
     """The live (WAITING, RUNNING) queue trials of the storage: of the studies ``study_ids()`` names;
     PostgreSQL: of every study.
 
@@ -161,7 +187,9 @@ def live_trials(storage: BaseStorage, study_ids: Callable[[], Iterable[int]],
     known = {} if waiting is None else waiting
     running, now_waiting = [], []
     with engine.connect() as conn:
-        cursor = conn.connection.dbapi_connection.cursor()  # the driver's plain tuples: cheap per waiting trial
+        cursor = (
+            conn.connection.dbapi_connection.cursor()
+        )  # the driver's plain tuples: cheap per waiting trial
         try:
             cursor.execute(_LIVE_SQL)
             for row in cursor.fetchall():
@@ -189,17 +217,25 @@ def _live_row(row) -> LiveTrial:
     loads = json.loads
     state = _state(state)
     if state == TrialState.RUNNING:
-        started = start.replace(tzinfo=dt.timezone.utc).timestamp() if start else None  # stored naive UTC
+        started = start.replace(tzinfo=dt.UTC).timestamp() if start else None  # stored naive UTC
         lease = lease_from(loads(lease) if lease else None, started)
     o = loads(order) if order else None
-    return LiveTrial(trial_id=tid, study_id=sid, number=number, state=state, run_id=loads(run),
-                     grid=loads(grid) if grid else "", order=order_key({"order": o}, number),
-                     lease=lease if state == TrialState.RUNNING else None, ending=loads(ending) if ending else None)
+    return LiveTrial(
+        trial_id=tid,
+        study_id=sid,
+        number=number,
+        state=state,
+        run_id=loads(run),
+        grid=loads(grid) if grid else "",
+        order=order_key({"order": o}, number),
+        lease=lease if state == TrialState.RUNNING else None,
+        ending=loads(ending) if ending else None,
+    )
 
 
 def _utc(naive):
     """A naive UTC datetime (how Optuna's RDB storage keeps them) as Optuna hands it out: naive local time."""
-    return None if naive is None else naive.replace(tzinfo=dt.timezone.utc).astimezone().replace(tzinfo=None)
+    return None if naive is None else naive.replace(tzinfo=dt.UTC).astimezone().replace(tzinfo=None)
 
 
 def run_trials(storage: BaseStorage, run_id: str, study_id: int) -> list[FrozenTrial]:
@@ -220,9 +256,19 @@ def run_trials(storage: BaseStorage, run_id: str, study_id: int) -> list[FrozenT
         result = conn.execute(sqlalchemy.text(_RUN_SQL), {"run": json.dumps(run_id), "study": study_id})
         for tid, number, state, start, complete, key, value in result:
             if tid not in rows:
-                rows[tid] = FrozenTrial(number=number, state=_state(state), value=None, datetime_start=_utc(start),
-                                        datetime_complete=_utc(complete), params={}, distributions={},
-                                        user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=tid)
+                rows[tid] = FrozenTrial(
+                    number=number,
+                    state=_state(state),
+                    value=None,
+                    datetime_start=_utc(start),
+                    datetime_complete=_utc(complete),
+                    params={},
+                    distributions={},
+                    user_attrs={},
+                    system_attrs={},
+                    intermediate_values={},
+                    trial_id=tid,
+                )
             rows[tid].user_attrs[key] = json.loads(value)
     return sorted(rows.values(), key=lambda t: t.number)
 
@@ -256,8 +302,12 @@ def take_waiting(storage: BaseStorage, trial_id: int, attrs: dict) -> bool:
     from sqlalchemy.orm import Session
 
     with Session(engine) as session, session.begin():
-        trial = session.query(models.TrialModel).filter(models.TrialModel.trial_id == trial_id).with_for_update(
-            skip_locked=True).one_or_none()
+        trial = (
+            session.query(models.TrialModel)
+            .filter(models.TrialModel.trial_id == trial_id)
+            .with_for_update(skip_locked=True)
+            .one_or_none()
+        )
         if trial is None or trial.state != TrialState.WAITING:
             return False
         trial.state = TrialState.RUNNING
@@ -272,9 +322,13 @@ def _upsert_attrs(session, trial_id: int, attrs: dict) -> None:
     from sqlalchemy.dialects.postgresql import insert
 
     stmt = insert(models.TrialUserAttributeModel).values(
-        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
-    session.execute(stmt.on_conflict_do_update(index_elements=["trial_id", "key"],
-                                               set_={"value_json": stmt.excluded.value_json}))
+        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()]
+    )
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["trial_id", "key"], set_={"value_json": stmt.excluded.value_json}
+        )
+    )
 
 
 def set_user_attrs(storage: BaseStorage, trial_id: int, attrs: dict) -> None:
@@ -312,17 +366,23 @@ def grid_run_ids(storage: BaseStorage, grid: str, study_ids: Callable[[], Iterab
                 trials = storage.get_all_trials(sid, deepcopy=False)
             except KeyError:
                 continue
-            out |= {t.user_attrs["run_id"] for t in trials
-                    if "run_id" in t.user_attrs and t.user_attrs.get("grid") == grid}
+            out |= {
+                t.user_attrs["run_id"]
+                for t in trials
+                if "run_id" in t.user_attrs and t.user_attrs.get("grid") == grid
+            }
         return out
     import sqlalchemy
 
     with engine.connect() as conn:
-        return {json.loads(r[0]) for r in conn.execute(sqlalchemy.text(_GRID_SQL), {"grid": json.dumps(grid)})}
+        return {
+            json.loads(r[0]) for r in conn.execute(sqlalchemy.text(_GRID_SQL), {"grid": json.dumps(grid)})
+        }
 
 
-def create_waiting(storage: BaseStorage, study_id: int, templates: list[FrozenTrial],
-                   study_attrs: dict | None = None) -> list[int]:
+def create_waiting(
+    storage: BaseStorage, study_id: int, templates: list[FrozenTrial], study_attrs: dict | None = None
+) -> list[int]:
     """Create one WAITING trial per template in study ``study_id``, then set the study's user
     attributes ``study_attrs``; returns the trials' ids, in order.
 
@@ -339,32 +399,65 @@ def create_waiting(storage: BaseStorage, study_id: int, templates: list[FrozenTr
             storage.set_study_user_attr(study_id, key, value)
         return ids
     import sqlalchemy
-    from sqlalchemy.dialects.postgresql import insert
     from optuna.storages._rdb import models  # Optuna's schema, written through its own tables
+    from sqlalchemy.dialects.postgresql import insert
 
     trials, attrs = models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
     with engine.begin() as conn:  # Core executemany: batched INSERTs, not one ORM object per row
         study = models.StudyModel.__table__
-        if conn.execute(sqlalchemy.select(study.c.study_id).where(study.c.study_id == study_id)
-                        .with_for_update()).first() is None:
+        if (
+            conn.execute(
+                sqlalchemy.select(study.c.study_id).where(study.c.study_id == study_id).with_for_update()
+            ).first()
+            is None
+        ):
             raise KeyError(f"no study with id {study_id}")
-        base = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(trials)
-                            .where(trials.c.study_id == study_id)).scalar_one()
-        ids = list(conn.execute(
-            trials.insert().returning(trials.c.trial_id, sort_by_parameter_order=True),
-            [{"number": base + i, "study_id": study_id, "state": TrialState.WAITING}
-             for i in range(len(templates))]).scalars())
-        if ids != sorted(ids):  # numbers follow trial ids (Optuna's rule): refuse an insert that reordered them
+        base = conn.execute(
+            sqlalchemy.select(sqlalchemy.func.count())
+            .select_from(trials)
+            .where(trials.c.study_id == study_id)
+        ).scalar_one()
+        ids = list(
+            conn.execute(
+                trials.insert().returning(trials.c.trial_id, sort_by_parameter_order=True),
+                [
+                    {"number": base + i, "study_id": study_id, "state": TrialState.WAITING}
+                    for i in range(len(templates))
+                ],
+            ).scalars()
+        )
+        if ids != sorted(
+            ids
+        ):  # numbers follow trial ids (Optuna's rule): refuse an insert that reordered them
             raise RuntimeError(f"trial ids of a batch came back out of order: {ids[:5]} ...")
-        conn.execute(attrs.insert(), [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
-                                      for tid, t in zip(ids, templates) for k, v in t.user_attrs.items()])
+        conn.execute(
+            attrs.insert(),
+            [
+                {"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                for tid, t in zip(ids, templates)
+                for k, v in t.user_attrs.items()
+            ],
+        )
         table = models.StudyUserAttributeModel.__table__
         for key, value in (study_attrs or {}).items():  # Optuna's upsert of a study attribute
             row = insert(table).values(study_id=study_id, key=key, value_json=json.dumps(value))
-            conn.execute(row.on_conflict_do_update(index_elements=[table.c.study_id, table.c.key],
-                                                   set_={"value_json": row.excluded.value_json}))
+            conn.execute(
+                row.on_conflict_do_update(
+                    index_elements=[table.c.study_id, table.c.key],
+                    set_={"value_json": row.excluded.value_json},
+                )
+            )
     return ids
 
 
-__all__ = ["LIVE_STATES", "LiveTrial", "ensure_indexes", "live_trials", "run_trials", "take_waiting", "set_user_attrs",
-           "grid_run_ids", "create_waiting"]
+__all__ = [
+    "LIVE_STATES",
+    "LiveTrial",
+    "ensure_indexes",
+    "live_trials",
+    "run_trials",
+    "take_waiting",
+    "set_user_attrs",
+    "grid_run_ids",
+    "create_waiting",
+]

@@ -57,7 +57,8 @@ class QueueReader:
     def _id_of(self, trial: FrozenTrial) -> int:
         """The storage's id of ``trial`` (what its write calls take), by the public API."""
         return self.storage.get_trial_id_from_study_id_trial_number(
-            self._run_study[trial.user_attrs["run_id"]], trial.number)
+            self._run_study[trial.user_attrs["run_id"]], trial.number
+        )
 
     def studies(self) -> dict[str, int]:
         """Study name -> study id of every study in the storage (queue studies and others)."""

@@ -50,8 +50,19 @@ _POSTGRES_DRIVERS = {
 }
 # File-system errors that waiting does not cure (a read-only or full disk, no permission, a file
 # where a folder should be): reported at once instead of retried as an outage.
-_LASTING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
-                             errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG})
+_LASTING_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EEXIST,
+        errno.ENAMETOOLONG,
+    }
+)
 STORAGE_RETRY_S = 60.0  # a worker retries an unreachable storage this long (seconds), then stops
 COMMAND_RETRY_S = 10.0  # `harness queue` / `harness status` give up sooner (someone is waiting)
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # backoff: first wait, doubled up to this (seconds)
@@ -72,7 +83,7 @@ def parse_storage(url: str | None, results: str | os.PathLike) -> tuple[str, str
     if url.startswith("sqlite"):
         raise ValueError(f"--storage {url}: {SQLITE_REFUSED}")
     if url.startswith("journal:"):
-        path = url[len("journal:"):]
+        path = url[len("journal:") :]
         if not path:
             raise ValueError("--storage journal: needs a file path, e.g. journal:/shared/queue.journal")
         return "journal", path
@@ -94,7 +105,7 @@ class NoQueue(FileNotFoundError):
 SCHEMA_ATTEMPTS = 5  # opens of a PostgreSQL storage while another process creates Optuna's schema
 
 
-def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = True) -> "BaseStorage":
+def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = True) -> BaseStorage:
     """Open the queue's Optuna storage (see :func:`parse_storage` for the accepted forms).
 
     Raises:
@@ -120,7 +131,7 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
     return QueueJournalStorage(str(path))
 
 
-def _open_rdb(url: str, attempts: int = SCHEMA_ATTEMPTS) -> "BaseStorage":
+def _open_rdb(url: str, attempts: int = SCHEMA_ATTEMPTS) -> BaseStorage:
     """Optuna's RDB storage on ``url``. Opening it creates Optuna's schema when missing, and two
     processes doing that at once collide (a duplicate type or table, or a second version row:
     ``IntegrityError``/``ProgrammingError``); the loser opens it again once the winner is done.
@@ -137,7 +148,7 @@ def _open_rdb(url: str, attempts: int = SCHEMA_ATTEMPTS) -> "BaseStorage":
 
 
 @contextmanager
-def trial_lock(storage: "BaseStorage", trial_id: int) -> Iterator[None]:
+def trial_lock(storage: BaseStorage, trial_id: int) -> Iterator[None]:
     """Hold off every change of trial ``trial_id``'s state for a block, as tightly as the storage allows.
 
     Journal file: the journal's lock (no process appends while it is held, so no one can
@@ -160,7 +171,9 @@ def trial_lock(storage: "BaseStorage", trial_id: int) -> Iterator[None]:
     import sqlalchemy
 
     with engine.connect() as conn, conn.begin():
-        conn.execute(sqlalchemy.text("SELECT state FROM trials WHERE trial_id = :t FOR UPDATE"), {"t": trial_id})
+        conn.execute(
+            sqlalchemy.text("SELECT state FROM trials WHERE trial_id = :t FOR UPDATE"), {"t": trial_id}
+        )
         yield
 
 
@@ -168,7 +181,7 @@ GRID_LOCK_GRACE_S = 60  # a grid lock file untouched this long (seconds) is a de
 
 
 @contextmanager
-def grid_lock(storage: "BaseStorage", grid: str) -> Iterator[Callable[[], None]]:
+def grid_lock(storage: BaseStorage, grid: str) -> Iterator[Callable[[], None]]:
     """Hold ``grid``'s lock for a block across processes and machines sharing the storage: the
     reading of a grid's runs and the adding of its missing ones (``harness queue``) then happen
     as one step, so two concurrent queues add each run once.
@@ -227,8 +240,10 @@ def postgres_driver(url: str) -> tuple[str, str]:
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError):
         driver = scheme.partition("+")[2]
     if driver not in _POSTGRES_DRIVERS:
-        raise ValueError(f"--storage {scheme}://...: driver {driver!r} not supported; use postgresql:// "
-                         f"(psycopg 3) or postgresql+psycopg2://")
+        raise ValueError(
+            f"--storage {scheme}://...: driver {driver!r} not supported; use postgresql:// "
+            f"(psycopg 3) or postgresql+psycopg2://"
+        )
     return _POSTGRES_DRIVERS[driver]
 
 
@@ -269,8 +284,9 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(root).__name__}: {text[0] if text else ''}".strip()
 
 
-def retry_storage(fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE_RETRY_S,
-                  log: Callable[[str], None] = print) -> Any:
+def retry_storage(
+    fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE_RETRY_S, log: Callable[[str], None] = print
+) -> Any:
     """``fn()``, called again while it fails because the storage is unreachable.
 
     Waits 0.5 s, then doubles the wait up to 10 s (:data:`RETRY_FIRST_S`,
@@ -295,11 +311,16 @@ def retry_storage(fn: Callable[[], Any], *, where: str, retry_s: float = STORAGE
             if spent + wait > retry_s:
                 raise StorageUnavailable(
                     f"queue storage {where} unreachable: gave up after {tries} tries in {spent:.0f} s "
-                    f"(last error: {_first_line(exc)})") from None
-            console.log.debug(f"queue storage {where} unreachable ({_first_line(exc)}); retry {tries} in {wait:g} s")
+                    f"(last error: {_first_line(exc)})"
+                ) from None
+            console.log.debug(
+                f"queue storage {where} unreachable ({_first_line(exc)}); retry {tries} in {wait:g} s"
+            )
             if not noticed and spent >= NOTICE_AFTER_S:
-                log(f"queue storage {where} unreachable for {spent:.0f} s ({_first_line(exc)}); "
-                    f"still retrying, for up to {retry_s:g} s in all")
+                log(
+                    f"queue storage {where} unreachable for {spent:.0f} s ({_first_line(exc)}); "
+                    f"still retrying, for up to {retry_s:g} s in all"
+                )
                 noticed = True
             time.sleep(wait)
             wait = min(2 * wait, RETRY_MAX_S)
@@ -319,8 +340,19 @@ def describe_storage(url: str | None, results: str | os.PathLike) -> str:
 
 
 __all__ = [
-    "JOURNAL_NAME", "SQLITE_REFUSED", "STORAGE_RETRY_S", "COMMAND_RETRY_S", "RETRY_FIRST_S", "RETRY_MAX_S",
+    "JOURNAL_NAME",
+    "SQLITE_REFUSED",
+    "STORAGE_RETRY_S",
+    "COMMAND_RETRY_S",
+    "RETRY_FIRST_S",
+    "RETRY_MAX_S",
     "NOTICE_AFTER_S",
-    "parse_storage", "NoQueue", "open_storage", "trial_lock", "postgres_driver", "StorageUnavailable", "retry_storage",
+    "parse_storage",
+    "NoQueue",
+    "open_storage",
+    "trial_lock",
+    "postgres_driver",
+    "StorageUnavailable",
+    "retry_storage",
     "describe_storage",
 ]

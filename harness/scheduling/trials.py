@@ -166,9 +166,14 @@ def fold(trials: list[FrozenTrial]) -> RunState:
     ended = [t for t in real if ended_as(t)]
     if ended:
         t = ended[0]
-        return RunState(state=ended_as(t), attempt=t.user_attrs.get("attempt", 1),
-                        wall_s=t.user_attrs.get("wall_s"), value=t.user_attrs.get("val_nll"),
-                        error=t.user_attrs.get("error") if ended_as(t) == "diverged" else None, **base)
+        return RunState(
+            state=ended_as(t),
+            attempt=t.user_attrs.get("attempt", 1),
+            wall_s=t.user_attrs.get("wall_s"),
+            value=t.user_attrs.get("val_nll"),
+            error=t.user_attrs.get("error") if ended_as(t) == "diverged" else None,
+            **base,
+        )
     running = [t for t in real if t.state == TrialState.RUNNING]
     if running:
         t = running[0]
@@ -179,8 +184,9 @@ def fold(trials: list[FrozenTrial]) -> RunState:
         return RunState(state="queued", attempt=waiting[0].user_attrs.get("attempt", 1), error=error, **base)
     if ua.get("requeue"):
         return RunState(state="queued", attempt=ua.get("attempt", 1), error=error, pending=True, **base)
-    return RunState(state="failed", attempt=ua.get("attempt", 1), error=error,
-                    wall_s=ua.get("wall_s"), **base)
+    return RunState(
+        state="failed", attempt=ua.get("attempt", 1), error=error, wall_s=ua.get("wall_s"), **base
+    )
 
 
 def queue_order(t: FrozenTrial) -> tuple:
@@ -194,5 +200,16 @@ def order_key(user_attrs: dict, number: int) -> tuple:
     return (float(o[0]), int(o[1]), number)
 
 
-__all__ = ["Claim", "RunState", "EnqueueResult", "is_duplicate", "lease_of", "lease_from", "config_of", "ended_as",
-           "fold", "queue_order", "order_key"]
+__all__ = [
+    "Claim",
+    "RunState",
+    "EnqueueResult",
+    "is_duplicate",
+    "lease_of",
+    "lease_from",
+    "config_of",
+    "ended_as",
+    "fold",
+    "queue_order",
+    "order_key",
+]

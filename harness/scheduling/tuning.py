@@ -43,8 +43,18 @@ if TYPE_CHECKING:
 
 #: TrainConfig fields a study may tune (the optimiser and schedule); the others fix the data,
 #: the evaluation set or the execution, which tuning must not move.
-TUNABLE = ("lr", "min_lr_ratio", "warmup_tokens", "schedule", "decay_frac", "weight_decay", "beta1", "beta2",
-           "grad_clip", "batch_tokens")
+TUNABLE = (
+    "lr",
+    "min_lr_ratio",
+    "warmup_tokens",
+    "schedule",
+    "decay_frac",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "batch_tokens",
+)
 WARMUP_FRAC = "warmup_frac"
 DEFAULT_SPACE = ("lr=log:1e-4:3e-2", "warmup_frac=0:0.2")
 PRUNERS = ("median", "hyperband", "none")
@@ -77,7 +87,7 @@ class Param:
         prefix = "" if self.kind == "float" else f"{self.kind}:"
         return f"{self.name}={prefix}{self.low!r}:{self.high!r}"
 
-    def distribution(self) -> "BaseDistribution":
+    def distribution(self) -> BaseDistribution:
         """The Optuna distribution of this dimension."""
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
@@ -107,7 +117,11 @@ def parse_param(entry: str) -> Param:
         raise ValueError(f"--space {entry!r}: malformed; write {form}")
     types = _field_types()
     if name != WARMUP_FRAC and name not in TUNABLE:
-        why = "not a training setting" if name not in types else "not tunable (it fixes data, evaluation or execution)"
+        why = (
+            "not a training setting"
+            if name not in types
+            else "not tunable (it fixes data, evaluation or execution)"
+        )
         raise ValueError(f"--space {entry!r}: {name!r} is {why}; {allowed}")
     kind, body = "float", rng
     head, colon, rest = rng.partition(":")
@@ -116,9 +130,13 @@ def parse_param(entry: str) -> Param:
     if kind == "choice":
         values = [v.strip() for v in body.split(",") if v.strip()]
         if len(values) < 2:
-            raise ValueError(f"--space {entry!r}: a choice needs at least two values, e.g. schedule=choice:cosine,wsd")
+            raise ValueError(
+                f"--space {entry!r}: a choice needs at least two values, e.g. schedule=choice:cosine,wsd"
+            )
         try:
-            parsed = tuple(TrainConfig.parse_value(name, v) if name != WARMUP_FRAC else float(v) for v in values)
+            parsed = tuple(
+                TrainConfig.parse_value(name, v) if name != WARMUP_FRAC else float(v) for v in values
+            )
         except ValueError as exc:
             raise ValueError(f"--space {entry!r}: {exc}") from None
         if len(set(parsed)) != len(parsed):
@@ -134,7 +152,9 @@ def parse_param(entry: str) -> Param:
         low, high = ((int(p.replace("_", "")) if integer else float(p)) for p in parts)
     except ValueError:
         what = "integers" if integer else "numbers"
-        raise ValueError(f"--space {entry!r}: the range ends must be {what}, got {parts[0]!r} and {parts[1]!r}") from None
+        raise ValueError(
+            f"--space {entry!r}: the range ends must be {what}, got {parts[0]!r} and {parts[1]!r}"
+        ) from None
     if integer:
         kind = "log" if kind == "log" else "int"
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -242,16 +262,27 @@ class TuneSpec:
 
     def configs(self) -> list[RunConfig]:
         """One run per trial k = 0 .. trials-1, at seed ``TUNE_SEED_BASE + k`` (parameters drawn later)."""
-        return [RunConfig.create(self.variant, self.size, TUNE_SEED_BASE + k, self.budget_tokens, self.corpus,
-                                 grid=self.study_name, role=TUNE_ROLE, train=self.train) for k in range(self.trials)]
+        return [
+            RunConfig.create(
+                self.variant,
+                self.size,
+                TUNE_SEED_BASE + k,
+                self.budget_tokens,
+                self.corpus,
+                grid=self.study_name,
+                role=TUNE_ROLE,
+                train=self.train,
+            )
+            for k in range(self.trials)
+        ]
 
-    def differences(self, other: "TuneSpec") -> list[str]:
+    def differences(self, other: TuneSpec) -> list[str]:
         """Fields (other than ``trials``) where ``other`` differs, as ``field: old != new``."""
         a, b = dataclasses.asdict(self), dataclasses.asdict(other)
         return [f"{k}: {a[k]!r} != {b[k]!r}" for k in a if k != "trials" and a[k] != b[k]]
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TuneSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> TuneSpec:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
@@ -260,7 +291,7 @@ def study_name_of(name: str) -> str:
     return name if name.startswith(TUNE_PREFIX) else TUNE_PREFIX + name
 
 
-def load_spec(storage: "BaseStorage", name: str) -> TuneSpec:
+def load_spec(storage: BaseStorage, name: str) -> TuneSpec:
     """The :class:`TuneSpec` of study ``tune:NAME``.
 
     Raises:
@@ -275,12 +306,14 @@ def load_spec(storage: "BaseStorage", name: str) -> TuneSpec:
         attrs = {}
     if SPEC_ATTR not in attrs:
         names = sorted(s.study_name for s in storage.get_all_studies() if SPEC_ATTR in s.user_attrs)
-        raise ValueError(f"no tuning study {study!r} in this storage; tuning studies: "
-                         f"{', '.join(names) if names else 'none (start one with harness tune)'}")
+        raise ValueError(
+            f"no tuning study {study!r} in this storage; tuning studies: "
+            f"{', '.join(names) if names else 'none (start one with harness tune)'}"
+        )
     return TuneSpec.from_dict(attrs[SPEC_ATTR])
 
 
-def create_or_check(storage: "BaseStorage", spec: TuneSpec) -> str:
+def create_or_check(storage: BaseStorage, spec: TuneSpec) -> str:
     """Create study ``tune:NAME`` with ``spec``, or check an existing one against it.
 
     Returns ``"created"``, ``"same"`` or ``"more trials"`` (an existing study with fewer
@@ -299,14 +332,18 @@ def create_or_check(storage: "BaseStorage", spec: TuneSpec) -> str:
         sid = storage.get_study_id_from_name(spec.study_name)
         attrs = storage.get_study_user_attrs(sid)
         if SPEC_ATTR not in attrs:
-            raise ValueError(f"study {spec.study_name!r} exists but is not a tuning study (no {SPEC_ATTR} "
-                             "attribute); pick another --name") from None
+            raise ValueError(
+                f"study {spec.study_name!r} exists but is not a tuning study (no {SPEC_ATTR} "
+                "attribute); pick another --name"
+            ) from None
         old = TuneSpec.from_dict(attrs[SPEC_ATTR])
         diff = old.differences(spec)
         if diff:
-            raise ValueError(f"tuning study {spec.study_name!r} exists with another "
-                             f"{'space' if any(d.startswith('space') for d in diff) else 'setup'}: "
-                             f"{'; '.join(diff)}; pick another --name, or repeat its setup") from None
+            raise ValueError(
+                f"tuning study {spec.study_name!r} exists with another "
+                f"{'space' if any(d.startswith('space') for d in diff) else 'setup'}: "
+                f"{'; '.join(diff)}; pick another --name, or repeat its setup"
+            ) from None
         if spec.trials > old.trials:
             storage.set_study_user_attr(sid, SPEC_ATTR, dataclasses.asdict(spec))
             return "more trials"
@@ -320,8 +357,9 @@ def _sampler(spec: TuneSpec, number: int):
 
     # seeded per trial number: two workers asking at once draw different points, and a
     # study replayed with the same finished trials draws the same ones
-    return TPESampler(seed=spec.seed * 1_000_003 + number, n_startup_trials=spec.startup_trials,
-                      constant_liar=True)
+    return TPESampler(
+        seed=spec.seed * 1_000_003 + number, n_startup_trials=spec.startup_trials, constant_liar=True
+    )
 
 
 def _pruner(spec: TuneSpec):
@@ -337,19 +375,22 @@ def _pruner(spec: TuneSpec):
     return NopPruner()
 
 
-def _trial(storage: "BaseStorage", study_name: str, trial_id: int, *, sampler=None, pruner=None):
+def _trial(storage: BaseStorage, study_name: str, trial_id: int, *, sampler=None, pruner=None):
     """An ``optuna.trial.Trial`` on a RUNNING trial of tuning study ``study_name``, and its spec."""
     import optuna
 
     spec = load_spec(storage, study_name)
     number = storage.get_trial_number_from_id(trial_id)
-    study = optuna.load_study(study_name=study_name, storage=storage,
-                              sampler=sampler(spec, number) if sampler else optuna.samplers.RandomSampler(seed=0),
-                              pruner=pruner(spec) if pruner else None)
+    study = optuna.load_study(
+        study_name=study_name,
+        storage=storage,
+        sampler=sampler(spec, number) if sampler else optuna.samplers.RandomSampler(seed=0),
+        pruner=pruner(spec) if pruner else None,
+    )
     return optuna.trial.Trial(study, trial_id), spec
 
 
-def draw_params(storage: "BaseStorage", trial_id: int, config: RunConfig) -> RunConfig:
+def draw_params(storage: BaseStorage, trial_id: int, config: RunConfig) -> RunConfig:
     """Ask: draw a tuning trial's parameters (the worker has just taken it) and fix its run.
 
     The TPE sampler sees every finished trial of the study and the running ones (constant
@@ -371,17 +412,22 @@ def draw_params(storage: "BaseStorage", trial_id: int, config: RunConfig) -> Run
             params[name] = trial.suggest_int(name, int(p.low), int(p.high))
         else:
             params[name] = trial.suggest_float(name, float(p.low), float(p.high), log=p.kind == "log")
-    drawn = dataclasses.replace(config, train={**config.train, **train_overrides(params, config.budget_tokens)})
+    drawn = dataclasses.replace(
+        config, train={**config.train, **train_overrides(params, config.budget_tokens)}
+    )
     drawn.train_config()  # every corner was checked at `harness tune`; this is the last line of defence
     storage.set_trial_user_attr(trial_id, "config", json.dumps(drawn.to_dict(), sort_keys=True))
     storage.set_trial_user_attr(trial_id, "tune_params", params)
-    storage.set_trial_user_attr(trial_id, "tune_distributions",
-                                {n: distribution_to_json(p.distribution()) for n, p in spec.params().items()})
+    storage.set_trial_user_attr(
+        trial_id,
+        "tune_distributions",
+        {n: distribution_to_json(p.distribution()) for n, p in spec.params().items()},
+    )
     storage.set_trial_user_attr(trial_id, "tune_pending", False)
     return drawn
 
 
-def pruning_hook(storage: "BaseStorage", study_name: str, trial_id: int) -> Callable[[int, int, float], bool]:
+def pruning_hook(storage: BaseStorage, study_name: str, trial_id: int) -> Callable[[int, int, float], bool]:
     """``on_eval(step, tokens, val_nll) -> prune?`` for a tuning trial's run (study
     ``study_name``, its runs' grid): reports the validation NLL (nats/token) at optimiser
     step ``step`` to the study and asks its pruner."""
@@ -396,7 +442,7 @@ def pruning_hook(storage: "BaseStorage", study_name: str, trial_id: int) -> Call
     return on_eval
 
 
-def best_params(storage: "BaseStorage", name: str) -> tuple[TuneSpec, dict[str, Any], float]:
+def best_params(storage: BaseStorage, name: str) -> tuple[TuneSpec, dict[str, Any], float]:
     """``(spec, best params, best value)`` of tuning study ``tune:NAME``: its COMPLETE trial
     with the smallest final validation NLL (nats/token).
 
@@ -410,8 +456,9 @@ def best_params(storage: "BaseStorage", name: str) -> tuple[TuneSpec, dict[str, 
     try:
         trial = study.best_trial
     except ValueError:
-        raise ValueError(f"tuning study {spec.study_name!r} has no finished trial yet; "
-                         "run `harness work` first") from None
+        raise ValueError(
+            f"tuning study {spec.study_name!r} has no finished trial yet; run `harness work` first"
+        ) from None
     return spec, dict(trial.params), float(trial.value)
 
 
@@ -425,6 +472,23 @@ def with_eval_points(train: Mapping[str, Any], size: str, budget_tokens: int) ->
     return out
 
 
-__all__ = ["TUNABLE", "WARMUP_FRAC", "DEFAULT_SPACE", "PRUNERS", "SPEC_ATTR", "Param", "parse_param", "parse_space",
-           "train_overrides", "check_space", "TuneSpec", "study_name_of", "load_spec", "create_or_check",
-           "draw_params", "pruning_hook", "best_params", "with_eval_points"]
+__all__ = [
+    "TUNABLE",
+    "WARMUP_FRAC",
+    "DEFAULT_SPACE",
+    "PRUNERS",
+    "SPEC_ATTR",
+    "Param",
+    "parse_param",
+    "parse_space",
+    "train_overrides",
+    "check_space",
+    "TuneSpec",
+    "study_name_of",
+    "load_spec",
+    "create_or_check",
+    "draw_params",
+    "pruning_hook",
+    "best_params",
+    "with_eval_points",
+]

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness import live
 from harness.config import RunConfig
-from harness.files import FULL_BELOW, fmt_bytes, free_bytes, results_id
 from harness.fencing import LeaseLost, fenced
+from harness.files import FULL_BELOW, fmt_bytes, free_bytes, results_id
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
@@ -129,7 +129,9 @@ class WatchedFence(ClaimFence):
     def _folder(self, what: str) -> None:
         why = self.watch.look()
         if why is not None:
-            raise LeaseLost(self.claim.run_id, f"results folder {self.watch.folder} {why}; {what} not written")
+            raise LeaseLost(
+                self.claim.run_id, f"results folder {self.watch.folder} {why}; {what} not written"
+            )
 
     def lost(self) -> str | None:
         if self.watch.gone is not None:
@@ -152,15 +154,23 @@ def _results_lost(queue, claim, watch: FolderWatch) -> ResultsLost:
     reclaims the run once its lease is stale), and the one-line :class:`ResultsLost` the worker stops with."""
     journal = getattr(getattr(queue.storage, "journal", None), "_file_path", None)
     try:
-        if journal is not None and Path(os.path.abspath(journal)).is_relative_to(os.path.abspath(watch.folder)):
-            raise FileNotFoundError(journal)  # the queue went with the folder: write nothing in what is there now
+        if journal is not None and Path(os.path.abspath(journal)).is_relative_to(
+            os.path.abspath(watch.folder)
+        ):
+            raise FileNotFoundError(
+                journal
+            )  # the queue went with the folder: write nothing in what is there now
         queue.release(claim, f"results folder {watch.folder} {watch.gone}; run released")
         released = f"{claim.run_id} released"
     except Exception as exc:  # noqa: BLE001 - the queue went with the folder: say so, do not retry
-        released = (f"{claim.run_id} not released ({type(exc).__name__}: the queue is unreachable; another worker "
-                    "reclaims it once its lease is stale)")
-    lost = ResultsLost(f"results folder {watch.folder} {watch.gone} while this worker used it; {released}; the "
-                       "worker stops and creates nothing there (check the mount, then start the worker again)")
+        released = (
+            f"{claim.run_id} not released ({type(exc).__name__}: the queue is unreachable; another worker "
+            "reclaims it once its lease is stale)"
+        )
+    lost = ResultsLost(
+        f"results folder {watch.folder} {watch.gone} while this worker used it; {released}; the "
+        "worker stops and creates nothing there (check the mount, then start the worker again)"
+    )
     lost.errno = errno.ENOENT
     return lost
 
@@ -180,18 +190,22 @@ def _check_results(queue, call, claim, results_dir: Path) -> None:
     if mine == owner["id"]:
         return
     call(queue.release, claim, f"worker on another results folder ({results_dir}); run released")
-    raise OtherResults(f"grid {claim.grid} belongs to the results folder {owner['path']} (id {owner['id']}); "
-                       f"this worker's --results {results_dir} is another folder "
-                       f"({'id ' + mine if mine else 'no .harness-id'}): {claim.run_id} released; start the "
-                       f"worker with --results {owner['path']} (the same folder, mounted on this machine)")
+    raise OtherResults(
+        f"grid {claim.grid} belongs to the results folder {owner['path']} (id {owner['id']}); "
+        f"this worker's --results {results_dir} is another folder "
+        f"({'id ' + mine if mine else 'no .harness-id'}): {claim.run_id} released; start the "
+        f"worker with --results {owner['path']} (the same folder, mounted on this machine)"
+    )
 
 
 def _disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> DiskFull:
     """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with."""
     call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
     needs = f"; {claim.run_id} needs about {fmt_bytes(need)} for its checkpoints" if need else ""
-    full = DiskFull(f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {claim.run_id} released "
-                    "and queued again (no retry spent); the worker stops: free space there or point --results elsewhere")
+    full = DiskFull(
+        f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {claim.run_id} released "
+        "and queued again (no retry spent); the worker stops: free space there or point --results elsewhere"
+    )
     full.errno = errno.ENOSPC
     return full
 
@@ -220,11 +234,23 @@ def _outcome(result: Any) -> tuple[str, float | None, str | None]:
     return repr(result), None, None
 
 
-def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: FailureFn | None = None,
-         grid: str | None = None, max_runs: int | None = None, wait: bool = False, poll_s: float = 10.0,
-         max_retries: int = MAX_RETRIES, beat_s: float = BEAT_S, retry_s: float = STORAGE_RETRY_S,
-         stop: StopRequest | None = None, space_needed: SpaceFn | None = None,
-         log: Callable[[str], None] = print) -> Counter:
+def work(
+    queue: RunQueue,
+    train_fn: TrainFn,
+    results_dir: Path,
+    *,
+    on_failure: FailureFn | None = None,
+    grid: str | None = None,
+    max_runs: int | None = None,
+    wait: bool = False,
+    poll_s: float = 10.0,
+    max_retries: int = MAX_RETRIES,
+    beat_s: float = BEAT_S,
+    retry_s: float = STORAGE_RETRY_S,
+    stop: StopRequest | None = None,
+    space_needed: SpaceFn | None = None,
+    log: Callable[[str], None] = print,
+) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
     Args:
@@ -276,8 +302,11 @@ def work(queue: RunQueue, train_fn: TrainFn, results_dir: Path, *, on_failure: F
         if claim is None or _stopped_after_claim(queue, call, claim, stop, log):
             break
         need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
-        outcomes[_train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s,
-                            log, need, watch)] += 1
+        outcomes[
+            _train_one(
+                queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log, need, watch
+            )
+        ] += 1
     return outcomes
 
 
@@ -324,7 +353,9 @@ def _claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: _Or
         if not wait:
             log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
             return None
-        stop.wait(poll_s) if stop is not None else time.sleep(poll_s)  # each poll: one read of the live trials
+        stop.wait(poll_s) if stop is not None else time.sleep(
+            poll_s
+        )  # each poll: one read of the live trials
 
 
 def _stopped_after_claim(queue, call, claim, stop, log) -> bool:
@@ -349,8 +380,19 @@ def _admit(queue, call, claim, results_dir: Path, watch: FolderWatch | None, spa
     return need
 
 
-def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log,
-               need: int | None = None, watch: FolderWatch | None = None) -> str:
+def _train_one(
+    queue,
+    call,
+    claim,
+    train_fn,
+    results_dir,
+    on_failure,
+    max_retries,
+    beat_s,
+    log,
+    need: int | None = None,
+    watch: FolderWatch | None = None,
+) -> str:
     """Train one claimed run inside its fence; every queue operation goes through ``call`` (retried).
 
     Returns the outcome: ``done``, ``diverged``, ``failed`` or ``lost`` (the lease was lost to
@@ -373,7 +415,9 @@ def _train_one(queue, call, claim, train_fn, results_dir, on_failure, max_retrie
             raise _results_lost(queue, claim, watch) from None
         full = _full_path(exc, Path(results_dir))
         if full is not None:  # the environment's fault: no failed result, no retry spent
-            raise _disk_full(queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+            raise _disk_full(
+                queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]
+            ) from None
         return _failed(queue, call, claim, exc, fence, results_dir, on_failure, max_retries, t0, log)
     except BaseException:
         call(queue.release, claim, "worker interrupted (KeyboardInterrupt or SIGTERM); run released")
@@ -388,7 +432,9 @@ def _fence(queue, call, claim, beat_s: float, watch: FolderWatch | None) -> tupl
         heartbeat = Heartbeat(lambda: queue.beat(claim, live.current(claim.run_id)), beat_s)
         return heartbeat, ClaimFence(queue, claim, heartbeat, call)
     # every beat also looks at the results folder: a lost one stops the run within a beat
-    heartbeat = Heartbeat(lambda: watch.look() is not None or queue.beat(claim, live.current(claim.run_id)), beat_s)
+    heartbeat = Heartbeat(
+        lambda: watch.look() is not None or queue.beat(claim, live.current(claim.run_id)), beat_s
+    )
     return heartbeat, WatchedFence(watch, queue, claim, heartbeat, call)
 
 
@@ -405,13 +451,15 @@ def _train_fenced(queue, call, claim, train_fn, results_dir, heartbeat, fence) -
     if status == "failed":  # the train function recorded the failure itself
         raise _ReportedFailure(f"train function returned 'failed' for {claim.run_id}")
     if status not in FINISHED:
-        raise ValueError(f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' "
-                         "or 'failed'")
+        raise ValueError(
+            f"train function returned {status!r}; expected 'done', 'diverged', 'pruned' or 'failed'"
+        )
     return status, value, reason
 
 
-def _failed(queue, call, claim, exc: Exception, fence, results_dir, on_failure, max_retries, t0: float,
-            log) -> str:
+def _failed(
+    queue, call, claim, exc: Exception, fence, results_dir, on_failure, max_retries, t0: float, log
+) -> str:
     """Record a crashed attempt (its failed result file, written under the fence, then the queue's retry
     or final failure) and say so; call it while ``exc`` is being handled (its traceback is recorded).
     Returns ``failed``, or ``lost`` when the lease was lost before the failed result was written."""
@@ -428,16 +476,17 @@ def _failed(queue, call, claim, exc: Exception, fence, results_dir, on_failure, 
     retried = call(queue.fail, claim, error, wall_s=wall, max_retries=max_retries)
     done, total = call(queue.tally, claim.grid)
     then = "retry queued" if retried else "no retries left"
-    log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): "
-        f"{type(exc).__name__}: {exc}; {then}")
+    log(f"[{done}/{total}] failed {claim.run_id} ({fmt_duration(wall)}): {type(exc).__name__}: {exc}; {then}")
     return "failed"
 
 
 def _finished(queue, call, claim, status: str, value, reason, wall: float, log) -> str:
     """Tell the queue a finished run's outcome (warning when its lease was lost meanwhile); ``status``."""
     if not call(queue.complete, claim, status, value=value, wall_s=wall, error=reason):
-        log(f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
-            f"reclaimed it); the result file is written, the queue keeps the other attempt")
+        log(
+            f"warning: {claim.run_id} finished, but its lease was lost meanwhile (another worker "
+            f"reclaimed it); the result file is written, the queue keeps the other attempt"
+        )
     done, total = call(queue.tally, claim.grid)
     nll = f", val_nll {value:.4f}" if isinstance(value, (int, float)) and value == value else ""
     log(f"[{done}/{total}] {status} {claim.run_id} ({fmt_duration(wall)}{nll})")
@@ -455,8 +504,9 @@ class _ReportedFailure(RuntimeError):
     """The train function returned 'failed' (it recorded the failure itself)."""
 
 
-def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: bool = True,
-                          **trainer_kwargs) -> dict:
+def train_unless_finished(
+    config: RunConfig, results_dir: Path, *, progress: bool = True, **trainer_kwargs
+) -> dict:
     """:func:`harness.train.train_run`, unless an earlier attempt already wrote this run's
     finished result (its worker died before telling the queue): then that result, without
     training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy, on_eval,
@@ -476,8 +526,12 @@ def train_unless_finished(config: RunConfig, results_dir: Path, *, progress: boo
             return outcome.as_dict()
         status = outcome  # a plain status (a stand-in train function): read the file below
     elif progress:
-        print(f"{config.run_id}: already {status} (its result file was written by an earlier attempt "
-              "whose worker stopped before telling the queue); not trained again", file=sys.stderr, flush=True)
+        print(
+            f"{config.run_id}: already {status} (its result file was written by an earlier attempt "
+            "whose worker stopped before telling the queue); not trained again",
+            file=sys.stderr,
+            flush=True,
+        )
     return runner.finished_outcome(config, results_dir) or {"status": status}
 
 
@@ -488,4 +542,17 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> Non
     runner.record_failure(config, results_dir, error_text)
 
 
-__all__ = ["MAX_RETRIES", "TrainFn", "FailureFn", "SpaceFn", "DiskFull", "OtherResults", "ResultsLost", "FolderWatch", "fmt_duration", "work", "train_unless_finished", "record_failure"]
+__all__ = [
+    "MAX_RETRIES",
+    "TrainFn",
+    "FailureFn",
+    "SpaceFn",
+    "DiskFull",
+    "OtherResults",
+    "ResultsLost",
+    "FolderWatch",
+    "fmt_duration",
+    "work",
+    "train_unless_finished",
+    "record_failure",
+]

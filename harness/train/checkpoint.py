@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 
 from harness.config import RunConfig, get_size
-from harness.models import count_params
-from harness.models.sizes import padded_vocab
-from harness.models.gpt import DepthRoutedLM
 from harness.files import atomic_path, atomic_write
+from harness.models import count_params
+from harness.models.gpt import DepthRoutedLM
+from harness.models.sizes import padded_vocab
 from harness.terms import config_diff
 
 CHECKPOINT_NAME = "last.ckpt"
@@ -63,7 +63,9 @@ def owner_dir(run_folder: Path, epoch: int | None) -> Path:
 
 
 CHECKPOINT_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two fp32 moments
-CHECKPOINT_COPIES = 3  # an earlier epoch's checkpoint, its copy in this epoch's folder, and the next one being written
+CHECKPOINT_COPIES = (
+    3  # an earlier epoch's checkpoint, its copy in this epoch's folder, and the next one being written
+)
 
 
 def space_needed(config: RunConfig) -> int:
@@ -102,7 +104,8 @@ def _check_config(folder: Path, config: RunConfig) -> None:
             raise ValueError(
                 f"a checkpoint of run {config.run_id} in {folder} was written with a "
                 f"different config ({'; '.join(diff)}); delete that folder to start over, or run "
-                "the same config to resume it")
+                "the same config to resume it"
+            )
 
 
 def claim_folder(folder: Path, config: RunConfig) -> None:
@@ -127,7 +130,9 @@ def checkpoint_step(path: Path) -> int:
     try:
         return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
     except Exception as exc:  # a torn zip, a pickle error, a missing key: all mean "unreadable"
-        raise ValueError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise ValueError(
+            f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
 
 
 def resume_step(folder: Path) -> int | None:
@@ -159,7 +164,7 @@ def _earlier(run_folder: Path, epoch: int | None) -> list[Path]:
 def set_aside(path: Path, results_dir: Path, run_id: str) -> Path:
     """Move an unreadable checkpoint of ``run_id`` to ``RESULTS/checkpoints/set-aside/``
     (renamed, never deleted: it outlives the run's folder)."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     where = Path(results_dir) / "checkpoints" / SET_ASIDE
     where.mkdir(parents=True, exist_ok=True)
     owner = path.parent.name if path.parent != checkpoint_dir(results_dir, run_id) else "old-layout"
@@ -172,8 +177,9 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def prepare_resume(results_dir: str | Path, config: RunConfig, epoch: int | None, *,
-                   warn: Callable[[str], None] = _warn) -> tuple[Path, int | None, str]:
+def prepare_resume(
+    results_dir: str | Path, config: RunConfig, epoch: int | None, *, warn: Callable[[str], None] = _warn
+) -> tuple[Path, int | None, str]:
     """Make this owner's checkpoint folder and put in it the checkpoint to resume from, if any.
 
     Args:
@@ -205,7 +211,9 @@ def prepare_resume(results_dir: str | Path, config: RunConfig, epoch: int | None
         try:
             step = checkpoint_step(path)
         except ValueError as exc:
-            warn(f"{exc}; set aside as {set_aside(path, results_dir, config.run_id)}; trying an earlier checkpoint")
+            warn(
+                f"{exc}; set aside as {set_aside(path, results_dir, config.run_id)}; trying an earlier checkpoint"
+            )
             unreadable = True
             continue
         if folder == own:
@@ -219,5 +227,18 @@ def prepare_resume(results_dir: str | Path, config: RunConfig, epoch: int | None
     return own, None, ""
 
 
-__all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOCAL", "SET_ASIDE", "safe_name", "checkpoint_dir", "owner_dir",
-           "save_checkpoint", "claim_folder", "checkpoint_step", "resume_step", "set_aside", "prepare_resume"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "CONFIG_NAME",
+    "LOCAL",
+    "SET_ASIDE",
+    "safe_name",
+    "checkpoint_dir",
+    "owner_dir",
+    "save_checkpoint",
+    "claim_folder",
+    "checkpoint_step",
+    "resume_step",
+    "set_aside",
+    "prepare_resume",
+]

@@ -64,8 +64,16 @@ class LitLM(L.LightningModule):
         log_every: record train metrics every this many steps.
     """
 
-    def __init__(self, model, cfg: TrainConfig, *, total_steps: int, batch_tokens: int,
-                 token_bytes: torch.Tensor, log_every: int = 10) -> None:
+    def __init__(
+        self,
+        model,
+        cfg: TrainConfig,
+        *,
+        total_steps: int,
+        batch_tokens: int,
+        token_bytes: torch.Tensor,
+        log_every: int = 10,
+    ) -> None:
         super().__init__()
         self.automatic_optimization = False  # one optimiser step per global batch of micro-batches
         self.model = model
@@ -86,8 +94,12 @@ class LitLM(L.LightningModule):
         # the routing parameters as built (before any checkpoint is loaded): their initial values
         self._route_init = route_param_snapshot(model)
         self.diverged: dict | None = None
-        self.pruned: dict | None = None  # {"step", "tokens", "val_nll"} when a tuning study's pruner stopped the run
-        self.last_eval: dict | None = None  # {"step", "nll", "bpb", "ppl", "tokens", "bytes"} of the latest evaluate
+        self.pruned: dict | None = (
+            None  # {"step", "tokens", "val_nll"} when a tuning study's pruner stopped the run
+        )
+        self.last_eval: dict | None = (
+            None  # {"step", "nll", "bpb", "ppl", "tokens", "bytes"} of the latest evaluate
+        )
         self._compiled = None
         self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds
         self.times = RunTimes()  # seconds per phase, earlier segments included (harness.train.timing)
@@ -108,7 +120,9 @@ class LitLM(L.LightningModule):
 
     def _record(self, split: str, name: str, value: float, step: int | None = None) -> None:
         step = int(self.global_step) if step is None else step
-        self.records.append(dict(step=step, tokens=step * self.batch_tokens, split=split, name=name, value=float(value)))
+        self.records.append(
+            dict(step=step, tokens=step * self.batch_tokens, split=split, name=name, value=float(value))
+        )
 
     @property
     def sync_every_step(self) -> bool:
@@ -119,7 +133,7 @@ class LitLM(L.LightningModule):
         """Cross-entropy (nats/token) of ``logits [B, T, V_model]`` against ``y [B, T]`` over the
         tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out."""
         if logits.shape[-1] != self.vocab_size:
-            logits = logits[..., :self.vocab_size]
+            logits = logits[..., : self.vocab_size]
         return F.cross_entropy(upcast(logits).flatten(0, 1), y.flatten(), reduction=reduction)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +145,7 @@ class LitLM(L.LightningModule):
     # -- optimisation -------------------------------------------------------------
     def configure_optimizers(self):
         decay, no_decay = [], []
-        for name, p in self.model.named_parameters():
+        for p in self.model.parameters():
             if not p.requires_grad:
                 continue
             # 1-D tensors are RMSNorm gains and pseudo-queries: never decayed
@@ -155,11 +169,18 @@ class LitLM(L.LightningModule):
 
         def probe():
             precision = self.trainer.precision_plugin.forward_context
-            return probe_micro_batch(self.model, local_batch=local, context=context, vocab_size=self.vocab_size,
-                                     device=self.device, forward_context=precision)
+            return probe_micro_batch(
+                self.model,
+                local_batch=local,
+                context=context,
+                vocab_size=self.vocab_size,
+                device=self.device,
+                forward_context=precision,
+            )
 
-        micro, note = resolve_micro_batch(self.cfg.micro_batch_size, local_batch=local, device=self.device,
-                                          probe=probe)
+        micro, note = resolve_micro_batch(
+            self.cfg.micro_batch_size, local_batch=local, device=self.device, probe=probe
+        )
         if self.trainer.world_size > 1:  # every rank runs the same micro-batches: the smallest probed
             micro = int(self.all_gather(torch.tensor(micro, device=self.device)).min())
         self.micro_batch_size, self.micro_batch_note = micro, note
@@ -199,8 +220,10 @@ class LitLM(L.LightningModule):
             if self._any_rank(not torch.isfinite(total).all()):
                 opt.zero_grad(set_to_none=True)
                 several = self.trainer.world_size > 1
-                self._mark_diverged(f"non-finite training loss ({float(total)}"
-                                    + (" on this rank; non-finite on at least one)" if several else ")"))
+                self._mark_diverged(
+                    f"non-finite training loss ({float(total)}"
+                    + (" on this rank; non-finite on at least one)" if several else ")")
+                )
             else:
                 # after DDP's all-reduce every rank holds the same gradients, hence the same norm
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -308,7 +331,9 @@ class LitLM(L.LightningModule):
             # in micro-batches, as training: never [B, T, V] float32 logits of a whole batch at once
             for rows, _ in micro_slices(batch_x.shape[0], self.micro_batch_size or batch_x.shape[0]):
                 x, y = batch_x[rows], batch_y[rows]
-                precision = self.trainer.precision_plugin.forward_context() if self._trainer else nullcontext()
+                precision = (
+                    self.trainer.precision_plugin.forward_context() if self._trainer else nullcontext()
+                )
                 with acc, precision:
                     logits = self.model(x)
                 nll_sum += self.loss(logits, y, reduction="sum").double()
@@ -317,8 +342,13 @@ class LitLM(L.LightningModule):
         if was_training:
             self.model.train()
         nll = float(nll_sum / n_tok)
-        out = {"nll": nll, "bpb": float(nll_sum / (math.log(2) * n_bytes)), "ppl": math.exp(min(nll, 700.0)),
-               "tokens": int(n_tok), "bytes": int(n_bytes)}
+        out = {
+            "nll": nll,
+            "bpb": float(nll_sum / (math.log(2) * n_bytes)),
+            "ppl": math.exp(min(nll, 700.0)),
+            "tokens": int(n_tok),
+            "bytes": int(n_bytes),
+        }
         for name in ("nll", "bpb", "ppl"):
             self._record("val", name, out[name])
         self.last_eval = {"step": int(self.global_step), **out}
@@ -331,10 +361,16 @@ class LitLM(L.LightningModule):
     # -- checkpoint state -------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         wall_s = self.wall_s_before + time.perf_counter() - self.t_process_start
-        checkpoint["harness"] = {"records": self.records, "routing_rows": self.routing_rows,
-                                 "pair_rows": self.pair_rows, "param_rows": self.param_rows,
-                                 "diverged": self.diverged, "last_eval": self.last_eval, "wall_s": wall_s,
-                                 "times": self.times.state()}
+        checkpoint["harness"] = {
+            "records": self.records,
+            "routing_rows": self.routing_rows,
+            "pair_rows": self.pair_rows,
+            "param_rows": self.param_rows,
+            "diverged": self.diverged,
+            "last_eval": self.last_eval,
+            "wall_s": wall_s,
+            "times": self.times.state(),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("harness", {})
@@ -346,4 +382,3 @@ class LitLM(L.LightningModule):
         self.last_eval = state.get("last_eval")
         self.wall_s_before = float(state.get("wall_s", 0.0))
         self.times = RunTimes.from_state(state.get("times"))
-

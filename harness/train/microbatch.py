@@ -49,8 +49,10 @@ def micro_slices(n_rows: int, micro: int) -> list[tuple[slice, float]]:
     """
     if n_rows <= 0 or micro <= 0:
         raise ValueError(f"n_rows={n_rows} and micro={micro} must be positive")
-    return [(slice(start, min(start + micro, n_rows)), (min(start + micro, n_rows) - start) / n_rows)
-            for start in range(0, n_rows, micro)]
+    return [
+        (slice(start, min(start + micro, n_rows)), (min(start + micro, n_rows) - start) / n_rows)
+        for start in range(0, n_rows, micro)
+    ]
 
 
 def divisors(n: int) -> list[int]:
@@ -59,9 +61,16 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def probe_micro_batch(model: torch.nn.Module, *, local_batch: int, context: int, vocab_size: int,
-                      device: torch.device, forward_context: Callable = nullcontext,
-                      budget_bytes: int | None = None) -> tuple[int, str]:
+def probe_micro_batch(
+    model: torch.nn.Module,
+    *,
+    local_batch: int,
+    context: int,
+    vocab_size: int,
+    device: torch.device,
+    forward_context: Callable = nullcontext,
+    budget_bytes: int | None = None,
+) -> tuple[int, str]:
     """The largest divisor of ``local_batch`` whose forward+backward fits on CUDA ``device``.
 
     Runs forward (inside ``forward_context()``, the training precision) and backward on random
@@ -111,16 +120,21 @@ def probe_micro_batch(model: torch.nn.Module, *, local_batch: int, context: int,
         best, best_peak, last = m, peak, (m, base, peak)
     gib = 2**30
     if best == 0:
-        raise RuntimeError(f"micro_batch_size auto: one sequence of {context} tokens does not fit on {device} "
-                           f"({budget / gib:.1f} GiB allowed of {total / gib:.1f} GiB)")
-    note = (f"micro-batch {best} of {local_batch} sequences per rank (auto: probed forward+backward on "
-            f"{torch.cuda.get_device_name(device)}, peak {best_peak / gib:.1f} GiB + AdamW moments "
-            f"{moments / gib:.1f} GiB <= {budget / gib:.1f} GiB)")
+        raise RuntimeError(
+            f"micro_batch_size auto: one sequence of {context} tokens does not fit on {device} "
+            f"({budget / gib:.1f} GiB allowed of {total / gib:.1f} GiB)"
+        )
+    note = (
+        f"micro-batch {best} of {local_batch} sequences per rank (auto: probed forward+backward on "
+        f"{torch.cuda.get_device_name(device)}, peak {best_peak / gib:.1f} GiB + AdamW moments "
+        f"{moments / gib:.1f} GiB <= {budget / gib:.1f} GiB)"
+    )
     return best, note
 
 
-def resolve_micro_batch(setting: int | str, *, local_batch: int, device: torch.device, probe: Callable[[], tuple[int, str]]
-                        ) -> tuple[int, str | None]:
+def resolve_micro_batch(
+    setting: int | str, *, local_batch: int, device: torch.device, probe: Callable[[], tuple[int, str]]
+) -> tuple[int, str | None]:
     """The micro-batch size of a run on ``device`` (see the module docstring).
 
     Args:
@@ -138,5 +152,4 @@ def resolve_micro_batch(setting: int | str, *, local_batch: int, device: torch.d
     return local_batch, None
 
 
-__all__ = ["AUTO", "MEMORY_FRACTION", "micro_slices", "divisors", "probe_micro_batch",
-           "resolve_micro_batch"]
+__all__ = ["AUTO", "MEMORY_FRACTION", "micro_slices", "divisors", "probe_micro_batch", "resolve_micro_batch"]

@@ -59,12 +59,20 @@ class RunCallback(L.Callback):
         t_setup: ``time.perf_counter()`` when the run's setup began (default: now).
     """
 
-    def __init__(self, plan: StepPlan, *, label: str, budget_tokens: int, progress: bool,
-                 save_checkpoint: Callable, run_id: str = "",
-                 check_lease: Callable[[], None] = lambda: None,
-                 on_eval: Callable[[int, int, float], bool] | None = None,
-                 stop_requested: Callable[[], str | None] | None = None,
-                 t_setup: float | None = None) -> None:
+    def __init__(
+        self,
+        plan: StepPlan,
+        *,
+        label: str,
+        budget_tokens: int,
+        progress: bool,
+        save_checkpoint: Callable,
+        run_id: str = "",
+        check_lease: Callable[[], None] = lambda: None,
+        on_eval: Callable[[int, int, float], bool] | None = None,
+        stop_requested: Callable[[], str | None] | None = None,
+        t_setup: float | None = None,
+    ) -> None:
         self.plan, self.label, self.budget_tokens, self.progress = plan, label, budget_tokens, progress
         self._save, self.run_id = save_checkpoint, run_id
         self.check_lease = check_lease
@@ -92,11 +100,23 @@ class RunCallback(L.Callback):
         if not self.progress:
             return
         self.terminal = console.SharedTerminal(sys.stderr).__enter__()
-        if console.progress_mode() == "auto" and console.terminal_id(sys.stderr) and not self.terminal.others():
+        if (
+            console.progress_mode() == "auto"
+            and console.terminal_id(sys.stderr)
+            and not self.terminal.others()
+        ):
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.budget_tokens, initial=self.tokens0, unit="tok", unit_scale=True,
-                            desc=self.label, dynamic_ncols=True, leave=False, file=sys.stderr)
+            self.bar = tqdm(
+                total=self.budget_tokens,
+                initial=self.tokens0,
+                unit="tok",
+                unit_scale=True,
+                desc=self.label,
+                dynamic_ncols=True,
+                leave=False,
+                file=sys.stderr,
+            )
             self.next_share_check = time.monotonic() + SHARE_CHECK_S
         else:
             self._lines_from(self.tokens0)
@@ -143,7 +163,8 @@ class RunCallback(L.Callback):
                 return
             nll = pl_module.evaluate(trainer.datamodule.val_dataloader())["nll"]
             if step < plan.total_steps and self._from_rank0(
-                    trainer, self.on_eval is not None and bool(self.on_eval(step, pl_module.tokens_seen, nll))):
+                trainer, self.on_eval is not None and bool(self.on_eval(step, pl_module.tokens_seen, nll))
+            ):
                 pl_module.pruned = {"step": step, "tokens": pl_module.tokens_seen, "val_nll": nll}
                 trainer.should_stop = True
                 self._show(pl_module, step)
@@ -184,7 +205,11 @@ class RunCallback(L.Callback):
 
     def _asked(self, step: int) -> str | None:
         """The stop request's reason after ``step`` (never after the last step), or ``None``."""
-        return self.stop_requested() if self.stop_requested is not None and step < self.plan.total_steps else None
+        return (
+            self.stop_requested()
+            if self.stop_requested is not None and step < self.plan.total_steps
+            else None
+        )
 
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -224,8 +249,12 @@ class RunCallback(L.Callback):
             eta = f"{(self.plan.tokens - tokens) / rate:,.0f} s" if rate else "?"
             last = pl_module.last_eval
             nll = f", val_nll {last['nll']:.4f}" if last is not None and last["step"] == step else ""
-            print(f"[{self.label}] {100 * tokens / self.budget_tokens:3.0f}% {tokens:,}/{self.budget_tokens:,} "
-                  f"tokens, {rate or 0:,.0f} tok/s, ETA {eta}{nll}", file=sys.stderr, flush=True)
+            print(
+                f"[{self.label}] {100 * tokens / self.budget_tokens:3.0f}% {tokens:,}/{self.budget_tokens:,} "
+                f"tokens, {rate or 0:,.0f} tok/s, ETA {eta}{nll}",
+                file=sys.stderr,
+                flush=True,
+            )
             self._lines_from(tokens)
 
     def _close(self) -> None:

@@ -24,11 +24,18 @@ PROTOCOL_VERSION = 1
 # Execution details that do not change what is computed (or only through kernel choice).
 # The micro-batch size (and the world size) split a global batch without changing it (DESIGN
 # section 11); trackers only watch.
-NON_PROTOCOL_TRAIN_FIELDS = ("compile", "checkpoint_every_tokens", "eval_every_tokens", "micro_batch_size", "loggers")
+NON_PROTOCOL_TRAIN_FIELDS = (
+    "compile",
+    "checkpoint_every_tokens",
+    "eval_every_tokens",
+    "micro_batch_size",
+    "loggers",
+)
 
 
-def protocol_dict(config: RunConfig, *, data_meta: dict, model: ModelConfig, eval_windows: int,
-                  precision: str) -> dict:
+def protocol_dict(
+    config: RunConfig, *, data_meta: dict, model: ModelConfig, eval_windows: int, precision: str
+) -> dict:
     """The protocol of a run as a JSON-able dict (see the module docstring).
 
     Args:
@@ -68,10 +75,17 @@ def code_version() -> str:
     (``unknown`` outside a git checkout)."""
     root = Path(__file__).resolve().parents[2]  # the repository (harness/train/protocol.py)
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")

@@ -34,11 +34,17 @@ def main() -> int:
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
     try:
-        train_run(RunConfig.from_dict(spec["config"]), Path(spec["results_dir"]), progress=False,
-                  accelerator=spec["accelerator"], devices=spec["devices"], strategy=spec["strategy"],
-                  stop_after_tokens=spec["stop_after_tokens"], fence=RankFence(spec["epoch"]),
-                  micro_batch_size=spec.get("micro_batch_size"))
+        train_run(
+            RunConfig.from_dict(spec["config"]),
+            Path(spec["results_dir"]),
+            progress=False,
+            accelerator=spec["accelerator"],
+            devices=spec["devices"],
+            strategy=spec["strategy"],
+            stop_after_tokens=spec["stop_after_tokens"],
+            fence=RankFence(spec["epoch"]),
+            micro_batch_size=spec.get("micro_batch_size"),
+        )
     except (RunInterrupted, LeaseLost):
         return 0
     return 0
-

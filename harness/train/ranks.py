@@ -38,7 +38,6 @@ import socket
 import subprocess
 import sys
 from contextlib import closing
-from pathlib import Path
 
 from harness.fencing import Fence
 
@@ -100,7 +99,10 @@ def die_with_parent(parent: int) -> None:
     threads, as a worker is: its lease heartbeat)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not glibc Linux: a child outlives a SIGKILLed rank 0 until its timeout
+    except (
+        OSError,
+        AttributeError,
+    ):  # not glibc Linux: a child outlives a SIGKILLed rank 0 until its timeout
         return
     if os.getppid() != parent:  # rank 0 died before the line above
         os._exit(1)
@@ -127,8 +129,12 @@ class RankGroup:
         self.env: dict[str, str] = {}
 
     def __enter__(self) -> RankGroup:
-        self.env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(self.n),
-                    "NODE_RANK": "0"}
+        self.env = {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "WORLD_SIZE": str(self.n),
+            "NODE_RANK": "0",
+        }
         self._saved = {k: os.environ.get(k) for k in RANK_ENV}
         os.environ.update(self.env, RANK="0", LOCAL_RANK="0")
         return self
@@ -136,9 +142,16 @@ class RankGroup:
     def start(self, spec: dict) -> None:
         """Start ranks 1..n-1, each running :func:`main` with ``spec`` (JSON) in a new Python."""
         for rank in range(1, self.n):
-            env = {**os.environ, **self.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
-                   SPEC_ENV: json.dumps({**spec, "parent": os.getpid()})}
-            self.children.append(subprocess.Popen([sys.executable, "-c", CHILD], env=env, start_new_session=True))
+            env = {
+                **os.environ,
+                **self.env,
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                SPEC_ENV: json.dumps({**spec, "parent": os.getpid()}),
+            }
+            self.children.append(
+                subprocess.Popen([sys.executable, "-c", CHILD], env=env, start_new_session=True)
+            )
 
     def __exit__(self, *exc) -> None:
         import torch.distributed as dist

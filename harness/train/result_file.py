@@ -35,7 +35,7 @@ class RunOutcome(str):
     val_nll: float | None
     error: str | None
 
-    def __new__(cls, status: str, val_nll: float | None = None, error: str | None = None) -> "RunOutcome":
+    def __new__(cls, status: str, val_nll: float | None = None, error: str | None = None) -> RunOutcome:
         out = super().__new__(cls, status)
         out.val_nll, out.error = val_nll, error
         return out
@@ -50,7 +50,7 @@ class RunOutcome(str):
 
 
 def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def time_split(row: dict) -> str:
@@ -64,9 +64,17 @@ def time_split(row: dict) -> str:
 def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
     """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added, stamped with
     the writer's ``owner`` and ``epoch`` (:mod:`harness.fencing`)."""
-    row = {k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
-    row.update(host=socket.gethostname(), code_version=code_version(),
-               torch_version=torch.__version__, config=config.to_dict(), owner=fence.owner, epoch=fence.epoch)
+    row = {
+        k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")
+    }
+    row.update(
+        host=socket.gethostname(),
+        code_version=code_version(),
+        torch_version=torch.__version__,
+        config=config.to_dict(),
+        owner=fence.owner,
+        epoch=fence.epoch,
+    )
     row.update(fields)
     return row
 
@@ -79,9 +87,17 @@ def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) 
         LeaseLost: the run was taken over meanwhile; nothing was written.
     """
     fence = fencing.current()
-    result = {"run": _run_row(config, status="failed", error=str(error_text)[-ERROR_CHARS:],
-                              finished_at=_utc_now().isoformat(), fence=fence),
-              "metrics": [], "routing": []}
+    result = {
+        "run": _run_row(
+            config,
+            status="failed",
+            error=str(error_text)[-ERROR_CHARS:],
+            finished_at=_utc_now().isoformat(),
+            fence=fence,
+        ),
+        "metrics": [],
+        "routing": [],
+    }
     return Store(results_dir).write_result(result, commit=lambda: fence.holding("failed result file"))
 
 
@@ -119,7 +135,12 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
         run, diff = stored_result(config, results_dir)
     except (OSError, ValueError):
         return None
-    if run is not None and run.get("status") in FINISHED and not diff and run.get("code_version") == code_version():
+    if (
+        run is not None
+        and run.get("status") in FINISHED
+        and not diff
+        and run.get("code_version") == code_version()
+    ):
         return run["status"]
     return None
 
@@ -130,4 +151,11 @@ def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
     return Store(results_dir).run_end(config.run_id)
 
 
-__all__ = ["RunOutcome", "time_split", "record_failure", "stored_result", "finished_status", "finished_outcome"]
+__all__ = [
+    "RunOutcome",
+    "time_split",
+    "record_failure",
+    "stored_result",
+    "finished_status",
+    "finished_outcome",
+]

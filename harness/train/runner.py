@@ -46,18 +46,37 @@ from harness.data.unigram import train_counts, unigram_nll
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.models.sizes import padded_vocab
+from harness.scheduling.stop import StopRequest
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
-from harness.scheduling.stop import StopRequest
 from harness.train.protocol import protocol_dict, protocol_hash
-from harness.train.result_file import (RunOutcome, _run_row, _utc_now, finished_outcome, finished_status, record_failure,
-                                       stored_result, time_split)
-from harness.train.ranks import RankGroup, env_rank, quiet_lightning_sigterm, ranks_to_start, started_externally
+from harness.train.ranks import (
+    RankGroup,
+    env_rank,
+    quiet_lightning_sigterm,
+    ranks_to_start,
+    started_externally,
+)
+from harness.train.result_file import (
+    RunOutcome,
+    _run_row,
+    _utc_now,
+    finished_outcome,
+    finished_status,
+    record_failure,
+    stored_result,
+    time_split,
+)
 from harness.train.schedule import StepPlan
 from harness.train.trackers import Trackers
-from harness.train.trainer import (describe_precision, make_trainer, quiet_lightning, resolve_accelerator,
-                                   resolve_precision)
+from harness.train.trainer import (
+    describe_precision,
+    make_trainer,
+    quiet_lightning,
+    resolve_accelerator,
+    resolve_precision,
+)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -105,11 +124,22 @@ class Fitted:
     tokens: int
 
 
-def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
-          devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-          stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-          stop_requested: Callable[[], str | None] | None = None, micro_batch_size: int | str | None = None,
-          loggers: tuple[str, ...] = ()) -> Run:
+def build(
+    config: RunConfig,
+    results_dir: str | Path,
+    *,
+    progress: bool = True,
+    accelerator: str = "auto",
+    devices: int | str = 1,
+    strategy: str = "auto",
+    num_nodes: int = 1,
+    stop_after_tokens: int | None = None,
+    fence: Fence | None = None,
+    on_eval=None,
+    stop_requested: Callable[[], str | None] | None = None,
+    micro_batch_size: int | str | None = None,
+    loggers: tuple[str, ...] = (),
+) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
     Raises:
@@ -126,23 +156,58 @@ def build(config: RunConfig, results_dir: str | Path, *, progress: bool = True, 
     model, dm, lit = _model_and_modules(config, train, preset, plan, prepared, t_start)
     accelerator = _accelerator(accelerator)
     precision = resolve_precision(train.precision, accelerator)
-    protocol = protocol_dict(config, data_meta=prepared.protocol_meta, model=model.cfg,
-                             eval_windows=dm.n_val_windows, precision=precision)
+    protocol = protocol_dict(
+        config,
+        data_meta=prepared.protocol_meta,
+        model=model.cfg,
+        eval_windows=dm.n_val_windows,
+        precision=precision,
+    )
     ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
-    callback = _callback(config, plan, fence, ckpt_dir, progress=progress, on_eval=on_eval,
-                         stop_requested=stop_requested, t_start=t_start)
+    callback = _callback(
+        config,
+        plan,
+        fence,
+        ckpt_dir,
+        progress=progress,
+        on_eval=on_eval,
+        stop_requested=stop_requested,
+        t_start=t_start,
+    )
     names = train.loggers + tuple(loggers)
     trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
-    trainer = make_trainer(accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
-                           precision=precision, max_steps=plan.total_steps, root=ckpt_dir,
-                           callbacks=[callback] + ([trackers] if trackers else []))
+    trainer = make_trainer(
+        accelerator=accelerator,
+        devices=devices,
+        strategy=strategy,
+        num_nodes=num_nodes,
+        precision=precision,
+        max_steps=plan.total_steps,
+        root=ckpt_dir,
+        callbacks=[callback] + ([trackers] if trackers else []),
+    )
     resumed_from, source = _resume_point(config, results_dir, fence, ckpt_dir)
     if progress:
         _say_start(config, train, plan, accelerator, ckpt_dir, resumed_from, source)
-    return Run(config=config, results_dir=results_dir, plan=plan, prepared=prepared, lit=lit, dm=dm,
-               trainer=trainer, n_params=count_params(model), protocol=protocol, precision=precision,
-               ckpt_dir=ckpt_dir, fence=fence, resumed_from=resumed_from, progress=progress, started=started,
-               t_start=t_start, trackers=trackers)
+    return Run(
+        config=config,
+        results_dir=results_dir,
+        plan=plan,
+        prepared=prepared,
+        lit=lit,
+        dm=dm,
+        trainer=trainer,
+        n_params=count_params(model),
+        protocol=protocol,
+        precision=precision,
+        ckpt_dir=ckpt_dir,
+        fence=fence,
+        resumed_from=resumed_from,
+        progress=progress,
+        started=started,
+        t_start=t_start,
+        trackers=trackers,
+    )
 
 
 def _plan_and_corpus(config: RunConfig, results_dir: Path, micro_batch_size, stop_after_tokens):
@@ -151,23 +216,45 @@ def _plan_and_corpus(config: RunConfig, results_dir: Path, micro_batch_size, sto
     train, preset = config.train_config(), get_size(config.size)
     if micro_batch_size is not None:
         train = dataclasses.replace(train, micro_batch_size=micro_batch_size)
-    plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens,
-                       stop_after_tokens=stop_after_tokens)
-    prepared = prepare_corpus(config.corpus, cache_dir=cache_dir(results_dir),
-                              vocab_size=train.vocab_size or preset.vocab_size, tokenizer=train.tokenizer,
-                              val_fraction=train.val_fraction, max_docs=train.max_docs or None)
+    plan = StepPlan.of(
+        train,
+        size=config.size,
+        context=preset.context,
+        budget_tokens=config.budget_tokens,
+        stop_after_tokens=stop_after_tokens,
+    )
+    prepared = prepare_corpus(
+        config.corpus,
+        cache_dir=cache_dir(results_dir),
+        vocab_size=train.vocab_size or preset.vocab_size,
+        tokenizer=train.tokenizer,
+        val_fraction=train.val_fraction,
+        max_docs=train.max_docs or None,
+    )
     return train, preset, plan, prepared
 
 
-def _model_and_modules(config: RunConfig, train, preset, plan: StepPlan, prepared: PreparedCorpus,
-                       t_start: float) -> tuple:
+def _model_and_modules(
+    config: RunConfig, train, preset, plan: StepPlan, prepared: PreparedCorpus, t_start: float
+) -> tuple:
     """``(model, data module, Lightning module)`` of the run (the module's clock starts at ``t_start``)."""
     # the tokenizer's vocabulary padded to a multiple of 64 (50257 -> 50304); the loss leaves the padding out
-    model = build_model(config.variant_spec(), config.size, seed=config.seed, **config.model,
-                        vocab_size=padded_vocab(prepared.vocab_size))
+    model = build_model(
+        config.variant_spec(),
+        config.size,
+        seed=config.seed,
+        **config.model,
+        vocab_size=padded_vocab(prepared.vocab_size),
+    )
     dm = TokenDataModule(prepared, preset.context, plan.batch_size, config.seed, train.eval_tokens)
-    lit = LitLM(model, train, total_steps=plan.total_steps, batch_tokens=plan.batch_tokens,
-                token_bytes=torch.from_numpy(prepared.token_bytes()), log_every=plan.log_every)
+    lit = LitLM(
+        model,
+        train,
+        total_steps=plan.total_steps,
+        batch_tokens=plan.batch_tokens,
+        token_bytes=torch.from_numpy(prepared.token_bytes()),
+        log_every=plan.log_every,
+    )
     lit.t_process_start = t_start  # a checkpoint's wall_s counts this segment from here
     return model, dm, lit
 
@@ -181,8 +268,17 @@ def _accelerator(accelerator: str) -> str:
     return accelerator
 
 
-def _callback(config: RunConfig, plan: StepPlan, fence: Fence, ckpt_dir: Path, *, progress: bool, on_eval,
-              stop_requested, t_start: float) -> RunCallback:
+def _callback(
+    config: RunConfig,
+    plan: StepPlan,
+    fence: Fence,
+    ckpt_dir: Path,
+    *,
+    progress: bool,
+    on_eval,
+    stop_requested,
+    t_start: float,
+) -> RunCallback:
     """The run's :class:`RunCallback`: checkpoints written only under the fence, the lease checked."""
 
     def checkpoint(trainer) -> None:
@@ -194,12 +290,23 @@ def _callback(config: RunConfig, plan: StepPlan, fence: Fence, ckpt_dir: Path, *
         if why is not None:
             raise LeaseLost(config.run_id, why)
 
-    return RunCallback(plan, label=config.label, budget_tokens=config.budget_tokens, progress=progress,
-                       save_checkpoint=checkpoint, run_id=config.run_id, check_lease=check_lease,
-                       on_eval=on_eval, stop_requested=stop_requested, t_setup=t_start)
+    return RunCallback(
+        plan,
+        label=config.label,
+        budget_tokens=config.budget_tokens,
+        progress=progress,
+        save_checkpoint=checkpoint,
+        run_id=config.run_id,
+        check_lease=check_lease,
+        on_eval=on_eval,
+        stop_requested=stop_requested,
+        t_setup=t_start,
+    )
 
 
-def _resume_point(config: RunConfig, results_dir: Path, fence: Fence, ckpt_dir: Path) -> tuple[int | None, str]:
+def _resume_point(
+    config: RunConfig, results_dir: Path, fence: Fence, ckpt_dir: Path
+) -> tuple[int | None, str]:
     """``(step resumed from or None, where the checkpoint came from)``; rank 0 puts the checkpoint in place."""
     if env_rank() == 0:
         _, resumed_from, source = prepare_resume(results_dir, config, fence.epoch)
@@ -208,18 +315,36 @@ def _resume_point(config: RunConfig, results_dir: Path, fence: Fence, ckpt_dir: 
     return resume_step(ckpt_dir), ""
 
 
-def _say_start(config: RunConfig, train, plan: StepPlan, accelerator: str, ckpt_dir: Path,
-               resumed_from: int | None, source: str) -> None:
+def _say_start(
+    config: RunConfig,
+    train,
+    plan: StepPlan,
+    accelerator: str,
+    ckpt_dir: Path,
+    resumed_from: int | None,
+    source: str,
+) -> None:
     """The start lines on stderr: the precision chosen, and where the run resumes or how its budget rounds."""
     if train.precision == "auto-bf16":
-        print(f"[{config.label}] {describe_precision(train.precision, accelerator)}", file=sys.stderr, flush=True)
+        print(
+            f"[{config.label}] {describe_precision(train.precision, accelerator)}",
+            file=sys.stderr,
+            flush=True,
+        )
     if resumed_from is not None:
-        print(f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'}"
-              f"{', ' + source if source else ''})", file=sys.stderr, flush=True)
+        print(
+            f"[{config.label}] resuming from step {resumed_from} ({ckpt_dir / 'last.ckpt'}"
+            f"{', ' + source if source else ''})",
+            file=sys.stderr,
+            flush=True,
+        )
     elif plan.tokens != config.budget_tokens:
-        print(f"[{config.label}] training {plan.total_steps} steps x {plan.batch_tokens:,} tokens = "
-              f"{plan.tokens:,} tokens (budget {config.budget_tokens:,}, rounded down to whole steps)",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{config.label}] training {plan.total_steps} steps x {plan.batch_tokens:,} tokens = "
+            f"{plan.tokens:,} tokens (budget {config.budget_tokens:,}, rounded down to whole steps)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def fit(run: Run) -> Fitted:
@@ -239,11 +364,13 @@ def fit(run: Run) -> Fitted:
     except StopRequested as exc:
         raise RunInterrupted(f"{exc}; checkpoint at step {trainer.global_step}") from None
     except SIGTERMException:
-        raise RunInterrupted(f"terminated (SIGTERM) after step {trainer.global_step}; "
-                             "checkpoint saved") from None
+        raise RunInterrupted(
+            f"terminated (SIGTERM) after step {trainer.global_step}; checkpoint saved"
+        ) from None
     except SystemExit:  # Lightning turns Ctrl-C into a graceful shutdown and sys.exit(1)
-        raise RunInterrupted(f"interrupted at step {trainer.global_step}; resumes from the last "
-                             "checkpoint") from None
+        raise RunInterrupted(
+            f"interrupted at step {trainer.global_step}; resumes from the last checkpoint"
+        ) from None
     fit_s = time.perf_counter() - t_fit
     final = None
     if lit.pruned:
@@ -266,31 +393,55 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
     status = "diverged" if lit.diverged else "pruned" if lit.pruned else "done"
     error = lit.diverged["reason"] if lit.diverged else None
     if lit.pruned:
-        error = (f"pruned by the tuning study's pruner at step {lit.pruned['step']} ({lit.pruned['tokens']:,} "
-                 f"tokens): val_nll {lit.pruned['val_nll']:.4f}")
+        error = (
+            f"pruned by the tuning study's pruner at step {lit.pruned['step']} ({lit.pruned['tokens']:,} "
+            f"tokens): val_nll {lit.pruned['val_nll']:.4f}"
+        )
     if not run.trainer.is_global_zero:
         return RunOutcome(status, error=error)
     row = _run_row(
-        config, status=status, protocol_hash=protocol_hash(run.protocol), n_params=run.n_params["total"],
-        n_trainable=run.n_params["trainable"], wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
-        tokens_per_s=fitted.tokens / fitted.fit_s if fitted.fit_s > 0 and fitted.tokens > 0 else None,  # this segment
-        tokens_seen=lit.tokens_seen, steps=int(run.trainer.global_step), **lit.times.state(),
+        config,
+        status=status,
+        protocol_hash=protocol_hash(run.protocol),
+        n_params=run.n_params["total"],
+        n_trainable=run.n_params["trainable"],
+        wall_s=lit.wall_s_before + time.perf_counter() - run.t_start,
+        tokens_per_s=fitted.tokens / fitted.fit_s
+        if fitted.fit_s > 0 and fitted.tokens > 0
+        else None,  # this segment
+        tokens_seen=lit.tokens_seen,
+        steps=int(run.trainer.global_step),
+        **lit.times.state(),
         epochs=plan.tokens / len(run.prepared.tokens("train")),  # passes over the train split (DESIGN 11)
-        micro_batch_size=lit.micro_batch_size, world_size=int(run.trainer.world_size),
+        micro_batch_size=lit.micro_batch_size,
+        world_size=int(run.trainer.world_size),
         unigram_nll=unigram_nll(train_counts(run.prepared), run.dm.val_targets()),  # the plateau (nats/token)
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
-        started_at=run.started.isoformat(), finished_at=_utc_now().isoformat(), fence=run.fence,
+        started_at=run.started.isoformat(),
+        finished_at=_utc_now().isoformat(),
+        fence=run.fence,
     )
-    row["config"] = {**config.to_dict(), "protocol": run.protocol, "batch_size": plan.batch_size,
-                     "total_steps": plan.total_steps, "precision": run.precision,
-                     "devices": run.trainer.world_size, "strategy": type(run.trainer.strategy).__name__,
-                     "resumed_from_step": run.resumed_from}
+    row["config"] = {
+        **config.to_dict(),
+        "protocol": run.protocol,
+        "batch_size": plan.batch_size,
+        "total_steps": plan.total_steps,
+        "precision": run.precision,
+        "devices": run.trainer.world_size,
+        "strategy": type(run.trainer.strategy).__name__,
+        "resumed_from_step": run.resumed_from,
+    }
     # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
     # next `harness sql`/`report` ingests it
     store = Store(run.results_dir, lock_timeout_s=0)
-    result = {"run": row, "metrics": lit.records, "routing": lit.routing_rows,
-              "route_pairs": lit.pair_rows, "route_params": lit.param_rows}
+    result = {
+        "run": row,
+        "metrics": lit.records,
+        "routing": lit.routing_rows,
+        "route_pairs": lit.pair_rows,
+        "route_params": lit.param_rows,
+    }
     # renamed into place only while the lease is held: a worker whose run was taken over writes nothing
     store.write_result(result, commit=lambda: run.fence.holding("result file"))
     shutil.rmtree(run.ckpt_dir.parent, ignore_errors=True)  # every owner's checkpoints of this run
@@ -298,28 +449,50 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         store.ingest()
     except StoreLockedError as exc:  # a reader/writer elsewhere: the file stays pending, nothing is wrong
         log.debug(f"[{config.label}] result saved; DuckDB ingest deferred to the next reader ({exc})")
-    except Exception as exc:  # the result file is safe; the next `harness sql`/`report` ingests it (or says why)
-        log.warning(f"[{config.label}] result saved in {store.result_path(config.run_id)}; ingesting it into "
-                    f"{store.db_path} failed ({type(exc).__name__}: {exc}); the next `harness sql` retries")
+    except (
+        Exception
+    ) as exc:  # the result file is safe; the next `harness sql`/`report` ingests it (or says why)
+        log.warning(
+            f"[{config.label}] result saved in {store.result_path(config.run_id)}; ingesting it into "
+            f"{store.db_path} failed ({type(exc).__name__}: {exc}); the next `harness sql` retries"
+        )
     if run.progress:
         if status == "done":
             final = fitted.final
-            print(f"[{config.label}] done: val_nll {final['nll']:.4f} nats/token, bpb {final['bpb']:.4f}, "
-                  f"ppl {final['ppl']:.2f} ({lit.tokens_seen:,} tokens, {row['wall_s']:.1f} s: {time_split(row)})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{config.label}] done: val_nll {final['nll']:.4f} nats/token, bpb {final['bpb']:.4f}, "
+                f"ppl {final['ppl']:.2f} ({lit.tokens_seen:,} tokens, {row['wall_s']:.1f} s: {time_split(row)})",
+                file=sys.stderr,
+                flush=True,
+            )
         elif status == "pruned":
             print(f"[{config.label}] {error}", file=sys.stderr, flush=True)
         else:
-            print(f"[{config.label}] diverged at step {lit.diverged['step']} ({lit.diverged['tokens']:,} tokens): "
-                  f"{lit.diverged['reason']}", file=sys.stderr, flush=True)
+            print(
+                f"[{config.label}] diverged at step {lit.diverged['step']} ({lit.diverged['tokens']:,} tokens): "
+                f"{lit.diverged['reason']}",
+                file=sys.stderr,
+                flush=True,
+            )
     return RunOutcome(**result_end(result))
 
 
-def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = True, accelerator: str = "auto",
-              devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1,
-              stop_after_tokens: int | None = None, fence: Fence | None = None, on_eval=None,
-              stop_requested: Callable[[], str | None] | None = None,
-              micro_batch_size: int | str | None = None, loggers: tuple[str, ...] = ()) -> RunOutcome:
+def train_run(
+    config: RunConfig,
+    results_dir: str | Path,
+    *,
+    progress: bool = True,
+    accelerator: str = "auto",
+    devices: int | str = 1,
+    strategy: str = "auto",
+    num_nodes: int = 1,
+    stop_after_tokens: int | None = None,
+    fence: Fence | None = None,
+    on_eval=None,
+    stop_requested: Callable[[], str | None] | None = None,
+    micro_batch_size: int | str | None = None,
+    loggers: tuple[str, ...] = (),
+) -> RunOutcome:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
@@ -363,12 +536,25 @@ def train_run(config: RunConfig, results_dir: str | Path, *, progress: bool = Tr
     ranks = _ranks(devices, accelerator, strategy, num_nodes, stop_requested)
     if ranks.n > 1:
         fence = fence if fence is not None else fencing.current()
-    with RankGroup(ranks.n) if ranks.n > 1 else nullcontext() as group, \
-            ranks.own_stop.catching(signal.SIGTERM) if ranks.own_stop else nullcontext():
-        run = build(config, results_dir, progress=progress, accelerator=accelerator, devices=ranks.devices,
-                    strategy=ranks.strategy, num_nodes=ranks.num_nodes, stop_after_tokens=stop_after_tokens,
-                    fence=fence, on_eval=on_eval, stop_requested=stop_requested or ranks.own_stop,
-                    micro_batch_size=micro_batch_size, loggers=loggers)
+    with (
+        RankGroup(ranks.n) if ranks.n > 1 else nullcontext() as group,
+        ranks.own_stop.catching(signal.SIGTERM) if ranks.own_stop else nullcontext(),
+    ):
+        run = build(
+            config,
+            results_dir,
+            progress=progress,
+            accelerator=accelerator,
+            devices=ranks.devices,
+            strategy=ranks.strategy,
+            num_nodes=ranks.num_nodes,
+            stop_after_tokens=stop_after_tokens,
+            fence=fence,
+            on_eval=on_eval,
+            stop_requested=stop_requested or ranks.own_stop,
+            micro_batch_size=micro_batch_size,
+            loggers=loggers,
+        )
         if ranks.several:
             quiet_lightning_sigterm(run.trainer)
         if group is not None:
@@ -406,16 +592,28 @@ def _ranks(devices: int | str, accelerator: str, strategy: str, num_nodes: int, 
     own_stop = StopRequest() if several and stop_requested is None and main else None
     if n > 1:
         strategy, devices, num_nodes = "ddp" if strategy == "auto" else strategy, n, 1
-    return _Ranks(n=n, several=several, own_stop=own_stop, strategy=strategy, devices=devices, num_nodes=num_nodes)
+    return _Ranks(
+        n=n, several=several, own_stop=own_stop, strategy=strategy, devices=devices, num_nodes=num_nodes
+    )
 
 
-def _start_ranks(group: RankGroup, run: Run, ranks: _Ranks, accelerator: str, stop_after_tokens,
-                 micro_batch_size) -> None:
+def _start_ranks(
+    group: RankGroup, run: Run, ranks: _Ranks, accelerator: str, stop_after_tokens, micro_batch_size
+) -> None:
     """Start the other ranks of ``group`` on the run ``run`` (rank 0, this process) has built."""
-    group.start({"config": run.config.to_dict(), "results_dir": str(run.results_dir.resolve()),
-                 "epoch": run.fence.epoch, "accelerator": resolve_accelerator(accelerator), "devices": ranks.n,
-                 "strategy": ranks.strategy, "stop_after_tokens": stop_after_tokens,
-                 "micro_batch_size": micro_batch_size, "threads": torch.get_num_threads()})
+    group.start(
+        {
+            "config": run.config.to_dict(),
+            "results_dir": str(run.results_dir.resolve()),
+            "epoch": run.fence.epoch,
+            "accelerator": resolve_accelerator(accelerator),
+            "devices": ranks.n,
+            "strategy": ranks.strategy,
+            "stop_after_tokens": stop_after_tokens,
+            "micro_batch_size": micro_batch_size,
+            "threads": torch.get_num_threads(),
+        }
+    )
 
 
 def _fit_and_record(run: Run) -> RunOutcome:
@@ -429,5 +627,17 @@ def _fit_and_record(run: Run) -> RunOutcome:
     return outcome
 
 
-__all__ = ["RunInterrupted", "RunOutcome", "Run", "Fitted", "build", "fit", "record", "train_run", "record_failure",
-           "stored_result", "finished_status", "finished_outcome"]
+__all__ = [
+    "RunInterrupted",
+    "RunOutcome",
+    "Run",
+    "Fitted",
+    "build",
+    "fit",
+    "record",
+    "train_run",
+    "record_failure",
+    "stored_result",
+    "finished_status",
+    "finished_outcome",
+]

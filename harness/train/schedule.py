@@ -44,8 +44,15 @@ class StepPlan:
     stop_step: int | None = None
 
     @classmethod
-    def of(cls, train: TrainConfig, *, size: str, context: int, budget_tokens: int,
-           stop_after_tokens: int | None = None) -> "StepPlan":
+    def of(
+        cls,
+        train: TrainConfig,
+        *,
+        size: str,
+        context: int,
+        budget_tokens: int,
+        stop_after_tokens: int | None = None,
+    ) -> StepPlan:
         """The plan of a run of ``budget_tokens`` tokens at context ``context`` (size ``size``).
 
         Raises:
@@ -58,10 +65,15 @@ class StepPlan:
         total_steps = budget_tokens // batch_tokens
         eval_every = train.eval_every_tokens // batch_tokens if train.eval_every_tokens else 0
         ckpt = train.checkpoint_every_tokens // batch_tokens if train.checkpoint_every_tokens else 0
-        return cls(batch_size=batch_size, batch_tokens=batch_tokens, total_steps=total_steps,
-                   eval_every=eval_every, ckpt_every=ckpt,
-                   log_every=max(1, total_steps // 100),
-                   stop_step=max(1, stop_after_tokens // batch_tokens) if stop_after_tokens else None)
+        return cls(
+            batch_size=batch_size,
+            batch_tokens=batch_tokens,
+            total_steps=total_steps,
+            eval_every=eval_every,
+            ckpt_every=ckpt,
+            log_every=max(1, total_steps // 100),
+            stop_step=max(1, stop_after_tokens // batch_tokens) if stop_after_tokens else None,
+        )
 
     @property
     def tokens(self) -> int:

@@ -58,7 +58,7 @@ class RunTimes:
         return asdict(self)
 
     @classmethod
-    def from_state(cls, state: dict | None) -> "RunTimes":
+    def from_state(cls, state: dict | None) -> RunTimes:
         """Totals read back from :meth:`state` (missing phases: 0; an old checkpoint: all 0)."""
         state = state or {}
         return cls(**{name: float(state.get(name, 0.0)) for name in PHASES})

@@ -49,8 +49,9 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
     if name == "tensorboard":
         from lightning.pytorch.loggers import TensorBoardLogger
 
-        return TensorBoardLogger(save_dir=results_dir / "tb", name=config.grid, version=run,
-                                 default_hp_metric=False)
+        return TensorBoardLogger(
+            save_dir=results_dir / "tb", name=config.grid, version=run, default_hp_metric=False
+        )
     if name == "csv":
         from lightning.pytorch.loggers import CSVLogger
 
@@ -67,8 +68,14 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
         from lightning.pytorch.loggers import WandbLogger
 
         save_dir = os.environ.get("WANDB_DIR") or str(results_dir)
-        return WandbLogger(name=config.run_id, group=config.grid, id=run.replace("%", "-"), resume="allow",
-                           project=os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT, save_dir=save_dir)
+        return WandbLogger(
+            name=config.run_id,
+            group=config.grid,
+            id=run.replace("%", "-"),
+            resume="allow",
+            project=os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT,
+            save_dir=save_dir,
+        )
     raise ValueError(f"logger {name!r}; allowed: {', '.join(TRACKERS)}")
 
 
@@ -123,8 +130,11 @@ class Trackers(L.Callback):
             fn(self.loggers[name])
         except Exception as exc:  # noqa: BLE001 -- a tracker never fails a run
             self.loggers.pop(name, None)
-            warnings.warn(f"logger {name} failed ({type(exc).__name__}: {exc}); the run goes on without it "
-                          "(its results are in DuckDB)", stacklevel=2)
+            warnings.warn(
+                f"logger {name} failed ({type(exc).__name__}: {exc}); the run goes on without it "
+                "(its results are in DuckDB)",
+                stacklevel=2,
+            )
 
     def _open(self) -> None:
         self._opened = True
@@ -133,11 +143,14 @@ class Trackers(L.Callback):
                 self.loggers[name] = make_logger(name, self.config, self.results_dir)
             except Exception as exc:  # noqa: BLE001
                 hint = " (pip install 'rd-harness[tracking]')" if isinstance(exc, ModuleNotFoundError) else ""
-                warnings.warn(f"logger {name} could not start ({type(exc).__name__}: {exc}){hint}; the run goes "
-                              "on without it", stacklevel=2)
+                warnings.warn(
+                    f"logger {name} could not start ({type(exc).__name__}: {exc}){hint}; the run goes "
+                    "on without it",
+                    stacklevel=2,
+                )
                 continue
             hp = hyperparameters(self.config, self.protocol_hash)
-            self._guard(name, lambda lg: lg.log_hyperparams(hp))
+            self._guard(name, lambda lg, hp=hp: lg.log_hyperparams(hp))
 
     def on_train_start(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
@@ -155,14 +168,14 @@ class Trackers(L.Callback):
         if not self.loggers:
             return
         by_step: dict[int, dict[str, float]] = {}
-        for r in lit.records[self._records:]:
+        for r in lit.records[self._records :]:
             by_step.setdefault(int(r["step"]), {})[f"{r['split']}/{r['name']}"] = float(r["value"])
-        for tokens, m in routing_metrics(lit.routing_rows[self._routing:]).items():
+        for tokens, m in routing_metrics(lit.routing_rows[self._routing :]).items():
             by_step.setdefault(tokens // lit.batch_tokens, {}).update(m)
         self._records, self._routing = len(lit.records), len(lit.routing_rows)
         for step in sorted(by_step):
             for name in list(self.loggers):
-                self._guard(name, lambda lg: lg.log_metrics(by_step[step], step=step))
+                self._guard(name, lambda lg, step=step: lg.log_metrics(by_step[step], step=step))
 
     def finish(self, lit, status: str) -> None:
         """Flush what the final evaluation added and close every tracker (``status``: the run's)."""

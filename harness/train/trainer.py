@@ -22,7 +22,6 @@ from pathlib import Path
 import lightning as L
 import torch
 
-
 # Lightning's warning when srun is on PATH but the process was not started by it. With our own
 # cluster environment (cluster_environment) it comes only from Lightning's check for its own
 # SLURM "hpc" checkpoints to resume, which the harness never writes (a fresh fit, ckpt_path=None).
@@ -34,8 +33,13 @@ def quiet_lightning() -> None:
     message; every other warning still shows)."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
-    for pattern in (r".*val_dataloader.*validation_step.*", r".*LeafSpec.*is deprecated.*",
-                    r".*does not have many workers.*", r".*`max_epochs` was not set.*", SRUN_NOT_USED):
+    for pattern in (
+        r".*val_dataloader.*validation_step.*",
+        r".*LeafSpec.*is deprecated.*",
+        r".*does not have many workers.*",
+        r".*`max_epochs` was not set.*",
+        SRUN_NOT_USED,
+    ):
         warnings.filterwarnings("ignore", message=pattern)
 
 
@@ -52,12 +56,18 @@ def cluster_environment():
     """
     import os
 
-    from lightning.fabric.plugins.environments import (LightningEnvironment, SLURMEnvironment,
-                                                       TorchElasticEnvironment)
+    from lightning.fabric.plugins.environments import (
+        LightningEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
 
     if TorchElasticEnvironment.detect():
         return TorchElasticEnvironment()
-    if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and SLURMEnvironment.job_name() not in ("bash", "interactive"):
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and SLURMEnvironment.job_name() not in (
+        "bash",
+        "interactive",
+    ):
         return SLURMEnvironment(auto_requeue=False)
     return LightningEnvironment()
 
@@ -79,8 +89,11 @@ def cpu_bf16_support() -> str | None:
     ``/proc/cpuinfo``), or ``None``: none, no ``/proc/cpuinfo`` (not Linux), or a torch
     without oneDNN bf16 kernels. Without native bf16 a CPU emulates it, slower than float32."""
     try:
-        flags = set(" ".join(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                             if line.startswith("flags")).split())
+        flags = set(
+            " ".join(
+                line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+            ).split()
+        )
     except OSError:
         return None
     found = next((f for f in CPU_BF16_FLAGS if f in flags), None)
@@ -111,12 +124,25 @@ def describe_precision(precision: str, accelerator: str) -> str:
     if accelerator != "cpu" or precision != "auto-bf16":
         return f"precision {concrete} ({precision} on {accelerator})"
     native = cpu_bf16_support()
-    why = f"this CPU has native bf16 ({native})" if native else "this CPU has no native bf16 (avx512_bf16/amx_bf16)"
+    why = (
+        f"this CPU has native bf16 ({native})"
+        if native
+        else "this CPU has no native bf16 (avx512_bf16/amx_bf16)"
+    )
     return f"precision {concrete} ({precision} on cpu: {why})"
 
 
-def make_trainer(*, accelerator: str, precision: str, max_steps: int, callbacks: list, root: Path,
-                 devices: int | str = 1, strategy: str = "auto", num_nodes: int = 1) -> L.Trainer:
+def make_trainer(
+    *,
+    accelerator: str,
+    precision: str,
+    max_steps: int,
+    callbacks: list,
+    root: Path,
+    devices: int | str = 1,
+    strategy: str = "auto",
+    num_nodes: int = 1,
+) -> L.Trainer:
     """A ``lightning.Trainer`` for ``max_steps`` optimiser steps with the harness's settings.
 
     Args:
@@ -130,14 +156,32 @@ def make_trainer(*, accelerator: str, precision: str, max_steps: int, callbacks:
     The cluster environment is :func:`cluster_environment`'s.
     """
     return L.Trainer(
-        accelerator=accelerator, devices=devices, strategy=strategy, num_nodes=num_nodes,
-        precision=precision, max_steps=max_steps, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        limit_val_batches=0, use_distributed_sampler=False, callbacks=callbacks, default_root_dir=root,
+        accelerator=accelerator,
+        devices=devices,
+        strategy=strategy,
+        num_nodes=num_nodes,
+        precision=precision,
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+        callbacks=callbacks,
+        default_root_dir=root,
         plugins=[cluster_environment()],
     )
 
 
-__all__ = ["SRUN_NOT_USED", "quiet_lightning", "cluster_environment", "resolve_accelerator", "cpu_bf16_support",
-           "resolve_precision", "describe_precision",
-           "make_trainer"]
+__all__ = [
+    "SRUN_NOT_USED",
+    "quiet_lightning",
+    "cluster_environment",
+    "resolve_accelerator",
+    "cpu_bf16_support",
+    "resolve_precision",
+    "describe_precision",
+    "make_trainer",
+]

@@ -88,7 +88,7 @@ class Box:
 
     title: str
     chip: Chip | None
-    blocks: tuple["Block", ...] = field(default=())
+    blocks: tuple[Block, ...] = field(default=())
     css_id: str = ""
 
 
@@ -118,9 +118,12 @@ def _md_blocks(blocks, figure_dir: str, lines: list[str]) -> None:
             lines.append("")
             notes = [(row, d) for row, d in zip(b.rows, b.details) if d]
             if notes:
-                lines += [f"- {b.details_label}, {_md_cell(row[0])}"
-                          + (f" ({_md_cell(row[1])})" if len(row) > 1 else "") + f": {_md_cell(d)}"
-                          for row, d in notes] + [""]
+                lines += [
+                    f"- {b.details_label}, {_md_cell(row[0])}"
+                    + (f" ({_md_cell(row[1])})" if len(row) > 1 else "")
+                    + f": {_md_cell(d)}"
+                    for row, d in notes
+                ] + [""]
         elif isinstance(b, Image):
             lines += [f"![{b.fig.title}]({figure_dir}/{b.fig.name}.png)", ""]
         elif isinstance(b, Banner):
@@ -270,26 +273,39 @@ def _html_blocks(blocks, parts: list[str]) -> None:
                 cls = ' class="has-detail"' if d else ""
                 rows.append(f"<tr{cls}>" + "".join(_td(x) for x in row) + "</tr>")
                 if d:
-                    rows.append(f'<tr class="detail"><td colspan="{len(b.columns)}"><span class="label">'
-                                f'{html.escape(b.details_label)}:</span> {_inline_html(d)}</td></tr>')
-            parts.append(f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead>'
-                         f'<tbody>{"".join(rows)}</tbody></table></div>')
+                    rows.append(
+                        f'<tr class="detail"><td colspan="{len(b.columns)}"><span class="label">'
+                        f'{html.escape(b.details_label)}:</span> {_inline_html(d)}</td></tr>'
+                    )
+            parts.append(
+                f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead>'
+                f'<tbody>{"".join(rows)}</tbody></table></div>'
+            )
         elif isinstance(b, Image):
             data = base64.b64encode(b.fig.png).decode("ascii")
-            parts.append(f'<figure><img alt="{html.escape(b.fig.title)}" '
-                         f'src="data:image/png;base64,{data}"></figure>')
+            parts.append(
+                f'<figure><img alt="{html.escape(b.fig.title)}" src="data:image/png;base64,{data}"></figure>'
+            )
         elif isinstance(b, Banner):
-            chips = "".join(f'<span class="item">{html.escape(label)}: {chip_html(c)}</span>' for label, c in b.chips)
-            parts.append(f'<div class="banner {b.tone or b.chip.tone}" data-verdict="{html.escape(b.chip.text)}">'
-                         f'<div class="head"><span class="title">{html.escape(b.title)}</span>{chip_html(b.chip)}'
-                         f'</div><p>{_inline_html(b.text)}</p>'
-                         + (f'<div class="chips">{chips}</div>' if chips else "") + "</div>")
+            chips = "".join(
+                f'<span class="item">{html.escape(label)}: {chip_html(c)}</span>' for label, c in b.chips
+            )
+            parts.append(
+                f'<div class="banner {b.tone or b.chip.tone}" data-verdict="{html.escape(b.chip.text)}">'
+                f'<div class="head"><span class="title">{html.escape(b.title)}</span>{chip_html(b.chip)}'
+                f'</div><p>{_inline_html(b.text)}</p>'
+                + (f'<div class="chips">{chips}</div>' if chips else "")
+                + "</div>"
+            )
         elif isinstance(b, Box):
             tone = b.chip.tone if b.chip else ""
             ident = f' id="{b.css_id}"' if b.css_id else ""
-            parts.append(f'<section class="box {tone}"{ident}>'
-                         f'<h2 id="{anchor(b.title)}">{_inline_html(b.title)}'
-                         + (chip_html(b.chip) if b.chip else "") + "</h2>")
+            parts.append(
+                f'<section class="box {tone}"{ident}>'
+                f'<h2 id="{anchor(b.title)}">{_inline_html(b.title)}'
+                + (chip_html(b.chip) if b.chip else "")
+                + "</h2>"
+            )
             _html_blocks(b.blocks, parts)
             parts.append("</section>")
 
@@ -307,12 +323,23 @@ def to_html(blocks: list[Block], title: str) -> str:
     """A complete, self-contained HTML page (inline CSS, figures as base64 PNG data URIs)."""
     # The blocks before the first section heading (title, status) are the page's header; the
     # contents sit beside it and the sections on wide screens, between them on narrow ones.
-    first = next((i for i, b in enumerate(blocks) if (isinstance(b, Heading) and b.level == 2) or isinstance(b, Box)),
-                 len(blocks))
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-             '<div class="page">', "<header>"]
+    first = next(
+        (i for i, b in enumerate(blocks) if (isinstance(b, Heading) and b.level == 2) or isinstance(b, Box)),
+        len(blocks),
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        '<div class="page">',
+        "<header>",
+    ]
     _html_blocks(blocks[:first], parts)
     parts += ["</header>", _toc(blocks), "<main>"]
     _html_blocks(blocks[first:], parts)

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import polars as pl
 
-from reports.render.figures import FigureOut, gain_fractions, gain_vs_budget, paired_differences, training_curves
+from reports.render.figures import (
+    FigureOut,
+    gain_fractions,
+    gain_vs_budget,
+    paired_differences,
+    training_curves,
+)
 from reports.render.routing_figures import routing_over_training, routing_variants
 from reports.stats.analysis import ReportStats
 
 
-def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None,
-                routing: pl.DataFrame | None) -> list[FigureOut]:
+def all_figures(
+    stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame | None, routing: pl.DataFrame | None
+) -> list[FigureOut]:
     """Every figure of the report, per cell (size, budget), then those spanning cells; absent
     data give no figure."""
     out: list[FigureOut] = []
@@ -21,8 +28,9 @@ def all_figures(stats: ReportStats, final: pl.DataFrame, metrics: pl.DataFrame |
             figs.append(training_curves(metrics, final, stats, size, budget))
         figs += [paired_differences(stats, size, budget), gain_fractions(stats, size, budget)]
         if routing is not None and routing.height:
-            figs += [routing_over_training(routing, final, stats, v, size, budget)
-                     for v in routing_variants(stats)]
+            figs += [
+                routing_over_training(routing, final, stats, v, size, budget) for v in routing_variants(stats)
+            ]
         out += [f for f in figs if f is not None]
     # Figures spanning the cells of a size (cell = None) follow: gain vs budget (DESIGN 8).
     for size in dict.fromkeys(p.size for p in stats.budget.points):

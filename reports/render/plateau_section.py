@@ -31,24 +31,54 @@ def blocks(stats: ReportStats) -> list[Block]:
         return []
     out: list[Block] = [
         Heading(2, "Past the unigram plateau?"),
-        Para("The plateau is the validation targets' cross-entropy under the training split's unigram distribution "
-             "(add-one smoothed): what a model that ignores context scores. Runs near it have learned token "
-             "frequencies only, and their paired differences mostly measure when each seed left it. Descriptive: "
-             "it enters no verdict.", "note"),
+        Para(
+            "The plateau is the validation targets' cross-entropy under the training split's unigram distribution "
+            "(add-one smoothed): what a model that ignores context scores. Runs near it have learned token "
+            "frequencies only, and their paired differences mostly measure when each seed left it. Descriptive: "
+            "it enters no verdict.",
+            "note",
+        ),
     ]
-    table = tuple((cell_label(r.size, r.budget_tokens), "-" if math.isnan(r.unigram_nll) else f"{r.unigram_nll:.3f}",
-                   f"{r.final_min:.3f} / {r.final_mean:.3f} / {r.final_max:.3f}", str(r.n_runs),
-                   "-" if math.isnan(r.margin) else f"{r.margin:.3f}") for r in rows)
-    out.append(Table(("cell", "unigram plateau (nats/token)", "final NLL min / mean / max", "runs",
-                      "worst run below the plateau"), table))
+    table = tuple(
+        (
+            cell_label(r.size, r.budget_tokens),
+            "-" if math.isnan(r.unigram_nll) else f"{r.unigram_nll:.3f}",
+            f"{r.final_min:.3f} / {r.final_mean:.3f} / {r.final_max:.3f}",
+            str(r.n_runs),
+            "-" if math.isnan(r.margin) else f"{r.margin:.3f}",
+        )
+        for r in rows
+    )
+    out.append(
+        Table(
+            (
+                "cell",
+                "unigram plateau (nats/token)",
+                "final NLL min / mean / max",
+                "runs",
+                "worst run below the plateau",
+            ),
+            table,
+        )
+    )
     near = [cell_label(r.size, r.budget_tokens) for r in rows if r.margin < NEAR_PLATEAU_NATS]
     if near:
-        out.append(Para(f"Near the plateau (worst run < {NEAR_PLATEAU_NATS} nats/token below it): {', '.join(near)}. "
-                        "A gain or a control verdict there says little about depth routing; train longer.", "warn"))
+        out.append(
+            Para(
+                f"Near the plateau (worst run < {NEAR_PLATEAU_NATS} nats/token below it): {', '.join(near)}. "
+                "A gain or a control verdict there says little about depth routing; train longer.",
+                "warn",
+            )
+        )
     mixed = [cell_label(r.size, r.budget_tokens) for r in rows if r.spread > SPREAD_TOL]
     if mixed:
-        out.append(Para(f"Runs of {', '.join(mixed)} recorded different plateaus: they were scored on different "
-                        "corpora, vocabularies or validation sets.", "warn"))
+        out.append(
+            Para(
+                f"Runs of {', '.join(mixed)} recorded different plateaus: they were scored on different "
+                "corpora, vocabularies or validation sets.",
+                "warn",
+            )
+        )
     return out
 
 

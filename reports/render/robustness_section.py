@@ -17,21 +17,49 @@ def blocks(stats: ReportStats) -> list[Block]:
         return []
     out: list[Block] = [
         Heading(2, "Robustness: treatment (tuned) - parent (tuned)"),
-        Para("Does the gain survive giving each side its own tuned settings (DESIGN 9)? Each variant's [tuned] runs "
-             "pair by seed; their protocols differ only in the tuned fields listed. Descriptive: one-sided paired t "
-             f"p at alpha {stats.plan.alpha:g}, in no family and no verdict.", "note"),
+        Para(
+            "Does the gain survive giving each side its own tuned settings (DESIGN 9)? Each variant's [tuned] runs "
+            "pair by seed; their protocols differ only in the tuned fields listed. Descriptive: one-sided paired t "
+            f"p at alpha {stats.plan.alpha:g}, in no family and no verdict.",
+            "note",
+        ),
     ]
     table = []
     for r in rows:
         s = r.comparison.stats
-        table.append((r.comparison.comparison, cell_label(r.comparison.size, r.comparison.budget_tokens),
-                      f"{s.wins}/{s.n}", mean_ci(s.mean, s.ci_low, s.ci_high), fmt_p(r.p_one_sided),
-                      "-" if math.isnan(r.untuned_mean) else f"{r.untuned_mean:+.3g}", "; ".join(r.fields) or "-",
-                      f"{r.sources[0]} / {r.sources[1]}"))
-    out.append(Table(("comparison", "cell", "wins (k/n)", "mean dNLL [95 % CI]", "one-sided p",
-                      "untuned mean dNLL", "tuned fields", "sources (treatment / parent)"), tuple(table)))
-    lost = [f"{r.comparison.comparison} ({cell_label(r.comparison.size, r.comparison.budget_tokens)}): "
-            + "; ".join(r.comparison.missing) for r in rows if r.comparison.missing]
+        table.append(
+            (
+                r.comparison.comparison,
+                cell_label(r.comparison.size, r.comparison.budget_tokens),
+                f"{s.wins}/{s.n}",
+                mean_ci(s.mean, s.ci_low, s.ci_high),
+                fmt_p(r.p_one_sided),
+                "-" if math.isnan(r.untuned_mean) else f"{r.untuned_mean:+.3g}",
+                "; ".join(r.fields) or "-",
+                f"{r.sources[0]} / {r.sources[1]}",
+            )
+        )
+    out.append(
+        Table(
+            (
+                "comparison",
+                "cell",
+                "wins (k/n)",
+                "mean dNLL [95 % CI]",
+                "one-sided p",
+                "untuned mean dNLL",
+                "tuned fields",
+                "sources (treatment / parent)",
+            ),
+            tuple(table),
+        )
+    )
+    lost = [
+        f"{r.comparison.comparison} ({cell_label(r.comparison.size, r.comparison.budget_tokens)}): "
+        + "; ".join(r.comparison.missing)
+        for r in rows
+        if r.comparison.missing
+    ]
     if lost:
         out.append(Para("Left out: " + " | ".join(lost), "warn"))
     return out

@@ -38,32 +38,44 @@ def _evals(tokens: list[int]) -> list[int]:
 
 def _matrix(r: pl.DataFrame, route: str, tokens: int, shape: tuple[int, int]) -> np.ndarray:
     m = np.full(shape, np.nan)
-    agg = (r.filter((pl.col("route") == route) & (pl.col("tokens") == tokens))
-           .group_by("layer", "source").agg(pl.col("weight").mean()))
+    agg = (
+        r.filter((pl.col("route") == route) & (pl.col("tokens") == tokens))
+        .group_by("layer", "source")
+        .agg(pl.col("weight").mean())
+    )
     for layer, source, w in agg.iter_rows():
         m[layer, source] = w
     return m
 
 
 def _heatmap(ax, m: np.ndarray, cmap: str, vmin: float, vmax: float, signed: bool):
-    im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, origin="lower",
-                   interpolation="nearest")
+    im = ax.imshow(
+        np.ma.masked_invalid(m),
+        aspect="auto",
+        cmap=cmap,
+        vmin=vmin,
+        vmax=vmax,
+        origin="lower",
+        interpolation="nearest",
+    )
     mid = (vmin + vmax) / 2
     for (layer, src), w in np.ndenumerate(m):
         if np.isfinite(w):
             dark = (abs(w) > 0.55 * vmax) if signed else (w < mid)
             # Signed values drop the leading zero ("+.21") so they fit the same cell width.
-            label = (("0" if abs(w) < 0.005 else f"{w:+.2f}".replace("0.", ".", 1)) if signed else f"{w:.2f}")
-            ax.text(src, layer, label, ha="center", va="center", fontsize=7.5,
-                    color="white" if dark else "black")
+            label = ("0" if abs(w) < 0.005 else f"{w:+.2f}".replace("0.", ".", 1)) if signed else f"{w:.2f}"
+            ax.text(
+                src, layer, label, ha="center", va="center", fontsize=7.5, color="white" if dark else "black"
+            )
     ax.set_xticks(range(m.shape[1]))
     ax.set_yticks(range(m.shape[0]))
     ax.tick_params(labelsize=7)
     return im
 
 
-def _heatmap_row(fig, cells: list, kind: str, evals: list[int], panels: dict[int, np.ndarray], vmax: float,
-                 last: bool) -> None:
+def _heatmap_row(
+    fig, cells: list, kind: str, evals: list[int], panels: dict[int, np.ndarray], vmax: float, last: bool
+) -> None:
     """One row of panels: route ``kind`` (or ``"qk - v"``, signed) at each evaluation, one colour bar."""
     row_axes, im = [], None
     for col, t in enumerate(evals):
@@ -87,23 +99,37 @@ def _heatmap_row(fig, cells: list, kind: str, evals: list[int], panels: dict[int
 
 def _js_panel(ax, r: pl.DataFrame) -> None:
     """JS(QK, V) per layer against training tokens (nats; mean over runs of the per-token ``js_qk_v``)."""
-    per = (r.filter(pl.col("route") == "v").group_by("tokens", "layer", "run_id")
-           .agg(pl.col("js_qk_v").first()).group_by("tokens", "layer").agg(pl.col("js_qk_v").mean())
-           .sort("layer", "tokens"))
+    per = (
+        r.filter(pl.col("route") == "v")
+        .group_by("tokens", "layer", "run_id")
+        .agg(pl.col("js_qk_v").first())
+        .group_by("tokens", "layer")
+        .agg(pl.col("js_qk_v").mean())
+        .sort("layer", "tokens")
+    )
     for layer in sorted(per["layer"].unique().to_list()):
         sub = per.filter(pl.col("layer") == layer)
-        ax.plot(sub["tokens"].to_numpy(), sub["js_qk_v"].to_numpy(), "o-", ms=3, lw=1.2, label=f"layer {layer}")
+        ax.plot(
+            sub["tokens"].to_numpy(), sub["js_qk_v"].to_numpy(), "o-", ms=3, lw=1.2, label=f"layer {layer}"
+        )
     ax.set_xlabel("training tokens")
     ax.set_ylabel("JS(QK, V) (nats)")
     ax.xaxis.set_major_formatter(tokens_label)
-    ax.set_title("per-token Jensen-Shannon divergence between the QK and V depth distributions, per layer",
-                 fontsize=9)
+    ax.set_title(
+        "per-token Jensen-Shannon divergence between the QK and V depth distributions, per layer", fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
 
 
-def routing_over_training(routing: pl.DataFrame, final: pl.DataFrame, stats: ReportStats, variant: str,
-                          size: str, budget_tokens: int) -> FigureOut | None:
+def routing_over_training(
+    routing: pl.DataFrame,
+    final: pl.DataFrame,
+    stats: ReportStats,
+    variant: str,
+    size: str,
+    budget_tokens: int,
+) -> FigureOut | None:
     """Heatmaps of every attention route of ``variant`` at each evaluation, with the values.
 
     Rows of panels: each route (QK, then V or the second route), then QK minus V where
@@ -115,9 +141,12 @@ def routing_over_training(routing: pl.DataFrame, final: pl.DataFrame, stats: Rep
         the figure, or None when the variant has no attention routing rows in this cell, or
         it is neither parent nor treatment and has only the QK route (nothing new to show).
     """
-    runs = final.filter((pl.col("variant") == variant) & (pl.col("size") == size)
-                        & (pl.col("budget_tokens") == budget_tokens) & pl.col("val_nll").is_finite()
-                        ).select("run_id", "seed")
+    runs = final.filter(
+        (pl.col("variant") == variant)
+        & (pl.col("size") == size)
+        & (pl.col("budget_tokens") == budget_tokens)
+        & pl.col("val_nll").is_finite()
+    ).select("run_id", "seed")
     r = routing.join(runs, on="run_id").filter(pl.col("site") == "attn")
     routes = sorted(r["route"].unique().to_list(), key=lambda x: (x != "qk", x != "v", x))
     if r.height == 0 or (routes == ["qk"] and variant not in (stats.parent, stats.treatment)):
@@ -130,33 +159,55 @@ def routing_over_training(routing: pl.DataFrame, final: pl.DataFrame, stats: Rep
     kinds = routes + (["qk - v"] if has_v else [])
     pw, ph = max(1.9, 0.3 * shape[1] + 0.5), max(1.5, 0.26 * shape[0] + 0.6)
     per_row = max(2, min(MAX_PER_ROW, int((FIG_WIDTH_IN - 1) // pw)))
-    chunks = [evals[i:i + per_row] for i in range(0, len(evals), per_row)]
+    chunks = [evals[i : i + per_row] for i in range(0, len(evals), per_row)]
     ncols = min(per_row, len(evals))
     js = has_v and len(evals) > 1 and "js_qk_v" in r.columns and r["js_qk_v"].drop_nulls().len() > 0
     nrows = len(chunks) * len(kinds) + (1 if js else 0)
     fig = Figure(figsize=(pw * ncols + 1.0, ph * nrows + 0.9), layout="constrained")
     grid = fig.add_gridspec(nrows, ncols)
     vmax = float(np.nanmax([np.nanmax(m) for m in mats.values()]))
-    dmax = max((float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0 for d in diffs.values()), default=0)
+    dmax = max(
+        (float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0 for d in diffs.values()), default=0
+    )
     dmax = dmax or 1e-6
     for ci, chunk in enumerate(chunks):
         for ki, kind in enumerate(kinds):
             panels = diffs if kind == "qk - v" else {t: mats[(kind, t)] for t in chunk}
-            _heatmap_row(fig, [grid[ci * len(kinds) + ki, col] for col in range(len(chunk))], kind, chunk, panels,
-                         dmax if kind == "qk - v" else vmax, last=ki == len(kinds) - 1)
+            _heatmap_row(
+                fig,
+                [grid[ci * len(kinds) + ki, col] for col in range(len(chunk))],
+                kind,
+                chunk,
+                panels,
+                dmax if kind == "qk - v" else vmax,
+                last=ki == len(kinds) - 1,
+            )
     if js:
         _js_panel(fig.add_subplot(grid[nrows - 1, :]), r)
     n_seeds = r["seed"].n_unique()
-    shown = "every evaluation" if len(evals) == r["tokens"].n_unique() else (
-        f"{len(evals)} of {r['tokens'].n_unique()} evaluations, evenly spaced")
-    fig.suptitle(f"Depth routing of {variant} at the attention site over training, size {size}, budget "
-                 f"{tokens_label(budget_tokens)} tokens (mean over {n_seeds} seed(s), {shown})", fontsize=10)
+    shown = (
+        "every evaluation"
+        if len(evals) == r["tokens"].n_unique()
+        else (f"{len(evals)} of {r['tokens'].n_unique()} evaluations, evenly spaced")
+    )
+    fig.suptitle(
+        f"Depth routing of {variant} at the attention site over training, size {size}, budget "
+        f"{tokens_label(budget_tokens)} tokens (mean over {n_seeds} seed(s), {shown})",
+        fontsize=10,
+    )
     what = ", ".join(_ROUTE_NAMES.get(k, f"route {k}") for k in routes)
     return FigureOut(
         f"routing_{variant}_{size}_{budget_tokens}",
         f"Routing of {variant} over training ({size}, {tokens_label(budget_tokens)} tokens)",
         f"Mean depth distribution over sources per layer ({what}) at {shown}, the weight written in each cell; "
         "blank = source not available at that layer. "
-        + ("QK minus V: red where the QK route weighs a source more than the V route. Last panel: JS(QK, V) per "
-           "layer over training, nats. " if has_v else "")
-        + f"Mean over {n_seeds} finished seed(s).", png_bytes(fig), (size, budget_tokens))
+        + (
+            "QK minus V: red where the QK route weighs a source more than the V route. Last panel: JS(QK, V) per "
+            "layer over training, nats. "
+            if has_v
+            else ""
+        )
+        + f"Mean over {n_seeds} finished seed(s).",
+        png_bytes(fig),
+        (size, budget_tokens),
+    )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
-from reports.render.fmt import cell_text as _cell, fmt_ci, fmt_nats, fmt_p, num as _num, tokens_label
+from reports.render.fmt import cell_text as _cell
+from reports.render.fmt import fmt_ci, fmt_nats, fmt_p, tokens_label
+from reports.render.fmt import num as _num
 from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
 from reports.stats.decisions import DOES_NOT_REPRODUCE, UNDECIDED
 from reports.stats.floors import FLOOR_NATS
@@ -41,30 +43,46 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
     """Whether the gain is established in one cell, and why (n, mean d, one-sided p, Holm p, level)."""
     test = "exact one-sided sign-flip p (zero spread: t undefined)" if h.exact else "one-sided t p"
     if h.look.planned:
-        earlier = f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
-        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
-                 f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_seq_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
-                 f"{h.n_cells} cell(s){earlier}")
+        earlier = (
+            f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
+        )
+        facts = (
+            f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
+            f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_seq_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
+            f"{h.n_cells} cell(s){earlier}"
+        )
     else:
-        facts = (f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
-                 f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}")
+        facts = (
+            f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
+            f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}"
+        )
     why = {
-        "established": ("Holm p (of the sequential p) < alpha and mean d < 0" if h.look.planned
-                        else "Holm p < level and mean d < 0"),
-        "absent": (f"the one-sided test of H0 'gain >= {_num(min_effect, '.4g')} nats/token' rejects: Holm p "
-                   f"{fmt_p(h.absence_holm_p)} < alpha; the gain is at most {_num(h.gain_upper, '.3g')} nats/token "
-                   f"(upper one-sided bound at level {_num(h.gain_upper_level, '.3g')}, Holm-adjusted)"),
-        "mean within the numerical floor": (f"|mean d| <= {FLOOR_NATS:g} nats/token, the numerical floor: no verdict "
-                                            "rests on float rounding"),
+        "established": (
+            "Holm p (of the sequential p) < alpha and mean d < 0"
+            if h.look.planned
+            else "Holm p < level and mean d < 0"
+        ),
+        "absent": (
+            f"the one-sided test of H0 'gain >= {_num(min_effect, '.4g')} nats/token' rejects: Holm p "
+            f"{fmt_p(h.absence_holm_p)} < alpha; the gain is at most {_num(h.gain_upper, '.3g')} nats/token "
+            f"(upper one-sided bound at level {_num(h.gain_upper_level, '.3g')}, Holm-adjusted)"
+        ),
+        "mean within the numerical floor": (
+            f"|mean d| <= {FLOOR_NATS:g} nats/token, the numerical floor: no verdict rests on float rounding"
+        ),
         "before the first look": f"{h.n} pair(s): no look yet (the first is at {h.look.next_n} pairs)",
         "fewer than 3 pairs": f"{h.n} pair(s): the test needs at least {MIN_PAIRS}",
         "mean d >= 0": "the treatment is not better than the parent (mean d >= 0)",
         "Holm p >= alpha": "Holm p >= alpha (of the sequential p)" if h.look.planned else "Holm p >= level",
         "degenerate": f"the treatment is degenerate ({h.degenerate_reason})",
     }[h.reason]
-    plan = (f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
-            if not math.isnan(h.mde_nats) else f"MDE: none before the first look ({h.look.next_n} pairs)"
-            if h.look.before_first else "MDE: needs >= 3 pairs with some spread")
+    plan = (
+        f"MDE at {_mde_at(h.look)}: {_num(h.mde_nats, '.4g')} nats/token (one-sided, power {power:g})"
+        if not math.isnan(h.mde_nats)
+        else f"MDE: none before the first look ({h.look.next_n} pairs)"
+        if h.look.before_first
+        else "MDE: needs >= 3 pairs with some spread"
+    )
     if h.verdict == UNDECIDED:
         plan += f"; {needed_text(h.seeds_needed, min_effect, 'gain')}"
     extra = _divergence_text(h.imputed, h.dropped)
@@ -78,40 +96,61 @@ def _divergence_text(imputed: tuple, dropped: tuple) -> str:
     out = ""
     for loser in dict.fromkeys(i.loser for i in imputed):
         mine = [i for i in imputed if i.loser == loser]
-        out += (f" Seed(s) {', '.join(str(i.seed) for i in mine)} count as losses of {loser}, which diverged there "
-                f"(d = {mine[0].value:+.4g}, the largest |d| observed, worst-case imputation).")
-    return out + (f" Seed(s) {', '.join(map(str, dropped))} left out: both sides diverged." if dropped else "")
+        out += (
+            f" Seed(s) {', '.join(str(i.seed) for i in mine)} count as losses of {loser}, which diverged there "
+            f"(d = {mine[0].value:+.4g}, the largest |d| observed, worst-case imputation)."
+        )
+    return out + (
+        f" Seed(s) {', '.join(map(str, dropped))} left out: both sides diverged." if dropped else ""
+    )
 
 
 def _undecided_text(h: Headline, min_effect: float | None) -> str:
     """What would decide an undecided headline: seeds to establish the observed gain, or to show it absent."""
     parts = []
     if h.seeds_establish is not None:
-        parts.append(f"to establish the observed gain ({fmt_nats(-h.mean)} nats/token): "
-                     + (f"{h.seeds_establish.n} seeds" if h.seeds_establish.reachable else "not reachable at this "
-                        "budget"))
+        parts.append(
+            f"to establish the observed gain ({fmt_nats(-h.mean)} nats/token): "
+            + (
+                f"{h.seeds_establish.n} seeds"
+                if h.seeds_establish.reachable
+                else "not reachable at this budget"
+            )
+        )
     if h.seeds_absent is not None:
-        parts.append(f"to show it absent (< {_num(min_effect, '.4g')} nats/token) at the observed gain: "
-                     + (f"{h.seeds_absent.n} seeds" if h.seeds_absent.reachable else "not reachable at this "
-                        "budget"))
+        parts.append(
+            f"to show it absent (< {_num(min_effect, '.4g')} nats/token) at the observed gain: "
+            + (f"{h.seeds_absent.n} seeds" if h.seeds_absent.reachable else "not reachable at this budget")
+        )
     elif min_effect is None:
         parts.append("to show it absent: set min_effect_nats in the grid's [analysis]")
-    bound = (f" The gain is at most {_num(h.gain_upper, '.3g')} nats/token (upper one-sided bound at level "
-             f"{_num(h.gain_upper_level, '.3g')}, Holm-adjusted)." if math.isfinite(h.gain_upper) else "")
+    bound = (
+        f" The gain is at most {_num(h.gain_upper, '.3g')} nats/token (upper one-sided bound at level "
+        f"{_num(h.gain_upper_level, '.3g')}, Holm-adjusted)."
+        if math.isfinite(h.gain_upper)
+        else ""
+    )
     return bound + (" Undecided; what would decide it: " + "; ".join(parts) + "." if parts else "")
 
 
 def control_sentence(a: ControlAssessment, power: float) -> str:
     """Why a control got its verdict, and what the contrast could detect at this budget."""
-    mde = (f"MDE of the contrast at {_mde_at(a.look)}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power "
-           f"{power:g})"
-           if not math.isnan(a.mde_nats) else f"MDE: none before the first look ({a.look.next_n} seeds)"
-           if a.look.before_first else "MDE: needs >= 3 seeds with control, parent and treatment")
+    mde = (
+        f"MDE of the contrast at {_mde_at(a.look)}: {_num(a.mde_nats, '.4g')} nats/token (two-sided, power "
+        f"{power:g})"
+        if not math.isnan(a.mde_nats)
+        else f"MDE: none before the first look ({a.look.next_n} seeds)"
+        if a.look.before_first
+        else "MDE: needs >= 3 seeds with control, parent and treatment"
+    )
     if a.reason == "degenerate":
         return f"degenerate: {a.degenerate_reason}; no contrast is tested, whatever it says"
     if a.reason in ("gain not established", "no treatment in this cell"):
-        why = ("the treatment's gain is not established in this cell" if a.reason == "gain not established"
-               else "no treatment runs in this cell")
+        why = (
+            "the treatment's gain is not established in this cell"
+            if a.reason == "gain not established"
+            else "no treatment runs in this cell"
+        )
         return f"{why}, so no verdict; {mde}"
     if a.reason == "fewer than 3 pairs":
         return f"{a.n} seed(s) with control, parent and treatment: the contrast needs >= {MIN_PAIRS}; {mde}"
@@ -123,23 +162,32 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
         seq = f", sequential p {fmt_seq_p(a.sequential_p)}"
     else:
         seq = ""
-    sign = ("the control lands nearer the parent" if a.verdict == DOES_NOT_REPRODUCE
-            else "the control lands nearer the treatment")
+    sign = (
+        "the control lands nearer the parent"
+        if a.verdict == DOES_NOT_REPRODUCE
+        else "the control lands nearer the treatment"
+    )
     lost = _divergence_text(a.imputed, a.dropped)
     family = f" over the grid's {a.family_size} assessed contrast(s)"
     if a.reason == "Holm p < alpha":
         return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} < alpha: {sign}{lost}"
     if a.reason == "mean within the numerical floor":
-        return (f"contrast mean e {a.contrast_mean:+.3g} is within the numerical floor ({FLOOR_NATS:g} nats/token): "
-                f"no verdict from rounding (Holm p {fmt_p(a.holm_p)}){lost}")
-    return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} >= alpha; {mde}{lost}"
+        return (
+            f"contrast mean e {a.contrast_mean:+.3g} is within the numerical floor ({FLOOR_NATS:g} nats/token): "
+            f"no verdict from rounding (Holm p {fmt_p(a.holm_p)}){lost}"
+        )
+    return (
+        f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} >= alpha; {mde}{lost}"
+    )
 
 
 def fraction_text(a: ControlAssessment) -> str:
     """'+0.40 [+0.23, +0.58]', '+0.40 unbounded' (the gain's 95 % CI covers 0), or '-'."""
     if math.isnan(a.fraction):
         return "-"
-    return f"{a.fraction:+.2f}\n" + (f"[{a.fraction_low:+.2f}, {a.fraction_high:+.2f}]" if a.bounded else "unbounded")
+    return f"{a.fraction:+.2f}\n" + (
+        f"[{a.fraction_low:+.2f}, {a.fraction_high:+.2f}]" if a.bounded else "unbounded"
+    )
 
 
 def cell_label(size: str, budget: int | None) -> str:
@@ -154,10 +202,16 @@ def mean_ci(mean: float, lo: float, hi: float) -> str:
 
 def aa_sentence(a: AACheck, alpha: float) -> str:
     """The A/A check of one cell in one sentence."""
-    scale = (f"half the treatment's |mean gain| ({AA_NOISE_FRACTION:g} x {abs(a.gain):.4g} = {a.threshold:.4g})"
-             if math.isfinite(a.gain) else f"{AA_NOISE_ABS:g} nats/token (no treatment gain to compare with)")
-    steps = f" over {a.steps[0]}-{a.steps[-1]} training steps" if a.steps and a.steps[0] != a.steps[-1] else (
-        f" over {a.steps[0]} training steps" if a.steps else "")
+    scale = (
+        f"half the treatment's |mean gain| ({AA_NOISE_FRACTION:g} x {abs(a.gain):.4g} = {a.threshold:.4g})"
+        if math.isfinite(a.gain)
+        else f"{AA_NOISE_ABS:g} nats/token (no treatment gain to compare with)"
+    )
+    steps = (
+        f" over {a.steps[0]}-{a.steps[-1]} training steps"
+        if a.steps and a.steps[0] != a.steps[-1]
+        else (f" over {a.steps[0]} training steps" if a.steps else "")
+    )
     test = ("exact sign-flip p (zero spread)" if a.exact else "paired t p") + f" = {fmt_p(a.p)}"
     untested = f"; {a.n} pair(s) < {MIN_PAIRS}: no offset test" if not a.tested else ""
     if a.tested and math.isfinite(a.floor) and abs(a.mean) <= a.floor and a.max_abs <= a.floor:
@@ -169,19 +223,28 @@ def aa_sentence(a: AACheck, alpha: float) -> str:
     if a.status == "bit-identical":
         return f"bit-identical: all {a.n} paired differences are exactly 0"
     if a.status == "FAIL":
-        return (f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, beyond the float32 rounding of the "
-                f"NLL {a.floor:.3g}; two-sided {test}, Holm p {fmt_p(a.holm_p)} < {alpha:g} over the grid's "
-                f"{a.n_cells} cell(s)) for a variant equal to the parent in exact arithmetic. At this level a FAIL "
-                f"means: if the harness were sound, a FAIL in any cell of this grid would happen in at most "
-                f"{alpha:g} of grids; so a harness bug (pairing, data order, initialisation) or nondeterminism is "
-                f"the likely cause; max |d| {a.max_abs:.3g}")
-    floor = (f"max |d| = {a.max_abs:.3g} nats/token is the protocol's numerical noise floor (float summation "
-             f"order diverges chaotically{steps})")
+        return (
+            f"FAIL: systematic offset (mean {fmt_nats(a.mean, 6)} nats/token, beyond the float32 rounding of the "
+            f"NLL {a.floor:.3g}; two-sided {test}, Holm p {fmt_p(a.holm_p)} < {alpha:g} over the grid's "
+            f"{a.n_cells} cell(s)) for a variant equal to the parent in exact arithmetic. At this level a FAIL "
+            f"means: if the harness were sound, a FAIL in any cell of this grid would happen in at most "
+            f"{alpha:g} of grids; so a harness bug (pairing, data order, initialisation) or nondeterminism is "
+            f"the likely cause; max |d| {a.max_abs:.3g}"
+        )
+    floor = (
+        f"max |d| = {a.max_abs:.3g} nats/token is the protocol's numerical noise floor (float summation "
+        f"order diverges chaotically{steps})"
+    )
     if a.status == "warn":
-        return (f"warn: {floor} and reaches {scale}: effects of the treatment's size cannot be told from noise at "
-                f"this budget{untested}; no systematic offset ({test})" if a.tested else
-                f"warn: {floor} and reaches {scale}{untested}")
-    return f"noise floor: {floor}, below {scale}" + (f"; no systematic offset ({test})" if a.tested else untested)
+        return (
+            f"warn: {floor} and reaches {scale}: effects of the treatment's size cannot be told from noise at "
+            f"this budget{untested}; no systematic offset ({test})"
+            if a.tested
+            else f"warn: {floor} and reaches {scale}{untested}"
+        )
+    return f"noise floor: {floor}, below {scale}" + (
+        f"; no systematic offset ({test})" if a.tested else untested
+    )
 
 
 def needed_short(s, planned: float | None) -> str:
@@ -193,4 +256,14 @@ def needed_short(s, planned: float | None) -> str:
     return "no spread yet" if math.isnan(s.power_at_max) else f"not reachable (> {s.max_seeds})"
 
 
-__all__ = ["fmt_seq_p", "needed_text", "headline_sentence", "control_sentence", "fraction_text", "cell_label", "mean_ci", "aa_sentence", "needed_short"]
+__all__ = [
+    "fmt_seq_p",
+    "needed_text",
+    "headline_sentence",
+    "control_sentence",
+    "fraction_text",
+    "cell_label",
+    "mean_ci",
+    "aa_sentence",
+    "needed_short",
+]

@@ -44,31 +44,71 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+from harness.analysis_plan import AnalysisPlan, plan_from_configs
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.budget import gain_vs_budget
+from reports.stats.descriptives import describe
 from reports.stats.divergence import LostSeeds, TestedDiffs, contrast_losses, worst_case
 from reports.stats.floors import FLOOR_NATS, aa_floor, beyond_floor, within_floor_everywhere
+from reports.stats.looks import Look, at_looks, look_at, sequential_p
 from reports.stats.mixed import fit_mixed_model
 from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, of_grid, pair_runs, steps_by_run
 from reports.stats.plateau import plateau_rows
-from reports.stats.looks import Look, at_looks, look_at, sequential_p
-from harness.analysis_plan import AnalysisPlan, plan_from_configs
 from reports.stats.power import contrast_effect, look_mde, planned_seeds
-from reports.stats.descriptives import describe
 from reports.stats.progress import GridProgress, grid_progress
-from reports.stats.robustness import split_tuned, tuned_rows
-from reports.stats.results import (  # re-exported: the result objects are part of this module's API
-    NAN, AA_NOISE_FRACTION, AA_NOISE_ABS, AA_STATUSES, CSV_COLUMNS, EXTRA_COLUMNS, KINDS, NOTE_FEW,
-    NOTE_ZERO_SPREAD, NOTE_ZEROS, NOTE_LOST, NOTE_UNBOUNDED, NOTE_NO_EFFECT, NOTE_UNREACHABLE, NOTE_DEGENERATE,
-    NOTE_NO_LOOK, NOTE_BETWEEN, NOTE_EARLIER, ALL_ZERO_REASON, R_ESTABLISHED, R_FEW, R_NOT_BETTER, R_HOLM,
-    R_DEGENERATE, R_NO_GAIN, R_SIGNIFICANT, R_NO_TREATMENT, R_NO_LOOK, R_ABSENT, R_FLOOR, Descriptives, Comparison,
-    Headline, ControlAssessment, AACheck, DivergenceRow, ReportStats,
+from reports.stats.results import (  # noqa: F401 (re-exported: the result objects are part of this module's API)
+    AA_NOISE_ABS,
+    AA_NOISE_FRACTION,
+    AA_STATUSES,
+    ALL_ZERO_REASON,
+    CSV_COLUMNS,
+    EXTRA_COLUMNS,
+    KINDS,
+    NAN,
+    NOTE_BETWEEN,
+    NOTE_DEGENERATE,
+    NOTE_EARLIER,
+    NOTE_FEW,
+    NOTE_LOST,
+    NOTE_NO_EFFECT,
+    NOTE_NO_LOOK,
+    NOTE_UNBOUNDED,
+    NOTE_UNREACHABLE,
+    NOTE_ZERO_SPREAD,
+    NOTE_ZEROS,
+    R_ABSENT,
+    R_DEGENERATE,
+    R_ESTABLISHED,
+    R_FEW,
+    R_FLOOR,
+    R_HOLM,
+    R_NO_GAIN,
+    R_NO_LOOK,
+    R_NO_TREATMENT,
+    R_NOT_BETTER,
+    R_SIGNIFICANT,
+    AACheck,
+    Comparison,
+    ControlAssessment,
+    Descriptives,
+    DivergenceRow,
+    Headline,
+    ReportStats,
 )
+from reports.stats.robustness import split_tuned, tuned_rows
 
 
-def _aa_check(c: Comparison, t: TestedDiffs, gain: float, alpha: float, steps: tuple[int, ...], holm_p: float,
-              n_cells: int, floor: float) -> AACheck:
+def _aa_check(
+    c: Comparison,
+    t: TestedDiffs,
+    gain: float,
+    alpha: float,
+    steps: tuple[int, ...],
+    holm_p: float,
+    n_cells: int,
+    floor: float,
+) -> AACheck:
     """DESIGN 6 A/A check of comparison ``c`` with tested differences ``t`` (observed, and the A/A
     variant's lost seeds as losses) and the Holm p of its offset test over the cells (see :class:`AACheck`).
     FAIL needs Holm p < alpha and a mean offset beyond ``floor`` (the float32 rounding of the NLL)."""
@@ -89,34 +129,75 @@ def _aa_check(c: Comparison, t: TestedDiffs, gain: float, alpha: float, steps: t
         status = "warn"
     else:
         status = "noise floor"
-    return AACheck(variant=c.first, size=c.size, budget_tokens=c.budget_tokens, n=int(d.size), max_abs=max_abs,
-                   mean=mean, p=p, exact=exact, tested=tested, status=status, gain=gain,
-                   threshold=threshold, steps=steps, holm_p=holm_p, n_cells=n_cells, floor=floor,
-                   imputed=t.imputed)
+    return AACheck(
+        variant=c.first,
+        size=c.size,
+        budget_tokens=c.budget_tokens,
+        n=int(d.size),
+        max_abs=max_abs,
+        mean=mean,
+        p=p,
+        exact=exact,
+        tested=tested,
+        status=status,
+        gain=gain,
+        threshold=threshold,
+        steps=steps,
+        holm_p=holm_p,
+        n_cells=n_cells,
+        floor=floor,
+        imputed=t.imputed,
+    )
 
 
 def _divergence(pairing, cells) -> list[DivergenceRow]:
-    variants = [pairing.parent, *([pairing.treatment] if pairing.treatment else []), *pairing.controls,
-                *pairing.references]
+    variants = [
+        pairing.parent,
+        *([pairing.treatment] if pairing.treatment else []),
+        *pairing.controls,
+        *pairing.references,
+    ]
     out = []
     for size, budget in cells:
         sub = pairing.usable.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget))
         for v in variants:
             done = sub.filter(pl.col("variant") == v).height
-            lo = [x for x in pairing.left_out
-                  if (x.variant, x.size, x.budget_tokens) == (v, size, budget) and x.status != "pair"]
+            lo = [
+                x
+                for x in pairing.left_out
+                if (x.variant, x.size, x.budget_tokens) == (v, size, budget) and x.status != "pair"
+            ]
             div = tuple(sorted(x.seed for x in lo if x.status == "diverged"))
             fail = tuple(sorted(x.seed for x in lo if x.status == "failed"))
             other = len(lo) - len(div) - len(fail)
             if done or lo:
-                out.append(DivergenceRow(size=size, budget_tokens=budget, variant=v, done=done, diverged=len(div),
-                                         failed=len(fail), unfinished=other, diverged_seeds=div, failed_seeds=fail))
+                out.append(
+                    DivergenceRow(
+                        size=size,
+                        budget_tokens=budget,
+                        variant=v,
+                        done=done,
+                        diverged=len(div),
+                        failed=len(fail),
+                        unfinished=other,
+                        diverged_seeds=div,
+                        failed_seeds=fail,
+                    )
+                )
     return out
 
 
-def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None, allow_partial: bool = False,
-            plan: AnalysisPlan | None = None, degenerate: Mapping[tuple[str, int, str], str] | None = None,
-            aa_variants: tuple[str, ...] = AA_VARIANTS, progress: GridProgress | None = None) -> ReportStats:
+def analyze(
+    final: pl.DataFrame,
+    runs: pl.DataFrame,
+    *,
+    grid: str | None = None,
+    allow_partial: bool = False,
+    plan: AnalysisPlan | None = None,
+    degenerate: Mapping[tuple[str, int, str], str] | None = None,
+    aa_variants: tuple[str, ...] = AA_VARIANTS,
+    progress: GridProgress | None = None,
+) -> ReportStats:
     """Pair runs by seed and compute DESIGN section 6 for one grid.
 
     Args:
@@ -146,7 +227,11 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     # The [tuned] runs are split off first: they pair only in the robustness row.
     final, runs, tuned_final, tuned_runs = split_tuned(final, runs)
     pairing = pair_runs(final, runs, grid=grid, allow_partial=allow_partial, aa_variants=aa_variants)
-    plan = plan if plan is not None else plan_from_configs(runs["config"].to_list() if "config" in runs.columns else [])
+    plan = (
+        plan
+        if plan is not None
+        else plan_from_configs(runs["config"].to_list() if "config" in runs.columns else [])
+    )
     aa_set = tuple(v for v in pairing.controls if v in aa_variants)
     controls = tuple(v for v in pairing.controls if v not in aa_variants)
     sets = {(s.comparison, s.size, s.budget_tokens): s for s in pairing.sets}
@@ -162,24 +247,42 @@ def analyze(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
     mixed = _mixed_models(pairing, warn)
     if progress is None:
         progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
-    robust, robust_left = tuned_rows(tuned_final, tuned_runs, pairing.parent, t,
-                                     {k: h.mean for k, h in headlines.items()})
+    robust, robust_left = tuned_rows(
+        tuned_final, tuned_runs, pairing.parent, t, {k: h.mean for k, h in headlines.items()}
+    )
     budget = gain_vs_budget(comparisons, pairing.pairs)
     comparisons += [r.comparison for r in robust]
     return ReportStats(
-        grid=grid or "", plan=plan, parent=pairing.parent, treatment=t, controls=controls, aa_variants=aa_set,
-        references=pairing.references, comparisons=tuple(comparisons), headlines=tuple(headlines.values()),
-        assessments=tuple(assessments), aa_checks=tuple(aa), divergence=tuple(_divergence(pairing, cells)),
+        grid=grid or "",
+        plan=plan,
+        parent=pairing.parent,
+        treatment=t,
+        controls=controls,
+        aa_variants=aa_set,
+        references=pairing.references,
+        comparisons=tuple(comparisons),
+        headlines=tuple(headlines.values()),
+        assessments=tuple(assessments),
+        aa_checks=tuple(aa),
+        divergence=tuple(_divergence(pairing, cells)),
         pairs=pairing.pairs + tuple(p for r in robust for p in r.pairs),
-        left_out=pairing.left_out + tuple(robust_left), mixed=tuple(mixed), warnings=tuple(warn),
-        progress=progress, budget=budget, robustness=tuple(robust), plateau=plateau_rows(final, runs))
+        left_out=pairing.left_out + tuple(robust_left),
+        mixed=tuple(mixed),
+        warnings=tuple(warn),
+        progress=progress,
+        budget=budget,
+        robustness=tuple(robust),
+        plateau=plateau_rows(final, runs),
+    )
 
 
 def _mixed_models(pairing, warn: list[str]) -> list:
     """The mixed-model cross-check of every cell (:func:`reports.stats.mixed.fit_mixed_model`); its warnings
     go to ``warn``."""
     mixed = [fit_mixed_model(pairing.usable, size, budget, pairing.parent) for size, budget in pairing.cells]
-    warn += [f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings]
+    warn += [
+        f"mixed model size={m.size} budget_tokens={m.budget_tokens}: {w}" for m in mixed for w in m.warnings
+    ]
     return mixed
 
 
@@ -188,20 +291,37 @@ def _comparisons(pairing, aa_set: tuple[str, ...]) -> list[Comparison]:
     out = []
     for s in pairing.sets:
         kind = "aa_check" if s.kind == "control_vs_parent" and s.first in aa_set else s.kind
-        out.append(Comparison(comparison=s.comparison, first=s.first, second=s.second, kind=kind, size=s.size,
-                              budget_tokens=s.budget_tokens, seeds=s.seeds, stats=describe([p.diff for p in s.pairs]),
-                              missing=s.missing, code_versions=s.code_versions))
+        out.append(
+            Comparison(
+                comparison=s.comparison,
+                first=s.first,
+                second=s.second,
+                kind=kind,
+                size=s.size,
+                budget_tokens=s.budget_tokens,
+                seeds=s.seeds,
+                stats=describe([p.diff for p in s.pairs]),
+                missing=s.missing,
+                code_versions=s.code_versions,
+            )
+        )
     return out
 
 
-def _degeneracy(comparisons: list[Comparison], sets: dict, given: Mapping[tuple[str, int, str], str],
-                aa_set: tuple[str, ...], warn: list[str]) -> dict[tuple[str, int, str], str]:
+def _degeneracy(
+    comparisons: list[Comparison],
+    sets: dict,
+    given: Mapping[tuple[str, int, str], str],
+    aa_set: tuple[str, ...],
+    warn: list[str],
+) -> dict[tuple[str, int, str], str]:
     """``(size, budget, variant) -> reason``: the given mapping (A/A checks exempt, unknown cells warned
     about in ``warn``), plus every control whose paired differences with the parent are within the
     numerical floor at every seed (:func:`reports.stats.floors.within_floor_everywhere`)."""
     degen = {}
     known = {(c.size, c.budget_tokens, c.first) for c in comparisons} | {
-        (c.size, c.budget_tokens, c.second) for c in comparisons}
+        (c.size, c.budget_tokens, c.second) for c in comparisons
+    }
     for key, reason in given.items():
         _size, _budget, variant = key
         if variant in aa_set:
@@ -218,8 +338,14 @@ def _degeneracy(comparisons: list[Comparison], sets: dict, given: Mapping[tuple[
     return degen
 
 
-def _aa_checks(comparisons: list[Comparison], sets: dict, headlines: dict[tuple[str, int], Headline],
-               steps_of: dict[str, int], alpha: float, lost: LostSeeds) -> list[AACheck]:
+def _aa_checks(
+    comparisons: list[Comparison],
+    sets: dict,
+    headlines: dict[tuple[str, int], Headline],
+    steps_of: dict[str, int],
+    alpha: float,
+    lost: LostSeeds,
+) -> list[AACheck]:
     """The A/A check of every ``aa_check`` comparison, against its cell's treatment gain; the offset
     tests Holm over the cells (DESIGN 6)."""
     checked = [c for c in comparisons if c.kind == "aa_check"]
@@ -231,7 +357,9 @@ def _aa_checks(comparisons: list[Comparison], sets: dict, headlines: dict[tuple[
     for c, t, hp in zip(checked, tested, holm_p):
         ps = sets[(c.comparison, c.size, c.budget_tokens)]
         h = headlines.get((c.size, c.budget_tokens))
-        steps = tuple(sorted({steps_of[r] for p in ps.pairs for r in (p.run_first, p.run_second) if r in steps_of}))
+        steps = tuple(
+            sorted({steps_of[r] for p in ps.pairs for r in (p.run_first, p.run_second) if r in steps_of})
+        )
         floor = aa_floor([v for p in ps.pairs for v in (p.nll_first, p.nll_second)])
         aa.append(_aa_check(c, t, h.mean if h and h.n else NAN, alpha, steps, float(hp), n_cells, floor))
     return aa
@@ -267,16 +395,34 @@ def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
     """
     look = look_at(d.size, plan.looks, plan.alpha)
     if look.n < paired.MIN_PAIRS:
-        return _SequentialTest(look=look, p=NAN, exact=False, sequential_p=NAN,
-                               deciding_mean=float(d.mean()) if d.size else NAN, decided_look=0)
-    p, exact = test(d[:look.n])
+        return _SequentialTest(
+            look=look,
+            p=NAN,
+            exact=False,
+            sequential_p=NAN,
+            deciding_mean=float(d.mean()) if d.size else NAN,
+            decided_look=0,
+        )
+    p, exact = test(d[: look.n])
     if not plan.looks:
-        return _SequentialTest(look=look, p=float(p), exact=bool(exact), sequential_p=float(p),
-                               deciding_mean=float(d.mean()), decided_look=0)
+        return _SequentialTest(
+            look=look,
+            p=float(p),
+            exact=bool(exact),
+            sequential_p=float(p),
+            deciding_mean=float(d.mean()),
+            decided_look=0,
+        )
     p_looks, means = at_looks(d, plan.looks, test)
     seq, i = sequential_p(p_looks, plan.looks)
-    return _SequentialTest(look=look, p=float(p), exact=bool(exact), sequential_p=float(seq),
-                           deciding_mean=float(means[int(i)]), decided_look=int(i) + 1)
+    return _SequentialTest(
+        look=look,
+        p=float(p),
+        exact=bool(exact),
+        sequential_p=float(seq),
+        deciding_mean=float(means[int(i)]),
+        decided_look=int(i) + 1,
+    )
 
 
 class _HeadlineInput(NamedTuple):
@@ -300,8 +446,9 @@ class _HeadlineDecision(NamedTuple):
     level: float  # Holm's level of the absence test in this cell (NaN: not tested)
 
 
-def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan,
-               lost: LostSeeds) -> dict[tuple[str, int], Headline]:
+def _headlines(
+    cells, sets, treatment, parent, degen, plan: AnalysisPlan, lost: LostSeeds
+) -> dict[tuple[str, int], Headline]:
     """Step 1 for every cell with a treatment - parent comparison: established (Holm over the cells),
     absent (the absence test, Holm over the cells) or undecided."""
     if treatment is None:
@@ -314,9 +461,16 @@ def _headlines(cells, sets, treatment, parent, degen, plan: AnalysisPlan,
             continue
         tested = lost.tested(ps)
         absence = _sequential(tested.d, plan, dec.absence_test(delta)) if delta is not None else None
-        rows.append(_HeadlineInput(size=size, budget=budget, tested=tested,
-                                   test=_sequential(tested.d, plan, dec.headline_p), absence=absence,
-                                   degenerate=degen.get((size, budget, treatment), "")))
+        rows.append(
+            _HeadlineInput(
+                size=size,
+                budget=budget,
+                tested=tested,
+                test=_sequential(tested.d, plan, dec.headline_p),
+                absence=absence,
+                degenerate=degen.get((size, budget, treatment), ""),
+            )
+        )
     if not rows:
         return {}
     decisions = _decide_headlines(rows, plan)
@@ -328,44 +482,100 @@ def _decide_headlines(rows: list[_HeadlineInput], plan: AnalysisPlan) -> list[_H
     """Holm over the cells for the headline test and, separately, for the absence test (DESIGN 6)."""
     n = np.array([r.test.look.n for r in rows])
     degenerate = np.array([bool(r.degenerate) for r in rows])
-    adj, est = dec.decide_headline(n, np.array([r.test.deciding_mean for r in rows]),
-                                   np.array([r.test.sequential_p for r in rows]), plan.alpha, degenerate)
+    adj, est = dec.decide_headline(
+        n,
+        np.array([r.test.deciding_mean for r in rows]),
+        np.array([r.test.sequential_p for r in rows]),
+        plan.alpha,
+        degenerate,
+    )
     p_abs = np.array([r.absence.sequential_p if r.absence is not None else NAN for r in rows])
     adj_abs, absent = dec.decide_absence(n, p_abs, plan.alpha, degenerate)
     levels = dec.holm_levels(np.where(degenerate, NAN, p_abs), plan.alpha)
-    return [_HeadlineDecision(holm_p=float(hp), established=bool(e), absence_holm_p=float(ha),
-                              absent=bool(a) and not bool(e), level=float(lv))
-            for hp, e, ha, a, lv in zip(adj, est, adj_abs, absent, levels)]
+    return [
+        _HeadlineDecision(
+            holm_p=float(hp),
+            established=bool(e),
+            absence_holm_p=float(ha),
+            absent=bool(a) and not bool(e),
+            level=float(lv),
+        )
+        for hp, e, ha, a, lv in zip(adj, est, adj_abs, absent, levels)
+    ]
 
 
-def _headline(r: _HeadlineInput, label: str, x: _HeadlineDecision, n_cells: int, plan: AnalysisPlan) -> Headline:
+def _headline(
+    r: _HeadlineInput, label: str, x: _HeadlineDecision, n_cells: int, plan: AnalysisPlan
+) -> Headline:
     """The :class:`Headline` of one cell, given its Holm decisions."""
     d, q, qa, degenerate, delta = r.tested.d, r.test, r.absence, r.degenerate, plan.min_effect_nats
     n, mean = int(d.size), float(d.mean()) if d.size else NAN
-    look_mean = float(d[:q.look.n].mean()) if q.look.n else NAN
-    reason = (R_DEGENERATE if degenerate else R_ESTABLISHED if x.established else R_ABSENT if x.absent
-              else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS else R_NOT_BETTER
-              if not look_mean < 0 else R_FLOOR if not bool(beyond_floor(look_mean)) else R_HOLM)
+    look_mean = float(d[: q.look.n].mean()) if q.look.n else NAN
+    reason = (
+        R_DEGENERATE
+        if degenerate
+        else R_ESTABLISHED
+        if x.established
+        else R_ABSENT
+        if x.absent
+        else R_NO_LOOK
+        if q.look.before_first
+        else R_FEW
+        if n < paired.MIN_PAIRS
+        else R_NOT_BETTER
+        if not look_mean < 0
+        else R_FLOOR
+        if not bool(beyond_floor(look_mean))
+        else R_HOLM
+    )
     verdict = dec.DEGENERATE if degenerate else dec.headline_verdict(x.established, x.absent, delta)
     sd = _sd(d)
     # The bound on the pairs the current look tests, at Holm's level for this cell (scaled to the look's share).
     bound_level = x.level * (q.look.level / plan.alpha) if qa is not None and math.isfinite(x.level) else NAN
-    upper = (float(dec.gain_upper_bound(d[:q.look.n], bound_level)) if math.isfinite(bound_level)
-             and q.look.n >= paired.MIN_PAIRS else NAN)
+    upper = (
+        float(dec.gain_upper_bound(d[: q.look.n], bound_level))
+        if math.isfinite(bound_level) and q.look.n >= paired.MIN_PAIRS
+        else NAN
+    )
     gain, undecided = -mean if n else NAN, verdict == dec.UNDECIDED
     return Headline(
-        size=r.size, budget_tokens=r.budget, comparison=label, n=n, mean=mean, sd=sd,
+        size=r.size,
+        budget_tokens=r.budget,
+        comparison=label,
+        n=n,
+        mean=mean,
+        sd=sd,
         p_one_sided=NAN if degenerate else q.p,  # a degenerate treatment is not tested
-        exact=q.exact, holm_p=x.holm_p, n_cells=n_cells, level=q.look.level, established=x.established,
-        verdict=verdict, reason=reason, degenerate_reason=degenerate, mde_nats=look_mde(sd, n, plan, "one-sided"),
-        seeds_needed=planned_seeds(delta, sd, plan, "one-sided"), look=q.look,
-        sequential_p=NAN if degenerate else q.sequential_p, decided_look=q.decided_look,
-        absent=x.absent, absence_p=NAN if degenerate or qa is None else qa.p, absence_holm_p=x.absence_holm_p,
-        gain_upper=upper, gain_upper_level=bound_level, seeds=r.tested.seeds, imputed=r.tested.imputed,
+        exact=q.exact,
+        holm_p=x.holm_p,
+        n_cells=n_cells,
+        level=q.look.level,
+        established=x.established,
+        verdict=verdict,
+        reason=reason,
+        degenerate_reason=degenerate,
+        mde_nats=look_mde(sd, n, plan, "one-sided"),
+        seeds_needed=planned_seeds(delta, sd, plan, "one-sided"),
+        look=q.look,
+        sequential_p=NAN if degenerate else q.sequential_p,
+        decided_look=q.decided_look,
+        absent=x.absent,
+        absence_p=NAN if degenerate or qa is None else qa.p,
+        absence_holm_p=x.absence_holm_p,
+        gain_upper=upper,
+        gain_upper_level=bound_level,
+        seeds=r.tested.seeds,
+        imputed=r.tested.imputed,
         dropped=r.tested.dropped,
-        seeds_establish=planned_seeds(gain, sd, plan, "one-sided") if undecided and gain > FLOOR_NATS else None,
-        seeds_absent=(planned_seeds(delta - gain, sd, plan, "one-sided")
-                      if undecided and delta is not None and gain < delta else None))
+        seeds_establish=planned_seeds(gain, sd, plan, "one-sided")
+        if undecided and gain > FLOOR_NATS
+        else None,
+        seeds_absent=(
+            planned_seeds(delta - gain, sd, plan, "one-sided")
+            if undecided and delta is not None and gain < delta
+            else None
+        ),
+    )
 
 
 class _ContrastInput(NamedTuple):
@@ -382,26 +592,45 @@ class _ContrastInput(NamedTuple):
     degenerate: str
 
 
-def _assess(cells, controls, sets, treatment, parent, degen, plan: AnalysisPlan, headlines,
-            lost: LostSeeds) -> list[ControlAssessment]:
+def _assess(
+    cells, controls, sets, treatment, parent, degen, plan: AnalysisPlan, headlines, lost: LostSeeds
+) -> list[ControlAssessment]:
     """Step 2 for the controls of every cell: contrasts, Holm over every assessed (cell, control)
     contrast of the grid (DESIGN 6 "families across the grid"), verdicts."""
-    rows = [r for size, budget in cells
-            for r in _contrasts(size, budget, controls, sets, treatment, parent, degen, plan,
-                                headlines.get((size, budget)), lost)]
+    rows = [
+        r
+        for size, budget in cells
+        for r in _contrasts(
+            size, budget, controls, sets, treatment, parent, degen, plan, headlines.get((size, budget)), lost
+        )
+    ]
     if not rows:
         return []
     established = np.array([r.head is not None and r.head.established for r in rows])
-    adj, codes = dec.decide_controls(established, np.array([bool(r.degenerate) for r in rows]),
-                                     np.array([r.test.look.n for r in rows]),
-                                     np.array([r.test.deciding_mean for r in rows]),
-                                     np.array([r.test.sequential_p for r in rows]), plan.alpha)
+    adj, codes = dec.decide_controls(
+        established,
+        np.array([bool(r.degenerate) for r in rows]),
+        np.array([r.test.look.n for r in rows]),
+        np.array([r.test.deciding_mean for r in rows]),
+        np.array([r.test.sequential_p for r in rows]),
+        plan.alpha,
+    )
     fam = int(np.isfinite(adj).sum())
     return [_assessment(r, float(hp), int(code), fam, plan) for r, hp, code in zip(rows, adj, codes)]
 
 
-def _contrasts(size, budget, controls, sets, treatment, parent, degen, plan: AnalysisPlan, head: Headline | None,
-               lost: LostSeeds) -> list[_ContrastInput]:
+def _contrasts(
+    size,
+    budget,
+    controls,
+    sets,
+    treatment,
+    parent,
+    degen,
+    plan: AnalysisPlan,
+    head: Headline | None,
+    lost: LostSeeds,
+) -> list[_ContrastInput]:
     """The reproduction contrast of every control of one cell, with its lost seeds as losses."""
     tp = sets.get((f"{treatment} - {parent}", size, budget)) if treatment else None
     d_tp = {p.seed: p.diff for p in tp.pairs} if tp is not None else {}
@@ -415,13 +644,31 @@ def _contrasts(size, budget, controls, sets, treatment, parent, degen, plan: Ana
         x = np.array([p.diff for p in cp.pairs if p.seed in d_tp])
         y = np.array([d_tp[s] for s in seeds])
         e = dec.reproduction_contrast(x, y, plan.reproduce_fraction)
-        losses, dropped = (contrast_losses(c, treatment, {v: lost.of(v, size, budget) for v in (c, *names)},
-                                           {v: lost.done(v, size, budget) for v in (c, *names)}, parent)
-                           if treatment else ({}, []))
+        losses, dropped = (
+            contrast_losses(
+                c,
+                treatment,
+                {v: lost.of(v, size, budget) for v in (c, *names)},
+                {v: lost.done(v, size, budget) for v in (c, *names)},
+                parent,
+            )
+            if treatment
+            else ({}, [])
+        )
         tested = worst_case(seeds, e, losses, dropped)
-        rows.append(_ContrastInput(control=c, size=size, budget=budget, head=head, x=x, y=y, tested=tested,
-                                   test=_sequential(tested.d, plan, dec.two_sided_p),
-                                   degenerate=degen.get((size, budget, c), "")))
+        rows.append(
+            _ContrastInput(
+                control=c,
+                size=size,
+                budget=budget,
+                head=head,
+                x=x,
+                y=y,
+                tested=tested,
+                test=_sequential(tested.d, plan, dec.two_sided_p),
+                degenerate=degen.get((size, budget, c), ""),
+            )
+        )
     return rows
 
 
@@ -432,20 +679,53 @@ def _assessment(r: _ContrastInput, hp: float, code: int, fam: int, plan: Analysi
     q, n = r.test, int(e.size)
     mean_e = float(e.mean()) if n else NAN
     p, exact, seq = (q.p, q.exact, q.sequential_p) if math.isfinite(hp) else (NAN, False, NAN)  # untested
-    reason = (R_DEGENERATE if r.degenerate else (R_NO_TREATMENT if r.head is None else R_NO_GAIN)
-              if not established else R_NO_LOOK if q.look.before_first else R_FEW if n < paired.MIN_PAIRS
-              else R_SIGNIFICANT if code in (dec.V_DOES_NOT, dec.V_REPRODUCES)
-              else R_FLOOR if hp < plan.alpha else R_HOLM)
+    reason = (
+        R_DEGENERATE
+        if r.degenerate
+        else (R_NO_TREATMENT if r.head is None else R_NO_GAIN)
+        if not established
+        else R_NO_LOOK
+        if q.look.before_first
+        else R_FEW
+        if n < paired.MIN_PAIRS
+        else R_SIGNIFICANT
+        if code in (dec.V_DOES_NOT, dec.V_REPRODUCES)
+        else R_FLOOR
+        if hp < plan.alpha
+        else R_HOLM
+    )
     sd_e = _sd(e)
     planned = contrast_effect(plan.min_effect_nats, plan.reproduce_fraction)
     # Step 2 quantities only where step 2 runs (assessed, in the family); Fieller on the observed seeds.
-    f = (dec.fieller(r.x, r.y) if math.isfinite(hp) and r.x.size
-         else dict(f=NAN, low=NAN, high=NAN, bounded=False))
+    f = (
+        dec.fieller(r.x, r.y)
+        if math.isfinite(hp) and r.x.size
+        else dict(f=NAN, low=NAN, high=NAN, bounded=False)
+    )
     return ControlAssessment(
-        control=r.control, size=r.size, budget_tokens=r.budget, n=n, seeds=r.tested.seeds, contrast_mean=mean_e,
-        contrast_sd=sd_e, contrast_p=p, exact=exact, holm_p=hp, family_size=fam if math.isfinite(hp) else 0,
-        fraction=float(f["f"]), fraction_low=float(f["low"]), fraction_high=float(f["high"]),
-        bounded=bool(f["bounded"]), verdict=dec.VERDICTS[code], reason=reason, degenerate_reason=r.degenerate,
-        mde_nats=look_mde(sd_e, n, plan, "two-sided"), planned_effect=planned,
-        seeds_needed=planned_seeds(planned, sd_e, plan, "two-sided"), look=q.look, sequential_p=seq,
-        imputed=r.tested.imputed, dropped=r.tested.dropped)
+        control=r.control,
+        size=r.size,
+        budget_tokens=r.budget,
+        n=n,
+        seeds=r.tested.seeds,
+        contrast_mean=mean_e,
+        contrast_sd=sd_e,
+        contrast_p=p,
+        exact=exact,
+        holm_p=hp,
+        family_size=fam if math.isfinite(hp) else 0,
+        fraction=float(f["f"]),
+        fraction_low=float(f["low"]),
+        fraction_high=float(f["high"]),
+        bounded=bool(f["bounded"]),
+        verdict=dec.VERDICTS[code],
+        reason=reason,
+        degenerate_reason=r.degenerate,
+        mde_nats=look_mde(sd_e, n, plan, "two-sided"),
+        planned_effect=planned,
+        seeds_needed=planned_seeds(planned, sd_e, plan, "two-sided"),
+        look=q.look,
+        sequential_p=seq,
+        imputed=r.tested.imputed,
+        dropped=r.tested.dropped,
+    )

@@ -65,7 +65,9 @@ class BudgetSlope:
     @property
     def slope(self) -> float:
         """nats/token per doubling (0 when every d is equal, NaN when not fitted otherwise)."""
-        return self.coef.estimate if self.coef is not None else 0.0 if self.error.startswith(CONSTANT) else NAN
+        return (
+            self.coef.estimate if self.coef is not None else 0.0 if self.error.startswith(CONSTANT) else NAN
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +81,15 @@ class GainVsBudget:
 def _slope(comparison: str, kind: str, size: str, budgets: list[int], pairs) -> BudgetSlope:
     d = [p.diff for p in pairs]
     seeds = [p.seed for p in pairs]
-    base = BudgetSlope(comparison=comparison, kind=kind, size=size, budgets=tuple(budgets), n_obs=len(d),
-                       n_seeds=len(set(seeds)), coef=None)
+    base = BudgetSlope(
+        comparison=comparison,
+        kind=kind,
+        size=size,
+        budgets=tuple(budgets),
+        n_obs=len(d),
+        n_seeds=len(set(seeds)),
+        coef=None,
+    )
     if len(d) < 3:
         return replace(base, error=f"not fitted: {len(d)} pair(s)")
     if np.ptp(d) == 0:  # the A/A check when bit-identical: nothing varies, nothing to fit
@@ -109,11 +118,28 @@ def gain_vs_budget(comparisons, pairs) -> GainVsBudget:
         if len(budgets) < 2:
             continue
         comps = sorted(comps, key=lambda c: c.budget_tokens)
-        points += [BudgetPoint(comparison=comparison, kind=c.kind, size=size, budget_tokens=c.budget_tokens,
-                               n=c.stats.n, mean=c.stats.mean, ci_low=c.stats.ci_low, ci_high=c.stats.ci_high)
-                   for c in comps]
-        slopes.append(_slope(comparison, comps[0].kind, size, budgets,
-                             [p for p in pairs if (p.comparison, p.size) == (comparison, size)]))
+        points += [
+            BudgetPoint(
+                comparison=comparison,
+                kind=c.kind,
+                size=size,
+                budget_tokens=c.budget_tokens,
+                n=c.stats.n,
+                mean=c.stats.mean,
+                ci_low=c.stats.ci_low,
+                ci_high=c.stats.ci_high,
+            )
+            for c in comps
+        ]
+        slopes.append(
+            _slope(
+                comparison,
+                comps[0].kind,
+                size,
+                budgets,
+                [p for p in pairs if (p.comparison, p.size) == (comparison, size)],
+            )
+        )
     return GainVsBudget(tuple(points), tuple(slopes))
 
 

@@ -57,7 +57,9 @@ def is_absent(verdict: str) -> bool:
     return verdict.startswith(GAIN_ABSENT_PREFIX)
 
 
-def _with_exact(d: np.ndarray, p_t: np.ndarray, zero: np.ndarray, alternative: str) -> tuple[np.ndarray, np.ndarray]:
+def _with_exact(
+    d: np.ndarray, p_t: np.ndarray, zero: np.ndarray, alternative: str
+) -> tuple[np.ndarray, np.ndarray]:
     """t p where the spread is non-zero; the exact sign-flip p where it is zero."""
     p = np.array(p_t, dtype=float, copy=True)
     exact = np.asarray(zero) & (d.shape[-1] >= MIN_PAIRS)
@@ -142,8 +144,11 @@ def holm_levels(p, alpha: float) -> np.ndarray:
     step_level = alpha / np.maximum(m - np.arange(p.shape[-1]), 1)
     failed = np.logical_or.accumulate(~(sorted_p < step_level), axis=-1)
     first_fail = np.where(failed.any(axis=-1, keepdims=True), failed.argmax(axis=-1)[..., None], p.shape[-1])
-    held = np.where(np.arange(p.shape[-1]) > first_fail,
-                    np.take_along_axis(step_level, np.minimum(first_fail, p.shape[-1] - 1), axis=-1), step_level)
+    held = np.where(
+        np.arange(p.shape[-1]) > first_fail,
+        np.take_along_axis(step_level, np.minimum(first_fail, p.shape[-1] - 1), axis=-1),
+        step_level,
+    )
     out = np.empty_like(p)
     np.put_along_axis(out, order, held, axis=-1)
     return np.where(finite, out, np.nan)
@@ -171,7 +176,7 @@ def gain_upper_bound(d, level) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         q = scipy.stats.t.isf(level, n - 1)
     bound = -t["mean"] + q * t["sd"] / np.sqrt(n)
-    exact_ok = 2.0 ** -n < level
+    exact_ok = 2.0**-n < level
     return np.where(t["zero_spread"], np.where(exact_ok, -t["mean"], np.inf), bound)
 
 
@@ -198,8 +203,9 @@ def control_verdict(established, degenerate, mean_e, holm_e, alpha: float) -> np
     established, degenerate = np.asarray(established, bool), np.asarray(degenerate, bool)
     mean_e, holm_e = np.asarray(mean_e, float), np.asarray(holm_e, float)
     sig = (holm_e < alpha) & beyond_floor(mean_e)  # no verdict from rounding (reports.stats.floors)
-    out = np.full(np.broadcast_shapes(established.shape, degenerate.shape, mean_e.shape, holm_e.shape),
-                  V_INCONCLUSIVE)
+    out = np.full(
+        np.broadcast_shapes(established.shape, degenerate.shape, mean_e.shape, holm_e.shape), V_INCONCLUSIVE
+    )
     out = np.where(sig & (mean_e > 0), V_DOES_NOT, out)
     out = np.where(sig & (mean_e < 0), V_REPRODUCES, out)
     out = np.where(~established, V_NOT_ASSESSED, out)

@@ -42,9 +42,16 @@ IDENTICAL_TOL = 1e-6  # max |difference| of summed queries (and offsets) below w
 Cell = tuple[str, int, str]  # (size, budget_tokens, variant)
 
 
-def find_degenerate(final: pl.DataFrame, runs: pl.DataFrame, route_pairs: pl.DataFrame | None,
-                    route_params: pl.DataFrame | None, *, grid: str | None = None,
-                    aa_variants: tuple[str, ...] = AA_VARIANTS, tol: float = IDENTICAL_TOL) -> dict[Cell, str]:
+def find_degenerate(
+    final: pl.DataFrame,
+    runs: pl.DataFrame,
+    route_pairs: pl.DataFrame | None,
+    route_params: pl.DataFrame | None,
+    *,
+    grid: str | None = None,
+    aa_variants: tuple[str, ...] = AA_VARIANTS,
+    tol: float = IDENTICAL_TOL,
+) -> dict[Cell, str]:
     """The degenerate controls of one grid, by cell, with the reason (DESIGN section 3).
 
     Args:
@@ -74,10 +81,18 @@ def find_degenerate(final: pl.DataFrame, runs: pl.DataFrame, route_pairs: pl.Dat
     out: dict[Cell, str] = {}
     for (size, budget, variant), rows in controls.group_by(["size", "budget_tokens", "variant"]):
         ids = rows["run_id"].to_list()
-        parent_ids = parents.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget))["run_id"].to_list()
-        reasons = [r for r in (_identical_routes(route_pairs, ids, tol),
-                               _nothing_moved(route_params, ids, parent_ids),
-                               _no_paired_difference(final, variant, size, budget)) if r]
+        parent_ids = parents.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget))[
+            "run_id"
+        ].to_list()
+        reasons = [
+            r
+            for r in (
+                _identical_routes(route_pairs, ids, tol),
+                _nothing_moved(route_params, ids, parent_ids),
+                _no_paired_difference(final, variant, size, budget),
+            )
+            if r
+        ]
         if reasons:
             out[(str(size), int(budget), str(variant))] = "; ".join(reasons)
     return out
@@ -100,17 +115,26 @@ def _identical_routes(route_pairs: pl.DataFrame | None, run_ids: list[str], tol:
     last = rows.group_by("run_id").agg(pl.col("tokens").max().alias("last"))
     rows = rows.join(last, on="run_id").filter(pl.col("tokens") == pl.col("last"))
     n_runs = rows["run_id"].n_unique()
-    per_pair = (rows.with_columns(pl.max_horizontal(pl.col("query_max_abs_diff").fill_null(math.inf),
-                                                    pl.col("offset_max_abs_diff").fill_null(0.0)).alias("diff"))
-                .group_by(["site", "route_a", "route_b"])
-                .agg(pl.col("diff").max().alias("diff"), pl.col("run_id").n_unique().alias("runs"),
-                     pl.col("query_max_abs_diff").max().alias("query"))
-                .filter((pl.col("diff") <= tol) & (pl.col("runs") == n_runs))
-                .sort(["site", "route_a", "route_b"]))
+    per_pair = (
+        rows.with_columns(
+            pl.max_horizontal(
+                pl.col("query_max_abs_diff").fill_null(math.inf), pl.col("offset_max_abs_diff").fill_null(0.0)
+            ).alias("diff")
+        )
+        .group_by(["site", "route_a", "route_b"])
+        .agg(
+            pl.col("diff").max().alias("diff"),
+            pl.col("run_id").n_unique().alias("runs"),
+            pl.col("query_max_abs_diff").max().alias("query"),
+        )
+        .filter((pl.col("diff") <= tol) & (pl.col("runs") == n_runs))
+        .sort(["site", "route_a", "route_b"])
+    )
     return "; ".join(
         f"routes {r['route_a']} and {r['route_b']} stayed identical at every {r['site']} site (max |summed-query "
         f"difference| = {_fmt(r['query'])}, tolerance {tol:g}, {n_runs} run(s)): they compute the parent's single route"
-        for r in per_pair.iter_rows(named=True))
+        for r in per_pair.iter_rows(named=True)
+    )
 
 
 def _nothing_moved(route_params: pl.DataFrame | None, run_ids: list[str], parent_ids: list[str]) -> str:
@@ -129,14 +153,20 @@ def _nothing_moved(route_params: pl.DataFrame | None, run_ids: list[str], parent
     if moved.filter((pl.col("moved") != 0) | pl.col("moved").is_null()).height:  # NaN or null: no claim
         return ""
     names = sorted(set(added["name"].to_list()))
-    return (f"none of the {added.select(key).unique().height} parameter(s) it adds ({', '.join(names)}) ever moved "
-            f"from initialisation (max |change| = 0 in {moved.height} run(s))")
+    return (
+        f"none of the {added.select(key).unique().height} parameter(s) it adds ({', '.join(names)}) ever moved "
+        f"from initialisation (max |change| = 0 in {moved.height} run(s))"
+    )
 
 
 def _no_paired_difference(final: pl.DataFrame, variant: str, size: str, budget: int) -> str:
     """Criterion 3: paired differences with the parent exactly 0 at every seed."""
-    cell = final.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget)
-                        & pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite())
+    cell = final.filter(
+        (pl.col("size") == size)
+        & (pl.col("budget_tokens") == budget)
+        & pl.col("val_nll").is_not_null()
+        & pl.col("val_nll").is_finite()
+    )
     key = ["seed", "protocol_hash"]
     mine = cell.filter(pl.col("variant") == variant).select(*key, pl.col("val_nll").alias("c"))
     parent = cell.filter(pl.col("role") == "parent").select(*key, pl.col("val_nll").alias("p"))

@@ -23,11 +23,25 @@ def describe(d) -> Descriptives:
     wins, losses = int((d < 0).sum()), int((d > 0).sum())
     mean, sd = t["mean"], t["sd"]
     return Descriptives(
-        n=int(d.size), mean=mean, sd=sd, ci_low=t["ci_low"], ci_high=t["ci_high"], t_stat=t["t"], t_p=t["p"],
-        d_z=mean / sd if sd > 0 else NAN, ppl_change=math.expm1(mean) if d.size else NAN,
-        perm_p=float(paired.sign_flip_p(d)), wilcoxon_stat=float(w_stat), wilcoxon_p=float(w_p),
-        sign_p=float(paired.sign_test_p(d)), min_p=float(paired.min_attainable_p(wins + losses)),
-        wins=wins, losses=losses, ties=d.size - wins - losses, zero_spread=bool(t["zero_spread"]))
+        n=int(d.size),
+        mean=mean,
+        sd=sd,
+        ci_low=t["ci_low"],
+        ci_high=t["ci_high"],
+        t_stat=t["t"],
+        t_p=t["p"],
+        d_z=mean / sd if sd > 0 else NAN,
+        ppl_change=math.expm1(mean) if d.size else NAN,
+        perm_p=float(paired.sign_flip_p(d)),
+        wilcoxon_stat=float(w_stat),
+        wilcoxon_p=float(w_p),
+        sign_p=float(paired.sign_test_p(d)),
+        min_p=float(paired.min_attainable_p(wins + losses)),
+        wins=wins,
+        losses=losses,
+        ties=d.size - wins - losses,
+        zero_spread=bool(t["zero_spread"]),
+    )
 
 
 __all__ = ["describe"]

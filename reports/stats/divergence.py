@@ -35,8 +35,11 @@ import numpy as np
 from reports.stats.floors import FLOOR_NATS
 
 # An error text that means the run failed for a numerical reason (it diverged, in effect).
-NUMERICAL_ERROR = re.compile(r"\b(nan|inf|infinite|infinity|non-finite|nonfinite|overflow|floatingpointerror|"
-                             r"diverg\w*)\b", re.IGNORECASE)
+NUMERICAL_ERROR = re.compile(
+    r"\b(nan|inf|infinite|infinity|non-finite|nonfinite|overflow|floatingpointerror|"
+    r"diverg\w*)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +103,13 @@ def impute(d, lost, floor: float = FLOOR_NATS) -> np.ndarray:
     return np.where(observed, d, lost * m)
 
 
-def worst_case(seeds: Iterable[int], d, losses: dict[int, tuple[int, str, str]], dropped: Iterable[int] = (),
-               floor: float = FLOOR_NATS) -> TestedDiffs:
+def worst_case(
+    seeds: Iterable[int],
+    d,
+    losses: dict[int, tuple[int, str, str]],
+    dropped: Iterable[int] = (),
+    floor: float = FLOOR_NATS,
+) -> TestedDiffs:
     """Observed ``d`` at ``seeds`` plus each lost seed counted as a loss (module docstring).
 
     Args:
@@ -123,14 +131,24 @@ def worst_case(seeds: Iterable[int], d, losses: dict[int, tuple[int, str, str]],
     lost = sorted(losses.items())
     signs = np.array([0] * d.size + [sign for _, (sign, _, _) in lost])
     values = impute(np.concatenate([d, np.zeros(len(lost))]), signs, floor)
-    imputed = tuple(Imputed(s, loser, float(v), why) for (s, (_, loser, why)), v in zip(lost, values[d.size:]))
+    imputed = tuple(
+        Imputed(s, loser, float(v), why) for (s, (_, loser, why)), v in zip(lost, values[d.size :])
+    )
     all_seeds = seeds + [i.seed for i in imputed]
     order = np.argsort(all_seeds, kind="stable")
-    return TestedDiffs(tuple(all_seeds[i] for i in order), values[order], imputed, tuple(sorted(set(dropped))))
+    return TestedDiffs(
+        tuple(all_seeds[i] for i in order), values[order], imputed, tuple(sorted(set(dropped)))
+    )
 
 
-def pair_losses(first: str, second: str, lost_first: dict[int, str], lost_second: dict[int, str],
-                done_first: set[int], done_second: set[int]) -> tuple[dict[int, tuple[int, str, str]], list[int]]:
+def pair_losses(
+    first: str,
+    second: str,
+    lost_first: dict[int, str],
+    lost_second: dict[int, str],
+    done_first: set[int],
+    done_second: set[int],
+) -> tuple[dict[int, tuple[int, str, str]], list[int]]:
     """Losses of the comparison ``first - second``: a seed lost by one side whose comparator has a
     usable run counts against the side that diverged; lost by both: dropped."""
     losses, dropped = {}, []
@@ -144,8 +162,9 @@ def pair_losses(first: str, second: str, lost_first: dict[int, str], lost_second
     return losses, dropped
 
 
-def contrast_losses(control: str, treatment: str, lost: dict[str, dict[int, str]],
-                    done: dict[str, set[int]], parent: str) -> tuple[dict[int, tuple[int, str, str]], list[int]]:
+def contrast_losses(
+    control: str, treatment: str, lost: dict[str, dict[int, str]], done: dict[str, set[int]], parent: str
+) -> tuple[dict[int, tuple[int, str, str]], list[int]]:
     """Losses of the reproduction contrast ``e = (c - p) - rho (t - p)``: a diverged control with
     parent and treatment done is ``+M_e``; a diverged treatment with control and parent done is
     ``-M_e``; any other seed with a diverged run among the three is dropped."""
@@ -171,10 +190,12 @@ class LostSeeds:
         self.lost, self.usable = lost, usable
 
     @classmethod
-    def of_pairing(cls, pairing) -> "LostSeeds":
+    def of_pairing(cls, pairing) -> LostSeeds:
         """From a :class:`reports.stats.pairing.Pairing`: its usable runs and its left-out ones."""
-        usable = {(r["variant"], r["size"], r["budget_tokens"], r["seed"])
-                  for r in pairing.usable.select("variant", "size", "budget_tokens", "seed").iter_rows(named=True)}
+        usable = {
+            (r["variant"], r["size"], r["budget_tokens"], r["seed"])
+            for r in pairing.usable.select("variant", "size", "budget_tokens", "seed").iter_rows(named=True)
+        }
         return cls(lost_by_variant(pairing.left_out, usable), usable)
 
     def of(self, variant: str, size: str, budget: int) -> dict[int, str]:
@@ -188,6 +209,12 @@ class LostSeeds:
     def tested(self, ps) -> TestedDiffs:
         """The differences of paired set ``ps`` a test uses: its pairs plus the lost seeds counted as losses."""
         key = (ps.size, ps.budget_tokens)
-        losses, dropped = pair_losses(ps.first, ps.second, self.of(ps.first, *key), self.of(ps.second, *key),
-                                      self.done(ps.first, *key), self.done(ps.second, *key))
+        losses, dropped = pair_losses(
+            ps.first,
+            ps.second,
+            self.of(ps.first, *key),
+            self.of(ps.second, *key),
+            self.done(ps.first, *key),
+            self.done(ps.second, *key),
+        )
         return worst_case(ps.seeds, np.array([p.diff for p in ps.pairs]), losses, dropped)

@@ -34,13 +34,15 @@ Shapes: ``p`` ``[..., L]`` (L looks, NaN where a look is not reached), ``d`` ``[
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import scipy.stats
 
-from harness.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
+from harness.analysis_plan import (
+    LOOKS_MAX_ALPHA as GAMMA_MAX,  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
+)
 
 _BISECT_STEPS = 64  # halvings of [0, GAMMA_MAX]: far below float resolution of any p
 
@@ -125,11 +127,14 @@ def look_at(pairs: int, looks: tuple[int, ...], alpha: float) -> Look:
     k = int(np.searchsorted(np.asarray(looks), pairs, side="right"))  # looks <= pairs
     level = float(increments(alpha, looks)[k - 1]) if k else float("nan")
     nxt = int(looks[k]) if k < len(looks) else None
-    return Look(k=k, n_looks=len(looks), n=int(looks[k - 1]) if k else 0, level=level, next_n=nxt, pairs=int(pairs))
+    return Look(
+        k=k, n_looks=len(looks), n=int(looks[k - 1]) if k else 0, level=level, next_n=nxt, pairs=int(pairs)
+    )
 
 
-def at_looks(d, looks: tuple[int, ...], test: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-             ) -> tuple[np.ndarray, np.ndarray]:
+def at_looks(
+    d, looks: tuple[int, ...], test: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
     """p and mean at each look reached, from the first ``n_k`` differences ``d[..., :n_k]``.
 
     Args:

@@ -90,9 +90,14 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
 def fixed_effect(res, name: str, label: str) -> MixedCoef:
     """Fixed effect ``name`` of a :func:`fit_reml` result, back in nats/token (Wald SE, z p, 95 % interval)."""
     ci = res.conf_int()
-    return MixedCoef(variant=label, estimate=float(res.fe_params[name]) / SCALE, se=float(res.bse_fe[name]) / SCALE,
-                     p=float(res.pvalues[name]), ci_low=float(ci.loc[name, 0]) / SCALE,
-                     ci_high=float(ci.loc[name, 1]) / SCALE)
+    return MixedCoef(
+        variant=label,
+        estimate=float(res.fe_params[name]) / SCALE,
+        se=float(res.bse_fe[name]) / SCALE,
+        p=float(res.pvalues[name]),
+        ci_low=float(ci.loc[name, 0]) / SCALE,
+        ci_high=float(ci.loc[name, 1]) / SCALE,
+    )
 
 
 def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -> MixedModelCheck:
@@ -106,17 +111,43 @@ def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -
     sub = usable.filter((pl.col("size") == size) & (pl.col("budget_tokens") == budget))
     n_seeds = sub["seed"].n_unique()
     variants = sorted(set(sub["variant"].to_list()))
-    base = MixedModelCheck(size=size, budget_tokens=budget, n_obs=sub.height, n_seeds=n_seeds, coefs=(), seed_var=NAN,
-                           residual_var=NAN, converged=False, warnings=())
+    base = MixedModelCheck(
+        size=size,
+        budget_tokens=budget,
+        n_obs=sub.height,
+        n_seeds=n_seeds,
+        coefs=(),
+        seed_var=NAN,
+        residual_var=NAN,
+        converged=False,
+        warnings=(),
+    )
     if n_seeds < 2 or len(variants) < 2 or parent not in variants:
-        return replace(base, error=f"not fitted: needs >= 2 seeds and the parent plus another "
-                                   f"variant (have {n_seeds} seed(s), variants {variants})")
+        return replace(
+            base,
+            error=f"not fitted: needs >= 2 seeds and the parent plus another "
+            f"variant (have {n_seeds} seed(s), variants {variants})",
+        )
     y = np.asarray(sub["val_nll"].to_list(), dtype=float)
-    res, msgs, error = fit_reml(f"y ~ C(variant, Treatment({parent!r}))", y,
-                                {"variant": sub["variant"].to_list()}, sub["seed"].to_list())
+    res, msgs, error = fit_reml(
+        f"y ~ C(variant, Treatment({parent!r}))",
+        y,
+        {"variant": sub["variant"].to_list()},
+        sub["seed"].to_list(),
+    )
     if res is None:
         return replace(base, warnings=msgs, error=error)
-    coefs = [fixed_effect(res, name, m.group(1)) for name in res.fe_params.index if (m := _COEF_RE.search(name))]
-    return MixedModelCheck(size=size, budget_tokens=budget, n_obs=sub.height, n_seeds=n_seeds, coefs=tuple(coefs),
-                           seed_var=float(res.cov_re.iloc[0, 0]) / SCALE**2, residual_var=float(res.scale) / SCALE**2,
-                           converged=bool(res.converged), warnings=msgs)
+    coefs = [
+        fixed_effect(res, name, m.group(1)) for name in res.fe_params.index if (m := _COEF_RE.search(name))
+    ]
+    return MixedModelCheck(
+        size=size,
+        budget_tokens=budget,
+        n_obs=sub.height,
+        n_seeds=n_seeds,
+        coefs=tuple(coefs),
+        seed_var=float(res.cov_re.iloc[0, 0]) / SCALE**2,
+        residual_var=float(res.scale) / SCALE**2,
+        converged=bool(res.converged),
+        warnings=msgs,
+    )

@@ -31,7 +31,7 @@ from reports.stats.floors import ZERO_SPREAD_NATS
 MIN_PAIRS = 3  # fewer pairs: no test is run (DESIGN section 6: n >= 3)
 CONF = 0.95  # the descriptive interval is a 95 % two-sided t interval (DESIGN section 6)
 EXACT_MAX_N = 40  # sign-flip enumeration limit (2 x 2^20 partial sums)
-MC_DRAWS = 2 ** 17  # above EXACT_MAX_N: seeded Monte Carlo sign flips
+MC_DRAWS = 2**17  # above EXACT_MAX_N: seeded Monte Carlo sign flips
 # Two pattern sums closer than this (relative to sum |d|) count as equal: float summation
 # order must not decide whether a tied pattern is "as extreme".
 REL_TIE = 1e-9
@@ -41,8 +41,10 @@ def finite_array(name: str, values) -> np.ndarray:
     """``values`` as a float array; ValueError naming ``name`` if any value is NaN/inf."""
     arr = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} has non-finite values {arr[~np.isfinite(arr)].tolist()}; "
-                         "diverged runs must be left out before pairing")
+        raise ValueError(
+            f"{name} has non-finite values {arr[~np.isfinite(arr)].tolist()}; "
+            "diverged runs must be left out before pairing"
+        )
     return arr
 
 
@@ -86,8 +88,16 @@ def t_test(d) -> dict[str, np.ndarray]:
     t = mean / se
     df = n - 1
     half = scipy.stats.t.ppf(0.5 + CONF / 2, df) * se
-    return dict(mean=mean, sd=sd, t=t, p=2 * scipy.stats.t.sf(np.abs(t), df), p_less=scipy.stats.t.cdf(t, df),
-                ci_low=mean - half, ci_high=mean + half, zero_spread=zero)
+    return dict(
+        mean=mean,
+        sd=sd,
+        t=t,
+        p=2 * scipy.stats.t.sf(np.abs(t), df),
+        p_less=scipy.stats.t.cdf(t, df),
+        ci_low=mean - half,
+        ci_high=mean + half,
+        zero_spread=zero,
+    )
 
 
 def _half_sums(x: np.ndarray) -> np.ndarray:
@@ -108,7 +118,7 @@ def _sign_flip_one(d: np.ndarray, alternative: str) -> float:
         hits = np.sum(s <= obs + tol) if alternative == "less" else np.sum(np.abs(s) >= abs(obs) - tol)
         return float((hits + 1) / (MC_DRAWS + 1))
     a = _half_sums(d[: n // 2])
-    b = np.sort(_half_sums(d[n // 2:]))
+    b = np.sort(_half_sums(d[n // 2 :]))
     total = float(a.size * b.size)
     if alternative == "less":  # P(sum <= obs)
         return float(np.searchsorted(b, obs + tol - a, side="right").sum() / total)
@@ -167,8 +177,8 @@ def _wilcoxon_one(d: np.ndarray) -> tuple[float, float]:
     for r in ranks2:  # counts[s] = sign patterns whose positive doubled-rank sum is s
         counts[r:] = counts[r:] + counts[: counts.size - r].copy()
     t_plus2 = int(ranks2[nz > 0].sum())
-    cdf = counts[: t_plus2 + 1].sum() / 2.0 ** m
-    sf = counts[t_plus2:].sum() / 2.0 ** m
+    cdf = counts[: t_plus2 + 1].sum() / 2.0**m
+    sf = counts[t_plus2:].sum() / 2.0**m
     t_minus2 = int(ranks2.sum()) - t_plus2
     return min(t_plus2, t_minus2) / 2.0, float(min(1.0, 2 * min(cdf, sf)))
 

@@ -179,8 +179,9 @@ def cell_order(cell: tuple[str, int | None]) -> tuple:
     return (rank, str(size), budget or 0)
 
 
-def comparisons_for(parent: str, treatment: str | None, controls: tuple[str, ...],
-                    references: tuple[str, ...]) -> list[tuple[str, str, str]]:
+def comparisons_for(
+    parent: str, treatment: str | None, controls: tuple[str, ...], references: tuple[str, ...]
+) -> list[tuple[str, str, str]]:
     """(first, second, kind) for every comparison of DESIGN section 6, in report order."""
     out = []
     if treatment:
@@ -219,21 +220,46 @@ def _left_out_runs(final: pl.DataFrame, runs: pl.DataFrame) -> list[LeftOut]:
             reason = "done but has no final validation NLL (missing from the final view)"
         else:
             reason = f"not finished (status {status})"
-        out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
-                           budget_tokens=r["budget_tokens"], status=status, reason=reason))
+        out.append(
+            LeftOut(
+                run_id=r["run_id"],
+                variant=r["variant"],
+                seed=r["seed"],
+                size=r["size"],
+                budget_tokens=r["budget_tokens"],
+                status=status,
+                reason=reason,
+            )
+        )
     listed = {lo.run_id for lo in out}
     for r in final.iter_rows(named=True):
         v = r["val_nll"]
         if r["run_id"] in listed:
             continue
         if v is None:
-            out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
-                               budget_tokens=r["budget_tokens"], status="done",
-                               reason="done but no final validation NLL recorded"))
+            out.append(
+                LeftOut(
+                    run_id=r["run_id"],
+                    variant=r["variant"],
+                    seed=r["seed"],
+                    size=r["size"],
+                    budget_tokens=r["budget_tokens"],
+                    status="done",
+                    reason="done but no final validation NLL recorded",
+                )
+            )
         elif not math.isfinite(v):
-            out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
-                               budget_tokens=r["budget_tokens"], status="diverged",
-                               reason=f"non-finite final val_nll ({v})"))
+            out.append(
+                LeftOut(
+                    run_id=r["run_id"],
+                    variant=r["variant"],
+                    seed=r["seed"],
+                    size=r["size"],
+                    budget_tokens=r["budget_tokens"],
+                    status="diverged",
+                    reason=f"non-finite final val_nll ({v})",
+                )
+            )
     return out
 
 
@@ -256,8 +282,14 @@ def of_grid(frame: pl.DataFrame, grid: str | None) -> pl.DataFrame:
     return frame.filter(pl.col("grid") == grid) if grid is not None and "grid" in frame.columns else frame
 
 
-def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = None,
-              allow_partial: bool = False, aa_variants: tuple[str, ...] = AA_VARIANTS) -> Pairing:
+def pair_runs(
+    final: pl.DataFrame,
+    runs: pl.DataFrame,
+    *,
+    grid: str | None = None,
+    allow_partial: bool = False,
+    aa_variants: tuple[str, ...] = AA_VARIANTS,
+) -> Pairing:
     """Build every paired set of one grid.
 
     Args:
@@ -287,31 +319,57 @@ def pair_runs(final: pl.DataFrame, runs: pl.DataFrame, *, grid: str | None = Non
     warn: list[str] = []
     left_out = _left_out_runs(final, runs)
     usable = _usable_runs(final, left_out, allow_partial, warn)
-    cells = tuple(sorted(set(pl.concat([final.select("size", "budget_tokens"),
-                                        runs.select("size", "budget_tokens")]).iter_rows()),
-                         key=cell_order))
+    cells = tuple(
+        sorted(
+            set(
+                pl.concat(
+                    [final.select("size", "budget_tokens"), runs.select("size", "budget_tokens")]
+                ).iter_rows()
+            ),
+            key=cell_order,
+        )
+    )
     known = _KnownRuns(
         run_info={r["run_id"]: r for r in runs.iter_rows(named=True)},
         values={run_key(r): r for r in usable.iter_rows(named=True)},
-        why_missing={RunKey(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out})
+        why_missing={RunKey(lo.variant, lo.size, lo.budget_tokens, lo.seed): lo.reason for lo in left_out},
+    )
     sets: list[PairedSet] = []
     mismatches: list[str] = []
     for size, budget in cells:
-        sets += _pair_cell(size, budget, comparisons_for(parent, treatment, controls, references), known,
-                           left_out, mismatches, warn)
+        sets += _pair_cell(
+            size,
+            budget,
+            comparisons_for(parent, treatment, controls, references),
+            known,
+            left_out,
+            mismatches,
+            warn,
+        )
     if mismatches:
         if not allow_partial:
             more = f" | and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
             raise ProtocolMismatchError(
                 f"{len(mismatches)} pair(s) differ in protocol_hash (only runs with the same protocol "
-                f"are paired; --allow-partial leaves them out): " + " | ".join(mismatches[:5]) + more)
+                f"are paired; --allow-partial leaves them out): " + " | ".join(mismatches[:5]) + more
+            )
         warn += [f"protocol mismatch, pair left out (--allow-partial): {m}" for m in mismatches]
-    return Pairing(parent=parent, treatment=treatment, controls=controls, references=references, cells=cells,
-                   sets=tuple(sets), left_out=tuple(left_out), warnings=tuple(warn), usable=usable)
+    return Pairing(
+        parent=parent,
+        treatment=treatment,
+        controls=controls,
+        references=references,
+        cells=cells,
+        sets=tuple(sets),
+        left_out=tuple(left_out),
+        warnings=tuple(warn),
+        usable=usable,
+    )
 
 
-def _variants_by_role(roles: dict[str, str],
-                      aa_variants: tuple[str, ...]) -> tuple[str, str | None, tuple[str, ...], tuple[str, ...]]:
+def _variants_by_role(
+    roles: dict[str, str], aa_variants: tuple[str, ...]
+) -> tuple[str, str | None, tuple[str, ...], tuple[str, ...]]:
     """(parent, treatment or None, controls with the A/A checks last, references) of a grid's roles.
 
     Raises:
@@ -326,36 +384,55 @@ def _variants_by_role(roles: dict[str, str],
     if len(treatments) > 1:
         raise ValueError(f"at most one treatment variant is supported, found {treatments}")
     # A/A checks last among the controls, so the real controls lead every table.
-    controls = tuple(sorted((v for v, r in roles.items() if r == "control"),
-                            key=lambda v: (v in aa_variants, v)))
+    controls = tuple(
+        sorted((v for v, r in roles.items() if r == "control"), key=lambda v: (v in aa_variants, v))
+    )
     references = tuple(sorted(v for v, r in roles.items() if r == "reference"))
     return parents[0], (treatments[0] if treatments else None), controls, references
 
 
-def _usable_runs(final: pl.DataFrame, left_out: list[LeftOut], allow_partial: bool,
-                 warn: list[str]) -> pl.DataFrame:
+def _usable_runs(
+    final: pl.DataFrame, left_out: list[LeftOut], allow_partial: bool, warn: list[str]
+) -> pl.DataFrame:
     """The finished runs that may enter a statistic: a finite NLL, not left out, not duplicated.
 
     A duplicated run (two finished runs of one variant/size/budget/seed) raises ValueError,
     or with ``allow_partial`` is appended to ``left_out`` with a line in ``warn``.
     """
     # Only finite NLLs of runs not marked failed/diverged/unfinished in `runs` may enter.
-    usable = final.filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite()
-                          & ~pl.col("run_id").is_in([lo.run_id for lo in left_out]))
-    dup = (usable.group_by("variant", "size", "budget_tokens", "seed").agg(pl.col("run_id"))
-           .filter(pl.col("run_id").list.len() > 1))
+    usable = final.filter(
+        pl.col("val_nll").is_not_null()
+        & pl.col("val_nll").is_finite()
+        & ~pl.col("run_id").is_in([lo.run_id for lo in left_out])
+    )
+    dup = (
+        usable.group_by("variant", "size", "budget_tokens", "seed")
+        .agg(pl.col("run_id"))
+        .filter(pl.col("run_id").list.len() > 1)
+    )
     if not dup.height:
         return usable
-    desc = "; ".join(f"{r['variant']} size={r['size']} budget_tokens={r['budget_tokens']} "
-                     f"seed={r['seed']}: runs {sorted(r['run_id'])}" for r in dup.iter_rows(named=True))
+    desc = "; ".join(
+        f"{r['variant']} size={r['size']} budget_tokens={r['budget_tokens']} "
+        f"seed={r['seed']}: runs {sorted(r['run_id'])}"
+        for r in dup.iter_rows(named=True)
+    )
     if not allow_partial:
         raise ValueError(f"more than one finished run per variant/size/budget/seed: {desc}")
     warn.append(f"duplicated runs left out (--allow-partial): {desc}")
     bad_ids = [i for ids in dup["run_id"].to_list() for i in ids]
     for r in usable.filter(pl.col("run_id").is_in(bad_ids)).iter_rows(named=True):
-        left_out.append(LeftOut(run_id=r["run_id"], variant=r["variant"], seed=r["seed"], size=r["size"],
-                                budget_tokens=r["budget_tokens"], status="done",
-                                reason="duplicated run of this variant and seed"))
+        left_out.append(
+            LeftOut(
+                run_id=r["run_id"],
+                variant=r["variant"],
+                seed=r["seed"],
+                size=r["size"],
+                budget_tokens=r["budget_tokens"],
+                status="done",
+                reason="duplicated run of this variant and seed",
+            )
+        )
     return usable.filter(~pl.col("run_id").is_in(bad_ids))
 
 
@@ -369,14 +446,26 @@ class _KnownRuns:
     why_missing: dict[RunKey, str]
 
 
-def _pair_cell(size: str, budget: int, comparisons: list[tuple[str, str, str]], known: _KnownRuns,
-               left_out: list[LeftOut], mismatches: list[str], warn: list[str]) -> list[PairedSet]:
+def _pair_cell(
+    size: str,
+    budget: int,
+    comparisons: list[tuple[str, str, str]],
+    known: _KnownRuns,
+    left_out: list[LeftOut],
+    mismatches: list[str],
+    warn: list[str],
+) -> list[PairedSet]:
     """The paired sets of one cell; a protocol mismatch goes to ``mismatches`` and ``left_out``, a
     mix of code versions among the cell's pairs to ``warn``."""
     # Expected seeds: every seed any variant has at this size and budget, finished or not.
-    expected = sorted({k.seed for k in known.values if (k.size, k.budget_tokens) == (size, budget)}
-                      | {lo.seed for lo in left_out
-                         if (lo.size, lo.budget_tokens) == (size, budget) and lo.seed is not None})
+    expected = sorted(
+        {k.seed for k in known.values if (k.size, k.budget_tokens) == (size, budget)}
+        | {
+            lo.seed
+            for lo in left_out
+            if (lo.size, lo.budget_tokens) == (size, budget) and lo.seed is not None
+        }
+    )
     cell_versions: dict[str, str | None] = {}  # run_id -> code_version, over all pairs
     sets = []
     for first, second, kind in comparisons:
@@ -386,43 +475,93 @@ def _pair_cell(size: str, budget: int, comparisons: list[tuple[str, str, str]], 
             pair = _pair_seed(label, first, second, size, budget, seed, known, left_out, mismatches, missing)
             if pair is not None:
                 pairs.append(pair)
-        versions = {known.run_info.get(r, {}).get("code_version") for p in pairs for r in (p.run_first, p.run_second)}
+        versions = {
+            known.run_info.get(r, {}).get("code_version") for p in pairs for r in (p.run_first, p.run_second)
+        }
         versions.discard(None)
         for pair in pairs:
-            cell_versions.update({r: known.run_info.get(r, {}).get("code_version")
-                                  for r in (pair.run_first, pair.run_second)})
-        sets.append(PairedSet(comparison=label, first=first, second=second, kind=kind, size=size,
-                              budget_tokens=budget, pairs=tuple(pairs), missing=tuple(missing),
-                              code_versions=tuple(sorted(versions))))
+            cell_versions.update(
+                {r: known.run_info.get(r, {}).get("code_version") for r in (pair.run_first, pair.run_second)}
+            )
+        sets.append(
+            PairedSet(
+                comparison=label,
+                first=first,
+                second=second,
+                kind=kind,
+                size=size,
+                budget_tokens=budget,
+                pairs=tuple(pairs),
+                missing=tuple(missing),
+                code_versions=tuple(sorted(versions)),
+            )
+        )
     if len(set(cell_versions.values()) - {None}) > 1:
-        warn.append(f"size={size} budget_tokens={budget}: paired runs mix code versions: "
-                    + _version_summary(cell_versions))
+        warn.append(
+            f"size={size} budget_tokens={budget}: paired runs mix code versions: "
+            + _version_summary(cell_versions)
+        )
     return sets
 
 
-def _pair_seed(label: str, first: str, second: str, size: str, budget: int, seed: int, known: _KnownRuns,
-               left_out: list[LeftOut], mismatches: list[str], missing: list[str]) -> Pair | None:
+def _pair_seed(
+    label: str,
+    first: str,
+    second: str,
+    size: str,
+    budget: int,
+    seed: int,
+    known: _KnownRuns,
+    left_out: list[LeftOut],
+    mismatches: list[str],
+    missing: list[str],
+) -> Pair | None:
     """The pair ``first - second`` at one seed, or None with the reason appended to ``missing`` (and, for
     a protocol mismatch, to ``mismatches`` and ``left_out``)."""
     a = known.values.get(RunKey(first, size, budget, seed))
     b = known.values.get(RunKey(second, size, budget, seed))
     if a is None or b is None:
-        why = [f"{v}: {known.why_missing.get(RunKey(v, size, budget, seed), 'no run')}"
-               for v, row in ((first, a), (second, b)) if row is None]
+        why = [
+            f"{v}: {known.why_missing.get(RunKey(v, size, budget, seed), 'no run')}"
+            for v, row in ((first, a), (second, b))
+            if row is None
+        ]
         missing.append(f"seed {seed} ({'; '.join(why)})")
         return None
     if a["protocol_hash"] != b["protocol_hash"]:
-        fields = config_diff(known.run_info.get(a["run_id"], {}).get("config"),
-                             known.run_info.get(b["run_id"], {}).get("config"), values=True, ignore=_VARIANT_KEYS)
+        fields = config_diff(
+            known.run_info.get(a["run_id"], {}).get("config"),
+            known.run_info.get(b["run_id"], {}).get("config"),
+            values=True,
+            ignore=_VARIANT_KEYS,
+        )
         named = "; ".join(fields) if fields else "none outside the variant keys"
         mismatches.append(
             f"{label} size={size} budget_tokens={budget} seed={seed}: protocol_hash "
             f"{a['protocol_hash']} (run {a['run_id']}) != {b['protocol_hash']} "
-            f"(run {b['run_id']}); differing fields: {named}")
+            f"(run {b['run_id']}); differing fields: {named}"
+        )
         missing.append(f"seed {seed} (protocol mismatch: {named})")
-        left_out.append(LeftOut(run_id=f"{a['run_id']}|{b['run_id']}", variant=label, seed=seed, size=size,
-                                budget_tokens=budget, status="pair", reason=f"protocol mismatch: {named}"))
+        left_out.append(
+            LeftOut(
+                run_id=f"{a['run_id']}|{b['run_id']}",
+                variant=label,
+                seed=seed,
+                size=size,
+                budget_tokens=budget,
+                status="pair",
+                reason=f"protocol mismatch: {named}",
+            )
+        )
         return None
-    return Pair(comparison=label, size=size, budget_tokens=budget, seed=seed, run_first=a["run_id"],
-                run_second=b["run_id"], nll_first=a["val_nll"], nll_second=b["val_nll"],
-                diff=a["val_nll"] - b["val_nll"])
+    return Pair(
+        comparison=label,
+        size=size,
+        budget_tokens=budget,
+        seed=seed,
+        run_first=a["run_id"],
+        run_second=b["run_id"],
+        nll_first=a["val_nll"],
+        nll_second=b["val_nll"],
+        diff=a["val_nll"] - b["val_nll"],
+    )

@@ -57,20 +57,34 @@ def plateau_rows(final: pl.DataFrame, runs: pl.DataFrame) -> tuple[PlateauRow, .
     """
     if final.height == 0:
         return ()
-    plateau = (runs.select("run_id", "unigram_nll") if "unigram_nll" in runs.columns
-               else runs.select("run_id").with_columns(unigram_nll=pl.lit(None, dtype=pl.Float64)))
-    df = (final.select("run_id", "size", "budget_tokens", "val_nll")
-          .filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite())
-          .join(plateau, on="run_id", how="left"))
+    plateau = (
+        runs.select("run_id", "unigram_nll")
+        if "unigram_nll" in runs.columns
+        else runs.select("run_id").with_columns(unigram_nll=pl.lit(None, dtype=pl.Float64))
+    )
+    df = (
+        final.select("run_id", "size", "budget_tokens", "val_nll")
+        .filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite())
+        .join(plateau, on="run_id", how="left")
+    )
     rows = []
     for (size, budget), g in df.group_by(["size", "budget_tokens"]):
         u = g["unigram_nll"].drop_nulls()
         level = float(u.mean()) if u.len() else math.nan
         nll = g["val_nll"]
-        rows.append(PlateauRow(size=size, budget_tokens=int(budget), unigram_nll=level, n_runs=g.height,
-                               final_min=float(nll.min()), final_mean=float(nll.mean()),
-                               final_max=float(nll.max()), margin=level - float(nll.max()),
-                               spread=float(u.max() - u.min()) if u.len() else 0.0))
+        rows.append(
+            PlateauRow(
+                size=size,
+                budget_tokens=int(budget),
+                unigram_nll=level,
+                n_runs=g.height,
+                final_min=float(nll.min()),
+                final_mean=float(nll.mean()),
+                final_max=float(nll.max()),
+                margin=level - float(nll.max()),
+                spread=float(u.max() - u.min()) if u.len() else 0.0,
+            )
+        )
     return tuple(sorted(rows, key=lambda r: cell_order((r.size, r.budget_tokens))))
 
 

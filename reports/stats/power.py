@@ -22,8 +22,8 @@ import numpy as np
 import scipy.optimize
 from statsmodels.stats.power import TTestPower
 
-from reports.stats.looks import increments, look_at
 from harness.analysis_plan import MIN_SEEDS, AnalysisPlan
+from reports.stats.looks import increments, look_at
 
 ALTERNATIVES = {"one-sided": "larger", "two-sided": "two-sided"}
 
@@ -54,8 +54,12 @@ def power_at(effect_nats: float, sd: float, n, alpha: float, alternative: str) -
     """
     if not _usable_sd(sd):
         return float("nan") if np.ndim(n) == 0 else np.full(np.shape(n), np.nan)
-    out = TTestPower().power(effect_size=abs(effect_nats) / sd, nobs=np.asarray(n, dtype=float),
-                             alpha=alpha, alternative=_alt(alternative))
+    out = TTestPower().power(
+        effect_size=abs(effect_nats) / sd,
+        nobs=np.asarray(n, dtype=float),
+        alpha=alpha,
+        alternative=_alt(alternative),
+    )
     return float(out) if np.ndim(out) == 0 else np.asarray(out)
 
 
@@ -101,8 +105,9 @@ class SeedsNeeded:
     at_looks: bool = False
 
 
-def seeds_needed(effect_nats: float | None, sd: float, alpha: float, power: float, alternative: str,
-                 max_seeds: int) -> SeedsNeeded:
+def seeds_needed(
+    effect_nats: float | None, sd: float, alpha: float, power: float, alternative: str, max_seeds: int
+) -> SeedsNeeded:
     """Smallest number of pairs n (3 <= n <= ``max_seeds``) with power >= ``power``.
 
     Power is computed for every integer n in range (no root finding), so the answer is
@@ -157,7 +162,11 @@ def planned_seeds(effect_nats: float | None, sd: float, plan: AnalysisPlan, alte
     last = plan.looks[-1]
     if effect_nats is None or not effect_nats > 0 or not _usable_sd(sd):
         return SeedsNeeded(n=None, reachable=False, power_at_max=float("nan"), max_seeds=last, at_looks=True)
-    pw = [power_at(effect_nats, sd, n, float(level), alternative)
-          for n, level in zip(plan.looks, increments(plan.alpha, plan.looks))]
+    pw = [
+        power_at(effect_nats, sd, n, float(level), alternative)
+        for n, level in zip(plan.looks, increments(plan.alpha, plan.looks))
+    ]
     hit = next((n for n, p in zip(plan.looks, pw) if p >= plan.power), None)
-    return SeedsNeeded(n=hit, reachable=hit is not None, power_at_max=float(pw[-1]), max_seeds=last, at_looks=True)
+    return SeedsNeeded(
+        n=hit, reachable=hit is not None, power_at_max=float(pw[-1]), max_seeds=last, at_looks=True
+    )

@@ -128,13 +128,20 @@ def unreadable_run_ids(unreadable: pl.DataFrame | None) -> dict[str, str]:
     """
     if unreadable is None or unreadable.height == 0:
         return {}
-    return {unquote(file[:-5] if file.endswith(".json") else file): str(error)
-            for file, error in unreadable.select("file", "error").iter_rows()}
+    return {
+        unquote(file[:-5] if file.endswith(".json") else file): str(error)
+        for file, error in unreadable.select("file", "error").iter_rows()
+    }
 
 
-def grid_progress(runs: pl.DataFrame, queue: Mapping[str, QueuedRun | str | Mapping] | None, *,
-                  grid: str | None = None, queue_note: str = "",
-                  unreadable: Mapping[str, str] | None = None) -> GridProgress:
+def grid_progress(
+    runs: pl.DataFrame,
+    queue: Mapping[str, QueuedRun | str | Mapping] | None,
+    *,
+    grid: str | None = None,
+    queue_note: str = "",
+    unreadable: Mapping[str, str] | None = None,
+) -> GridProgress:
     """Fold the store's runs and the queue's view into one state per run.
 
     Args:
@@ -168,21 +175,48 @@ def grid_progress(runs: pl.DataFrame, queue: Mapping[str, QueuedRun | str | Mapp
         if s is not None:  # stored as failed, queued again or running: the queue is newer
             detail = f"an earlier attempt failed: {s.get('error') or 'no error text'}"
         elif state in (DONE, DIVERGED):  # a failed run is an outcome; its error is the queue's
-            state, detail = ((UNREADABLE, unreadable[rid]) if rid in unreadable
-                             else (NOT_IN_STORE, f"the queue says {q.state}; no result file ingested yet"))
-        out[rid] = RunProgress(run_id=rid, state=state, variant=q.variant, role=q.role, seed=q.seed, size=q.size,
-                               budget_tokens=q.budget_tokens, detail=detail)
+            state, detail = (
+                (UNREADABLE, unreadable[rid])
+                if rid in unreadable
+                else (NOT_IN_STORE, f"the queue says {q.state}; no result file ingested yet")
+            )
+        out[rid] = RunProgress(
+            run_id=rid,
+            state=state,
+            variant=q.variant,
+            role=q.role,
+            seed=q.seed,
+            size=q.size,
+            budget_tokens=q.budget_tokens,
+            detail=detail,
+        )
     for rid, r in stored.items():
         if rid in out:
             continue
         status = r["status"] if r["status"] in FINISHED else RUNNING if r["status"] == RUNNING else QUEUED
-        out[rid] = RunProgress(run_id=rid, state=status, variant=r["variant"], role=r["role"], seed=r["seed"],
-                               size=r["size"], budget_tokens=r["budget_tokens"], detail=r.get("error") or "")
+        out[rid] = RunProgress(
+            run_id=rid,
+            state=status,
+            variant=r["variant"],
+            role=r["role"],
+            seed=r["seed"],
+            size=r["size"],
+            budget_tokens=r["budget_tokens"],
+            detail=r.get("error") or "",
+        )
     if queue:  # keep the queue's order, with the store's outcome where it has one
         order = {rid: i for i, rid in enumerate(queue)}
         out = dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
     for rid, error in unreadable.items():
         if rid not in out and grid is not None and rid.startswith(f"{grid}:"):
-            out[rid] = RunProgress(run_id=rid, state=UNREADABLE, variant=None, role=None, seed=None, size=None,
-                                   budget_tokens=None, detail=error)
+            out[rid] = RunProgress(
+                run_id=rid,
+                state=UNREADABLE,
+                variant=None,
+                role=None,
+                seed=None,
+                size=None,
+                budget_tokens=None,
+                detail=error,
+            )
     return GridProgress(tuple(out.values()), queue is not None, queue_note)

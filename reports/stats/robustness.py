@@ -63,8 +63,9 @@ def _config(cell) -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
-def split_tuned(final: pl.DataFrame, runs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame,
-                                                                   pl.DataFrame]:
+def split_tuned(
+    final: pl.DataFrame, runs: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``(final, runs)`` of the frozen protocol, then ``(final, runs)`` of the ``[tuned]`` runs.
 
     A run is tuned when its ``runs.config`` has a ``tuned`` entry.
@@ -80,8 +81,13 @@ def _value(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else repr(v)
 
 
-def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: str | None,
-               untuned: dict[tuple[str, int], float]) -> tuple[list[TunedRow], list[LeftOut]]:
+def tuned_rows(
+    final: pl.DataFrame,
+    runs: pl.DataFrame,
+    parent: str,
+    treatment: str | None,
+    untuned: dict[tuple[str, int], float],
+) -> tuple[list[TunedRow], list[LeftOut]]:
     """The robustness rows of the ``[tuned]`` runs (``final``/``runs`` from :func:`split_tuned`).
 
     Args:
@@ -97,7 +103,9 @@ def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: 
     cfg = {rid: _config(c) for rid, c in runs.select("run_id", "config").iter_rows()}
     done = final.filter(pl.col("val_nll").is_not_null() & pl.col("val_nll").is_finite())
     by = {run_key(r): r for r in done.iter_rows(named=True)}
-    cells = sorted({(k.size, k.budget_tokens) for k in by if k.variant in (parent, treatment)}, key=cell_order)
+    cells = sorted(
+        {(k.size, k.budget_tokens) for k in by if k.variant in (parent, treatment)}, key=cell_order
+    )
     label = f"{treatment}{SUFFIX} - {parent}{SUFFIX}"
     rows, left = [], []
     for size, budget in cells:
@@ -112,20 +120,52 @@ def tuned_rows(final: pl.DataFrame, runs: pl.DataFrame, parent: str, treatment: 
             why, tuned_sources = _tuned_fields(a, b, cfg, treatment, parent, fields)
             if why is not None:
                 missing.append(f"seed {seed} ({why})")
-                left.append(LeftOut(run_id=f"{a['run_id']}|{b['run_id']}", variant=label, seed=seed, size=size,
-                                    budget_tokens=budget, status="pair", reason=why))
+                left.append(
+                    LeftOut(
+                        run_id=f"{a['run_id']}|{b['run_id']}",
+                        variant=label,
+                        seed=seed,
+                        size=size,
+                        budget_tokens=budget,
+                        status="pair",
+                        reason=why,
+                    )
+                )
                 continue
             sources = tuned_sources
-            pairs.append(Pair(comparison=label, size=size, budget_tokens=budget, seed=seed, run_first=a["run_id"],
-                              run_second=b["run_id"], nll_first=a["val_nll"], nll_second=b["val_nll"],
-                              diff=a["val_nll"] - b["val_nll"]))
-        rows.append(_tuned_row(label, treatment, parent, size, budget, pairs, missing, fields, sources,
-                               untuned.get((size, budget), math.nan)))
+            pairs.append(
+                Pair(
+                    comparison=label,
+                    size=size,
+                    budget_tokens=budget,
+                    seed=seed,
+                    run_first=a["run_id"],
+                    run_second=b["run_id"],
+                    nll_first=a["val_nll"],
+                    nll_second=b["val_nll"],
+                    diff=a["val_nll"] - b["val_nll"],
+                )
+            )
+        rows.append(
+            _tuned_row(
+                label,
+                treatment,
+                parent,
+                size,
+                budget,
+                pairs,
+                missing,
+                fields,
+                sources,
+                untuned.get((size, budget), math.nan),
+            )
+        )
     return rows, left
 
 
-def _tuned_fields(a: dict, b: dict, cfg: dict, treatment: str, parent: str,
-                  fields: dict[str, str]) -> tuple[str | None, tuple[str, str]]:
+def _tuned_fields(
+    a: dict, b: dict, cfg: dict, treatment: str, parent: str, fields: dict[str, str]
+) -> tuple[str | None, tuple[str, str]]:
     """(why the pair is left out, or None; the two tuned sources) for the tuned runs ``a`` (treatment) and
     ``b`` (parent); each tuned field, with both sides' values, is added to ``fields``."""
     ca, cb = cfg.get(a["run_id"], {}), cfg.get(b["run_id"], {})
@@ -137,13 +177,25 @@ def _tuned_fields(a: dict, b: dict, cfg: dict, treatment: str, parent: str,
         return f"protocols differ outside the tuned fields: {', '.join(other)}", ("", "")
     for key in sorted(tuned_keys):
         name = key.split(".", 1)[1]
-        fields[key] = (f"{key}: {_value(ca.get('train', {}).get(name, '(preset)'))} ({treatment}) vs "
-                       f"{_value(cb.get('train', {}).get(name, '(preset)'))} ({parent})")
+        fields[key] = (
+            f"{key}: {_value(ca.get('train', {}).get(name, '(preset)'))} ({treatment}) vs "
+            f"{_value(cb.get('train', {}).get(name, '(preset)'))} ({parent})"
+        )
     return None, (ta.get("source", ""), tb.get("source", ""))
 
 
-def _tuned_row(label: str, treatment: str, parent: str, size: str, budget: int, pairs: list[Pair],
-               missing: list[str], fields: dict[str, str], sources: tuple[str, str], untuned_mean: float) -> TunedRow:
+def _tuned_row(
+    label: str,
+    treatment: str,
+    parent: str,
+    size: str,
+    budget: int,
+    pairs: list[Pair],
+    missing: list[str],
+    fields: dict[str, str],
+    sources: tuple[str, str],
+    untuned_mean: float,
+) -> TunedRow:
     """One cell's :class:`TunedRow`: descriptives and the one-sided p of its pairs."""
     d = np.array([p.diff for p in pairs])
     stats: Descriptives = describe(d)
@@ -152,11 +204,26 @@ def _tuned_row(label: str, treatment: str, parent: str, size: str, budget: int, 
         p, exact = float(p), bool(exact)
     else:
         p, exact = math.nan, False
-    comp = Comparison(comparison=label, first=f"{treatment}{SUFFIX}", second=f"{parent}{SUFFIX}", kind=KIND,
-                      size=size, budget_tokens=budget, seeds=tuple(q.seed for q in pairs), stats=stats,
-                      missing=tuple(missing))
-    return TunedRow(comparison=comp, pairs=tuple(pairs), p_one_sided=p, exact=exact, fields=tuple(fields.values()),
-                    sources=sources, untuned_mean=untuned_mean)
+    comp = Comparison(
+        comparison=label,
+        first=f"{treatment}{SUFFIX}",
+        second=f"{parent}{SUFFIX}",
+        kind=KIND,
+        size=size,
+        budget_tokens=budget,
+        seeds=tuple(q.seed for q in pairs),
+        stats=stats,
+        missing=tuple(missing),
+    )
+    return TunedRow(
+        comparison=comp,
+        pairs=tuple(pairs),
+        p_one_sided=p,
+        exact=exact,
+        fields=tuple(fields.values()),
+        sources=sources,
+        untuned_mean=untuned_mean,
+    )
 
 
 __all__ = ["KIND", "TunedRow", "split_tuned", "tuned_rows"]

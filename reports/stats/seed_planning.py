@@ -29,17 +29,28 @@ from dataclasses import dataclass
 import polars as pl
 import scipy.stats
 
-from reports.stats.looks import look_at
 from harness.analysis_plan import AnalysisPlan
-from reports.stats.power import contrast_effect, look_mde, planned_seeds
 from reports.stats.analysis import ReportStats
+from reports.stats.looks import look_at
+from reports.stats.power import contrast_effect, look_mde, planned_seeds
 
 HEADLINE = "headline"
 ABSENCE = "absence"  # the headline's absence test (H0: gain >= min_effect_nats), DESIGN 6
 CONTRAST = "contrast"
 GIVEN = "given (--sd)"
-JSON_KEYS = ("comparison", "size", "budget_tokens", "sd_nats", "n_seeds", "mde_nats", "seeds_needed", "reachable",
-             "runs", "tokens", "est_hours")
+JSON_KEYS = (
+    "comparison",
+    "size",
+    "budget_tokens",
+    "sd_nats",
+    "n_seeds",
+    "mde_nats",
+    "seeds_needed",
+    "reachable",
+    "runs",
+    "tokens",
+    "est_hours",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +117,13 @@ class PlanRow:
     def as_json(self) -> dict:
         """The ``--json`` row: :data:`JSON_KEYS` first, then kind, level, sd_source, planned_effect_nats."""
         row = {k: getattr(self, k) for k in JSON_KEYS}
-        row.update(kind=self.kind, level=self.level, sd_source=self.sd_source, sd_df=self.sd_df,
-                   planned_effect_nats=self.planned_effect_nats)
+        row.update(
+            kind=self.kind,
+            level=self.level,
+            sd_source=self.sd_source,
+            sd_df=self.sd_df,
+            planned_effect_nats=self.planned_effect_nats,
+        )
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
@@ -128,16 +144,17 @@ def pilot_sds(stats: ReportStats) -> dict[tuple[str, str, int], PilotSd]:
     for h in stats.headlines:
         if h.n >= 2 and math.isfinite(h.sd):
             out[(HEADLINE, h.size, h.budget_tokens)] = PilotSd(
-                h.sd, f"pilot {stats.grid}: sd of {h.comparison} over {h.n} seeds", h.n - 1)
+                h.sd, f"pilot {stats.grid}: sd of {h.comparison} over {h.n} seeds", h.n - 1
+            )
     for a in stats.assessments:
         if a.n >= 2 and math.isfinite(a.contrast_sd):
             out[(a.control, a.size, a.budget_tokens)] = PilotSd(
-                a.contrast_sd, f"pilot {stats.grid}: sd of the {a.control} contrast over {a.n} seeds", a.n - 1)
+                a.contrast_sd, f"pilot {stats.grid}: sd of the {a.control} contrast over {a.n} seeds", a.n - 1
+            )
     return out
 
 
-def _match(sds: dict[tuple[str, str, int], PilotSd], key: str, size: str, budget: int,
-           grid: str) -> PilotSd:
+def _match(sds: dict[tuple[str, str, int], PilotSd], key: str, size: str, budget: int, grid: str) -> PilotSd:
     """The pilot sd for one planned comparison: the same cell, else the pilot's contrasts of that cell
     pooled (a control the pilot lacks), else the nearest budget of the same size."""
     budgets = sorted({b for (_, s, b) in sds if s == size}, key=lambda b: (abs(math.log(b / budget)), b))
@@ -146,12 +163,18 @@ def _match(sds: dict[tuple[str, str, int], PilotSd], key: str, size: str, budget
     for b in budgets:
         hit = sds.get((key, size, b))
         if hit is None and key != HEADLINE:
-            contrasts = [(v.sd, v.df) for (k, s, bb), v in sds.items() if (s, bb) == (size, b) and k != HEADLINE]
+            contrasts = [
+                (v.sd, v.df) for (k, s, bb), v in sds.items() if (s, bb) == (size, b) and k != HEADLINE
+            ]
             if contrasts:
                 sd, df = _pooled(contrasts)
-                hit = PilotSd(sd, f"pilot {grid}: {len(contrasts)} control contrasts pooled (no {key} runs)", df)
+                hit = PilotSd(
+                    sd, f"pilot {grid}: {len(contrasts)} control contrasts pooled (no {key} runs)", df
+                )
         if hit is not None:
-            where = "" if b == budget else f" at its nearest budget {b:_} tokens (noise may differ at {budget:_})"
+            where = (
+                "" if b == budget else f" at its nearest budget {b:_} tokens (noise may differ at {budget:_})"
+            )
             return PilotSd(hit.sd, hit.source + where, hit.df)
     return PilotSd(None, f"pilot {grid} has no {key} pairs at size {size}")
 
@@ -159,8 +182,10 @@ def _match(sds: dict[tuple[str, str, int], PilotSd], key: str, size: str, budget
 def sd_interval(df: int, conf: float = 0.8) -> tuple[float, float]:
     """Factors (low, high) with P(low <= true sd / sample sd <= high) = conf for a normal sample sd
     with ``df`` degrees of freedom: sqrt(df / chi2_{(1+conf)/2, df}), sqrt(df / chi2_{(1-conf)/2, df})."""
-    return (math.sqrt(df / scipy.stats.chi2.ppf((1 + conf) / 2, df)),
-            math.sqrt(df / scipy.stats.chi2.ppf((1 - conf) / 2, df)))
+    return (
+        math.sqrt(df / scipy.stats.chi2.ppf((1 + conf) / 2, df)),
+        math.sqrt(df / scipy.stats.chi2.ppf((1 - conf) / 2, df)),
+    )
 
 
 def throughput(runs: pl.DataFrame | None, bench: pl.DataFrame | None) -> dict[str, Throughput]:
@@ -181,22 +206,31 @@ def throughput(runs: pl.DataFrame | None, bench: pl.DataFrame | None) -> dict[st
             loop = rows.filter(pl.col("variant") == "lightning")
             tps = float(loop["tokens_per_s"][0]) if loop.height else float(rows["tokens_per_s"].median())
             what = "its Lightning loop" if loop.height else "median over variants"
-            out[size] = Throughput(tps, f"harness bench {latest} ({what}; training steps only, evaluations "
-                                        "not counted)")
+            out[size] = Throughput(
+                tps, f"harness bench {latest} ({what}; training steps only, evaluations not counted)"
+            )
     if runs is not None and runs.height:
         done = runs.filter((pl.col("status") == "done") & (pl.col("wall_s") > 0))
         if done.height:
             tokens = pl.coalesce(pl.col("tokens_seen"), pl.col("budget_tokens")).cast(pl.Float64)
-            agg = done.group_by("size").agg(tokens.sum().alias("tokens"), pl.col("wall_s").sum().alias("wall"),
-                                            pl.len().alias("n"))
+            agg = done.group_by("size").agg(
+                tokens.sum().alias("tokens"), pl.col("wall_s").sum().alias("wall"), pl.len().alias("n")
+            )
             for size, tok, wall, n in agg.select("size", "tokens", "wall", "n").iter_rows():
-                out[size] = Throughput(tok / wall, f"{n} finished runs of size {size} in the store (end to end, "
-                                                   "evaluations included)")
+                out[size] = Throughput(
+                    tok / wall,
+                    f"{n} finished runs of size {size} in the store (end to end, evaluations included)",
+                )
     return out
 
 
-def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats | None = None,
-              speed: dict[str, Throughput] | None = None) -> list[PlanRow]:
+def plan_rows(
+    shape: GridShape,
+    *,
+    sd: float | None = None,
+    pilot: ReportStats | None = None,
+    speed: dict[str, Throughput] | None = None,
+) -> list[PlanRow]:
     """Every (cell, comparison) row of ``harness plan`` (module docstring).
 
     Args:
@@ -214,15 +248,26 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
         raise ValueError(f"sd {sd!r} must be a positive number of nats/token")
     plan, speed = shape.plan, speed or {}
     sds = pilot_sds(pilot) if pilot is not None else {}
-    comparisons = ([(HEADLINE, f"{shape.treatment} - {shape.parent}", "one-sided", plan.min_effect_nats)]
-                   if shape.treatment else [])
+    comparisons = (
+        [(HEADLINE, f"{shape.treatment} - {shape.parent}", "one-sided", plan.min_effect_nats)]
+        if shape.treatment
+        else []
+    )
     if shape.treatment and plan.min_effect_nats is not None:
         # Showing the gain absent (< delta) when it is 0: the one-sided test of H0 "gain >= delta" is
         # the headline's test shifted by delta, so it has the same power at the same distance.
-        comparisons.append((ABSENCE, f"{shape.treatment} - {shape.parent} (absent, true gain 0)", "one-sided",
-                            plan.min_effect_nats))
-    comparisons += [(c, f"{c} (contrast)", "two-sided", contrast_effect(plan.min_effect_nats, plan.reproduce_fraction))
-                    for c in shape.controls]
+        comparisons.append(
+            (
+                ABSENCE,
+                f"{shape.treatment} - {shape.parent} (absent, true gain 0)",
+                "one-sided",
+                plan.min_effect_nats,
+            )
+        )
+    comparisons += [
+        (c, f"{c} (contrast)", "two-sided", contrast_effect(plan.min_effect_nats, plan.reproduce_fraction))
+        for c in shape.controls
+    ]
     level = look_at(shape.n_seeds, plan.looks, plan.alpha).level
     rows = []
     for size, budget, variants in shape.cells:
@@ -230,21 +275,47 @@ def plan_rows(shape: GridShape, *, sd: float | None = None, pilot: ReportStats |
         for key, label, alternative, effect in comparisons:
             if key not in (HEADLINE, ABSENCE) and key not in variants:
                 continue
-            got = (PilotSd(sd, GIVEN) if pilot is None
-                   else _match(sds, HEADLINE if key == ABSENCE else key, size, budget, pilot.grid))
+            got = (
+                PilotSd(sd, GIVEN)
+                if pilot is None
+                else _match(sds, HEADLINE if key == ABSENCE else key, size, budget, pilot.grid)
+            )
             mde = look_mde(got.sd, shape.n_seeds, plan, alternative) if got.sd is not None else float("nan")
             need = planned_seeds(effect, got.sd if got.sd is not None else float("nan"), plan, alternative)
             runs = len(variants) * need.n if need.reachable else None
             tokens = runs * budget if runs is not None else None
             hours = tokens / tps / 3600 if tokens is not None and tps else None
-            rows.append(PlanRow(comparison=label, kind=key if key in (HEADLINE, ABSENCE) else CONTRAST, size=size,
-                                budget_tokens=budget, sd_nats=got.sd, sd_source=got.source,
-                                sd_df=got.df if pilot is not None and got.sd is not None else None,
-                                n_seeds=shape.n_seeds, level=level, mde_nats=None if math.isnan(mde) else mde,
-                                planned_effect_nats=effect, seeds_needed=need.n, reachable=need.reachable,
-                                power_at_max=None if math.isnan(need.power_at_max) else need.power_at_max, runs=runs,
-                                tokens=tokens, est_hours=hours))
+            rows.append(
+                PlanRow(
+                    comparison=label,
+                    kind=key if key in (HEADLINE, ABSENCE) else CONTRAST,
+                    size=size,
+                    budget_tokens=budget,
+                    sd_nats=got.sd,
+                    sd_source=got.source,
+                    sd_df=got.df if pilot is not None and got.sd is not None else None,
+                    n_seeds=shape.n_seeds,
+                    level=level,
+                    mde_nats=None if math.isnan(mde) else mde,
+                    planned_effect_nats=effect,
+                    seeds_needed=need.n,
+                    reachable=need.reachable,
+                    power_at_max=None if math.isnan(need.power_at_max) else need.power_at_max,
+                    runs=runs,
+                    tokens=tokens,
+                    est_hours=hours,
+                )
+            )
     return rows
 
 
-__all__ = ["GridShape", "PilotSd", "Throughput", "PlanRow", "JSON_KEYS", "pilot_sds", "throughput", "plan_rows"]
+__all__ = [
+    "GridShape",
+    "PilotSd",
+    "Throughput",
+    "PlanRow",
+    "JSON_KEYS",
+    "pilot_sds",
+    "throughput",
+    "plan_rows",
+]

@@ -24,14 +24,14 @@ words it); it never touches the queue (``harness/commands/topup.py`` does, in a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from reports.stats import decisions as dec
-from reports.stats.looks import look_at, look_text
 from reports.stats.analysis import ReportStats
+from reports.stats.looks import look_at, look_text
 
 
 def cell_open(established, headline_last, codes, absent=False) -> np.ndarray:
@@ -118,37 +118,71 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
     """
     plan = stats.plan
     if not plan.looks:
-        raise ValueError(f"grid {stats.grid!r}: its analysis plan has no looks, so its alpha is spent at one "
-                         "reading; adding seeds and reading again would inflate the false-positive rate. Plan "
-                         "looks before the runs ([analysis] looks = [3, 5, 10]) in a grid with a new name, as "
-                         "ablations/rd_controls_seq.toml does")
+        raise ValueError(
+            f"grid {stats.grid!r}: its analysis plan has no looks, so its alpha is spent at one "
+            "reading; adding seeds and reading again would inflate the false-positive rate. Plan "
+            "looks before the runs ([analysis] looks = [3, 5, 10]) in a grid with a new name, as "
+            "ablations/rd_controls_seq.toml does"
+        )
     out = []
     for size, budget in stats.cells:
         h = stats.headline(size, budget)
         held = cells.get((size, budget), CellSeeds(frozenset(), frozenset(), ()))
         open_, reason = _why_open(stats, size, budget)
         if not open_:
-            out.append(CellTopup(size=size, budget_tokens=budget, open=False, reason=reason, variants=held.variants))
+            out.append(
+                CellTopup(size=size, budget_tokens=budget, open=False, reason=reason, variants=held.variants)
+            )
             continue
-        comp = next((c for c in stats.comparisons if (c.comparison, c.size, c.budget_tokens) == (h.comparison, size,
-                                                                                                 budget)), None)
+        comp = next(
+            (
+                c
+                for c in stats.comparisons
+                if (c.comparison, c.size, c.budget_tokens) == (h.comparison, size, budget)
+            ),
+            None,
+        )
         paired = set(comp.seeds) if comp is not None else set()
         pending = sorted(held.pending - paired)
         look = look_at(len(paired), plan.looks, plan.alpha)
         target = look.next_n
         if target is None:
-            out.append(CellTopup(size=size, budget_tokens=budget, open=False,
-                                 reason=f"{reason}; past the last look: nothing to add", variants=held.variants))
+            out.append(
+                CellTopup(
+                    size=size,
+                    budget_tokens=budget,
+                    open=False,
+                    reason=f"{reason}; past the last look: nothing to add",
+                    variants=held.variants,
+                )
+            )
             continue
         if target > plan.max_seeds:
-            out.append(CellTopup(size=size, budget_tokens=budget, open=False,
-                                 reason=f"{reason}; next look {target} > max_seeds {plan.max_seeds}", next_look=target,
-                                 variants=held.variants))
+            out.append(
+                CellTopup(
+                    size=size,
+                    budget_tokens=budget,
+                    open=False,
+                    reason=f"{reason}; next look {target} > max_seeds {plan.max_seeds}",
+                    next_look=target,
+                    variants=held.variants,
+                )
+            )
             continue
         k = max(0, target - len(paired) - len(pending))
         start = max(held.used | paired, default=-1) + 1
-        out.append(CellTopup(size=size, budget_tokens=budget, open=True, reason=reason, next_look=target,
-                             new_seeds=tuple(range(start, start + k)), pending=tuple(pending), variants=held.variants))
+        out.append(
+            CellTopup(
+                size=size,
+                budget_tokens=budget,
+                open=True,
+                reason=reason,
+                next_look=target,
+                new_seeds=tuple(range(start, start + k)),
+                pending=tuple(pending),
+                variants=held.variants,
+            )
+        )
     return out
 
 
