@@ -15,7 +15,11 @@ whose plan changed after its runs were queued. The report reads it back from the
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
                                # spent over them (reports.stats.looks), which needs alpha < 0.3173
 
-This module imports nothing from ``harness``: ``harness.scheduling.grid`` imports it.
+A grid's ``[factorial]`` table (:mod:`harness.factorial`, DESIGN section 12) is part of the plan:
+stored beside it under ``"factorial"`` and fixed before the runs like the rest.
+
+This module imports from ``harness`` only :mod:`harness.factorial` (which imports nothing from it):
+``harness.scheduling.grid`` imports it.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from harness.factorial import Factorial, parse_factorial
 
 LOOKS_MAX_ALPHA = (
     0.31731050786291415  # reports.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
@@ -55,6 +61,7 @@ class AnalysisPlan:
         max_seeds: cap of seeds-needed ("not reachable at this budget" above it).
         looks: seed counts at which the report may be read (section 8); empty = one look.
         source: where the plan came from (``[analysis]``, ``defaults``, ``given``).
+        factorial: the grid's ``[factorial]`` design (DESIGN section 12), None without one.
     """
 
     alpha: float = 0.05
@@ -64,12 +71,17 @@ class AnalysisPlan:
     max_seeds: int = 30
     looks: tuple[int, ...] = ()
     source: str = "defaults"
+    factorial: Factorial | None = None
 
     def as_config(self) -> dict[str, Any]:
-        """The JSON-able dict stored in each run's config under ``"analysis"`` (no ``source``)."""
+        """The JSON-able dict stored in each run's config under ``"analysis"`` (no ``source``;
+        ``factorial`` only when the grid has one, so older stored plans stay equal)."""
         out = asdict(self)
         out.pop("source")
+        out.pop("factorial")
         out["looks"] = list(self.looks)
+        if self.factorial is not None:
+            out["factorial"] = self.factorial.as_config()
         return out
 
 
@@ -168,9 +180,9 @@ def plan_diff(old: dict | None, new: dict) -> list[str]:
     """
     old = old if isinstance(old, dict) else {}
     return [
-        f"analysis.{k}: {old.get(k, '<absent>')!r} != {new.get(k)!r}"
-        for k in PLAN_KEYS
-        if old.get(k, "<absent>") != new.get(k)
+        f"analysis.{k}: {old.get(k, '<absent>')!r} != {new.get(k, '<absent>')!r}"
+        for k in (*PLAN_KEYS, "factorial")
+        if old.get(k, "<absent>") != new.get(k, "<absent>")
     ]
 
 
@@ -203,4 +215,9 @@ def plan_from_configs(configs: Iterable[str | dict | None]) -> AnalysisPlan:
             "plan is fixed before its runs: report each plan's runs as their own grid"
         )
     (stored,) = plans.values()
-    return parse_plan(stored, where="runs.config", source="stored with the runs")
+    stored = dict(stored)
+    factorial = stored.pop("factorial", None)
+    plan = parse_plan(stored, where="runs.config", source="stored with the runs")
+    if factorial is None:
+        return plan
+    return replace(plan, factorial=parse_factorial(factorial, where="runs.config"))

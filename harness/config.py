@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.models import VariantSpec, get_spec
+from harness.models.catalog import is_shipped
 from harness.models.sizes import (
     SIZES,
     ModelConfig,
@@ -33,7 +34,7 @@ from harness.models.sizes import (
     get_size,
     mlp_hidden,
 )
-from harness.models.spec import is_shipped, parse_spec_text
+from harness.models.spec import parse_spec_text
 from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).

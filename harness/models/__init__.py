@@ -14,8 +14,9 @@ import functools
 import importlib
 from typing import TYPE_CHECKING
 
+from harness.models.catalog import load_specs
 from harness.models.sizes import derive
-from harness.models.spec import VariantSpec, load_specs, parse_spec
+from harness.models.spec import VariantSpec, parse_spec
 
 if TYPE_CHECKING:
     from torch import nn

@@ -33,6 +33,9 @@ site ``out``. Omitted sites get the parent's single route (``w_mlp``, ``w_out``)
     k = ["qk"]
     v = ["v"]
 
+A spec with ``base = "VARIANT"`` adds to another variant instead of restating it
+(:mod:`harness.models.compose`; ``rd_offset`` = ``rd_attnres`` plus ``param_matched``'s offset).
+
 Built-in specs (parent, treatment, references) live in ``harness/models/specs/``;
 control specs live in the top-level ``controls/`` folder. Extra folders can be added
 with ``$HARNESS_SPEC_PATH`` (``os.pathsep``-separated).
@@ -41,11 +44,8 @@ with ``$HARNESS_SPEC_PATH`` (``os.pathsep``-separated).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.terms import ROLES
 
@@ -124,6 +124,7 @@ class VariantSpec:
         role: the variant's usual role in a study (parent/treatment/control/reference).
         description: one line for tables and reports.
         source: file the spec was read from.
+        base: the variant a composed spec adds to (:mod:`harness.models.compose`), ``""`` else.
         text: the TOML text it was read from (``""`` when built from a mapping), which
             :func:`parse_spec_text` turns into this spec again (tables in file order).
     """
@@ -135,6 +136,7 @@ class VariantSpec:
     description: str = ""
     source: str = ""
     text: str = field(default="", compare=False, repr=False)
+    base: str = ""
 
 
 def _fail(where: str, msg: str) -> ValueError:
@@ -311,55 +313,3 @@ def parse_spec_text(text: str, *, where: str = "<spec>") -> VariantSpec:
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{where}: not valid TOML: {exc}") from None
     return dataclasses.replace(parse_spec(data, where=where), text=text)
-
-
-def load_spec_file(path: str | os.PathLike) -> VariantSpec:
-    """Read and validate one spec TOML file (errors name the file)."""
-    path = Path(path)
-    spec = parse_spec_text(path.read_text(encoding="utf-8"), where=str(path))
-    if spec.name != path.stem:
-        raise ValueError(f"{path}: name={spec.name!r} must equal the file name {path.stem!r}")
-    return spec
-
-
-def spec_dirs() -> list[Path]:
-    """Folders searched for specs: built-ins, the ``controls`` package folder, ``$HARNESS_SPEC_PATH``.
-
-    The ``controls`` folder is located without importing it: specs are data, and
-    ``harness.models`` depends on nothing outside itself.
-    """
-    return [
-        *_shipped_dirs(),
-        *map(Path, filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep))),
-    ]
-
-
-def _shipped_dirs() -> list[Path]:
-    """The harness's own spec folders: built-ins and ``controls/``."""
-    dirs = [Path(__file__).with_name("specs")]
-    found = importlib.util.find_spec("controls")
-    if found is not None and found.submodule_search_locations:
-        dirs.append(Path(list(found.submodule_search_locations)[0]))
-    return dirs
-
-
-def is_shipped(spec: VariantSpec) -> bool:
-    """Whether ``spec`` was read from the harness's own folders (built-ins, ``controls/``),
-    not from ``$HARNESS_SPEC_PATH``: a worker elsewhere has the shipped ones."""
-    return Path(spec.source).parent in _shipped_dirs()
-
-
-def load_specs() -> dict[str, VariantSpec]:
-    """All variant specs by name.
-
-    Raises:
-        ValueError: two files define the same variant name.
-    """
-    specs: dict[str, VariantSpec] = {}
-    for folder in spec_dirs():
-        for path in sorted(folder.glob("*.toml")):
-            spec = load_spec_file(path)
-            if spec.name in specs:
-                raise ValueError(f"variant {spec.name!r} defined twice: {specs[spec.name].source} and {path}")
-            specs[spec.name] = spec
-    return specs

@@ -31,6 +31,10 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     [analysis]                       # optional analysis plan (harness.analysis_plan, DESIGN section 6)
     min_effect_nats = 0.01
 
+    [factorial]                      # optional 2 x 2 design over four variants (harness.factorial, DESIGN 12)
+    factors = ["offset", "decoupled_v"]
+    levels = { block_attnres = [0, 0], param_matched = [1, 0], rd_attnres = [0, 1], rd_offset = [1, 1] }
+
 ``[train.VARIANT]`` tables override ``[train]`` for one variant; that variant's runs then
 have another protocol than the parent's, and a report refuses to pair them (naming the
 fields). To ask whether a gain survives giving each side its best settings, list the
@@ -60,6 +64,7 @@ refuses to queue a grid whose plan differs from the one its queued runs carry.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
@@ -70,6 +75,7 @@ from pathlib import Path
 
 from harness.analysis_plan import AnalysisPlan, parse_plan, plan_diff
 from harness.config import SIZES, RunConfig
+from harness.factorial import parse_factorial
 from harness.scheduling.grid_checks import (
     GRID_KEYS,
     REQUIRED_KEYS,
@@ -370,6 +376,10 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     analysis = parse_plan(
         data.get("analysis", {}), where=where, source="[analysis]" if "analysis" in data else "defaults"
     )
+    if "factorial" in data:
+        analysis = dataclasses.replace(
+            analysis, factorial=parse_factorial(data["factorial"], variants, where=where)
+        )
     return Grid(
         name=name,
         corpus=corpus,

@@ -29,6 +29,7 @@ GRID_KEYS = {
     "train": "table of TrainConfig overrides, with optional [train.VARIANT] tables",
     "tuned": "table: variant = \"tune:NAME\" (a tuning study's best params) or a table of params",
     "analysis": "table: the analysis plan (alpha, reproduce_fraction, min_effect_nats, power, max_seeds, looks)",
+    "factorial": "table: factors = [A, B] and levels = { variant = [a, b], ... } (a 2 x 2 design, DESIGN section 12)",
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
