@@ -29,7 +29,7 @@ from harness.train import train_run
 from harness.train.protocol import protocol_dict
 from harness.train.trackers import routing_metrics
 
-SAMPLE = Path("/work/shared/data/fineweb_edu_sample")
+SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-3, "eval_every_tokens": 2048}
 BUDGET = 6 * 1024
 
