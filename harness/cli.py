@@ -40,10 +40,11 @@ COMMANDS = {
     "topup": "topup",
     "bench": "bench",
     "sizes": "sizes",
+    "migrate": "migrate",
 }
 
 # Commands that only read results: a mistyped --results must not create an empty store.
-READS_RESULTS = ("sql", "export", "report", "topup")
+READS_RESULTS = ("sql", "export", "report", "topup", "migrate")
 
 EPILOG = """\
 the research loop, one command each:

@@ -1,23 +1,33 @@
-"""Simulated studies through the report's own decision functions (DESIGN section 6).
+"""Simulated studies through the report's own decision functions (DESIGN sections 6 and 8).
 
 Each simulated study is one grid: per seed, every variant's final NLL is
 ``base_s + effect_v + noise_vs`` (noise ~ N(0, sd) per run, independent across runs;
 ``base_s`` cancels in every paired difference and is left out). The parent's noise is
 shared by all its comparisons, as in a real grid. The studies go through exactly the
-functions :mod:`reports.stats.analysis` uses (:func:`reports.stats.decisions.headline_p`,
-:func:`~reports.stats.decisions.decide_headline`, :func:`~reports.stats.decisions.reproduction_contrast`,
-:func:`~reports.stats.decisions.two_sided_p`, :func:`~reports.stats.decisions.decide_controls`),
-vectorised over the studies.
+functions :mod:`reports.stats.analysis` uses, vectorised over the studies:
+:func:`reports.stats.decisions.headline_p`, :func:`~reports.stats.decisions.absence_p`,
+:func:`~reports.stats.decisions.decide_headline`, :func:`~reports.stats.decisions.decide_absence`,
+:func:`~reports.stats.decisions.reproduction_contrast`, :func:`~reports.stats.decisions.two_sided_p`,
+:func:`~reports.stats.decisions.decide_controls` (one family over the grid),
+:func:`~reports.stats.decisions.holm` (the A/A offset tests over the cells) and
+:func:`reports.stats.divergence.impute` (a diverged seed counts as a loss).
 
-    python -m reports.simulate            # the tables quoted in reports/LOG.md
-    python -m reports.simulate --studies 4000 --seed 1
+Two tables, each with its own default seed so the numbers quoted in reports/LOG.md reproduce:
 
-Sequential studies (DESIGN section 8) are read at the plan's looks (default 3, 5, 10 seeds)
-and topped up whenever the cell is open (:func:`reports.stats.topup.cell_open`), through the same
-look functions the report uses (:func:`reports.stats.looks.at_looks`,
-:func:`~reports.stats.looks.sequential_p`). A study's decision at look k depends only on its
-first n_k seeds, so every study is drawn with n_K seeds and read at each look in turn; a
-study that closed at look k keeps its verdicts from look k.
+* the decision rules (:func:`table`): the headline's false-positive rate, each control verdict's
+  rate under a planted gain, and sequential looks (DESIGN section 8), read at the plan's looks
+  (default 3, 5, 10 seeds) and topped up whenever the cell is open
+  (:func:`reports.stats.topup.cell_open`), through the report's look functions
+  (:func:`reports.stats.looks.at_looks`, :func:`~reports.stats.looks.sequential_p`). A study's
+  decision at look k depends only on its first n_k seeds, so every study is drawn with n_K seeds
+  and read at each look in turn; a study that closed at look k keeps its verdicts from look k;
+* the edge cases (:func:`edge_table`, the rules statistics v3 added; docs/statistics.md): divergence
+  where the treatment would lose, 'gain absent' at its boundary, one Holm family over the grid's
+  controls, the A/A check over cells, control error rates conditional on the gate, float rounding.
+
+    python -m reports.simulate                          # both tables (about a minute on 2 cores)
+    python -m reports.simulate --tables rules --studies 4000 --seed 1
+    python -m reports.simulate --tables edges --studies 100000
 
 Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)``.
 """
@@ -29,8 +39,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.stats
 
 from reports.stats import decisions as dec
+from reports.stats.divergence import impute
+from reports.stats.floors import FLOOR_NATS, beyond_floor
 from reports.stats.looks import at_looks, sequential_p
 from reports.stats.topup import cell_open
 
@@ -295,7 +308,7 @@ def sequential_table(
 
 
 def table(studies: int = 20_000, seed: int = 20261201, alpha: float = 0.05, rho: float = 0.5) -> list[str]:
-    """The simulation table as text lines (false-positive rates, then verdict rates)."""
+    """The decision rules' tables as text lines (false-positive rates, verdict rates, sequential looks)."""
     rng = np.random.default_rng(seed)
     se0 = binomial_se(alpha, studies)
     lines = [
@@ -332,27 +345,283 @@ def table(studies: int = 20_000, seed: int = 20261201, alpha: float = 0.05, rho:
     return lines + [""] + sequential_table(studies, rng, alpha, rho)
 
 
-def table_cli(argv: list[str] | None, prog: str, doc: str, make_table, default_seed: int) -> int:
-    """``PROG [--studies N] [--seed S]``: print ``make_table(studies, seed)`` (a list of lines)."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+LOSS_RULES = ("every losing seed", "half the losing seeds", "the worst seed")
+
+
+def _lost_when_losing(d: np.ndarray, rule: str, rng: np.random.Generator) -> np.ndarray:
+    """``[S, n]`` int: +1 where the treatment diverges (it would have lost there), else 0."""
+    losing = d > 0
+    if rule == "every losing seed":
+        lost = losing
+    elif rule == "half the losing seeds":
+        lost = losing & (rng.random(d.shape) < 0.5)
+    elif rule == "the worst seed":
+        lost = np.zeros(d.shape, bool)
+        np.put_along_axis(lost, d.argmax(axis=-1)[..., None], True, axis=-1)
+        lost &= losing
+    else:
+        raise ValueError(f"rule must be one of {LOSS_RULES}, got {rule!r}")
+    return lost.astype(int)
+
+
+def divergence_null(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    rule: str = "every losing seed",
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+) -> tuple[float, float]:
+    """Headline false-positive rate under a true null when the treatment diverges where it would lose.
+
+    Returns ``(rate counting each lost seed as a loss (the report), rate dropping the lost pairs (v2))``.
+    """
+    d = rng.normal(0.0, sd, (studies, n)) - rng.normal(0.0, sd, (studies, n))
+    lost = _lost_when_losing(d, rule, rng)
+    tested = impute(d, lost)[:, None]  # [S, 1 cell, n]: Holm runs over the last axis, the cells
+    p, _ = dec.headline_p(tested)
+    _, est = dec.decide_headline(np.full(p.shape, n), tested.mean(axis=-1), p, alpha)
+    # v2: the lost pairs dropped, a one-sided t-test on the k observed pairs (k >= 3).
+    obs = lost == 0
+    k = obs.sum(axis=-1)
+    mean = np.where(obs, d, 0.0).sum(axis=-1) / np.maximum(k, 1)
+    var = np.where(obs, (d - mean[:, None]) ** 2, 0.0).sum(axis=-1) / np.maximum(k - 1, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_drop = scipy.stats.t.cdf(mean / np.sqrt(var / np.maximum(k, 1)), np.maximum(k - 1, 1))
+    dropped = (k >= 3) & (mean < 0) & (p_drop < alpha)
+    return float(est.mean()), float(dropped.mean())
+
+
+def absence_rate(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    gain: float,
+    delta: float,
+    cells: int = 1,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+) -> float:
+    """Share of studies with ``gain absent`` in at least one of ``cells`` cells (Holm over the cells),
+    every cell with true gain ``gain`` (nats/token, > 0 = the treatment is better)."""
+    d = -gain + rng.normal(0.0, sd, (studies, cells, n)) - rng.normal(0.0, sd, (studies, cells, n))
+    p, _ = dec.headline_p(d)
+    _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1), p, alpha)
+    p_abs, _ = dec.absence_p(d, delta)
+    _, absent = dec.decide_absence(np.full(p.shape, n), p_abs, alpha)
+    return float((absent & ~est).any(axis=-1).mean())
+
+
+def grid_boundary_controls(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    cells: int = 3,
+    gain: float = -0.012,
+    rho: float = 0.5,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+    grid_family: bool = True,
+) -> float:
+    """Share of grids with >= 1 wrong definite control verdict: one control per cell exactly at the
+    boundary (it reproduces the fraction rho of a planted gain, so mean e = 0 and both definite
+    verdicts are wrong). ``grid_family``: Holm over the grid's contrasts (v3), else per cell (v2)."""
+    shape = (studies, cells, n)
+    parent, treat = rng.normal(0.0, sd, shape), gain + rng.normal(0.0, sd, shape)
+    control = rho * gain + rng.normal(0.0, sd, shape)
+    d = treat - parent
+    p, _ = dec.headline_p(d)
+    _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1), p, alpha)
+    e = dec.reproduction_contrast(control - parent, d, rho)
+    p_e, _ = dec.two_sided_p(e)
+    none = np.zeros(est.shape, bool)
+    if grid_family:
+        _, codes = dec.decide_controls(est, none, np.full(est.shape, n), e.mean(axis=-1), p_e, alpha)
+    else:  # each cell its own family (one control): v2
+        _, codes = dec.decide_controls(
+            est[..., None],
+            none[..., None],
+            np.full(est.shape + (1,), n),
+            e.mean(axis=-1)[..., None],
+            p_e[..., None],
+            alpha,
+        )
+        codes = codes[..., 0]
+    wrong = (codes == dec.V_DOES_NOT) | (codes == dec.V_REPRODUCES)
+    return float(wrong.any(axis=-1).mean())
+
+
+def aa_grid(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    cells: int = 3,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+    floor: float = 2.4e-7,
+) -> tuple[float, float]:
+    """Share of correct grids (A/A = parent up to run noise) with an A/A FAIL in some cell:
+    ``(Holm over the cells (v3), unadjusted per cell (v2))``."""
+    d = rng.normal(0.0, sd, (studies, cells, n)) - rng.normal(0.0, sd, (studies, cells, n))
+    p, _ = dec.two_sided_p(d)
+    off = beyond_floor(d.mean(axis=-1), floor)
+    holm = dec.holm(p)
+    return float(((holm < alpha) & off).any(axis=-1).mean()), float(((p < alpha) & off).any(axis=-1).mean())
+
+
+def _one_cell(parent, treat, control, rho: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """One cell per study, NLLs ``[S, n]``: ``(established [S], definite control verdict [S])``."""
+    studies, n = parent.shape
+    d = treat - parent
+    p, _ = dec.headline_p(d[:, None])
+    est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1)[:, None], p, alpha)[1][:, 0]
+    e = dec.reproduction_contrast(control - parent, d, rho)
+    p_e, _ = dec.two_sided_p(e[:, None])
+    _, codes = dec.decide_controls(
+        est, np.zeros((studies, 1), bool), np.full((studies, 1), n), e.mean(axis=-1)[:, None], p_e, alpha
+    )
+    return est, (codes[:, 0] == dec.V_DOES_NOT) | (codes[:, 0] == dec.V_REPRODUCES)
+
+
+def conditional_control_error(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    sd_parent: float,
+    sd_treatment: float,
+    sd_control: float | None = None,
+    gain: float = -0.02,
+    rho: float = 0.5,
+    alpha: float = 0.05,
+) -> tuple[float, float, float]:
+    """A control at the boundary (f = rho: both definite verdicts wrong) in one cell.
+
+    Returns ``(P(established), P(wrong | established), P(wrong and established))``; the control's sd
+    defaults to the parent's.
+    """
+    sd_control = sd_parent if sd_control is None else sd_control
+    parent = rng.normal(0.0, sd_parent, (studies, n))
+    treat = gain + rng.normal(0.0, sd_treatment, (studies, n))
+    control = rho * gain + rng.normal(0.0, sd_control, (studies, n))
+    est, wrong = _one_cell(parent, treat, control, rho, alpha)
+    p_est = float(est.mean())
+    return p_est, float(wrong.sum() / max(est.sum(), 1)), float(wrong.mean())
+
+
+def rounding_verdicts(
+    n: int, studies: int, rng: np.random.Generator, *, alpha: float = 0.05, rho: float = 0.5
+) -> tuple[float, float]:
+    """Studies where every difference is float rounding: ``(share with a definite headline for a
+    treatment of -1..0 ulp per seed, share with a definite verdict for a control exactly halfway
+    between parent and a treatment with a large planted gain)``."""
+    parent = 3.5 + rng.normal(0.0, 0.3, (studies, n))
+    treat = np.where(rng.random((studies, n)) < 0.8, np.nextafter(parent, -np.inf), parent)
+    d = (treat - parent)[:, None]  # [S, 1 cell, n]
+    p, _ = dec.headline_p(d)
+    _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1), p, alpha)
+    treat2 = parent - 0.05 + rng.normal(0.0, NOISE_SD, (studies, n))
+    _, definite = _one_cell(parent, treat2, (parent + treat2) / 2, rho, alpha)
+    return float(est.mean()), float(definite.mean())
+
+
+def edge_table(studies: int = 20_000, seed: int = 20261227, alpha: float = 0.05) -> list[str]:
+    """The edge-case tables (divergence, absence, grid families, A/A, conditional rates, rounding)
+    as text lines."""
+    rng = np.random.default_rng(seed)
+    se = binomial_se(alpha, studies)
+    lines = [
+        f"Edge cases of the decision rules, alpha {alpha:g}, {studies} studies per row (binomial SE at alpha {se:.4f}), noise sd "
+        f"{NOISE_SD} per run",
+        "",
+        "Divergence: true null, the treatment diverges where it would lose",
+        f"{'n':>3} {'diverges at':>22} {'as loss':>10} {'dropped':>10}",
+    ]
+    for n in (3, 5, 8, 10):
+        for rule in LOSS_RULES:
+            r, r2 = divergence_null(n, studies, rng, rule=rule, alpha=alpha)
+            lines.append(f"{n:>3} {rule:>22} {r:>10.4f} {r2:>10.4f}")
+    delta = 0.006
+    lines += [
+        "",
+        f"Gain absent (delta = {delta} nats/token): share of studies with 'gain absent' in some cell",
+        f"{'n':>3} {'cells':>5} {'gain = delta':>13} {'gain = 0':>9}",
+    ]
+    for n in (3, 5, 10):
+        for cells in (1, 3):
+            lines.append(
+                f"{n:>3} {cells:>5} {absence_rate(n, studies, rng, gain=delta, delta=delta, cells=cells):>13.4f}"
+                f" {absence_rate(n, studies, rng, gain=0.0, delta=delta, cells=cells):>9.4f}"
+            )
+    lines += [
+        "",
+        "Families across the grid: 3 cells, one control per cell exactly at the boundary (f = rho); "
+        "share of grids with >= 1 wrong definite verdict",
+        f"{'n':>3} {'grid Holm':>10} {'per cell':>9}",
+    ]
+    for n in (5, 8):
+        lines.append(
+            f"{n:>3} {grid_boundary_controls(n, studies, rng):>10.4f} "
+            f"{grid_boundary_controls(n, studies, rng, grid_family=False):>9.4f}"
+        )
+    lines += [
+        "",
+        "A/A check on a correct harness, 3 cells: share of grids with a FAIL",
+        f"{'n':>3} {'Holm':>7} {'unadj.':>7}",
+    ]
+    for n in (3, 5, 10):
+        a, b = aa_grid(n, studies, rng)
+        lines.append(f"{n:>3} {a:>7.4f} {b:>7.4f}")
+    lines += [
+        "",
+        "Controls conditional on the gate: f = 0.5 (both definite verdicts wrong), gain -0.02, rho 0.5",
+        f"{'n':>3} {'sd parent':>9} {'sd treat':>9} {'P(est)':>7} {'P(wrong|est)':>12} {'P(wrong,est)':>12}",
+    ]
+    for n in (3, 5, 8):
+        for sp, stt in ((0.005, 0.015), (0.015, 0.005), (0.01, 0.01)):
+            pe, cond, joint = conditional_control_error(n, studies, rng, sd_parent=sp, sd_treatment=stt)
+            lines.append(f"{n:>3} {sp:>9g} {stt:>9g} {pe:>7.4f} {cond:>12.4f} {joint:>12.4f}")
+    lines += [
+        "",
+        f"Float rounding only (floor {FLOOR_NATS:g}): share with a definite verdict",
+        f"{'n':>3} {'headline (ulp)':>14} {'halfway control':>15}",
+    ]
+    for n in (5, 8):
+        h, c = rounding_verdicts(n, studies, rng, alpha=alpha)
+        lines.append(f"{n:>3} {h:>14.4f} {c:>15.4f}")
+    return lines
+
+
+TABLES = {"rules": (table, 20261201), "edges": (edge_table, 20261227)}  # name: (table, default seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reports.simulate [--tables all|rules|edges] [--studies N] [--seed S]``: print the tables
+    (each at its own default seed unless ``--seed`` is given)."""
+    parser = argparse.ArgumentParser(prog="python -m reports.simulate", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--tables", choices=["all", *TABLES], default="all", help="which tables to print (default all)"
+    )
     parser.add_argument(
         "--studies", type=int, default=20_000, help="simulated studies per row (default 20000)"
     )
     parser.add_argument(
-        "--seed", type=int, default=default_seed, help=f"random seed (default {default_seed})"
+        "--seed", type=int, default=None, help="random seed (default: 20261201 rules, 20261227 edges)"
     )
     args = parser.parse_args(argv)
     if args.studies < 100:
         parser.error(f"--studies {args.studies}: use at least 100")
-    print("\n".join(make_table(args.studies, args.seed)))
+    chosen = list(TABLES) if args.tables == "all" else [args.tables]
+    lines: list[str] = []
+    for name in chosen:
+        make, seed = TABLES[name]
+        lines += ([""] if lines else []) + make(args.studies, seed if args.seed is None else args.seed)
+    print("\n".join(lines))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m reports.simulate [--studies N] [--seed S]``: print :func:`table`."""
-    return table_cli(
-        argv, "python -m reports.simulate", __doc__, lambda studies, seed: table(studies, seed), 20261201
-    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Live curves in the trackers' own files (harness/train/trackers.py), with their real clients and no network.
 
-One tiny run on the FineWeb-Edu sample streams to TensorBoard, MLflow (the local ``file:`` store),
+One tiny run on the FineWeb-Edu sample streams to TensorBoard, MLflow (the default SQLite store),
 W&B (offline mode) and CSV; each tracker's own reader then finds the validation NLL that DuckDB
 holds (equal to float32 precision: TensorBoard stores float32) at the same steps, and the run's
 protocol hash among its hyper-parameters. A second run with the MLflow server down finishes
@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from harness.train import train_run
 from harness.train.protocol import protocol_dict
 from harness.train.trackers import routing_metrics
 
-SAMPLE = Path("/work/shared/data/fineweb_edu_sample")
+SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-3, "eval_every_tokens": 2048}
 BUDGET = 6 * 1024
 
@@ -100,12 +102,13 @@ def test_tensorboard_event_files_hold_the_stored_val_nll(tracked):
         assert tag in tags, tags
 
 
-def test_mlflow_file_store_lists_the_metric_and_the_protocol_hash(tracked):
+def test_mlflow_sqlite_store_lists_the_metric_and_the_protocol_hash(tracked):
     from mlflow.tracking import MlflowClient
 
     results, config, val, phash = tracked
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the file store is opt-in
-    client = MlflowClient(tracking_uri=(results / "mlruns").resolve().as_uri())
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ  # the harness opted nobody into the file store
+    assert not (results / "mlruns").exists() and not Path("mlruns").exists()
+    client = MlflowClient(tracking_uri=f"sqlite:///{results.resolve()}/mlflow.db")
     experiment = client.get_experiment_by_name(config.grid)
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == config.run_id
@@ -227,8 +230,10 @@ def test_routing_rows_become_per_layer_metrics():
 
 
 def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch):
-    """A grid with ``[train] loggers = ["tensorboard"]`` queued and drained by ``harness work --logger csv``:
-    each run's TensorBoard folder (RESULTS/tb/GRID/RUN) and CSV file hold its stored validation NLL."""
+    """A grid with ``[train] loggers = ["tensorboard", "mlflow"]`` queued and drained by ``harness work
+    --logger csv``: each run's TensorBoard folder (RESULTS/tb/GRID/RUN) and CSV file hold its stored
+    validation NLL, and ``mlflow.search_runs`` in a fresh process with no MLFLOW_* variable set lists every
+    run of the grid from the default store (RESULTS/mlflow.db) with its final validation NLL."""
     import polars as pl
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -237,6 +242,8 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
     from harness.scheduling.queue import RunQueue
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
     results = tmp_path / "results"
     grid = parse_grid(
         {
@@ -246,7 +253,7 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
             "seeds": [0],
             "budgets_tokens": [4096],
             "variants": {"block_attnres": "parent", "rd_attnres": "treatment"},
-            "train": {**TRAIN, "loggers": ["tensorboard"]},
+            "train": {**TRAIN, "loggers": ["tensorboard", "mlflow"]},
         }
     )
     RunQueue.open(None, results).enqueue(grid.expand())
@@ -271,3 +278,21 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
         ]
         csv = pl.read_csv(results / "csv" / "tracked" / folder / "metrics.csv")
         assert csv.filter(pl.col("val/nll").is_not_null()).select("step", "val/nll").rows() == want
+    # A reader as a user starts it: a new process, its environment free of MLflow settings, the store's URI.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    reader = (
+        "import json, sys, mlflow\n"
+        "runs = mlflow.search_runs(experiment_names=['tracked'], output_format='list')\n"
+        "print(json.dumps({r.info.run_name: r.data.metrics['val/nll'] for r in runs}))\n"
+    )
+    uri = f"sqlite:///{results.resolve()}/mlflow.db"
+    out = subprocess.run(
+        [sys.executable, "-c", f"import mlflow; mlflow.set_tracking_uri({uri!r})\n{reader}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert listed == {rid: [v for r, _, v in stored if r == rid][-1] for rid in run_ids}

@@ -10,8 +10,8 @@ runs is queued: the plan is fixed before the runs.
 A grid's [tuned] table adds, for each listed variant, runs at its own tuned settings
 (run ids ending in :tuned): "tune:NAME" takes the best params of that tuning study in
 this storage now (see `harness tune`), a table gives them. A queue written by the previous
-layout (one Optuna study "harness" for every grid) is converted into one study per grid
-when none of its runs is queued or running (a message says so).
+layout (one Optuna study "harness" for every grid) is read as it is, with a one-line note:
+`harness migrate` converts it into one study per grid.
 
 The corpus is the grid's `corpus`, overridden by $HARNESS_CORPUS, overridden by
 --corpus. A relative path is resolved against the grid file's folder (the grid's own
@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.queue import LEGACY_STUDY, RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -108,14 +108,17 @@ def main(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     corpus, source = choose_corpus(args.corpus, grid)
     configs = _checked_configs(grid, corpus, source, args)
-    from harness.scheduling import legacy, tuning
+    from harness.scheduling import tuning
 
     queue = RunQueue.open(
         args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
     )
-    legacy.convert(
-        queue, values=legacy.result_values(args.results), log=lambda msg: print(msg, file=sys.stderr)
-    )
+    if LEGACY_STUDY in queue.studies():
+        print(
+            f"harness queue: note: this queue has the previous layout (one Optuna study {LEGACY_STUDY!r} for "
+            "every grid), read as it is; `harness migrate` converts it into one study per grid",
+            file=sys.stderr,
+        )
     if grid.tuned:
 
         def best(study: str) -> tuple[str, dict]:

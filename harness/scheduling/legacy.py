@@ -1,5 +1,6 @@
 """Convert a queue of the previous layout (one study ``"harness"`` for every grid) into one
-study per grid, the layout :mod:`harness.scheduling.queue` writes.
+study per grid, the layout :mod:`harness.scheduling.queue` writes; run by ``harness migrate``
+(:mod:`harness.commands.migrate`) only, never implicitly.
 
 The previous layout is read as it is (:meth:`QueueReader._trials <harness.scheduling.queueread.QueueReader>`),
 so nothing needs converting to keep working; converting makes Optuna's tools show each grid

@@ -8,8 +8,8 @@ read from its trials: :mod:`harness.scheduling.trials`).
 All the trials of one run live in one study. A queue written by the previous layout (one
 study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is read as it is: its runs stay
 there, new runs go into their grid's study, and :mod:`harness.scheduling.legacy` converts
-it into one study per grid once none of its runs is queued or running (``harness queue``
-does, with a message).
+it into one study per grid once none of its runs is queued or running (``harness migrate``
+does, when asked; ``harness queue`` names it in a one-line note).
 
 Trials are addressed by their number in their study; the storage's trial id, which its
 write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.

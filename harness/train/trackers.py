@@ -10,8 +10,10 @@ through Lightning's own logger classes, what :class:`~harness.train.lit.LitLM` r
 * ``tensorboard``: event files in ``RESULTS/tb/GRID/RUN`` (``tensorboard --logdir RESULTS/tb``);
 * ``wandb``: project ``$WANDB_PROJECT`` (default ``rd-harness``), group GRID, files under RESULTS
   (``$WANDB_DIR`` wins); ``WANDB_MODE=offline`` writes a run ``wandb sync`` uploads later;
-* ``mlflow``: experiment GRID at ``$MLFLOW_TRACKING_URI`` (default the ``file:`` store RESULTS/mlruns,
-  with ``MLFLOW_ALLOW_FILE_STORE=true``: MLflow 3 keeps that store in maintenance mode);
+* ``mlflow``: experiment GRID at ``$MLFLOW_TRACKING_URI``, default the SQLite store
+  ``sqlite:///RESULTS/mlflow.db`` (the local store MLflow 3 recommends; its ``file:`` store is in
+  maintenance mode and cannot be read without ``MLFLOW_ALLOW_FILE_STORE=true``), which
+  ``mlflow.search_runs`` and ``mlflow ui --backend-store-uri`` read with no opt-in;
 * ``csv``: ``RESULTS/csv/GRID/RUN/metrics.csv``.
 
 Hyper-parameters: the run's config (flattened), role, seed and protocol hash. Only rank 0 logs.
@@ -26,11 +28,22 @@ import warnings
 from pathlib import Path
 
 import lightning as L
+from filelock import FileLock
 
 from db.validate import result_filename
 from harness.config import TRACKERS, RunConfig
 
 DEFAULT_WANDB_PROJECT = "rd-harness"
+MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder
+
+
+def mlflow_uri(results_dir: Path) -> str:
+    """The MLflow tracking URI runs log to: ``$MLFLOW_TRACKING_URI`` when set, else the SQLite store
+    ``sqlite:////ABS/RESULTS/mlflow.db`` (an absolute path: four slashes)."""
+    return (
+        os.environ.get("MLFLOW_TRACKING_URI")
+        or f"sqlite:///{(Path(results_dir).resolve() / MLFLOW_DB).as_posix()}"
+    )
 
 
 def _folder(run_id: str) -> str:
@@ -59,11 +72,20 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
     if name == "mlflow":
         from lightning.pytorch.loggers import MLFlowLogger
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI")
-        if not uri:  # the local file: store; MLflow 3 keeps it in maintenance mode and asks for this opt-in
-            uri = (results_dir / "mlruns").as_uri()
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        return MLFlowLogger(experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri)
+        uri = mlflow_uri(results_dir)
+        if os.environ.get("MLFLOW_TRACKING_URI"):  # the user's store: a server, or a store of their choice
+            return MLFlowLogger(experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri)
+        logger = MLFlowLogger(
+            experiment_name=config.grid,
+            run_name=config.run_id,
+            tracking_uri=uri,
+            artifact_location=(results_dir / "mlartifacts").as_uri(),  # not the working directory's ./mlruns
+        )
+        # The first use creates the store's tables and the grid's experiment: workers sharing a results
+        # folder take turns, or a second creator fails on the first one's tables or experiment name.
+        with FileLock(str(results_dir / f"{MLFLOW_DB}.lock")):
+            logger.experiment  # noqa: B018 -- the property creates the store, the experiment and the run
+        return logger
     if name == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
