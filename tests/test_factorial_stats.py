@@ -24,8 +24,9 @@ from reports.stats.analysis import analyze
 from reports.stats.factorial import COMBOS, FACTORIAL_KINDS, INTERACTION, MAIN, SIMPLE, SPECS
 from reports.stats.looks import at_looks, sequential_p
 from reports.stats.pairing import ProtocolMismatchError
-from reports.stats.power import INTERACTION_SD_FACTOR, interaction_seeds, mde, power_at
+from reports.stats.power import INTERACTION_SD_FACTOR, interaction_seeds, mde, planned_seeds, power_at
 from reports.stats.results import CSV_COLUMNS
+from reports.stats.seed_planning import GridShape, plan_rows
 from reports.synthetic import frames_from_values
 
 
@@ -201,3 +202,23 @@ def test_factorial_rows_in_stats_csv_and_a_mismatched_protocol_is_refused():
     )
     with pytest.raises(ProtocolMismatchError, match="protocol_hash"):
         analyze(final, runs, plan=AnalysisPlan(factorial=DESIGN))
+
+
+def test_harness_plan_prices_the_interaction_from_a_factorial_pilot_or_sqrt2_single_differences():
+    plan = AnalysisPlan(min_effect_nats=0.02, factorial=DESIGN, max_seeds=40)
+    variants = tuple(LEVELS)
+    shape = GridShape(
+        "g", plan, 6, "block_attnres", "rd_attnres", ("param_matched",), (("small", 1_000_000, variants),)
+    )
+    row = next(r for r in plan_rows(shape, sd=0.01) if r.kind == "interaction")
+    assert row.sd_nats == pytest.approx(0.01 * math.sqrt(2))
+    assert row.seeds_needed == interaction_seeds(0.01, plan).n and row.runs == 4 * row.seeds_needed
+    pilot, _ = study(draws(6, 0.0, 12), min_effect_nats=0.02)
+    row = next(r for r in plan_rows(shape, pilot=pilot) if r.kind == "interaction")
+    inter = pilot.factorial[0].contrast(INTERACTION)
+    assert row.sd_nats == pytest.approx(inter.sd) and row.sd_df == 5
+    assert row.seeds_needed == planned_seeds(0.02, inter.sd, plan, "two-sided").n
+    no_factorial = GridShape(
+        "g", AnalysisPlan(min_effect_nats=0.02), 6, "block_attnres", "rd_attnres", (), shape.cells
+    )
+    assert all(r.kind != "interaction" for r in plan_rows(no_factorial, sd=0.01))

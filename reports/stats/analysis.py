@@ -21,6 +21,9 @@ and protocol hash (:mod:`reports.stats.pairing`):
 * **A/A check** (in no control family; its offset tests Holm over the cells), **divergence table**, **MDE / seeds needed** from
   the plan's effect (:mod:`reports.stats.power`), the **mixed model** (:mod:`reports.stats.mixed`), and
   **gain vs budget** where a size has several budgets (:mod:`reports.stats.budget`).
+* **Factorial attribution** where the plan has a ``[factorial]`` design (DESIGN section 12,
+  :mod:`reports.stats.factorial`): simple and main effects and the interaction per cell, Holm over the
+  grid's factorial family.
 * With **looks** in the plan (DESIGN section 8, :mod:`reports.stats.looks`), the headline and the
   control contrasts are tested at the look each cell has reached, at that look's share of
   alpha; Holm is applied to their sequential p.
