@@ -47,7 +47,7 @@ def harness(*args, env):
     return proc.stdout
 
 
-@pytest.mark.slow  # ~60 s on 2 idle cores: trains 12 tiny runs
+@pytest.mark.slow  # 155 s on 2 shared cores: trains 12 tiny runs
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_a_factorial_grid_queues_trains_and_reports_its_factorial(tmp_path):
     grid = tmp_path / "fact_tiny.toml"
