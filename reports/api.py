@@ -7,6 +7,7 @@ them; ``harness/__init__.py``)::
     tables = harness.results("results", grid="rd_controls_small")   # final, runs, metrics, routing
     a = harness.analyze("results", grid="rd_controls_small")         # what `harness report` computes
     a.headline.to_frame(); a.controls.to_frame(); a.aa.to_frame(); a.to_frame()  # = stats.csv
+    a.factorial_frame()                                               # grids with [factorial]
 
 Both read the results store through :class:`db.store.Store`'s read path (read-only connections;
 result files not yet in the database are ingested first, as ``harness report`` and ``harness sql``
@@ -23,6 +24,7 @@ import polars as pl
 
 from db.store import Store
 from reports.build import compute_stats, load_frames
+from reports.stats.factorial import FACTORIAL_KINDS
 from reports.stats.results import AACheck, ControlAssessment, Headline, ReportStats
 
 TABLES = ("final", "runs", "metrics", "routing")
@@ -94,6 +96,11 @@ class Analysis:
     def pairs_frame(self) -> pl.DataFrame:
         """Every matched pair (run ids, NLLs, paired difference): ``pairs.csv``."""
         return self.stats.pairs_frame()
+
+    def factorial_frame(self) -> pl.DataFrame:
+        """The factorial contrasts of a grid with ``[factorial]`` (DESIGN 12): their ``stats.csv`` rows, kinds
+        ``factorial_simple``, ``factorial_main``, ``factorial_interaction`` (empty frame without a factorial)."""
+        return self.stats.to_frame().filter(pl.col("kind").is_in(FACTORIAL_KINDS))
 
 
 def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = False) -> Analysis:

@@ -9,6 +9,7 @@ computes a statistic, and nothing in :mod:`reports.stats` imports this package.
 * :mod:`~reports.render.summary`: the top of the report (grid status, verdict banners and chips, how to read);
 * :mod:`~reports.render.sections`: the report's sections, ``render_markdown``, ``render_html`` and the
   terminal summary; :mod:`~reports.render.robustness_section`: the ``[tuned]`` robustness section;
+  :mod:`~reports.render.factorial_section`: the factorial section and its interaction plot (DESIGN 12);
 * :mod:`~reports.render.figures`, :mod:`~reports.render.routing_figures`: PNG figures;
   :mod:`~reports.render.figure_set`: every figure of a report, in order;
 * :mod:`~reports.render.plan_table` (``harness plan``'s text), :mod:`~reports.render.topup_lines`

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from reports.render.factorial_section import interaction_plot
 from reports.render.figures import (
     FigureOut,
     gain_fractions,
@@ -32,6 +33,7 @@ def all_figures(
                 routing_over_training(routing, final, stats, v, size, budget) for v in routing_variants(stats)
             ]
         out += [f for f in figs if f is not None]
+        out += [interaction_plot(c) for c in stats.factorial if (c.size, c.budget_tokens) == (size, budget)]
     # Figures spanning the cells of a size (cell = None) follow: gain vs budget (DESIGN 8).
     for size in dict.fromkeys(p.size for p in stats.budget.points):
         out += [f for f in (gain_vs_budget(stats, size),) if f is not None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from reports.stats.looks import look_at
-from reports.stats.seed_planning import GIVEN, GridShape, PlanRow, Throughput, sd_interval
+from reports.stats.seed_planning import GIVEN, INTERACTION, GridShape, PlanRow, Throughput, sd_interval
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -123,6 +123,13 @@ def _table(shape: GridShape, rows: list[PlanRow]) -> list[str]:
         f"min(rho, 1 - rho) x min_effect_nats for a contrast. runs, tokens, worker-hours: every variant "
         "of the cell at the seeds needed, at the measured throughput of one worker (divide by the workers).",
     ]
+    if any(r.kind == INTERACTION for r in rows):
+        lines.append(
+            "interaction (a [factorial] grid): two-sided, effect min_effect_nats (one factor's gain absorbed by "
+            "the other). Without a factorial pilot its sd is sqrt(2) x one difference's (independent run noise: "
+            "Var I = 4 sigma^2): an interaction needs about 4x the seeds of a main effect, 2x those of a single "
+            "difference, for the same size."
+        )
     sources = list(dict.fromkeys(r.sd_source for r in rows if r.sd_source != GIVEN))
     if sources:
         lines += ["sd sources:"] + [f"  {s}" for s in sources]

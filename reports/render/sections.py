@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from reports.render import factorial_section
 from reports.render.blocks import Block, Box, Bullets, Chip, Heading, Image, Para, Table, to_html, to_markdown
 from reports.render.figures import FigureOut
 from reports.render.fmt import cell_text as _cell
@@ -712,6 +713,7 @@ def _figures(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
     """Figures per cell, in the order drawn; figures across cells (``cell`` None, e.g. gain vs
     budget, DESIGN 8) in their own section."""
     out: list[Block] = [Heading(2, "Figures")]
+    figures = [f for f in figures if not f.name.startswith(factorial_section.FIGURE_PREFIX)]  # in its section
     if not figures:
         return out + [Para("No figure: no pairs, training or validation curves, or routing rows.", "note")]
     cells = [c for c in stats.cells if any(f.cell == c for f in figures)]
@@ -758,7 +760,8 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
     ]
     blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
     blocks += plateau_blocks(stats)
-    blocks += _plan(stats) + _headline(stats) + _controls(stats) + robustness_blocks(stats) + _aa(stats)
+    blocks += _plan(stats) + _headline(stats) + _controls(stats) + robustness_blocks(stats)
+    blocks += factorial_section.blocks(stats, figures) + _aa(stats)
     blocks += _divergence(stats)
     blocks += _gain_vs_budget(stats) + _figures(stats, figures) + _all_comparisons(stats) + _mixed(stats)
     return blocks + _methods(stats) + _left_out(stats)
@@ -787,7 +790,7 @@ def summary_lines(stats: ReportStats) -> list[str]:
         )
     for a in stats.aa_checks:
         lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {aa_sentence(a, stats.plan.alpha)}")
-    return lines
+    return lines + factorial_section.summary_lines(stats)
 
 
 def render_markdown(

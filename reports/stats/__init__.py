@@ -10,10 +10,13 @@ table, is :mod:`harness.analysis_plan`, shared with the grid parser):
 * :mod:`~reports.stats.decisions`: the verdict rules (headline gatekeeper, reproduction contrasts,
   Holm, Fieller), as array functions shared by the report and the simulations;
 * :mod:`~reports.stats.looks`: sequential looks, the alpha spent at each, the sequential p (DESIGN 8);
+  :mod:`~reports.stats.sequential`: one comparison's test at the look reached;
 * :mod:`~reports.stats.power`: MDE, power and seeds needed for a planned effect (noncentral t);
 * :mod:`~reports.stats.mixed`, :mod:`~reports.stats.budget`, :mod:`~reports.stats.degeneracy`,
   :mod:`~reports.stats.robustness`: the mixed-model cross-check, gain vs budget, degenerate
   controls, the ``[tuned]`` robustness row;
+* :mod:`~reports.stats.factorial`: a ``[factorial]`` grid's simple and main effects and interaction,
+  paired over seeds, Holm over the factorial family, verdict sentences (DESIGN 12);
 * :mod:`~reports.stats.progress`: the grid status, the queue's view of the runs next to the store's;
 * :mod:`~reports.stats.results`: the result objects (frozen dataclasses built by keyword) and
   ``stats.csv`` (:meth:`~reports.stats.results.ReportStats.to_frame`);

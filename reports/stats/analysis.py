@@ -21,6 +21,9 @@ and protocol hash (:mod:`reports.stats.pairing`):
 * **A/A check** (in no control family; its offset tests Holm over the cells), **divergence table**, **MDE / seeds needed** from
   the plan's effect (:mod:`reports.stats.power`), the **mixed model** (:mod:`reports.stats.mixed`), and
   **gain vs budget** where a size has several budgets (:mod:`reports.stats.budget`).
+* **Factorial attribution** where the plan has a ``[factorial]`` design (DESIGN section 12,
+  :mod:`reports.stats.factorial`): simple and main effects and the interaction per cell, Holm over the
+  grid's factorial family.
 * With **looks** in the plan (DESIGN section 8, :mod:`reports.stats.looks`), the headline and the
   control contrasts are tested at the look each cell has reached, at that look's share of
   alpha; Holm is applied to their sequential p.
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -50,8 +52,8 @@ from reports.stats import paired_tests as paired
 from reports.stats.budget import gain_vs_budget
 from reports.stats.descriptives import describe
 from reports.stats.divergence import LostSeeds, TestedDiffs, contrast_losses, worst_case
+from reports.stats.factorial import factorial_cells
 from reports.stats.floors import FLOOR_NATS, aa_floor, beyond_floor, within_floor_everywhere
-from reports.stats.looks import Look, at_looks, look_at, sequential_p
 from reports.stats.mixed import fit_mixed_model
 from reports.stats.pairing import AA_VARIANTS, PairedSet, cell_order, of_grid, pair_runs, steps_by_run
 from reports.stats.plateau import plateau_rows
@@ -97,6 +99,8 @@ from reports.stats.results import (  # noqa: F401 (re-exported: the result objec
     ReportStats,
 )
 from reports.stats.robustness import split_tuned, tuned_rows
+from reports.stats.sequential import SequentialTest as _SequentialTest
+from reports.stats.sequential import sequential_test as _sequential
 
 
 def _aa_check(
@@ -244,6 +248,7 @@ def analyze(
     headlines = _headlines(cells, sets, t, pairing.parent, degen, plan, lost)
     assessments = _assess(cells, controls, sets, t, pairing.parent, degen, plan, headlines, lost)
     aa = _aa_checks(comparisons, sets, headlines, steps_by_run(runs), plan.alpha, lost)
+    factorial = factorial_cells(pairing.usable, cells, plan, lost, allow_partial=allow_partial, warn=warn)
     mixed = _mixed_models(pairing, warn)
     if progress is None:
         progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
@@ -273,6 +278,7 @@ def analyze(
         budget=budget,
         robustness=tuple(robust),
         plateau=plateau_rows(final, runs),
+        factorial=factorial,
     )
 
 
@@ -372,57 +378,6 @@ def _sd(d: np.ndarray) -> float:
 
 def _diffs(ps: PairedSet | None) -> np.ndarray:
     return np.array([p.diff for p in ps.pairs]) if ps is not None else np.zeros(0)
-
-
-@dataclass(frozen=True, slots=True)
-class _SequentialTest:
-    """One comparison's test under the plan's looks (see :func:`_sequential`)."""
-
-    look: Look
-    p: float  # nominal p of the pairs the current look tests
-    exact: bool
-    sequential_p: float  # what Holm sees
-    deciding_mean: float  # mean d at the look attaining sequential_p
-    decided_look: int  # 1-based look attaining sequential_p (0: no looks, or untested)
-
-
-def _sequential(d: np.ndarray, plan: AnalysisPlan, test) -> _SequentialTest:
-    """Test differences ``d`` (seed order) as the plan reads them (:mod:`reports.stats.looks`).
-
-    Without looks: ``test`` on all pairs, the ordinary p. With looks: ``test`` on the first
-    n_k pairs at every look reached; the sequential p over them. Untested (fewer than 3
-    pairs, or before the first look): NaN.
-    """
-    look = look_at(d.size, plan.looks, plan.alpha)
-    if look.n < paired.MIN_PAIRS:
-        return _SequentialTest(
-            look=look,
-            p=NAN,
-            exact=False,
-            sequential_p=NAN,
-            deciding_mean=float(d.mean()) if d.size else NAN,
-            decided_look=0,
-        )
-    p, exact = test(d[: look.n])
-    if not plan.looks:
-        return _SequentialTest(
-            look=look,
-            p=float(p),
-            exact=bool(exact),
-            sequential_p=float(p),
-            deciding_mean=float(d.mean()),
-            decided_look=0,
-        )
-    p_looks, means = at_looks(d, plan.looks, test)
-    seq, i = sequential_p(p_looks, plan.looks)
-    return _SequentialTest(
-        look=look,
-        p=float(p),
-        exact=bool(exact),
-        sequential_p=float(seq),
-        deciding_mean=float(means[int(i)]),
-        decided_look=int(i) + 1,
-    )
 
 
 class _HeadlineInput(NamedTuple):

@@ -170,3 +170,40 @@ def planned_seeds(effect_nats: float | None, sd: float, plan: AnalysisPlan, alte
     return SeedsNeeded(
         n=hit, reachable=hit is not None, power_at_max=float(pw[-1]), max_seeds=last, at_looks=True
     )
+
+
+# Independent run noise sigma^2 per run (seed effects cancel in every paired contrast): a single
+# difference y_1 - y_0 has variance 2 sigma^2, a factor's main effect ((y_10 - y_00) + (y_11 - y_01)) / 2
+# sigma^2, the interaction y_11 - y_10 - y_01 + y_00 4 sigma^2 (DESIGN section 12). So the interaction's
+# sd is sqrt(2) x a single difference's and 2 x a main effect's: for the same size it needs about 4x
+# the seeds of a main effect (about 2x those of a single difference).
+INTERACTION_SD_FACTOR = math.sqrt(2.0)
+
+
+def interaction_sd(sd_single_difference: float) -> float:
+    """The paired sd (nats/token) of the interaction contrast implied by a single difference's sd:
+    ``sqrt(2) x sd_single_difference`` (independent run noise, :data:`INTERACTION_SD_FACTOR`)."""
+    return INTERACTION_SD_FACTOR * sd_single_difference
+
+
+def interaction_seeds(
+    sd_single_difference: float, plan: AnalysisPlan, *, sd_interaction: float | None = None
+) -> SeedsNeeded:
+    """Seeds a 2 x 2 factorial needs to detect an interaction of size ``plan.min_effect_nats`` (DESIGN 12).
+
+    The interaction I = (y_11 - y_10) - (y_01 - y_00) is tested two-sided per seed like any paired
+    contrast; its planned size is the plan's ``min_effect_nats`` (one factor's gain absorbed
+    entirely by the other). Its sd is ``sd_interaction`` when measured (a pilot's factorial rows),
+    else :func:`interaction_sd` of ``sd_single_difference`` (e.g. the headline's sd). Under the
+    plan's looks as :func:`planned_seeds`.
+
+    Args:
+        sd_single_difference: paired sd of one difference y_1 - y_0 (nats/token).
+        plan: the analysis plan (alpha, power, looks, max_seeds, min_effect_nats).
+        sd_interaction: the interaction's own paired sd (nats/token), if known.
+
+    Returns:
+        :class:`SeedsNeeded` (``n`` None: not reachable, or no ``min_effect_nats`` / no usable sd).
+    """
+    sd = sd_interaction if sd_interaction is not None else interaction_sd(sd_single_difference)
+    return planned_seeds(plan.min_effect_nats, sd, plan, "two-sided")

@@ -104,7 +104,10 @@ KINDS = (
     "treatment_vs_control",
     "parent_vs_reference",
     "tuned_treatment_vs_parent",
-)  # the last: the [tuned] robustness row (reports.stats.robustness, DESIGN 9)
+    "factorial_simple",
+    "factorial_main",
+    "factorial_interaction",
+)  # tuned: the [tuned] robustness row (reports.stats.robustness, DESIGN 9); factorial_*: DESIGN 12
 
 # Short fixed note tags (stats.csv `note`; reports.render.sections words them).
 NOTE_FEW = "fewer than 3 pairs: no test"
@@ -369,6 +372,7 @@ class ReportStats:
     )  # gain vs budget (DESIGN 8): several budgets only
     robustness: tuple = ()  # reports.stats.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
     plateau: tuple = ()  # reports.stats.plateau.PlateauRow per cell: final NLL next to the unigram plateau
+    factorial: tuple = ()  # reports.stats.factorial.FactorialCell per cell of a grid with [factorial], DESIGN 12
 
     @property
     def cells(self) -> list[tuple[str, int]]:
@@ -394,8 +398,10 @@ class ReportStats:
         return [r for r in self.divergence if r.diverged]
 
     def to_frame(self) -> pl.DataFrame:
-        """``stats.csv``: one row per comparison, contract columns then extra columns."""
+        """``stats.csv``: one row per comparison, then one per factorial contrast (kinds ``factorial_*``);
+        contract columns then extra columns."""
         rows = [_row(self, c) for c in self.comparisons]
+        rows += [_factorial_row(self, f) for cell in self.factorial for f in cell.contrasts]
         cols = CSV_COLUMNS + EXTRA_COLUMNS
         return pl.DataFrame(rows).select(cols) if rows else pl.DataFrame({c: [] for c in cols})
 
@@ -623,3 +629,35 @@ def _control_columns(row: dict, a: ControlAssessment, c: Comparison) -> list[str
 
 
 # --------------------------------------------------------------------------- analysis
+
+
+def _factorial_row(rs: ReportStats, f) -> dict:
+    """The ``stats.csv`` row of one factorial contrast (:class:`reports.stats.factorial.FactorialContrast`):
+    descriptives of its observed seeds, then its test, Holm p over the factorial family and verdict."""
+    row = _row(rs, f.comparison)
+    tested = math.isfinite(f.p)
+    row.update(
+        ppl_change=row["ppl_change"] if f.comparison.kind == "factorial_simple" else NAN,
+        holm_p=f.holm_p,
+        contrast_mean=f.mean,
+        contrast_p=f.p,
+        verdict=f.verdict,
+        reason=f.reason,
+        family_size=f.family_size or None,
+        contrast_n=f.n,
+        contrast_sd=f.sd,
+        contrast_test=("exact sign-flip" if f.exact else "t") if tested else "",
+        mde_nats=f.mde_nats,
+        seeds_needed=f.seeds_needed.n,
+        planned_effect_nats=NAN if rs.plan.min_effect_nats is None else rs.plan.min_effect_nats,
+        power_at_max_seeds=f.seeds_needed.power_at_max,
+        numerical_floor=FLOOR_NATS,
+    )
+    row.update(_tested_columns(f.seeds, f.imputed))
+    notes = [row["note"]] if row["note"] else []
+    notes += _tested_notes(f.comparison.seeds, f.seeds, f.imputed, f.dropped)
+    if tested:
+        row.update(_look_columns(f.look, f.look.level, f.sequential_p))
+        notes += _look_notes(f.look, f.decided_look if f.established else 0)
+    row["note"] = "; ".join(notes + _needed_notes(f.seeds_needed, rs.plan.min_effect_nats))
+    return row

@@ -12,6 +12,9 @@ control's reproduction contrast ``e = c - (1 - rho) p - rho t``, two-sided):
   at alpha, or at the level of the look the grid's seeds reach);
 * the **seeds needed** for the plan's ``min_effect_nats`` (min(rho, 1 - rho) of it for a
   contrast; :func:`reports.stats.power.planned_seeds`), or "not reachable at this budget";
+* for a grid with ``[factorial]`` (DESIGN 12), the **interaction** (two-sided, effect ``min_effect_nats``):
+  its sd from a factorial pilot's own interaction rows, else sqrt(2) x the single difference's sd (the
+  given one or the pilot's headline; :func:`reports.stats.power.interaction_sd`);
 * the **cost** of running the cell at that many seeds: every variant of the cell (pairs
   need them all, ``harness topup`` adds them all), runs x budget tokens, and worker-hours
   at the measured throughput of that size (:func:`throughput`: the store's finished runs,
@@ -32,11 +35,12 @@ import scipy.stats
 from harness.analysis_plan import AnalysisPlan
 from reports.stats.analysis import ReportStats
 from reports.stats.looks import look_at
-from reports.stats.power import contrast_effect, look_mde, planned_seeds
+from reports.stats.power import contrast_effect, interaction_sd, interaction_seeds, look_mde, planned_seeds
 
 HEADLINE = "headline"
 ABSENCE = "absence"  # the headline's absence test (H0: gain >= min_effect_nats), DESIGN 6
 CONTRAST = "contrast"
+INTERACTION = "interaction"  # a [factorial] grid's interaction contrast, DESIGN 12
 GIVEN = "given (--sd)"
 JSON_KEYS = (
     "comparison",
@@ -97,7 +101,7 @@ class PlanRow:
     """One comparison in one cell (see the module docstring). Units: nats/token, tokens, hours."""
 
     comparison: str
-    kind: str  # HEADLINE, ABSENCE or CONTRAST
+    kind: str  # HEADLINE, ABSENCE, CONTRAST or INTERACTION (a [factorial] grid, DESIGN 12)
     size: str
     budget_tokens: int
     sd_nats: float | None
@@ -136,7 +140,8 @@ def _pooled(sds: list[tuple[float, int]]) -> tuple[float, int]:
 def pilot_sds(stats: ReportStats) -> dict[tuple[str, str, int], PilotSd]:
     """Paired sds of a pilot grid's report statistics, by (comparison key, size, budget).
 
-    Keys: ``("headline", size, budget)`` (treatment - parent over all its pairs) and
+    Keys: ``("headline", size, budget)`` (treatment - parent over all its pairs),
+    ``("interaction", size, budget)`` (a factorial pilot's interaction contrast, DESIGN 12) and
     ``(control, size, budget)`` (that control's reproduction contrast over the seeds where
     control, parent and treatment all finished). Cells with fewer than 2 pairs give no sd.
     """
@@ -145,6 +150,12 @@ def pilot_sds(stats: ReportStats) -> dict[tuple[str, str, int], PilotSd]:
         if h.n >= 2 and math.isfinite(h.sd):
             out[(HEADLINE, h.size, h.budget_tokens)] = PilotSd(
                 h.sd, f"pilot {stats.grid}: sd of {h.comparison} over {h.n} seeds", h.n - 1
+            )
+    for cell in stats.factorial:  # a factorial pilot: its interaction's own sd
+        i = next(c for c in cell.contrasts if c.spec.kind == "factorial_interaction")
+        if i.n >= 2 and math.isfinite(i.sd):
+            out[(INTERACTION, cell.size, cell.budget_tokens)] = PilotSd(
+                i.sd, f"pilot {stats.grid}: sd of the interaction over {i.n} seeds", i.n - 1
             )
     for a in stats.assessments:
         if a.n >= 2 and math.isfinite(a.contrast_sd):
@@ -306,7 +317,63 @@ def plan_rows(
                     est_hours=hours,
                 )
             )
+        rows += _interaction_rows(shape, size, budget, variants, sd, pilot, sds, tps)
     return rows
+
+
+def _interaction_sd(sd: float | None, pilot, sds: dict, size: str, budget: int) -> PilotSd:
+    """The interaction's sd: a pilot's own interaction rows of this size (nearest budget), else sqrt(2) x
+    the single difference's sd (the given one, or the pilot's headline; :func:`interaction_sd`)."""
+    if pilot is None:
+        return PilotSd(interaction_sd(sd), f"sqrt(2) x the given {sd:g} (one difference's sd)")
+    own = sorted(
+        (b for (k, s, b) in sds if (k, s) == (INTERACTION, size)), key=lambda b: abs(math.log(b / budget))
+    )
+    if own:
+        hit = sds[(INTERACTION, size, own[0])]
+        at = "" if own[0] == budget else f" at its nearest budget {own[0]:_} tokens"
+        return PilotSd(hit.sd, hit.source + at, hit.df)
+    head = _match(sds, HEADLINE, size, budget, pilot.grid)
+    if head.sd is None:
+        return head
+    return PilotSd(
+        interaction_sd(head.sd), f"sqrt(2) x the headline's sd ({head.source}): no factorial rows", head.df
+    )
+
+
+def _interaction_rows(shape: GridShape, size, budget, variants, sd, pilot, sds, tps) -> list[PlanRow]:
+    """The interaction's row of one cell of a grid with ``[factorial]`` (two-sided, effect ``min_effect_nats``,
+    :func:`reports.stats.power.interaction_seeds`); [] without a factorial."""
+    f, plan = shape.plan.factorial, shape.plan
+    if f is None:
+        return []
+    got = _interaction_sd(sd, pilot, sds, size, budget)
+    usable = got.sd if got.sd is not None else float("nan")
+    mde = look_mde(usable, shape.n_seeds, plan, "two-sided")
+    need = interaction_seeds(usable, plan, sd_interaction=usable)
+    runs = len(variants) * need.n if need.reachable else None
+    tokens = runs * budget if runs is not None else None
+    return [
+        PlanRow(
+            comparison=f"interaction {f.factors[0]} x {f.factors[1]}",
+            kind=INTERACTION,
+            size=size,
+            budget_tokens=budget,
+            sd_nats=got.sd,
+            sd_source=got.source,
+            sd_df=got.df if pilot is not None and got.sd is not None else None,
+            n_seeds=shape.n_seeds,
+            level=look_at(shape.n_seeds, plan.looks, plan.alpha).level,
+            mde_nats=None if math.isnan(mde) else mde,
+            planned_effect_nats=plan.min_effect_nats,
+            seeds_needed=need.n,
+            reachable=need.reachable,
+            power_at_max=None if math.isnan(need.power_at_max) else need.power_at_max,
+            runs=runs,
+            tokens=tokens,
+            est_hours=tokens / tps / 3600 if tokens is not None and tps else None,
+        )
+    ]
 
 
 __all__ = [
