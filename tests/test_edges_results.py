@@ -70,3 +70,21 @@ def test_the_plateau_line_says_above_for_a_run_above_the_plateau():
     assert row(5.614).margin < 0
     assert plateau_line(row(5.614)).endswith("the worst run ends 0.614 above it")
     assert plateau_line(row(4.5)).endswith("the worst run ends 0.500 below it")
+
+
+def test_a_full_disk_is_named_by_the_results_folder_not_a_staging_file_elsewhere(tmp_path):
+    import errno
+    import shutil
+
+    from harness.files import FULL_BELOW, full_place
+    from harness.scheduling.worker import _full_path
+
+    results = tmp_path / "results"
+    results.mkdir()
+    staging = tmp_path / "tmp" / "stage.bin"  # tmp_path's disk has room (the test needs it to)
+    assert shutil.disk_usage(tmp_path).free >= FULL_BELOW
+    assert full_place(staging, results) == results
+    inside = results / "runs" / "r.json"
+    assert full_place(inside, results) == inside
+    exc = OSError(errno.ENOSPC, "No space left on device", str(staging))
+    assert _full_path(exc, results) == results
