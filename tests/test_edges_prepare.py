@@ -8,7 +8,6 @@ a few seconds each:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -93,24 +92,3 @@ def test_a_changed_shard_size_for_a_prepared_corpus_is_said_to_be_ignored(tmp_pa
     assert "--shard-tokens 7,000 ignored: this corpus was prepared with 5,000 tokens per shard" in out
     assert cli([*base, *results]) == 0  # no --shard-tokens given: nothing to say
     assert "ignored" not in capsys.readouterr().out
-
-
-def test_queue_counts_an_unprepared_local_corpus_and_refuses_a_budget_above_its_train_split(tmp_path, capsys):
-    from harness.data.prepare import prepare_corpus
-
-    corpus = SAMPLE / "fineweb_edu_sample10BT_fac250.jsonl"
-    results = tmp_path / "results"
-    budget = 2**20
-    grid = tmp_path / "g.toml"
-    grid.write_text(GRID.format(corpus=corpus, vocab=512).replace("[2048]", f"[{budget}]"))
-    assert cli(["queue", str(grid), "--results", str(results)]) == 2
-    err = one_error_line(capsys)
-    # the counts the workers' prepared corpus has (built at queue time, kept in the cache for them)
-    prepared = prepare_corpus(str(corpus), cache_dir=results / "cache", vocab_size=512)
-    train = prepared.meta["splits"]["train"]["tokens"]
-    epochs = budget / train
-    assert budget > train and f"budget {budget:,} tokens exceeds the train split" in err, err
-    assert f"({train:,} tokens): it would take {epochs:.2f} epochs" in err
-    assert f"max_epochs = {math.ceil(epochs)} in [train]" in err
-    grid.write_text(grid.read_text() + f"max_epochs = {math.ceil(epochs)}\n")
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0

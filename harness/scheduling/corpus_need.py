@@ -16,7 +16,6 @@ from pathlib import Path
 
 from harness.config import RunConfig, get_size
 from harness.data.corpus import HUB_PREFIX
-from harness.data.prepare import prepare_corpus
 from harness.data.shards import CorpusKey, read_manifest
 from harness.train.schedule import StepPlan
 
@@ -65,51 +64,29 @@ def _missing(module: str, why: str) -> str | None:
     return None
 
 
-def _split_tokens(key: CorpusKey, cache_dir: Path, grid_path: str) -> tuple[int, int]:
-    """Train and val tokens of ``key``'s corpus: from its ``harness prepare`` manifest, else (a small
-    local corpus, DESIGN 4) from the prepared corpus the workers would build, built here once and
-    kept in the cache for them (:func:`harness.data.prepare.prepare_corpus`).
-
-    Raises:
-        ValueError: a hub corpus not prepared (workers never download).
-    """
-    manifest = read_manifest(key.folder(cache_dir))
-    if manifest is None and key.corpus.startswith(HUB_PREFIX):
-        hint = f"run `harness prepare {grid_path}` first (workers never download)"
-        if why := _missing("datasets", f"preparing corpus {key.corpus}"):
-            hint += f"; {why}"
-        raise ValueError(f"corpus {key.corpus} is not prepared in {cache_dir}: {hint}")
-    if manifest is None:
-        manifest = prepare_corpus(
-            key.corpus,
-            cache_dir=cache_dir,
-            vocab_size=key.vocab_size,
-            tokenizer=key.tokenizer,
-            val_fraction=key.val_fraction,
-            max_docs=key.max_docs,
-        ).meta
-    return manifest["splits"]["train"]["tokens"], manifest["splits"]["val"]["tokens"]
-
-
 def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) -> None:
     """Refuse, before anything is queued, what every worker would fail on or repeat.
 
     Raises:
         ValueError: (one line) a missing optional package (``tiktoken`` for ``gpt2``;
             ``datasets`` to prepare a hub corpus); a hub corpus not prepared; a run whose
-            budget exceeds its train split (prepared, or for a small local corpus counted here
-            once and cached, :func:`_split_tokens`), or whose evaluation exceeds its val
+            budget exceeds its prepared train split, or whose evaluation exceeds its val
             split, beyond ``max_epochs`` (the line gives budget, train tokens and epochs).
     """
-    sizes: dict[CorpusKey, tuple[int, int]] = {}
     for config in configs:
         n = need(config)
         key = n.key
         if key.tokenizer == "gpt2" and (why := _missing("tiktoken", "tokenizer 'gpt2'")):
             raise ValueError(why)
-        if key not in sizes:
-            sizes[key] = _split_tokens(key, cache_dir, grid_path)
-        train, val = sizes[key]
+        manifest = read_manifest(key.folder(cache_dir))
+        if manifest is None:
+            if key.corpus.startswith(HUB_PREFIX):
+                hint = f"run `harness prepare {grid_path}` first (workers never download)"
+                if why := _missing("datasets", f"preparing corpus {key.corpus}"):
+                    hint += f"; {why}"
+                raise ValueError(f"corpus {key.corpus} is not prepared in {cache_dir}: {hint}")
+            continue  # a small local corpus: each worker tokenizes it (DESIGN 4)
+        train, val = manifest["splits"]["train"]["tokens"], manifest["splits"]["val"]["tokens"]
         epochs = (n.train_tokens - 1) / train
         if n.train_tokens > train and not (n.max_epochs and epochs <= n.max_epochs):
             raise ValueError(
