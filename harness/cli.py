@@ -6,19 +6,23 @@ declares its options and ``main(args) -> int`` runs it. Every subcommand gets
 ``--results DIR`` (default ``$HARNESS_RESULTS`` or ``./results``) and ``--verbose``
 (internal retries and deferred ingests, :mod:`harness.console`).
 
-Start-up stays light: building the parser imports every command module, so a command module
-imports torch, Lightning, Optuna, DuckDB or polars only inside its ``main`` (``harness --help``
-loads none of them; tests/test_cli_startup.py checks).
+Start-up stays light: ``harness CMD ...`` imports CMD's module only (the others are listed by
+the first line of their docstring, read from the source: :func:`summary`), and a command module
+imports torch, Lightning, Optuna, DuckDB, polars or submitit only inside its ``main``
+(``harness --help`` and ``harness CMD --help`` load none of them; tests/test_cli_startup.py checks).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import math
 import os
+import re
 import signal
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from harness.console import setup_logging
@@ -64,8 +68,19 @@ see `harness COMMAND --help` for each command's options and an example.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (subcommand modules are imported here)."""
+def summary(name: str) -> str:
+    """The first line of command ``name``'s module docstring, read from its source without importing it
+    (so ``harness --help`` loads no command's dependencies)."""
+    spec = importlib.util.find_spec(f"harness.commands.{COMMANDS[name]}")
+    with open(spec.origin, encoding="utf-8") as f:
+        match = re.match(r'\s*"""\s*(.*)', f.read(4096))
+    return match.group(1).rstrip('"').strip() if match else name
+
+
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser. ``commands``: the subcommands whose modules are imported and whose
+    options are declared (default: all); the others are listed by name and summary only, so
+    ``harness CMD ...`` imports CMD's module alone (tests/test_cli_startup.py)."""
     parser = argparse.ArgumentParser(
         prog="harness",
         description="Ablation and controls harness for depth-routing Transformers "
@@ -75,11 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
+        if commands is not None and name not in commands:
+            sub.add_parser(name, help=summary(name))
+            continue
         module = importlib.import_module(f"harness.commands.{module_name}")
         doc = (module.__doc__ or "").strip()
-        summary = doc.splitlines()[0] if doc else name
         p = sub.add_parser(
-            name, help=summary, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+            name,
+            help=doc.splitlines()[0] if doc else name,
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.add_argument(
             "--results",
@@ -102,7 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``harness`` console script; returns the exit status."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the top level takes no option but --help, so the first other word names the command
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser([command] if command in COMMANDS else [])
     args = parser.parse_args(argv)
     if not getattr(args, "_main", None):
         parser.print_help()

@@ -92,14 +92,10 @@ def check_vocab(train: TrainConfig, preset: SizePreset) -> None:
     Raises:
         ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
     """
-    from harness.data.tokenizer import MIN_BPE_VOCAB  # lazy: the tokenizer module loads HF tokenizers
+    from harness.data.tokenizer import check_bpe_vocab  # lazy: the tokenizer module loads HF tokenizers
 
-    vocab = train.vocab_size or preset.vocab_size
-    if train.tokenizer == "bpe" and not MIN_BPE_VOCAB <= vocab <= MAX_VOCAB_SIZE:
-        raise ValueError(
-            f"vocab_size={vocab} is not allowed for byte-level BPE: it must be {MIN_BPE_VOCAB} "
-            f"(256 bytes + 1 special token) to {MAX_VOCAB_SIZE:_}"
-        )
+    if train.tokenizer == "bpe":
+        check_bpe_vocab(train.vocab_size or preset.vocab_size)
 
 
 #: Training settings that also take ``"auto"`` (resolved per machine), with the type of their other values.

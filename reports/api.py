@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -30,6 +31,17 @@ from reports.stats.results import AACheck, ControlAssessment, Headline, ReportSt
 TABLES = ("final", "runs", "metrics", "routing")
 
 
+def _store(results_dir: str | os.PathLike) -> Store:
+    """The store of an existing results folder: a mistyped path must not create one (read-only API).
+
+    Raises:
+        FileNotFoundError: ``results_dir`` is not a folder.
+    """
+    if not Path(results_dir).is_dir():
+        raise FileNotFoundError(f"results folder {str(results_dir)!r} does not exist")
+    return Store(results_dir)
+
+
 def results(results_dir: str | os.PathLike, grid: str) -> dict[str, pl.DataFrame]:
     """One grid's rows of the store's tables (DESIGN section 5; columns in ``db/schema.sql``).
 
@@ -39,9 +51,10 @@ def results(results_dir: str | os.PathLike, grid: str) -> dict[str, pl.DataFrame
         split, name, value), "routing": per-evaluation routing diagnostics}``.
 
     Raises:
+        FileNotFoundError: ``results_dir`` does not exist (nothing is created).
         ValueError: the grid has no runs (the message lists the grids there are).
     """
-    store = Store(results_dir)
+    store = _store(results_dir)
     frames = load_frames(store, grid)  # ingests pending result files once; raises for an unknown grid
     metrics = store.query(
         "SELECT * FROM metrics WHERE run_id IN (SELECT run_id FROM runs WHERE grid = ?) "
@@ -107,10 +120,11 @@ def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = 
     """The statistics ``harness report --grid GRID`` shows (DESIGN section 6), without writing files.
 
     Raises:
+        FileNotFoundError: ``results_dir`` does not exist (nothing is created).
         ValueError: unknown grid, or no finished parent run; reports.stats.pairing.ProtocolMismatchError:
             paired runs differ in protocol (``allow_partial=True`` leaves those pairs out with a warning).
     """
-    stats = compute_stats(load_frames(Store(results_dir), grid), grid=grid, allow_partial=allow_partial)
+    stats = compute_stats(load_frames(_store(results_dir), grid), grid=grid, allow_partial=allow_partial)
     return Analysis(
         stats, ResultRows(stats.headlines), ResultRows(stats.assessments), ResultRows(stats.aa_checks)
     )

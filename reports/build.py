@@ -19,8 +19,9 @@ sees a half-written file.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,7 @@ def build_report(
     queue: Mapping[str, QueuedRun | str] | None = None,
     queue_note: str = "",
     single_file: bool = False,
+    notes: Sequence[str] = (),
 ) -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
@@ -165,6 +167,8 @@ def build_report(
             report then says so and never claims that every run finished.
         queue_note: where the queue is, or why it was not read (printed with the grid status).
         single_file: write only ``report.html`` (figures embedded as data: URIs), no other file.
+        notes: warnings about the store itself, shown at the top of the report with the statistics'
+            own (e.g. runs whose result file is gone, :func:`harness.commands.report.missing_files_note`).
 
     Raises:
         ValueError, reports.stats.pairing.ProtocolMismatchError: from :func:`reports.stats.analysis.analyze`
@@ -192,6 +196,8 @@ def build_report(
         raise ValueError(
             f"{exc}: no finished run of the parent yet; {progress_sentence(progress)[0]}"
         ) from None
+    if notes:
+        stats = dataclasses.replace(stats, warnings=(*stats.warnings, *notes))
     final = split_tuned(of_grid(frames.final, grid), frames.runs)[
         0
     ]  # figures show the frozen protocol's runs

@@ -117,8 +117,9 @@ def test_compiled_kernels_are_visible_to_the_profile(tmp_path):
         fused = [k for k in p["ops"] if k.startswith("cpp_fused")]
         assert any("softmax" in k for k in fused), fused
         assert p["categories"]["routing"] > 0
-        kernels = sum(p["ops"][k] for k in fused)
-        assert p["categories"].get("graph overhead", 0.0) < kernels  # the graph call's own time is small
+        # each fused kernel is its own op with its own time, not folded into the graph call's; how the
+        # times compare depends on the machine's load (a timing belongs in the bench, not here)
+        assert len(fused) >= 2 and all(p["ops"][k] > 0 for k in fused), {k: p["ops"][k] for k in fused}
     lines = [ln for ln in result_lines(tmp_path) if ln.startswith("  rd_attnres/block_attnres: ")]
     assert len(lines) == 1 and " ms per step: " in lines[0]
     assert (

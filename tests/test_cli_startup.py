@@ -2,7 +2,8 @@
 
 Each case runs ``python -X importtime -m harness ...`` in a fresh interpreter and reads the
 modules it imported from the importtime log on stderr: `--help` (and every command's
-`--help`) must load neither torch, Lightning nor Optuna; `status` and `sql`, which do real
+`--help`) must load neither torch, Lightning, Optuna, submitit, DuckDB nor polars (`--help`
+loads no command module at all); `status` and `sql`, which do real
 work on a real queue and store, must load neither torch nor Lightning. No timing
 assertions (the start-up times are measured in the report of the change). CPU only, ~15 s:
 
@@ -11,6 +12,7 @@ assertions (the start-up times are measured in the report of the change). CPU on
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -18,7 +20,8 @@ import sys
 import pytest
 
 from db.store import Store
-from harness.cli import COMMANDS
+from harness.cli import COMMANDS, summary
+from harness.cli import main as cli_main
 
 from queue_stubs import configs
 
@@ -40,16 +43,54 @@ def imported(*argv: str, cwd=None) -> set[str]:
     return {n.split(".")[0] for n in names}
 
 
+#: What only a command's work needs: never loaded for help text (issue 40).
+WORK_ONLY = {*HEAVY, "submitit", "duckdb", "polars"}
+
+
 def test_help_loads_no_torch_lightning_or_optuna():
     mods = imported("--help")
-    assert not mods & set(HEAVY), sorted(mods & set(HEAVY))
-    assert not mods & {"duckdb", "polars", "numpy"}
+    assert not mods & (WORK_ONLY | {"numpy"}), sorted(mods & (WORK_ONLY | {"numpy"}))
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_command_help_loads_no_torch_lightning_or_optuna(command):
+def test_help_imports_no_command_module():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0
+    names = re.findall(r"\|\s*(harness\.commands\.\w+)$", proc.stderr, flags=re.MULTILINE)
+    assert names == [], names
+    for name in COMMANDS:  # each listed with its module docstring's first line, read from the source
+        doc = importlib.import_module(f"harness.commands.{COMMANDS[name]}").__doc__.strip().splitlines()[0]
+        assert summary(name) == doc
+        assert name in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(
+            c,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="harness/commands/launch.py (another engineer's, being rewritten) imports submitit "
+                "at module level for WorkerTask: move the class out and import submitit in main",
+            ),
+        )
+        if c == "launch"
+        else c
+        for c in COMMANDS
+    ],
+)
+def test_every_command_help_loads_nothing_only_its_work_needs(command):
     mods = imported(command, "--help")
-    assert not mods & set(HEAVY), (command, sorted(mods & set(HEAVY)))
+    assert not mods & WORK_ONLY, (command, sorted(mods & WORK_ONLY))
+
+
+def test_an_unknown_command_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["nosuch"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'nosuch'" in capsys.readouterr().err
 
 
 def test_status_and_sql_load_no_torch_or_lightning(tmp_path):

@@ -265,7 +265,7 @@ def test_bpe_special_token_and_literal_eos_text(prepared):
 
 
 def test_vocab_size_below_byte_alphabet_is_an_error():
-    with pytest.raises(ValueError, match="vocab_size=100 is too small.*>= 257"):
+    with pytest.raises(ValueError, match="vocab_size=100 is not allowed for byte-level BPE.*257"):
         train_bpe(["some text"], 100)
 
 

@@ -104,6 +104,7 @@ def test_work_refuses_gpus_and_devices_that_disagree_and_a_node_without_free_gpu
     tmp_path, capsys, monkeypatch
 ):
     (tmp_path / "r").mkdir()  # an existing results folder: the device check is what refuses
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # a GPU node's view
     assert cli(["work", "--results", str(tmp_path / "r"), "--gpus", "0,1", "--devices", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert (

@@ -16,11 +16,13 @@ import sys
 import types
 import warnings
 from html import escape as html_escape
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 
+from db.validate import result_filename
 from reports.build import Frames, build_report
 from reports.stats.analysis import CSV_COLUMNS
 from reports.stats.decisions import NOT_ASSESSED
@@ -186,14 +188,23 @@ def test_report_of_two_seeds_does_not_crash(tmp_path):
 class FakeStore:
     """db.store.Store stand-in: the frames as DuckDB views, queried with ? parameters."""
 
-    def __init__(self, frames: dict[str, pl.DataFrame]):
+    def __init__(self, frames: dict[str, pl.DataFrame], results=None):
         import duckdb
         import pandas as pd
 
+        # each stored run still has its result file (harness report checks: issue 40)
+        self.runs_dir = Path(results or ".") / "runs"
+        if results is not None and "runs" in frames:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            for run_id in frames["runs"]["run_id"].to_list():
+                (self.runs_dir / result_filename(run_id)).touch()
         self.con = duckdb.connect()
         frames = {"ingest_log": pl.DataFrame(schema={"file": pl.String, "error": pl.String}), **frames}
         for name, frame in frames.items():
             self.con.register(name, pd.DataFrame(frame.to_dict(as_series=False)))
+
+    def result_path(self, run_id: str) -> Path:
+        return self.runs_dir / result_filename(run_id)
 
     def query(self, sql: str, params=None, *, ingest: bool = True) -> pl.DataFrame:
         cur = self.con.execute(sql, params or [])
@@ -205,7 +216,7 @@ def _run_cli(monkeypatch, capsys, frames, argv):
     from harness import cli
 
     fake = types.ModuleType("db.store")
-    fake.Store = lambda results: FakeStore(frames)
+    fake.Store = lambda results: FakeStore(frames, results)
     monkeypatch.setitem(sys.modules, "db.store", fake)
     rc = cli.main(argv)
     return rc, capsys.readouterr()

@@ -95,6 +95,12 @@ def test_work_command_default_retries_match_the_queue():
 
 def test_status_command(tmp_path, capsys):
     results = tmp_path / "results"
+    assert cli(["status", "--results", str(results)]) == 2  # a mistyped folder is not an empty queue
+    assert capsys.readouterr().err == (
+        f"harness status: error: results folder {str(results)!r} does not exist "
+        "(set --results DIR or $HARNESS_RESULTS)\n"
+    )
+    results.mkdir()
     assert cli(["status", "--results", str(results)]) == 0
     assert "no runs queued yet" in capsys.readouterr().out
     q = RunQueue.open(None, results)
@@ -145,6 +151,9 @@ def test_status_command(tmp_path, capsys):
     RunQueue.open(None, empty)
     assert cli(["status", "--results", str(empty), "--grid", "nope"]) == 2
     assert capsys.readouterr().err.endswith("; grids there: none yet\n")
+    assert cli(["status", "--results", str(tmp_path / "none"), "--grid", "nope"]) == 2
+    assert "results folder" in capsys.readouterr().err
+    (tmp_path / "none").mkdir()
     assert cli(["status", "--results", str(tmp_path / "none"), "--grid", "nope"]) == 2
     assert "no runs of grid 'nope': no queue at" in capsys.readouterr().err
 

@@ -42,6 +42,16 @@ def _tokens(text: str) -> int:
     return value
 
 
+def _processes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of processes") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of processes")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "grid",
@@ -96,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=_tokens,
+        type=_processes,
         default=None,
         metavar="N",
         help=f"tokenizer processes (default: the CPU cores, {os.cpu_count()} here)",
@@ -106,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from harness.data.prepare import cache_dir
     from harness.data.shards import DEFAULT_SHARD_TOKENS, CorpusKey, Target, prepare_shards, read_manifest
+    from harness.data.tokenizer import check_bpe_vocab
 
     cache = cache_dir(args.results)
     if args.grid is not None:
@@ -121,6 +132,8 @@ def main(args: argparse.Namespace) -> int:
         grid = load_grid(args.grid)
         corpus = args.corpus or os.environ.get("HARNESS_CORPUS") or None
         configs = grid.expand(corpus=corpus, tuned={})
+        for config in configs:
+            config.check_trainable()  # the checks `harness queue` makes: one line, nothing written
         check_corpus(configs[0].corpus, source=str(args.grid))
         needs = largest_needs(configs)
     else:
@@ -128,6 +141,8 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("give a GRID.toml, or --corpus C (with --tokenizer, --vocab-size, --tokens)")
         if not 0 < args.val_fraction < 1:
             raise ValueError(f"--val-fraction {args.val_fraction}: expected a number in (0, 1)")
+        if (args.tokenizer or "bpe") == "bpe":
+            check_bpe_vocab(args.vocab_size or 8192)
         spec = args.corpus if args.corpus.startswith("hf:") else os.path.abspath(args.corpus)
         key = CorpusKey(
             spec, args.tokenizer or "bpe", args.vocab_size or 8192, args.val_fraction, args.max_docs
@@ -161,6 +176,11 @@ def main(args: argparse.Namespace) -> int:
             print(
                 "  the source ends before that: `harness queue` refuses the runs it cannot feed "
                 "unless [train] sets max_epochs"
+            )
+        if args.shard_tokens and m["shard_tokens"] != args.shard_tokens:
+            print(
+                f"  --shard-tokens {args.shard_tokens:,} ignored: this corpus was prepared with "
+                f"{m['shard_tokens']:,} tokens per shard and keeps them (a shard's size is fixed once written)"
             )
         if m.get("revision"):
             print(f"  revision {m['revision']}")

@@ -100,13 +100,14 @@ def _queue_view(args: argparse.Namespace):
     }, f"read from {where}"
 
 
-def main(args: argparse.Namespace) -> int:
-    """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
-    from db.store import Store  # imported here: the report core works on frames without db
-    from reports.build import build_report, load_frames
-    from reports.render.sections import summary_lines
+def _writable_folder(out: Path) -> Path | None:
+    """Make ``out`` (and its missing parents) before the work, so an unwritable one fails early;
+    returns the outermost folder made (``None``: it existed).
 
-    out = args.out if args.out is not None else args.results / "reports" / args.grid
+    Raises:
+        ValueError: ``out`` cannot be made or written, naming it and ``--out``.
+    """
+    missing = [p for p in (out, *out.parents) if not p.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
         if not os.access(out, os.W_OK):
@@ -115,10 +116,56 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(
             f"cannot write the report to {out} ({exc.strerror or exc}); pass --out DIR (a writable folder)"
         ) from None
+    return missing[-1] if missing else None
+
+
+def _remove_empty(out: Path, made: Path | None) -> None:
+    """Remove the folders :func:`_writable_folder` made, up to ``made``, where still empty."""
+    if made is None:
+        return
+    for folder in (out, *out.parents):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == made:
+            return
+
+
+def missing_files_note(store, runs) -> str | None:
+    """A sentence naming the grid's runs the store holds but whose result file is gone (deleted
+    after ingest), else ``None``: the store is then their only record, and a rebuild of the
+    database from ``runs/`` would drop them (the report's counts and verdict would change)."""
+    gone = sorted(r for r in runs["run_id"].to_list() if not store.result_path(r).is_file())
+    if not gone:
+        return None
+    shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+    return (
+        f"{len(gone)} of {runs.height} runs in the results database have no result file in "
+        f"{store.runs_dir} ({shown}): the database is their only record, and a rebuild from the "
+        "result files would leave them out"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
+    from db.store import Store  # imported here: the report core works on frames without db
+    from reports.build import build_report, load_frames
+    from reports.render.sections import summary_lines
+
+    out = args.out if args.out is not None else args.results / "reports" / args.grid
+    made = _writable_folder(out)
     store = Store(args.results)
-    with warnings.catch_warnings():  # the report lists unreadable result files itself
-        warnings.filterwarnings("ignore", message="skipping result file")
-        frames = load_frames(store, args.grid)
+    try:
+        with warnings.catch_warnings():  # the report lists unreadable result files itself
+            warnings.filterwarnings("ignore", message="skipping result file")
+            frames = load_frames(store, args.grid)
+    except BaseException:
+        _remove_empty(out, made)  # `--grid nosuch` leaves no empty reports/nosuch/
+        raise
+    missing = missing_files_note(store, frames.runs)
+    if missing:
+        print(f"warning: {missing}")
     note = getattr(store, "last_ingest_skipped", None)  # why new result files were not ingested, if so
     if note:
         print(f"note: {note}")
@@ -132,6 +179,7 @@ def main(args: argparse.Namespace) -> int:
         queue=queue,
         queue_note=queue_note,
         single_file=args.single_file,
+        notes=(missing,) if missing else (),
     )
     for w in result.stats.warnings:
         print(f"warning: {w}")

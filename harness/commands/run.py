@@ -27,6 +27,7 @@ import sys
 
 from harness import console
 from harness.config import SIZES, TRACKERS
+from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.grid import choose_corpus
 from harness.terms import ROLES
 
@@ -165,6 +166,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.train.runner import stored_result
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
+    check_accelerator(args.accelerator)  # a GPU asked for where there is none: one line
     corpus, _ = choose_corpus(args.corpus)
     if corpus is None:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")

@@ -40,6 +40,7 @@ import time
 from urllib.parse import unquote
 
 from harness.commands.options import add_storage
+from harness.interrupt import prompt_exit
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.terms import FINISHED, check_grid
 
@@ -264,8 +265,7 @@ def status_lines(
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.storage import describe_storage
 
     if args.launches < 0:
         raise ValueError(f"--launches {args.launches}: must be >= 0")
@@ -278,51 +278,81 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--interval {args.interval:g}: must be a positive number of seconds")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = describe_storage(args.storage, args.results)
+    if args.storage is None and not args.results.exists() and not args.watch:
+        raise FileNotFoundError(
+            f"results folder {str(args.results)!r} does not exist (set --results DIR or $HARNESS_RESULTS)"
+        )
+    if not args.watch:
+        print("\n".join(_lines(args, _open(args, where), where)))
+        return 0
+    with prompt_exit(0) as ctrl_c:  # Ctrl-C is the way out of --watch, wherever it lands
+        try:
+            return _watch(args, where, interval)
+        except KeyboardInterrupt:
+            return 0
+        except Exception:
+            if ctrl_c.seen:  # a library turned the Ctrl-C into its own error (DuckDB: "Query interrupted")
+                return 0
+            raise
+
+
+def _open(args: argparse.Namespace, where: str):
+    """The queue, or ``None`` when there is none yet.
+
+    Raises:
+        ValueError: ``--grid`` given and no queue.
+    """
+    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.storage import COMMAND_RETRY_S
+
+    try:
+        return RunQueue.open(
+            args.storage,
+            args.results,
+            lease_timeout_s=args.lease_s,
+            create=False,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+    except FileNotFoundError:
+        if args.grid is not None:
+            raise ValueError(f"no runs of grid {args.grid!r}: no queue at {where}") from None
+        return None
+
+
+def _lines(args: argparse.Namespace, queue, where: str) -> list[str]:
+    """What one `harness status` prints: the queue's grids and runs, unreadable results, launches."""
+    bad, said = _unreadable(args)
+    if queue is not None:
+        lines = status_lines(queue, args.grid, args.lease_s, bad=bad)
+    elif args.storage is None and not args.results.exists():
+        lines = [f"results folder {args.results} does not exist (yet); no runs queued there"]
+    else:
+        lines = [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"]
+    return lines + said + launch_lines(args.results, args.launches)
+
+
+def _watch(args: argparse.Namespace, where: str, interval: float) -> int:
+    """Print the status every ``interval`` seconds until Ctrl-C (or, ``--until-done``, the grid ends)."""
     tty = sys.stdout.isatty()
     queue = None
-    try:
-        while True:
-            if queue is None:
-                try:
-                    queue = RunQueue.open(
-                        args.storage,
-                        args.results,
-                        lease_timeout_s=args.lease_s,
-                        create=False,
-                        retry_s=COMMAND_RETRY_S,
-                        log=lambda msg: print(msg, file=sys.stderr),
-                    )
-                except FileNotFoundError:
-                    if args.grid is not None:
-                        raise ValueError(f"no runs of grid {args.grid!r}: no queue at {where}") from None
-            bad, said = _unreadable(args)
-            lines = (
-                status_lines(queue, args.grid, args.lease_s, bad=bad)
-                if queue is not None
-                else [f"no runs queued yet (no queue at {where}); queue a grid: harness queue GRID.toml"]
+    while True:
+        queue = queue if queue is not None else _open(args, where)
+        lines = _lines(args, queue, where)
+        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        head = f"{stamp}  every {interval:g} s, Ctrl-C to stop"
+        if tty:
+            sys.stdout.write(CLEAR + head + "\n" + "\n".join(lines) + "\n")
+        else:
+            sys.stdout.write(f"--- {head}\n" + "\n".join(lines) + "\n\n")
+        sys.stdout.flush()
+        if args.until_done and _finished(queue, args.grid):
+            print(
+                f"{'grid ' + args.grid if args.grid else 'every grid'}: nothing queued or running; "
+                "stopping (--until-done)"
             )
-            lines += said + launch_lines(args.results, args.launches)
-            if not args.watch:
-                print("\n".join(lines))
-                return 0
-            stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-            head = f"{stamp}  every {interval:g} s, Ctrl-C to stop"
-            if tty:
-                sys.stdout.write(CLEAR + head + "\n" + "\n".join(lines) + "\n")
-            else:
-                sys.stdout.write(f"--- {head}\n" + "\n".join(lines) + "\n\n")
-            sys.stdout.flush()
-            if args.until_done and _finished(queue, args.grid):
-                print(
-                    f"{'grid ' + args.grid if args.grid else 'every grid'}: nothing queued or running; "
-                    "stopping (--until-done)"
-                )
-                return 0
-            time.sleep(interval)
-    except KeyboardInterrupt:  # the way out of --watch: not an error
-        if not args.watch:
-            raise
-        return 0
+            return 0
+        time.sleep(interval)
 
 
 def _finished(queue, grid: str | None) -> bool:

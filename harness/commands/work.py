@@ -63,6 +63,7 @@ from harness import console
 from harness.commands.options import add_storage
 from harness.commands.run import add_micro_batch_argument, parse_micro_batch
 from harness.config import TRACKERS
+from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
@@ -211,6 +212,7 @@ def _sigterm(signum, frame):
 def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     """``harness work``: :func:`run`, then its one-line summary; exit status 1 when every run
     the worker took failed."""
+    check_accelerator(args.accelerator, args.gpus)  # a GPU asked for where there is none: one line
     outcomes = run(args, train_fn=train_fn, on_failure=on_failure)
     print(summary(outcomes))
     n = sum(outcomes.values())

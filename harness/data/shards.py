@@ -52,7 +52,7 @@ from filelock import FileLock
 from harness.data.corpus import HUB_PREFIX, corpus_files, corpus_fingerprint, is_validation
 from harness.data.shard_writer import _ShardWriter
 from harness.data.stream import _chunks, hub_revision, stream_documents
-from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, train_bpe
+from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, check_bpe_vocab, train_bpe
 from harness.files import atomic_write, fsync_dir, fsync_file
 
 #: Bump when the shard layout or its meaning changes; old folders are then ignored.
@@ -234,7 +234,9 @@ def prepare_shards(
 
     Raises:
         FileNotFoundError, ValueError, OptionalDependencyError: a bad spec, unreadable text,
-            an unreachable hub, a missing optional package; a split left empty.
+            an unreachable hub, a missing optional package; a split left empty; a BPE
+            ``vocab_size`` outside 257 .. 2^20 (:func:`~harness.data.tokenizer.check_bpe_vocab`).
+            The argument checks run before anything is written.
     """
     if tokenizer not in TOKENIZER_NAMES:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
@@ -244,6 +246,8 @@ def prepare_shards(
         raise ValueError(
             f"shard_tokens={shard_tokens}, chunk_bytes={chunk_bytes}: both must be positive integers"
         )
+    if tokenizer == "bpe":
+        check_bpe_vocab(vocab_size)  # a huge one aborts the Rust trainer (out of memory), no exception
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     folder = shard_dir(
         cache_dir,
@@ -253,6 +257,8 @@ def prepare_shards(
         val_fraction=val_fraction,
         max_docs=max_docs,
     )
+    if not corpus.startswith(HUB_PREFIX) and read_manifest(folder) is None:
+        corpus_files(corpus)  # a refused prepare creates nothing: no cache folder, no lock file
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(folder.with_name(folder.name + ".lock")):
         manifest = read_manifest(folder)

@@ -37,6 +37,9 @@ from harness.files import atomic_write
 EOS_TOKEN = "<|endoftext|>"
 #: Special token plus the 256 single-byte tokens: the smallest byte-level BPE vocabulary.
 MIN_BPE_VOCAB = 257
+#: Largest BPE vocabulary a run may train (2^20 ids): the trainer allocates per id, and far
+#: larger requests abort the process (an out-of-memory in the Rust trainer) instead of raising.
+MAX_BPE_VOCAB = 2**20
 #: Bump when the BPE recipe below changes, so cached tokenizers are not reused across recipes.
 BPE_RECIPE_VERSION = 1
 TOKENIZER_NAMES = ("bpe", "gpt2")
@@ -220,6 +223,24 @@ def bpe_cache_path(cache_dir: Path, train_fingerprint: str, vocab_size: int) -> 
     return Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{key[:32]}.json"
 
 
+def check_bpe_vocab(vocab_size: int) -> None:
+    """Refuse a byte-level BPE vocabulary outside ``MIN_BPE_VOCAB`` .. ``MAX_BPE_VOCAB`` ids,
+    before anything is trained or written (the one line ``harness run`` and ``harness queue`` give).
+
+    Raises:
+        ValueError: naming ``vocab_size`` and the allowed range.
+    """
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int)
+        or not (MIN_BPE_VOCAB <= vocab_size <= MAX_BPE_VOCAB)
+    ):
+        raise ValueError(
+            f"vocab_size={vocab_size} is not allowed for byte-level BPE: it must be {MIN_BPE_VOCAB} "
+            f"(256 bytes + 1 special token) to {MAX_BPE_VOCAB:_}"
+        )
+
+
 def train_bpe(texts: Sequence[str], vocab_size: int, *, cache_dir: Path | None = None) -> BPETokenizer:
     """Train (or load from cache) a byte-level BPE tokenizer on ``texts``.
 
@@ -231,13 +252,9 @@ def train_bpe(texts: Sequence[str], vocab_size: int, *, cache_dir: Path | None =
             reused by later calls with the same documents and size.
 
     Raises:
-        ValueError: ``vocab_size`` below 257 or not an integer; no training text.
+        ValueError: ``vocab_size`` not an integer in 257 .. 2^20 (:func:`check_bpe_vocab`); no training text.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB:
-        raise ValueError(
-            f"vocab_size={vocab_size!r} is too small for byte-level BPE; it must be an integer >= "
-            f"{MIN_BPE_VOCAB} (1 special token + 256 bytes)"
-        )
+    check_bpe_vocab(vocab_size)
     if not texts:
         raise ValueError("cannot train a BPE tokenizer on zero documents")
     path = bpe_cache_path(cache_dir, corpus_fingerprint(texts), vocab_size) if cache_dir is not None else None
@@ -267,6 +284,8 @@ def load_tokenizer(name: str, path: Path | None = None) -> BPETokenizer | GPT2To
 __all__ = [
     "EOS_TOKEN",
     "MIN_BPE_VOCAB",
+    "MAX_BPE_VOCAB",
+    "check_bpe_vocab",
     "TOKENIZER_NAMES",
     "BPETokenizer",
     "GPT2Tokenizer",

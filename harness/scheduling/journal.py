@@ -123,6 +123,10 @@ def mend_torn_tail(path: str | os.PathLike, warn: Callable[[str], None] = _stder
     return len(torn)
 
 
+#: Optuna's lock file beside a journal: ``PATH.lock`` (its ``JournalFileOpenLock``).
+LOCK_SUFFIX = ".lock"
+
+
 class MendingLock(JournalFileOpenLock):
     """Optuna's ``O_EXCL`` journal lock that, once acquired, mends a torn tail (:func:`mend_torn_tail`).
 
@@ -134,7 +138,8 @@ class MendingLock(JournalFileOpenLock):
     def __init__(self, journal: str, warn: Callable[[str], None] = _stderr_warning) -> None:
         super().__init__(journal)
         self.journal = journal
-        self.lock_file = self._lock_file  # exists while some process holds the lock
+        # exists while some process holds the lock: Optuna's name for it (tests/test_journal.py pins it)
+        self.lock_file = journal + LOCK_SUFFIX
         self._warn = warn
 
     def acquire(self) -> bool:
@@ -174,6 +179,7 @@ class QueueJournal(JournalFileBackend):
     def __init__(self, file_path: str, warn: Callable[[str], None] = _stderr_warning) -> None:
         self.lock = MendingLock(file_path, warn)
         super().__init__(file_path, lock_obj=self.lock)
+        self.path = file_path  # ours: Optuna's copy is private
         self._warn = warn
         self._warned_torn: set[int] = set()
 
@@ -184,7 +190,7 @@ class QueueJournal(JournalFileBackend):
                 yield log
                 n += 1
         except ValueError as exc:  # the base class raises for a bad line once it reads the next one
-            raise JournalCorrupt(self._file_path, n + 1, _reason(exc)) from None
+            raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
         self._check_end(n)
 
     def _check_end(self, n: int) -> None:
@@ -193,7 +199,7 @@ class QueueJournal(JournalFileBackend):
         start = self._log_number_offset.get(n)  # the base class's offset of line n, set once n-1 was read
         if start is None:
             return
-        with open(self._file_path, "rb") as f:
+        with open(self.path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             if size <= start:
                 return
@@ -203,17 +209,17 @@ class QueueJournal(JournalFileBackend):
             try:  # a whole line the base class did not read: appended since (fine) or corrupt
                 json.loads(head)
             except ValueError as exc:
-                raise JournalCorrupt(self._file_path, n + 1, _reason(exc)) from None
+                raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
             return
         # no newline: a write in progress (its writer holds the lock), or a torn tail
         if start in self._warned_torn or os.path.exists(self.lock.lock_file):
             return
-        if os.path.getsize(self._file_path) == size:
+        if os.path.getsize(self.path) == size:
             self._warned_torn.add(start)
             self._warn(
-                f"queue journal {self._file_path}: line {n + 1} is torn ({size - start} bytes without a "
+                f"queue journal {self.path}: line {n + 1} is torn ({size - start} bytes without a "
                 "newline: a writer was killed mid-append); it is skipped, and the next write sets it "
-                f"aside in {self._file_path}{TORN_SUFFIX}"
+                f"aside in {self.path}{TORN_SUFFIX}"
             )
 
 

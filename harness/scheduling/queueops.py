@@ -144,11 +144,13 @@ def ensure_indexes(storage: BaseStorage) -> None:
                 pass
 
 
-def _light(t: FrozenTrial, study_id: int) -> LiveTrial:
+def _light(storage: BaseStorage, t: FrozenTrial, study_id: int) -> LiveTrial:
+    """The :class:`LiveTrial` of ``t``; its storage id by Optuna's public API (an in-memory lookup
+    on a journal), never the private ``FrozenTrial._trial_id``."""
     ua = t.user_attrs
     started = t.datetime_start.timestamp() if t.datetime_start else None
     return LiveTrial(
-        trial_id=t._trial_id,
+        trial_id=storage.get_trial_id_from_study_id_trial_number(study_id, t.number),
         study_id=study_id,
         number=t.number,
         state=t.state,
@@ -180,7 +182,7 @@ def live_trials(
                 trials = storage.get_all_trials(sid, deepcopy=False, states=LIVE_STATES)
             except KeyError:  # deleted meanwhile (a conversion of the previous layout)
                 continue
-            out += [_light(t, sid) for t in trials if "run_id" in t.user_attrs]
+            out += [_light(storage, t, sid) for t in trials if "run_id" in t.user_attrs]
         return out
     import sqlalchemy
 

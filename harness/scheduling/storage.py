@@ -194,18 +194,19 @@ def grid_lock(storage: BaseStorage, grid: str) -> Iterator[Callable[[], None]]:
     Yields:
         ``keep_alive()``: call it now and then in a long block (it touches the lock file).
     """
-    from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
+    # lazy: Optuna loads when a storage is used
+    from harness.scheduling.journal import LOCK_SUFFIX, QueueJournalStorage
 
     if isinstance(storage, QueueJournalStorage):
         import hashlib
 
         from optuna.storages.journal import JournalFileOpenLock
 
-        name = f"{storage.journal._file_path}.grid-{hashlib.sha1(grid.encode()).hexdigest()[:12]}"
+        name = f"{storage.journal.path}.grid-{hashlib.sha1(grid.encode()).hexdigest()[:12]}"
         lock = JournalFileOpenLock(name, grace_period=GRID_LOCK_GRACE_S)
         lock.acquire()
         try:
-            yield lambda: os.utime(lock._lock_file)
+            yield lambda: os.utime(name + LOCK_SUFFIX)
         finally:
             lock.release()
         return

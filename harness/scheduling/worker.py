@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from harness import live
 from harness.config import RunConfig
 from harness.fencing import LeaseLost, fenced
-from harness.files import FULL_BELOW, fmt_bytes, free_bytes, results_id
+from harness.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
@@ -72,7 +72,7 @@ def _full_path(exc: BaseException, results_dir: Path) -> Path | None:
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in FULL_ERRNOS:
-            return Path(seen.filename) if seen.filename else results_dir
+            return full_place(seen.filename, results_dir) if seen.filename else results_dir
         if any(w in str(seen).lower() for w in _FULL_WORDS) and free_bytes(results_dir) < FULL_BELOW:
             return results_dir
         seen = seen.__cause__ or seen.__context__

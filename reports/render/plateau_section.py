@@ -16,12 +16,17 @@ NEAR_PLATEAU_NATS = 0.5
 
 
 def plateau_line(r: PlateauRow) -> str:
-    """'small, 1M: unigram plateau 5.429 nats/token; final NLL 4.10-4.16 (mean 4.13); worst run 1.27 below'."""
+    """'small, 1M: unigram plateau 5.429 nats/token; final NLL 4.10-4.16 (mean 4.13); worst run 1.27 below'
+    (``above`` for a worst run that ends above the plateau, a negative margin)."""
     label = cell_label(r.size, r.budget_tokens)
     nll = f"final NLL {r.final_min:.3f}-{r.final_max:.3f} (mean {r.final_mean:.3f}, {r.n_runs} runs)"
     if math.isnan(r.unigram_nll):
         return f"{label}: {nll}; unigram plateau not recorded (runs from before the column existed)"
-    return f"{label}: unigram plateau {r.unigram_nll:.3f} nats/token; {nll}; the worst run ends {r.margin:.3f} below it"
+    side = "below" if r.margin >= 0 else "above"  # margin < 0: the worst run never got under the plateau
+    return (
+        f"{label}: unigram plateau {r.unigram_nll:.3f} nats/token; {nll}; "
+        f"the worst run ends {abs(r.margin):.3f} {side} it"
+    )
 
 
 def blocks(stats: ReportStats) -> list[Block]:
