@@ -38,12 +38,13 @@ COMMANDS = {
     "report": "report",
     "plan": "plan",
     "topup": "topup",
+    "followup": "followup",
     "bench": "bench",
     "sizes": "sizes",
 }
 
 # Commands that only read results: a mistyped --results must not create an empty store.
-READS_RESULTS = ("sql", "export", "report", "topup")
+READS_RESULTS = ("sql", "export", "report", "topup", "followup")
 
 EPILOG = """\
 the research loop, one command each:
