@@ -188,6 +188,24 @@ class Source:
     composed: str
     train: dict  # variant -> its [train] overrides (the parent's is the grid's [train])
     cells: tuple[tuple[str, int], ...]  # (size, budget_tokens)
+    why: str  # what the source's report says of the control (why_text)
+
+
+def why_text(stats: ReportStats, control: str) -> str:
+    """What the source grid's report says of ``control``: where it does better than the treatment, or not."""
+    found = [a for a in absorbing(stats) if a.control == control]
+    if not found:
+        return (
+            f"asked for by hand: {control}'s gain fraction interval lies above 1 in no cell of {stats.grid}."
+        )
+    return (
+        "; ".join(
+            f"{control} reproduces {stats.treatment}'s gain and does better than it at {a.size}, {a.budget_tokens:_} "
+            f"(gain fraction {a.fraction:.2f}, 95 % interval {a.fraction_low:.2f} to {a.fraction_high:.2f})"
+            for a in found
+        )
+        + "."
+    )
 
 
 def _value(v) -> str:
@@ -231,7 +249,7 @@ def _header(src: Source, fp: FollowupPlan, speed: dict) -> list[str]:
     )
     return [
         f"# The factorial follow-up of grid {src.grid}, written by `harness followup` (DESIGN 12).",
-        f"# Why: {c} reproduces {t}'s gain and does better than it (gain fraction interval above 1).",
+        f"# Why: {src.why}",
         f"# Question: does {t}'s change still help on top of {c}'s, or does {c} absorb it (an interaction)?",
         f"#   (0, 0) {p}   (1, 0) {c}   (0, 1) {t}   (1, 1) {tc} = {t} with {c}'s additions",
         f"# Plan, from {src.grid}'s own runs in the store: {sds}.",

@@ -135,6 +135,10 @@ def test_followup_writes_a_grid_whose_plan_is_powers(tmp_path, capsys):
     assert f"interaction sd {sd:.4g}" in text and "sqrt 2 times one difference's" in text
     assert f"up to look 1 ({n // 2} seeds): {4 * (n // 2)} runs" in text and "tokens/s per worker" in text
     assert "not queued; next: harness queue" in printed
+    assert (
+        "# Why: param_matched reproduces rd_attnres's gain and does better than it at small, 1_000_000"
+        in text
+    )
 
 
 def test_followup_refuses_in_one_line(tmp_path, capsys):
@@ -204,7 +208,7 @@ min_effect_nats = 0.02
 """
 
 
-@pytest.mark.slow  # 9 tiny runs on real text, then followup and queue (not yet timed: the shared cores were saturated)
+@pytest.mark.slow  # 103 s on 2 cores (shared): 9 tiny runs on real text, followup, queue
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_followup_of_a_trained_grid_queues_as_written(tmp_path):
     grid = tmp_path / "fu_src.toml"

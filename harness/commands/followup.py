@@ -111,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
         composed=composed,
         train=train,
         cells=tuple((c.size, c.budget_tokens) for c in cells),
+        why=fu.why_text(stats, args.absorb),
     )
     fp = fu.plan_followup(cells, stats.plan)
     speed = throughput(
