@@ -42,13 +42,14 @@ COMMANDS = {
     "report": "report",
     "plan": "plan",
     "topup": "topup",
+    "followup": "followup",
     "bench": "bench",
     "sizes": "sizes",
     "migrate": "migrate",
 }
 
 # Commands that only read results: a mistyped --results must not create an empty store.
-READS_RESULTS = ("sql", "export", "report", "topup", "migrate")
+READS_RESULTS = ("sql", "export", "report", "topup", "migrate", "followup")
 
 EPILOG = """\
 the research loop, one command each:

@@ -404,14 +404,46 @@ def absence_rate(
     alpha: float = 0.05,
     sd: float = NOISE_SD,
 ) -> float:
-    """Share of studies with ``gain absent`` in at least one of ``cells`` cells (Holm over the cells),
-    every cell with true gain ``gain`` (nats/token, > 0 = the treatment is better)."""
+    """Share of studies with ``gain absent`` in at least one of ``cells`` cells (the report's one family
+    of headline and absence tests), every cell with true gain ``gain`` (nats/token, > 0 = better)."""
     d = -gain + rng.normal(0.0, sd, (studies, cells, n)) - rng.normal(0.0, sd, (studies, cells, n))
+    fam = headline_family(d, delta, alpha)
+    return float((fam.absent & ~fam.established).any(axis=-1).mean())
+
+
+def headline_family(d: np.ndarray, delta: float, alpha: float = 0.05) -> dec.HeadlineFamily:
+    """The report's step 1 (:func:`reports.stats.decisions.decide_headlines`) on differences ``d``
+    ``[S, K cells, n]``."""
     p, _ = dec.headline_p(d)
-    _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1), p, alpha)
     p_abs, _ = dec.absence_p(d, delta)
-    _, absent = dec.decide_absence(np.full(p.shape, n), p_abs, alpha)
-    return float((absent & ~est).any(axis=-1).mean())
+    mean = d.mean(axis=-1)
+    return dec.decide_headlines(np.full(p.shape, d.shape[-1]), mean, p, mean, p_abs, delta, alpha)
+
+
+def wrong_headline_rate(
+    n: int,
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    sd: float = NOISE_SD,
+    one_family: bool = True,
+) -> float:
+    """Share of two-cell grids with a wrong headline: cell 0 has no gain (``gain established`` is wrong),
+    cell 1 a gain of exactly delta (``gain absent`` is wrong). ``one_family``: the report's single family
+    (:func:`headline_family`); else the v3 rule, Holm over the cells per test (two families)."""
+    gain = np.array([0.0, delta])[:, None]
+    d = -gain + rng.normal(0.0, sd, (studies, 2, n)) - rng.normal(0.0, sd, (studies, 2, n))
+    if one_family:
+        fam = headline_family(d, delta, alpha)
+        est, absent = fam.established, fam.absent & ~fam.established
+    else:
+        p, _ = dec.headline_p(d)
+        _, est = dec.decide_headline(np.full(p.shape, n), d.mean(axis=-1), p, alpha)
+        p_abs, _ = dec.absence_p(d, delta)
+        absent = dec.decide_absence(np.full(p.shape, n), d.mean(axis=-1), p_abs, delta, alpha)[1] & ~est
+    return float((est[:, 0] | absent[:, 1]).mean())
 
 
 def grid_boundary_controls(

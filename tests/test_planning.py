@@ -74,7 +74,9 @@ def test_given_sd_rows_match_the_power_functions():
     rng = np.random.default_rng(5)
     d = rng.normal(0.0, 0.006, (4000, 1, absent.seeds_needed))
     p_abs, _ = dec.absence_p(d, 0.01)
-    rate = dec.decide_absence(np.full(p_abs.shape, absent.seeds_needed), p_abs, 0.05)[1].mean()
+    rate = dec.decide_absence(np.full(p_abs.shape, absent.seeds_needed), d.mean(axis=-1), p_abs, 0.01, 0.05)[
+        1
+    ].mean()
     power = TTestPower().power(
         effect_size=0.01 / 0.006, nobs=absent.seeds_needed, alpha=0.05, alternative="larger"
     )

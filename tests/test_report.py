@@ -154,7 +154,7 @@ def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):
         "| g-small-1000000-rd_attnres-s1 | rd_attnres | 1 | small, 1M | failed "
         "| failed: loss is NaN at step 40 |"
     ) in md
-    assert "lost seed(s) 1: seed 1 (rd_attnres: failed: loss is NaN at step 40)" in md
+    assert "unpaired seed(s) 1: seed 1 (rd_attnres: failed: loss is NaN at step 40)" in md
     (h,) = result.stats.headlines
     # A failure for a numerical reason is a divergence: seed 1 counts as a loss of the treatment
     # (d = +max |d| of the two observed pairs), never a dropped pair (DESIGN 6).

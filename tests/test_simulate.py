@@ -303,7 +303,7 @@ def test_absence_alone_has_its_level_at_the_boundary():
     n, delta = 5, 0.006
     d = -delta + rng.normal(0.0, NOISE_SD, (STUDIES, 1, n)) - rng.normal(0.0, NOISE_SD, (STUDIES, 1, n))
     p, _ = dec.absence_p(d, delta)
-    _, absent = dec.decide_absence(np.full(p.shape, n), p, ALPHA)
+    _, absent = dec.decide_absence(np.full(p.shape, n), d.mean(axis=-1), p, delta, ALPHA)
     assert abs(absent.mean() - ALPHA) <= tol(ALPHA), absent.mean()
 
 

@@ -427,7 +427,7 @@ def test_aa_check_statuses_and_no_family():
     }
     cases = {
         "bit-identical": [0.0, 0.0, 0.0],
-        "noise floor": [0.004, -0.006, 0.002],  # max 0.006 < |G|/2 = 0.01
+        "pass": [0.004, -0.006, 0.002],  # max 0.006 < |G|/2 = 0.01
         "warn": [0.004, -0.006, 0.0128],  # max 0.0128 >= 0.01, no systematic offset
         "FAIL": [0.015, 0.0151, 0.0149],  # a systematic offset
     }
@@ -526,7 +526,7 @@ def test_protocol_mismatch_is_an_error_naming_fields():
         analyze(final, runs)
     res = analyze(final, runs, allow_partial=True)
     tp = rows_of(res)["rd_attnres - block_attnres"]
-    assert tp["n_pairs"] == 4 and tp["seeds"] == "0 1 3 4" and "lost seeds 2" in tp["note"]
+    assert tp["n_pairs"] == 4 and tp["seeds"] == "0 1 3 4" and "unpaired seeds 2" in tp["note"]
     assert "seed 2 (protocol mismatch: train.lr" in tp["missing_seeds"]
     keep = [0, 1, 3, 4]
     assert tp["t_p"] == pytest.approx(st.ttest_1samp(D_TREAT[keep], 0).pvalue, abs=1e-12)
@@ -582,7 +582,7 @@ def test_divergence_table_and_lost_seeds():
         "0 1 2 4",
         "seed 3 (rd_attnres: failed: RuntimeError: CUDA OOM)",
     )
-    assert "lost seeds 1, 3" in rows["rd_attnres - fixed_v"]["note"]
+    assert "unpaired seeds 1, 3" in rows["rd_attnres - fixed_v"]["note"]
     # The contrast uses the seeds where control, parent and treatment all ran, plus seed 1 where the
     # control diverged and the other two finished: a loss for the control, e = +max |e| (DESIGN 6).
     fv = next(a for a in res.assessments if a.control == "fixed_v")

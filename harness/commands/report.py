@@ -4,15 +4,17 @@ Pairs each variant's finished runs with the parent's by seed (same size, budget 
 protocol hash) and applies the grid's analysis plan (its [analysis] table, stored with
 its runs; DESIGN 6) per size and budget: descriptives of every comparison (95 % t
 interval, exact sign-flip, Wilcoxon and sign tests); the headline as gatekeeper (one-sided
-t-test of treatment - parent, Holm over cells); where the gain is established, a verdict
-per control from its reproduction contrast (Holm over controls) with the fraction of the
-gain it reproduces (Fieller interval); elsewhere `not assessed`; degenerate controls
-`invalid: degenerate`. Also the A/A check, the divergence table, MDE and seeds needed for
+t-test of treatment - parent; `gain established`, `gain absent (< min_effect_nats)` or
+`undecided`, both tests of every cell in one family across the cells); where the gain is
+established, a verdict per control from its reproduction contrast (Holm over every assessed
+(cell, control) contrast of the grid) with the fraction of the gain it reproduces (Fieller
+interval); elsewhere `not assessed`; degenerate controls `invalid: degenerate`. Also the A/A check, the divergence table, MDE and seeds needed for
 the planned effect, and a mixed model nll ~ variant + (1 | seed) as a cross-check; with
 several budgets, gain vs budget (table, figure, slope of d per doubling of the budget).
 With looks in the plan (DESIGN 8) each cell is tested at the look its seeds reach, at that
 look's share of alpha ("look k of K, level x"); `harness topup` adds seeds where undecided.
-Failed, diverged and unfinished runs are listed, never averaged in. The run queue
+Failed, diverged and unfinished runs are listed; a seed where one side diverged counts as a
+loss for that side (worst-case imputation), never as a dropped pair. The run queue
 (--storage, default RESULTS/queue.journal) is read for the runs still queued or running:
 the report says how many of the grid's runs are done, and that its verdicts use those
 only; without a queue it says the queue was not found.

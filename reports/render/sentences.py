@@ -242,9 +242,7 @@ def aa_sentence(a: AACheck, alpha: float) -> str:
             if a.tested
             else f"warn: {floor} and reaches {scale}{untested}"
         )
-    return f"noise floor: {floor}, below {scale}" + (
-        f"; no systematic offset ({test})" if a.tested else untested
-    )
+    return f"pass: {floor}, below {scale}" + (f"; no systematic offset ({test})" if a.tested else untested)
 
 
 def needed_short(s, planned: float | None) -> str:

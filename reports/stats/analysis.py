@@ -132,7 +132,7 @@ def _aa_check(
     elif max_abs >= threshold:
         status = "warn"
     else:
-        status = "noise floor"
+        status = "pass"
     return AACheck(
         variant=c.first,
         size=c.size,
@@ -215,7 +215,7 @@ def analyze(
             (:func:`harness.analysis_plan.plan_from_configs`), else the defaults.
         degenerate: ``{(size, budget_tokens, variant): reason}`` of degenerate variants
             (reports/stats/degeneracy.py, from routing records); a control whose paired
-            differences with the parent are exactly zero at every seed is added here.
+            differences with the parent are within the numerical floor at every seed is added here.
             A/A checks are exempt (they must be identical).
         aa_variants: variants that are A/A checks (never in a family, never a verdict).
         progress: how far the grid has got, the queue's view next to the store's
@@ -434,19 +434,18 @@ def _headlines(
 
 
 def _decide_headlines(rows: list[_HeadlineInput], plan: AnalysisPlan) -> list[_HeadlineDecision]:
-    """Holm over the cells for the headline test and, separately, for the absence test (DESIGN 6)."""
-    n = np.array([r.test.look.n for r in rows])
-    degenerate = np.array([bool(r.degenerate) for r in rows])
-    adj, est = dec.decide_headline(
-        n,
+    """The headline and absence tests of every cell in one family (DESIGN 6; :func:`dec.decide_headlines`)."""
+    absence = [r.absence for r in rows]  # None without min_effect_nats: not tested
+    fam = dec.decide_headlines(
+        np.array([r.test.look.n for r in rows]),
         np.array([r.test.deciding_mean for r in rows]),
         np.array([r.test.sequential_p for r in rows]),
+        np.array([a.deciding_mean if a is not None else NAN for a in absence]),
+        np.array([a.sequential_p if a is not None else NAN for a in absence]),
+        plan.min_effect_nats,
         plan.alpha,
-        degenerate,
+        np.array([bool(r.degenerate) for r in rows]),
     )
-    p_abs = np.array([r.absence.sequential_p if r.absence is not None else NAN for r in rows])
-    adj_abs, absent = dec.decide_absence(n, p_abs, plan.alpha, degenerate)
-    levels = dec.holm_levels(np.where(degenerate, NAN, p_abs), plan.alpha)
     return [
         _HeadlineDecision(
             holm_p=float(hp),
@@ -455,7 +454,9 @@ def _decide_headlines(rows: list[_HeadlineInput], plan: AnalysisPlan) -> list[_H
             absent=bool(a) and not bool(e),
             level=float(lv),
         )
-        for hp, e, ha, a, lv in zip(adj, est, adj_abs, absent, levels)
+        for hp, e, ha, a, lv in zip(
+            fam.holm_p, fam.established, fam.absence_holm_p, fam.absent, fam.absence_level
+        )
     ]
 
 

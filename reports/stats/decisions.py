@@ -6,12 +6,14 @@ thousands along the leading axes. Shapes: ``[..., n]`` paired differences (n see
 ``[..., m]`` p-values of one family (m cells or m controls).
 
 1. Headline (gatekeeper): one-sided paired t-test of treatment - parent (H1: mean d < 0)
-   per cell, Holm over the cells; the gain is *established* where n >= 3, mean d < 0
-   beyond the numerical floor (:mod:`reports.stats.floors`) and Holm p < alpha. With zero spread
-   the t p is undefined and the exact one-sided sign-flip p is used instead
-   (:func:`headline_p`). The gain is *absent* (smaller than delta = ``min_effect_nats``)
-   where the one-sided test of H0 "gain >= delta" (:func:`absence_p`) rejects at Holm level
-   alpha over the cells; otherwise the headline is *undecided* (:func:`headline_verdict`).
+   per cell; the gain is *established* where n >= 3, mean d < 0 beyond the numerical floor
+   (:mod:`reports.stats.floors`) and the family's adjusted p < alpha. With zero spread the t p is
+   undefined and the exact one-sided sign-flip p is used instead (:func:`headline_p`). The gain is
+   *absent* (smaller than delta = ``min_effect_nats``) where the one-sided test of H0 "gain >= delta"
+   (:func:`absence_p`) rejects and mean d lies beyond the floor above -delta; otherwise the headline
+   is *undecided* (:func:`headline_verdict`). Both tests of every cell form one family
+   (:func:`decide_headlines`: Holm with Shaffer's divisors), so no wrong headline in any cell
+   happens in more than alpha of grids.
 2. Controls, only where the gain is established: the reproduction contrast
    ``e_s = c_s - (1 - rho) p_s - rho t_s`` per seed, a two-sided paired t-test on e
    (exact sign-flip p at zero spread), Holm over the grid's assessed contrasts, and
@@ -24,6 +26,8 @@ thousands along the leading axes. Shapes: ``[..., n]`` paired differences (n see
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import scipy.stats
@@ -107,6 +111,43 @@ def two_sided_p(d) -> tuple[np.ndarray, np.ndarray]:
     return _with_exact(d, t["p"], t["zero_spread"], "two-sided")
 
 
+def _sort(p) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(p, finite, order, sorted p)`` along the last axis; NaN (no test) sorts last."""
+    p = np.asarray(p, dtype=float)
+    finite = np.isfinite(p)
+    order = np.argsort(np.where(finite, p, np.inf), axis=-1, kind="stable")
+    return p, finite, order, np.take_along_axis(p, order, axis=-1)
+
+
+def _unsort(p, finite, order, sorted_values) -> np.ndarray:
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, sorted_values, axis=-1)
+    return np.where(finite, out, np.nan)
+
+
+def _adjusted(sorted_p, steps) -> np.ndarray:
+    """Step-down adjusted p in sorted order: running max of ``min(1, steps_j p_(j))``."""
+    step = np.minimum(1.0, steps * sorted_p)
+    step = np.where(np.isfinite(step), step, -np.inf)  # NaN (sorted last) must not break the running max
+    return np.maximum.accumulate(step, axis=-1)
+
+
+def _levels(sorted_p, steps, alpha: float) -> np.ndarray:
+    """Step-down levels in sorted order: ``alpha / steps_j`` while every smaller p rejected, then the
+    failing step's level held (no later p can reject there either)."""
+    m = sorted_p.shape[-1]
+    step_level = alpha / np.maximum(steps, 1)
+    failed = np.logical_or.accumulate(~(sorted_p < step_level), axis=-1)
+    first_fail = np.where(failed.any(axis=-1, keepdims=True), failed.argmax(axis=-1)[..., None], m)
+    held = np.take_along_axis(step_level, np.minimum(first_fail, m - 1), axis=-1)
+    return np.where(np.arange(m) > first_fail, held, step_level)
+
+
+def _holm_steps(finite) -> np.ndarray:
+    """Holm's divisors ``m - j`` at sorted position j (m finite tests)."""
+    return finite.sum(axis=-1, keepdims=True) - np.arange(finite.shape[-1])
+
+
 def holm(p) -> np.ndarray:
     """Holm's step-down adjusted p-values (Holm 1979) along the last axis ``[..., m]``.
 
@@ -114,18 +155,8 @@ def holm(p) -> np.ndarray:
     ``multipletests`` would count them). Equal to ``multipletests(p, method="holm")[1]``
     on the finite entries.
     """
-    p = np.asarray(p, dtype=float)
-    finite = np.isfinite(p)
-    m = finite.sum(axis=-1, keepdims=True)
-    order = np.argsort(np.where(finite, p, np.inf), axis=-1, kind="stable")
-    sorted_p = np.take_along_axis(p, order, axis=-1)
-    rank = np.arange(p.shape[-1])
-    step = np.minimum(1.0, (m - rank) * sorted_p)
-    step = np.where(np.isfinite(step), step, -np.inf)  # NaN (sorted last) must not break the running max
-    adj_sorted = np.maximum.accumulate(step, axis=-1)
-    out = np.empty_like(p)
-    np.put_along_axis(out, order, adj_sorted, axis=-1)
-    return np.where(finite, out, np.nan)
+    p, finite, order, sorted_p = _sort(p)
+    return _unsort(p, finite, order, _adjusted(sorted_p, _holm_steps(finite)))
 
 
 def holm_levels(p, alpha: float) -> np.ndarray:
@@ -136,22 +167,22 @@ def holm_levels(p, alpha: float) -> np.ndarray:
     there either). So ``p < level`` exactly where Holm rejects, and a one-sided bound at
     ``level`` excludes the null value exactly there (the printed Holm-adjusted bound).
     """
-    p = np.asarray(p, dtype=float)
-    finite = np.isfinite(p)
-    m = finite.sum(axis=-1, keepdims=True)
-    order = np.argsort(np.where(finite, p, np.inf), axis=-1, kind="stable")
-    sorted_p = np.take_along_axis(p, order, axis=-1)
-    step_level = alpha / np.maximum(m - np.arange(p.shape[-1]), 1)
-    failed = np.logical_or.accumulate(~(sorted_p < step_level), axis=-1)
-    first_fail = np.where(failed.any(axis=-1, keepdims=True), failed.argmax(axis=-1)[..., None], p.shape[-1])
-    held = np.where(
-        np.arange(p.shape[-1]) > first_fail,
-        np.take_along_axis(step_level, np.minimum(first_fail, p.shape[-1] - 1), axis=-1),
-        step_level,
-    )
-    out = np.empty_like(p)
-    np.put_along_axis(out, order, held, axis=-1)
-    return np.where(finite, out, np.nan)
+    p, finite, order, sorted_p = _sort(p)
+    return _unsort(p, finite, order, _levels(sorted_p, _holm_steps(finite), alpha))
+
+
+def _open_cells(finite, order) -> np.ndarray:
+    """Shaffer's divisors for K cells of two disjoint hypotheses (entries c and K + c of ``[..., 2K]``).
+
+    At sorted position j: the cells that still have an untested (not yet rejected) finite test. At
+    most one hypothesis of a cell can be true, so this is the most true hypotheses left.
+    """
+    two_k = finite.shape[-1]
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(two_k), order.shape), axis=-1)
+    last = np.where(finite, rank, -1)
+    last = np.maximum(last[..., : two_k // 2], last[..., two_k // 2 :])  # [..., K]
+    return (last[..., :, None] >= np.arange(two_k)).sum(axis=-2)
 
 
 def gain_established(n, mean, holm_p, alpha: float, floor: float = FLOOR_NATS) -> np.ndarray:
@@ -228,22 +259,77 @@ def decide_headline(n, mean, p, alpha: float, degenerate=False) -> tuple[np.ndar
     return adj, gain_established(n, mean, adj, alpha) & ~degenerate
 
 
-def decide_absence(n, p_absent, alpha: float, degenerate=False) -> tuple[np.ndarray, np.ndarray]:
-    """The absence test over the cells of one grid (last axis ``[..., K]``): Holm, then absent.
+def _absent(n, mean, delta, adj, alpha: float, degenerate) -> np.ndarray:
+    """Absent: n >= 3, Holm p < alpha, and the mean's distance from -delta beyond the numerical floor
+    (``mean + delta > floor``: a gain within the floor of delta is no evidence that it is smaller)."""
+    with np.errstate(invalid="ignore"):
+        away = (np.asarray(mean, dtype=float) + delta) > FLOOR_NATS if delta is not None else False
+    return (np.asarray(n) >= MIN_PAIRS) & (adj < alpha) & away & ~degenerate
+
+
+def decide_absence(n, mean, p_absent, delta, alpha: float, degenerate=False) -> tuple[np.ndarray, np.ndarray]:
+    """The absence test alone over the cells of one grid (last axis ``[..., K]``): Holm, then absent.
+
+    The report tests absence in one family with the headline (:func:`decide_headlines`); this is the
+    test by itself (its level at the boundary gain = delta is alpha).
 
     Args:
-        n: pairs per cell; p_absent: :func:`absence_p` per cell (NaN: not tested, e.g. no
-            ``min_effect_nats``); degenerate: cells whose treatment is degenerate (not tested).
+        n: pairs per cell; mean: mean d per cell (nats/token); p_absent: :func:`absence_p` per cell
+            (NaN: not tested, e.g. no ``min_effect_nats``); delta: ``min_effect_nats`` (None: nothing
+            is absent); degenerate: cells whose treatment is degenerate (not tested).
 
     Returns:
-        ``(holm_p [..., K], absent [..., K])``: absent where n >= 3 and Holm p < alpha. A cell
-        can be both established and absent (a real gain smaller than delta): the headline
-        verdict gives established precedence (:func:`headline_verdict`).
+        ``(holm_p [..., K], absent [..., K])``: absent where n >= 3, Holm p < alpha and mean d lies
+        more than the numerical floor above -delta (:mod:`reports.stats.floors`).
     """
     degenerate = np.asarray(degenerate, bool)
-    p = np.where(degenerate, np.nan, np.asarray(p_absent, dtype=float))
-    adj = holm(p)
-    return adj, (np.asarray(n) >= MIN_PAIRS) & (adj < alpha) & ~degenerate
+    adj = holm(np.where(degenerate, np.nan, np.asarray(p_absent, dtype=float)))
+    return adj, _absent(n, mean, delta, adj, alpha, degenerate)
+
+
+class HeadlineFamily(NamedTuple):
+    """Step 1 of every cell of a grid, headline and absence tests in one family (``[..., K]`` each)."""
+
+    holm_p: np.ndarray  # adjusted p of the headline test (H0: gain <= 0)
+    established: np.ndarray
+    absence_holm_p: np.ndarray  # adjusted p of the absence test (H0: gain >= delta)
+    absent: np.ndarray  # the absence test rejects (established takes precedence: headline_verdict)
+    absence_level: np.ndarray  # the level the absence test ran at (for the printed bound)
+
+
+def decide_headlines(
+    n, mean, p, mean_absent, p_absent, delta, alpha: float, degenerate=False
+) -> HeadlineFamily:
+    """Established and absent over the K cells of one grid as ONE family (DESIGN 6 step 1).
+
+    Testing them in two Holm families lets each family spend alpha: a grid with one null cell and one
+    cell whose gain equals delta gets a wrong headline in about 7 % of grids at alpha 0.05. Here the 2K
+    one-sided tests run in one step-down family with Shaffer's (1986) divisors: a cell's two nulls
+    (gain <= 0, gain >= delta > 0) exclude each other, so at each step at most one true null is left per
+    cell that still has an untested hypothesis; the j-th smallest p is tested at alpha / (that count).
+    The family-wise error over both tests of every cell is <= alpha; with one cell, or no absence tests,
+    it is exactly the separate tests (Holm over the cells).
+
+    Args:
+        n: pairs per cell ``[..., K]``; mean, p: mean d and :func:`headline_p` of the headline test;
+        mean_absent, p_absent: the same for :func:`absence_p` (NaN p: not tested); delta:
+        ``min_effect_nats`` (None: no absence tests); degenerate: cells not tested.
+    """
+    degenerate = np.asarray(degenerate, bool)
+    p = np.where(degenerate, np.nan, np.asarray(p, dtype=float))
+    p_absent = np.where(degenerate, np.nan, np.broadcast_to(np.asarray(p_absent, dtype=float), p.shape))
+    joint, finite, order, sorted_p = _sort(np.concatenate([p, p_absent], axis=-1))
+    steps = _open_cells(finite, order)
+    adj = _unsort(joint, finite, order, _adjusted(sorted_p, steps))
+    levels = _unsort(joint, finite, order, _levels(sorted_p, steps, alpha))
+    k = p.shape[-1]
+    return HeadlineFamily(
+        holm_p=adj[..., :k],
+        established=gain_established(n, mean, adj[..., :k], alpha) & ~degenerate,
+        absence_holm_p=adj[..., k:],
+        absent=_absent(n, mean_absent, delta, adj[..., k:], alpha, degenerate),
+        absence_level=levels[..., k:],
+    )
 
 
 def headline_verdict(established: bool, absent: bool, delta: float | None) -> str:

@@ -29,7 +29,7 @@ from reports.stats.progress import GridProgress
 NAN = float("nan")
 AA_NOISE_FRACTION = 0.5  # A/A warns when max |d| >= this x |treatment's mean gain| (DESIGN 6)
 AA_NOISE_ABS = 1e-3  # nats/token: the A/A warning threshold when there is no treatment gain
-AA_STATUSES = ("bit-identical", "noise floor", "warn", "FAIL", "no pairs")  # AACheck.status values
+AA_STATUSES = ("bit-identical", "pass", "warn", "FAIL", "no pairs")  # AACheck.status values
 
 # stats.csv column contract (DESIGN section 6), in order; extra columns follow.
 CSV_COLUMNS = (
@@ -113,7 +113,7 @@ KINDS = (
 NOTE_FEW = "fewer than 3 pairs: no test"
 NOTE_ZERO_SPREAD = "zero spread: t undefined, the exact sign-flip p is the only p"
 NOTE_ZEROS = "{k} zero difference(s) dropped by the Wilcoxon and sign tests"
-NOTE_LOST = "lost seeds {seeds}"
+NOTE_LOST = "unpaired seeds {seeds} (why: missing_seeds)"  # not run, failed or diverged
 NOTE_UNBOUNDED = "gain fraction unbounded: the gain's 95 % interval covers 0"
 NOTE_NO_EFFECT = "seeds_needed: no min_effect_nats in the plan"
 NOTE_UNREACHABLE = "seeds_needed: not reachable at this budget (> max_seeds {max_seeds})"
