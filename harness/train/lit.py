@@ -40,11 +40,10 @@ from contextlib import nullcontext
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from harness.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
-from harness.models.routing import upcast
+from harness.train.loss import token_cross_entropy
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
 from harness.train.schedule import lr_multiplier, warmup_steps
 from harness.train.timing import RunTimes
@@ -139,10 +138,11 @@ class LitLM(L.LightningModule):
 
     def loss(self, logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         """Cross-entropy (nats/token) of ``logits [B, T, V_model]`` against ``y [B, T]`` over the
-        tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out."""
+        tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out. bf16
+        logits are never copied whole to float32 (:func:`harness.train.loss.token_cross_entropy`)."""
         if logits.shape[-1] != self.vocab_size:
             logits = logits[..., : self.vocab_size]
-        return F.cross_entropy(upcast(logits).flatten(0, 1), y.flatten(), reduction=reduction)
+        return token_cross_entropy(logits, y, reduction)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._compiled is None and resolve_compile(self.cfg.compile, self._defaults_of):
