@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import tempfile
 from pathlib import Path
 
@@ -98,6 +99,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     torch._dynamo.config.recompile_limit = max(old_limit, 4 * len(variants) + 8)
     preset = get_size(cfg.size)
     batch_size, micro_note = _step_batch(cfg, device, len(variants) + bool(cfg.precision_ratio))
+    micro_batches = _micro_batches(cfg, device, batch_size)
     if micro_note:
         say(micro_note)
     created = dt.datetime.now(dt.UTC).replace(tzinfo=None)
@@ -107,13 +109,13 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
             x, y = _first_batch(prepared, preset.context, batch_size, cfg.seed)
             total_steps = cfg.warmup + cfg.steps + 1
             say(
-                f"building {len(variants)} variants ({cfg.size}, batch {batch_size} x {preset.context} tokens, "
-                f"{'compiled' if cfg.compile else 'eager'}, {device.type})"
+                f"building {len(variants)} variants ({cfg.size}, a step of {micro_batches} micro-batch(es) of "
+                f"{batch_size} x {preset.context} tokens, {'compiled' if cfg.compile else 'eager'}, {device.type})"
             )
             # Inductor's CPU kernels show in a profile only if compiled with the marks on
             with kernel_profiling(bool(cfg.profile_rounds) and cfg.compile and device.type == "cpu"):
                 arms, precision_arms = _arms(
-                    cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say
+                    cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say, micro_batches
                 )
                 pairs = step_ratio_pairs(variants, precision_arms)
                 more = (
@@ -157,6 +159,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
         created,
         precision_arms,
         micro_batch_note=micro_note,
+        micro_batches=micro_batches,
     )
     if profile is not None:
         result["profile"] = profile
@@ -164,15 +167,34 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
 
 
 def _arms(
-    cfg: BenchConfig, variants: list[str], device: torch.device, batch, vocab_size: int, total_steps: int, say
+    cfg: BenchConfig,
+    variants: list[str],
+    device: torch.device,
+    batch,
+    vocab_size: int,
+    total_steps: int,
+    say,
+    micro_batches: int = 1,
 ) -> tuple[list[StepArm], dict | None]:
     """A :class:`StepArm` per variant, plus (``--precision-ratio``) the parent in the other precision, timed
-    in the same rounds; and ``precision -> arm name`` of that pair (``None`` without it)."""
-    arms = [StepArm(v, cfg, device, batch, vocab_size, total_steps) for v in variants]
+    in the same rounds; and ``precision -> arm name`` of that pair (``None`` without it). Every arm's
+    step is ``micro_batches`` micro-batches of ``batch``."""
+    arms = [
+        StepArm(v, cfg, device, batch, vocab_size, total_steps, micro_batches=micro_batches) for v in variants
+    ]
     if not cfg.precision_ratio:
         return arms, None
     base = PARENT if PARENT in variants else variants[0]
-    extra = StepArm(base, cfg, device, batch, vocab_size, total_steps, precision=other_precision(device))
+    extra = StepArm(
+        base,
+        cfg,
+        device,
+        batch,
+        vocab_size,
+        total_steps,
+        precision=other_precision(device),
+        micro_batches=micro_batches,
+    )
     arms.append(extra)
     support = cpu_bf16_support() if device.type == "cpu" else ""
     say(f"precision: {base} also in {extra.precision} ({support})")
@@ -230,6 +252,18 @@ def _step_batch(cfg: BenchConfig, device: torch.device, n_arms: int) -> tuple[in
     finally:
         del model
         torch.cuda.empty_cache()
+
+
+def _micro_batches(cfg: BenchConfig, device: torch.device, batch_size: int) -> int:
+    """Micro-batches per timed step: ``cfg.micro_batches`` when set; else on CUDA the preset's
+    global batch in micro-batches of ``batch_size`` sequences (rounded up: the step trains at
+    least the global batch), and 1 on a CPU (:class:`~harness.bench.settings.BenchConfig`)."""
+    if cfg.micro_batches:
+        return cfg.micro_batches
+    if device.type != "cuda":
+        return 1
+    rows = max(1, train_config(cfg.size).batch_tokens // get_size(cfg.size).context)
+    return math.ceil(rows / batch_size)
 
 
 def _profile(arms, rounds: int, pairs, say) -> dict:

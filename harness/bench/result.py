@@ -117,17 +117,23 @@ def assemble(
     created: dt.datetime,
     precision_arms: dict[str, str] | None = None,
     micro_batch_note: str | None = None,
+    micro_batches: int = 1,
 ) -> dict:
     """Medians, paired ratios with intervals, MFU and targets from raw samples (pure function).
 
     MFU counts ``6 N + 12 L D T`` FLOPs per token (:mod:`harness.bench.flops`); it is ``None``
     when the device's bf16 peak is unknown (any CPU, an unlisted GPU), and ``mfu_note`` says why.
     ``micro_batch_note``: how the step's batch was chosen (the CUDA probe's line), if it was.
+    A timed step is ``micro_batches`` micro-batches of ``batch_size`` sequences of ``context``
+    tokens (``step_tokens``), as a training step (DESIGN section 11): tokens/s and MFU are of
+    that step, ``micro_batch_ms`` is its time per micro-batch; ``batch_tokens`` stays one
+    micro-batch's tokens (the loops' step).
 
     ``samples`` holds one step time per round (ms) per arm name: every variant, and the arms
     of ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``; one of them a variant).
     """
     batch_tokens = batch_size * context
+    step_tokens = batch_tokens * micro_batches
     step_ms = {v: statistics.median(samples[v]) for v in variants}
     pairs = step_ratio_pairs(variants, precision_arms)
     summary = paired_summary(samples, pairs)
@@ -145,7 +151,7 @@ def assemble(
             "precision_arms": precision_arms,
             "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb},
         }
-    tokens_per_s = {v: batch_tokens / (step_ms[v] / 1e3) for v in variants}
+    tokens_per_s = {v: step_tokens / (step_ms[v] / 1e3) for v in variants}
     peak = device_peak_flops(device, cfg.peak_tflops)
     preset = get_size(cfg.size)
     flops = {
@@ -178,6 +184,8 @@ def assemble(
         "mfu_note": mfu_note,
         "flops_per_token": flops,
         "micro_batch_note": micro_batch_note,
+        "micro_batches": micro_batches,
+        "micro_batch_ms": {v: ms / micro_batches for v, ms in step_ms.items()},
         "peak_flops": peak,
         "targets": targets,
         "n_params": n_params,
@@ -188,6 +196,7 @@ def assemble(
         "batch_size": batch_size,
         "context": context,
         "batch_tokens": batch_tokens,
+        "step_tokens": step_tokens,
         "steps": len(next(iter(samples.values()))) if samples else 0,
         "min_steps": cfg.steps,
         "max_steps": cfg.max_steps,
@@ -264,7 +273,8 @@ def _targets(ratios: dict, mem_ratios: dict, summary: dict) -> dict:
 
 METHOD = {
     "cpu": {
-        "step_ms": "median over interleaved rounds of one step (fwd+loss+bwd+clip+AdamW) per variant, rotated order; "
+        "step_ms": "median over interleaved rounds of one step (micro_batches x (fwd+loss+bwd), clip, AdamW) "
+        "per variant, rotated order; "
         "ratios: median of the per-round ratios",
         "peak_mem_mb": "params+buffers+optimiser state + peak of torch.profiler CPU allocator events over "
         "one step (grads freed first)",
@@ -272,7 +282,8 @@ METHOD = {
         "alternating Lightning/bare rounds",
     },
     "cuda": {
-        "step_ms": "median over interleaved rounds, cuda.synchronize around each step, bf16 autocast; "
+        "step_ms": "median over interleaved rounds of one step (micro_batches x (fwd+loss+bwd), clip, fused "
+        "AdamW), cuda.synchronize around each step, bf16 autocast; "
         "ratios: median of the per-round ratios",
         "peak_mem_mb": "params+buffers+optimiser state + (cuda.max_memory_allocated - allocated at step start)",
         "loop": "B*T / median seconds per loop iteration, alternating rounds (Lightning bf16-mixed, "
@@ -340,7 +351,7 @@ def bench_rows(result: dict) -> list[dict]:
                 "variant": arm,
                 "step_ms": ms,
                 "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
-                "tokens_per_s": result["batch_tokens"] / (ms / 1e3),
+                "tokens_per_s": result.get("step_tokens", result["batch_tokens"]) / (ms / 1e3),
                 "extra": extra,
             }
         )
@@ -377,7 +388,8 @@ def format_report(result: dict) -> str:
     lines = [
         f"harness bench: size {result['size']}, {'compiled' if result['compile'] else 'eager'}, "
         f"{result['device']} ({result['device_name']}), {result['threads']} thread(s), torch {result['torch']}",
-        f"batch {result['batch_size']} x {result['context']} tokens; {result['steps']} interleaved rounds after "
+        f"a step of {result.get('micro_batches', 1)} micro-batch(es) of {result['batch_size']} x "
+        f"{result['context']} tokens, one clip and AdamW step; {result['steps']} interleaved rounds after "
         f"{result['warmup']} warmup step(s); medians",
     ]
     if result.get("micro_batch_note"):
@@ -434,6 +446,9 @@ def _variant_table(result: dict) -> list[str]:
     head = (
         f"{'variant':<16} {'step_ms':>9} {'vs parent':>9} {'tokens/s':>10} {'peak_MiB':>9} {'vs parent':>9}"
     )
+    micro = result.get("micro_batches", 1) > 1  # the time per micro-batch beside the whole step's
+    if micro:
+        head += f" {'micro_ms':>9}"
     if result["mfu"]:
         head += f" {'MFU':>6}"
     lines = [head, "-" * len(head)]
@@ -442,6 +457,8 @@ def _variant_table(result: dict) -> list[str]:
         rel = f"{ms / parent_ms:9.3f}" if parent_ms else f"{'':9}"
         rel_mb = f"{mb / parent_mb:9.3f}" if parent_mb else f"{'':9}"
         line = f"{v:<16} {ms:9.1f} {rel} {result['tokens_per_s'][v]:10.0f} {mb:9.1f} {rel_mb}"
+        if micro:
+            line += f" {result['micro_batch_ms'][v]:9.1f}"
         if result["mfu"]:
             line += f" {100 * result['mfu'][v]:5.1f}%"
         lines.append(line)

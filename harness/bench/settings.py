@@ -51,7 +51,11 @@ class BenchConfig:
         precision_ratio: also time the parent (or the first variant) in the other precision
             (bf16-mixed on a CPU, float32 on CUDA), interleaved, for ``precision_ratios``.
         warmup: untimed steps per variant (and per loop round) before timing, >= 1.
-        batch_size: sequences per step (0 = the preset's training batch, at most 32).
+        batch_size: sequences per micro-batch (0 = on CUDA the micro-batch a run would probe, on
+            a CPU the preset's training batch, at most 32).
+        micro_batches: micro-batches per timed step, each a forward+backward, with one clip and
+            one AdamW step (0 = the step training runs: on CUDA the preset's global batch,
+            ``ceil(batch_tokens / context / batch_size)``; on a CPU 1, as the CPU ratios were measured).
         loop_variant: the variant trained by the Lightning and bare loops.
         loop_steps: timed steps per loop round.
         loop_rounds: rounds of (Lightning, bare) loops; 0 skips the loop comparison.
@@ -74,6 +78,7 @@ class BenchConfig:
     precision_ratio: bool = True
     warmup: int = 3
     batch_size: int = 0
+    micro_batches: int = 0
     loop_variant: str = PARENT
     loop_steps: int = 10
     loop_rounds: int = 3
@@ -96,6 +101,7 @@ class BenchConfig:
             ("max_steps", 0),
             ("warmup", 1),
             ("batch_size", 0),
+            ("micro_batches", 0),
             ("loop_steps", 1),
             ("loop_rounds", 0),
             ("threads", 0),

@@ -20,32 +20,59 @@ from harness.train.lit import LitLM
 
 
 def train_step(
-    forward, model, opt, sched, x, y, max_norm: float, device: torch.device, precision: str | None = None
+    forward,
+    model,
+    opt,
+    sched,
+    x,
+    y,
+    max_norm: float,
+    device: torch.device,
+    precision: str | None = None,
+    *,
+    micro_batches: int = 1,
+    loss_fn: Callable | None = None,
 ) -> None:
-    """One optimiser step in the order of Lightning's automatic optimisation (as under
-    :class:`harness.train.lit.LitLM`): forward and loss, ``zero_grad(set_to_none=True)``,
-    backward, gradient clipping, AdamW step, LR-schedule step. ``precision``: a Lightning
-    precision (``32-true`` or ``bf16-mixed``; default: the device's, as a run's ``auto``).
+    """One optimiser step of ``micro_batches`` micro-batches ``(x, y)`` (``[m, T]`` each), in
+    the order of :meth:`harness.train.lit.LitLM.training_step`: forward and loss, then
+    ``zero_grad(set_to_none=True)`` before the first backward, a backward per micro-batch (its
+    loss weighted ``1 / micro_batches``, the gradients accumulating), then one gradient clip,
+    one AdamW step and one LR-schedule step. ``precision``: a Lightning precision (``32-true``
+    or ``bf16-mixed``; default: the device's, as a run's ``auto``). ``loss_fn(logits, y)``:
+    the training loss (default: token-mean cross-entropy of the float32 logits).
 
     The order matters on CPU: it decides which buffers the allocator can reuse (the last
     step's gradients live through the forward), which moves step times by ~10 %.
     """
-    with autocast(device, precision):
-        logits = forward(x)
-    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
+    for k in range(micro_batches):
+        with autocast(device, precision):
+            logits = forward(x)
+        if loss_fn is None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        else:
+            loss = loss_fn(logits, y)
+        if micro_batches > 1:
+            loss = loss / micro_batches
+        if k == 0:
+            opt.zero_grad(set_to_none=True)
+        logits = None  # the logits' memory is free before the backward, as in training
+        loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     opt.step()
     sched.step()
 
 
 class StepArm:
-    """One variant's model, optimiser and :func:`train_step` on a fixed batch.
+    """One variant's model, optimiser and :func:`train_step` on a fixed micro-batch.
 
-    ``precision`` (``32-true`` / ``bf16-mixed``; default the device's) is the step's
-    numeric precision; :attr:`name` is the variant, or ``variant@precision`` for an arm
-    whose precision is not the device's default (the bf16/fp32 comparison).
+    A step is the one training runs (DESIGN section 11): ``micro_batches`` forward+backward
+    passes of the micro-batch ``batch`` (``[m, T]``), one clip, one AdamW step. The model is
+    wrapped in a :class:`~harness.train.lit.LitLM` moved to ``device`` before its
+    ``configure_optimizers`` builds the optimiser, so the optimiser is the one a run on that
+    device builds (fused AdamW on CUDA, same parameter groups), and the loss is its loss.
+    ``precision`` (``32-true`` / ``bf16-mixed``; default the device's) is the step's numeric
+    precision; :attr:`name` is the variant, or ``variant@precision`` for an arm whose
+    precision is not the device's default (the bf16/fp32 comparison).
     """
 
     def __init__(
@@ -57,25 +84,26 @@ class StepArm:
         vocab_size: int,
         total_steps: int,
         precision: str | None = None,
+        micro_batches: int = 1,
     ) -> None:
         self.variant = variant
         self.precision = precision or default_precision(device)
         self.name = variant if self.precision == default_precision(device) else f"{variant}@{self.precision}"
         self.device = device
-        self.model = build_model(variant, cfg.size, seed=cfg.seed, vocab_size=vocab_size).to(device)
+        self.micro_batches = micro_batches
+        self.model = build_model(variant, cfg.size, seed=cfg.seed, vocab_size=vocab_size)
         self.n_params = count_params(self.model)["total"]
         self.train = train_config(cfg.size)
         x, y = batch
         self.x, self.y = x.to(device), y.to(device)
-        # LitLM only supplies the optimiser groups and schedule (and turns off token checks).
-        lit = LitLM(
+        self.lit = LitLM(
             self.model,
             self.train,
             total_steps=total_steps,
-            batch_tokens=x.numel(),
+            batch_tokens=x.numel() * micro_batches,
             token_bytes=torch.ones(vocab_size, dtype=torch.int64),
-        )
-        opt = lit.configure_optimizers()
+        ).to(device)  # before configure_optimizers: it builds the device's optimiser (fused on CUDA)
+        opt = self.lit.configure_optimizers()
         self.opt, self.sched = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.max_norm = self.train.grad_clip if self.train.grad_clip > 0 else float("inf")
@@ -91,6 +119,8 @@ class StepArm:
             self.max_norm,
             self.device,
             self.precision,
+            micro_batches=self.micro_batches,
+            loss_fn=self.lit.loss,
         )
 
     def free_grads(self) -> None:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.models.routing import RMSNorm, RouteSite, SourceBank
+from harness.models.routing import RMSNorm, RouteSite, SourceBank, upcast
 from harness.models.sizes import ModelConfig
 from harness.models.spec import VariantSpec
 
@@ -165,7 +165,9 @@ class DepthRoutedLM(nn.Module):
     """Decoder LM of DESIGN section 2 with the residual structure of a :class:`VariantSpec`.
 
     ``forward(tokens [B, T] int64) -> logits [B, T, V]`` (float32 on CPU; the autocast
-    dtype under mixed precision).
+    dtype under mixed precision). Under bf16 autocast the residual stream, Block AttnRes's
+    partial sums and Full AttnRes's sources stay float32 (sublayer outputs are bf16 and are
+    added to or upcast into float32), so depth sums never accumulate in bf16 (DESIGN section 11).
 
     Raises:
         ValueError: token ids outside ``[0, vocab_size)``, a non-integer dtype, or a
@@ -225,9 +227,9 @@ class DepthRoutedLM(nn.Module):
             bank.append(x)  # every sublayer output becomes its own source
             for layer in self.layers:
                 a = layer.attention(layer.attn_route(bank), cos, sin)
-                bank.append(a)
+                bank.append(upcast(a))  # sources float32 under autocast, as a pre-norm stream
                 h = layer.mlp_route(bank)[0]["mlp"]
-                bank.append(layer.mlp(layer.mlp_norm(h)))
+                bank.append(upcast(layer.mlp(layer.mlp_norm(h))))
             return self.out_route(bank)[0]["out"]
         # Block AttnRes
         every = self.cfg.block_size // 2  # layers per block (two sublayers per layer)
@@ -238,7 +240,9 @@ class DepthRoutedLM(nn.Module):
                 bank.append(partial)
                 partial = None
             a = layer.attention(groups, cos, sin)
-            partial = a if partial is None else partial + a
+            # float32 under bf16 autocast (a sublayer's output is bf16): the block's sum accumulates
+            # in float32, as a pre-norm residual stream does; no copy in float32 or float64
+            partial = upcast(a) if partial is None else partial + a
             h = layer.mlp_route(bank, partial)[0]["mlp"]
             partial = partial + layer.mlp(layer.mlp_norm(h))
         return self.out_route(bank, partial)[0]["out"]

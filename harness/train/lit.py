@@ -40,14 +40,14 @@ from contextlib import nullcontext
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from harness.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
-from harness.models.routing import upcast
+from harness.train.loss import token_cross_entropy
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
 from harness.train.schedule import lr_multiplier, warmup_steps
 from harness.train.timing import RunTimes
+from harness.train.trainer import cuda_defaults
 
 
 class LitLM(L.LightningModule):
@@ -125,20 +125,30 @@ class LitLM(L.LightningModule):
         )
 
     @property
+    def _defaults_of(self) -> str:
+        """The device type whose defaults this module takes: ``cuda`` on CUDA and in a CPU twin
+        (:func:`harness.train.trainer.cuda_defaults`), else the device's own."""
+        return "cuda" if cuda_defaults(self.device.type) else self.device.type
+
+    @property
     def sync_every_step(self) -> bool:
-        """Whether the divergence check reads the device every step (not on CUDA, DESIGN section 11)."""
-        return self.device.type != "cuda"
+        """Whether the divergence check reads the device every step (not with CUDA's defaults, DESIGN
+        section 11)."""
+        return self._defaults_of != "cuda"
 
     def loss(self, logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         """Cross-entropy (nats/token) of ``logits [B, T, V_model]`` against ``y [B, T]`` over the
-        tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out."""
+        tokenizer's ``V`` ids only: the padding logits of a padded vocabulary are left out. bf16
+        logits are never copied whole to float32 (:func:`harness.train.loss.token_cross_entropy`)."""
         if logits.shape[-1] != self.vocab_size:
             logits = logits[..., : self.vocab_size]
-        return F.cross_entropy(upcast(logits).flatten(0, 1), y.flatten(), reduction=reduction)
+        return token_cross_entropy(logits, y, reduction)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        if resolve_compile(self.cfg.compile, self.device.type) and self._compiled is None:
-            self._compiled = torch.compile(self.model)
+        if self._compiled is None and resolve_compile(self.cfg.compile, self._defaults_of):
+            # kept outside the module tree (not a submodule): a checkpoint then holds the weights
+            # once, under the uncompiled names, so compiled and uncompiled runs load each other's
+            object.__setattr__(self, "_compiled", torch.compile(self.model))
         # `is not None`: a compiled module's truthiness calls len(), which modules lack
         return (self._compiled if self._compiled is not None else self.model)(x)
 
@@ -155,7 +165,7 @@ class LitLM(L.LightningModule):
             {"params": no_decay, "weight_decay": 0.0},
         ]
         # fused on CUDA (one kernel for all tensors); the per-tensor loop elsewhere, as the CPU runs were recorded
-        fast = {"fused": True} if self.device.type == "cuda" else {"foreach": False}
+        fast = {"fused": True} if self._defaults_of == "cuda" else {"foreach": False}
         opt = torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2), **fast)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: lr_multiplier(s, self.total_steps, self.warmup_steps, self.cfg)
@@ -373,6 +383,9 @@ class LitLM(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        weights = checkpoint.get("state_dict", {})
+        for key in [k for k in weights if k.startswith("_compiled.")]:
+            del weights[key]  # a second copy of the weights, saved by compiled runs before it was left out
         state = checkpoint.get("harness", {})
         self.records = list(state.get("records", []))
         self.routing_rows = list(state.get("routing_rows", []))

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
-import torch.nn.functional as F
+
+from harness.train.loss import token_cross_entropy
 
 #: Share of the device's memory a probed micro-batch may use (the rest: allocator
 #: fragmentation, the compiled graph's buffers, the evaluation's logits).
@@ -105,7 +106,7 @@ def probe_micro_batch(
         try:
             with forward_context():
                 logits = model(tokens)
-            F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten()).backward()
+            token_cross_entropy(logits, tokens).backward()  # the training loss: no float32 [m, T, V] copy
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device)
         except torch.cuda.OutOfMemoryError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -54,8 +55,6 @@ def cluster_environment():
     * else (one process, also a single-task SLURM job such as a ``harness launch`` worker):
       ``LightningEnvironment``, Lightning starts any further ranks itself.
     """
-    import os
-
     from lightning.fabric.plugins.environments import (
         LightningEnvironment,
         SLURMEnvironment,
@@ -70,6 +69,30 @@ def cluster_environment():
     ):
         return SLURMEnvironment(auto_requeue=False)
     return LightningEnvironment()
+
+
+#: ``1``: a CPU run takes CUDA's defaults (DESIGN section 11), so the suite's CPU twins run the
+#: code paths a GPU run takes (tests only; see :func:`cuda_defaults`).
+CUDA_DEFAULTS_ENV = "HARNESS_CUDA_DEFAULTS"
+
+
+def cuda_defaults(device_type: str) -> bool:
+    """Whether a run on ``device_type`` takes CUDA's defaults: always on CUDA; on any other device
+    when ``$HARNESS_CUDA_DEFAULTS=1`` (a CPU twin: ``compile = auto`` compiles with inductor,
+    ``precision = auto`` is ``bf16-mixed``, AdamW is fused, the divergence check is deferred to
+    the log and evaluation intervals). ``micro_batch_size = auto`` stays the whole per-rank batch
+    (its probe measures CUDA memory) and pinned memory, non-blocking copies and TF32 stay CUDA's
+    own (no-ops on a CPU).
+
+    Raises:
+        ValueError: ``$HARNESS_CUDA_DEFAULTS`` set to anything but ``0``, ``1`` or empty.
+    """
+    if device_type == "cuda":
+        return True
+    value = os.environ.get(CUDA_DEFAULTS_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"${CUDA_DEFAULTS_ENV}={value!r}; allowed: '1' (take CUDA's defaults), '0' or unset")
+    return value == "1"
 
 
 def resolve_accelerator(accelerator: str) -> str:
@@ -107,10 +130,11 @@ def cpu_bf16_support() -> str | None:
 
 def resolve_precision(precision: str, accelerator: str) -> str:
     """A training setting ``precision`` made concrete: ``auto`` is ``bf16-mixed`` on a GPU
-    (``gpu``/``cuda``) and ``32-true`` elsewhere; ``auto-bf16`` is ``bf16-mixed`` on a GPU and
-    on a CPU with native bf16 (:func:`cpu_bf16_support`), else ``32-true``. The concrete
-    precision enters the protocol hash, so runs of different precisions never pair."""
-    gpu = accelerator in ("gpu", "cuda")
+    (``gpu``/``cuda``; also in a CPU twin, :func:`cuda_defaults`) and ``32-true`` elsewhere;
+    ``auto-bf16`` is ``bf16-mixed`` on a GPU and on a CPU with native bf16
+    (:func:`cpu_bf16_support`), else ``32-true``. The concrete precision enters the protocol
+    hash, so runs of different precisions never pair."""
+    gpu = accelerator in ("gpu", "cuda") or cuda_defaults(accelerator)
     if precision == "auto":
         return "bf16-mixed" if gpu else "32-true"
     if precision == "auto-bf16":
@@ -179,6 +203,8 @@ __all__ = [
     "SRUN_NOT_USED",
     "quiet_lightning",
     "cluster_environment",
+    "CUDA_DEFAULTS_ENV",
+    "cuda_defaults",
     "resolve_accelerator",
     "cpu_bf16_support",
     "resolve_precision",
