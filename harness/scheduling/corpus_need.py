@@ -5,6 +5,12 @@ A run of ``total_steps`` global batches of ``B`` windows of ``T + 1`` tokens rea
 ``plan.tokens + 1`` tokens (:mod:`harness.data.datamodule`: windows start every ``T``
 tokens). Its evaluation set of ``eval_tokens // T`` windows needs a val split of
 ``(eval_tokens // T) * T + 1`` tokens. ``epochs`` = training tokens / train-split tokens.
+
+A small local corpus is not prepared by ``harness prepare`` (each worker tokenizes it, DESIGN 4),
+so its split sizes are counted at queue time too: a cheap lower bound first (a token is at most
+:data:`MAX_TOKEN_BYTES` bytes of its split's text), and only where that bound cannot vouch for the
+run, the workers' own tokenization (:func:`harness.data.prepare_corpus`, cached in the results
+folder, so a worker later reuses it instead of repeating it).
 """
 
 from __future__ import annotations
@@ -15,9 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import RunConfig, get_size
-from harness.data.corpus import HUB_PREFIX
+from harness.data.corpus import HUB_PREFIX, read_documents, split_documents
+from harness.data.prepare import prepare_corpus
 from harness.data.shards import CorpusKey, read_manifest
 from harness.train.schedule import StepPlan
+
+# A BPE token is a merge of byte-level symbols: gpt2's longest tokens are runs of 64+ spaces or
+# dashes, a 512-token BPE's are a few bytes. A split of b bytes thus holds at least b / 128 tokens.
+MAX_TOKEN_BYTES = 128
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
             budget exceeds its prepared train split, or whose evaluation exceeds its val
             split, beyond ``max_epochs`` (the line gives budget, train tokens and epochs).
     """
+    memo: dict = {}  # per corpus key: split bytes, then (if needed) split tokens; read once per grid
     for config in configs:
         n = need(config)
         key = n.key
@@ -85,8 +97,12 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
                 if why := _missing("datasets", f"preparing corpus {key.corpus}"):
                     hint += f"; {why}"
                 raise ValueError(f"corpus {key.corpus} is not prepared in {cache_dir}: {hint}")
-            continue  # a small local corpus: each worker tokenizes it (DESIGN 4)
-        train, val = manifest["splits"]["train"]["tokens"], manifest["splits"]["val"]["tokens"]
+            splits = _local_splits(n, cache_dir, memo)
+            if splits is None:
+                continue  # surely large enough, or unreadable: the worker reports what it cannot read
+            train, val = splits
+        else:
+            train, val = manifest["splits"]["train"]["tokens"], manifest["splits"]["val"]["tokens"]
         epochs = (n.train_tokens - 1) / train
         if n.train_tokens > train and not (n.max_epochs and epochs <= n.max_epochs):
             raise ValueError(
@@ -102,4 +118,38 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
             )
 
 
-__all__ = ["Need", "need", "largest_needs", "check_corpora"]
+def _local_splits(n: Need, cache_dir: Path, memo: dict) -> tuple[int, int] | None:
+    """Train and val tokens of a local corpus that is not sharded, or None where the byte bound
+    already vouches for both splits (or the corpus cannot be read: the worker says why).
+    ``memo`` holds what was read per corpus key, so a grid reads each corpus at most once."""
+    key = n.key
+    if ("bytes", key) not in memo:
+        try:
+            split = split_documents(read_documents(key.corpus, max_docs=key.max_docs), key.val_fraction)
+            memo["bytes", key] = tuple(
+                sum(len(d.encode("utf-8")) for d in s) for s in (split.train, split.val)
+            )
+        except (OSError, ValueError):
+            memo["bytes", key] = None
+    if memo["bytes", key] is None:
+        return None
+    train_bytes, val_bytes = memo["bytes", key]
+    if n.train_tokens <= train_bytes // MAX_TOKEN_BYTES and n.val_tokens <= val_bytes // MAX_TOKEN_BYTES:
+        return None
+    if ("tokens", key) not in memo:
+        try:
+            prepared = prepare_corpus(
+                key.corpus,
+                cache_dir=cache_dir,
+                vocab_size=key.vocab_size,
+                tokenizer=key.tokenizer,
+                val_fraction=key.val_fraction,
+                max_docs=key.max_docs,
+            )
+            memo["tokens", key] = (len(prepared.tokens("train")), len(prepared.tokens("val")))
+        except (OSError, ValueError):
+            memo["tokens", key] = None
+    return memo["tokens", key]
+
+
+__all__ = ["MAX_TOKEN_BYTES", "Need", "need", "largest_needs", "check_corpora"]
