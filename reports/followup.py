@@ -36,12 +36,24 @@ N_VARIANTS = 4  # every seed of a 2 x 2 factorial trains all four cells
 
 
 def absorbing(stats: ReportStats) -> tuple[ControlAssessment, ...]:
-    """The controls that reproduce the gain with a bounded gain fraction whose 95 % interval lies above 1."""
+    """The controls that reproduce the gain with a bounded gain fraction whose 95 % interval lies above 1,
+    except a control the grid's own ``[factorial]`` already crosses with the treatment (its factorial
+    section is that follow-up)."""
     return tuple(
         a
         for a in stats.assessments
-        if a.verdict == REPRODUCES and a.bounded and math.isfinite(a.fraction_low) and a.fraction_low > 1
+        if a.verdict == REPRODUCES
+        and a.bounded
+        and math.isfinite(a.fraction_low)
+        and a.fraction_low > 1
+        and not _crossed(stats, a.control)
     )
+
+
+def _crossed(stats: ReportStats, control: str) -> bool:
+    """Whether the grid's factorial holds ``control``, the treatment and the parent."""
+    fac = stats.plan.factorial
+    return fac is not None and {control, stats.treatment, stats.parent} <= set(fac.variants)
 
 
 def followup_command(grid: str, control: str) -> str:

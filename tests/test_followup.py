@@ -86,6 +86,45 @@ def test_the_report_proposes_the_followup_where_a_control_does_better():
     assert any(line.startswith("follow-up: param_matched") for line in summary_lines(stats))
 
 
+def test_a_grid_that_is_already_the_factorial_is_not_sent_to_write_it():
+    """In a grid whose [factorial] already crosses param_matched with the treatment, its factorial
+    section is the follow-up: no proposal to write another grid."""
+    values = {**VALUES, "rd_offset": list(PARENT - 0.13 + RNG.normal(0, 0.012, 6))}
+    del values["fixed_v"]
+    fac = parse_grid(
+        {
+            "name": GRID,
+            "corpus": str(SAMPLE),
+            "sizes": ["tiny"],
+            "seeds": [0, 1, 2],
+            "budgets_tokens": [4096],
+            "variants": {
+                "block_attnres": "parent",
+                "rd_attnres": "treatment",
+                "param_matched": "control",
+                "rd_offset": "reference",
+            },
+            "factorial": {
+                "factors": ["offset", "decoupled_v"],
+                "levels": {
+                    "block_attnres": [0, 0],
+                    "param_matched": [1, 0],
+                    "rd_attnres": [0, 1],
+                    "rd_offset": [1, 1],
+                },
+            },
+        }
+    ).analysis.factorial
+    frames = frames_from_values(values, grid=GRID)
+    plain = analyze(frames["final"], frames["runs"], grid=GRID, plan=AnalysisPlan(min_effect_nats=0.02))
+    crossed = analyze(
+        frames["final"], frames["runs"], grid=GRID, plan=AnalysisPlan(min_effect_nats=0.02, factorial=fac)
+    )
+    assert "param_matched" in [a.control for a in absorbing(plain)]
+    assert absorbing(crossed) == ()
+    assert "harness followup" not in render_markdown(crossed, [])
+
+
 def test_composed_variant_is_the_treatment_with_the_controls_additions():
     specs = load_specs()
     assert composed_variant("rd_attnres", "param_matched", "block_attnres", specs) == "rd_offset"
