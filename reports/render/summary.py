@@ -224,12 +224,14 @@ def _banner_text(stats: ReportStats, size: str, budget: int) -> tuple[Chip, str]
     ci = f" {fmt_ci(c.stats.ci_low, c.stats.ci_high)}" if math.isfinite(c.stats.ci_low) else ""
     facts = f"mean dNLL {fmt_nats(h.mean)} nats/token{ci}, lower at {c.stats.wins} of {c.stats.n} seeds"
     if math.isfinite(h.p_one_sided):
-        facts += f", one-sided p {fmt_p(h.p_one_sided)}, Holm p {fmt_p(h.holm_p)}"
+        # with looks the Holm p is of the sequential p, tested at alpha; the look's level is the raw p's
+        look = f" (look level {h.level:g})" if stats.plan.looks else ""
+        facts += f", one-sided p {fmt_p(h.p_one_sided)}{look}, Holm p {fmt_p(h.holm_p)}"
     who = f"{stats.treatment} vs {stats.parent}"
     if h.reason == "degenerate":
         text = f"{who}: the treatment is degenerate ({h.degenerate_reason}); no test, and no control is assessed."
     elif h.established:
-        text = f"{who}: {facts} < {h.level:g}. The gain is established; the controls are judged below."
+        text = f"{who}: {facts} < {stats.plan.alpha:g}. The gain is established; the controls are judged below."
     elif h.absent:
         text = (
             f"{who}: {facts}. The gain is absent: at most {num(h.gain_upper, '.3g')} nats/token (Holm-adjusted "
@@ -241,7 +243,7 @@ def _banner_text(stats: ReportStats, size: str, budget: int) -> tuple[Chip, str]
             "before the first look": "no look reached yet",
             "mean d >= 0": "the treatment is not better than the parent",
             "mean within the numerical floor": "|mean dNLL| is within the numerical floor (float rounding)",
-            "Holm p >= alpha": f"Holm p >= {h.level:g}",
+            "Holm p >= alpha": f"Holm p >= {stats.plan.alpha:g}",
         }[h.reason]
         mde = (
             f"; at {h.n} seeds the test detects gains of about {num(h.mde_nats, '.3g')} nats/token (MDE)"
