@@ -143,7 +143,7 @@ def test_tiny_run_and_bench_without_store_or_statistics(tmp_path):
         "rc_bench = main('bench --size tiny --steps 2 --max-steps 0 --warmup 1 --loop-rounds 0 --device cpu "
         f"--variant block_attnres --variant rd_attnres --json {tmp_path / 'bench.json'} {common}'.split())\n"
         "print('RC', rc_run, rc_bench)\n",
-        timeout=600,
+        timeout=1800,  # a hang guard: ~70 s on 2 idle cores, 10x that on a busy machine
     )
     assert proc.returncode == 0 and "RC 0 0" in proc.stdout, proc.stderr[-3000:]
     assert loaded == [], f"loaded while training or benching: {loaded}"
