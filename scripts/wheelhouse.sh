@@ -10,8 +10,8 @@
 # installs from DIR with `pip install --no-index --find-links DIR` (no network there; DESIGN 11).
 #
 # How: pip resolves the project for the target Python and platform (`pip install --dry-run
-# --report`, metadata only: nothing is built or installed), and `pip download --no-deps
-# --only-binary=:all:` fetches each resolved package but torch's stack. Platforms: manylinux
+# --report`: nothing is built or installed; a dependency-free placeholder stands in for torch),
+# and `pip download --no-deps --only-binary=:all:` fetches each resolved package but torch's stack. Platforms: manylinux
 # wheels up to glibc 2.28 (manylinux2014 = 2.17, 2.24, 2.27, 2.28; pip accepts older tags under
 # a newer one), i.e. RHEL 8+, Ubuntu 20.04+; $WHEELHOUSE_PLATFORMS replaces the list. Needs a
 # network (a package index) here, none on the GPU machine. Exit status 0 when every wheel is in
@@ -48,8 +48,22 @@ TARGET=(--only-binary=:all: --python-version "$PYVER" --implementation cp --abi 
 for p in $PLATFORMS; do TARGET+=(--platform "$p"); done
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-# The lock's exact versions; its torch line too (the resolution needs torch's metadata, not its wheel).
-grep -v '^#' "$ROOT/requirements.lock" > "$WORK/constraints.txt"
+# The lock's exact versions, but torch: a placeholder wheel without dependencies stands in for the
+# machine's torch in the resolution, so that neither torch (~1 GB per Python) nor its CUDA stack
+# (GBs) is downloaded here just for its metadata; it never enters DIR.
+TORCH=$(sed -n 's/^torch==//p' "$ROOT/requirements.lock")
+grep -v -e '^#' -e '^torch==' "$ROOT/requirements.lock" > "$WORK/constraints.txt"
+echo "torch==$TORCH+placeholder" >> "$WORK/constraints.txt"
+mkdir -p "$WORK/placeholder"
+"$HOST_PY" - "$WORK/placeholder" "$TORCH+placeholder" <<'PY'
+import sys, zipfile
+folder, version = sys.argv[1:]
+info = f"torch-{version}.dist-info"
+with zipfile.ZipFile(f"{folder}/torch-{version}-py3-none-any.whl", "w") as whl:
+    whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: wheelhouse.sh\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    whl.writestr(f"{info}/RECORD", "")
+PY
 
 echo "== the project's wheel" >&2
 rm -f "$DIR"/rd_harness-*.whl
@@ -57,7 +71,7 @@ rm -f "$DIR"/rd_harness-*.whl
 
 echo "== resolving its dependencies for CPython $PYVER ($PLATFORMS)" >&2
 "$HOST_PY" -m pip install -q --dry-run --ignore-installed --target "$WORK/target" --report "$WORK/report.json" \
-  "${TARGET[@]}" -c "$WORK/constraints.txt" "$DIR"/rd_harness-*.whl
+  "${TARGET[@]}" --find-links "$WORK/placeholder" -c "$WORK/constraints.txt" "$DIR"/rd_harness-*.whl
 "$HOST_PY" - "$WORK/report.json" > "$WORK/wanted.txt" <<'PY'
 import json, re, sys
 # torch and its CUDA stack stay the GPU machine's own; the project's wheel is already there.
