@@ -23,8 +23,6 @@ connection; user SQL may not write files).
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,8 +34,9 @@ import polars as pl
 from db.connection import STORAGE_VERSION, StoreLockedError, connect, create, ensure_schema, storage_version
 from db.frames import ArrowStream, frame, to_polars, to_polars_batches
 from db.ingest import changed, ingest_into, read_errors, read_log, result_files, unreadable_files
-from db.validate import columns, result_filename, validate_bench_rows, validate_result
-from harness.files import atomic_path, atomic_write
+from db.runfile import RUNS_DIRNAME, read_result, result_end, result_path, run_end, write_result
+from db.validate import columns, validate_bench_rows
+from harness.files import atomic_path
 from harness.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 
 # Importable from here as before the split: STORAGE_VERSION, StoreLockedError, storage_version.
@@ -53,24 +52,7 @@ __all__ = [
 ]
 
 DB_NAME = "harness.duckdb"
-RUNS_DIRNAME = "runs"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
-
-
-def result_end(result: dict) -> dict:
-    """How the run of a result file's content ended: ``{"status", "val_nll", "error"}``.
-
-    ``val_nll`` (nats/token) is read as the ``final`` view reads it: the validation NLL at the
-    largest ``tokens`` (ties: the largest step); ``None`` without one.
-    """
-    run = result["run"]
-    val = [m for m in result.get("metrics") or () if m["split"] == "val" and m["name"] == "nll"]
-    last = max(val, key=lambda m: (m["tokens"], m["step"]), default=None)
-    return {
-        "status": run["status"],
-        "val_nll": None if last is None else last["value"],
-        "error": run.get("error"),
-    }
 
 
 class Store:
@@ -110,60 +92,27 @@ class Store:
     # -- run files ----------------------------------------------------------------------------
 
     def result_path(self, run_id: str) -> Path:
-        """Where the result file of ``run_id`` lives (see :func:`db.validate.result_filename`)."""
-        return self.runs_dir / result_filename(run_id)
+        """Where the result file of ``run_id`` lives (:func:`db.runfile.result_path`)."""
+        return result_path(self.results_dir, run_id)
 
     def write_result(self, result: dict, *, commit=None) -> Path:
-        """Validate a finished run and write it atomically to its own file; no database access.
-
-        Args:
-            result: ``{"run": {...}, "metrics": [...], "routing": [...], ...}``; the format and the
-                rules are in :mod:`db.validate`. ``written_at`` (UTC now) is added.
-            commit: the final rename happens inside ``with commit():`` (a worker's lease held,
-                :mod:`harness.fencing`); if entering it raises, no file is written.
-
-        Returns:
-            The file path, ``runs_dir / result_filename(run_id)``. Writing the same run_id again
-            replaces the file (and, at the next ingest, the run's rows).
-
-        Raises:
-            ValueError: invalid result; the message names the field.
-            LeaseLost: from ``commit``: the writer no longer holds the run.
-        """
-        clean = validate_result(result)
-        clean["written_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()
-        # NaN/inf metric values are kept (Python's JSON extension); strict JSON would lose them.
-        data = json.dumps(clean, separators=(",", ":")).encode("utf-8")
-        return atomic_write(self.result_path(clean["run"]["run_id"]), data, commit=commit)
+        """Validate a finished run and write it atomically to its own file; no database access
+        (:func:`db.runfile.write_result`: arguments, return value and errors)."""
+        return write_result(self.results_dir, result, commit=commit)
 
     def read_result(self, path: str | os.PathLike) -> dict:
-        """Read and validate one result file.
+        """Read and validate one result file (:func:`db.runfile.read_result`).
 
         Raises:
             FileNotFoundError: no such file.
             ValueError: not JSON, or not a valid result (the message names the field).
         """
-        text = Path(path).read_bytes()
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-        return validate_result(raw)
+        return read_result(path)
 
     def run_end(self, run_id: str) -> dict | None:
         """How run ``run_id`` ended, from its result file: ``{"status", "val_nll", "error"}``,
-        or ``None`` without a readable result file of that run.
-
-        ``val_nll`` (nats/token) is read as the ``final`` view reads it: the validation NLL
-        at the largest ``tokens`` (ties: the largest step); ``None`` without one.
-        """
-        try:
-            result = self.read_result(self.result_path(run_id))
-        except (OSError, ValueError):
-            return None
-        if result["run"].get("run_id") != run_id:
-            return None
-        return result_end(result)
+        or ``None`` without a readable result file of that run (:func:`db.runfile.run_end`)."""
+        return run_end(self.results_dir, run_id)
 
     # -- database connections (db.connection; methods so that tests can watch the schema go in) ----
 

@@ -44,6 +44,7 @@ import hashlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,8 @@ TOP_LEVEL_KEYS = ("format_version", "written_at", "run", *ROW_TABLES)
 SCHEMA_PATH = Path(__file__).with_name("schema.sql")
 
 _INT_RANGE = {"INTEGER": 2**31, "BIGINT": 2**63}
+# The column types db/schema.sql uses (and :func:`_checker` validates).
+SCHEMA_TYPES = ("VARCHAR", "INTEGER", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP", "JSON")
 
 
 @functools.cache
@@ -100,23 +103,23 @@ def columns() -> dict[str, dict[str, str]]:
 
     Returns:
         ``{table: {column: duckdb_type}}``, e.g. ``columns()["runs"]["seed"] == "INTEGER"``.
-        Computed once per process by running the schema on an in-memory database.
-    """
-    import duckdb
+        Read from the ``CREATE TABLE`` statements' column lines (``name TYPE ...``, one per
+        line, ``--`` comments dropped) with the standard library, so that writing a result file
+        needs no DuckDB (DESIGN section 11: training writes results without the store's
+        packages); tests/test_import_boundary.py checks it equals DuckDB's own catalog.
 
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute(schema_sql())
-        rows = con.execute(
-            "SELECT c.table_name, c.column_name, c.data_type FROM duckdb_columns() c "
-            "JOIN duckdb_tables() t ON t.table_oid = c.table_oid "
-            "ORDER BY t.table_oid, c.column_index"
-        ).fetchall()
-    finally:
-        con.close()
+    Raises:
+        ValueError: a column line whose type is not one of :data:`SCHEMA_TYPES` (a schema
+            construct this reader does not know: extend it, and the check above).
+    """
+    text = "\n".join(line.split("--", 1)[0].rstrip() for line in schema_sql().splitlines())
     out: dict[str, dict[str, str]] = {}
-    for table, column, dtype in rows:
-        out.setdefault(table, {})[column] = dtype
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", text, re.S):
+        for line in filter(None, (line.strip().rstrip(",") for line in body.splitlines())):
+            name, dtype = line.split()[:2]
+            if dtype.upper() not in SCHEMA_TYPES:
+                raise ValueError(f"db/schema.sql, table {table}: cannot read column line {line!r}")
+            out.setdefault(table, {})[name] = dtype.upper()
     return out
 
 

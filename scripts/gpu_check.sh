@@ -22,10 +22,17 @@
 # 120m` for block_attnres and rd_attnres (tokens/s, MFU, peak memory, the micro-batch; the goals
 # MFU >= 45 % and rd/block <= 1.02), then 20 optimiser steps of each at 120m and at 343m, with a
 # byte-level BPE of 50,304 tokens trained locally on generated text (no network; the sample is
-# smaller than one batch); with more than one visible GPU, a 120m run on all of them (DDP)
-# whose step-20 loss is compared with the 1-GPU run. summary.txt gets a PASS/FAIL line per
-# check (scripts/paper_check.py). --paper --cpu: the same steps at size tiny on the CPU
-# (1,024-token batches in micro-batches of 4). Not yet run on a GPU.
+# smaller than one batch); with more than one GPU (physical GPUs, `nvidia-smi --query-gpu=uuid`,
+# not MIG instances; at most as many as $CUDA_VISIBLE_DEVICES names), a 120m run on all of them
+# (DDP) whose step-20 loss is compared with the 1-GPU run. summary.txt gets a PASS/FAIL line per
+# check (scripts/paper_check.py). On a bare machine (its own Python and torch, no network): when
+# $WHEELHOUSE (default: wheelhouse/ here, made by scripts/wheelhouse.sh --python X.Y) holds the
+# project's wheel, the first phase installs the project and its dependencies from it into
+# $PYTHON's environment (`pip install --no-index`, the machine's torch pinned by a constraint),
+# then runs that environment's `harness`. Each phase has its own time limit and all share one
+# budget of 455 s (arithmetic below); a phase that would not fit is skipped with a SKIP line.
+# --paper --cpu: the same steps at size tiny on the CPU (1,024-token batches in micro-batches of
+# 4). $NVIDIA_SMI replaces nvidia-smi (tests). Not yet run on a GPU.
 set -uo pipefail
 
 MODE=gpu
@@ -35,7 +42,7 @@ while [ $# -gt 0 ]; do
     --cpu) MODE=cpu; shift ;;
     --dry-run) MODE=dry; shift ;;
     --paper) PAPER=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option '$1'; allowed: --paper, --cpu, --dry-run, -h" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -44,6 +51,8 @@ done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/results/gpu_check/$(date -u +%Y%m%dT%H%M%SZ)}
 HARNESS=${HARNESS:-}
+HARNESS_GIVEN=$HARNESS
+NVIDIA_SMI=${NVIDIA_SMI:-nvidia-smi}
 if [ -z "$HARNESS" ]; then
   if [ -x "$ROOT/.venv/bin/harness" ]; then HARNESS=$ROOT/.venv/bin/harness; else HARNESS=harness; fi
 fi
@@ -95,51 +104,110 @@ step() {  # step NAME LIMIT_S CMD...: run CMD with a time limit, keep its output
   [ $rc -ne 0 ] && FAILED=1 && tail -n 20 "$OUT/$name.log" >&2
   echo "$line" | tee -a "$SUMMARY" >&2
 }
+count_gpus() {  # physical GPUs this process may use: one uuid line per GPU (`nvidia-smi -L` adds a
+  # line per MIG instance), at most as many as $CUDA_VISIBLE_DEVICES names when that is set
+  local n
+  n=$("$NVIDIA_SMI" --query-gpu=uuid --format=csv,noheader 2>/dev/null | grep -c '^GPU-') || n=0
+  if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+    local visible
+    visible=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c '[^[:space:]]') || visible=0
+    [ "$visible" -lt "$n" ] && n=$visible
+  fi
+  echo "$n"
+}
 {
   echo "mode $MODE, paper $PAPER, $(date -u +%FT%TZ), host $(hostname)"
-  [ "$MODE" = gpu ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  [ "$MODE" = gpu ] && "$NVIDIA_SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
   "$HARNESS" --version 2>/dev/null || true
 } > "$OUT/env.txt" 2>&1
 
 if [ "$PAPER" = 1 ]; then
   PY=${PYTHON:-$(command -v python3 || echo python)}
   STEPS=20
+  # Time (DESIGN 11: the whole check <= 8 min = 480 s on one H100/H200, compile included, so that a
+  # 15-minute lease allows a rerun). FLOPs per token 6 N + 12 L D T (scripts/paper_check.py):
+  # 120m (N ~ 124 M, L 12, D 768, T 1024) ~ 8.6e8, so a 524,288-token step ~ 4.5e14 and 20 steps ~ 9.0e15;
+  # 343m (N ~ 353 M, L 24, D 1024) ~ 2.4e9, a step ~ 1.3e15, 20 steps ~ 2.5e16 FLOP. At 40 % MFU of an
+  # H200's 989 TFLOP/s bf16 (~4.0e14 FLOP/s): 23 s of steps per 120m run, 64 s per 343m run. On top:
+  # a cold inductor compile (~40-60 s at 120m, ~60-90 s at 343m; the bench's 120m graphs are reused by
+  # the 120m runs through inductor's cache, $TORCHINDUCTOR_CACHE_DIR below), the micro-batch probe,
+  # start-up and the final evaluation (~20 s), and the 50,304-token BPE on the first run (~30 s).
+  # Limits per phase: install 120 s, corpus 60 s, bench 150 s, a 120m run 150 s, a 343m run 200 s,
+  # the DDP run 150 s: 1,130 s if every phase used all of its limit, ~560 s expected, more than 480.
+  # So the phases also share one budget, TOTAL = 480 - 15 (SIGKILL grace of a cut phase) - 10 (the
+  # summary) = 455 s: a phase's limit is cut to what is left, and a phase that would have less than
+  # its minimum (a 343m run: 100 s, enough for its 64 s of steps) is skipped with a SKIP line, in the
+  # order below (most wanted first: the bench's goals, 120m, 343m, DDP).
   if [ "$MODE" != cpu ]; then
-    SIZES=(120m 343m); BATCH=524288; WORDS=4000000; VOCAB=50304; MICRO=(); EVAL=131072; LIMIT=150
+    SIZES=(120m 343m); BATCH=524288; WORDS=4000000; VOCAB=50304; MICRO=(); EVAL=131072
     BENCH=(--size 120m --compile --steps 10 --max-steps 30 --loop-rounds 0 --device cuda)
-    NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
-  else
-    SIZES=(tiny); BATCH=1024; WORDS=30000; VOCAB=512; MICRO=(--micro-batch-size 4); EVAL=1024; LIMIT=240
+    TOTAL=455; declare -A LIMIT=([install]=120 [corpus]=60 [bench]=150 [120m]=150 [343m]=200 [ddp]=150)
+    declare -A NEED=([install]=0 [corpus]=0 [bench]=60 [120m]=60 [343m]=100 [ddp]=60)
+    NGPU=$(count_gpus)
+    # --dry-run without nvidia-smi shows the DDP command as it would run on 2 GPUs
+    [ "$MODE" = dry ] && ! command -v "$NVIDIA_SMI" > /dev/null && NGPU=2
+  else  # --paper --cpu: size tiny, no time goal (each phase 240 s at most, as before; the install 900 s: a busy CPU machine)
+    SIZES=(tiny); BATCH=1024; WORDS=30000; VOCAB=512; MICRO=(--micro-batch-size 4); EVAL=1024
     BENCH=(--size tiny --steps 2 --max-steps 0 --warmup 1 --loop-rounds 0 --threads 1 --device cpu)
+    TOTAL=3600; declare -A LIMIT=([install]=900 [corpus]=120 [bench]=240 [tiny]=240 [ddp]=240)
+    declare -A NEED=([install]=0 [corpus]=0 [bench]=0 [tiny]=0 [ddp]=0)
     NGPU=0
   fi
+  export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$OUT/inductor_cache}
+  DEADLINE=$((SECONDS + TOTAL))
+  phase() {  # phase NAME KIND CMD...: step NAME with KIND's limit, cut to the budget left, or SKIP
+    local name=$1 kind=$2; shift 2
+    local left=$((DEADLINE - SECONDS)) limit=${LIMIT[$kind]}
+    if [ "$MODE" != dry ] && [ $left -lt "${NEED[$kind]}" ]; then
+      echo "SKIP $name: $left s left of the check's $TOTAL s, it needs ${NEED[$kind]} s" | tee -a "$SUMMARY" >&2
+      return 0
+    fi
+    [ "$MODE" != dry ] && [ $left -lt "$limit" ] && limit=$((left > 1 ? left : 1))
+    step "$name" "$limit" "$@"
+  }
+  WHEELHOUSE=${WHEELHOUSE:-$ROOT/wheelhouse}
+  if compgen -G "$WHEELHOUSE/rd_harness-*.whl" > /dev/null; then
+    # Offline (no index), keeping the machine's torch: the constraint pins the version present, so
+    # pip never replaces it (and says so if it is older than pyproject's lower bound).
+    TORCH_PIN=$("$PY" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' 2>/dev/null) \
+      || TORCH_PIN="# no torch in $PY"
+    echo "$TORCH_PIN" > "$OUT/torch_constraint.txt"
+    phase paper_install install env PIP_NO_INDEX=1 "$PY" -m pip install --no-index --find-links "$WHEELHOUSE" \
+      -c "$OUT/torch_constraint.txt" rd-harness
+    if [ "$MODE" != dry ] && ! tail -n 1 "$SUMMARY" | grep -q ': exit 0 in '; then
+      echo "FAIL install from $WHEELHOUSE (paper_install.log); nothing else ran" | tee -a "$SUMMARY" >&2
+      exit 1
+    fi
+    [ -n "$HARNESS_GIVEN" ] || HARNESS=$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/harness
+  fi
   PCORPUS=${CORPUS_PAPER:-$OUT/paper_corpus}
-  step paper_corpus 120 "$PY" "$ROOT/scripts/paper_check.py" corpus "$PCORPUS" "$WORDS"
-  step paper_bench "$LIMIT" "$HARNESS" bench "${BENCH[@]}" --variant block_attnres --variant rd_attnres \
+  phase paper_corpus corpus "$PY" "$ROOT/scripts/paper_check.py" corpus "$PCORPUS" "$WORDS"
+  phase paper_bench bench "$HARNESS" bench "${BENCH[@]}" --variant block_attnres --variant rd_attnres \
     --json "$OUT/bench.json" --db "$OUT/bench.duckdb" --results "$RESULTS"
   for size in "${SIZES[@]}"; do
     for variant in block_attnres rd_attnres; do
-      step "paper_${size}_$variant" "$LIMIT" "$HARNESS" run --variant "$variant" --size "$size" --seed 0 \
+      phase "paper_${size}_$variant" "$size" "$HARNESS" run --variant "$variant" --size "$size" --seed 0 \
         --budget-tokens $((STEPS * BATCH)) --corpus "$PCORPUS" --set batch_tokens=$BATCH --set vocab_size=$VOCAB \
         --set eval_tokens=$EVAL --accelerator "$ACCEL" --grid gpu_check_paper --results "$RESULTS" "${MICRO[@]}"
     done
   done
   DDP=()
-  [ "$MODE" = dry ] && NGPU=2  # --dry-run shows the DDP command as it runs on 2 GPUs
   if [ "$NGPU" -gt 1 ]; then  # one run on every visible GPU (harness run --devices N, issue 24's i24b part)
-    step paper_ddp "$LIMIT" "$HARNESS" run --variant block_attnres --size "${SIZES[0]}" --seed 0 \
+    phase paper_ddp ddp "$HARNESS" run --variant block_attnres --size "${SIZES[0]}" --seed 0 \
       --budget-tokens $((STEPS * BATCH)) --corpus "$PCORPUS" --set batch_tokens=$BATCH --set vocab_size=$VOCAB \
       --set eval_tokens=$EVAL --accelerator "$ACCEL" --devices "$NGPU" --strategy ddp --grid gpu_check_paper \
       --results "$OUT/results_ddp"
     DDP=(--ddp "$OUT/results_ddp")
-  elif [ "$MODE" != cpu ]; then
-    echo "SKIP ddp: $NGPU GPU visible (the DDP comparison needs 2 or more)" >> "$SUMMARY"
+  elif [ "$MODE" = gpu ]; then
+    echo "SKIP ddp: $NGPU GPU visible (the DDP comparison needs 2 or more)" | tee -a "$SUMMARY" >&2
+  elif [ "$MODE" = dry ]; then
+    echo "[paper_ddp] skipped: $NGPU GPU visible (the DDP comparison needs 2 or more)" >&2
   fi
   if [ "$MODE" != dry ]; then
-    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    GPU_NAME=$("$NVIDIA_SMI" --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
     "$PY" "$ROOT/scripts/paper_check.py" summary "$RESULTS" "$SUMMARY" --bench "$OUT/bench.json" "${DDP[@]}" \
       --min-steps $STEPS --device "$GPU_NAME" || FAILED=1
-    echo "== $( [ $FAILED -eq 0 ] && echo 'every check passed' || echo 'some check FAILED' ); everything is in $OUT" >&2
+    echo "== $( [ $FAILED -eq 0 ] && echo 'every check passed' || echo 'some check FAILED' ) in $SECONDS s; everything is in $OUT" >&2
   fi
   exit $FAILED
 fi

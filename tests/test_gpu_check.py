@@ -1,7 +1,9 @@
 """scripts/gpu_check.sh, the prepared GPU check (issue 18): its syntax, the commands it would
 run on a GPU (each parsed by the harness's own argument parser), and its CPU fallback, which
 runs tiny versions of the same three steps (bench, a grid drained by a worker, a DDP run) for
-real. The GPU mode itself has not run anywhere yet (docs/paper-scale.md)."""
+real; its GPU count on recorded ``nvidia-smi`` outputs (MIG instances are not GPUs), its offline
+install from a wheelhouse keeping the machine's torch (issue 37), and scripts/wheelhouse.sh's
+argument checks. The GPU mode itself has not run anywhere yet (docs/paper-scale.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,19 @@ from harness.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+WHEELHOUSE = ROOT / "scripts" / "wheelhouse.sh"
+
+# `nvidia-smi -L` and `nvidia-smi --query-gpu=uuid --format=csv,noheader` as an H200 node prints
+# them: with MIG on, -L lists each MIG instance under its GPU; the uuid query lists GPUs only.
+H200 = "NVIDIA H200"
+UUIDS = ["GPU-5d3a1c2e-7f10-4b8e-9a61-0c2d4e6f8a10", "GPU-8b2f0e4d-1a3c-4e5f-8d7a-6b9c0d1e2f30"]
+MIG_L = [
+    f"GPU 0: {H200} (UUID: {UUIDS[0]})",
+    "  MIG 3g.71gb     Device  0: (UUID: MIG-1f2e3d4c-5b6a-5978-8a9b-0c1d2e3f4a5b)",
+    "  MIG 3g.71gb     Device  1: (UUID: MIG-2a3b4c5d-6e7f-5081-9a2b-3c4d5e6f7a8b)",
+    f"GPU 1: {H200} (UUID: {UUIDS[1]})",
+    "  MIG 7g.141gb    Device  0: (UUID: MIG-3c4d5e6f-7a8b-5c9d-8e0f-1a2b3c4d5e6f)",
+]
 
 
 def _env() -> dict:
@@ -27,6 +42,7 @@ def _env() -> dict:
         "HARNESS": str(Path(sys.executable).with_name("harness")),
         "HARNESS_PROGRESS": "lines",
         "PYTHON": sys.executable,
+        "WHEELHOUSE": "/nonexistent/wheelhouse",  # never install into the test's own environment
     }
 
 
@@ -130,3 +146,99 @@ def test_paper_cpu_fallback_trains_micro_batched_runs_and_says_pass_per_check(tm
     assert len(checks) == 2 and all(line.startswith("PASS") for line in checks), summary
     assert all("20 steps of 1,024 tokens, micro-batch 4, world size 1" in line for line in checks)
     assert any(line.startswith("INFO bench tiny block_attnres") for line in summary)
+
+
+def _fake_nvidia_smi(folder: Path, gpus: int) -> Path:
+    """An ``nvidia-smi`` printing the recorded outputs of a node with the first ``gpus`` GPUs of
+    :data:`MIG_L` (MIG instances included) for -L, the uuid query and the name query."""
+    lines = MIG_L[: 3 if gpus == 1 else len(MIG_L)] if gpus else []
+    (folder / "L.txt").write_text("".join(line + "\n" for line in lines))
+    (folder / "uuid.txt").write_text("".join(u + "\n" for u in UUIDS[:gpus]))
+    (folder / "name.txt").write_text(f"{H200}\n" * gpus)
+    fake = folder / "nvidia-smi"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        f'case "$*" in\n  -L) cat {folder}/L.txt ;;\n'
+        f"  *--query-gpu=uuid*) cat {folder}/uuid.txt ;;\n  *--query-gpu=name*) cat {folder}/name.txt ;;\n"
+        '  *) echo "fake nvidia-smi: $*" >&2; exit 1 ;;\nesac\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("gpus", "visible", "ddp_devices"),
+    [(1, None, None), (2, None, "2"), (2, "0", None), (2, "0,1", "2"), (0, None, None)],
+)
+def test_paper_check_counts_physical_gpus_not_mig_lines(tmp_path, gpus, visible, ddp_devices):
+    """One H200 with 2 MIG instances is 1 GPU (no DDP run) though `nvidia-smi -L` prints 3 lines;
+    2 GPUs give a 2-rank DDP run; $CUDA_VISIBLE_DEVICES caps the count."""
+    fake = _fake_nvidia_smi(tmp_path, gpus)
+    L = subprocess.run([str(fake), "-L"], capture_output=True, text=True, check=True).stdout
+    assert len(L.splitlines()) == {0: 0, 1: 3, 2: 5}[gpus]  # what the old count (`-L | wc -l`) saw
+    env = {**_env(), "NVIDIA_SMI": str(fake)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    proc = subprocess.run(
+        [str(SCRIPT), "--paper", "--dry-run", str(tmp_path / "out")], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split("] ", 1)[0][1:]: line.split("] ", 1)[1] for line in proc.stdout.splitlines()}
+    if ddp_devices is None:
+        assert "paper_ddp" not in lines
+        count = min(gpus, len(visible.split(","))) if visible else gpus
+        assert f"[paper_ddp] skipped: {count} GPU visible" in proc.stderr
+    else:
+        ddp = build_parser().parse_args(shlex.split(lines["paper_ddp"])[1:])
+        assert (ddp.devices, ddp.strategy) == (ddp_devices, "ddp")
+
+
+def test_paper_check_installs_offline_from_a_wheelhouse_keeping_the_torch_present(tmp_path):
+    """With a wheelhouse, the first phase is an offline pip install (no index, PIP_NO_INDEX=1) of
+    the project from it, constrained to the torch version the machine's Python already has."""
+    import torch
+
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "rd_harness-0.1.0-py3-none-any.whl").write_bytes(
+        b""
+    )  # found by name; --dry-run runs nothing
+    out = tmp_path / "out"
+    env = {**_env(), "WHEELHOUSE": str(wheelhouse), "NVIDIA_SMI": "/nonexistent/nvidia-smi"}
+    proc = subprocess.run(
+        [str(SCRIPT), "--paper", "--dry-run", str(out)], capture_output=True, text=True, env=env, check=True
+    )
+    install = shlex.split(proc.stdout.splitlines()[0].split("] ", 1)[1])
+    assert proc.stdout.startswith("[paper_install] ")
+    assert install[:4] == ["env", "PIP_NO_INDEX=1", sys.executable, "-m"] and install[4:6] == [
+        "pip",
+        "install",
+    ]
+    assert install[install.index("--find-links") + 1] == str(wheelhouse) and "--no-index" in install
+    constraint = Path(install[install.index("-c") + 1])
+    assert constraint.read_text() == f"torch=={torch.__version__}\n" and install[-1] == "rd-harness"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--python", "3.10", "wh"],
+            "--python '3.10': expected a CPython version X.Y >= 3.11 (requires-python), e.g. 3.12",
+        ),
+        (
+            ["--python", "python3.12", "wh"],
+            "--python 'python3.12': expected a CPython version X.Y >= 3.11 (requires-python), e.g. 3.12",
+        ),
+        (["--python"], "--python needs a version X.Y, e.g. --python 3.12"),
+        (["--wheels", "wh"], "unknown option '--wheels'; allowed: --python X.Y, -h"),
+        (["--python", "3.12", "a", "b"], "one DIR at most, got: a b"),
+    ],
+)
+def test_wheelhouse_refuses_bad_arguments_in_one_line(tmp_path, args, message):
+    """A bad --python, an unknown option or two folders: exit 2, one line naming the value and
+    what is allowed, and nothing made (no network used: the checks come before pip)."""
+    proc = subprocess.run([str(WHEELHOUSE), *args], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert (proc.returncode, proc.stderr) == (2, f"wheelhouse.sh: {message}\n")
+    assert not any(tmp_path.iterdir())  # refused before DIR (relative to the cwd) was made

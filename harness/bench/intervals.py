@@ -24,10 +24,17 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from scipy.stats import binom
-
 LEVEL = 0.95
 MIN_ROUNDS = 6  # the smallest n whose order-statistic interval reaches 95 % coverage
+
+
+def half_binom_cdf(k: int, n: int) -> float:
+    """``P(Bin(n, 1/2) <= k)``, exact: ``sum(C(n, i) for i <= k) / 2**n`` in integers, one rounding.
+
+    In the standard library rather than scipy, so that ``harness bench`` imports no statistics
+    package (DESIGN section 11: a GPU node's bench runs without scipy).
+    """
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
 
 
 def paired_ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
@@ -49,7 +56,7 @@ def median_rank(n: int, level: float = LEVEL) -> int | None:
     """The 1-based rank ``k`` of the interval's lower end for ``n`` values, or ``None`` (n too small)."""
     alpha = 1 - level
     k = 0
-    while k + 1 <= n // 2 and binom.cdf(k, n, 0.5) <= alpha / 2:  # P(Bin <= (k+1) - 1)
+    while k + 1 <= n // 2 and half_binom_cdf(k, n) <= alpha / 2:  # P(Bin <= (k+1) - 1)
         k += 1
     return k or None
 
@@ -67,7 +74,7 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
 def coverage(n: int, level: float = LEVEL) -> float:
     """Exact coverage of :func:`median_interval` for ``n`` values (NaN without an interval)."""
     k = median_rank(n, level)
-    return float("nan") if k is None else float(1 - 2 * binom.cdf(k - 1, n, 0.5))
+    return float("nan") if k is None else float(1 - 2 * half_binom_cdf(k - 1, n))
 
 
 def relative_width(values: Sequence[float], interval: tuple[float, float] | None) -> float:
@@ -92,6 +99,7 @@ def judge(interval: tuple[float, float] | None, op: str, bound: float) -> str:
 __all__ = [
     "LEVEL",
     "MIN_ROUNDS",
+    "half_binom_cdf",
     "paired_ratios",
     "median_rank",
     "median_interval",

@@ -31,8 +31,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
 #: File extensions a corpus file may have, and how each is read.
 JSONL_EXTENSIONS = (".jsonl", ".ndjson")
 PARQUET_EXTENSIONS = (".parquet",)
@@ -208,6 +206,8 @@ def _is_blank(path: Path) -> bool:
 def _read_jsonl(path: Path) -> list[str | None]:
     if _is_blank(path):
         return []  # polars cannot infer a schema from an empty file
+    import polars as pl  # lazy: only JSONL/Parquet corpora need it; a .txt corpus trains without polars
+
     try:
         # Infer over all rows: a `text` field that first appears late is still found.
         frame = pl.scan_ndjson(path, infer_schema_length=None)
@@ -228,6 +228,8 @@ def _read_jsonl(path: Path) -> list[str | None]:
 
 
 def _read_parquet(path: Path) -> list[str | None]:
+    import polars as pl  # lazy: only JSONL/Parquet corpora need it; a .txt corpus trains without polars
+
     try:
         columns = pl.read_parquet_schema(path)
         if "text" not in columns:
@@ -315,6 +317,8 @@ def _probe_has_text(path: Path) -> bool:
     """Whether the first :data:`PROBE_BYTES` of a corpus file hold a non-empty document."""
     suffix = path.suffix.lower()
     if suffix in PARQUET_EXTENSIONS:
+        import polars as pl  # lazy: only JSONL/Parquet corpora need it; a .txt corpus trains without polars
+
         try:
             schema = pl.read_parquet_schema(path)
             if "text" not in schema:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from db.store import Store
+from db.runfile import read_result, result_path, run_end, write_result
 from harness import fencing
 from harness.config import RunConfig
+from harness.console import log
 from harness.fencing import Fence
 from harness.terms import ERROR_CHARS, FINISHED, config_diff
 from harness.train.protocol import code_version
@@ -98,7 +99,7 @@ def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) 
         "metrics": [],
         "routing": [],
     }
-    return Store(results_dir).write_result(result, commit=lambda: fence.holding("failed result file"))
+    return write_result(results_dir, result, commit=lambda: fence.holding("failed result file"))
 
 
 def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | None, list[str]]:
@@ -112,11 +113,10 @@ def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | No
     Raises:
         ValueError: the result file is unreadable (the message names it and why).
     """
-    store = Store(results_dir)
-    path = store.result_path(config.run_id)
+    path = result_path(results_dir, config.run_id)
     if not path.exists():
         return None, []
-    run = store.read_result(path)["run"]
+    run = read_result(path)["run"]
     stored, payload = run.get("config") or {}, config.to_dict()
     return run, config_diff({k: stored.get(k) for k in payload}, payload, values=True)
 
@@ -147,8 +147,39 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
 
 def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
     """What the result file of ``config``'s run says about its end, for the queue:
-    ``{"status", "val_nll", "error"}`` (:meth:`db.store.Store.run_end`), or ``None``."""
-    return Store(results_dir).run_end(config.run_id)
+    ``{"status", "val_nll", "error"}`` (:func:`db.runfile.run_end`), or ``None``."""
+    return run_end(results_dir, config.run_id)
+
+
+def ingest_results(results_dir: str | Path, label: str, path: Path) -> None:
+    """Ingest the result files of ``results_dir`` into DuckDB now, best effort: the result file
+    ``path`` is already safe, and the next ``harness sql``/``report`` ingests what this leaves.
+
+    DuckDB and polars load here, after the run is written, not with training (DESIGN section 11):
+    a machine without them (a GPU node with only torch and Lightning) trains and writes results.
+    ``lock_timeout_s=0``: a worker never waits on a reader; the file stays pending. Never raises
+    for a failed ingest; logs why (debug for a lock, a warning otherwise).
+    """
+    try:
+        from db.store import (
+            Store,
+            StoreLockedError,
+        )  # lazy: the results store (DuckDB, polars) only to ingest
+    except ImportError as exc:
+        log.warning(f"[{label}] result saved in {path}; not ingested into DuckDB here ({exc})")
+        return
+    store = Store(results_dir, lock_timeout_s=0)
+    try:
+        store.ingest()
+    except StoreLockedError as exc:  # a reader/writer elsewhere: the file stays pending, nothing is wrong
+        log.debug(f"[{label}] result saved; DuckDB ingest deferred to the next reader ({exc})")
+    except (
+        Exception
+    ) as exc:  # the result file is safe; the next `harness sql`/`report` ingests it (or says why)
+        log.warning(
+            f"[{label}] result saved in {path}; ingesting it into {store.db_path} failed "
+            f"({type(exc).__name__}: {exc}); the next `harness sql` retries"
+        )
 
 
 __all__ = [
@@ -158,4 +189,5 @@ __all__ = [
     "stored_result",
     "finished_status",
     "finished_outcome",
+    "ingest_results",
 ]

@@ -15,8 +15,8 @@ Idempotent per ``run_id``: checkpoints live in ``RESULTS/checkpoints/<run>/<owne
 over cannot touch the new owner's), and training the same run again resumes from there,
 ending with the same numbers as an uninterrupted run (bit-identical on CPU). The
 finished run is written atomically to its own result file through
-:class:`db.store.Store`, then ingested into DuckDB when the lock is free (otherwise by
-the next reader).
+:func:`db.runfile.write_result`, then ingested into DuckDB when the lock is free (otherwise by
+the next reader; DuckDB and polars load only then, :func:`~harness.train.result_file.ingest_results`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from db.store import Store, StoreLockedError, result_end
+from db.runfile import result_end, write_result
 from harness import fencing
 from harness.config import RunConfig, get_size
-from harness.console import log
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
@@ -64,6 +63,7 @@ from harness.train.result_file import (
     _utc_now,
     finished_outcome,
     finished_status,
+    ingest_results,
     record_failure,
     stored_result,
     time_split,
@@ -432,9 +432,6 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         "strategy": type(run.trainer.strategy).__name__,
         "resumed_from_step": run.resumed_from,
     }
-    # lock_timeout_s=0: a worker never waits on a reader; the file stays pending and the
-    # next `harness sql`/`report` ingests it
-    store = Store(run.results_dir, lock_timeout_s=0)
     result = {
         "run": row,
         "metrics": lit.records,
@@ -443,19 +440,9 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         "route_params": lit.param_rows,
     }
     # renamed into place only while the lease is held: a worker whose run was taken over writes nothing
-    store.write_result(result, commit=lambda: run.fence.holding("result file"))
+    path = write_result(run.results_dir, result, commit=lambda: run.fence.holding("result file"))
     shutil.rmtree(run.ckpt_dir.parent, ignore_errors=True)  # every owner's checkpoints of this run
-    try:
-        store.ingest()
-    except StoreLockedError as exc:  # a reader/writer elsewhere: the file stays pending, nothing is wrong
-        log.debug(f"[{config.label}] result saved; DuckDB ingest deferred to the next reader ({exc})")
-    except (
-        Exception
-    ) as exc:  # the result file is safe; the next `harness sql`/`report` ingests it (or says why)
-        log.warning(
-            f"[{config.label}] result saved in {store.result_path(config.run_id)}; ingesting it into "
-            f"{store.db_path} failed ({type(exc).__name__}: {exc}); the next `harness sql` retries"
-        )
+    ingest_results(run.results_dir, config.label, path)
     if run.progress:
         if status == "done":
             final = fitted.final
