@@ -43,9 +43,11 @@ example:
   harness work --gpus 2,3                     # this worker's runs on GPUs 2 and 3 (2 ranks)
 
 GPUs: a worker takes --devices free GPUs of CUDA_VISIBLE_DEVICES (else of the node), each
-locked for its life ($HARNESS_DEVICE_LOCKS, default <tmp>/harness-devices), so workers on
-one node never share a device unless --gpus names it; --devices N trains each claimed run
-on N ranks, started around that run (rank 0 is this worker, which holds the lease).
+locked for its life by its UUID ($HARNESS_DEVICE_LOCKS, default <tmp>/harness-devices), so
+workers on one node never share a device unless --gpus names it (a shared lock: workers naming
+it share it, others skip it); --devices N trains each claimed run on N ranks, started around
+that run (rank 0 is this worker, which holds the lease). A rank that dies stops the run within
+seconds: the run is queued again (no retry spent) and the worker stops, naming the rank.
 """
 
 from __future__ import annotations

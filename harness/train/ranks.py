@@ -123,8 +123,9 @@ class RankGroup:
     starts ranks 1..n-1 (call it once the run is built, before it is fitted) and a watcher thread:
     a child that exits with a non-zero status is noticed within :data:`WATCH_S`; the other children
     are killed, the rendezvous store closed and an NCCL process group aborted, so rank 0 fails at its
-    next collective (or rendezvous) instead of waiting for NCCL's timeout. Leaving destroys the process group, waits up to :data:`STOP_GRACE_S`
-    for the children (not at all when leaving on an exception) and kills those still running.
+    next collective (or rendezvous) instead of waiting for NCCL's timeout. Leaving destroys the
+    process group, waits up to :data:`STOP_GRACE_S` for the children (not at all when leaving on an
+    exception) and kills those still running.
 
     Raises:
         OSError: a child process could not be started (from :meth:`start`).
@@ -184,14 +185,21 @@ class RankGroup:
         :attr:`exited`; then the other children are killed, the rendezvous store is closed (a rank 0
         still waiting there for its peers fails now) and an NCCL process group aborted."""
         while not self._left.wait(WATCH_S):
-            for rank, p in enumerate(self.children, start=1):
-                code = p.poll()
-                if code:
-                    self.exited = (rank, code)
-                    self._kill_children()
-                    self.store = None  # the server closes its connections: a waiting client raises
-                    _abort_nccl()
-                    return
+            exited = self._first_exit()
+            if exited is not None:
+                self.exited = exited
+                self._kill_children()
+                self.store = None  # the server closes its connections: a waiting client raises
+                _abort_nccl()
+                return
+
+    def _first_exit(self) -> tuple[int, int] | None:
+        """``(rank, exit status)`` of the first child found exited with a non-zero status, else ``None``."""
+        for rank, p in enumerate(self.children, start=1):
+            code = p.poll()
+            if code:
+                return rank, code
+        return None
 
     def __exit__(self, exc_type, exc, tb) -> None:
         import torch.distributed as dist  # only when a group is made
@@ -226,6 +234,7 @@ class RankGroup:
             return None
         deadline = time.monotonic() + 4 * WATCH_S
         while self.exited is None and time.monotonic() < deadline:
+            self.exited = self._first_exit()  # not only the watcher's look: it may not have run yet
             time.sleep(0.05)
         return self.exited
 
