@@ -92,7 +92,7 @@ def blocking_cli_worker(results: str, started: str) -> None:
     """`harness work` (the real command) with a fake harness.train.runner whose training blocks."""
     fake = types.ModuleType("harness.train.runner")
 
-    def train_run(config, results_dir, *, progress=True, **trainer_kwargs):
+    def train_run(config, results_dir, settings, **run_kwargs):
         Path(started).write_text(config.run_id)
         while True:
             time.sleep(0.05)

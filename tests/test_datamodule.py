@@ -147,6 +147,38 @@ def test_validation_set_is_fixed_first_windows_with_exact_target_bytes(prepared)
     )
 
 
+def test_batches_are_contiguous_so_a_pinned_copy_needs_no_temporary(prepared):
+    """x and y are cut from one [B, T + 1] window tensor: as views they would be strided (stride T + 1),
+    and a pinned, non-blocking host-to-GPU copy of a strided tensor goes through an unpinned temporary."""
+    dm = TokenDataModule(prepared, T, B, seed=0, eval_tokens=4096)
+    batches = [*_first_batches(dm, 2), dm.train_batch(1, rank=1, world_size=2), *list(dm.val_dataloader())]
+    for x, y in batches:
+        assert x.is_contiguous() and y.is_contiguous() and x.stride() == y.stride() == (T, 1)
+        assert x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()  # two buffers, not views
+        if torch.cuda.is_available():  # on a GPU machine: pinning copies nothing more
+            assert x.pin_memory().is_contiguous()
+
+
+def test_each_rank_validates_its_share_and_the_shares_are_the_whole_set(prepared):
+    eval_tokens = 5000  # -> 78 windows of 64: 39 per rank of 2, 26 per rank of 3 (B = 6)
+    whole = TokenDataModule(prepared, T, 6, seed=0, eval_tokens=eval_tokens)
+    one = [b for b in whole.val_dataloader()]
+    assert not whole.val_dataloader().dataset.rank_share
+    for world in (2, 3):
+        shares = []
+        for rank in range(world):
+            dm = TokenDataModule(prepared, T, 6, seed=0, eval_tokens=eval_tokens)
+            dm.rank, dm.world_size = rank, world
+            loader = dm.val_dataloader()
+            assert loader.dataset.rank_share and loader.dataset.n_windows == 78 // world
+            shares.append(torch.cat([x for x, _ in loader]))
+        assert torch.equal(torch.cat(shares), torch.cat([x for x, _ in one]))  # in order, each window once
+    few = TokenDataModule(prepared, T, 4, seed=0, eval_tokens=3 * T)  # 3 windows, 4 ranks: all on each
+    few.rank, few.world_size = 3, 4
+    loader = few.val_dataloader()
+    assert not loader.dataset.rank_share and torch.cat([x for x, _ in loader]).shape == (3, T)
+
+
 def test_too_short_splits_are_clear_errors(prepared):
     with pytest.raises(ValueError, match="no validation window fits: eval_tokens=10"):
         TokenDataModule(prepared, T, B, seed=0, eval_tokens=10)

@@ -15,7 +15,15 @@ import pytest
 
 from harness.cli import main as cli
 from harness.commands.work import worker_devices
-from harness.scheduling.devices import DeviceClaim, NoFreeDevice, assign, parse_gpus, visible_devices
+from harness.scheduling.devices import (
+    DeviceClaim,
+    NoFreeDevice,
+    assign,
+    gpu_uuids,
+    lock_key,
+    parse_gpus,
+    visible_devices,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +74,7 @@ def test_a_device_locked_by_another_process_is_skipped_until_that_process_ends(t
     ]  # a killed worker's lock goes with it
 
 
-def test_visible_devices_and_gpus_option():
+def test_visible_devices_and_gpus_option(tmp_path):
     assert visible_devices({"CUDA_VISIBLE_DEVICES": "4, 5"}) == ["4", "5"]
     assert visible_devices({}, count=3) == ["0", "1", "2"]
     assert visible_devices({"CUDA_VISIBLE_DEVICES": ""}, count=3) == []  # none visible, as CUDA reads it
@@ -78,7 +86,9 @@ def test_visible_devices_and_gpus_option():
     ]:
         with pytest.raises(ValueError, match=message):
             parse_gpus(bad)
-    assert assign("2,3", 2) == (["2", "3"], None)  # asked for: no lock
+    chosen, claim = assign("2,3", 2, folder=tmp_path, uuids={})  # asked for: shared locks
+    assert chosen == ["2", "3"] and claim.devices == chosen
+    claim.release()
     with pytest.raises(ValueError, match=r"--gpus 2,3 names 2 device\(s\) but --devices is 1"):
         assign("2,3", 1)
 
@@ -93,10 +103,14 @@ def test_work_sets_each_worker_its_own_cuda_visible_devices(tmp_path, monkeypatc
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # the next worker's view of the node
     n, second = worker_devices(None, None, "gpu")
     assert (n, second.devices, os.environ["CUDA_VISIBLE_DEVICES"]) == (1, ["2"], "2")
-    assert worker_devices(None, "1,3", "auto")[0] == 2 and os.environ["CUDA_VISIBLE_DEVICES"] == "1,3"
+    with pytest.raises(NoFreeDevice, match=r"--gpus: GPU 1 is taken by a worker of this host that chose it"):
+        worker_devices(None, "1,3", "auto")  # the first worker's own device
+    first.release()
+    n, named = worker_devices(None, "1,3", "auto")  # --gpus takes the same locks, shared
+    assert n == 2 and named.devices == ["1", "3"] and os.environ["CUDA_VISIBLE_DEVICES"] == "1,3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert worker_devices("3", None, "cpu") == (3, None)  # no GPU: nothing claimed
-    first.release()
+    named.release()
     second.release()
 
 
@@ -120,3 +134,39 @@ def test_work_refuses_gpus_and_devices_that_disagree_and_a_node_without_free_gpu
         err.startswith("harness work: error: 1 free GPU(s) needed, but only 0 of 0 are free")
         and "\n" not in err
     )
+
+
+# nvidia-smi --query-gpu=index,uuid --format=csv,noheader, in two SLURM jobs of one node whose device
+# cgroups each show one GPU as index 0, and on the whole node
+JOB_A = "0, GPU-5a1e0c2b-0000-4000-8000-00000000000a\n"
+JOB_B = "0, GPU-5a1e0c2b-0000-4000-8000-00000000000b\n"
+NODE = JOB_A + "1, GPU-5a1e0c2b-0000-4000-8000-00000000000b\n"
+
+
+def test_locks_are_keyed_by_the_gpus_uuid_so_two_jobs_that_each_see_device_0_do_not_collide(tmp_path):
+    a, b = gpu_uuids(JOB_A), gpu_uuids(JOB_B)
+    assert a == {"0": "GPU-5a1e0c2b-0000-4000-8000-00000000000a"} and gpu_uuids("") == {}
+    assert gpu_uuids("No devices were found\n") == {}  # nvidia-smi's words on a node without GPUs
+    assert lock_key("0", a) != lock_key("0", b) and lock_key("MIG-1f/2", a) == "MIG-1f_2"
+    with DeviceClaim(["0"], 1, tmp_path, uuids=a) as first:  # job A's worker
+        second = DeviceClaim(["0"], 1, tmp_path, uuids=b)  # job B's worker: another GPU, also "0"
+        assert first.devices == second.devices == ["0"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "gpu-GPU-5a1e0c2b-0000-4000-8000-00000000000a.lock",
+            "gpu-GPU-5a1e0c2b-0000-4000-8000-00000000000b.lock",
+        ]
+        node = gpu_uuids(NODE)  # a worker that sees the whole node: index 1 is job B's GPU, taken
+        with pytest.raises(NoFreeDevice, match=r"1 free GPU\(s\) needed, but only 0 of 1 are free"):
+            DeviceClaim(["1"], 1, tmp_path, uuids=node)
+        with pytest.raises(
+            NoFreeDevice, match=r"GPU 1 \(GPU-5a1e0c2b-0000-4000-8000-00000000000b\) is taken"
+        ):
+            assign("1", 1, folder=tmp_path, uuids=node)  # --gpus 1 takes the same lock
+        second.release()
+        chosen, named = assign("1", 1, folder=tmp_path, uuids=node)  # now free: --gpus shares it
+        also = assign("1", 1, folder=tmp_path, uuids=node)[1]  # another worker naming it too
+        with pytest.raises(NoFreeDevice, match=r"only 0 of 1 are free"):
+            DeviceClaim(["1"], 1, tmp_path, uuids=node)  # a worker choosing for itself skips it
+        assert chosen == named.devices == also.devices == ["1"]
+        named.release()
+        also.release()

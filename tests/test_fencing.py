@@ -27,6 +27,7 @@ from test_runner import final_rows  # tests/ is on sys.path under pytest (no pac
 
 from db.store import Store
 from harness.config import RunConfig
+from harness.execution import ExecutionSettings
 from harness.fencing import Fence, LeaseLost
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.grid import load_grid
@@ -106,7 +107,7 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
     # and it ends exactly as an uninterrupted run of the cell (B resumed from A's checkpoint)
     (cell,) = load_grid(grid).expand()
     torch.set_num_threads(1)
-    train_run(cell, tmp_path / "clean", progress=False)
+    train_run(cell, tmp_path / "clean", ExecutionSettings(progress=False))
     assert rows == final_rows(tmp_path / "clean")
 
 
@@ -203,17 +204,21 @@ def test_owners_never_share_a_checkpoint_and_an_unreadable_one_is_set_aside(tmp_
         results = tmp_path / "results"
         folder = checkpoint_dir(results, config.run_id)
         with pytest.raises(RunInterrupted):  # a planned stop, checkpoint on disk
-            train_run(config, results, progress=False, stop_after_tokens=4 * 1024, fence=Epoch(0))
+            train_run(
+                config, results, ExecutionSettings(progress=False, stop_after_tokens=4 * 1024), fence=Epoch(0)
+            )
         e0 = (folder / "e0" / "last.ckpt").read_bytes()
         with pytest.raises(RunInterrupted):  # the next owner resumes from a copy, in its own folder
-            train_run(config, results, progress=True, stop_after_tokens=8 * 1024, fence=Epoch(1))
+            train_run(
+                config, results, ExecutionSettings(progress=True, stop_after_tokens=8 * 1024), fence=Epoch(1)
+            )
         assert "resuming from step 4" in capsys.readouterr().err
         assert (folder / "e0" / "last.ckpt").read_bytes() == e0  # never written by epoch 1
         assert checkpoint_step(folder / "e1" / "last.ckpt") == 8
         with open(folder / "e1" / "last.ckpt", "r+b") as f:  # a disk error cuts the newest checkpoint
             f.truncate(4000)
 
-        assert train_run(config, results, progress=True, fence=Epoch(2)) == "done"
+        assert train_run(config, results, ExecutionSettings(progress=True), fence=Epoch(2)) == "done"
         err = capsys.readouterr().err
         assert f"checkpoint {folder / 'e1' / 'last.ckpt'} is unreadable" in err
         assert "resuming from step 4" in err and "copied from e0" in err  # the previous good one
@@ -221,7 +226,7 @@ def test_owners_never_share_a_checkpoint_and_an_unreadable_one_is_set_aside(tmp_
         assert aside.name.startswith(f"{folder.name}-e1-") and aside.stat().st_size == 4000  # renamed, kept
         assert not folder.exists()  # every owner's checkpoints go once the result is written
 
-        train_run(config, tmp_path / "clean", progress=False)
+        train_run(config, tmp_path / "clean", ExecutionSettings(progress=False))
         assert final_rows(results) == final_rows(tmp_path / "clean")  # as if never interrupted
     finally:
         os.environ.pop("HARNESS_CACHE")

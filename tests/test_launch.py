@@ -22,6 +22,7 @@ import pytest
 from optuna.trial import TrialState
 
 from harness.cli import main as cli
+from harness.execution import ExecutionSettings
 from harness.scheduling.grid import load_grid
 from harness.scheduling.launch import Resources, parse_sbatch_line, read_records
 from harness.scheduling.lease import pid_alive
@@ -320,7 +321,7 @@ def test_launch_slurm_preempted_task_checkpoints_releases_requeues_same_nll(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert train_run(config, tmp_path / "whole", progress=False) == "done"
+        assert train_run(config, tmp_path / "whole", ExecutionSettings(progress=False)) == "done"
     finally:
         torch.set_num_threads(threads)
     whole = chaos.final_values(tmp_path / "whole")[config.run_id]

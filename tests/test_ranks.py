@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from harness.config import RunConfig
+from harness.execution import ExecutionSettings
 from harness.scheduling.queue import RunQueue
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import checkpoint_dir, owner_dir, resume_step
@@ -76,18 +77,22 @@ def rank_children(results: Path) -> list[int]:
 def test_two_ranks_equal_one_process_and_a_stopped_two_rank_run_resumes(tmp_path):
     one, two, parts = tmp_path / "one", tmp_path / "two", tmp_path / "parts"
     config = cfg()
-    assert train_run(config, one, progress=False, accelerator="cpu") == "done"
-    assert train_run(config, two, progress=False, accelerator="cpu", devices=2) == "done"
+    assert train_run(config, one, ExecutionSettings(progress=False, accelerator="cpu")) == "done"
+    assert train_run(config, two, ExecutionSettings(progress=False, accelerator="cpu", devices=2)) == "done"
     a, b = final(one), final(two)
     assert (a["devices"], b["devices"]) == ([1], [2])
     (_, nll1, bpb1), (_, nll2, bpb2) = a["rows"][0], b["rows"][0]
     assert abs(nll1 - nll2) <= 1e-4 and abs(bpb1 - bpb2) <= 1e-4, (nll1, nll2)
 
     with pytest.raises(RunInterrupted, match=r"step 10"):
-        train_run(config, parts, progress=False, accelerator="cpu", devices=2, stop_after_tokens=10 * 1024)
+        train_run(
+            config,
+            parts,
+            ExecutionSettings(progress=False, accelerator="cpu", devices=2, stop_after_tokens=10 * 1024),
+        )
     assert resume_step(owner_dir(checkpoint_dir(parts, config.run_id), None)) == 10
     assert not rank_children(parts)
-    assert train_run(config, parts, progress=False, accelerator="cpu", devices=2) == "done"
+    assert train_run(config, parts, ExecutionSettings(progress=False, accelerator="cpu", devices=2)) == "done"
     ((_, nll3, bpb3),) = final(parts)["rows"]
     assert abs(nll3 - nll2) <= 1e-6 and abs(bpb3 - bpb2) <= 1e-6, (nll2, nll3)
     assert not rank_children(parts)
@@ -235,7 +240,10 @@ def test_a_diverging_two_rank_run_is_recorded_as_diverged_on_every_rank(tmp_path
     config = RunConfig.adhoc(
         "rd_attnres", "tiny", 0, 6 * 1024, str(SAMPLE), train={**TRAIN, "lr": 1e30, "grad_clip": 0.0}
     )
-    assert train_run(config, tmp_path, progress=False, accelerator="cpu", devices=2) == "diverged"
+    assert (
+        train_run(config, tmp_path, ExecutionSettings(progress=False, accelerator="cpu", devices=2))
+        == "diverged"
+    )
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
     try:
         status, step, error, devices = con.execute(

@@ -22,6 +22,7 @@ from harness.cli import main as cli
 from harness.config import RunConfig, train_config
 from harness.data import prepare_corpus
 from harness.data.datamodule import TokenDataModule
+from harness.execution import ExecutionSettings
 from harness.models import available_variants, build_model
 from harness.train import RunInterrupted, train_run
 from harness.train.lit import LitLM
@@ -71,9 +72,9 @@ def val_curve(results: Path) -> list[tuple]:
 def test_same_variant_same_seed_is_bit_identical(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     config = cfg(eval_every_tokens=3072)
-    outcome = train_run(config, a, progress=False)
+    outcome = train_run(config, a, ExecutionSettings(progress=False))
     assert outcome == "done"
-    assert train_run(cfg(eval_every_tokens=3072), b, progress=False) == "done"
+    assert train_run(cfg(eval_every_tokens=3072), b, ExecutionSettings(progress=False)) == "done"
     # what train_run returns is what its result file says (the worker records it without re-reading)
     assert outcome.as_dict() == Store(a).run_end(config.run_id) and outcome.val_nll is not None
     ra, rb = final_rows(a), final_rows(b)
@@ -83,7 +84,7 @@ def test_same_variant_same_seed_is_bit_identical(tmp_path):
     assert 0 < nll < math.log(512) + 0.5 and ppl == pytest.approx(math.exp(nll), rel=1e-12)
     # a different seed gives different numbers
     c = tmp_path / "c"
-    train_run(cfg(seed=1), c, progress=False)
+    train_run(cfg(seed=1), c, ExecutionSettings(progress=False))
     assert final_rows(c)[0][1] != nll
 
 
@@ -109,12 +110,12 @@ def test_first_20_batches_identical_across_variants_and_differ_across_seeds(tmp_
 def test_resume_after_stop_matches_uninterrupted(tmp_path):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     config = cfg(variant="dup_route", eval_every_tokens=2048, checkpoint_every_tokens=1024)
-    train_run(config, whole, progress=False)
+    train_run(config, whole, ExecutionSettings(progress=False))
     with pytest.raises(RunInterrupted):
-        train_run(config, parts, progress=False, stop_after_tokens=3 * 1024)
+        train_run(config, parts, ExecutionSettings(progress=False, stop_after_tokens=3 * 1024))
     ckpt = next((parts / "checkpoints").iterdir()) / "local" / "last.ckpt"
     assert ckpt.exists() and not (parts / "runs").exists() or not list((parts / "runs").glob("*.json"))
-    assert train_run(config, parts, progress=False) == "done"
+    assert train_run(config, parts, ExecutionSettings(progress=False)) == "done"
     assert final_rows(parts) == final_rows(whole)  # bit-identical on CPU
     assert val_curve(parts) == val_curve(whole)  # metrics before the stop were kept
     train = (
@@ -299,11 +300,11 @@ def test_lr_schedule_warmup_then_cosine_to_min():
 def test_resume_with_a_different_config_is_refused(tmp_path):
     config = cfg(checkpoint_every_tokens=1024)
     with pytest.raises(RunInterrupted):
-        train_run(config, tmp_path, progress=False, stop_after_tokens=2048)
+        train_run(config, tmp_path, ExecutionSettings(progress=False, stop_after_tokens=2048))
     changed = dataclasses.replace(config, train={**config.train, "lr": 1e-3})
     with pytest.raises(ValueError, match=r"different config \(train.lr: 0.003 != 0.001\)"):
-        train_run(changed, tmp_path, progress=False)
-    assert train_run(config, tmp_path, progress=False) == "done"  # the same config resumes
+        train_run(changed, tmp_path, ExecutionSettings(progress=False))
+    assert train_run(config, tmp_path, ExecutionSettings(progress=False)) == "done"  # the same config resumes
 
 
 @pytest.mark.parametrize(
@@ -479,7 +480,7 @@ def test_model_overrides_reach_the_model_and_the_final_metrics_are_what_evaluate
     config = RunConfig.create(
         "rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN, model={"block_size": 4}
     )
-    run = build(config, tmp_path, progress=False)
+    run = build(config, tmp_path, ExecutionSettings(progress=False))
     assert run.lit.model.cfg.block_size == 4 and run.protocol["model"]["block_size"] == 4  # default: 2
     fitted = fit(run)
     rows = {r["name"]: r["value"] for r in run.lit.records if r["split"] == "val" and r["step"] == 6}
@@ -500,7 +501,10 @@ def test_a_run_pruned_by_its_evaluation_hook_is_recorded_as_pruned(tmp_path):
         seen.append((step, tokens, val_nll))
         return step >= 4  # prune at the second evaluation (steps 2, 4, 6)
 
-    assert train_run(cfg(eval_every_tokens=2048), tmp_path, progress=False, on_eval=on_eval) == "pruned"
+    assert (
+        train_run(cfg(eval_every_tokens=2048), tmp_path, ExecutionSettings(progress=False), on_eval=on_eval)
+        == "pruned"
+    )
     assert [s[:2] for s in seen] == [(2, 2048), (4, 4096)]  # never called at the last step
     con = duckdb.connect(str(tmp_path / "harness.duckdb"), read_only=True)
     try:
@@ -528,7 +532,7 @@ def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_
 
     config = cfg(checkpoint_every_tokens=BUDGET)  # no checkpoint before the end but the stop's
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    train_run(config, whole, progress=False)
+    train_run(config, whole, ExecutionSettings(progress=False))
     stop, asked = StopRequest(), []
 
     def stop_requested():  # asked after every step; the signal comes once step 1's answer is given
@@ -542,10 +546,10 @@ def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_
         with pytest.raises(
             RunInterrupted, match=r"stopped after 2,048 tokens \(step 2\) on request \(SIGUSR1\)"
         ):
-            train_run(config, parts, progress=False, stop_requested=stop_requested)
+            train_run(config, parts, ExecutionSettings(progress=False), stop_requested=stop_requested)
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # put back
     assert len(asked) == 2 and resume_step(owner_dir(checkpoint_dir(parts, config.run_id), None)) == 2
-    assert train_run(config, parts, progress=False) == "done"
+    assert train_run(config, parts, ExecutionSettings(progress=False)) == "done"
     assert final_rows(parts) == final_rows(whole)
 
 
@@ -567,7 +571,7 @@ def test_no_srun_warning_from_lightning_and_other_warnings_still_show(tmp_path, 
         monkeypatch.delenv(k)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert train_run(cfg(), tmp_path, progress=False) == "done"
+        assert train_run(cfg(), tmp_path, ExecutionSettings(progress=False)) == "done"
         rank_zero_warn("another warning", category=PossibleUserWarning)
     messages = [str(w.message) for w in caught]
     assert not [m for m in messages if "srun" in m], messages
@@ -575,7 +579,9 @@ def test_no_srun_warning_from_lightning_and_other_warnings_still_show(tmp_path, 
     from harness.train.trainer import cluster_environment
 
     assert isinstance(
-        build(cfg(seed=1), tmp_path, progress=False).trainer._accelerator_connector.cluster_environment,
+        build(
+            cfg(seed=1), tmp_path, ExecutionSettings(progress=False)
+        ).trainer._accelerator_connector.cluster_environment,
         LightningEnvironment,
     )
     # a single-task SLURM step (a `harness launch` worker): Lightning's own, no SLURM rank logic

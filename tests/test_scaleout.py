@@ -21,6 +21,7 @@ from conftest import CHAOS_CELLS
 from optuna.trial import TrialState
 
 from db.store import Store
+from harness.execution import ExecutionSettings
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.storage import postgres_driver
@@ -173,7 +174,7 @@ def test_run_finished_but_not_reported_is_not_trained_again(tmp_path, chaos_refe
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert train_run(claim.config, results, progress=False) == "done"
+        assert train_run(claim.config, results, ExecutionSettings(progress=False)) == "done"
     finally:
         torch.set_num_threads(threads)
     t = time.time()  # ... and the worker died here: its lease names a process that is gone

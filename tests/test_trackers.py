@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from harness.config import RunConfig, TrainConfig
+from harness.execution import ExecutionSettings
 from harness.train import train_run
 from harness.train.protocol import protocol_dict
 from harness.train.trackers import routing_metrics
@@ -57,7 +58,7 @@ def tracked(tmp_path_factory):
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)  # no tracker may have failed here
             warnings.filterwarnings("ignore", message="(?!logger )")  # ... other libraries' warnings aside
-            assert train_run(config, results, progress=False, loggers=("csv",)) == "done"
+            assert train_run(config, results, ExecutionSettings(progress=False, loggers=("csv",))) == "done"
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
@@ -183,7 +184,7 @@ def test_a_tracker_that_fails_never_fails_the_run(tmp_path, monkeypatch):
     config = RunConfig.adhoc("block_attnres", "tiny", 0, 2048, str(SAMPLE), train={**TRAIN})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert train_run(config, tmp_path, progress=False, loggers=("mlflow",)) == "done"
+        assert train_run(config, tmp_path, ExecutionSettings(progress=False, loggers=("mlflow",))) == "done"
     ours = [str(w.message) for w in caught if str(w.message).startswith("logger mlflow")]
     assert len(ours) == 1 and "goes on without it" in ours[0], ours
     assert (tmp_path / "runs").is_dir() and list((tmp_path / "runs").glob("*.json"))

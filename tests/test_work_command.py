@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 
 import harness.train
 from harness.cli import main as cli
+from harness.execution import ExecutionSettings
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import MAX_RETRIES, work
@@ -36,9 +37,9 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     calls = []
     fake = types.ModuleType("harness.train.runner")
 
-    def train_run(config, results_dir, *, progress=True, accelerator="auto", devices=1, strategy="auto"):
+    def train_run(config, results_dir, settings, *, stop_requested=None, on_eval=None):
         calls.append(("train", config.run_id, Path(results_dir)))
-        assert (accelerator, devices, strategy) == ("auto", 1, "auto")
+        assert settings == ExecutionSettings()  # the defaults, built once from the command line, whole
         if config.variant == "fixed_v":
             raise ValueError("bad corpus")
         return "done"

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from harness.execution import ExecutionSettings
 from harness.scheduling.grid import load_grid
 from harness.train import train_run
 
@@ -103,7 +104,7 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    train_run(cell, tmp_path / "clean", progress=False)
+    train_run(cell, tmp_path / "clean", ExecutionSettings(progress=False))
     con = duckdb.connect(str(tmp_path / "clean" / "harness.duckdb"), read_only=True)
     clean = con.execute("select run_id, val_nll from final").fetchall()
     con.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.execution import ExecutionSettings
+
 STORAGE_HELP = (
     "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
 )
@@ -23,4 +25,77 @@ def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) ->
     parser.add_argument("--storage", metavar="URL", default=None, help=help_text)
 
 
-__all__ = ["STORAGE_HELP", "add_storage"]
+def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
+    """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
+    p.add_argument(
+        "--micro-batch-size",
+        default=None,
+        metavar="N|auto",
+        help="sequences per forward+backward on one device; a step's global batch (batch_tokens) runs "
+        "as micro-batches of N, gradients accumulating (execution setting: the run id and the "
+        "protocol hash stay; runs.micro_batch_size records it). auto: the largest that fits, "
+        "probed on CUDA at the start; the whole per-device batch on a CPU. Default: the grid's "
+        "[train] micro_batch_size, else auto",
+    )
+
+
+def parse_micro_batch(value: str | None) -> int | str | None:
+    """``--micro-batch-size``: ``None`` (not given), ``auto`` or a positive int.
+
+    Raises:
+        ValueError: anything else (the message names the value and what is allowed).
+    """
+    from harness.config import TrainConfig  # lazy: it loads torch (harness.models)
+
+    if value is None:
+        return None
+    parsed = TrainConfig.parse_value("micro_batch_size", value)
+    TrainConfig(micro_batch_size=parsed)  # 'auto' or a positive int, else one clear line
+    return parsed
+
+
+def parse_devices(value: str) -> int | str:
+    """``--devices``: a positive integer or ``auto``.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if str(value).isdigit() and int(value) > 0:
+        return int(value)
+    if value == "auto":
+        return value
+    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
+
+
+def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
+    """The :class:`~harness.execution.ExecutionSettings` of ``harness run`` / ``harness work``'s
+    options (``--accelerator``, ``--devices``, ``--strategy``, ``--num-nodes``, ``--micro-batch-size``,
+    ``--logger``, ``--threads``, ``--stop-after-tokens``, ``--quiet``); ``chosen`` overrides fields
+    the command resolved itself (``harness work``'s ranks per run, from its GPU claim).
+
+    Raises:
+        ValueError: a bad ``--devices`` or ``--micro-batch-size`` (one line naming it).
+    """
+    devices = getattr(args, "devices", None)
+    settings = ExecutionSettings(
+        progress=not args.quiet,
+        accelerator=args.accelerator,
+        devices=parse_devices(devices) if devices is not None else 1,
+        strategy=args.strategy,
+        num_nodes=getattr(args, "num_nodes", 1),
+        micro_batch_size=parse_micro_batch(args.micro_batch_size),
+        loggers=tuple(args.logger),
+        threads=args.threads,
+        stop_after_tokens=getattr(args, "stop_after_tokens", None),
+    )
+    return settings.replace(**chosen)
+
+
+__all__ = [
+    "STORAGE_HELP",
+    "add_storage",
+    "add_micro_batch_argument",
+    "parse_micro_batch",
+    "parse_devices",
+    "execution_settings",
+]

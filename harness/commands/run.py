@@ -26,6 +26,7 @@ import argparse
 import sys
 
 from harness import console
+from harness.commands.options import add_micro_batch_argument, execution_settings
 from harness.config import SIZES, TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.grid import choose_corpus
@@ -97,35 +98,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
-    """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
-    p.add_argument(
-        "--micro-batch-size",
-        default=None,
-        metavar="N|auto",
-        help="sequences per forward+backward on one device; a step's global batch (batch_tokens) runs "
-        "as micro-batches of N, gradients accumulating (execution setting: the run id and the "
-        "protocol hash stay; runs.micro_batch_size records it). auto: the largest that fits, "
-        "probed on CUDA at the start; the whole per-device batch on a CPU. Default: the grid's "
-        "[train] micro_batch_size, else auto",
-    )
-
-
-def parse_micro_batch(value: str | None) -> int | str | None:
-    """``--micro-batch-size``: ``None`` (not given), ``auto`` or a positive int.
-
-    Raises:
-        ValueError: anything else (the message names the value and what is allowed).
-    """
-    from harness.config import TrainConfig
-
-    if value is None:
-        return None
-    parsed = TrainConfig.parse_value("micro_batch_size", value)
-    TrainConfig(micro_batch_size=parsed)  # 'auto' or a positive int, else one clear line
-    return parsed
-
-
 def parse_overrides(items: list[str]) -> dict:
     """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed by
     :class:`~harness.config.TrainConfig`'s fields.
@@ -142,19 +114,6 @@ def parse_overrides(items: list[str]) -> dict:
         key, raw = item.split("=", 1)
         out[key.strip()] = TrainConfig.parse_value(key.strip(), raw)
     return out
-
-
-def parse_devices(value: str) -> int | str:
-    """``--devices``: a positive integer or ``auto``.
-
-    Raises:
-        ValueError: anything else.
-    """
-    if str(value).isdigit() and int(value) > 0:
-        return int(value)
-    if value == "auto":
-        return value
-    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -174,9 +133,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens"
         )
-    devices = parse_devices(args.devices)
-    micro = parse_micro_batch(args.micro_batch_size)
-    set_threads(args.threads)
+    settings = execution_settings(args)
+    set_threads(settings.threads)
     config = RunConfig.adhoc(
         args.variant,
         args.size,
@@ -204,18 +162,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
     try:
-        status = train_run(
-            config,
-            args.results,
-            progress=not args.quiet,
-            accelerator=args.accelerator,
-            devices=devices,
-            strategy=args.strategy,
-            num_nodes=args.num_nodes,
-            stop_after_tokens=args.stop_after_tokens,
-            micro_batch_size=micro,
-            loggers=tuple(args.logger),
-        )
+        status = train_run(config, args.results, settings)
     except RunInterrupted as exc:
         print(f"{config.run_id}: {exc}; run the same command again to resume")
         return 0 if args.stop_after_tokens else 130

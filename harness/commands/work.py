@@ -43,9 +43,11 @@ example:
   harness work --gpus 2,3                     # this worker's runs on GPUs 2 and 3 (2 ranks)
 
 GPUs: a worker takes --devices free GPUs of CUDA_VISIBLE_DEVICES (else of the node), each
-locked for its life ($HARNESS_DEVICE_LOCKS, default <tmp>/harness-devices), so workers on
-one node never share a device unless --gpus names it; --devices N trains each claimed run
-on N ranks, started around that run (rank 0 is this worker, which holds the lease).
+locked for its life by its UUID ($HARNESS_DEVICE_LOCKS, default <tmp>/harness-devices), so
+workers on one node never share a device unless --gpus names it (a shared lock: workers naming
+it share it, others skip it); --devices N trains each claimed run on N ranks, started around
+that run (rank 0 is this worker, which holds the lease). A rank that dies stops the run within
+seconds: the run is queued again (no retry spent) and the worker stops, naming the rank.
 """
 
 from __future__ import annotations
@@ -60,8 +62,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import console
-from harness.commands.options import add_storage
-from harness.commands.run import add_micro_batch_argument, parse_micro_batch
+from harness.commands.options import add_micro_batch_argument, add_storage, execution_settings, parse_devices
 from harness.config import TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
@@ -187,7 +188,6 @@ def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
         ValueError: a bad ``--devices`` or ``--gpus``, the two disagree, or not enough free
             GPUs on this node (:class:`~harness.scheduling.devices.NoFreeDevice`).
     """
-    from harness.commands.run import parse_devices
     from harness.scheduling import devices as gpu
 
     n = parse_devices(devices) if devices is not None else len(gpu.parse_gpus(gpus)) if gpus else 1
@@ -237,27 +237,12 @@ def summary(outcomes: Mapping[str, int]) -> str:
     )
 
 
-def _train_fn(args: argparse.Namespace, stop):
-    """``(train function, GPU claim or None)``: :func:`~harness.scheduling.worker.train_unless_finished` with
-    the worker's devices (claimed until it stops), micro-batch size, trackers and stop request."""
-    import functools
-
-    from harness.scheduling import worker
-
+def _settings(args: argparse.Namespace):
+    """``(execution settings, GPU claim or None)``: the worker's :class:`~harness.execution.ExecutionSettings`,
+    built once from its options, with the ranks per run its devices give (claimed until it stops)."""
+    settings = execution_settings(args, devices=1)  # a bad --micro-batch-size is refused before any claim
     devices, claim = worker_devices(args.devices, args.gpus, args.accelerator)
-    extra = {"stop_requested": stop} if stop is not None else {}
-    micro = parse_micro_batch(args.micro_batch_size)
-    if micro is not None:
-        extra["micro_batch_size"] = micro
-    extra.update({"loggers": tuple(args.logger)} if args.logger else {})
-    return functools.partial(
-        worker.train_unless_finished,
-        progress=not args.quiet,
-        accelerator=args.accelerator,
-        devices=devices,
-        strategy=args.strategy,
-        **extra,
-    ), claim
+    return settings.replace(devices=devices), claim
 
 
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
@@ -301,9 +286,9 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
     beat_s = min(BEAT_S, args.lease_s / 4)
-    claim = None
+    claim = settings = None
     if train_fn is None:
-        train_fn, claim = _train_fn(args, stop)
+        (settings, claim), train_fn = _settings(args), worker.train_unless_finished
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
@@ -321,6 +306,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
                 retry_s=args.storage_retry_s,
                 stop=stop,
                 space_needed=space_needed,
+                settings=settings,
             )
     finally:
         if stop is None:

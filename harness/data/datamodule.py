@@ -21,8 +21,10 @@ With ``num_workers > 0`` worker ``k`` produces batches ``k, k + n, ...``, which 
 ``DataLoader`` interleaves back into order.
 
 Validation. The first ``min(eval_tokens // T, W_val)`` windows of the validation split, in
-order, for every variant and seed. Every rank evaluates all of them (identical results on
-each rank, no cross-rank reduction needed). :meth:`TokenDataModule.val_target_bytes` is the
+order, for every variant and seed. Under several ranks each rank evaluates a contiguous share
+of them and the token sums (NLL, tokens, bytes, routing sums) are all-reduced
+(:func:`harness.train.ranks.sum_over_ranks`), so every rank gets the numbers of one rank
+evaluating the whole set, to float rounding. :meth:`TokenDataModule.val_target_bytes` is the
 UTF-8 byte count of all their targets, the denominator of bits-per-byte.
 """
 
@@ -73,10 +75,12 @@ class _SplitTokens:
         return {"prepared": self.prepared, "split": self.split, "_array": None}
 
     def windows(self, starts: np.ndarray, context: int) -> Batch:
-        """``x, y`` int64 ``[len(starts), T]`` for windows starting at token offsets ``starts``."""
+        """``x, y`` int64 ``[len(starts), T]``, each contiguous, for windows starting at token offsets ``starts``."""
         idx = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(context + 1, dtype=np.int64)
         chunk = torch.from_numpy(self.array[idx].astype(np.int64))
-        return chunk[:, :-1], chunk[:, 1:]
+        # contiguous copies, not strided views of [B, T + 1]: a pinned, non-blocking host-to-GPU copy of
+        # a strided view goes through an unpinned temporary, silently synchronous
+        return chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()
 
 
 class TrainSchedule:
@@ -163,15 +167,28 @@ class TrainBatches(IterableDataset):
 
 
 class ValBatches(IterableDataset):
-    """The fixed validation windows, in order, in batches of ``batch_size``."""
+    """Validation windows ``first .. first + n_windows - 1``, in order, in batches of ``batch_size``.
 
-    def __init__(self, tokens: _SplitTokens, context: int, n_windows: int, batch_size: int):
+    ``rank_share``: these are one rank's share of the fixed set (:meth:`TokenDataModule.val_dataloader`),
+    so the evaluation's token sums are to be summed over the ranks.
+    """
+
+    def __init__(
+        self,
+        tokens: _SplitTokens,
+        context: int,
+        n_windows: int,
+        batch_size: int,
+        first: int = 0,
+        rank_share: bool = False,
+    ):
         self.tokens, self.context, self.n_windows, self.batch_size = tokens, context, n_windows, batch_size
+        self.first, self.rank_share = first, rank_share
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
         worker, n_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        starts = np.arange(self.n_windows, dtype=np.int64) * self.context
+        starts = np.arange(self.first, self.first + self.n_windows, dtype=np.int64) * self.context
         batches = range(0, self.n_windows, self.batch_size)
         for k, first in enumerate(batches):
             if k % n_workers == worker:
@@ -253,8 +270,15 @@ class TokenDataModule(L.LightningDataModule):
         return DataLoader(dataset, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
     def val_dataloader(self) -> DataLoader:
-        """The fixed validation windows in batches of ``B / world`` (all on every rank)."""
-        dataset = ValBatches(self.val_tokens, self.context, self.n_val_windows, self.local_batch_size)
+        """This rank's share of the fixed validation windows (rank ``r`` of ``W``: windows
+        ``r*n//W .. (r+1)*n//W - 1``, ``rank_share`` set) in batches of ``B / world``; every window on
+        every rank when there are fewer windows than ranks (no rank may be left without one)."""
+        n, world = self.n_val_windows, self.world_size
+        share = world > 1 and n >= world
+        first, last = (self.rank * n // world, (self.rank + 1) * n // world) if share else (0, n)
+        dataset = ValBatches(
+            self.val_tokens, self.context, last - first, self.local_batch_size, first=first, rank_share=share
+        )
         return DataLoader(dataset, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
     def state_dict(self) -> dict:

@@ -2,12 +2,19 @@
 
 Workers on one node never share a device unless asked:
 
-* ``harness work --gpus 0,1`` takes exactly those devices (asked for: no lock is taken);
+* ``harness work --gpus 0,1`` takes exactly those devices, under a shared lock: other workers
+  naming them too share them on purpose, a worker choosing free devices skips them, and a
+  device another worker chose for itself is refused (one line naming it);
 * otherwise a worker on a GPU machine takes ``--devices`` free devices from the ones it can
-  see (``CUDA_VISIBLE_DEVICES``, else every device of the node), each behind a lock file
-  of this host (``$HARNESS_DEVICE_LOCKS``, default ``<tmp>/harness-devices``) held for the
-  worker's life; a device whose lock another worker holds is skipped. The lock is a
-  ``flock`` (:mod:`filelock`): a killed worker's lock goes with its process.
+  see (``CUDA_VISIBLE_DEVICES``, else every device of the node), each behind an exclusive lock
+  held for the worker's life; a device whose lock another worker holds is skipped.
+
+A lock is a ``flock`` on ``gpu-<UUID>.lock`` in a folder of this host (``$HARNESS_DEVICE_LOCKS``,
+default ``<tmp>/harness-devices``; a killed worker's lock goes with its process), keyed by the
+GPU's UUID as ``nvidia-smi --query-gpu=index,uuid`` gives it in the worker's own view, not by the
+index: two SLURM jobs on one node that each see their own GPU as device ``0`` lock two different
+files (:func:`gpu_uuids`, :func:`lock_key`). A device ``nvidia-smi`` does not list (a MIG
+instance's UUID, a machine without it) is keyed by its name.
 
 Either way the worker then sets ``CUDA_VISIBLE_DEVICES`` to its devices before CUDA starts,
 so its ranks are ``cuda:0 .. cuda:N-1`` (:mod:`harness.train.ranks`) and every child process
@@ -18,14 +25,14 @@ hand or by other launches on the same node.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 LOCK_DIR_ENV = "HARNESS_DEVICE_LOCKS"
 
@@ -75,6 +82,38 @@ def visible_devices(environ: dict | None = None, count: int | None = None) -> li
     return [str(i) for i in range(node_gpu_count() if count is None else count)]
 
 
+def gpu_uuids(listing: str | None = None) -> dict[str, str]:
+    """``{index: UUID}`` of the GPUs in this process's view, from ``nvidia-smi --query-gpu=index,uuid
+    --format=csv,noheader`` (``listing``: its output, for tests; ``{}`` without ``nvidia-smi``).
+
+    Not ``torch.cuda``: a CUDA driver started in this process would ignore the ``CUDA_VISIBLE_DEVICES``
+    the worker sets afterwards. Under SLURM's device cgroup each job lists only its own GPUs, from 0.
+    """
+    if listing is None:
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        listing = out.stdout if out.returncode == 0 else ""
+    uuids = {}
+    for line in listing.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].startswith("GPU-"):
+            uuids[parts[0]] = parts[1]
+    return uuids
+
+
+def lock_key(device: str, uuids: Mapping[str, str]) -> str:
+    """The name a device is locked under: its UUID (an index through ``uuids``, :func:`gpu_uuids`; a
+    ``GPU-``/``MIG-`` UUID as it is), else the device's own name (no ``nvidia-smi``)."""
+    return uuids.get(device, device).replace("/", "_")
+
+
 def lock_dir() -> Path:
     """Where this host's device locks live: ``$HARNESS_DEVICE_LOCKS`` or ``<tmp>/harness-devices``."""
     return Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "harness-devices")
@@ -84,29 +123,48 @@ class DeviceClaim:
     """``n`` free devices out of ``visible``, each locked until :meth:`release` (or the
     block of ``with``) ends; :attr:`devices` are the ones taken, in ``visible``'s order.
 
+    Args:
+        visible: the devices to choose from (``CUDA_VISIBLE_DEVICES`` entries).
+        n: how many to take.
+        folder: the lock folder (default :func:`lock_dir`).
+        uuids: ``{index: UUID}`` (default :func:`gpu_uuids`): locks are keyed by :func:`lock_key`.
+        named: take exactly ``visible`` under shared locks (``--gpus``), else refuse.
+
     Raises (on construction):
-        NoFreeDevice: fewer than ``n`` of ``visible`` are free (the message names the
-            devices and the lock folder, and how to share a device on purpose).
+        NoFreeDevice: fewer than ``n`` of ``visible`` are free, or (``named``) one of them is another
+            worker's own (the message names the devices and the lock folder).
         ValueError: ``n`` below 1.
     """
 
-    def __init__(self, visible: list[str], n: int, folder: Path | None = None) -> None:
+    def __init__(
+        self,
+        visible: list[str],
+        n: int,
+        folder: Path | None = None,
+        *,
+        uuids: Mapping[str, str] | None = None,
+        named: bool = False,
+    ) -> None:
         if n < 1:
             raise ValueError(f"a worker needs at least 1 device, got {n}")
         folder = lock_dir() if folder is None else Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        uuids = gpu_uuids() if uuids is None else uuids
         self._stack = ExitStack()
         self.devices: list[str] = []
         for device in visible:
             if len(self.devices) == n:
                 break
-            lock = FileLock(folder / f"gpu-{device.replace('/', '_')}.lock", timeout=0)
-            try:
-                lock.acquire()
-            except Timeout:
-                continue  # another worker of this host trains on it
-            self._stack.callback(lock.release)
-            self.devices.append(device)
+            key = lock_key(device, uuids)
+            if self._lock(folder / f"gpu-{key}.lock", shared=named):
+                self.devices.append(device)
+            elif named:
+                self.release()
+                raise NoFreeDevice(
+                    f"--gpus: GPU {device}{'' if key == device else f' ({key})'} is taken by a worker of this "
+                    f"host that chose it for itself (lock {folder / f'gpu-{key}.lock'}); name other devices, "
+                    "or stop that worker"
+                )
         if len(self.devices) < n:
             free = len(self.devices)
             self.release()
@@ -115,6 +173,18 @@ class DeviceClaim:
                 f"(the others are taken by workers on this host; locks in {folder}); stop a worker, or name "
                 "devices to share on purpose with --gpus"
             )
+
+    def _lock(self, path: Path, shared: bool) -> bool:
+        """Take ``path``'s ``flock`` (shared or exclusive) without waiting, held until :meth:`release`;
+        whether it was free."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._stack.callback(os.close, fd)  # closing the file lets go of the lock
+        return True
 
     def release(self) -> None:
         self._stack.close()
@@ -134,17 +204,18 @@ def assign(
     environ: dict | None = None,
     count: int | None = None,
     folder: Path | None = None,
-) -> tuple[list[str], DeviceClaim | None]:
-    """The devices of one worker and the claim that holds them (``None`` with ``--gpus``).
+    uuids: Mapping[str, str] | None = None,
+) -> tuple[list[str], DeviceClaim]:
+    """The devices of one worker and the claim that holds their locks.
 
     Args:
-        gpus: ``--gpus`` (``None``: take free devices).
+        gpus: ``--gpus`` (``None``: take free devices), locked shared (:class:`DeviceClaim` ``named``).
         devices: ranks per run (``--devices``); with ``--gpus`` it must equal their number.
-        environ, count, folder: as :func:`visible_devices` and :class:`DeviceClaim` (tests).
+        environ, count, folder, uuids: as :func:`visible_devices` and :class:`DeviceClaim` (tests).
 
     Raises:
         ValueError: ``--gpus`` and ``--devices`` disagree.
-        NoFreeDevice: not enough free devices (:class:`DeviceClaim`).
+        NoFreeDevice: not enough free devices, or a ``--gpus`` device another worker chose for itself.
     """
     if gpus is not None:
         chosen = parse_gpus(gpus)
@@ -153,8 +224,9 @@ def assign(
                 f"--gpus {gpus} names {len(chosen)} device(s) but --devices is {devices}: "
                 "each run trains on all of the worker's devices"
             )
-        return chosen, None
-    claim = DeviceClaim(visible_devices(environ, count), devices, folder)
+        claim = DeviceClaim(chosen, len(chosen), folder, uuids=uuids, named=True)
+        return claim.devices, claim
+    claim = DeviceClaim(visible_devices(environ, count), devices, folder, uuids=uuids)
     return claim.devices, claim
 
 
@@ -164,6 +236,8 @@ __all__ = [
     "parse_gpus",
     "node_gpu_count",
     "visible_devices",
+    "gpu_uuids",
+    "lock_key",
     "lock_dir",
     "DeviceClaim",
     "assign",

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness import live
 from harness.config import RunConfig
+from harness.execution import ExecutionSettings
+from harness.faults import RankDied
 from harness.fencing import LeaseLost, fenced
 from harness.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
 from harness.scheduling.fence import ClaimFence
@@ -210,6 +212,18 @@ def _disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> Di
     return full
 
 
+def _rank_died(queue, call, claim, exc: RankDied) -> RankDied:
+    """Release ``claim`` (no retry spent) and the one-line :class:`RankDied` the worker stops with: a
+    machine that kills a rank would kill it again in the next run."""
+    call(queue.release, claim, f"{exc}; run released (no retry spent)")
+    return RankDied(
+        exc.rank,
+        exc.exit_code,
+        f"{exc}; {claim.run_id} released and queued again (no retry spent); the worker stops: check "
+        "the machine (memory, the GPU's health, the kernel log), then start the worker again",
+    )
+
+
 def fmt_duration(seconds: float) -> str:
     """``41 s``, ``12 min``, ``3.4 h``."""
     if seconds < 100:
@@ -250,6 +264,7 @@ def work(
     stop: StopRequest | None = None,
     space_needed: SpaceFn | None = None,
     log: Callable[[str], None] = print,
+    settings: ExecutionSettings | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -266,13 +281,15 @@ def work(
         max_retries: a crashed run is retried this many times before it stays failed.
         beat_s: lease refresh interval in seconds (well below the queue's lease timeout). retry_s: each
             queue operation is retried this long (seconds) while the storage is unreachable.
-        stop: once it is asked (a signal), no further run is taken. Give the train function the same
-            object (``harness work`` binds it as ``train_run``'s ``stop_requested``) so that a run being
-            trained stops at its next batch boundary, with a checkpoint, and is released.
+        stop: once it is asked (a signal), no further run is taken; with ``settings``, the train function
+            also gets it as ``stop_requested=``, so that a run being trained stops at its next batch
+            boundary, with a checkpoint, and is released.
         space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
             (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the results folder
             has that much free, else it is released and :class:`DiskFull` raised.
         log: where the one-line progress messages go.
+        settings: the worker's :class:`~harness.execution.ExecutionSettings`, given whole: ``train_fn(config,
+            results_dir, settings=settings, stop_requested=stop)``; ``None``: a stand-in's ``train_fn(c, r)``.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -285,6 +302,8 @@ def work(
         OtherResults: the grid of the run taken belongs to another results folder (run released).
         DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
             (queued again, no retry spent) and the worker stops.
+        RankDied: a child rank of the run died (:mod:`harness.faults`): released the same way, the worker
+            stops with one line naming the rank and its exit status.
 
     A ``KeyboardInterrupt`` (SIGTERM in ``harness work``; a stopped run raises
     :class:`~harness.train.runner.RunInterrupted`) releases the run being trained, then propagates.
@@ -294,6 +313,7 @@ def work(
     def call(method, *args, **kwargs):
         return retry_storage(lambda: method(*args, **kwargs), where=queue.where, retry_s=retry_s, log=log)
 
+    run_kwargs = {} if settings is None else {"settings": settings, "stop_requested": stop}
     outcomes: Counter = Counter()
     watch = FolderWatch(Path(results_dir)) if Path(results_dir).is_dir() else None
     orphans = _OrphanClock()
@@ -304,7 +324,18 @@ def work(
         need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
         outcomes[
             _train_one(
-                queue, call, claim, train_fn, results_dir, on_failure, max_retries, beat_s, log, need, watch
+                queue,
+                call,
+                claim,
+                train_fn,
+                results_dir,
+                on_failure,
+                max_retries,
+                beat_s,
+                log,
+                need,
+                watch,
+                run_kwargs,
             )
         ] += 1
     return outcomes
@@ -392,6 +423,7 @@ def _train_one(
     log,
     need: int | None = None,
     watch: FolderWatch | None = None,
+    run_kwargs: Mapping[str, Any] | None = None,
 ) -> str:
     """Train one claimed run inside its fence; every queue operation goes through ``call`` (retried).
 
@@ -405,11 +437,15 @@ def _train_one(
     live.publish(None)  # the heartbeat sends this run's progress only, once its training publishes some
     heartbeat, fence = _fence(queue, call, claim, beat_s, watch)
     try:
-        status, value, reason = _train_fenced(queue, call, claim, train_fn, results_dir, heartbeat, fence)
+        status, value, reason = _train_fenced(
+            queue, call, claim, train_fn, results_dir, heartbeat, fence, run_kwargs or {}
+        )
     except LeaseLost as exc:
         if watch is not None and watch.gone is not None:
             raise _results_lost(queue, claim, watch) from None
         return _lost(queue, call, claim, exc, log)
+    except RankDied as exc:  # the machine's fault: no failed result, no retry spent
+        raise _rank_died(queue, call, claim, exc) from None
     except Exception as exc:
         if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
             raise _results_lost(queue, claim, watch) from None
@@ -438,11 +474,13 @@ def _fence(queue, call, claim, beat_s: float, watch: FolderWatch | None) -> tupl
     return heartbeat, WatchedFence(watch, queue, claim, heartbeat, call)
 
 
-def _train_fenced(queue, call, claim, train_fn, results_dir, heartbeat, fence) -> tuple[str, Any, Any]:
-    """``(status, val_nll, error)`` of ``train_fn`` run under the heartbeat and fence (a tuning trial's
-    run with its pruning hook); raises :class:`_ReportedFailure` when it returned 'failed' and
+def _train_fenced(
+    queue, call, claim, train_fn, results_dir, heartbeat, fence, run_kwargs: Mapping[str, Any]
+) -> tuple[str, Any, Any]:
+    """``(status, val_nll, error)`` of ``train_fn`` run under the heartbeat and fence (with ``run_kwargs``:
+    the worker's settings and stop request; a tuning trial's run with its pruning hook); raises :class:`_ReportedFailure` when it returned 'failed' and
     ``ValueError`` for a status that is not a finished one."""
-    extra = {}
+    extra = dict(run_kwargs)
     if claim.tuning:
         extra["on_eval"] = call(pruning_hook, queue.storage, claim.grid, claim.trial_id)
     with heartbeat, fenced(fence):
@@ -505,12 +543,17 @@ class _ReportedFailure(RuntimeError):
 
 
 def train_unless_finished(
-    config: RunConfig, results_dir: Path, *, progress: bool = True, **trainer_kwargs
+    config: RunConfig,
+    results_dir: Path,
+    settings: ExecutionSettings | None = None,
+    *,
+    stop_requested: Callable[[], str | None] | None = None,
+    on_eval: Callable[[int, int, float], bool] | None = None,
 ) -> dict:
-    """:func:`harness.train.train_run`, unless an earlier attempt already wrote this run's
-    finished result (its worker died before telling the queue): then that result, without
-    training. ``trainer_kwargs`` go to ``train_run`` (accelerator, devices, strategy, on_eval,
-    stop_requested).
+    """:func:`harness.train.train_run` with the worker's ``settings`` (whole;
+    :class:`~harness.execution.ExecutionSettings`, default: its defaults), ``stop_requested`` and a
+    tuning trial's ``on_eval``, unless an earlier attempt already wrote this run's finished result
+    (its worker died before telling the queue): then that result, without training.
 
     Returns:
         ``{"status", "val_nll", "error"}``: what the queue records; the trained run's
@@ -519,13 +562,16 @@ def train_unless_finished(
     """
     from harness.train import runner  # lazy: torch and Lightning load only when training
 
+    settings = settings if settings is not None else ExecutionSettings()
     status = runner.finished_status(config, results_dir)
     if status is None:
-        outcome = runner.train_run(config, results_dir, progress=progress, **trainer_kwargs)
+        outcome = runner.train_run(
+            config, results_dir, settings, stop_requested=stop_requested, on_eval=on_eval
+        )
         if hasattr(outcome, "as_dict"):  # a RunOutcome, trained here: it carries what the result file holds
             return outcome.as_dict()
         status = outcome  # a plain status (a stand-in train function): read the file below
-    elif progress:
+    elif settings.progress:
         print(
             f"{config.run_id}: already {status} (its result file was written by an earlier attempt "
             "whose worker stopped before telling the queue); not trained again",

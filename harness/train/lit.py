@@ -45,6 +45,7 @@ from harness.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
 from harness.train.loss import token_cross_entropy
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
+from harness.train.ranks import sum_over_ranks
 from harness.train.schedule import lr_multiplier, warmup_steps
 from harness.train.timing import RunTimes
 from harness.train.trainer import cuda_defaults
@@ -318,9 +319,9 @@ class LitLM(L.LightningModule):
         Records ``val/nll``, ``val/bpb``, ``val/ppl`` at the current step, and appends the
         routing rows (DESIGN section 5, table ``routing``) to ``routing_rows`` and the
         degeneracy records (DESIGN section 3, tables ``route_pairs`` and ``route_params``) to
-        ``pair_rows`` and ``param_rows``. Under DDP
-        every rank evaluates the whole fixed set (the data module gives each rank all
-        windows), so every rank returns the same, global numbers.
+        ``pair_rows`` and ``param_rows``. Under DDP each rank evaluates its share of the
+        fixed set (:meth:`~harness.data.datamodule.TokenDataModule.val_dataloader`) and the
+        sums are added over the ranks, so every rank returns the same, global numbers.
 
         Returns:
             ``{"nll": nats/token, "bpb": bits/byte, "ppl": perplexity, "tokens": predicted
@@ -351,6 +352,8 @@ class LitLM(L.LightningModule):
                 n_bytes += self.token_bytes[y].sum().double()
         if was_training:
             self.model.train()
+        if getattr(getattr(val_batches, "dataset", None), "rank_share", False):  # this rank's share: sum them
+            acc.tokens = sum_over_ranks([nll_sum, n_tok, n_bytes, *acc.sum_tensors()], acc.tokens)
         nll = float(nll_sum / n_tok)
         out = {
             "nll": nll,

@@ -8,6 +8,9 @@ therefore holds this step's rows; every ``checkpoint_every_tokens``, by default 
 :data:`CHECKPOINT_EVERY_S` seconds), then the progress display, then a stop: planned
 (``stop_after_tokens``) or asked for by ``stop_requested`` (a signal,
 :class:`harness.scheduling.stop.StopRequest`), with a checkpoint of that step either way.
+With several ranks, rank 0's decisions (its lease, a stop request, a checkpoint by its clock) are
+broadcast at the log and evaluation intervals only, so the steps between make no host
+synchronisation of the harness's (a stop then comes at the next such step).
 The same hooks time the run's phases into ``pl_module.times`` (:mod:`harness.train.timing`):
 each step from ``on_train_batch_start`` to ``on_train_batch_end`` is ``train_s``, each
 checkpoint ``ckpt_s``, and the time from ``t_setup`` to the segment's first step ``setup_s``.
@@ -49,13 +52,15 @@ class RunCallback(L.Callback):
         save_checkpoint: ``save_checkpoint(trainer)`` writes the run's checkpoint (it checks
             the run's lease first, :mod:`harness.fencing`).
         run_id: the run's id, under which its live progress is published.
-        check_lease: called first after every optimiser step; raises
+        check_lease: called first after every optimiser step (with several ranks: by rank 0 at each
+            decision step, :meth:`_decision_step`, its verdict broadcast); raises
             :class:`~harness.fencing.LeaseLost` when the lease is known to be lost (no I/O).
         on_eval: ``on_eval(step, tokens, val_nll) -> bool``, called after every evaluation
             before the last step (val NLL in nats/token); ``True`` stops the run there as
             pruned (:attr:`harness.train.lit.LitLM.pruned`).
-        stop_requested: asked after every optimiser step before the last; a reason
-            (string) stops the run there with a checkpoint, ``None`` goes on.
+        stop_requested: asked after every optimiser step before the last (with several ranks: by rank
+            0 at each decision step); a reason (string) stops the run there with a checkpoint, ``None``
+            goes on.
         t_setup: ``time.perf_counter()`` when the run's setup began (default: now).
     """
 
@@ -136,22 +141,45 @@ class RunCallback(L.Callback):
             self._save(trainer)
         self.t_ckpt = time.perf_counter()
 
-    def _checkpoint_due(self, trainer, step: int) -> bool:
+    def _checkpoint_due(self, step: int) -> bool:
         """Every ``plan.ckpt_every`` steps, or (``ckpt_every`` 0) once :data:`CHECKPOINT_EVERY_S`
-        seconds have passed since the last checkpoint or the segment's start. Rank 0's clock
-        decides for every rank (saving is collective)."""
+        seconds have passed since the last checkpoint or the segment's start (this rank's clock: with
+        several ranks rank 0's, read at a decision step, :meth:`_decision_step`)."""
         if self.plan.ckpt_every:
             return step % self.plan.ckpt_every == 0
-        due = time.perf_counter() - (self.t_ckpt or self.t_setup) >= CHECKPOINT_EVERY_S
-        return bool(trainer.strategy.broadcast(due, src=0)) if trainer.world_size > 1 else due
+        return time.perf_counter() - (self.t_ckpt or self.t_setup) >= CHECKPOINT_EVERY_S
+
+    def _decision_step(self, step: int) -> bool:
+        """Whether rank 0's decisions (its lease, a stop request, a checkpoint by its clock) are read by
+        every rank after ``step``: at the log and evaluation intervals only, one broadcast each, so
+        that the other steps make no host synchronisation the harness adds (DESIGN section 11)."""
+        plan = self.plan
+        return step % plan.log_every == 0 or bool(plan.eval_every and step % plan.eval_every == 0)
+
+    def _rank0_decisions(self, trainer, step: int) -> tuple[str | None, bool]:
+        """``(stop request's reason or None, checkpoint due)`` after ``step``, the same on every rank.
+
+        Raises:
+            LeaseLost: rank 0's lease is lost (every rank raises it at the same step).
+        """
+        if trainer.world_size < 2:  # its lease was checked first thing after the step
+            return self._asked(step), self._checkpoint_due(step)
+        if not self._decision_step(step):
+            return None, bool(self.plan.ckpt_every) and self._checkpoint_due(step)
+        # rank 0 alone knows its lease, its signals and its clock: one broadcast, before any checkpoint
+        lost, asked, due = self._from_rank0(
+            trainer, (self._lease_lost(), self._asked(step), self._checkpoint_due(step))
+        )
+        if lost is not None:
+            raise LeaseLost(*lost)
+        return asked, due
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.t_step is not None:
             pl_module.times.add("train_s", time.perf_counter() - self.t_step)
             self.t_step = None
         plan, step = self.plan, int(trainer.global_step)
-        several = trainer.world_size > 1
-        if not several:
+        if trainer.world_size < 2:
             self.check_lease()  # a worker whose run was taken over stops here, writing nothing more
         if pl_module.diverged:  # the same on every rank (LitLM reduces the decision)
             return
@@ -170,15 +198,9 @@ class RunCallback(L.Callback):
                 self._show(pl_module, step)
                 return
         planned = plan.stop_step is not None and step >= plan.stop_step and step < plan.total_steps
-        asked = None
-        if several:  # rank 0 alone knows its lease and its signals: one broadcast, before any checkpoint
-            lost, asked = self._from_rank0(trainer, (self._lease_lost(), self._asked(step)))
-            if lost is not None:
-                raise LeaseLost(*lost)
-        else:
-            asked = self._asked(step)
+        asked, due = self._rank0_decisions(trainer, step)
         stopping = planned or bool(asked)
-        if step < plan.total_steps and (stopping or self._checkpoint_due(trainer, step)):
+        if step < plan.total_steps and (stopping or due):
             if pl_module.poll_divergence():
                 return
             self.save_checkpoint(trainer, pl_module)

@@ -21,8 +21,15 @@ own). Every rank gets ``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``,
   children run in their own session (a terminal's Ctrl-C reaches rank 0 only), ignore
   SIGTERM and SIGINT (rank 0 decides) and die with rank 0 (``PR_SET_PDEATHSIG``). When
   rank 0 leaves the run on an error, children still running are killed.
-* Lightning's own SIGTERM handler is switched off on every rank: it runs a collective
-  inside the signal handler, which can pair with an unrelated collective of another rank.
+* Lightning's own SIGTERM handling is switched off on every rank: its handler runs a collective
+  inside the signal handler, which can pair with an unrelated collective of another rank, and its
+  loop broadcasts a SIGTERM flag before every step (a host synchronisation per step).
+* The rendezvous port is bound by rank 0 when the group is made and held until it ends (a
+  ``TCPStore`` every rank joins): no other process can take it between choosing and binding.
+* A child rank that dies stops the run within seconds (:class:`RankGroup`'s watcher): killed by
+  a signal or exiting other than with its run's error, it is the machine's fault
+  (:class:`~harness.faults.RankDied`, naming the rank and its exit status; a worker gives the run
+  back, no retry spent).
 
 Processes started by ``torchrun`` or by ``srun`` with several tasks (several nodes,
 ``--num-nodes``) are already ranks: then nothing is started here (:func:`started_externally`).
@@ -34,16 +41,21 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-from contextlib import closing
+import threading
+import time
 
+from harness.execution import ExecutionSettings
+from harness.faults import RUN_ERROR_EXIT, RankDied
 from harness.fencing import Fence
 
 #: the environment a rank process reads; rank 0 sets it on itself for the run and restores it after
-RANK_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")
-SPEC_ENV = "HARNESS_RANK_SPEC"  # the child's JSON spec: run config, results folder, trainer settings
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # "True": every rank joins rank 0's store as a client
+RANK_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", AGENT_STORE_ENV)
+SPEC_ENV = "HARNESS_RANK_SPEC"  # the child's JSON spec: run config, results folder, fencing epoch
+SETTINGS_ENV = "HARNESS_RANK_SETTINGS"  # the child's ExecutionSettings, whole (ExecutionSettings.to_json)
+WATCH_S = 0.5  # how often rank 0 looks for a dead child, seconds
 CHILD = "import sys; from harness.train.rank_child import main; sys.exit(main())"  # not -m: harness.train imports us
 STOP_GRACE_S = 30.0  # how long children get to finish after rank 0 left the run, seconds
 
@@ -78,13 +90,6 @@ def ranks_to_start(devices: int | str, accelerator: str) -> int:
     return int(devices)
 
 
-def free_port() -> int:
-    """A TCP port free on this host now (the rendezvous port of one run's ranks)."""
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RankFence(Fence):
     """The fence of ranks 1..N-1: rank 0's epoch (so they read its checkpoint folder) and never
     lost by themselves; rank 0 checks the lease and broadcasts what it found."""
@@ -111,13 +116,24 @@ def die_with_parent(parent: int) -> None:
 class RankGroup:
     """Rank 0's side of one run on ``n`` local ranks: a context manager around the run.
 
-    Entering sets :data:`RANK_ENV` on this process for rank 0 (restored on exit);
-    :meth:`start` starts ranks 1..n-1 (call it once the run is built, before it is fitted);
-    leaving destroys the process group, waits up to :data:`STOP_GRACE_S` for the children
-    (not at all when leaving on an exception) and kills those still running.
+    Entering binds the run's rendezvous store (a ``TCPStore`` server on a port the kernel picks, held
+    by this process until the group ends, so no other process can take it between choosing and
+    binding; every rank, rank 0 too, joins it as a client: ``TORCHELASTIC_USE_AGENT_STORE``, as under
+    torchrun) and sets :data:`RANK_ENV` on this process for rank 0 (restored on exit). :meth:`start`
+    starts ranks 1..n-1 (call it once the run is built, before it is fitted) and a watcher thread:
+    a child that exits with a non-zero status is noticed within :data:`WATCH_S`; the other children
+    are killed, the rendezvous store closed and an NCCL process group aborted, so rank 0 fails at its
+    next collective (or rendezvous) instead of waiting for NCCL's timeout. Leaving destroys the
+    process group, waits up to :data:`STOP_GRACE_S` for the children (not at all when leaving on an
+    exception) and kills those still running.
 
-    Raises (from :meth:`start`):
-        OSError: a child process could not be started.
+    Raises:
+        OSError: a child process could not be started (from :meth:`start`).
+        RankDied: leaving on an exception after a child died by a signal or an exit status other than
+            its run's own error (from ``__exit__``; the exception it replaces is its ``__cause__``): the
+            machine's fault, the run is given back (:mod:`harness.faults`).
+        RuntimeError: leaving on an exception after a child's training raised
+            (:data:`~harness.faults.RUN_ERROR_EXIT`): the run's fault, a failed attempt.
     """
 
     def __init__(self, n: int) -> None:
@@ -127,20 +143,29 @@ class RankGroup:
         self.children: list[subprocess.Popen] = []
         self._saved: dict[str, str | None] = {}
         self.env: dict[str, str] = {}
+        self.store = None
+        self.exited: tuple[int, int] | None = None  # (rank, status) of the first child that failed
+        self._left = threading.Event()
 
     def __enter__(self) -> RankGroup:
+        from torch.distributed import TCPStore  # only when a group is made
+
+        # port 0: the kernel picks a free port and this server holds it for the group's life
+        self.store = TCPStore("127.0.0.1", 0, self.n, is_master=True, wait_for_workers=False)
         self.env = {
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
+            "MASTER_PORT": str(self.store.port),
             "WORLD_SIZE": str(self.n),
             "NODE_RANK": "0",
+            AGENT_STORE_ENV: "True",
         }
         self._saved = {k: os.environ.get(k) for k in RANK_ENV}
         os.environ.update(self.env, RANK="0", LOCAL_RANK="0")
         return self
 
-    def start(self, spec: dict) -> None:
-        """Start ranks 1..n-1, each running :func:`main` with ``spec`` (JSON) in a new Python."""
+    def start(self, spec: dict, settings: ExecutionSettings) -> None:
+        """Start ranks 1..n-1, each running :func:`main` with ``spec`` (JSON: the run) and ``settings``
+        (whole, :meth:`~harness.execution.ExecutionSettings.to_json`) in a new Python, and the watcher."""
         for rank in range(1, self.n):
             env = {
                 **os.environ,
@@ -148,24 +173,75 @@ class RankGroup:
                 "RANK": str(rank),
                 "LOCAL_RANK": str(rank),
                 SPEC_ENV: json.dumps({**spec, "parent": os.getpid()}),
+                SETTINGS_ENV: settings.to_json(),
             }
             self.children.append(
                 subprocess.Popen([sys.executable, "-c", CHILD], env=env, start_new_session=True)
             )
+        threading.Thread(target=self._watch, name="rank-watcher", daemon=True).start()
 
-    def __exit__(self, *exc) -> None:
-        import torch.distributed as dist
+    def _watch(self) -> None:
+        """Until the group ends: the first child that exited with a non-zero status is kept in
+        :attr:`exited`; then the other children are killed, the rendezvous store is closed (a rank 0
+        still waiting there for its peers fails now) and an NCCL process group aborted."""
+        while not self._left.wait(WATCH_S):
+            exited = self._first_exit()
+            if exited is not None:
+                self.exited = exited
+                self._kill_children()
+                self.store = None  # the server closes its connections: a waiting client raises
+                _abort_nccl()
+                return
 
+    def _first_exit(self) -> tuple[int, int] | None:
+        """``(rank, exit status)`` of the first child found exited with a non-zero status, else ``None``."""
+        for rank, p in enumerate(self.children, start=1):
+            code = p.poll()
+            if code:
+                return rank, code
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import torch.distributed as dist  # only when a group is made
+
+        exited = self._exit_behind(exc)  # before this rank's teardown makes the children fail too
         try:
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()  # the next run of this worker builds a new one
         finally:
-            self._stop_children(grace_s=STOP_GRACE_S if exc[0] is None else 0.0)
+            self._left.set()
+            self._stop_children(grace_s=STOP_GRACE_S if exc is None else 0.0)
+            self.store = None  # the port is free again
             for k, v in self._saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        if exited is None:
+            return
+        rank, code = exited
+        if code == RUN_ERROR_EXIT:  # the run's own error (a bug, a bad file): a failed attempt
+            raise RuntimeError(
+                f"rank {rank} of {self.n} raised (exit status {code}; its traceback is on stderr above)"
+            ) from exc
+        raise RankDied(rank, code) from exc
+
+    def _exit_behind(self, exc: BaseException | None) -> tuple[int, int] | None:
+        """``(rank, exit status)`` of the child whose exit made rank 0 leave on ``exc`` (``None`` when it
+        left normally, was interrupted, or no child exited): a collective can fail a moment before
+        the watcher sees the exit."""
+        if exc is None or isinstance(exc, KeyboardInterrupt):
+            return None
+        deadline = time.monotonic() + 4 * WATCH_S
+        while self.exited is None and time.monotonic() < deadline:
+            self.exited = self._first_exit()  # not only the watcher's look: it may not have run yet
+            time.sleep(0.05)
+        return self.exited
+
+    def _kill_children(self) -> None:
+        for p in self.children:
+            if p.poll() is None:
+                p.kill()
 
     def _stop_children(self, grace_s: float) -> None:
         """Wait up to ``grace_s`` seconds for the children, then SIGKILL those still running
@@ -175,15 +251,48 @@ class RankGroup:
                 p.wait(grace_s)
             except subprocess.TimeoutExpired:
                 pass
+        self._kill_children()
         for p in self.children:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            p.wait()
+
+
+def _abort_nccl() -> None:
+    """Abort the NCCL communicators of the default process group, if it is one: a collective waiting
+    for a dead peer then fails now instead of after NCCL's timeout (gloo fails by itself: the peer's
+    sockets close). Untested here (no GPUs): written against torch's ``ProcessGroup._get_backend``."""
+    import torch  # only when a group is made
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized() and dist.get_backend() == "nccl":
+            dist.group.WORLD._get_backend(torch.device("cuda")).abort()
+    except Exception as exc:  # noqa: BLE001 - best effort: the collective's own timeout remains
+        print(f"warning: aborting NCCL after a dead rank failed ({exc!r})", file=sys.stderr, flush=True)
+
+
+def sum_over_ranks(tensors: list, count: int) -> int:
+    """Sum ``tensors`` (each on this rank's device, any float dtype) over every rank, in place, in one
+    all-reduce (as float64), and ``count``; returns the summed ``count``. Every rank must call it with
+    tensors of the same shapes in the same order (an evaluation's token sums, DESIGN section 11)."""
+    import torch  # only when several ranks evaluate
+    import torch.distributed as dist
+
+    total = torch.tensor([float(count)], dtype=torch.float64, device=tensors[0].device)
+    flat = torch.cat([t.reshape(-1).double() for t in tensors] + [total])
+    dist.all_reduce(flat)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+    return int(flat[-1].item())
 
 
 def quiet_lightning_sigterm(trainer) -> None:
-    """Switch off Lightning's SIGTERM notifier on ``trainer`` (a private hook of Lightning 2.6,
-    pinned in ``requirements.lock``): in a run of several ranks it broadcasts from inside the
-    signal handler, a collective the other ranks do not make at that point (a hang or a
-    mismatched collective); a stop is rank 0's :class:`StopRequest`, broadcast at a step boundary."""
+    """Switch off Lightning's SIGTERM handling on ``trainer`` (private hooks of Lightning 2.6, pinned
+    in ``requirements.lock``): its notifier broadcasts from inside the signal handler, a collective
+    the other ranks do not make at that point (a hang or a mismatched collective), and its training
+    loop broadcasts a SIGTERM flag before every step and reads it back (a host synchronisation per
+    step). A stop is rank 0's :class:`StopRequest`, broadcast at a decision step
+    (:class:`~harness.train.progress.RunCallback`)."""
     trainer._signal_connector._sigterm_notifier_fn = lambda signum, frame: None
+    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None

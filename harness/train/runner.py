@@ -42,6 +42,7 @@ from harness.config import RunConfig, get_size
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
+from harness.execution import ExecutionSettings
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.models.sizes import padded_vocab
@@ -127,18 +128,11 @@ class Fitted:
 def build(
     config: RunConfig,
     results_dir: str | Path,
+    settings: ExecutionSettings,
     *,
-    progress: bool = True,
-    accelerator: str = "auto",
-    devices: int | str = 1,
-    strategy: str = "auto",
-    num_nodes: int = 1,
-    stop_after_tokens: int | None = None,
     fence: Fence | None = None,
     on_eval=None,
     stop_requested: Callable[[], str | None] | None = None,
-    micro_batch_size: int | str | None = None,
-    loggers: tuple[str, ...] = (),
 ) -> Run:
     """Everything a run needs before ``fit`` (arguments as :func:`train_run`).
 
@@ -152,9 +146,9 @@ def build(
     started, t_start = _utc_now(), time.perf_counter()
     quiet_lightning()
     results_dir = Path(results_dir)
-    train, preset, plan, prepared = _plan_and_corpus(config, results_dir, micro_batch_size, stop_after_tokens)
+    train, preset, plan, prepared = _plan_and_corpus(config, results_dir, settings)
     model, dm, lit = _model_and_modules(config, train, preset, plan, prepared, t_start)
-    accelerator = _accelerator(accelerator)
+    accelerator = _accelerator(settings.accelerator)
     precision = resolve_precision(train.precision, accelerator)
     protocol = protocol_dict(
         config,
@@ -169,25 +163,25 @@ def build(
         plan,
         fence,
         ckpt_dir,
-        progress=progress,
+        progress=settings.progress,
         on_eval=on_eval,
         stop_requested=stop_requested,
         t_start=t_start,
     )
-    names = train.loggers + tuple(loggers)
+    names = train.loggers + settings.loggers
     trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
     trainer = make_trainer(
         accelerator=accelerator,
-        devices=devices,
-        strategy=strategy,
-        num_nodes=num_nodes,
+        devices=settings.devices,
+        strategy=settings.strategy,
+        num_nodes=settings.num_nodes,
         precision=precision,
         max_steps=plan.total_steps,
         root=ckpt_dir,
         callbacks=[callback] + ([trackers] if trackers else []),
     )
     resumed_from, source = _resume_point(config, results_dir, fence, ckpt_dir)
-    if progress:
+    if settings.progress:
         _say_start(config, train, plan, accelerator, ckpt_dir, resumed_from, source)
     return Run(
         config=config,
@@ -203,25 +197,25 @@ def build(
         ckpt_dir=ckpt_dir,
         fence=fence,
         resumed_from=resumed_from,
-        progress=progress,
+        progress=settings.progress,
         started=started,
         t_start=t_start,
         trackers=trackers,
     )
 
 
-def _plan_and_corpus(config: RunConfig, results_dir: Path, micro_batch_size, stop_after_tokens):
-    """``(train, preset, plan, prepared)``: the run's train settings (with the micro-batch size, an
-    execution setting: the run's config, id and protocol stay), size preset, step plan and corpus."""
+def _plan_and_corpus(config: RunConfig, results_dir: Path, settings: ExecutionSettings):
+    """``(train, preset, plan, prepared)``: the run's train settings (with the settings' micro-batch size,
+    an execution setting: the run's config, id and protocol stay), size preset, step plan and corpus."""
     train, preset = config.train_config(), get_size(config.size)
-    if micro_batch_size is not None:
-        train = dataclasses.replace(train, micro_batch_size=micro_batch_size)
+    if settings.micro_batch_size is not None:
+        train = dataclasses.replace(train, micro_batch_size=settings.micro_batch_size)
     plan = StepPlan.of(
         train,
         size=config.size,
         context=preset.context,
         budget_tokens=config.budget_tokens,
-        stop_after_tokens=stop_after_tokens,
+        stop_after_tokens=settings.stop_after_tokens,
     )
     prepared = prepare_corpus(
         config.corpus,
@@ -467,35 +461,30 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
 def train_run(
     config: RunConfig,
     results_dir: str | Path,
+    settings: ExecutionSettings | None = None,
     *,
-    progress: bool = True,
-    accelerator: str = "auto",
-    devices: int | str = 1,
-    strategy: str = "auto",
-    num_nodes: int = 1,
-    stop_after_tokens: int | None = None,
     fence: Fence | None = None,
     on_eval=None,
     stop_requested: Callable[[], str | None] | None = None,
-    micro_batch_size: int | str | None = None,
-    loggers: tuple[str, ...] = (),
 ) -> RunOutcome:
     """Train (or resume) one run and write its result file: :func:`build`, :func:`fit`, :func:`record`.
 
     Args:
         config: the run (:meth:`RunConfig.create`, :meth:`RunConfig.adhoc` or a queued payload).
         results_dir: results folder (result files, checkpoints, corpus cache, DuckDB).
-        progress: show a progress bar (a line every 10 % when stderr is not a terminal).
-        accelerator, devices, strategy, num_nodes: passed to ``lightning.Trainer``
-            (``devices=4, strategy="ddp"`` for several GPUs; multi-node via torchrun/SLURM).
-            ``devices`` N > 1 in a process that is not already a rank trains the run on N
-            ranks of this machine: this process is rank 0 and starts the others
-            (:mod:`harness.train.ranks`; strategy ``auto`` is ``ddp`` there). With several
-            ranks (also under torchrun/srun) SIGTERM stops every rank at the next step with
-            a checkpoint (:class:`RunInterrupted`), unless ``stop_requested`` is given (its
-            caller owns the signals).
-        stop_after_tokens: checkpoint and raise :class:`RunInterrupted` after this many
-            tokens (a planned stop; calling again resumes).
+        settings: how the run executes (:class:`~harness.execution.ExecutionSettings`, default: its
+            defaults; outside the protocol hash). ``accelerator``, ``devices``, ``strategy`` and
+            ``num_nodes`` go to ``lightning.Trainer`` (``devices=4, strategy="ddp"`` for several GPUs;
+            multi-node via torchrun/SLURM). ``devices`` N > 1 in a process that is not already a
+            rank trains the run on N ranks of this machine: this process is rank 0 and starts the
+            others with the same settings, serialised whole (:mod:`harness.train.ranks`; strategy
+            ``auto`` is ``ddp`` there). With several ranks (also under torchrun/srun) SIGTERM stops
+            every rank at the next step with a checkpoint (:class:`RunInterrupted`), unless
+            ``stop_requested`` is given (its caller owns the signals). ``stop_after_tokens``:
+            checkpoint and raise :class:`RunInterrupted` after this many tokens (a planned stop;
+            calling again resumes). ``micro_batch_size``: sequences per micro-batch on one rank, or
+            ``auto``; ``None`` = the config's (DESIGN section 11, :mod:`harness.train.microbatch`).
+            ``loggers``: trackers besides the run's ``[train] loggers`` (:mod:`harness.train.trackers`).
         fence: who may write this run's checkpoints and result (:mod:`harness.fencing`);
             default :func:`harness.fencing.current` (a queue worker's claim, or the open fence).
         on_eval: ``on_eval(step, tokens, val_nll) -> bool`` after each evaluation before the
@@ -504,10 +493,6 @@ def train_run(
         stop_requested: asked after every optimiser step; a reason (a signal's name,
             :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
             :class:`RunInterrupted`.
-        micro_batch_size: sequences per micro-batch on one rank, or ``auto``; ``None`` = the
-            config's ``micro_batch_size`` (DESIGN section 11, :mod:`harness.train.microbatch`).
-        loggers: trackers to stream the run's curves to, besides its ``[train] loggers``
-            (:data:`harness.config.TRACKERS`, :mod:`harness.train.trackers`).
 
     Returns:
         a :class:`~harness.train.result_file.RunOutcome`: the status ``done``, ``diverged`` or ``pruned``
@@ -520,7 +505,8 @@ def train_run(
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
         TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
     """
-    ranks = _ranks(devices, accelerator, strategy, num_nodes, stop_requested)
+    settings = settings if settings is not None else ExecutionSettings()
+    ranks = _ranks(settings, stop_requested)
     if ranks.n > 1:
         fence = fence if fence is not None else fencing.current()
     with (
@@ -530,22 +516,15 @@ def train_run(
         run = build(
             config,
             results_dir,
-            progress=progress,
-            accelerator=accelerator,
-            devices=ranks.devices,
-            strategy=ranks.strategy,
-            num_nodes=ranks.num_nodes,
-            stop_after_tokens=stop_after_tokens,
+            ranks.settings,
             fence=fence,
             on_eval=on_eval,
             stop_requested=stop_requested or ranks.own_stop,
-            micro_batch_size=micro_batch_size,
-            loggers=loggers,
         )
         if ranks.several:
             quiet_lightning_sigterm(run.trainer)
         if group is not None:
-            _start_ranks(group, run, ranks, accelerator, stop_after_tokens, micro_batch_size)
+            _start_ranks(group, run, ranks.settings)
         return _fit_and_record(run)
 
 
@@ -558,48 +537,45 @@ class _Ranks:
         several: the run has several ranks (started here, or by torchrun/srun).
         own_stop: the stop request SIGTERM sets (``None``: one rank, a caller's ``stop_requested``,
             or not the main thread, which alone can take signals).
-        strategy, devices, num_nodes: what the trainer gets (``ddp``, ``n``, 1 when this process starts them).
+        settings: what every rank trains with (``ddp``, ``n`` devices, one node when this process
+            starts them).
     """
 
     n: int
     several: bool
     own_stop: StopRequest | None
-    strategy: str
-    devices: int | str
-    num_nodes: int
+    settings: ExecutionSettings
 
 
-def _ranks(devices: int | str, accelerator: str, strategy: str, num_nodes: int, stop_requested) -> _Ranks:
-    """The :class:`_Ranks` of a run asked for ``devices`` on ``accelerator``."""
-    n = ranks_to_start(devices, resolve_accelerator(accelerator))  # > 1: this process starts the others
+def _ranks(settings: ExecutionSettings, stop_requested) -> _Ranks:
+    """The :class:`_Ranks` of a run with ``settings``."""
+    n = ranks_to_start(settings.devices, resolve_accelerator(settings.accelerator))  # > 1: starts the others
     several = n > 1 or started_externally()
     # With several ranks SIGTERM asks all of them to stop at a step boundary (rank 0's request is
     # broadcast), unless the caller owns the signals, or cannot have them (only the main thread can)
     main = threading.current_thread() is threading.main_thread()
     own_stop = StopRequest() if several and stop_requested is None and main else None
     if n > 1:
-        strategy, devices, num_nodes = "ddp" if strategy == "auto" else strategy, n, 1
-    return _Ranks(
-        n=n, several=several, own_stop=own_stop, strategy=strategy, devices=devices, num_nodes=num_nodes
+        strategy = "ddp" if settings.strategy == "auto" else settings.strategy
+        settings = settings.replace(strategy=strategy, devices=n, num_nodes=1)
+    return _Ranks(n=n, several=several, own_stop=own_stop, settings=settings)
+
+
+def _start_ranks(group: RankGroup, run: Run, settings: ExecutionSettings) -> None:
+    """Start the other ranks of ``group`` on the run ``run`` (rank 0, this process) has built, with
+    rank 0's ``settings`` whole (no progress of their own; rank 0's resolved accelerator and threads)."""
+    child = settings.replace(
+        progress=False,
+        accelerator=resolve_accelerator(settings.accelerator),
+        threads=settings.threads or torch.get_num_threads(),
     )
-
-
-def _start_ranks(
-    group: RankGroup, run: Run, ranks: _Ranks, accelerator: str, stop_after_tokens, micro_batch_size
-) -> None:
-    """Start the other ranks of ``group`` on the run ``run`` (rank 0, this process) has built."""
     group.start(
         {
             "config": run.config.to_dict(),
             "results_dir": str(run.results_dir.resolve()),
             "epoch": run.fence.epoch,
-            "accelerator": resolve_accelerator(accelerator),
-            "devices": ranks.n,
-            "strategy": ranks.strategy,
-            "stop_after_tokens": stop_after_tokens,
-            "micro_batch_size": micro_batch_size,
-            "threads": torch.get_num_threads(),
-        }
+        },
+        child,
     )
 
 
