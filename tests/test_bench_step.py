@@ -20,6 +20,7 @@ import torch
 
 from harness.bench import BenchConfig, StepArm, assemble
 from harness.config import RunConfig
+from harness.execution import ExecutionSettings
 from harness.train import train_run
 from harness.train.lit import LitLM
 from harness.train.trainer import CUDA_DEFAULTS_ENV
@@ -72,7 +73,10 @@ def test_the_bench_optimiser_is_the_one_training_builds(tmp_path, monkeypatch, c
         "precision": "32-true",
     }
     config = RunConfig.adhoc("rd_attnres", "tiny", 0, 1024, str(SAMPLE), train=train)
-    assert train_run(config, tmp_path / "results", progress=False, accelerator="cpu") == "done"
+    assert (
+        train_run(config, tmp_path / "results", ExecutionSettings(progress=False, accelerator="cpu"))
+        == "done"
+    )
     bench = arm()
     (run_opt,) = [o for o in built if o is not bench.opt]
     assert groups_of(bench.opt) == groups_of(run_opt)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from harness.config import RunConfig, train_config
+from harness.execution import ExecutionSettings
 from harness.models import build_model
 from harness.train import RunInterrupted, train_run
 from harness.train.lit import LitLM
@@ -121,7 +122,7 @@ def final_nll(results: Path) -> list[tuple]:
 def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_numbers(tmp_path):
     config = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN)
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert train_run(config, whole, progress=False, accelerator="cpu") == "done"
+    assert train_run(config, whole, ExecutionSettings(progress=False, accelerator="cpu")) == "done"
     sent, checkpoints = [], []
 
     def sigterm_after_first_checkpoint():  # asked after every step, before the last
@@ -134,7 +135,10 @@ def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_numbers(
 
     with pytest.raises(RunInterrupted, match=r"terminated \(SIGTERM\) after step 2; checkpoint saved"):
         train_run(
-            config, parts, progress=False, accelerator="cpu", stop_requested=sigterm_after_first_checkpoint
+            config,
+            parts,
+            ExecutionSettings(ExecutionSettings(progress=False, accelerator="cpu")),
+            stop_requested=sigterm_after_first_checkpoint,
         )
     assert sent == [1]  # the periodic checkpoint of step 1 was on disk; the stop's is step 2's
     (ckpt,) = parts.glob("checkpoints/*/*/last.ckpt")
@@ -153,5 +157,5 @@ def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_numbers(
             torch.equal(a, b) for a, b in zip(back.state_dict().values(), saved["state_dict"].values())
         )
 
-    assert train_run(config, parts, progress=False, accelerator="cpu") == "done"
+    assert train_run(config, parts, ExecutionSettings(progress=False, accelerator="cpu")) == "done"
     assert final_nll(parts) == final_nll(whole)  # bit-identical on one machine

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from harness.config import RunConfig, train_config
+from harness.execution import ExecutionSettings
 from harness.models import build_model
 from harness.train import train_run
 from harness.train.lit import LitLM
@@ -90,7 +91,10 @@ def test_the_deferred_divergence_check_records_the_step_the_per_step_check_recor
     rows = {}
     for twin in ("0", "1"):
         monkeypatch.setenv(CUDA_DEFAULTS_ENV, twin)
-        assert train_run(config, tmp_path / twin, progress=False, accelerator="cpu") == "diverged"
+        assert (
+            train_run(config, tmp_path / twin, ExecutionSettings(progress=False, accelerator="cpu"))
+            == "diverged"
+        )
         rows[twin] = runs_row(tmp_path / twin, "status, diverged_step, steps, error")
     (status, step, steps, error), (status1, step1, steps1, error1) = rows["0"], rows["1"]
     assert (status, status1, step1) == ("diverged", "diverged", step) and step < 4, rows
@@ -114,8 +118,6 @@ def test_every_cuda_default_at_once_on_two_gloo_ranks(tmp_path, monkeypatch):
 
     def spy(self, batch, batch_idx):  # rank 0's steps (the child rank is another process)
         x, y = batch
-        # TODO(harness/data/datamodule.py): assert on x and y themselves once its batches are contiguous
-        x, y = x.contiguous(), y.contiguous()
         out = step(self, (x, y), batch_idx)
         seen.append(
             dict(
@@ -134,10 +136,12 @@ def test_every_cuda_default_at_once_on_two_gloo_ranks(tmp_path, monkeypatch):
     )
     monkeypatch.setenv(CUDA_DEFAULTS_ENV, "1")
     twin = train_run(
-        config, tmp_path / "twin", progress=False, accelerator="cpu", devices=2, micro_batch_size=4
+        config,
+        tmp_path / "twin",
+        ExecutionSettings(progress=False, accelerator="cpu", devices=2, micro_batch_size=4),
     )
     monkeypatch.setenv(CUDA_DEFAULTS_ENV, "0")
-    plain = train_run(config, tmp_path / "plain", progress=False, accelerator="cpu")
+    plain = train_run(config, tmp_path / "plain", ExecutionSettings(progress=False, accelerator="cpu"))
     assert (twin, plain) == ("done", "done")
     assert len(seen) == 4 + 4
     expected = dict(compiled=True, fused=True, precision="bf16-mixed", deferred=True, contiguous=True)

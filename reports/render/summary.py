@@ -231,7 +231,9 @@ def _banner_text(stats: ReportStats, size: str, budget: int) -> tuple[Chip, str]
     if h.reason == "degenerate":
         text = f"{who}: the treatment is degenerate ({h.degenerate_reason}); no test, and no control is assessed."
     elif h.established:
-        text = f"{who}: {facts} < {stats.plan.alpha:g}. The gain is established; the controls are judged below."
+        text = (
+            f"{who}: {facts} < {stats.plan.alpha:g}. The gain is established; the controls are judged below."
+        )
     elif h.absent:
         text = (
             f"{who}: {facts}. The gain is absent: at most {num(h.gain_upper, '.3g')} nats/token (Holm-adjusted "
