@@ -314,6 +314,42 @@ def test_enospc_while_writing_a_checkpoint_releases_the_run_and_stops_the_worker
     assert not list((results / "checkpoints").iterdir())  # the torn temporary file was removed
 
 
+def _remount_read_only_and_write(config, results_dir: Path):
+    """A train function whose results folder is remounted read-only under it: a real EROFS."""
+    subprocess.run(["mount", "-o", "remount,ro", str(results_dir)], check=True)
+    (results_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    return "done"
+
+
+def test_a_read_only_remount_releases_the_run_and_stops_the_worker_in_one_line(tmp_path, tmpfs):
+    """Issue 40: an environment fault, not a run failure: no "recording the failure ... failed", no
+    retry spent, one line naming the folder (the queue is elsewhere here, so the release is written)."""
+    from harness.scheduling.worker import ResultsReadOnly, work
+
+    results = tmpfs("4m")
+    journal = tmp_path / "queue.journal"
+    _queued(tmp_path, results, ["--storage", str(journal)])
+    queue = RunQueue.open(str(journal), results)
+    failures, lines = [], []
+    with pytest.raises(ResultsReadOnly) as caught:
+        work(
+            queue,
+            _remount_read_only_and_write,
+            results,
+            on_failure=lambda *a: failures.append(a),
+            log=lines.append,
+        )
+    msg = str(caught.value)
+    assert msg.startswith(
+        f"results folder {results} is read-only (writing {results / 'checkpoints'} failed"
+    ), msg
+    assert "released and queued again (no retry spent)" in msg and "\n" not in msg
+    assert failures == [] and not any("recording the failure" in line for line in lines), lines
+    runs = RunQueue.open(str(journal), results).runs()
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3
+    assert all(_no_failure(r) for r in runs.values())
+
+
 def test_sql_on_a_full_disk_says_the_disk_is_full(tmp_path, tmpfs):
     results = tmpfs("8m")
     (results / "runs").mkdir()
