@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from harness import live
 from harness.config import RunConfig
 from harness.execution import ExecutionSettings
-from harness.faults import RankDied
+from harness.faults import RankDied, ResultsReadOnly, read_only_path, read_only_stop
 from harness.fencing import LeaseLost, fenced
 from harness.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
 from harness.scheduling.fence import ClaimFence
@@ -79,38 +79,6 @@ def _full_path(exc: BaseException, results_dir: Path) -> Path | None:
             return results_dir
         seen = seen.__cause__ or seen.__context__
     return None
-
-
-class ResultsReadOnly(OSError):
-    """The results folder became read-only (a remount, a file system that went read-only after an
-    error): the environment's fault, not the run's. No failed result is written (it could not be),
-    the run is released where the queue can still be written (else its lease expires), and the
-    worker stops with one line naming the folder."""
-
-
-def _read_only_path(exc: BaseException) -> str | None:
-    """The file a read-only file system refused (EROFS) in ``exc`` or an error it came from, else None."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno == errno.EROFS:
-            return str(seen.filename or "")
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _read_only(queue, call, claim, results_dir: Path, refused: str) -> ResultsReadOnly:
-    """Release ``claim`` if the queue can still be written, and the one line the worker stops with."""
-    try:
-        call(queue.release, claim, f"results folder read-only ({refused}); run released (no retry spent)")
-        told = "released and queued again (no retry spent)"
-    except Exception:  # the queue is on the same read-only disk: the lease expires instead
-        told = "not released (the queue is read-only too): another worker takes it once its lease expires"
-    stop = ResultsReadOnly(
-        f"results folder {results_dir} is read-only (writing {refused or 'a file'} failed with EROFS); "
-        f"{claim.run_id} {told}; the worker stops: remount it read-write or point --results elsewhere"
-    )
-    stop.errno = errno.EROFS
-    return stop
 
 
 class ResultsLost(OSError):
@@ -481,9 +449,9 @@ def _train_one(
     except Exception as exc:
         if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
             raise _results_lost(queue, claim, watch) from None
-        refused = _read_only_path(exc)
+        refused = read_only_path(exc)
         if refused is not None:  # the environment's fault: no failed result (it cannot be written)
-            raise _read_only(queue, call, claim, Path(results_dir), refused) from None
+            raise read_only_stop(queue, call, claim, Path(results_dir), refused) from None
         full = _full_path(exc, Path(results_dir))
         if full is not None:  # the environment's fault: no failed result, no retry spent
             raise _disk_full(
