@@ -65,22 +65,7 @@ def test_help_imports_no_command_module():
         assert name in proc.stdout
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(
-            c,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="harness/commands/launch.py (another engineer's, being rewritten) imports submitit "
-                "at module level for WorkerTask: move the class out and import submitit in main",
-            ),
-        )
-        if c == "launch"
-        else c
-        for c in COMMANDS
-    ],
-)
+@pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_help_loads_nothing_only_its_work_needs(command):
     mods = imported(command, "--help")
     assert not mods & WORK_ONLY, (command, sorted(mods & WORK_ONLY))

@@ -34,10 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
-
-import submitit
 
 from harness.commands.options import add_storage
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
@@ -121,67 +118,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class WorkerTask(submitit.helpers.Checkpointable):
-    """One launched worker: ``harness work WORK_ARGV`` (:func:`harness.commands.work.run`) with
-    signals turned into a stop at the next batch boundary (:class:`~harness.scheduling.stop.StopRequest`).
-
-    After a stop by ``SIGUSR1``/``SIGUSR2`` the handler that submitit installed for its
-    signal (``submitit.JobEnvironment.USR_SIG``) is called: it calls :meth:`checkpoint`,
-    stores what it returns as the job's task and requeues the job (SLURM ``scontrol requeue``,
-    locally exit code 144, which restarts the process), then exits. After ``SIGTERM`` the task
-    exits with 130; SLURM requeues the job itself when it preempts or requeues it. Either
-    way the run being trained is back in the queue first, with a checkpoint of its last step.
-
-    Args:
-        work_argv: ``harness work`` arguments (``--results`` absolute, ``--storage`` ...).
-
-    Returns (when called):
-        the outcome counts of the runs it trained (``done``, ``diverged``, ``failed``).
-    """
-
-    def __init__(self, work_argv: list[str]) -> None:
-        self.work_argv = list(work_argv)
-
-    def __call__(self) -> dict:
-        from harness.cli import build_parser
-        from harness.commands import work
-        from harness.scheduling.stop import StopRequest
-
-        args = build_parser().parse_args(["work", *self.work_argv])
-        stop = StopRequest()
-        outcomes = None
-        with stop.catching(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM) as previous:
-            try:
-                outcomes = work.run(args, stop=stop)
-            except KeyboardInterrupt:
-                if not stop.requested:
-                    raise
-        if outcomes is not None:
-            print(work.summary(outcomes), flush=True)
-        if not stop.requested:
-            return dict(outcomes)
-        handler = previous.get(getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG))
-        usr = [s for s in stop.signals if s in (signal.SIGUSR1, signal.SIGUSR2)]
-        if usr and callable(handler):
-            print(
-                f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
-                "of its last step; requeueing this task",
-                flush=True,
-            )
-            handler(usr[0], None)  # submitit's: self.checkpoint(), requeue, exit
-        print(
-            f"worker stopped ({stop.requested}); its run, if any, is back in the queue with a checkpoint "
-            "of its last step; the task ends",
-            flush=True,
-        )
-        raise SystemExit(130)
-
-    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
-        """The task to requeue: a fresh worker with the same arguments. What a requeued worker
-        needs is in the queue (the released run) and in the run's checkpoint file."""
-        return submitit.helpers.DelayedSubmission(WorkerTask(self.work_argv))
-
-
 def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
     """One line on what the workers will find; raises ``ValueError`` when nothing is queued."""
     from harness.scheduling.queue import RunQueue
@@ -256,6 +192,8 @@ def main(args: argparse.Namespace) -> int:
         for i, a in enumerate(work_argv)
     ]  # no password in records or output
 
+    from harness.scheduling.worker_task import WorkerTask  # lazy: submitit, only to launch (not for --help)
+
     launch_id, folder = launch.launch_folder(args.results, args.executor)
     try:
         job_ids = launch.submit(
@@ -303,6 +241,8 @@ def _say_launched(
     args: argparse.Namespace, record, job_ids: list[str], resources, found: str, shown: list[str]
 ) -> None:
     """What was started (SLURM job and tasks, or local processes), how to watch and stop it."""
+    import submitit  # lazy: its signal name, printed after a launch (not for --help)
+
     each = "harness work " + " ".join(shown)
     if args.executor == "slurm":
         array = record.array_id

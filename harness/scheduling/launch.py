@@ -7,7 +7,7 @@ pickled task as N processes on this machine (submitit's ``LocalExecutor``, one j
 worker): the same code path without a cluster. SLURM is asked to send submitit's
 pre-timeout signal (``submitit.JobEnvironment.USR_SIG``, ``SIGUSR2``) ``signal_delay_s``
 seconds before the time limit; the task turns it into a checkpoint, a release and a
-requeue (:class:`harness.commands.launch.WorkerTask`).
+requeue (:class:`harness.scheduling.worker_task.WorkerTask`).
 
 Each launch is recorded in ``RESULTS/launches/<id>/launch.json`` (:class:`LaunchRecord`:
 job ids, executor, folder, time), beside submitit's files for its jobs (the sbatch script,

@@ -14,7 +14,7 @@ since the last checkpoint, so :class:`StopRequest`'s handler only records the si
   queue and takes no other one; asked between runs, it takes none.
 
 What follows (a requeue, an exit) is the caller's: ``harness launch``'s task
-(:class:`harness.commands.launch.WorkerTask`).
+(:class:`harness.scheduling.worker_task.WorkerTask`).
 """
 
 from __future__ import annotations
