@@ -35,19 +35,19 @@ KINDS = ("queries", "offsets", "routes")  # what a composed spec may add, by nam
 N_VARIANTS = 4  # every seed of a 2 x 2 factorial trains all four cells
 
 
-def absorbing(stats: ReportStats) -> tuple[ControlAssessment, ...]:
-    """The controls that reproduce the gain with a bounded gain fraction whose 95 % interval lies above 1,
-    except a control the grid's own ``[factorial]`` already crosses with the treatment (its factorial
-    section is that follow-up)."""
+def does_better(stats: ReportStats) -> tuple[ControlAssessment, ...]:
+    """The controls that reproduce the gain with a bounded gain fraction whose 95 % interval lies above 1."""
     return tuple(
         a
         for a in stats.assessments
-        if a.verdict == REPRODUCES
-        and a.bounded
-        and math.isfinite(a.fraction_low)
-        and a.fraction_low > 1
-        and not _crossed(stats, a.control)
+        if a.verdict == REPRODUCES and a.bounded and math.isfinite(a.fraction_low) and a.fraction_low > 1
     )
+
+
+def absorbing(stats: ReportStats) -> tuple[ControlAssessment, ...]:
+    """:func:`does_better`, except a control the grid's own ``[factorial]`` already crosses with the
+    treatment (its factorial section is that follow-up): the controls to propose a follow-up for."""
+    return tuple(a for a in does_better(stats) if not _crossed(stats, a.control))
 
 
 def _crossed(stats: ReportStats, control: str) -> bool:
@@ -205,7 +205,7 @@ class Source:
 
 def why_text(stats: ReportStats, control: str) -> str:
     """What the source grid's report says of ``control``: where it does better than the treatment, or not."""
-    found = [a for a in absorbing(stats) if a.control == control]
+    found = [a for a in does_better(stats) if a.control == control]
     if not found:
         return (
             f"asked for by hand: {control}'s gain fraction interval lies above 1 in no cell of {stats.grid}."
