@@ -122,7 +122,7 @@ def test_live_reads_equal_optunas_own_and_read_a_waiting_trial_whole_once(pg_url
         return sorted(
             (t.trial_id, t.state, t.run_id, t.grid, t.order, t.ending)
             for t in (
-                _light(t, sid)
+                _light(q.storage, t, sid)
                 for sid in q.studies().values()
                 for t in q.storage.get_all_trials(sid, states=LIVE_STATES)
                 if "run_id" in t.user_attrs

@@ -295,7 +295,7 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
     RunQueue.open(None, other).enqueue(configs(seeds=(1,)))
     fake = types.ModuleType("harness.train.runner")
 
-    def gone(config, results_dir, **kw):
+    def gone(config, results_dir, *args, **kw):
         other.rename(tmp_path / "other-away")
         return "done"
 

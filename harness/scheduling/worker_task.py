@@ -32,9 +32,9 @@ class WorkerTask(submitit.helpers.Checkpointable):
         self.work_argv = list(work_argv)
 
     def __call__(self) -> dict:
-        from harness.cli import build_parser
-        from harness.commands import work
-        from harness.scheduling.stop import StopRequest
+        from harness.cli import build_parser  # lazy: the task runs the CLI; cli imports the commands
+        from harness.commands import work  # lazy: the worker's command, only when the task runs
+        from harness.scheduling.stop import StopRequest  # lazy: only when the task runs
 
         args = build_parser().parse_args(["work", *self.work_argv])
         stop = StopRequest()
