@@ -131,4 +131,6 @@ def test_a_swallowed_ctrl_c_still_ends_the_process():
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "ready\n"
     p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=HANG_S) == 7
+    # 7: the watchdog ended it. The one SIGINT can also land between two `try`s of the loop (at the
+    # `while` or in the `except`), and the KeyboardInterrupt then ends the process at once (-SIGINT)
+    assert p.wait(timeout=HANG_S) in (7, -signal.SIGINT)
