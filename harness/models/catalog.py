@@ -19,10 +19,10 @@ from harness.models.compose import compose, spec_toml
 from harness.models.spec import VariantSpec, parse_spec, parse_spec_text
 
 
-def load_spec_file(path: str | os.PathLike) -> VariantSpec:
-    """Read and validate one spec TOML file (errors name the file)."""
+def load_spec_file(path: str | os.PathLike, text: str | None = None) -> VariantSpec:
+    """Read and validate one spec TOML file (errors name the file); ``text``: its contents, already read."""
     path = Path(path)
-    spec = parse_spec_text(path.read_text(encoding="utf-8"), where=str(path))
+    spec = parse_spec_text(path.read_text(encoding="utf-8") if text is None else text, where=str(path))
     if spec.name != path.stem:
         raise ValueError(f"{path}: name={spec.name!r} must equal the file name {path.stem!r}")
     return spec
@@ -55,9 +55,9 @@ def is_shipped(spec: VariantSpec) -> bool:
     return Path(spec.source).parent in _shipped_dirs()
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path, text: str) -> dict:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
 
@@ -76,7 +76,8 @@ def load_specs() -> dict[str, VariantSpec]:
             if path.stem in paths:
                 raise ValueError(f"variant {path.stem!r} defined twice: {paths[path.stem]} and {path}")
             paths[path.stem] = path
-    raw = {name: _read(path) for name, path in paths.items()}
+    texts = {name: path.read_text(encoding="utf-8") for name, path in paths.items()}  # each file read once
+    raw = {name: _read(path, texts[name]) for name, path in paths.items()}
     specs: dict[str, VariantSpec] = {}
 
     def resolve(name: str, chain: tuple[str, ...]) -> dict:
@@ -94,7 +95,7 @@ def load_specs() -> dict[str, VariantSpec]:
 
     for name, path in paths.items():
         if "base" not in raw[name]:
-            specs[name] = load_spec_file(path)
+            specs[name] = load_spec_file(path, texts[name])
             continue
         merged = resolve(name, (name,))
         spec = dataclasses.replace(parse_spec(merged, where=str(path)), text=spec_toml(merged))
