@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from harness.cli import main as cli
-from harness.scheduling.journal import JournalCorrupt, QueueJournalStorage
+from harness.scheduling.journal import JournalCorrupt, QueueJournal, QueueJournalStorage
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
 
@@ -153,3 +154,22 @@ def test_repair_is_refused_while_a_worker_holds_a_fresh_lease(tmp_path, capsys):
         f"worker(s) {claim.owner} hold a fresh lease in {journal}: stop every worker before --repair" in err
     )
     assert journal.read_bytes() == original and not list(results.glob("queue.journal.bak-*"))
+
+
+def test_optunas_own_backend_reads_the_same_operations_and_appends_interleave(tmp_path):
+    """The format stays Optuna's: its JournalFileBackend reads what QueueJournal wrote, line for
+    line; reads resume at the offset the last read reached; an append by Optuna's backend under
+    the same lock file is read back after ours."""
+    _, _, journal = _queued(tmp_path)
+    ours = QueueJournal(str(journal))
+    theirs = JournalFileBackend(str(journal), lock_obj=JournalFileOpenLock(str(journal)))
+    whole = list(ours.read_logs(0))
+    assert whole == list(theirs.read_logs(0))
+    assert len(whole) == journal.read_bytes().count(b"\n") > 6
+    assert list(ours.read_logs(5)) == whole[5:]  # from a known offset
+    assert list(QueueJournal(str(journal)).read_logs(5)) == whole[5:]  # a fresh reader counts from 0
+    ours.append_logs([{"op_code": 99, "worker_id": "a"}, {"op_code": 98, "worker_id": "b"}])
+    theirs.append_logs([{"op_code": 97, "worker_id": "c"}])
+    tail = [log["op_code"] for log in ours.read_logs(len(whole))]
+    assert tail == [99, 98, 97] == [log["op_code"] for log in theirs.read_logs(len(whole))]
+    assert not Path(f"{journal}.lock").exists()  # both released the one lock

@@ -17,9 +17,10 @@ Optuna's journal is one JSON operation per line, appended under an ``O_EXCL`` lo
   and the repair: :func:`repair_journal` (``harness queue --repair``) writes a clean journal
   (the valid lines, in order) and keeps the damaged one as a backup.
 
-Both are thin subclasses: the reading, the appending and the lock protocol stay Optuna's
-(5.0.0, pinned); the reader wrapper only counts lines and looks at what follows the last
-one read, using the line offsets the base class keeps.
+The file format (one compact JSON operation per line) and the lock protocol stay Optuna's
+(5.0.0, pinned): Optuna's own ``JournalFileBackend`` and ``optuna-dashboard`` read the file.
+:class:`QueueJournal` implements Optuna's public backend interface itself, keeping its own
+line offsets, so no private attribute of Optuna's is read (``tests/test_optuna_public.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+from optuna.storages.journal import BaseJournalBackend, JournalFileOpenLock, JournalStorage
 
 from harness.files import atomic_path, atomic_write
 
@@ -161,66 +162,86 @@ class MendingLock(JournalFileOpenLock):
             self.release()
 
 
-class QueueJournal(JournalFileBackend):
-    """``JournalFileBackend`` whose appends mend a torn tail first and whose reads name a bad line.
+class QueueJournal(BaseJournalBackend):
+    """Optuna's journal file format and lock protocol, with appends that mend a torn tail first
+    and reads that name a bad line.
+
+    A :class:`~optuna.storages.journal.BaseJournalBackend` (Optuna's public backend interface)
+    rather than a subclass of ``JournalFileBackend``: the reader needs the byte offset of the
+    first unread line, which that class keeps only in a private attribute, so this class keeps
+    its own. The file is the same one JSON operation per line, so Optuna's own backend (and
+    ``optuna-dashboard``) read what this one writes, and the other way round.
 
     Args:
         file_path: the journal file (created if missing, as Optuna does).
         warn: where the one-line warnings go (default: stderr).
 
     Attributes:
+        path: the journal file.
         lock: the :class:`MendingLock` every append holds; :func:`harness.scheduling.fence`
             holds it to check a lease and write a result with no append in between.
 
     Raises (from reads):
-        JournalCorrupt: a line other than a torn last one does not parse.
+        JournalCorrupt: a whole line (one that ends in a newline) does not parse.
     """
 
     def __init__(self, file_path: str, warn: Callable[[str], None] = _stderr_warning) -> None:
+        self.path = file_path
         self.lock = MendingLock(file_path, warn)
-        super().__init__(file_path, lock_obj=self.lock)
-        self.path = file_path  # ours: Optuna's copy is private
-        self._warn = warn
-        self._warned_torn: set[int] = set()
+        if not os.path.exists(file_path):
+            open(file_path, "ab").close()
+        self.offsets: dict[int, int] = {0: 0}  # line number -> byte offset of its start, as read so far
+        self.warn = warn
+        self.warned_torn: set[int] = set()
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        n = log_number_from
-        try:
-            for log in super().read_logs(log_number_from):
-                yield log
-                n += 1
-        except ValueError as exc:  # the base class raises for a bad line once it reads the next one
-            raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
-        self._check_end(n)
+        """The operations from line ``log_number_from`` (0-based) on, as far as whole lines go.
 
-    def _check_end(self, n: int) -> None:
-        """Look past line ``n`` (0-based), the first one not read: nothing, a torn tail, or a bad
-        last line (which the base class skips without a word, losing the operation)."""
-        start = self._log_number_offset.get(n)  # the base class's offset of line n, set once n-1 was read
-        if start is None:
-            return
+        Bytes appended while it reads are left for the next call (the size is taken first). A
+        last line without a newline is an append in progress (its writer holds the lock) or a
+        torn one: skipped, with one warning for the latter.
+        """
+        n = log_number_from if log_number_from in self.offsets else 0
         with open(self.path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size <= start:
-                return
-            f.seek(start)
-            head = f.readline()
-        if head.endswith(b"\n"):
-            try:  # a whole line the base class did not read: appended since (fine) or corrupt
-                json.loads(head)
-            except ValueError as exc:
-                raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
-            return
-        # no newline: a write in progress (its writer holds the lock), or a torn tail
-        if start in self._warned_torn or os.path.exists(self.lock.lock_file):
-            return
+            size = os.fstat(f.fileno()).st_size
+            offset = self.offsets[n]
+            f.seek(offset)
+            while offset < size:
+                line = f.readline(size - offset)
+                if not line.endswith(b"\n"):
+                    self._torn_tail(n, offset, size)
+                    return
+                try:
+                    log = json.loads(line)
+                except ValueError as exc:
+                    raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
+                offset += len(line)
+                n += 1
+                self.offsets[n] = offset
+                if n > log_number_from:
+                    yield log
+
+    def _torn_tail(self, n: int, start: int, size: int) -> None:
+        """Line ``n`` (0-based) runs from ``start`` to the end (``size``) with no newline."""
+        if start in self.warned_torn or os.path.exists(self.lock.lock_file):
+            return  # warned already, or a writer is busy appending it
         if os.path.getsize(self.path) == size:
-            self._warned_torn.add(start)
-            self._warn(
+            self.warned_torn.add(start)
+            self.warn(
                 f"queue journal {self.path}: line {n + 1} is torn ({size - start} bytes without a "
                 "newline: a writer was killed mid-append); it is skipped, and the next write sets it "
                 f"aside in {self.path}{TORN_SUFFIX}"
             )
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        """Append operations as one write of whole lines, fsynced, under :attr:`lock` (Optuna's
+        format: compact JSON, one per line)."""
+        data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
+        with self.lock.held():
+            with open(self.path, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
 
 
 class QueueJournalStorage(JournalStorage):
