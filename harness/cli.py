@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness.console import setup_logging
 from harness.files import default_results, full_disk
+from harness.interrupt import prompt_exit
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                 "(set --results DIR or $HARNESS_RESULTS)"
             )
         check_finite(args)
-        status = int(args._main(args) or 0)
+        with prompt_exit(130):  # Ctrl-C ends every command within GRACE_S, wherever it lands
+            status = int(args._main(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
     except KeyboardInterrupt:

@@ -1,15 +1,23 @@
 """Ctrl-C that always ends a command promptly, whatever the main thread is inside.
 
-Python's own SIGINT handler only raises ``KeyboardInterrupt`` at the next bytecode, and a
-library may catch it there: DuckDB turns it into ``RuntimeError("Query interrupted")``
-(measured with duckdb 2.0: a SIGINT during a query never reaches the caller as a
-``KeyboardInterrupt``), and a retry loop that catches ``Exception`` then goes on waiting.
+Python's own SIGINT handler only raises ``KeyboardInterrupt`` at the next bytecode of the
+main thread, and a library may catch it there: DuckDB turns it into
+``RuntimeError("Query interrupted")`` (measured with duckdb 2.0: a SIGINT during a query
+never reaches the caller as a ``KeyboardInterrupt``), a retry loop that catches
+``Exception`` then goes on waiting, and Lightning's ``fit`` ignores SIGINT from its first
+one on. Nor does the handler run at all while the main thread is inside a long native call
+(the BPE trainer of HF ``tokenizers``: seconds to minutes).
+
 :func:`prompt_exit` records the Ctrl-C (:attr:`Interrupt.seen`, so the command can tell
-"interrupted" from a real error), still raises ``KeyboardInterrupt``, and starts a watchdog:
-if the process is still alive ``grace_s`` seconds later (a call that swallowed the
-interrupt, a blocking native call, a hanging interpreter shutdown), it ends with
-``os._exit(code)``. A second Ctrl-C ends it at once. Only for commands whose every write is
-atomic (``harness.files``), so an exit at any point leaves no half-written file.
+"interrupted" from a real error) and still raises ``KeyboardInterrupt``; and it sees the
+signal where no Python code of the main thread has to run: the interpreter's C-level
+handler writes the signal number to a pipe (:func:`signal.set_wakeup_fd`), and a watcher
+thread reading it starts a watchdog. If the process is still alive ``grace_s`` seconds
+later (a call that swallowed the interrupt, a blocking native call, a hanging interpreter
+shutdown), it ends with ``os._exit(code)``. A second Ctrl-C ends it at once. An exit at any
+point leaves what a SIGKILL leaves, which the harness is built to survive: every file
+write is atomic (``harness.files``), the queue journal mends a torn line, and a run's
+lease covers a claim not given back.
 """
 
 from __future__ import annotations
@@ -17,11 +25,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-GRACE_S = 5.0  # seconds from Ctrl-C to the forced exit: room for a clean return on a loaded machine
+GRACE_S = 10.0  # seconds from Ctrl-C to the forced exit: room for a clean return (a run released) on a loaded machine
 
 
 @dataclass
@@ -31,11 +40,59 @@ class Interrupt:
     seen: bool = False
 
 
+#: A Ctrl-C that comes this soon after the first is the same keypress: a terminal sends SIGINT to every
+#: process of its group at once, and a forked child (a tokenizer pool, a data loader) shares the pipe.
+SAME_KEYPRESS_S = 0.5
+
+
+def _watch(read_fd: int, code: int, grace_s: float, state: Interrupt) -> None:
+    """The watcher thread: on the first SIGINT byte from the wakeup pipe, start the watchdog;
+    on a later one, exit at once. Ends when every write end of the pipe is closed."""
+    first = None
+    with open(read_fd, "rb", buffering=0, closefd=False) as pipe:
+        while data := pipe.read(64):
+            if signal.SIGINT not in data:
+                continue  # another signal with a Python handler (SIGTERM in `harness work`)
+            now = time.monotonic()
+            if first is None:
+                first, state.seen = now, True
+                # no flush on the way out: the main thread may hold stdout's lock (a write to a full pipe)
+                watchdog = threading.Timer(grace_s, os._exit, (code,))
+                watchdog.daemon = True  # a clean exit before it fires does not wait for it
+                watchdog.start()
+            elif now - first >= SAME_KEYPRESS_S:
+                os._exit(code)  # the second Ctrl-C: at once
+    _PIPES.discard(read_fd)
+    os.close(read_fd)
+
+
+_PIPES: set[int] = set()  # the wakeup pipes' ends open in this process
+
+
+def _forget_pipe_in_child() -> None:
+    """In a forked child (a process pool's worker): no wakeup pipe (its handlers are its own),
+    and the parent's pipe ends closed (the parent's watcher ends when its own are closed)."""
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # forked from another thread than the main one: nothing was inherited there
+        pass
+    for fd in list(_PIPES):
+        _PIPES.discard(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_pipe_in_child)
+
+
 @contextmanager
 def prompt_exit(code: int, *, grace_s: float = GRACE_S) -> Iterator[Interrupt]:
     """Within the block, SIGINT raises ``KeyboardInterrupt`` and guarantees an exit with
-    ``code`` within ``grace_s`` seconds (see the module docstring). The previous handler is
-    restored on leaving; outside the main thread (where handlers cannot be set) a no-op.
+    ``code`` within ``grace_s`` seconds (see the module docstring). The previous handler and
+    wakeup fd are restored on leaving (a watchdog already started keeps running: the process
+    is on its way out); outside the main thread (where handlers cannot be set) a no-op.
 
     Raises:
         ValueError: ``grace_s`` not positive.
@@ -48,20 +105,24 @@ def prompt_exit(code: int, *, grace_s: float = GRACE_S) -> Iterator[Interrupt]:
         return
 
     def handler(signum, frame) -> None:
-        if state.seen:  # the second Ctrl-C: at once
-            os._exit(code)
         state.seen = True
-        # no flush on the way out: the main thread may hold stdout's lock (a write to a full pipe)
-        watchdog = threading.Timer(grace_s, os._exit, (code,))
-        watchdog.daemon = True  # a clean exit before it fires does not wait for it
-        watchdog.start()
         raise KeyboardInterrupt
 
+    read_fd, write_fd = os.pipe()
+    _PIPES.update((read_fd, write_fd))
+    os.set_blocking(write_fd, False)  # the C handler must never block on a full pipe
     previous = signal.signal(signal.SIGINT, handler)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(
+        target=_watch, args=(read_fd, code, grace_s, state), name="ctrl-c-watcher", daemon=True
+    ).start()
     try:
         yield state
     finally:
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous)
+        _PIPES.discard(write_fd)
+        os.close(write_fd)  # the watcher reads the end of the pipe and returns
 
 
 __all__ = ["GRACE_S", "Interrupt", "prompt_exit"]

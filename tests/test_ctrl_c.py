@@ -9,6 +9,7 @@ takes; it is not a timing goal. CPU only, ~40 s on 2 busy cores:
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -114,23 +115,93 @@ def test_sigint_during_a_store_lock_wait_exits_0(results):
 
 
 def test_a_swallowed_ctrl_c_still_ends_the_process():
-    # a call that catches KeyboardInterrupt and goes on (as a retry loop may): the watchdog ends it
+    # a library that swallows the interrupt (its own Python handler, which does nothing): the watchdog ends it
+    p = _swallowing(grace_s=1.0)
+    try:
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=HANG_S) == 7
+    finally:
+        p.kill()
+
+
+def _swallowing(grace_s: float, before: str = "") -> subprocess.Popen:
+    """A process inside ``prompt_exit(7, grace_s)`` where a library swallows every Ctrl-C: it installs a
+    handler of its own that does nothing (so no KeyboardInterrupt reaches the main thread, at any
+    bytecode; a loop catching KeyboardInterrupt would still let one through between two ``try``s).
+    ``before``: code run first, inside the block; its lines are in ``p.said``."""
+    loop = """
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+    """
+    code = (
+        "import os, signal, sys, time\nfrom harness.interrupt import prompt_exit\n"
+        f"with prompt_exit(7, grace_s={grace_s}):\n"
+        + textwrap.indent(textwrap.dedent(before) + textwrap.dedent(loop), "    ")
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p.said = list(iter(p.stdout.readline, "ready\n"))  # what ``before`` printed
+    return p
+
+
+def test_a_ctrl_c_during_a_blocking_native_call_ends_the_process():
+    # the main thread never runs Python code again (SIGINT masked there, then a 120 s sleep: as a native
+    # call such as the BPE trainer holds it): only the watcher thread can see the signal
     code = textwrap.dedent(
         """
-        import sys, time
+        import signal, time
         from harness.interrupt import prompt_exit
         with prompt_exit(7, grace_s=1.0):
+            signal.signal(signal.SIGINT, lambda signum, frame: None)  # nor between print and sleep
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             print("ready", flush=True)
-            while True:
-                try:
-                    time.sleep(0.05)
-                except KeyboardInterrupt:
-                    pass
+            time.sleep(120)
         """
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "ready\n"
     p.send_signal(signal.SIGINT)
-    # 7: the watchdog ended it. The one SIGINT can also land between two `try`s of the loop (at the
-    # `while` or in the `except`), and the KeyboardInterrupt then ends the process at once (-SIGINT)
-    assert p.wait(timeout=HANG_S) in (7, -signal.SIGINT)
+    try:
+        assert p.wait(timeout=HANG_S) == 7
+    finally:
+        p.kill()
+
+
+def test_a_second_ctrl_c_ends_the_process_at_once():
+    p = _swallowing(grace_s=600.0)  # the watchdog alone would take 10 minutes
+    try:
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.0)  # a second keypress, not the same one
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=HANG_S) == 7
+    finally:
+        p.kill()
+
+
+def test_a_forked_childs_ctrl_c_is_not_a_second_keypress():
+    # a child forked inside the block (as a tokenizer pool's workers are) gets its own SIGINT later:
+    # it must not reach the parent's watcher (the parent then waits out its grace, it does not exit at once)
+    p = _swallowing(
+        grace_s=4.0,
+        before="""
+        child = os.fork()
+        if child == 0:
+            try:
+                time.sleep(60)
+            except KeyboardInterrupt:
+                os._exit(0)
+            os._exit(1)
+        print(child, flush=True)
+        """,
+    )
+    child = int(p.said[0])
+    try:
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        os.kill(child, signal.SIGINT)
+        assert p.wait(timeout=HANG_S) == 7
+        assert time.monotonic() - t0 >= 3.5, "the child's SIGINT was taken for a second Ctrl-C of the parent"
+    finally:
+        p.kill()

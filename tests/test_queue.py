@@ -84,7 +84,7 @@ def test_default_storage_is_a_journal_with_open_lock(tmp_path):
 
     storage = open_storage(None, tmp_path / "r")
     assert isinstance(storage, JournalStorage)
-    assert isinstance(storage._backend._lock, JournalFileOpenLock)
+    assert isinstance(storage.journal.lock, JournalFileOpenLock)  # Optuna's O_EXCL lock (MendingLock)
     assert (tmp_path / "r" / "queue.journal").exists()
     with pytest.raises(FileNotFoundError):
         open_storage(None, tmp_path / "elsewhere", create=False)

@@ -38,6 +38,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import sys
 import time
 from collections import deque
@@ -160,6 +161,8 @@ _TOKENIZER = None
 
 def _init_worker(folder: str, name: str) -> None:
     global _TOKENIZER
+    # the parent decides on a Ctrl-C (a terminal sends it to the pool too): no traceback per process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _TOKENIZER = load_shard_tokenizer(Path(folder), name)
 
 
@@ -518,18 +521,20 @@ def _encode(
             _save_progress(progress_path, done.chunks, done.documents, writers)
             return target.met(writers["train"].tokens, writers["val"].tokens)
 
-        for index, chunk in enumerate(chunks, start=1):
-            if index <= done.chunks:
-                continue  # finished before the kill: its tokens are in the shards
-            pending.append(pool.submit(_encode_chunk, (chunk, val_fraction, dtype.str)))
-            # a bounded queue: memory does not grow with the corpus; chunks stay in flight after a stop
-            if len(pending) >= 2 * workers and write_next():
-                stopped = True
-                break
-        while pending and not stopped:
-            stopped = write_next() and bool(pending)
-        for future in pending:
-            future.cancel()
+        try:
+            for index, chunk in enumerate(chunks, start=1):
+                if index <= done.chunks:
+                    continue  # finished before the kill: its tokens are in the shards
+                pending.append(pool.submit(_encode_chunk, (chunk, val_fraction, dtype.str)))
+                # a bounded queue: memory does not grow with the corpus; chunks stay in flight after a stop
+                if len(pending) >= 2 * workers and write_next():
+                    stopped = True
+                    break
+            while pending and not stopped:
+                stopped = write_next() and bool(pending)
+        finally:  # after a stop or a Ctrl-C the pool's shutdown waits for the running chunks only
+            for future in pending:
+                future.cancel()
     return stopped
 
 

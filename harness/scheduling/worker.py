@@ -24,7 +24,6 @@ with any other train function without loading Lightning.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import sys
 import time
@@ -41,6 +40,7 @@ from harness.execution import ExecutionSettings
 from harness.faults import RankDied, ResultsReadOnly, read_only_path, read_only_stop
 from harness.fencing import LeaseLost, fenced
 from harness.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
+from harness.scheduling.claiming import OrphanClock, claim_next, given_back_if_interrupted
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
@@ -305,8 +305,7 @@ def work(
         RankDied: a child rank of the run died (:mod:`harness.faults`): released the same way, the worker
             stops with one line naming the rank and its exit status.
 
-    A ``KeyboardInterrupt`` (SIGTERM in ``harness work``; a stopped run raises
-    :class:`~harness.train.runner.RunInterrupted`) releases the run being trained, then propagates.
+    A ``KeyboardInterrupt`` (also SIGTERM, a stopped run) after a claim releases it, then propagates.
     """
     _check_intervals(max_runs, poll_s, beat_s, retry_s)
 
@@ -316,28 +315,29 @@ def work(
     run_kwargs = {} if settings is None else {"settings": settings, "stop_requested": stop}
     outcomes: Counter = Counter()
     watch = FolderWatch(Path(results_dir)) if Path(results_dir).is_dir() else None
-    orphans = _OrphanClock()
+    orphans = OrphanClock()
     while max_runs is None or sum(outcomes.values()) < max_runs:
-        claim = _claim_next(queue, call, grid, wait, poll_s, stop, orphans, log)
-        if claim is None or _stopped_after_claim(queue, call, claim, stop, log):
+        claim = claim_next(queue, call, grid, wait, poll_s, stop, orphans, log)
+        if claim is None:
             break
-        need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
-        outcomes[
-            _train_one(
-                queue,
-                call,
-                claim,
-                train_fn,
-                results_dir,
-                on_failure,
-                max_retries,
-                beat_s,
-                log,
-                need,
-                watch,
-                run_kwargs,
-            )
-        ] += 1
+        with given_back_if_interrupted(queue, call, claim, log):
+            need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
+            outcomes[
+                _train_one(
+                    queue,
+                    call,
+                    claim,
+                    train_fn,
+                    results_dir,
+                    on_failure,
+                    max_retries,
+                    beat_s,
+                    log,
+                    need,
+                    watch,
+                    run_kwargs,
+                )
+            ] += 1
     return outcomes
 
 
@@ -349,53 +349,6 @@ def _check_intervals(max_runs: int | None, poll_s: float, beat_s: float, retry_s
         raise ValueError(f"poll interval ({poll_s} s) and beat interval ({beat_s} s) must be positive")
     if retry_s <= 0:
         raise ValueError(f"storage retry time {retry_s} s must be positive")
-
-
-class _OrphanClock:
-    """When this worker last looked for runs whose retry was never created (monotonic seconds)."""
-
-    def __init__(self) -> None:
-        self.at = -math.inf
-
-    def due(self, wait: bool, lease_timeout_s: float) -> bool:
-        """Whether to look now: always before stopping; while polling, at most once per lease timeout
-        (the look reads every failed trial, hence not in every poll). Resets the clock when due."""
-        if wait and time.monotonic() - self.at < lease_timeout_s:
-            return False
-        self.at = time.monotonic()
-        return True
-
-
-def _claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: _OrphanClock, log):
-    """The next claimed run (after reclaiming stale leases), polling while ``wait``; ``None`` once a stop
-    is requested or, without ``wait``, nothing is queued (both said in ``log``)."""
-    while True:
-        if stop is not None and stop.requested:
-            log(f"stop requested ({stop.requested}); worker stops")
-            return None
-        for rid, why in call(queue.reclaim_stale):  # one read of the live trials, which the claim reuses
-            log(f"reclaimed {rid}: {why}; queued again")
-        claim = call(queue.claim, grid)
-        if claim is not None:
-            return claim
-        # nothing waiting: requeue runs whose process died between failing an attempt and queueing the next
-        if orphans.due(wait, queue.lease_timeout_s) and call(queue.requeue_orphans):
-            continue
-        if not wait:
-            log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
-            return None
-        stop.wait(poll_s) if stop is not None else time.sleep(
-            poll_s
-        )  # each poll: one read of the live trials
-
-
-def _stopped_after_claim(queue, call, claim, stop, log) -> bool:
-    """Whether a stop was asked while claiming; then ``claim`` is given back untouched."""
-    if stop is None or not stop.requested:
-        return False
-    call(queue.release, claim, f"worker stopped ({stop.requested}) before training; run released")
-    log(f"stop requested ({stop.requested}); released {claim.run_id}; worker stops")
-    return True
 
 
 def _admit(queue, call, claim, results_dir: Path, watch: FolderWatch | None, space_needed: SpaceFn | None):
@@ -458,10 +411,6 @@ def _train_one(
                 queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]
             ) from None
         return _failed(queue, call, claim, exc, fence, results_dir, on_failure, max_retries, t0, log)
-    except BaseException:
-        call(queue.release, claim, "worker interrupted (KeyboardInterrupt or SIGTERM); run released")
-        log(f"released {claim.run_id}: queued again; a retry resumes from its checkpoint")
-        raise
     return _finished(queue, call, claim, status, value, reason, time.monotonic() - t0, log)
 
 
