@@ -21,8 +21,11 @@ $(STAMP): pyproject.toml requirements.lock
 
 venv: $(STAMP)
 
+# The test files in $(TEST_WORKERS) processes (pytest-xdist; a file's tests stay in one process, so each
+# file's fixtures start once): most tests wait on subprocesses and services, so 2 halve the time on 2 cores.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # ruff (rules and why in pyproject's [tool.ruff]): the lint, then the formatter as a check; `ruff format .` fixes the latter.
 lint: $(STAMP)

@@ -141,7 +141,12 @@ def _swallowing(grace_s: float, before: str = "") -> subprocess.Popen:
         + textwrap.indent(textwrap.dedent(before) + textwrap.dedent(loop), "    ")
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    p.said = list(iter(p.stdout.readline, "ready\n"))  # what ``before`` printed
+    p.said = []  # what ``before`` printed
+    while (line := p.stdout.readline()) != "ready\n":
+        if not line:
+            p.kill()
+            pytest.fail(f"the process ended before it was ready: {p.said}")
+        p.said.append(line)
     return p
 
 
