@@ -303,7 +303,9 @@ class _Drain:
             if until_finished and trained >= target and time.monotonic() >= look_at:
                 look_at = time.monotonic() + 0.5  # one read of the live trials each half second
                 done, total = q.tally(GRID)
-                if done == total:
+                # tally counts a reclaimed run whose retry is not created yet as finished (a window that
+                # a loaded machine widens): the workers stop only once every run's state says done
+                if done == total and all(r.state == "done" for r in q.runs(GRID).values()):
                     (self.logs / "finished").touch()  # every run finished: the polling workers stop
             time.sleep(0.02)
         return killed
