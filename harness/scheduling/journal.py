@@ -190,9 +190,9 @@ class QueueJournal(BaseJournalBackend):
         self.lock = MendingLock(file_path, warn)
         if not os.path.exists(file_path):
             open(file_path, "ab").close()
-        self.offsets: dict[int, int] = {0: 0}  # line number -> byte offset of its start, as read so far
-        self.warn = warn
-        self.warned_torn: set[int] = set()
+        self._offsets: dict[int, int] = {0: 0}  # line number -> byte offset of its start, as read so far
+        self._warn = warn
+        self._warned_torn: set[int] = set()
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         """The operations from line ``log_number_from`` (0-based) on, as far as whole lines go.
@@ -201,10 +201,10 @@ class QueueJournal(BaseJournalBackend):
         last line without a newline is an append in progress (its writer holds the lock) or a
         torn one: skipped, with one warning for the latter.
         """
-        n = log_number_from if log_number_from in self.offsets else 0
+        n = log_number_from if log_number_from in self._offsets else 0
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            offset = self.offsets[n]
+            offset = self._offsets[n]
             f.seek(offset)
             while offset < size:
                 line = f.readline(size - offset)
@@ -217,17 +217,17 @@ class QueueJournal(BaseJournalBackend):
                     raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
                 offset += len(line)
                 n += 1
-                self.offsets[n] = offset
+                self._offsets[n] = offset
                 if n > log_number_from:
                     yield log
 
     def _torn_tail(self, n: int, start: int, size: int) -> None:
         """Line ``n`` (0-based) runs from ``start`` to the end (``size``) with no newline."""
-        if start in self.warned_torn or os.path.exists(self.lock.lock_file):
+        if start in self._warned_torn or os.path.exists(self.lock.lock_file):
             return  # warned already, or a writer is busy appending it
         if os.path.getsize(self.path) == size:
-            self.warned_torn.add(start)
-            self.warn(
+            self._warned_torn.add(start)
+            self._warn(
                 f"queue journal {self.path}: line {n + 1} is torn ({size - start} bytes without a "
                 "newline: a writer was killed mid-append); it is skipped, and the next write sets it "
                 f"aside in {self.path}{TORN_SUFFIX}"
