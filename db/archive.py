@@ -111,7 +111,10 @@ def write_archive(
         "members": {n: {"sha256": sha256(d), "bytes": len(d)} for n, d in sorted(members.items())},
     }
     with atomic_path(out) as tmp, open(tmp, "wb") as raw:
-        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        with (
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w") as tar,
+        ):
             blob = json.dumps(manifest, sort_keys=True, indent=1).encode()
             for name, data in [(MANIFEST, blob), *sorted(members.items())]:
                 info = tarfile.TarInfo(name)
@@ -126,7 +129,9 @@ def _members(path: Path) -> dict[str, bytes]:
     try:
         with tarfile.open(path, mode="r:gz") as tar:
             for info in tar:
-                if not info.isfile() or not (info.name in (MANIFEST, QUEUE, GRID_TOML) or RUN_MEMBER.fullmatch(info.name)):
+                if not info.isfile() or not (
+                    info.name in (MANIFEST, QUEUE, GRID_TOML) or RUN_MEMBER.fullmatch(info.name)
+                ):
                     raise ArchiveError(
                         f"{path}: member {info.name!r} is not part of a harness archive "
                         f"(allowed: plain files {MANIFEST}, {QUEUE}, {GRID_TOML}, runs/*.json)"
@@ -192,7 +197,9 @@ def read_archive(path: str | os.PathLike) -> Archive:
         except (KeyError, ValueError) as exc:
             raise ArchiveError(f"{path}: result file of {run_id} is missing or invalid ({exc})") from None
         if run["run_id"] != run_id or run["grid"] != grid:
-            raise ArchiveError(f"{path}: {entry['file']} is run {run['run_id']} of grid {run['grid']}, not {run_id}")
+            raise ArchiveError(
+                f"{path}: {entry['file']} is run {run['run_id']} of grid {run['grid']}, not {run_id}"
+            )
         if run.get("protocol_hash") != entry["protocol_hash"]:
             raise ArchiveError(
                 f"{path}: protocol mismatch: run {run_id} has protocol hash {run.get('protocol_hash')}, "
@@ -206,4 +213,12 @@ def read_archive(path: str | os.PathLike) -> Archive:
     return Archive(manifest, members, results, queue)
 
 
-__all__ = ["ARCHIVE_FORMAT", "ARCHIVE_VERSION", "Archive", "ArchiveError", "read_archive", "write_archive", "sha256"]
+__all__ = [
+    "ARCHIVE_FORMAT",
+    "ARCHIVE_VERSION",
+    "Archive",
+    "ArchiveError",
+    "read_archive",
+    "write_archive",
+    "sha256",
+]

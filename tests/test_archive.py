@@ -21,12 +21,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
 
 from db.archive import MANIFEST, read_archive, sha256
 from harness.cli import main as cli
 from harness.scheduling.queue import RunQueue
-
-from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 
@@ -116,7 +115,9 @@ def test_a_bad_archive_is_refused_with_one_line(tmp_path, capsys):
 
     run_file = next(n for n in read_archive(archive).members if n.startswith("runs/"))
     tampered = tmp_path / "tampered.tar.gz"
-    _rewrite(archive, tampered, lambda n, d: d.replace(b'"value":3.5', b'"value":3.4') if n == run_file else d)
+    _rewrite(
+        archive, tampered, lambda n, d: d.replace(b'"value":3.5', b'"value":3.4') if n == run_file else d
+    )
     _refused(capsys, tampered, dest, f"member {run_file} does not match its SHA-256", "tampered")
 
     def other_protocol(name: str, data: bytes) -> bytes:
@@ -164,7 +165,10 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
 
     def harness(*args: str, results: Path) -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "harness", *args, "--results", str(results)], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "harness", *args, "--results", str(results)],
+            env=env,
+            capture_output=True,
+            text=True,
         )
         assert proc.returncode == 0, f"harness {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
         return proc.stdout
@@ -176,10 +180,14 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
     harness("archive", "--grid", "arch_tiny", "--out", str(archive), "--toml", str(grid), results=src)
     with gzip.open(archive) as f:  # no checkpoints: result files, the queue view, the TOML, the manifest
         names = tarfile.open(fileobj=io.BytesIO(f.read())).getnames()
-    assert sorted(names) == sorted(["manifest.json", "queue.json", "grid.toml"] + [n for n in names if n.startswith("runs/")])
+    assert sorted(names) == sorted(
+        ["manifest.json", "queue.json", "grid.toml"] + [n for n in names if n.startswith("runs/")]
+    )
     assert len(names) == 9
     m = read_archive(archive).manifest
-    assert m["code"]["lock_sha256"] == sha256((Path(__file__).resolve().parents[1] / "requirements.lock").read_bytes())
+    assert m["code"]["lock_sha256"] == sha256(
+        (Path(__file__).resolve().parents[1] / "requirements.lock").read_bytes()
+    )
     assert {e["status"] for e in m["runs"].values()} == {"done"}
 
     harness("import", str(archive), results=dst)
@@ -190,5 +198,7 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
     more.write_text((dst / "grids" / "arch_tiny.toml").read_text().replace("[0, 1, 2]", "[0, 1, 2, 3, 4]"))
     assert "queued 4 runs (6 already queued or done)" in harness("queue", str(more), results=dst)
     harness("work", "--threads", "1", "--quiet", results=dst)
-    final = harness("sql", "select count(*) as n from final where grid = 'arch_tiny'", "--format", "csv", results=dst)
+    final = harness(
+        "sql", "select count(*) as n from final where grid = 'arch_tiny'", "--format", "csv", results=dst
+    )
     assert final.split() == ["n", "10"]

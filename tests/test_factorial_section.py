@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
 from reports.render.blocks import Para, Table
 from reports.render.factorial_section import blocks, judged_apart
 from reports.render.sentences import fraction_text
 from reports.stats.factorial import SIMPLE
-
-from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
 
 def _table(stats) -> Table:
@@ -52,7 +51,11 @@ def test_a_simple_effect_of_a_control_against_the_parent_shows_step_2s_gain_frac
     a = stats.assessment("param_matched", "small", 1_000_000)
     # f = mean(param_matched - block_attnres) / mean(rd_attnres - block_attnres): columns (y00, y10, y01, y11)
     assert a.fraction == pytest.approx(np.mean(y[:, 1] - y[:, 0]) / np.mean(y[:, 2] - y[:, 0]), rel=1e-12)
-    assert col["offset at decoupled_v=0: param_matched - block_attnres"] == fraction_text(a) == "+2.14\n[+1.19, +32.11]"
+    assert (
+        col["offset at decoupled_v=0: param_matched - block_attnres"]
+        == fraction_text(a)
+        == "+2.14\n[+1.19, +32.11]"
+    )
     assert col["decoupled_v at offset=0: rd_attnres - block_attnres"] == "1 (the gain, step 1)"
     assert col["offset at decoupled_v=1: rd_offset - rd_attnres"] == "-"  # step 2 has no such pair
     assert col["decoupled_v at offset=1: rd_offset - param_matched"] == "-"

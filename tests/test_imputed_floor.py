@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
 from harness.analysis_plan import AnalysisPlan
 from reports.stats.analysis import analyze
@@ -21,13 +22,13 @@ from reports.stats.factorial import INTERACTION, SIMPLE
 from reports.stats.floors import FLOOR_NATS, IMPUTED_NATS
 from reports.synthetic import frames_from_values
 
-from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
-
 NS = range(3, 31)
 
 
 def test_the_float_mean_of_imputed_values_never_sits_on_the_floor():
-    assert np.mean(np.full(12, FLOOR_NATS)) > FLOOR_NATS == np.mean(np.full(8, FLOOR_NATS))  # the old rounding
+    assert (
+        np.mean(np.full(12, FLOOR_NATS)) > FLOOR_NATS == np.mean(np.full(8, FLOOR_NATS))
+    )  # the old rounding
     for n in NS:
         values = impute(np.zeros(n), -np.ones(n, dtype=int))
         assert np.all(values == -IMPUTED_NATS) and -values.mean() > FLOOR_NATS, n

@@ -27,9 +27,15 @@ from harness.commands.options import add_storage
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
     parser.add_argument(
-        "--out", required=True, type=Path, metavar="FILE", help="archive to write (.tar.gz; replaced atomically)"
+        "--out",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="archive to write (.tar.gz; replaced atomically)",
     )
-    parser.add_argument("--toml", type=Path, default=None, metavar="GRID.toml", help="the grid's TOML, to include")
+    parser.add_argument(
+        "--toml", type=Path, default=None, metavar="GRID.toml", help="the grid's TOML, to include"
+    )
     add_storage(parser, reads_only=True)
 
 
@@ -43,7 +49,11 @@ def _queue_view(args: argparse.Namespace) -> list[dict] | None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         queue = RunQueue.open(
-            args.storage, args.results, create=False, retry_s=COMMAND_RETRY_S, log=lambda m: print(m, file=sys.stderr)
+            args.storage,
+            args.results,
+            create=False,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda m: print(m, file=sys.stderr),
         )
     except FileNotFoundError:
         return None
@@ -78,7 +88,9 @@ def main(args: argparse.Namespace) -> int:
     from harness.terms import check_grid
 
     store = Store(args.results)
-    ids = store.query("select run_id from runs where grid = ? order by run_id", [args.grid])["run_id"].to_list()
+    ids = store.query("select run_id from runs where grid = ? order by run_id", [args.grid])[
+        "run_id"
+    ].to_list()
     check_grid(args.grid, store.grids(), "the results store")
     gone = [r for r in ids if not store.result_path(r).is_file()]
     if gone:
@@ -90,7 +102,9 @@ def main(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--toml {str(args.toml)!r} does not exist")
     queue = _queue_view(args)
     if queue is None:
-        print(f"note: no queue found: the archive holds no queue view, so `topup` cannot continue {args.grid}")
+        print(
+            f"note: no queue found: the archive holds no queue view, so `topup` cannot continue {args.grid}"
+        )
     manifest = write_archive(
         args.out,
         grid=args.grid,

@@ -45,7 +45,11 @@ def _open_queue(args: argparse.Namespace, *, create: bool):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return RunQueue.open(
-            args.storage, args.results, create=create, retry_s=COMMAND_RETRY_S, log=lambda m: print(m, file=sys.stderr)
+            args.storage,
+            args.results,
+            create=create,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda m: print(m, file=sys.stderr),
         )
     except FileNotFoundError:
         return None
@@ -75,7 +79,9 @@ def _clash(archive, results: Path, queue) -> str | None:
         return None
     bound = queue.results_of(grid)
     if bound is not None and bound["id"] != results_id(results):
-        return f"grid {grid} in the queue at {queue.where} belongs to another results folder ({bound['path']})"
+        return (
+            f"grid {grid} in the queue at {queue.where} belongs to another results folder ({bound['path']})"
+        )
     queued = {r["config"]["run_id"]: r["config"] for r in archive.queue}
     for run_id, r in sorted(queue.runs(grid).items()):
         if run_id not in queued:

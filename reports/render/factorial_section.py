@@ -147,7 +147,16 @@ def blocks(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
             out.append(Para(apart, "note"))
         out.append(
             Table(
-                ("contrast", "mean", "95 % interval", "wins", "p", "Holm p", "verdict", "gain fraction f (step 2)"),
+                (
+                    "contrast",
+                    "mean",
+                    "95 % interval",
+                    "wins",
+                    "p",
+                    "Holm p",
+                    "verdict",
+                    "gain fraction f (step 2)",
+                ),
                 tuple(_row(stats, cell, c) for c in cell.contrasts),
                 details=tuple(
                     "" if c.spec.kind == MAIN else f"{c.reason}; seeds {' '.join(map(str, c.seeds))}"
