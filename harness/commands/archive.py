@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import sys
 from pathlib import Path
 
-from harness.commands.options import add_storage
+from harness.commands.options import add_storage, open_queue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,21 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _queue_view(args: argparse.Namespace) -> list[dict] | None:
     """The queue's view of the grid, one JSON-able dict per run (``None``: no queue found)."""
-    import optuna
-
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        queue = RunQueue.open(
-            args.storage,
-            args.results,
-            create=False,
-            retry_s=COMMAND_RETRY_S,
-            log=lambda m: print(m, file=sys.stderr),
-        )
-    except FileNotFoundError:
+    queue = open_queue(args)
+    if queue is None:
         return None
     return [
         {

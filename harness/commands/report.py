@@ -36,7 +36,7 @@ import os
 import warnings
 from pathlib import Path
 
-from harness.commands.options import add_storage
+from harness.commands.options import add_storage, open_queue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,27 +79,14 @@ def report_where(storage: str | None, results: Path) -> str:
 
 def _queue_view(args: argparse.Namespace):
     """``({run_id: QueuedRun}, where)`` of the grid from the run queue, or ``(None, why not)``."""
-    import sys
-
-    import optuna
-
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S
     from reports.stats.progress import QueuedRun
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = report_where(args.storage, args.results)
     try:
-        queue = RunQueue.open(
-            args.storage,
-            args.results,
-            create=False,
-            retry_s=COMMAND_RETRY_S,
-            log=lambda msg: print(msg, file=sys.stderr),
-        )
+        queue = open_queue(args)
+        if queue is None:
+            return None, f"no queue at {where}"
         runs = queue.runs(args.grid)
-    except FileNotFoundError:
-        return None, f"no queue at {where}"
     except ConnectionError as exc:  # the report still builds from the store, and says why
         return None, f"queue unreachable: {exc}"
     if not runs:

@@ -23,36 +23,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from harness.commands.options import add_storage
+from harness.commands.options import add_storage, open_queue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("archive", type=Path, metavar="FILE", help="archive written by `harness archive`")
     add_storage(parser)
-
-
-def _open_queue(args: argparse.Namespace, *, create: bool):
-    """The run queue of the results folder, or ``None`` when it has none (and ``create`` is false)."""
-    import optuna
-
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        return RunQueue.open(
-            args.storage,
-            args.results,
-            create=create,
-            retry_s=COMMAND_RETRY_S,
-            log=lambda m: print(m, file=sys.stderr),
-        )
-    except FileNotFoundError:
-        return None
 
 
 def _clash(archive, results: Path, queue) -> str | None:
@@ -121,14 +100,14 @@ def main(args: argparse.Namespace) -> int:
     from harness.files import atomic_write, results_id
 
     archive = read_archive(args.archive)
-    queue = _open_queue(args, create=False)
+    queue = open_queue(args)
     why = _clash(archive, args.results, queue)
     if why:
         raise ValueError(why)
     moved = _move_in(archive, args.results)
     added = []
     if archive.queue:
-        queue = queue or _open_queue(args, create=True)
+        queue = queue or open_queue(args, create=True)
         queue.bind_results(archive.grid, args.results.resolve(), results_id(args.results, create=True))
         added = queue.restore(archive.queue)
     if GRID_TOML in archive.members:
