@@ -202,3 +202,17 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
         "sql", "select count(*) as n from final where grid = 'arch_tiny'", "--format", "csv", results=dst
     )
     assert final.split() == ["n", "10"]
+
+
+COMMITTED = sorted((Path(__file__).resolve().parents[1] / "docs" / "reports").glob("*/*.tar.gz"))
+
+
+@pytest.mark.slow  # reads a study's archive (96 runs) and writes its report
+@pytest.mark.parametrize("archive", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_a_committed_archive_reproduces_its_reports_stats_csv(archive, tmp_path, capsys):
+    """Each archive checked in next to a report (docs/reports/NAME/*.tar.gz), imported into an empty
+    folder: `harness report` gives that report's stats.csv byte for byte (issue 47)."""
+    results = tmp_path / "results"
+    assert cli(["import", str(archive), "--results", str(results)]) == 0
+    grid = read_archive(archive).grid
+    assert _report(results, tmp_path / "r", grid) == (archive.parent / "stats.csv").read_bytes()
