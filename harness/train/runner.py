@@ -217,14 +217,7 @@ def _plan_and_corpus(config: RunConfig, results_dir: Path, settings: ExecutionSe
         budget_tokens=config.budget_tokens,
         stop_after_tokens=settings.stop_after_tokens,
     )
-    prepared = prepare_corpus(
-        config.corpus,
-        cache_dir=cache_dir(results_dir),
-        vocab_size=train.vocab_size or preset.vocab_size,
-        tokenizer=train.tokenizer,
-        val_fraction=train.val_fraction,
-        max_docs=train.max_docs or None,
-    )
+    prepared = prepare_corpus(config.corpus_key(), cache_dir=cache_dir(results_dir))
     return train, preset, plan, prepared
 
 
@@ -491,7 +484,7 @@ def train_run(
             last step; ``True`` ends the run there as ``pruned`` (a tuning trial's pruner,
             :func:`harness.scheduling.tuning.pruning_hook`).
         stop_requested: asked after every optimiser step; a reason (a signal's name,
-            :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
+            :class:`harness.train.stop.StopRequest`) checkpoints that step and raises
             :class:`RunInterrupted`.
 
     Returns:
