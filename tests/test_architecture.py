@@ -166,6 +166,63 @@ def test_dependencies_point_one_way():
     assert not wrong, "\n".join(wrong)
 
 
+# The stages of harness/, highest first (docs/layout.md): a package imports only packages of lower
+# layers, never another of its own layer (and the loose modules at the top of harness/, which
+# import only models/ and data/).
+LAYERS = (("commands",), ("scheduling", "bench"), ("train",), ("models", "data"))
+# Arrows that still point up, each with the issue that removes it: a new one fails the test.
+UPWARD = {
+    ("harness.scheduling.worker_task", "harness.cli"): "issue 46: the launched task re-parses `harness work`",
+    ("harness.scheduling.worker_task", "harness.commands.work"): "issue 46: the task calls the command",
+}
+
+
+def _stage(module: str) -> str | None:
+    """The stage package of a ``harness`` module (``None``: a loose module at the top of harness/)."""
+    parts = module.split(".")
+    return (
+        parts[1] if len(parts) > 2 or (len(parts) == 2 and (ROOT / "harness" / parts[1]).is_dir()) else None
+    )
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``"A imports B"`` for every import of ``graph`` against :data:`LAYERS` (outside :data:`UPWARD`)."""
+    rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    wrong = []
+    for module, targets in graph.items():
+        if not module.startswith("harness.") or module in ("harness.cli", "harness.__main__"):
+            continue  # the entry points: cli maps every command
+        here = _stage(module)
+        for t in targets:
+            there = _stage(t) if t.startswith("harness.") else None
+            if (module, t) in UPWARD or there is None or there == here:
+                continue  # another top package, a loose module (below every stage), or its own stage
+            lowest = len(LAYERS) - 1
+            if (rank[there] < lowest) if here is None else (rank[there] <= rank[here]):
+                wrong.append(f"{module} imports {t}")
+    return sorted(wrong)
+
+
+def test_harness_packages_import_only_lower_layers():
+    stages = {p.name for p in (ROOT / "harness").iterdir() if (p / "__init__.py").is_file()}
+    assert {name for layer in LAYERS for name in layer} == stages
+    wrong = upward_imports(GRAPH)
+    assert not wrong, "imports against the layer order of docs/layout.md:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {
+        "harness.train.runner": {"harness.scheduling.stop", "harness.models.gpt", "harness.config"},
+        "harness.config": {"harness.data.corpus_key", "harness.train.lit"},
+        "harness.data.shards": {"harness.models.sizes"},
+    }
+    assert upward_imports(graph) == [
+        "harness.config imports harness.train.lit",
+        "harness.data.shards imports harness.models.sizes",
+        "harness.train.runner imports harness.scheduling.stop",
+    ]  # the packages of one layer are independent; a loose module may use only the lowest layer
+
+
 def written_lines(text: str) -> list[int]:
     """The 1-based numbers of the lines that are written, not continued: every line except those
     after the first of a bracketed expression (a call's arguments, a literal, a signature).

@@ -525,13 +525,13 @@ def test_a_run_pruned_by_its_evaluation_hook_is_recorded_as_pruned(tmp_path):
 
 
 def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_bit_identically(tmp_path):
-    """The stop hook of `harness launch`'s workers (harness.scheduling.stop.StopRequest): a real
+    """The stop hook of `harness launch`'s workers (harness.train.stop.StopRequest): a real
     SIGUSR1 during step 2 stops the run after step 2 with a checkpoint of step 2 (no periodic one
     is due), and the resumed run ends with the uninterrupted run's numbers."""
     import signal
 
-    from harness.scheduling.stop import StopRequest
     from harness.train.checkpoint import checkpoint_dir, owner_dir, resume_step
+    from harness.train.stop import StopRequest
 
     config = cfg(checkpoint_every_tokens=BUDGET)  # no checkpoint before the end but the stop's
     whole, parts = tmp_path / "whole", tmp_path / "parts"

@@ -252,7 +252,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
     ``train_fn``/``on_failure`` default to :func:`~harness.scheduling.worker.train_unless_finished`
     and :func:`~harness.scheduling.worker.record_failure`. Without ``stop``, SIGTERM raises
     ``KeyboardInterrupt`` at once (the run is released, resuming from its last checkpoint);
-    with a :class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks) the caller
+    with a :class:`~harness.train.stop.StopRequest` (``harness launch``'s tasks) the caller
     owns the signals and a stop comes at the next batch boundary, with a checkpoint of it.
     """
     import optuna

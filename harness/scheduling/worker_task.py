@@ -12,7 +12,7 @@ import submitit
 
 class WorkerTask(submitit.helpers.Checkpointable):
     """One launched worker: ``harness work WORK_ARGV`` (:func:`harness.commands.work.run`) with
-    signals turned into a stop at the next batch boundary (:class:`~harness.scheduling.stop.StopRequest`).
+    signals turned into a stop at the next batch boundary (:class:`~harness.train.stop.StopRequest`).
 
     After a stop by ``SIGUSR1``/``SIGUSR2`` the handler that submitit installed for its
     signal (``submitit.JobEnvironment.USR_SIG``) is called: it calls :meth:`checkpoint`,
@@ -34,7 +34,7 @@ class WorkerTask(submitit.helpers.Checkpointable):
     def __call__(self) -> dict:
         from harness.cli import build_parser  # lazy: the task runs the CLI; cli imports the commands
         from harness.commands import work  # lazy: the worker's command, only when the task runs
-        from harness.scheduling.stop import StopRequest  # lazy: only when the task runs
+        from harness.train.stop import StopRequest  # lazy: only when the task runs
 
         args = build_parser().parse_args(["work", *self.work_argv])
         stop = StopRequest()

@@ -15,7 +15,7 @@ own). Every rank gets ``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``,
   read the same file and write nothing of their own (:class:`RankFence`).
 * Rank r reads rows ``r::N`` of every global batch (:mod:`harness.data.datamodule`): the
   global batch, and so the paired protocol, does not depend on N.
-* SIGTERM to rank 0 is a stop request (:class:`~harness.scheduling.stop.StopRequest`,
+* SIGTERM to rank 0 is a stop request (:class:`~harness.train.stop.StopRequest`,
   unless the caller owns the signals): all ranks checkpoint at the next step boundary and
   stop, and the run is given back (:class:`~harness.train.runner.RunInterrupted`). The
   children run in their own session (a terminal's Ctrl-C reaches rank 0 only), ignore

@@ -46,7 +46,6 @@ from harness.execution import ExecutionSettings
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.models.sizes import padded_vocab
-from harness.scheduling.stop import StopRequest
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
@@ -70,6 +69,7 @@ from harness.train.result_file import (
     time_split,
 )
 from harness.train.schedule import StepPlan
+from harness.train.stop import StopRequest
 from harness.train.trackers import Trackers
 from harness.train.trainer import (
     describe_precision,
