@@ -128,6 +128,52 @@ def test_project_imports_inside_functions_are_deferred_on_purpose():
     assert not found, "\n".join(found)
 
 
+def test_third_party_imports_inside_functions_say_why():
+    """An import of a library inside a function (deferring a heavy or optional one) says why on its line
+    or the comment line above (``# lazy: ...``), as project imports do; the command modules and the
+    package's facade keep their folder-wide reason (:data:`DEFERRED`)."""
+    found = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if any(rel.startswith(prefix) for prefix in DEFERRED):
+            continue
+        text = path.read_text()
+        lines, found_here = text.split("\n"), _function_imports(ast.parse(text))
+        found += [
+            f"{rel}:{node.lineno}: '{lines[node.lineno - 1].strip()}' inside a function without '{REASON} why'"
+            for node in found_here
+            if not _says_why(lines, node.lineno, node.end_lineno)
+        ]
+    assert not found, "\n".join(found)
+
+
+def _function_imports(tree: ast.Module) -> list[ast.stmt]:
+    """The imports of third-party or standard modules inside the functions of ``tree``."""
+    out = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import) and node.names[0].name.split(".")[0] not in PACKAGES:
+                    out.append(node)
+                elif (
+                    isinstance(node, ast.ImportFrom)
+                    and node.level == 0
+                    and node.module.split(".")[0] not in PACKAGES
+                ):
+                    out.append(node)
+    return list({id(n): n for n in out}.values())  # a nested function's import once
+
+
+def test_the_function_import_check_sees_a_bare_one():
+    tree = ast.parse(
+        "def f():\n    import sqlalchemy\n    from harness import x\n    def g():\n        import os\n"
+    )
+    nodes = _function_imports(tree)
+    assert [n.lineno for n in nodes] == [2, 5]
+    lines = ["def f():", "    import sqlalchemy  # lazy: only on PostgreSQL"]
+    assert _says_why(lines, 2, 2) and not _says_why(["def f():", "    import sqlalchemy"], 2, 2)
+
+
 def _says_why(lines: list[str], first: int, last: int) -> bool:
     """The import (lines ``first..last``, 1-based), or the comment lines right above it, give a reason."""
     if any(REASON in lines[i - 1] for i in range(first, last + 1)):

@@ -333,6 +333,7 @@ def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
     assert lengths[: VOCAB - 1].tolist() == bpe_lengths[1:].tolist()  # every rank: its byte length
     assert lengths[VOCAB - 1 :].tolist() == [0] * (GAP_IDS + 1)  # unused ids and <|endoftext|>: no bytes
     assert min(lengths[: VOCAB - 1]) == 1
+
     bpe = prepared.tokenizer()
     encoded = tok.encode_batch(sample_docs)
     assert encoded[:20] == [tok.encode(d) for d in sample_docs[:20]]
@@ -349,6 +350,21 @@ def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
         for b in [local_gpt2.decode_single_token_bytes(i) for i in range(VOCAB - 1)] + [b""] * (GAP_IDS + 1)
     )
     assert tok.sha256 == hashlib.sha256(framed).hexdigest()
+
+
+@needs_sample
+def test_gpt2_ranks_file_reads_back_as_the_encodings_ranks(local_gpt2, tmp_path):
+    """The ranks file `harness prepare` copies beside gpt2 shards, written through tiktoken's public
+    API (GPT2Tokenizer.mergeable_ranks), is what tiktoken's loader reads back: every token's rank."""
+    from tiktoken.load import load_tiktoken_bpe
+
+    from harness.data.shards import _write_gpt2_ranks
+
+    tok = GPT2Tokenizer(encoding=local_gpt2)
+    _write_gpt2_ranks(tmp_path / "gpt2.tiktoken", tok)
+    expected = {local_gpt2.decode_single_token_bytes(r): r for r in range(VOCAB - 1)}
+    assert tok.mergeable_ranks() == expected
+    assert load_tiktoken_bpe(str(tmp_path / "gpt2.tiktoken")) == expected
 
 
 @pytest.mark.gpt2_files

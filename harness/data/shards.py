@@ -84,7 +84,7 @@ def read_manifest(folder: Path) -> dict | None:
 
 def _write_gpt2_ranks(path: Path, tok: GPT2Tokenizer) -> None:
     """tiktoken's gpt2 merge ranks in tiktoken's own file format (base64 token, rank)."""
-    ranks = tok._enc._mergeable_ranks
+    ranks = tok.mergeable_ranks()
     lines = [
         base64.b64encode(token).decode() + f" {rank}"
         for token, rank in sorted(ranks.items(), key=lambda x: x[1])

@@ -298,7 +298,7 @@ class RunQueue(QueueReader):
         }
         params, distributions = {}, {}
         if attrs.get("tune_params") and attrs.get("tune_distributions"):
-            from optuna.distributions import json_to_distribution
+            from optuna.distributions import json_to_distribution  # lazy: Optuna, only with a queue
 
             params = dict(attrs["tune_params"])
             distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}

@@ -110,7 +110,7 @@ class RunCallback(L.Callback):
             and console.terminal_id(sys.stderr)
             and not self.terminal.others()
         ):
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: only for a live progress bar
 
             self.bar = tqdm(
                 total=self.budget_tokens,
@@ -234,6 +234,7 @@ class RunCallback(L.Callback):
         )
 
     def on_exception(self, trainer, pl_module, exception):
+        # lazy: Lightning loads only to train
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         self._close()

@@ -340,7 +340,7 @@ def fit(run: Run) -> Fitted:
     Raises:
         RunInterrupted: a planned stop, SIGTERM or Ctrl-C (a checkpoint is on disk).
     """
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
+    from lightning.pytorch.utilities.exceptions import SIGTERMException  # lazy: Lightning loads only to train
 
     lit, trainer = run.lit, run.trainer
     ckpt = run.ckpt_dir / "last.ckpt"
