@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.data.corpus_key import CorpusKey
 from harness.models.sizes import padded_vocab
 from harness.scheduling.grid import load_grid
 from harness.train.protocol import protocol_dict, protocol_hash
@@ -63,3 +64,12 @@ def test_protocol_hashes_of_every_run_are_unchanged(name):
     lines = grid_hashes(ABLATIONS / name)
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     assert (len(lines), digest) == KNOWN[name]
+
+
+def test_a_corpus_prepared_by_main_keeps_its_folder():
+    """The key names the same shard folder as ``shard_dir`` did on main at 0ab9ba5 (values recorded
+    there), so a corpus `harness prepare` made before the key existed is found, not rebuilt."""
+    local = CorpusKey("/corpus/a.jsonl", "bpe", 512, 0.05, None)
+    hub = CorpusKey("hf:HuggingFaceFW/fineweb-edu:sample-10BT", "gpt2", 50304, 0.01, 2000)
+    assert local.folder(Path("/c")) == Path("/c/corpora/shards-bpe-c6964d72fafb2e9599469641a91cbcdb")
+    assert hub.folder(Path("/c")) == Path("/c/corpora/shards-gpt2-6610b0ada9c111df4a52931838761a5e")
