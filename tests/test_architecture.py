@@ -216,6 +216,8 @@ def test_dependencies_point_one_way():
 # layers, never another of its own layer (and the loose modules at the top of harness/, which
 # import only models/ and data/).
 LAYERS = (("commands",), ("scheduling", "bench"), ("train",), ("models", "data"))
+
+
 def _stage(module: str) -> str | None:
     """The stage package of a ``harness`` module (``None``: a loose module at the top of harness/)."""
     parts = module.split(".")
