@@ -37,7 +37,9 @@ import shutil
 import sys
 
 from harness.commands.options import add_storage
+from harness.execution import ExecutionSettings
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
+from harness.scheduling.worker_run import WorkOptions
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
 
@@ -186,18 +188,15 @@ def main(args: argparse.Namespace) -> int:
     )
     resources.check()
     found = _queue_check(args, storage)
-    work_argv = _work_argv(args, storage)
-    shown = [
-        describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
-        for i, a in enumerate(work_argv)
-    ]  # no password in records or output
+    options = _work_options(args, storage)
+    shown = _work_argv(options, describe_storage(storage, args.results) if storage else None)
 
     from harness.scheduling.worker_task import WorkerTask  # lazy: submitit, only to launch (not for --help)
 
     launch_id, folder = launch.launch_folder(args.results, args.executor)
     try:
         job_ids = launch.submit(
-            args.executor, folder, [WorkerTask(work_argv) for _ in range(args.workers)], resources
+            args.executor, folder, [WorkerTask(options) for _ in range(args.workers)], resources
         )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing half-written
@@ -220,21 +219,34 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _work_argv(args: argparse.Namespace, storage: str | None) -> list[str]:
-    """The ``harness work`` arguments of every worker (threads: --threads, else the CPUs per worker)."""
+def _work_options(args: argparse.Namespace, storage: str | None) -> WorkOptions:
+    """What every worker does (threads: --threads, else the CPUs per worker); G GPUs per worker train
+    each run on G ranks (harness.train.ranks; its GPUs: CUDA_VISIBLE_DEVICES)."""
     threads = args.threads
     if threads is None:
         local = max(1, (os.cpu_count() or 1) // args.workers)
         threads = args.cpus_per_worker or (1 if args.executor == "slurm" else local)
-    work_argv = ["--results", str(args.results), "--threads", str(threads)]
-    work_argv += ["--storage", storage] if storage else []
-    work_argv += ["--grid", args.grid] if args.grid else []
-    work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
-    # G ranks per run, one per GPU of the worker (harness.train.ranks); its GPUs: CUDA_VISIBLE_DEVICES
-    work_argv += (
-        ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
+    gpus = args.gpus_per_worker
+    settings = ExecutionSettings(threads=threads, accelerator="gpu" if gpus else "auto")
+    return WorkOptions(
+        results=str(args.results),
+        storage=storage,
+        grid=args.grid,
+        max_runs=args.max_runs or None,
+        devices=str(gpus) if gpus else None,
+        settings=settings,
     )
-    return work_argv
+
+
+def _work_argv(options: WorkOptions, storage_shown: str | None) -> list[str]:
+    """The ``harness work`` command line that does what ``options`` say, for records and output
+    (``storage_shown``: the storage without its password)."""
+    argv = ["--results", options.results, "--threads", str(options.settings.threads)]
+    argv += ["--storage", storage_shown] if storage_shown else []
+    argv += ["--grid", options.grid] if options.grid else []
+    argv += ["--max-runs", str(options.max_runs)] if options.max_runs else []
+    argv += ["--accelerator", "gpu", "--devices", options.devices] if options.devices else []
+    return argv
 
 
 def _say_launched(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.execution import ExecutionSettings
+from harness.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
     "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
@@ -80,19 +80,6 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     parsed = TrainConfig.parse_value("micro_batch_size", value)
     TrainConfig(micro_batch_size=parsed)  # 'auto' or a positive int, else one clear line
     return parsed
-
-
-def parse_devices(value: str) -> int | str:
-    """``--devices``: a positive integer or ``auto``.
-
-    Raises:
-        ValueError: anything else.
-    """
-    if str(value).isdigit() and int(value) > 0:
-        return int(value)
-    if value == "auto":
-        return value
-    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
 
 
 def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:

@@ -20,7 +20,8 @@ Optuna's journal is one JSON operation per line, appended under an ``O_EXCL`` lo
 The file format (one compact JSON operation per line) and the lock protocol stay Optuna's
 (5.0.0, pinned): Optuna's own ``JournalFileBackend`` and ``optuna-dashboard`` read the file.
 :class:`QueueJournal` implements Optuna's public backend interface itself, keeping its own
-line offsets, so no private attribute of Optuna's is read (``tests/test_optuna_public.py``).
+line offsets, so no private attribute of Optuna's is read; the one private name used, the operation
+codes a repair's placeholder lines carry, is listed with its reason in ``tests/test_optuna_public.py``.
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend, JournalFileOpenLock, JournalStorage
+from optuna.storages.journal._storage import JournalOperation
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
 
 from harness.files import atomic_path, atomic_write
 
 TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
 REPAIR_WORKER = "harness-repair"
-_OP_CREATE_STUDY, _OP_CREATE_TRIAL = 0, 4  # optuna.storages.journal._storage.JournalOperation
-_TRIAL_FAIL = 3  # optuna.trial.TrialState.FAIL
+# the journal's operation codes: Optuna has no public name for them (tests/test_optuna_public.py PRIVATE_USES)
+_OP_CREATE_STUDY, _OP_CREATE_TRIAL = JournalOperation.CREATE_STUDY.value, JournalOperation.CREATE_TRIAL.value
 _OP_RE = re.compile(rb'"op_code"\s*:\s*(\d+)')
 _STUDY_RE = re.compile(rb'"study_id"\s*:\s*(\d+)')
 
@@ -294,7 +298,7 @@ def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
                 "worker_id": REPAIR_WORKER,
                 "study_id": int(study.group(1)),
                 "datetime_start": None,
-                "state": _TRIAL_FAIL,
+                "state": TrialState.FAIL.value,
                 "value": None,
                 "values": None,
                 "user_attrs": {"repair_placeholder": f"line {line_no}"},
@@ -307,7 +311,7 @@ def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
                 "op_code": _OP_CREATE_STUDY,
                 "worker_id": REPAIR_WORKER,
                 "study_name": f"harness-repair-placeholder-line-{line_no}",
-                "directions": [1],
+                "directions": [StudyDirection.MINIMIZE.value],
             },
             "a placeholder study",
         )

@@ -131,13 +131,16 @@ class RunQueue(QueueReader):
         *,
         retry_s: float = STORAGE_RETRY_S,
         log: Callable[[str], None] = print,
+        legacy: bool = False,
         **kwargs,
     ) -> RunQueue:
         """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
-        while the storage is unreachable (:func:`retry_storage`).
+        while the storage is unreachable (:func:`retry_storage`). A queue of the previous layout is
+        refused unless ``legacy`` (``harness migrate``, which converts it).
 
         Raises:
             StorageUnavailable: unreachable for ``retry_s`` seconds.
+            ValueError: the queue has the previous layout (one line naming ``harness migrate``).
         """
         where = describe_storage(url, results)
         queue = retry_storage(
@@ -147,6 +150,11 @@ class RunQueue(QueueReader):
             log=log,
         )
         queue.where = where
+        if not legacy and LEGACY_STUDY in queue.studies():
+            raise ValueError(
+                f"queue {where} has the previous layout (one Optuna study {LEGACY_STUDY!r} for every grid); "
+                "run `harness migrate` to convert it into one study per grid"
+            )
         return queue
 
     # -- adding
@@ -339,7 +347,7 @@ class RunQueue(QueueReader):
         }
         params, distributions = {}, {}
         if attrs.get("tune_params") and attrs.get("tune_distributions"):
-            from optuna.distributions import json_to_distribution
+            from optuna.distributions import json_to_distribution  # lazy: Optuna, only with a queue
 
             params = dict(attrs["tune_params"])
             distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}

@@ -11,7 +11,7 @@ worker says "lease lost to HOST:PID ...", and takes the next run. Every
 queue operation is retried while the storage is unreachable
 (:func:`~harness.scheduling.storage.retry_storage`). A ``KeyboardInterrupt`` (SIGTERM in
 ``harness work``) gives the run being trained back to the queue; so does a
-:class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks: a signal stops the
+:class:`~harness.train.stop.StopRequest` (``harness launch``'s tasks: a signal stops the
 run at the next batch boundary, with a checkpoint), after which no other run is taken.
 
 The default train function, :func:`train_unless_finished`, is
@@ -49,7 +49,7 @@ from harness.terms import FINISHED
 
 if TYPE_CHECKING:
     from harness.scheduling.queue import RunQueue
-    from harness.scheduling.stop import StopRequest
+    from harness.train.stop import StopRequest
 
 MAX_RETRIES = 2  # a run whose training raised is retried this many times, then stays failed
 
