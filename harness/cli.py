@@ -79,18 +79,25 @@ def summary(name: str) -> str:
     return match.group(1).rstrip('"').strip() if match else name
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (the harness's rule for bad input), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser. ``commands``: the subcommands whose modules are imported and whose
     options are declared (default: all); the others are listed by name and summary only, so
     ``harness CMD ...`` imports CMD's module alone (tests/test_cli_startup.py)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="harness",
         description="Ablation and controls harness for depth-routing Transformers "
         "(RD-AttnRes vs Block AttnRes and its controls).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
         if commands is not None and name not in commands:
             sub.add_parser(name, help=summary(name))

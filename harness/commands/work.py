@@ -62,7 +62,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import console
-from harness.commands.options import add_micro_batch_argument, add_storage, execution_settings, parse_devices
+from harness.commands.options import (
+    add_accelerator_argument,
+    add_micro_batch_argument,
+    add_storage,
+    execution_settings,
+    parse_devices,
+)
 from harness.config import TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
@@ -131,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the node), each locked for this worker's life, so workers never share one",
     )
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
-    parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     parser.add_argument(
@@ -245,6 +251,33 @@ def _settings(args: argparse.Namespace):
     return settings.replace(devices=devices), claim
 
 
+def _checked_before_claims(queue, grid: str | None, settings, claim):
+    """Refuse, before any claim, settings Lightning would reject and a queued run whose batch they
+    cannot split (:mod:`harness.train.settings_check`): a configuration error spends no retry.
+    Returns the per-run check the worker applies to each run it claims (runs queued later, ``--wait``).
+
+    Raises:
+        ValueError: one line naming the option, its value and what is allowed (``claim``'s GPU
+            locks are let go first).
+    """
+    from harness.train.settings_check import check_run, check_settings  # lazy: Lightning
+
+    try:
+        check_settings(settings)
+        checked = set()
+        for state in queue.runs(grid).values():
+            config = state.config
+            key = (config.size, config.model_config(1).context, config.train_config().batch_tokens)
+            if state.state in ("queued", "running") and key not in checked:
+                checked.add(key)
+                check_run(config, settings)
+    except ValueError:
+        if claim is not None:
+            claim.release()
+        raise
+    return lambda config: check_run(config, settings)
+
+
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
     """Run the worker loop (:func:`harness.scheduling.worker.work`) with ``harness work``'s
     options; returns the outcomes of the runs it trained.
@@ -271,6 +304,8 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
 
         set_threads(args.threads)
     on_failure = on_failure or worker.record_failure
+    if args.lease_s <= 0:
+        raise ValueError(f"--lease-s {args.lease_s:g}: must be positive (seconds)")
     if args.storage_retry_s <= 0:
         raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
@@ -286,9 +321,10 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
     beat_s = min(BEAT_S, args.lease_s / 4)
-    claim = settings = None
+    claim = settings = check_run = None
     if train_fn is None:
         (settings, claim), train_fn = _settings(args), worker.train_unless_finished
+        check_run = _checked_before_claims(queue, args.grid, settings, claim)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
@@ -307,6 +343,7 @@ def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) 
                 stop=stop,
                 space_needed=space_needed,
                 settings=settings,
+                check_run=check_run,
             )
     finally:
         if stop is None:

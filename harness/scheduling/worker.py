@@ -265,6 +265,7 @@ def work(
     space_needed: SpaceFn | None = None,
     log: Callable[[str], None] = print,
     settings: ExecutionSettings | None = None,
+    check_run: Callable[[RunConfig], None] | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -290,6 +291,9 @@ def work(
         log: where the one-line progress messages go.
         settings: the worker's :class:`~harness.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings=settings, stop_requested=stop)``; ``None``: a stand-in's ``train_fn(c, r)``.
+        check_run: ``check_run(config)`` raises ``ValueError`` for a run these settings cannot train (a
+            configuration error, :func:`harness.train.settings_check.check_run`): the run is released (no
+            retry spent) and the error propagates.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -300,6 +304,7 @@ def work(
         ResultsLost: the results folder was deleted, unmounted or replaced since the worker started
             (checked every beat and before every write; the run is released).
         OtherResults: the grid of the run taken belongs to another results folder (run released).
+        ValueError: ``check_run`` refused the run taken (run released, no retry spent).
         DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
             (queued again, no retry spent) and the worker stops.
         RankDied: a child rank of the run died (:mod:`harness.faults`): released the same way, the worker
@@ -321,6 +326,7 @@ def work(
         if claim is None:
             break
         with given_back_if_interrupted(queue, call, claim, log):
+            _configured(queue, call, claim, check_run)
             need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
             outcomes[
                 _train_one(
@@ -349,6 +355,17 @@ def _check_intervals(max_runs: int | None, poll_s: float, beat_s: float, retry_s
         raise ValueError(f"poll interval ({poll_s} s) and beat interval ({beat_s} s) must be positive")
     if retry_s <= 0:
         raise ValueError(f"storage retry time {retry_s} s must be positive")
+
+
+def _configured(queue, call, claim, check_run: Callable[[RunConfig], None] | None) -> None:
+    """Release ``claim`` (no retry spent) and re-raise when ``check_run`` refuses its config."""
+    if check_run is None:
+        return
+    try:
+        check_run(claim.config)
+    except ValueError as exc:
+        call(queue.release, claim, f"configuration error: {exc}; run released (no retry spent)")
+        raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
 
 
 def _admit(queue, call, claim, results_dir: Path, watch: FolderWatch | None, space_needed: SpaceFn | None):
