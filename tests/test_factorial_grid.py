@@ -192,6 +192,22 @@ def test_user_composed_spec_is_self_contained_and_bad_bases_are_one_line(tmp_pat
     assert "base 'nosuch' is not a variant" in out.stderr
 
 
+@pytest.mark.parametrize("base", ['["rd_attnres"]', "1", '{ name = "rd_attnres" }'])
+def test_a_base_that_is_not_a_variant_name_is_one_line(tmp_path, base):
+    """Issue 45 row 6: ``base = ["rd_attnres"]`` was ``TypeError: unhashable type: 'list'``."""
+    (tmp_path / "lst.toml").write_text(f'name = "lst"\nbase = {base}\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "sizes", "--results", str(tmp_path)],
+        env={**os.environ, "HARNESS_SPEC_PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "lst.toml: base = " in err and 'must be one variant name, e.g. base = "rd_attnres"' in err
+
+
 def test_parse_spec_text_of_a_shipped_composed_spec_round_trips():
     spec = get_spec("rd_offset")
     again = parse_spec_text(spec.text)
