@@ -135,6 +135,39 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
     assert "nothing to repair" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ('{"op_code": 99}', "unknown op_code 99 (known: 0-10)"),
+        ("[1,2,3]", "a JSON list, not an object"),
+        ('{"op_code": 0, "worker_id": "w", "directions": [1]}', "op_code 0 without study_name"),
+        ('{"op_code": 8, "worker_id": "w", "trial_id": 0}', "op_code 8 without user_attr"),
+    ],
+)
+def test_valid_json_that_is_not_an_operation_is_one_line_and_repair_finds_it(tmp_path, capsys, line, why):
+    """Issue 45 row 7: Optuna's replay stopped on these with ``AssertionError: Should not reach.`` or
+    ``KeyError: 'study_name'``, and ``--repair`` said every line was valid."""
+    _, results, journal = _queued(tmp_path)
+    n = journal.read_bytes().count(b"\n") + 1
+    with open(journal, "ab") as f:
+        f.write(line.encode() + b"\n")
+    for command in (["status"], ["migrate"]):
+        capsys.readouterr()
+        assert cli([*command, "--results", str(results)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines() == [
+            f"harness {command[0]}: error: queue journal {journal}: line {n} is corrupt (not an operation "
+            f"record: {why}), so the queue cannot be read past it; stop every worker, then run `harness "
+            f"queue --repair --storage journal:{journal}` (it writes a clean journal of the valid lines, in "
+            "order, and keeps the damaged file as a backup)"
+        ], err
+    assert cli(["queue", "--repair", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert f"line {n}: " in out and "nothing to repair" not in out, out
+    assert line.encode() not in journal.read_bytes()
+    assert set(_states(results).values()) == {"queued"}
+
+
 def test_a_corrupt_last_whole_line_is_not_dropped_silently(tmp_path):
     _, results, journal = _queued(tmp_path)
     n = journal.read_bytes().count(b"\n")

@@ -70,6 +70,40 @@ class JournalCorrupt(ValueError):
         )
 
 
+#: The keys Optuna's replay reads from each operation (``optuna.storages.journal._storage``, 5.0.0,
+#: ``JournalOperation`` codes 0-10; 10, DISCARD_TRIALS, is skipped by Optuna's replay).
+_OP_KEYS: dict[int, tuple[str, ...]] = {
+    0: ("study_name", "directions"),
+    1: ("study_id",),
+    2: ("study_id", "user_attr"),
+    3: ("study_id", "system_attr"),
+    4: ("study_id", "datetime_start"),
+    5: ("trial_id", "param_name", "param_value_internal", "distribution"),
+    6: ("trial_id", "state", "values"),
+    7: ("trial_id", "step", "intermediate_value"),
+    8: ("trial_id", "user_attr"),
+    9: ("trial_id", "system_attr"),
+    10: (),
+}
+
+
+def operation_problem(log: Any) -> str | None:
+    """What keeps a parsed journal line from being an operation Optuna can replay (``None``: nothing):
+    not an object, no integer ``op_code``, an unknown one, or a key its replay reads missing (Optuna
+    would stop with ``AssertionError: Should not reach.`` or a bare ``KeyError``)."""
+    if not isinstance(log, dict):
+        return f"not an operation record: a JSON {type(log).__name__}, not an object"
+    op = log.get("op_code")
+    if not isinstance(op, int) or isinstance(op, bool):
+        return "not an operation record: no integer op_code"
+    if op not in _OP_KEYS:
+        return f"not an operation record: unknown op_code {op} (known: 0-{max(_OP_KEYS)})"
+    missing = [k for k in (("worker_id",) if op != 10 else ()) + _OP_KEYS[op] if k not in log]
+    if missing:
+        return f"not an operation record: op_code {op} without {', '.join(missing)}"
+    return None
+
+
 def _reason(exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not JSON: {exc.msg} (column {exc.colno})"
@@ -215,6 +249,9 @@ class QueueJournal(BaseJournalBackend):
                     log = json.loads(line)
                 except ValueError as exc:
                     raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
+                problem = operation_problem(log)  # valid JSON Optuna's replay would stop on
+                if problem is not None:
+                    raise JournalCorrupt(self.path, n + 1, problem)
                 offset += len(line)
                 n += 1
                 self._offsets[n] = offset
@@ -323,12 +360,11 @@ def _clean_lines(data: bytes, report: Repair) -> list[bytes]:
     for i, raw in enumerate(lines, start=1):
         if raw.endswith(b"\n"):
             try:
-                log = json.loads(raw)
-                if isinstance(log, dict) and isinstance(log.get("op_code"), int):
+                reason = operation_problem(json.loads(raw))
+                if reason is None:
                     out.append(raw)
                     report.kept += 1
                     continue
-                reason = "not an operation record"
             except ValueError as exc:
                 reason = _reason(exc)
         else:
@@ -389,6 +425,7 @@ def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | N
 __all__ = [
     "TORN_SUFFIX",
     "JournalCorrupt",
+    "operation_problem",
     "mend_torn_tail",
     "MendingLock",
     "QueueJournal",
