@@ -277,6 +277,25 @@ def harness(*args, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True)
 
 
+@pytest.mark.parametrize(
+    "key, table, cell",
+    [
+        ("budgets_by_role", {"reference": [4096]}, "budget 2048"),
+        ("budgets_by_role", {"control": [2048]}, "budget 4096"),
+        ("sizes_by_role", {"reference": ["tiny"]}, "size 'small'"),
+    ],
+)
+def test_a_factorial_variant_left_out_of_a_cell_is_refused_in_one_line(key, table, cell):
+    """Issue 45 row 5: the grid was queued and its report said "interaction not tested"."""
+    data = {**grid_data(), "budgets_tokens": [2048, 4096], "sizes": ["tiny", "small"], key: table}
+    with pytest.raises(ValueError) as caught:
+        parse_grid(data, path="fg.toml")
+    msg = str(caught.value)
+    assert msg.startswith(f"fg.toml: {key}: the factorial variant ") and f"does not run at {cell}," in msg
+    assert "every factorial variant must run in every cell the factorial covers" in msg and "\n" not in msg
+    parse_grid({**data, key: {}}, path="fg.toml")  # every variant in every cell: accepted
+
+
 def test_queue_stores_the_factorial_and_refuses_a_changed_one(tmp_path):
     """`harness queue` checks [factorial] in one line (exit 2, no traceback), stores it with the
     plan in every run, and refuses to re-queue the grid with another design."""

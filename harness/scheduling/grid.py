@@ -82,6 +82,7 @@ from harness.scheduling.grid_checks import (
     _by_role,
     _check_keys,
     _check_pairing,
+    check_factorial_cells,
     _check_seeds,
     _check_train,
     _int_list,
@@ -380,6 +381,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
         analysis = dataclasses.replace(
             analysis, factorial=parse_factorial(data["factorial"], variants, where=where)
         )
+    check_factorial_cells(analysis.factorial, variants, sizes_by_role, budgets_by_role, err)
     return Grid(
         name=name,
         corpus=corpus,
