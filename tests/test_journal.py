@@ -26,6 +26,7 @@ from harness.scheduling.worker import work
 from queue_stubs import quiet, write_grid
 
 RUN0 = "g:tiny:block_attnres:s0:1024"
+SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 
 
 def _queued(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -166,6 +167,68 @@ def test_valid_json_that_is_not_an_operation_is_one_line_and_repair_finds_it(tmp
     assert f"line {n}: " in out and "nothing to repair" not in out, out
     assert line.encode() not in journal.read_bytes()
     assert set(_states(results).values()) == {"queued"}
+
+
+def test_ctrl_c_while_the_journal_lock_is_let_go_is_the_interrupt_and_leaves_no_lock(tmp_path, monkeypatch):
+    """Issue 45 row 8: a SIGINT between Optuna's rename of the lock file and its removal raised
+    ``FileNotFoundError: ...queue.journal.lock<uuid>.rename`` instead of the interrupt."""
+    import os
+    import signal
+
+    journal = tmp_path / "queue.journal"
+    lock = QueueJournal(str(journal)).lock
+    rename = os.rename
+
+    def interrupted_rename(src, dst):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C lands in the middle of the release
+        rename(src, dst)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        lock.acquire()
+        monkeypatch.setattr(os, "rename", interrupted_rename)
+        with pytest.raises(KeyboardInterrupt):
+            lock.release()
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGINT, previous)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["queue.journal"]  # no lock, no .rename left
+    lock.acquire()  # free at once
+    lock.release()
+
+
+TUNE_INTERRUPTED = """
+import os, signal, sys
+from harness.cli import main
+rename, seen = os.rename, [0]
+def rename_then_ctrl_c(src, dst):
+    if str(src).endswith(".lock"):
+        seen[0] += 1
+        if seen[0] == int(sys.argv[1]):
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C as the Nth append lets go of the journal lock
+    rename(src, dst)
+os.rename = rename_then_ctrl_c
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow  # two `harness tune` of 60 trials: about 15 s on 2 cores
+def test_ctrl_c_during_tune_enqueue_exits_130_and_the_rerun_adds_the_rest(tmp_path):
+    results = tmp_path / "results"
+    argv = ["tune", "--variant", "block_attnres", "--size", "tiny", "--budget-tokens", "4096"]
+    argv += ["--trials", "60", "--corpus", str(SAMPLE), "--name", "t", "--results", str(results)]
+    argv += ["--set", "vocab_size=512", "--set", "batch_tokens=1024"]
+    cut = subprocess.run(
+        [sys.executable, "-c", TUNE_INTERRUPTED, "12", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert (cut.returncode, cut.stderr.strip()) == (130, "interrupted"), cut.stderr
+    assert not list(results.glob("queue.journal.lock*"))
+    added = len(RunQueue.open(None, results).runs())
+    assert 0 < added < 60
+    again = _harness(*argv)
+    assert again.returncode == 0, again.stderr
+    assert f"queued {60 - added} trial(s)" in again.stdout and f"{added} already queued" in again.stdout
+    assert len(RunQueue.open(None, results).runs()) == 60
 
 
 def test_a_corrupt_last_whole_line_is_not_dropped_silently(tmp_path):

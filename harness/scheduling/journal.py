@@ -29,7 +29,9 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -160,6 +162,19 @@ def mend_torn_tail(path: str | os.PathLike, warn: Callable[[str], None] = _stder
 
 #: Optuna's lock file beside a journal: ``PATH.lock`` (its ``JournalFileOpenLock``).
 LOCK_SUFFIX = ".lock"
+RENAME_FILE_SUFFIX = ".rename"  # Optuna's: a released lock file is renamed PATH.lock<uuid>.rename, then removed
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a block of a few system calls (this thread's signal mask);
+    one that came meanwhile is delivered when the block ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class MendingLock(JournalFileOpenLock):
@@ -178,13 +193,35 @@ class MendingLock(JournalFileOpenLock):
         self._warn = warn
 
     def acquire(self) -> bool:
-        super().acquire()
+        try:
+            super().acquire()
+        except RuntimeError as exc:  # Ctrl-C while waiting: Optuna's cleanup says "did not possess lock"
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__ from None
+            raise
         try:
             mend_torn_tail(self.journal, self._warn)
         except BaseException:
             self.release()
             raise
         return True
+
+    def release(self) -> None:
+        """Let go of the lock (rename the lock file aside, then remove it, as Optuna does) with SIGINT and
+        SIGTERM held back until both are done: Optuna's own release, interrupted between them, raised
+        ``FileNotFoundError: ...lock<uuid>.rename`` instead of the interrupt (issue 45). A signal that
+        came meanwhile is delivered once the lock is let go.
+
+        Raises:
+            RuntimeError: the lock file is not there (this process did not hold the lock).
+        """
+        aside = f"{self.lock_file}{uuid.uuid4()}{RENAME_FILE_SUFFIX}"
+        with signals_held():
+            try:
+                os.rename(self.lock_file, aside)
+            except OSError:
+                raise RuntimeError("Error: did not possess lock") from None
+            os.unlink(aside)
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -428,6 +465,7 @@ __all__ = [
     "operation_problem",
     "mend_torn_tail",
     "MendingLock",
+    "signals_held",
     "QueueJournal",
     "QueueJournalStorage",
     "Repair",
