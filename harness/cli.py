@@ -15,6 +15,7 @@ imports torch, Lightning, Optuna, DuckDB, polars or submitit only inside its ``m
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import importlib.util
 import math
@@ -26,7 +27,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.console import setup_logging
-from harness.files import default_results, full_disk
+from harness.files import default_results, fmt_bytes, free_bytes, full_disk
 from harness.interrupt import prompt_exit
 
 # name -> module under harness.commands, in the order of the research loop.
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
         # Bad input: one clear line, no traceback.
         print(
-            f"harness {args.command}: error: {_os_error(exc) if isinstance(exc, OSError) else exc}",
+            f"harness {args.command}: error: {_os_error(exc, args.results) if isinstance(exc, OSError) else exc}",
             file=sys.stderr,
         )
         return 2
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # the environment (a read-only or full disk, a locked database, a file where a folder
         # should be): one line naming the file, no traceback
-        print(f"harness {args.command}: error: {_os_error(exc)}", file=sys.stderr)
+        print(f"harness {args.command}: error: {_os_error(exc, args.results)}", file=sys.stderr)
         return 1
     except Exception as exc:
         if not type(exc).__module__.startswith("_duckdb"):
@@ -203,8 +204,15 @@ def check_finite(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be a finite number")
 
 
-def _os_error(exc: OSError) -> str:
-    """One line for an ``OSError``: its own message, or ``strerror: file`` for a bare system error."""
+def _os_error(exc: OSError, results: Path | str = "the results folder") -> str:
+    """One line for an ``OSError``: its own message, or ``strerror: file`` for a bare system error; a full
+    disk names the file (else ``results``) and its free space."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.strerror:  # the folder and its free space
+        where = exc.filename or results
+        return (
+            f"disk full: {where} ({exc.strerror}, {fmt_bytes(free_bytes(where))} free); free space there, "
+            "or point --results elsewhere"
+        )
     if exc.strerror and exc.filename:
         return f"{exc.strerror}: {exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -312,10 +312,30 @@ class QueueJournal(BaseJournalBackend):
         format: compact JSON, one per line)."""
         data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
         with self.lock.held():
-            with open(self.path, "ab") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            append_whole(self.path, data)
+
+
+def append_whole(path: str, data: bytes) -> None:
+    """Append ``data`` (whole lines) to ``path`` and fsync it, or leave the file as it was: a write
+    that fails part-way (a full disk) is cut off again, so no torn line is left for a reader to take
+    for a writer killed mid-append (issue 45). Call it holding the journal's lock.
+
+    Raises:
+        OSError: the write or fsync failed (ENOSPC, EDQUOT, EIO), with ``path`` as its file name.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            os.ftruncate(fd, start)  # frees what the partial write took: truncating needs no space
+            raise OSError(exc.errno, exc.strerror, path) from None
+    finally:
+        os.close(fd)
 
 
 class QueueJournalStorage(JournalStorage):
@@ -467,6 +487,7 @@ __all__ = [
     "MendingLock",
     "signals_held",
     "QueueJournal",
+    "append_whole",
     "QueueJournalStorage",
     "Repair",
     "repair_journal",

@@ -201,12 +201,23 @@ def _check_results(queue, call, claim, results_dir: Path) -> None:
 
 
 def _disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> DiskFull:
-    """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with."""
-    call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
+    """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with. A release
+    the full disk refuses (the queue journal on it) is said in that line: nothing is torn
+    (:func:`harness.scheduling.journal.append_whole`) and the run's lease covers it."""
+    try:
+        call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
+        released = f"{claim.run_id} released and queued again (no retry spent)"
+    except OSError as exc:
+        if exc.errno not in FULL_ERRNOS:
+            raise
+        released = (
+            f"{claim.run_id} could not be released: the queue journal is on the full disk ({exc.filename}); "
+            "nothing was torn, no retry is spent, and a worker reclaims the run once this one has stopped"
+        )
     needs = f"; {claim.run_id} needs about {fmt_bytes(need)} for its checkpoints" if need else ""
     full = DiskFull(
-        f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {claim.run_id} released "
-        "and queued again (no retry spent); the worker stops: free space there or point --results elsewhere"
+        f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {released}; the worker "
+        "stops: free space there or point --results elsewhere"
     )
     full.errno = errno.ENOSPC
     return full
