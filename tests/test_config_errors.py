@@ -63,13 +63,33 @@ RUN_BAD = {
 }
 
 
+# Bad values of each option of `harness launch` taking one (--executor local: nothing may start)
+LAUNCH_BAD = {
+    "--results": ["{file}"],
+    "--executor": ["nosuch"],
+    "--workers": ["0", "x"],
+    "--gpus-per-worker": ["-1", "3"],
+    "--cpus-per-worker": ["0"],
+    "--mem": ["lots"],
+    "--time": ["0"],
+    "--partition": ["gpu"],
+    "--sbatch": ["--qos=high"],
+    "--signal-delay-s": ["0"],
+    "--job-name": ["bad name"],
+    "--storage": ["nosuch://x"],
+    "--grid": ["nosuch"],
+    "--threads": ["-1", "100000"],
+    "--max-runs": ["0"],
+}
+
+
 def _value_options(command: str) -> set[str]:
     """The options of ``harness COMMAND`` that take a value, read from its argument parser."""
     sub = next(a for a in build_parser([command])._actions if a.dest == "command").choices[command]
     return {a.option_strings[-1] for a in sub._actions if a.option_strings and a.nargs != 0}
 
 
-@pytest.mark.parametrize("command, table", [("work", WORK_BAD), ("run", RUN_BAD)])
+@pytest.mark.parametrize("command, table", [("work", WORK_BAD), ("run", RUN_BAD), ("launch", LAUNCH_BAD)])
 def test_every_option_has_a_bad_value(command, table):
     assert _value_options(command) == set(table), "give each new option a bad value here"
 
@@ -181,3 +201,14 @@ def test_every_bad_run_option_is_refused_before_training(tmp_path, capsys):
             argv += [w for kv in args.items() for w in kv]
             _refused(argv, capsys)
             assert not (results / "runs").exists() and not (results / "checkpoints").exists(), argv
+
+
+@pytest.mark.slow  # 20 refusals of `harness launch`: about 10 s on 2 cores
+def test_every_bad_launch_option_is_refused_before_a_worker_starts(queued, capsys):
+    file = str(queued.parent / "a-file")
+    for option, values in LAUNCH_BAD.items():
+        for value in values:
+            argv = ["launch", "--executor", "local", "--results", str(queued), option, value.format(file=file)]
+            _refused(argv, capsys)
+            assert not (queued / "launches").exists(), argv
+            _untouched(queued)

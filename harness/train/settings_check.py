@@ -61,9 +61,10 @@ def check_settings(settings: ExecutionSettings) -> None:
         ) from None
 
 
-def check_run(config: RunConfig, settings: ExecutionSettings) -> None:
+def check_run(config: RunConfig, settings: ExecutionSettings, option: str = "--devices") -> None:
     """Refuse a run whose global batch (sequences) does not split over the settings' ranks
     (``devices x num_nodes``; ``devices='auto'`` is counted when the run starts, not here).
+    ``option``: the command's name for the ranks per node (``harness launch``: ``--gpus-per-worker``).
 
     Raises:
         ValueError: one line naming the run, its batch and the device counts allowed.
@@ -78,9 +79,9 @@ def check_run(config: RunConfig, settings: ExecutionSettings) -> None:
     allowed = [d for d in divisors(batch) if batch % (d * settings.num_nodes) == 0]
     nodes = f" x --num-nodes {settings.num_nodes}" if settings.num_nodes != 1 else ""
     raise ValueError(
-        f"--devices {settings.devices}{nodes}: run {config.run_id} has a global batch of {batch} sequences "
+        f"{option} {settings.devices}{nodes}: run {config.run_id} has a global batch of {batch} sequences "
         f"(batch_tokens={batch * context}, context {context}), which does not split over {world} ranks; "
-        f"allowed --devices: {', '.join(map(str, allowed)) or f'none on {settings.num_nodes} nodes'}"
+        f"allowed {option}: {', '.join(map(str, allowed)) or f'none on {settings.num_nodes} nodes'}"
     )
 
 
