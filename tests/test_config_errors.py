@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from queue_stubs import GRID_TOML
 
 from harness.cli import build_parser
 from harness.cli import main as cli
 from harness.execution import ExecutionSettings
 from harness.scheduling.queue import RunQueue
+
+from queue_stubs import GRID_TOML
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 
@@ -94,10 +95,8 @@ def test_every_option_has_a_bad_value(command, table):
     assert _value_options(command) == set(table), "give each new option a bad value here"
 
 
-@pytest.fixture(scope="module")
-def queued(tmp_path_factory):
-    """A results folder with the 3-run grid queued (batch of 16 sequences)."""
-    tmp = tmp_path_factory.mktemp("q")
+def _queue(tmp: Path) -> Path:
+    """``tmp/results`` with the 3-run grid queued (batch of 16 sequences), and ``tmp/a-file``."""
     results = tmp / "results"
     grid = tmp / "g.toml"
     text = GRID_TOML.format(name="g", corpus=SAMPLE, seeds="[0]", extra="")
@@ -105,6 +104,12 @@ def queued(tmp_path_factory):
     assert cli(["queue", str(grid), "--results", str(results)]) == 0
     (tmp / "a-file").write_text("")
     return results
+
+
+@pytest.fixture(scope="module")
+def queued(tmp_path_factory):
+    """One queue for the refusals (each must leave it untouched)."""
+    return _queue(tmp_path_factory.mktemp("q"))
 
 
 def _untouched(results: Path) -> None:
@@ -162,8 +167,9 @@ def test_strategy_and_accelerator_are_refused_in_one_line(queued, capsys, option
     _untouched(queued)
 
 
-def test_a_run_queued_after_the_worker_started_is_released_without_a_retry(queued):
+def test_a_run_queued_after_the_worker_started_is_released_without_a_retry(tmp_path):
     """--wait: a run the settings cannot train, claimed, goes back to the queue at once."""
+    queued = _queue(tmp_path)
     from harness.scheduling.worker import work
     from harness.train.settings_check import check_run
 
@@ -208,7 +214,15 @@ def test_every_bad_launch_option_is_refused_before_a_worker_starts(queued, capsy
     file = str(queued.parent / "a-file")
     for option, values in LAUNCH_BAD.items():
         for value in values:
-            argv = ["launch", "--executor", "local", "--results", str(queued), option, value.format(file=file)]
+            argv = [
+                "launch",
+                "--executor",
+                "local",
+                "--results",
+                str(queued),
+                option,
+                value.format(file=file),
+            ]
             _refused(argv, capsys)
             assert not (queued / "launches").exists(), argv
             _untouched(queued)

@@ -13,13 +13,15 @@ import json
 from pathlib import Path
 
 import pytest
-from test_env_faults import _no_failure, _queued, tmpfs  # noqa: F401 - tmpfs: the fixture, reused
+import test_env_faults
+from test_env_faults import _no_failure, _queued
 
 from harness.scheduling.journal import QueueJournal
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import DiskFull, work
 
 PAGE = 4096
+tmpfs = test_env_faults.tmpfs  # the fixture: a real tmpfs mount of a given size, unmounted after the test
 
 
 def fill(folder: Path) -> Path:
@@ -80,7 +82,9 @@ def _fill_then_fail(config, results_dir: Path):
 
 @pytest.mark.parametrize("layout", ["journal inside", "--storage elsewhere"])
 def test_a_disk_filled_during_a_run_is_one_line_naming_the_folder_and_leaves_nothing_torn(
-    tmp_path, tmpfs, layout  # noqa: F811 - the fixture
+    tmp_path,
+    tmpfs,
+    layout,
 ):
     results = tmpfs("12m")
     storage = None if layout == "journal inside" else f"journal:{tmp_path / 'q.journal'}"
@@ -113,7 +117,7 @@ def test_a_disk_filled_during_a_run_is_one_line_naming_the_folder_and_leaves_not
 
 @pytest.mark.slow  # a `harness work` subprocess: about 6 s on 2 cores
 @pytest.mark.parametrize("layout", ["journal inside", "--storage elsewhere"])
-def test_work_on_a_full_results_folder_names_it_and_its_free_space(tmp_path, tmpfs, layout):  # noqa: F811
+def test_work_on_a_full_results_folder_names_it_and_its_free_space(tmp_path, tmpfs, layout):
     from test_faults import harness, one_line_error
 
     results = tmpfs("12m")
@@ -129,4 +133,6 @@ def test_work_on_a_full_results_folder_names_it_and_its_free_space(tmp_path, tmp
     err = one_line_error(proc, "disk full: ", "0 B free", str(results))  # the journal, or the folder
     assert proc.returncode == 1, err
     assert journal.read_bytes().startswith(before) and journal.read_bytes().endswith(b"\n")
-    assert all(_no_failure(r) for r in RunQueue.open(storage[1] if storage else None, results).runs().values())
+    assert all(
+        _no_failure(r) for r in RunQueue.open(storage[1] if storage else None, results).runs().values()
+    )

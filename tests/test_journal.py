@@ -264,8 +264,11 @@ def test_optunas_own_backend_reads_the_same_operations_and_appends_interleave(tm
     assert len(whole) == journal.read_bytes().count(b"\n") > 6
     assert list(ours.read_logs(5)) == whole[5:]  # from a known offset
     assert list(QueueJournal(str(journal)).read_logs(5)) == whole[5:]  # a fresh reader counts from 0
-    ours.append_logs([{"op_code": 99, "worker_id": "a"}, {"op_code": 98, "worker_id": "b"}])
-    theirs.append_logs([{"op_code": 97, "worker_id": "c"}])
-    tail = [log["op_code"] for log in ours.read_logs(len(whole))]
-    assert tail == [99, 98, 97] == [log["op_code"] for log in theirs.read_logs(len(whole))]
+    def op(worker: str) -> dict:  # a real operation (a trial's user attribute), by ``worker``
+        return {"op_code": 8, "worker_id": worker, "trial_id": 0, "user_attr": {"by": worker}}
+
+    ours.append_logs([op("a"), op("b")])
+    theirs.append_logs([op("c")])
+    tail = [log["worker_id"] for log in ours.read_logs(len(whole))]
+    assert tail == ["a", "b", "c"] == [log["worker_id"] for log in theirs.read_logs(len(whole))]
     assert not Path(f"{journal}.lock").exists()  # both released the one lock

@@ -82,7 +82,6 @@ from harness.scheduling.grid_checks import (
     _by_role,
     _check_keys,
     _check_pairing,
-    check_factorial_cells,
     _check_seeds,
     _check_train,
     _int_list,
@@ -91,6 +90,7 @@ from harness.scheduling.grid_checks import (
     _train_tables,
     _tuned,
     _variants,
+    check_factorial_cells,
 )
 from harness.scheduling.tuning import train_overrides
 from harness.terms import ROLES

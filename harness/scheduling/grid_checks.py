@@ -185,7 +185,10 @@ def check_factorial_cells(factorial, variants, sizes_by_role, budgets_by_role, e
     """
     if factorial is None:
         return
-    for key, table, what in (("budgets_by_role", budgets_by_role, "budget"), ("sizes_by_role", sizes_by_role, "size")):
+    for key, table, what in (
+        ("budgets_by_role", budgets_by_role, "budget"),
+        ("sizes_by_role", sizes_by_role, "size"),
+    ):
         covered = sorted({x for v in factorial.variants for x in table[variants[v]]}, key=str)
         for variant in factorial.variants:
             left_out = [x for x in covered if x not in table[variants[variant]]]

@@ -162,7 +162,9 @@ def mend_torn_tail(path: str | os.PathLike, warn: Callable[[str], None] = _stder
 
 #: Optuna's lock file beside a journal: ``PATH.lock`` (its ``JournalFileOpenLock``).
 LOCK_SUFFIX = ".lock"
-RENAME_FILE_SUFFIX = ".rename"  # Optuna's: a released lock file is renamed PATH.lock<uuid>.rename, then removed
+RENAME_FILE_SUFFIX = (
+    ".rename"  # Optuna's: a released lock file is renamed PATH.lock<uuid>.rename, then removed
+)
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 

@@ -298,13 +298,11 @@ def work(
             boundary, with a checkpoint, and is released.
         space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
             (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the results folder
-            has that much free, else it is released and :class:`DiskFull` raised.
-        log: where the one-line progress messages go.
+            has that much free, else it is released and :class:`DiskFull` raised. log: the progress lines' sink.
         settings: the worker's :class:`~harness.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings=settings, stop_requested=stop)``; ``None``: a stand-in's ``train_fn(c, r)``.
-        check_run: ``check_run(config)`` raises ``ValueError`` for a run these settings cannot train (a
-            configuration error, :func:`harness.train.settings_check.check_run`): the run is released (no
-            retry spent) and the error propagates.
+        check_run: ``check_run(config)`` raises ``ValueError`` for a run the settings cannot train: it is
+            released (no retry spent) and the ``ValueError`` propagates.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -315,7 +313,6 @@ def work(
         ResultsLost: the results folder was deleted, unmounted or replaced since the worker started
             (checked every beat and before every write; the run is released).
         OtherResults: the grid of the run taken belongs to another results folder (run released).
-        ValueError: ``check_run`` refused the run taken (run released, no retry spent).
         DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
             (queued again, no retry spent) and the worker stops.
         RankDied: a child rank of the run died (:mod:`harness.faults`): released the same way, the worker
@@ -337,8 +334,7 @@ def work(
         if claim is None:
             break
         with given_back_if_interrupted(queue, call, claim, log):
-            _configured(queue, call, claim, check_run)
-            need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
+            need = _admit(queue, call, claim, Path(results_dir), watch, space_needed, check_run)
             outcomes[
                 _train_one(
                     queue,
@@ -379,13 +375,22 @@ def _configured(queue, call, claim, check_run: Callable[[RunConfig], None] | Non
         raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
 
 
-def _admit(queue, call, claim, results_dir: Path, watch: FolderWatch | None, space_needed: SpaceFn | None):
+def _admit(
+    queue,
+    call,
+    claim,
+    results_dir: Path,
+    watch: FolderWatch | None,
+    space_needed: SpaceFn | None,
+    check_run=None,
+):
     """The bytes ``claim`` needs (``None``: not known) once its results folder is still there, its own and
     has that much free; else the run is released and :class:`ResultsLost` / :class:`OtherResults` /
-    :class:`DiskFull` raised."""
+    :class:`DiskFull` raised; a run ``check_run`` refuses is released and its ``ValueError`` raised."""
     if watch is not None and watch.look() is not None:
         raise _results_lost(queue, claim, watch)
     _check_results(queue, call, claim, results_dir)
+    _configured(queue, call, claim, check_run)
     need = space_needed(claim.config) if space_needed is not None else None
     if need is not None and free_bytes(results_dir) < need:
         raise _disk_full(queue, call, claim, results_dir, need, "not enough free space to start")

@@ -1,24 +1,26 @@
 """Execution settings Lightning or torch would reject at run time, refused before a run is claimed
 (issue 45: ``harness work --strategy nosuch`` spent every retry of a healthy run).
 
-:func:`check_settings` asks Lightning itself: it builds (and drops) a ``Trainer`` with the settings'
-accelerator, devices, strategy and number of nodes, as :func:`harness.train.trainer.make_trainer` will,
-so every value Lightning accepts at run time is accepted here and nothing else. :func:`check_run` adds
-what depends on the run: its global batch must split evenly over the ranks
+:func:`check_settings` asks Lightning itself: it builds (and drops) the run's ``Trainer``
+(:func:`harness.train.trainer.make_trainer`) with the settings' accelerator, devices, strategy and number
+of nodes, so every value Lightning accepts at run time is accepted here and nothing else.
+:func:`check_run` adds what depends on the run: its global batch must split evenly over the ranks
 (:mod:`harness.data.datamodule` gives rank ``r`` the rows ``r::world``). A micro-batch size never limits
 the device count: it is capped at the rank's rows (:func:`harness.train.microbatch.resolve_micro_batch`).
 """
 
 from __future__ import annotations
 
-import lightning as L
+import tempfile
+from pathlib import Path
+
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.strategies import StrategyRegistry
 
 from harness.config import RunConfig
 from harness.execution import ExecutionSettings
 from harness.train.microbatch import divisors
-from harness.train.trainer import quiet_lightning, resolve_accelerator
+from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator
 
 #: What Lightning raises for settings it cannot run with (``ModuleNotFoundError`` for ``tpu``:
 #: torch_xla missing; ``ValueError``/``MisconfigurationException`` for the rest).
@@ -42,21 +44,22 @@ def check_settings(settings: ExecutionSettings) -> None:
         )
     quiet_lightning()
     try:
-        L.Trainer(
+        make_trainer(  # the run's own Trainer settings; built and dropped (it writes nothing)
             accelerator=resolve_accelerator(settings.accelerator),
+            precision="32-true",  # a run's precision is checked when its grid is queued (TrainConfig)
+            max_steps=1,
+            callbacks=[],
+            root=Path(tempfile.gettempdir()),
             devices=settings.devices,
             strategy=settings.strategy,
             num_nodes=settings.num_nodes,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
         )
     except _REFUSALS as exc:
         words = " ".join(str(exc).split())  # Lightning's own reason, on one line
         raise ValueError(
             f"--accelerator {settings.accelerator} --devices {settings.devices} --strategy "
-            f"{settings.strategy}" + (f" --num-nodes {settings.num_nodes}" if settings.num_nodes != 1 else "")
+            f"{settings.strategy}"
+            + (f" --num-nodes {settings.num_nodes}" if settings.num_nodes != 1 else "")
             + f": Lightning refuses them: {words}"
         ) from None
 
