@@ -301,8 +301,7 @@ def work(
             has that much free, else it is released and :class:`DiskFull` raised. log: the progress lines' sink.
         settings: the worker's :class:`~harness.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings=settings, stop_requested=stop)``; ``None``: a stand-in's ``train_fn(c, r)``.
-        check_run: ``check_run(config)`` raises ``ValueError`` for a run the settings cannot train: it is
-            released (no retry spent) and the ``ValueError`` propagates.
+        check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
