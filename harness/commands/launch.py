@@ -40,6 +40,7 @@ from harness.commands.options import add_storage
 from harness.execution import ExecutionSettings
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
 from harness.scheduling.worker_run import WorkOptions
+from harness.terms import NAME_RE
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
 
@@ -143,6 +144,7 @@ def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
             f"no runs of grid {args.grid!r} in {where}"
             + (f"; grids there: {', '.join(grids)}" if grids else "")
         )
+    _check_gpus(args, queue)
     queued = sum(c["queued"] for c in counts.values())
     if queued == 0:
         total = sum(sum(c.values()) for c in counts.values())
@@ -152,6 +154,30 @@ def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
             + f" ({total} runs, none waiting): nothing for workers to do"
         )
     return f"{queued} runs queued in {where}" + (f" (grid {args.grid})" if args.grid else "")
+
+
+def _check_gpus(args: argparse.Namespace, queue) -> None:
+    """Refuse ``--gpus-per-worker G`` before submitting anything: on a local machine without a GPU, or
+    where a queued run's batch does not split over G ranks (each worker would refuse it, one line each).
+
+    Raises:
+        ValueError: naming the option, the run and the counts allowed.
+    """
+    if not args.gpus_per_worker:
+        return
+    from harness.execution import ExecutionSettings
+    from harness.scheduling.devices import visible_devices
+    from harness.train.settings_check import check_run  # lazy: Lightning, only with GPUs asked for
+
+    if args.executor == "local" and not visible_devices():
+        raise ValueError(
+            f"--gpus-per-worker {args.gpus_per_worker}: this machine has no GPU (nvidia-smi lists none, "
+            "CUDA_VISIBLE_DEVICES names none); use --gpus-per-worker 0 to train on the CPU"
+        )
+    settings = ExecutionSettings(accelerator="gpu", devices=args.gpus_per_worker)
+    for state in queue.runs(args.grid).values():
+        if state.state == "queued":
+            check_run(state.config, settings, option="--gpus-per-worker")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -171,6 +197,15 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads {args.threads}: must be >= 0 (0 = torch's default)")
     if args.max_runs is not None and args.max_runs < 1:
         raise ValueError(f"--max-runs {args.max_runs}: must be at least 1")
+    cores = os.cpu_count() or 1
+    if args.executor == "local" and args.threads is not None and args.threads > cores:
+        raise ValueError(f"--threads {args.threads}: expected 0 to {cores} (this machine's CPU cores)")
+    if not NAME_RE.fullmatch(args.job_name):
+        raise ValueError(
+            f"--job-name {args.job_name!r}: a letter or digit, then letters, digits, '.', '_' or '-'"
+        )
+    if args.partition is not None and args.executor != "slurm":
+        raise ValueError("--partition: only with --executor slurm")
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")

@@ -53,6 +53,21 @@ def open_queue(args: argparse.Namespace, *, create: bool = False):
         return None
 
 
+#: ``--accelerator`` values of ``harness run`` / ``harness work`` (Lightning's, less those this
+#: harness does not train on: ``tpu``, ``hpu``; a refused one spends no retry).
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
+def add_accelerator_argument(p: argparse.ArgumentParser) -> None:
+    """``--accelerator`` of ``harness run`` and ``harness work``."""
+    p.add_argument(
+        "--accelerator",
+        default="auto",
+        choices=ACCELERATORS,
+        help="where to train (default: gpu when CUDA is available, else cpu)",
+    )
+
+
 def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
     """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
     p.add_argument(
@@ -108,6 +123,8 @@ def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
 
 __all__ = [
     "STORAGE_HELP",
+    "ACCELERATORS",
+    "add_accelerator_argument",
     "add_storage",
     "add_micro_batch_argument",
     "parse_micro_batch",

@@ -56,7 +56,12 @@ import argparse
 import sys
 from collections import Counter
 
-from harness.commands.options import add_micro_batch_argument, add_storage, execution_settings
+from harness.commands.options import (
+    add_accelerator_argument,
+    add_micro_batch_argument,
+    add_storage,
+    execution_settings,
+)
 from harness.config import TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.lease import LEASE_TIMEOUT_S
@@ -126,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the node), each locked for this worker's life, so workers never share one",
     )
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
-    parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     parser.add_argument(

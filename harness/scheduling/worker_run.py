@@ -64,10 +64,12 @@ class WorkOptions:
         """Refuse what the worker cannot run with, before it touches the queue.
 
         Raises:
-            ValueError: a negative ``retries``, a ``storage_retry_s`` that is not positive.
+            ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
         """
         if self.retries < 0:
             raise ValueError(f"--retries {self.retries} must be >= 0")
+        if self.lease_s <= 0:
+            raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
         if self.storage_retry_s <= 0:
             raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
 
@@ -124,6 +126,33 @@ def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
     return n, claim
 
 
+def checked_before_claims(queue, grid: str | None, settings: ExecutionSettings, claim):
+    """Refuse, before any claim, settings Lightning would reject and a queued run whose batch they
+    cannot split (:mod:`harness.train.settings_check`): a configuration error spends no retry.
+    Returns the per-run check the worker applies to each run it claims (runs queued later, ``--wait``).
+
+    Raises:
+        ValueError: one line naming the option, its value and what is allowed (``claim``'s GPU
+            locks are let go first).
+    """
+    from harness.train.settings_check import check_run, check_settings  # lazy: Lightning
+
+    try:
+        check_settings(settings)
+        checked = set()
+        for state in queue.runs(grid).values():
+            config = state.config
+            key = (config.size, config.model_config(1).context, config.train_config().batch_tokens)
+            if state.state in ("queued", "running") and key not in checked:
+                checked.add(key)
+                check_run(config, settings)
+    except ValueError:
+        if claim is not None:
+            claim.release()
+        raise
+    return lambda config: check_run(config, settings)
+
+
 def _sigterm(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
@@ -178,10 +207,11 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             if not options.wait:
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = None
+    claim = settings = check_run = None
     if train_fn is None:
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), worker.train_unless_finished
+        check_run = checked_before_claims(queue, options.grid, settings, claim)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
@@ -200,10 +230,11 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
                 stop=stop,
                 space_needed=space_needed,
                 settings=settings,
+                check_run=check_run,
             )
     finally:
         if stop is None:
             signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["WorkOptions", "check_writable", "worker_devices", "summary", "run_worker"]
+__all__ = ["WorkOptions", "check_writable", "checked_before_claims", "worker_devices", "summary", "run_worker"]
