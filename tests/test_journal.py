@@ -264,6 +264,7 @@ def test_optunas_own_backend_reads_the_same_operations_and_appends_interleave(tm
     assert len(whole) == journal.read_bytes().count(b"\n") > 6
     assert list(ours.read_logs(5)) == whole[5:]  # from a known offset
     assert list(QueueJournal(str(journal)).read_logs(5)) == whole[5:]  # a fresh reader counts from 0
+
     def op(worker: str) -> dict:  # a real operation (a trial's user attribute), by ``worker``
         return {"op_code": 8, "worker_id": worker, "trial_id": 0, "user_attr": {"by": worker}}
 

@@ -237,4 +237,11 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["WorkOptions", "check_writable", "checked_before_claims", "worker_devices", "summary", "run_worker"]
+__all__ = [
+    "WorkOptions",
+    "check_writable",
+    "checked_before_claims",
+    "worker_devices",
+    "summary",
+    "run_worker",
+]
