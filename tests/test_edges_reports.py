@@ -8,6 +8,10 @@ Real store (db.store.Store) over synthetic runs (reports.synthetic), real CLI co
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import polars as pl
 from test_report import write_results
 
@@ -36,3 +40,25 @@ def test_report_md_and_html_say_above_the_plateau_with_a_positive_distance(tmp_p
         assert "-0.614" not in text
         assert "Near the plateau" not in text
         assert "worst run below the plateau" not in text
+
+
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark, as Windows editors write it
+
+
+def test_a_grid_and_a_spec_file_starting_with_a_byte_order_mark_are_read(tmp_path):
+    """Row 15: the BOM is dropped, not called invalid TOML: `harness plan` (a real process) reads a
+    grid file and a user's composed spec file (on $HARNESS_SPEC_PATH) that both start with one."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "my_dup.toml").write_bytes(BOM + b'name = "my_dup"\nbase = "rd_attnres"\nrole = "control"\n')
+    grid = tmp_path / "grid.toml"
+    grid.write_bytes(
+        BOM + b'name = "g"\ncorpus = "c.jsonl"\nsizes = ["tiny"]\nseeds = [0, 1]\nbudgets_tokens = [1000]\n'
+        b'[variants]\nblock_attnres = "parent"\nrd_attnres = "treatment"\nmy_dup = "control"\n'
+    )
+    argv = [sys.executable, "-m", "harness", "plan", "--sd", "0.05", "--results", str(tmp_path / "r"), str(grid)]
+    env = {**os.environ, "HARNESS_SPEC_PATH": str(specs)}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "my_dup (contrast)           tiny   1_000  0.0500" in done.stdout, done.stdout
+    assert done.stderr == ""
