@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import polars as pl
+import pytest
 from test_report import write_results
 
 from db.store import Store
@@ -45,6 +46,7 @@ def test_report_md_and_html_say_above_the_plateau_with_a_positive_distance(tmp_p
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark, as Windows editors write it
 
 
+@pytest.mark.slow
 def test_a_grid_and_a_spec_file_starting_with_a_byte_order_mark_are_read(tmp_path):
     """Row 15: the BOM is dropped, not called invalid TOML: `harness plan` (a real process) reads a
     grid file and a user's composed spec file (on $HARNESS_SPEC_PATH) that both start with one."""
@@ -62,3 +64,27 @@ def test_a_grid_and_a_spec_file_starting_with_a_byte_order_mark_are_read(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "my_dup (contrast)           tiny   1_000  0.0500" in done.stdout, done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.slow
+def test_followup_of_a_cell_whose_gain_is_absent_says_so_on_screen(tmp_path, capsys):
+    """Row 14: the treatment does as well as the parent (headline 'gain absent (< 0.02 nats/token)'):
+    besides 'wrote ...', one line says the gain is not established there and what the follow-up tests."""
+    from test_followup import PARENT, RNG, VALUES, followup, write_store
+
+    values = {**VALUES, "rd_attnres": list(PARENT + RNG.normal(0, 0.002, 6))}
+    results, out = tmp_path / "results", tmp_path / "absent_factorial.toml"
+    write_store(results, values)
+    rc, printed, err = followup(results, out, capsys=capsys)
+    assert rc == 0, err
+    assert printed.startswith(f"wrote {out}: ")
+    assert (
+        "note: at small, 1_000_000 the headline is 'gain absent (< 0.02 nats/token)': rd_attnres's gain over "
+        "block_attnres is not established there, so the follow-up tests whether rd_attnres's change helps on top "
+        "of param_matched's (rd_offset (1,1) against param_matched (1,0)), not whether param_matched absorbs a gain\n"
+    ) in printed
+    # a grid whose gain is established gets no such line
+    write_store(tmp_path / "r2")
+    rc, printed, err = followup(tmp_path / "r2", tmp_path / "f2.toml", capsys=capsys)
+    assert rc == 0, err
+    assert "note:" not in printed
