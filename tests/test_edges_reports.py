@@ -88,3 +88,35 @@ def test_followup_of_a_cell_whose_gain_is_absent_says_so_on_screen(tmp_path, cap
     rc, printed, err = followup(tmp_path / "r2", tmp_path / "f2.toml", capsys=capsys)
     assert rc == 0, err
     assert "note:" not in printed
+
+
+def test_report_of_a_result_file_truncated_after_ingest_says_what_status_and_sql_say(tmp_path, capsys):
+    """Row 11: a result file truncated after `report` ingested it: the next report names the file and
+    why, counts its run as unreadable (not done), and `sql` no longer counts it either."""
+    results = tmp_path / "results"
+    store = Store(results)
+    frames = synthetic_frames(grid="g", seeds=(0, 1, 2), n_layers=2, n_evals=2)
+    run_id = {  # run ids as harness.terms.run_id writes them (GRID:SIZE:VARIANT:sSEED:BUDGET)
+        r["run_id"]: {"run_id": f"g:{r['size']}:{r['variant']}:s{r['seed']}:{r['budget_tokens']}"}
+        for r in frames["runs"].iter_rows(named=True)
+    }
+    write_results(store, frames, edit=run_id)
+    argv = ["report", "--grid", "g", "--results", str(results), "--no-figures"]
+    assert cli(argv) == 0
+    assert "(21 done)" in capsys.readouterr().out
+    damaged = store.result_path("g:small:block_attnres:s0:1000000")
+    damaged.write_bytes(damaged.read_bytes()[:500])
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    why = "not valid JSON: Unterminated string starting at (char 489; the file has 500 bytes): truncated or damaged"
+    named = (
+        f"1 result file(s) of grid g in {store.runs_dir} cannot be read ({damaged.name}: {why}): "
+        "their runs do not count as finished (fix or remove the files)"
+    )
+    assert out.count(f"warning: {named}") == 1, out
+    assert "(20 done, 1 result file unreadable)" in out
+    md = (results / "reports" / "g" / "report.md").read_text()
+    assert named in md and "(20 done, 1 result file unreadable)" in md
+    assert "its result file could not be read): g:small:block_attnres:s0:1000000;" in md
+    assert cli(["sql", "--results", str(results), "--format", "csv", "SELECT count(*) AS n FROM runs"]) == 0
+    assert capsys.readouterr().out == "n\n20\n"
