@@ -220,7 +220,9 @@ def why_text(stats: ReportStats, control: str) -> str:
     )
 
 
-def unestablished_lines(stats: ReportStats, cells: tuple[CellSd, ...], control: str, composed: str) -> list[str]:
+def unestablished_lines(
+    stats: ReportStats, cells: tuple[CellSd, ...], control: str, composed: str
+) -> list[str]:
     """One line per planned cell whose headline is not ``gain established`` (issue 45): there the
     factorial cannot ask whether ``control`` absorbs a gain, only whether the treatment's change
     helps on top of the control's additions ((1,1) ``composed`` against (1,0) ``control``)."""

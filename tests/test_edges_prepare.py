@@ -97,7 +97,11 @@ def test_a_changed_shard_size_for_a_prepared_corpus_is_said_to_be_ignored(tmp_pa
 BAD_CORPORA = {  # issue 45 row 16: name -> (file name, bytes, what the one line says)
     "empty": ("empty.jsonl", b"", "holds no text"),
     "all blank": ("blank.txt", b"\n   \n\t\n", "holds no text"),
-    "binary": ("binary.txt", b"the start\x00\x01\x02 of a binary file\n", "looks binary (a NUL byte at offset 9)"),
+    "binary": (
+        "binary.txt",
+        b"the start\x00\x01\x02 of a binary file\n",
+        "looks binary (a NUL byte at offset 9)",
+    ),
 }
 
 

@@ -58,7 +58,17 @@ def test_a_grid_and_a_spec_file_starting_with_a_byte_order_mark_are_read(tmp_pat
         BOM + b'name = "g"\ncorpus = "c.jsonl"\nsizes = ["tiny"]\nseeds = [0, 1]\nbudgets_tokens = [1000]\n'
         b'[variants]\nblock_attnres = "parent"\nrd_attnres = "treatment"\nmy_dup = "control"\n'
     )
-    argv = [sys.executable, "-m", "harness", "plan", "--sd", "0.05", "--results", str(tmp_path / "r"), str(grid)]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "plan",
+        "--sd",
+        "0.05",
+        "--results",
+        str(tmp_path / "r"),
+        str(grid),
+    ]
     env = {**os.environ, "HARNESS_SPEC_PATH": str(specs)}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

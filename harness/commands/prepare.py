@@ -150,7 +150,9 @@ def main(args: argparse.Namespace) -> int:
         )
         needs = {key: (args.tokens or 0, 0)}
     for key in needs:
-        probe_corpus(key.corpus)  # empty, blank or binary: the one line `queue` says, before any lock or folder
+        probe_corpus(
+            key.corpus
+        )  # empty, blank or binary: the one line `queue` says, before any lock or folder
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
         folder = prepare_shards(

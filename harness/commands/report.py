@@ -157,7 +157,9 @@ def unreadable_files_note(store, unreadable, grid: str) -> str | None:
     (:func:`harness.terms.run_id`)."""
     from reports.stats.progress import unreadable_run_ids
 
-    bad = sorted((rid, why) for rid, why in unreadable_run_ids(unreadable).items() if rid.startswith(f"{grid}:"))
+    bad = sorted(
+        (rid, why) for rid, why in unreadable_run_ids(unreadable).items() if rid.startswith(f"{grid}:")
+    )
     if not bad:
         return None
     shown = "; ".join(f"{store.result_path(rid).name}: {why}" for rid, why in bad[:5])
@@ -185,7 +187,12 @@ def main(args: argparse.Namespace) -> int:
         _remove_empty(out, made)  # `--grid nosuch` leaves no empty reports/nosuch/
         raise
     notes = tuple(
-        n for n in (missing_files_note(store, frames.runs), unreadable_files_note(store, frames.unreadable, args.grid)) if n
+        n
+        for n in (
+            missing_files_note(store, frames.runs),
+            unreadable_files_note(store, frames.unreadable, args.grid),
+        )
+        if n
     )
     note = getattr(store, "last_ingest_skipped", None)  # why new result files were not ingested, if so
     if note:

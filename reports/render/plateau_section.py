@@ -89,7 +89,9 @@ def _near_paras(rows: list[PlateauRow]) -> list[Block]:
     advice = "A gain or a control verdict there says little about depth routing; train longer."
     out: list[Block] = []
     if above:
-        out.append(Para(f"Above the plateau (the worst run ends above it): {', '.join(above)}. {advice}", "warn"))
+        out.append(
+            Para(f"Above the plateau (the worst run ends above it): {', '.join(above)}. {advice}", "warn")
+        )
     if near:
         out.append(
             Para(
