@@ -176,9 +176,25 @@ def stale(con: duckdb.DuckDBPyConnection, latest: dict[str, dict[str, Any]]) -> 
     return out
 
 
+def _drop_damaged(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+    """Delete the rows that ``files`` (names in ``runs/``, now unreadable) held when they were last
+    ingested: the database is a cache of the result files, so a run whose file was damaged after
+    ingestion no longer counts, in `sql` as in `status` and `report` (issue 45). A run re-ingested from
+    another file of the same batch (``_in_runs``) keeps its new rows."""
+    if not files:
+        return
+    for table in (*ROW_TABLES, "runs"):
+        con.execute(
+            f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM ingest_log WHERE list_contains(?, file)) "
+            "AND run_id NOT IN (SELECT run_id FROM _in_runs)",
+            [files],
+        )
+
+
 def commit(con: duckdb.DuckDBPyConnection, batch: list[Loaded]) -> int:
     """Replace the rows of every run in ``batch`` in one transaction; returns files ingested."""
     latest: dict[str, dict[str, Any]] = {}
+    damaged = [i.path.name for i in batch if i.result is None]  # cannot be read now (not a stale write)
     for item in batch:  # oldest first, so the newest file of a run_id wins
         if item.result is not None:
             latest[item.result["run"]["run_id"]] = item.result
@@ -216,6 +232,7 @@ def commit(con: duckdb.DuckDBPyConnection, batch: list[Loaded]) -> int:
     try:
         con.begin()
         try:
+            _drop_damaged(con, damaged)
             for table in (*ROW_TABLES, "runs"):
                 con.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM _in_runs)")
             for table in ("runs", *ROW_TABLES):

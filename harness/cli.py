@@ -135,8 +135,26 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``harness`` console script; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Entry point of the ``harness`` console script; returns the exit status.
+
+    Called as the process's entry (``argv`` None: the console script, ``python -m harness``), a
+    Ctrl-C after the command ends (in the interpreter's shutdown: torch's and DuckDB's exit
+    callbacks) ends the process at once with 130 instead of a traceback from an exit callback.
+    """
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        if argv is None:
+            signal.signal(signal.SIGINT, _exit_interrupted)
+
+
+def _exit_interrupted(signum, frame) -> None:
+    """SIGINT during the interpreter's shutdown: the command's output is flushed; skip the rest."""
+    os._exit(130)
+
+
+def _run(argv: list[str]) -> int:
+    """:func:`main` of a given argument list."""
     # the top level takes no option but --help, so the first other word names the command
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser([command] if command in COMMANDS else [])

@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import TextIO
 
@@ -152,11 +153,26 @@ class _Stderr(logging.Handler):
 _HANDLER = _Stderr()
 
 
+class OneLineWarning(UserWarning):
+    """A warning the harness's commands show as the one line ``warning: MESSAGE`` (no file, line or
+    source), e.g. a tracker that failed (:mod:`harness.train.trackers`)."""
+
+
+_format_warning = warnings.formatwarning
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    if issubclass(category, OneLineWarning):
+        return f"warning: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Show the ``harness`` logger's messages on stderr: info and up, debug too with ``verbose``
     (internal retries, deferred ingests). Idempotent."""
     if _HANDLER not in log.handlers:
         log.addHandler(_HANDLER)
+    warnings.formatwarning = _one_line
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
@@ -169,5 +185,6 @@ __all__ = [
     "progress_mode",
     "terminal_id",
     "SharedTerminal",
+    "OneLineWarning",
     "setup_logging",
 ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from harness.analysis_plan import AnalysisPlan
 from harness.models.spec import VariantSpec
-from reports.stats.decisions import REPRODUCES
+from reports.stats.decisions import GAIN_ESTABLISHED, REPRODUCES
 from reports.stats.looks import increments
 from reports.stats.paired_tests import MIN_PAIRS
 from reports.stats.power import planned_seeds, power_at
@@ -218,6 +218,23 @@ def why_text(stats: ReportStats, control: str) -> str:
         )
         + "."
     )
+
+
+def unestablished_lines(
+    stats: ReportStats, cells: tuple[CellSd, ...], control: str, composed: str
+) -> list[str]:
+    """One line per planned cell whose headline is not ``gain established`` (issue 45): there the
+    factorial cannot ask whether ``control`` absorbs a gain, only whether the treatment's change
+    helps on top of the control's additions ((1,1) ``composed`` against (1,0) ``control``)."""
+    planned = {(c.size, c.budget_tokens) for c in cells}
+    t, p = stats.treatment, stats.parent
+    return [
+        f"note: at {h.size}, {h.budget_tokens:_} the headline is '{h.verdict}': {t}'s gain over {p} is not "
+        f"established there, so the follow-up tests whether {t}'s change helps on top of {control}'s "
+        f"({composed} (1,1) against {control} (1,0)), not whether {control} absorbs a gain"
+        for h in stats.headlines
+        if (h.size, h.budget_tokens) in planned and h.verdict != GAIN_ESTABLISHED
+    ]
 
 
 def _value(v) -> str:

@@ -93,3 +93,35 @@ def test_a_changed_shard_size_for_a_prepared_corpus_is_said_to_be_ignored(tmp_pa
     assert "--shard-tokens 7,000 ignored: this corpus was prepared with 5,000 tokens per shard" in out
     assert cli([*base, *results]) == 0  # no --shard-tokens given: nothing to say
     assert "ignored" not in capsys.readouterr().out
+
+
+BAD_CORPORA = {  # issue 45 row 16: name -> (file name, bytes, what the one line says)
+    "empty": ("empty.jsonl", b"", "holds no text"),
+    "all blank": ("blank.txt", b"\n   \n\t\n", "holds no text"),
+    "binary": (
+        "binary.txt",
+        b"the start\x00\x01\x02 of a binary file\n",
+        "looks binary (a NUL byte at offset 9)",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_grid", [False, True], ids=["--corpus", "grid"])
+@pytest.mark.parametrize("case", list(BAD_CORPORA))
+def test_a_corpus_without_text_is_refused_and_nothing_is_written(tmp_path, capsys, case, with_grid):
+    """No results folder, no cache folder, no `shards-bpe-*.lock` is left by the refusal."""
+    name, data, says = BAD_CORPORA[case]
+    corpus = tmp_path / name
+    corpus.write_bytes(data)
+    results = tmp_path / "results"
+    if with_grid:
+        grid = tmp_path / "g.toml"
+        grid.write_text(GRID.format(corpus=corpus, vocab=300))
+        argv = ["prepare", str(grid), "--results", str(results)]
+    else:
+        argv = ["prepare", "--corpus", str(corpus), "--results", str(results)]
+    assert cli(argv) == 2
+    line = one_error_line(capsys)
+    assert str(corpus) in line and says in line, line
+    assert not results.exists(), sorted(results.rglob("*"))

@@ -11,6 +11,9 @@ and an [analysis] plan from the source grid's own runs in the store: the interac
 needs for min_effect_nats (two-sided, noncentral t), and a header with the arithmetic and the cost
 at the store's measured tokens/s. The grid's name is the file name without .toml.
 
+Where the source's headline is not `gain established` in a planned cell, a `note:` line says so
+and that the follow-up then tests whether the treatment's change helps on top of the control's.
+
 Refuses in one line: an existing --out file (never overwritten), an unknown grid, CONTROL not a
 control of the grid, no cell with >= 3 finished seeds of parent, treatment and control, or no
 composed spec for the pair (write one in controls/, see controls/rd_offset.toml).
@@ -128,5 +131,7 @@ def main(args: argparse.Namespace) -> int:
         f"looks {fp.looks[0]} and {fp.looks[1]} seeds for an interaction of {fp.effect:.4g} nats/token at sd "
         f"{fp.sd:.4g}" + ("" if fp.reachable else " (not reachable: see the file's header)")
     )
+    for line in fu.unestablished_lines(stats, cells, args.absorb, composed):
+        print(line)
     print(f"not queued; next: harness queue {args.out} && harness work")
     return 0

@@ -116,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.data.corpus import probe_corpus
     from harness.data.prepare import cache_dir
     from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
     from harness.data.tokenizer import check_bpe_vocab
@@ -149,6 +150,10 @@ def main(args: argparse.Namespace) -> int:
         if key.tokenizer == "bpe":
             check_bpe_vocab(key.vocab_size)
         needs = {key: (args.tokens or 0, 0)}
+    for key in needs:
+        probe_corpus(
+            key.corpus
+        )  # empty, blank or binary: the one line `queue` says, before any lock or folder
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
         folder = prepare_shards(

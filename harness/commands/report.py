@@ -152,6 +152,27 @@ def missing_files_note(store, runs) -> str | None:
     )
 
 
+def unreadable_files_note(store, unreadable, grid: str) -> str | None:
+    """A sentence naming the grid's result files in ``runs/`` that cannot be read (truncated,
+    damaged, another schema: ``unreadable``, the store's ``ingest_log`` rows with an error), else
+    ``None``: their runs are in no table and count as not finished, as `status` and `sql` say.
+    A file is the grid's when its run id (the file name) starts with ``GRID:``
+    (:func:`harness.terms.run_id`)."""
+    from reports.stats.progress import unreadable_run_ids
+
+    bad = sorted(
+        (rid, why) for rid, why in unreadable_run_ids(unreadable).items() if rid.startswith(f"{grid}:")
+    )
+    if not bad:
+        return None
+    shown = "; ".join(f"{store.result_path(rid).name}: {why}" for rid, why in bad[:5])
+    return (
+        f"{len(bad)} result file(s) of grid {grid} in {store.runs_dir} cannot be read ({shown}"
+        + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        + "): their runs do not count as finished (fix or remove the files)"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
     from db.store import Store  # imported here: the report core works on frames without db
@@ -168,9 +189,14 @@ def main(args: argparse.Namespace) -> int:
     except BaseException:
         _remove_empty(out, made)  # `--grid nosuch` leaves no empty reports/nosuch/
         raise
-    missing = missing_files_note(store, frames.runs)
-    if missing:
-        print(f"warning: {missing}")
+    notes = tuple(
+        n
+        for n in (
+            missing_files_note(store, frames.runs),
+            unreadable_files_note(store, frames.unreadable, args.grid),
+        )
+        if n
+    )
     note = getattr(store, "last_ingest_skipped", None)  # why new result files were not ingested, if so
     if note:
         print(f"note: {note}")
@@ -184,7 +210,7 @@ def main(args: argparse.Namespace) -> int:
         queue=queue,
         queue_note=queue_note,
         single_file=args.single_file,
-        notes=(missing,) if missing else (),
+        notes=notes,
     )
     for w in result.stats.warnings:
         print(f"warning: {w}")

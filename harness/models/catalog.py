@@ -22,7 +22,7 @@ from harness.models.spec import VariantSpec, parse_spec, parse_spec_text
 def load_spec_file(path: str | os.PathLike, text: str | None = None) -> VariantSpec:
     """Read and validate one spec TOML file (errors name the file); ``text``: its contents, already read."""
     path = Path(path)
-    spec = parse_spec_text(path.read_text(encoding="utf-8") if text is None else text, where=str(path))
+    spec = parse_spec_text(path.read_text(encoding="utf-8-sig") if text is None else text, where=str(path))
     if spec.name != path.stem:
         raise ValueError(f"{path}: name={spec.name!r} must equal the file name {path.stem!r}")
     return spec
@@ -76,7 +76,9 @@ def load_specs() -> dict[str, VariantSpec]:
             if path.stem in paths:
                 raise ValueError(f"variant {path.stem!r} defined twice: {paths[path.stem]} and {path}")
             paths[path.stem] = path
-    texts = {name: path.read_text(encoding="utf-8") for name, path in paths.items()}  # each file read once
+    texts = {  # each file read once; -sig: a byte-order mark (Windows editors) is not TOML
+        name: path.read_text(encoding="utf-8-sig") for name, path in paths.items()
+    }
     raw = {name: _read(path, texts[name]) for name, path in paths.items()}
     specs: dict[str, VariantSpec] = {}
 

@@ -324,7 +324,7 @@ def load_grid(path: str | os.PathLike) -> Grid:
         raise FileNotFoundError(f"grid file {path} not found")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # -sig: a byte-order mark (Windows editors) is not TOML
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a TOML grid file (not UTF-8 text)") from None
     try:

@@ -59,7 +59,7 @@ def write_train(
         raise ValueError(
             f"{source}: variant {variant!r} is not in its [variants] ({', '.join(grid.variants)})"
         )
-    doc = tomlkit.parse(source.read_text(encoding="utf-8"))
+    doc = tomlkit.parse(source.read_text(encoding="utf-8-sig"))  # as load_grid: a BOM is dropped
     changes = []
     if name is not None and name != grid.name:
         changes.append(f"name: {grid.name!r} -> {name!r}")

@@ -27,6 +27,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -166,6 +167,23 @@ def _stdio_detached() -> Iterator[None]:
         os.close(null)
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT is ignored in the processes started in the block (an ignored signal stays ignored
+    across exec, and Python then installs no ``KeyboardInterrupt`` handler).
+
+    submitit's local controller turns a Ctrl-C into ``KeyboardInterrupt``, forwards SIGINT to its
+    task and SIGKILLs it a second later; ignoring it, the controller waits while its task (which
+    catches SIGINT as it does SIGTERM: :class:`harness.scheduling.worker_task.WorkerTask`) releases its
+    run, says ``worker stopped (SIGINT)`` and ends, as after SIGTERM (issue 45).
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def submit(
     executor: str, folder: Path, tasks: Sequence[Callable[[], object]], resources: Resources
 ) -> list[str]:
@@ -195,7 +213,7 @@ def submit(
         return [j.job_id for j in jobs]
     if executor == "local":
         ids = []
-        with _stdio_detached():
+        with _stdio_detached(), _sigint_ignored():
             for i, task in enumerate(tasks):
                 ex = submitit.LocalExecutor(folder=folder, max_num_timeout=MAX_TIMEOUTS)
                 ex.update_parameters(**resources.local_parameters(i))

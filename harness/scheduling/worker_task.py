@@ -20,7 +20,8 @@ class WorkerTask(submitit.helpers.Checkpointable):
     After a stop by ``SIGUSR1``/``SIGUSR2`` the handler that submitit installed for its
     signal (``submitit.JobEnvironment.USR_SIG``) is called: it calls :meth:`checkpoint`,
     stores what it returns as the job's task and requeues the job (SLURM ``scontrol requeue``,
-    locally exit code 144, which restarts the process), then exits. After ``SIGTERM`` the task
+    locally exit code 144, which restarts the process), then exits. After ``SIGTERM`` or ``SIGINT``
+    (a Ctrl-C to the process group of a local launch) the task
     exits with 130; SLURM requeues the job itself when it preempts or requeues it. Either
     way the run being trained is back in the queue first, with a checkpoint of its last step.
 
@@ -38,7 +39,7 @@ class WorkerTask(submitit.helpers.Checkpointable):
     def __call__(self) -> dict:
         stop = StopRequest()
         outcomes = None
-        with stop.catching(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM) as previous:
+        with stop.catching(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT) as previous:
             try:
                 outcomes = run_worker(self.options, stop=stop)
             except KeyboardInterrupt:

@@ -17,13 +17,21 @@ through Lightning's own logger classes, what :class:`~harness.train.lit.LitLM` r
 * ``csv``: ``RESULTS/csv/GRID/RUN/metrics.csv``.
 
 Hyper-parameters: the run's config (flattened), role, seed and protocol hash. Only rank 0 logs.
-A tracker that fails (package missing, W&B not logged in, MLflow server down) never fails a
-run: one warning naming it, and training goes on without it.
+A tracker that fails (package missing, W&B not logged in, MLflow server down, a read-only store)
+never fails a run: one warning line naming it and the error's root cause (the clients' own logs of
+it are muted), and training goes on without it. A full disk (ENOSPC, EDQUOT) under a tracker's files
+is the environment's, not the tracker's: it stops the run as any other write would (the worker
+releases it with its one disk-full line), and TensorBoard's writer thread, which meets it first,
+prints no traceback of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -32,9 +40,70 @@ from filelock import FileLock
 
 from db.validate import result_filename
 from harness.config import TRACKERS, RunConfig
+from harness.console import OneLineWarning
+from harness.files import fmt_bytes, free_bytes
 
 DEFAULT_WANDB_PROJECT = "rd-harness"
 MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder
+#: The clients' loggers that log a failure (with its traceback and SQL) before raising it: muted while a
+#: tracker is called, as the one warning says it.
+_CLIENT_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "wandb")
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def _quiet_clients():
+    """Mute the trackers' own loggers for a call (restored after)."""
+    loggers = [logging.getLogger(n) for n in _CLIENT_LOGGERS]  # their children inherit the level
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, saved):
+            lg.setLevel(level)
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The error ``exc`` came from (the last of its ``__cause__`` / ``__context__`` chain)."""
+    seen = exc
+    while (seen.__cause__ or seen.__context__) is not None:
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
+def _why(exc: BaseException) -> str:
+    """'OperationalError: attempt to write a readonly database': the root cause, its first line."""
+    root = _root(exc)
+    text = str(root).strip().splitlines()
+    return f"{type(root).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _disk_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC / EDQUOT error in ``exc``'s chain, else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _full_at(full: OSError, where) -> OSError:
+    """``full`` naming the file it refused, else ``where`` (TensorBoard's writer thread names none)."""
+    return OSError(full.errno, os.strerror(full.errno), full.filename or str(where))
+
+
+_thread_hook = threading.excepthook
+
+
+def _writer_thread_hook(args) -> None:
+    """TensorBoard's async writer thread re-raises its error (a full disk) in the thread that logs next,
+    where :class:`Trackers` handles it; printing it from the thread as well is only noise."""
+    if type(args.thread).__name__ == "_AsyncWriterThread":
+        return
+    _thread_hook(args)
 
 
 def mlflow_uri(results_dir: Path) -> str:
@@ -62,6 +131,7 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
     if name == "tensorboard":
         from lightning.pytorch.loggers import TensorBoardLogger  # lazy: only when that tracker is in use
 
+        threading.excepthook = _writer_thread_hook
         return TensorBoardLogger(
             save_dir=results_dir / "tb", name=config.grid, version=run, default_hp_metric=False
         )
@@ -144,30 +214,59 @@ class Trackers(L.Callback):
         self.loggers: dict[str, object] = {}
         self._records = self._routing = 0
         self._opened = False
+        self._ended: str | None = None  # the run's status once finish() is called
 
     def _guard(self, name: str, fn) -> None:
         if name not in self.loggers:
             return
+        logger = self.loggers[name]
         try:
-            fn(self.loggers[name])
+            with _quiet_clients():
+                fn(logger)
         except Exception as exc:  # noqa: BLE001 -- a tracker never fails a run
             self.loggers.pop(name, None)
+            full = _disk_full(exc)
+            if full is not None:
+                self._disk_full(name, _full_at(full, getattr(logger, "log_dir", None) or self.results_dir))
+                return
             warnings.warn(
-                f"logger {name} failed ({type(exc).__name__}: {exc}); the run goes on without it "
-                "(its results are in DuckDB)",
+                f"logger {name} failed ({_why(exc)}); the run goes on without it (its results are in DuckDB)",
+                OneLineWarning,
                 stacklevel=2,
+            )
+
+    def _disk_full(self, name: str, full: OSError) -> None:
+        """A full disk under tracker ``name``'s files: the environment's, not the tracker's. While the run
+        trains, raised (the run stops as for any write; a worker says its one disk-full line and releases
+        the run); once the run has ended (:meth:`finish`), one warning line for a finished run, nothing for
+        an interrupted one (the error on its way says it)."""
+        if self._ended is None:
+            raise full
+        if self._ended != "interrupted":
+            warnings.warn(
+                f"logger {name}: disk full: {full.filename} ({fmt_bytes(free_bytes(full.filename))} free); "
+                f"its files end early (the run is {self._ended}; its results are in DuckDB)",
+                OneLineWarning,
+                stacklevel=3,
             )
 
     def _open(self) -> None:
         self._opened = True
         for name in self.names:
             try:
-                self.loggers[name] = make_logger(name, self.config, self.results_dir)
+                if name == "mlflow":
+                    # lazy: optional and heavy; imported before muting, as its import sets its loggers' levels
+                    import mlflow  # noqa: F401, PLC0415
+                with _quiet_clients():
+                    self.loggers[name] = make_logger(name, self.config, self.results_dir)
             except Exception as exc:  # noqa: BLE001
+                full = _disk_full(exc)
+                if full is not None:
+                    raise _full_at(full, self.results_dir) from None
                 hint = " (pip install 'rd-harness[tracking]')" if isinstance(exc, ModuleNotFoundError) else ""
                 warnings.warn(
-                    f"logger {name} could not start ({type(exc).__name__}: {exc}){hint}; the run goes "
-                    "on without it",
+                    f"logger {name} could not start ({_why(exc)}){hint}; the run goes on without it",
+                    OneLineWarning,
                     stacklevel=2,
                 )
                 continue
@@ -203,6 +302,7 @@ class Trackers(L.Callback):
         """Flush what the final evaluation added and close every tracker (``status``: the run's)."""
         if not self._opened:
             return
+        self._ended = status
         self.flush(lit)
         for name in list(self.loggers):
             self._guard(name, lambda lg: lg.finalize("success" if status in ("done", "pruned") else "failed"))

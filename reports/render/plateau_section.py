@@ -22,11 +22,13 @@ def plateau_line(r: PlateauRow) -> str:
     nll = f"final NLL {r.final_min:.3f}-{r.final_max:.3f} (mean {r.final_mean:.3f}, {r.n_runs} runs)"
     if math.isnan(r.unigram_nll):
         return f"{label}: {nll}; unigram plateau not recorded (runs from before the column existed)"
-    side = "below" if r.margin >= 0 else "above"  # margin < 0: the worst run never got under the plateau
-    return (
-        f"{label}: unigram plateau {r.unigram_nll:.3f} nats/token; {nll}; "
-        f"the worst run ends {abs(r.margin):.3f} {side} it"
-    )
+    return f"{label}: unigram plateau {r.unigram_nll:.3f} nats/token; {nll}; the worst run ends {_side(r.margin)} it"
+
+
+def _side(margin: float) -> str:
+    """'1.270 below' or '0.614 above' (margin < 0: the worst run never got under the plateau): a
+    positive distance and its side, never a negative distance below."""
+    return f"{abs(margin):.3f} {'below' if margin >= 0 else 'above'}"
 
 
 def blocks(stats: ReportStats) -> list[Block]:
@@ -50,7 +52,7 @@ def blocks(stats: ReportStats) -> list[Block]:
             "-" if math.isnan(r.unigram_nll) else f"{r.unigram_nll:.3f}",
             f"{r.final_min:.3f} / {r.final_mean:.3f} / {r.final_max:.3f}",
             str(r.n_runs),
-            "-" if math.isnan(r.margin) else f"{r.margin:.3f}",
+            "-" if math.isnan(r.margin) else _side(r.margin),
         )
         for r in rows
     )
@@ -61,26 +63,40 @@ def blocks(stats: ReportStats) -> list[Block]:
                 "unigram plateau (nats/token)",
                 "final NLL min / mean / max",
                 "runs",
-                "worst run below the plateau",
+                "worst run vs the plateau (nats/token)",
             ),
             table,
         )
     )
-    near = [cell_label(r.size, r.budget_tokens) for r in rows if r.margin < NEAR_PLATEAU_NATS]
-    if near:
-        out.append(
-            Para(
-                f"Near the plateau (worst run < {NEAR_PLATEAU_NATS} nats/token below it): {', '.join(near)}. "
-                "A gain or a control verdict there says little about depth routing; train longer.",
-                "warn",
-            )
-        )
+    out += _near_paras(rows)
     mixed = [cell_label(r.size, r.budget_tokens) for r in rows if r.spread > SPREAD_TOL]
     if mixed:
         out.append(
             Para(
                 f"Runs of {', '.join(mixed)} recorded different plateaus: they were scored on different "
                 "corpora, vocabularies or validation sets.",
+                "warn",
+            )
+        )
+    return out
+
+
+def _near_paras(rows: list[PlateauRow]) -> list[Block]:
+    """The warnings for cells whose worst run ends above the plateau, or under it by less than
+    :data:`NEAR_PLATEAU_NATS` (said apart: a run above it has not left it at all)."""
+    above = [cell_label(r.size, r.budget_tokens) for r in rows if r.margin < 0]
+    near = [cell_label(r.size, r.budget_tokens) for r in rows if 0 <= r.margin < NEAR_PLATEAU_NATS]
+    advice = "A gain or a control verdict there says little about depth routing; train longer."
+    out: list[Block] = []
+    if above:
+        out.append(
+            Para(f"Above the plateau (the worst run ends above it): {', '.join(above)}. {advice}", "warn")
+        )
+    if near:
+        out.append(
+            Para(
+                f"Near the plateau (the worst run ends less than {NEAR_PLATEAU_NATS} nats/token below it): "
+                f"{', '.join(near)}. {advice}",
                 "warn",
             )
         )

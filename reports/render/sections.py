@@ -136,11 +136,19 @@ def _no_result_warnings(stats: ReportStats) -> list[str]:
         if runs:
             out.append(
                 f"{len(runs)} run(s) have no usable result ({what}): "
-                + ", ".join(f"{r.variant} s{r.seed} ({_cell(r.size, r.budget_tokens)})" for r in runs[:8])
+                + ", ".join(_run_label(r) for r in runs[:8])
                 + (", ..." if len(runs) > 8 else "")
                 + "; they are in no statistic (grid status below)"
             )
     return out
+
+
+def _run_label(r) -> str:
+    """'rd_attnres s0 (small, 1M)', or the run id where only the file name is known (an unreadable
+    result file of a run the queue does not list)."""
+    if r.variant is None:
+        return r.run_id
+    return f"{r.variant} s{r.seed} ({_cell(r.size, r.budget_tokens)})"
 
 
 def _not_finished(stats: ReportStats, role: str, aa: bool | None = None) -> str | None:
