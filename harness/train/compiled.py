@@ -14,8 +14,9 @@ runs eager).
 Under DDP the compiled model runs inside DDP's forward (Lightning wraps the Lightning module),
 where dynamo's default ``optimize_ddp = "ddp_optimizer"`` splits the graph at every gradient
 bucket (25 MB: ~19 pieces at 120m) so that each bucket's all-reduce can start while the backward
-runs. :data:`DDP_MODE` is what the harness uses instead, measured on 2 gloo ranks
-(docs/paper-scale.md, "Compile under DDP"): one graph, DDP's all-reduce after the backward.
+runs. :data:`DDP_MODE` is what the harness uses instead, chosen (and measured on 2 gloo ranks)
+in docs/paper-scale.md, "Compile under DDP": one graph, DDP's all-reduce after the backward
+(its overlap would help only the last micro-batch of a step).
 """
 
 from __future__ import annotations
