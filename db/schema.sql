@@ -41,6 +41,10 @@ CREATE TABLE IF NOT EXISTS runs (
     epochs        DOUBLE,                -- training tokens / train-split tokens (> 1: data seen again)
     micro_batch_size INTEGER,            -- sequences per forward+backward on one rank (execution setting, DESIGN 11)
     world_size    INTEGER,               -- ranks that trained the run (execution setting, outside the protocol hash)
+    compiled      BOOLEAN,               -- every training forward ran under torch.compile (false: eager, or a fall-back
+                                         -- to eager); NULL in result files written before it was recorded
+    compile_graphs INTEGER,              -- graphs inductor compiled for the run on rank 0 (DDP's optimiser: one per
+                                         -- gradient bucket); NULL when not compiled
     unigram_nll   DOUBLE                 -- nats/token: the validation targets under the train split's unigram
                                          -- distribution (add-one smoothed), the plateau (harness/data/unigram.py)
 );

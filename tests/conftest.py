@@ -94,6 +94,8 @@ SLOW_FIXTURES = frozenset({"postgres", "pg_url", "slurm", "chaos_reference"})
 # process at a time) do not end with one of them alone on a long file while the other is idle.
 LONGEST_FIRST = (
     "test_cuda_twins.py",  # a cold inductor cache makes it the longest of all
+    "test_compile_worker.py",  # 10 models compiled by one worker
+    "test_compile_ddp.py",
     "test_scaleout.py",
     "test_launch.py",
     "test_faults.py",

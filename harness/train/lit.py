@@ -43,6 +43,7 @@ import torch
 
 from harness.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
+from harness.train.compiled import CompiledForward
 from harness.train.loss import token_cross_entropy
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
 from harness.train.ranks import sum_over_ranks
@@ -101,7 +102,9 @@ class LitLM(L.LightningModule):
         self.last_eval: dict | None = (
             None  # {"step", "nll", "bpb", "ppl", "tokens", "bytes"} of the latest evaluate
         )
-        self._compiled = None
+        self._compiled: CompiledForward | None = None  # the run's compiled forward (harness.train.compiled)
+        # whether every earlier segment of a resumed run trained compiled (None: none, or not recorded)
+        self._compiled_before: bool | None = None
         self.wall_s_before = 0.0  # wall time of earlier segments of a resumed run, seconds
         self.times = RunTimes()  # seconds per phase, earlier segments included (harness.train.timing)
         self.t_process_start = time.perf_counter()
@@ -148,10 +151,31 @@ class LitLM(L.LightningModule):
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._compiled is None and resolve_compile(self.cfg.compile, self._defaults_of):
             # kept outside the module tree (not a submodule): a checkpoint then holds the weights
-            # once, under the uncompiled names, so compiled and uncompiled runs load each other's
-            object.__setattr__(self, "_compiled", torch.compile(self.model))
-        # `is not None`: a compiled module's truthiness calls len(), which modules lack
+            # once, under the uncompiled names, so compiled and uncompiled runs load each other's.
+            # A fresh one per run (dynamo's caches reset): a worker's 9th model compiles too
+            object.__setattr__(self, "_compiled", CompiledForward(self.model))
         return (self._compiled if self._compiled is not None else self.model)(x)
+
+    def compile_record(self) -> dict:
+        """``{"compiled", "compile_graphs"}`` (``runs`` columns): whether every training forward of the
+        run ran compiled (earlier segments of a resumed run too), and the graphs inductor compiled in
+        this process (``None``: none asked for). A fall-back to eager is said in one line on stderr."""
+        now = self._compiled.compiled if self._compiled is not None else None
+        if now is False:
+            print(
+                f"warning: torch.compile fell back to eager in this run ({self._compiled.graphs} graphs "
+                f"compiled, {self._compiled.eager_frames} frames left to eager); recorded as compiled = false",
+                file=sys.stderr,
+                flush=True,
+            )
+        graphs = self._compiled.graphs if self._compiled is not None else None
+        return {"compiled": self._all_compiled(), "compile_graphs": graphs}
+
+    def _all_compiled(self) -> bool:
+        """Whether this process's and every earlier segment's training forwards all ran compiled."""
+        now = self._compiled.compiled if self._compiled is not None else None
+        segments = [v for v in (self._compiled_before, now) if v is not None]
+        return bool(segments) and all(segments)
 
     # -- optimisation -------------------------------------------------------------
     def configure_optimizers(self):
@@ -383,6 +407,7 @@ class LitLM(L.LightningModule):
             "last_eval": self.last_eval,
             "wall_s": wall_s,
             "times": self.times.state(),
+            "compiled": self._all_compiled() if self._compiled is not None else self._compiled_before,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -398,3 +423,4 @@ class LitLM(L.LightningModule):
         self.last_eval = state.get("last_eval")
         self.wall_s_before = float(state.get("wall_s", 0.0))
         self.times = RunTimes.from_state(state.get("times"))
+        self._compiled_before = state.get("compiled")
