@@ -217,14 +217,31 @@ class RankGroup:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        if exited is None:
-            return
+        if exited is not None:
+            self._raise_exited(exited, exc)
+
+    def _raise_exited(self, exited: tuple[int, int], exc: BaseException | None) -> None:
         rank, code = exited
         if code == RUN_ERROR_EXIT:  # the run's own error (a bug, a bad file): a failed attempt
             raise RuntimeError(
                 f"rank {rank} of {self.n} raised (exit status {code}; its traceback is on stderr above)"
             ) from exc
         raise RankDied(rank, code) from exc
+
+    def check_children(self) -> None:
+        """Raise when a child rank has exited with a non-zero status so far (what the watcher saw, which
+        it records before it aborts NCCL, or a look now): called by rank 0 after every rank passed the
+        run's end barrier, before it records the run, so a run whose collective a dead rank may have
+        cut short (an aborted NCCL all-reduce can return partial sums without raising) is never
+        recorded as done.
+
+        Raises:
+            RankDied: a child died by a signal or an exit status other than its run's error.
+            RuntimeError: a child's training raised (:data:`~harness.faults.RUN_ERROR_EXIT`).
+        """
+        exited = self.exited or self._first_exit()
+        if exited is not None:
+            self._raise_exited(exited, None)
 
     def _exit_behind(self, exc: BaseException | None) -> tuple[int, int] | None:
         """``(rank, exit status)`` of the child whose exit made rank 0 leave on ``exc`` (``None`` when it
