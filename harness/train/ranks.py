@@ -47,7 +47,7 @@ import threading
 import time
 
 from harness.execution import ExecutionSettings
-from harness.faults import RUN_ERROR_EXIT, RankDied
+from harness.faults import CONTEXT_LOST_EXIT, RUN_ERROR_EXIT, CudaContextLost, RankDied
 from harness.fencing import Fence
 
 #: the environment a rank process reads; rank 0 sets it on itself for the run and restores it after
@@ -134,6 +134,8 @@ class RankGroup:
             machine's fault, the run is given back (:mod:`harness.faults`).
         RuntimeError: leaving on an exception after a child's training raised
             (:data:`~harness.faults.RUN_ERROR_EXIT`): the run's fault, a failed attempt.
+        CudaContextLost: leaving on an exception after a child met a sticky CUDA error
+            (:data:`~harness.faults.CONTEXT_LOST_EXIT`): released, the worker stops.
     """
 
     def __init__(self, n: int) -> None:
@@ -225,6 +227,11 @@ class RankGroup:
         if code == RUN_ERROR_EXIT:  # the run's own error (a bug, a bad file): a failed attempt
             raise RuntimeError(
                 f"rank {rank} of {self.n} raised (exit status {code}; its traceback is on stderr above)"
+            ) from exc
+        if code == CONTEXT_LOST_EXIT:  # its CUDA context is dead: the machine's fault
+            raise CudaContextLost(
+                f"rank {rank} of {self.n} met a CUDA error that poisons its context (exit status {code}; "
+                "its traceback is on stderr above)"
             ) from exc
         raise RankDied(rank, code) from exc
 
