@@ -309,11 +309,8 @@ def work(
         OtherResults: the grid of the run taken belongs to another results folder (run released).
         DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
             (queued again, no retry spent) and the worker stops.
-        RankDied: a child rank of the run died (:mod:`harness.faults`): released the same way, the worker
-            stops with one line naming the rank and its exit status.
-        CudaContextLost: the run met a CUDA error that poisons the process's context (an illegal address,
-            a launch failure, an uncorrectable ECC error: :func:`harness.faults.sticky_cuda_error`):
-            released the same way, the worker stops with one line naming the error.
+        RankDied / CudaContextLost: a child rank died, or a CUDA error poisoned the context (:mod:`harness.faults`):
+            released the same way, the worker stops with one line naming the rank and its exit, or the error.
 
     A ``KeyboardInterrupt`` (also SIGTERM, a stopped run) after a claim releases it, then propagates.
     """
