@@ -80,7 +80,7 @@ def test_a_child_ranks_context_loss_is_sticky():
     assert sticky_cuda_error(lost) == str(lost)
 
 
-# raise the error from the real training step, at step 1 of the first run this worker trains
+# raise the error from the real training step, at step 1, in the rank $CUDA_FAULT_RANK names
 RAISE_IN_TRAINING = f"""
 import os
 import harness.train.lit as lit
@@ -90,7 +90,7 @@ _step = lit.LitLM.training_step
 
 
 def training_step(self, batch, batch_idx):
-    if os.environ.get("CUDA_FAULT") and self.global_step == 1:
+    if os.environ.get("RANK", "0") == os.environ["CUDA_FAULT_RANK"] and self.global_step == 1:
         raise torch.AcceleratorError({ILLEGAL + TAIL!r})
     return _step(self, batch, batch_idx)
 
@@ -99,8 +99,10 @@ lit.LitLM.training_step = training_step
 """
 
 
-@pytest.mark.slow  # one tiny run to its second step, about 10 s on 2 shared cores
-def test_a_sticky_cuda_error_releases_the_run_and_stops_the_worker_with_one_line(tmp_path):
+@pytest.mark.slow  # one tiny run to its second step, about 10 s (1 rank) or 30 s (2) on 2 shared cores
+@pytest.mark.parametrize("rank, devices", [(0, 1), (1, 2)], ids=["rank-0-of-1", "child-rank-1-of-2"])
+def test_a_sticky_cuda_error_releases_the_run_and_stops_the_worker_with_one_line(tmp_path, rank, devices):
+    """On rank 0 the error itself is told; a child rank exits with status 3 and rank 0 tells that."""
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
     results = tmp_path / "results"
@@ -116,18 +118,32 @@ def test_a_sticky_cuda_error_releases_the_run_and_stops_the_worker_with_one_line
         **os.environ,
         "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}",
         "HARNESS_PROGRESS": "off",
-        "CUDA_FAULT": "1",
+        "CUDA_FAULT_RANK": str(rank),
     }
     work = [sys.executable, "-m", "harness", "work", "--results", str(results), "--accelerator", "cpu"]
-    out = subprocess.run([*work, "--threads", "1"], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [*work, "--threads", "1", "--devices", str(devices)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     (line,) = [x for x in out.stderr.splitlines() if x.startswith("harness work: error:")]
+    told = (
+        ILLEGAL
+        if rank == 0
+        else "rank 1 of 2 met a CUDA error that poisons its context (exit status 3; its traceback is on stderr above)"
+    )
     assert line == (
-        f"harness work: error: CUDA context lost: {ILLEGAL}; {first.run_id} released and queued again "
+        f"harness work: error: CUDA context lost: {told}; {first.run_id} released and queued again "
         "(no retry spent); the worker stops (this process cannot use the GPU again): check the GPU "
         "(nvidia-smi, the kernel log for an Xid), then start the worker again"
     ), line
-    assert "Traceback" not in out.stderr
+    if rank == 0:
+        assert "Traceback" not in out.stderr
+    else:  # the child rank's traceback, which the line points to
+        assert ILLEGAL in out.stderr
     runs = q.runs()
     assert (runs[first.run_id].state, runs[first.run_id].attempt) == ("queued", 2)
     assert all(t.user_attrs.get("failures", 0) == 0 for t in runs[first.run_id].trials)  # no retry spent

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_ranks import rank_children  # tests/ is on sys.path under pytest (no package)
 
 from harness.config import RunConfig
 from harness.scheduling.queue import RunQueue
@@ -168,7 +169,9 @@ def test_a_stop_under_two_ranks_takes_effect_before_the_first_log_step_and_relea
         text=True,
     )
     deadline = time.monotonic() + 600  # a hang guard, not a timing goal
-    while not list(checkpoint_dir(results, config.run_id).glob("e*/config.json")) or not _children(results):
+    while not list(checkpoint_dir(results, config.run_id).glob("e*/config.json")) or not rank_children(
+        results
+    ):
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.2)
     p.send_signal(signal.SIGTERM)
@@ -180,19 +183,4 @@ def test_a_stop_under_two_ranks_takes_effect_before_the_first_log_step_and_relea
     (ckpt,) = checkpoint_dir(results, config.run_id).glob("e*/last.ckpt")
     step = resume_step(ckpt.parent)
     assert step is not None and 1 <= step < 1000, step  # before: read first at step 1,000
-    assert not _children(results)
-
-
-def _children(results: Path) -> list[int]:
-    """Pids of live child ranks (harness.train.rank_child) training into ``results``."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if (
-                b"harness.train.rank_child" in (proc / "cmdline").read_bytes()
-                and str(results).encode() in (proc / "environ").read_bytes()
-            ):
-                pids.append(int(proc.name))
-        except (OSError, ValueError):
-            continue
-    return pids
+    assert not rank_children(results)

@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import torch
+from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
 from harness.config import RunConfig
 from harness.execution import ExecutionSettings
@@ -32,14 +33,6 @@ def _one_thread(tmp_path, monkeypatch):
     torch.set_num_threads(1)  # the same reduction order in both runs
     yield
     torch.set_num_threads(threads)
-
-
-def _final(results: Path) -> list[tuple]:
-    con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
-    try:
-        return con.execute("select run_id, val_nll, val_bpb, val_ppl from final").fetchall()
-    finally:
-        con.close()
 
 
 def _tag_cuda0(path: Path, monkeypatch) -> None:
@@ -67,7 +60,7 @@ def test_a_checkpoint_written_on_cuda0_resumes_on_the_cpu_bit_identically(tmp_pa
     with pytest.raises(RuntimeError, match="CUDA"):  # what a CPU-only worker met before the fix
         torch.load(ckpt, weights_only=False)
     assert train_run(config, parts, settings) == "done"
-    assert _final(parts) == _final(whole)  # bit-identical on CPU
+    assert final_rows(parts) == final_rows(whole)  # bit-identical on CPU
     con = duckdb.connect(str(parts / "harness.duckdb"), read_only=True)
     try:
         (resumed,) = con.execute("select json_extract(config, '$.resumed_from_step') from runs").fetchone()
