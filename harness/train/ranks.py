@@ -58,6 +58,10 @@ SETTINGS_ENV = "HARNESS_RANK_SETTINGS"  # the child's ExecutionSettings, whole (
 WATCH_S = 0.5  # how often rank 0 looks for a dead child, seconds
 CHILD = "import sys; from harness.train.rank_child import main; sys.exit(main())"  # not -m: harness.train imports us
 STOP_GRACE_S = 30.0  # how long children get to finish after rank 0 left the run, seconds
+# how long rank 0, leaving on an error, waits for a child to exit first, seconds: a child that raised
+# closes its sockets (rank 0's collective fails) seconds before its exit status tells why (Lightning's
+# teardown, its traceback); a child blocked in a collective waits this long for rank 0 to end the group
+EXIT_WAIT_S = 15.0
 
 
 def started_externally() -> bool:
@@ -252,13 +256,16 @@ class RankGroup:
 
     def _exit_behind(self, exc: BaseException | None) -> tuple[int, int] | None:
         """``(rank, exit status)`` of the child whose exit made rank 0 leave on ``exc`` (``None`` when it
-        left normally, was interrupted, or no child exited): a collective can fail a moment before
-        the watcher sees the exit."""
+        left normally, was interrupted, or no child exited within :data:`EXIT_WAIT_S`): a collective
+        can fail seconds before the child's exit status is there to tell why."""
         if exc is None or isinstance(exc, KeyboardInterrupt):
             return None
-        deadline = time.monotonic() + 4 * WATCH_S
+        deadline = time.monotonic() + EXIT_WAIT_S
         while self.exited is None and time.monotonic() < deadline:
+            gone = all(p.poll() is not None for p in self.children)  # all gone (a lost lease: status 0)
             self.exited = self._first_exit()  # not only the watcher's look: it may not have run yet
+            if gone:
+                break
             time.sleep(0.05)
         return self.exited
 
