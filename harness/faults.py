@@ -1,4 +1,5 @@
-"""A fault of the machine a run trains on, not of the run: :class:`RankDied`, :class:`ResultsReadOnly`.
+"""A fault of the machine a run trains on, not of the run: :class:`RankDied`, :class:`ResultsReadOnly`,
+:class:`CudaContextLost`.
 
 Light on purpose (no torch): the worker loop (:mod:`harness.scheduling.worker`) catches it
 without loading the training stack, releases the run (queued again, no retry spent) and stops,
@@ -14,6 +15,8 @@ from pathlib import Path
 #: a child rank's exit status when its training raised (Python's own for an uncaught exception):
 #: the run's error, which rank 0 meets too, not the machine's
 RUN_ERROR_EXIT = 1
+#: a child rank's exit status when its training met a sticky CUDA error (:func:`sticky_cuda_error`)
+CONTEXT_LOST_EXIT = 3
 
 
 def describe_exit(code: int) -> str:
@@ -79,10 +82,68 @@ def read_only_stop(queue, call, claim, results_dir: Path, refused: str) -> Resul
     return stop
 
 
+#: CUDA runtime errors after which "the process must be terminated and relaunched" (CUDA Runtime API,
+#: ``cudaError_t``: cudaErrorIllegalAddress 700, cudaErrorLaunchTimeout 702, cudaErrorHardwareStackError
+#: 714, cudaErrorIllegalInstruction 715, cudaErrorMisalignedAddress 716, cudaErrorInvalidAddressSpace 717,
+#: cudaErrorInvalidPc 718, cudaErrorLaunchFailure 719, cudaErrorECCUncorrectable 214 (an Xid 48/63/64...)),
+#: as torch words them (``CUDA error: <message>``; NCCL: ``Cuda failure '<message>'``). A device-side
+#: assert (710) poisons the context too but is left out: it is usually the run's own bug (an index out
+#: of range), which a retry elsewhere should be allowed to show as a failure.
+STICKY_CUDA = (
+    "an illegal memory access was encountered",
+    "the launch timed out and was terminated",
+    "hardware stack error",
+    "an illegal instruction was encountered",
+    "misaligned address",
+    "operation not supported on global/shared address space",
+    "invalid program counter",
+    "unspecified launch failure",
+    "uncorrectable ecc error encountered",
+)
+
+
+def sticky_cuda_error(exc: BaseException) -> str | None:
+    """The first line of the error in ``exc`` (or an error it came from) that left this process's CUDA
+    context unusable (:data:`STICKY_CUDA`, matched in a ``RuntimeError``'s message: torch's
+    ``AcceleratorError``, NCCL's ``DistBackendError``), else ``None`` (an out-of-memory error, any other
+    error: the run's own)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen)
+        if isinstance(seen, CudaContextLost):  # a child rank's, told by its exit status
+            return text
+        if isinstance(seen, RuntimeError) and any(w in text.lower() for w in STICKY_CUDA):
+            return text.strip().splitlines()[0] if text.strip() else type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class CudaContextLost(OSError):
+    """The run met a CUDA error that leaves this process's CUDA context unusable (:func:`sticky_cuda_error`:
+    an illegal address, a launch failure, an uncorrectable ECC error): the machine's fault (or at least not
+    one the next run could escape), so the run is released (no retry spent) and the worker stops instead
+    of failing every later run on a dead context."""
+
+
+def context_lost_stop(queue, call, claim, error: str) -> CudaContextLost:
+    """Release ``claim`` (no retry spent) and the one-line :class:`CudaContextLost` the worker stops with."""
+    call(queue.release, claim, f"CUDA context lost ({error}); run released (no retry spent)")
+    return CudaContextLost(
+        f"CUDA context lost: {error}; {claim.run_id} released and queued again (no retry spent); the worker "
+        "stops (this process cannot use the GPU again): check the GPU (nvidia-smi, the kernel log for an "
+        "Xid), then start the worker again"
+    )
+
+
 __all__ = [
     "RUN_ERROR_EXIT",
+    "CONTEXT_LOST_EXIT",
+    "STICKY_CUDA",
+    "CudaContextLost",
     "RankDied",
     "ResultsReadOnly",
+    "context_lost_stop",
+    "sticky_cuda_error",
     "describe_exit",
     "read_only_path",
     "read_only_stop",

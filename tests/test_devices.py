@@ -170,3 +170,26 @@ def test_locks_are_keyed_by_the_gpus_uuid_so_two_jobs_that_each_see_device_0_do_
         assert chosen == named.devices == also.devices == ["1"]
         named.release()
         also.release()
+
+
+def test_lock_files_and_their_folder_are_usable_by_every_user_of_the_host_whatever_the_umask(tmp_path):
+    """A second Unix user on a shared node opens (and so flocks) the same lock files: the folder is
+    world-writable and sticky as /tmp (1777), each lock 0666, though the umask (022) narrows both."""
+    old = os.umask(0o022)
+    try:
+        folder = tmp_path / "locks"
+        with (
+            DeviceClaim(["0", "1"], 2, folder, uuids={"0": "GPU-aaaa"}),
+            DeviceClaim(["2"], 1, folder, uuids={}, named=True),
+        ):
+            assert oct(folder.stat().st_mode & 0o7777) == oct(0o1777)
+            locks = sorted(p.name for p in folder.iterdir())
+            assert locks == ["gpu-1.lock", "gpu-2.lock", "gpu-GPU-aaaa.lock"]
+            assert {oct(p.stat().st_mode & 0o7777) for p in folder.iterdir()} == {oct(0o666)}
+        folder.chmod(0o755)  # a folder an older version made: its owner's next worker fixes it
+        (folder / "gpu-1.lock").chmod(0o644)
+        with DeviceClaim(["1"], 1, folder, uuids={}):
+            assert oct(folder.stat().st_mode & 0o7777) == oct(0o1777)
+            assert oct((folder / "gpu-1.lock").stat().st_mode & 0o7777) == oct(0o666)
+    finally:
+        os.umask(old)

@@ -15,6 +15,10 @@ GPU's UUID as ``nvidia-smi --query-gpu=index,uuid`` gives it in the worker's own
 index: two SLURM jobs on one node that each see their own GPU as device ``0`` lock two different
 files (:func:`gpu_uuids`, :func:`lock_key`). A device ``nvidia-smi`` does not list (a MIG
 instance's UUID, a machine without it) is keyed by its name.
+The folder is world-writable and sticky (mode 1777, as ``/tmp``) and each lock file readable and
+writable by all (0666), whatever the umask: a second Unix user's workers on a shared node take and
+respect the same locks (the sticky bit keeps anyone from deleting another user's lock file). Only the
+owner can set the modes; a folder or file another user made is used as it is.
 
 Either way the worker then sets ``CUDA_VISIBLE_DEVICES`` to its devices before CUDA starts,
 so its ranks are ``cuda:0 .. cuda:N-1`` (:mod:`harness.train.ranks`) and every child process
@@ -28,6 +32,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -35,6 +40,16 @@ from contextlib import ExitStack
 from pathlib import Path
 
 LOCK_DIR_ENV = "HARNESS_DEVICE_LOCKS"
+LOCK_DIR_MODE = 0o1777  # every user of the host adds locks; none deletes another's (sticky, as /tmp)
+LOCK_FILE_MODE = 0o666  # every user of the host can open (and so flock) every lock
+
+
+def _share(fd_or_path: int | Path, mode: int) -> None:
+    """Give a lock folder or file ``mode`` (which the umask narrowed at creation) when this user owns it;
+    one another user made keeps its mode (only its owner may change it)."""
+    st = os.stat(fd_or_path)
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(fd_or_path, mode)
 
 
 class NoFreeDevice(ValueError):
@@ -149,6 +164,7 @@ class DeviceClaim:
             raise ValueError(f"a worker needs at least 1 device, got {n}")
         folder = lock_dir() if folder is None else Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        _share(folder, LOCK_DIR_MODE)
         uuids = gpu_uuids() if uuids is None else uuids
         self._stack = ExitStack()
         self.devices: list[str] = []
@@ -177,7 +193,8 @@ class DeviceClaim:
     def _lock(self, path: Path, shared: bool) -> bool:
         """Take ``path``'s ``flock`` (shared or exclusive) without waiting, held until :meth:`release`;
         whether it was free."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, LOCK_FILE_MODE)
+        _share(fd, LOCK_FILE_MODE)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:

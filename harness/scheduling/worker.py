@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any
 from harness import live
 from harness.config import RunConfig
 from harness.execution import ExecutionSettings
-from harness.faults import RankDied, ResultsReadOnly, read_only_path, read_only_stop
+from harness.faults import (
+    RankDied,
+    ResultsReadOnly,
+    context_lost_stop,
+    read_only_path,
+    read_only_stop,
+    sticky_cuda_error,
+)
 from harness.fencing import LeaseLost, fenced
 from harness.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
 from harness.scheduling.claiming import OrphanClock, claim_next, given_back_if_interrupted
@@ -314,8 +321,8 @@ def work(
         OtherResults: the grid of the run taken belongs to another results folder (run released).
         DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
             (queued again, no retry spent) and the worker stops.
-        RankDied: a child rank of the run died (:mod:`harness.faults`): released the same way, the worker
-            stops with one line naming the rank and its exit status.
+        RankDied / CudaContextLost: a child rank died, or a CUDA error poisoned the context (:mod:`harness.faults`):
+            released the same way, the worker stops with one line naming the rank and its exit, or the error.
 
     A ``KeyboardInterrupt`` (also SIGTERM, a stopped run) after a claim releases it, then propagates.
     """
@@ -434,6 +441,9 @@ def _train_one(
     except Exception as exc:
         if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
             raise _results_lost(queue, claim, watch) from None
+        sticky = sticky_cuda_error(exc)
+        if sticky is not None:  # a dead CUDA context: every later run here would fail the same way
+            raise context_lost_stop(queue, call, claim, sticky) from None
         refused = read_only_path(exc)
         if refused is not None:  # the environment's fault: no failed result (it cannot be written)
             raise read_only_stop(queue, call, claim, Path(results_dir), refused) from None

@@ -9,8 +9,9 @@ therefore holds this step's rows; every ``checkpoint_every_tokens``, by default 
 (``stop_after_tokens``) or asked for by ``stop_requested`` (a signal,
 :class:`harness.train.stop.StopRequest`), with a checkpoint of that step either way.
 With several ranks, rank 0's decisions (its lease, a stop request, a checkpoint by its clock) are
-broadcast at the log and evaluation intervals only, so the steps between make no host
-synchronisation of the harness's (a stop then comes at the next such step).
+broadcast at decision steps only (:mod:`harness.train.decisions`: the log and evaluation steps and steps
+rank 0's clock picks, at most about 5 s apart), so the steps between make no host synchronisation of
+the harness's and a stop takes effect within seconds, whatever a step costs.
 The same hooks time the run's phases into ``pl_module.times`` (:mod:`harness.train.timing`):
 each step from ``on_train_batch_start`` to ``on_train_batch_end`` is ``train_s``, each
 checkpoint ``ckpt_s``, and the time from ``t_setup`` to the segment's first step ``setup_s``.
@@ -32,6 +33,7 @@ import lightning as L
 
 from harness import console, live
 from harness.fencing import LeaseLost
+from harness.train.decisions import DecisionSchedule
 from harness.train.schedule import CHECKPOINT_EVERY_S, StepPlan
 
 SHARE_CHECK_S = 2.0  # how often a bar looks for another worker on its terminal (seconds)
@@ -53,7 +55,7 @@ class RunCallback(L.Callback):
             the run's lease first, :mod:`harness.fencing`).
         run_id: the run's id, under which its live progress is published.
         check_lease: called first after every optimiser step (with several ranks: by rank 0 at each
-            decision step, :meth:`_decision_step`, its verdict broadcast); raises
+            decision step, :mod:`harness.train.decisions`, its verdict broadcast); raises
             :class:`~harness.fencing.LeaseLost` when the lease is known to be lost (no I/O).
         on_eval: ``on_eval(step, tokens, val_nll) -> bool``, called after every evaluation
             before the last step (val NLL in nats/token); ``True`` stops the run there as
@@ -84,6 +86,7 @@ class RunCallback(L.Callback):
         self.on_eval = on_eval
         self.stop_requested = stop_requested
         self.t_setup = time.perf_counter() if t_setup is None else t_setup
+        self.decisions = DecisionSchedule(plan.log_every, plan.eval_every)
         self.t_step: float | None = None  # perf_counter at the start of the current step
         self.stepped = False  # a step ran in this process (setup_s is counted once)
         self.t_ckpt: float | None = None  # perf_counter of this segment's last checkpoint
@@ -144,17 +147,10 @@ class RunCallback(L.Callback):
     def _checkpoint_due(self, step: int) -> bool:
         """Every ``plan.ckpt_every`` steps, or (``ckpt_every`` 0) once :data:`CHECKPOINT_EVERY_S`
         seconds have passed since the last checkpoint or the segment's start (this rank's clock: with
-        several ranks rank 0's, read at a decision step, :meth:`_decision_step`)."""
+        several ranks rank 0's, read at a decision step, :mod:`harness.train.decisions`)."""
         if self.plan.ckpt_every:
             return step % self.plan.ckpt_every == 0
         return time.perf_counter() - (self.t_ckpt or self.t_setup) >= CHECKPOINT_EVERY_S
-
-    def _decision_step(self, step: int) -> bool:
-        """Whether rank 0's decisions (its lease, a stop request, a checkpoint by its clock) are read by
-        every rank after ``step``: at the log and evaluation intervals only, one broadcast each, so
-        that the other steps make no host synchronisation the harness adds (DESIGN section 11)."""
-        plan = self.plan
-        return step % plan.log_every == 0 or bool(plan.eval_every and step % plan.eval_every == 0)
 
     def _rank0_decisions(self, trainer, step: int) -> tuple[str | None, bool]:
         """``(stop request's reason or None, checkpoint due)`` after ``step``, the same on every rank.
@@ -164,12 +160,15 @@ class RunCallback(L.Callback):
         """
         if trainer.world_size < 2:  # its lease was checked first thing after the step
             return self._asked(step), self._checkpoint_due(step)
-        if not self._decision_step(step):
+        if not self.decisions.due(step):
             return None, bool(self.plan.ckpt_every) and self._checkpoint_due(step)
-        # rank 0 alone knows its lease, its signals and its clock: one broadcast, before any checkpoint
-        lost, asked, due = self._from_rank0(
-            trainer, (self._lease_lost(), self._asked(step), self._checkpoint_due(step))
+        # rank 0 alone knows its lease, its signals and its clock: one broadcast, before any checkpoint,
+        # which also names the next decision step (by rank 0's clock: a stop waits seconds, not steps)
+        gap = self.decisions.gap(step) if trainer.is_global_zero else None
+        lost, asked, due, gap = self._from_rank0(
+            trainer, (self._lease_lost(), self._asked(step), self._checkpoint_due(step), gap)
         )
+        self.decisions.agree(step, gap)
         if lost is not None:
             raise LeaseLost(*lost)
         return asked, due

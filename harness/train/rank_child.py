@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import traceback
 from pathlib import Path
 
 import torch
 
 from harness.config import RunConfig
 from harness.execution import ExecutionSettings
+from harness.faults import CONTEXT_LOST_EXIT, sticky_cuda_error
 from harness.fencing import LeaseLost
 from harness.train.ranks import SETTINGS_ENV, SPEC_ENV, RankFence, die_with_parent
 from harness.train.runner import RunInterrupted, train_run
@@ -28,7 +30,8 @@ def main() -> int:
     The spec holds ``config`` (:meth:`RunConfig.to_dict`), ``results_dir``, ``epoch`` (rank 0's
     fencing epoch) and ``parent`` (rank 0's pid). Exit status 0 also when the run stopped early or its
     lease was lost (rank 0 says so); :data:`~harness.faults.RUN_ERROR_EXIT` (1) when the run raised,
-    with its traceback on stderr (rank 0 tells that apart from a rank the machine killed).
+    with its traceback on stderr (rank 0 tells that apart from a rank the machine killed);
+    :data:`~harness.faults.CONTEXT_LOST_EXIT` (3) when it met a CUDA error that poisons its context.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -46,4 +49,9 @@ def main() -> int:
         )
     except (RunInterrupted, LeaseLost):
         return 0
+    except Exception as exc:
+        if sticky_cuda_error(exc) is None:
+            raise  # the run's own error: RUN_ERROR_EXIT, with its traceback
+        traceback.print_exc()
+        return CONTEXT_LOST_EXIT  # rank 0 releases the run and its worker stops
     return 0

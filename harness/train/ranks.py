@@ -47,7 +47,7 @@ import threading
 import time
 
 from harness.execution import ExecutionSettings
-from harness.faults import RUN_ERROR_EXIT, RankDied
+from harness.faults import CONTEXT_LOST_EXIT, RUN_ERROR_EXIT, CudaContextLost, RankDied
 from harness.fencing import Fence
 
 #: the environment a rank process reads; rank 0 sets it on itself for the run and restores it after
@@ -58,6 +58,10 @@ SETTINGS_ENV = "HARNESS_RANK_SETTINGS"  # the child's ExecutionSettings, whole (
 WATCH_S = 0.5  # how often rank 0 looks for a dead child, seconds
 CHILD = "import sys; from harness.train.rank_child import main; sys.exit(main())"  # not -m: harness.train imports us
 STOP_GRACE_S = 30.0  # how long children get to finish after rank 0 left the run, seconds
+# how long rank 0, leaving on an error, waits for a child to exit first, seconds: a child that raised
+# closes its sockets (rank 0's collective fails) seconds before its exit status tells why (Lightning's
+# teardown, its traceback); a child blocked in a collective waits this long for rank 0 to end the group
+EXIT_WAIT_S = 15.0
 
 
 def started_externally() -> bool:
@@ -134,6 +138,8 @@ class RankGroup:
             machine's fault, the run is given back (:mod:`harness.faults`).
         RuntimeError: leaving on an exception after a child's training raised
             (:data:`~harness.faults.RUN_ERROR_EXIT`): the run's fault, a failed attempt.
+        CudaContextLost: leaving on an exception after a child met a sticky CUDA error
+            (:data:`~harness.faults.CONTEXT_LOST_EXIT`): released, the worker stops.
     """
 
     def __init__(self, n: int) -> None:
@@ -217,24 +223,49 @@ class RankGroup:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        if exited is None:
-            return
+        if exited is not None:
+            self._raise_exited(exited, exc)
+
+    def _raise_exited(self, exited: tuple[int, int], exc: BaseException | None) -> None:
         rank, code = exited
         if code == RUN_ERROR_EXIT:  # the run's own error (a bug, a bad file): a failed attempt
             raise RuntimeError(
                 f"rank {rank} of {self.n} raised (exit status {code}; its traceback is on stderr above)"
             ) from exc
+        if code == CONTEXT_LOST_EXIT:  # its CUDA context is dead: the machine's fault
+            raise CudaContextLost(
+                f"rank {rank} of {self.n} met a CUDA error that poisons its context (exit status {code}; "
+                "its traceback is on stderr above)"
+            ) from exc
         raise RankDied(rank, code) from exc
+
+    def check_children(self) -> None:
+        """Raise when a child rank has exited with a non-zero status so far (what the watcher saw, which
+        it records before it aborts NCCL, or a look now): called by rank 0 after every rank passed the
+        run's end barrier, before it records the run, so a run whose collective a dead rank may have
+        cut short (an aborted NCCL all-reduce can return partial sums without raising) is never
+        recorded as done.
+
+        Raises:
+            RankDied: a child died by a signal or an exit status other than its run's error.
+            RuntimeError: a child's training raised (:data:`~harness.faults.RUN_ERROR_EXIT`).
+        """
+        exited = self.exited or self._first_exit()
+        if exited is not None:
+            self._raise_exited(exited, None)
 
     def _exit_behind(self, exc: BaseException | None) -> tuple[int, int] | None:
         """``(rank, exit status)`` of the child whose exit made rank 0 leave on ``exc`` (``None`` when it
-        left normally, was interrupted, or no child exited): a collective can fail a moment before
-        the watcher sees the exit."""
+        left normally, was interrupted, or no child exited within :data:`EXIT_WAIT_S`): a collective
+        can fail seconds before the child's exit status is there to tell why."""
         if exc is None or isinstance(exc, KeyboardInterrupt):
             return None
-        deadline = time.monotonic() + 4 * WATCH_S
+        deadline = time.monotonic() + EXIT_WAIT_S
         while self.exited is None and time.monotonic() < deadline:
+            gone = all(p.poll() is not None for p in self.children)  # all gone (a lost lease: status 0)
             self.exited = self._first_exit()  # not only the watcher's look: it may not have run yet
+            if gone:
+                break
             time.sleep(0.05)
         return self.exited
 

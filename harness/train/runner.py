@@ -519,7 +519,7 @@ def train_run(
             quiet_lightning_sigterm(run.trainer)
         if group is not None:
             _start_ranks(group, run, ranks.settings)
-        return _fit_and_record(run)
+        return _fit_and_record(run, group)
 
 
 @dataclass(frozen=True)
@@ -573,11 +573,22 @@ def _start_ranks(group: RankGroup, run: Run, settings: ExecutionSettings) -> Non
     )
 
 
-def _fit_and_record(run: Run) -> RunOutcome:
-    """:func:`fit` then :func:`record`; the run's trackers (rank 0) are finished with its status either way."""
+def _fit_and_record(run: Run, group: RankGroup | None = None) -> RunOutcome:
+    """:func:`fit` then :func:`record`; the run's trackers (rank 0) are finished with its status either way.
+
+    With several ranks the run is recorded only once every rank passed an end barrier after the run's
+    last collective (the final evaluation) and, on rank 0 of a :class:`RankGroup`, no child rank has
+    died (:meth:`RankGroup.check_children`): a dead rank releases the run as the machine's fault
+    (:class:`~harness.faults.RankDied`) instead of a result that its cut-short collective made wrong.
+    """
     outcome = RunOutcome("interrupted")
     try:
-        outcome = record(run, fit(run))
+        fitted = fit(run)
+        if run.trainer.world_size > 1:
+            run.trainer.strategy.barrier("harness-run-end")  # every rank is through every collective
+            if group is not None:
+                group.check_children()
+        outcome = record(run, fitted)
     finally:
         if run.trackers is not None and run.trainer.is_global_zero:
             run.trackers.finish(run.lit, outcome.status)
