@@ -15,11 +15,13 @@ import pytest
 from db.store import Store
 from harness.analysis_plan import AnalysisPlan
 from harness.cli import main as cli
+from harness.factorial import parse_factorial
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
 from reports.render.topup_lines import describe
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
+from reports.stats.looks import look_text
 from reports.stats.topup import CellSeeds, cell_open, plan_topup
 from reports.synthetic import frames_from_values
 
@@ -150,6 +152,71 @@ def test_a_degenerate_treatment_is_closed():
     )
     (t,) = plan_topup(st, {})
     assert not t.open and "degenerate (w_v never moved)" in t.reason
+
+
+FACTORIAL = parse_factorial(
+    {
+        "factors": ["offset", "decoupled_v"],
+        "levels": {
+            "block_attnres": [0, 0],
+            "param_matched": [1, 0],
+            "rd_attnres": [0, 1],
+            "rd_offset": [1, 1],
+        },
+    }
+)
+
+
+def _factorial_stats(n: int, interaction: float, looks=(12, 24)):
+    """A factorial study's cell at ``n`` seeds (the second study's design and plan): the treatment gains
+    0.03 (established), the offset 0.12 (param_matched reproduces the gain), run noise sd 0.01."""
+    rng = np.random.default_rng(3)
+    y00 = 3.5 + rng.normal(0, 0.05, n)
+    noise = rng.normal(0, 0.01, (3, n))
+    values = {
+        "block_attnres": y00,
+        "param_matched": y00 - 0.12 + noise[0],
+        "rd_attnres": y00 - 0.03 + noise[1],
+        "rd_offset": y00 - 0.15 + interaction + noise[2],
+    }
+    f = frames_from_values(
+        {v: [float(x) for x in y] for v, y in values.items()},
+        roles={"param_matched": "control", "rd_offset": "reference"},
+    )
+    plan = AnalysisPlan(looks=looks, min_effect_nats=0.02, max_seeds=max(looks), factorial=FACTORIAL)
+    return analyze(f["final"], f["runs"], plan=plan)
+
+
+def _factorial_held(n: int):
+    variants = ("block_attnres", "param_matched", "rd_attnres", "rd_offset")
+    return {("small", 1_000_000): CellSeeds(frozenset(range(n)), frozenset(), variants)}
+
+
+def test_an_undecided_factorial_interaction_keeps_a_decided_cell_open_until_its_last_look():
+    """The second study at look 1: headline and controls decided, the interaction not: its seeds up to
+    look 2 for all four variants. At look 2 (the last) the interaction's alpha is spent: closed."""
+    st = _factorial_stats(12, interaction=0.01)
+    inter = st.factorial[0].contrast("factorial_interaction")
+    assert st.headlines[0].established and st.assessments[0].verdict == dec.REPRODUCES
+    assert not inter.established and not inter.look.last
+    (t,) = plan_topup(st, _factorial_held(12))
+    assert t.open and t.next_look == 24 and t.new_seeds == tuple(range(12, 24))
+    assert len(t.variants) == 4
+    assert t.reason == (
+        "headline gain established and every control decided, but the factorial interaction not "
+        f"established at {look_text(inter.look)}"
+    )
+    last = _factorial_stats(24, interaction=0.01)
+    assert last.factorial[0].contrast("factorial_interaction").look.last
+    (t,) = plan_topup(last, _factorial_held(24))
+    assert not t.open and t.new_seeds == ()
+
+
+def test_an_established_factorial_interaction_closes_the_cell():
+    st = _factorial_stats(12, interaction=0.08)
+    assert st.factorial[0].contrast("factorial_interaction").established
+    (t,) = plan_topup(st, _factorial_held(12))
+    assert not t.open and t.reason == "headline gain established and every control decided"
 
 
 # --------------------------------------------------------------------------- the command, end to end

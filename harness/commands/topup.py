@@ -2,7 +2,8 @@
 
 Reads the grid's finished runs (as `harness report` does) and, for every cell (size,
 budget) whose headline is still undecided (neither established nor absent, before the last look)
-or whose gain is established with some control `inconclusive`, enqueues the seeds up to
+or whose gain is established with some control `inconclusive`, or (a grid with a [factorial])
+whose interaction is not established before the last look, enqueues the seeds up to
 the cell's next look for every variant of that cell (pairs need the same seeds); workers
 then train them as usual (`harness work`). A cell whose gain is established and every
 control decided, or whose last look has passed, gets nothing. New seeds are the next

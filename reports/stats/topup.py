@@ -5,7 +5,11 @@ A cell is *open* when its headline or any control verdict is still undecided (DE
 
 * the headline is ``undecided`` (neither established nor absent) before the last look
   (or before the first). At the last look the plan's alpha is spent and it is final;
-* or the gain is established and some control is ``inconclusive``.
+* or the gain is established and some control is ``inconclusive``;
+* or the grid has a ``[factorial]`` design (DESIGN section 12) whose interaction is not established
+  in this cell before the last look. The interaction is the question a factorial grid is queued to
+  answer, and its family is tested at each look's share of alpha like the headline, so topping it up
+  does not inflate its false-positive rate.
 
 A cell whose gain is ``gain absent (< delta nats/token)`` is decided: closed.
 
@@ -31,6 +35,7 @@ import numpy as np
 
 from reports.stats import decisions as dec
 from reports.stats.analysis import ReportStats
+from reports.stats.factorial import INTERACTION
 from reports.stats.looks import look_at, look_text
 
 
@@ -84,7 +89,33 @@ class CellTopup:
     variants: tuple[str, ...] = field(default=())
 
 
+def _factorial_open(stats: ReportStats, size: str, budget: int) -> str | None:
+    """Why the cell's factorial interaction is still open (not established, not at its last look),
+    or None where the grid has no factorial, the interaction is established or its alpha is spent."""
+    cell = next((f for f in stats.factorial if (f.size, f.budget_tokens) == (size, budget)), None)
+    if cell is None:
+        return None
+    inter = cell.contrast(INTERACTION)
+    if inter.established or inter.look.last:
+        return None
+    where = look_text(inter.look) or f"{inter.n} seeds"
+    return f"factorial interaction not established at {where}"
+
+
 def _why_open(stats: ReportStats, size: str, budget: int) -> tuple[bool, str]:
+    """(open, reason) of one cell: its headline and controls' verdicts, then its factorial interaction
+    (:func:`_factorial_open`), which keeps a cell open whose headline and controls are decided."""
+    open_, reason = _why_headline_open(stats, size, budget)
+    factorial = _factorial_open(stats, size, budget)
+    if factorial is None or open_:
+        return open_, reason if factorial is None else f"{reason}; {factorial}"
+    h = stats.headline(size, budget)
+    if h is None or h.verdict == dec.DEGENERATE:  # no gain to attribute: the factorial cannot help
+        return open_, reason
+    return True, f"{reason}, but the {factorial}"
+
+
+def _why_headline_open(stats: ReportStats, size: str, budget: int) -> tuple[bool, str]:
     """(open, reason) from the report's verdicts of one cell."""
     h = stats.headline(size, budget)
     if h is None:
