@@ -226,10 +226,11 @@ if [ "$PAPER" = 1 ]; then
     NGPU=$(count_gpus)
     # --dry-run without nvidia-smi shows the DDP command as it would run on 2 GPUs
     [ "$MODE" = dry ] && ! command -v "$NVIDIA_SMI" > /dev/null && NGPU=2
-  else  # --paper --cpu: size tiny, no time goal (each phase 240 s at most, as before; the install 900 s: a busy CPU machine)
-    SIZES=(tiny); BATCH=1024; WORDS=30000; VOCAB=512; MICRO=(--micro-batch-size 4); EVAL=1024
+  else  # --paper --cpu: size tiny, no time goal, one thread (a shared CPU stalls OpenMP's threads), each
+    # phase 900 s at most (a busy CPU machine: with 23 processes on 2 cores a tiny run took > 240 s)
+    SIZES=(tiny); BATCH=1024; WORDS=30000; VOCAB=512; MICRO=(--micro-batch-size 4 --threads 1); EVAL=1024
     BENCH=(--size tiny --steps 2 --max-steps 0 --warmup 1 --loop-rounds 0 --threads 1 --device cpu)
-    TOTAL=3600; declare -A LIMIT=([install]=900 [corpus]=120 [bench]=240 [tiny]=240 [ddp]=240)
+    TOTAL=3600; declare -A LIMIT=([install]=900 [corpus]=120 [bench]=900 [tiny]=900 [ddp]=900)
     declare -A NEED=([install]=0 [corpus]=0 [bench]=0 [tiny]=0 [ddp]=0)
     NGPU=0
   fi

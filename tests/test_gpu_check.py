@@ -141,7 +141,7 @@ def test_paper_cpu_fallback_trains_micro_batched_runs_and_says_pass_per_check(tm
         capture_output=True,
         text=True,
         env=_env(),
-        timeout=900,
+        timeout=3600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = (tmp_path / "summary.txt").read_text().splitlines()
