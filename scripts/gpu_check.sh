@@ -84,8 +84,9 @@ INSTALL=0
 smi() {  # nvidia-smi ARGS...: bounded, as every external call
   timeout -k 5 "$SMI_LIMIT" "$NVIDIA_SMI" "$@"
 }
-pyq() {  # pyq CODE: $PY's answer, bounded
-  timeout -k 5 60 "$PY" -c "$1" 2>/dev/null
+pyq() {  # pyq CODE: $PY's answer, bounded ($PREFLIGHT_TIMEOUT s, default 300: importing torch on a
+  # CPU shared by 20 processes took over 60 s)
+  timeout -k 5 "${PREFLIGHT_TIMEOUT:-300}" "$PY" -c "$1" 2>/dev/null
 }
 preflight_why() {  # the first missing prerequisite, in the order a run would hit it; nothing if none
   local v
