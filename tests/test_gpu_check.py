@@ -269,7 +269,7 @@ def _preflight(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         env={**_env(), **env},
-        timeout=120,
+        timeout=900,  # the preflight imports torch (> 60 s on a CPU shared by 20 processes)
     )
 
 
