@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.execution import ExecutionSettings
+from harness.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
     "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
@@ -23,6 +23,49 @@ def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) ->
         else STORAGE_HELP
     )
     parser.add_argument("--storage", metavar="URL", default=None, help=help_text)
+
+
+def open_queue(args: argparse.Namespace, *, create: bool = False):
+    """The run queue at ``args.storage`` (default: the results folder's journal), retried for
+    :data:`~harness.scheduling.storage.COMMAND_RETRY_S` while unreachable; ``None`` when there is
+    none (and ``create`` is false). Optuna's info logging is silenced; retries go to stderr.
+
+    Raises:
+        StorageUnavailable: unreachable for that long.
+    """
+    import sys
+
+    import optuna
+
+    from harness.scheduling.queue import RunQueue  # lazy: Optuna and the queue load only when a command runs
+    from harness.scheduling.storage import COMMAND_RETRY_S  # lazy: as above
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return RunQueue.open(
+            args.storage,
+            args.results,
+            create=create,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+    except FileNotFoundError:
+        return None
+
+
+#: ``--accelerator`` values of ``harness run`` / ``harness work`` (Lightning's, less those this
+#: harness does not train on: ``tpu``, ``hpu``; a refused one spends no retry).
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
+def add_accelerator_argument(p: argparse.ArgumentParser) -> None:
+    """``--accelerator`` of ``harness run`` and ``harness work``."""
+    p.add_argument(
+        "--accelerator",
+        default="auto",
+        choices=ACCELERATORS,
+        help="where to train (default: gpu when CUDA is available, else cpu)",
+    )
 
 
 def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
@@ -54,19 +97,6 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     return parsed
 
 
-def parse_devices(value: str) -> int | str:
-    """``--devices``: a positive integer or ``auto``.
-
-    Raises:
-        ValueError: anything else.
-    """
-    if str(value).isdigit() and int(value) > 0:
-        return int(value)
-    if value == "auto":
-        return value
-    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
-
-
 def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
     """The :class:`~harness.execution.ExecutionSettings` of ``harness run`` / ``harness work``'s
     options (``--accelerator``, ``--devices``, ``--strategy``, ``--num-nodes``, ``--micro-batch-size``,
@@ -93,6 +123,8 @@ def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
 
 __all__ = [
     "STORAGE_HELP",
+    "ACCELERATORS",
+    "add_accelerator_argument",
     "add_storage",
     "add_micro_batch_argument",
     "parse_micro_batch",

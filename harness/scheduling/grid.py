@@ -90,6 +90,7 @@ from harness.scheduling.grid_checks import (
     _train_tables,
     _tuned,
     _variants,
+    check_factorial_cells,
 )
 from harness.scheduling.tuning import train_overrides
 from harness.terms import ROLES
@@ -380,6 +381,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
         analysis = dataclasses.replace(
             analysis, factorial=parse_factorial(data["factorial"], variants, where=where)
         )
+    check_factorial_cells(analysis.factorial, variants, sizes_by_role, budgets_by_role, err)
     return Grid(
         name=name,
         corpus=corpus,

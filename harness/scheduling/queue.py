@@ -85,6 +85,13 @@ MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued agai
 FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
 # Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
 CARRIED_ATTRS = ("tune_pending", "tune_params", "tune_distributions")
+# How :meth:`RunQueue.restore` records an imported run's state (queued and running: WAITING).
+RESTORED_STATES = {
+    "done": TrialState.COMPLETE,
+    "pruned": TrialState.PRUNED,
+    "diverged": TrialState.FAIL,
+    "failed": TrialState.FAIL,
+}
 
 
 class RunQueue(QueueReader):
@@ -124,13 +131,16 @@ class RunQueue(QueueReader):
         *,
         retry_s: float = STORAGE_RETRY_S,
         log: Callable[[str], None] = print,
+        legacy: bool = False,
         **kwargs,
     ) -> RunQueue:
         """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
-        while the storage is unreachable (:func:`retry_storage`).
+        while the storage is unreachable (:func:`retry_storage`). A queue of the previous layout is
+        refused unless ``legacy`` (``harness migrate``, which converts it).
 
         Raises:
             StorageUnavailable: unreachable for ``retry_s`` seconds.
+            ValueError: the queue has the previous layout (one line naming ``harness migrate``).
         """
         where = describe_storage(url, results)
         queue = retry_storage(
@@ -140,6 +150,11 @@ class RunQueue(QueueReader):
             log=log,
         )
         queue.where = where
+        if not legacy and LEGACY_STUDY in queue.studies():
+            raise ValueError(
+                f"queue {where} has the previous layout (one Optuna study {LEGACY_STUDY!r} for every grid); "
+                "run `harness migrate` to convert it into one study per grid"
+            )
         return queue
 
     # -- adding
@@ -243,6 +258,40 @@ class RunQueue(QueueReader):
             self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
 
+    def restore(self, runs: list[dict]) -> list[str]:
+        """Add the runs of an imported archive (:mod:`db.archive`'s ``queue.json``) as they ended:
+        ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
+        requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
+        worker here holds it). Runs already in the queue are left alone (idempotent). Returns the
+        run ids added.
+
+        Raises:
+            ValueError: a run id already queued with a different config (as :meth:`enqueue`).
+        """
+        configs = [RunConfig.from_dict(r["config"]) for r in runs]
+        existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
+        self.enqueue([c for c in configs if c.run_id in existing])  # adds nothing; raises on a changed config
+        added = []
+        for index, (c, r) in enumerate(zip(configs, runs)):
+            if c.run_id in existing:
+                continue
+            t = self._template(c, attempt=r.get("attempt") or 1, failures=0, reclaims=0, order=[0.0, index])
+            state = RESTORED_STATES.get(r["state"], TrialState.WAITING)
+            attrs = dict(t.user_attrs)
+            if state != TrialState.WAITING:
+                attrs.update(status=r["state"], wall_s=r.get("wall_s"), val_nll=r.get("val_nll"))
+            if state == TrialState.FAIL:
+                attrs.update(error=r.get("error") or r["state"], ending=r["state"], requeue=False)
+            value = r.get("val_nll")
+            values = [math.inf if value is None else value] if state == TrialState.COMPLETE else None
+            done = create_trial(state=state, values=values, user_attrs=attrs)
+            self.storage.create_new_trial(self._study_for(c), template_trial=done)
+            added.append(c.run_id)
+        for g in {c.grid for c in configs}:
+            self.storage.set_study_user_attr(self.study_of(g), RUNS_ATTR, len(self.runs(g)))
+        self._snapshot = None
+        return added
+
     def _study_for(self, config: RunConfig) -> int:
         """The study of ``config``'s run: the one holding its trials, else its grid's (recorded)."""
         if config.run_id not in self._run_study:
@@ -298,7 +347,7 @@ class RunQueue(QueueReader):
         }
         params, distributions = {}, {}
         if attrs.get("tune_params") and attrs.get("tune_distributions"):
-            from optuna.distributions import json_to_distribution
+            from optuna.distributions import json_to_distribution  # lazy: Optuna, only with a queue
 
             params = dict(attrs["tune_params"])
             distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}
