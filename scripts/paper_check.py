@@ -23,6 +23,7 @@ reduction order). Exit status 1 when a PASS/FAIL line failed (goals are reported
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import statistics
@@ -35,11 +36,18 @@ SIZES = {
     "120m": (12, 768, 1024),
     "343m": (24, 1024, 1024),
 }  # L, D, T
-PEAKS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-}  # dense bf16 FLOP/s (harness.bench.settings.PEAK_FLOPS)
+
+
+def _load_peaks():
+    """harness/bench/peaks.py, by path: the exact-name peak table (no package import, no torch)."""
+    path = Path(__file__).resolve().parents[1] / "harness" / "bench" / "peaks.py"
+    spec = importlib.util.spec_from_file_location("harness_bench_peaks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PEAKS = _load_peaks()
 DDP_REL = 2e-2
 
 
@@ -90,7 +98,7 @@ class _Checks:
 
 def _single(results: Path, out: _Checks, min_steps: int, device: str) -> dict:
     """Check each 1-GPU run (done, enough steps, micro-batch and world size recorded); name -> result."""
-    peak = next((f for k, f in PEAKS.items() if k in device), None)
+    peak, why = PEAKS.peak_flops(device) if device else (None, "no device name given")
     single = {}
     for result in _runs(results):
         run = result["run"]
@@ -106,7 +114,7 @@ def _single(results: Path, out: _Checks, min_steps: int, device: str) -> dict:
         if rate:
             out.lines.append(
                 f"INFO run {name}: {rate:,.0f} tokens/s"
-                + (f", MFU {100 * mfu:.1f} %" if mfu else f" (MFU: no bf16 peak known for {device!r})")
+                + (f", MFU {100 * mfu:.1f} %" if mfu else f" (MFU: {why})")
             )
     if not single:
         out.check(False, f"no result files in {results / 'runs'}")

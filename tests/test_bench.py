@@ -257,6 +257,7 @@ def test_rounds_continue_until_the_intervals_are_narrow_or_the_cap():
 
     class Arm:
         device = torch.device("cpu")
+        failed = None
 
         def __init__(self, name):
             self.name = name
@@ -279,6 +280,7 @@ class _FakeArm:
 
     variant = name = "fake"
     device = torch.device("cpu")
+    failed = None
 
     def step(self):
         a = torch.empty(2**20, dtype=torch.float32)

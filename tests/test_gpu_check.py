@@ -36,10 +36,13 @@ MIG_L = [
 ]
 
 
+HARNESS = [sys.executable, "-m", "harness"]  # how the script runs the harness: "$PY" -m harness
+
+
 def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS"}
     return {
-        **os.environ,
-        "HARNESS": str(Path(sys.executable).with_name("harness")),
+        **env,
         "HARNESS_PROGRESS": "lines",
         "PYTHON": sys.executable,
         "WHEELHOUSE": "/nonexistent/wheelhouse",  # never install into the test's own environment
@@ -58,13 +61,14 @@ def test_dry_run_prints_the_gpu_commands_and_each_parses(tmp_path):
     assert set(lines) == {"bench", "grid", "ddp"}
     parser = build_parser()
     bench = shlex.split(lines["bench"])
-    args = parser.parse_args(bench[1:])
+    assert bench[:3] == HARNESS
+    args = parser.parse_args(bench[3:])
     assert (args.command, args.size, args.compile, args.device) == ("bench", "120m", True, "cuda")
     assert args.variant == ["prenorm", "block_attnres", "rd_attnres"]
-    ddp = parser.parse_args(shlex.split(lines["ddp"])[1:])
+    ddp = parser.parse_args(shlex.split(lines["ddp"])[3:])
     assert (ddp.command, ddp.devices, ddp.strategy, ddp.accelerator) == ("run", "1", "ddp", "gpu")
-    script, *grid_args = shlex.split(lines["grid"])[2:]  # bash -c SCRIPT HARNESS GRID RESULTS ACCEL
-    assert grid_args[-1] == "gpu" and "work --results" in script
+    script, *grid_args = shlex.split(lines["grid"])[2:]  # bash -c SCRIPT grid GRID RESULTS ACCEL HARNESS...
+    assert grid_args[3] == "gpu" and grid_args[4:] == HARNESS and "work --results" in script
     assert not (tmp_path / "summary.txt").read_text()  # nothing ran
 
 
@@ -75,8 +79,13 @@ def test_cpu_fallback_runs_every_step(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = (tmp_path / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary] == ["bench", "grid", "ddp"]
-    assert all(": exit 0 in " in line for line in summary), summary
+    assert [line.split(":")[0] for line in summary] == [
+        "PASS preflight",
+        "PASS bench",
+        "PASS grid",
+        "PASS ddp",
+    ]
+    assert all(": exit 0 in " in line for line in summary[1:]), summary
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert bench["device"] == "cpu" and set(bench["precision_ratios"]) == {"bf16/fp32"}
     assert bench["ratio_intervals"]["rd_attnres/block_attnres"] is not None  # 6 rounds: an interval
@@ -111,16 +120,16 @@ def test_paper_dry_run_prints_the_paper_commands_and_each_parses(tmp_path):
         *(f"paper_{s}_{v}" for s in ("120m", "343m") for v in ("block_attnres", "rd_attnres")),
     }
     parser = build_parser()
-    bench = parser.parse_args(shlex.split(lines["paper_bench"])[1:])
+    bench = parser.parse_args(shlex.split(lines["paper_bench"])[3:])
     assert (bench.command, bench.size, bench.compile, bench.device) == ("bench", "120m", True, "cuda")
-    assert bench.variant == ["block_attnres", "rd_attnres"]
+    assert bench.variant == ["block_attnres", "rd_attnres"] and not bench.precision_ratio
     for size in ("120m", "343m"):
-        run = parser.parse_args(shlex.split(lines[f"paper_{size}_rd_attnres"])[1:])
+        run = parser.parse_args(shlex.split(lines[f"paper_{size}_rd_attnres"])[3:])
         sets = dict(item.split("=") for item in run.set)
         # the paper's global batch, >= 20 optimiser steps, a 50,304-token BPE, micro-batches auto (probed)
         assert (run.size, sets["batch_tokens"], sets["vocab_size"]) == (size, "524288", "50304")
         assert run.budget_tokens // int(sets["batch_tokens"]) >= 20 and run.micro_batch_size is None
-    ddp = parser.parse_args(shlex.split(lines["paper_ddp"])[1:])
+    ddp = parser.parse_args(shlex.split(lines["paper_ddp"])[3:])
     assert (ddp.devices, ddp.strategy, ddp.accelerator) == ("2", "ddp", "gpu")
     assert not (tmp_path / "summary.txt").read_text()  # nothing ran
 
@@ -132,17 +141,18 @@ def test_paper_cpu_fallback_trains_micro_batched_runs_and_says_pass_per_check(tm
         capture_output=True,
         text=True,
         env=_env(),
-        timeout=900,
+        timeout=3600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = (tmp_path / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary[:4]] == [
-        "paper_corpus",
-        "paper_bench",
-        "paper_tiny_block_attnres",
-        "paper_tiny_rd_attnres",
+    assert [line.split(":")[0] for line in summary[:5]] == [
+        "PASS preflight",
+        "PASS paper_corpus",
+        "PASS paper_bench",
+        "PASS paper_tiny_block_attnres",
+        "PASS paper_tiny_rd_attnres",
     ]
-    checks = [line for line in summary if line.startswith(("PASS", "FAIL"))]
+    checks = [line for line in summary if line.startswith(("PASS run ", "FAIL run "))]
     assert len(checks) == 2 and all(line.startswith("PASS") for line in checks), summary
     assert all("20 steps of 1,024 tokens, micro-batch 4, world size 1" in line for line in checks)
     assert any(line.startswith("INFO bench tiny block_attnres") for line in summary)
@@ -190,20 +200,27 @@ def test_paper_check_counts_physical_gpus_not_mig_lines(tmp_path, gpus, visible,
         count = min(gpus, len(visible.split(","))) if visible else gpus
         assert f"[paper_ddp] skipped: {count} GPU visible" in proc.stderr
     else:
-        ddp = build_parser().parse_args(shlex.split(lines["paper_ddp"])[1:])
+        ddp = build_parser().parse_args(shlex.split(lines["paper_ddp"])[3:])
         assert (ddp.devices, ddp.strategy) == (ddp_devices, "ddp")
 
 
-def test_paper_check_installs_offline_from_a_wheelhouse_keeping_the_torch_present(tmp_path):
-    """With a wheelhouse, the first phase is an offline pip install (no index, PIP_NO_INDEX=1) of
-    the project from it, constrained to the torch version the machine's Python already has."""
-    import torch
-
+def _wheelhouse(tmp_path: Path) -> Path:
+    """A wheelhouse as scripts/wheelhouse.sh leaves it, for this Python: the project's wheel (found
+    by name; nothing here installs it) and the dependency list."""
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
-    (wheelhouse / "rd_harness-0.1.0-py3-none-any.whl").write_bytes(
-        b""
-    )  # found by name; --dry-run runs nothing
+    (wheelhouse / "rd_harness-0.1.0-py3-none-any.whl").write_bytes(b"")
+    (wheelhouse / f"requirements-cp{sys.version_info[0]}{sys.version_info[1]}.txt").write_text(
+        "numpy==2.3.5\n"
+    )
+    return wheelhouse
+
+
+def test_paper_check_installs_offline_from_a_wheelhouse_keeping_the_torch_present(tmp_path):
+    """With a wheelhouse, the first phase is an offline pip install (no index, PIP_NO_INDEX=1,
+    --no-deps) of the wheelhouse's list for this Python and the project's wheel: torch is never
+    named or resolved, so the machine's keeps its version whatever its version string."""
+    wheelhouse = _wheelhouse(tmp_path)
     out = tmp_path / "out"
     env = {**_env(), "WHEELHOUSE": str(wheelhouse), "NVIDIA_SMI": "/nonexistent/nvidia-smi"}
     proc = subprocess.run(
@@ -211,13 +228,12 @@ def test_paper_check_installs_offline_from_a_wheelhouse_keeping_the_torch_presen
     )
     install = shlex.split(proc.stdout.splitlines()[0].split("] ", 1)[1])
     assert proc.stdout.startswith("[paper_install] ")
-    assert install[:4] == ["env", "PIP_NO_INDEX=1", sys.executable, "-m"] and install[4:6] == [
-        "pip",
-        "install",
-    ]
-    assert install[install.index("--find-links") + 1] == str(wheelhouse) and "--no-index" in install
-    constraint = Path(install[install.index("-c") + 1])
-    assert constraint.read_text() == f"torch=={torch.__version__}\n" and install[-1] == "rd-harness"
+    assert install[:6] == ["env", "PIP_NO_INDEX=1", sys.executable, "-m", "pip", "install"]
+    assert install[install.index("--find-links") + 1] == str(wheelhouse)
+    assert {"--no-index", "--no-deps"} <= set(install) and not any("torch" in a for a in install)
+    reqs = wheelhouse / f"requirements-cp{sys.version_info[0]}{sys.version_info[1]}.txt"
+    assert install[install.index("-r") + 1] == str(reqs)
+    assert install[-1] == str(wheelhouse / "rd_harness-0.1.0-py3-none-any.whl")
 
 
 @pytest.mark.parametrize(
@@ -242,3 +258,87 @@ def test_wheelhouse_refuses_bad_arguments_in_one_line(tmp_path, args, message):
     proc = subprocess.run([str(WHEELHOUSE), *args], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert (proc.returncode, proc.stderr) == (2, f"wheelhouse.sh: {message}\n")
     assert not any(tmp_path.iterdir())  # refused before DIR (relative to the cwd) was made
+
+
+# -- issue 44 row 6: bounded calls, the preflight, shellcheck ------------------------------------
+
+
+def _preflight(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(SCRIPT), *args, "--preflight", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**_env(), **env},
+        timeout=900,  # the preflight imports torch (> 60 s on a CPU shared by 20 processes)
+    )
+
+
+def test_the_script_passes_shellcheck():
+    """shellcheck (installed by .ci/run) finds nothing: no unquoted expansion, no unbound use."""
+    proc = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_array_is_expanded_bare_where_bash_before_4_4_calls_an_empty_one_unbound():
+    """Under `set -u`, bash < 4.4 calls "${A[@]}" of an empty array unbound: an array that may be
+    empty (MICRO on a GPU, DDP on one GPU) is expanded as ${A[@]+"${A[@]}"}."""
+    text = SCRIPT.read_text()
+    for name in ("MICRO", "DDP"):
+        assert f'${{{name}[@]+"${{{name}[@]}}"}}' in text
+        bare = text.replace(f'${{{name}[@]+"${{{name}[@]}}"}}', "")
+        assert f'"${{{name}[@]}}"' not in bare, name
+    assert "timeout -k" in text and ' timeout "$limit"' not in text  # every phase: SIGKILL after SIGTERM
+
+
+def test_a_hanging_nvidia_smi_on_path_is_cut_by_its_timeout_and_named(tmp_path):
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env bash\nsleep 60\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "NVIDIA_SMI_TIMEOUT": "2"}
+    proc = _preflight(tmp_path, "--paper", **env)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ["FAIL preflight: nvidia-smi did not answer within 2 s (exit 124)"]
+    assert (tmp_path / "out" / "summary.txt").read_text() == proc.stderr
+
+
+def test_an_answering_nvidia_smi_without_cuda_in_torch_names_that(tmp_path):
+    fake = _fake_nvidia_smi(tmp_path, 1)
+    proc = _preflight(tmp_path, "--paper", PATH=f"{fake.parent}:{os.environ['PATH']}")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("FAIL preflight: torch ") and "sees no CUDA device" in proc.stderr
+
+
+def test_a_python_without_pip_is_named_before_anything_runs(tmp_path):
+    venv = tmp_path / "nopip"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    proc = _preflight(tmp_path, "--paper", "--cpu", PYTHON=str(py), WHEELHOUSE=str(_wheelhouse(tmp_path)))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"FAIL preflight: no pip in {py} (needed to install from ")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.txt"]  # nothing else ran
+
+
+@pytest.mark.parametrize(
+    ("version", "warn"),
+    [("2.5.0a0+872d972e41", True), ("2.11.0a0+git6c8c5ad", False), ("2.13.0+cu128", False)],
+)
+def test_an_ngc_torch_version_is_accepted(tmp_path, version, warn):
+    """NGC containers' torch says 2.x.0a0+<commit>: the preflight accepts it (a WARN line below 2.11,
+    the oldest tested) and the install never resolves torch (test above)."""
+    fake = tmp_path / "site"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    info = fake / f"torch-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    proc = _preflight(
+        tmp_path, "--paper", "--cpu", PYTHONPATH=str(fake), WHEELHOUSE=str(_wheelhouse(tmp_path))
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith(f"PASS preflight: {sys.executable}, torch {version}, pip (installing from ")
+    expect = (
+        [f"WARN preflight: torch {version} is older than 2.11, the oldest tested; going on"] if warn else []
+    )
+    assert lines[1:] == expect

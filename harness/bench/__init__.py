@@ -34,12 +34,22 @@ or the Python heap), so variants compare on the same footing.
 ``lightning/bare`` is the ratio of median tokens/s (higher is better). Peak-memory
 ratios against the parent are reported separately (``peak_mem_ratios``).
 
-**MFU** (model FLOPs utilisation) = ``6 * N_params * tokens_per_s / peak_flops``, the
-6N FLOPs per trained token of Kaplan et al. 2020 (arXiv 2001.08361, section 2.1), with
-the device's dense bf16 peak from :data:`PEAK_FLOPS` or ``peak_tflops``.
+**MFU** (model FLOPs utilisation) = ``flops_per_token * tokens_per_s / peak_flops`` with
+``flops_per_token = 6 N + 12 L D T`` (:mod:`~harness.bench.flops`): ``6 N`` for the parameters'
+multiply-adds, forward and backward (Kaplan et al. 2020, arXiv 2001.08361, section 2.1), plus
+``12 L D T`` for attention's score and value matmuls over the whole ``T x T`` matrix (PaLM,
+Chowdhery et al. 2022, arXiv 2204.02311, appendix B; nanoGPT's ``estimate_mfu``); depth routing's
+own arithmetic is left out. ``peak_flops`` is the device's dense bf16 peak, matched by its exact
+name in :data:`~harness.bench.peaks.PEAK_FLOPS` (a MIG slice scaled by its SMs) or given as
+``peak_tflops``; without one, MFU is omitted with the reason (``mfu_note``), never guessed.
 
-On CUDA, steps run under bf16 autocast (the Lightning loop under ``bf16-mixed``), and
-timings synchronise the device before reading the clock.
+On CUDA, steps run under bf16 autocast (the Lightning loop under ``bf16-mixed``), float32
+matmuls (the ``32-true`` arm of ``--precision-ratio``) use TF32 as a run's do (the one switch
+:func:`harness.train.trainer.enable_tf32`), and timings synchronise the device before reading
+the clock. Every arm first runs one step; the other-precision arm that runs out of memory at the
+others' micro-batch retries at smaller ones (same tokens per step), and an arm that still runs
+out of memory, then or later, is left out with one line: its figures are missing
+(``missing_arms`` says why; a ratio it belongs to is ``None``), the other arms' are reported.
 
 Modules: :mod:`~harness.bench.settings` (settings, targets, devices), :mod:`~harness.bench.steps`
 (one variant's step, interleaved timing, peak memory), :mod:`~harness.bench.loop` (Lightning
@@ -50,8 +60,9 @@ category), :mod:`~harness.bench.measure` (:func:`run_bench`: the whole benchmark
 
 from harness.bench.loop import loop_throughput
 from harness.bench.measure import run_bench, synthetic_corpus
+from harness.bench.peaks import PEAK_FLOPS, peak_flops
 from harness.bench.result import assemble, bench_rows, format_report, write_json
-from harness.bench.settings import PEAK_FLOPS, TARGETS, BenchConfig, default_variants, device_peak_flops
+from harness.bench.settings import TARGETS, BenchConfig, default_variants, device_peak_flops
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps, train_step
 
 __all__ = [
@@ -70,5 +81,6 @@ __all__ = [
     "synthetic_corpus",
     "device_peak_flops",
     "PEAK_FLOPS",
+    "peak_flops",
     "TARGETS",
 ]

@@ -24,13 +24,13 @@ from harness.bench.settings import (
     other_precision,
     resolve_device,
 )
-from harness.bench.steps import StepArm, peak_step_bytes, time_steps
+from harness.bench.steps import StepArm, fit_arms, peak_step_bytes, time_steps
 from harness.config import corpus_key, get_size, train_config
 from harness.data import PreparedCorpus, prepare_corpus, token_dtype
 from harness.data.datamodule import TrainSchedule
 from harness.models import build_model, count_params
 from harness.train.microbatch import MEMORY_FRACTION, probe_micro_batch
-from harness.train.trainer import cpu_bf16_support
+from harness.train.trainer import cpu_bf16_support, enable_tf32
 
 # -- data -----------------------------------------------------------------------------
 
@@ -88,6 +88,8 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     variants = list(cfg.variants) or default_variants()
     device = resolve_device(cfg.device)
     old_threads, old_limit = torch.get_num_threads(), torch._dynamo.config.recompile_limit
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    enable_tf32(device.type)  # float32 matmuls as a run on this device does them (TF32 on CUDA)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     # every variant (and each loop's model) compiles its own graph of the same forward code
@@ -109,41 +111,26 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
             )
             # Inductor's CPU kernels show in a profile only if compiled with the marks on
             with kernel_profiling(bool(cfg.profile_rounds) and cfg.compile and device.type == "cpu"):
-                arms, precision_arms = _arms(
+                every_arm, precision_arms = _arms(
                     cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say, micro_batches
                 )
-                pairs = step_ratio_pairs(variants, precision_arms)
-                more = (
-                    (
-                        f", up to {cfg.max_steps} until every interval is narrower than "
-                        f"{100 * cfg.interval_width:g} %"
-                    )
-                    if cfg.max_steps > cfg.steps
-                    else ""
-                )
-                say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
-                samples = time_steps(
-                    arms,
-                    cfg.steps,
-                    cfg.warmup,
-                    max_steps=cfg.max_steps,
-                    enough=narrow_enough(cfg.interval_width, pairs),
-                    progress=say,
-                )
-                say(
-                    f"measuring peak memory, one step per arm ({len(next(iter(samples.values())))} rounds timed)"
-                )
-                peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms).items()}
-                profile = _profile(arms, cfg.profile_rounds, pairs, say) if cfg.profile_rounds else None
+                arms = [arm for arm in every_arm if not arm.failed]
+                pairs = _live_pairs(step_ratio_pairs(variants, precision_arms), arms)
+                samples, peak_mb, profile = _measure(cfg, arms, pairs, say)
+                arms = [arm for arm in arms if not arm.failed]
             n_params = {arm.name: arm.n_params for arm in arms}
-            del arms
+            missing = {arm.name: arm.failed for arm in every_arm if arm.failed}
+            del arms, every_arm
             loops = _loops(cfg, prepared, device, batch_size, Path(tmp) / "lightning", n_params, say)
     finally:
         torch.set_num_threads(old_threads)
         torch._dynamo.config.recompile_limit = old_limit
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old_tf32
+    if precision_arms and not set(precision_arms.values()) <= set(peak_mb):
+        precision_arms = None  # one of the pair is out: no ratio (missing_arms says why)
     result = assemble(
         cfg,
-        variants,
+        [v for v in variants if v in peak_mb],
         device,
         batch_size,
         preset.context,
@@ -155,6 +142,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
         precision_arms,
         micro_batch_note=micro_note,
         micro_batches=micro_batches,
+        missing_arms=missing,
     )
     if profile is not None:
         result["profile"] = profile
@@ -173,11 +161,14 @@ def _arms(
 ) -> tuple[list[StepArm], dict | None]:
     """A :class:`StepArm` per variant, plus (``--precision-ratio``) the parent in the other precision, timed
     in the same rounds; and ``precision -> arm name`` of that pair (``None`` without it). Every arm's
-    step is ``micro_batches`` micro-batches of ``batch``."""
+    step is ``micro_batches`` micro-batches of ``batch``, and every arm has run one step
+    (:func:`~harness.bench.steps.fit_arms`): the other-precision arm at a smaller micro-batch (same
+    step tokens) if it did not fit, an arm that still ran out of memory with ``failed`` set."""
     arms = [
         StepArm(v, cfg, device, batch, vocab_size, total_steps, micro_batches=micro_batches) for v in variants
     ]
     if not cfg.precision_ratio:
+        fit_arms(arms, set(), say)
         return arms, None
     base = PARENT if PARENT in variants else variants[0]
     extra = StepArm(
@@ -193,7 +184,45 @@ def _arms(
     arms.append(extra)
     support = cpu_bf16_support() if device.type == "cpu" else ""
     say(f"precision: {base} also in {extra.precision} ({support})")
+    fit_arms(arms, {extra.name}, say)  # its own micro-batch: float32 needs more memory than bf16
+    if extra.micro_batches != micro_batches:
+        say(
+            f"{extra.name}: {extra.micro_batches} micro-batches of {extra.x.shape[0]} (the others: {micro_batches})"
+        )
     return arms, {default_precision(device): base, extra.precision: extra.name}
+
+
+def _measure(cfg: BenchConfig, arms: list[StepArm], pairs: dict, say) -> tuple[dict, dict, dict | None]:
+    """``(samples, peak_mb, profile)`` of ``arms`` (each has run its first warmup step, :func:`_arms`):
+    the interleaved step times, one step's peak memory each, and the ``--profile`` rounds. An arm that
+    runs out of memory is left out from there on (``failed`` set)."""
+    more = (
+        f", up to {cfg.max_steps} until every interval is narrower than {100 * cfg.interval_width:g} %"
+        if cfg.max_steps > cfg.steps
+        else ""
+    )
+    say(f"timing {cfg.steps} interleaved rounds{more} after {cfg.warmup} warmup step(s) per arm")
+    samples = time_steps(
+        arms,
+        cfg.steps,
+        cfg.warmup - 1,  # the first warmup step was fit_arms'
+        max_steps=cfg.max_steps,
+        enough=narrow_enough(cfg.interval_width, pairs),
+        progress=say,
+    )
+    say(f"measuring peak memory, one step per arm ({len(next(iter(samples.values()), []))} rounds timed)")
+    arms = [arm for arm in arms if not arm.failed]  # out of memory while timed
+    peak_mb = {v: b / 2**20 for v, b in peak_step_bytes(arms, say).items()}
+    arms = [arm for arm in arms if not arm.failed]
+    if not cfg.profile_rounds:
+        return samples, peak_mb, None
+    return samples, peak_mb, _profile(arms, cfg.profile_rounds, _live_pairs(pairs, arms), say)
+
+
+def _live_pairs(pairs: dict[str, tuple[str, str]], arms: list[StepArm]) -> dict[str, tuple[str, str]]:
+    """The ratio pairs both of whose arms are still in ``arms`` (none left out after an out-of-memory)."""
+    live = {arm.name for arm in arms if not arm.failed}
+    return {key: pair for key, pair in pairs.items() if set(pair) <= live}
 
 
 def _loops(

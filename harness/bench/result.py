@@ -20,7 +20,6 @@ from harness.bench.profile import format_profile
 from harness.bench.settings import (
     LOOPS,
     PARENT,
-    PEAK_FLOPS,
     PRECISION_RATIO,
     REFERENCE,
     TARGETS,
@@ -80,9 +79,12 @@ def step_ratio_pairs(
 
 def paired_summary(samples: dict[str, list[float]], pairs: dict[str, tuple[str, str]]) -> dict[str, dict]:
     """Per ratio key: ``value`` (median of the per-round ratios), ``interval`` (95 %,
-    :func:`~harness.bench.intervals.median_interval`, or None), ``width`` (relative) and ``n``."""
+    :func:`~harness.bench.intervals.median_interval`, or None), ``width`` (relative) and ``n``.
+    A pair with an arm that has no samples (left out after an out-of-memory) has no entry."""
     out = {}
     for key, (a, b) in pairs.items():
+        if a not in samples or b not in samples:
+            continue
         rs = intervals.paired_ratios(samples[a], samples[b])
         ci = intervals.median_interval(rs)
         out[key] = {
@@ -118,6 +120,7 @@ def assemble(
     precision_arms: dict[str, str] | None = None,
     micro_batch_note: str | None = None,
     micro_batches: int = 1,
+    missing_arms: dict[str, str] | None = None,
 ) -> dict:
     """Medians, paired ratios with intervals, MFU and targets from raw samples (pure function).
 
@@ -131,6 +134,8 @@ def assemble(
 
     ``samples`` holds one step time per round (ms) per arm name: every variant, and the arms
     of ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``; one of them a variant).
+    ``missing_arms``: arm name -> why it has no figures (an out-of-memory, issue 44); the
+    precision ratio is then ``None`` if it was one of the pair.
     """
     batch_tokens = batch_size * context
     step_tokens = batch_tokens * micro_batches
@@ -143,7 +148,7 @@ def assemble(
     if len(loop_tps) == 2:
         summary["lightning/bare"] = _loop_ratio(loops)
         ratios["lightning/bare"] = summary["lightning/bare"]["value"]
-    precision = {}
+    precision = {"precision_ratios": {PRECISION_RATIO: None}} if missing_arms and cfg.precision_ratio else {}
     if precision_arms:
         precision = {
             "precision_ratios": {PRECISION_RATIO: summary[PRECISION_RATIO]["value"]},
@@ -152,12 +157,12 @@ def assemble(
             "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb},
         }
     tokens_per_s = {v: step_tokens / (step_ms[v] / 1e3) for v in variants}
-    peak = device_peak_flops(device, cfg.peak_tflops)
+    peak, peak_note = device_peak_flops(device, cfg.peak_tflops)
     preset = get_size(cfg.size)
     flops = {
         v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()
     }
-    mfu, mfu_note = _mfu(cfg, device, variants, flops, tokens_per_s, loop_tps, peak)
+    mfu, mfu_note = _mfu(cfg, variants, flops, tokens_per_s, loop_tps, peak, peak_note)
     targets = _targets(ratios, mem_ratios, summary)
     return {
         "size": cfg.size,
@@ -184,6 +189,7 @@ def assemble(
         "mfu_note": mfu_note,
         "flops_per_token": flops,
         "micro_batch_note": micro_batch_note,
+        "missing_arms": missing_arms or {},
         "micro_batches": micro_batches,
         "micro_batch_ms": {v: ms / micro_batches for v, ms in step_ms.items()},
         "peak_flops": peak,
@@ -227,20 +233,11 @@ def _loop_ratio(loops: dict[str, list[float]]) -> dict:
 
 
 def _mfu(
-    cfg: BenchConfig,
-    device: torch.device,
-    variants: list[str],
-    flops: dict,
-    tokens_per_s: dict,
-    loop_tps: dict,
-    peak: float | None,
+    cfg: BenchConfig, variants: list[str], flops: dict, tokens_per_s: dict, loop_tps: dict, peak, why
 ) -> tuple[dict | None, str | None]:
-    """``(MFU per variant and loop, None)``, or ``(None, why it is omitted)`` without a known bf16 peak."""
+    """``(MFU per variant and loop, None)``, or ``(None, why)`` without a known bf16 peak."""
     if not peak:
-        return None, (
-            f"MFU omitted: no bf16 peak known for {_device_name(device)} (known: "
-            f"{', '.join(PEAK_FLOPS)}; pass --peak-tflops)"
-        )
+        return None, why
     mfu = {v: model_mfu(flops[v], tokens_per_s[v], peak) for v in variants}
     mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
     return mfu, None
@@ -410,7 +407,8 @@ def format_report(result: dict) -> str:
             f"{result['loop_steps']} steps): "
             + ", ".join(f"{k} {v:,.0f} tokens/s" for k, v in result["loop_tokens_per_s"].items())
         )
-    if result.get("precision_ratios"):
+    lines += [f"n/a {name}: {why}" for name, why in result.get("missing_arms", {}).items()]
+    if result.get("precision_step_ms"):
         ms = result["precision_step_ms"]
         lines.append("")
         lines.append(
@@ -471,6 +469,9 @@ def _ratio_lines(result: dict) -> list[str]:
     lines = [f"ratios (median of per-round paired ratios; {ci_head}; goal judged against the interval):"]
     for key in [*result["ratios"], *result.get("precision_ratios", {})]:
         value = result["ratios"].get(key, result.get("precision_ratios", {}).get(key))
+        if value is None:
+            lines.append(f"  {key:<30}     n/a  (an arm ran out of memory: missing_arms)")
+            continue
         ci = result["ratio_intervals"].get(key)
         span = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{'(too few rounds)':>16}"
         line = f"  {key:<30} {value:7.3f}  {span}  n={result['ratio_rounds'][key]:<4}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from harness.bench.peaks import peak_flops
 from harness.config import get_size
 from harness.models import available_variants, get_spec
 
@@ -18,9 +19,6 @@ TREATMENT = "rd_attnres"
 LOOPS = ("lightning", "bare")
 MAX_DEFAULT_BATCH = 32  # sequences: the paper presets' 512-sequence batches do not fit one step
 
-#: Dense bf16 peak FLOP/s by a substring of ``torch.cuda.get_device_name()`` (vendor data
-#: sheets; H100/H200 SXM 989.4 TFLOP/s, A100 312 TFLOP/s). First match wins.
-PEAK_FLOPS: dict[str, float] = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
 
 #: Goals of the benchmark issue: ratio key -> (comparison, bound). Step-time ratios and
 #: ``lightning/bare`` live in ``ratios``; ``mem:`` keys in ``peak_mem_ratios``.
@@ -64,7 +62,7 @@ class BenchConfig:
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         threads: torch CPU threads (0 = torch's default).
         seed: initialisation and data seed.
-        peak_tflops: device peak TFLOP/s for MFU (0 = look up :data:`PEAK_FLOPS`).
+        peak_tflops: device peak TFLOP/s for MFU (0 = look up :data:`~harness.bench.peaks.PEAK_FLOPS`).
         profile_rounds: after timing, profile this many more interleaved rounds and split each
             step-time ratio's difference by category (:mod:`harness.bench.profile`; 0 = off).
     """
@@ -139,15 +137,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def device_peak_flops(device: torch.device, peak_tflops: float = 0.0) -> float | None:
-    """Peak FLOP/s for MFU: ``peak_tflops * 1e12`` if given, else :data:`PEAK_FLOPS` by
-    CUDA device name; None when unknown (e.g. any CPU)."""
+def device_peak_flops(device: torch.device, peak_tflops: float = 0.0) -> tuple[float | None, str | None]:
+    """``(peak FLOP/s, None)`` for MFU: ``peak_tflops * 1e12`` if given, else the CUDA device's
+    exact name in :data:`~harness.bench.peaks.PEAK_FLOPS` (a MIG slice scaled by its SMs);
+    ``(None, why)`` when unknown (any CPU, an unlisted GPU or MIG slice)."""
     if peak_tflops:
-        return peak_tflops * 1e12
+        return peak_tflops * 1e12, None
     if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
+        return None, f"MFU omitted: no bf16 peak for a {device.type} device; pass --peak-tflops"
+    props = torch.cuda.get_device_properties(device)
+    peak, why = peak_flops(torch.cuda.get_device_name(device), props.multi_processor_count)
+    return peak, (f"MFU omitted: {why}" if why else None)
 
 
 def sync(device: torch.device) -> None:

@@ -107,6 +107,8 @@ class StepArm:
         self.opt, self.sched = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.max_norm = self.train.grad_clip if self.train.grad_clip > 0 else float("inf")
+        #: why the arm is left out (an out-of-memory), or None while it runs
+        self.failed: str | None = None
 
     def step(self) -> None:
         train_step(
@@ -123,6 +125,24 @@ class StepArm:
             loss_fn=self.lit.loss,
         )
 
+    def shrink(self) -> bool:
+        """Take the micro-batch's largest divisor at most half its rows as the new micro-batch,
+        with proportionally more micro-batches (the step's tokens, ``rows x micro_batches``, stay);
+        False at one row. For an arm that does not fit at the other arms' micro-batch."""
+        rows = self.x.shape[0]
+        if rows == 1:
+            return False
+        new = max(d for d in range(1, rows // 2 + 1) if rows % d == 0)
+        self.micro_batches *= rows // new
+        self.x, self.y = self.x[:new].contiguous(), self.y[:new].contiguous()
+        return True
+
+    def recover(self) -> None:
+        """After an out-of-memory: drop the gradients and return the allocator's cached blocks."""
+        self.free_grads()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def free_grads(self) -> None:
         """Drop the gradients (``set_to_none``), leaving only persistent state."""
         self.opt.zero_grad(set_to_none=True)
@@ -138,6 +158,41 @@ class StepArm:
             storage = t.untyped_storage()
             seen[(t.device.type, storage.data_ptr())] = storage.nbytes()
         return sum(seen.values())
+
+
+def out_of_memory(arm: StepArm, exc: BaseException, say: Callable[[str], None]) -> None:
+    """Leave ``arm`` out after ``exc`` (an out-of-memory): its reason in :attr:`StepArm.failed`,
+    one line to ``say``, its memory freed. The other arms go on (issue 44: never a failed bench)."""
+    arm.recover()
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    arm.failed = (
+        f"out of memory at {arm.micro_batches} micro-batch(es) of {arm.x.shape[0]} sequences: {first}"
+    )
+    say(f"{arm.name}: n/a, left out ({arm.failed})")
+
+
+def fit_arms(arms: list[StepArm], shrinkable: set[str], say: Callable[[str], None]) -> list[StepArm]:
+    """One untimed step of every arm (the first warmup step; the compile under ``--compile``).
+
+    An arm named in ``shrinkable`` that runs out of memory retries at a smaller micro-batch
+    (:meth:`StepArm.shrink`, the step's tokens unchanged) until it fits or is at one sequence;
+    any other arm, or one at one sequence, is left out (:func:`out_of_memory`). Returns the arms
+    that ran a step.
+    """
+    for arm in arms:
+        while True:
+            try:
+                arm.step()
+                break
+            except torch.OutOfMemoryError as exc:
+                rows = arm.x.shape[0]
+                if arm.name in shrinkable and arm.shrink():
+                    arm.recover()
+                    say(f"{arm.name}: out of memory at a micro-batch of {rows}; trying {arm.x.shape[0]}")
+                    continue
+                out_of_memory(arm, exc, say)
+                break
+    return [arm for arm in arms if not arm.failed]
 
 
 #: rounds between the progress lines of :func:`time_steps`
@@ -165,18 +220,27 @@ def time_steps(
     starting with arm ``r mod n`` (see :mod:`harness.bench`). ``steps`` rounds at least;
     then, while ``enough(times)`` is false, more rounds up to ``max_steps`` in all (the
     intervals of :mod:`harness.bench.intervals` narrow with every round). ``progress``
-    gets a line every :data:`PROGRESS_EVERY` rounds (a long benchmark is not silent).
+    gets a line every :data:`PROGRESS_EVERY` rounds (a long benchmark is not silent). An arm
+    that runs out of memory is left out (:func:`out_of_memory`): no entry in the result.
     """
     device = arms[0].device
+    say = progress or (lambda msg: None)
     for arm in arms:
-        for _ in range(warmup):
-            arm.step()
+        try:
+            for _ in range(warmup):
+                arm.step()
+        except torch.OutOfMemoryError as exc:
+            out_of_memory(arm, exc, say)
     sync(device)
     times: dict[str, list[float]] = {arm.name: [] for arm in arms}
+
+    def live() -> dict[str, list[float]]:
+        return {arm.name: times[arm.name] for arm in arms if not arm.failed}
+
     n, limit = len(arms), max(steps, max_steps or steps)
     t_start = time.perf_counter()
     for r in range(limit):
-        if r >= steps and (enough is None or enough(times)):
+        if r >= steps and (enough is None or enough(live())):
             break
         if progress is not None and r and r % PROGRESS_EVERY == 0:
             progress(
@@ -184,12 +248,18 @@ def time_steps(
             )
         for i in round_order(n, r):
             arm = arms[i]
+            if arm.failed:
+                continue
             sync(device)
             t0 = time.perf_counter()
-            arm.step()
+            try:
+                arm.step()
+            except torch.OutOfMemoryError as exc:
+                out_of_memory(arm, exc, say)
+                continue
             sync(device)
             times[arm.name].append((time.perf_counter() - t0) * 1e3)
-    return times
+    return live()
 
 
 @contextmanager
@@ -206,11 +276,22 @@ def quiet_stderr():
         os.close(saved)
 
 
-def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
+def _guarded_step(arm: StepArm, say: Callable[[str], None]) -> bool:
+    """One step of ``arm``; False (the arm left out, :func:`out_of_memory`) when it ran out of memory."""
+    try:
+        arm.step()
+    except torch.OutOfMemoryError as exc:
+        out_of_memory(arm, exc, say)
+        return False
+    return True
+
+
+def peak_step_bytes(arms: list[StepArm], say: Callable[[str], None] = print) -> dict[str, int]:
     """Peak tensor bytes of one training step of each arm (module docstring, "Peak memory").
 
     On CPU all arms run in one profiler session; each step is marked with
-    ``record_function`` and its allocator events are summed within its own window.
+    ``record_function`` and its allocator events are summed within its own window. An arm
+    that runs out of memory is left out (no entry; ``say`` gets its line).
     """
     device = arms[0].device
     out: dict[str, int] = {}
@@ -220,7 +301,8 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
             sync(device)
             start = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
-            arm.step()
+            if not _guarded_step(arm, say):
+                continue
             sync(device)
             out[arm.name] = arm.persistent_bytes() + torch.cuda.max_memory_allocated(device) - start
         return out
@@ -234,7 +316,7 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
     try:
         for i, arm in enumerate(arms):
             with record_function(f"harness-bench-step/{i}"):
-                arm.step()
+                _guarded_step(arm, say)
     finally:
         with quiet_stderr():
             prof.stop()
@@ -244,6 +326,8 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
     }
     memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
     for i, arm in enumerate(arms):
+        if arm.failed:
+            continue
         lo, hi = windows[f"harness-bench-step/{i}"]
         running = transient = 0
         for t, nbytes in memory:  # +bytes for an allocation, -bytes for a free, in time order

@@ -14,8 +14,9 @@ appends one row per variant and per loop to the DuckDB table `bench` (default
 RESULTS/harness.duckdb). The machine may be shared: no single number is trusted, only
 medians of interleaved rounds; on a busy CPU, --threads 1 avoids the stalls that
 OpenMP threads suffer when another process takes their core. On CUDA: bf16 autocast,
-synchronised timings, torch.cuda.max_memory_allocated for memory, and
-MFU = 6 N tokens/s / peak FLOP/s.
+float32 matmuls in TF32 (as training), synchronised timings, torch.cuda.max_memory_allocated
+for memory, and MFU = (6 N + 12 L D T) tokens/s / peak FLOP/s. An arm that runs out of memory
+is one line and its figures are n/a (the float32 arm first retries at smaller micro-batches).
 
 example:
   harness bench --size small                        # eager, CPU
@@ -107,7 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--peak-tflops",
         type=float,
         default=0.0,
-        help="device peak TFLOP/s for MFU (default: by CUDA device name: H100/H200 989, A100 312)",
+        help="device peak TFLOP/s for MFU (default: by the exact CUDA device name: H100/H200 SXM 989, "
+        "H100 PCIe 756, H100/H200 NVL 835, A100 312; a MIG slice by its SMs; else no MFU)",
     )
     p.add_argument(
         "--profile",

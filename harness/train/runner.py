@@ -73,6 +73,7 @@ from harness.train.stop import StopRequest
 from harness.train.trackers import Trackers
 from harness.train.trainer import (
     describe_precision,
+    enable_tf32,
     make_trainer,
     quiet_lightning,
     resolve_accelerator,
@@ -249,9 +250,7 @@ def _model_and_modules(
 def _accelerator(accelerator: str) -> str:
     """The resolved accelerator; on a GPU, float32 matmuls (outside bf16 autocast) use tensor cores."""
     accelerator = resolve_accelerator(accelerator)
-    if accelerator in ("gpu", "cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    enable_tf32(accelerator)
     return accelerator
 
 

@@ -102,6 +102,20 @@ def resolve_accelerator(accelerator: str) -> str:
     return accelerator
 
 
+def enable_tf32(accelerator: str) -> bool:
+    """On a GPU (``gpu`` or ``cuda``) let float32 matmuls and convolutions, those outside bf16
+    autocast and every one of a ``32-true`` run, use TF32 tensor cores
+    (``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``); on any other
+    accelerator change nothing. Returns whether TF32 is now on. The one switch of training
+    (:mod:`harness.train.runner`) and of ``harness bench`` (its float32 arm times what a run runs).
+    """
+    if accelerator not in ("gpu", "cuda"):
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
 #: CPU flags (``/proc/cpuinfo``) of native bf16 matrix arithmetic that oneDNN uses for bf16 matmuls.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -206,6 +220,7 @@ __all__ = [
     "CUDA_DEFAULTS_ENV",
     "cuda_defaults",
     "resolve_accelerator",
+    "enable_tf32",
     "cpu_bf16_support",
     "resolve_precision",
     "describe_precision",
