@@ -145,20 +145,10 @@ class RunAdder(QueueReader):
             self._run_study[config.run_id] = self.study_of(config.grid)
         return self._run_study[config.run_id]
 
-    def _new_trial(
-        self,
-        config: RunConfig,
-        *,
-        attempt: int,
-        failures: int,
-        reclaims: int,
-        order: list,
-        carried: Mapping[str, Any] | None = None,
-    ) -> int:
-        """A WAITING trial for ``config`` in its run's study (new run: its grid's study); see :func:`~harness.scheduling.trials.attempt_template`."""
-        template = attempt_template(
-            config, attempt=attempt, failures=failures, reclaims=reclaims, order=order, carried=carried
-        )
+    def _new_trial(self, config: RunConfig, **attempt: Any) -> int:
+        """A WAITING trial for ``config`` in its run's study (new run: its grid's study); ``attempt``: the
+        counters, slot and carried attributes of :func:`~harness.scheduling.trials.attempt_template`."""
+        template = attempt_template(config, **attempt)
         self._snapshot = None
         return self.storage.create_new_trial(self._study_for(config), template_trial=template)
 
