@@ -40,6 +40,8 @@ COMMANDS = {
     "status": "status",
     "sql": "sql",
     "export": "export",
+    "archive": "archive",
+    "import": "restore",
     "report": "report",
     "plan": "plan",
     "topup": "topup",
@@ -63,6 +65,8 @@ the research loop, one command each:
   harness sql "select variant, seed, val_nll from final order by 1, 2"
   harness export --grid rd_controls_small --format parquet --out final.parquet
   harness report --grid rd_controls_small          # paired significance report
+  harness archive --grid rd_controls_small --out g.tar.gz   # one file: results + queue, to share
+  harness import g.tar.gz --results other/          # ... restored elsewhere: report, topup, work
   harness plan ablations/rd_controls_small.toml --pilot rd_controls_small   # MDE, seeds needed, cost
   harness topup --grid rd_controls_small           # add seeds up to the next look where still undecided
 

@@ -53,7 +53,7 @@ def test_report_names_stored_runs_whose_result_file_is_gone(tmp_path, capsys):
     out = capsys.readouterr().out
     total = frames["runs"].height
     want = (
-        f"warning: 2 of {total} runs in the results database have no result file in {store.runs_dir} "
+        f"warning: 2 of {total} runs in the results database have no result file in the results folder's runs/ "
         f"({gone[0]}, {gone[1]}): the database is their only record"
     )
     assert want in out, out

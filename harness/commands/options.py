@@ -25,6 +25,34 @@ def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) ->
     parser.add_argument("--storage", metavar="URL", default=None, help=help_text)
 
 
+def open_queue(args: argparse.Namespace, *, create: bool = False):
+    """The run queue at ``args.storage`` (default: the results folder's journal), retried for
+    :data:`~harness.scheduling.storage.COMMAND_RETRY_S` while unreachable; ``None`` when there is
+    none (and ``create`` is false). Optuna's info logging is silenced; retries go to stderr.
+
+    Raises:
+        StorageUnavailable: unreachable for that long.
+    """
+    import sys
+
+    import optuna
+
+    from harness.scheduling.queue import RunQueue  # lazy: Optuna and the queue load only when a command runs
+    from harness.scheduling.storage import COMMAND_RETRY_S  # lazy: as above
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return RunQueue.open(
+            args.storage,
+            args.results,
+            create=create,
+            retry_s=COMMAND_RETRY_S,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+    except FileNotFoundError:
+        return None
+
+
 def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
     """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
     p.add_argument(

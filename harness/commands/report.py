@@ -36,7 +36,7 @@ import os
 import warnings
 from pathlib import Path
 
-from harness.commands.options import add_storage
+from harness.commands.options import add_storage, open_queue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,29 +61,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def report_where(storage: str | None, results: Path) -> str:
+    """Where the queue is, as a report prints it: never this machine's absolute path (a checked-in
+    report names no home folder or mount). A journal in the results folder: its path there (``queue.journal
+    in the results folder``); a journal elsewhere: its file name; a database: its URL without the password."""
+    from harness.scheduling.storage import describe_storage, parse_storage
+
+    kind, where = parse_storage(storage, results)
+    if kind != "journal":
+        return describe_storage(storage, results)
+    path = Path(os.path.abspath(where))
+    try:
+        return f"{path.relative_to(os.path.abspath(results)).as_posix()} in the results folder"
+    except ValueError:
+        return f"{path.name} (a journal outside the results folder)"
+
+
 def _queue_view(args: argparse.Namespace):
     """``({run_id: QueuedRun}, where)`` of the grid from the run queue, or ``(None, why not)``."""
-    import sys
-
-    import optuna
-
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
     from reports.stats.progress import QueuedRun
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    where = describe_storage(args.storage, args.results)
+    where = report_where(args.storage, args.results)
     try:
-        queue = RunQueue.open(
-            args.storage,
-            args.results,
-            create=False,
-            retry_s=COMMAND_RETRY_S,
-            log=lambda msg: print(msg, file=sys.stderr),
-        )
+        queue = open_queue(args)
+        if queue is None:
+            return None, f"no queue at {where}"
         runs = queue.runs(args.grid)
-    except FileNotFoundError:
-        return None, f"no queue at {where}"
     except ConnectionError as exc:  # the report still builds from the store, and says why
         return None, f"queue unreachable: {exc}"
     if not runs:
@@ -144,7 +147,7 @@ def missing_files_note(store, runs) -> str | None:
     shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
     return (
         f"{len(gone)} of {runs.height} runs in the results database have no result file in "
-        f"{store.runs_dir} ({shown}): the database is their only record, and a rebuild from the "
+        f"the results folder's {store.runs_dir.name}/ ({shown}): the database is their only record, and a rebuild from the "
         "result files would leave them out"
     )
 

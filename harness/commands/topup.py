@@ -22,9 +22,8 @@ example:
 from __future__ import annotations
 
 import argparse
-import sys
 
-from harness.commands.options import add_storage
+from harness.commands.options import add_storage, open_queue
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,27 +80,19 @@ def main(args: argparse.Namespace) -> int:
     import optuna
 
     from db.store import Store
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.storage import describe_storage
     from reports.build import compute_stats, load_frames
     from reports.render.topup_lines import describe
     from reports.stats.topup import plan_topup
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)
-    try:
-        queue = RunQueue.open(
-            args.storage,
-            args.results,
-            retry_s=COMMAND_RETRY_S,
-            create=False,
-            log=lambda msg: print(msg, file=sys.stderr),
-        )
-    except FileNotFoundError:
+    queue = open_queue(args)
+    if queue is None:
         raise FileNotFoundError(
             f"no queue at {describe_storage(args.storage, args.results)}: topup adds runs "
             "to the queue the grid was queued in (pass --storage URL)"
-        ) from None
+        )
     # the [tuned] runs (robustness row) are descriptive: topup adds seeds to the paired protocol only
     queued = {rid: r for rid, r in queue.runs(args.grid).items() if r.config.tuned is None}
     plans = plan_topup(stats, _held(queued))

@@ -1,16 +1,18 @@
 """Adding runs to the queue (DESIGN sections 1.1 and 9): a grid's runs, a failed run's next attempt.
 
-:class:`RunAdder` is the half of :class:`~harness.scheduling.queue.RunQueue` that creates WAITING
-trials: :meth:`~RunAdder.enqueue` (a grid's runs, idempotent, under the grid's lock so two
-``harness queue`` add each run once), :meth:`~RunAdder.requeue_attempt` (the next attempt of a run
-whose attempt failed asking to be requeued), :meth:`~RunAdder.requeue_orphans` (the attempts a dead
-process did not create) and :meth:`~RunAdder.bind_results` (the results folder a grid writes to).
-Taking runs and recording how they end: :mod:`harness.scheduling.queue`; what a new trial holds:
+:class:`RunAdder` is the half of :class:`~harness.scheduling.queue.RunQueue` that creates trials:
+:meth:`~RunAdder.enqueue` (a grid's runs, idempotent, under the grid's lock so two ``harness queue``
+add each run once), :meth:`~RunAdder.restore` (an imported archive's runs, as they ended),
+:meth:`~RunAdder.requeue_attempt` (the next attempt of a run whose attempt failed asking to be
+requeued), :meth:`~RunAdder.requeue_orphans` (the attempts a dead process did not create) and
+:meth:`~RunAdder.bind_results` (the results folder a grid writes to). Taking runs and recording how
+they end: :mod:`harness.scheduling.queue`; what a new trial holds:
 :func:`harness.scheduling.trials.attempt_template`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +20,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from optuna.storages import BaseStorage
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.config import RunConfig
 from harness.scheduling.queueops import LiveTrial, create_waiting
@@ -26,6 +28,14 @@ from harness.scheduling.queueread import RUNS_ATTR, QueueReader
 from harness.scheduling.storage import grid_lock
 from harness.scheduling.trials import CARRIED_ATTRS, EnqueueResult, attempt_template, config_of, is_duplicate
 from harness.terms import config_diff
+
+# How :meth:`RunAdder.restore` records an imported run's state (queued and running: WAITING).
+RESTORED_STATES = {
+    "done": TrialState.COMPLETE,
+    "pruned": TrialState.PRUNED,
+    "diverged": TrialState.FAIL,
+    "failed": TrialState.FAIL,
+}
 
 
 class RunAdder(QueueReader):
@@ -138,6 +148,40 @@ class RunAdder(QueueReader):
         for study_id, n in counts.items():
             self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
+
+    def restore(self, runs: list[dict]) -> list[str]:
+        """Add the runs of an imported archive (:mod:`db.archive`'s ``queue.json``) as they ended:
+        ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
+        requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
+        worker here holds it). Runs already in the queue are left alone (idempotent). Returns the
+        run ids added.
+
+        Raises:
+            ValueError: a run id already queued with a different config (as :meth:`enqueue`).
+        """
+        configs = [RunConfig.from_dict(r["config"]) for r in runs]
+        existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
+        self.enqueue([c for c in configs if c.run_id in existing])  # adds nothing; raises on a changed config
+        added = []
+        for index, (c, r) in enumerate(zip(configs, runs)):
+            if c.run_id in existing:
+                continue
+            t = attempt_template(c, attempt=r.get("attempt") or 1, failures=0, reclaims=0, order=[0.0, index])
+            state = RESTORED_STATES.get(r["state"], TrialState.WAITING)
+            attrs = dict(t.user_attrs)
+            if state != TrialState.WAITING:
+                attrs.update(status=r["state"], wall_s=r.get("wall_s"), val_nll=r.get("val_nll"))
+            if state == TrialState.FAIL:
+                attrs.update(error=r.get("error") or r["state"], ending=r["state"], requeue=False)
+            value = r.get("val_nll")
+            values = [math.inf if value is None else value] if state == TrialState.COMPLETE else None
+            done = create_trial(state=state, values=values, user_attrs=attrs)
+            self.storage.create_new_trial(self._study_for(c), template_trial=done)
+            added.append(c.run_id)
+        for g in {c.grid for c in configs}:
+            self.storage.set_study_user_attr(self.study_of(g), RUNS_ATTR, len(self.runs(g)))
+        self._snapshot = None
+        return added
 
     def _study_for(self, config: RunConfig) -> int:
         """The study of ``config``'s run: the one holding its trials, else its grid's (recorded)."""

@@ -15,9 +15,9 @@ from matplotlib.figure import Figure
 
 from reports.render.blocks import Block, Bullets, Heading, Image, Para, Table
 from reports.render.figures import FigureOut, png_bytes
-from reports.render.sentences import cell_label
+from reports.render.sentences import cell_label, fraction_text
 from reports.stats.analysis import ReportStats
-from reports.stats.factorial import MAIN, FactorialCell, FactorialContrast
+from reports.stats.factorial import COMBOS, MAIN, SIMPLE, FactorialCell, FactorialContrast
 from reports.stats.looks import look_text
 
 FIGURE_PREFIX = "factorial_"  # figure names of this section (the Figures section leaves them to it)
@@ -63,7 +63,42 @@ def _p(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.3g}"
 
 
-def _row(c: FactorialContrast) -> tuple[str, ...]:
+def _pair(cell: FactorialCell, c: FactorialContrast) -> tuple[str, str] | None:
+    """(first, second) variant of a simple effect (first - second), else ``None``."""
+    if c.spec.kind != SIMPLE:
+        return None
+    side = {int(w): cell.design.variant(*k) for k, w in zip(COMBOS, c.spec.weights) if w != 0}
+    return side[1], side[-1]
+
+
+def _fraction(stats: ReportStats, cell: FactorialCell, c: FactorialContrast) -> str:
+    """The gain fraction step 2 gives for a simple effect's pair (control - parent), as step 2 prints
+    it (nothing recomputed); the headline's own pair is the gain (1); other contrasts: '-'."""
+    pair = _pair(cell, c)
+    if pair is None or pair[1] != stats.parent:
+        return "-"
+    if pair[0] == stats.treatment:
+        return "1 (the gain, step 1)"
+    a = stats.assessment(pair[0], cell.size, cell.budget_tokens)
+    return "-" if a is None else fraction_text(a)
+
+
+def judged_apart(stats: ReportStats, cell: FactorialCell) -> str | None:
+    """One line where step 1 and this table judge the headline's pair differently, saying why; else None."""
+    h = stats.headline(cell.size, cell.budget_tokens)
+    c = next((c for c in cell.contrasts if _pair(cell, c) == (stats.treatment, stats.parent)), None)
+    if h is None or c is None or h.established == c.established:
+        return None
+    return (
+        f"{stats.treatment} - {stats.parent} is '{h.verdict}' in step 1 (Holm p {_p(h.holm_p)}) and "
+        f"'{c.verdict}' here (Holm p {_p(c.holm_p)}): both are right. Step 1 asks one question, one-sided "
+        f"(is the treatment better?), in its own family over the cells; here the same pair is one of "
+        f"{c.family_size} two-sided tests under Holm (does the factor change the NLL either way?), so it "
+        "needs a smaller p."
+    )
+
+
+def _row(stats: ReportStats, cell: FactorialCell, c: FactorialContrast) -> tuple[str, ...]:
     s = c.comparison.stats
     ci = "-" if math.isnan(s.ci_low) else f"[{s.ci_low:+.4f}, {s.ci_high:+.4f}]"
     p = _p(c.p) + (" (exact)" if c.exact else "")
@@ -75,6 +110,7 @@ def _row(c: FactorialContrast) -> tuple[str, ...]:
         p,
         _p(c.holm_p),
         c.verdict,
+        _fraction(stats, cell, c),
     )
 
 
@@ -93,7 +129,9 @@ def blocks(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
             f"t-test (exact sign-flip p at zero spread); Holm over the grid's factorial family: the four simple "
             f"effects and the interaction of every cell ({family} tests); main effects are shown, in no "
             "family. A seed where one of a contrast's runs diverged counts as a loss for it; no verdict "
-            "rests on a mean within the numerical floor.",
+            "rests on a mean within the numerical floor. Gain fraction: for a simple effect of a control "
+            "against the parent, the fraction of the treatment's gain step 2 gives for that pair, f = mean(c - p) "
+            "/ mean(t - p) with its 95 % Fieller interval ('-' where step 2 gives none).",
             "note",
         ),
     ]
@@ -104,10 +142,22 @@ def blocks(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
         look = look_text(cell.contrasts[0].look)
         if look:
             out.append(Para(f"Sequential plan: {look}.", "note"))
+        apart = judged_apart(stats, cell)
+        if apart:
+            out.append(Para(apart, "note"))
         out.append(
             Table(
-                ("contrast", "mean", "95 % interval", "wins", "p", "Holm p", "verdict"),
-                tuple(_row(c) for c in cell.contrasts),
+                (
+                    "contrast",
+                    "mean",
+                    "95 % interval",
+                    "wins",
+                    "p",
+                    "Holm p",
+                    "verdict",
+                    "gain fraction f (step 2)",
+                ),
+                tuple(_row(stats, cell, c) for c in cell.contrasts),
                 details=tuple(
                     "" if c.spec.kind == MAIN else f"{c.reason}; seeds {' '.join(map(str, c.seeds))}"
                     for c in cell.contrasts

@@ -8,7 +8,8 @@ under a true null, a treatment that diverges at its losing seeds gets "gain esta
 in 11-12 % of studies at alpha 0.05 (reports/LOG.md, 2026-12-01 v3).
 
 Method (worst-case imputation): the lost seed's paired difference is set to the largest
-|d| observed in that comparison and cell (at least :data:`reports.stats.floors.FLOOR_NATS`), with
+|d| observed in that comparison and cell (at least :data:`reports.stats.floors.IMPUTED_NATS`, twice the
+numerical floor: strictly beyond it, so no verdict on imputed seeds rests on float rounding), with
 the sign of a loss for the variant that diverged: ``d = first - second = +M`` when
 ``first`` diverged, ``-M`` when ``second`` did. The seed then enters every test (headline,
 absence, A/A offset) like an observed pair, in seed order. For the reproduction contrast
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.stats.floors import FLOOR_NATS
+from reports.stats.floors import IMPUTED_NATS
 
 # An error text that means the run failed for a numerical reason (it diverged, in effect).
 NUMERICAL_ERROR = re.compile(
@@ -87,7 +88,7 @@ def lost_by_variant(left_out: Iterable, usable: set[tuple]) -> dict[tuple[str, s
     return out
 
 
-def impute(d, lost, floor: float = FLOOR_NATS) -> np.ndarray:
+def impute(d, lost, floor: float = IMPUTED_NATS) -> np.ndarray:
     """Worst-case imputation as arrays (the rule of :func:`worst_case`, vectorised for simulations).
 
     Args:
@@ -108,7 +109,7 @@ def worst_case(
     d,
     losses: dict[int, tuple[int, str, str]],
     dropped: Iterable[int] = (),
-    floor: float = FLOOR_NATS,
+    floor: float = IMPUTED_NATS,
 ) -> TestedDiffs:
     """Observed ``d`` at ``seeds`` plus each lost seed counted as a loss (module docstring).
 

@@ -12,6 +12,11 @@ any real effect. Statistics of such differences are pure rounding: five differen
 * :func:`aa_floor` is the A/A check's floor: the float32 rounding of the NLL itself (one
   float32 ulp at the largest |NLL| of the pairs, e.g. 2.4e-7 at 3.5), because an A/A
   offset is judged against bit-level agreement; an A/A mean offset within it is ``pass``.
+* :data:`IMPUTED_NATS` (2e-6 nats/token, twice the floor) is the least |d| a seed lost to divergence
+  counts with (:mod:`reports.stats.divergence`): strictly beyond the floor, so a comparison whose
+  every pair is imputed has a mean beyond the floor at every n. At exactly the floor the float mean
+  of n equal values lands on either side of it by rounding (12 values of 1e-6 average to
+  1.0000000000000002e-06, 8 to 1e-06), and a verdict would flip with n (issue 47).
 * :data:`ZERO_SPREAD_NATS`: differences whose max - min is within it have zero spread (an
   absolute tolerance; a relative one calls last-bit noise on tiny differences spread).
 
@@ -25,6 +30,7 @@ import numpy as np
 
 FLOOR_NATS = 1e-6  # nats/token: absolute numerical floor of every verdict (DESIGN 6)
 ZERO_SPREAD_NATS = FLOOR_NATS  # spread within the floor is no spread
+IMPUTED_NATS = 2 * FLOOR_NATS  # least |d| of a seed lost to divergence: never on the floor (issue 47)
 
 
 def aa_floor(nll) -> float:

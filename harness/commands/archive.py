@@ -1,0 +1,107 @@
+"""Write one grid's results to one portable file, for a collaborator to re-derive its report and add seeds.
+
+The file (a gzip-compressed tar, format in db/archive.py) holds the grid's result files
+(curves, routing and degeneracy records, failures), the queue's view of the grid (every run's
+config as queued, with the analysis plan, and how it ended), the grid TOML when given
+(--toml), each run's protocol hash, the code's git commit and the SHA-256 of requirements.lock,
+and a manifest with every member's SHA-256; no checkpoints. Newly finished runs are ingested
+first (as `harness report`). The same results give the same file. `harness import FILE
+--results DIR` restores it elsewhere: `harness report` then gives the same stats.csv, and
+`harness topup` + `harness work` continue the grid there.
+
+example:
+  harness archive --grid rd_factorial_study --out rd_factorial_study.tar.gz --toml ablations/rd_factorial_study.toml
+  harness import rd_factorial_study.tar.gz --results ~/other_results
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+from harness.commands.options import add_storage, open_queue
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="archive to write (.tar.gz; replaced atomically)",
+    )
+    parser.add_argument(
+        "--toml", type=Path, default=None, metavar="GRID.toml", help="the grid's TOML, to include"
+    )
+    add_storage(parser, reads_only=True)
+
+
+def _queue_view(args: argparse.Namespace) -> list[dict] | None:
+    """The queue's view of the grid, one JSON-able dict per run (``None``: no queue found)."""
+    queue = open_queue(args)
+    if queue is None:
+        return None
+    return [
+        {
+            "config": r.config.to_dict(),
+            "state": r.state,
+            "attempt": r.attempt,
+            "val_nll": r.value,
+            "wall_s": r.wall_s,
+            "error": r.error,
+        }
+        for _, r in sorted(queue.runs(args.grid).items())
+    ]
+
+
+def code_identity() -> dict:
+    """``{"commit", "lock_sha256"}`` of this code: the git commit (``-dirty`` with local changes)
+    and the SHA-256 of requirements.lock (``None`` outside a checkout)."""
+    from harness.train.protocol import code_version  # lazy: loads torch, needed by this command only
+
+    lock = Path(__file__).resolve().parents[2] / "requirements.lock"
+    return {
+        "commit": code_version(),
+        "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else None,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    from db.archive import write_archive
+    from db.store import Store
+    from harness.terms import check_grid
+
+    store = Store(args.results)
+    ids = store.query("select run_id from runs where grid = ? order by run_id", [args.grid])[
+        "run_id"
+    ].to_list()
+    check_grid(args.grid, store.grids(), "the results store")
+    gone = [r for r in ids if not store.result_path(r).is_file()]
+    if gone:
+        raise ValueError(
+            f"{len(gone)} runs of grid {args.grid} have no result file in {store.runs_dir} (e.g. {gone[0]}); "
+            "the archive holds result files, so it cannot hold them"
+        )
+    if args.toml is not None and not args.toml.is_file():
+        raise FileNotFoundError(f"--toml {str(args.toml)!r} does not exist")
+    queue = _queue_view(args)
+    if queue is None:
+        print(
+            f"note: no queue found: the archive holds no queue view, so `topup` cannot continue {args.grid}"
+        )
+    manifest = write_archive(
+        args.out,
+        grid=args.grid,
+        results={r: store.result_path(r).read_bytes() for r in ids},
+        queue=queue or [],
+        code=code_identity(),
+        grid_toml=args.toml.read_bytes() if args.toml is not None else None,
+    )
+    size = args.out.stat().st_size
+    print(
+        f"wrote {args.out} ({size / 1e6:.2f} MB): grid {args.grid}, {len(manifest['runs'])} result files, "
+        f"{len(queue or [])} queued runs, code {manifest['code']['commit'][:12]}"
+    )
+    return 0
