@@ -15,6 +15,7 @@ imports torch, Lightning, Optuna, DuckDB, polars or submitit only inside its ``m
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import importlib.util
 import math
@@ -26,7 +27,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.console import setup_logging
-from harness.files import default_results, full_disk
+from harness.files import default_results, fmt_bytes, free_bytes, full_disk
 from harness.interrupt import prompt_exit
 
 # name -> module under harness.commands, in the order of the research loop.
@@ -83,18 +84,25 @@ def summary(name: str) -> str:
     return match.group(1).rstrip('"').strip() if match else name
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (the harness's rule for bad input), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser. ``commands``: the subcommands whose modules are imported and whose
     options are declared (default: all); the others are listed by name and summary only, so
     ``harness CMD ...`` imports CMD's module alone (tests/test_cli_startup.py)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="harness",
         description="Ablation and controls harness for depth-routing Transformers "
         "(RD-AttnRes vs Block AttnRes and its controls).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
         if commands is not None and name not in commands:
             sub.add_parser(name, help=summary(name))
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
         # Bad input: one clear line, no traceback.
         print(
-            f"harness {args.command}: error: {_os_error(exc) if isinstance(exc, OSError) else exc}",
+            f"harness {args.command}: error: {_os_error(exc, args.results) if isinstance(exc, OSError) else exc}",
             file=sys.stderr,
         )
         return 2
@@ -173,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # the environment (a read-only or full disk, a locked database, a file where a folder
         # should be): one line naming the file, no traceback
-        print(f"harness {args.command}: error: {_os_error(exc)}", file=sys.stderr)
+        print(f"harness {args.command}: error: {_os_error(exc, args.results)}", file=sys.stderr)
         return 1
     except Exception as exc:
         if not type(exc).__module__.startswith("_duckdb"):
@@ -200,8 +208,15 @@ def check_finite(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be a finite number")
 
 
-def _os_error(exc: OSError) -> str:
-    """One line for an ``OSError``: its own message, or ``strerror: file`` for a bare system error."""
+def _os_error(exc: OSError, results: Path | str = "the results folder") -> str:
+    """One line for an ``OSError``: its own message, or ``strerror: file`` for a bare system error; a full
+    disk names the file (else ``results``) and its free space."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.strerror:  # the folder and its free space
+        where = exc.filename or results
+        return (
+            f"disk full: {where} ({exc.strerror}, {fmt_bytes(free_bytes(where))} free); free space there, "
+            "or point --results elsewhere"
+        )
     if exc.strerror and exc.filename:
         return f"{exc.strerror}: {exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.data.corpus_key import CorpusKey, requested_vocab
 from harness.models import VariantSpec, get_spec
 from harness.models.catalog import is_shipped
 from harness.models.sizes import (
@@ -86,16 +87,32 @@ def check_budget(train: TrainConfig, *, size: str, context: int, budget_tokens: 
         )
 
 
-def check_vocab(train: TrainConfig, preset: SizePreset) -> None:
-    """Refuse a BPE vocabulary the tokenizer cannot train (``train.vocab_size``, 0 = the preset's).
+def check_vocab(key: CorpusKey) -> None:
+    """Refuse a BPE vocabulary the tokenizer cannot train (``key.vocab_size``, :meth:`RunConfig.corpus_key`).
 
     Raises:
         ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
     """
     from harness.data.tokenizer import check_bpe_vocab  # lazy: the tokenizer module loads HF tokenizers
 
-    if train.tokenizer == "bpe":
-        check_bpe_vocab(train.vocab_size or preset.vocab_size)
+    if key.tokenizer == "bpe":
+        check_bpe_vocab(key.vocab_size)
+
+
+def corpus_key(corpus: str, size: str, train: TrainConfig) -> CorpusKey:
+    """The corpus a run of preset ``size`` with settings ``train`` reads from ``corpus`` (a spec): the
+    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.data.corpus_key.requested_vocab`).
+
+    Raises:
+        ValueError: unknown size.
+    """
+    return CorpusKey(
+        corpus,
+        train.tokenizer,
+        requested_vocab(train.vocab_size, get_size(size).vocab_size),
+        train.val_fraction,
+        train.max_docs or None,
+    )
 
 
 #: Training settings that also take ``"auto"`` (resolved per machine), with the type of their other values.
@@ -497,7 +514,7 @@ class RunConfig:
                 context=self.model_config(1).context,
                 budget_tokens=self.budget_tokens,
             )
-            check_vocab(settings, get_size(self.size))
+            check_vocab(self.corpus_key())
         except ValueError as exc:
             raise ValueError(f"run {self.run_id}: {exc}") from None
 
@@ -542,6 +559,12 @@ class RunConfig:
         """The training settings: the size's defaults with :attr:`train` applied."""
         return train_config(self.size, **self.train)
 
+    def corpus_key(self) -> CorpusKey:
+        """The corpus this run reads (:class:`~harness.data.corpus_key.CorpusKey`): its spec and the
+        training settings that decide its tokens; the vocabulary is ``[train] vocab_size``, else the
+        size preset's (:func:`~harness.data.corpus_key.requested_vocab`)."""
+        return corpus_key(self.corpus, self.size, self.train_config())
+
     def variant_spec(self) -> VariantSpec:
         """The variant's spec: the one stored in the config (a user's spec), else the shipped one.
 
@@ -580,6 +603,7 @@ __all__ = [
     "MAX_VOCAB_SIZE",
     "check_budget",
     "check_vocab",
+    "corpus_key",
     "RunConfig",
     "AUTO_FIELDS",
     "resolve_compile",

@@ -90,7 +90,7 @@ class SharedTerminal:
     def __enter__(self) -> SharedTerminal:
         if self.folder is None:
             return self
-        from filelock import FileLock, Timeout
+        from filelock import FileLock, Timeout  # lazy: only when several workers share a terminal
 
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ class SharedTerminal:
         """How many other processes are registered on this terminal and alive."""
         if self._lock is None:
             return 0
-        from filelock import FileLock, Timeout
+        from filelock import FileLock, Timeout  # lazy: only when several workers share a terminal
 
         n = 0
         mine = Path(self._lock.lock_file).name

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,4 +73,34 @@ class ExecutionSettings:
         return cls(**json.loads(text))
 
 
-__all__ = ["ExecutionSettings"]
+def parse_devices(value: str) -> int | str:
+    """``--devices``: a positive integer or ``auto``.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if str(value).isdigit() and int(value) > 0:
+        return int(value)
+    if value == "auto":
+        return value
+    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
+
+
+def set_threads(threads: int) -> None:
+    """``--threads N`` of ``harness run`` / ``harness work``: torch's CPU threads (0 = torch's default).
+
+    Raises:
+        ValueError: ``N`` below 0 or above this machine's CPU cores (``os.cpu_count()``).
+    """
+    cores = os.cpu_count() or 1
+    if not 0 <= threads <= cores:
+        raise ValueError(
+            f"--threads {threads}: expected 0 (torch's default) to {cores} (this machine's CPU cores)"
+        )
+    if threads:
+        import torch  # lazy: torch loads only to train
+
+        torch.set_num_threads(threads)
+
+
+__all__ = ["ExecutionSettings", "parse_devices", "set_threads"]

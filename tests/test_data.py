@@ -39,6 +39,7 @@ from harness.data.corpus import (
     read_documents,
     split_documents,
 )
+from harness.data.corpus_key import CorpusKey
 from harness.data.stream import stream_documents
 from harness.data.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
 
@@ -74,7 +75,9 @@ def sample_docs() -> list[str]:
 def prepared(tmp_path_factory):
     if not SAMPLE.is_dir():
         pytest.skip(f"sample corpus {SAMPLE} absent")
-    return prepare_corpus(str(SAMPLE), cache_dir=tmp_path_factory.mktemp("cache"), vocab_size=VOCAB)
+    return prepare_corpus(
+        CorpusKey(str(SAMPLE), "bpe", VOCAB, 0.05, None), cache_dir=tmp_path_factory.mktemp("cache")
+    )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -154,8 +157,8 @@ def test_prepared_fingerprint_changes_when_one_character_of_a_file_changes(tmp_p
     edited = list(docs)
     edited[30] = edited[30][:100] + ("X" if edited[30][100] != "X" else "Y") + edited[30][101:]
     b = _write_jsonl(tmp_path / "b.jsonl", edited)
-    pa = prepare_corpus(str(a), cache_dir=tmp_path / "c", vocab_size=300, val_fraction=0.2)
-    pb = prepare_corpus(str(b), cache_dir=tmp_path / "c", vocab_size=300, val_fraction=0.2)
+    pa = prepare_corpus(CorpusKey(str(a), "bpe", 300, 0.2, None), cache_dir=tmp_path / "c")
+    pb = prepare_corpus(CorpusKey(str(b), "bpe", 300, 0.2, None), cache_dir=tmp_path / "c")
     assert pa.fingerprint == corpus_fingerprint(docs)
     assert pb.fingerprint == corpus_fingerprint(edited) != pa.fingerprint
     assert pa.dir != pb.dir
@@ -330,6 +333,7 @@ def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
     assert lengths[: VOCAB - 1].tolist() == bpe_lengths[1:].tolist()  # every rank: its byte length
     assert lengths[VOCAB - 1 :].tolist() == [0] * (GAP_IDS + 1)  # unused ids and <|endoftext|>: no bytes
     assert min(lengths[: VOCAB - 1]) == 1
+
     bpe = prepared.tokenizer()
     encoded = tok.encode_batch(sample_docs)
     assert encoded[:20] == [tok.encode(d) for d in sample_docs[:20]]
@@ -346,6 +350,21 @@ def test_gpt2_code_path_on_a_local_encoding(local_gpt2, prepared, sample_docs):
         for b in [local_gpt2.decode_single_token_bytes(i) for i in range(VOCAB - 1)] + [b""] * (GAP_IDS + 1)
     )
     assert tok.sha256 == hashlib.sha256(framed).hexdigest()
+
+
+@needs_sample
+def test_gpt2_ranks_file_reads_back_as_the_encodings_ranks(local_gpt2, tmp_path):
+    """The ranks file `harness prepare` copies beside gpt2 shards, written through tiktoken's public
+    API (GPT2Tokenizer.mergeable_ranks), is what tiktoken's loader reads back: every token's rank."""
+    from tiktoken.load import load_tiktoken_bpe
+
+    from harness.data.shards import _write_gpt2_ranks
+
+    tok = GPT2Tokenizer(encoding=local_gpt2)
+    _write_gpt2_ranks(tmp_path / "gpt2.tiktoken", tok)
+    expected = {local_gpt2.decode_single_token_bytes(r): r for r in range(VOCAB - 1)}
+    assert tok.mergeable_ranks() == expected
+    assert load_tiktoken_bpe(str(tmp_path / "gpt2.tiktoken")) == expected
 
 
 @pytest.mark.gpt2_files
@@ -370,8 +389,8 @@ def test_gpt2_real_byte_accounting_when_available(monkeypatch):
 
 @needs_sample
 def test_second_prepare_reuses_files_without_retraining(tmp_path, monkeypatch):
-    kwargs = dict(cache_dir=tmp_path, vocab_size=300, max_docs=120)
-    first = prepare_corpus(str(SAMPLE), **kwargs)
+    key = CorpusKey(str(SAMPLE), "bpe", 300, 0.05, 120)
+    first = prepare_corpus(key, cache_dir=tmp_path)
     mtimes = {p.name: p.stat().st_mtime_ns for p in first.dir.iterdir()}
 
     def no_training(*args, **kw):
@@ -379,7 +398,7 @@ def test_second_prepare_reuses_files_without_retraining(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data_mod, "train_bpe", no_training)
     start = time.perf_counter()
-    second = prepare_corpus(str(SAMPLE), **kwargs)
+    second = prepare_corpus(key, cache_dir=tmp_path)
     assert time.perf_counter() - start < 2.0
     assert second == first
     assert {p.name: p.stat().st_mtime_ns for p in second.dir.iterdir()} == mtimes
@@ -394,16 +413,17 @@ def test_failed_build_leaves_nothing_half_written(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data_mod, "_write_tokens", broken)
     with pytest.raises(OSError, match="disk full"):
-        prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", vocab_size=300, val_fraction=0.3)
+        prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 0.3, None), cache_dir=tmp_path / "cache")
     leftovers = [p.name for p in (tmp_path / "cache" / "corpora").iterdir() if not p.name.endswith(".lock")]
     assert leftovers == []
 
 
 @needs_sample
 def test_two_spawned_workers_preparing_at_once_agree(tmp_path):
-    job = functools.partial(prepare_corpus, cache_dir=tmp_path, vocab_size=400, max_docs=200)
+    job = functools.partial(prepare_corpus, cache_dir=tmp_path)
+    key = CorpusKey(str(SAMPLE), "bpe", 400, 0.05, 200)
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        results = pool.map(job, [str(SAMPLE), str(SAMPLE)])
+        results = pool.map(job, [key, key])
     assert results[0] == results[1]
     entries = sorted(p.name for p in (tmp_path / "corpora").iterdir())
     assert entries == [results[0].dir.name, results[0].dir.name + ".lock"]  # no .tmp-* left
@@ -431,13 +451,13 @@ def test_hub_stream_is_limited_and_cached_for_offline_reuse(tmp_path, monkeypatc
     fake, calls = _fake_datasets(rows=rows)
     monkeypatch.setitem(sys.modules, "datasets", fake)
     spec = "hf:HuggingFaceFW/fineweb-edu:sample-10BT"
-    first = prepare_corpus(spec, cache_dir=tmp_path, vocab_size=300, max_docs=120, val_fraction=0.2)
+    first = prepare_corpus(CorpusKey(spec, "bpe", 300, 0.2, 120), cache_dir=tmp_path)
     assert calls == [("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)]
     assert first.meta["documents"] == 120
     assert first.fingerprint == corpus_fingerprint([r["text"] for r in rows[:120]])
     offline, _ = _fake_datasets(error=ConnectionError("offline"))
     monkeypatch.setitem(sys.modules, "datasets", offline)
-    assert prepare_corpus(spec, cache_dir=tmp_path, vocab_size=300, max_docs=120, val_fraction=0.2) == first
+    assert prepare_corpus(CorpusKey(spec, "bpe", 300, 0.2, 120), cache_dir=tmp_path) == first
 
 
 def test_unknown_hub_dataset_offline_is_a_clear_error(monkeypatch):
@@ -484,7 +504,7 @@ def test_empty_corpus_is_an_error(tmp_path):
         read_documents(str(tmp_path / "empty.jsonl"))
     blank = _write_jsonl(tmp_path / "blank.jsonl", ["", "   \n", None])
     with pytest.raises(ValueError, match="is empty: it holds no non-empty document"):
-        prepare_corpus(str(blank), cache_dir=tmp_path / "cache", vocab_size=300)
+        prepare_corpus(CorpusKey(str(blank), "bpe", 300, 0.05, None), cache_dir=tmp_path / "cache")
 
 
 def test_invalid_utf8_is_an_error_naming_file_and_offset(tmp_path):
@@ -532,11 +552,11 @@ def test_unsupported_extension_is_an_error(tmp_path):
 def test_bad_prepare_arguments_are_errors(tmp_path):
     corpus = _write_jsonl(tmp_path / "c.jsonl", ["a b c"])
     with pytest.raises(ValueError, match="unknown tokenizer 'wordpiece'; allowed: bpe, gpt2"):
-        prepare_corpus(str(corpus), cache_dir=tmp_path, vocab_size=300, tokenizer="wordpiece")
+        prepare_corpus(CorpusKey(str(corpus), "wordpiece", 300, 0.05, None), cache_dir=tmp_path)
     with pytest.raises(ValueError, match="val_fraction=1.5"):
-        prepare_corpus(str(corpus), cache_dir=tmp_path, vocab_size=300, val_fraction=1.5)
+        prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 1.5, None), cache_dir=tmp_path)
     with pytest.raises(ValueError, match="max_docs=0"):
-        prepare_corpus(str(corpus), cache_dir=tmp_path, vocab_size=300, max_docs=0)
+        prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 0.05, 0), cache_dir=tmp_path)
 
 
 @pytest.mark.parametrize(

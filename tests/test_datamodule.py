@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from harness.data import prepare_corpus
+from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TokenDataModule, TrainBatches
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
@@ -31,7 +32,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prepared(cache):
-    return prepare_corpus(str(SAMPLE), cache_dir=cache, vocab_size=512)
+    return prepare_corpus(CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=cache)
 
 
 def _first_batches(dm: TokenDataModule, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -61,7 +62,7 @@ def test_same_corpus_and_seed_give_identical_batches_whatever_the_global_rng(pre
     np.random.seed(0)
     first = _first_batches(TokenDataModule(prepared, T, B, seed=1, eval_tokens=4096), 20)
     # an independently prepared copy, after consuming the global RNGs by other amounts
-    other = prepare_corpus(str(SAMPLE), cache_dir=tmp_path, vocab_size=512)
+    other = prepare_corpus(CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=tmp_path)
     assert other.dir != prepared.dir and other.meta["splits"] == prepared.meta["splits"]
     torch.manual_seed(12345)
     torch.randn(1000)
@@ -202,7 +203,7 @@ def test_too_short_splits_are_clear_errors(prepared):
 def test_tiny_corpus_shorter_than_one_batch(tmp_path):
     corpus = tmp_path / "tiny.jsonl"
     corpus.write_text("".join(f'{{"text": "Short document number {i}."}}\n' for i in range(30)))
-    small = prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", vocab_size=300, val_fraction=0.2)
+    small = prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 0.2, None), cache_dir=tmp_path / "cache")
     with pytest.raises(ValueError, match="training split too short"):
         TokenDataModule(small, 64, 8, seed=0, eval_tokens=64)
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.commands.work import worker_devices
 from harness.scheduling.devices import (
     DeviceClaim,
     NoFreeDevice,
@@ -24,6 +23,7 @@ from harness.scheduling.devices import (
     parse_gpus,
     visible_devices,
 )
+from harness.scheduling.worker_run import worker_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 

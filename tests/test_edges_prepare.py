@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
+from harness.data.corpus_key import CorpusKey
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
@@ -63,7 +64,7 @@ def test_prepare_shards_refuses_a_huge_vocabulary_before_the_trainer_runs(tmp_pa
     from harness.data.shards import prepare_shards
 
     with pytest.raises(ValueError, match=r"vocab_size=2000000 is not allowed.*1_048_576"):
-        prepare_shards(str(SAMPLE), cache_dir=tmp_path / "cache", vocab_size=2_000_000)
+        prepare_shards(CorpusKey(str(SAMPLE), "bpe", 2_000_000, 0.05, None), cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
 
 

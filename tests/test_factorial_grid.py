@@ -192,6 +192,22 @@ def test_user_composed_spec_is_self_contained_and_bad_bases_are_one_line(tmp_pat
     assert "base 'nosuch' is not a variant" in out.stderr
 
 
+@pytest.mark.parametrize("base", ['["rd_attnres"]', "1", '{ name = "rd_attnres" }'])
+def test_a_base_that_is_not_a_variant_name_is_one_line(tmp_path, base):
+    """Issue 45 row 6: ``base = ["rd_attnres"]`` was ``TypeError: unhashable type: 'list'``."""
+    (tmp_path / "lst.toml").write_text(f'name = "lst"\nbase = {base}\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "sizes", "--results", str(tmp_path)],
+        env={**os.environ, "HARNESS_SPEC_PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "lst.toml: base = " in err and 'must be one variant name, e.g. base = "rd_attnres"' in err
+
+
 def test_parse_spec_text_of_a_shipped_composed_spec_round_trips():
     spec = get_spec("rd_offset")
     again = parse_spec_text(spec.text)
@@ -259,6 +275,25 @@ def test_missing_factorial_key_and_non_table():
 
 def harness(*args, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "key, table, cell",
+    [
+        ("budgets_by_role", {"reference": [4096]}, "budget 2048"),
+        ("budgets_by_role", {"control": [2048]}, "budget 4096"),
+        ("sizes_by_role", {"reference": ["tiny"]}, "size 'small'"),
+    ],
+)
+def test_a_factorial_variant_left_out_of_a_cell_is_refused_in_one_line(key, table, cell):
+    """Issue 45 row 5: the grid was queued and its report said "interaction not tested"."""
+    data = {**grid_data(), "budgets_tokens": [2048, 4096], "sizes": ["tiny", "small"], key: table}
+    with pytest.raises(ValueError) as caught:
+        parse_grid(data, path="fg.toml")
+    msg = str(caught.value)
+    assert msg.startswith(f"fg.toml: {key}: the factorial variant ") and f"does not run at {cell}," in msg
+    assert "every factorial variant must run in every cell the factorial covers" in msg and "\n" not in msg
+    parse_grid({**data, key: {}}, path="fg.toml")  # every variant in every cell: accepted
 
 
 def test_queue_stores_the_factorial_and_refuses_a_changed_one(tmp_path):

@@ -26,6 +26,7 @@ from harness.scheduling.worker import work
 from queue_stubs import quiet, write_grid
 
 RUN0 = "g:tiny:block_attnres:s0:1024"
+SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 
 
 def _queued(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -135,6 +136,101 @@ def test_a_corrupt_middle_line_is_one_clear_error_and_repair_keeps_the_numbering
     assert "nothing to repair" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ('{"op_code": 99}', "unknown op_code 99 (known: 0-10)"),
+        ("[1,2,3]", "a JSON list, not an object"),
+        ('{"op_code": 0, "worker_id": "w", "directions": [1]}', "op_code 0 without study_name"),
+        ('{"op_code": 8, "worker_id": "w", "trial_id": 0}', "op_code 8 without user_attr"),
+    ],
+)
+def test_valid_json_that_is_not_an_operation_is_one_line_and_repair_finds_it(tmp_path, capsys, line, why):
+    """Issue 45 row 7: Optuna's replay stopped on these with ``AssertionError: Should not reach.`` or
+    ``KeyError: 'study_name'``, and ``--repair`` said every line was valid."""
+    _, results, journal = _queued(tmp_path)
+    n = journal.read_bytes().count(b"\n") + 1
+    with open(journal, "ab") as f:
+        f.write(line.encode() + b"\n")
+    for command in (["status"], ["migrate"]):
+        capsys.readouterr()
+        assert cli([*command, "--results", str(results)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines() == [
+            f"harness {command[0]}: error: queue journal {journal}: line {n} is corrupt (not an operation "
+            f"record: {why}), so the queue cannot be read past it; stop every worker, then run `harness "
+            f"queue --repair --storage journal:{journal}` (it writes a clean journal of the valid lines, in "
+            "order, and keeps the damaged file as a backup)"
+        ], err
+    assert cli(["queue", "--repair", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert f"line {n}: " in out and "nothing to repair" not in out, out
+    assert line.encode() not in journal.read_bytes()
+    assert set(_states(results).values()) == {"queued"}
+
+
+def test_ctrl_c_while_the_journal_lock_is_let_go_is_the_interrupt_and_leaves_no_lock(tmp_path, monkeypatch):
+    """Issue 45 row 8: a SIGINT between Optuna's rename of the lock file and its removal raised
+    ``FileNotFoundError: ...queue.journal.lock<uuid>.rename`` instead of the interrupt."""
+    import os
+    import signal
+
+    journal = tmp_path / "queue.journal"
+    lock = QueueJournal(str(journal)).lock
+    rename = os.rename
+
+    def interrupted_rename(src, dst):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C lands in the middle of the release
+        rename(src, dst)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        lock.acquire()
+        monkeypatch.setattr(os, "rename", interrupted_rename)
+        with pytest.raises(KeyboardInterrupt):
+            lock.release()
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGINT, previous)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["queue.journal"]  # no lock, no .rename left
+    lock.acquire()  # free at once
+    lock.release()
+
+
+TUNE_INTERRUPTED = """
+import os, signal, sys
+from harness.cli import main
+rename, seen = os.rename, [0]
+def rename_then_ctrl_c(src, dst):
+    if str(src).endswith(".lock"):
+        seen[0] += 1
+        if seen[0] == int(sys.argv[1]):
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C as the Nth append lets go of the journal lock
+    rename(src, dst)
+os.rename = rename_then_ctrl_c
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow  # two `harness tune` of 60 trials: about 15 s on 2 cores
+def test_ctrl_c_during_tune_enqueue_exits_130_and_the_rerun_adds_the_rest(tmp_path):
+    results = tmp_path / "results"
+    argv = ["tune", "--variant", "block_attnres", "--size", "tiny", "--budget-tokens", "4096"]
+    argv += ["--trials", "60", "--corpus", str(SAMPLE), "--name", "t", "--results", str(results)]
+    argv += ["--set", "vocab_size=512", "--set", "batch_tokens=1024"]
+    cut = subprocess.run(
+        [sys.executable, "-c", TUNE_INTERRUPTED, "12", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert (cut.returncode, cut.stderr.strip()) == (130, "interrupted"), cut.stderr
+    assert not list(results.glob("queue.journal.lock*"))
+    added = len(RunQueue.open(None, results).runs())
+    assert 0 < added < 60
+    again = _harness(*argv)
+    assert again.returncode == 0, again.stderr
+    assert f"queued {60 - added} trial(s)" in again.stdout and f"{added} already queued" in again.stdout
+    assert len(RunQueue.open(None, results).runs()) == 60
+
+
 def test_a_corrupt_last_whole_line_is_not_dropped_silently(tmp_path):
     _, results, journal = _queued(tmp_path)
     n = journal.read_bytes().count(b"\n")
@@ -168,8 +264,11 @@ def test_optunas_own_backend_reads_the_same_operations_and_appends_interleave(tm
     assert len(whole) == journal.read_bytes().count(b"\n") > 6
     assert list(ours.read_logs(5)) == whole[5:]  # from a known offset
     assert list(QueueJournal(str(journal)).read_logs(5)) == whole[5:]  # a fresh reader counts from 0
-    ours.append_logs([{"op_code": 99, "worker_id": "a"}, {"op_code": 98, "worker_id": "b"}])
-    theirs.append_logs([{"op_code": 97, "worker_id": "c"}])
-    tail = [log["op_code"] for log in ours.read_logs(len(whole))]
-    assert tail == [99, 98, 97] == [log["op_code"] for log in theirs.read_logs(len(whole))]
+    def op(worker: str) -> dict:  # a real operation (a trial's user attribute), by ``worker``
+        return {"op_code": 8, "worker_id": worker, "trial_id": 0, "user_attr": {"by": worker}}
+
+    ours.append_logs([op("a"), op("b")])
+    theirs.append_logs([op("c")])
+    tail = [log["worker_id"] for log in ours.read_logs(len(whole))]
+    assert tail == ["a", "b", "c"] == [log["worker_id"] for log in theirs.read_logs(len(whole))]
     assert not Path(f"{journal}.lock").exists()  # both released the one lock

@@ -24,6 +24,7 @@ import pytest
 
 from harness.cli import main as cli
 from harness.data.corpus import read_documents, split_documents
+from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TrainSchedule
 from harness.data.prepare import prepare_corpus
 from harness.data.shard_reader import ShardedTokens
@@ -116,16 +117,15 @@ def test_sharded_tokens_read_as_their_concatenation(tmp_path):
 def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
     """Sharding the sample gives exactly the in-memory prepare's token arrays, and the data
     module's windows (read across shard boundaries) are the same batches in the same order."""
-    legacy = prepare_corpus(str(SAMPLE), cache_dir=tmp_path / "legacy", vocab_size=512)
+    legacy = prepare_corpus(CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=tmp_path / "legacy")
     folder = prepare_shards(
-        str(SAMPLE),
+        CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None),
         cache_dir=tmp_path / "new",
-        vocab_size=512,
         shard_tokens=100_000,
         workers=2,
         log=lambda msg: None,
     )
-    sharded = prepare_corpus(str(SAMPLE), cache_dir=tmp_path / "new", vocab_size=512)
+    sharded = prepare_corpus(CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=tmp_path / "new")
     assert sharded.sharded and sharded.dir == folder and not legacy.sharded
     assert len(read_manifest(folder)["splits"]["train"]["shards"]) == 8  # 750,059 tokens in 100k shards
     for split in ("train", "val"):
@@ -152,7 +152,8 @@ def torch_equal(a, b) -> bool:
 @pytest.mark.slow  # 5 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_interrupted_and_extended_prepares_end_byte_identical_and_equal_one_shot(tmp_path):
     corpus = str(recombined_corpus(tmp_path / "corpus.jsonl", 1.5))
-    kwargs = dict(vocab_size=512, val_fraction=0.05, shard_tokens=100_000, chunk_bytes=1 << 16, workers=2)
+    kwargs = dict(shard_tokens=100_000, chunk_bytes=1 << 16, workers=2)
+    corpus = CorpusKey(corpus, "bpe", 512, 0.05, None)
     whole = prepare_shards(corpus, cache_dir=tmp_path / "whole", log=lambda msg: None, **kwargs)
 
     lines = []
@@ -181,7 +182,7 @@ def test_interrupted_and_extended_prepares_end_byte_identical_and_equal_one_shot
     prepare_shards(corpus, cache_dir=tmp_path / "grown", log=lambda msg: None, **kwargs)
     assert folder_files(small) == folder_files(whole) and read_manifest(whole)["exhausted"]
 
-    expected = one_shot(whole, corpus, 0.05)
+    expected = one_shot(whole, corpus.corpus, 0.05)
     for split in ("train", "val"):
         assert np.array_equal(shard_tokens_of(whole, split), expected[split])
 
@@ -194,15 +195,19 @@ def test_hub_path_streams_a_local_datasets_folder(tmp_path, monkeypatch):
     data.mkdir(parents=True)
     recombined_corpus(data / "train.jsonl", 0.5, seed=1)
     monkeypatch.chdir(tmp_path)
-    kwargs = dict(vocab_size=400, val_fraction=0.1, shard_tokens=50_000, workers=2, log=lambda msg: None)
-    hub = prepare_shards("hf:local/fineweb", cache_dir=tmp_path / "a", **kwargs)
-    local = prepare_shards(str(data / "train.jsonl"), cache_dir=tmp_path / "b", **kwargs)
+    kwargs = dict(shard_tokens=50_000, workers=2, log=lambda msg: None)
+    hub = prepare_shards(
+        CorpusKey("hf:local/fineweb", "bpe", 400, 0.1, None), cache_dir=tmp_path / "a", **kwargs
+    )
+    local = prepare_shards(
+        CorpusKey(str(data / "train.jsonl"), "bpe", 400, 0.1, None), cache_dir=tmp_path / "b", **kwargs
+    )
     m_hub, m_local = read_manifest(hub), read_manifest(local)
     assert m_hub["source"] == "hf:local/fineweb" and m_hub["revision"] is None
     assert m_hub["fingerprint"] == m_local["fingerprint"] and m_hub["splits"] == m_local["splits"]
     # a worker finds it from its config alone, without datasets or a network
     monkeypatch.setitem(sys.modules, "datasets", None)
-    prepared = prepare_corpus("hf:local/fineweb", cache_dir=tmp_path / "a", vocab_size=400, val_fraction=0.1)
+    prepared = prepare_corpus(CorpusKey("hf:local/fineweb", "bpe", 400, 0.1, None), cache_dir=tmp_path / "a")
     assert prepared.sharded and len(prepared.tokens("train")) == m_hub["splits"]["train"]["tokens"]
 
 
@@ -332,9 +337,8 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
     monkeypatch.delenv("HARNESS_CACHE", raising=False)
     results = tmp_path / "results"
     folder = prepare_shards(
-        str(SAMPLE),
+        CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None),
         cache_dir=results / "cache",
-        vocab_size=512,
         shard_tokens=100_000,
         workers=2,
         log=lambda msg: None,

@@ -21,6 +21,7 @@ from harness import live
 from harness.cli import main as cli
 from harness.config import RunConfig, train_config
 from harness.data import prepare_corpus
+from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TokenDataModule
 from harness.execution import ExecutionSettings
 from harness.models import available_variants, build_model
@@ -89,7 +90,9 @@ def test_same_variant_same_seed_is_bit_identical(tmp_path):
 
 
 def test_first_20_batches_identical_across_variants_and_differ_across_seeds(tmp_path):
-    prepared = prepare_corpus(str(SAMPLE), cache_dir=Path(os.environ["HARNESS_CACHE"]), vocab_size=512)
+    prepared = prepare_corpus(
+        CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=Path(os.environ["HARNESS_CACHE"])
+    )
     seen = {}
     for variant in available_variants():
         for seed in (0, 1):
@@ -139,7 +142,7 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_v_tokens_over_bytes(tmp_path):
         for i in range(200)
     ]
     corpus.write_text("\n".join(json.dumps({"text": d}) for d in docs) + "\n", encoding="utf-8")
-    prepared = prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", vocab_size=300, val_fraction=0.2)
+    prepared = prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 0.2, None), cache_dir=tmp_path / "cache")
     V = prepared.vocab_size
     model = build_model("block_attnres", "tiny", seed=0, vocab_size=V)
     with torch.no_grad():
@@ -522,13 +525,13 @@ def test_a_run_pruned_by_its_evaluation_hook_is_recorded_as_pruned(tmp_path):
 
 
 def test_a_signal_stops_the_run_after_its_step_with_a_checkpoint_and_it_resumes_bit_identically(tmp_path):
-    """The stop hook of `harness launch`'s workers (harness.scheduling.stop.StopRequest): a real
+    """The stop hook of `harness launch`'s workers (harness.train.stop.StopRequest): a real
     SIGUSR1 during step 2 stops the run after step 2 with a checkpoint of step 2 (no periodic one
     is due), and the resumed run ends with the uninterrupted run's numbers."""
     import signal
 
-    from harness.scheduling.stop import StopRequest
     from harness.train.checkpoint import checkpoint_dir, owner_dir, resume_step
+    from harness.train.stop import StopRequest
 
     config = cfg(checkpoint_every_tokens=BUDGET)  # no checkpoint before the end but the stop's
     whole, parts = tmp_path / "whole", tmp_path / "parts"

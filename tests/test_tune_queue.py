@@ -120,29 +120,18 @@ def _legacy_trial(config, state, **attrs):
     return create_trial(state=state, value=value, user_attrs=ua)
 
 
-def test_previous_layout_is_read_then_converted_into_one_study_per_grid(tmp_path):
+def test_previous_layout_is_converted_into_one_study_per_grid(tmp_path):
     q = new_queue(tmp_path)
-    old = optuna.create_study(storage=q.storage, study_name=LEGACY_STUDY)
-    a, b = configs(name="a", seeds=(0,)), configs(name="b", seeds=(0,))
+    optuna.create_study(storage=q.storage, study_name=LEGACY_STUDY)
+    a = configs(name="a", seeds=(0,))
     sid = q.storage.get_study_id_from_name(LEGACY_STUDY)
     q.storage.create_new_trial(sid, _legacy_trial(a[0], TrialState.COMPLETE, status="done", val_nll=None))
     q.storage.create_new_trial(sid, _legacy_trial(a[1], TrialState.COMPLETE, status="diverged", val_nll=None))
     q.storage.create_new_trial(sid, _legacy_trial(a[2], TrialState.WAITING))
-    del old
     q = RunQueue(q.storage)
-    assert {r: s.state for r, s in q.runs().items()} == {
-        a[0].run_id: "done",
-        a[1].run_id: "diverged",
-        a[2].run_id: "queued",
-    }
-    q.enqueue(b)  # new runs go into their grid's study
-    assert set(q.studies()) == {LEGACY_STUDY, "b"}
     lines = []
-    assert legacy.convert(q, values=lambda rid: 4.5, log=lines.append) == 0  # a run is queued: not now
-    assert "read as it is; 1 of its runs are queued or running" in lines[0]
-    work(q, lambda c, r: ("done", 4.0), tmp_path, grid="a", log=quiet)  # drains the old study's run
     assert legacy.convert(q, values={a[0].run_id: 4.5}.get, log=lines.append) == 3
-    assert set(q.studies()) == {"a", "b"}
+    assert set(q.studies()) == {"a"}
     assert "3 trial(s) of study 'harness' copied into 1 studies" in lines[-1]
     st = optuna.load_study(study_name="a", storage=q.storage)
     by = {t.user_attrs["run_id"]: t for t in st.trials}
@@ -151,7 +140,8 @@ def test_previous_layout_is_read_then_converted_into_one_study_per_grid(tmp_path
         4.5,
     )  # value from the result
     assert by[a[1].run_id].state == TrialState.FAIL and by[a[1].run_id].user_attrs["status"] == "diverged"
-    assert (by[a[2].run_id].state, by[a[2].run_id].value) == (TrialState.COMPLETE, 4.0)
+    assert by[a[2].run_id].state == TrialState.WAITING  # still queued, now in its grid's study
+    work(q, lambda c, r: ("done", 4.0), tmp_path, grid="a", log=quiet)
     assert {r: s.state for r, s in RunQueue(q.storage).runs("a").items()} == {
         a[0].run_id: "done",
         a[1].run_id: "diverged",
@@ -182,9 +172,7 @@ def test_a_conversion_cut_short_is_finished_without_copying_twice(tmp_path, cut,
         legacy.convert(q, log=quiet)
     monkeypatch.setattr(q.storage, "create_new_trial", real)
     fresh = RunQueue(q.storage)
-    assert len(fresh.all_trials()) == 3 and {s.state for s in fresh.runs().values()} == {
-        "done"
-    }  # read once each
+    assert len(fresh.runs("a")) == cut  # the copies made before the cut
     assert legacy.convert(fresh, log=quiet) == 3 - cut
     st = optuna.load_study(study_name="a", storage=q.storage)
     assert sorted(t.user_attrs["converted_from"] for t in st.trials) == [0, 1, 2] and len(st.trials) == 3

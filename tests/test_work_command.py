@@ -330,9 +330,9 @@ def test_retry_storage_passes_other_errors_at_once():
 
 
 def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untrained(tmp_path, monkeypatch):
-    """harness launch's workers (harness.scheduling.stop): once a signal asked for a stop, the loop
+    """harness launch's workers (harness.train.stop): once a signal asked for a stop, the loop
     takes no further run; a run it claimed while the signal came is released, not trained."""
-    from harness.scheduling.stop import StopRequest
+    from harness.train.stop import StopRequest
 
     q = new_queue(tmp_path)
     q.enqueue(configs(seeds=(0,)))

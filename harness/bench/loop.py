@@ -77,7 +77,7 @@ class _Loops:
 
     def lightning(self) -> list[float]:
         """One round of the Lightning loop (``trainer.fit``), stamped at every batch end."""
-        import lightning as L
+        import lightning as L  # lazy: Lightning loads only to train
 
         device = self.device
 
@@ -103,7 +103,7 @@ class _Loops:
 
     def bare(self) -> list[float]:
         """One round of the bare PyTorch loop on the same batches."""
-        from torch.utils.data import DataLoader
+        from torch.utils.data import DataLoader  # lazy: only for the Lightning loop
 
         opt_cfg = self.bare_lit.configure_optimizers()  # fresh AdamW state each round, as Lightning's fit
         opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]

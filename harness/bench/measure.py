@@ -25,7 +25,7 @@ from harness.bench.settings import (
     resolve_device,
 )
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps
-from harness.config import get_size, train_config
+from harness.config import corpus_key, get_size, train_config
 from harness.data import PreparedCorpus, prepare_corpus, token_dtype
 from harness.data.datamodule import TrainSchedule
 from harness.models import build_model, count_params
@@ -61,14 +61,9 @@ def synthetic_corpus(folder: Path, vocab_size: int, context: int, n_windows: int
 def _prepare_data(cfg: BenchConfig, folder: Path, batch_size: int, n_steps: int):
     """The loops' corpus: ``cfg.corpus`` prepared like a run, or synthetic tokens."""
     preset = get_size(cfg.size)
-    train = train_config(cfg.size)
     if cfg.corpus:
         return prepare_corpus(
-            cfg.corpus,
-            cache_dir=Path(cfg.cache_dir),
-            vocab_size=train.vocab_size or preset.vocab_size,
-            tokenizer=train.tokenizer,
-            val_fraction=train.val_fraction,
+            corpus_key(cfg.corpus, cfg.size, train_config(cfg.size)), cache_dir=Path(cfg.cache_dir)
         )
     return synthetic_corpus(folder, preset.vocab_size, preset.context, batch_size * max(n_steps, 2), cfg.seed)
 

@@ -133,7 +133,7 @@ def kernel_profiling(on: bool):
     if not on:
         yield
         return
-    import torch._inductor.config as inductor_config
+    import torch._inductor.config as inductor_config  # lazy: only while profiling a compiled step
 
     old = inductor_config.cpp.enable_kernel_profile
     inductor_config.cpp.enable_kernel_profile = True
@@ -155,7 +155,7 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
     Raises:
         ValueError: ``rounds < 1``.
     """
-    from torch.autograd import DeviceType
+    from torch.autograd import DeviceType  # lazy: only while profiling
 
     if rounds < 1:
         raise ValueError(f"profile rounds={rounds} must be >= 1")
@@ -211,7 +211,7 @@ def profile_steps(arms, rounds: int) -> dict[str, dict]:
 def _profiled_events(arms, rounds: int):
     """The profiler's events of ``rounds`` interleaved rounds of every arm, each step inside a window named
     ``WINDOW<arm>/<round>`` (CUDA activity too on a GPU)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function  # lazy: only while profiling
 
     device = arms[0].device
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

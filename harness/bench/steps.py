@@ -224,7 +224,7 @@ def peak_step_bytes(arms: list[StepArm]) -> dict[str, int]:
             sync(device)
             out[arm.name] = arm.persistent_bytes() + torch.cuda.max_memory_allocated(device) - start
         return out
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function  # lazy: only while profiling
 
     for arm in arms:  # the last step's gradients: freed before profiling, so every free is seen
         arm.free_grads()

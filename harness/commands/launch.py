@@ -37,7 +37,10 @@ import shutil
 import sys
 
 from harness.commands.options import add_storage
+from harness.execution import ExecutionSettings
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
+from harness.scheduling.worker_run import WorkOptions
+from harness.terms import NAME_RE
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
 
@@ -141,6 +144,7 @@ def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
             f"no runs of grid {args.grid!r} in {where}"
             + (f"; grids there: {', '.join(grids)}" if grids else "")
         )
+    _check_gpus(args, queue)
     queued = sum(c["queued"] for c in counts.values())
     if queued == 0:
         total = sum(sum(c.values()) for c in counts.values())
@@ -150,6 +154,30 @@ def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
             + f" ({total} runs, none waiting): nothing for workers to do"
         )
     return f"{queued} runs queued in {where}" + (f" (grid {args.grid})" if args.grid else "")
+
+
+def _check_gpus(args: argparse.Namespace, queue) -> None:
+    """Refuse ``--gpus-per-worker G`` before submitting anything: on a local machine without a GPU, or
+    where a queued run's batch does not split over G ranks (each worker would refuse it, one line each).
+
+    Raises:
+        ValueError: naming the option, the run and the counts allowed.
+    """
+    if not args.gpus_per_worker:
+        return
+    from harness.execution import ExecutionSettings
+    from harness.scheduling.devices import visible_devices
+    from harness.train.settings_check import check_run  # lazy: Lightning, only with GPUs asked for
+
+    if args.executor == "local" and not visible_devices():
+        raise ValueError(
+            f"--gpus-per-worker {args.gpus_per_worker}: this machine has no GPU (nvidia-smi lists none, "
+            "CUDA_VISIBLE_DEVICES names none); use --gpus-per-worker 0 to train on the CPU"
+        )
+    settings = ExecutionSettings(accelerator="gpu", devices=args.gpus_per_worker)
+    for state in queue.runs(args.grid).values():
+        if state.state == "queued":
+            check_run(state.config, settings, option="--gpus-per-worker")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -169,6 +197,15 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads {args.threads}: must be >= 0 (0 = torch's default)")
     if args.max_runs is not None and args.max_runs < 1:
         raise ValueError(f"--max-runs {args.max_runs}: must be at least 1")
+    cores = os.cpu_count() or 1
+    if args.executor == "local" and args.threads is not None and args.threads > cores:
+        raise ValueError(f"--threads {args.threads}: expected 0 to {cores} (this machine's CPU cores)")
+    if not NAME_RE.fullmatch(args.job_name):
+        raise ValueError(
+            f"--job-name {args.job_name!r}: a letter or digit, then letters, digits, '.', '_' or '-'"
+        )
+    if args.partition is not None and args.executor != "slurm":
+        raise ValueError("--partition: only with --executor slurm")
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")
@@ -186,18 +223,15 @@ def main(args: argparse.Namespace) -> int:
     )
     resources.check()
     found = _queue_check(args, storage)
-    work_argv = _work_argv(args, storage)
-    shown = [
-        describe_storage(a, args.results) if i and work_argv[i - 1] == "--storage" else a
-        for i, a in enumerate(work_argv)
-    ]  # no password in records or output
+    options = _work_options(args, storage)
+    shown = _work_argv(options, describe_storage(storage, args.results) if storage else None)
 
     from harness.scheduling.worker_task import WorkerTask  # lazy: submitit, only to launch (not for --help)
 
     launch_id, folder = launch.launch_folder(args.results, args.executor)
     try:
         job_ids = launch.submit(
-            args.executor, folder, [WorkerTask(work_argv) for _ in range(args.workers)], resources
+            args.executor, folder, [WorkerTask(options) for _ in range(args.workers)], resources
         )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing half-written
@@ -220,21 +254,34 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _work_argv(args: argparse.Namespace, storage: str | None) -> list[str]:
-    """The ``harness work`` arguments of every worker (threads: --threads, else the CPUs per worker)."""
+def _work_options(args: argparse.Namespace, storage: str | None) -> WorkOptions:
+    """What every worker does (threads: --threads, else the CPUs per worker); G GPUs per worker train
+    each run on G ranks (harness.train.ranks; its GPUs: CUDA_VISIBLE_DEVICES)."""
     threads = args.threads
     if threads is None:
         local = max(1, (os.cpu_count() or 1) // args.workers)
         threads = args.cpus_per_worker or (1 if args.executor == "slurm" else local)
-    work_argv = ["--results", str(args.results), "--threads", str(threads)]
-    work_argv += ["--storage", storage] if storage else []
-    work_argv += ["--grid", args.grid] if args.grid else []
-    work_argv += ["--max-runs", str(args.max_runs)] if args.max_runs else []
-    # G ranks per run, one per GPU of the worker (harness.train.ranks); its GPUs: CUDA_VISIBLE_DEVICES
-    work_argv += (
-        ["--accelerator", "gpu", "--devices", str(args.gpus_per_worker)] if args.gpus_per_worker else []
+    gpus = args.gpus_per_worker
+    settings = ExecutionSettings(threads=threads, accelerator="gpu" if gpus else "auto")
+    return WorkOptions(
+        results=str(args.results),
+        storage=storage,
+        grid=args.grid,
+        max_runs=args.max_runs or None,
+        devices=str(gpus) if gpus else None,
+        settings=settings,
     )
-    return work_argv
+
+
+def _work_argv(options: WorkOptions, storage_shown: str | None) -> list[str]:
+    """The ``harness work`` command line that does what ``options`` say, for records and output
+    (``storage_shown``: the storage without its password)."""
+    argv = ["--results", options.results, "--threads", str(options.settings.threads)]
+    argv += ["--storage", storage_shown] if storage_shown else []
+    argv += ["--grid", options.grid] if options.grid else []
+    argv += ["--max-runs", str(options.max_runs)] if options.max_runs else []
+    argv += ["--accelerator", "gpu", "--devices", options.devices] if options.devices else []
+    return argv
 
 
 def _say_launched(

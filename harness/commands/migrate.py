@@ -2,15 +2,15 @@
 
 Since 2026-12-01 each grid's runs live in an Optuna study named after the grid, so Optuna's own
 tools (optuna.load_study, optuna-dashboard) show each grid with its values. A queue written
-before then keeps every grid's runs in one study "harness". Every command still reads such a
-queue as it is; `harness queue` names this command in one line when it finds one. Converting
-copies each old trial into its grid's study (a done run valued by its final validation NLL from
-its result file, a diverged run as a failed trial with its reason) and then removes the old study.
+before then keeps every grid's runs in one study "harness"; every other command refuses such a
+queue with one line naming this command. Converting copies each old trial into its grid's study
+(a done run valued by its final validation NLL from its result file, a diverged run as a failed
+trial with its reason, a queued run queued again there) and then removes the old study.
 
-It converts only while none of the old study's runs is queued or running (no worker can be
-writing to it; exit status 1 and a line saying how many are busy otherwise: drain them with
-`harness work`, then run it again). A conversion cut short is finished by the next one without
-copying a trial twice. A queue with nothing to convert is left as it is (exit status 0).
+It converts only while none of the old study's runs is running (a worker of an older harness may
+be writing to it; exit status 1 and a line saying how many are running otherwise: let them end,
+then run it again). A conversion cut short is finished by the next one without copying a trial
+twice. A queue with nothing to convert is left as it is (exit status 0).
 
 example:
   harness migrate
@@ -38,7 +38,11 @@ def main(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     queue = RunQueue.open(
-        args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
+        args.storage,
+        args.results,
+        retry_s=COMMAND_RETRY_S,
+        log=lambda msg: print(msg, file=sys.stderr),
+        legacy=True,  # the one command that reads the previous layout
     )
     where = describe_storage(args.storage, args.results)
     if LEGACY_STUDY not in queue.studies():

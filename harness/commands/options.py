@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.execution import ExecutionSettings
+from harness.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
     "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
@@ -53,6 +53,21 @@ def open_queue(args: argparse.Namespace, *, create: bool = False):
         return None
 
 
+#: ``--accelerator`` values of ``harness run`` / ``harness work`` (Lightning's, less those this
+#: harness does not train on: ``tpu``, ``hpu``; a refused one spends no retry).
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
+def add_accelerator_argument(p: argparse.ArgumentParser) -> None:
+    """``--accelerator`` of ``harness run`` and ``harness work``."""
+    p.add_argument(
+        "--accelerator",
+        default="auto",
+        choices=ACCELERATORS,
+        help="where to train (default: gpu when CUDA is available, else cpu)",
+    )
+
+
 def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
     """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
     p.add_argument(
@@ -82,19 +97,6 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     return parsed
 
 
-def parse_devices(value: str) -> int | str:
-    """``--devices``: a positive integer or ``auto``.
-
-    Raises:
-        ValueError: anything else.
-    """
-    if str(value).isdigit() and int(value) > 0:
-        return int(value)
-    if value == "auto":
-        return value
-    raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
-
-
 def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
     """The :class:`~harness.execution.ExecutionSettings` of ``harness run`` / ``harness work``'s
     options (``--accelerator``, ``--devices``, ``--strategy``, ``--num-nodes``, ``--micro-batch-size``,
@@ -121,6 +123,8 @@ def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
 
 __all__ = [
     "STORAGE_HELP",
+    "ACCELERATORS",
+    "add_accelerator_argument",
     "add_storage",
     "add_micro_batch_argument",
     "parse_micro_batch",

@@ -31,6 +31,8 @@ import os
 import time
 from pathlib import Path
 
+from harness.data.corpus_key import DEFAULT_BPE_VOCAB, CorpusKey, requested_vocab
+
 
 def _tokens(text: str) -> int:
     try:
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_tokens,
         default=None,
         metavar="V",
-        help="without a grid: BPE vocabulary size (default 8192)",
+        help=f"without a grid: BPE vocabulary size (default {DEFAULT_BPE_VOCAB})",
     )
     parser.add_argument(
         "--val-fraction",
@@ -115,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from harness.data.prepare import cache_dir
-    from harness.data.shards import DEFAULT_SHARD_TOKENS, CorpusKey, Target, prepare_shards, read_manifest
+    from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
     from harness.data.tokenizer import check_bpe_vocab
 
     cache = cache_dir(args.results)
@@ -141,22 +143,17 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("give a GRID.toml, or --corpus C (with --tokenizer, --vocab-size, --tokens)")
         if not 0 < args.val_fraction < 1:
             raise ValueError(f"--val-fraction {args.val_fraction}: expected a number in (0, 1)")
-        if (args.tokenizer or "bpe") == "bpe":
-            check_bpe_vocab(args.vocab_size or 8192)
         spec = args.corpus if args.corpus.startswith("hf:") else os.path.abspath(args.corpus)
-        key = CorpusKey(
-            spec, args.tokenizer or "bpe", args.vocab_size or 8192, args.val_fraction, args.max_docs
-        )
+        vocab = requested_vocab(args.vocab_size or 0, DEFAULT_BPE_VOCAB)
+        key = CorpusKey(spec, args.tokenizer or "bpe", vocab, args.val_fraction, args.max_docs)
+        if key.tokenizer == "bpe":
+            check_bpe_vocab(key.vocab_size)
         needs = {key: (args.tokens or 0, 0)}
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
         folder = prepare_shards(
-            key.corpus,
+            key,
             cache_dir=cache,
-            tokenizer=key.tokenizer,
-            vocab_size=key.vocab_size,
-            val_fraction=key.val_fraction,
-            max_docs=key.max_docs,
             target=Target(train, val),
             shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS,
             workers=args.workers,

@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.scheduling.queue import LEGACY_STUDY, RunQueue
+    from harness.scheduling.queue import RunQueue
     from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -113,12 +113,6 @@ def main(args: argparse.Namespace) -> int:
     queue = RunQueue.open(
         args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
     )
-    if LEGACY_STUDY in queue.studies():
-        print(
-            f"harness queue: note: this queue has the previous layout (one Optuna study {LEGACY_STUDY!r} for "
-            "every grid), read as it is; `harness migrate` converts it into one study per grid",
-            file=sys.stderr,
-        )
     if grid.tuned:
 
         def best(study: str) -> tuple[str, dict]:

@@ -26,7 +26,7 @@ import argparse
 import sys
 
 from harness import console
-from harness.commands.options import add_micro_batch_argument, execution_settings
+from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.config import SIZES, TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.grid import choose_corpus
@@ -67,12 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="nodes of this run, each rank started by torchrun or srun (see docs/paper-scale.md)",
     )
-    p.add_argument(
-        "--accelerator",
-        default="auto",
-        choices=["auto", "cpu", "gpu", "cuda", "mps"],
-        help="where to train (default: gpu when CUDA is available, else cpu)",
-    )
+    add_accelerator_argument(p)
     add_micro_batch_argument(p)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument(
@@ -123,6 +118,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.config import RunConfig
     from harness.train import RunInterrupted, train_run
     from harness.train.runner import stored_result
+    from harness.train.settings_check import check_run, check_settings
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     check_accelerator(args.accelerator)  # a GPU asked for where there is none: one line
@@ -146,6 +142,8 @@ def main(args: argparse.Namespace) -> int:
         train=parse_overrides(args.set),
     )
     config.check_trainable()  # a budget, batch or vocabulary it cannot train: refused before the corpus
+    check_settings(settings)  # what Lightning would refuse at run time (strategy, accelerator, devices)
+    check_run(config, settings)  # a batch the ranks cannot split
     if not args.force:
         try:
             previous, diff = stored_result(config, args.results)

@@ -99,8 +99,8 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]
 
 def launch_lines(results, shown: int) -> list[str]:
     """The jobs of the newest ``shown`` launches (:mod:`harness.scheduling.launch`), as lines."""
-    from harness.commands.work import summary
     from harness.scheduling.launch import job_states, read_records
+    from harness.scheduling.worker_run import summary
 
     records = read_records(results) if shown else []
     if not records:

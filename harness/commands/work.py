@@ -53,21 +53,21 @@ seconds: the run is queued again (no retry spent) and the worker stops, naming t
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import signal
 import sys
 from collections import Counter
-from collections.abc import Mapping
-from pathlib import Path
 
-from harness import console
-from harness.commands.options import add_micro_batch_argument, add_storage, execution_settings, parse_devices
+from harness.commands.options import (
+    add_accelerator_argument,
+    add_micro_batch_argument,
+    add_storage,
+    execution_settings,
+)
 from harness.config import TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
-from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
+from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
+from harness.scheduling.worker_run import WorkOptions, run_worker, summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the node), each locked for this worker's life, so workers never share one",
     )
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
-    parser.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     parser.add_argument(
@@ -151,64 +151,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_writable(results: Path, create: bool = False) -> None:
-    """A worker writes checkpoints and result files under ``results``: fail now, with the
-    system's own reason (read-only file system, permission denied), not after a run trained.
-
-    Raises:
-        FileNotFoundError: ``results`` does not exist and ``create`` is false (a mistyped
-            path would otherwise become a new, empty queue).
-        OSError: ``results`` cannot be created or written.
-    """
-    import tempfile
-
-    try:
-        results.stat()
-    except FileNotFoundError:  # not NotADirectoryError: a file on the path is said by mkdir below
-        if not create:
-            raise FileNotFoundError(
-                f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
-                "--results DIR` makes it, or pass --create (set --results DIR or "
-                "$HARNESS_RESULTS)"
-            ) from None
-    results.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
-        pass
-
-
-def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
-    """``--devices``/``--gpus``/``--accelerator`` -> ``(ranks per run, device claim or None)``.
-
-    On a GPU worker (``--accelerator gpu``, or ``auto`` on a node where ``nvidia-smi`` lists
-    GPUs, or ``--gpus`` given) the worker's devices are chosen (:func:`harness.scheduling.devices.assign`)
-    and ``CUDA_VISIBLE_DEVICES`` is set to them before CUDA starts; the claim's locks are held
-    until the worker stops. Elsewhere nothing is claimed.
-
-    Raises:
-        ValueError: a bad ``--devices`` or ``--gpus``, the two disagree, or not enough free
-            GPUs on this node (:class:`~harness.scheduling.devices.NoFreeDevice`).
-    """
-    from harness.scheduling import devices as gpu
-
-    n = parse_devices(devices) if devices is not None else len(gpu.parse_gpus(gpus)) if gpus else 1
-    if not (gpus or accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpu.node_gpu_count())):
-        return n, None
-    if n == "auto":
-        n = len(gpu.parse_gpus(gpus)) if gpus else len(gpu.visible_devices())
-    chosen, claim = gpu.assign(gpus, n)
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
-    print(
-        f"worker trains on GPU(s) {','.join(chosen)} ({n} rank(s) per run)"
-        + ("" if claim is None else f"; locked in {gpu.lock_dir()}"),
-        flush=True,
-    )
-    return n, claim
-
-
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
-
-
 def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     """``harness work``: :func:`run`, then its one-line summary; exit status 1 when every run
     the worker took failed."""
@@ -226,88 +168,29 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     return 0
 
 
-def summary(outcomes: Mapping[str, int]) -> str:
-    """``worker trained N runs: a done, b diverged, c failed[, d pruned][, e lost to another
-    worker]`` of an outcome count."""
-    pruned = f", {outcomes['pruned']} pruned" if outcomes.get("pruned") else ""
-    lost = f", {outcomes['lost']} lost to another worker" if outcomes.get("lost") else ""
-    return (
-        f"worker trained {sum(outcomes.values())} runs: {outcomes.get('done', 0)} done, "
-        f"{outcomes.get('diverged', 0)} diverged, {outcomes.get('failed', 0)} failed{pruned}{lost}"
+def work_options(args: argparse.Namespace) -> WorkOptions:
+    """``harness work``'s options as the worker's :class:`~harness.scheduling.worker_run.WorkOptions`.
+
+    Raises:
+        ValueError: a bad ``--micro-batch-size`` (refused before any claim).
+    """
+    return WorkOptions(
+        results=str(args.results),
+        storage=args.storage,
+        grid=args.grid,
+        max_runs=args.max_runs,
+        wait=args.wait,
+        poll_s=args.poll_s,
+        retries=args.retries,
+        lease_s=args.lease_s,
+        storage_retry_s=args.storage_retry_s,
+        create=getattr(args, "create", False),
+        devices=args.devices,
+        gpus=args.gpus,
+        settings=execution_settings(args, devices=1),  # the ranks per run: from the worker's GPU claim
     )
-
-
-def _settings(args: argparse.Namespace):
-    """``(execution settings, GPU claim or None)``: the worker's :class:`~harness.execution.ExecutionSettings`,
-    built once from its options, with the ranks per run its devices give (claimed until it stops)."""
-    settings = execution_settings(args, devices=1)  # a bad --micro-batch-size is refused before any claim
-    devices, claim = worker_devices(args.devices, args.gpus, args.accelerator)
-    return settings.replace(devices=devices), claim
 
 
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
-    """Run the worker loop (:func:`harness.scheduling.worker.work`) with ``harness work``'s
-    options; returns the outcomes of the runs it trained.
-
-    ``train_fn``/``on_failure`` default to :func:`~harness.scheduling.worker.train_unless_finished`
-    and :func:`~harness.scheduling.worker.record_failure`. Without ``stop``, SIGTERM raises
-    ``KeyboardInterrupt`` at once (the run is released, resuming from its last checkpoint);
-    with a :class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks) the caller
-    owns the signals and a stop comes at the next batch boundary, with a checkpoint of it.
-    """
-    import optuna
-
-    from harness.commands import set_threads
-    from harness.scheduling import worker
-    from harness.scheduling.queue import RunQueue
-    from harness.terms import check_grid
-
-    if args.retries < 0:
-        raise ValueError(f"--retries {args.retries} must be >= 0")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space_needed = None
-    if train_fn is None:
-        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
-
-        set_threads(args.threads)
-    on_failure = on_failure or worker.record_failure
-    if args.storage_retry_s <= 0:
-        raise ValueError(f"--storage-retry-s {args.storage_retry_s:g} must be positive")
-    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    _check_writable(Path(args.results), getattr(args, "create", False))
-    queue = RunQueue.open(
-        args.storage, args.results, lease_timeout_s=args.lease_s, retry_s=args.storage_retry_s
-    )
-    if args.grid is not None:
-        try:
-            check_grid(args.grid, (r.grid for r in queue.runs().values()), queue.where)
-        except ValueError as exc:
-            if not args.wait:
-                raise
-            print(f"note: {exc}; waiting for it to be queued (--wait)")
-    beat_s = min(BEAT_S, args.lease_s / 4)
-    claim = settings = None
-    if train_fn is None:
-        (settings, claim), train_fn = _settings(args), worker.train_unless_finished
-    previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
-    try:
-        with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
-            return worker.work(
-                queue,
-                train_fn,
-                args.results,
-                on_failure=on_failure,
-                grid=args.grid,
-                max_runs=args.max_runs,
-                wait=args.wait,
-                poll_s=args.poll_s,
-                max_retries=args.retries,
-                beat_s=beat_s,
-                retry_s=args.storage_retry_s,
-                stop=stop,
-                space_needed=space_needed,
-                settings=settings,
-            )
-    finally:
-        if stop is None:
-            signal.signal(signal.SIGTERM, previous)
+    """:func:`~harness.scheduling.worker_run.run_worker` with ``harness work``'s options."""
+    return run_worker(work_options(args), train_fn=train_fn, on_failure=on_failure, stop=stop)

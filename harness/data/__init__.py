@@ -5,6 +5,8 @@ The first stage of a run (DESIGN sections 1.1 and 4). Knows nothing about models
 * :mod:`harness.data.corpus` -- a corpus spec (file, folder, glob, ``hf:``) -> ordered
   documents, their fingerprint and the order-independent train/validation split;
 * :mod:`harness.data.tokenizer` -- byte-level BPE trained on the training split, or GPT-2;
+* :mod:`harness.data.corpus_key` -- :class:`CorpusKey`, what a run says about its corpus (the one
+  vocabulary rule, the shard folder it names);
 * :mod:`harness.data.prepare` -- :func:`prepare_corpus`: the split tokenized into a
   content-addressed cache folder (token files, per-token byte lengths, metadata);
 * :mod:`harness.data.shards` -- ``harness prepare``: a corpus streamed through a process pool

@@ -367,7 +367,7 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None]:
 def _read_hub(spec: str, limit: int) -> list[str]:
     name, config = parse_hub_spec(spec)
     try:
-        import datasets  # optional: only hub corpora need it
+        import datasets  # lazy: only hub corpora need it
     except ImportError:
         raise OptionalDependencyError(
             f"corpus {spec!r} needs the optional 'datasets' package, which is not installed; "

@@ -42,8 +42,9 @@ from harness.data.corpus import (
     read_documents,
     split_documents,
 )
+from harness.data.corpus_key import CorpusKey
 from harness.data.shard_reader import ShardedTokens
-from harness.data.shards import load_shard_tokenizer, read_manifest, shard_dir
+from harness.data.shards import load_shard_tokenizer, read_manifest, token_dtype
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
 from harness.files import atomic_write, fsync_dir, fsync_file
 
@@ -127,28 +128,19 @@ class PreparedCorpus:
                 raise ValueError(f"prepared corpus {self.dir}: {info['file']} does not match meta.json")
 
 
-def prepare_corpus(
-    corpus: str,
-    *,
-    cache_dir: Path,
-    vocab_size: int,
-    tokenizer: str = "bpe",
-    val_fraction: float = 0.05,
-    max_docs: int | None = None,
-) -> PreparedCorpus:
+def prepare_corpus(key: CorpusKey, *, cache_dir: Path) -> PreparedCorpus:
     """Read, split, tokenize and store a corpus, or reuse the stored copy.
 
     Args:
-        corpus: corpus spec (:mod:`harness.data.corpus`): file, directory, glob or ``hf:...``.
+        key: the corpus (:meth:`harness.config.RunConfig.corpus_key`): its spec (file, directory, glob
+            or ``hf:...``, :mod:`harness.data.corpus`); tokenizer ``bpe`` (trained on the training split
+            only) or ``gpt2`` (tiktoken); the BPE vocabulary to train (>= 257; ignored for ``gpt2``,
+            V = 50257); the expected validation fraction in (0, 1); ``max_docs``, the first non-empty
+            documents to use (hub default: :data:`harness.data.corpus.HUB_DEFAULT_MAX_DOCS`).
         cache_dir: root of the cache (``corpora/``, ``tokenizers/`` and ``hub/`` below it).
-        vocab_size: BPE vocabulary size to train (>= 257); ignored for ``gpt2`` (V = 50257).
-        tokenizer: ``bpe`` (trained on the training split only) or ``gpt2`` (tiktoken).
-        val_fraction: expected fraction of documents held out for validation, in (0, 1).
-        max_docs: use only the first ``max_docs`` non-empty documents (hub default:
-            :data:`harness.data.corpus.HUB_DEFAULT_MAX_DOCS`).
 
-    A corpus that `harness prepare` sharded for these settings (:func:`harness.data.shards.shard_dir`)
-    is read from its shards instead.
+    A corpus that `harness prepare` sharded for this key (:meth:`CorpusKey.folder`) is read from its
+    shards instead.
 
     Returns:
         The :class:`PreparedCorpus`.
@@ -158,13 +150,15 @@ def prepare_corpus(
             :func:`harness.data.corpus.read_documents`, :func:`harness.data.corpus.split_documents`
             and :mod:`harness.data.tokenizer`; also an unknown ``tokenizer``.
     """
+    corpus, tokenizer, vocab_size = key.corpus, key.tokenizer, key.vocab_size
+    val_fraction, max_docs = key.val_fraction, key.max_docs
     if tokenizer not in TOKENIZER_NAMES:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
     if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
         raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
     cache_dir = Path(cache_dir)
     caller = {"corpus": corpus, "max_docs": max_docs}
-    found = _sharded(cache_dir, corpus, tokenizer, vocab_size, val_fraction, max_docs, caller)
+    found = _sharded(cache_dir, key, caller)
     if found is not None:
         return found
     # A hub stream is expensive and needs a network: remember which fingerprint a
@@ -185,25 +179,10 @@ def prepare_corpus(
     return _load(final, caller)
 
 
-def _sharded(
-    cache_dir: Path,
-    corpus: str,
-    tokenizer: str,
-    vocab_size: int,
-    val_fraction: float,
-    max_docs: int | None,
-    caller: dict,
-) -> PreparedCorpus | None:
-    """The corpus `harness prepare` sharded for these settings (shards + manifest), else ``None``: a sharded
+def _sharded(cache_dir: Path, key: CorpusKey, caller: dict) -> PreparedCorpus | None:
+    """The corpus `harness prepare` sharded for ``key`` (shards + manifest), else ``None``: a sharded
     corpus is read, never streamed or tokenized again."""
-    sharded = shard_dir(
-        cache_dir,
-        corpus,
-        tokenizer=tokenizer,
-        vocab_size=vocab_size,
-        val_fraction=val_fraction,
-        max_docs=max_docs,
-    )
+    sharded = key.folder(cache_dir)
     manifest = read_manifest(sharded)
     if manifest is None:
         return None
@@ -256,14 +235,6 @@ def _build_once(
 def cache_dir(results_dir: str | os.PathLike) -> Path:
     """Prepared-corpus cache: ``$HARNESS_CACHE`` or ``RESULTS/cache`` (content-addressed, shareable)."""
     return Path(os.environ.get("HARNESS_CACHE") or Path(results_dir) / "cache")
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """Little-endian dtype of the token files: ``uint16``, or ``uint32`` when V > 65535.
-
-    (V = 65536 would still fit ``uint16``; the simpler rule costs nothing.)
-    """
-    return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
 
 
 def _prepared_dir(

@@ -51,13 +51,12 @@ import numpy as np
 from filelock import FileLock
 
 from harness.data.corpus import HUB_PREFIX, corpus_files, corpus_fingerprint, is_validation
+from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, shard_dir, source_key
 from harness.data.shard_writer import _ShardWriter
 from harness.data.stream import _chunks, hub_revision, stream_documents
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, check_bpe_vocab, train_bpe
 from harness.files import atomic_write, fsync_dir, fsync_file
 
-#: Bump when the shard layout or its meaning changes; old folders are then ignored.
-SHARD_FORMAT = 1
 #: Tokens per shard (build-nanogpt's fineweb.py uses 100M): 200 MB of uint16 per file.
 DEFAULT_SHARD_TOKENS = 100_000_000
 #: Text per chunk of work (bytes, cut at document boundaries): bounds each process's memory.
@@ -73,55 +72,6 @@ SPLITS = ("train", "val")
 # Where a sharded corpus lives
 
 
-def source_key(corpus: str) -> str:
-    """The corpus spec as it names the source: ``hf:`` specs as written, local paths absolute."""
-    return corpus if corpus.startswith(HUB_PREFIX) else os.path.abspath(os.path.expanduser(corpus))
-
-
-def shard_dir(
-    cache_dir: Path,
-    corpus: str,
-    *,
-    tokenizer: str,
-    vocab_size: int,
-    val_fraction: float,
-    max_docs: int | None,
-) -> Path:
-    """The folder of the sharded corpus a run with these settings reads (exists or not)."""
-    key = {
-        "format": SHARD_FORMAT,
-        "source": source_key(corpus),
-        "tokenizer": tokenizer,
-        "vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
-        "val_fraction": float(val_fraction),
-        "max_docs": max_docs or None,
-    }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-    return Path(cache_dir) / "corpora" / f"shards-{tokenizer}-{digest[:32]}"
-
-
-@dataclass(frozen=True)
-class CorpusKey:
-    """What a run's config says about its corpus: one sharded corpus per key."""
-
-    corpus: str
-    tokenizer: str
-    vocab_size: int
-    val_fraction: float
-    max_docs: int | None
-
-    def folder(self, cache_dir: Path) -> Path:
-        """Where ``harness prepare`` puts this corpus (:func:`harness.data.shards.shard_dir`)."""
-        return shard_dir(
-            cache_dir,
-            self.corpus,
-            tokenizer=self.tokenizer,
-            vocab_size=self.vocab_size,
-            val_fraction=self.val_fraction,
-            max_docs=self.max_docs,
-        )
-
-
 def read_manifest(folder: Path) -> dict | None:
     """The manifest of a finished sharded corpus, or ``None`` when there is none (yet)."""
     path = Path(folder) / "manifest.json"
@@ -134,7 +84,7 @@ def read_manifest(folder: Path) -> dict | None:
 
 def _write_gpt2_ranks(path: Path, tok: GPT2Tokenizer) -> None:
     """tiktoken's gpt2 merge ranks in tiktoken's own file format (base64 token, rank)."""
-    ranks = tok._enc._mergeable_ranks
+    ranks = tok.mergeable_ranks()
     lines = [
         base64.b64encode(token).decode() + f" {rank}"
         for token, rank in sorted(ranks.items(), key=lambda x: x[1])
@@ -202,13 +152,9 @@ class Target:
 
 
 def prepare_shards(
-    corpus: str,
+    key: CorpusKey,
     *,
     cache_dir: Path,
-    tokenizer: str = "bpe",
-    vocab_size: int = 0,
-    val_fraction: float = 0.05,
-    max_docs: int | None = None,
     target: Target = Target(),
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     chunk_bytes: int = CHUNK_BYTES,
@@ -219,13 +165,12 @@ def prepare_shards(
     """Stream, tokenize and shard a corpus (see the module docstring); return its folder.
 
     Args:
-        corpus: corpus spec (local file/folder/glob or ``hf:OWNER/NAME[:CONFIG]``).
+        key: the corpus (:class:`~harness.data.corpus_key.CorpusKey`, :meth:`harness.config.RunConfig.corpus_key`):
+            its spec (local file/folder/glob or ``hf:OWNER/NAME[:CONFIG]``); tokenizer ``bpe`` (trained
+            on the first ``bpe_sample_bytes`` of train-split text) or ``gpt2`` (tiktoken; its ranks are
+            copied beside the shards); requested BPE vocabulary (>= 257; ignored for ``gpt2``);
+            validation fraction in (0, 1); ``max_docs`` (``None`` = no limit).
         cache_dir: cache root (the folder is ``cache_dir/corpora/shards-...``).
-        tokenizer: ``bpe`` (trained on the first ``bpe_sample_bytes`` of train-split text)
-            or ``gpt2`` (tiktoken; its ranks are copied beside the shards).
-        vocab_size: requested BPE vocabulary (>= 257; ignored for ``gpt2``).
-        val_fraction: expected fraction of documents in the validation split, in (0, 1).
-        max_docs: take at most this many documents (``None`` = no limit).
         target: stop once both splits hold this many tokens (default: the whole source).
         shard_tokens: tokens per shard file (recorded; a corpus keeps its first value).
         chunk_bytes: text per unit of work and of resumption (recorded, kept like ``shard_tokens``).
@@ -241,6 +186,8 @@ def prepare_shards(
             ``vocab_size`` outside 257 .. 2^20 (:func:`~harness.data.tokenizer.check_bpe_vocab`).
             The argument checks run before anything is written.
     """
+    corpus, tokenizer, vocab_size = key.corpus, key.tokenizer, key.vocab_size
+    val_fraction, max_docs = key.val_fraction, key.max_docs
     if tokenizer not in TOKENIZER_NAMES:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
     if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
@@ -252,14 +199,7 @@ def prepare_shards(
     if tokenizer == "bpe":
         check_bpe_vocab(vocab_size)  # a huge one aborts the Rust trainer (out of memory), no exception
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    folder = shard_dir(
-        cache_dir,
-        corpus,
-        tokenizer=tokenizer,
-        vocab_size=vocab_size,
-        val_fraction=val_fraction,
-        max_docs=max_docs,
-    )
+    folder = key.folder(cache_dir)
     if not corpus.startswith(HUB_PREFIX) and read_manifest(folder) is None:
         corpus_files(corpus)  # a refused prepare creates nothing: no cache folder, no lock file
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -353,7 +293,7 @@ def _setup(
         "eos_placement": "after every document",
         "shard_tokens": shard_tokens,
         "chunk_bytes": chunk_bytes,
-        "dtype": _dtype(tok.vocab_size).name,
+        "dtype": token_dtype(tok.vocab_size).name,
         "tokenizer": {
             "name": tok.name,
             "vocab_size": int(tok.vocab_size),
@@ -368,7 +308,11 @@ def _setup(
     return setup
 
 
-def _dtype(vocab_size: int) -> np.dtype:
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Little-endian dtype of the token files: ``uint16``, or ``uint32`` when V > 65535.
+
+    (V = 65536 would still fit ``uint16``; the simpler rule costs nothing.)
+    """
     return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
 
 
@@ -614,6 +558,7 @@ __all__ = [
     "Target",
     "prepare_shards",
     "shard_dir",
+    "token_dtype",
     "read_manifest",
     "stream_documents",
     "hub_revision",

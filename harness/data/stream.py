@@ -33,7 +33,7 @@ def hub_revision(spec: str) -> str | None:
     if Path(name).is_dir():  # datasets.load_dataset reads a local folder of that name first
         return None
     try:
-        from huggingface_hub import HfApi  # installed with datasets
+        from huggingface_hub import HfApi  # lazy: installed with datasets
 
         return HfApi().dataset_info(name).sha
     except Exception as exc:  # offline / unknown dataset: many exception types across versions
@@ -45,7 +45,7 @@ def hub_revision(spec: str) -> str | None:
 
 def _import_datasets(spec: str):
     try:
-        import datasets  # optional: only hub corpora need it
+        import datasets  # lazy: only hub corpora need it
     except ImportError:
         raise OptionalDependencyError(
             f"corpus {spec!r} needs the optional 'datasets' package, which is not installed; "
@@ -115,7 +115,7 @@ def _jsonl_rows(path: Path) -> Iterator[str | None]:
 
 
 def _parquet_rows(path: Path) -> Iterator[str | None]:
-    import polars as pl  # deferred: only Parquet corpora need it
+    import polars as pl  # lazy: only Parquet corpora need it
 
     schema = pl.read_parquet_schema(path)
     if "text" not in schema:

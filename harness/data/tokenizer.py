@@ -58,7 +58,7 @@ class BPETokenizer:
     name = "bpe"
 
     def __init__(self, json_str: str):
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # lazy: HF tokenizers, only for a BPE
 
         self.json_str = json_str
         self._tok = Tokenizer.from_str(json_str)
@@ -148,6 +148,11 @@ class GPT2Tokenizer:
         """Text of token ids."""
         return self._enc.decode(list(ids))
 
+    def mergeable_ranks(self) -> dict[bytes, int]:
+        """Token bytes -> rank (= id) of every mergeable (non-special) token, through tiktoken's public
+        ``token_byte_values`` and ``encode_single_token``: what ``load_tiktoken_bpe`` reads back."""
+        return {token: self._enc.encode_single_token(token) for token in self._enc.token_byte_values()}
+
     def token_bytes(self) -> np.ndarray:
         """``[V]`` int64: byte length of each token, 0 for special tokens and unused ids."""
         special = set(self._enc.special_tokens_set)
@@ -167,14 +172,14 @@ def _gpt2_encoding(ranks_file: Path | None = None):
     """tiktoken's ``gpt2`` ``Encoding``, from ``ranks_file`` when given (no network), else
     tiktoken's own files (errors: see :class:`GPT2Tokenizer`)."""
     try:
-        import tiktoken  # optional: only the gpt2 tokenizer needs it
+        import tiktoken  # lazy: only the gpt2 tokenizer needs it
     except ImportError:
         raise OptionalDependencyError(
             "tokenizer 'gpt2' needs the optional 'tiktoken' package, which is not installed; "
             "install it with: pip install 'rd-harness[hub]', or use tokenizer 'bpe'"
         ) from None
     if ranks_file is not None:  # the ranks copied beside a prepared corpus: no network
-        from tiktoken.load import load_tiktoken_bpe
+        from tiktoken.load import load_tiktoken_bpe  # lazy: optional, only the gpt2 tokenizer needs it
         from tiktoken_ext.openai_public import r50k_pat_str
 
         return tiktoken.Encoding(
@@ -197,6 +202,7 @@ def _gpt2_encoding(ranks_file: Path | None = None):
 
 
 def _bpe_json(texts: Sequence[str], vocab_size: int) -> str:
+    # lazy: HF tokenizers, only for a BPE
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())

@@ -85,6 +85,10 @@ def load_specs() -> dict[str, VariantSpec]:
         if "base" not in data:
             return data
         base = data["base"]
+        if not isinstance(base, str):  # e.g. base = ["rd_attnres"]: one spec is composed on one base
+            raise ValueError(
+                f"{paths[name]}: base = {base!r}: must be one variant name, e.g. base = \"rd_attnres\""
+            )
         if base not in raw:
             raise ValueError(
                 f"{paths[name]}: base {base!r} is not a variant; variants: {', '.join(sorted(raw))}"

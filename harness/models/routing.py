@@ -53,11 +53,6 @@ class RMSNorm(nn.Module):
         return F.rms_norm(upcast(x), (x.shape[-1],), upcast(self.weight), self.eps).type_as(x)
 
 
-def rms_normalize(x: Tensor, eps: float) -> Tensor:
-    """Weightless RMS normalisation ``x / sqrt(mean(x^2) + eps)`` in float32: ``[..., D]``."""
-    return F.rms_norm(upcast(x), (x.shape[-1],), None, eps)
-
-
 def inv_rms(x: Tensor, eps: float) -> Tensor:
     """``1 / sqrt(mean(x^2) + eps)`` over the last axis in float32: ``[..., D] -> [...]``."""
     return torch.rsqrt(upcast(x).square().mean(-1) + eps)

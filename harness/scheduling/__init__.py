@@ -21,7 +21,8 @@
   worker still write the run's checkpoints and result?
 * :mod:`harness.scheduling.worker` -- the loop of ``harness work`` around
   :func:`harness.train.train_run`;
-* :mod:`harness.scheduling.stop` -- a signal asks a worker to stop at the next batch boundary;
+* :mod:`harness.scheduling.worker_run` -- a worker process: its options (:class:`WorkOptions`), its
+  GPU claim, the loop run with them (``harness work`` and a launched task);
 * :mod:`harness.scheduling.launch` -- workers submitted with submitit (a SLURM job array,
   local processes), the launch records and the jobs' states.
 """

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from harness.config import RunConfig, get_size
 from harness.data.corpus import HUB_PREFIX, read_documents, split_documents
+from harness.data.corpus_key import CorpusKey
 from harness.data.prepare import prepare_corpus
-from harness.data.shards import CorpusKey, read_manifest
+from harness.data.shards import read_manifest
 from harness.train.schedule import StepPlan
 
 # A BPE token is a merge of byte-level symbols: gpt2's longest tokens are runs of 64+ spaces or
@@ -45,13 +46,7 @@ def need(config: RunConfig) -> Need:
     """The corpus and the tokens of each split that ``config``'s run reads."""
     train, preset = config.train_config(), get_size(config.size)
     plan = StepPlan.of(train, size=config.size, context=preset.context, budget_tokens=config.budget_tokens)
-    key = CorpusKey(
-        config.corpus,
-        train.tokenizer,
-        train.vocab_size or preset.vocab_size,
-        train.val_fraction,
-        train.max_docs or None,
-    )
+    key = config.corpus_key()
     val = (train.eval_tokens // preset.context) * preset.context + 1
     return Need(key, plan.tokens + 1, val, train.max_epochs)
 
@@ -138,14 +133,7 @@ def _local_splits(n: Need, cache_dir: Path, memo: dict) -> tuple[int, int] | Non
         return None
     if ("tokens", key) not in memo:
         try:
-            prepared = prepare_corpus(
-                key.corpus,
-                cache_dir=cache_dir,
-                vocab_size=key.vocab_size,
-                tokenizer=key.tokenizer,
-                val_fraction=key.val_fraction,
-                max_docs=key.max_docs,
-            )
+            prepared = prepare_corpus(key, cache_dir=cache_dir)
             memo["tokens", key] = (len(prepared.tokens("train")), len(prepared.tokens("val")))
         except (OSError, ValueError):
             memo["tokens", key] = None

@@ -79,6 +79,7 @@ from harness.factorial import parse_factorial
 from harness.scheduling.grid_checks import (
     GRID_KEYS,
     REQUIRED_KEYS,
+    check_factorial_cells,
     check_keys,
     check_pairing,
     check_seeds,
@@ -366,6 +367,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
         analysis = dataclasses.replace(
             analysis, factorial=parse_factorial(data["factorial"], variants, where=where)
         )
+    check_factorial_cells(analysis.factorial, variants, sizes_by_role, budgets_by_role, err)
     return Grid(
         name=name,
         corpus=corpus,

@@ -180,6 +180,33 @@ def check_pairing(variants, sizes_by_role, budgets_by_role, err) -> None:
                 )
 
 
+def check_factorial_cells(factorial, variants, sizes_by_role, budgets_by_role, err) -> None:
+    """Every variant of a ``[factorial]`` runs at the same sizes and budgets (``[sizes_by_role]`` /
+    ``[budgets_by_role]`` through its role): the interaction contrast needs all four variants in every
+    cell the factorial covers (DESIGN section 12), or a cell has fewer than its seeds' pairs.
+
+    Raises:
+        ValueError: (``err``) naming the table, the variant left out and the cell.
+    """
+    if factorial is None:
+        return
+    for key, table, what in (
+        ("budgets_by_role", budgets_by_role, "budget"),
+        ("sizes_by_role", sizes_by_role, "size"),
+    ):
+        covered = sorted({x for v in factorial.variants for x in table[variants[v]]}, key=str)
+        for variant in factorial.variants:
+            left_out = [x for x in covered if x not in table[variants[variant]]]
+            if left_out:
+                raise err(
+                    key,
+                    f"the factorial variant {variant!r} (role {variants[variant]}) does not run at {what} "
+                    f"{left_out[0]!r}, where other factorial variants do; every factorial variant must run "
+                    "in every cell the factorial covers (give their roles the same "
+                    f"{what}s, or leave {variant!r}'s role out of [{key}])",
+                )
+
+
 _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 

@@ -50,7 +50,7 @@ def write_train(
         ValueError: the file is not a valid grid before or after the edit (the message names
             the key), or ``variant`` is not one of its variants.
     """
-    import tomlkit
+    import tomlkit  # lazy: only a grid edit
 
     path = Path(path)
     source = Path(source) if source is not None else path

@@ -20,7 +20,8 @@ Optuna's journal is one JSON operation per line, appended under an ``O_EXCL`` lo
 The file format (one compact JSON operation per line) and the lock protocol stay Optuna's
 (5.0.0, pinned): Optuna's own ``JournalFileBackend`` and ``optuna-dashboard`` read the file.
 :class:`QueueJournal` implements Optuna's public backend interface itself, keeping its own
-line offsets, so no private attribute of Optuna's is read (``tests/test_optuna_public.py``).
+line offsets, so no private attribute of Optuna's is read; the one private name used, the operation
+codes a repair's placeholder lines carry, is listed with its reason in ``tests/test_optuna_public.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,13 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend, JournalFileOpenLock, JournalStorage
+from optuna.storages.journal._storage import JournalOperation
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
 
 from harness.files import atomic_path, atomic_write
 
 TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
 REPAIR_WORKER = "harness-repair"
-_OP_CREATE_STUDY, _OP_CREATE_TRIAL = 0, 4  # optuna.storages.journal._storage.JournalOperation
-_TRIAL_FAIL = 3  # optuna.trial.TrialState.FAIL
+# the journal's operation codes: Optuna has no public name for them (tests/test_optuna_public.py PRIVATE_USES)
+_OP_CREATE_STUDY, _OP_CREATE_TRIAL = JournalOperation.CREATE_STUDY.value, JournalOperation.CREATE_TRIAL.value
 _OP_RE = re.compile(rb'"op_code"\s*:\s*(\d+)')
 _STUDY_RE = re.compile(rb'"study_id"\s*:\s*(\d+)')
 
@@ -68,6 +74,40 @@ class JournalCorrupt(ValueError):
             f"past it; stop every worker, then run `harness queue --repair --storage journal:{self.path}` "
             "(it writes a clean journal of the valid lines, in order, and keeps the damaged file as a backup)"
         )
+
+
+#: The keys Optuna's replay reads from each operation (``optuna.storages.journal._storage``, 5.0.0,
+#: ``JournalOperation`` codes 0-10; 10, DISCARD_TRIALS, is skipped by Optuna's replay).
+_OP_KEYS: dict[int, tuple[str, ...]] = {
+    0: ("study_name", "directions"),
+    1: ("study_id",),
+    2: ("study_id", "user_attr"),
+    3: ("study_id", "system_attr"),
+    4: ("study_id", "datetime_start"),
+    5: ("trial_id", "param_name", "param_value_internal", "distribution"),
+    6: ("trial_id", "state", "values"),
+    7: ("trial_id", "step", "intermediate_value"),
+    8: ("trial_id", "user_attr"),
+    9: ("trial_id", "system_attr"),
+    10: (),
+}
+
+
+def operation_problem(log: Any) -> str | None:
+    """What keeps a parsed journal line from being an operation Optuna can replay (``None``: nothing):
+    not an object, no integer ``op_code``, an unknown one, or a key its replay reads missing (Optuna
+    would stop with ``AssertionError: Should not reach.`` or a bare ``KeyError``)."""
+    if not isinstance(log, dict):
+        return f"not an operation record: a JSON {type(log).__name__}, not an object"
+    op = log.get("op_code")
+    if not isinstance(op, int) or isinstance(op, bool):
+        return "not an operation record: no integer op_code"
+    if op not in _OP_KEYS:
+        return f"not an operation record: unknown op_code {op} (known: 0-{max(_OP_KEYS)})"
+    missing = [k for k in (("worker_id",) if op != 10 else ()) + _OP_KEYS[op] if k not in log]
+    if missing:
+        return f"not an operation record: op_code {op} without {', '.join(missing)}"
+    return None
 
 
 def _reason(exc: ValueError) -> str:
@@ -126,6 +166,21 @@ def mend_torn_tail(path: str | os.PathLike, warn: Callable[[str], None] = _stder
 
 #: Optuna's lock file beside a journal: ``PATH.lock`` (its ``JournalFileOpenLock``).
 LOCK_SUFFIX = ".lock"
+RENAME_FILE_SUFFIX = (
+    ".rename"  # Optuna's: a released lock file is renamed PATH.lock<uuid>.rename, then removed
+)
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a block of a few system calls (this thread's signal mask);
+    one that came meanwhile is delivered when the block ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class MendingLock(JournalFileOpenLock):
@@ -144,13 +199,35 @@ class MendingLock(JournalFileOpenLock):
         self._warn = warn
 
     def acquire(self) -> bool:
-        super().acquire()
+        try:
+            super().acquire()
+        except RuntimeError as exc:  # Ctrl-C while waiting: Optuna's cleanup says "did not possess lock"
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__ from None
+            raise
         try:
             mend_torn_tail(self.journal, self._warn)
         except BaseException:
             self.release()
             raise
         return True
+
+    def release(self) -> None:
+        """Let go of the lock (rename the lock file aside, then remove it, as Optuna does) with SIGINT and
+        SIGTERM held back until both are done: Optuna's own release, interrupted between them, raised
+        ``FileNotFoundError: ...lock<uuid>.rename`` instead of the interrupt (issue 45). A signal that
+        came meanwhile is delivered once the lock is let go.
+
+        Raises:
+            RuntimeError: the lock file is not there (this process did not hold the lock).
+        """
+        aside = f"{self.lock_file}{uuid.uuid4()}{RENAME_FILE_SUFFIX}"
+        with signals_held():
+            try:
+                os.rename(self.lock_file, aside)
+            except OSError:
+                raise RuntimeError("Error: did not possess lock") from None
+            os.unlink(aside)
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -215,6 +292,9 @@ class QueueJournal(BaseJournalBackend):
                     log = json.loads(line)
                 except ValueError as exc:
                     raise JournalCorrupt(self.path, n + 1, _reason(exc)) from None
+                problem = operation_problem(log)  # valid JSON Optuna's replay would stop on
+                if problem is not None:
+                    raise JournalCorrupt(self.path, n + 1, problem)
                 offset += len(line)
                 n += 1
                 self._offsets[n] = offset
@@ -238,10 +318,30 @@ class QueueJournal(BaseJournalBackend):
         format: compact JSON, one per line)."""
         data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
         with self.lock.held():
-            with open(self.path, "ab") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            append_whole(self.path, data)
+
+
+def append_whole(path: str, data: bytes) -> None:
+    """Append ``data`` (whole lines) to ``path`` and fsync it, or leave the file as it was: a write
+    that fails part-way (a full disk) is cut off again, so no torn line is left for a reader to take
+    for a writer killed mid-append (issue 45). Call it holding the journal's lock.
+
+    Raises:
+        OSError: the write or fsync failed (ENOSPC, EDQUOT, EIO), with ``path`` as its file name.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            os.ftruncate(fd, start)  # frees what the partial write took: truncating needs no space
+            raise OSError(exc.errno, exc.strerror, path) from None
+    finally:
+        os.close(fd)
 
 
 class QueueJournalStorage(JournalStorage):
@@ -294,7 +394,7 @@ def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
                 "worker_id": REPAIR_WORKER,
                 "study_id": int(study.group(1)),
                 "datetime_start": None,
-                "state": _TRIAL_FAIL,
+                "state": TrialState.FAIL.value,
                 "value": None,
                 "values": None,
                 "user_attrs": {"repair_placeholder": f"line {line_no}"},
@@ -307,7 +407,7 @@ def _placeholder(line_no: int, raw: bytes) -> tuple[dict | None, str | None]:
                 "op_code": _OP_CREATE_STUDY,
                 "worker_id": REPAIR_WORKER,
                 "study_name": f"harness-repair-placeholder-line-{line_no}",
-                "directions": [1],
+                "directions": [StudyDirection.MINIMIZE.value],
             },
             "a placeholder study",
         )
@@ -323,12 +423,11 @@ def _clean_lines(data: bytes, report: Repair) -> list[bytes]:
     for i, raw in enumerate(lines, start=1):
         if raw.endswith(b"\n"):
             try:
-                log = json.loads(raw)
-                if isinstance(log, dict) and isinstance(log.get("op_code"), int):
+                reason = operation_problem(json.loads(raw))
+                if reason is None:
                     out.append(raw)
                     report.kept += 1
                     continue
-                reason = "not an operation record"
             except ValueError as exc:
                 reason = _reason(exc)
         else:
@@ -389,9 +488,12 @@ def repair_journal(path: str | os.PathLike, *, verify: Callable[[Any], None] | N
 __all__ = [
     "TORN_SUFFIX",
     "JournalCorrupt",
+    "operation_problem",
     "mend_torn_tail",
     "MendingLock",
+    "signals_held",
     "QueueJournal",
+    "append_whole",
     "QueueJournalStorage",
     "Repair",
     "repair_journal",

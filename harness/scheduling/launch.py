@@ -176,7 +176,7 @@ def submit(
         ValueError: ``executor`` not one of :data:`EXECUTORS`, or SLURM's ``srun`` not on PATH.
         RuntimeError: sbatch refused the job (its message).
     """
-    import submitit
+    import submitit  # lazy: submitit, only to launch or read a job
 
     resources.check()
     if executor == "slurm":
@@ -304,7 +304,7 @@ class JobState:
 
 def _result(folder: str, job_id: str) -> tuple[str, object] | None:
     """The ``(outcome, value)`` submitit pickled when the task ended, or ``None``."""
-    from submitit.core.utils import JobPaths
+    from submitit.core.utils import JobPaths  # lazy: submitit, only to launch or read a job
 
     path = JobPaths(folder, job_id=job_id, task_id=0).result_pickle
     try:
@@ -316,7 +316,7 @@ def _result(folder: str, job_id: str) -> tuple[str, object] | None:
 
 def log_path(record: LaunchRecord, job_id: str) -> Path:
     """The log file (stdout and stderr) of one worker's task."""
-    from submitit.core.utils import JobPaths
+    from submitit.core.utils import JobPaths  # lazy: submitit, only to launch or read a job
 
     return JobPaths(record.folder, job_id=job_id, task_id=0).stdout
 

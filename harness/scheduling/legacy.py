@@ -1,34 +1,38 @@
 """Convert a queue of the previous layout (one study ``"harness"`` for every grid) into one
 study per grid, the layout :mod:`harness.scheduling.queue` writes; run by ``harness migrate``
-(:mod:`harness.commands.migrate`) only, never implicitly.
+(:mod:`harness.commands.migrate`) only, never implicitly. The only module that reads the previous
+layout: every other command refuses it (:meth:`RunQueue.open <harness.scheduling.queue.RunQueue.open>`).
 
-The previous layout is read as it is (:meth:`QueueReader._trials <harness.scheduling.queueread.QueueReader>`),
-so nothing needs converting to keep working; converting makes Optuna's tools show each grid
-with its values. A conversion copies every trial of the old study into its grid's study
-and then deletes the old study. It runs only while none of the old study's runs is queued
-or running (no worker can be writing to it); a copied trial carries ``converted_from``
-(its number in the old study), so a conversion cut short is finished by the next one
-without copying a trial twice, and a run with trials in a grid's study is read from there
-only. Copies follow the new layout: a done run's value is its final validation NLL (from
-``values``, e.g. the result files; else the old trial's), a diverged run is a FAIL trial
-with its reason.
+A conversion copies every trial of the old study into its grid's study and then deletes the old
+study. It runs only while none of the old study's runs is running (a worker of an older harness
+may be writing to it); a queued run is copied as queued. A copied trial carries
+``converted_from`` (its number in the old study), so a conversion cut short is finished by the
+next one without copying a trial twice. Copies follow the new layout: a done run's value is its
+final validation NLL (from ``values``, e.g. the result files; else the old trial's), a diverged
+run is a FAIL trial with its reason.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 from optuna.trial import FrozenTrial, TrialState
 
 from db.store import Store
+from harness.scheduling.lease import stale_reason
 from harness.scheduling.queue import LEGACY_STUDY, RunQueue, fold
+from harness.scheduling.trials import lease_from
 
 
 def _copy(t: FrozenTrial, value: float | None) -> FrozenTrial:
     """The new-layout template of old trial ``t`` (``value``: the run's final NLL if known)."""
     ua = dict(t.user_attrs, converted_from=t.number)
     state, values = t.state, t.values
+    if t.state == TrialState.RUNNING:  # its worker is gone (a stale lease): queued again, resuming
+        state = TrialState.WAITING
+        ua.pop("lease", None)
     if t.state == TrialState.COMPLETE:
         status = ua.get("status", "done")
         nll = value if value is not None else ua.get("val_nll")
@@ -62,6 +66,20 @@ def _copy(t: FrozenTrial, value: float | None) -> FrozenTrial:
     )
 
 
+def _held(trials: list[FrozenTrial], queue: RunQueue, now: float) -> bool:
+    """A run of the old study is running under a fresh lease (a worker of an older harness may be
+    training it); a running trial whose lease is stale is copied as queued (:func:`_copy`)."""
+    if fold(trials).state != "running":
+        return False
+    for t in trials:
+        if t.state == TrialState.RUNNING:
+            started = t.datetime_start.timestamp() if t.datetime_start else None
+            lease = lease_from(t.user_attrs.get("lease"), started)
+            if stale_reason(lease, now=now, timeout_s=queue.lease_timeout_s, host=queue.host) is None:
+                return True
+    return False
+
+
 def convert(
     queue: RunQueue,
     *,
@@ -87,12 +105,12 @@ def convert(
     by_run: dict[str, list[FrozenTrial]] = {}
     for t in old:
         by_run.setdefault(t.user_attrs["run_id"], []).append(t)
-    busy = [rid for rid, ts in by_run.items() if fold(ts).state in ("queued", "running")]
+    now = time.time()
+    busy = [rid for rid, ts in by_run.items() if _held(ts, queue, now)]
     if busy:
         log(
-            f"queue of the previous layout (one study {LEGACY_STUDY!r} for every grid): read as it is; "
-            f"{len(busy)} of its runs are queued or running, so it is converted into one study per grid "
-            "by a later `harness queue` once they are finished"
+            f"queue of the previous layout (one study {LEGACY_STUDY!r} for every grid): {len(busy)} of its "
+            "runs are running (a worker of an older harness?); run `harness migrate` again once they end"
         )
         return 0
     copied, grids = 0, set()

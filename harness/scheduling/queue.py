@@ -120,13 +120,16 @@ class RunQueue(RunAdder):
         *,
         retry_s: float = STORAGE_RETRY_S,
         log: Callable[[str], None] = print,
+        legacy: bool = False,
         **kwargs,
     ) -> RunQueue:
         """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
-        while the storage is unreachable (:func:`retry_storage`).
+        while the storage is unreachable (:func:`retry_storage`). A queue of the previous layout is
+        refused unless ``legacy`` (``harness migrate``, which converts it).
 
         Raises:
             StorageUnavailable: unreachable for ``retry_s`` seconds.
+            ValueError: the queue has the previous layout (one line naming ``harness migrate``).
         """
         where = describe_storage(url, results)
         queue = retry_storage(
@@ -136,6 +139,11 @@ class RunQueue(RunAdder):
             log=log,
         )
         queue.where = where
+        if not legacy and LEGACY_STUDY in queue.studies():
+            raise ValueError(
+                f"queue {where} has the previous layout (one Optuna study {LEGACY_STUDY!r} for every grid); "
+                "run `harness migrate` to convert it into one study per grid"
+            )
         return queue
 
     # -- taking and finishing

@@ -29,6 +29,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -125,7 +126,7 @@ def ensure_indexes(storage: BaseStorage) -> None:
     engine = _postgres(storage)
     if engine is None:
         return
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     with engine.connect() as conn:
         have = {
@@ -184,7 +185,7 @@ def live_trials(
                 continue
             out += [_light(storage, t, sid) for t in trials if "run_id" in t.user_attrs]
         return out
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     known = {} if waiting is None else waiting
     running, now_waiting = [], []
@@ -251,7 +252,7 @@ def run_trials(storage: BaseStorage, run_id: str, study_id: int) -> list[FrozenT
     if engine is None:
         trials = storage.get_all_trials(study_id, deepcopy=False)
         return sorted((t for t in trials if t.user_attrs.get("run_id") == run_id), key=lambda t: t.number)
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     rows: dict[int, FrozenTrial] = {}
     with engine.connect() as conn:
@@ -275,6 +276,14 @@ def run_trials(storage: BaseStorage, run_id: str, study_id: int) -> list[FrozenT
     return sorted(rows.values(), key=lambda t: t.number)
 
 
+def _optuna_models():
+    """Optuna's SQL models (``optuna.storages._rdb.models``): no public API names its tables, and the
+    PostgreSQL paths write them as Optuna does (listed in tests/test_optuna_public.py PRIVATE_USES)."""
+    from optuna.storages._rdb import models  # lazy: loads SQLAlchemy, only on PostgreSQL
+
+    return models
+
+
 def _state(state) -> TrialState:
     return state if isinstance(state, TrialState) else TrialState[state]
 
@@ -291,8 +300,6 @@ def take_waiting(storage: BaseStorage, trial_id: int, attrs: dict) -> bool:
     """
     engine = _postgres(storage)
     if engine is None:
-        from optuna.exceptions import UpdateFinishedTrialError
-
         try:
             if not storage.set_trial_state_values(trial_id, TrialState.RUNNING):
                 return False
@@ -300,8 +307,9 @@ def take_waiting(storage: BaseStorage, trial_id: int, attrs: dict) -> bool:
             return False
         set_user_attrs(storage, trial_id, attrs)
         return True
-    from optuna.storages._rdb import models  # Optuna's schema, written through its own models
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session  # lazy: SQLAlchemy, only on PostgreSQL
+
+    models = _optuna_models()
 
     with Session(engine) as session, session.begin():
         trial = (
@@ -320,8 +328,9 @@ def take_waiting(storage: BaseStorage, trial_id: int, attrs: dict) -> bool:
 
 def _upsert_attrs(session, trial_id: int, attrs: dict) -> None:
     """Optuna's PostgreSQL upsert of user attributes (``_set_trial_attr_without_commit``), all in one statement."""
-    from optuna.storages._rdb import models
-    from sqlalchemy.dialects.postgresql import insert
+    from sqlalchemy.dialects.postgresql import insert  # lazy: SQLAlchemy, only on PostgreSQL
+
+    models = _optuna_models()
 
     stmt = insert(models.TrialUserAttributeModel).values(
         [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()]
@@ -346,9 +355,9 @@ def set_user_attrs(storage: BaseStorage, trial_id: int, attrs: dict) -> None:
         for k, v in attrs.items():
             storage.set_trial_user_attr(trial_id, k, v)
         return
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.storages._rdb import models  # Optuna's schema, written through its own models
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session  # lazy: SQLAlchemy, only on PostgreSQL
+
+    models = _optuna_models()
 
     with Session(engine) as session, session.begin():
         trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
@@ -374,7 +383,7 @@ def grid_run_ids(storage: BaseStorage, grid: str, study_ids: Callable[[], Iterab
                 if "run_id" in t.user_attrs and t.user_attrs.get("grid") == grid
             }
         return out
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     with engine.connect() as conn:
         return {
@@ -400,9 +409,10 @@ def create_waiting(
         for key, value in (study_attrs or {}).items():
             storage.set_study_user_attr(study_id, key, value)
         return ids
-    import sqlalchemy
-    from optuna.storages._rdb import models  # Optuna's schema, written through its own tables
-    from sqlalchemy.dialects.postgresql import insert
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
+    from sqlalchemy.dialects.postgresql import insert  # lazy: SQLAlchemy, only on PostgreSQL
+
+    models = _optuna_models()
 
     trials, attrs = models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
     with engine.begin() as conn:  # Core executemany: batched INSERTs, not one ORM object per row

@@ -6,10 +6,9 @@ grid's history; one *trial* per attempt at a run (what a trial says, and how a r
 read from its trials: :mod:`harness.scheduling.trials`).
 
 All the trials of one run live in one study. A queue written by the previous layout (one
-study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is read as it is: its runs stay
-there, new runs go into their grid's study, and :mod:`harness.scheduling.legacy` converts
-it into one study per grid once none of its runs is queued or running (``harness migrate``
-does, when asked; ``harness queue`` names it in a one-line note).
+study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is not read:
+:meth:`RunQueue.open <harness.scheduling.queue.RunQueue.open>` refuses it with one line naming
+``harness migrate``, which alone converts it (:mod:`harness.scheduling.legacy`).
 
 Trials are addressed by their number in their study; the storage's trial id, which its
 write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.
@@ -37,7 +36,7 @@ from harness.scheduling.trials import RunState, fold, queue_order
 from harness.terms import FINISHED, STATUSES
 
 RUNS_ATTR = "runs"  # a grid study's attribute: how many runs its last `harness queue` counted
-LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (read, then converted)
+LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (refused; `harness migrate`)
 
 
 class QueueReader:
@@ -113,32 +112,22 @@ class QueueReader:
 
     def _trials(self, grids: Collection[str] | None = None) -> list[FrozenTrial]:
         """Every trial that is an attempt at a run, over all studies (``grids``: only those grids'
-        studies and :data:`LEGACY_STUDY`, so that reading one grid costs nothing for the others'
-        history); records each run's study.
-
-        A run that also has trials outside :data:`LEGACY_STUDY` (it was converted) is read
-        from there only.
-        """
-        by_study = []
+        studies, so that reading one grid costs nothing for the others' history); records each
+        run's study."""
         studies = self.studies()
         if grids is not None:
-            studies = {n: sid for n, sid in studies.items() if n in grids or n == LEGACY_STUDY}
-        for name, sid in studies.items():
+            studies = {n: sid for n, sid in studies.items() if n in grids}
+        out = []
+        for sid in studies.values():
             try:
                 trials = self.storage.get_all_trials(sid, deepcopy=False)
-            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+            except KeyError:  # deleted meanwhile
                 continue
             self.reads["full"] += 1
-            by_study.append((name, sid, [t for t in trials if "run_id" in t.user_attrs]))
-        modern = {t.user_attrs["run_id"] for name, _, ts in by_study if name != LEGACY_STUDY for t in ts}
-        out = []
-        for name, sid, trials in by_study:
             for t in trials:
-                rid = t.user_attrs["run_id"]
-                if name == LEGACY_STUDY and rid in modern:
-                    continue
-                self._run_study[rid] = sid
-                out.append(t)
+                if "run_id" in t.user_attrs:
+                    self._run_study[t.user_attrs["run_id"]] = sid
+                    out.append(t)
         return out
 
     def live(self) -> list[LiveTrial]:

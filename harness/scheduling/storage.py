@@ -21,6 +21,7 @@ so the retry settings here can be read without loading them (``harness --help``)
 from __future__ import annotations
 
 import errno
+import hashlib
 import importlib.util
 import os
 import time
@@ -168,7 +169,7 @@ def trial_lock(storage: BaseStorage, trial_id: int) -> Iterator[None]:
     if engine is None or engine.dialect.name != "postgresql":
         yield
         return
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     with engine.connect() as conn, conn.begin():
         conn.execute(
@@ -198,9 +199,7 @@ def grid_lock(storage: BaseStorage, grid: str) -> Iterator[Callable[[], None]]:
     from harness.scheduling.journal import LOCK_SUFFIX, QueueJournalStorage
 
     if isinstance(storage, QueueJournalStorage):
-        import hashlib
-
-        from optuna.storages.journal import JournalFileOpenLock
+        from optuna.storages.journal import JournalFileOpenLock  # lazy: Optuna, only with a queue
 
         name = f"{storage.journal.path}.grid-{hashlib.sha1(grid.encode()).hexdigest()[:12]}"
         lock = JournalFileOpenLock(name, grace_period=GRID_LOCK_GRACE_S)
@@ -214,7 +213,7 @@ def grid_lock(storage: BaseStorage, grid: str) -> Iterator[Callable[[], None]]:
     if engine is None or engine.dialect.name != "postgresql":
         yield lambda: None
         return
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     key = {"k": f"harness queue grid {grid}"}
     with engine.connect() as conn:
@@ -233,7 +232,7 @@ def postgres_driver(url: str) -> tuple[str, str]:
     Raises:
         ValueError: a driver SQLAlchemy does not know, or one Optuna cannot use (async).
     """
-    import sqlalchemy
+    import sqlalchemy  # lazy: SQLAlchemy, only on PostgreSQL
 
     scheme = url.split(":", 1)[0]
     try:
@@ -265,7 +264,7 @@ def _unreachable(exc: BaseException) -> bool:
     :class:`StorageUnavailable` (its retries are spent) and errors waiting does not cure
     (no permission, a read-only or full disk, a file where a folder should be).
     """
-    import sqlalchemy.exc
+    import sqlalchemy.exc  # lazy: SQLAlchemy, only on PostgreSQL
 
     seen = exc
     while seen is not None:
@@ -278,7 +277,7 @@ def _unreachable(exc: BaseException) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    from optuna.exceptions import StorageInternalError
+    from optuna.exceptions import StorageInternalError  # lazy: Optuna, only with a queue
 
     root = exc.__cause__ if isinstance(exc, StorageInternalError) and exc.__cause__ else exc
     text = str(root).strip().splitlines()

@@ -89,6 +89,7 @@ class Param:
 
     def distribution(self) -> BaseDistribution:
         """The Optuna distribution of this dimension."""
+        # lazy: Optuna, only with a queue
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
         if self.kind == "choice":
@@ -323,7 +324,7 @@ def create_or_check(storage: BaseStorage, spec: TuneSpec) -> str:
         ValueError: the study exists with another space (or variant, size, budget, corpus,
             base settings, seed or pruner): the message names the study and the differences.
     """
-    from optuna.exceptions import DuplicatedStudyError
+    from optuna.exceptions import DuplicatedStudyError  # lazy: Optuna, only with a queue
     from optuna.study import StudyDirection
 
     try:
@@ -353,7 +354,7 @@ def create_or_check(storage: BaseStorage, spec: TuneSpec) -> str:
 
 
 def _sampler(spec: TuneSpec, number: int):
-    from optuna.samplers import TPESampler
+    from optuna.samplers import TPESampler  # lazy: Optuna, only with a queue
 
     # seeded per trial number: two workers asking at once draw different points, and a
     # study replayed with the same finished trials draws the same ones
@@ -363,7 +364,7 @@ def _sampler(spec: TuneSpec, number: int):
 
 
 def _pruner(spec: TuneSpec):
-    from optuna.pruners import HyperbandPruner, MedianPruner, NopPruner
+    from optuna.pruners import HyperbandPruner, MedianPruner, NopPruner  # lazy: Optuna, only with a queue
 
     if spec.pruner == "median":
         # not before the random startup trials have finished, nor in the first half of a run: early in
@@ -377,7 +378,7 @@ def _pruner(spec: TuneSpec):
 
 def _trial(storage: BaseStorage, study_name: str, trial_id: int, *, sampler=None, pruner=None):
     """An ``optuna.trial.Trial`` on a RUNNING trial of tuning study ``study_name``, and its spec."""
-    import optuna
+    import optuna  # lazy: Optuna, only with a queue
 
     spec = load_spec(storage, study_name)
     number = storage.get_trial_number_from_id(trial_id)
@@ -401,7 +402,7 @@ def draw_params(storage: BaseStorage, trial_id: int, config: RunConfig) -> RunCo
     Returns:
         ``config`` with the drawn settings in ``train``.
     """
-    from optuna.distributions import distribution_to_json
+    from optuna.distributions import distribution_to_json  # lazy: Optuna, only with a queue
 
     trial, spec = _trial(storage, config.grid, trial_id, sampler=_sampler)
     params = {}
@@ -449,7 +450,7 @@ def best_params(storage: BaseStorage, name: str) -> tuple[TuneSpec, dict[str, An
     Raises:
         ValueError: no such tuning study, or no finished trial yet.
     """
-    import optuna
+    import optuna  # lazy: Optuna, only with a queue
 
     spec = load_spec(storage, name)
     study = optuna.load_study(study_name=spec.study_name, storage=storage)

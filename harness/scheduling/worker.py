@@ -11,7 +11,7 @@ worker says "lease lost to HOST:PID ...", and takes the next run. Every
 queue operation is retried while the storage is unreachable
 (:func:`~harness.scheduling.storage.retry_storage`). A ``KeyboardInterrupt`` (SIGTERM in
 ``harness work``) gives the run being trained back to the queue; so does a
-:class:`~harness.scheduling.stop.StopRequest` (``harness launch``'s tasks: a signal stops the
+:class:`~harness.train.stop.StopRequest` (``harness launch``'s tasks: a signal stops the
 run at the next batch boundary, with a checkpoint), after which no other run is taken.
 
 The default train function, :func:`train_unless_finished`, is
@@ -49,7 +49,7 @@ from harness.terms import FINISHED
 
 if TYPE_CHECKING:
     from harness.scheduling.queue import RunQueue
-    from harness.scheduling.stop import StopRequest
+    from harness.train.stop import StopRequest
 
 MAX_RETRIES = 2  # a run whose training raised is retried this many times, then stays failed
 
@@ -201,12 +201,23 @@ def _check_results(queue, call, claim, results_dir: Path) -> None:
 
 
 def _disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> DiskFull:
-    """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with."""
-    call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
+    """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with. A release
+    the full disk refuses (the queue journal on it) is said in that line: nothing is torn
+    (:func:`harness.scheduling.journal.append_whole`) and the run's lease covers it."""
+    try:
+        call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
+        released = f"{claim.run_id} released and queued again (no retry spent)"
+    except OSError as exc:
+        if exc.errno not in FULL_ERRNOS:
+            raise
+        released = (
+            f"{claim.run_id} could not be released: the queue journal is on the full disk ({exc.filename}); "
+            "nothing was torn, no retry is spent, and a worker reclaims the run once this one has stopped"
+        )
     needs = f"; {claim.run_id} needs about {fmt_bytes(need)} for its checkpoints" if need else ""
     full = DiskFull(
-        f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {claim.run_id} released "
-        "and queued again (no retry spent); the worker stops: free space there or point --results elsewhere"
+        f"disk full: {path} ({why}, {fmt_bytes(free_bytes(path))} free){needs}; {released}; the worker "
+        "stops: free space there or point --results elsewhere"
     )
     full.errno = errno.ENOSPC
     return full
@@ -265,6 +276,7 @@ def work(
     space_needed: SpaceFn | None = None,
     log: Callable[[str], None] = print,
     settings: ExecutionSettings | None = None,
+    check_run: Callable[[RunConfig], None] | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -286,10 +298,10 @@ def work(
             boundary, with a checkpoint, and is released.
         space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
             (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the results folder
-            has that much free, else it is released and :class:`DiskFull` raised.
-        log: where the one-line progress messages go.
+            has that much free, else it is released and :class:`DiskFull` raised. log: the progress lines' sink.
         settings: the worker's :class:`~harness.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings=settings, stop_requested=stop)``; ``None``: a stand-in's ``train_fn(c, r)``.
+        check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -321,7 +333,7 @@ def work(
         if claim is None:
             break
         with given_back_if_interrupted(queue, call, claim, log):
-            need = _admit(queue, call, claim, Path(results_dir), watch, space_needed)
+            need = _admit(queue, call, claim, Path(results_dir), watch, space_needed, check_run)
             outcomes[
                 _train_one(
                     queue,
@@ -351,13 +363,33 @@ def _check_intervals(max_runs: int | None, poll_s: float, beat_s: float, retry_s
         raise ValueError(f"storage retry time {retry_s} s must be positive")
 
 
-def _admit(queue, call, claim, results_dir: Path, watch: FolderWatch | None, space_needed: SpaceFn | None):
+def _configured(queue, call, claim, check_run: Callable[[RunConfig], None] | None) -> None:
+    """Release ``claim`` (no retry spent) and re-raise when ``check_run`` refuses its config."""
+    if check_run is None:
+        return
+    try:
+        check_run(claim.config)
+    except ValueError as exc:
+        call(queue.release, claim, f"configuration error: {exc}; run released (no retry spent)")
+        raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
+
+
+def _admit(
+    queue,
+    call,
+    claim,
+    results_dir: Path,
+    watch: FolderWatch | None,
+    space_needed: SpaceFn | None,
+    check_run=None,
+):
     """The bytes ``claim`` needs (``None``: not known) once its results folder is still there, its own and
     has that much free; else the run is released and :class:`ResultsLost` / :class:`OtherResults` /
-    :class:`DiskFull` raised."""
+    :class:`DiskFull` raised; a run ``check_run`` refuses is released and its ``ValueError`` raised."""
     if watch is not None and watch.look() is not None:
         raise _results_lost(queue, claim, watch)
     _check_results(queue, call, claim, results_dir)
+    _configured(queue, call, claim, check_run)
     need = space_needed(claim.config) if space_needed is not None else None
     if need is not None and free_bytes(results_dir) < need:
         raise _disk_full(queue, call, claim, results_dir, need, "not enough free space to start")

@@ -9,10 +9,13 @@ import signal
 
 import submitit
 
+from harness.scheduling.worker_run import WorkOptions, run_worker, summary
+from harness.train.stop import StopRequest
+
 
 class WorkerTask(submitit.helpers.Checkpointable):
-    """One launched worker: ``harness work WORK_ARGV`` (:func:`harness.commands.work.run`) with
-    signals turned into a stop at the next batch boundary (:class:`~harness.scheduling.stop.StopRequest`).
+    """One launched worker: :func:`~harness.scheduling.worker_run.run_worker` with its options, and
+    signals turned into a stop at the next batch boundary (:class:`~harness.train.stop.StopRequest`).
 
     After a stop by ``SIGUSR1``/``SIGUSR2`` the handler that submitit installed for its
     signal (``submitit.JobEnvironment.USR_SIG``) is called: it calls :meth:`checkpoint`,
@@ -22,31 +25,27 @@ class WorkerTask(submitit.helpers.Checkpointable):
     way the run being trained is back in the queue first, with a checkpoint of its last step.
 
     Args:
-        work_argv: ``harness work`` arguments (``--results`` absolute, ``--storage`` ...).
+        options: what the worker does (:class:`~harness.scheduling.worker_run.WorkOptions`: its
+            results folder absolute, storage, grid, threads ...), pickled whole with the task.
 
     Returns (when called):
         the outcome counts of the runs it trained (``done``, ``diverged``, ``failed``).
     """
 
-    def __init__(self, work_argv: list[str]) -> None:
-        self.work_argv = list(work_argv)
+    def __init__(self, options: WorkOptions) -> None:
+        self.options = options
 
     def __call__(self) -> dict:
-        from harness.cli import build_parser  # lazy: the task runs the CLI; cli imports the commands
-        from harness.commands import work  # lazy: the worker's command, only when the task runs
-        from harness.scheduling.stop import StopRequest  # lazy: only when the task runs
-
-        args = build_parser().parse_args(["work", *self.work_argv])
         stop = StopRequest()
         outcomes = None
         with stop.catching(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM) as previous:
             try:
-                outcomes = work.run(args, stop=stop)
+                outcomes = run_worker(self.options, stop=stop)
             except KeyboardInterrupt:
                 if not stop.requested:
                     raise
         if outcomes is not None:
-            print(work.summary(outcomes), flush=True)
+            print(summary(outcomes), flush=True)
         if not stop.requested:
             return dict(outcomes)
         handler = previous.get(getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG))
@@ -68,7 +67,7 @@ class WorkerTask(submitit.helpers.Checkpointable):
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """The task to requeue: a fresh worker with the same arguments. What a requeued worker
         needs is in the queue (the released run) and in the run's checkpoint file."""
-        return submitit.helpers.DelayedSubmission(WorkerTask(self.work_argv))
+        return submitit.helpers.DelayedSubmission(WorkerTask(self.options))
 
 
 __all__ = ["WorkerTask"]

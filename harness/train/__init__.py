@@ -9,6 +9,8 @@ The only package that uses Lightning or records metrics. Modules, in the order a
 * :mod:`harness.train.trainer` -- :func:`make_trainer`, the one ``Trainer`` configuration
   (shared with ``harness bench``);
 * :mod:`harness.train.progress` -- the run's callback: evaluate, checkpoint, stop, show;
+* :mod:`harness.train.stop` -- a signal asks a worker (and its run) to stop at the next batch
+  boundary (:class:`StopRequest`; the worker loop and the runner both read it);
 * :mod:`harness.train.checkpoint` -- checkpoint folder, atomic save, resume, config check;
 * :mod:`harness.train.protocol` -- the protocol dict and hash that pairing relies on;
 * :mod:`harness.train.ranks` -- one run on N ranks of this machine: rank 0 starts the others;

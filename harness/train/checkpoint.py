@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config import RunConfig, get_size
+from harness.config import RunConfig
 from harness.files import atomic_path, atomic_write
 from harness.models import count_params
 from harness.models.gpt import DepthRoutedLM
@@ -75,7 +75,7 @@ def space_needed(config: RunConfig) -> int:
     :data:`CHECKPOINT_BYTES_PER_PARAM` bytes per parameter, plus 1 MiB (config, result file,
     Lightning's state). The parameters are counted on the meta device (no memory, no weights).
     """
-    vocab = padded_vocab(config.train_config().vocab_size or get_size(config.size).vocab_size)
+    vocab = padded_vocab(config.corpus_key().vocab_size)
     with torch.device("meta"):
         n = count_params(DepthRoutedLM(config.model_config(vocab), config.variant_spec()))["total"]
     return CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * n + 2**20

@@ -7,7 +7,7 @@ its study's pruner, which may end the run as ``pruned``), then the checkpoint (w
 therefore holds this step's rows; every ``checkpoint_every_tokens``, by default every
 :data:`CHECKPOINT_EVERY_S` seconds), then the progress display, then a stop: planned
 (``stop_after_tokens``) or asked for by ``stop_requested`` (a signal,
-:class:`harness.scheduling.stop.StopRequest`), with a checkpoint of that step either way.
+:class:`harness.train.stop.StopRequest`), with a checkpoint of that step either way.
 With several ranks, rank 0's decisions (its lease, a stop request, a checkpoint by its clock) are
 broadcast at the log and evaluation intervals only, so the steps between make no host
 synchronisation of the harness's (a stop then comes at the next such step).
@@ -110,7 +110,7 @@ class RunCallback(L.Callback):
             and console.terminal_id(sys.stderr)
             and not self.terminal.others()
         ):
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: only for a live progress bar
 
             self.bar = tqdm(
                 total=self.budget_tokens,
@@ -234,6 +234,7 @@ class RunCallback(L.Callback):
         )
 
     def on_exception(self, trainer, pl_module, exception):
+        # lazy: Lightning loads only to train
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         self._close()

@@ -15,7 +15,7 @@ own). Every rank gets ``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``,
   read the same file and write nothing of their own (:class:`RankFence`).
 * Rank r reads rows ``r::N`` of every global batch (:mod:`harness.data.datamodule`): the
   global batch, and so the paired protocol, does not depend on N.
-* SIGTERM to rank 0 is a stop request (:class:`~harness.scheduling.stop.StopRequest`,
+* SIGTERM to rank 0 is a stop request (:class:`~harness.train.stop.StopRequest`,
   unless the caller owns the signals): all ranks checkpoint at the next step boundary and
   stop, and the run is given back (:class:`~harness.train.runner.RunInterrupted`). The
   children run in their own session (a terminal's Ctrl-C reaches rank 0 only), ignore
@@ -83,7 +83,7 @@ def ranks_to_start(devices: int | str, accelerator: str) -> int:
         return 1
     if devices == "auto":
         if accelerator in ("gpu", "cuda"):
-            import torch
+            import torch  # lazy: only when a group of ranks is made
 
             return max(1, torch.cuda.device_count())
         return 1
@@ -148,7 +148,7 @@ class RankGroup:
         self._left = threading.Event()
 
     def __enter__(self) -> RankGroup:
-        from torch.distributed import TCPStore  # only when a group is made
+        from torch.distributed import TCPStore  # lazy: only when a group is made
 
         # port 0: the kernel picks a free port and this server holds it for the group's life
         self.store = TCPStore("127.0.0.1", 0, self.n, is_master=True, wait_for_workers=False)
@@ -202,7 +202,7 @@ class RankGroup:
         return None
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        import torch.distributed as dist  # only when a group is made
+        import torch.distributed as dist  # lazy: only when a group is made
 
         exited = self._exit_behind(exc)  # before this rank's teardown makes the children fail too
         try:
@@ -260,7 +260,7 @@ def _abort_nccl() -> None:
     """Abort the NCCL communicators of the default process group, if it is one: a collective waiting
     for a dead peer then fails now instead of after NCCL's timeout (gloo fails by itself: the peer's
     sockets close). Untested here (no GPUs): written against torch's ``ProcessGroup._get_backend``."""
-    import torch  # only when a group is made
+    import torch  # lazy: only when a group is made
     import torch.distributed as dist
 
     try:
@@ -274,7 +274,7 @@ def sum_over_ranks(tensors: list, count: int) -> int:
     """Sum ``tensors`` (each on this rank's device, any float dtype) over every rank, in place, in one
     all-reduce (as float64), and ``count``; returns the summed ``count``. Every rank must call it with
     tensors of the same shapes in the same order (an evaluation's token sums, DESIGN section 11)."""
-    import torch  # only when several ranks evaluate
+    import torch  # lazy: only when several ranks evaluate
     import torch.distributed as dist
 
     total = torch.tensor([float(count)], dtype=torch.float64, device=tensors[0].device)

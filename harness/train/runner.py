@@ -46,7 +46,6 @@ from harness.execution import ExecutionSettings
 from harness.fencing import Fence, LeaseLost
 from harness.models import build_model, count_params
 from harness.models.sizes import padded_vocab
-from harness.scheduling.stop import StopRequest
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
@@ -70,6 +69,7 @@ from harness.train.result_file import (
     time_split,
 )
 from harness.train.schedule import StepPlan
+from harness.train.stop import StopRequest
 from harness.train.trackers import Trackers
 from harness.train.trainer import (
     describe_precision,
@@ -217,14 +217,7 @@ def _plan_and_corpus(config: RunConfig, results_dir: Path, settings: ExecutionSe
         budget_tokens=config.budget_tokens,
         stop_after_tokens=settings.stop_after_tokens,
     )
-    prepared = prepare_corpus(
-        config.corpus,
-        cache_dir=cache_dir(results_dir),
-        vocab_size=train.vocab_size or preset.vocab_size,
-        tokenizer=train.tokenizer,
-        val_fraction=train.val_fraction,
-        max_docs=train.max_docs or None,
-    )
+    prepared = prepare_corpus(config.corpus_key(), cache_dir=cache_dir(results_dir))
     return train, preset, plan, prepared
 
 
@@ -347,7 +340,7 @@ def fit(run: Run) -> Fitted:
     Raises:
         RunInterrupted: a planned stop, SIGTERM or Ctrl-C (a checkpoint is on disk).
     """
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
+    from lightning.pytorch.utilities.exceptions import SIGTERMException  # lazy: Lightning loads only to train
 
     lit, trainer = run.lit, run.trainer
     ckpt = run.ckpt_dir / "last.ckpt"
@@ -491,7 +484,7 @@ def train_run(
             last step; ``True`` ends the run there as ``pruned`` (a tuning trial's pruner,
             :func:`harness.scheduling.tuning.pruning_hook`).
         stop_requested: asked after every optimiser step; a reason (a signal's name,
-            :class:`harness.scheduling.stop.StopRequest`) checkpoints that step and raises
+            :class:`harness.train.stop.StopRequest`) checkpoints that step and raises
             :class:`RunInterrupted`.
 
     Returns:

@@ -60,17 +60,17 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
     results_dir = Path(results_dir).resolve()
     run = _folder(config.run_id)
     if name == "tensorboard":
-        from lightning.pytorch.loggers import TensorBoardLogger
+        from lightning.pytorch.loggers import TensorBoardLogger  # lazy: only when that tracker is in use
 
         return TensorBoardLogger(
             save_dir=results_dir / "tb", name=config.grid, version=run, default_hp_metric=False
         )
     if name == "csv":
-        from lightning.pytorch.loggers import CSVLogger
+        from lightning.pytorch.loggers import CSVLogger  # lazy: only when that tracker is in use
 
         return CSVLogger(save_dir=results_dir / "csv", name=config.grid, version=run)
     if name == "mlflow":
-        from lightning.pytorch.loggers import MLFlowLogger
+        from lightning.pytorch.loggers import MLFlowLogger  # lazy: only when that tracker is in use
 
         uri = mlflow_uri(results_dir)
         if os.environ.get("MLFLOW_TRACKING_URI"):  # the user's store: a server, or a store of their choice
@@ -87,7 +87,7 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
             logger.experiment  # noqa: B018 -- the property creates the store, the experiment and the run
         return logger
     if name == "wandb":
-        from lightning.pytorch.loggers import WandbLogger
+        from lightning.pytorch.loggers import WandbLogger  # lazy: only when that tracker is in use
 
         save_dir = os.environ.get("WANDB_DIR") or str(results_dir)
         return WandbLogger(
@@ -207,7 +207,7 @@ class Trackers(L.Callback):
         for name in list(self.loggers):
             self._guard(name, lambda lg: lg.finalize("success" if status in ("done", "pruned") else "failed"))
         if "wandb" in self.loggers:
-            import wandb  # noqa: PLC0415 -- only when W&B is in use (optional, heavy)
+            import wandb  # lazy: only when W&B is in use (optional, heavy)
 
             self._guard("wandb", lambda lg: wandb.finish())
         self.loggers.clear()

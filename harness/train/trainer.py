@@ -55,7 +55,7 @@ def cluster_environment():
     * else (one process, also a single-task SLURM job such as a ``harness launch`` worker):
       ``LightningEnvironment``, Lightning starts any further ranks itself.
     """
-    from lightning.fabric.plugins.environments import (
+    from lightning.fabric.plugins.environments import (  # lazy: Lightning loads only to train
         LightningEnvironment,
         SLURMEnvironment,
         TorchElasticEnvironment,

@@ -17,7 +17,6 @@ line through few points.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -143,9 +142,4 @@ def gain_vs_budget(comparisons, pairs) -> GainVsBudget:
     return GainVsBudget(tuple(points), tuple(slopes))
 
 
-def per_doubling(slope: float) -> str:
-    """'-0.0031 nats/token per doubling' ('-' for NaN)."""
-    return "-" if math.isnan(slope) else f"{slope:+.4f} nats/token per doubling"
-
-
-__all__ = ["BudgetPoint", "BudgetSlope", "GainVsBudget", "gain_vs_budget", "per_doubling"]
+__all__ = ["BudgetPoint", "BudgetSlope", "GainVsBudget", "gain_vs_budget"]

@@ -72,7 +72,7 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
     """
     # Deferred on purpose: pandas and statsmodels' formula interface (patsy) are heavy, and only the
     # mixed-model fit needs them (`harness plan` without a pilot imports this module and never fits).
-    import pandas as pd  # statsmodels' formula interface needs pandas
+    import pandas as pd  # lazy: statsmodels' formula interface needs pandas
     import statsmodels.formula.api as smf
 
     y = np.asarray(y, dtype=float)
