@@ -7,7 +7,7 @@ Two packages by job, imports pointing one way (``build`` -> ``render`` -> ``stat
 * :mod:`reports.render`: Markdown, HTML and figures, reading only the result objects;
 * :mod:`reports.build`: the entry: read the store's frames, compute, render, write the files;
 * :mod:`reports.simulate`: simulated studies through :mod:`reports.stats.decisions`
-  (``python -m reports.simulate``); :mod:`reports.synthetic`: synthetic frames for tests and demos.
+  (``python -m reports.simulate``; the tables: :mod:`reports.simulate_rules`, :mod:`reports.simulate_edges`); :mod:`reports.synthetic`: synthetic frames for tests and demos.
 
 The checked-in sample reports are in ``docs/reports/`` (not in the package). Of ``harness`` it
 imports only plain leaves: :mod:`harness.terms` (roles, config differences),

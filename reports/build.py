@@ -198,16 +198,23 @@ def build_report(
         ) from None
     if notes:
         stats = dataclasses.replace(stats, warnings=(*stats.warnings, *notes))
-    final = split_tuned(of_grid(frames.final, grid), frames.runs)[
-        0
-    ]  # figures show the frozen protocol's runs
+    # figures show the frozen protocol's runs
+    final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
-    out_dir = Path(out_dir)
+    return BuildResult(stats, tuple(figs), _write_files(Path(out_dir), stats, figs, single_file))
+
+
+def _write_files(
+    out_dir: Path, stats: ReportStats, figs: list[FigureOut], single_file: bool
+) -> tuple[Path, ...]:
+    """Write the report files into ``out_dir`` (created if missing; each file replaced atomically):
+    ``figures/*.png``, ``stats.csv``, ``pairs.csv``, ``report.md`` and ``report.html``, or with
+    ``single_file`` only ``report.html`` (figures embedded). Returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     generated = f"Generated {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}"
     html = render_html(stats, figs, generated=generated).encode()
     if single_file:
-        return BuildResult(stats, tuple(figs), (atomic_write(out_dir / "report.html", html),))
+        return (atomic_write(out_dir / "report.html", html),)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
     paths = [atomic_write(fig_dir / f"{f.name}.png", f.png) for f in figs]
@@ -217,4 +224,4 @@ def build_report(
         atomic_write(out_dir / "report.md", render_markdown(stats, figs, generated=generated).encode())
     )
     paths.append(atomic_write(out_dir / "report.html", html))
-    return BuildResult(stats, tuple(figs), tuple(paths))
+    return tuple(paths)

@@ -96,46 +96,9 @@ def synthetic_frames(
                         noise = rng.normal(0, noise_sd)
                     nll = base_nll + seed_eff[seed] + eff + noise
                     run_id = f"{grid}-{size}-{budget}-{variant}-s{seed}"
-                    role = ROLE_OF.get(variant, "control")
-                    config = {
-                        "variant": variant,
-                        "seed": seed,
-                        "size": size,
-                        "budget_tokens": budget,
-                        "corpus": "synthetic",
-                        "train": {"lr": 3e-3, "batch_tokens": 4096},
-                    }
-                    protocol = {k: v for k, v in config.items() if k not in ("variant", "seed")}
-                    phash = hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:16]
-                    common = dict(
-                        run_id=run_id,
-                        grid=grid,
-                        variant=variant,
-                        role=role,
-                        seed=seed,
-                        size=size,
-                        budget_tokens=budget,
-                        protocol_hash=phash,
-                    )
-                    final.append(
-                        {
-                            **common,
-                            "val_nll": nll,
-                            "val_bpb": nll / math.log(2) / 4.2,
-                            "val_ppl": math.exp(nll),
-                        }
-                    )
-                    runs.append(
-                        {
-                            **common,
-                            "status": "done",
-                            "error": None,
-                            "code_version": "abc1234",
-                            "config": json.dumps(config),
-                            "n_params": 1_000_000,
-                            "wall_s": 60.0,
-                        }
-                    )
+                    final_row, run_row = _store_rows(run_id, grid, size, budget, variant, seed, nll)
+                    final.append(final_row)
+                    runs.append(run_row)
                     metrics += _metric_rows(run_id, budget, nll, n_evals, noise_sd, rng)
                     routing += _routing_rows(run_id, budget, variant, n_layers, rng)
                     if variant != "prenorm":
@@ -148,6 +111,45 @@ def synthetic_frames(
         "route_pairs": pl.DataFrame(pairs),
         "route_params": pl.DataFrame(params),
     }
+
+
+def _store_rows(
+    run_id: str, grid: str, size: str, budget: int, variant: str, seed: int, nll: float
+) -> tuple[dict, dict]:
+    """The ``final`` and ``runs`` rows of one finished run whose validation NLL is ``nll`` (nats/token);
+    its protocol hash is that of its config without variant and seed, as the harness computes it."""
+    role = ROLE_OF.get(variant, "control")
+    config = {
+        "variant": variant,
+        "seed": seed,
+        "size": size,
+        "budget_tokens": budget,
+        "corpus": "synthetic",
+        "train": {"lr": 3e-3, "batch_tokens": 4096},
+    }
+    protocol = {k: v for k, v in config.items() if k not in ("variant", "seed")}
+    phash = hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()[:16]
+    common = dict(
+        run_id=run_id,
+        grid=grid,
+        variant=variant,
+        role=role,
+        seed=seed,
+        size=size,
+        budget_tokens=budget,
+        protocol_hash=phash,
+    )
+    final = {**common, "val_nll": nll, "val_bpb": nll / math.log(2) / 4.2, "val_ppl": math.exp(nll)}
+    run = {
+        **common,
+        "status": "done",
+        "error": None,
+        "code_version": "abc1234",
+        "config": json.dumps(config),
+        "n_params": 1_000_000,
+        "wall_s": 60.0,
+    }
+    return final, run
 
 
 def _metric_rows(

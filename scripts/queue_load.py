@@ -60,6 +60,8 @@ def store_history(queue, n: int) -> None:
     """``n`` finished (COMPLETE) trials of the grid, as a long-drained queue holds (its own seeds)."""
     from optuna.trial import TrialState
 
+    from harness.scheduling.trials import attempt_template
+
     if n <= 0:
         return
     cfgs = configs(n, offset=10_000_000)
@@ -78,7 +80,7 @@ def store_history(queue, n: int) -> None:
     sid = queue.study_of(GRID)
     for i, c in enumerate(cfgs):
         tid = queue.storage.create_new_trial(
-            sid, template_trial=queue._template(c, attempt=1, failures=0, reclaims=0, order=[0.0, i])
+            sid, template_trial=attempt_template(c, attempt=1, failures=0, reclaims=0, order=[0.0, i])
         )
         queue.storage.set_trial_state_values(tid, TrialState.RUNNING)
         queue.storage.set_trial_state_values(tid, TrialState.COMPLETE, [3.0])

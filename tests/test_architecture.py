@@ -6,8 +6,12 @@
 * no import of a project module inside a function, except where :data:`DEFERRED` says why;
 * ``reports.stats`` (computing) never imports ``reports.render`` or ``reports.build``, and nothing in
   ``harness`` outside its commands imports ``reports``;
-* every file of the project's packages (``harness``, ``reports``, ``db``, ``controls``) has at most
-  500 lines and every function there fewer than 60;
+* every file of the project's packages (``harness``, ``reports``, ``db``, ``controls``) and of
+  ``scripts`` has at most 600 physical lines and every function there at most 80 (from its first
+  decorator to its last line, as :mod:`ast` gives ``lineno..end_lineno``), except the offenders
+  :data:`OVER_LIMIT` names while another branch splits them;
+* no module imports another project module's private name (``from x import _y``): what two modules
+  share is public and documented, or lives in the module that uses it;
 * every ``reports`` module imports in a fresh interpreter, in dependency order.
 
 The sources are parsed with :mod:`ast` (nothing is imported, except in the last test), so a check
@@ -17,17 +21,35 @@ names the file and line. Run: ``python -m pytest -q tests/test_architecture.py``
 from __future__ import annotations
 
 import ast
-import io
 import subprocess
 import sys
-import tokenize
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "reports", "db", "controls")
-MAX_FILE_LINES = 500
-MAX_FUNCTION_LINES = 59
+MAX_FILE_LINES = 600  # physical lines, blank, comment and docstring lines included
+MAX_FUNCTION_LINES = 80  # physical lines from the first decorator to the function's last line
+
+# Files ("path") and functions ("path::name") still over the limits because another branch is
+# splitting them; the test fails on any offender not listed here, and on an entry no longer over.
+OVER_LIMIT = {
+    "harness/config.py": "being split in branch i46a (RunConfig.corpus_key grew it past 600 lines)",
+    "harness/data/shards.py::prepare_shards": "being split in branch i46a (one corpus format)",
+    "harness/scheduling/worker.py::work": "being split in branch i46a (execution settings, no run_kwargs)",
+    "harness/bench/measure.py::run_bench": "being split in branch i44a (the bench step)",
+    "harness/bench/result.py::assemble": "being split in branch i44a (the bench step)",
+    "harness/commands/bench.py::add_arguments": "being split in branch i44a (the bench step)",
+}
+
+# Private names imported across modules (module, name) -> why; each is a defect to remove.
+PRIVATE_IMPORTS = {
+    ("harness.data.shards", "_ShardWriter"): "being reworked in branch i46a (one corpus format)",
+    ("harness.data.shards", "_chunks"): "being reworked in branch i46a (one corpus format)",
+    ("harness.data.stream", "_decode_utf8"): "being reworked in branch i46a (one corpus format)",
+    ("harness.train.runner", "_run_row"): "being reworked in branch i46a (execution settings)",
+    ("harness.train.runner", "_utc_now"): "being reworked in branch i46a (execution settings)",
+}
 
 # Imports of project modules inside functions: allowed in these folders/files (with why), and elsewhere
 # only where the import line, or the comment line just above it, says why it is deferred ("# lazy: ...").
@@ -264,45 +286,62 @@ def test_the_layer_check_finds_an_upward_import():
     ]  # the packages of one layer are independent; a loose module may use only the lowest layer
 
 
-def written_lines(text: str) -> list[int]:
-    """The 1-based numbers of the lines that are written, not continued: every line except those
-    after the first of a bracketed expression (a call's arguments, a literal, a signature).
-
-    ``ruff format`` puts each argument of a long call on its own line, which changes how many
-    physical lines a function has but not how much it says; the size rule counts what is written,
-    independently of the formatter (comment, blank and docstring lines count).
-    """
-    depth, opened, continued = 0, 0, set()
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.OP and tok.string in "([{":
-            opened = tok.start[0] if depth == 0 else opened
-            depth += 1
-        elif tok.type == tokenize.OP and tok.string in ")]}":
-            depth -= 1
-            if depth == 0:
-                continued.update(range(opened + 1, tok.end[0] + 1))
-    return [i for i in range(1, text.count("\n") + 1) if i not in continued]
+def oversized(rel: str, text: str) -> list[str]:
+    """The size-rule offenders of one file: ``"path"`` when it has more than :data:`MAX_FILE_LINES`
+    physical lines, ``"path::name"`` for each function (or method) longer than
+    :data:`MAX_FUNCTION_LINES` physical lines, counted from its first decorator to its last line."""
+    out = [rel] if len(text.splitlines()) > MAX_FILE_LINES else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if node.end_lineno - first + 1 > MAX_FUNCTION_LINES:
+                out.append(f"{rel}::{node.name}")
+    return out
 
 
-def test_written_lines_ignore_bracket_continuations_only():
-    text = 'x = f(\n    1,\n    2,\n)\n"""doc\nstring"""\n\n# note\ny = [3]\n'
-    assert written_lines(text) == [1, 5, 6, 7, 8, 9]
+def test_sizes_count_physical_lines_from_the_first_decorator():
+    body = "    x = f(\n" + "        1,\n" * 76 + "    )\n"  # 78 physical lines, one statement
+    decorated = "@functools.cache\ndef g():\n" + body  # 80 with its decorator and def line
+    assert oversized("m.py", decorated) == []
+    assert oversized("m.py", "@functools.cache\n" + decorated.replace("def g", "def h")) == ["m.py::h"]
+    assert oversized("m.py", "# line\n" * MAX_FILE_LINES) == []
+    assert oversized("m.py", "# line\n" * (MAX_FILE_LINES + 1)) == ["m.py"]
 
 
 def test_files_and_functions_are_small():
-    big = []
+    found = []
     for path in sorted(p for pkg in (*PACKAGES, "scripts") for p in (ROOT / pkg).rglob("*.py")):
-        text = path.read_text()
-        rel = path.relative_to(ROOT).as_posix()
-        written = written_lines(text)
-        if len(written) > MAX_FILE_LINES:
-            big.append(f"{rel}: {len(written)} lines written > {MAX_FILE_LINES}")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = sum(node.lineno <= i <= node.end_lineno for i in written)
-                if n > MAX_FUNCTION_LINES:
-                    big.append(f"{rel}:{node.lineno} {node.name}: {n} lines written > {MAX_FUNCTION_LINES}")
-    assert not big, "\n".join(big)
+        found += oversized(path.relative_to(ROOT).as_posix(), path.read_text())
+    new = [
+        f"{x}: over {MAX_FILE_LINES if '::' not in x else MAX_FUNCTION_LINES} lines"
+        for x in found
+        if x not in OVER_LIMIT
+    ]
+    stale = [f"{x}: within the limits now; remove it from OVER_LIMIT" for x in OVER_LIMIT if x not in found]
+    assert not new + stale, "\n".join(new + stale)
+
+
+def test_no_private_name_is_imported_from_another_project_module():
+    found = []
+    for module, path in MODULES.items():
+        for node, target, _ in _imports(module):
+            if isinstance(node, ast.ImportFrom):
+                found += [
+                    f"{path.relative_to(ROOT).as_posix()}:{node.lineno} imports {target}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_")
+                    and not a.name.startswith("__")
+                    and (module, a.name) not in PRIVATE_IMPORTS
+                ]
+    stale = [
+        f"{m} no longer imports {n}; remove it from PRIVATE_IMPORTS"
+        for m, n in PRIVATE_IMPORTS
+        if not any(
+            isinstance(node, ast.ImportFrom) and n in {a.name for a in node.names}
+            for node, _, _ in _imports(m)
+        )
+    ]
+    assert not sorted(set(found)) + stale, "\n".join(sorted(set(found)) + stale)
 
 
 def test_every_reports_module_imports_in_a_fresh_interpreter():

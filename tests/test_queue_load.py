@@ -222,20 +222,20 @@ def test_workers_opening_a_new_database_at_once_all_open_it(postgres):
 def test_a_grids_new_trials_and_its_new_count_are_seen_together(pg_url, tmp_path, monkeypatch):
     """PostgreSQL: `harness queue` of more seeds writes the new trials and the grid's new run
     count in one transaction: a worker that can claim a new run already reads the new total."""
-    from harness.scheduling import queue as queue_mod
+    from harness.scheduling import queueadd
 
     q, w = RunQueue.open(pg_url, tmp_path), RunQueue.open(pg_url, tmp_path)
     q.enqueue(queue_load.configs(4))
     while (c := w.claim()) is not None:
         w.complete(c, "done", value=3.0, wall_s=1.0)
     seen = []
-    real = queue_mod.create_waiting
+    real = queueadd.create_waiting
 
     def then_a_worker_claims(*args):
         ids = real(*args)
         seen.append((w.claim().run_id, w.tally(queue_load.GRID)))
         return ids
 
-    monkeypatch.setattr(queue_mod, "create_waiting", then_a_worker_claims)
+    monkeypatch.setattr(queueadd, "create_waiting", then_a_worker_claims)
     q.enqueue(queue_load.configs(8))
     assert len(seen) == 1 and seen[0][1] == (4, 8), seen

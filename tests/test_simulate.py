@@ -26,7 +26,6 @@ from reports.simulate import (
     GAIN,
     LOSS_RULES,
     NOISE_SD,
-    _lost_when_losing,
     aa_grid,
     absence_rate,
     binomial_se,
@@ -35,6 +34,7 @@ from reports.simulate import (
     established_by_look,
     grid_boundary_controls,
     headline_false_positive_rate,
+    lost_when_losing,
     main,
     rounding_verdicts,
     sequential_null,
@@ -252,7 +252,7 @@ def test_the_report_path_counts_divergence_as_the_simulation_does():
     n, studies = 6, 12
     parent = rng.normal(0.0, NOISE_SD, (studies, n))
     d = -0.002 + rng.normal(0.0, NOISE_SD, (studies, n))
-    lost = _lost_when_losing(d, "half the losing seeds", rng)
+    lost = lost_when_losing(d, "half the losing seeds", rng)
     tested = impute(d, lost)
     p, _ = dec.headline_p(tested[:, None])
     est = dec.decide_headline(np.full(p.shape, n), tested.mean(axis=-1)[:, None], p, ALPHA)[1][:, 0]

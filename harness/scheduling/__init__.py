@@ -8,6 +8,8 @@
   write, names a corrupt line, and its repair (``harness queue --repair``);
 * :mod:`harness.scheduling.queue` -- :class:`RunQueue`: the runs as Optuna trials, taken
   and finished atomically, retried and reclaimed;
+* :mod:`harness.scheduling.queueadd` -- adding runs: a grid's runs (idempotent, under the grid's
+  lock), a requeued run's next attempt, the attempts a dead process did not create;
 * :mod:`harness.scheduling.queueread` -- the queue's studies (one per grid) and reading every
   run's trials out of them (:class:`RunQueue`'s reading half);
 * :mod:`harness.scheduling.queueops` -- the storage operations a worker makes per run, whose

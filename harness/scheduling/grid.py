@@ -79,18 +79,18 @@ from harness.factorial import parse_factorial
 from harness.scheduling.grid_checks import (
     GRID_KEYS,
     REQUIRED_KEYS,
-    _by_role,
-    _check_keys,
-    _check_pairing,
-    _check_seeds,
-    _check_train,
-    _int_list,
-    _str_list,
-    _texts,
-    _train_tables,
-    _tuned,
-    _variants,
     check_factorial_cells,
+    check_keys,
+    check_pairing,
+    check_seeds,
+    check_train,
+    check_tuned,
+    check_variants,
+    grid_texts,
+    int_list,
+    roles_table,
+    str_list,
+    train_tables,
 )
 from harness.scheduling.tuning import train_overrides
 from harness.terms import ROLES
@@ -255,55 +255,41 @@ class Grid:
         analysis = self.analysis.as_config()
         tuned = resolve_tuned(self, None) if tuned is None else tuned
         out = []
-        for i, c in enumerate(cells := self.cells()):
-            out.append(
-                RunConfig.create(
-                    c.variant,
-                    c.size,
-                    c.seed,
-                    c.budget_tokens,
-                    resolved,
-                    grid=self.name,
-                    role=c.role,
-                    train=self.train_for(c.variant),
-                    analysis=analysis,
-                )
-            )
-            last_of_seed = i + 1 == len(cells) or (
-                cells[i + 1].size,
-                cells[i + 1].budget_tokens,
-                cells[i + 1].seed,
-            ) != (c.size, c.budget_tokens, c.seed)
-            if (
-                not last_of_seed or not tuned
-            ):  # (the scan below is over every cell: skipped when nothing is tuned)
-                continue
-            for t in (
-                x for x in cells if (x.size, x.budget_tokens, x.seed) == (c.size, c.budget_tokens, c.seed)
-            ):
-                if t.variant not in tuned:
-                    continue
-                entry = tuned[t.variant]
-                extra = train_overrides(entry["params"], t.budget_tokens)
-                out.append(
-                    RunConfig.create(
-                        t.variant,
-                        t.size,
-                        t.seed,
-                        t.budget_tokens,
-                        resolved,
-                        grid=self.name,
-                        role=t.role,
-                        train={**self.train_for(t.variant), **extra},
-                        analysis=analysis,
-                        tuned={
-                            "source": entry["source"],
-                            "params": dict(entry["params"]),
-                            "fields": sorted(extra),
-                        },
-                    )
-                )
+        cells = self.cells()
+        for i, c in enumerate(cells):
+            out.append(self._run(c, resolved, analysis))
+            seed_cell = (c.size, c.budget_tokens, c.seed)
+            last_of_seed = i + 1 == len(cells) or _seed_cell(cells[i + 1]) != seed_cell
+            if last_of_seed and tuned:  # (the scan is over every cell: skipped when nothing is tuned)
+                out += [
+                    self._run(t, resolved, analysis, tuned[t.variant])
+                    for t in cells
+                    if _seed_cell(t) == seed_cell and t.variant in tuned
+                ]
         return out
+
+    def _run(self, cell: Cell, corpus: str, analysis: dict, tuned: dict | None = None) -> RunConfig:
+        """The run config of ``cell``; with ``tuned`` (a resolved ``[tuned]`` entry) its tuned run."""
+        extra = {} if tuned is None else train_overrides(tuned["params"], cell.budget_tokens)
+        return RunConfig.create(
+            cell.variant,
+            cell.size,
+            cell.seed,
+            cell.budget_tokens,
+            corpus,
+            grid=self.name,
+            role=cell.role,
+            train={**self.train_for(cell.variant), **extra},
+            analysis=analysis,
+            tuned=None
+            if tuned is None
+            else {"source": tuned["source"], "params": dict(tuned["params"]), "fields": sorted(extra)},
+        )
+
+
+def _seed_cell(cell: Cell) -> tuple[str, int, int]:
+    """``(size, budget, seed)``: the runs of one seed in one cell, after which its tuned runs follow."""
+    return cell.size, cell.budget_tokens, cell.seed
 
 
 # ----------------------------------------------------------------------------- loading
@@ -359,21 +345,21 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     def err(key: str, msg: str) -> ValueError:
         return ValueError(f"{where}: {key}: {msg}")
 
-    _check_keys(data, err)
-    name, description, corpus = _texts(data, err)
-    sizes = _str_list(data["sizes"], "sizes", err)
+    check_keys(data, err)
+    name, description, corpus = grid_texts(data, err)
+    sizes = str_list(data["sizes"], "sizes", err)
     for s in sizes:
         if s not in SIZES:
             raise err("sizes", f"unknown size {s!r}; valid sizes: {', '.join(SIZES)}")
-    seeds = _int_list(data["seeds"], "seeds", err, minimum=0)
-    budgets = tuple(sorted(_int_list(data["budgets_tokens"], "budgets_tokens", err, minimum=1)))
-    variants = _variants(data["variants"], err)
-    budgets_by_role = _by_role(data.get("budgets_by_role", {}), "budgets_by_role", budgets, variants, err)
-    sizes_by_role = _by_role(data.get("sizes_by_role", {}), "sizes_by_role", sizes, variants, err)
-    _check_pairing(variants, sizes_by_role, budgets_by_role, err)
-    train, by_variant = _train_tables(data.get("train", {}), sizes, variants, where, err)
-    tuned = _tuned(data.get("tuned", {}), variants, err)
-    _check_seeds(seeds, err)
+    seeds = int_list(data["seeds"], "seeds", err, minimum=0)
+    budgets = tuple(sorted(int_list(data["budgets_tokens"], "budgets_tokens", err, minimum=1)))
+    variants = check_variants(data["variants"], err)
+    budgets_by_role = roles_table(data.get("budgets_by_role", {}), "budgets_by_role", budgets, variants, err)
+    sizes_by_role = roles_table(data.get("sizes_by_role", {}), "sizes_by_role", sizes, variants, err)
+    check_pairing(variants, sizes_by_role, budgets_by_role, err)
+    train, by_variant = train_tables(data.get("train", {}), sizes, variants, where, err)
+    tuned = check_tuned(data.get("tuned", {}), variants, err)
+    check_seeds(seeds, err)
     analysis = parse_plan(
         data.get("analysis", {}), where=where, source="[analysis]" if "analysis" in data else "defaults"
     )
@@ -463,7 +449,7 @@ def resolve_tuned(grid: Grid, best: Callable[[str], tuple[str, dict]] | None) ->
             out[variant] = {"source": "explicit", "params": dict(entry)}
         for budget in grid.budgets_tokens:
             extra = train_overrides(out[variant]["params"], budget)
-            _check_train({**grid.train_for(variant), **extra}, grid.sizes, where, prefix=f"tuned.{variant}")
+            check_train({**grid.train_for(variant), **extra}, grid.sizes, where, prefix=f"tuned.{variant}")
     return out
 
 

@@ -2,7 +2,8 @@
 lists of sizes/seeds/budgets, roles, pairing, ``[train]`` and ``[tuned]``. Each raises the one-line
 ``ValueError`` its ``err(key, message)`` builds ("<grid path>: KEY: message").
 
-Split from :mod:`harness.scheduling.grid` (which re-exports :data:`GRID_KEYS` and :data:`REQUIRED_KEYS`).
+The checks are public: :mod:`harness.scheduling.grid` runs them in order (and re-exports
+:data:`GRID_KEYS` and :data:`REQUIRED_KEYS`); each takes the parsed TOML value and returns it checked.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ GRID_KEYS = {
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
 
-def _check_keys(data: dict, err) -> None:
+def check_keys(data: dict, err) -> None:
     """Every top-level key known, every required key present."""
     unknown = [k for k in data if k not in GRID_KEYS]
     if unknown:
@@ -45,7 +46,7 @@ def _check_keys(data: dict, err) -> None:
             raise err(key, f"missing required key {key!r} ({GRID_KEYS[key]})")
 
 
-def _texts(data: dict, err) -> tuple[str, str, str]:
+def grid_texts(data: dict, err) -> tuple[str, str, str]:
     """The grid's ``(name, description, corpus)``, checked."""
     name = data["name"]
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -59,7 +60,7 @@ def _texts(data: dict, err) -> tuple[str, str, str]:
     return name, description, corpus
 
 
-def _train_tables(
+def train_tables(
     train, sizes: tuple[str, ...], variants: dict[str, str], where: str, err
 ) -> tuple[dict, dict]:
     """``([train] overrides, variant -> its [train.VARIANT] table)``, each checked for every size."""
@@ -67,7 +68,7 @@ def _train_tables(
         raise err("train", f"must be a table of TrainConfig overrides, got {type(train).__name__}")
     by_variant = {k: v for k, v in train.items() if isinstance(v, dict)}
     train = {k: v for k, v in train.items() if not isinstance(v, dict)}
-    _check_train(train, sizes, where)
+    check_train(train, sizes, where)
     for variant, table in by_variant.items():
         if variant not in variants:
             raise err(
@@ -75,11 +76,11 @@ def _train_tables(
                 f"a [train.VARIANT] table must name a variant of [variants] "
                 f"({', '.join(variants)}); {variant!r} is not one",
             )
-        _check_train({**train, **table}, sizes, where, prefix=f"train.{variant}")
+        check_train({**train, **table}, sizes, where, prefix=f"train.{variant}")
     return train, by_variant
 
 
-def _check_seeds(seeds: tuple[int, ...], err) -> None:
+def check_seeds(seeds: tuple[int, ...], err) -> None:
     """Grid seeds stay below the tuning trials' (:data:`harness.terms.TUNE_SEED_BASE`)."""
     big = [s for s in seeds if s >= TUNE_SEED_BASE]
     if big:
@@ -90,7 +91,8 @@ def _check_seeds(seeds: tuple[int, ...], err) -> None:
         )
 
 
-def _str_list(value, key, err) -> tuple[str, ...]:
+def str_list(value, key, err) -> tuple[str, ...]:
+    """``value`` as a tuple: a non-empty list of distinct strings, else ``err(key, ...)``."""
     if not isinstance(value, list) or not value:
         raise err(key, f"must be a non-empty list, got {value!r}")
     for v in value:
@@ -101,7 +103,9 @@ def _str_list(value, key, err) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _int_list(value, key, err, *, minimum: int) -> tuple[int, ...]:
+def int_list(value, key, err, *, minimum: int) -> tuple[int, ...]:
+    """``value`` as a tuple: a non-empty list of distinct integers >= ``minimum`` (a float such as
+    ``2e5`` is refused, naming the integer to write), else ``err(key, ...)``."""
     kind = "positive" if minimum > 0 else "non-negative"
     if not isinstance(value, list) or not value:
         raise err(key, f"must be a non-empty list of {kind} integers, got {value!r}")
@@ -117,7 +121,8 @@ def _int_list(value, key, err, *, minimum: int) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _variants(table, err) -> dict[str, str]:
+def check_variants(table, err) -> dict[str, str]:
+    """The ``[variants]`` table (variant -> role): known variants and roles, exactly one parent."""
     if not isinstance(table, dict) or not table:
         raise err("variants", "must be a non-empty table of `variant = role` lines")
     known = available_variants()
@@ -135,7 +140,7 @@ def _variants(table, err) -> dict[str, str]:
     return dict(table)
 
 
-def _by_role(table, key, universe, variants, err) -> dict:
+def roles_table(table, key, universe, variants, err) -> dict:
     """role -> tuple of allowed values (all of ``universe`` for roles the table omits)."""
     if not isinstance(table, dict):
         raise err(key, f"must be a table of `role = [...]` lines, got {type(table).__name__}")
@@ -155,7 +160,7 @@ def _by_role(table, key, universe, variants, err) -> dict:
     return out
 
 
-def _check_pairing(variants, sizes_by_role, budgets_by_role, err) -> None:
+def check_pairing(variants, sizes_by_role, budgets_by_role, err) -> None:
     """Every treatment/control (size, budget) needs the parent there (paired statistics)."""
     parent = next(v for v, r in variants.items() if r == "parent")
     for variant, role in variants.items():
@@ -205,7 +210,7 @@ def check_factorial_cells(factorial, variants, sizes_by_role, budgets_by_role, e
 _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
-def _check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = "train") -> None:
+def check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = "train") -> None:
     """Unknown keys, value types, and each size's merged TrainConfig must be valid."""
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
     unknown = [k for k in train if k not in types]
@@ -224,7 +229,7 @@ def _check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = 
             raise ValueError(f"{where}: {prefix} (size {size}): {exc}") from None
 
 
-def _tuned(table, variants: dict[str, str], err) -> dict:
+def check_tuned(table, variants: dict[str, str], err) -> dict:
     """Check a ``[tuned]`` table: variant -> ``"tune:NAME"`` or a table of tunable params."""
 
     if not isinstance(table, dict):

@@ -1,7 +1,7 @@
 """Run queue on Optuna storage (DESIGN sections 1.1 and 9): many workers, each run trained once.
 
-:class:`RunQueue` adds runs, hands each to one worker under a lease, and records how each attempt
-ends. The layout, one Optuna study per grid and one trial per attempt at a run, and reading it:
+:class:`RunQueue` adds runs (:mod:`harness.scheduling.queueadd`, its base :class:`~harness.scheduling.queueadd.RunAdder`),
+hands each to one worker under a lease, and records how each attempt ends. The layout, one Optuna study per grid and one trial per attempt at a run, and reading it:
 :mod:`harness.scheduling.queueread` (:class:`~harness.scheduling.queueread.QueueReader`, which
 :class:`RunQueue` extends); what a trial says, how a run ends and how its state is read from its
 trials: :mod:`harness.scheduling.trials`. Where the storage lives and how an outage is ridden out:
@@ -34,41 +34,39 @@ and its grid's run count (:meth:`RunQueue.tally`).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
-from harness.config import RunConfig
 from harness.fencing import LeaseLost
 from harness.live import LiveProgress
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
+from harness.scheduling.queueadd import RunAdder
 from harness.scheduling.queueops import (
     LiveTrial,
-    create_waiting,
     ensure_indexes,
     grid_run_ids,
     set_user_attrs,
     take_waiting,
 )
-from harness.scheduling.queueread import LEGACY_STUDY, RUNS_ATTR, QueueReader
+from harness.scheduling.queueread import LEGACY_STUDY
 from harness.scheduling.storage import (
     STORAGE_RETRY_S,
     describe_storage,
-    grid_lock,
     open_storage,
     retry_storage,
     trial_lock,
 )
 from harness.scheduling.trials import (
+    CARRIED_ATTRS,
     Claim,
     EnqueueResult,
     RunState,
@@ -79,24 +77,16 @@ from harness.scheduling.trials import (
     lease_of,
 )
 from harness.scheduling.tuning import draw_params
-from harness.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.terms import ERROR_CHARS, FINISHED
 
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
 FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
-# Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
-CARRIED_ATTRS = ("tune_pending", "tune_params", "tune_distributions")
-# How :meth:`RunQueue.restore` records an imported run's state (queued and running: WAITING).
-RESTORED_STATES = {
-    "done": TrialState.COMPLETE,
-    "pruned": TrialState.PRUNED,
-    "diverged": TrialState.FAIL,
-    "failed": TrialState.FAIL,
-}
 
 
-class RunQueue(QueueReader):
+class RunQueue(RunAdder):
     """The run queue on one Optuna storage: every study holding runs (see the module docstring);
-    reading them: :class:`~harness.scheduling.queueread.QueueReader`.
+    adding runs: :class:`~harness.scheduling.queueadd.RunAdder`; reading them:
+    :class:`~harness.scheduling.queueread.QueueReader`.
 
     Args:
         storage: an Optuna storage (:func:`open_storage`).
@@ -111,11 +101,10 @@ class RunQueue(QueueReader):
     ) -> None:
         if lease_timeout_s <= 0:
             raise ValueError(f"lease timeout {lease_timeout_s} s must be positive")
-        super().__init__(storage)
+        super().__init__(storage)  # self._snapshot: the last live read, until a claim uses it
         self.lease_timeout_s = float(lease_timeout_s)
         self.host = hostname()
         ensure_indexes(storage)
-        self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
         self._snapshot_at = 0.0  # when it was read (time.monotonic)
         self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
         self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
@@ -156,265 +145,6 @@ class RunQueue(QueueReader):
                 "run `harness migrate` to convert it into one study per grid"
             )
         return queue
-
-    # -- adding
-
-    def enqueue(
-        self, configs: list[RunConfig], *, retry_failed: bool = False, attrs: Mapping[str, Any] | None = None
-    ) -> EnqueueResult:
-        """Add one trial per run config not yet in the queue (idempotent).
-
-        A run already queued, running, done or diverged is left alone; a failed run is
-        queued again only with ``retry_failed``. ``attrs``: more user attributes of each new
-        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial).
-
-        Raises:
-            ValueError: two configs share a run id, or a run id already in the queue was
-                queued with a different config (the message names the differing keys).
-        """
-        ids = [c.run_id for c in configs]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"run id {dup!r} appears twice in the configs to enqueue")
-        with ExitStack() as stack:  # each grid's lock, in one order: concurrent queues add each run once
-            alive = [
-                stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})
-            ]
-            return self._enqueue(
-                configs, retry_failed=retry_failed, attrs=attrs, keep_alive=lambda: [f() for f in alive]
-            )
-
-    def _enqueue(
-        self,
-        configs: list[RunConfig],
-        *,
-        retry_failed: bool,
-        attrs: Mapping[str, Any] | None,
-        keep_alive: Callable[[], Any],
-    ) -> EnqueueResult:
-        """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
-        existing = {
-            rid: r for grid in sorted({c.grid for c in configs}) for rid, r in self.runs(grid).items()
-        }
-        conflicts = []
-        for c in configs:
-            r = existing.get(c.run_id)
-            if r is not None and r.state != "failed":
-                diff = config_diff(r.config.to_dict(), c.to_dict())
-                if diff:
-                    conflicts.append(f"{c.run_id} (differs in {', '.join(diff)})")
-        if conflicts:
-            more = f" and {len(conflicts) - 3} more" if len(conflicts) > 3 else ""
-            raise ValueError(
-                "these runs are already queued with a different config: "
-                f"{'; '.join(conflicts[:3])}{more}. A run id names one config: rename the grid "
-                "(its `name`), or undo the change"
-            )
-        result = EnqueueResult()
-        queued_at = time.time()
-        batch: dict[int, list] = {}  # study id -> the new trials' templates (one write per study)
-        for index, c in enumerate(configs):
-            keep_alive()
-            r = existing.get(c.run_id)
-            if r is None:
-                batch.setdefault(self._study_for(c), []).append(
-                    self._template(
-                        c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs
-                    )
-                )
-                result.added.append(c.run_id)
-            elif r.state != "failed":
-                result.present.append(c.run_id)
-            elif retry_failed:
-                batch.setdefault(self._study_for(c), []).append(
-                    self._template(
-                        c,
-                        attempt=r.attempt + 1,
-                        failures=0,
-                        reclaims=0,
-                        order=[queued_at, index],
-                        carried=attrs,
-                    )
-                )
-                result.retried.append(c.run_id)
-            else:
-                result.failed.append(c.run_id)
-        self._snapshot = None
-        counts = {
-            self.study_of(g): len(
-                {rid for rid, r in existing.items() if r.grid == g}  # [done/total]'s total
-                | {c.run_id for c in configs if c.grid == g}
-            )
-            for g in {c.grid for c in configs}
-        }
-        for study_id, templates in batch.items():  # with the trials: no worker sees them without their count
-            create_waiting(
-                self.storage,
-                study_id,
-                templates,
-                {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None,
-            )
-        for study_id, n in counts.items():
-            self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
-        return result
-
-    def restore(self, runs: list[dict]) -> list[str]:
-        """Add the runs of an imported archive (:mod:`db.archive`'s ``queue.json``) as they ended:
-        ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
-        requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
-        worker here holds it). Runs already in the queue are left alone (idempotent). Returns the
-        run ids added.
-
-        Raises:
-            ValueError: a run id already queued with a different config (as :meth:`enqueue`).
-        """
-        configs = [RunConfig.from_dict(r["config"]) for r in runs]
-        existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
-        self.enqueue([c for c in configs if c.run_id in existing])  # adds nothing; raises on a changed config
-        added = []
-        for index, (c, r) in enumerate(zip(configs, runs)):
-            if c.run_id in existing:
-                continue
-            t = self._template(c, attempt=r.get("attempt") or 1, failures=0, reclaims=0, order=[0.0, index])
-            state = RESTORED_STATES.get(r["state"], TrialState.WAITING)
-            attrs = dict(t.user_attrs)
-            if state != TrialState.WAITING:
-                attrs.update(status=r["state"], wall_s=r.get("wall_s"), val_nll=r.get("val_nll"))
-            if state == TrialState.FAIL:
-                attrs.update(error=r.get("error") or r["state"], ending=r["state"], requeue=False)
-            value = r.get("val_nll")
-            values = [math.inf if value is None else value] if state == TrialState.COMPLETE else None
-            done = create_trial(state=state, values=values, user_attrs=attrs)
-            self.storage.create_new_trial(self._study_for(c), template_trial=done)
-            added.append(c.run_id)
-        for g in {c.grid for c in configs}:
-            self.storage.set_study_user_attr(self.study_of(g), RUNS_ATTR, len(self.runs(g)))
-        self._snapshot = None
-        return added
-
-    def _study_for(self, config: RunConfig) -> int:
-        """The study of ``config``'s run: the one holding its trials, else its grid's (recorded)."""
-        if config.run_id not in self._run_study:
-            self._run_study[config.run_id] = self.study_of(config.grid)
-        return self._run_study[config.run_id]
-
-    def _new_trial(
-        self,
-        config: RunConfig,
-        *,
-        attempt: int,
-        failures: int,
-        reclaims: int,
-        order: list,
-        carried: Mapping[str, Any] | None = None,
-    ) -> int:
-        """A WAITING trial for ``config`` in its run's study (new run: its grid's study); see :meth:`_template`."""
-        template = self._template(
-            config, attempt=attempt, failures=failures, reclaims=reclaims, order=order, carried=carried
-        )
-        self._snapshot = None
-        return self.storage.create_new_trial(self._study_for(config), template_trial=template)
-
-    def _template(
-        self,
-        config: RunConfig,
-        *,
-        attempt: int,
-        failures: int,
-        reclaims: int,
-        order: list,
-        carried: Mapping[str, Any] | None = None,
-    ):
-        """The WAITING trial (Optuna's template) of an attempt at ``config``'s run.
-
-        ``carried``: attributes of the run's previous attempt (:data:`CARRIED_ATTRS`); a
-        tuning trial's drawn parameters become the new trial's parameters too.
-        """
-        attrs = {
-            "run_id": config.run_id,
-            "grid": config.grid,
-            "variant": config.variant,
-            "role": config.role,
-            "seed": config.seed,
-            "size": config.size,
-            "budget_tokens": config.budget_tokens,
-            "config": json.dumps(config.to_dict(), sort_keys=True),
-            "attempt": attempt,
-            "failures": failures,
-            "reclaims": reclaims,
-            "order": order,
-            **(carried or {}),
-        }
-        params, distributions = {}, {}
-        if attrs.get("tune_params") and attrs.get("tune_distributions"):
-            from optuna.distributions import json_to_distribution  # lazy: Optuna, only with a queue
-
-            params = dict(attrs["tune_params"])
-            distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}
-        return create_trial(
-            state=TrialState.WAITING, user_attrs=attrs, params=params, distributions=distributions
-        )
-
-    def _requeue(self, last) -> None:
-        """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
-        requeued: same config, slot in the queue and carried attributes, attempt + 1."""
-        ua = last.user_attrs
-        self._new_trial(
-            config_of(last),
-            attempt=ua.get("attempt", 1) + 1,
-            failures=ua.get("failures", 0),
-            reclaims=ua.get("reclaims", 0),
-            order=ua.get("order", [time.time(), 0]),
-            carried={k: ua[k] for k in CARRIED_ATTRS if k in ua},
-        )
-
-    def bind_results(self, grid: str, folder: str | os.PathLike, folder_id: str) -> None:
-        """Record that ``grid``'s results go to the results folder ``folder`` (stable id ``folder_id``,
-        :func:`harness.files.results_id`), so workers on another folder refuse its runs
-        (:meth:`results_of`). Recorded once per grid.
-
-        Raises:
-            ValueError: the grid's results already go to another folder (naming both).
-        """
-        study_id = self.study_of(grid)
-        have = self.storage.get_study_user_attrs(study_id).get("results")
-        if have is None:
-            self.storage.set_study_user_attr(study_id, "results", {"id": folder_id, "path": str(folder)})
-        elif have["id"] != folder_id:
-            raise ValueError(
-                f"grid {grid} in this queue belongs to the results folder {have['path']} (id {have['id']}); "
-                f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
-                "or rename the grid"
-            )
-
-    def requeue_orphans(self, run_id: str | None = None) -> list[str]:
-        """Create the next trial of every run whose last attempt ended asking to be requeued, and
-        whose process died before it created it.
-
-        Reads the failed trials of every study (not the finished history), then the trials of each
-        run whose latest failed attempt asked to be requeued. Returns the run ids requeued.
-        Idempotent up to races (a duplicate is discarded when popped).
-        """
-        out = []
-        for sid in self.studies().values():
-            try:
-                failed = self.storage.get_all_trials(sid, deepcopy=False, states=(TrialState.FAIL,))
-            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
-                continue
-            self.reads["failed"] += 1
-            asking = {}  # run id -> its latest failed attempt, when that one asked to be requeued
-            for t in sorted(failed, key=lambda t: t.number):
-                rid = t.user_attrs.get("run_id")
-                if rid is not None and not is_duplicate(t) and (run_id is None or rid == run_id):
-                    asking[rid] = t
-            for rid, t in asking.items():
-                if not t.user_attrs.get("requeue"):
-                    continue
-                trials = [s for s in self.run_trials(rid, sid) if not is_duplicate(s)]
-                if trials and trials[-1].number == t.number:  # no later attempt: the retry was never created
-                    self._requeue(trials[-1])
-                    out.append(rid)
-        return out
 
     # -- taking and finishing
 
@@ -618,7 +348,7 @@ class RunQueue(QueueReader):
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
         if requeue:
-            self._requeue(self.storage.get_trial(claim.trial_id))
+            self.requeue_attempt(self.storage.get_trial(claim.trial_id))
         return requeue
 
     def release(self, claim: Claim, reason: str) -> bool:
@@ -626,7 +356,7 @@ class RunQueue(QueueReader):
         attrs = {"error": reason, "ending": "released", "requeue": True}
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
-        self._requeue(self.storage.get_trial(claim.trial_id))
+        self.requeue_attempt(self.storage.get_trial(claim.trial_id))
         return True
 
     def reclaim_stale(self, now: float | None = None) -> list[tuple[str, str]]:
@@ -660,7 +390,7 @@ class RunQueue(QueueReader):
             if self._set_attrs(t.trial_id, attrs) and self._finish(t.trial_id, TrialState.FAIL):
                 self._run_study[t.run_id] = t.study_id
                 if requeue:
-                    self._requeue(self.storage.get_trial(t.trial_id))
+                    self.requeue_attempt(self.storage.get_trial(t.trial_id))
                 out.append((t.run_id, why))
         if out:
             self._snapshot = None  # the new attempts are not in it

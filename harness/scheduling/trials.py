@@ -18,16 +18,20 @@ A run's state is read from all trials with its tag:
     failed                     the last trial FAILed and asked for no retry
 
 A trial discarded as a second live trial of its run (user attr ``ending = "duplicate"``,
-:mod:`harness.scheduling.queue`) does not count. Nothing here reads or writes a storage.
+:mod:`harness.scheduling.queue`) does not count. A new attempt's trial is built by
+:func:`attempt_template`. Nothing here reads or writes a storage.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.distributions import json_to_distribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.config import RunConfig
 from harness.scheduling.lease import Lease
@@ -200,7 +204,52 @@ def order_key(user_attrs: dict, number: int) -> tuple:
     return (float(o[0]), int(o[1]), number)
 
 
+# Trial attributes a retry carries over: a tuning trial's drawn parameters stay those of its run.
+CARRIED_ATTRS = ("tune_pending", "tune_params", "tune_distributions")
+
+
+def attempt_template(
+    config: RunConfig,
+    *,
+    attempt: int,
+    failures: int,
+    reclaims: int,
+    order: list,
+    carried: Mapping[str, Any] | None = None,
+) -> FrozenTrial:
+    """The WAITING trial (Optuna's template, for ``create_new_trial``) of an attempt at ``config``'s run.
+
+    ``attempt``, ``failures``, ``reclaims``: the attempt's counters; ``order``: its slot in the
+    queue (``[queued_at seconds, index]``). ``carried``: attributes of the run's previous attempt
+    (:data:`CARRIED_ATTRS`); a tuning trial's drawn parameters become the new trial's parameters too.
+    """
+    attrs = {
+        "run_id": config.run_id,
+        "grid": config.grid,
+        "variant": config.variant,
+        "role": config.role,
+        "seed": config.seed,
+        "size": config.size,
+        "budget_tokens": config.budget_tokens,
+        "config": json.dumps(config.to_dict(), sort_keys=True),
+        "attempt": attempt,
+        "failures": failures,
+        "reclaims": reclaims,
+        "order": order,
+        **(carried or {}),
+    }
+    params, distributions = {}, {}
+    if attrs.get("tune_params") and attrs.get("tune_distributions"):
+        params = dict(attrs["tune_params"])
+        distributions = {k: json_to_distribution(v) for k, v in attrs["tune_distributions"].items()}
+    return create_trial(
+        state=TrialState.WAITING, user_attrs=attrs, params=params, distributions=distributions
+    )
+
+
 __all__ = [
+    "CARRIED_ATTRS",
+    "attempt_template",
     "Claim",
     "RunState",
     "EnqueueResult",

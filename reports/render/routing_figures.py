@@ -165,23 +165,7 @@ def routing_over_training(
     nrows = len(chunks) * len(kinds) + (1 if js else 0)
     fig = Figure(figsize=(pw * ncols + 1.0, ph * nrows + 0.9), layout="constrained")
     grid = fig.add_gridspec(nrows, ncols)
-    vmax = float(np.nanmax([np.nanmax(m) for m in mats.values()]))
-    dmax = max(
-        (float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0 for d in diffs.values()), default=0
-    )
-    dmax = dmax or 1e-6
-    for ci, chunk in enumerate(chunks):
-        for ki, kind in enumerate(kinds):
-            panels = diffs if kind == "qk - v" else {t: mats[(kind, t)] for t in chunk}
-            _heatmap_row(
-                fig,
-                [grid[ci * len(kinds) + ki, col] for col in range(len(chunk))],
-                kind,
-                chunk,
-                panels,
-                dmax if kind == "qk - v" else vmax,
-                last=ki == len(kinds) - 1,
-            )
+    _route_panels(fig, grid, chunks, kinds, mats, diffs)
     if js:
         _js_panel(fig.add_subplot(grid[nrows - 1, :]), r)
     n_seeds = r["seed"].n_unique()
@@ -211,3 +195,28 @@ def routing_over_training(
         png_bytes(fig),
         (size, budget_tokens),
     )
+
+
+def _route_panels(
+    fig: Figure, grid, chunks: list[list[int]], kinds: list[str], mats: dict, diffs: dict
+) -> None:
+    """Draw the heatmap rows of :func:`routing_over_training`: for each chunk of evaluations one row per
+    route kind (``mats[(route, tokens)]`` [layers, sources]; ``"qk - v"``: ``diffs[tokens]``), the routes
+    on one colour scale and QK minus V on a symmetric one."""
+    vmax = float(np.nanmax([np.nanmax(m) for m in mats.values()]))
+    dmax = max(
+        (float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0 for d in diffs.values()), default=0
+    )
+    dmax = dmax or 1e-6
+    for ci, chunk in enumerate(chunks):
+        for ki, kind in enumerate(kinds):
+            panels = diffs if kind == "qk - v" else {t: mats[(kind, t)] for t in chunk}
+            _heatmap_row(
+                fig,
+                [grid[ci * len(kinds) + ki, col] for col in range(len(chunk))],
+                kind,
+                chunk,
+                panels,
+                dmax if kind == "qk - v" else vmax,
+                last=ki == len(kinds) - 1,
+            )

@@ -337,3 +337,20 @@ def how_to_read(stats: ReportStats) -> list[Block]:
         ),
         Table(("chip", "meaning"), tuple(legend)),
     ]
+
+
+def not_finished(stats: ReportStats, role: str, aa: bool | None = None) -> str | None:
+    """'rd_attnres: 0 of 3 runs finished (1 running, 2 queued)' for the variants of ``role`` (A/A
+    checks only, or none of them, with ``aa``) that the queue knows but no statistic has; None if none."""
+    p, seen = stats.progress, {c.first for c in stats.comparisons} | {c.second for c in stats.comparisons}
+    parts = []
+    for v in p.variants(role):
+        if v in seen or (aa is not None and (v in AA_VARIANTS) != aa):
+            continue
+        c = p.of_variant(v)
+        rest = ", ".join(f"{n} {s}" for s, n in c.items() if n and s not in FINISHED)
+        parts.append(
+            f"{v}: {sum(c[s] for s in FINISHED)} of {sum(c.values())} runs finished"
+            + (f" ({rest})" if rest else "")
+        )
+    return "; ".join(parts) or None

@@ -18,8 +18,12 @@ table, is :mod:`harness.analysis_plan`, shared with the grid parser):
 * :mod:`~reports.stats.factorial`: a ``[factorial]`` grid's simple and main effects and interaction,
   paired over seeds, Holm over the factorial family, verdict sentences (DESIGN 12);
 * :mod:`~reports.stats.progress`: the grid status, the queue's view of the runs next to the store's;
-* :mod:`~reports.stats.results`: the result objects (frozen dataclasses built by keyword) and
-  ``stats.csv`` (:meth:`~reports.stats.results.ReportStats.to_frame`);
+* :mod:`~reports.stats.stats_table`: ``stats.csv``, its column contract and one row per comparison;
+* :mod:`~reports.stats.results`: the result objects (frozen dataclasses built by keyword);
+  :meth:`~reports.stats.results.ReportStats.to_frame` is ``stats.csv``;
+* :mod:`~reports.stats.headline_tests` (Step 1: the headline per cell, one family over the cells),
+  :mod:`~reports.stats.control_assessment` (Step 2: the controls' reproduction contrasts),
+  :mod:`~reports.stats.aa_checks` (the A/A check);
 * :mod:`~reports.stats.analysis`: :func:`~reports.stats.analysis.analyze`, one grid's
   :class:`~reports.stats.results.ReportStats`, in short named steps;
 * :mod:`~reports.stats.seed_planning` (``harness plan``'s rows) and :mod:`~reports.stats.topup`
@@ -35,14 +39,17 @@ Adding a statistic
    :mod:`~reports.stats.paired_tests`, a verdict rule in :mod:`~reports.stats.decisions`, a
    descriptive in :mod:`~reports.stats.descriptives`. Call it from the step of
    :mod:`~reports.stats.analysis` that builds the object it belongs to (``describe``,
-   ``_headline``, ``_assessment``, ``_aa_check``).
+   :mod:`~reports.stats.headline_tests`' ``_headline``, :mod:`~reports.stats.control_assessment`'s
+   ``_assessment``, :mod:`~reports.stats.aa_checks`' ``_aa_check``).
 2. **Result field**: add a named field to that frozen dataclass in :mod:`~reports.stats.results`
    (:class:`~reports.stats.results.Descriptives`, ``Headline``, ``ControlAssessment``, ...) and
    pass it by keyword where the object is built.
 3. **stats.csv column**: append its name to ``EXTRA_COLUMNS`` (``CSV_COLUMNS`` is DESIGN 6's
-   contract: add, never rename) and fill it in ``_row`` of :mod:`~reports.stats.results`.
+   contract: add, never rename), both in :mod:`~reports.stats.stats_table`, and fill it there
+   (``comparison_row`` or the verdict's ``_*_columns``).
 4. **Rendering**: word it in :mod:`reports.render` (a table column or sentence in
-   :mod:`reports.render.sections` / :mod:`reports.render.sentences`, a figure in
+   :mod:`reports.render.decision_sections` / :mod:`reports.render.evidence_sections` /
+   :mod:`reports.render.sentences`, a figure in
    :mod:`reports.render.figures`); rendering reads the field, it never recomputes.
 5. **The independent test**: in ``tests/test_stats.py`` (or the area's test file), assert the value
    against an independent scipy/statsmodels computation, or frozen numbers from one, and assert

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from reports.stats import paired_tests as paired
 from reports.stats.results import NAN, Descriptives
 
@@ -45,3 +47,8 @@ def describe(d) -> Descriptives:
 
 
 __all__ = ["describe"]
+
+
+def sample_sd(d: np.ndarray) -> float:
+    """Sample SD (ddof 1) of paired differences ``d`` [n] (nats/token); 0 at zero spread (:func:`reports.stats.paired_tests.zero_spread`); NaN below 2 values."""
+    return NAN if d.size < 2 else 0.0 if bool(paired.zero_spread(d)) else float(np.std(d, ddof=1))

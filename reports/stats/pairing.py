@@ -319,16 +319,7 @@ def pair_runs(
     warn: list[str] = []
     left_out = _left_out_runs(final, runs)
     usable = _usable_runs(final, left_out, allow_partial, warn)
-    cells = tuple(
-        sorted(
-            set(
-                pl.concat(
-                    [final.select("size", "budget_tokens"), runs.select("size", "budget_tokens")]
-                ).iter_rows()
-            ),
-            key=cell_order,
-        )
-    )
+    cells = _cells(final, runs)
     known = _KnownRuns(
         run_info={r["run_id"]: r for r in runs.iter_rows(named=True)},
         values={run_key(r): r for r in usable.iter_rows(named=True)},
@@ -365,6 +356,12 @@ def pair_runs(
         warnings=tuple(warn),
         usable=usable,
     )
+
+
+def _cells(final: pl.DataFrame, runs: pl.DataFrame) -> tuple[tuple[str, int], ...]:
+    """Every (size, budget_tokens) of the grid's runs, finished or not, in report order (:func:`cell_order`)."""
+    both = pl.concat([final.select("size", "budget_tokens"), runs.select("size", "budget_tokens")])
+    return tuple(sorted(set(both.iter_rows()), key=cell_order))
 
 
 def _variants_by_role(

@@ -134,6 +134,40 @@ def unreadable_run_ids(unreadable: pl.DataFrame | None) -> dict[str, str]:
     }
 
 
+def _queue_states(
+    queue: Mapping[str, QueuedRun | str | Mapping], stored: dict[str, dict], unreadable: dict[str, str]
+) -> dict[str, RunProgress]:
+    """The runs of ``queue`` whose outcome the store lacks (``stored``: run id -> its ``runs`` row), in
+    queue order, each in the queue's state (a run the queue calls done or diverged: :data:`UNREADABLE`
+    when its file was skipped, else :data:`NOT_IN_STORE`)."""
+    out: dict[str, RunProgress] = {}
+    for rid, value in queue.items():  # queue order first: the grid's own order
+        q = _as_queued(value)
+        s = stored.get(rid)
+        if s is not None and (s["status"] in (DONE, DIVERGED) or q.state in FINISHED):
+            continue  # the stored result is the outcome
+        state, detail = q.state, q.error or ""
+        if s is not None:  # stored as failed, queued again or running: the queue is newer
+            detail = f"an earlier attempt failed: {s.get('error') or 'no error text'}"
+        elif state in (DONE, DIVERGED):  # a failed run is an outcome; its error is the queue's
+            state, detail = (
+                (UNREADABLE, unreadable[rid])
+                if rid in unreadable
+                else (NOT_IN_STORE, f"the queue says {q.state}; no result file ingested yet")
+            )
+        out[rid] = RunProgress(
+            run_id=rid,
+            state=state,
+            variant=q.variant,
+            role=q.role,
+            seed=q.seed,
+            size=q.size,
+            budget_tokens=q.budget_tokens,
+            detail=detail,
+        )
+    return out
+
+
 def grid_progress(
     runs: pl.DataFrame,
     queue: Mapping[str, QueuedRun | str | Mapping] | None,
@@ -165,31 +199,7 @@ def grid_progress(
     runs = of_grid(runs, grid)
     unreadable = dict(unreadable or {})
     stored = {r["run_id"]: r for r in runs.iter_rows(named=True)}
-    out: dict[str, RunProgress] = {}
-    for rid, value in (queue or {}).items():  # queue order first: the grid's own order
-        q = _as_queued(value)
-        s = stored.get(rid)
-        if s is not None and (s["status"] in (DONE, DIVERGED) or q.state in FINISHED):
-            continue  # the stored result is the outcome
-        state, detail = q.state, q.error or ""
-        if s is not None:  # stored as failed, queued again or running: the queue is newer
-            detail = f"an earlier attempt failed: {s.get('error') or 'no error text'}"
-        elif state in (DONE, DIVERGED):  # a failed run is an outcome; its error is the queue's
-            state, detail = (
-                (UNREADABLE, unreadable[rid])
-                if rid in unreadable
-                else (NOT_IN_STORE, f"the queue says {q.state}; no result file ingested yet")
-            )
-        out[rid] = RunProgress(
-            run_id=rid,
-            state=state,
-            variant=q.variant,
-            role=q.role,
-            seed=q.seed,
-            size=q.size,
-            budget_tokens=q.budget_tokens,
-            detail=detail,
-        )
+    out = _queue_states(queue or {}, stored, unreadable)
     for rid, r in stored.items():
         if rid in out:
             continue

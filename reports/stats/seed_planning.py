@@ -235,6 +235,33 @@ def throughput(runs: pl.DataFrame | None, bench: pl.DataFrame | None) -> dict[st
     return out
 
 
+def _planned_comparisons(shape: GridShape) -> list[tuple[str, str, str, float | None]]:
+    """``(key, label, alternative, planned effect in nats/token)`` of every comparison ``harness plan``
+    sizes: the headline, its absence test (with ``min_effect_nats``) and each control's contrast."""
+    plan = shape.plan
+    comparisons = (
+        [(HEADLINE, f"{shape.treatment} - {shape.parent}", "one-sided", plan.min_effect_nats)]
+        if shape.treatment
+        else []
+    )
+    if shape.treatment and plan.min_effect_nats is not None:
+        # Showing the gain absent (< delta) when it is 0: the one-sided test of H0 "gain >= delta" is
+        # the headline's test shifted by delta, so it has the same power at the same distance.
+        comparisons.append(
+            (
+                ABSENCE,
+                f"{shape.treatment} - {shape.parent} (absent, true gain 0)",
+                "one-sided",
+                plan.min_effect_nats,
+            )
+        )
+    comparisons += [
+        (c, f"{c} (contrast)", "two-sided", contrast_effect(plan.min_effect_nats, plan.reproduce_fraction))
+        for c in shape.controls
+    ]
+    return comparisons
+
+
 def plan_rows(
     shape: GridShape,
     *,
@@ -259,26 +286,7 @@ def plan_rows(
         raise ValueError(f"sd {sd!r} must be a positive number of nats/token")
     plan, speed = shape.plan, speed or {}
     sds = pilot_sds(pilot) if pilot is not None else {}
-    comparisons = (
-        [(HEADLINE, f"{shape.treatment} - {shape.parent}", "one-sided", plan.min_effect_nats)]
-        if shape.treatment
-        else []
-    )
-    if shape.treatment and plan.min_effect_nats is not None:
-        # Showing the gain absent (< delta) when it is 0: the one-sided test of H0 "gain >= delta" is
-        # the headline's test shifted by delta, so it has the same power at the same distance.
-        comparisons.append(
-            (
-                ABSENCE,
-                f"{shape.treatment} - {shape.parent} (absent, true gain 0)",
-                "one-sided",
-                plan.min_effect_nats,
-            )
-        )
-    comparisons += [
-        (c, f"{c} (contrast)", "two-sided", contrast_effect(plan.min_effect_nats, plan.reproduce_fraction))
-        for c in shape.controls
-    ]
+    comparisons = _planned_comparisons(shape)
     level = look_at(shape.n_seeds, plan.looks, plan.alpha).level
     rows = []
     for size, budget, variants in shape.cells:
