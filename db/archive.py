@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from db.validate import result_filename, validate_result
-from harness.files import atomic_path
+from harness.common.files import atomic_path
 
 ARCHIVE_FORMAT = "rd-harness grid archive"
 ARCHIVE_VERSION = 1

@@ -33,7 +33,7 @@ from pathlib import Path
 import duckdb
 
 from db.validate import columns, schema_sha256, schema_sql
-from harness.files import fsync_dir, fsync_file
+from harness.common.files import fsync_dir, fsync_file
 
 #: DuckDB storage format of the results database (see the module docstring).
 STORAGE_VERSION = "v1.4.0"

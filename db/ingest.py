@@ -6,7 +6,7 @@ one transaction (delete its ``runs`` row and its rows in ``metrics``, ``routing`
 ``route_pairs`` and ``route_params``, insert the file's), so ingesting twice leaves identical
 tables, and a newer file for a run_id (a retried run) replaces the old rows, except a file
 stamped with an older fencing epoch than the stored row's (a write by a worker whose run was
-taken over, :mod:`harness.fencing`): it is kept out and logged as a stale write. Rows go in as
+taken over, :mod:`harness.train.fencing`): it is kept out and logged as a stale write. Rows go in as
 polars frames (:mod:`db.frames`), never row-by-row. A file that fails to parse or validate is
 skipped with a warning and its error is kept in ``ingest_log.error`` (it is retried when the
 file changes). The run files are the source of truth: deleting the database loses nothing but
@@ -201,7 +201,7 @@ def commit(con: duckdb.DuckDBPyConnection, batch: list[Loaded]) -> int:
     kept_out = stale(con, latest)
     if (
         kept_out
-    ):  # kept out, and logged with why (harness.fencing: a write by a worker whose run was taken over)
+    ):  # kept out, and logged with why (harness.train.fencing: a write by a worker whose run was taken over)
         batch = [
             i._replace(result=None, error=kept_out[i.result["run"]["run_id"]])
             if i.result is not None and i.result["run"]["run_id"] in kept_out

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from db.validate import result_filename, validate_result
-from harness.files import atomic_write
+from harness.common.files import atomic_write
 
 RUNS_DIRNAME = "runs"
 
@@ -35,7 +35,7 @@ def write_result(results_dir: str | os.PathLike, result: dict, *, commit=None) -
         result: ``{"run": {...}, "metrics": [...], "routing": [...], ...}``; the format and the
             rules are in :mod:`db.validate`. ``written_at`` (UTC now) is added.
         commit: the final rename happens inside ``with commit():`` (a worker's lease held,
-            :mod:`harness.fencing`); if entering it raises, no file is written.
+            :mod:`harness.train.fencing`); if entering it raises, no file is written.
 
     Returns:
         The file path, :func:`result_path`. Writing the same run_id again replaces the file

@@ -3,7 +3,7 @@
 Why files first. DuckDB lets one process at a time open a database file read-write, and that
 holder also blocks every read-only opener in other processes. So a worker never opens the
 database: it writes each finished run to its own file ``RESULTS/runs/<run_id>.json``
-(format: :mod:`db.validate`) atomically (:func:`harness.files.atomic_write`: a tmp file in the
+(format: :mod:`db.validate`) atomically (:func:`harness.common.files.atomic_write`: a tmp file in the
 same folder, fsync, ``os.replace``, fsync of the folder), which cannot fail on a lock and never
 leaves a half-written file under a name ingestion reads (it reads ``*.json`` only; tmp files
 end in ``.tmp``).
@@ -36,8 +36,8 @@ from db.frames import ArrowStream, frame, to_polars, to_polars_batches
 from db.ingest import changed, ingest_into, read_errors, read_log, result_files, unreadable_files
 from db.runfile import RUNS_DIRNAME, read_result, result_end, result_path, run_end, write_result
 from db.validate import columns, validate_bench_rows
-from harness.files import atomic_path
-from harness.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
+from harness.common.files import atomic_path
+from harness.common.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 
 # Importable from here as before the split: STORAGE_VERSION, StoreLockedError, storage_version.
 __all__ = [

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from harness.terms import RUN_ROLES as ROLES
-from harness.terms import STATUSES
+from harness.common.terms import RUN_ROLES as ROLES
+from harness.common.terms import STATUSES
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")

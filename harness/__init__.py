@@ -11,11 +11,11 @@ The stages of one run, and of a study, each a package; imports point one way
 * :mod:`harness.bench` -- routing and harness overhead (``harness bench``);
 * :mod:`harness.commands` -- one module per ``harness`` subcommand; :mod:`harness.cli` the entry point.
 
-Top-level modules: :mod:`harness.config` (size presets, training settings, :class:`RunConfig`),
-:mod:`harness.terms` (roles, statuses, run ids, config differences), :mod:`harness.files`
-(atomic file replacement), :mod:`harness.analysis_plan` (a grid's ``[analysis]`` table, read by the
-grid parser and the report) and :mod:`harness.fencing` (who may still write a run's checkpoints
-and result: owner, epoch, :class:`~harness.fencing.LeaseLost`). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
+Top-level modules: :mod:`harness.design.config` (size presets, training settings, :class:`RunConfig`),
+:mod:`harness.common.terms` (roles, statuses, run ids, config differences), :mod:`harness.common.files`
+(atomic file replacement), :mod:`harness.design.analysis_plan` (a grid's ``[analysis]`` table, read by the
+grid parser and the report) and :mod:`harness.train.fencing` (who may still write a run's checkpoints
+and result: owner, epoch, :class:`~harness.train.fencing.LeaseLost`). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
 store), ``reports`` (statistics and the report).
 
 The notebook API: ``harness.results(RESULTS, grid=...)`` (a grid's tables as polars frames) and

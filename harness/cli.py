@@ -4,7 +4,7 @@ Each subcommand lives in its own module under :mod:`harness.commands`; the modul
 docstring is the subcommand's help text (with an example), ``add_arguments(parser)``
 declares its options and ``main(args) -> int`` runs it. Every subcommand gets
 ``--results DIR`` (default ``$HARNESS_RESULTS`` or ``./results``) and ``--verbose``
-(internal retries and deferred ingests, :mod:`harness.console`).
+(internal retries and deferred ingests, :mod:`harness.common.console`).
 
 Start-up stays light: ``harness CMD ...`` imports CMD's module only (the others are listed by
 the first line of their docstring, read from the source: :func:`summary`), and a command module
@@ -26,9 +26,9 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from harness.console import setup_logging
-from harness.files import default_results, fmt_bytes, free_bytes, full_disk
-from harness.interrupt import prompt_exit
+from harness.common.console import setup_logging
+from harness.common.files import default_results, fmt_bytes, free_bytes, full_disk
+from harness.common.interrupt import prompt_exit
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {

@@ -10,7 +10,7 @@ Two packages by job, imports pointing one way (``build`` -> ``render`` -> ``stat
   (``python -m reports.simulate``; the tables: :mod:`reports.simulate_rules`, :mod:`reports.simulate_edges`); :mod:`reports.synthetic`: synthetic frames for tests and demos.
 
 The checked-in sample reports are in ``docs/reports/`` (not in the package). Of ``harness`` it
-imports only plain leaves: :mod:`harness.terms` (roles, config differences),
-:mod:`harness.files` (atomic writes) and :mod:`harness.analysis_plan` (the grid's ``[analysis]``
+imports only plain leaves: :mod:`harness.common.terms` (roles, config differences),
+:mod:`harness.common.files` (atomic writes) and :mod:`harness.design.analysis_plan` (the grid's ``[analysis]``
 table, which the grid parser reads too).
 """

@@ -28,9 +28,9 @@ from typing import Any
 
 import polars as pl
 
-from harness.analysis_plan import AnalysisPlan
-from harness.files import atomic_write
-from harness.terms import check_grid
+from harness.common.files import atomic_write
+from harness.common.terms import check_grid
+from harness.design.analysis_plan import AnalysisPlan
 from reports.render.figure_set import all_figures
 from reports.render.figures import FigureOut
 from reports.render.sections import render_html, render_markdown
@@ -159,7 +159,7 @@ def build_report(
         grid: grid name (filters the frames if they carry a ``grid`` column; shown in titles).
         allow_partial: protocol mismatches and duplicated runs become warnings (pair left out).
         plan: the analysis plan (default: the one stored with the runs, see
-            :func:`harness.analysis_plan.plan_from_configs`).
+            :func:`harness.design.analysis_plan.plan_from_configs`).
         degenerate: ``{(size, budget_tokens, variant): reason}`` (see :func:`reports.stats.analysis.analyze`).
         figures: draw the PNG figures (off: tables only, faster).
         queue: the queue's view of the grid's runs, ``{run_id: QueuedRun | state}``

@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from harness.models.spec import VariantSpec
 from reports.stats.decisions import GAIN_ESTABLISHED, REPRODUCES
 from reports.stats.looks import increments

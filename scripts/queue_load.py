@@ -49,7 +49,7 @@ LEASE_S = 10.0  # short, so a killed worker's run comes back soon; long enough f
 
 def configs(n: int, *, offset: int = 0, name: str = GRID):
     """``n`` distinct run configs of one grid (seeds ``offset`` ...)."""
-    from harness.config import RunConfig
+    from harness.design.config import RunConfig
 
     return [
         RunConfig.create("block_attnres", "tiny", offset + i, 1024, "/corpus", grid=name) for i in range(n)

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.files import atomic_write
+from harness.common.files import atomic_write
 from harness.scheduling.lease import pid_alive as _alive
 
 STATE_DIR = Path(tempfile.gettempdir()) / "rd-harness-services"

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from harness.bench import BenchConfig, StepArm, assemble
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig
 from harness.train import train_run
+from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM
 from harness.train.trainer import CUDA_DEFAULTS_ENV
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig
 from harness.models import build_model
 from harness.train import train_run
+from harness.train.execution import ExecutionSettings
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import train_config
+from harness.design.config import train_config
 from harness.models import available_variants, build_model
 from harness.train.compiled import CompiledForward
 from harness.train.lit import LitLM

@@ -1,5 +1,5 @@
-"""The shared pieces every stage uses: RunConfig (harness.config), the vocabulary and
-config_diff (harness.terms), atomic file replacement (harness.files). CPU, about a second.
+"""The shared pieces every stage uses: RunConfig (harness.design.config), the vocabulary and
+config_diff (harness.common.terms), atomic file replacement (harness.common.files). CPU, about a second.
 
 Run: python -m pytest -q tests/test_config.py
 """
@@ -14,9 +14,9 @@ import stat
 
 import pytest
 
-from harness.config import RunConfig, derive
-from harness.files import atomic_path, atomic_write
-from harness.terms import FINISHED, ROLES, STATUSES, config_diff, run_id
+from harness.common.files import atomic_path, atomic_write
+from harness.common.terms import FINISHED, ROLES, STATUSES, config_diff, run_id
+from harness.design.config import RunConfig, derive
 
 PAYLOAD = {  # a queued payload as harness queue wrote it before RunConfig existed (61e45a1)
     "run_id": "g:tiny:fixed_v:s0:1000",

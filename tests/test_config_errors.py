@@ -15,8 +15,8 @@ import pytest
 
 from harness.cli import build_parser
 from harness.cli import main as cli
-from harness.execution import ExecutionSettings
 from harness.scheduling.queue import RunQueue
+from harness.train.execution import ExecutionSettings
 
 from queue_stubs import GRID_TOML
 

@@ -1,4 +1,4 @@
-"""Ctrl-C ends `harness status --watch` wherever it lands (issue 40), and harness.interrupt's guarantee.
+"""Ctrl-C ends `harness status --watch` wherever it lands (issue 40), and harness.common.interrupt's guarantee.
 
 Each case starts a real `python -m harness` and sends SIGINT. The bound on the exit
 (:data:`HANG_S`) is a hang detector, far above the half second a loaded 2-core machine
@@ -136,7 +136,7 @@ def _swallowing(grace_s: float, before: str = "") -> subprocess.Popen:
             time.sleep(0.05)
     """
     code = (
-        "import os, signal, sys, time\nfrom harness.interrupt import prompt_exit\n"
+        "import os, signal, sys, time\nfrom harness.common.interrupt import prompt_exit\n"
         f"with prompt_exit(7, grace_s={grace_s}):\n"
         + textwrap.indent(textwrap.dedent(before) + textwrap.dedent(loop), "    ")
     )
@@ -156,7 +156,7 @@ def test_a_ctrl_c_during_a_blocking_native_call_ends_the_process():
     code = textwrap.dedent(
         """
         import signal, time
-        from harness.interrupt import prompt_exit
+        from harness.common.interrupt import prompt_exit
         with prompt_exit(7, grace_s=1.0):
             signal.signal(signal.SIGINT, lambda signum, frame: None)  # nor between print and sleep
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

@@ -1,6 +1,6 @@
 """A CUDA error that poisons the process's context is the machine's fault (issue 44, row 5).
 
-The classifier (:func:`harness.faults.sticky_cuda_error`) is checked on the messages torch and NCCL
+The classifier (:func:`harness.common.faults.sticky_cuda_error`) is checked on the messages torch and NCCL
 really print; a worker whose training meets such an error (raised from the real training step by a
 ``sitecustomize`` on the test's ``PYTHONPATH``: no GPU here) releases the run (no retry spent) and
 stops with one line instead of failing every later run on a dead context.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import RunConfig
-from harness.faults import CudaContextLost, sticky_cuda_error
+from harness.common.faults import CudaContextLost, sticky_cuda_error
+from harness.design.config import RunConfig
 from harness.scheduling.queue import RunQueue
 
 ROOT = Path(__file__).resolve().parents[1]

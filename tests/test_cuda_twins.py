@@ -18,10 +18,10 @@ import duckdb
 import pytest
 import torch
 
-from harness.config import RunConfig, train_config
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig, train_config
 from harness.models import build_model
 from harness.train import train_run
+from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM
 from harness.train.trainer import CUDA_DEFAULTS_ENV, cuda_defaults, resolve_precision
 

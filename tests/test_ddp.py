@@ -21,10 +21,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig
 from harness.scheduling.queue import RunQueue
 from harness.train import train_run
+from harness.train.execution import ExecutionSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
@@ -73,7 +73,7 @@ def _rank_children(results: Path) -> list[int]:
 # build got
 SITECUSTOMIZE = """
 import dataclasses, json, os
-import harness.execution as execution
+import harness.train.execution as execution
 
 execution.ExecutionSettings = dataclasses.make_dataclass(
     "ExecutionSettings", [("probe", str, "")], bases=(execution.ExecutionSettings,), frozen=True
@@ -102,8 +102,8 @@ def test_a_field_added_to_the_execution_settings_reaches_a_child_rank(tmp_path):
     (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     script = textwrap.dedent(
         f"""
-        from harness.config import RunConfig
-        from harness.execution import ExecutionSettings
+        from harness.design.config import RunConfig
+        from harness.train.execution import ExecutionSettings
         from harness.train import train_run
 
         config = RunConfig.adhoc("rd_attnres", "tiny", 0, 1024, {str(SAMPLE)!r}, train={TRAIN!r})

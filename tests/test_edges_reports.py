@@ -106,7 +106,7 @@ def test_report_of_a_result_file_truncated_after_ingest_says_what_status_and_sql
     results = tmp_path / "results"
     store = Store(results)
     frames = synthetic_frames(grid="g", seeds=(0, 1, 2), n_layers=2, n_evals=2)
-    run_id = {  # run ids as harness.terms.run_id writes them (GRID:SIZE:VARIANT:sSEED:BUDGET)
+    run_id = {  # run ids as harness.common.terms.run_id writes them (GRID:SIZE:VARIANT:sSEED:BUDGET)
         r["run_id"]: {"run_id": f"g:{r['size']}:{r['variant']}:s{r['seed']}:{r['budget_tokens']}"}
         for r in frames["runs"].iter_rows(named=True)
     }

@@ -278,7 +278,7 @@ def test_a_worker_refuses_a_run_whose_checkpoints_do_not_fit_and_leaves_it_queue
 
 def _fill_and_write(config, results_dir: Path):
     """A train function whose checkpoint meets a full disk: a real ENOSPC from the file system."""
-    from harness.files import atomic_write
+    from harness.common.files import atomic_write
 
     atomic_write(results_dir / "checkpoints" / "big.ckpt", b"\0" * (4 * 2**20))
     return "done"
@@ -413,8 +413,8 @@ def _train_until_lost(config, results_dir: Path):
     (no I/O), every 5 steps a checkpoint is written through the fence (as save_checkpoint does)."""
     import time
 
-    from harness import fencing
-    from harness.files import atomic_write
+    from harness.common.files import atomic_write
+    from harness.train import fencing
     from harness.train.checkpoint import checkpoint_dir
 
     fence = fencing.current()

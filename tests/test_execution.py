@@ -1,4 +1,4 @@
-"""One execution-settings object (harness.execution, DESIGN section 11): built once from the command
+"""One execution-settings object (harness.train.execution, DESIGN section 11): built once from the command
 line, serialised whole for a child rank. The child rank end to end: tests/test_ddp.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from harness.cli import build_parser
 from harness.commands.options import execution_settings
-from harness.execution import ExecutionSettings
+from harness.train.execution import ExecutionSettings
 
 RUN = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"]
 

@@ -17,7 +17,7 @@ from test_db_store import make_result
 
 from db.store import Store
 from harness.cli import main as cli
-from harness.terms import EXPORT_TABLES
+from harness.common.terms import EXPORT_TABLES
 
 
 def result(run_id: str, grid: str, seed: int, nll: float) -> dict:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.analysis_plan import plan_from_configs
-from harness.factorial import Factorial, parse_factorial
+from harness.design.analysis_plan import plan_from_configs
+from harness.design.factorial import Factorial, parse_factorial
 from harness.models import build_model, count_params, get_spec
 from harness.models.compose import compose
 from harness.models.spec import parse_spec_text

@@ -15,8 +15,8 @@ import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
-from harness.analysis_plan import AnalysisPlan
-from harness.factorial import parse_factorial
+from harness.design.analysis_plan import AnalysisPlan
+from harness.design.factorial import parse_factorial
 from reports.simulate import binomial_se
 from reports.simulate_factorial import I_ROW, cell_means, interaction_rates
 from reports.stats import decisions as dec

@@ -1,4 +1,4 @@
-"""Fencing (harness.fencing, DESIGN 10): a worker stopped past its lease writes nothing more for
+"""Fencing (harness.train.fencing, DESIGN 10): a worker stopped past its lease writes nothing more for
 the run another worker took over; owners never share a checkpoint; a stale result write is
 refused, and one that slipped through is ignored at ingest; an unreadable checkpoint is set
 aside and the run resumes from the previous good one.
@@ -26,15 +26,15 @@ import torch
 from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
 from db.store import Store
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
-from harness.fencing import Fence, LeaseLost
+from harness.design.config import RunConfig
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.grid import load_grid
 from harness.scheduling.lease import Heartbeat
 from harness.scheduling.queue import RunQueue
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import SET_ASIDE, checkpoint_dir, checkpoint_step, prepare_resume
+from harness.train.execution import ExecutionSettings
+from harness.train.fencing import Fence, LeaseLost
 
 from queue_stubs import configs
 

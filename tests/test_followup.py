@@ -19,7 +19,7 @@ import pytest
 from test_cli_startup import imported
 
 from harness import cli
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from harness.models.catalog import load_specs
 from harness.scheduling.grid import parse_grid
 from reports.followup import absorbing, cell_sds, composed_variant, plan_followup

@@ -71,7 +71,7 @@ def pad_to_page(path: Path) -> None:
 def _fill_then_fail(config, results_dir: Path):
     """A train function whose checkpoint meets a disk another process filled meanwhile: the results
     folder's file system is left with no free byte, then the checkpoint write fails for real."""
-    from harness.files import atomic_write
+    from harness.common.files import atomic_write
 
     if (results_dir / "queue.journal").exists():
         pad_to_page(results_dir / "queue.journal")

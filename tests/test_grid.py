@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import SIZES
+from harness.common.terms import ROLES, run_id
+from harness.design.config import SIZES
 from harness.models import available_variants
 from harness.scheduling.grid import choose_corpus, load_grid, resolve_corpus
-from harness.terms import ROLES, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "ablations").glob("*.toml"))
@@ -375,7 +375,7 @@ def test_roles_constant_matches_design():
 
 
 def test_run_id_agrees_with_the_runner():
-    from harness.config import RunConfig
+    from harness.design.config import RunConfig
 
     runner_id = RunConfig.adhoc("fixed_v", "tiny", 3, 1000, "/c", grid="g").run_id
     assert runner_id == run_id("g", "tiny", "fixed_v", 3, 1000) == "g:tiny:fixed_v:s3:1000"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats.analysis import analyze
 from reports.stats.divergence import impute
 from reports.stats.factorial import INTERACTION, SIMPLE

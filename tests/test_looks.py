@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness.analysis_plan import AnalysisPlan, parse_plan
+from harness.design.analysis_plan import AnalysisPlan, parse_plan
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
 from reports.stats.looks import GAMMA_MAX, at_looks, increments, look_at, sequential_p, spent

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from harness.config import TrainConfig
+from harness.design.config import TrainConfig
 from harness.models import build_model
 from harness.models.sizes import padded_vocab
 from harness.train.lit import LitLM
@@ -231,7 +231,7 @@ import json, os, resource, sys
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
-from harness.config import TrainConfig
+from harness.design.config import TrainConfig
 from harness.models import build_model, count_params
 from harness.train.lit import LitLM
 from harness.train.trainer import make_trainer, quiet_lightning

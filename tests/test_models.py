@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.config import derive, get_size
+from harness.design.config import derive, get_size
 from harness.models import available_variants, build_model, count_params, get_spec, routing_diagnostics
 from harness.models.spec import parse_spec
 
@@ -491,7 +491,7 @@ def test_spec_validation_errors_name_the_key():
 
 
 def test_head_groups_that_cannot_split_the_heads_are_one_clear_error(thirds_spec):
-    from harness.config import RunConfig
+    from harness.design.config import RunConfig
 
     with pytest.raises(
         ValueError, match=r"variant 'thirds': head groups with shares \[1, 1, 1\] cannot split 2 "

@@ -1,4 +1,4 @@
-"""The analysis plan (harness/analysis_plan.py, DESIGN section 6): the grid's [analysis] table, checked at
+"""The analysis plan (harness/design/analysis_plan.py, DESIGN section 6): the grid's [analysis] table, checked at
 queue time, stored with every run, fixed once runs exist. CPU only, ~3 s:
 
     python -m pytest -q tests/test_plan.py
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis_plan import AnalysisPlan, parse_plan, plan_from_configs
 from harness.cli import main as cli
+from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_from_configs
 from harness.scheduling.grid import load_grid
 from harness.scheduling.queue import RunQueue
 

@@ -17,8 +17,8 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from db.store import Store
-from harness.analysis_plan import AnalysisPlan
 from harness.cli import main as cli
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
 from reports.stats.looks import increments

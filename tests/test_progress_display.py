@@ -1,4 +1,4 @@
-"""Progress output of training (harness/console.py, harness/train/progress.py): a bar on a terminal
+"""Progress output of training (harness/common/console.py, harness/train/progress.py): a bar on a terminal
 of one's own, complete lines on a terminal shared with another worker or off a terminal, the
 $HARNESS_PROGRESS modes, and internal retries kept out of normal output.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import console
 from harness.cli import main as cli
+from harness.common import console
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 TRAIN = ["--set", "vocab_size=512", "--set", "batch_tokens=1024", "--set", "eval_tokens=2048"]
@@ -107,7 +107,7 @@ class Terminal:
     def other_worker(self, env) -> subprocess.Popen:
         """A process registered as training on this terminal (as a second worker would be)."""
         code = (
-            "import sys, time\nfrom harness.console import SharedTerminal\n"
+            "import sys, time\nfrom harness.common.console import SharedTerminal\n"
             "t = SharedTerminal(sys.stderr).__enter__()\nprint('ready', flush=True)\ntime.sleep(600)\n"
         )
         p = self.start([sys.executable, "-c", code], env, stdout=subprocess.PIPE, text=True)
@@ -172,7 +172,7 @@ def test_a_bad_progress_mode_is_one_line_before_anything_runs(tmp_path, monkeypa
 
 def test_shared_terminal_counts_the_live_processes_on_it(tmp_path):
     code = (
-        "import sys, time\nfrom pathlib import Path\nfrom harness.console import SharedTerminal\n"
+        "import sys, time\nfrom pathlib import Path\nfrom harness.common.console import SharedTerminal\n"
         f"t = SharedTerminal(folder=Path({str(tmp_path)!r})).__enter__()\nprint('ready', flush=True)\n"
         "time.sleep(600)\n"
     )

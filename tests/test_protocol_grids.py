@@ -2,7 +2,7 @@
 (the corpus key, where execution settings live) must not re-pair a study.
 
 For each grid in ``ablations/``, every run's protocol is computed from its queued
-:class:`~harness.config.RunConfig` as the runner does (training settings, the model built with the
+:class:`~harness.design.config.RunConfig` as the runner does (training settings, the model built with the
 corpus key's vocabulary, the evaluation windows, the budget), with a fixed corpus description and
 torch version (they come from the prepared corpus and the machine, not from the grid). The
 known values were recorded on main at 0ab9ba5, before :meth:`RunConfig.corpus_key` existed: per

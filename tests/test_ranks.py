@@ -21,11 +21,11 @@ import duckdb
 import pytest
 import torch
 
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig
 from harness.scheduling.queue import RunQueue
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import checkpoint_dir, owner_dir, resume_step
+from harness.train.execution import ExecutionSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"

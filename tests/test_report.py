@@ -438,7 +438,7 @@ def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path
     from db.store import Store
     from db.validate import result_filename
     from harness import cli
-    from harness.config import RunConfig
+    from harness.design.config import RunConfig
     from harness.scheduling.queue import RunQueue
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)

@@ -15,10 +15,10 @@ import pytest
 import torch
 from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import checkpoint_dir, owner_dir
+from harness.train.execution import ExecutionSettings
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-3}

@@ -17,15 +17,15 @@ import pytest
 import torch
 
 from db.store import Store
-from harness import live
 from harness.cli import main as cli
-from harness.config import RunConfig, train_config
+from harness.common import live
 from harness.data import prepare_corpus
 from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TokenDataModule
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig, train_config
 from harness.models import available_variants, build_model
 from harness.train import RunInterrupted, train_run
+from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM
 from harness.train.schedule import lr_multiplier
 

@@ -21,10 +21,10 @@ from conftest import CHAOS_CELLS
 from optuna.trial import TrialState
 
 from db.store import Store
-from harness.execution import ExecutionSettings
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.storage import postgres_driver
+from harness.train.execution import ExecutionSettings
 
 import chaos
 import services

@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.simulate import (
     FRACTIONS,
     GAIN,

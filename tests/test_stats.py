@@ -25,8 +25,8 @@ from statsmodels.stats.descriptivestats import sign_test
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
-from harness.analysis_plan import AnalysisPlan
-from harness.terms import config_diff
+from harness.common.terms import config_diff
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.analysis import CSV_COLUMNS, analyze, describe

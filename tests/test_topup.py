@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from db.store import Store
-from harness.analysis_plan import AnalysisPlan
 from harness.cli import main as cli
-from harness.factorial import parse_factorial
+from harness.design.analysis_plan import AnalysisPlan
+from harness.design.factorial import parse_factorial
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import work
 from reports.render.topup_lines import describe

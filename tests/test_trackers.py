@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.config import RunConfig, TrainConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig, TrainConfig
 from harness.train import train_run
+from harness.train.execution import ExecutionSettings
 from harness.train.protocol import protocol_dict
 from harness.train.trackers import routing_metrics
 

@@ -21,10 +21,10 @@ from optuna.trial import TrialState
 
 import harness.train
 from harness.cli import main as cli
-from harness.execution import ExecutionSettings
 from harness.scheduling.lease import Lease
 from harness.scheduling.queue import RunQueue
 from harness.scheduling.worker import MAX_RETRIES, work
+from harness.train.execution import ExecutionSettings
 
 from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.execution import ExecutionSettings
 from harness.scheduling.grid import load_grid
 from harness.train import train_run
+from harness.train.execution import ExecutionSettings
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared/data/fineweb_edu_sample"
 GRID = """

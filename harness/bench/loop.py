@@ -9,8 +9,8 @@ import torch
 
 from harness.bench.settings import BenchConfig, sync
 from harness.bench.steps import train_step
-from harness.config import get_size, train_config
 from harness.data.datamodule import TokenDataModule, TrainBatches
+from harness.design.config import get_size, train_config
 from harness.models import build_model
 from harness.train.lit import LitLM
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_precision

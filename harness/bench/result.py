@@ -27,8 +27,8 @@ from harness.bench.settings import (
     BenchConfig,
     device_peak_flops,
 )
-from harness.config import get_size
-from harness.files import atomic_write
+from harness.common.files import atomic_write
+from harness.design.config import get_size
 from harness.models import get_spec
 
 # -- the whole benchmark ---------------------------------------------------------------

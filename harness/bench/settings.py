@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from harness.bench.peaks import peak_flops
-from harness.config import get_size
+from harness.design.config import get_size
 from harness.models import available_variants, get_spec
 
 PARENT = "block_attnres"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.bench.settings import BenchConfig, autocast, default_precision, sync
-from harness.config import train_config
+from harness.design.config import train_config
 from harness.models import build_model, count_params
 from harness.train.lit import LitLM
 

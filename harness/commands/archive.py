@@ -71,7 +71,7 @@ def code_identity() -> dict:
 def main(args: argparse.Namespace) -> int:
     from db.archive import write_archive
     from db.store import Store
-    from harness.terms import check_grid
+    from harness.common.terms import check_grid
 
     store = Store(args.results)
     ids = store.query("select run_id from runs where grid = ? order by run_id", [args.grid])[

@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.terms import EXPORT_FORMATS, EXPORT_TABLES
+from harness.common.terms import EXPORT_FORMATS, EXPORT_TABLES
 
 TABLES, FORMATS = ", ".join(EXPORT_TABLES), ", ".join(EXPORT_FORMATS)
 

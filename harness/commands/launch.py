@@ -37,10 +37,10 @@ import shutil
 import sys
 
 from harness.commands.options import add_storage
-from harness.execution import ExecutionSettings
+from harness.common.terms import NAME_RE
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
 from harness.scheduling.worker_run import WorkOptions
-from harness.terms import NAME_RE
+from harness.train.execution import ExecutionSettings
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
 
@@ -165,8 +165,8 @@ def _check_gpus(args: argparse.Namespace, queue) -> None:
     """
     if not args.gpus_per_worker:
         return
-    from harness.execution import ExecutionSettings
     from harness.scheduling.devices import visible_devices
+    from harness.train.execution import ExecutionSettings
     from harness.train.settings_check import check_run  # lazy: Lightning, only with GPUs asked for
 
     if args.executor == "local" and not visible_devices():

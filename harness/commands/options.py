@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.execution import ExecutionSettings, parse_devices
+from harness.train.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
     "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
@@ -88,7 +88,7 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     Raises:
         ValueError: anything else (the message names the value and what is allowed).
     """
-    from harness.config import TrainConfig  # lazy: it loads torch (harness.models)
+    from harness.design.config import TrainConfig  # lazy: it loads torch (harness.models)
 
     if value is None:
         return None
@@ -98,7 +98,7 @@ def parse_micro_batch(value: str | None) -> int | str | None:
 
 
 def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
-    """The :class:`~harness.execution.ExecutionSettings` of ``harness run`` / ``harness work``'s
+    """The :class:`~harness.train.execution.ExecutionSettings` of ``harness run`` / ``harness work``'s
     options (``--accelerator``, ``--devices``, ``--strategy``, ``--num-nodes``, ``--micro-batch-size``,
     ``--logger``, ``--threads``, ``--stop-after-tokens``, ``--quiet``); ``chosen`` overrides fields
     the command resolved itself (``harness work``'s ranks per run, from its GPU claim).

@@ -124,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
             if config.tuned is not None:  # the others were checked above
                 config.check_trainable()
     check_plan_unchanged(grid, {rid: r.config for rid, r in queue.runs(grid.name).items()})
-    from harness.files import results_id
+    from harness.common.files import results_id
 
     queue.bind_results(grid.name, args.results.resolve(), results_id(args.results, create=True))
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
@@ -162,7 +162,7 @@ def _say_queued(grid, configs: list, result, where: str, args: argparse.Namespac
         print(f"corpus: {configs[0].corpus}")
         import shlex
 
-        from harness.files import default_results
+        from harness.common.files import default_results
 
         hint = "next: harness work"
         if args.results != default_results():

@@ -157,7 +157,7 @@ def unreadable_files_note(store, unreadable, grid: str) -> str | None:
     damaged, another schema: ``unreadable``, the store's ``ingest_log`` rows with an error), else
     ``None``: their runs are in no table and count as not finished, as `status` and `sql` say.
     A file is the grid's when its run id (the file name) starts with ``GRID:``
-    (:func:`harness.terms.run_id`)."""
+    (:func:`harness.common.terms.run_id`)."""
     from reports.stats.progress import unreadable_run_ids
 
     bad = sorted(

@@ -38,8 +38,8 @@ def _clash(archive, results: Path, queue) -> str | None:
     """Why the archive cannot go into ``results`` (one line), or ``None``."""
     from db.runfile import result_path
     from db.store import Store
-    from harness.files import results_id
-    from harness.terms import config_diff
+    from harness.common.files import results_id
+    from harness.common.terms import config_diff
 
     grid, mine = archive.grid, set(archive.results)
     for run_id, data in archive.results.items():
@@ -97,7 +97,7 @@ def _move_in(archive, results: Path) -> int:
 def main(args: argparse.Namespace) -> int:
     from db.archive import GRID_TOML, read_archive
     from db.store import Store
-    from harness.files import atomic_write, results_id
+    from harness.common.files import atomic_write, results_id
 
     archive = read_archive(args.archive)
     queue = open_queue(args)

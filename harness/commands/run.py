@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness import console
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
-from harness.config import SIZES, TRACKERS
+from harness.common import console
+from harness.common.terms import ROLES
+from harness.design.config import SIZES, TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.grid import choose_corpus
-from harness.terms import ROLES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,12 +95,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_overrides(items: list[str]) -> dict:
     """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed by
-    :class:`~harness.config.TrainConfig`'s fields.
+    :class:`~harness.design.config.TrainConfig`'s fields.
 
     Raises:
         ValueError: an item without ``=``, an unknown key, or a value of the wrong type.
     """
-    from harness.config import TrainConfig
+    from harness.design.config import TrainConfig
 
     out = {}
     for item in items:
@@ -115,7 +115,7 @@ def main(args: argparse.Namespace) -> int:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from harness.commands import set_threads
-    from harness.config import RunConfig
+    from harness.design.config import RunConfig
     from harness.train import RunInterrupted, train_run
     from harness.train.runner import stored_result
     from harness.train.settings_check import check_run, check_settings

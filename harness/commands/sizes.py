@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.config import SIZES, derive
+from harness.design.config import SIZES, derive
 from harness.models import available_variants, count_params, get_spec
 
 

@@ -33,7 +33,7 @@ import re
 import sys
 import warnings
 
-from harness.files import full_disk
+from harness.common.files import full_disk
 
 FORMATS = ("table", "csv", "json")
 TABLE_LIMIT = 10_000  # rows the table format shows by default (--limit)

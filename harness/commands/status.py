@@ -40,9 +40,9 @@ import time
 from urllib.parse import unquote
 
 from harness.commands.options import add_storage
-from harness.interrupt import prompt_exit
+from harness.common.interrupt import prompt_exit
+from harness.common.terms import FINISHED, check_grid
 from harness.scheduling.lease import LEASE_TIMEOUT_S
-from harness.terms import FINISHED, check_grid
 
 # display order: waiting, training, finished (done, diverged; pruned where a tuning study has any), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")

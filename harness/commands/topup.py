@@ -53,10 +53,10 @@ def _held(queued: dict) -> dict:
 
 def _configs(queued: dict, grid: str, plans) -> list:
     """Run configs of the new seeds: each a copy of a queued run's config of the same cell and
-    variant with the seed and run id replaced (:func:`harness.terms.run_id`)."""
+    variant with the seed and run id replaced (:func:`harness.common.terms.run_id`)."""
     import dataclasses
 
-    from harness.terms import run_id
+    from harness.common.terms import run_id
 
     template = {}
     for r in queued.values():

@@ -62,7 +62,7 @@ from harness.commands.options import (
     add_storage,
     execution_settings,
 )
-from harness.config import TRACKERS
+from harness.design.config import TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.lease import LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from harness.common.files import atomic_write, fsync_dir, fsync_file
 from harness.data.corpus import (
     HUB_DEFAULT_MAX_DOCS,
     HUB_PREFIX,
@@ -46,7 +47,6 @@ from harness.data.corpus_key import CorpusKey
 from harness.data.shard_reader import ShardedTokens
 from harness.data.shards import load_shard_tokenizer, read_manifest, token_dtype
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, load_tokenizer, train_bpe
-from harness.files import atomic_write, fsync_dir, fsync_file
 
 #: Bump when the on-disk layout or its meaning changes; old cache entries are then ignored.
 FORMAT_VERSION = 1
@@ -132,7 +132,7 @@ def prepare_corpus(key: CorpusKey, *, cache_dir: Path) -> PreparedCorpus:
     """Read, split, tokenize and store a corpus, or reuse the stored copy.
 
     Args:
-        key: the corpus (:meth:`harness.config.RunConfig.corpus_key`): its spec (file, directory, glob
+        key: the corpus (:meth:`harness.design.config.RunConfig.corpus_key`): its spec (file, directory, glob
             or ``hf:...``, :mod:`harness.data.corpus`); tokenizer ``bpe`` (trained on the training split
             only) or ``gpt2`` (tiktoken); the BPE vocabulary to train (>= 257; ignored for ``gpt2``,
             V = 50257); the expected validation fraction in (0, 1); ``max_docs``, the first non-empty

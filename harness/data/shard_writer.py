@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.files import fsync_file
+from harness.common.files import fsync_file
 
 
 class _ShardWriter:

@@ -50,12 +50,12 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from harness.common.files import atomic_write, fsync_dir, fsync_file
 from harness.data.corpus import HUB_PREFIX, corpus_files, corpus_fingerprint, is_validation
 from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, shard_dir, source_key
 from harness.data.shard_writer import _ShardWriter
 from harness.data.stream import _chunks, hub_revision, stream_documents
 from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, check_bpe_vocab, train_bpe
-from harness.files import atomic_write, fsync_dir, fsync_file
 
 #: Tokens per shard (build-nanogpt's fineweb.py uses 100M): 200 MB of uint16 per file.
 DEFAULT_SHARD_TOKENS = 100_000_000
@@ -165,7 +165,7 @@ def prepare_shards(
     """Stream, tokenize and shard a corpus (see the module docstring); return its folder.
 
     Args:
-        key: the corpus (:class:`~harness.data.corpus_key.CorpusKey`, :meth:`harness.config.RunConfig.corpus_key`):
+        key: the corpus (:class:`~harness.data.corpus_key.CorpusKey`, :meth:`harness.design.config.RunConfig.corpus_key`):
             its spec (local file/folder/glob or ``hf:OWNER/NAME[:CONFIG]``); tokenizer ``bpe`` (trained
             on the first ``bpe_sample_bytes`` of train-split text) or ``gpt2`` (tiktoken; its ranks are
             copied beside the shards); requested BPE vocabulary (>= 257; ignored for ``gpt2``);

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.common.files import atomic_write
 from harness.data.corpus import OptionalDependencyError, corpus_fingerprint
-from harness.files import atomic_write
 
 EOS_TOKEN = "<|endoftext|>"
 #: Special token plus the 256 single-byte tokens: the smallest byte-level BPE vocabulary.

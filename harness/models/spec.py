@@ -47,7 +47,7 @@ import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 
-from harness.terms import ROLES
+from harness.common.terms import ROLES
 
 RESIDUALS = ("prenorm", "full", "block")
 SITE_ROLES = {"attn": ("q", "k", "v"), "mlp": ("mlp",), "out": ("out",)}

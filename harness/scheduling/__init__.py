@@ -1,7 +1,7 @@
 """Scheduling: a grid becomes queued runs; workers take them, one worker per run (DESIGN 1.1-1.2, 10).
 
 * :mod:`harness.scheduling.grid` -- read and check a grid TOML, expand it into
-  :class:`~harness.config.RunConfig` s in queue order;
+  :class:`~harness.design.config.RunConfig` s in queue order;
 * :mod:`harness.scheduling.storage` -- where the queue lives (journal file, PostgreSQL),
   retrying a storage that is briefly unreachable, and holding a trial against takeover;
 * :mod:`harness.scheduling.journal` -- the journal file backend that survives a torn
@@ -17,7 +17,7 @@
 * :mod:`harness.scheduling.trials` -- what a queue trial says: the records (claim, run state) and
   one run's trials folded into its state;
 * :mod:`harness.scheduling.lease` -- worker leases and their heartbeat (is a worker alive?);
-* :mod:`harness.scheduling.fence` -- the :class:`~harness.fencing.Fence` of a claim: may this
+* :mod:`harness.scheduling.fence` -- the :class:`~harness.train.fencing.Fence` of a claim: may this
   worker still write the run's checkpoints and result?
 * :mod:`harness.scheduling.worker` -- the loop of ``harness work`` around
   :func:`harness.train.train_run`;

@@ -20,11 +20,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import RunConfig, get_size
 from harness.data.corpus import HUB_PREFIX, read_documents, split_documents
 from harness.data.corpus_key import CorpusKey
 from harness.data.prepare import prepare_corpus
 from harness.data.shards import read_manifest
+from harness.design.config import RunConfig, get_size
 from harness.train.schedule import StepPlan
 
 # A BPE token is a merge of byte-level symbols: gpt2's longest tokens are runs of 64+ spaces or

@@ -1,7 +1,7 @@
-"""The fence of a queued run: a :class:`harness.fencing.Fence` backed by the run's claim.
+"""The fence of a queued run: a :class:`harness.train.fencing.Fence` backed by the run's claim.
 
 The worker loop (:mod:`harness.scheduling.worker`) builds one :class:`ClaimFence` per
-claimed run and trains the run inside :func:`harness.fencing.fenced`, so
+claimed run and trains the run inside :func:`harness.train.fencing.fenced`, so
 :func:`harness.train.train_run` checks the lease before each checkpoint and writes the
 result file inside :meth:`ClaimFence.holding`. Checks of the queue are retried while the
 storage is briefly unreachable, like every other queue operation of a worker.
@@ -13,15 +13,15 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from harness.fencing import Fence, LeaseLost
 from harness.scheduling.lease import Heartbeat
+from harness.train.fencing import Fence, LeaseLost
 
 if TYPE_CHECKING:
     from harness.scheduling.queue import Claim, RunQueue
 
 
 class ClaimFence(Fence):
-    """Fence of one claim (see :mod:`harness.fencing` for the three checks).
+    """Fence of one claim (see :mod:`harness.train.fencing` for the three checks).
 
     Args:
         queue: the run queue the claim came from.

@@ -19,7 +19,7 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     [sizes_by_role]                  # optional: a role runs only at these sizes
     reference = ["small"]
 
-    [train]                          # optional TrainConfig overrides (harness.config)
+    [train]                          # optional TrainConfig overrides (harness.design.config)
     eval_every_tokens = 50_000
     [train.rd_attnres]               # optional: overrides of one variant (changes its protocol)
     lr = 2.5e-3
@@ -28,10 +28,10 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     block_attnres = "tune:parent_small"          # the best params of a tuning study (DESIGN 9)
     rd_attnres = { lr = 3e-3, warmup_frac = 0.1 }  # or explicit params (harness.scheduling.tuning)
 
-    [analysis]                       # optional analysis plan (harness.analysis_plan, DESIGN section 6)
+    [analysis]                       # optional analysis plan (harness.design.analysis_plan, DESIGN section 6)
     min_effect_nats = 0.01
 
-    [factorial]                      # optional 2 x 2 design over four variants (harness.factorial, DESIGN 12)
+    [factorial]                      # optional 2 x 2 design over four variants (harness.design.factorial, DESIGN 12)
     factors = ["offset", "decoupled_v"]
     levels = { block_attnres = [0, 0], param_matched = [1, 0], rd_attnres = [0, 1], rd_offset = [1, 1] }
 
@@ -40,11 +40,11 @@ have another protocol than the parent's, and a report refuses to pair them (nami
 fields). To ask whether a gain survives giving each side its best settings, list the
 variants in ``[tuned]`` instead: each listed variant also runs, at every cell and seed,
 with its tuned parameters on top of its ``[train]``; those runs have ids ending in
-``:tuned`` and :attr:`harness.config.RunConfig.tuned` set, and the report pairs them in
+``:tuned`` and :attr:`harness.design.config.RunConfig.tuned` set, and the report pairs them in
 the robustness row "treatment (tuned) - parent (tuned)". A ``"tune:NAME"`` entry takes
 the best parameters of that tuning study in the queue's storage when the grid is queued
 (:func:`resolve_tuned`); a table gives the parameters (space names: a TrainConfig field or
-``warmup_frac``). Grid seeds stay below :data:`harness.terms.TUNE_SEED_BASE`, the tuning
+``warmup_frac``). Grid seeds stay below :data:`harness.common.terms.TUNE_SEED_BASE`, the tuning
 trials' seeds.
 
 ``[budgets_by_role]`` / ``[sizes_by_role]`` map a role to a subset of the grid's
@@ -73,9 +73,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis_plan import AnalysisPlan, parse_plan, plan_diff
-from harness.config import SIZES, RunConfig
-from harness.factorial import parse_factorial
+from harness.common.terms import ROLES
+from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_diff
+from harness.design.config import SIZES, RunConfig
+from harness.design.factorial import parse_factorial
 from harness.scheduling.grid_checks import (
     GRID_KEYS,
     REQUIRED_KEYS,
@@ -93,7 +94,6 @@ from harness.scheduling.grid_checks import (
     train_tables,
 )
 from harness.scheduling.tuning import train_overrides
-from harness.terms import ROLES
 
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
@@ -240,9 +240,9 @@ class Grid:
                 ``{"source", "params"}``; default: explicit entries only.
 
         Returns:
-            :class:`~harness.config.RunConfig` s with ``corpus`` absolute (or an ``hf:``
+            :class:`~harness.design.config.RunConfig` s with ``corpus`` absolute (or an ``hf:``
             spec), ``train`` the grid's overrides only (a tuned run: plus its tuned params)
-            and ``analysis`` the plan (:meth:`harness.analysis_plan.AnalysisPlan.as_config`).
+            and ``analysis`` the plan (:meth:`harness.design.analysis_plan.AnalysisPlan.as_config`).
 
         Raises:
             ValueError: a variant whose head groups cannot split a size's heads; a

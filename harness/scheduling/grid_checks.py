@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
-from harness.config import SIZES, TrainConfig, train_config
+from harness.common.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
+from harness.design.config import SIZES, TrainConfig, train_config
 from harness.models import available_variants
 from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
-from harness.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
 
 # Top-level keys of a grid file -> what each holds (shown in "unknown key" errors).
 GRID_KEYS = {
@@ -81,7 +81,7 @@ def train_tables(
 
 
 def check_seeds(seeds: tuple[int, ...], err) -> None:
-    """Grid seeds stay below the tuning trials' (:data:`harness.terms.TUNE_SEED_BASE`)."""
+    """Grid seeds stay below the tuning trials' (:data:`harness.common.terms.TUNE_SEED_BASE`)."""
     big = [s for s in seeds if s >= TUNE_SEED_BASE]
     if big:
         raise err(

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.files import atomic_write
+from harness.common.files import atomic_write
 from harness.scheduling.grid import load_grid, parse_grid, resolve_corpus
 
 

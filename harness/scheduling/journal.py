@@ -44,7 +44,7 @@ from optuna.storages.journal._storage import JournalOperation
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from harness.files import atomic_path, atomic_write
+from harness.common.files import atomic_path, atomic_write
 
 TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
 REPAIR_WORKER = "harness-repair"

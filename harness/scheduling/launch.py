@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.files import atomic_write
+from harness.common.files import atomic_write
 from harness.scheduling.lease import hostname, pid_alive
 
 LAUNCH_DIR = "launches"

@@ -4,7 +4,7 @@ Optuna's heartbeats exist only for its RDB storage, and only inside
 ``Study.optimize``; the journal file queue has none. So a worker holding a run keeps
 a *lease* on it, ``{host, pid, since, beat}``, and refreshes ``beat`` (unix seconds)
 from a background thread every few seconds (:class:`Heartbeat`), with the run's live
-progress (:class:`harness.live.LiveProgress`: tokens, tokens/s) when the training
+progress (:class:`harness.common.live.LiveProgress`: tokens, tokens/s) when the training
 publishes one, so ``harness status`` can show it at no extra write. Another worker
 treats the lease as stale, and re-enqueues the run, when
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from harness.live import LiveProgress
+from harness.common.live import LiveProgress
 
 LEASE_TIMEOUT_S = 120.0  # a worker that has not beaten for this long is presumed dead
 BEAT_S = 10.0  # how often a worker refreshes its lease
@@ -49,7 +49,7 @@ class Lease:
         progress: how far the run was at the last refresh (None before its first step, or from
             a worker that does not publish progress).
         epoch: the attempt's fencing number (its trial number: grows with every new owner
-            of the run; :mod:`harness.fencing`), ``None`` in leases written before it existed.
+            of the run; :mod:`harness.train.fencing`), ``None`` in leases written before it existed.
     """
 
     host: str

@@ -46,8 +46,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from harness.fencing import LeaseLost
-from harness.live import LiveProgress
+from harness.common.live import LiveProgress
+from harness.common.terms import ERROR_CHARS, FINISHED
 from harness.scheduling.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.queueadd import RunAdder
 from harness.scheduling.queueops import (
@@ -77,7 +77,7 @@ from harness.scheduling.trials import (
     lease_of,
 )
 from harness.scheduling.tuning import draw_params
-from harness.terms import ERROR_CHARS, FINISHED
+from harness.train.fencing import LeaseLost
 
 MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
 FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
@@ -237,7 +237,7 @@ class RunQueue(RunAdder):
             total = len(self._grid_runs[grid])
         return max(0, total - len(mine)), max(total, len(mine))
 
-    # -- fencing (harness.fencing)
+    # -- fencing (harness.train.fencing)
 
     def lease_lost(self, claim: Claim) -> str | None:
         """Why ``claim`` no longer holds its run (who holds it now), or ``None`` while it does.

@@ -22,12 +22,12 @@ from typing import Any
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from harness.config import RunConfig
+from harness.common.terms import config_diff
+from harness.design.config import RunConfig
 from harness.scheduling.queueops import LiveTrial, create_waiting
 from harness.scheduling.queueread import RUNS_ATTR, QueueReader
 from harness.scheduling.storage import grid_lock
 from harness.scheduling.trials import CARRIED_ATTRS, EnqueueResult, attempt_template, config_of, is_duplicate
-from harness.terms import config_diff
 
 # How :meth:`RunAdder.restore` records an imported run's state (queued and running: WAITING).
 RESTORED_STATES = {
@@ -211,7 +211,7 @@ class RunAdder(QueueReader):
 
     def bind_results(self, grid: str, folder: str | os.PathLike, folder_id: str) -> None:
         """Record that ``grid``'s results go to the results folder ``folder`` (stable id ``folder_id``,
-        :func:`harness.files.results_id`), so workers on another folder refuse its runs
+        :func:`harness.common.files.results_id`), so workers on another folder refuse its runs
         (:meth:`results_of`). Recorded once per grid.
 
         Raises:

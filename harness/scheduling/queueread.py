@@ -31,9 +31,9 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from harness.common.terms import FINISHED, STATUSES
 from harness.scheduling.queueops import LiveTrial, live_trials, run_trials
 from harness.scheduling.trials import RunState, fold, queue_order
-from harness.terms import FINISHED, STATUSES
 
 RUNS_ATTR = "runs"  # a grid study's attribute: how many runs its last `harness queue` counted
 LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (refused; `harness migrate`)
@@ -155,7 +155,7 @@ class QueueReader:
         return {rid: fold(ts) for rid, ts in by_run.items()}
 
     def counts(self, grid: str | None = None) -> dict[str, Counter]:
-        """grid -> Counter of run states (every state of :data:`harness.terms.STATUSES` present)."""
+        """grid -> Counter of run states (every state of :data:`harness.common.terms.STATUSES` present)."""
         out: dict[str, Counter] = {}
         for r in self.runs(grid).values():
             out.setdefault(r.grid, Counter({s: 0 for s in STATUSES}))[r.state] += 1

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import console
+from harness.common import console
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -291,7 +291,7 @@ def retry_storage(
 
     Waits 0.5 s, then doubles the wait up to 10 s (:data:`RETRY_FIRST_S`,
     :data:`RETRY_MAX_S`), for at most ``retry_s`` seconds in all. A retry that succeeds is
-    no news: each one is a debug message (``--verbose``, :mod:`harness.console`); only an
+    no news: each one is a debug message (``--verbose``, :mod:`harness.common.console`); only an
     outage of :data:`NOTICE_AFTER_S` seconds or more is said through ``log``, once, and
     again when the storage answers. Other errors propagate at once.
 

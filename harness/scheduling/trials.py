@@ -2,7 +2,7 @@
 
 A trial is one attempt at a run (:mod:`harness.scheduling.queueread`: where the trials live). It
 carries, as user attributes, the run's id (its *cell tag*), grid name, variant, role, seed, size,
-budget_tokens, run config (the JSON of :meth:`harness.config.RunConfig.to_dict`), attempt counters
+budget_tokens, run config (the JSON of :meth:`harness.design.config.RunConfig.to_dict`), attempt counters
 and, while it trains, the worker's lease (:mod:`harness.scheduling.lease`). How a run ends:
 
     done       COMPLETE, value = the run's final validation NLL (nats/token), user attr ``val_nll``
@@ -33,9 +33,9 @@ from typing import Any
 from optuna.distributions import json_to_distribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from harness.config import RunConfig
+from harness.common.terms import is_tune_grid
+from harness.design.config import RunConfig
 from harness.scheduling.lease import Lease
-from harness.terms import is_tune_grid
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Claim:
         failures: attempts of this run whose training raised, so far.
         reclaims: attempts of this run lost to a dead worker, so far.
         lease: the lease taken (its ``epoch`` is :attr:`epoch`).
-        epoch: the fencing number of this attempt (:mod:`harness.fencing`): the trial's
+        epoch: the fencing number of this attempt (:mod:`harness.train.fencing`): the trial's
             number, larger for every later attempt at the run.
     """
 
@@ -82,7 +82,7 @@ class RunState:
 
     Attributes:
         run_id, grid: as in the run config.
-        state: one of :data:`harness.terms.STATUSES`.
+        state: one of :data:`harness.common.terms.STATUSES`.
         attempt: attempt number of the deciding trial.
         config: the run config.
         wall_s: training wall time in seconds of the finished attempt (``None`` otherwise).

@@ -19,7 +19,7 @@ have finished and judges evaluations from half the budget on (an early NLL favou
 learning rates and short warmups); Hyperband judges from the first evaluation.
 
 A search-space entry is ``NAME=LOW:HIGH`` (uniform), ``NAME=log:LOW:HIGH`` (log-uniform),
-``NAME=int:LOW:HIGH`` or ``NAME=choice:A,B,...``. Names are :class:`~harness.config.TrainConfig`
+``NAME=int:LOW:HIGH`` or ``NAME=choice:A,B,...``. Names are :class:`~harness.design.config.TrainConfig`
 fields that shape the optimisation (:data:`TUNABLE`), plus ``warmup_frac``, the warmup as a
 fraction of the budget: ``warmup_tokens = max(1, round(warmup_frac * budget_tokens))`` (one
 token is no warmup step; 0 would mean the 5 % default).
@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.config import RunConfig, TrainConfig, check_budget, get_size, train_config
-from harness.terms import NAME_RE, TUNE_PREFIX, TUNE_ROLE, TUNE_SEED_BASE
+from harness.common.terms import NAME_RE, TUNE_PREFIX, TUNE_ROLE, TUNE_SEED_BASE
+from harness.design.config import RunConfig, TrainConfig, check_budget, get_size, train_config
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -201,7 +201,7 @@ def train_overrides(params: Mapping[str, Any], budget_tokens: int) -> dict[str, 
 
 def check_space(space: Mapping[str, Param], size: str, train: Mapping[str, Any], budget_tokens: int) -> None:
     """Every corner of the space must give a valid TrainConfig with ``train`` as the base, and
-    one that can train ``budget_tokens`` (:func:`harness.config.check_budget`).
+    one that can train ``budget_tokens`` (:func:`harness.design.config.check_budget`).
 
     Raises:
         ValueError: naming the entry and the invalid setting (e.g. ``beta2=1.5``).

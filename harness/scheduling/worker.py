@@ -5,8 +5,8 @@ leases, claims the next run under a lease kept fresh by a
 :class:`~harness.scheduling.lease.Heartbeat`, calls the train function, and tells the
 queue the outcome (done / diverged, or failed with a retry while retries remain). The run
 is trained inside its fence (:class:`~harness.scheduling.fence.ClaimFence`, made current by
-:func:`harness.fencing.fenced`): when another worker took the run over meanwhile, training
-stops with :class:`~harness.fencing.LeaseLost` before its next checkpoint or its result, the
+:func:`harness.train.fencing.fenced`): when another worker took the run over meanwhile, training
+stops with :class:`~harness.train.fencing.LeaseLost` before its next checkpoint or its result, the
 worker says "lease lost to HOST:PID ...", and takes the next run. Every
 queue operation is retried while the storage is unreachable
 (:func:`~harness.scheduling.storage.retry_storage`). A ``KeyboardInterrupt`` (SIGTERM in
@@ -34,10 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import live
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
-from harness.faults import (
+from harness.common import live
+from harness.common.faults import (
     RankDied,
     ResultsReadOnly,
     context_lost_stop,
@@ -45,14 +43,16 @@ from harness.faults import (
     read_only_stop,
     sticky_cuda_error,
 )
-from harness.fencing import LeaseLost, fenced
-from harness.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
+from harness.common.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
+from harness.common.terms import FINISHED
+from harness.design.config import RunConfig
 from harness.scheduling.claiming import OrphanClock, claim_next, given_back_if_interrupted
 from harness.scheduling.fence import ClaimFence
 from harness.scheduling.lease import BEAT_S, Heartbeat
 from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
 from harness.scheduling.tuning import pruning_hook
-from harness.terms import FINISHED
+from harness.train.execution import ExecutionSettings
+from harness.train.fencing import LeaseLost, fenced
 
 if TYPE_CHECKING:
     from harness.scheduling.queue import RunQueue
@@ -306,7 +306,7 @@ def work(
         space_needed: ``space_needed(config)``: bytes of free space the run's checkpoints need
             (:func:`harness.train.checkpoint.space_needed`); a run is taken only when the results folder
             has that much free, else it is released and :class:`DiskFull` raised. log: the progress lines' sink.
-        settings: the worker's :class:`~harness.execution.ExecutionSettings`, given whole: ``train_fn(config,
+        settings: the worker's :class:`~harness.train.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings=settings, stop_requested=stop)``; ``None``: a stand-in's ``train_fn(c, r)``.
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
 
@@ -321,7 +321,7 @@ def work(
         OtherResults: the grid of the run taken belongs to another results folder (run released).
         DiskFull: too little free space for a run, or a write hit ENOSPC/EDQUOT: the run is released
             (queued again, no retry spent) and the worker stops.
-        RankDied / CudaContextLost: a child rank died, or a CUDA error poisoned the context (:mod:`harness.faults`):
+        RankDied / CudaContextLost: a child rank died, or a CUDA error poisoned the context (:mod:`harness.common.faults`):
             released the same way, the worker stops with one line naming the rank and its exit, or the error.
 
     A ``KeyboardInterrupt`` (also SIGTERM, a stopped run) after a claim releases it, then propagates.
@@ -545,7 +545,7 @@ def train_unless_finished(
     on_eval: Callable[[int, int, float], bool] | None = None,
 ) -> dict:
     """:func:`harness.train.train_run` with the worker's ``settings`` (whole;
-    :class:`~harness.execution.ExecutionSettings`, default: its defaults), ``stop_requested`` and a
+    :class:`~harness.train.execution.ExecutionSettings`, default: its defaults), ``stop_requested`` and a
     tuning trial's ``on_eval``, unless an earlier attempt already wrote this run's finished result
     (its worker died before telling the queue): then that result, without training.
 

@@ -2,7 +2,7 @@
 
 :class:`WorkOptions` is what one worker is asked to do (``harness work``'s options, or the task
 ``harness launch`` submits, :class:`harness.scheduling.worker_task.WorkerTask`), with its
-:class:`~harness.execution.ExecutionSettings`; :func:`run_worker` checks them, opens the queue,
+:class:`~harness.train.execution.ExecutionSettings`; :func:`run_worker` checks them, opens the queue,
 claims the worker's GPUs (:func:`worker_devices`) and runs :func:`harness.scheduling.worker.work`.
 Neither parses a command line: the command maps its options here, and a launched task carries
 its options whole.
@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import console
-from harness.execution import ExecutionSettings, parse_devices, set_threads
+from harness.common import console
+from harness.common.terms import check_grid
 from harness.scheduling import worker
 from harness.scheduling.lease import BEAT_S, LEASE_TIMEOUT_S
 from harness.scheduling.storage import STORAGE_RETRY_S
 from harness.scheduling.worker import MAX_RETRIES
-from harness.terms import check_grid
+from harness.train.execution import ExecutionSettings, parse_devices, set_threads
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Training: one :class:`~harness.config.RunConfig` in, one result file out (DESIGN sections 4-5).
+"""Training: one :class:`~harness.design.config.RunConfig` in, one result file out (DESIGN sections 4-5).
 
 The only package that uses Lightning or records metrics. Modules, in the order a run uses them:
 
@@ -17,6 +17,17 @@ The only package that uses Lightning or records metrics. Modules, in the order a
 * :mod:`harness.train.runner` -- :func:`train_run` = build -> fit -> record.
 """
 
-from harness.train.runner import RunInterrupted, finished_status, record_failure, train_run
+import importlib
+
+# Lazy (PEP 562): the runner loads torch and Lightning; importing a light module of this package
+# (harness.train.execution, harness.train.fencing) must not, so `harness --help` stays fast.
+_RUNNER = {"RunInterrupted", "finished_status", "record_failure", "train_run"}
+
+
+def __getattr__(name: str):
+    if name in _RUNNER:
+        return getattr(importlib.import_module("harness.train.runner"), name)
+    raise AttributeError(f"module 'harness.train' has no attribute {name!r}")
+
 
 __all__ = ["RunInterrupted", "finished_status", "record_failure", "train_run"]

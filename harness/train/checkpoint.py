@@ -1,10 +1,10 @@
 """Checkpoints of a run in progress: where they live, how they are written, which one resumes.
 
 A run's checkpoints live in ``RESULTS/checkpoints/<safe run id>/``, one folder per owner:
-``e<epoch>/`` for a queued attempt (its fencing epoch, :mod:`harness.fencing`), ``local/``
+``e<epoch>/`` for a queued attempt (its fencing epoch, :mod:`harness.train.fencing`), ``local/``
 for a run trained by hand (``harness run``). Each holds ``last.ckpt`` (the Lightning
 checkpoint, replaced atomically, so a kill never leaves a torn file) and ``config.json``
-(the :class:`~harness.config.RunConfig` it was written for). Owners never share a file:
+(the :class:`~harness.design.config.RunConfig` it was written for). Owners never share a file:
 a worker writes only into its own epoch's folder, so a stale worker that wakes up after
 its run was taken over cannot touch the new owner's checkpoint.
 
@@ -32,12 +32,12 @@ from pathlib import Path
 
 import torch
 
-from harness.config import RunConfig
-from harness.files import atomic_path, atomic_write
+from harness.common.files import atomic_path, atomic_write
+from harness.common.terms import config_diff
+from harness.design.config import RunConfig
 from harness.models import count_params
 from harness.models.gpt import DepthRoutedLM
 from harness.models.sizes import padded_vocab
-from harness.terms import config_diff
 
 CHECKPOINT_NAME = "last.ckpt"
 CONFIG_NAME = "config.json"
@@ -82,7 +82,7 @@ def space_needed(config: RunConfig) -> int:
 
 
 def save_checkpoint(trainer, folder: Path) -> None:
-    """Write ``folder/last.ckpt`` atomically (:func:`harness.files.atomic_path`).
+    """Write ``folder/last.ckpt`` atomically (:func:`harness.common.files.atomic_path`).
 
     ``trainer.save_checkpoint`` is collective: every rank calls it and rank 0 writes;
     a barrier then keeps the ranks together.

@@ -41,7 +41,7 @@ from contextlib import nullcontext
 import lightning as L
 import torch
 
-from harness.config import TrainConfig, resolve_compile
+from harness.design.config import TrainConfig, resolve_compile
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
 from harness.train.compiled import CompiledForward
 from harness.train.loss import token_cross_entropy

@@ -16,11 +16,11 @@ The same hooks time the run's phases into ``pl_module.times`` (:mod:`harness.tra
 each step from ``on_train_batch_start`` to ``on_train_batch_end`` is ``train_s``, each
 checkpoint ``ckpt_s``, and the time from ``t_setup`` to the segment's first step ``setup_s``.
 
-Progress goes to stderr (modes: :mod:`harness.console`, ``$HARNESS_PROGRESS``): a ``tqdm``
+Progress goes to stderr (modes: :mod:`harness.common.console`, ``$HARNESS_PROGRESS``): a ``tqdm``
 bar on a terminal no other harness process is training on, else complete lines prefixed
 with the run, one per 10 % of the budget and at least one a minute. A bar that finds another
 worker on its terminal (checked every few seconds) gives way to lines. After every step the
-run's tokens and tokens/s are published for the lease heartbeat (:mod:`harness.live`).
+run's tokens and tokens/s are published for the lease heartbeat (:mod:`harness.common.live`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from collections.abc import Callable
 
 import lightning as L
 
-from harness import console, live
-from harness.fencing import LeaseLost
+from harness.common import console, live
 from harness.train.decisions import DecisionSchedule
+from harness.train.fencing import LeaseLost
 from harness.train.schedule import CHECKPOINT_EVERY_S, StepPlan
 
 SHARE_CHECK_S = 2.0  # how often a bar looks for another worker on its terminal (seconds)
@@ -52,11 +52,11 @@ class RunCallback(L.Callback):
         budget_tokens: the run's budget, for the percentage shown.
         progress: show progress at all (``$HARNESS_PROGRESS=off`` also turns it off).
         save_checkpoint: ``save_checkpoint(trainer)`` writes the run's checkpoint (it checks
-            the run's lease first, :mod:`harness.fencing`).
+            the run's lease first, :mod:`harness.train.fencing`).
         run_id: the run's id, under which its live progress is published.
         check_lease: called first after every optimiser step (with several ranks: by rank 0 at each
             decision step, :mod:`harness.train.decisions`, its verdict broadcast); raises
-            :class:`~harness.fencing.LeaseLost` when the lease is known to be lost (no I/O).
+            :class:`~harness.train.fencing.LeaseLost` when the lease is known to be lost (no I/O).
         on_eval: ``on_eval(step, tokens, val_nll) -> bool``, called after every evaluation
             before the last step (val NLL in nats/token); ``True`` stops the run there as
             pruned (:attr:`harness.train.lit.LitLM.pruned`).

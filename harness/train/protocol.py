@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config import ModelConfig, RunConfig
+from harness.design.config import ModelConfig, RunConfig
 
 PROTOCOL_VERSION = 1
 # Execution details that do not change what is computed (or only through kernel choice).
@@ -42,7 +42,7 @@ def protocol_dict(
         config: the run (its size, training settings and budget enter; its variant, seed,
             role, grid and analysis plan do not).
         data_meta: :attr:`harness.data.PreparedCorpus.protocol_meta` (what the text is).
-        model: the built model's :class:`~harness.config.ModelConfig`.
+        model: the built model's :class:`~harness.design.config.ModelConfig`.
         eval_windows: validation windows of ``model.context + 1`` tokens.
         precision: the concrete Lightning precision (``auto`` resolved).
     """

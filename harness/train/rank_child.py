@@ -14,24 +14,24 @@ from pathlib import Path
 
 import torch
 
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
-from harness.faults import CONTEXT_LOST_EXIT, sticky_cuda_error
-from harness.fencing import LeaseLost
+from harness.common.faults import CONTEXT_LOST_EXIT, sticky_cuda_error
+from harness.design.config import RunConfig
+from harness.train.execution import ExecutionSettings
+from harness.train.fencing import LeaseLost
 from harness.train.ranks import SETTINGS_ENV, SPEC_ENV, RankFence, die_with_parent
 from harness.train.runner import RunInterrupted, train_run
 
 
 def main() -> int:
     """A child rank: build the run ``$HARNESS_RANK_SPEC`` names with the execution settings
-    ``$HARNESS_RANK_SETTINGS`` holds (rank 0's, whole: :class:`~harness.execution.ExecutionSettings`),
+    ``$HARNESS_RANK_SETTINGS`` holds (rank 0's, whole: :class:`~harness.train.execution.ExecutionSettings`),
     fit it, and let rank 0 record it.
 
     The spec holds ``config`` (:meth:`RunConfig.to_dict`), ``results_dir``, ``epoch`` (rank 0's
     fencing epoch) and ``parent`` (rank 0's pid). Exit status 0 also when the run stopped early or its
-    lease was lost (rank 0 says so); :data:`~harness.faults.RUN_ERROR_EXIT` (1) when the run raised,
+    lease was lost (rank 0 says so); :data:`~harness.common.faults.RUN_ERROR_EXIT` (1) when the run raised,
     with its traceback on stderr (rank 0 tells that apart from a rank the machine killed);
-    :data:`~harness.faults.CONTEXT_LOST_EXIT` (3) when it met a CUDA error that poisons its context.
+    :data:`~harness.common.faults.CONTEXT_LOST_EXIT` (3) when it met a CUDA error that poisons its context.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

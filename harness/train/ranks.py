@@ -28,7 +28,7 @@ own). Every rank gets ``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``,
   ``TCPStore`` every rank joins): no other process can take it between choosing and binding.
 * A child rank that dies stops the run within seconds (:class:`RankGroup`'s watcher): killed by
   a signal or exiting other than with its run's error, it is the machine's fault
-  (:class:`~harness.faults.RankDied`, naming the rank and its exit status; a worker gives the run
+  (:class:`~harness.common.faults.RankDied`, naming the rank and its exit status; a worker gives the run
   back, no retry spent).
 
 Processes started by ``torchrun`` or by ``srun`` with several tasks (several nodes,
@@ -45,10 +45,12 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
-from harness.execution import ExecutionSettings
-from harness.faults import CONTEXT_LOST_EXIT, RUN_ERROR_EXIT, CudaContextLost, RankDied
-from harness.fencing import Fence
+from harness.common.faults import CONTEXT_LOST_EXIT, RUN_ERROR_EXIT, CudaContextLost, RankDied
+from harness.train.execution import ExecutionSettings
+from harness.train.fencing import Fence
+from harness.train.stop import StopRequest
 
 #: the environment a rank process reads; rank 0 sets it on itself for the run and restores it after
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # "True": every rank joins rank 0's store as a client
@@ -135,11 +137,11 @@ class RankGroup:
         OSError: a child process could not be started (from :meth:`start`).
         RankDied: leaving on an exception after a child died by a signal or an exit status other than
             its run's own error (from ``__exit__``; the exception it replaces is its ``__cause__``): the
-            machine's fault, the run is given back (:mod:`harness.faults`).
+            machine's fault, the run is given back (:mod:`harness.common.faults`).
         RuntimeError: leaving on an exception after a child's training raised
-            (:data:`~harness.faults.RUN_ERROR_EXIT`): the run's fault, a failed attempt.
+            (:data:`~harness.common.faults.RUN_ERROR_EXIT`): the run's fault, a failed attempt.
         CudaContextLost: leaving on an exception after a child met a sticky CUDA error
-            (:data:`~harness.faults.CONTEXT_LOST_EXIT`): released, the worker stops.
+            (:data:`~harness.common.faults.CONTEXT_LOST_EXIT`): released, the worker stops.
     """
 
     def __init__(self, n: int) -> None:
@@ -171,7 +173,7 @@ class RankGroup:
 
     def start(self, spec: dict, settings: ExecutionSettings) -> None:
         """Start ranks 1..n-1, each running :func:`main` with ``spec`` (JSON: the run) and ``settings``
-        (whole, :meth:`~harness.execution.ExecutionSettings.to_json`) in a new Python, and the watcher."""
+        (whole, :meth:`~harness.train.execution.ExecutionSettings.to_json`) in a new Python, and the watcher."""
         for rank in range(1, self.n):
             env = {
                 **os.environ,
@@ -248,7 +250,7 @@ class RankGroup:
 
         Raises:
             RankDied: a child died by a signal or an exit status other than its run's error.
-            RuntimeError: a child's training raised (:data:`~harness.faults.RUN_ERROR_EXIT`).
+            RuntimeError: a child's training raised (:data:`~harness.common.faults.RUN_ERROR_EXIT`).
         """
         exited = self.exited or self._first_exit()
         if exited is not None:
@@ -327,3 +329,37 @@ def quiet_lightning_sigterm(trainer) -> None:
     (:class:`~harness.train.progress.RunCallback`)."""
     trainer._signal_connector._sigterm_notifier_fn = lambda signum, frame: None
     trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
+
+
+@dataclass(frozen=True)
+class RunRanks:
+    """How :func:`harness.train.runner.train_run` spreads a run over ranks.
+
+    Attributes:
+        n: ranks this process starts (> 1: it is rank 0 of a :class:`RankGroup`, on one node).
+        several: the run has several ranks (started here, or by torchrun/srun).
+        own_stop: the stop request SIGTERM sets (``None``: one rank, a caller's ``stop_requested``,
+            or not the main thread, which alone can take signals).
+        settings: what every rank trains with (``ddp``, ``n`` devices, one node when this process
+            starts them).
+    """
+
+    n: int
+    several: bool
+    own_stop: StopRequest | None
+    settings: ExecutionSettings
+
+
+def plan_ranks(settings: ExecutionSettings, stop_requested, accelerator: str) -> RunRanks:
+    """The :class:`RunRanks` of a run with ``settings`` on ``accelerator`` (resolved: ``cpu`` or
+    ``gpu``); ``stop_requested`` is the caller's stop request (``None``: none)."""
+    n = ranks_to_start(settings.devices, accelerator)  # > 1: starts the others
+    several = n > 1 or started_externally()
+    # With several ranks SIGTERM asks all of them to stop at a step boundary (rank 0's request is
+    # broadcast), unless the caller owns the signals, or cannot have them (only the main thread can)
+    main = threading.current_thread() is threading.main_thread()
+    own_stop = StopRequest() if several and stop_requested is None and main else None
+    if n > 1:
+        strategy = "ddp" if settings.strategy == "auto" else settings.strategy
+        settings = settings.replace(strategy=strategy, devices=n, num_nodes=1)
+    return RunRanks(n=n, several=several, own_stop=own_stop, settings=settings)

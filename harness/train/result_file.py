@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from db.runfile import read_result, result_path, run_end, write_result
-from harness import fencing
-from harness.config import RunConfig
-from harness.console import log
-from harness.fencing import Fence
-from harness.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.common.console import log
+from harness.common.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.design.config import RunConfig
+from harness.train import fencing
+from harness.train.fencing import Fence
 from harness.train.protocol import code_version
 
 
@@ -64,7 +64,7 @@ def time_split(row: dict) -> str:
 
 def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
     """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added, stamped with
-    the writer's ``owner`` and ``epoch`` (:mod:`harness.fencing`)."""
+    the writer's ``owner`` and ``epoch`` (:mod:`harness.train.fencing`)."""
     row = {
         k: getattr(config, k) for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")
     }
@@ -82,7 +82,7 @@ def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
 
 def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) -> Path:
     """Write a ``failed`` result for ``config`` with the tail of ``error_text`` (no metric
-    rows), while the run's lease is held (:func:`harness.fencing.current`). Returns the path.
+    rows), while the run's lease is held (:func:`harness.train.fencing.current`). Returns the path.
 
     Raises:
         LeaseLost: the run was taken over meanwhile; nothing was written.
@@ -107,7 +107,7 @@ def stored_result(config: RunConfig, results_dir: str | Path) -> tuple[dict | No
 
     Returns:
         ``(row, diff)``: ``row`` None when there is no result file; ``diff`` the differing
-        fields with both values (:func:`harness.terms.config_diff`), over the fields of
+        fields with both values (:func:`harness.common.terms.config_diff`), over the fields of
         ``config`` (what the runner adds to a stored config is not compared).
 
     Raises:

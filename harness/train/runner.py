@@ -1,7 +1,7 @@
 """One run end to end: build -> fit -> record (DESIGN sections 4-5).
 
 :func:`train_run` is what ``harness run`` and every queue worker call, with a
-:class:`~harness.config.RunConfig`; it is three short steps:
+:class:`~harness.design.config.RunConfig`; it is three short steps:
 
 * :func:`build` -- prepare the corpus, build the model, the data module, the Lightning
   module and the trainer, compute the protocol, and check the run's checkpoint folder;
@@ -26,7 +26,6 @@ import datetime as dt
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -37,25 +36,24 @@ import lightning as L
 import torch
 
 from db.runfile import result_end, write_result
-from harness import fencing
-from harness.config import RunConfig, get_size
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
-from harness.execution import ExecutionSettings
-from harness.fencing import Fence, LeaseLost
+from harness.design.config import RunConfig, get_size
 from harness.models import build_model, count_params
 from harness.models.sizes import padded_vocab
+from harness.train import fencing
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
+from harness.train.execution import ExecutionSettings
+from harness.train.fencing import Fence, LeaseLost
 from harness.train.lit import LitLM
 from harness.train.progress import RunCallback, StopRequested
 from harness.train.protocol import protocol_dict, protocol_hash
 from harness.train.ranks import (
     RankGroup,
     env_rank,
+    plan_ranks,
     quiet_lightning_sigterm,
-    ranks_to_start,
-    started_externally,
 )
 from harness.train.result_file import (
     RunOutcome,
@@ -69,7 +67,6 @@ from harness.train.result_file import (
     time_split,
 )
 from harness.train.schedule import StepPlan
-from harness.train.stop import StopRequest
 from harness.train.trackers import Trackers
 from harness.train.trainer import (
     describe_precision,
@@ -143,7 +140,7 @@ def build(
     """
     fence = fence if fence is not None else fencing.current()
     if not isinstance(config, RunConfig):
-        raise TypeError(f"train_run takes a harness.config.RunConfig, got {type(config).__name__}")
+        raise TypeError(f"train_run takes a harness.design.config.RunConfig, got {type(config).__name__}")
     started, t_start = _utc_now(), time.perf_counter()
     quiet_lightning()
     results_dir = Path(results_dir)
@@ -465,7 +462,7 @@ def train_run(
     Args:
         config: the run (:meth:`RunConfig.create`, :meth:`RunConfig.adhoc` or a queued payload).
         results_dir: results folder (result files, checkpoints, corpus cache, DuckDB).
-        settings: how the run executes (:class:`~harness.execution.ExecutionSettings`, default: its
+        settings: how the run executes (:class:`~harness.train.execution.ExecutionSettings`, default: its
             defaults; outside the protocol hash). ``accelerator``, ``devices``, ``strategy`` and
             ``num_nodes`` go to ``lightning.Trainer`` (``devices=4, strategy="ddp"`` for several GPUs;
             multi-node via torchrun/SLURM). ``devices`` N > 1 in a process that is not already a
@@ -478,8 +475,8 @@ def train_run(
             calling again resumes). ``micro_batch_size``: sequences per micro-batch on one rank, or
             ``auto``; ``None`` = the config's (DESIGN section 11, :mod:`harness.train.microbatch`).
             ``loggers``: trackers besides the run's ``[train] loggers`` (:mod:`harness.train.trackers`).
-        fence: who may write this run's checkpoints and result (:mod:`harness.fencing`);
-            default :func:`harness.fencing.current` (a queue worker's claim, or the open fence).
+        fence: who may write this run's checkpoints and result (:mod:`harness.train.fencing`);
+            default :func:`harness.train.fencing.current` (a queue worker's claim, or the open fence).
         on_eval: ``on_eval(step, tokens, val_nll) -> bool`` after each evaluation before the
             last step; ``True`` ends the run there as ``pruned`` (a tuning trial's pruner,
             :func:`harness.scheduling.tuning.pruning_hook`).
@@ -496,10 +493,10 @@ def train_run(
         RunInterrupted: stopped at ``stop_after_tokens``, on ``stop_requested``, by SIGTERM or Ctrl-C.
         LeaseLost: the run was taken over by another worker; nothing more was written.
         ValueError / FileNotFoundError: bad config or corpus (no result is written).
-        TypeError: ``config`` is not a :class:`~harness.config.RunConfig`.
+        TypeError: ``config`` is not a :class:`~harness.design.config.RunConfig`.
     """
     settings = settings if settings is not None else ExecutionSettings()
-    ranks = _ranks(settings, stop_requested)
+    ranks = plan_ranks(settings, stop_requested, resolve_accelerator(settings.accelerator))
     if ranks.n > 1:
         fence = fence if fence is not None else fencing.current()
     with (
@@ -519,39 +516,6 @@ def train_run(
         if group is not None:
             _start_ranks(group, run, ranks.settings)
         return _fit_and_record(run, group)
-
-
-@dataclass(frozen=True)
-class _Ranks:
-    """How :func:`train_run` spreads a run over ranks.
-
-    Attributes:
-        n: ranks this process starts (> 1: it is rank 0 of a :class:`RankGroup`, on one node).
-        several: the run has several ranks (started here, or by torchrun/srun).
-        own_stop: the stop request SIGTERM sets (``None``: one rank, a caller's ``stop_requested``,
-            or not the main thread, which alone can take signals).
-        settings: what every rank trains with (``ddp``, ``n`` devices, one node when this process
-            starts them).
-    """
-
-    n: int
-    several: bool
-    own_stop: StopRequest | None
-    settings: ExecutionSettings
-
-
-def _ranks(settings: ExecutionSettings, stop_requested) -> _Ranks:
-    """The :class:`_Ranks` of a run with ``settings``."""
-    n = ranks_to_start(settings.devices, resolve_accelerator(settings.accelerator))  # > 1: starts the others
-    several = n > 1 or started_externally()
-    # With several ranks SIGTERM asks all of them to stop at a step boundary (rank 0's request is
-    # broadcast), unless the caller owns the signals, or cannot have them (only the main thread can)
-    main = threading.current_thread() is threading.main_thread()
-    own_stop = StopRequest() if several and stop_requested is None and main else None
-    if n > 1:
-        strategy = "ddp" if settings.strategy == "auto" else settings.strategy
-        settings = settings.replace(strategy=strategy, devices=n, num_nodes=1)
-    return _Ranks(n=n, several=several, own_stop=own_stop, settings=settings)
 
 
 def _start_ranks(group: RankGroup, run: Run, settings: ExecutionSettings) -> None:
@@ -578,7 +542,7 @@ def _fit_and_record(run: Run, group: RankGroup | None = None) -> RunOutcome:
     With several ranks the run is recorded only once every rank passed an end barrier after the run's
     last collective (the final evaluation) and, on rank 0 of a :class:`RankGroup`, no child rank has
     died (:meth:`RankGroup.check_children`): a dead rank releases the run as the machine's fault
-    (:class:`~harness.faults.RankDied`) instead of a result that its cut-short collective made wrong.
+    (:class:`~harness.common.faults.RankDied`) instead of a result that its cut-short collective made wrong.
     """
     outcome = RunOutcome("interrupted")
     try:

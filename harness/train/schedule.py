@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.config import TrainConfig, check_budget
+from harness.design.config import TrainConfig, check_budget
 
 #: Wall-clock seconds between checkpoints when ``checkpoint_every_tokens`` is 0: a checkpoint
 #: only serves a resume after a crash, so at most this much work is lost, and a short run
@@ -56,7 +56,7 @@ class StepPlan:
         """The plan of a run of ``budget_tokens`` tokens at context ``context`` (size ``size``).
 
         Raises:
-            ValueError: a budget the run cannot train (:func:`harness.config.check_budget`).
+            ValueError: a budget the run cannot train (:func:`harness.design.config.check_budget`).
         """
         check_budget(train, size=size, context=context, budget_tokens=budget_tokens)
         batch_size = train.batch_tokens // context

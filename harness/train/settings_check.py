@@ -17,8 +17,8 @@ from pathlib import Path
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.strategies import StrategyRegistry
 
-from harness.config import RunConfig
-from harness.execution import ExecutionSettings
+from harness.design.config import RunConfig
+from harness.train.execution import ExecutionSettings
 from harness.train.microbatch import divisors
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator
 

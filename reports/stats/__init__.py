@@ -1,7 +1,7 @@
 """The paired report's statistics (DESIGN sections 6 and 8): computing only, nothing here renders.
 
 Modules, in the order data flows through them (the analysis plan itself, the grid's ``[analysis]``
-table, is :mod:`harness.analysis_plan`, shared with the grid parser):
+table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
 
 * :mod:`~reports.stats.pairing`: pair runs by seed and protocol hash; account for left-out runs;
   :func:`~reports.stats.pairing.of_grid` is the one grid filter;

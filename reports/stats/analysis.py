@@ -44,7 +44,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from harness.analysis_plan import AnalysisPlan, plan_from_configs
+from harness.design.analysis_plan import AnalysisPlan, plan_from_configs
 from reports.stats.aa_checks import aa_checks
 from reports.stats.budget import gain_vs_budget
 from reports.stats.control_assessment import assess_controls
@@ -157,7 +157,7 @@ def analyze(
         grid: keep only rows of this grid (where the frame has a ``grid`` column).
         allow_partial: protocol mismatches and duplicated runs become warnings.
         plan: the analysis plan; default: the one stored in the runs' configs
-            (:func:`harness.analysis_plan.plan_from_configs`), else the defaults.
+            (:func:`harness.design.analysis_plan.plan_from_configs`), else the defaults.
         degenerate: ``{(size, budget_tokens, variant): reason}`` of degenerate variants
             (reports/stats/degeneracy.py, from routing records); a control whose paired
             differences with the parent are within the numerical floor at every seed is added here.
@@ -219,7 +219,7 @@ def analyze(
 
 
 def _stored_plan(runs: pl.DataFrame) -> AnalysisPlan:
-    """The analysis plan stored with the runs' configs (:func:`harness.analysis_plan.plan_from_configs`),
+    """The analysis plan stored with the runs' configs (:func:`harness.design.analysis_plan.plan_from_configs`),
     else the defaults."""
     return plan_from_configs(runs["config"].to_list() if "config" in runs.columns else [])
 

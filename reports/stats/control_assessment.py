@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.descriptives import sample_sd

@@ -1,6 +1,6 @@
 """Factorial attribution, paired over seeds (DESIGN section 12).
 
-A grid's ``[factorial]`` table (:mod:`harness.factorial`) names two binary factors A and B and the
+A grid's ``[factorial]`` table (:mod:`harness.design.factorial`) names two binary factors A and B and the
 variant at each combination. Per cell (size, budget) and seed s, with y_ab the final validation NLL
 (nats/token) of the variant at A = a, B = b, every contrast is a per-seed weighted sum of the four
 runs, tested like a paired difference (negative = lower NLL = the factor helps):
@@ -39,8 +39,8 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from harness.analysis_plan import AnalysisPlan
-from harness.factorial import Factorial
+from harness.design.analysis_plan import AnalysisPlan
+from harness.design.factorial import Factorial
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.descriptives import describe

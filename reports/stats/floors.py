@@ -21,7 +21,7 @@ any real effect. Statistics of such differences are pure rounding: five differen
   absolute tolerance; a relative one calls last-bit noise on tiny differences spread).
 
 The floor is fixed, not a plan key: a new ``[analysis]`` key would make every plan
-stored with existing runs differ from the re-read one (harness.analysis_plan.plan_diff).
+stored with existing runs differ from the re-read one (harness.design.analysis_plan.plan_diff).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ alpha exactly when some look's p is below its increment at alpha.
 Validity of that shortcut needs every increment to grow with the level, which holds for
 gamma < :data:`GAMMA_MAX` = 2 (1 - Phi(1)) = 0.317 (then z_{1-gamma/2} > 1 >= t; see
 reports/LOG.md): levels above it are never spent, and a plan with looks needs alpha below
-it (:func:`harness.analysis_plan.parse_plan`).
+it (:func:`harness.design.analysis_plan.parse_plan`).
 
 Shapes: ``p`` ``[..., L]`` (L looks, NaN where a look is not reached), ``d`` ``[..., n]``.
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from harness.analysis_plan import (
+from harness.design.analysis_plan import (
     LOOKS_MAX_ALPHA as GAMMA_MAX,  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
 )
 

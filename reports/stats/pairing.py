@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from harness.terms import ROLES, config_diff
+from harness.common.terms import ROLES, config_diff
 
 FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "val_nll")
 RUNS_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "status")

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.optimize
 from statsmodels.stats.power import TTestPower
 
-from harness.analysis_plan import MIN_SEEDS, AnalysisPlan
+from harness.design.analysis_plan import MIN_SEEDS, AnalysisPlan
 from reports.stats.looks import increments, look_at
 
 ALTERNATIVES = {"one-sided": "larger", "two-sided": "two-sided"}
@@ -68,7 +68,7 @@ def mde(sd: float, n: int, alpha: float, power: float, alternative: str) -> floa
     probability ``power`` at level ``alpha`` (solves :func:`power_at` = power for the effect
     with a bracketing root finder).
 
-    NaN with fewer than :data:`harness.analysis_plan.MIN_SEEDS` pairs or when sd is not positive.
+    NaN with fewer than :data:`harness.design.analysis_plan.MIN_SEEDS` pairs or when sd is not positive.
     """
     if n < MIN_SEEDS or not _usable_sd(sd):
         return float("nan")

@@ -26,7 +26,7 @@ import polars as pl
 from reports.stats.pairing import of_grid
 
 # Run states, in the order the report lists them. The first five are the queue's
-# (harness.terms.STATUSES); the last two exist only where queue and store disagree.
+# (harness.common.terms.STATUSES); the last two exist only where queue and store disagree.
 DONE, DIVERGED, FAILED, RUNNING, QUEUED = "done", "diverged", "failed", "running", "queued"
 NOT_IN_STORE = "finished, result not in the store"  # the queue says finished; no readable result yet
 UNREADABLE = "result file unreadable"  # the store skipped its result file (ingest error)
@@ -185,7 +185,7 @@ def grid_progress(
             or None where the queue was not found (``queue_note`` says why).
         unreadable: ``{run_id: error}`` of result files the store skipped (any grid): those of
             this grid's runs count, and those whose run id starts with ``GRID:`` (the run-id
-            form of :func:`harness.terms.run_id`) where the queue does not list them.
+            form of :func:`harness.common.terms.run_id`) where the queue does not list them.
 
     A stored result (done, diverged, or failed while the queue agrees) is the outcome; a
     run stored as failed that the queue has queued or running again takes the queue's

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats.budget import GainVsBudget
 from reports.stats.looks import Look
 from reports.stats.mixed import MixedModelCheck

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from harness.terms import config_diff
+from harness.common.terms import config_diff
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.descriptives import describe

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import polars as pl
 import scipy.stats
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats.analysis import ReportStats
 from reports.stats.looks import look_at
 from reports.stats.power import contrast_effect, interaction_sd, interaction_seeds, look_mde, planned_seeds

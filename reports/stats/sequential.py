@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats import paired_tests as paired
 from reports.stats.looks import Look, at_looks, look_at, sequential_p
 

@@ -16,7 +16,7 @@ import math
 
 import polars as pl
 
-from harness.analysis_plan import AnalysisPlan
+from harness.design.analysis_plan import AnalysisPlan
 from reports.stats import paired_tests as paired
 from reports.stats.floors import FLOOR_NATS
 from reports.stats.looks import Look

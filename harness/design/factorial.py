@@ -12,7 +12,7 @@ and stores it with the analysis plan in every run's config, so it is fixed befor
 the rest of the plan; the report's factorial statistics (``reports/stats/factorial.py``) read it
 back. A grid may hold variants outside the factorial (the A/A check, other controls).
 
-This module imports nothing from ``harness``: :mod:`harness.analysis_plan` imports it.
+This module imports nothing from ``harness``: :mod:`harness.design.analysis_plan` imports it.
 """
 
 from __future__ import annotations

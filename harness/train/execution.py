@@ -33,7 +33,7 @@ class ExecutionSettings:
         micro_batch_size: sequences per forward+backward on one rank, ``auto``, or ``None`` for the
             config's ``micro_batch_size`` (:mod:`harness.train.microbatch`).
         loggers: trackers streaming the run's curves, besides its ``[train] loggers``
-            (:data:`harness.config.TRACKERS`).
+            (:data:`harness.design.config.TRACKERS`).
         threads: torch CPU threads per process (0: torch's default; rank 0's count for a child rank).
         stop_after_tokens: checkpoint and stop after this many tokens (a planned stop), ``None``: no stop.
     """

@@ -15,10 +15,10 @@ whose plan changed after its runs were queued. The report reads it back from the
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
                                # spent over them (reports.stats.looks), which needs alpha < 0.3173
 
-A grid's ``[factorial]`` table (:mod:`harness.factorial`, DESIGN section 12) is part of the plan:
+A grid's ``[factorial]`` table (:mod:`harness.design.factorial`, DESIGN section 12) is part of the plan:
 stored beside it under ``"factorial"`` and fixed before the runs like the rest.
 
-This module imports from ``harness`` only :mod:`harness.factorial` (which imports nothing from it):
+This module imports from ``harness`` only :mod:`harness.design.factorial` (which imports nothing from it):
 ``harness.scheduling.grid`` imports it.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from harness.factorial import Factorial, parse_factorial
+from harness.design.factorial import Factorial, parse_factorial
 
 LOOKS_MAX_ALPHA = (
     0.31731050786291415  # reports.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal

@@ -136,7 +136,7 @@ def atomic_path(
     The folder is created if needed.
 
     ``commit``: the rename happens inside ``with commit():`` (e.g. a lease held against
-    takeover, :mod:`harness.fencing`); if entering it raises, nothing is renamed.
+    takeover, :mod:`harness.train.fencing`); if entering it raises, nothing is renamed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

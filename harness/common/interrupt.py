@@ -16,7 +16,7 @@ thread reading it starts a watchdog. If the process is still alive ``grace_s`` s
 later (a call that swallowed the interrupt, a blocking native call, a hanging interpreter
 shutdown), it ends with ``os._exit(code)``. A second Ctrl-C ends it at once. An exit at any
 point leaves what a SIGKILL leaves, which the harness is built to survive: every file
-write is atomic (``harness.files``), the queue journal mends a torn line, and a run's
+write is atomic (``harness.common.files``), the queue journal mends a torn line, and a run's
 lease covers a claim not given back.
 """
 

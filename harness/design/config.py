@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 from harness.data.corpus_key import CorpusKey, requested_vocab
 from harness.models import VariantSpec, get_spec
 from harness.models.catalog import is_shipped
@@ -36,7 +37,6 @@ from harness.models.sizes import (
     mlp_hidden,
 )
 from harness.models.spec import parse_spec_text
-from harness.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
 PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
@@ -339,7 +339,7 @@ class RunConfig:
     one with :meth:`create` (a grid's cell) or :meth:`adhoc` (``harness run``).
 
     Attributes:
-        run_id: ``grid:size:variant:s<seed>:<budget_tokens>`` (:func:`harness.terms.run_id`),
+        run_id: ``grid:size:variant:s<seed>:<budget_tokens>`` (:func:`harness.common.terms.run_id`),
             plus ``:<8 hex digits>`` for an ad-hoc run with training overrides.
         grid: grid name (``adhoc`` for a run started by hand).
         variant: variant name (:func:`harness.models.available_variants`).
@@ -349,7 +349,7 @@ class RunConfig:
         budget_tokens: training budget in tokens (> 0).
         corpus: corpus spec, an absolute path or ``hf:OWNER/NAME:CONFIG``.
         train: overrides of the preset's :class:`TrainConfig` (grid ``[train]``, then ``--set``).
-        analysis: the grid's analysis plan (:meth:`harness.analysis_plan.AnalysisPlan.as_config`);
+        analysis: the grid's analysis plan (:meth:`harness.design.analysis_plan.AnalysisPlan.as_config`);
             ``None`` for an ad-hoc run. Not part of the protocol.
         model: overrides of :class:`ModelConfig` fields (not ``vocab_size``: the tokenizer
             sets it); empty for the preset's shape. Part of the protocol through the model.
@@ -425,7 +425,7 @@ class RunConfig:
         (``...:tuned`` with ``tuned``, see the class docstring).
 
         ``role`` defaults to the variant spec's role. ``grid`` is a grid name, or
-        ``tune:NAME`` for a tuning trial's run (:func:`harness.terms.is_tune_grid`).
+        ``tune:NAME`` for a tuning trial's run (:func:`harness.common.terms.is_tune_grid`).
 
         Raises:
             ValueError: unknown variant or size, a variant whose head groups cannot split
