@@ -21,6 +21,7 @@ import torch
 from harness.design.config import RunConfig, train_config
 from harness.models import build_model
 from harness.train import RunInterrupted, train_run
+from harness.train import compiled as compiled_forward
 from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM
 
@@ -94,6 +95,9 @@ def test_a_compiled_module_saves_the_uncompiled_names_and_loads_an_old_double_ch
     ``OptimizedModule``, no inductor), the module's state dict has exactly the uncompiled keys; a
     state dict from before the fix (the weights twice, ``_compiled._orig_mod.*``) loads strictly."""
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    monkeypatch.setattr(
+        compiled_forward, "INNER_BACKEND", "eager"
+    )  # the run's counting backend hands on to eager
     compiled, plain = lit_of(True), lit_of(False)
     x = torch.randint(0, 512, (2, 16))
     assert torch.equal(compiled._forward(x), plain._forward(x))  # same seed, same weights

@@ -26,6 +26,13 @@ PRIVATE_USES: dict[tuple[str, str], str] = {
     "(JournalOperation): a repair writes placeholder lines in Optuna's own file format",
     ("harness/bench/measure.py", "_dynamo"): "torch._dynamo.config.recompile_limit: no public setting; "
     "the benchmark compiles one graph per variant",
+    ("harness/train/compiled.py", "_dynamo"): "torch._dynamo.reset() and lookup_backend: a long-lived "
+    "worker must drop the previous run's compiled entries (recompile_limit, issue 44 row 2), and the run's "
+    "counting backend hands each graph to inductor; torch has no public API for either",
+    ("harness/train/compiled.py", "torch._dynamo.utils"): "dynamo's frame counters are the one place that "
+    "says a frame fell back to eager (no public API reports it)",
+    ("scripts/compile_ddp_ways.py", "_dynamo"): "the measurement of compile under DDP sets dynamo's "
+    "optimize_ddp and counts its graphs (docs/paper-scale.md): no public setting",
     ("harness/bench/profile.py", "torch._inductor.config"): "Inductor's kernel-profile switch "
     "(cpp.enable_kernel_profile): no public setting",
     ("harness/train/ranks.py", "_signal_connector"): "Lightning's SIGTERM notifier broadcasts inside the "

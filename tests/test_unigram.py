@@ -105,7 +105,7 @@ def test_the_report_prints_the_plateau_and_flags_runs_near_it(tmp_path):
     runs = frames["runs"].with_columns(unigram_nll=pl.lit(plateau))
     result = build_report(Frames(frames["final"], runs), tmp_path / "far", grid="g", figures=False)
     text = (tmp_path / "far/report.md").read_text()
-    row = f"| {plateau:.3f} | {nll.min():.3f} / {nll.mean():.3f} / {nll.max():.3f} | {nll.len()} | 1.500 |"
+    row = f"| {plateau:.3f} | {nll.min():.3f} / {nll.mean():.3f} / {nll.max():.3f} | {nll.len()} | 1.500 below |"
     assert "## Past the unigram plateau?" in text and row in text and "Near the plateau" not in text
     assert any(
         line.startswith("plateau: ") and "ends 1.500 below it" in line for line in summary_lines(result.stats)
@@ -113,5 +113,6 @@ def test_the_report_prints_the_plateau_and_flags_runs_near_it(tmp_path):
     near = frames["runs"].with_columns(unigram_nll=pl.lit(float(nll.max()) + NEAR_PLATEAU_NATS / 2))
     build_report(Frames(frames["final"], near), tmp_path / "near", grid="g", figures=False)
     assert (
-        "Near the plateau (worst run < 0.5 nats/token below it)" in (tmp_path / "near/report.md").read_text()
+        "Near the plateau (the worst run ends less than 0.5 nats/token below it)"
+        in (tmp_path / "near/report.md").read_text()
     )

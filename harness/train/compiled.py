@@ -28,6 +28,10 @@ from torch._dynamo.utils import counters
 #: module docstring; ``"ddp_optimizer"``, dynamo's default, splits it at every gradient bucket).
 DDP_MODE = "no_optimization"
 
+#: The backend the counting wrapper hands each graph to: inductor, what training uses (a test that
+#: needs dynamo's real trace without inductor's numerics sets ``"eager"``).
+INNER_BACKEND = "inductor"
+
 
 def _frames() -> tuple[int, int]:
     """(frames dynamo was asked to convert, frames it converted) in this process so far."""
@@ -50,7 +54,7 @@ class CompiledForward:
         torch._dynamo.reset()
         self.graphs = 0
         self._frames_at_start = _frames()
-        self._inductor = torch._dynamo.lookup_backend("inductor")
+        self._inductor = torch._dynamo.lookup_backend(INNER_BACKEND)
         self._fn = torch.compile(model, backend=self._backend)
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs):
@@ -73,4 +77,4 @@ class CompiledForward:
         return self.graphs > 0 and self.eager_frames == 0
 
 
-__all__ = ["DDP_MODE", "CompiledForward"]
+__all__ = ["DDP_MODE", "INNER_BACKEND", "CompiledForward"]
