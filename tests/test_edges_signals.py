@@ -67,7 +67,8 @@ def test_ctrl_c_to_a_local_launch_stops_each_worker_as_sigterm_does(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_as_queue_exits_leaves_no_exit_callback_traceback(tmp_path):
     """Row 10: a SIGINT to `harness queue` of 2,000 runs right after it printed `queued` lands in the
-    interpreter's shutdown (torch's exit callbacks): exit 130 or 0 and nothing on stderr."""
+    interpreter's shutdown (torch's exit callbacks) or in main's last lines: exit 0 and nothing on
+    stderr, or exit 130 and nothing or the one line `interrupted`; never an exit callback's traceback."""
     grid = chaos.write_grid(tmp_path / "chaos.toml", 2000)  # 2 variants x 1,000 seeds
     env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}
     proc = subprocess.Popen(
@@ -80,5 +81,8 @@ def test_ctrl_c_as_queue_exits_leaves_no_exit_callback_traceback(tmp_path):
     assert "queued 2000 runs" in line, lines
     os.killpg(proc.pid, signal.SIGINT)
     rest, err = proc.communicate(timeout=300)
-    assert proc.returncode in (0, 130), (proc.returncode, err)
-    assert err == "", err
+    # -SIGINT: it landed once the interpreter had restored the default handler (a shell says 130)
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
+    # the SIGINT lands in main's last lines ("interrupted", exit 130) or in the shutdown (exit 130 or
+    # 0, nothing printed); never an exit callback's "Exception ignored ... KeyboardInterrupt"
+    assert err in ("", "interrupted\n") and not (err and proc.returncode == 0), (proc.returncode, err)

@@ -260,7 +260,7 @@ def test_a_read_only_results_folder_still_answers_sql_and_report(tmp_path, read_
     )
     assert proc.returncode == 0, proc.stderr
     assert "has no database: the query ran on an in-memory copy of its 10 result file(s)" in proc.stdout
-    assert f"Queue not found (no queue at {ro_bare / 'queue.journal'})" in proc.stdout
+    assert "Queue not found (no queue at queue.journal in the results folder)" in proc.stdout  # relative
     assert sorted(p.name for p in bare.iterdir()) == ["runs"]  # nothing was written there
 
 
