@@ -361,5 +361,5 @@ def test_loops_train_on_a_prepared_corpus(tmp_path):
     result = run_bench(cfg)
     assert result["corpus"] == str(sample)
     assert len(result["loop_samples_ms"]["lightning"]) == len(result["loop_samples_ms"]["bare"]) == 1
-    assert list((tmp_path / "cache").rglob("train.bin"))  # the corpus was prepared in the cache
+    assert list((tmp_path / "cache").rglob("train-00000.bin"))  # the corpus was prepared in the cache
     assert set(result["ratios"]) == {"lightning/bare"}  # one variant: no step-time ratio

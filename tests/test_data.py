@@ -27,8 +27,8 @@ import pytest
 import tiktoken
 from tiktoken_ext.openai_public import r50k_pat_str
 
-from harness.data import prepare as data_mod
 from harness.data import prepare_corpus, token_dtype
+from harness.data import shards as data_mod
 from harness.data.corpus import (
     HUB_DEFAULT_MAX_DOCS,
     OptionalDependencyError,
@@ -174,15 +174,16 @@ def test_byte_accounting_is_exact(prepared, sample_docs):
     assert tb.dtype == np.int64 and tb.shape == (prepared.vocab_size,) and tb[0] == 0
     assert (tb[1:] > 0).all()
     for name, docs in (("train", split.train), ("val", split.val)):
-        tokens = prepared.tokens(name)
-        info = prepared.meta["splits"][name]
+        tokens = prepared.tokens(name)[:]
+        info = prepared.protocol_meta["splits"][name]
         utf8_bytes = sum(len(d.encode("utf-8")) for d in docs)
         assert info["bytes"] == utf8_bytes
         assert int(tb[np.asarray(tokens, dtype=np.int64)].sum()) == utf8_bytes
         assert info["documents"] == len(docs) == int((tokens == 0).sum())
         assert info["tokens"] == len(tokens)
-        assert info["sha256"] == hashlib.sha256((prepared.dir / info["file"]).read_bytes()).hexdigest()
-    val = prepared.tokens("val")
+        assert info["sha256"] == hashlib.sha256(tokens[:].tobytes()).hexdigest()  # the split's whole stream
+        assert prepared.meta["splits"][name]["shards"][0]["sha256"] == info["sha256"]  # one shard
+    val = prepared.tokens("val")[:]
     assert prepared.tokenizer().decode(val.tolist()) == "".join(d + EOS_TOKEN for d in split.val)
     assert val[-1] == 0  # EOS follows every document
     assert (
@@ -196,15 +197,15 @@ def test_byte_accounting_is_exact(prepared, sample_docs):
 def test_prepared_metadata_and_memmap(prepared, sample_docs):
     meta = prepared.meta
     assert prepared.dtype == "uint16" and prepared.vocab_size == VOCAB == meta["tokenizer"]["vocab_size"]
-    assert meta["fingerprint"] == prepared.fingerprint == corpus_fingerprint(sample_docs)
+    assert prepared.protocol_meta["fingerprint"] == prepared.fingerprint == corpus_fingerprint(sample_docs)
     assert meta["corpus"] == str(SAMPLE) and meta["max_docs"] is None and meta["documents"] == 406
     assert (
         "corpus" not in prepared.protocol_meta
         and prepared.protocol_meta["fingerprint"] == prepared.fingerprint
     )
     tokens = prepared.tokens("train")
-    assert isinstance(tokens, np.memmap) and not tokens.flags.writeable
-    assert int(tokens.max()) < prepared.vocab_size
+    assert [m.flags.writeable for m in tokens.maps] == [False]  # one read-only memory map: one shard
+    assert int(tokens[:].max()) < prepared.vocab_size
     with pytest.raises(ValueError, match="unknown split 'test'"):
         prepared.tokens("test")
 
@@ -358,10 +359,10 @@ def test_gpt2_ranks_file_reads_back_as_the_encodings_ranks(local_gpt2, tmp_path)
     API (GPT2Tokenizer.mergeable_ranks), is what tiktoken's loader reads back: every token's rank."""
     from tiktoken.load import load_tiktoken_bpe
 
-    from harness.data.shards import _write_gpt2_ranks
+    from harness.data.shards import write_gpt2_ranks
 
     tok = GPT2Tokenizer(encoding=local_gpt2)
-    _write_gpt2_ranks(tmp_path / "gpt2.tiktoken", tok)
+    write_gpt2_ranks(tmp_path / "gpt2.tiktoken", tok)
     expected = {local_gpt2.decode_single_token_bytes(r): r for r in range(VOCAB - 1)}
     assert tok.mergeable_ranks() == expected
     assert load_tiktoken_bpe(str(tmp_path / "gpt2.tiktoken")) == expected
@@ -411,11 +412,16 @@ def test_failed_build_leaves_nothing_half_written(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(data_mod, "_write_tokens", broken)
+    key = CorpusKey(str(corpus), "bpe", 300, 0.3, None)
+    monkeypatch.setattr(data_mod, "_write_chunk", broken)
     with pytest.raises(OSError, match="disk full"):
-        prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 0.3, None), cache_dir=tmp_path / "cache")
-    leftovers = [p.name for p in (tmp_path / "cache" / "corpora").iterdir() if not p.name.endswith(".lock")]
-    assert leftovers == []
+        prepare_corpus(key, cache_dir=tmp_path / "cache")
+    assert not (key.folder(tmp_path / "cache") / "manifest.json").exists()  # no finished corpus
+    monkeypatch.undo()
+    again = prepare_corpus(key, cache_dir=tmp_path / "cache")  # resumes the build
+    clean = prepare_corpus(key, cache_dir=tmp_path / "clean")
+    assert again.protocol_meta == clean.protocol_meta
+    assert not (again.dir / "progress.json").exists()
 
 
 @needs_sample
@@ -447,17 +453,26 @@ def _fake_datasets(rows=None, error=None):
 
 
 def test_hub_stream_is_limited_and_cached_for_offline_reuse(tmp_path, monkeypatch):
-    rows = [{"text": f"hub document {i}: " + "words " * 30 + str(i)} for i in range(200)]
-    fake, calls = _fake_datasets(rows=rows)
-    monkeypatch.setitem(sys.modules, "datasets", fake)
-    spec = "hf:HuggingFaceFW/fineweb-edu:sample-10BT"
-    first = prepare_corpus(CorpusKey(spec, "bpe", 300, 0.2, 120), cache_dir=tmp_path)
-    assert calls == [("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)]
-    assert first.meta["documents"] == 120
-    assert first.fingerprint == corpus_fingerprint([r["text"] for r in rows[:120]])
-    offline, _ = _fake_datasets(error=ConnectionError("offline"))
-    monkeypatch.setitem(sys.modules, "datasets", offline)
-    assert prepare_corpus(CorpusKey(spec, "bpe", 300, 0.2, 120), cache_dir=tmp_path) == first
+    """A hub spec without max_docs that `harness prepare` has not sharded: the worker's build takes the
+    first HUB_DEFAULT_MAX_DOCS documents (here lowered to 120 to see it) into the shard folder of that
+    limit, and finds it again offline. (A local ``datasets`` folder of the spec's name stands in for
+    the hub: the same ``load_dataset(..., streaming=True)`` calls, no network.)"""
+    pytest.importorskip("datasets", reason="the test extra installs datasets")
+    from harness.data import prepared as prepared_mod
+
+    data = tmp_path / "local" / "hubdocs"
+    data.mkdir(parents=True)
+    rows = [f"hub document {i}: " + "words " * 30 + str(i) for i in range(200)]
+    _write_jsonl(data / "train.jsonl", rows)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(prepared_mod, "HUB_DEFAULT_MAX_DOCS", 120)
+    key = CorpusKey("hf:local/hubdocs", "bpe", 300, 0.2, None)
+    first = prepare_corpus(key, cache_dir=tmp_path / "cache")
+    assert first.meta["documents"] == 120 and first.meta["max_docs"] is None  # the caller's key
+    assert first.fingerprint == corpus_fingerprint(rows[:120])
+    assert first.dir == CorpusKey("hf:local/hubdocs", "bpe", 300, 0.2, 120).folder(tmp_path / "cache")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # offline, no datasets: found from the key alone
+    assert prepare_corpus(key, cache_dir=tmp_path / "cache") == first
 
 
 def test_unknown_hub_dataset_offline_is_a_clear_error(monkeypatch):

@@ -26,7 +26,7 @@ from harness.cli import main as cli
 from harness.data.corpus import read_documents, split_documents
 from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TrainSchedule
-from harness.data.prepare import prepare_corpus
+from harness.data.prepared import prepare_corpus
 from harness.data.shard_reader import ShardedTokens
 from harness.data.shards import Target, load_shard_tokenizer, prepare_shards, read_manifest
 
@@ -114,25 +114,23 @@ def test_sharded_tokens_read_as_their_concatenation(tmp_path):
 
 
 @pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
-def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
-    """Sharding the sample gives exactly the in-memory prepare's token arrays, and the data
-    module's windows (read across shard boundaries) are the same batches in the same order."""
-    legacy = prepare_corpus(CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=tmp_path / "legacy")
+def test_a_prepared_corpus_reads_as_the_workers_one_shard_build(tmp_path):
+    """`harness prepare`'s many shards (a pool of two) and a worker's one-shard build (one process) are
+    the same token arrays, the same batches in the same order (read across shard boundaries) and the
+    same protocol description: shard size and process count are storage, not what the text is."""
+    key = CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None)
+    single = prepare_corpus(key, cache_dir=tmp_path / "worker")
     folder = prepare_shards(
-        CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None),
-        cache_dir=tmp_path / "new",
-        shard_tokens=100_000,
-        workers=2,
-        log=lambda msg: None,
+        key, cache_dir=tmp_path / "new", shard_tokens=100_000, workers=2, log=lambda m: None
     )
-    sharded = prepare_corpus(CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None), cache_dir=tmp_path / "new")
-    assert sharded.sharded and sharded.dir == folder and not legacy.sharded
+    sharded = prepare_corpus(key, cache_dir=tmp_path / "new")
+    assert sharded.dir == folder and len(single.meta["splits"]["train"]["shards"]) == 1
     assert len(read_manifest(folder)["splits"]["train"]["shards"]) == 8  # 750,059 tokens in 100k shards
     for split in ("train", "val"):
-        assert np.array_equal(np.asarray(legacy.tokens(split)), sharded.tokens(split)[:])
-    assert np.array_equal(legacy.token_bytes(), sharded.token_bytes())
-    assert sharded.meta["tokenizer"]["sha256"] == legacy.meta["tokenizer"]["sha256"]
-    old, new = (TrainSchedule(p, context=64, batch_size=16, seed=3) for p in (legacy, sharded))
+        assert np.array_equal(single.tokens(split)[:], sharded.tokens(split)[:])
+    assert np.array_equal(single.token_bytes(), sharded.token_bytes())
+    assert sharded.protocol_meta == single.protocol_meta and sharded.fingerprint == single.fingerprint
+    old, new = (TrainSchedule(p, context=64, batch_size=16, seed=3) for p in (single, sharded))
     for step in (0, 1, 700, 733, 734, 2000):  # 733 batches per epoch: the second epoch too
         for x, y in zip(old.batch(step, 1, 2), new.batch(step, 1, 2)):
             assert torch_equal(x, y)
@@ -140,9 +138,9 @@ def test_shards_equal_the_legacy_token_files_and_batches(tmp_path):
     manifest = read_manifest(folder)
     assert (
         sum(s["bytes"] for s in manifest["splits"]["train"]["shards"])
-        == legacy.meta["splits"]["train"]["bytes"]
+        == single.protocol_meta["splits"]["train"]["bytes"]
     )
-    assert manifest["documents"] == legacy.meta["documents"]
+    assert manifest["documents"] == single.meta["documents"] == 406
 
 
 def torch_equal(a, b) -> bool:
@@ -208,7 +206,7 @@ def test_hub_path_streams_a_local_datasets_folder(tmp_path, monkeypatch):
     # a worker finds it from its config alone, without datasets or a network
     monkeypatch.setitem(sys.modules, "datasets", None)
     prepared = prepare_corpus(CorpusKey("hf:local/fineweb", "bpe", 400, 0.1, None), cache_dir=tmp_path / "a")
-    assert prepared.sharded and len(prepared.tokens("train")) == m_hub["splits"]["train"]["tokens"]
+    assert prepared.dir == hub and len(prepared.tokens("train")) == m_hub["splits"]["train"]["tokens"]
 
 
 GRID = """
@@ -377,7 +375,7 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
     run = json.loads(path.read_text())["run"]
     assert run["epochs"] == 4096 / train_tokens
     data = run["config"]["protocol"]["data"]
-    assert data["fingerprint"] == read_manifest(folder)["fingerprint"] and "source" not in data
+    assert data == read_manifest(folder)["protocol"] and "source" not in data  # what the text is
     assert "max_epochs" not in run["config"]["protocol"]["train"]  # unset: out of the protocol hash
     con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
     assert con.execute("select epochs from runs").fetchall() == [(4096 / train_tokens,)]

@@ -45,10 +45,17 @@ def synthetic_corpus(folder: Path, vocab_size: int, context: int, n_windows: int
     folder.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(vocab_size)
     rng = np.random.default_rng([seed, 7])
+    splits = {}
     for split, n in (("train", n_windows * context + 1), ("val", context + 1)):
-        rng.integers(0, vocab_size, size=n).astype(dtype.newbyteorder("<")).tofile(folder / f"{split}.bin")
+        shard = {"file": f"{split}-00000.bin", "tokens": n}  # one shard per split, the corpus format
+        rng.integers(0, vocab_size, size=n).astype(dtype.newbyteorder("<")).tofile(folder / shard["file"])
+        splits[split] = {"tokens": n, "shards": [shard]}
     np.save(folder / "token_bytes.npy", np.ones(vocab_size, dtype=np.int64))
-    meta = {"tokenizer": {"name": "synthetic", "vocab_size": vocab_size, "eos_id": 0}, "synthetic": True}
+    meta = {
+        "tokenizer": {"name": "synthetic", "vocab_size": vocab_size, "eos_id": 0},
+        "splits": splits,
+        "synthetic": True,
+    }
     return PreparedCorpus(
         dir=folder,
         vocab_size=vocab_size,

@@ -117,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from harness.data.corpus import probe_corpus
-    from harness.data.prepare import cache_dir
+    from harness.data.legacy_corpus import convert_legacy
+    from harness.data.prepared import cache_dir
     from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
     from harness.data.tokenizer import check_bpe_vocab
 
@@ -156,6 +157,7 @@ def main(args: argparse.Namespace) -> int:
         )  # empty, blank or binary: the one line `queue` says, before any lock or folder
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
+        convert_legacy(key, cache)  # a worker's single-file corpus of this key: its shards, tokens kept
         folder = prepare_shards(
             key,
             cache_dir=cache,

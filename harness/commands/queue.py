@@ -142,7 +142,7 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
     from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
 
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
-    from harness.data.prepare import cache_dir
+    from harness.data.prepared import cache_dir
     from harness.scheduling.corpus_need import check_corpora
 
     check_corpora(configs, cache_dir(args.results), grid_path=str(args.grid))  # prepared, big enough

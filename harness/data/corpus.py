@@ -43,6 +43,8 @@ SUPPORTED_EXTENSIONS = JSONL_EXTENSIONS + PARQUET_EXTENSIONS + TEXT_EXTENSIONS
 HUB_DEFAULT_MAX_DOCS = 50_000
 
 HUB_PREFIX = "hf:"
+#: The splits of a corpus, in their order in files and manifests.
+SPLITS = ("train", "val")
 _HUB_RE = re.compile(r"^(?P<name>[\w.-]+/[\w.-]+)(?::(?P<config>[\w.-]+))?$")
 _GLOB_CHARS = set("*?[")
 
@@ -152,13 +154,18 @@ def _hidden(relative: Path) -> bool:
 def _read_file(path: Path) -> list[str | None]:
     suffix = path.suffix.lower()
     if suffix in TEXT_EXTENSIONS:
-        return [_decode_utf8(path.read_bytes(), path)]
+        return [decode_utf8(path.read_bytes(), path)]
     if suffix in JSONL_EXTENSIONS:
         return _read_jsonl(path)
     return _read_parquet(path)
 
 
-def _decode_utf8(data: bytes, path: Path) -> str:
+def decode_utf8(data: bytes, path: Path) -> str:
+    """``data`` (the bytes of ``path``, or of one of its lines) as text.
+
+    Raises:
+        ValueError: invalid UTF-8 (the message names the file, the byte, its offset and line).
+    """
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -179,7 +186,7 @@ def jsonl_text(line: str | bytes, path: Path, number: int) -> str | None:
     try:
         row = json.loads(line)
     except UnicodeDecodeError:
-        _decode_utf8(line, path)
+        decode_utf8(line, path)
         raise
     except ValueError as exc:
         raise ValueError(f"JSONL file {str(path)!r}: line {number} is not JSON ({exc})") from None
@@ -222,7 +229,7 @@ def _read_jsonl(path: Path) -> list[str | None]:
             )
         texts = frame.select("text").collect()["text"].to_list()
     except pl.exceptions.PolarsError as exc:
-        _decode_utf8(path.read_bytes(), path)  # raises the clearer message when that is the cause
+        decode_utf8(path.read_bytes(), path)  # raises the clearer message when that is the cause
         raise ValueError(f"cannot read JSONL file {str(path)!r}: {exc}") from None
     return texts
 
@@ -310,7 +317,7 @@ def _decode_utf8_prefix(data: bytes, path: Path) -> str:
     except UnicodeDecodeError as exc:
         if exc.reason == "unexpected end of data" and exc.start >= len(data) - 3:
             return data[: exc.start].decode("utf-8")
-        return _decode_utf8(data, path)  # raises its message
+        return decode_utf8(data, path)  # raises its message
 
 
 def _probe_has_text(path: Path) -> bool:
@@ -404,6 +411,25 @@ def _read_hub(spec: str, limit: int) -> list[str]:
 # Fingerprint and split
 
 
+class Fingerprint:
+    """:func:`corpus_fingerprint` fed piece by piece: ``update`` with consecutive runs of documents,
+    then ``hexdigest`` (a streamed corpus is never held whole)."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def update(self, docs: Iterable[str]) -> None:
+        """Add the next documents, in order."""
+        for text in docs:
+            data = text.encode("utf-8")
+            self._h.update(len(data).to_bytes(8, "little"))
+            self._h.update(data)
+
+    def hexdigest(self) -> str:
+        """The fingerprint of every document added so far."""
+        return self._h.hexdigest()
+
+
 def corpus_fingerprint(docs: Iterable[str]) -> str:
     """sha256 (hex) over the documents' UTF-8 text, in order.
 
@@ -411,11 +437,8 @@ def corpus_fingerprint(docs: Iterable[str]) -> str:
     ``["ab", "c"]`` and ``["a", "bc"]`` differ. Any change of one character, of the order
     or of the number of documents changes the fingerprint.
     """
-    h = hashlib.sha256()
-    for text in docs:
-        data = text.encode("utf-8")
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
+    h = Fingerprint()
+    h.update(docs)
     return h.hexdigest()
 
 
@@ -453,6 +476,7 @@ def split_documents(docs: Sequence[str], val_fraction: float) -> SplitDocuments:
 
 
 __all__ = [
+    "SPLITS",
     "SUPPORTED_EXTENSIONS",
     "HUB_DEFAULT_MAX_DOCS",
     "OptionalDependencyError",
@@ -461,9 +485,11 @@ __all__ = [
     "corpus_files",
     "probe_corpus",
     "jsonl_text",
+    "decode_utf8",
     "PROBE_BYTES",
     "parse_hub_spec",
     "corpus_fingerprint",
+    "Fingerprint",
     "is_validation",
     "split_documents",
 ]

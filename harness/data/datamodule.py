@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from harness.data.prepare import PreparedCorpus
+from harness.data.prepared import PreparedCorpus
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

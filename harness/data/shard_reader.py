@@ -35,6 +35,11 @@ class ShardedTokens:
             ]
         return self._maps
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """The whole split as one in-memory array (``np.asarray``): for tests and small corpora."""
+        out = self._span(0, len(self))
+        return out if dtype is None else out.astype(dtype)
+
     def __len__(self) -> int:
         return int(self.ends[-1]) if self.ends.size else 0
 
@@ -59,6 +64,8 @@ class ShardedTokens:
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= len(self)):
             raise IndexError(f"token index out of range [0, {len(self)})")
+        if len(self.maps) == 1:  # a small corpus's one shard: the memory map's own gather
+            return np.asarray(self.maps[0][index])
         flat = index.ravel()
         shard = np.searchsorted(self.ends, flat, side="right")
         out = np.empty(flat.shape, dtype=self.dtype)

@@ -1,22 +1,25 @@
-"""Sharded corpora for paper scale: a stream of documents -> fixed-size token shards + manifest (DESIGN 11).
+"""The corpus format: a stream of documents -> fixed-size token shards + manifest (DESIGN 4, 11).
 
-:func:`prepare_shards` (``harness prepare``) streams documents from a corpus spec (a local
-file, folder or glob, read row by row; or ``hf:OWNER/NAME[:CONFIG]`` through ``datasets``
-streaming, the revision resolved once and recorded) through the tokenizer in a pool of
-processes and writes, into ``CACHE/corpora/shards-<key>/``:
+Every run reads a corpus in this format: ``harness prepare`` builds it for paper scale (any size, a
+pool of processes); a worker builds a small local corpus itself (one shard per split, one process:
+:func:`harness.data.prepared.prepare_corpus`). :func:`prepare_shards` streams documents from a
+corpus spec (a local file, folder or glob, read row by row; or ``hf:OWNER/NAME[:CONFIG]`` through
+``datasets`` streaming, the revision resolved once and recorded) through the tokenizer in a pool
+of processes and writes, into ``CACHE/corpora/shards-<key>/``:
 
 * ``train-00000.bin, ...`` and ``val-00000.bin, ...``: little-endian ``uint16`` token ids
   (``uint32`` when V > 65535), ``shard_tokens`` tokens per shard (the last one of a split
-  shorter). The concatenated shards of a split are exactly what :mod:`harness.data.prepare`
-  writes into ``train.bin``: ``tok(d_1) EOS tok(d_2) EOS ...`` over the split's documents in
-  stream order (same document-level split rule); a document may continue in the next shard.
+  shorter). The concatenated shards of a split are ``tok(d_1) EOS tok(d_2) EOS ...`` over the
+  split's documents in stream order (the document-level split rule of
+  :func:`harness.data.corpus.is_validation`); a document may continue in the next shard.
 * ``token_bytes.npy`` and the tokenizer's files (``tokenizer.json`` for ``bpe``, the
   ``gpt2.tiktoken`` ranks for ``gpt2``), so workers load everything from this folder and
   never download.
 * ``manifest.json``: per shard its sha256, tokens, documents (EOS tokens in it) and UTF-8
   bytes (the sum of its tokens' byte lengths; the byte-level tokenizers make that exact);
   the tokenizer's name, sha256 and files; the source, its revision and the split rule; the
-  ``bpe`` tokenizer's training sample. Written last: its presence marks a finished corpus.
+  ``bpe`` tokenizer's training sample; and ``protocol``, what the text is for a run's protocol
+  hash (:func:`protocol_description`). Written last: its presence marks a finished corpus.
 
 The folder's name is a hash of what a run's config says about its corpus (source,
 tokenizer, requested vocabulary, validation fraction, ``max_docs``), so a worker finds it
@@ -32,15 +35,11 @@ corpus size. One writer at a time (a file lock beside the folder, on the shared 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import resource
 import shutil
-import signal
 import sys
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -51,11 +50,27 @@ import numpy as np
 from filelock import FileLock
 
 from harness.common.files import atomic_write, fsync_dir, fsync_file
-from harness.data.corpus import HUB_PREFIX, corpus_files, corpus_fingerprint, is_validation
+from harness.data.corpus import (
+    HUB_PREFIX,
+    SPLITS,
+    Fingerprint,
+    corpus_files,
+    corpus_fingerprint,
+    is_validation,
+)
 from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, shard_dir, source_key
-from harness.data.shard_writer import _ShardWriter
-from harness.data.stream import _chunks, hub_revision, stream_documents
-from harness.data.tokenizer import TOKENIZER_NAMES, BPETokenizer, GPT2Tokenizer, check_bpe_vocab, train_bpe
+from harness.data.shard_pool import InProcess, encode_chunk, init_worker
+from harness.data.shard_progress import BuildSpeed, cpu_seconds, log_done
+from harness.data.shard_writer import ShardWriter
+from harness.data.stream import document_chunks, hub_revision, stream_documents
+from harness.data.tokenizer import (
+    TOKENIZER_NAMES,
+    GPT2Tokenizer,
+    check_bpe_vocab,
+    load_shard_tokenizer,
+    train_bpe,
+    write_gpt2_ranks,
+)
 
 #: Tokens per shard (build-nanogpt's fineweb.py uses 100M): 200 MB of uint16 per file.
 DEFAULT_SHARD_TOKENS = 100_000_000
@@ -65,7 +80,10 @@ CHUNK_BYTES = 1 << 20
 #: stream up to this many UTF-8 bytes (recorded in the manifest).
 BPE_SAMPLE_BYTES = 32 << 20
 SPLIT_RULE = "validation iff int(sha256(utf8(text))[:8], big-endian) < val_fraction * 2**64"
-SPLITS = ("train", "val")
+EOS_PLACEMENT = "after every document"
+#: ``format`` of a corpus's protocol description (:func:`protocol_description`): 1, the single-file
+#: layout's, whose description it continues.
+PROTOCOL_FORMAT = 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,59 +94,6 @@ def read_manifest(folder: Path) -> dict | None:
     """The manifest of a finished sharded corpus, or ``None`` when there is none (yet)."""
     path = Path(folder) / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-# ---------------------------------------------------------------------------------------
-# Tokenizer files beside the shards
-
-
-def _write_gpt2_ranks(path: Path, tok: GPT2Tokenizer) -> None:
-    """tiktoken's gpt2 merge ranks in tiktoken's own file format (base64 token, rank)."""
-    ranks = tok.mergeable_ranks()
-    lines = [
-        base64.b64encode(token).decode() + f" {rank}"
-        for token, rank in sorted(ranks.items(), key=lambda x: x[1])
-    ]
-    atomic_write(path, "\n".join(lines) + "\n")
-
-
-def load_shard_tokenizer(folder: Path, name: str) -> BPETokenizer | GPT2Tokenizer:
-    """The tokenizer from the files beside the shards (no network).
-
-    Raises:
-        OptionalDependencyError: ``gpt2`` without tiktoken.
-    """
-    if name == "bpe":
-        return BPETokenizer.from_file(Path(folder) / "tokenizer.json")
-    return GPT2Tokenizer(ranks_file=Path(folder) / "gpt2.tiktoken")
-
-
-# ---------------------------------------------------------------------------------------
-# Pool processes
-
-_TOKENIZER = None
-
-
-def _init_worker(folder: str, name: str) -> None:
-    global _TOKENIZER
-    # the parent decides on a Ctrl-C (a terminal sends it to the pool too): no traceback per process
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _TOKENIZER = load_shard_tokenizer(Path(folder), name)
-
-
-def _encode_chunk(args: tuple[list[str], float, str]) -> dict:
-    """Tokenize one chunk into its train and val token arrays (each document then EOS)."""
-    docs, val_fraction, dtype = args
-    tok = _TOKENIZER
-    out = {}
-    for split in SPLITS:
-        texts = [d for d in docs if is_validation(d, val_fraction) == (split == "val")]
-        ids: list[int] = []
-        for encoded in tok.encode_batch(texts) if texts else []:
-            ids.extend(encoded)
-            ids.append(tok.eos_id)
-        out[split] = (np.asarray(ids, dtype=dtype), len(texts), sum(len(t.encode("utf-8")) for t in texts))
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -144,11 +109,45 @@ class Target:
     val_tokens: int = 0
 
     def met(self, train: int, val: int) -> bool:
+        """Whether splits of ``train`` and ``val`` tokens reach the target (never, for the whole source)."""
         return (
             bool(self.train_tokens or self.val_tokens)
             and train >= self.train_tokens
             and val >= self.val_tokens
         )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One build's settings: the key's, and how the work is cut and reported."""
+
+    key: CorpusKey
+    target: Target
+    shard_tokens: int
+    chunk_bytes: int
+    workers: int
+    bpe_sample_bytes: int
+    log: Callable[[str], None]
+
+
+def check_key(key: CorpusKey) -> None:
+    """Refuse a key no build can serve, before anything is written.
+
+    Raises:
+        ValueError: an unknown tokenizer, ``val_fraction`` outside (0, 1), ``max_docs`` neither
+            ``None`` nor a positive integer, or a BPE ``vocab_size`` outside 257 .. 2^20
+            (:func:`~harness.data.tokenizer.check_bpe_vocab`).
+    """
+    if key.tokenizer not in TOKENIZER_NAMES:
+        raise ValueError(f"unknown tokenizer {key.tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
+    if isinstance(key.val_fraction, bool) or not 0.0 < float(key.val_fraction) < 1.0:
+        raise ValueError(f"val_fraction={key.val_fraction!r} must be in (0, 1)")
+    if key.max_docs is not None and (
+        isinstance(key.max_docs, bool) or not isinstance(key.max_docs, int) or key.max_docs <= 0
+    ):
+        raise ValueError(f"max_docs={key.max_docs!r} must be a positive integer or None")
+    if key.tokenizer == "bpe":
+        check_bpe_vocab(key.vocab_size)  # a huge one aborts the Rust trainer (out of memory), no exception
 
 
 def prepare_shards(
@@ -182,26 +181,21 @@ def prepare_shards(
 
     Raises:
         FileNotFoundError, ValueError, OptionalDependencyError: a bad spec, unreadable text,
-            an unreachable hub, a missing optional package; a split left empty; a BPE
-            ``vocab_size`` outside 257 .. 2^20 (:func:`~harness.data.tokenizer.check_bpe_vocab`).
-            The argument checks run before anything is written.
+            an unreachable hub, a missing optional package; a split left empty; a key
+            :func:`check_key` refuses. The argument checks run before anything is written.
     """
-    corpus, tokenizer, vocab_size = key.corpus, key.tokenizer, key.vocab_size
-    val_fraction, max_docs = key.val_fraction, key.max_docs
-    if tokenizer not in TOKENIZER_NAMES:
-        raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
-    if isinstance(val_fraction, bool) or not 0.0 < float(val_fraction) < 1.0:
-        raise ValueError(f"val_fraction={val_fraction!r} must be in (0, 1)")
+    check_key(key)
     if shard_tokens <= 0 or chunk_bytes <= 0:
         raise ValueError(
             f"shard_tokens={shard_tokens}, chunk_bytes={chunk_bytes}: both must be positive integers"
         )
-    if tokenizer == "bpe":
-        check_bpe_vocab(vocab_size)  # a huge one aborts the Rust trainer (out of memory), no exception
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    plan = _Plan(
+        key, target, shard_tokens, chunk_bytes, workers or os.cpu_count() or 1, bpe_sample_bytes, log
+    )
     folder = key.folder(cache_dir)
-    if not corpus.startswith(HUB_PREFIX) and read_manifest(folder) is None:
-        corpus_files(corpus)  # a refused prepare creates nothing: no cache folder, no lock file
+    if not key.corpus.startswith(HUB_PREFIX) and read_manifest(folder) is None:
+        corpus_files(key.corpus)  # a refused prepare creates nothing: no cache folder, no lock file
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(folder.with_name(folder.name + ".lock")):
         manifest = read_manifest(folder)
@@ -213,25 +207,11 @@ def prepare_shards(
                 f"{folder.name}: extending: holds {splits['train']['tokens']:,} train tokens, "
                 f"{target.train_tokens:,} asked"
             )
-        if not corpus.startswith(HUB_PREFIX):
-            corpus_files(corpus)  # a missing or empty source fails before anything is written
+        if not key.corpus.startswith(HUB_PREFIX):
+            corpus_files(key.corpus)  # a missing or empty source fails before anything is written
         folder.mkdir(exist_ok=True)
         try:
-            _build(
-                folder,
-                corpus,
-                manifest,
-                tokenizer=tokenizer,
-                vocab_size=vocab_size,
-                val_fraction=float(val_fraction),
-                max_docs=max_docs,
-                target=target,
-                shard_tokens=shard_tokens,
-                chunk_bytes=chunk_bytes,
-                workers=workers or os.cpu_count() or 1,
-                bpe_sample_bytes=bpe_sample_bytes,
-                log=log,
-            )
+            _build(folder, manifest, plan)
         except BaseException:
             if not (folder / "setup.json").exists():  # failed before its first step: leave no empty folder
                 shutil.rmtree(folder, ignore_errors=True)
@@ -239,65 +219,37 @@ def prepare_shards(
     return folder
 
 
-def _setup(
-    folder: Path,
-    corpus: str,
-    tokenizer: str,
-    vocab_size: int,
-    val_fraction: float,
-    max_docs: int | None,
-    shard_tokens: int,
-    chunk_bytes: int,
-    bpe_sample_bytes: int,
-    cache_dir: Path,
-) -> dict:
+def _setup(folder: Path, plan: _Plan, cache_dir: Path) -> dict:
     """Resolve the revision and write the tokenizer files: the parts of the manifest fixed
     before the first shard (written to ``setup.json``, so a resumed prepare reuses them)."""
     path = folder / "setup.json"
     if path.is_file():
         return json.loads(path.read_text())
-    revision = hub_revision(corpus) if corpus.startswith(HUB_PREFIX) else None
-    if tokenizer == "bpe":
-        sample, size = [], 0
-        for text in stream_documents(corpus, revision=revision, max_docs=max_docs):
-            if size >= bpe_sample_bytes:
-                break
-            if not is_validation(text, val_fraction):
-                sample.append(text)
-                size += len(text.encode("utf-8"))
-        if not sample:
-            raise ValueError(f"corpus {corpus!r} has no training document to train the BPE tokenizer on")
-        tok = train_bpe(sample, vocab_size, cache_dir=cache_dir)
-        atomic_write(folder / "tokenizer.json", tok.json_str)
+    key = plan.key
+    revision = hub_revision(key.corpus) if key.corpus.startswith(HUB_PREFIX) else None
+    if key.tokenizer == "bpe":
+        tok, bpe_sample = _train_tokenizer(folder, plan, revision, cache_dir)
         files = ["tokenizer.json"]
-        bpe_sample = {
-            "documents": len(sample),
-            "bytes": size,
-            "fingerprint": corpus_fingerprint(sample),
-            "rule": f"the first train-split documents of the stream up to {bpe_sample_bytes} UTF-8 bytes",
-        }
-        del sample
     else:
-        tok = GPT2Tokenizer()
-        _write_gpt2_ranks(folder / "gpt2.tiktoken", tok)
+        write_gpt2_ranks(folder / "gpt2.tiktoken", GPT2Tokenizer())
         files, bpe_sample = ["gpt2.tiktoken"], None
         tok = load_shard_tokenizer(folder, "gpt2")
     np.save(folder / "token_bytes.npy", tok.token_bytes())
     setup = {
         "format": SHARD_FORMAT,
-        "source": source_key(corpus),
+        "source": source_key(key.corpus),
         "revision": revision,
-        "max_docs": max_docs or None,
-        "val_fraction": val_fraction,
+        "max_docs": key.max_docs or None,
+        "val_fraction": float(key.val_fraction),
         "split_rule": SPLIT_RULE,
-        "eos_placement": "after every document",
-        "shard_tokens": shard_tokens,
-        "chunk_bytes": chunk_bytes,
+        "eos_placement": EOS_PLACEMENT,
+        "shard_tokens": plan.shard_tokens,
+        "chunk_bytes": plan.chunk_bytes,
         "dtype": token_dtype(tok.vocab_size).name,
         "tokenizer": {
             "name": tok.name,
             "vocab_size": int(tok.vocab_size),
-            "requested_vocab_size": int(vocab_size) if tokenizer == "bpe" else None,
+            "requested_vocab_size": int(key.vocab_size) if key.tokenizer == "bpe" else None,
             "eos_id": int(tok.eos_id),
             "sha256": tok.sha256,
             "files": files,
@@ -308,6 +260,32 @@ def _setup(
     return setup
 
 
+def _train_tokenizer(folder: Path, plan: _Plan, revision: str | None, cache_dir: Path) -> tuple:
+    """Train the BPE on the first ``plan.bpe_sample_bytes`` of train-split text (all of it in a
+    smaller corpus: then the tokenizer the single-file layout trained on the whole training split);
+    write ``tokenizer.json``; return the tokenizer and the sample's record."""
+    key, sample, size, seen = plan.key, [], 0, 0
+    for text in stream_documents(key.corpus, revision=revision, max_docs=key.max_docs):
+        if size >= plan.bpe_sample_bytes:
+            break
+        seen += 1
+        if not is_validation(text, key.val_fraction):
+            sample.append(text)
+            size += len(text.encode("utf-8"))
+    if not seen:
+        raise ValueError(f"corpus {key.corpus!r} is empty: it holds no non-empty document")
+    if not sample:
+        raise ValueError(f"corpus {key.corpus!r} has no training document to train the BPE tokenizer on")
+    tok = train_bpe(sample, key.vocab_size, cache_dir=cache_dir)
+    atomic_write(folder / "tokenizer.json", tok.json_str)
+    return tok, {
+        "documents": len(sample),
+        "bytes": size,
+        "fingerprint": corpus_fingerprint(sample),
+        "rule": f"the first train-split documents of the stream up to {plan.bpe_sample_bytes} UTF-8 bytes",
+    }
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """Little-endian dtype of the token files: ``uint16``, or ``uint32`` when V > 65535.
 
@@ -316,43 +294,21 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
 
 
-def _build(
-    folder: Path,
-    corpus: str,
-    manifest: dict | None,
-    *,
-    tokenizer: str,
-    vocab_size: int,
-    val_fraction: float,
-    max_docs: int | None,
-    target: Target,
-    shard_tokens: int,
-    chunk_bytes: int,
-    workers: int,
-    bpe_sample_bytes: int,
-    log: Callable[[str], None],
-) -> None:
-    """Tokenize ``corpus`` into the shards of ``folder`` until ``target`` is met or the source ends, then
+def _build(folder: Path, manifest: dict | None, plan: _Plan) -> None:
+    """Tokenize the corpus into the shards of ``folder`` until the target is met or the source ends, then
     write the manifest. Resumes after the last chunk a killed build finished; with ``manifest`` (a
     finished corpus being extended) its short last shards open again."""
-    cpu0 = _cpu_seconds()
-    setup = _setup(
-        folder,
-        corpus,
-        tokenizer,
-        vocab_size,
-        val_fraction,
-        max_docs,
-        shard_tokens,
-        chunk_bytes,
-        bpe_sample_bytes,
-        folder.parent.parent,
-    )
+    cpu0 = cpu_seconds()
+    setup = _setup(folder, plan, folder.parent.parent)
     progress_path = folder / "progress.json"
-    state = _start_state(folder, manifest, progress_path, log)
-    dtype, token_bytes, speed = np.dtype(setup["dtype"]), np.load(folder / "token_bytes.npy"), _Speed(log)
+    state = _start_state(folder, manifest, progress_path, plan.log)
+    dtype, token_bytes, speed = (
+        np.dtype(setup["dtype"]),
+        np.load(folder / "token_bytes.npy"),
+        BuildSpeed(plan.log),
+    )
     writers = {
-        s: _ShardWriter(
+        s: ShardWriter(
             folder,
             s,
             setup["shard_tokens"],
@@ -368,31 +324,20 @@ def _build(
     for w in writers.values():
         if manifest is not None:
             w.reopen_last()
-    done = _Done(state["chunks"], state["documents"])
+    done = _Done(state["chunks"], state["documents"], Fingerprint())
     if manifest is not None:  # the reopened state first: a kill from here on resumes, never restarts
         _save_progress(progress_path, done.chunks, done.documents, writers)
         (folder / "manifest.json").unlink()
     speed.tokens0 = speed.tokens()
-    docs = stream_documents(corpus, revision=setup["revision"], max_docs=max_docs)
-    chunks = _chunks(docs, setup["chunk_bytes"])  # the recorded size: a resume cuts the same chunks
-    stopped = _encode(
-        folder, tokenizer, chunks, done, writers, target, val_fraction, dtype, workers, progress_path
-    )
+    docs = stream_documents(plan.key.corpus, revision=setup["revision"], max_docs=plan.key.max_docs)
+    chunks = document_chunks(docs, setup["chunk_bytes"])  # the recorded size: a resume cuts the same chunks
+    stopped = _encode(folder, chunks, done, writers, plan, dtype, progress_path)
     for w in writers.values():
         w.close_shard()
-    splits = _finish(folder, corpus, setup, writers, done, exhausted=not stopped)
+    splits = _finish(folder, plan.key.corpus, setup, writers, done, exhausted=not stopped)
     progress_path.unlink(missing_ok=True)
     fsync_dir(folder)
-    _log_done(folder, splits, done.documents, speed, _cpu_seconds() - cpu0, log)
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its finished children."""
-    return sum(
-        getattr(resource.getrusage(who), f)
-        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-        for f in ("ru_utime", "ru_stime")
-    )
+    log_done(folder, splits, done.documents, speed, cpu_seconds() - cpu0, plan.log)
 
 
 def _start_state(
@@ -412,55 +357,35 @@ def _start_state(
     return {"chunks": 0, "documents": 0, "splits": {s: {} for s in SPLITS}}
 
 
-class _Speed:
-    """This build's tokens per second (tokens written since :attr:`tokens0`, from when it was made)."""
-
-    def __init__(self, log: Callable[[str], None]) -> None:
-        self.log, self.t0, self.tokens0, self.writers = log, time.perf_counter(), 0, {}
-
-    def tokens(self) -> int:
-        """Tokens in both splits' shards now."""
-        return self.writers["train"].tokens + self.writers["val"].tokens
-
-    def on_shard(self, split: str, record: dict) -> None:
-        """Say that a shard was closed, with the build's speed so far."""
-        elapsed = time.perf_counter() - self.t0
-        done = self.tokens() - self.tokens0
-        self.log(
-            f"{split} shard {record['file']}: {record['tokens']:,} tokens, {record['documents']:,} documents, "
-            f"{record['bytes']:,} bytes ({done / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s)"
-        )
-
-
 @dataclass
 class _Done:
-    """Chunks and documents written to the shards so far (resumable after a kill)."""
+    """Chunks and documents written to the shards so far (resumable after a kill), and the fingerprint
+    of those documents (fed every chunk in order, the ones a resumed build skips too)."""
 
     chunks: int
     documents: int
+    fingerprint: Fingerprint
 
 
 def _encode(
-    folder: Path,
-    tokenizer: str,
-    chunks,
-    done: _Done,
-    writers: dict,
-    target: Target,
-    val_fraction: float,
-    dtype: np.dtype,
-    workers: int,
-    progress_path: Path,
+    folder: Path, chunks, done: _Done, writers: dict, plan: _Plan, dtype: np.dtype, progress_path: Path
 ) -> bool:
-    """Encode the chunks after ``done.chunks`` in ``workers`` processes and write them in order, saving the
-    progress after each; whether the target was met with text of the source left over."""
-    stopped = False
-    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(str(folder), tokenizer)) as pool:
+    """Encode the chunks after ``done.chunks`` in ``plan.workers`` processes and write them in order, saving
+    the progress after each; whether the target was met with text of the source left over."""
+    stopped, target = False, plan.target
+    initargs = (str(folder), plan.key.tokenizer)
+    if plan.workers == 1:
+        pool = InProcess(*initargs)
+    else:
+        pool = ProcessPoolExecutor(plan.workers, initializer=init_worker, initargs=initargs)
+    with pool:
         pending: deque = deque()
 
         def write_next() -> bool:
             """Write the oldest chunk in flight; whether the target is met."""
-            done.documents += _write_chunk(pending.popleft().result(), writers)
+            future, chunk = pending.popleft()
+            done.documents += _write_chunk(future.result(), writers)
+            done.fingerprint.update(chunk)
             done.chunks += 1
             _save_progress(progress_path, done.chunks, done.documents, writers)
             return target.met(writers["train"].tokens, writers["val"].tokens)
@@ -468,16 +393,18 @@ def _encode(
         try:
             for index, chunk in enumerate(chunks, start=1):
                 if index <= done.chunks:
+                    done.fingerprint.update(chunk)
                     continue  # finished before the kill: its tokens are in the shards
-                pending.append(pool.submit(_encode_chunk, (chunk, val_fraction, dtype.str)))
+                work = (chunk, float(plan.key.val_fraction), dtype.str)
+                pending.append((pool.submit(encode_chunk, work), chunk))
                 # a bounded queue: memory does not grow with the corpus; chunks stay in flight after a stop
-                if len(pending) >= 2 * workers and write_next():
+                if len(pending) >= 2 * plan.workers and write_next():
                     stopped = True
                     break
             while pending and not stopped:
                 stopped = write_next() and bool(pending)
         finally:  # after a stop or a Ctrl-C the pool's shutdown waits for the running chunks only
-            for future in pending:
+            for future, _ in pending:
                 future.cancel()
     return stopped
 
@@ -497,18 +424,17 @@ def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, 
                 f"corpus {corpus!r}: the {split} split is empty after {done.documents:,} documents; "
                 "use more documents or another val_fraction"
             )
-    content = hashlib.sha256(
-        json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS}, sort_keys=True).encode()
-    ).hexdigest()
     manifest = {
         **setup,
-        "fingerprint": content,
+        "fingerprint": content_fingerprint(splits),
         "documents": done.documents,
         "chunks": done.chunks,
         "exhausted": exhausted,
         "splits": splits,
         "token_bytes_sha256": hashlib.sha256((folder / "token_bytes.npy").read_bytes()).hexdigest(),
     }
+    stream_sha256 = {s: w.sha256 for s, w in writers.items()}
+    manifest["protocol"] = protocol_description(manifest, done.fingerprint.hexdigest(), stream_sha256)
     for path in folder.iterdir():
         if path.suffix == ".bin":
             fsync_file(path)
@@ -516,19 +442,52 @@ def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, 
     return splits
 
 
-def _log_done(
-    folder: Path, splits: dict, documents: int, speed: _Speed, cpu: float, log: Callable[[str], None]
-) -> None:
-    """The build's closing line: documents, tokens and shards per split, tokens per second and per CPU-second."""
-    elapsed = time.perf_counter() - speed.t0
-    total = splits["train"]["tokens"] + splits["val"]["tokens"]
-    log(
-        f"{folder.name}: {documents:,} documents, {splits['train']['tokens']:,} train and "
-        f"{splits['val']['tokens']:,} val tokens in {len(splits['train']['shards'])} + "
-        f"{len(splits['val']['shards'])} shards; {(total - speed.tokens0) / max(elapsed, 1e-9) / 1e6:.2f}M tokens/s "
-        f"over {elapsed:.1f} s ({(total - speed.tokens0) / max(cpu, 1e-9) / 1e6:.2f}M tokens per CPU-second, "
-        f"tokenizer training included)"
-    )
+def content_fingerprint(splits: dict) -> str:
+    """The manifest's ``fingerprint``: sha256 over each split's shard sha256s (``splits`` as in the manifest)."""
+    return hashlib.sha256(
+        json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS}, sort_keys=True).encode()
+    ).hexdigest()
+
+
+def protocol_description(manifest: dict, fingerprint: str, stream_sha256: dict[str, str]) -> dict:
+    """What a corpus's text is, as a run's protocol hash records it (``manifest["protocol"]``,
+    :attr:`harness.data.PreparedCorpus.protocol_meta`; DESIGN 4): never how it is stored.
+
+    The document fingerprint (:func:`~harness.data.corpus.corpus_fingerprint` of every document in
+    stream order), the split rule, the tokenizer (name, vocabulary, EOS id, sha256) and per split
+    its tokens, UTF-8 bytes, documents and the sha256 of its whole token stream (all shards in
+    order). Shard size, chunking, source path and revision stay out. The dict has exactly the keys
+    of the ``meta.json`` that the single-file layout this format replaced wrote (``format`` 1,
+    each split's stream named ``SPLIT.bin``), so a corpus tokenized into the same ids describes
+    itself as it did there and its runs keep their protocol hash.
+
+    Args:
+        manifest: the corpus's manifest without ``protocol``.
+        fingerprint: the documents' fingerprint.
+        stream_sha256: per split, sha256 (hex) of its concatenated shards.
+    """
+    tokenizer = manifest["tokenizer"]
+    return {
+        "format": PROTOCOL_FORMAT,
+        "fingerprint": fingerprint,
+        "documents": manifest["documents"],
+        "val_fraction": float(manifest["val_fraction"]),
+        "split_rule": manifest["split_rule"],
+        "dtype": manifest["dtype"],
+        "eos_placement": manifest["eos_placement"],
+        "tokenizer": {
+            k: tokenizer[k] for k in ("name", "vocab_size", "requested_vocab_size", "eos_id", "sha256")
+        },
+        "token_bytes_sha256": manifest["token_bytes_sha256"],
+        "splits": {
+            split: {
+                "file": f"{split}.bin",
+                "sha256": stream_sha256[split],
+                **{k: manifest["splits"][split][k] for k in ("tokens", "bytes", "documents")},
+            }
+            for split in SPLITS
+        },
+    }
 
 
 def _write_chunk(result: dict, writers: dict) -> int:
@@ -540,8 +499,8 @@ def _write_chunk(result: dict, writers: dict) -> int:
 def _save_progress(path: Path, chunks: int, documents: int, writers: dict) -> None:
     # the open shards' bytes reach the disk before the state that counts them
     for w in writers.values():
-        if w._path().exists():
-            fsync_file(w._path())
+        if w.path.exists():
+            fsync_file(w.path)
     atomic_write(
         path,
         json.dumps(
@@ -556,7 +515,15 @@ __all__ = [
     "DEFAULT_SHARD_TOKENS",
     "BPE_SAMPLE_BYTES",
     "Target",
+    "check_key",
+    "content_fingerprint",
     "prepare_shards",
+    "protocol_description",
+    "write_gpt2_ranks",
+    "PROTOCOL_FORMAT",
+    "SPLIT_RULE",
+    "EOS_PLACEMENT",
+    "CHUNK_BYTES",
     "shard_dir",
     "token_dtype",
     "read_manifest",

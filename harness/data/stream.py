@@ -14,8 +14,8 @@ from harness.data.corpus import (
     JSONL_EXTENSIONS,
     PARQUET_EXTENSIONS,
     OptionalDependencyError,
-    _decode_utf8,
     corpus_files,
+    decode_utf8,
     jsonl_text,
     parse_hub_spec,
 )
@@ -104,7 +104,7 @@ def _local_rows(spec: str) -> Iterator[str | None]:
         elif suffix in PARQUET_EXTENSIONS:
             yield from _parquet_rows(path)
         else:
-            yield _decode_utf8(path.read_bytes(), path)
+            yield decode_utf8(path.read_bytes(), path)
 
 
 def _jsonl_rows(path: Path) -> Iterator[str | None]:
@@ -126,8 +126,9 @@ def _parquet_rows(path: Path) -> Iterator[str | None]:
         yield from frame.slice(start, 65536).collect()["text"].to_list()
 
 
-def _chunks(docs: Iterator[str], chunk_bytes: int) -> Iterator[list[str]]:
-    """Consecutive documents, about ``chunk_bytes`` characters of text per list (deterministic)."""
+def document_chunks(docs: Iterator[str], chunk_bytes: int) -> Iterator[list[str]]:
+    """Consecutive documents, about ``chunk_bytes`` characters of text per list (deterministic: a resumed
+    prepare cuts the same chunks), the units of work of :mod:`harness.data.shards`."""
     chunk, size = [], 0
     for text in docs:
         chunk.append(text)
@@ -137,3 +138,6 @@ def _chunks(docs: Iterator[str], chunk_bytes: int) -> Iterator[list[str]]:
             chunk, size = [], 0
     if chunk:
         yield chunk
+
+
+__all__ = ["hub_revision", "stream_documents", "document_chunks"]

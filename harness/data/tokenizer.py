@@ -24,6 +24,7 @@ only where the data pipeline puts them.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Sequence
@@ -287,7 +288,31 @@ def load_tokenizer(name: str, path: Path | None = None) -> BPETokenizer | GPT2To
     raise ValueError(f"unknown tokenizer {name!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
 
 
+def write_gpt2_ranks(path: Path, tok: GPT2Tokenizer) -> None:
+    """Write tiktoken's gpt2 merge ranks to ``path`` in tiktoken's own file format (base64 token, rank),
+    what :func:`load_shard_tokenizer` reads back offline."""
+    ranks = tok.mergeable_ranks()
+    lines = [
+        base64.b64encode(token).decode() + f" {rank}"
+        for token, rank in sorted(ranks.items(), key=lambda x: x[1])
+    ]
+    atomic_write(path, "\n".join(lines) + "\n")
+
+
+def load_shard_tokenizer(folder: Path, name: str) -> BPETokenizer | GPT2Tokenizer:
+    """The tokenizer from the files beside the shards (no network).
+
+    Raises:
+        OptionalDependencyError: ``gpt2`` without tiktoken.
+    """
+    if name == "bpe":
+        return BPETokenizer.from_file(Path(folder) / "tokenizer.json")
+    return GPT2Tokenizer(ranks_file=Path(folder) / "gpt2.tiktoken")
+
+
 __all__ = [
+    "write_gpt2_ranks",
+    "load_shard_tokenizer",
     "EOS_TOKEN",
     "MIN_BPE_VOCAB",
     "MAX_BPE_VOCAB",

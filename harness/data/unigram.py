@@ -83,7 +83,7 @@ def train_counts(prepared) -> np.ndarray:
     written (read-only folder, full disk) is skipped, never an error.
 
     Args:
-        prepared: a :class:`~harness.data.prepare.PreparedCorpus`.
+        prepared: a :class:`~harness.data.prepared.PreparedCorpus`.
     """
     path = Path(prepared.dir) / _CACHE
     try:

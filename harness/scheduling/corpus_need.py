@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.data.corpus import HUB_PREFIX, read_documents, split_documents
 from harness.data.corpus_key import CorpusKey
-from harness.data.prepare import prepare_corpus
+from harness.data.prepared import prepare_corpus
 from harness.data.shards import read_manifest
 from harness.design.config import RunConfig, get_size
 from harness.train.schedule import StepPlan
