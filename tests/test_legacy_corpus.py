@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,9 +21,9 @@ import pytest
 
 from harness.cli import main as cli
 from harness.data import prepare_corpus
-from harness.data.corpus import corpus_fingerprint, read_documents, split_documents
+from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, corpus_fingerprint, read_documents, split_documents
 from harness.data.corpus_key import CorpusKey
-from harness.data.legacy_corpus import LEGACY_FORMAT, legacy_dir
+from harness.data.legacy_corpus import LEGACY_FORMAT, hub_index_path, legacy_dir
 from harness.data.shards import read_manifest, token_dtype
 from harness.data.tokenizer import train_bpe
 from harness.train.protocol import protocol_hash
@@ -148,3 +149,25 @@ def test_harness_prepare_converts_an_old_folder_instead_of_rebuilding(tmp_path, 
     manifest = read_manifest(KEY.folder(results / "cache"))
     assert manifest["converted_from"] == old.name
     assert manifest["protocol"] == json.loads((old / "meta.json").read_text())
+
+
+def test_an_old_hub_sample_is_converted_offline(tmp_path, monkeypatch):
+    """A worker's old hub sample (its first HUB_DEFAULT_MAX_DOCS documents, found through the hub
+    index): converted without datasets or a network into the shard folder of that limit."""
+    pytest.importorskip("datasets", reason="the test extra installs datasets")
+    data = tmp_path / "local" / "hubdocs"
+    data.mkdir(parents=True)
+    rows = [f"hub document {i}: " + "words " * 30 + str(i) for i in range(60)]
+    (data / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    monkeypatch.chdir(tmp_path)
+    cache, spec = tmp_path / "cache", "hf:local/hubdocs"
+    old = write_legacy_corpus(CorpusKey(spec, "bpe", 300, 0.2, None), cache)
+    index = hub_index_path(cache, spec, None)
+    index.parent.mkdir(parents=True)
+    index.write_text(json.dumps({"corpus": spec, "fingerprint": corpus_fingerprint(rows)}))
+    monkeypatch.setitem(sys.modules, "datasets", None)  # offline: the old path found it this way too
+    prepared = prepare_corpus(CorpusKey(spec, "bpe", 300, 0.2, None), cache_dir=cache)
+    assert read_manifest(prepared.dir)["converted_from"] == old.name
+    assert prepared.dir == CorpusKey(spec, "bpe", 300, 0.2, HUB_DEFAULT_MAX_DOCS).folder(cache)
+    assert prepared.protocol_meta == json.loads((old / "meta.json").read_text())
+    assert np.array_equal(prepared.tokens("val")[:], np.fromfile(old / "val.bin", dtype="<u2"))

@@ -54,4 +54,4 @@ def test_max_epochs_lets_it_queue_and_the_count_is_the_workers_cache(tmp_path):
     ok = queue(tmp_path, 65_536, "max_epochs = 5")
     assert ok.returncode == 0, ok.stderr
     # the queue-time count tokenized the corpus once, where the workers will find it
-    assert len(list((tmp_path / "r").rglob("meta.json"))) == 1
+    assert len(list((tmp_path / "r").rglob("manifest.json"))) == 1  # one shard folder

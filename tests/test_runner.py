@@ -258,9 +258,12 @@ def test_bad_corpus_gives_clear_error_and_writes_nothing(tmp_path, capsys, monke
             raise ConnectionError("network is unreachable")
 
         monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
-        corpus, expect = (
+        (
+            corpus,
+            expect,
+        ) = (  # the worker's build resolves the hub revision first (no network here, or no such dataset)
             "hf:nobody/no-such-dataset:none",
-            "cannot stream corpus 'hf:nobody/no-such-dataset:none'",
+            "cannot resolve the revision of 'hf:nobody/no-such-dataset:none' on the hugging face hub",
         )
     rc = cli(
         [

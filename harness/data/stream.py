@@ -39,7 +39,7 @@ def hub_revision(spec: str) -> str | None:
     except Exception as exc:  # offline / unknown dataset: many exception types across versions
         raise ValueError(
             f"cannot resolve the revision of {spec!r} on the Hugging Face hub "
-            f"({type(exc).__name__}: {exc}); `harness prepare` needs a network for hub corpora"
+            f"({type(exc).__name__}: {exc}); a hub corpus needs a network until it is prepared"
         ) from exc
 
 

@@ -6,11 +6,11 @@ A run of ``total_steps`` global batches of ``B`` windows of ``T + 1`` tokens rea
 tokens). Its evaluation set of ``eval_tokens // T`` windows needs a val split of
 ``(eval_tokens // T) * T + 1`` tokens. ``epochs`` = training tokens / train-split tokens.
 
-A small local corpus is not prepared by ``harness prepare`` (each worker tokenizes it, DESIGN 4),
+A small local corpus need not be prepared by ``harness prepare`` (the first worker shards it, DESIGN 4),
 so its split sizes are counted at queue time too: a cheap lower bound first (a token is at most
 :data:`MAX_TOKEN_BYTES` bytes of its split's text), and only where that bound cannot vouch for the
-run, the workers' own tokenization (:func:`harness.data.prepare_corpus`, cached in the results
-folder, so a worker later reuses it instead of repeating it).
+run, the workers' own build (:func:`harness.data.prepare_corpus`: the shard folder of the run's key,
+in the results folder's cache, so a worker later reads it instead of repeating it).
 """
 
 from __future__ import annotations
