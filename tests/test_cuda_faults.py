@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.common.faults import CudaContextLost, sticky_cuda_error
+from harness.common.faults import CudaContextLost, run_poisoned_cuda, sticky_cuda_error
 from harness.design.config import RunConfig
 from harness.scheduling.queue import RunQueue
 
@@ -29,6 +29,7 @@ TAIL = (
     "`TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
 )
 ILLEGAL = "CUDA error: an illegal memory access was encountered"
+ASSERT = "CUDA error: device-side assert triggered"
 
 
 @pytest.mark.parametrize(
@@ -75,6 +76,20 @@ def test_an_ordinary_error_is_not_sticky(error):
     assert sticky_cuda_error(error) is None
 
 
+def test_a_device_side_assert_is_the_runs_own_error_that_poisons_the_context():
+    error = torch.AcceleratorError(ASSERT + TAIL)
+    assert run_poisoned_cuda(error) == ASSERT
+    try:  # wrapped by a later error (Lightning's teardown)
+        try:
+            raise error
+        except RuntimeError as inner:
+            raise ValueError("teardown failed") from inner
+    except ValueError as outer:
+        assert run_poisoned_cuda(outer) == ASSERT
+    assert run_poisoned_cuda(torch.AcceleratorError(ILLEGAL + TAIL)) is None
+    assert run_poisoned_cuda(ValueError(ASSERT)) is None  # not a runtime error of the device
+
+
 def test_a_child_ranks_context_loss_is_sticky():
     lost = CudaContextLost("rank 1 of 2 met a CUDA error that poisons its context (exit status 3; ...)")
     assert sticky_cuda_error(lost) == str(lost)
@@ -91,7 +106,7 @@ _step = lit.LitLM.training_step
 
 def training_step(self, batch, batch_idx):
     if os.environ.get("RANK", "0") == os.environ["CUDA_FAULT_RANK"] and self.global_step == 1:
-        raise torch.AcceleratorError({ILLEGAL + TAIL!r})
+        raise torch.AcceleratorError(os.environ["CUDA_FAULT"] + {TAIL!r})
     return _step(self, batch, batch_idx)
 
 
@@ -103,33 +118,7 @@ lit.LitLM.training_step = training_step
 @pytest.mark.parametrize("rank, devices", [(0, 1), (1, 2)], ids=["rank-0-of-1", "child-rank-1-of-2"])
 def test_a_sticky_cuda_error_releases_the_run_and_stops_the_worker_with_one_line(tmp_path, rank, devices):
     """On rank 0 the error itself is told; a child rank exits with status 3 and rank 0 tells that."""
-    if not SAMPLE.is_dir():
-        pytest.fail(f"sample corpus {SAMPLE} absent")
-    results = tmp_path / "results"
-    q = RunQueue.open(None, results)
-    first, second = (
-        RunConfig.adhoc("rd_attnres", "tiny", seed, 4 * 1024, str(SAMPLE), grid="g", train=TRAIN)
-        for seed in (0, 1)
-    )
-    q.enqueue([first, second])
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(RAISE_IN_TRAINING)
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}",
-        "HARNESS_PROGRESS": "off",
-        "CUDA_FAULT_RANK": str(rank),
-    }
-    work = [sys.executable, "-m", "harness", "work", "--results", str(results), "--accelerator", "cpu"]
-    out = subprocess.run(
-        [*work, "--threads", "1", "--devices", str(devices)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 1, out.stdout + out.stderr
-    (line,) = [x for x in out.stderr.splitlines() if x.startswith("harness work: error:")]
+    q, results, (first, second), out, line = _work_meeting(tmp_path, ILLEGAL, rank, devices)
     told = (
         ILLEGAL
         if rank == 0
@@ -149,3 +138,57 @@ def test_a_sticky_cuda_error_releases_the_run_and_stops_the_worker_with_one_line
     assert all(t.user_attrs.get("failures", 0) == 0 for t in runs[first.run_id].trials)  # no retry spent
     assert (runs[second.run_id].state, runs[second.run_id].attempt) == ("queued", 1)  # never taken
     assert not list((results / "runs").glob("*.json"))  # no failed result
+
+
+@pytest.mark.slow  # one tiny run to its second step, about 10 s on 2 shared cores
+def test_a_device_side_assert_fails_the_run_and_stops_the_worker_with_one_line(tmp_path):
+    """The assert is the run's own error (a retry spent, its failed result written), but the context is
+    dead: the worker stops instead of failing the next run on it."""
+    q, results, (first, second), _, line = _work_meeting(tmp_path, ASSERT, rank=0, devices=1)
+    assert line == (
+        f"harness work: error: CUDA context poisoned by {first.run_id}: {ASSERT}; recorded as that run's "
+        "failure (its retry, if any, runs in a fresh process); the worker stops (this process cannot use the "
+        "GPU again): fix the run's cause (CUDA_LAUNCH_BLOCKING=1 shows the kernel; e.g. a token id >= "
+        "vocab_size), then start the worker again"
+    ), line
+    runs = q.runs()
+    assert (runs[first.run_id].state, runs[first.run_id].attempt) == ("queued", 2)  # its retry
+    assert max(t.user_attrs.get("failures", 0) for t in runs[first.run_id].trials) == 1  # a retry spent
+    assert (runs[second.run_id].state, runs[second.run_id].attempt) == ("queued", 1)  # never taken
+    (failed,) = (results / "runs").glob("*.json")  # the failed result, with the assert in its error
+    assert ASSERT in failed.read_text()
+
+
+def _work_meeting(tmp_path: Path, fault: str, rank: int, devices: int):
+    """Queue two tiny runs on real text and run `harness work` whose training raises ``fault`` (a CUDA
+    error's first line) on ``rank`` at step 1; the queue, results folder, the two configs, the finished
+    process and its one ``error:`` line (the worker must exit 1)."""
+    if not SAMPLE.is_dir():
+        pytest.fail(f"sample corpus {SAMPLE} absent")
+    results = tmp_path / "results"
+    q = RunQueue.open(None, results)
+    configs = tuple(
+        RunConfig.adhoc("rd_attnres", "tiny", seed, 4 * 1024, str(SAMPLE), grid="g", train=TRAIN)
+        for seed in (0, 1)
+    )
+    q.enqueue(list(configs))
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(RAISE_IN_TRAINING)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}",
+        "HARNESS_PROGRESS": "off",
+        "CUDA_FAULT_RANK": str(rank),
+        "CUDA_FAULT": fault,
+    }
+    work = [sys.executable, "-m", "harness", "work", "--results", str(results), "--accelerator", "cpu"]
+    out = subprocess.run(
+        [*work, "--threads", "1", "--devices", str(devices)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("harness work: error:")]
+    return q, results, configs, out, line

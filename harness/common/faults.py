@@ -87,8 +87,8 @@ def read_only_stop(queue, call, claim, results_dir: Path, refused: str) -> Resul
 #: 714, cudaErrorIllegalInstruction 715, cudaErrorMisalignedAddress 716, cudaErrorInvalidAddressSpace 717,
 #: cudaErrorInvalidPc 718, cudaErrorLaunchFailure 719, cudaErrorECCUncorrectable 214 (an Xid 48/63/64...)),
 #: as torch words them (``CUDA error: <message>``; NCCL: ``Cuda failure '<message>'``). A device-side
-#: assert (710) poisons the context too but is left out: it is usually the run's own bug (an index out
-#: of range), which a retry elsewhere should be allowed to show as a failure.
+#: assert (710) poisons the context too but is the run's own bug (an index out of range): see
+#: :data:`RUN_POISONS_CUDA`.
 STICKY_CUDA = (
     "an illegal memory access was encountered",
     "the launch timed out and was terminated",
@@ -102,6 +102,30 @@ STICKY_CUDA = (
 )
 
 
+#: CUDA errors the run itself causes that still leave the process's context unusable (cudaErrorAssert 710:
+#: a device-side assert, e.g. a token id >= the vocabulary in an embedding or a loss). The attempt is the
+#: run's failure (a retry spent, its failed result written), and the worker stops: every later run in
+#: this process would fail on the dead context.
+RUN_POISONS_CUDA = ("device-side assert triggered",)
+
+
+def _first_line(exc: BaseException, words: tuple[str, ...]) -> str | None:
+    """The first line of the first ``RuntimeError`` in ``exc``'s chain whose message holds one of ``words``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen)
+        if isinstance(seen, RuntimeError) and any(w in text.lower() for w in words):
+            return text.strip().splitlines()[0] if text.strip() else type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def run_poisoned_cuda(exc: BaseException) -> str | None:
+    """The first line of a CUDA error in ``exc`` (or an error it came from) that the run caused and that
+    left the context unusable (:data:`RUN_POISONS_CUDA`), else ``None``."""
+    return _first_line(exc, RUN_POISONS_CUDA)
+
+
 def sticky_cuda_error(exc: BaseException) -> str | None:
     """The first line of the error in ``exc`` (or an error it came from) that left this process's CUDA
     context unusable (:data:`STICKY_CUDA`, matched in a ``RuntimeError``'s message: torch's
@@ -109,13 +133,10 @@ def sticky_cuda_error(exc: BaseException) -> str | None:
     error: the run's own)."""
     seen: BaseException | None = exc
     while seen is not None:
-        text = str(seen)
         if isinstance(seen, CudaContextLost):  # a child rank's, told by its exit status
-            return text
-        if isinstance(seen, RuntimeError) and any(w in text.lower() for w in STICKY_CUDA):
-            return text.strip().splitlines()[0] if text.strip() else type(seen).__name__
+            return str(seen)
         seen = seen.__cause__ or seen.__context__
-    return None
+    return _first_line(exc, STICKY_CUDA)
 
 
 class CudaContextLost(OSError):
@@ -135,14 +156,26 @@ def context_lost_stop(queue, call, claim, error: str) -> CudaContextLost:
     )
 
 
+def poisoned_stop(run_id: str, error: str) -> CudaContextLost:
+    """The one line a worker stops with after recording ``run_id``'s failure on a context it poisoned."""
+    return CudaContextLost(
+        f"CUDA context poisoned by {run_id}: {error}; recorded as that run's failure (its retry, if any, runs "
+        "in a fresh process); the worker stops (this process cannot use the GPU again): fix the run's cause "
+        "(CUDA_LAUNCH_BLOCKING=1 shows the kernel; e.g. a token id >= vocab_size), then start the worker again"
+    )
+
+
 __all__ = [
     "RUN_ERROR_EXIT",
     "CONTEXT_LOST_EXIT",
+    "RUN_POISONS_CUDA",
     "STICKY_CUDA",
     "CudaContextLost",
     "RankDied",
     "ResultsReadOnly",
     "context_lost_stop",
+    "poisoned_stop",
+    "run_poisoned_cuda",
     "sticky_cuda_error",
     "describe_exit",
     "read_only_path",

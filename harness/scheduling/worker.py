@@ -39,8 +39,10 @@ from harness.common.faults import (
     RankDied,
     ResultsReadOnly,
     context_lost_stop,
+    poisoned_stop,
     read_only_path,
     read_only_stop,
+    run_poisoned_cuda,
     sticky_cuda_error,
 )
 from harness.common.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
@@ -452,7 +454,11 @@ def _train_one(
             raise _disk_full(
                 queue, call, claim, full, need, f"{type(exc).__name__}: {exc}".splitlines()[0]
             ) from None
-        return _failed(queue, call, claim, exc, fence, results_dir, on_failure, max_retries, t0, log)
+        outcome = _failed(queue, call, claim, exc, fence, results_dir, on_failure, max_retries, t0, log)
+        poisoned = run_poisoned_cuda(exc)
+        if poisoned is not None:  # the run's own failure, but no later run can use this context
+            raise poisoned_stop(claim.run_id, poisoned) from None
+        return outcome
     return _finished(queue, call, claim, status, value, reason, time.monotonic() - t0, log)
 
 
