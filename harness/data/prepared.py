@@ -6,8 +6,9 @@ folder (:mod:`harness.data.shards`): the folder `harness prepare` made for the r
 corpus of the single-file layout this format replaced, converted into shards
 (:mod:`harness.data.legacy_corpus`: the same tokens, the same protocol description); else the
 worker builds it now with :func:`~harness.data.shards.prepare_shards` in one process (a small corpus
-is one shard per split; one process is as fast as the single-file builder was: 1.1 s for the
-1.6 MB FineWeb-Edu sample either way, 1.5-1.8 s with a pool of two). A hub spec without
+is one shard per split). Measured on the 1.6 MB FineWeb-Edu sample (2 shared cores, tokenizer
+cached): 1.4-1.7 s with the single-file builder, 1.7-2.2 s in one process (1.3 s of either is the
+tokenizer itself), 1.3-2.4 s with a pool of two: one process, no pool to start. A hub spec without
 ``max_docs`` that `harness prepare` has not sharded reads its first
 :data:`~harness.data.corpus.HUB_DEFAULT_MAX_DOCS` documents, as before.
 

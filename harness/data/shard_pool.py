@@ -26,7 +26,7 @@ def init_worker(folder: str, name: str) -> None:
 
 class InProcess:
     """The pool of a one-process build: each chunk is encoded here when submitted. A worker's small
-    corpus takes no pool start (as fast as the single-file builder was), and a daemonic process,
+    corpus takes no pool start (within a few tenths of a second of the single-file builder), and a daemonic process,
     which may start no pool, can build one."""
 
     def __init__(self, folder: str, name: str) -> None:
