@@ -36,6 +36,7 @@ import lightning as L
 import torch
 
 from db.runfile import result_end, write_result
+from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
@@ -57,12 +58,11 @@ from harness.train.ranks import (
 )
 from harness.train.result_file import (
     RunOutcome,
-    _run_row,
-    _utc_now,
     finished_outcome,
     finished_status,
     ingest_results,
     record_failure,
+    run_row,
     stored_result,
     time_split,
 )
@@ -141,7 +141,7 @@ def build(
     fence = fence if fence is not None else fencing.current()
     if not isinstance(config, RunConfig):
         raise TypeError(f"train_run takes a harness.design.config.RunConfig, got {type(config).__name__}")
-    started, t_start = _utc_now(), time.perf_counter()
+    started, t_start = utc_now(), time.perf_counter()
     quiet_lightning()
     results_dir = Path(results_dir)
     train, preset, plan, prepared = _plan_and_corpus(config, results_dir, settings)
@@ -382,7 +382,7 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         )
     if not run.trainer.is_global_zero:
         return RunOutcome(status, error=error)
-    row = _run_row(
+    row = run_row(
         config,
         status=status,
         protocol_hash=protocol_hash(run.protocol),
@@ -403,7 +403,7 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(),
-        finished_at=_utc_now().isoformat(),
+        finished_at=utc_now().isoformat(),
         fence=run.fence,
     )
     row["config"] = {
