@@ -15,6 +15,8 @@ from harness.scheduling.grid import load_grid
 from harness.train.execution import ExecutionSettings
 from harness.train.protocol import protocol_dict
 
+from queue_stubs import write_grid
+
 RUN = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"]
 
 
@@ -79,27 +81,10 @@ def test_harness_run_options_fill_every_field_and_harness_work_the_same_object()
             execution_settings(build_parser().parse_args([*RUN, *bad]))
 
 
-GRID = """
-name = "g"
-corpus = "/corpus"
-sizes = ["tiny"]
-seeds = [0]
-budgets_tokens = [2048]
-
-[variants]
-block_attnres = "parent"
-rd_attnres = "treatment"
-
-[train]
-vocab_size = 512
-batch_tokens = 1024
-{extra}
-"""
-
-
 def _grid(tmp_path, extra: str) -> list[RunConfig]:
-    path = tmp_path / f"g{len(extra)}.toml"
-    path.write_text(GRID.format(extra=extra))
+    """The runs of queue_stubs' grid with ``extra`` lines at the end of its ``[train]`` table."""
+    path = write_grid(tmp_path, seeds="[0]", name=f"g{len(extra)}", corpus="/corpus")
+    path.write_text(path.read_text() + extra + "\n")
     return load_grid(path).expand("/corpus")
 
 
