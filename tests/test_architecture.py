@@ -8,8 +8,7 @@
   ``harness`` outside its commands imports ``reports``;
 * every file of the project's packages (``harness``, ``reports``, ``db``, ``controls``) and of
   ``scripts`` has at most 600 physical lines and every function there at most 80 (from its first
-  decorator to its last line, as :mod:`ast` gives ``lineno..end_lineno``), except the offenders
-  :data:`OVER_LIMIT` names until issue 46 splits them;
+  decorator to its last line, as :mod:`ast` gives ``lineno..end_lineno``), with no exception list;
 * no module imports another project module's private name (``from x import _y``): what two modules
   share is public and documented, or lives in the module that uses it;
 * every ``reports`` module imports in a fresh interpreter, in dependency order.
@@ -31,20 +30,6 @@ PACKAGES = ("harness", "reports", "db", "controls")
 MAX_FILE_LINES = 600  # physical lines, blank, comment and docstring lines included
 MAX_FUNCTION_LINES = 80  # physical lines from the first decorator to the function's last line
 
-# Files ("path") and functions ("path::name") still over the limits: issue 46 has still to
-# split them; the test fails on any offender not listed here, and on an entry no longer over.
-OVER_LIMIT = {
-    "harness/design/config.py": "not split yet (issue 46): RunConfig.corpus_key grew it past 600 lines",
-    "harness/scheduling/worker.py::work": "not split yet (issue 46: execution settings, no run_kwargs)",
-    "harness/bench/result.py::assemble": "not split yet (issue 46)",
-    "harness/commands/bench.py::add_arguments": "not split yet (issue 46)",
-}
-
-# Private names imported across modules (module, name) -> why; each is a defect to remove.
-PRIVATE_IMPORTS = {
-    ("harness.train.runner", "_run_row"): "not reworked yet (issue 46: execution settings)",
-    ("harness.train.runner", "_utc_now"): "not reworked yet (issue 46: execution settings)",
-}
 
 # Imports of project modules inside functions: allowed in these folders/files (with why), and elsewhere
 # only where the import line, or the comment line just above it, says why it is deferred ("# lazy: ...").
@@ -311,13 +296,8 @@ def test_files_and_functions_are_small():
     found = []
     for path in sorted(p for pkg in (*PACKAGES, "scripts") for p in (ROOT / pkg).rglob("*.py")):
         found += oversized(path.relative_to(ROOT).as_posix(), path.read_text())
-    new = [
-        f"{x}: over {MAX_FILE_LINES if '::' not in x else MAX_FUNCTION_LINES} lines"
-        for x in found
-        if x not in OVER_LIMIT
-    ]
-    stale = [f"{x}: within the limits now; remove it from OVER_LIMIT" for x in OVER_LIMIT if x not in found]
-    assert not new + stale, "\n".join(new + stale)
+    over = [f"{x}: over {MAX_FILE_LINES if '::' not in x else MAX_FUNCTION_LINES} lines" for x in found]
+    assert not over, "\n".join(over)
 
 
 def test_no_private_name_is_imported_from_another_project_module():
@@ -328,19 +308,9 @@ def test_no_private_name_is_imported_from_another_project_module():
                 found += [
                     f"{path.relative_to(ROOT).as_posix()}:{node.lineno} imports {target}.{a.name}"
                     for a in node.names
-                    if a.name.startswith("_")
-                    and not a.name.startswith("__")
-                    and (module, a.name) not in PRIVATE_IMPORTS
+                    if a.name.startswith("_") and not a.name.startswith("__")
                 ]
-    stale = [
-        f"{m} no longer imports {n}; remove it from PRIVATE_IMPORTS"
-        for m, n in PRIVATE_IMPORTS
-        if not any(
-            isinstance(node, ast.ImportFrom) and n in {a.name for a in node.names}
-            for node, _, _ in _imports(m)
-        )
-    ]
-    assert not sorted(set(found)) + stale, "\n".join(sorted(set(found)) + stale)
+    assert not found, "\n".join(sorted(set(found)))
 
 
 def test_every_reports_module_imports_in_a_fresh_interpreter():

@@ -58,10 +58,11 @@ def lit_of(compile_: bool) -> LitLM:
     model = build_model("rd_attnres", "tiny", seed=0, vocab_size=512)
     return LitLM(
         model,
-        train_config("tiny", compile=compile_),
+        train_config("tiny"),
         total_steps=1,
         batch_tokens=128,
         token_bytes=torch.ones(512, dtype=torch.long),
+        compile=compile_,
     )
 
 

@@ -78,10 +78,11 @@ def test_a_fall_back_to_eager_is_recorded_not_silent(capsys):
     assert (forward.graphs, forward.eager_frames, forward.compiled) == (1, 1, False)
     lit = LitLM(
         build_model("prenorm", "tiny", seed=0, vocab_size=512),
-        train_config("tiny", compile=True),
+        train_config("tiny"),
         total_steps=1,
         batch_tokens=128,
         token_bytes=torch.ones(512, dtype=torch.long),
+        compile=True,
     )
     assert lit.compile_record() == {"compiled": False, "compile_graphs": None}  # never compiled: eager
     object.__setattr__(lit, "_compiled", forward)

@@ -77,7 +77,7 @@ def test_a_full_disk_is_named_by_the_results_folder_not_a_staging_file_elsewhere
     import shutil
 
     from harness.common.files import FULL_BELOW, full_place
-    from harness.scheduling.worker import _full_path
+    from harness.scheduling.worker_faults import full_path
 
     results = tmp_path / "results"
     results.mkdir()
@@ -87,4 +87,4 @@ def test_a_full_disk_is_named_by_the_results_folder_not_a_staging_file_elsewhere
     inside = results / "runs" / "r.json"
     assert full_place(inside, results) == inside
     exc = OSError(errno.ENOSPC, "No space left on device", str(staging))
-    assert _full_path(exc, results) == results
+    assert full_path(exc, results) == results

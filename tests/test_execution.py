@@ -9,7 +9,13 @@ import pytest
 
 from harness.cli import build_parser
 from harness.commands.options import execution_settings
+from harness.design.config import RunConfig, TrainConfig
+from harness.models.sizes import derive
+from harness.scheduling.grid import load_grid
 from harness.train.execution import ExecutionSettings
+from harness.train.protocol import protocol_dict
+
+from queue_stubs import write_grid
 
 RUN = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"]
 
@@ -25,6 +31,7 @@ def test_every_field_survives_the_json_a_child_rank_reads():
         loggers=("csv", "mlflow"),
         threads=3,
         stop_after_tokens=4096,
+        compile=True,
     )
     assert all(getattr(settings, f.name) != f.default for f in dataclasses.fields(settings))  # none default
     assert ExecutionSettings.from_json(settings.to_json()) == settings  # loggers: a JSON list back to a tuple
@@ -72,3 +79,50 @@ def test_harness_run_options_fill_every_field_and_harness_work_the_same_object()
     ]:
         with pytest.raises(ValueError, match=message):
             execution_settings(build_parser().parse_args([*RUN, *bad]))
+
+
+def _grid(tmp_path, extra: str) -> list[RunConfig]:
+    """The runs of queue_stubs' grid with ``extra`` lines at the end of its ``[train]`` table."""
+    path = write_grid(tmp_path, seeds="[0]", name=f"g{len(extra)}", corpus="/corpus")
+    path.write_text(path.read_text() + extra + "\n")
+    return load_grid(path).expand("/corpus")
+
+
+def test_a_grid_sets_execution_settings_in_train_outside_train_config_and_the_protocol(tmp_path):
+    """``[train] compile / micro_batch_size / loggers`` (the spelling every grid used) still load; they are
+    execution settings: not TrainConfig fields, outside the protocol, merged with the command line's once
+    (ExecutionSettings.for_run: the command line's micro-batch size wins, the loggers are both)."""
+    plain = _grid(tmp_path, "")
+    configs = _grid(tmp_path, 'compile = true\nmicro_batch_size = 4\nloggers = ["csv"]')
+    assert not {"compile", "micro_batch_size", "loggers"} & {f.name for f in dataclasses.fields(TrainConfig)}
+    config = configs[0]
+    assert config.execution() == {"compile": True, "micro_batch_size": 4, "loggers": ("csv",)}
+    assert config.train_config() == plain[0].train_config()
+    args = dict(
+        data_meta={"fingerprint": "f"},
+        model=derive("tiny", vocab_size=512),
+        eval_windows=4,
+        precision="32-true",
+    )
+    assert [protocol_dict(c, **args) for c in configs] == [protocol_dict(c, **args) for c in plain]
+    merged = ExecutionSettings(micro_batch_size=2, loggers=("mlflow", "csv")).for_run(config)
+    assert (merged.compile, merged.micro_batch_size, merged.loggers) == (True, 2, ("csv", "mlflow"))
+    assert merged.for_run(config) == merged  # a child rank applies it again: the same settings
+    defaults = ExecutionSettings().for_run(plain[0])
+    assert (defaults.compile, defaults.micro_batch_size, defaults.loggers) == ("auto", "auto", ())
+    # a payload queued before the fields left TrainConfig reads back as it was
+    assert RunConfig.from_dict(config.to_dict()).execution() == config.execution()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ('compile = "maybe"', "train.compile: 'maybe' is not a bool"),
+        ("micro_batch_size = 0", "micro_batch_size=0 must be 'auto' or a positive number of sequences"),
+        ('loggers = ["tensorbord"]', "logger 'tensorbord' is not known"),
+    ],
+)
+def test_a_bad_execution_setting_in_a_grid_is_one_line_at_load(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        _grid(tmp_path, extra)
+    assert "\n" not in str(caught.value)

@@ -23,9 +23,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from harness.design.config import TrainConfig
+from harness.design.config import RunConfig, TrainConfig, execution_overrides, parse_train_value
 from harness.models import build_model
 from harness.models.sizes import padded_vocab
+from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM
 from harness.train.microbatch import divisors, micro_slices, resolve_micro_batch
 from harness.train.trainer import make_trainer, quiet_lightning
@@ -62,8 +63,16 @@ def one_step(
     """Train one step of the batch ``(x, y)`` with the real trainer; return the module and its gradients."""
     quiet_lightning()
     net = build_model(variant, size, seed=0, vocab_size=padded_vocab(TOKENIZER_VOCAB), **model)
-    cfg = TrainConfig(grad_clip=0.0, micro_batch_size=micro, compile=False)  # no clip: the raw gradients
-    lit = LitLM(net, cfg, total_steps=1, batch_tokens=x.numel(), token_bytes=torch.ones(TOKENIZER_VOCAB))
+    cfg = TrainConfig(grad_clip=0.0)  # no clip: the raw gradients
+    lit = LitLM(
+        net,
+        cfg,
+        total_steps=1,
+        batch_tokens=x.numel(),
+        token_bytes=torch.ones(TOKENIZER_VOCAB),
+        compile=False,
+        micro_batch_size=micro,
+    )
     capture = GradCapture()
     trainer = make_trainer(
         accelerator="cpu", precision=precision, max_steps=1, callbacks=[capture], root=root
@@ -134,14 +143,22 @@ def test_auto_is_the_whole_rank_batch_on_a_cpu_and_a_number_is_capped_by_it():
 
 
 def test_micro_batch_size_is_auto_or_a_positive_int():
-    assert TrainConfig().micro_batch_size == "auto"
-    assert TrainConfig.parse_value("micro_batch_size", "auto") == "auto"
-    assert TrainConfig.parse_value("micro_batch_size", "16") == 16
+    assert (
+        ExecutionSettings().for_run(RunConfig.create("prenorm", "tiny", 0, 2048, "/c")).micro_batch_size
+        == "auto"
+    )
+    assert parse_train_value("micro_batch_size", "auto") == "auto"
+    assert parse_train_value("micro_batch_size", "16") == 16
+    assert execution_overrides({"micro_batch_size": 16, "lr": 1.0}) == {"micro_batch_size": 16}
     for bad in (0, -2, 1.5, True, "many"):
         with pytest.raises(ValueError, match="micro_batch_size"):
-            TrainConfig(micro_batch_size=bad)
+            execution_overrides({"micro_batch_size": bad})
+        with pytest.raises(
+            ValueError, match="micro_batch_size"
+        ):  # a grid's [train] value: refused at queue time
+            RunConfig.create("prenorm", "tiny", 0, 2048, "/c", train={"micro_batch_size": bad})
     with pytest.raises(ValueError, match="micro_batch_size='x' is not an int or 'auto'"):
-        TrainConfig.parse_value("micro_batch_size", "x")
+        parse_train_value("micro_batch_size", "x")
 
 
 def _cli_run(results: Path, *extra: str) -> dict:
@@ -233,6 +250,7 @@ import torch
 from torch.utils.data import DataLoader
 from harness.design.config import TrainConfig
 from harness.models import build_model, count_params
+from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM
 from harness.train.trainer import make_trainer, quiet_lightning
 
@@ -251,8 +269,8 @@ class PeakBeforeAdam(L.Callback):
 def fit(net, rows, x, y, callbacks=()):
     # batch_tokens counts the preset's context: it sizes the rank's rows; the step's sequences
     # may be shorter (128 tokens here, to keep the CPU's work small)
-    lit = LitLM(net, TrainConfig(micro_batch_size=micro, compile=False), total_steps=1,
-                batch_tokens=rows * net.cfg.context, token_bytes=torch.ones(V))
+    lit = LitLM(net, TrainConfig(), total_steps=1, batch_tokens=rows * net.cfg.context, token_bytes=torch.ones(V),
+                compile=False, micro_batch_size=micro)
     trainer = make_trainer(accelerator="cpu", precision="32-true", max_steps=1, callbacks=list(callbacks),
                            root=sys.argv[1])
     trainer.fit(lit, train_dataloaders=DataLoader([(x, y)], batch_size=None))

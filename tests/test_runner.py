@@ -423,10 +423,11 @@ def test_compiled_forward_is_used_when_asked(monkeypatch):
     model = build_model("rd_attnres", "tiny", seed=0)
     lit = LitLM(
         model,
-        train_config("tiny", compile=True),
+        train_config("tiny"),
         total_steps=1,
         batch_tokens=128,
         token_bytes=torch.ones(model.cfg.vocab_size, dtype=torch.long),
+        compile=True,
     )
     x = torch.zeros(2, 8, dtype=torch.long)
     assert torch.equal(lit._forward(x), model(x)) and lit._forward(x).shape == (2, 8, model.cfg.vocab_size)

@@ -358,3 +358,25 @@ def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untr
     assert old.user_attrs["ending"] == "released"
     assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter()  # asked before: takes nothing
     assert q.runs()[rid].state == "queued"
+
+
+def test_a_claimed_run_gets_the_workers_settings_and_stop_request_typed_whole(tmp_path):
+    """The worker passes each run its ExecutionSettings (positional, the same object), its stop request and
+    no pruning hook (a grid's run), as the runner's entry names them; a stand-in train function without
+    settings gets ``(config, results_dir)`` only (harness.scheduling.worker.Training)."""
+    from harness.scheduling.worker import Training
+    from harness.train.stop import StopRequest
+
+    q = new_queue(tmp_path)
+    q.enqueue(configs(seeds=(0,)))
+    settings, stop, seen = ExecutionSettings(progress=False, micro_batch_size=2, threads=1), StopRequest(), []
+
+    def train_run(config, results_dir, given, *, stop_requested, on_eval):
+        seen.append((config.run_id, Path(results_dir), given, stop_requested, on_eval))
+        return "done"
+
+    assert work(q, train_run, tmp_path, settings=settings, stop=stop, log=quiet) == Counter(done=3)
+    assert [s[1:] for s in seen] == [(tmp_path, settings, stop, None)] * 3
+    assert all(given is settings for _, _, given, _, _ in seen)  # whole, not rebuilt from a mapping
+    stand_in = Training(lambda config, results_dir: ("done", results_dir), tmp_path)
+    assert stand_in(configs(seeds=(0,))[0]) == ("done", tmp_path)

@@ -43,7 +43,7 @@ class _Loops:
         quiet_lightning()
         self.cfg, self.device, self.root = cfg, device, root
         context = get_size(cfg.size).context
-        train = train_config(cfg.size, compile=cfg.compile)
+        train = train_config(cfg.size)
         self.n_steps = n_steps = cfg.warmup + cfg.loop_steps
         log_every = max(1, n_steps // 100)  # as a run's StepPlan.log_every
         self.dm = TokenDataModule(prepared, context, batch_size, cfg.seed, eval_tokens=context)
@@ -57,6 +57,7 @@ class _Loops:
                 batch_tokens=batch_size * context,
                 token_bytes=token_bytes,
                 log_every=log_every,
+                compile=cfg.compile,
             )
 
         self.lit = lit_for(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from harness.bench.settings import (
     resolve_device,
 )
 from harness.bench.steps import StepArm, fit_arms, peak_step_bytes, time_steps
+from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, prepare_corpus, token_dtype
 from harness.data.datamodule import TrainSchedule
 from harness.design.config import corpus_key, get_size, train_config
@@ -106,7 +106,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
     micro_batches = _micro_batches(cfg, device, batch_size)
     if micro_note:
         say(micro_note)
-    created = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    created = utc_now()
     try:
         with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
             prepared = _prepare_data(cfg, Path(tmp) / "data", batch_size, cfg.warmup + cfg.loop_steps)

@@ -148,21 +148,9 @@ def assemble(
     if len(loop_tps) == 2:
         summary["lightning/bare"] = _loop_ratio(loops)
         ratios["lightning/bare"] = summary["lightning/bare"]["value"]
-    precision = {"precision_ratios": {PRECISION_RATIO: None}} if missing_arms and cfg.precision_ratio else {}
-    if precision_arms:
-        precision = {
-            "precision_ratios": {PRECISION_RATIO: summary[PRECISION_RATIO]["value"]},
-            "precision_step_ms": {p: statistics.median(samples[a]) for p, a in precision_arms.items()},
-            "precision_arms": precision_arms,
-            "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb},
-        }
+    precision = _precision_fields(cfg, summary, samples, peak_mb, precision_arms, missing_arms)
     tokens_per_s = {v: step_tokens / (step_ms[v] / 1e3) for v in variants}
-    peak, peak_note = device_peak_flops(device, cfg.peak_tflops)
-    preset = get_size(cfg.size)
-    flops = {
-        v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()
-    }
-    mfu, mfu_note = _mfu(cfg, variants, flops, tokens_per_s, loop_tps, peak, peak_note)
+    mfu = _mfu(cfg, device, context, n_params, tokens_per_s, loop_tps)
     targets = _targets(ratios, mem_ratios, summary)
     return {
         "size": cfg.size,
@@ -172,6 +160,33 @@ def assemble(
         "step_ms": step_ms,
         "peak_mem_mb": {v: peak_mb[v] for v in variants},
         "ratios": ratios,
+        **_interval_fields(cfg, summary),
+        **precision,
+        "peak_mem_ratios": mem_ratios,
+        "tokens_per_s": tokens_per_s,
+        "loop_tokens_per_s": loop_tps,
+        **mfu,
+        "micro_batch_note": micro_batch_note,
+        "missing_arms": missing_arms or {},
+        "micro_batches": micro_batches,
+        "micro_batch_ms": {v: ms / micro_batches for v, ms in step_ms.items()},
+        "targets": targets,
+        "n_params": n_params,
+        "samples_ms": samples,
+        "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
+        "batch_size": batch_size,
+        "context": context,
+        "batch_tokens": batch_tokens,
+        "step_tokens": step_tokens,
+        "steps": len(next(iter(samples.values()))) if samples else 0,
+        **_provenance(cfg, device, created),
+    }
+
+
+def _interval_fields(cfg: BenchConfig, summary: dict) -> dict:
+    """The ratios' intervals in :func:`assemble`'s result: ``ratio_intervals``, ``ratio_rounds`` and how they
+    were computed (``intervals``: level, target width, each width)."""
+    return {
         "ratio_intervals": {k: list(s["interval"]) if s["interval"] else None for k, s in summary.items()},
         "ratio_rounds": {k: s["n"] for k, s in summary.items()},
         "intervals": {
@@ -181,29 +196,35 @@ def assemble(
             "method": "median of the per-round paired ratios; distribution-free order-statistic "
             "interval for the median (binomial ranks)",
         },
-        **precision,
-        "peak_mem_ratios": mem_ratios,
-        "tokens_per_s": tokens_per_s,
-        "loop_tokens_per_s": loop_tps,
-        "mfu": mfu,
-        "mfu_note": mfu_note,
-        "flops_per_token": flops,
-        "micro_batch_note": micro_batch_note,
-        "missing_arms": missing_arms or {},
-        "micro_batches": micro_batches,
-        "micro_batch_ms": {v: ms / micro_batches for v, ms in step_ms.items()},
-        "peak_flops": peak,
-        "targets": targets,
-        "n_params": n_params,
-        "samples_ms": samples,
-        "loop_samples_ms": {k: [1e3 * t for t in v] for k, v in loops.items()},
+    }
+
+
+def _precision_fields(
+    cfg: BenchConfig,
+    summary: dict,
+    samples: dict[str, list[float]],
+    peak_mb: dict[str, float],
+    precision_arms: dict[str, str] | None,
+    missing_arms: dict[str, str] | None,
+) -> dict:
+    """The precision comparison's keys of :func:`assemble` (``precision_ratios``, ``precision_step_ms``,
+    ``precision_arms``, ``precision_peak_mem_mb``): none without it, a ``None`` ratio when an arm is missing."""
+    if precision_arms:
+        return {
+            "precision_ratios": {PRECISION_RATIO: summary[PRECISION_RATIO]["value"]},
+            "precision_step_ms": {p: statistics.median(samples[a]) for p, a in precision_arms.items()},
+            "precision_arms": precision_arms,
+            "precision_peak_mem_mb": {p: peak_mb[a] for p, a in precision_arms.items() if a in peak_mb},
+        }
+    return {"precision_ratios": {PRECISION_RATIO: None}} if missing_arms and cfg.precision_ratio else {}
+
+
+def _provenance(cfg: BenchConfig, device: torch.device, created: dt.datetime) -> dict:
+    """Where and how :func:`assemble`'s result was measured: the device, the rounds asked for, the loops,
+    the corpus and seed, the method, and the result's id, host and time."""
+    return {
         "device": device.type,
         "device_name": _device_name(device),
-        "batch_size": batch_size,
-        "context": context,
-        "batch_tokens": batch_tokens,
-        "step_tokens": step_tokens,
-        "steps": len(next(iter(samples.values()))) if samples else 0,
         "min_steps": cfg.steps,
         "max_steps": cfg.max_steps,
         "warmup": cfg.warmup,
@@ -233,14 +254,20 @@ def _loop_ratio(loops: dict[str, list[float]]) -> dict:
 
 
 def _mfu(
-    cfg: BenchConfig, variants: list[str], flops: dict, tokens_per_s: dict, loop_tps: dict, peak, why
-) -> tuple[dict | None, str | None]:
-    """``(MFU per variant and loop, None)``, or ``(None, why)`` without a known bf16 peak."""
-    if not peak:
-        return None, why
-    mfu = {v: model_mfu(flops[v], tokens_per_s[v], peak) for v in variants}
-    mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
-    return mfu, None
+    cfg: BenchConfig, device: torch.device, context: int, n_params: dict, tokens_per_s: dict, loop_tps: dict
+) -> dict:
+    """``mfu`` (per variant and loop; ``None`` without a known bf16 peak, ``mfu_note`` says why),
+    ``flops_per_token`` (``6 N + 12 L D T``, :mod:`harness.bench.flops`) and ``peak_flops`` of the device."""
+    peak, why = device_peak_flops(device, cfg.peak_tflops)
+    preset = get_size(cfg.size)
+    flops = {
+        v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()
+    }
+    mfu = None
+    if peak:
+        mfu = {v: model_mfu(flops[v], tps, peak) for v, tps in tokens_per_s.items()}
+        mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
+    return {"mfu": mfu, "mfu_note": None if peak else why, "flops_per_token": flops, "peak_flops": peak}
 
 
 def _targets(ratios: dict, mem_ratios: dict, summary: dict) -> dict:

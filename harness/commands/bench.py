@@ -36,6 +36,13 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_timing(p)
+    _add_what(p)
+    _add_outputs(p)
+
+
+def _add_timing(p: argparse.ArgumentParser) -> None:
+    """How the steps are timed: the size, eager or compiled, the rounds until the ratios are narrow enough."""
     p.add_argument(
         "--size", default="small", help="size preset: tiny, mini, small, 120m, 343m (default: small)"
     )
@@ -74,6 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)"
     )
+
+
+def _add_what(p: argparse.ArgumentParser) -> None:
+    """What is timed: the variants, the batch, the two loops, the device."""
     p.add_argument(
         "--variant",
         action="append",
@@ -104,6 +115,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device (default: auto)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default: 0)")
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """What the result holds beyond the timings (MFU, a profile) and where it is written."""
     p.add_argument(
         "--peak-tflops",
         type=float,

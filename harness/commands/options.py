@@ -88,13 +88,15 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     Raises:
         ValueError: anything else (the message names the value and what is allowed).
     """
-    from harness.design.config import TrainConfig  # lazy: it loads torch (harness.models)
+    from harness.design.config import (  # lazy: it loads torch (harness.models)
+        execution_overrides,
+        parse_train_value,
+    )
 
     if value is None:
         return None
-    parsed = TrainConfig.parse_value("micro_batch_size", value)
-    TrainConfig(micro_batch_size=parsed)  # 'auto' or a positive int, else one clear line
-    return parsed
+    parsed = parse_train_value("micro_batch_size", value)
+    return execution_overrides({"micro_batch_size": parsed})["micro_batch_size"]  # 'auto' or > 0
 
 
 def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:

@@ -94,20 +94,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed by
-    :class:`~harness.design.config.TrainConfig`'s fields.
+    """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed as a ``[train]``
+    table's keys (:func:`~harness.design.config.parse_train_value`).
 
     Raises:
         ValueError: an item without ``=``, an unknown key, or a value of the wrong type.
     """
-    from harness.design.config import TrainConfig
+    from harness.design.config import parse_train_value
 
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
-        out[key.strip()] = TrainConfig.parse_value(key.strip(), raw)
+        out[key.strip()] = parse_train_value(key.strip(), raw)
     return out
 
 

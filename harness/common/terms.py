@@ -10,10 +10,12 @@ dependencies, so every layer may import it.
 * A run *status* is where a run is in its life (DESIGN section 5, ``runs.status``).
 * A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>``.
 * A ``--grid NAME`` that names no grid is one error naming the grids there (:func:`check_grid`).
+* A run's timestamps (``runs.started_at``, ``finished_at``) are naive UTC (:func:`utc_now`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -121,6 +123,11 @@ def is_tune_grid(grid: str) -> bool:
     return grid.startswith(TUNE_PREFIX) and bool(NAME_RE.match(grid[len(TUNE_PREFIX) :]))
 
 
+def utc_now() -> dt.datetime:
+    """Now in UTC without a time zone, as a run's timestamps are stored (``runs.started_at``, DESIGN section 5)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
 __all__ = [
     "ROLES",
     "TUNE_ROLE",
@@ -136,6 +143,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "ABSENT",
     "run_id",
+    "utc_now",
     "check_grid",
     "config_diff",
 ]

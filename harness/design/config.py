@@ -3,7 +3,9 @@
 * :class:`SizePreset`, :data:`SIZES`, :class:`ModelConfig`, :func:`derive` -- the model's
   shape per size, defined in :mod:`harness.models.sizes` and re-exported here;
 * :class:`TrainConfig` -- optimiser, schedule, evaluation and data settings; per-size
-  defaults in :data:`TRAIN_DEFAULTS`, merged by :func:`train_config`;
+  defaults in :data:`TRAIN_DEFAULTS`, merged by :func:`train_config`; a ``[train]`` table may also
+  set execution settings (:data:`EXECUTION_KEYS`, outside :class:`TrainConfig`), defined in
+  :mod:`harness.design.execution_keys` and re-exported here;
 * :class:`RunConfig` -- one run: variant, size, seed, budget, corpus and the overrides.
   It is what the queue carries, what the protocol hash is computed from and the runner's
   only input.
@@ -25,6 +27,14 @@ from typing import Any
 
 from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 from harness.data.corpus_key import CorpusKey, requested_vocab
+from harness.design.execution_keys import (
+    AUTO_FIELDS,
+    EXECUTION_KEYS,
+    TRACKERS,
+    check_loggers,
+    check_value,
+    execution_overrides,
+)
 from harness.models import VariantSpec, get_spec
 from harness.models.catalog import is_shipped
 from harness.models.sizes import (
@@ -40,17 +50,9 @@ from harness.models.spec import parse_spec_text
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
 PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
-#: Live-curve trackers a run can stream to (``[train] loggers``, ``--logger``; harness.train.trackers).
-TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
-
-#: The grid name of a run started by hand (``harness run`` without ``--grid``).
-ADHOC_GRID = "adhoc"
 #: Largest budget a run may have, in tokens: 1e15, far above any pretraining run (the largest
 #: are ~4e13) and far below what ``runs.budget_tokens`` (BIGINT) holds.
 MAX_BUDGET_TOKENS = 10**15
-#: Largest BPE vocabulary a run may train (2^20 ids); the smallest is
-#: :data:`harness.data.tokenizer.MIN_BPE_VOCAB` (256 bytes + 1 special token).
-MAX_VOCAB_SIZE = 2**20
 
 
 def check_budget(train: TrainConfig, *, size: str, context: int, budget_tokens: int) -> None:
@@ -87,48 +89,12 @@ def check_budget(train: TrainConfig, *, size: str, context: int, budget_tokens: 
         )
 
 
-def check_vocab(key: CorpusKey) -> None:
-    """Refuse a BPE vocabulary the tokenizer cannot train (``key.vocab_size``, :meth:`RunConfig.corpus_key`).
-
-    Raises:
-        ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
-    """
-    from harness.data.tokenizer import check_bpe_vocab  # lazy: the tokenizer module loads HF tokenizers
-
-    if key.tokenizer == "bpe":
-        check_bpe_vocab(key.vocab_size)
-
-
-def corpus_key(corpus: str, size: str, train: TrainConfig) -> CorpusKey:
-    """The corpus a run of preset ``size`` with settings ``train`` reads from ``corpus`` (a spec): the
-    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.data.corpus_key.requested_vocab`).
-
-    Raises:
-        ValueError: unknown size.
-    """
-    return CorpusKey(
-        corpus,
-        train.tokenizer,
-        requested_vocab(train.vocab_size, get_size(size).vocab_size),
-        train.val_fraction,
-        train.max_docs or None,
-    )
-
-
-#: Training settings that also take ``"auto"`` (resolved per machine), with the type of their other values.
-AUTO_FIELDS = {"compile": "bool", "micro_batch_size": "int"}
-
-
-def resolve_compile(setting: bool | str, device_type: str) -> bool:
-    """``TrainConfig.compile`` made concrete: ``auto`` compiles on CUDA only (DESIGN section 11)."""
-    return device_type == "cuda" if setting == "auto" else bool(setting)
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimiser, schedule and evaluation settings of one run (DESIGN section 4).
 
-    Every field can be set by a grid's ``[train]`` table; unknown keys are errors.
+    Every field can be set by a grid's ``[train]`` table (which may also set the execution
+    settings of :data:`EXECUTION_KEYS`, kept outside this class); unknown keys are errors.
     Budgets and intervals are in tokens, never steps.
 
     Attributes:
@@ -158,14 +124,6 @@ class TrainConfig:
         precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``auto-bf16`` (bf16-mixed on CUDA
             and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32), ``32-true`` or
             ``bf16-mixed``. Resolved per machine; the result enters the protocol hash.
-        compile: wrap the model in ``torch.compile``; ``auto`` (the default): on CUDA, not on a CPU.
-        micro_batch_size: sequences per forward+backward on one rank (DESIGN section 11): a
-            step's global batch runs as micro-batches of this many sequences, gradients
-            accumulating; ``auto`` (the default): the largest that fits, probed on CUDA, the
-            whole per-rank batch on a CPU (:mod:`harness.train.microbatch`). An execution
-            setting, outside the protocol hash.
-        loggers: trackers that show the run's curves live (:data:`TRACKERS`; TOML list, ``--set
-            loggers=a,b``); an execution setting, outside the protocol hash.
     """
 
     lr: float = 3e-3
@@ -187,37 +145,16 @@ class TrainConfig:
     max_epochs: float = 0.0
     checkpoint_every_tokens: int = 0
     precision: str = "auto"
-    compile: bool | str = "auto"
-    micro_batch_size: int | str = "auto"
-    loggers: tuple = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "loggers", check_loggers(self.loggers))
         for f in fields(self):
-            if f.type == "tuple":
-                continue
-            value = getattr(self, f.name)
-            if f.name in AUTO_FIELDS and value == "auto":
-                continue
-            kind = {"int": int, "float": float, "bool": bool, "str": str}[AUTO_FIELDS.get(f.name, f.type)]
-            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                object.__setattr__(self, f.name, float(value))
-                ok = True
-            if not ok:
-                name = AUTO_FIELDS.get(f.name, f.type)
-                auto = " or 'auto'" if f.name in AUTO_FIELDS else ""
-                raise ValueError(f"{f.name}={value!r} must be {'an' if name == 'int' else 'a'} {name}{auto}")
+            object.__setattr__(self, f.name, check_value(f.name, getattr(self, f.name), f.type))
         if self.schedule not in ("cosine", "wsd"):
             raise ValueError(f"schedule={self.schedule!r}; allowed: 'cosine', 'wsd'")
         if self.tokenizer not in ("bpe", "gpt2"):
             raise ValueError(f"tokenizer={self.tokenizer!r}; allowed: 'bpe', 'gpt2'")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}; allowed: {', '.join(map(repr, PRECISIONS))}")
-        if self.micro_batch_size != "auto" and self.micro_batch_size <= 0:
-            raise ValueError(
-                f"micro_batch_size={self.micro_batch_size} must be 'auto' or a positive number of sequences"
-            )
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr={self.lr} must be a positive finite number")
         if not 0 < self.val_fraction < 1:
@@ -244,70 +181,60 @@ class TrainConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
 
     @classmethod
-    def parse_value(cls, key: str, raw: str):
-        """Convert a command-line string to the type of field ``key`` (``--set KEY=VALUE``).
-
-        Ints accept ``_`` separators (``100_000``); bools accept true/false/1/0/yes/no.
-
-        Raises:
-            ValueError: unknown key (listing the allowed ones) or a value of the wrong type.
-        """
-        types = {f.name: AUTO_FIELDS.get(f.name, f.type) for f in fields(cls)}
-        if key not in types:
-            raise ValueError(f"unknown training setting {key!r}; allowed: {sorted(types)}")
-        kind, text = types[key], raw.strip()
-        if key in AUTO_FIELDS and text.lower() == "auto":
-            return "auto"
-        try:
-            if kind == "int":
-                return int(text.replace("_", ""))
-            if kind == "float":
-                return float(text.replace("_", ""))
-            if kind == "tuple":
-                return tuple(t.strip() for t in text.split(",") if t.strip())
-            if kind == "bool":
-                low = text.lower()
-                if low in ("true", "1", "yes", "on"):
-                    return True
-                if low in ("false", "0", "no", "off"):
-                    return False
-                raise ValueError
-        except ValueError:
-            allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (
-                " or 'auto'" if key in AUTO_FIELDS else ""
-            )
-            raise ValueError(f"{key}={raw!r} is not {allowed}") from None
-        return text
-
-    @classmethod
-    def from_dict(cls, values: dict, *, where: str = "[train]") -> TrainConfig:
-        """Build from a mapping (a grid's ``[train]`` table); unknown keys raise ``ValueError``."""
+    def from_dict(cls, values: Mapping, *, where: str = "[train]") -> TrainConfig:
+        """Build from a mapping of its fields; any other key raises ``ValueError`` (listing what a
+        ``[train]`` table allows: these fields and :data:`EXECUTION_KEYS`, read by :func:`train_config`)."""
         allowed = {f.name for f in fields(cls)}
         unknown = set(values) - allowed
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+            keys = sorted(allowed | set(EXECUTION_KEYS))
+            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {keys}")
         return cls(**values)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def check_loggers(names) -> tuple[str, ...]:
-    """``names`` (a list or tuple of :data:`TRACKERS` names) as a tuple, each once, in order.
+def train_keys() -> dict[str, str]:
+    """Every key a ``[train]`` table may hold -> the type of its values (``int``, ``float``, ``str``,
+    ``bool``, ``tuple``): :class:`TrainConfig`'s fields, then :data:`EXECUTION_KEYS`."""
+    return {**{f.name: str(f.type) for f in fields(TrainConfig)}, **EXECUTION_KEYS}
+
+
+def parse_train_value(key: str, raw: str):
+    """Convert a command-line string to the type of ``[train]`` key ``key`` (``--set KEY=VALUE``,
+    ``--micro-batch-size``): a :class:`TrainConfig` field or an execution setting (:data:`EXECUTION_KEYS`).
+
+    Ints accept ``_`` separators (``100_000``); bools accept true/false/1/0/yes/no; a tuple is
+    comma-separated; ``auto`` where :data:`AUTO_FIELDS` allows it.
 
     Raises:
-        ValueError: not a list of strings, or an unknown tracker (the message lists the allowed ones).
+        ValueError: unknown key (listing the allowed ones) or a value of the wrong type.
     """
-    if (
-        isinstance(names, str)
-        or not isinstance(names, (list, tuple))
-        or not all(isinstance(n, str) for n in names)
-    ):
-        raise ValueError(f"loggers={names!r} must be a list of names; allowed: {', '.join(TRACKERS)}")
-    bad = [n for n in names if n not in TRACKERS]
-    if bad:
-        raise ValueError(f"logger {bad[0]!r} is not known; allowed: {', '.join(TRACKERS)}")
-    return tuple(dict.fromkeys(names))
+    types = train_keys()
+    if key not in types:
+        raise ValueError(f"unknown training setting {key!r}; allowed: {sorted(types)}")
+    kind, text = types[key], raw.strip()
+    if key in AUTO_FIELDS and text.lower() == "auto":
+        return "auto"
+    try:
+        if kind == "int":
+            return int(text.replace("_", ""))
+        if kind == "float":
+            return float(text.replace("_", ""))
+        if kind == "tuple":
+            return tuple(t.strip() for t in text.split(",") if t.strip())
+        if kind == "bool":
+            low = text.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+    except ValueError:
+        allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or 'auto'" if key in AUTO_FIELDS else "")
+        raise ValueError(f"{key}={raw!r} is not {allowed}") from None
+    return text
 
 
 # Per-size defaults of the training settings (preset level of the precedence chain).
@@ -321,11 +248,53 @@ TRAIN_DEFAULTS: dict[str, dict] = {
 
 
 def train_config(size: str, **overrides) -> TrainConfig:
-    """Training settings of a preset with overrides applied (preset, then grid, then CLI)."""
+    """Training settings of a preset with overrides applied (preset, then grid, then CLI). ``overrides``
+    may be a whole ``[train]`` table: its execution settings are checked and left out
+    (:func:`execution_overrides`; :meth:`harness.train.execution.ExecutionSettings.for_run` reads them).
+
+    Raises:
+        ValueError: an unknown size or key, a bad value.
+    """
     get_size(size)
+    execution_overrides(overrides)
     values = dict(TRAIN_DEFAULTS.get(size, {}))
-    values.update(overrides)
+    values.update({k: v for k, v in overrides.items() if k not in EXECUTION_KEYS})
     return TrainConfig.from_dict(values)
+
+
+#: The grid name of a run started by hand (``harness run`` without ``--grid``).
+ADHOC_GRID = "adhoc"
+#: Largest BPE vocabulary a run may train (2^20 ids); the smallest is
+#: :data:`harness.data.tokenizer.MIN_BPE_VOCAB` (256 bytes + 1 special token).
+MAX_VOCAB_SIZE = 2**20
+
+
+def check_vocab(key: CorpusKey) -> None:
+    """Refuse a BPE vocabulary the tokenizer cannot train (``key.vocab_size``, :meth:`RunConfig.corpus_key`).
+
+    Raises:
+        ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
+    """
+    from harness.data.tokenizer import check_bpe_vocab  # lazy: the tokenizer module loads HF tokenizers
+
+    if key.tokenizer == "bpe":
+        check_bpe_vocab(key.vocab_size)
+
+
+def corpus_key(corpus: str, size: str, train: TrainConfig) -> CorpusKey:
+    """The corpus a run of preset ``size`` with settings ``train`` reads from ``corpus`` (a spec): the
+    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.data.corpus_key.requested_vocab`).
+
+    Raises:
+        ValueError: unknown size.
+    """
+    return CorpusKey(
+        corpus,
+        train.tokenizer,
+        requested_vocab(train.vocab_size, get_size(size).vocab_size),
+        train.val_fraction,
+        train.max_docs or None,
+    )
 
 
 @dataclass(frozen=True)
@@ -348,7 +317,10 @@ class RunConfig:
         seed: data-order and initialisation seed (>= 0).
         budget_tokens: training budget in tokens (> 0).
         corpus: corpus spec, an absolute path or ``hf:OWNER/NAME:CONFIG``.
-        train: overrides of the preset's :class:`TrainConfig` (grid ``[train]``, then ``--set``).
+        train: the grid's ``[train]`` table, then ``--set``: overrides of the preset's :class:`TrainConfig`
+            (:meth:`train_config`) and the execution settings it may set (:data:`EXECUTION_KEYS`,
+            :meth:`execution`), kept in one table so that a payload queued before they left
+            :class:`TrainConfig` reads back unchanged.
         analysis: the grid's analysis plan (:meth:`harness.design.analysis_plan.AnalysisPlan.as_config`);
             ``None`` for an ad-hoc run. Not part of the protocol.
         model: overrides of :class:`ModelConfig` fields (not ``vocab_size``: the tokenizer
@@ -559,6 +531,16 @@ class RunConfig:
         """The training settings: the size's defaults with :attr:`train` applied."""
         return train_config(self.size, **self.train)
 
+    def execution(self) -> dict[str, Any]:
+        """The execution settings the run's grid (or ``--set``) gives in :attr:`train` (:data:`EXECUTION_KEYS`
+        -> value); :meth:`harness.train.execution.ExecutionSettings.for_run` merges them with the
+        command line's. Outside the protocol hash (DESIGN section 11).
+
+        Raises:
+            ValueError: a value of the wrong type (:func:`~harness.design.execution_keys.execution_overrides`).
+        """
+        return execution_overrides(self.train)
+
     def corpus_key(self) -> CorpusKey:
         """The corpus this run reads (:class:`~harness.data.corpus_key.CorpusKey`): its spec and the
         training settings that decide its tokens; the vocabulary is ``[train] vocab_size``, else the
@@ -605,6 +587,12 @@ __all__ = [
     "check_vocab",
     "corpus_key",
     "RunConfig",
+    "EXECUTION_KEYS",
+    "PRECISIONS",
+    "TRACKERS",
     "AUTO_FIELDS",
-    "resolve_compile",
+    "check_loggers",
+    "execution_overrides",
+    "train_keys",
+    "parse_train_value",
 ]

@@ -9,10 +9,9 @@ The checks are public: :mod:`harness.scheduling.grid` runs them in order (and re
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 
 from harness.common.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
-from harness.design.config import SIZES, TrainConfig, train_config
+from harness.design.config import AUTO_FIELDS, SIZES, train_config, train_keys
 from harness.models import available_variants
 from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
 
@@ -212,12 +211,14 @@ _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,
 
 def check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = "train") -> None:
     """Unknown keys, value types, and each size's merged TrainConfig must be valid."""
-    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    types = train_keys()
     unknown = [k for k in train if k not in types]
     if unknown:
         raise ValueError(f"{where}: {prefix}.{unknown[0]}: unknown key; allowed keys: {', '.join(types)}")
     for key, value in train.items():
         ok = _PY_TYPES.get(types[key])
+        if key in AUTO_FIELDS and value == "auto":
+            continue
         if ok and (not isinstance(value, ok) or (types[key] != "bool" and isinstance(value, bool))):
             raise ValueError(f"{where}: {prefix}.{key}: {value!r} is not a {types[key]}")
         if isinstance(value, float) and not math.isfinite(value):

@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, TUNE_PREFIX, TUNE_ROLE, TUNE_SEED_BASE
-from harness.design.config import RunConfig, TrainConfig, check_budget, get_size, train_config
+from harness.design.config import (
+    RunConfig,
+    TrainConfig,
+    check_budget,
+    get_size,
+    parse_train_value,
+    train_config,
+)
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -135,9 +142,7 @@ def parse_param(entry: str) -> Param:
                 f"--space {entry!r}: a choice needs at least two values, e.g. schedule=choice:cosine,wsd"
             )
         try:
-            parsed = tuple(
-                TrainConfig.parse_value(name, v) if name != WARMUP_FRAC else float(v) for v in values
-            )
+            parsed = tuple(parse_train_value(name, v) if name != WARMUP_FRAC else float(v) for v in values)
         except ValueError as exc:
             raise ValueError(f"--space {entry!r}: {exc}") from None
         if len(set(parsed)) != len(parsed):

@@ -1,7 +1,9 @@
 """How a run is executed, as one object: :class:`ExecutionSettings` (DESIGN section 11).
 
 Built once from the command line (``harness run``, ``harness work``; ``harness launch`` passes
-its workers ``harness work`` arguments) and passed whole: the worker loop
+its workers ``harness work`` arguments), merged with what the run's grid sets (``[train] compile``,
+``micro_batch_size``, ``loggers``: :data:`harness.design.execution_keys.EXECUTION_KEYS`) once, by
+:meth:`ExecutionSettings.for_run` when the run is built, and passed whole: the worker loop
 (:func:`harness.scheduling.worker.work`) -> :func:`harness.train.runner.train_run` -> each
 child rank, serialised whole (:meth:`ExecutionSettings.to_json` / :meth:`ExecutionSettings.from_json`),
 so a rank cannot miss a field. Execution settings change how a run is computed, never what is
@@ -17,7 +19,10 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.design.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -30,12 +35,16 @@ class ExecutionSettings:
         devices: ranks per node, a positive int or ``auto`` (every visible GPU on a GPU, 1 elsewhere).
         strategy: Lightning strategy (``auto`` is ``ddp`` when this process starts several ranks).
         num_nodes: nodes of the run, each rank started by torchrun or srun.
-        micro_batch_size: sequences per forward+backward on one rank, ``auto``, or ``None`` for the
-            config's ``micro_batch_size`` (:mod:`harness.train.microbatch`).
-        loggers: trackers streaming the run's curves, besides its ``[train] loggers``
-            (:data:`harness.design.config.TRACKERS`).
+        micro_batch_size: sequences per forward+backward on one rank (DESIGN section 11): a step's
+            global batch runs as micro-batches of this many sequences, gradients accumulating; ``auto``:
+            the largest that fits, probed on CUDA, the whole per-rank batch on a CPU
+            (:mod:`harness.train.microbatch`); ``None``: the grid's ``[train] micro_batch_size``, else ``auto``.
+        loggers: trackers streaming the run's curves (:data:`harness.design.config.TRACKERS`), besides
+            the grid's ``[train] loggers``.
         threads: torch CPU threads per process (0: torch's default; rank 0's count for a child rank).
         stop_after_tokens: checkpoint and stop after this many tokens (a planned stop), ``None``: no stop.
+        compile: wrap the model in ``torch.compile`` (``True``, ``False``, ``auto``: on CUDA, not on a
+            CPU, :func:`resolve_compile`); ``None``: the grid's ``[train] compile``, else ``auto``.
     """
 
     progress: bool = True
@@ -47,6 +56,7 @@ class ExecutionSettings:
     loggers: tuple[str, ...] = ()
     threads: int = 0
     stop_after_tokens: int | None = None
+    compile: bool | str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loggers", tuple(self.loggers))  # JSON gives a list back
@@ -58,6 +68,24 @@ class ExecutionSettings:
             TypeError: a name that is not a field.
         """
         return dataclasses.replace(self, **changes)
+
+    def for_run(self, config: RunConfig) -> ExecutionSettings:
+        """These settings for the run ``config``: the one place where the command line's settings and the
+        ones its grid sets (:meth:`~harness.design.config.RunConfig.execution`) meet. A ``compile`` or
+        ``micro_batch_size`` left ``None`` here takes the grid's, else ``auto``; the loggers are the
+        grid's, then these. Applying it twice gives the same settings (a child rank applies it again).
+
+        Raises:
+            ValueError: a bad value in the grid's ``[train]`` table.
+        """
+        grid = config.execution()
+        return self.replace(
+            compile=grid.get("compile", "auto") if self.compile is None else self.compile,
+            micro_batch_size=grid.get("micro_batch_size", "auto")
+            if self.micro_batch_size is None
+            else self.micro_batch_size,
+            loggers=tuple(dict.fromkeys((*grid.get("loggers", ()), *self.loggers))),
+        )
 
     def to_json(self) -> str:
         """Every field, as JSON (what a child rank gets; :meth:`from_json` reads it back)."""
@@ -71,6 +99,11 @@ class ExecutionSettings:
             TypeError: a field this class does not have (a child rank of another version).
         """
         return cls(**json.loads(text))
+
+
+def resolve_compile(setting: bool | str, device_type: str) -> bool:
+    """The ``compile`` setting made concrete: ``auto`` compiles on CUDA only (DESIGN section 11)."""
+    return device_type == "cuda" if setting == "auto" else bool(setting)
 
 
 def parse_devices(value: str) -> int | str:
@@ -103,4 +136,4 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-__all__ = ["ExecutionSettings", "parse_devices", "set_threads"]
+__all__ = ["ExecutionSettings", "resolve_compile", "parse_devices", "set_threads"]

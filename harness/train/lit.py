@@ -41,9 +41,10 @@ from contextlib import nullcontext
 import lightning as L
 import torch
 
-from harness.design.config import TrainConfig, resolve_compile
+from harness.design.config import TrainConfig
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
 from harness.train.compiled import CompiledForward
+from harness.train.execution import resolve_compile
 from harness.train.loss import token_cross_entropy
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
 from harness.train.ranks import sum_over_ranks
@@ -64,6 +65,10 @@ class LitLM(L.LightningModule):
             tokenizer's vocabulary, the model's may be padded beyond it (its padding logits are
             never in the loss, so they are never targeted and bits-per-byte is unchanged).
         log_every: record train metrics every this many steps.
+        compile: wrap the model in ``torch.compile`` (``auto``: with CUDA's defaults,
+            :func:`~harness.train.execution.resolve_compile`); an execution setting.
+        micro_batch_size: sequences per micro-batch on one rank, or ``auto`` (resolved at the fit's
+            start, :mod:`harness.train.microbatch`); an execution setting.
     """
 
     def __init__(
@@ -75,6 +80,8 @@ class LitLM(L.LightningModule):
         batch_tokens: int,
         token_bytes: torch.Tensor,
         log_every: int = 10,
+        compile: bool | str = "auto",
+        micro_batch_size: int | str = "auto",
     ) -> None:
         super().__init__()
         self.automatic_optimization = False  # one optimiser step per global batch of micro-batches
@@ -86,6 +93,8 @@ class LitLM(L.LightningModule):
         self.warmup_steps = warmup_steps(cfg, total_steps, batch_tokens)
         self.register_buffer("token_bytes", token_bytes.to(torch.int64), persistent=False)
         self.vocab_size = int(token_bytes.numel())  # the tokenizer's; logits beyond it are padding
+        self.compile_setting = compile
+        self.micro_batch_setting = micro_batch_size  # 'auto' or sequences, as asked
         self.micro_batch_size: int | None = None  # sequences per micro-batch, resolved at the fit's start
         self.micro_batch_note: str | None = None  # the auto probe's line (CUDA)
         self.log_every = max(1, log_every)
@@ -149,7 +158,7 @@ class LitLM(L.LightningModule):
         return token_cross_entropy(logits, y, reduction)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._compiled is None and resolve_compile(self.cfg.compile, self._defaults_of):
+        if self._compiled is None and resolve_compile(self.compile_setting, self._defaults_of):
             # kept outside the module tree (not a submodule): a checkpoint then holds the weights
             # once, under the uncompiled names, so compiled and uncompiled runs load each other's.
             # A fresh one per run (dynamo's caches reset): a worker's 9th model compiles too
@@ -214,7 +223,7 @@ class LitLM(L.LightningModule):
             )
 
         micro, note = resolve_micro_batch(
-            self.cfg.micro_batch_size, local_batch=local, device=self.device, probe=probe
+            self.micro_batch_setting, local_batch=local, device=self.device, probe=probe
         )
         if self.trainer.world_size > 1:  # every rank runs the same micro-batches: the smallest probed
             micro = int(self.all_gather(torch.tensor(micro, device=self.device)).min())

@@ -21,16 +21,10 @@ import torch
 from harness.design.config import ModelConfig, RunConfig
 
 PROTOCOL_VERSION = 1
-# Execution details that do not change what is computed (or only through kernel choice).
-# The micro-batch size (and the world size) split a global batch without changing it (DESIGN
-# section 11); trackers only watch.
-NON_PROTOCOL_TRAIN_FIELDS = (
-    "compile",
-    "checkpoint_every_tokens",
-    "eval_every_tokens",
-    "micro_batch_size",
-    "loggers",
-)
+# TrainConfig's intervals that do not change what is computed: when a checkpoint is written and the
+# validation curve is sampled. The execution settings (compile, micro-batch size, trackers: DESIGN
+# section 11) are not TrainConfig fields (harness.design.execution_keys.EXECUTION_KEYS).
+NON_PROTOCOL_TRAIN_FIELDS = ("checkpoint_every_tokens", "eval_every_tokens")
 
 
 def protocol_dict(

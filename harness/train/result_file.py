@@ -7,7 +7,6 @@ file it leaves each have a module.
 
 from __future__ import annotations
 
-import datetime as dt
 import socket
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import torch
 
 from db.runfile import read_result, result_path, run_end, write_result
 from harness.common.console import log
-from harness.common.terms import ERROR_CHARS, FINISHED, config_diff
+from harness.common.terms import ERROR_CHARS, FINISHED, config_diff, utc_now
 from harness.design.config import RunConfig
 from harness.train import fencing
 from harness.train.fencing import Fence
@@ -50,10 +49,6 @@ class RunOutcome(str):
         return {"status": self.status, "val_nll": self.val_nll, "error": self.error}
 
 
-def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
 def time_split(row: dict) -> str:
     """``train 9.1 s (91 %), eval 0.5 s, setup 0.3 s, ckpt 0.1 s`` from a ``runs`` row."""
     wall = row["wall_s"] or float("nan")
@@ -62,7 +57,7 @@ def time_split(row: dict) -> str:
     return ", ".join(parts)
 
 
-def _run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
+def run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
     """The ``runs`` row of ``config`` (DESIGN section 5) with ``fields`` added, stamped with
     the writer's ``owner`` and ``epoch`` (:mod:`harness.train.fencing`)."""
     row = {
@@ -89,11 +84,11 @@ def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) 
     """
     fence = fencing.current()
     result = {
-        "run": _run_row(
+        "run": run_row(
             config,
             status="failed",
             error=str(error_text)[-ERROR_CHARS:],
-            finished_at=_utc_now().isoformat(),
+            finished_at=utc_now().isoformat(),
             fence=fence,
         ),
         "metrics": [],
@@ -185,6 +180,7 @@ def ingest_results(results_dir: str | Path, label: str, path: Path) -> None:
 __all__ = [
     "RunOutcome",
     "time_split",
+    "run_row",
     "record_failure",
     "stored_result",
     "finished_status",

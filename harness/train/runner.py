@@ -21,7 +21,6 @@ the next reader; DuckDB and polars load only then, :func:`~harness.train.result_
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import shutil
 import signal
@@ -36,6 +35,7 @@ import lightning as L
 import torch
 
 from db.runfile import result_end, write_result
+from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
@@ -57,12 +57,11 @@ from harness.train.ranks import (
 )
 from harness.train.result_file import (
     RunOutcome,
-    _run_row,
-    _utc_now,
     finished_outcome,
     finished_status,
     ingest_results,
     record_failure,
+    run_row,
     stored_result,
     time_split,
 )
@@ -141,11 +140,12 @@ def build(
     fence = fence if fence is not None else fencing.current()
     if not isinstance(config, RunConfig):
         raise TypeError(f"train_run takes a harness.design.config.RunConfig, got {type(config).__name__}")
-    started, t_start = _utc_now(), time.perf_counter()
+    started, t_start = utc_now(), time.perf_counter()
     quiet_lightning()
     results_dir = Path(results_dir)
-    train, preset, plan, prepared = _plan_and_corpus(config, results_dir, settings)
-    model, dm, lit = _model_and_modules(config, train, preset, plan, prepared, t_start)
+    settings = settings.for_run(config)  # the command line's settings with the grid's, merged once
+    train, plan, prepared = _plan_and_corpus(config, results_dir, settings)
+    model, dm, lit = _model_and_modules(config, train, settings, plan, prepared, t_start)
     accelerator = _accelerator(settings.accelerator)
     precision = resolve_precision(train.precision, accelerator)
     protocol = protocol_dict(
@@ -166,7 +166,7 @@ def build(
         stop_requested=stop_requested,
         t_start=t_start,
     )
-    names = train.loggers + settings.loggers
+    names = settings.loggers  # the grid's and the command line's
     trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
     trainer = make_trainer(
         accelerator=accelerator,
@@ -203,11 +203,8 @@ def build(
 
 
 def _plan_and_corpus(config: RunConfig, results_dir: Path, settings: ExecutionSettings):
-    """``(train, preset, plan, prepared)``: the run's train settings (with the settings' micro-batch size,
-    an execution setting: the run's config, id and protocol stay), size preset, step plan and corpus."""
+    """``(train, plan, prepared)``: the run's train settings, step plan and corpus."""
     train, preset = config.train_config(), get_size(config.size)
-    if settings.micro_batch_size is not None:
-        train = dataclasses.replace(train, micro_batch_size=settings.micro_batch_size)
     plan = StepPlan.of(
         train,
         size=config.size,
@@ -216,13 +213,19 @@ def _plan_and_corpus(config: RunConfig, results_dir: Path, settings: ExecutionSe
         stop_after_tokens=settings.stop_after_tokens,
     )
     prepared = prepare_corpus(config.corpus_key(), cache_dir=cache_dir(results_dir))
-    return train, preset, plan, prepared
+    return train, plan, prepared
 
 
 def _model_and_modules(
-    config: RunConfig, train, preset, plan: StepPlan, prepared: PreparedCorpus, t_start: float
+    config: RunConfig,
+    train,
+    settings: ExecutionSettings,
+    plan: StepPlan,
+    prepared: PreparedCorpus,
+    t_start: float,
 ) -> tuple:
-    """``(model, data module, Lightning module)`` of the run (the module's clock starts at ``t_start``)."""
+    """``(model, data module, Lightning module)`` of the run, compiled and split into micro-batches as
+    ``settings`` (merged with the grid's) say; the module's clock starts at ``t_start``."""
     # the tokenizer's vocabulary padded to a multiple of 64 (50257 -> 50304); the loss leaves the padding out
     model = build_model(
         config.variant_spec(),
@@ -231,7 +234,8 @@ def _model_and_modules(
         **config.model,
         vocab_size=padded_vocab(prepared.vocab_size),
     )
-    dm = TokenDataModule(prepared, preset.context, plan.batch_size, config.seed, train.eval_tokens)
+    context = get_size(config.size).context  # the preset's, as the step plan's
+    dm = TokenDataModule(prepared, context, plan.batch_size, config.seed, train.eval_tokens)
     lit = LitLM(
         model,
         train,
@@ -239,6 +243,8 @@ def _model_and_modules(
         batch_tokens=plan.batch_tokens,
         token_bytes=torch.from_numpy(prepared.token_bytes()),
         log_every=plan.log_every,
+        compile=settings.compile,
+        micro_batch_size=settings.micro_batch_size,
     )
     lit.t_process_start = t_start  # a checkpoint's wall_s counts this segment from here
     return model, dm, lit
@@ -382,7 +388,7 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         )
     if not run.trainer.is_global_zero:
         return RunOutcome(status, error=error)
-    row = _run_row(
+    row = run_row(
         config,
         status=status,
         protocol_hash=protocol_hash(run.protocol),
@@ -403,7 +409,7 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(),
-        finished_at=_utc_now().isoformat(),
+        finished_at=utc_now().isoformat(),
         fence=run.fence,
     )
     row["config"] = {
@@ -472,9 +478,9 @@ def train_run(
             every rank at the next step with a checkpoint (:class:`RunInterrupted`), unless
             ``stop_requested`` is given (its caller owns the signals). ``stop_after_tokens``:
             checkpoint and raise :class:`RunInterrupted` after this many tokens (a planned stop;
-            calling again resumes). ``micro_batch_size``: sequences per micro-batch on one rank, or
-            ``auto``; ``None`` = the config's (DESIGN section 11, :mod:`harness.train.microbatch`).
-            ``loggers``: trackers besides the run's ``[train] loggers`` (:mod:`harness.train.trackers`).
+            calling again resumes). ``micro_batch_size``, ``compile``: ``None`` = the grid's ``[train]``
+            value, else ``auto``; ``loggers``: trackers besides the grid's ``[train] loggers``
+            (:meth:`~harness.train.execution.ExecutionSettings.for_run`, DESIGN section 11).
         fence: who may write this run's checkpoints and result (:mod:`harness.train.fencing`);
             default :func:`harness.train.fencing.current` (a queue worker's claim, or the open fence).
         on_eval: ``on_eval(step, tokens, val_nll) -> bool`` after each evaluation before the
