@@ -106,7 +106,7 @@ def columns() -> dict[str, dict[str, str]]:
         Read from the ``CREATE TABLE`` statements' column lines (``name TYPE ...``, one per
         line, ``--`` comments dropped) with the standard library, so that writing a result file
         needs no DuckDB (DESIGN section 11: training writes results without the store's
-        packages); tests/test_import_boundary.py checks it equals DuckDB's own catalog.
+        packages); tests/tooling/test_import_boundary.py checks it equals DuckDB's own catalog.
 
     Raises:
         ValueError: a column line whose type is not one of :data:`SCHEMA_TYPES` (a schema

@@ -9,7 +9,7 @@ declares its options and ``main(args) -> int`` runs it. Every subcommand gets
 Start-up stays light: ``harness CMD ...`` imports CMD's module only (the others are listed by
 the first line of their docstring, read from the source: :func:`summary`), and a command module
 imports torch, Lightning, Optuna, DuckDB, polars or submitit only inside its ``main``
-(``harness --help`` and ``harness CMD --help`` load none of them; tests/test_cli_startup.py checks).
+(``harness --help`` and ``harness CMD --help`` load none of them; tests/commands/test_cli_startup.py checks).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser. ``commands``: the subcommands whose modules are imported and whose
     options are declared (default: all); the others are listed by name and summary only, so
-    ``harness CMD ...`` imports CMD's module alone (tests/test_cli_startup.py)."""
+    ``harness CMD ...`` imports CMD's module alone (tests/commands/test_cli_startup.py)."""
     parser = _Parser(
         prog="harness",
         description="Ablation and controls harness for depth-routing Transformers "

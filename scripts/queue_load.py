@@ -22,7 +22,7 @@ thread) and, with ``--postgres``, the server's (every backend). On a machine sha
 work the times above are inflated by waiting for a core; the CPU per run is not, and gives the
 last column, the claims/s two otherwise idle cores would sustain (2 / CPU per run: an estimate
 that assumes perfect overlap). Exit status 0 only if every run finished once and duplicates <=
-runs lost. The test suite runs a small version (tests/test_queue_load.py).
+runs lost. The test suite runs a small version (tests/scheduling/test_queue_load.py).
 """
 
 from __future__ import annotations

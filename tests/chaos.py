@@ -18,7 +18,7 @@ the queue shows every cell finished, the workers are stopped and the script chec
   worker in another results folder (the reference; trained first, journal queue).
 
 It prints one line per kill and a summary; the exit status is 0 only if every check held.
-The test suite runs a small version (tests/test_scaleout.py); its functions are importable.
+The test suite runs a small version (tests/scheduling/test_scaleout.py); its functions are importable.
 """
 
 from __future__ import annotations

@@ -88,6 +88,28 @@ def chaos_reference(tmp_path_factory) -> dict[str, float]:
 # for long carry `@pytest.mark.slow` (or a module-level `pytestmark`) in their own file.
 SLOW_FIXTURES = frozenset({"postgres", "pg_url", "slurm", "chaos_reference"})
 
+# Parameter cases over ~2 s whose smaller cases are not (measured: `pytest -m "not slow"
+# --durations=0`), by file name and test id: the developer's loop keeps the small sizes.
+SLOW_CASES = frozenset(
+    {
+        "test_models.py::test_control_with_its_added_vector_at_zero_equals_parent[query_reparam-w_extra-0.5-layers1-small]",
+        "test_models.py::test_control_with_its_added_vector_at_zero_equals_parent[param_matched-b_qk-0.05-layers0-small]",
+        "test_models.py::test_control_with_its_added_vector_at_zero_equals_parent[param_matched-b_qk-0.05-layers0-tiny-L5-block6]",
+        "test_models.py::test_control_with_its_added_vector_at_zero_equals_parent[param_matched-b_qk-0.05-layers0-tiny]",
+        "test_models.py::test_control_with_its_added_vector_at_zero_equals_parent[param_matched-b_qk-0.05-layers0-tiny-L4-block4]",
+        "test_models.py::test_control_with_its_added_vector_at_zero_equals_parent[query_reparam-w_extra-0.5-layers1-tiny-L5-block6]",
+        "test_models.py::test_dup_route_tied_equals_parent_with_random_queries[small]",
+        "test_models.py::test_dup_route_with_equal_queries_equals_parent[small]",
+        "test_models.py::test_dup_route_with_equal_queries_equals_parent[tiny-L5-block6]",
+        "test_models.py::test_dup_route_with_equal_queries_equals_parent[tiny-L4-block4]",
+        "test_models.py::test_every_trainable_parameter_gets_a_gradient[block_attnres-small]",
+        "test_fencing.py::test_while_the_result_is_renamed_no_one_can_take_the_run_over[journal]",
+        "test_queue_load.py::test_tally_counts_a_grids_runs_without_reading_its_history[postgres]",
+        "test_factorial_grid.py::test_composed_parameter_counts_add_up[small]",
+        "test_bench_step.py::test_the_bench_optimiser_is_the_one_training_builds[1]",
+    }
+)
+
 
 # The files that take longest (measured: `pytest --durations=0`, per-file sums of 40-210 s on 2 cores),
 # longest first. They run first, so that `make test`'s two processes (pytest-xdist, a file per
@@ -103,12 +125,12 @@ LONGEST_FIRST = (
     "test_ranks.py",
     "test_gpu_check.py",
     "test_microbatch.py",
-    "test_first_try.py",
+    "test_new_user_commands.py",
     "test_ctrl_c_commands.py",
     "test_progress_display.py",
     "test_prepare.py",
     "test_fencing.py",
-    "test_e2e.py",
+    "test_queue_work_report.py",
     "test_tune.py",
     "test_readme_quickstart.py",
     "test_ddp.py",
@@ -118,7 +140,8 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        slow_case = f"{item.path.name}::{item.name}" in SLOW_CASES
+        if slow_case or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept

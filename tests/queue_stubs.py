@@ -1,4 +1,4 @@
-"""Shared helpers of the queue tests (tests/test_queue.py, tests/test_work_command.py): a small
+"""Shared helpers of the queue tests (tests/scheduling/test_queue.py, tests/commands/test_work_command.py): a small
 grid's run configs, a queue in a temporary folder, and stub train functions.
 
 The stubs live at module level so that 'spawn' worker processes can unpickle them

@@ -21,7 +21,7 @@ The file format (one compact JSON operation per line) and the lock protocol stay
 (5.0.0, pinned): Optuna's own ``JournalFileBackend`` and ``optuna-dashboard`` read the file.
 :class:`QueueJournal` implements Optuna's public backend interface itself, keeping its own
 line offsets, so no private attribute of Optuna's is read; the one private name used, the operation
-codes a repair's placeholder lines carry, is listed with its reason in ``tests/test_optuna_public.py``.
+codes a repair's placeholder lines carry, is listed with its reason in ``tests/tooling/test_third_party_private.py``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from harness.common.files import atomic_path, atomic_write
 
 TORN_SUFFIX = ".torn"  # torn tails set aside, appended one per line
 REPAIR_WORKER = "harness-repair"
-# the journal's operation codes: Optuna has no public name for them (tests/test_optuna_public.py PRIVATE_USES)
+# the journal's operation codes: Optuna has no public name for them (tests/tooling/test_third_party_private.py PRIVATE_USES)
 _OP_CREATE_STUDY, _OP_CREATE_TRIAL = JournalOperation.CREATE_STUDY.value, JournalOperation.CREATE_TRIAL.value
 _OP_RE = re.compile(rb'"op_code"\s*:\s*(\d+)')
 _STUDY_RE = re.compile(rb'"study_id"\s*:\s*(\d+)')
@@ -194,7 +194,7 @@ class MendingLock(JournalFileOpenLock):
     def __init__(self, journal: str, warn: Callable[[str], None] = _stderr_warning) -> None:
         super().__init__(journal)
         self.journal = journal
-        # exists while some process holds the lock: Optuna's name for it (tests/test_journal.py pins it)
+        # exists while some process holds the lock: Optuna's name for it (tests/scheduling/test_journal.py pins it)
         self.lock_file = journal + LOCK_SUFFIX
         self._warn = warn
 

@@ -278,7 +278,7 @@ def run_trials(storage: BaseStorage, run_id: str, study_id: int) -> list[FrozenT
 
 def _optuna_models():
     """Optuna's SQL models (``optuna.storages._rdb.models``): no public API names its tables, and the
-    PostgreSQL paths write them as Optuna does (listed in tests/test_optuna_public.py PRIVATE_USES)."""
+    PostgreSQL paths write them as Optuna does (listed in tests/tooling/test_third_party_private.py PRIVATE_USES)."""
     from optuna.storages._rdb import models  # lazy: loads SQLAlchemy, only on PostgreSQL
 
     return models

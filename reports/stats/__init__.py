@@ -30,7 +30,7 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
   (which cells ``harness topup`` tops up), both reading a ``ReportStats``.
 
 Imports point down this list and never to :mod:`reports.render` or :mod:`reports.build`
-(``tests/test_architecture.py`` checks it).
+(``tests/tooling/test_architecture.py`` checks it).
 
 Adding a statistic
 ------------------
@@ -51,7 +51,7 @@ Adding a statistic
    :mod:`reports.render.decision_sections` / :mod:`reports.render.evidence_sections` /
    :mod:`reports.render.sentences`, a figure in
    :mod:`reports.render.figures`); rendering reads the field, it never recomputes.
-5. **The independent test**: in ``tests/test_stats.py`` (or the area's test file), assert the value
+5. **The independent test**: in ``tests/stats/test_stats.py`` (or the area's test file), assert the value
    against an independent scipy/statsmodels computation, or frozen numbers from one, and assert
    the new ``stats.csv`` column; a test must be able to fail.
 """

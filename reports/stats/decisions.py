@@ -405,7 +405,7 @@ def fieller(x, y, conf: float = CONF) -> dict[str, np.ndarray]:
 # boundary (f = rho = 0.5, both definite verdicts wrong; true gain -0.02 nats/token) among the cells where
 # the gain is established, when the treatment's run-to-run sd is 3x the parent's or the reverse (the
 # control's sd = the parent's). Measured with reports/simulate_edges.conditional_control_error over 400,000
-# studies per row (SE <= 0.0008); tests/test_simulate.py re-measures them within 4 SE.
+# studies per row (SE <= 0.0008); tests/stats/test_simulate.py re-measures them within 4 SE.
 # (n, sd parent, sd treatment) -> rate.
 CONDITIONAL_RATES = {
     (3, 0.005, 0.015): 0.0642,

@@ -20,7 +20,7 @@ left out (named). Seeds where both sides of a pair diverged are left out (no inf
 A comparator that is missing for another reason (unfinished, failed without a numerical
 error) leaves the seed missing, as before.
 
-Simulated (tests/test_simulate.py): under a true null with "diverges when it would lose"
+Simulated (tests/stats/test_simulate.py): under a true null with "diverges when it would lose"
 the headline's false-positive rate stays <= alpha at n = 3..10 (dropping: up to 0.79 at
 n = 10 when every losing seed diverges).
 """

@@ -1,0 +1,106 @@
+"""Start-up of the `harness` command: `--help` and the read-only commands load no torch.
+
+Each case runs ``python -X importtime -m harness ...`` in a fresh interpreter and reads the
+modules it imported from the importtime log on stderr: `--help` (and every command's
+`--help`) must load neither torch, Lightning, Optuna, submitit, DuckDB nor polars (`--help`
+loads no command module at all); `status` and `sql`, which do real
+work on a real queue and store, must load neither torch nor Lightning. No timing
+assertions (the start-up times are measured in the report of the change). CPU only, ~15 s:
+
+    python -m pytest -q tests/commands/test_cli_startup.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from db.store import Store
+from harness.cli import COMMANDS, summary
+from harness.cli import main as cli_main
+
+from queue_stubs import configs
+
+HEAVY = ("torch", "lightning", "optuna")
+
+
+def imported(*argv: str, cwd=None) -> set[str]:
+    """Top-level packages a fresh ``python -m harness ARGV`` imports (from ``-X importtime``)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", proc.stderr, flags=re.MULTILINE)
+    assert "harness.cli" in names, proc.stderr[-2000:]  # the log was read
+    return {n.split(".")[0] for n in names}
+
+
+#: What only a command's work needs: never loaded for help text (issue 40).
+WORK_ONLY = {*HEAVY, "submitit", "duckdb", "polars"}
+
+
+def test_help_loads_no_torch_lightning_or_optuna():
+    mods = imported("--help")
+    assert not mods & (WORK_ONLY | {"numpy"}), sorted(mods & (WORK_ONLY | {"numpy"}))
+
+
+def test_help_imports_no_command_module():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0
+    names = re.findall(r"\|\s*(harness\.commands\.\w+)$", proc.stderr, flags=re.MULTILINE)
+    assert names == [], names
+    for name in COMMANDS:  # each listed with its module docstring's first line, read from the source
+        doc = importlib.import_module(f"harness.commands.{COMMANDS[name]}").__doc__.strip().splitlines()[0]
+        assert summary(name) == doc
+        assert name in proc.stdout
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_help_loads_nothing_only_its_work_needs(command):
+    mods = imported(command, "--help")
+    assert not mods & WORK_ONLY, (command, sorted(mods & WORK_ONLY))
+
+
+def test_an_unknown_command_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["nosuch"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'nosuch'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_status_and_sql_load_no_torch_or_lightning(tmp_path):
+    from harness.scheduling.queue import RunQueue
+
+    results = tmp_path / "results"
+    RunQueue.open(None, results).enqueue(configs(seeds=(0,)))
+    Store(results).write_result(
+        {
+            "run": {
+                "run_id": "r0",
+                "grid": "g",
+                "variant": "block_attnres",
+                "role": "parent",
+                "seed": 0,
+                "size": "tiny",
+                "budget_tokens": 1000,
+                "status": "done",
+                "config": {},
+            },
+            "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": 3.0}],
+        }
+    )
+    status = imported("status", "--results", str(results))
+    assert "optuna" in status and not status & {"torch", "lightning"}, sorted(status & {"torch", "lightning"})
+    sql = imported("sql", "select * from final", "--results", str(results))
+    assert "duckdb" in sql and not sql & {"torch", "lightning", "optuna"}, sorted(sql & set(HEAVY))

@@ -1,0 +1,119 @@
+"""A terminal's Ctrl-C ends `harness prepare` and `harness work` wherever it lands, and loses nothing
+(issue 40): exit 130 with one line, no traceback from any process of the group, and the work is
+where a second command picks it up (prepare's finished shards; work's run released, then trained).
+
+Each case starts a real `python -m harness` in its own process group and sends SIGINT to the group
+after the N-th line it printed (as a terminal does: the prepare's tokenizer pool gets it too).
+The bound on the exit (:data:`HANG_S`) is a hang detector, not a timing goal. `harness launch` and
+`harness tune` return as soon as they have submitted or enqueued (their long work is the workers').
+Real text, tiny models; ~1 min on 2 cores:
+
+    python -m pytest -q tests/commands/test_ctrl_c_commands.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.data.shards import read_manifest
+from harness.scheduling.queue import RunQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
+HANG_S = 60  # an exit later than this after SIGINT is a hang (GRACE_S is 10 s)
+ENV = {**os.environ, "HARNESS_PROGRESS": "lines", "HARNESS_CACHE": ""}
+
+GRID = f"""
+name = "cc"
+corpus = "{SAMPLE}"
+sizes = ["tiny"]
+seeds = [0]
+budgets_tokens = [32_768]
+
+[variants]
+block_attnres = "parent"
+
+[train]
+vocab_size = 512
+batch_tokens = 1024
+eval_tokens = 2048
+"""
+
+
+def harness(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=ENV, timeout=600
+    )
+    assert not check or done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def ctrl_c_after(lines: int, *args: str) -> tuple[int, str]:
+    """``(exit status, everything printed)`` of a command whose process group got SIGINT once it had
+    printed ``lines`` lines (stdout and stderr together)."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+        start_new_session=True,
+    )
+    said = [p.stdout.readline() for _ in range(lines)]
+    assert all(said), f"ended before line {lines}: {''.join(said)}{p.stdout.read()}"
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        rest, _ = p.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail(f"harness {args[0]} still running {HANG_S} s after Ctrl-C:\n{''.join(said)}")
+    return p.returncode, "".join(said) + rest
+
+
+def assert_interrupted(rc: int, out: str) -> None:
+    assert rc == 130 and out.rstrip().endswith("interrupted"), out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_prepare_keeps_its_shards_and_the_next_prepare_ends_identical(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"  # the sample three times over (~5 MB: five 1 MiB chunks)
+    docs = [json.loads(line) for f in sorted(SAMPLE.glob("*.jsonl")) for line in f.open()]
+    corpus.write_text(
+        "".join(json.dumps({"text": f"{d['text']} ({k})"}) + "\n" for k in range(3) for d in docs)
+    )
+    args = ("--corpus", str(corpus), "--tokenizer", "bpe", "--vocab-size", "2048", "--shard-tokens")
+    args += ("50000", "--workers", "2")
+    whole = tmp_path / "whole"
+    harness("prepare", *args, "--results", str(whole))
+    cut = tmp_path / "cut"
+    # in the first chunk's shards (nothing kept yet), then past it (a chunk ~ five 50,000-token shards)
+    for lines in (2, 8):
+        assert_interrupted(*ctrl_c_after(lines, "prepare", *args, "--results", str(cut)))
+    assert "resuming after chunk" in harness("prepare", *args, "--results", str(cut)).stderr
+    (a,), (b,) = ([p for p in (r / "cache/corpora").glob("shards-*") if p.is_dir()] for r in (whole, cut))
+    assert read_manifest(a)["splits"] == read_manifest(b)["splits"]  # every shard's sha256 included
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_worker_releases_its_run_wherever_it_lands(tmp_path):
+    grid, results = tmp_path / "cc.toml", tmp_path / "results"
+    grid.write_text(GRID)
+    harness("queue", str(grid), "--results", str(results))
+    # after the start line (the run claimed, training not begun: the lazy imports, the fence), then
+    # during the next attempt's training (its first progress line)
+    for lines in (1, 3):
+        rc, out = ctrl_c_after(lines, "work", "--results", str(results))
+        assert_interrupted(rc, out)
+        assert "released cc:tiny:block_attnres:s0:32768: queued again" in out, out
+        runs = RunQueue.open(None, results, create=False).runs()
+        assert [r.state for r in runs.values()] == ["queued"], out
+    done = harness("work", "--results", str(results))
+    assert "1 done, 0 diverged, 0 failed" in done.stdout, done.stdout + done.stderr

@@ -1,0 +1,115 @@
+"""The notebook API (``harness.results``, ``harness.analyze``; reports/api.py), run as the README shows it.
+
+The README's ``## In a notebook`` Python block is executed as written, in a folder whose
+``results/`` holds a synthetic grid named as the README names it (result files written as workers
+write them, tests/report/test_report.py:write_results); its frames are checked against the numbers the
+result files were made from. ~10 s:
+
+    python -m pytest -q tests/report/test_api.py
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from test_report import write_results
+
+import harness
+from db.store import Store
+from reports.synthetic import synthetic_frames
+
+ROOT = Path(__file__).resolve().parents[2]
+GRID = "rd_controls_mini"  # the grid the README's example names
+
+
+def readme_example() -> str:
+    """The first ```python block of the README's ``## In a notebook`` section."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## In a notebook\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nb")
+    frames = synthetic_frames(grid=GRID, seeds=(0, 1, 2, 3), n_layers=2, n_evals=3)
+    store = Store(root / "results")
+    write_results(store, frames)
+    store.ingest()
+    return root, frames
+
+
+def test_readme_example_runs_and_its_frames_hold_the_stored_numbers(folder, monkeypatch):
+    root, frames = folder
+    db = root / "results" / "harness.duckdb"
+    before = db.read_bytes()
+    monkeypatch.chdir(root)
+    ns: dict = {}
+    exec(compile(readme_example(), "README.md:In a notebook", "exec"), ns)
+    assert db.read_bytes() == before  # everything was ingested already: the API wrote nothing
+
+    want = frames["final"].sort("run_id")
+    got = ns["tables"]["final"].sort("run_id")
+    assert got["run_id"].to_list() == want["run_id"].to_list()
+    assert got["val_nll"].to_list() == want["val_nll"].to_list()  # exact: JSON floats round-trip
+    assert set(ns["tables"]) == {"final", "runs", "metrics", "routing"}
+    assert ns["tables"]["metrics"].height == frames["metrics"].height  # every metric, not only NLL
+    assert ns["tables"]["routing"].height == frames["routing"].height
+    assert (
+        ns["curves"].height
+        == frames["metrics"].filter((pl.col("split") == "val") & (pl.col("name") == "nll")).height
+        > 0
+    )
+
+    # The headline's mean paired difference, computed here from the synthetic frames.
+    f = frames["final"]
+    t = f.filter(pl.col("variant") == "rd_attnres").sort("seed")["val_nll"].to_numpy()
+    p = f.filter(pl.col("variant") == "block_attnres").sort("seed")["val_nll"].to_numpy()
+    head = ns["headline"].row(0, named=True)
+    assert ns["headline"].height == 1 and head["n"] == 4
+    assert head["mean"] == pytest.approx(float(np.mean(t - p)), abs=1e-12)
+    aa = ns["aa"].row(0, named=True)  # dup_route_tied is the parent bit for bit
+    assert aa["variant"] == "dup_route_tied" and aa["max_abs"] == 0.0 and aa["status"] == "bit-identical"
+    controls = set(ns["controls"]["control"])
+    assert controls == set(f["variant"]) - {"rd_attnres", "block_attnres", "dup_route_tied", "prenorm"}
+    row = ns["stats"].filter(pl.col("kind") == "treatment_vs_parent").row(0, named=True)
+    assert row["mean_diff"] == head["mean"] and row["holm_p"] == head["holm_p"]
+
+
+def test_analysis_objects_and_their_frames_agree(folder):
+    root, _ = folder
+    a = harness.analyze(root / "results", grid=GRID)
+    h = a.headline[0]
+    row = a.headline.to_frame().row(0, named=True)
+    assert (row["mean"], row["verdict"], row["seeds_needed_n"], row["look_k"]) == (
+        h.mean,
+        h.verdict,
+        h.seeds_needed.n,
+        h.look.k,
+    )
+    c = a.controls.to_frame()
+    assert c.height == len(a.controls) and c["seeds"][0] == " ".join(map(str, a.controls[0].seeds))
+
+
+def test_unknown_grid_is_one_clear_error(folder):
+    root, _ = folder
+    with pytest.raises(ValueError, match=GRID):  # the message lists the grids there are
+        harness.results(root / "results", grid="nope")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        harness.nope  # noqa: B018
+
+
+def test_import_harness_stays_cheap():
+    """The API is imported on first use: `import harness` loads no polars, DuckDB or numpy."""
+    code = (
+        "import sys, harness; print(sorted(m for m in ('polars', 'duckdb', 'numpy', 'torch', 'reports.api') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

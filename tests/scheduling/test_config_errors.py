@@ -1,0 +1,228 @@
+"""A configuration error is refused before a run is claimed and never spends a retry (issue 45,
+rows 2-4): every option of ``harness work`` and ``harness run`` that takes a value, enumerated from
+the argument parsers themselves (a new option without a bad value here fails
+:func:`test_every_option_has_a_bad_value`), is given bad values; each is refused in one line,
+exit 2, and the real queue is left as it was (every run queued, attempt 1, no failure counted).
+
+``python -m pytest -q tests/scheduling/test_config_errors.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser
+from harness.cli import main as cli
+from harness.scheduling.queue import RunQueue
+from harness.train.execution import ExecutionSettings
+
+from queue_stubs import GRID_TOML
+
+SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+
+# Bad values of each option of `harness work` taking one (the grid's batch: 1024 tokens, 16
+# sequences of the tiny context 64; {file}: a file where a folder should be)
+WORK_BAD = {
+    "--results": ["{file}"],
+    "--storage": ["nosuch://x", "sqlite:///q.db"],
+    "--max-runs": ["0", "x"],
+    "--grid": ["nosuch"],
+    "--poll-s": ["0", "-1"],
+    "--retries": ["-1"],
+    "--lease-s": ["0", "-5"],
+    "--storage-retry-s": ["0"],
+    "--threads": ["-1", "100000"],
+    "--devices": ["3", "0", "x"],
+    "--gpus": ["0", "x"],
+    "--strategy": ["nosuch", "fsdp", "deepspeed"],
+    "--accelerator": ["tpu", "mps", "nosuch"],
+    "--micro-batch-size": ["0", "x"],
+    "--logger": ["nosuch"],
+}
+
+# Bad values of each option of `harness run` taking one (its good arguments: RUN_GOOD)
+RUN_BAD = {
+    "--results": ["{file}"],
+    "--variant": ["nosuch"],
+    "--size": ["huge"],
+    "--seed": ["x"],
+    "--budget-tokens": ["100", "x"],
+    "--corpus": ["/no/such/corpus"],
+    "--grid": ["bad name"],
+    "--role": ["boss"],
+    "--set": ["lr=x", "nosuch=1", "precision=16-true", "batch_tokens=500"],
+    "--devices": ["3", "0"],
+    "--strategy": ["nosuch", "fsdp"],
+    "--num-nodes": ["0"],
+    "--accelerator": ["tpu", "mps"],
+    "--micro-batch-size": ["0"],
+    "--threads": ["-1"],
+    "--stop-after-tokens": ["0"],
+    "--logger": ["nosuch"],
+}
+
+
+# Bad values of each option of `harness launch` taking one (--executor local: nothing may start)
+LAUNCH_BAD = {
+    "--results": ["{file}"],
+    "--executor": ["nosuch"],
+    "--workers": ["0", "x"],
+    "--gpus-per-worker": ["-1", "3"],
+    "--cpus-per-worker": ["0"],
+    "--mem": ["lots"],
+    "--time": ["0"],
+    "--partition": ["gpu"],
+    "--sbatch": ["--qos=high"],
+    "--signal-delay-s": ["0"],
+    "--job-name": ["bad name"],
+    "--storage": ["nosuch://x"],
+    "--grid": ["nosuch"],
+    "--threads": ["-1", "100000"],
+    "--max-runs": ["0"],
+}
+
+
+def _value_options(command: str) -> set[str]:
+    """The options of ``harness COMMAND`` that take a value, read from its argument parser."""
+    sub = next(a for a in build_parser([command])._actions if a.dest == "command").choices[command]
+    return {a.option_strings[-1] for a in sub._actions if a.option_strings and a.nargs != 0}
+
+
+@pytest.mark.parametrize("command, table", [("work", WORK_BAD), ("run", RUN_BAD), ("launch", LAUNCH_BAD)])
+def test_every_option_has_a_bad_value(command, table):
+    assert _value_options(command) == set(table), "give each new option a bad value here"
+
+
+def _queue(tmp: Path) -> Path:
+    """``tmp/results`` with the 3-run grid queued (batch of 16 sequences), and ``tmp/a-file``."""
+    results = tmp / "results"
+    grid = tmp / "g.toml"
+    text = GRID_TOML.format(name="g", corpus=SAMPLE, seeds="[0]", extra="")
+    grid.write_text(text.replace("batch_tokens = 512", "batch_tokens = 1024"))
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    (tmp / "a-file").write_text("")
+    return results
+
+
+@pytest.fixture(scope="module")
+def queued(tmp_path_factory):
+    """One queue for the refusals (each must leave it untouched)."""
+    return _queue(tmp_path_factory.mktemp("q"))
+
+
+def _untouched(results: Path) -> None:
+    """Every run still queued at its first attempt, no failure counted, nothing trained."""
+    runs = RunQueue.open(None, results).runs()
+    assert [(r.state, r.attempt) for r in runs.values()] == [("queued", 1)] * 3
+    assert all(t.user_attrs.get("failures", 0) == 0 for r in runs.values() for t in r.trials)
+    assert not (results / "runs").exists() and not (results / "checkpoints").exists()
+
+
+def _refused(argv: list[str], capsys) -> str:
+    capsys.readouterr()
+    try:
+        status = cli(argv)
+    except SystemExit as exc:  # argparse's refusal
+        status = exc.code
+    err = capsys.readouterr().err.strip()
+    assert status == 2, (argv, err)
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.slow  # 40 refusals, each loading Lightning's checks: about 20 s on 2 cores
+def test_every_bad_work_option_is_refused_before_a_claim(queued, capsys):
+    file = str(queued.parent / "a-file")
+    for option, values in WORK_BAD.items():
+        for value in values:
+            argv = ["work", "--results", str(queued), "--threads", "1", "--quiet"]
+            argv += [option, value.format(file=file)]
+            err = _refused(argv, capsys)
+            assert value.format(file=file) in err or option == "--results", err
+            _untouched(queued)
+
+
+def test_devices_that_do_not_split_the_batch_name_it_and_the_allowed_counts(queued, capsys):
+    err = _refused(["work", "--results", str(queued), "--devices", "3", "--quiet"], capsys)
+    assert err == (
+        "harness work: error: --devices 3: run g:tiny:block_attnres:s0:1024 has a global batch of 16 "
+        "sequences (batch_tokens=1024, context 64), which does not split over 3 ranks; allowed "
+        "--devices: 1, 2, 4, 8, 16"
+    )
+    _untouched(queued)
+
+
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("--strategy", "nosuch", "--strategy nosuch: not a Lightning strategy; allowed: auto, "),
+        ("--accelerator", "tpu", "argument --accelerator: invalid choice: 'tpu'"),
+    ],
+)
+def test_strategy_and_accelerator_are_refused_in_one_line(queued, capsys, option, value, words):
+    err = _refused(["work", "--results", str(queued), option, value, "--quiet"], capsys)
+    assert words in err, err
+    _untouched(queued)
+
+
+def test_a_run_queued_after_the_worker_started_is_released_without_a_retry(tmp_path):
+    """--wait: a run the settings cannot train, claimed, goes back to the queue at once."""
+    queued = _queue(tmp_path)
+    from harness.scheduling.worker import work
+    from harness.train.settings_check import check_run
+
+    settings = ExecutionSettings(devices=3)
+    trained = []
+    with pytest.raises(ValueError, match=r"^--devices 3: run g:tiny:\w+:s0:1024 has a global batch of 16 "):
+        work(
+            RunQueue.open(None, queued),
+            lambda config, results: trained.append(config),
+            queued,
+            log=lambda line: None,
+            check_run=lambda config: check_run(config, settings),
+        )
+    assert trained == []
+    runs = RunQueue.open(None, queued).runs()
+    assert sorted(r.state for r in runs.values()) == ["queued"] * 3
+    assert all(t.user_attrs.get("failures", 0) == 0 for r in runs.values() for t in r.trials)
+
+
+@pytest.mark.slow  # 30 refusals of `harness run`: about 20 s on 2 cores
+def test_every_bad_run_option_is_refused_before_training(tmp_path, capsys):
+    results = tmp_path / "results"
+    (tmp_path / "a-file").write_text("")
+    good = {
+        "--variant": "rd_attnres",
+        "--size": "tiny",
+        "--seed": "0",
+        "--budget-tokens": "1024",
+        "--corpus": str(SAMPLE),
+    }
+    for option, values in RUN_BAD.items():
+        for value in values:
+            args = {**good, option: value.format(file=tmp_path / "a-file")}
+            argv = ["run", "--results", str(results), "--quiet", "--set", "batch_tokens=1024"]
+            argv += [w for kv in args.items() for w in kv]
+            _refused(argv, capsys)
+            assert not (results / "runs").exists() and not (results / "checkpoints").exists(), argv
+
+
+@pytest.mark.slow  # 20 refusals of `harness launch`: about 10 s on 2 cores
+def test_every_bad_launch_option_is_refused_before_a_worker_starts(queued, capsys):
+    file = str(queued.parent / "a-file")
+    for option, values in LAUNCH_BAD.items():
+        for value in values:
+            argv = [
+                "launch",
+                "--executor",
+                "local",
+                "--results",
+                str(queued),
+                option,
+                value.format(file=file),
+            ]
+            _refused(argv, capsys)
+            assert not (queued / "launches").exists(), argv
+            _untouched(queued)

@@ -1,0 +1,219 @@
+"""harness archive / harness import (issue 47): a grid's results as one file, restored elsewhere.
+
+From an imported archive `harness report` gives the same stats.csv byte for byte, and `topup` +
+`work` add the next look's seeds; a bad archive (not one, truncated, a tampered member, a protocol
+mismatch) and a clash with the results folder are refused with one line, exit 2, nothing written.
+The fast tests use tests/stats/test_topup.py's grid (real journal queue and store, training replaced by a
+stub writing designed NLLs); the slow one trains a tiny grid on real text.
+
+    python -m pytest -q tests/store/test_archive.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
+
+from db.archive import MANIFEST, read_archive, sha256
+from harness.cli import main as cli
+from harness.scheduling.queue import RunQueue
+
+SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+
+
+def _report(results: Path, out: Path, grid: str = "seq") -> bytes:
+    assert cli(["report", "--grid", grid, "--results", str(results), "--out", str(out), "--no-figures"]) == 0
+    return (out / "stats.csv").read_bytes()
+
+
+def _archived(tmp_path: Path) -> tuple[Path, Path]:
+    """The topup test's grid (looks 3 and 5, 3 seeds trained) and its archive."""
+    results = _queued_and_trained(tmp_path, "looks = [3, 5]")
+    archive = tmp_path / "seq.tar.gz"
+    assert cli(["archive", "--grid", "seq", "--results", str(results), "--out", str(archive)]) == 0
+    return results, archive
+
+
+def _rewrite(src: Path, dst: Path, edit) -> None:
+    """Copy archive ``src`` to ``dst`` with ``edit(name, bytes) -> bytes`` applied to each member."""
+    with tarfile.open(src, "r:gz") as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar]
+    with tarfile.open(dst, "w:gz") as tar:
+        for name, data in members:
+            data = edit(name, data)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _refused(capsys, archive: Path, results: Path, *words: str) -> None:
+    before = sorted(p.relative_to(results) for p in results.rglob("*")) if results.exists() else None
+    capsys.readouterr()
+    assert cli(["import", str(archive), "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("harness import: error: "), err
+    for w in words:
+        assert w in err, err
+    after = sorted(p.relative_to(results) for p in results.rglob("*")) if results.exists() else None
+    assert after == before  # nothing half-imported
+
+
+@pytest.mark.slow
+def test_import_gives_the_same_stats_and_topup_continues_it(tmp_path, capsys):
+    results, archive = _archived(tmp_path)
+    want = _report(results, tmp_path / "r0")
+    a = read_archive(archive)
+    assert a.grid == "seq" and len(a.results) == 12 and len(a.queue) == 12
+    assert set(a.manifest["members"]) == {"queue.json", *(e["file"] for e in a.manifest["runs"].values())}
+    assert all(e["protocol_hash"] == "p0" and e["status"] == "done" for e in a.manifest["runs"].values())
+    again = tmp_path / "again.tar.gz"  # the same results give the same file
+    assert cli(["archive", "--grid", "seq", "--results", str(results), "--out", str(again)]) == 0
+    assert again.read_bytes() == archive.read_bytes()
+
+    fresh = tmp_path / "elsewhere"
+    assert cli(["import", str(archive), "--results", str(fresh)]) == 0
+    assert "12 result files added, 0 already there; 12 runs added to the queue" in capsys.readouterr().out
+    assert _report(fresh, tmp_path / "r1") == want
+    assert {r.state for r in RunQueue.open(None, fresh).runs("seq").values()} == {"done"}
+    assert cli(["import", str(archive), "--results", str(fresh)]) == 0  # idempotent
+    assert "0 result files added, 12 already there; 0 runs added" in capsys.readouterr().out
+
+    assert cli(["topup", "--grid", "seq", "--results", str(fresh)]) == 0
+    assert "queued seed(s) 3 4 for 4 variants (8 runs)" in capsys.readouterr().out
+    _drain(fresh)  # the workers train only the new seeds: the imported runs are done
+    runs = RunQueue.open(None, fresh).runs("seq")
+    assert len(runs) == 20 and {r.state for r in runs.values()} == {"done"}
+    assert all(r.attempt == 1 for r in runs.values())
+
+
+def test_a_bad_archive_is_refused_with_one_line(tmp_path, capsys):
+    _, archive = _archived(tmp_path)
+    dest = tmp_path / "dest"
+
+    garbage = tmp_path / "garbage.tar.gz"
+    garbage.write_bytes(b"not an archive at all\n" * 10)
+    _refused(capsys, garbage, dest, "is not a harness archive")
+
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    _refused(capsys, truncated, dest, "truncated or damaged")
+
+    foreign = tmp_path / "foreign.tar.gz"  # a real gzip tar, not ours
+    with tarfile.open(foreign, "w:gz") as tar:
+        info = tarfile.TarInfo("notes.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    _refused(capsys, foreign, dest, "member 'notes.txt' is not part of a harness archive")
+
+    run_file = next(n for n in read_archive(archive).members if n.startswith("runs/"))
+    tampered = tmp_path / "tampered.tar.gz"
+    _rewrite(
+        archive, tampered, lambda n, d: d.replace(b'"value":3.5', b'"value":3.4') if n == run_file else d
+    )
+    _refused(capsys, tampered, dest, f"member {run_file} does not match its SHA-256", "tampered")
+
+    def other_protocol(name: str, data: bytes) -> bytes:
+        if name != MANIFEST:
+            return data
+        m = json.loads(data)
+        next(iter(m["runs"].values()))["protocol_hash"] = "p1"
+        return json.dumps(m).encode()
+
+    mismatch = tmp_path / "mismatch.tar.gz"
+    _rewrite(archive, mismatch, other_protocol)
+    _refused(capsys, mismatch, dest, "protocol mismatch", "protocol hash p0, the manifest records p1")
+
+    _refused(capsys, tmp_path / "nosuch.tar.gz", dest, "does not exist")
+    assert not dest.exists()
+
+
+def test_a_clash_with_the_results_folder_is_refused(tmp_path, capsys):
+    results, archive = _archived(tmp_path)
+    # the source folder itself: the same runs, identical: nothing to add
+    assert cli(["import", str(archive), "--results", str(results)]) == 0
+    assert "0 result files added, 12 already there; 0 runs added" in capsys.readouterr().out
+    # after topup the grid has other runs there: a clash
+    assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0
+    _drain(results)
+    _refused(capsys, archive, results, "grid seq is already in", "with other runs (8 not in the archive")
+    # a run whose result file differs
+    other = tmp_path / "other"
+    assert cli(["import", str(archive), "--results", str(other)]) == 0
+    victim = next((other / "runs").iterdir())
+    victim.write_bytes(victim.read_bytes().replace(b'"wall_s":2.0', b'"wall_s":3.0'))
+    _refused(capsys, archive, other, "is already in", "with another result file")
+
+
+@pytest.mark.slow  # trains 6 tiny runs, then 4 more after the import
+def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
+    grid = tmp_path / "arch_tiny.toml"
+    grid.write_text(
+        f'name = "arch_tiny"\ncorpus = "{SAMPLE}"\nsizes = ["tiny"]\nseeds = [0, 1, 2]\n'
+        "budgets_tokens = [1024]\n[variants]\nblock_attnres = \"parent\"\nrd_attnres = \"treatment\"\n"
+        "[train]\nvocab_size = 512\nbatch_tokens = 512\neval_tokens = 1024\n"
+        "[analysis]\nmin_effect_nats = 0.5\nlooks = [3, 5]\n"
+    )
+    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_PROGRESS": "lines"}
+
+    def harness(*args: str, results: Path) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", *args, "--results", str(results)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, f"harness {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+        return proc.stdout
+
+    src, dst, archive = tmp_path / "src", tmp_path / "dst", tmp_path / "arch_tiny.tar.gz"
+    harness("queue", str(grid), results=src)
+    harness("work", "--threads", "1", "--quiet", results=src)
+    harness("report", "--grid", "arch_tiny", "--out", str(tmp_path / "r0"), "--no-figures", results=src)
+    harness("archive", "--grid", "arch_tiny", "--out", str(archive), "--toml", str(grid), results=src)
+    with gzip.open(archive) as f:  # no checkpoints: result files, the queue view, the TOML, the manifest
+        names = tarfile.open(fileobj=io.BytesIO(f.read())).getnames()
+    assert sorted(names) == sorted(
+        ["manifest.json", "queue.json", "grid.toml"] + [n for n in names if n.startswith("runs/")]
+    )
+    assert len(names) == 9
+    m = read_archive(archive).manifest
+    assert m["code"]["lock_sha256"] == sha256(
+        (Path(__file__).resolve().parents[2] / "requirements.lock").read_bytes()
+    )
+    assert {e["status"] for e in m["runs"].values()} == {"done"}
+
+    harness("import", str(archive), results=dst)
+    assert (dst / "grids" / "arch_tiny.toml").read_bytes() == grid.read_bytes()
+    harness("report", "--grid", "arch_tiny", "--out", str(tmp_path / "r1"), "--no-figures", results=dst)
+    assert (tmp_path / "r1" / "stats.csv").read_bytes() == (tmp_path / "r0" / "stats.csv").read_bytes()
+    more = tmp_path / "more.toml"  # the imported TOML with the next look's seeds, queued as usual
+    more.write_text((dst / "grids" / "arch_tiny.toml").read_text().replace("[0, 1, 2]", "[0, 1, 2, 3, 4]"))
+    assert "queued 4 runs (6 already queued or done)" in harness("queue", str(more), results=dst)
+    harness("work", "--threads", "1", "--quiet", results=dst)
+    final = harness(
+        "sql", "select count(*) as n from final where grid = 'arch_tiny'", "--format", "csv", results=dst
+    )
+    assert final.split() == ["n", "10"]
+
+
+COMMITTED = sorted((Path(__file__).resolve().parents[2] / "docs" / "reports").glob("*/*.tar.gz"))
+
+
+@pytest.mark.slow  # reads a study's archive (96 runs) and writes its report
+@pytest.mark.parametrize("archive", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_a_committed_archive_reproduces_its_reports_stats_csv(archive, tmp_path, capsys):
+    """Each archive checked in next to a report (docs/reports/NAME/*.tar.gz), imported into an empty
+    folder: `harness report` gives that report's stats.csv byte for byte (issue 47)."""
+    results = tmp_path / "results"
+    assert cli(["import", str(archive), "--results", str(results)]) == 0
+    grid = read_archive(archive).grid
+    assert _report(results, tmp_path / "r", grid) == (archive.parent / "stats.csv").read_bytes()

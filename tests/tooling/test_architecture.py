@@ -1,0 +1,323 @@
+"""The project's module structure: imports point one way and the report package stays in small pieces.
+
+* no import cycle among the project's modules (``harness``, ``reports``, ``db``, ``controls``),
+  counting the imports inside functions too (an import deferred into a function still closes a
+  circle, it only hides it);
+* no import of a project module inside a function, except where :data:`DEFERRED` says why;
+* ``reports.stats`` (computing) never imports ``reports.render`` or ``reports.build``, and nothing in
+  ``harness`` outside its commands imports ``reports``;
+* every file of the project's packages (``harness``, ``reports``, ``db``, ``controls``) and of
+  ``scripts`` has at most 600 physical lines and every function there at most 80 (from its first
+  decorator to its last line, as :mod:`ast` gives ``lineno..end_lineno``), with no exception list;
+* no module imports another project module's private name (``from x import _y``): what two modules
+  share is public and documented, or lives in the module that uses it;
+* every ``reports`` module imports in a fresh interpreter, in dependency order.
+
+The sources are parsed with :mod:`ast` (nothing is imported, except in the last test), so a check
+names the file and line. Run: ``python -m pytest -q tests/tooling/test_architecture.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("harness", "reports", "db", "controls")
+MAX_FILE_LINES = 600  # physical lines, blank, comment and docstring lines included
+MAX_FUNCTION_LINES = 80  # physical lines from the first decorator to the function's last line
+
+
+# Imports of project modules inside functions: allowed in these folders/files (with why), and elsewhere
+# only where the import line, or the comment line just above it, says why it is deferred ("# lazy: ...").
+DEFERRED = {
+    "harness/commands/": "a command loads its stage's modules only when it runs, so `harness --help` and the "
+    "other commands start without torch, Optuna or the report (tests/commands/test_cli_startup.py)",
+    "harness/__init__.py": "harness.results / harness.analyze (reports.api) load on first use, so `import "
+    "harness` and `harness --help` stay cheap (tests/commands/test_cli_startup.py)",
+}
+REASON = "# lazy:"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module ``name`` loads (a ``from pkg import name`` may name a module or an attribute)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> list[tuple[ast.stmt, str, bool]]:
+    """(statement, project module imported, inside a function) for every import of ``module``."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside |= {id(n) for n in ast.walk(fn) if n is not fn}
+    out = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom):  # relative: resolved against the importing package
+            base = module if path.name == "__init__.py" else module.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            names = [".".join(x for x in (base, node.module, a.name) if x) for a in node.names]
+        for name in names:
+            target = _resolve(name) if name.split(".")[0] in PACKAGES else None
+            if target is not None and target != module:
+                out.append((node, target, id(node) in inside))
+    return out
+
+
+GRAPH = {m: {t for _, t, _ in _imports(m)} for m in MODULES}
+
+
+def test_no_import_cycle_among_the_project_modules():
+    try:
+        order = list(TopologicalSorter(GRAPH).static_order())
+    except CycleError as exc:
+        raise AssertionError(
+            f"import cycle (imports inside functions included): {' -> '.join(exc.args[1])}"
+        ) from exc
+    assert set(order) == set(MODULES)
+
+
+def test_a_known_cycle_is_found():
+    """The check above can fail: a planted circle (the one issue 26 broke) is reported."""
+    planted = {
+        **GRAPH,
+        "reports.stats.analysis": GRAPH["reports.stats.analysis"] | {"reports.render.sections"},
+    }
+    try:
+        list(TopologicalSorter(planted).static_order())
+    except CycleError as exc:
+        assert "reports.render.sections" in exc.args[1]
+    else:
+        raise AssertionError("the planted cycle was not found")
+
+
+def test_project_imports_inside_functions_are_deferred_on_purpose():
+    found = []
+    for module, path in MODULES.items():
+        rel = path.relative_to(ROOT).as_posix()
+        if any(rel.startswith(prefix) for prefix in DEFERRED):
+            continue
+        lines = path.read_text().split("\n")
+        found += [
+            f"{rel}:{node.lineno} imports {target} inside a function without a '{REASON} why' comment"
+            for node, target, inside in _imports(module)
+            if inside and not _says_why(lines, node.lineno, node.end_lineno)
+        ]
+    assert not found, "\n".join(found)
+
+
+def test_third_party_imports_inside_functions_say_why():
+    """An import of a library inside a function (deferring a heavy or optional one) says why on its line
+    or the comment line above (``# lazy: ...``), as project imports do; the command modules and the
+    package's facade keep their folder-wide reason (:data:`DEFERRED`)."""
+    found = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if any(rel.startswith(prefix) for prefix in DEFERRED):
+            continue
+        text = path.read_text()
+        lines, found_here = text.split("\n"), _function_imports(ast.parse(text))
+        found += [
+            f"{rel}:{node.lineno}: '{lines[node.lineno - 1].strip()}' inside a function without '{REASON} why'"
+            for node in found_here
+            if not _says_why(lines, node.lineno, node.end_lineno)
+        ]
+    assert not found, "\n".join(found)
+
+
+def _function_imports(tree: ast.Module) -> list[ast.stmt]:
+    """The imports of third-party or standard modules inside the functions of ``tree``."""
+    out = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import) and node.names[0].name.split(".")[0] not in PACKAGES:
+                    out.append(node)
+                elif (
+                    isinstance(node, ast.ImportFrom)
+                    and node.level == 0
+                    and node.module.split(".")[0] not in PACKAGES
+                ):
+                    out.append(node)
+    return list({id(n): n for n in out}.values())  # a nested function's import once
+
+
+def test_the_function_import_check_sees_a_bare_one():
+    tree = ast.parse(
+        "def f():\n    import sqlalchemy\n    from harness import x\n    def g():\n        import os\n"
+    )
+    nodes = _function_imports(tree)
+    assert [n.lineno for n in nodes] == [2, 5]
+    lines = ["def f():", "    import sqlalchemy  # lazy: only on PostgreSQL"]
+    assert _says_why(lines, 2, 2) and not _says_why(["def f():", "    import sqlalchemy"], 2, 2)
+
+
+def _says_why(lines: list[str], first: int, last: int) -> bool:
+    """The import (lines ``first..last``, 1-based), or the comment lines right above it, give a reason."""
+    if any(REASON in lines[i - 1] for i in range(first, last + 1)):
+        return True
+    i = first - 1
+    while i >= 1 and lines[i - 1].strip().startswith("#"):
+        if REASON in lines[i - 1]:
+            return True
+        i -= 1
+    # the next import statements of one block share the reason of the block's first line
+    while i >= 1 and lines[i - 1].strip().startswith(("from ", "import ")):
+        if REASON in lines[i - 1]:
+            return True
+        i -= 1
+    return bool(i >= 1 and lines[i - 1].strip().startswith("#") and REASON in lines[i - 1])
+
+
+def test_dependencies_point_one_way():
+    wrong = []
+    for module, targets in GRAPH.items():
+        if module.startswith("reports.stats"):
+            wrong += [
+                f"{module} imports {t}" for t in targets if t.startswith(("reports.render", "reports.build"))
+            ]
+        if module.startswith("reports.render"):
+            wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports.build")]
+        if module.startswith("harness") and not module.startswith("harness.commands"):
+            # the package's facade may forward to the notebook API (reports.api), nothing else
+            wrong += [
+                f"{module} imports {t}"
+                for t in targets
+                if t.startswith("reports") and (module, t) != ("harness", "reports.api")
+            ]
+        if module.startswith(("db", "controls")):
+            wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports")]
+    assert not wrong, "\n".join(wrong)
+
+
+# The stages of harness/, highest first (docs/layout.md): a package imports only packages of lower
+# layers, never another of its own layer. design/ (a run's config, the grid's plan) sits on models/
+# and data/; common/ (files, terminal, Ctrl-C, shared terms) imports nothing from harness.
+LAYERS = (("commands",), ("scheduling", "bench"), ("train",), ("design",), ("models", "data"), ("common",))
+
+
+def _stage(module: str) -> str | None:
+    """The stage package of a ``harness`` module (``None``: a loose module at the top of harness/)."""
+    parts = module.split(".")
+    return (
+        parts[1] if len(parts) > 2 or (len(parts) == 2 and (ROOT / "harness" / parts[1]).is_dir()) else None
+    )
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``"A imports B"`` for every import of ``graph`` against :data:`LAYERS`."""
+    rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    wrong = []
+    for module, targets in graph.items():
+        if not module.startswith("harness.") or module in ("harness.cli", "harness.__main__"):
+            continue  # the entry points: cli maps every command
+        here = _stage(module)
+        for t in targets:
+            there = _stage(t) if t.startswith("harness.") else None
+            if there is None or there == here:
+                continue  # another top package, a loose module (below every stage), or its own stage
+            lowest = len(LAYERS) - 1
+            if (rank[there] < lowest) if here is None else (rank[there] <= rank[here]):
+                wrong.append(f"{module} imports {t}")
+    return sorted(wrong)
+
+
+def test_harness_packages_import_only_lower_layers():
+    stages = {p.name for p in (ROOT / "harness").iterdir() if (p / "__init__.py").is_file()}
+    assert {name for layer in LAYERS for name in layer} == stages
+    top = sorted(p.name for p in (ROOT / "harness").glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "cli.py"], (
+        f"only the entry points at the top of harness/: {top}"
+    )
+    wrong = upward_imports(GRAPH)
+    assert not wrong, "imports against the layer order of docs/layout.md:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {
+        "harness.train.runner": {"harness.scheduling.stop", "harness.models.gpt", "harness.design.config"},
+        "harness.design.config": {"harness.data.corpus_key", "harness.train.lit"},
+        "harness.data.shards": {"harness.models.sizes"},
+    }
+    assert upward_imports(graph) == [
+        "harness.data.shards imports harness.models.sizes",
+        "harness.design.config imports harness.train.lit",
+        "harness.train.runner imports harness.scheduling.stop",
+    ]  # the packages of one layer are independent
+
+
+def oversized(rel: str, text: str) -> list[str]:
+    """The size-rule offenders of one file: ``"path"`` when it has more than :data:`MAX_FILE_LINES`
+    physical lines, ``"path::name"`` for each function (or method) longer than
+    :data:`MAX_FUNCTION_LINES` physical lines, counted from its first decorator to its last line."""
+    out = [rel] if len(text.splitlines()) > MAX_FILE_LINES else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if node.end_lineno - first + 1 > MAX_FUNCTION_LINES:
+                out.append(f"{rel}::{node.name}")
+    return out
+
+
+def test_sizes_count_physical_lines_from_the_first_decorator():
+    body = "    x = f(\n" + "        1,\n" * 76 + "    )\n"  # 78 physical lines, one statement
+    decorated = "@functools.cache\ndef g():\n" + body  # 80 with its decorator and def line
+    assert oversized("m.py", decorated) == []
+    assert oversized("m.py", "@functools.cache\n" + decorated.replace("def g", "def h")) == ["m.py::h"]
+    assert oversized("m.py", "# line\n" * MAX_FILE_LINES) == []
+    assert oversized("m.py", "# line\n" * (MAX_FILE_LINES + 1)) == ["m.py"]
+
+
+def test_files_and_functions_are_small():
+    found = []
+    for path in sorted(p for pkg in (*PACKAGES, "scripts") for p in (ROOT / pkg).rglob("*.py")):
+        found += oversized(path.relative_to(ROOT).as_posix(), path.read_text())
+    over = [f"{x}: over {MAX_FILE_LINES if '::' not in x else MAX_FUNCTION_LINES} lines" for x in found]
+    assert not over, "\n".join(over)
+
+
+def test_no_private_name_is_imported_from_another_project_module():
+    found = []
+    for module, path in MODULES.items():
+        for node, target, _ in _imports(module):
+            if isinstance(node, ast.ImportFrom):
+                found += [
+                    f"{path.relative_to(ROOT).as_posix()}:{node.lineno} imports {target}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not found, "\n".join(sorted(set(found)))
+
+
+def test_every_reports_module_imports_in_a_fresh_interpreter():
+    order = [m for m in TopologicalSorter(GRAPH).static_order() if m.startswith("reports")]
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\nprint(len(sys.argv) - 1)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *order], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) == len(order) > 20
