@@ -49,7 +49,9 @@ def write_result(results_dir: str | os.PathLike, result: dict, *, commit=None) -
     clean["written_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()
     # NaN/inf metric values are kept (Python's JSON extension); strict JSON would lose them.
     data = json.dumps(clean, separators=(",", ":")).encode("utf-8")
-    return atomic_write(result_path(results_dir, clean["run"]["run_id"]), data, commit=commit)
+    # a fenced write (a worker's) never re-creates a results folder that went away
+    root = results_dir if commit is not None else None
+    return atomic_write(result_path(results_dir, clean["run"]["run_id"]), data, commit=commit, root=root)
 
 
 def read_result(path: str | os.PathLike) -> dict:

@@ -18,6 +18,7 @@ library), not code of ours.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -126,20 +127,27 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 @contextmanager
 def atomic_path(
-    path: str | os.PathLike, *, commit: Callable[[], AbstractContextManager] | None = None
+    path: str | os.PathLike,
+    *,
+    commit: Callable[[], AbstractContextManager] | None = None,
+    root: str | os.PathLike | None = None,
 ) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on a clean exit make it ``path`` atomically.
 
     Whatever the block writes to the yielded path (by any means: ``open``, numpy,
     ``trainer.save_checkpoint``) is fsynced, renamed onto ``path`` and the folder fsynced.
     If the block raises, the temporary file is removed and ``path`` is untouched.
-    The folder is created if needed.
+    The folder is created if needed; with ``root`` (a folder above ``path``: the results folder),
+    only below ``root``: a missing ``root`` raises ``FileNotFoundError`` and nothing is created, so
+    a results folder that went away is never re-created by a late write.
 
     ``commit``: the rename happens inside ``with commit():`` (e.g. a lease held against
-    takeover, :mod:`harness.train.fencing`); if entering it raises, nothing is renamed.
+    takeover, :mod:`harness.train.fencing`); if entering it raises, nothing is renamed and the
+    folders this call created are removed again (a write refused because its results folder went
+    away leaves no trace where the folder was).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_parents(path.parent, None if root is None else Path(root))
     while True:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         try:  # mode 0o666 less the umask, as open() gives (tempfile.mkstemp would give 0o600)
@@ -150,20 +158,54 @@ def atomic_path(
     try:
         yield tmp
         fsync_file(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
         with commit() if commit is not None else nullcontext():
             os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        for folder in reversed(created):  # deepest first; a folder someone wrote into since stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
     fsync_dir(path.parent)
 
 
+def _make_parents(folder: Path, root: Path | None) -> list[Path]:
+    """Create ``folder`` and its missing ancestors below ``root``; the ones this call created,
+    outermost first. Raises ``FileNotFoundError`` when ``root`` is missing."""
+    missing = []
+    while not folder.is_dir():
+        if folder == root:
+            raise FileNotFoundError(errno.ENOENT, "the results folder is missing", str(root))
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    created = []
+    for f in reversed(missing):
+        try:
+            f.mkdir()
+        except FileExistsError:
+            continue  # another writer made it: not ours to remove
+        created.append(f)
+    return created
+
+
 def atomic_write(
-    path: str | os.PathLike, data: str | bytes, *, commit: Callable[[], AbstractContextManager] | None = None
+    path: str | os.PathLike,
+    data: str | bytes,
+    *,
+    commit: Callable[[], AbstractContextManager] | None = None,
+    root: str | os.PathLike | None = None,
 ) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; returns ``path``.
-    ``commit`` as :func:`atomic_path`."""
-    with atomic_path(path, commit=commit) as tmp:
+    ``commit`` and ``root`` as :func:`atomic_path`."""
+    with atomic_path(path, commit=commit, root=root) as tmp:
         tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     return Path(path)
 

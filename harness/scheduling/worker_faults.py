@@ -69,8 +69,9 @@ class FolderWatch:
         """Why the folder is lost, or ``None`` while it is the one the worker started on."""
         if self.gone is None:
             try:
+                # the id first: an unmount between the two reads is then seen as one (the new stat)
+                now_id = results_id(self.folder)
                 st = os.stat(self.folder)
-                same_id = results_id(self.folder) == self.id
             except FileNotFoundError:
                 self.gone = "deleted"
             except OSError as exc:
@@ -78,7 +79,9 @@ class FolderWatch:
             else:
                 if st.st_dev != self.identity[0]:
                     self.gone = "unmounted, or another file system mounted there"
-                elif st.st_ino != self.identity[1] or not same_id:
+                elif st.st_ino == self.identity[1] and now_id is None:
+                    self.gone = "deleted"  # being emptied (rm -r): its id file went first
+                elif st.st_ino != self.identity[1] or now_id != self.id:
                     self.gone = "replaced by another folder"
         return self.gone
 

@@ -28,6 +28,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -81,15 +82,24 @@ def space_needed(config: RunConfig) -> int:
     return CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * n + 2**20
 
 
-def save_checkpoint(trainer, folder: Path) -> None:
+def save_checkpoint(
+    trainer,
+    folder: Path,
+    *,
+    commit: Callable[[], AbstractContextManager] | None = None,
+    root: Path | None = None,
+) -> None:
     """Write ``folder/last.ckpt`` atomically (:func:`harness.common.files.atomic_path`).
 
     ``trainer.save_checkpoint`` is collective: every rank calls it and rank 0 writes;
-    a barrier then keeps the ranks together.
+    a barrier then keeps the ranks together. ``commit``: the rename happens inside it (the run's
+    fence held, :meth:`harness.train.fencing.Fence.holding`): a checkpoint whose lease or results
+    folder was lost while it was written is removed, with the folders it created. ``root``: the
+    results folder, never re-created (:func:`harness.common.files.atomic_path`).
     """
     path = Path(folder) / CHECKPOINT_NAME
     if trainer.is_global_zero:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, commit=commit, root=root) as tmp:
             trainer.save_checkpoint(tmp, weights_only=False)
     else:
         trainer.save_checkpoint(path, weights_only=False)  # writes nothing off rank 0

@@ -161,6 +161,7 @@ def build(
         plan,
         fence,
         ckpt_dir,
+        results_dir=Path(results_dir),
         progress=settings.progress,
         on_eval=on_eval,
         stop_requested=stop_requested,
@@ -263,6 +264,7 @@ def _callback(
     fence: Fence,
     ckpt_dir: Path,
     *,
+    results_dir: Path,
     progress: bool,
     on_eval,
     stop_requested,
@@ -272,7 +274,7 @@ def _callback(
 
     def checkpoint(trainer) -> None:
         fence.check("checkpoint")  # asks the queue: a stale worker writes no checkpoint
-        save_checkpoint(trainer, ckpt_dir)
+        save_checkpoint(trainer, ckpt_dir, commit=lambda: fence.holding("checkpoint"), root=results_dir)
 
     def check_lease() -> None:
         why = fence.lost()

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import stat
+from contextlib import contextmanager
 
 import pytest
 
@@ -233,6 +234,56 @@ def test_atomic_write_replaces_whole_files_with_open_modes(tmp_path):
     os.umask(umask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask  # as open() makes it, not mkstemp's 0o600
     assert sorted(p.name for p in target.parent.iterdir()) == ["result.json"]  # no temporary left
+
+
+def test_a_write_refused_at_its_commit_removes_the_folders_it_created_and_only_those(tmp_path):
+    """The fence refuses a checkpoint's rename once its results folder is gone (harness.scheduling.
+    worker_faults.WatchedFence): the folders the write re-created where the results folder was are
+    removed again, folders that were there before stay."""
+    import shutil
+
+    from harness.scheduling.worker_faults import FolderWatch
+
+    results = tmp_path / "results"
+    target = results / "checkpoints" / "g_tiny" / "e0" / "last.ckpt"
+
+    def holding(watch):  # what WatchedFence.holding does first: refuse once the folder is lost
+        @contextmanager
+        def commit():
+            why = watch.look()
+            if why is not None:
+                raise RuntimeError(f"results folder {why}")
+            yield
+
+        return commit
+
+    (results / "checkpoints").mkdir(parents=True)
+    watch = FolderWatch(results)
+    atomic_write(target, b"x", commit=holding(watch))  # the folder is there: written
+    assert target.read_bytes() == b"x"
+    shutil.rmtree(results)  # gone between the fence's check and the write (the race the commit closes)
+    with pytest.raises(
+        RuntimeError, match="results folder (deleted|replaced by another folder)"
+    ):  # mkdir made it
+        atomic_write(target, b"x", commit=holding(watch))
+    assert not tmp_path.joinpath("results").exists()  # re-created by the write's mkdir, removed again
+    with pytest.raises(FileNotFoundError, match="the results folder is missing"):  # a worker's writes name it
+        atomic_write(target, b"x", commit=holding(watch), root=results)
+    assert not tmp_path.joinpath("results").exists()  # not even made
+
+    results.mkdir()
+    watch = FolderWatch(results)
+    shutil.rmtree(results)
+    (results / "checkpoints").mkdir(parents=True)  # another folder in its place, with a checkpoints folder
+    with pytest.raises(
+        RuntimeError, match="results folder (deleted|replaced by another folder)"
+    ):  # a freed inode
+        atomic_write(target, b"x", commit=holding(watch))
+    assert [p.relative_to(results).as_posix() for p in results.rglob("*")] == ["checkpoints"]  # kept
+
+    watch = FolderWatch(results)  # a folder being emptied (rm -r): its id file gone, the folder not yet
+    (results / ".harness-id").unlink()
+    assert watch.look() == "deleted"
 
 
 def test_atomic_path_leaves_the_target_alone_when_the_writer_fails(tmp_path):

@@ -425,7 +425,12 @@ def _train_until_lost(config, results_dir: Path):
             raise fencing.LeaseLost(config.run_id, why)
         if step % 5 == 0:
             fence.check("checkpoint")
-            atomic_write(checkpoint_dir(results_dir, config.run_id) / "last.ckpt", b"x" * 1000)
+            atomic_write(
+                checkpoint_dir(results_dir, config.run_id) / "last.ckpt",
+                b"x" * 1000,
+                commit=lambda: fence.holding("checkpoint"),
+                root=results_dir,
+            )
     return "done"
 
 
@@ -449,7 +454,8 @@ def test_a_worker_whose_results_folder_goes_away_stops_within_a_beat(tmp_path, t
         if how == "unmounted":
             subprocess.run(["umount", "-l", str(results)], check=True)
         else:
-            shutil.rmtree(results)
+            while results.exists():  # the worker may write into a folder while rmtree empties it
+                shutil.rmtree(results, ignore_errors=True)
             if how == "replaced":
                 results.mkdir()
         gone_at.append(time.monotonic())
