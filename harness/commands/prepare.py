@@ -120,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.data.legacy_corpus import convert_legacy
     from harness.data.prepared import cache_dir
     from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
-    from harness.data.tokenizer import check_bpe_vocab
+    from harness.data.tokenizer import check_key_tokenizer
 
     cache = cache_dir(args.results)
     if args.grid is not None:
@@ -148,8 +148,7 @@ def main(args: argparse.Namespace) -> int:
         spec = args.corpus if args.corpus.startswith("hf:") else os.path.abspath(args.corpus)
         vocab = requested_vocab(args.vocab_size or 0, DEFAULT_BPE_VOCAB)
         key = CorpusKey(spec, args.tokenizer or "bpe", vocab, args.val_fraction, args.max_docs)
-        if key.tokenizer == "bpe":
-            check_bpe_vocab(key.vocab_size)
+        check_key_tokenizer(key)
         needs = {key: (args.tokens or 0, 0)}
     for key in needs:
         probe_corpus(

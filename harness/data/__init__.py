@@ -17,6 +17,6 @@ The first stage of a run (DESIGN sections 1.1 and 4). Knows nothing about models
 """
 
 from harness.data.prepared import PreparedCorpus, cache_dir, prepare_corpus
-from harness.data.shards import token_dtype
+from harness.data.tokenizer import token_dtype
 
 __all__ = ["PreparedCorpus", "cache_dir", "prepare_corpus", "token_dtype"]

@@ -2,7 +2,7 @@
 
 Before the shard format was the only one, a worker tokenized a small corpus into
 ``CACHE/corpora/{bpe,gpt2}-<hash>/``: ``train.bin`` and ``val.bin`` (each split's whole token
-stream, the dtype of :func:`~harness.data.shards.token_dtype`), ``token_bytes.npy``,
+stream, the dtype of :func:`~harness.data.tokenizer.token_dtype`), ``token_bytes.npy``,
 ``tokenizer.json`` (``bpe``) and ``meta.json``, the description a run's protocol hash recorded.
 The folder's name hashed the documents' fingerprint, the validation fraction, the tokenizer and
 its vocabulary (:func:`legacy_dir`); a hub sample's fingerprint was remembered in

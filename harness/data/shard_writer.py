@@ -23,7 +23,7 @@ class ShardWriter:
         folder: the corpus folder.
         split: ``train`` or ``val`` (the files are ``SPLIT-NNNNN.bin``).
         shard_tokens: tokens per shard file.
-        dtype: the token dtype (:func:`harness.data.shards.token_dtype`).
+        dtype: the token dtype (:func:`harness.data.tokenizer.token_dtype`).
         state: what a killed or finished build recorded (:meth:`state`), or ``{}`` for a new split.
         token_bytes: ``[V]`` UTF-8 bytes of each token id.
         eos_id: the end-of-document token (counted as the shard's documents).

@@ -64,11 +64,13 @@ from harness.data.shard_progress import BuildSpeed, cpu_seconds, log_done
 from harness.data.shard_writer import ShardWriter
 from harness.data.stream import document_chunks, hub_revision, stream_documents
 from harness.data.tokenizer import (
-    TOKENIZER_NAMES,
+    PROTOCOL_FIELDS,
     GPT2Tokenizer,
-    check_bpe_vocab,
+    check_key_tokenizer,
+    ids_dtype,
     load_shard_tokenizer,
-    train_bpe,
+    tokenizer_record,
+    train_key_bpe,
     write_gpt2_ranks,
 )
 
@@ -134,20 +136,16 @@ def check_key(key: CorpusKey) -> None:
     """Refuse a key no build can serve, before anything is written.
 
     Raises:
-        ValueError: an unknown tokenizer, ``val_fraction`` outside (0, 1), ``max_docs`` neither
-            ``None`` nor a positive integer, or a BPE ``vocab_size`` outside 257 .. 2^20
-            (:func:`~harness.data.tokenizer.check_bpe_vocab`).
+        ValueError: ``val_fraction`` outside (0, 1), ``max_docs`` neither ``None`` nor a positive
+            integer, or a tokenizer :func:`~harness.data.tokenizer.check_key_tokenizer` refuses.
     """
-    if key.tokenizer not in TOKENIZER_NAMES:
-        raise ValueError(f"unknown tokenizer {key.tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
+    check_key_tokenizer(key)
     if isinstance(key.val_fraction, bool) or not 0.0 < float(key.val_fraction) < 1.0:
         raise ValueError(f"val_fraction={key.val_fraction!r} must be in (0, 1)")
     if key.max_docs is not None and (
         isinstance(key.max_docs, bool) or not isinstance(key.max_docs, int) or key.max_docs <= 0
     ):
         raise ValueError(f"max_docs={key.max_docs!r} must be a positive integer or None")
-    if key.tokenizer == "bpe":
-        check_bpe_vocab(key.vocab_size)  # a huge one aborts the Rust trainer (out of memory), no exception
 
 
 def prepare_shards(
@@ -245,16 +243,8 @@ def _setup(folder: Path, plan: _Plan, cache_dir: Path) -> dict:
         "eos_placement": EOS_PLACEMENT,
         "shard_tokens": plan.shard_tokens,
         "chunk_bytes": plan.chunk_bytes,
-        "dtype": token_dtype(tok.vocab_size).name,
-        "tokenizer": {
-            "name": tok.name,
-            "vocab_size": int(tok.vocab_size),
-            "requested_vocab_size": int(key.vocab_size) if key.tokenizer == "bpe" else None,
-            "eos_id": int(tok.eos_id),
-            "sha256": tok.sha256,
-            "files": files,
-            "bpe_sample": bpe_sample,
-        },
+        "dtype": ids_dtype(tok).name,
+        "tokenizer": {**tokenizer_record(tok, key), "files": files, "bpe_sample": bpe_sample},
     }
     atomic_write(path, json.dumps(setup, indent=2, sort_keys=True) + "\n")
     return setup
@@ -276,7 +266,7 @@ def _train_tokenizer(folder: Path, plan: _Plan, revision: str | None, cache_dir:
         raise ValueError(f"corpus {key.corpus!r} is empty: it holds no non-empty document")
     if not sample:
         raise ValueError(f"corpus {key.corpus!r} has no training document to train the BPE tokenizer on")
-    tok = train_bpe(sample, key.vocab_size, cache_dir=cache_dir)
+    tok = train_key_bpe(key, sample, cache_dir=cache_dir)
     atomic_write(folder / "tokenizer.json", tok.json_str)
     return tok, {
         "documents": len(sample),
@@ -284,14 +274,6 @@ def _train_tokenizer(folder: Path, plan: _Plan, revision: str | None, cache_dir:
         "fingerprint": corpus_fingerprint(sample),
         "rule": f"the first train-split documents of the stream up to {plan.bpe_sample_bytes} UTF-8 bytes",
     }
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """Little-endian dtype of the token files: ``uint16``, or ``uint32`` when V > 65535.
-
-    (V = 65536 would still fit ``uint16``; the simpler rule costs nothing.)
-    """
-    return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
 
 
 def _build(folder: Path, manifest: dict | None, plan: _Plan) -> None:
@@ -475,9 +457,7 @@ def protocol_description(manifest: dict, fingerprint: str, stream_sha256: dict[s
         "split_rule": manifest["split_rule"],
         "dtype": manifest["dtype"],
         "eos_placement": manifest["eos_placement"],
-        "tokenizer": {
-            k: tokenizer[k] for k in ("name", "vocab_size", "requested_vocab_size", "eos_id", "sha256")
-        },
+        "tokenizer": {k: tokenizer[k] for k in PROTOCOL_FIELDS},
         "token_bytes_sha256": manifest["token_bytes_sha256"],
         "splits": {
             split: {
@@ -525,7 +505,6 @@ __all__ = [
     "EOS_PLACEMENT",
     "CHUNK_BYTES",
     "shard_dir",
-    "token_dtype",
     "read_manifest",
     "stream_documents",
     "hub_revision",

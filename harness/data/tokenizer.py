@@ -34,6 +34,7 @@ import numpy as np
 
 from harness.common.files import atomic_write
 from harness.data.corpus import OptionalDependencyError, corpus_fingerprint
+from harness.data.corpus_key import CorpusKey
 
 EOS_TOKEN = "<|endoftext|>"
 #: Special token plus the 256 single-byte tokens: the smallest byte-level BPE vocabulary.
@@ -44,6 +45,8 @@ MAX_BPE_VOCAB = 2**20
 #: Bump when the BPE recipe below changes, so cached tokenizers are not reused across recipes.
 BPE_RECIPE_VERSION = 1
 TOKENIZER_NAMES = ("bpe", "gpt2")
+#: Ids of tiktoken's ``gpt2`` encoding (50,000 merges + 256 bytes + ``<|endoftext|>``).
+GPT2_VOCAB = 50257
 
 
 class BPETokenizer:
@@ -188,7 +191,7 @@ def _gpt2_encoding(ranks_file: Path | None = None):
             pat_str=r50k_pat_str,
             mergeable_ranks=load_tiktoken_bpe(str(ranks_file)),
             special_tokens={EOS_TOKEN: 50256},
-            explicit_n_vocab=50257,
+            explicit_n_vocab=GPT2_VOCAB,
         )
     try:
         return tiktoken.get_encoding("gpt2")
@@ -273,6 +276,60 @@ def train_bpe(texts: Sequence[str], vocab_size: int, *, cache_dir: Path | None =
     return BPETokenizer(json_str)
 
 
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Little-endian dtype of a corpus's token ids: ``uint16``, or ``uint32`` when V > 65535.
+
+    (V = 65536 would still fit ``uint16``; the simpler rule costs nothing.)
+    """
+    return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
+
+
+#: The tokenizer fields of a corpus's protocol (what decides its token ids; :func:`tokenizer_record`).
+PROTOCOL_FIELDS = ("name", "vocab_size", "requested_vocab_size", "eos_id", "sha256")
+
+
+def check_key_tokenizer(key: CorpusKey) -> None:
+    """Refuse a key's tokenizer before anything is trained or written: a name outside
+    :data:`TOKENIZER_NAMES`, or for ``bpe`` a vocabulary :func:`check_bpe_vocab` refuses.
+
+    Raises:
+        ValueError: naming the bad value and what is allowed.
+    """
+    if key.tokenizer not in TOKENIZER_NAMES:
+        raise ValueError(f"unknown tokenizer {key.tokenizer!r}; allowed: {', '.join(TOKENIZER_NAMES)}")
+    if key.tokenizer == "bpe":
+        check_bpe_vocab(key.vocab_size)  # a huge one aborts the Rust trainer (out of memory), no exception
+
+
+def most_ids(key: CorpusKey) -> int:
+    """The most ids a tokenizer of ``key`` holds: ``gpt2``'s 50,257; a BPE's requested vocabulary
+    (training may stop below it). Sizes a run's model before its corpus exists (disk space)."""
+    return key.vocab_size if key.tokenizer == "bpe" else GPT2_VOCAB
+
+
+def train_key_bpe(key: CorpusKey, texts: Sequence[str], *, cache_dir: Path | None = None) -> BPETokenizer:
+    """The ``bpe`` tokenizer of ``key``: :func:`train_bpe` on ``texts`` with the key's vocabulary."""
+    return train_bpe(texts, key.vocab_size, cache_dir=cache_dir)
+
+
+def tokenizer_record(tok: BPETokenizer | GPT2Tokenizer, key: CorpusKey) -> dict:
+    """The manifest's description of ``tok`` (:data:`PROTOCOL_FIELDS`): ``vocab_size`` is the
+    tokenizer's V (a BPE may hold fewer ids than ``key`` asked for, recorded as
+    ``requested_vocab_size``)."""
+    return {
+        "name": tok.name,
+        "vocab_size": int(tok.vocab_size),
+        "requested_vocab_size": int(key.vocab_size) if key.tokenizer == "bpe" else None,
+        "eos_id": int(tok.eos_id),
+        "sha256": tok.sha256,
+    }
+
+
+def ids_dtype(tok: BPETokenizer | GPT2Tokenizer) -> np.dtype:
+    """The dtype ``tok``'s ids are stored in (:func:`token_dtype` of its V)."""
+    return token_dtype(tok.vocab_size)
+
+
 def load_tokenizer(name: str, path: Path | None = None) -> BPETokenizer | GPT2Tokenizer:
     """Load a tokenizer by name: ``bpe`` from its JSON file ``path``, or ``gpt2``.
 
@@ -311,6 +368,14 @@ def load_shard_tokenizer(folder: Path, name: str) -> BPETokenizer | GPT2Tokenize
 
 
 __all__ = [
+    "token_dtype",
+    "ids_dtype",
+    "PROTOCOL_FIELDS",
+    "check_key_tokenizer",
+    "most_ids",
+    "GPT2_VOCAB",
+    "train_key_bpe",
+    "tokenizer_record",
     "write_gpt2_ranks",
     "load_shard_tokenizer",
     "EOS_TOKEN",

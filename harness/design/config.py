@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 from harness.data.corpus_key import CorpusKey, requested_vocab
@@ -35,7 +35,7 @@ from harness.design.execution_keys import (
     check_value,
     execution_overrides,
 )
-from harness.models import VariantSpec, get_spec
+from harness.models import VariantSpec, build_model, get_spec
 from harness.models.catalog import is_shipped
 from harness.models.sizes import (
     SIZES,
@@ -45,8 +45,13 @@ from harness.models.sizes import (
     derive,
     get_size,
     mlp_hidden,
+    padded_vocab,
 )
 from harness.models.spec import parse_spec_text
+
+if TYPE_CHECKING:  # annotations only: the model and the corpus load torch and numpy
+    from harness.data.prepared import PreparedCorpus
+    from harness.models.gpt import DepthRoutedLM
 
 #: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
 PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
@@ -264,21 +269,6 @@ def train_config(size: str, **overrides) -> TrainConfig:
 
 #: The grid name of a run started by hand (``harness run`` without ``--grid``).
 ADHOC_GRID = "adhoc"
-#: Largest BPE vocabulary a run may train (2^20 ids); the smallest is
-#: :data:`harness.data.tokenizer.MIN_BPE_VOCAB` (256 bytes + 1 special token).
-MAX_VOCAB_SIZE = 2**20
-
-
-def check_vocab(key: CorpusKey) -> None:
-    """Refuse a BPE vocabulary the tokenizer cannot train (``key.vocab_size``, :meth:`RunConfig.corpus_key`).
-
-    Raises:
-        ValueError: below 257 (1 special token + 256 bytes) or above :data:`MAX_VOCAB_SIZE`.
-    """
-    from harness.data.tokenizer import check_bpe_vocab  # lazy: the tokenizer module loads HF tokenizers
-
-    if key.tokenizer == "bpe":
-        check_bpe_vocab(key.vocab_size)
 
 
 def corpus_key(corpus: str, size: str, train: TrainConfig) -> CorpusKey:
@@ -472,12 +462,15 @@ class RunConfig:
 
     def check_trainable(self) -> None:
         """Refuse a run that would fail in every worker: a budget the batch does not fit or
-        that is too large to store (:func:`check_budget`), a vocabulary the tokenizer cannot
-        train (:func:`check_vocab`). ``harness queue`` calls it for every run before queueing any.
+        that is too large to store (:func:`check_budget`), a tokenizer the corpus cannot be prepared
+        with (:func:`harness.data.tokenizer.check_key_tokenizer`). ``harness queue`` calls it for
+        every run before queueing any.
 
         Raises:
             ValueError: naming the run, the value and what is allowed.
         """
+        from harness.data.tokenizer import check_key_tokenizer  # lazy: it loads HF tokenizers
+
         settings = self.train_config()
         try:
             check_budget(
@@ -486,7 +479,7 @@ class RunConfig:
                 context=self.model_config(1).context,
                 budget_tokens=self.budget_tokens,
             )
-            check_vocab(self.corpus_key())
+            check_key_tokenizer(self.corpus_key())
         except ValueError as exc:
             raise ValueError(f"run {self.run_id}: {exc}") from None
 
@@ -560,8 +553,17 @@ class RunConfig:
         )
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        """The model's shape: the size's preset with :attr:`model` and the tokenizer's ``vocab_size``."""
-        return derive(self.size, **self.model, vocab_size=vocab_size)
+        """The model's shape: the size's preset with :attr:`model`, and an embedding for a tokenizer
+        of ``vocab_size`` ids padded to a multiple of 64 (:func:`~harness.models.sizes.padded_vocab`:
+        50257 -> 50304; the loss leaves the padding out, :class:`harness.train.lit.LitLM`)."""
+        return derive(self.size, **self.model, vocab_size=padded_vocab(vocab_size))
+
+    def build_model(self, corpus: PreparedCorpus) -> DepthRoutedLM:
+        """The run's model initialised from :attr:`seed` (DESIGN section 4), shaped by
+        :meth:`model_config` for ``corpus``'s tokenizer (the model is sized from the tokenizer, as
+        torchtitan's model arguments are). float32 on the CPU: tokens ``[B, T]`` -> logits ``[B, T, V]``."""
+        shape = dataclasses.asdict(self.model_config(corpus.vocab_size))
+        return build_model(self.variant_spec(), self.size, seed=self.seed, **shape)
 
     @property
     def label(self) -> str:
@@ -582,9 +584,7 @@ __all__ = [
     "train_config",
     "ADHOC_GRID",
     "MAX_BUDGET_TOKENS",
-    "MAX_VOCAB_SIZE",
     "check_budget",
-    "check_vocab",
     "corpus_key",
     "RunConfig",
     "EXECUTION_KEYS",

@@ -35,10 +35,10 @@ import torch
 
 from harness.common.files import atomic_path, atomic_write
 from harness.common.terms import config_diff
+from harness.data.tokenizer import most_ids
 from harness.design.config import RunConfig
 from harness.models import count_params
 from harness.models.gpt import DepthRoutedLM
-from harness.models.sizes import padded_vocab
 
 CHECKPOINT_NAME = "last.ckpt"
 CONFIG_NAME = "config.json"
@@ -76,9 +76,9 @@ def space_needed(config: RunConfig) -> int:
     :data:`CHECKPOINT_BYTES_PER_PARAM` bytes per parameter, plus 1 MiB (config, result file,
     Lightning's state). The parameters are counted on the meta device (no memory, no weights).
     """
-    vocab = padded_vocab(config.corpus_key().vocab_size)
+    shape = config.model_config(most_ids(config.corpus_key()))
     with torch.device("meta"):
-        n = count_params(DepthRoutedLM(config.model_config(vocab), config.variant_spec()))["total"]
+        n = count_params(DepthRoutedLM(shape, config.variant_spec()))["total"]
     return CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * n + 2**20
 
 

@@ -40,8 +40,7 @@ from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
 from harness.design.config import RunConfig, get_size
-from harness.models import build_model, count_params
-from harness.models.sizes import padded_vocab
+from harness.models import count_params
 from harness.train import fencing
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.execution import ExecutionSettings
@@ -227,14 +226,7 @@ def _model_and_modules(
 ) -> tuple:
     """``(model, data module, Lightning module)`` of the run, compiled and split into micro-batches as
     ``settings`` (merged with the grid's) say; the module's clock starts at ``t_start``."""
-    # the tokenizer's vocabulary padded to a multiple of 64 (50257 -> 50304); the loss leaves the padding out
-    model = build_model(
-        config.variant_spec(),
-        config.size,
-        seed=config.seed,
-        **config.model,
-        vocab_size=padded_vocab(prepared.vocab_size),
-    )
+    model = config.build_model(prepared)
     context = get_size(config.size).context  # the preset's, as the step plan's
     dm = TokenDataModule(prepared, context, plan.batch_size, config.seed, train.eval_tokens)
     lit = LitLM(

@@ -49,7 +49,7 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     fake.finished_status = lambda config, results_dir: None
     fake.finished_outcome = lambda config, results_dir: None
     monkeypatch.setitem(sys.modules, "harness.train.runner", fake)
-    monkeypatch.setattr(harness.train, "runner", fake)
+    monkeypatch.setattr(harness.train, "runner", fake, raising=False)  # not imported yet when run alone
     assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
     out = capsys.readouterr().out
     assert [c[:2] for c in calls] == [
@@ -301,7 +301,7 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
 
     fake.train_run, fake.record_failure, fake.finished_status = gone, lambda *a: None, lambda c, r: None
     monkeypatch.setitem(sys.modules, "harness.train.runner", fake)
-    monkeypatch.setattr(harness.train, "runner", fake)
+    monkeypatch.setattr(harness.train, "runner", fake, raising=False)  # not imported yet when run alone
     assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.fullmatch(

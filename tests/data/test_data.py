@@ -397,7 +397,7 @@ def test_second_prepare_reuses_files_without_retraining(tmp_path, monkeypatch):
     def no_training(*args, **kw):
         raise AssertionError("tokenizer retrained although the prepared corpus is cached")
 
-    monkeypatch.setattr(data_mod, "train_bpe", no_training)
+    monkeypatch.setattr(data_mod, "train_key_bpe", no_training)
     start = time.perf_counter()
     second = prepare_corpus(key, cache_dir=tmp_path)
     assert time.perf_counter() - start < 2.0

@@ -24,8 +24,8 @@ from harness.data import prepare_corpus
 from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, corpus_fingerprint, read_documents, split_documents
 from harness.data.corpus_key import CorpusKey
 from harness.data.legacy_corpus import LEGACY_FORMAT, hub_index_path, legacy_dir
-from harness.data.shards import read_manifest, token_dtype
-from harness.data.tokenizer import train_bpe
+from harness.data.shards import read_manifest
+from harness.data.tokenizer import token_dtype, train_bpe
 from harness.train.protocol import protocol_hash
 
 ROOT = Path(__file__).resolve().parents[2]

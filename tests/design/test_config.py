@@ -180,7 +180,9 @@ def test_a_user_spec_is_stored_in_the_config_a_shipped_one_is_not(thirds_spec):
 
 def test_model_overrides_reach_the_model_config_and_the_json_only_when_set():
     config = RunConfig.create("rd_attnres", "small", 0, 1000, "/c", model={"block_size": 4})
-    assert config.model_config(vocab_size=300) == derive("small", block_size=4, vocab_size=300)
+    # the tokenizer's 300 ids padded to a multiple of 64 (GPT-2's 50257 -> 50304)
+    assert config.model_config(vocab_size=300) == derive("small", block_size=4, vocab_size=320)
+    assert config.model_config(50257).vocab_size == 50304 and config.model_config(512).vocab_size == 512
     assert config.model_config(vocab_size=300).block_size == 4 != derive("small").block_size
     assert config.to_dict()["model"] == {"block_size": 4}
     assert "model" not in RunConfig.create("rd_attnres", "small", 0, 1000, "/c").to_dict()

@@ -321,3 +321,71 @@ def test_every_reports_module_imports_in_a_fresh_interpreter():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert int(proc.stdout.split()[-1]) == len(order) > 20
+
+
+# ----------------------------------------------------------------------------- one setting's path
+
+#: The modules a grid's ``[train] vocab_size`` crosses on its way to the embedding (issue 46: at
+#: most 6), each with what it does with it. The value travels between them inside objects
+#: (CorpusKey, the corpus's manifest, PreparedCorpus, ModelConfig), so the queue, the worker, the
+#: shard builder and the runner pass it on without naming it.
+VOCAB_PATH = {
+    "harness/design/config.py": "TrainConfig.vocab_size; RunConfig.corpus_key; model_config pads it",
+    "harness/data/corpus_key.py": "CorpusKey.vocab_size; requested_vocab, the one fallback rule",
+    "harness/data/tokenizer.py": "the BPE trained to it; the tokenizer's V written to the manifest",
+    "harness/data/prepared.py": "PreparedCorpus.vocab_size, the tokenizer's V read back",
+    "harness/models/sizes.py": "ModelConfig.vocab_size; padded_vocab, the one padding rule",
+    "harness/models/gpt.py": "the token embedding and the LM head",
+}
+#: Modules that name it off that path, and why.
+VOCAB_ELSEWHERE = {
+    "harness/bench/loop.py": "the bench's models, sized by its synthetic corpus",
+    "harness/bench/measure.py": "the bench's synthetic corpus and models",
+    "harness/bench/steps.py": "the bench's random batches",
+    "harness/commands/prepare.py": "harness prepare --vocab-size, a corpus without a grid",
+    "harness/commands/sizes.py": "harness sizes --vocab-size, the parameter table",
+    "harness/data/legacy_corpus.py": "the old single-file folders' names",
+    "harness/data/unigram.py": "the unigram baseline's id counts",
+    "harness/train/lit.py": "the loss's width, the tokenizer's V from token_bytes (logits past it are padding)",
+    "harness/train/microbatch.py": "the micro-batch probe's random tokens",
+}
+
+
+def _names(tree: ast.AST, name: str) -> bool:
+    """Whether ``tree``'s code (not its docstrings) names ``name``: a variable, attribute,
+    parameter, keyword argument or field."""
+    for node in ast.walk(tree):
+        if (
+            (isinstance(node, ast.Name) and node.id == name)
+            or (isinstance(node, ast.Attribute) and node.attr == name)
+            or (isinstance(node, (ast.arg, ast.keyword)) and node.arg == name)
+        ):
+            return True
+    return False
+
+
+def test_the_vocabulary_crosses_six_modules_from_the_grid_to_the_embedding():
+    named = {
+        rel
+        for rel in (p.relative_to(ROOT).as_posix() for p in (ROOT / "harness").rglob("*.py"))
+        if _names(ast.parse((ROOT / rel).read_text()), "vocab_size")
+    }
+    assert len(VOCAB_PATH) <= 6
+    assert named - set(VOCAB_ELSEWHERE) == set(VOCAB_PATH), "a module started or stopped naming vocab_size"
+    assert set(VOCAB_ELSEWHERE) <= named, "a listed module no longer names vocab_size: drop it"
+    # the rules exist once, called where their inputs are: the fallback (requested_vocab: a grid's
+    # preset, or `harness prepare`'s default) and the padding (padded_vocab: the model's shape)
+    callers = {"requested_vocab": set(), "padded_vocab": set()}
+    for path in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in callers:
+                callers[node.func.id].add(path.relative_to(ROOT).as_posix())
+    assert callers == {
+        "requested_vocab": {"harness/design/config.py", "harness/commands/prepare.py"},
+        "padded_vocab": {"harness/design/config.py"},
+    }
+
+
+def test_the_path_check_sees_a_keyword_argument_and_not_a_docstring():
+    assert _names(ast.parse("f(vocab_size=3)"), "vocab_size")
+    assert not _names(ast.parse('"""vocab_size"""\nx = 1'), "vocab_size")

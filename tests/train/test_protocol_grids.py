@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 
 from harness.data.corpus_key import CorpusKey
-from harness.models.sizes import padded_vocab
+from harness.data.tokenizer import most_ids
 from harness.scheduling.grid import load_grid
 from harness.train.protocol import protocol_dict, protocol_hash
 
 ABLATIONS = Path(__file__).resolve().parents[2] / "ablations"
 DATA = {"fingerprint": "f" * 64, "format": 1, "tokenizer": {"name": "bpe"}}
-GPT2_VOCAB = 50257
 
 KNOWN = {
     "quickstart_tiny.toml": (9, "51e3ae0b64b0ab849a153319a51244b1120b874c70021e41f0d90a3f55e17be9"),
@@ -42,7 +41,7 @@ def grid_hashes(path: Path) -> list[str]:
     lines = []
     for config in load_grid(path).expand("/corpus"):
         key, train = config.corpus_key(), config.train_config()
-        model = config.model_config(padded_vocab(key.vocab_size if key.tokenizer == "bpe" else GPT2_VOCAB))
+        model = config.model_config(most_ids(key))
         protocol = protocol_dict(
             config,
             data_meta=DATA,
@@ -73,3 +72,18 @@ def test_a_corpus_prepared_by_main_keeps_its_folder():
     hub = CorpusKey("hf:HuggingFaceFW/fineweb-edu:sample-10BT", "gpt2", 50304, 0.01, 2000)
     assert local.folder(Path("/c")) == Path("/c/corpora/shards-bpe-c6964d72fafb2e9599469641a91cbcdb")
     assert hub.folder(Path("/c")) == Path("/c/corpora/shards-gpt2-6610b0ada9c111df4a52931838761a5e")
+
+
+def test_a_runs_disk_space_counts_the_vocabulary_its_tokenizer_will_have():
+    """A gpt2 run of a preset whose own vocabulary is smaller (tiny: 1,024) needs room for gpt2's
+    50,257 ids padded to 50,304: the tied embedding's extra rows, in every checkpoint copy."""
+    from harness.design.config import RunConfig
+    from harness.train.checkpoint import CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_COPIES, space_needed
+
+    bpe = RunConfig.create("block_attnres", "tiny", 0, 4096, "/c")
+    gpt2 = RunConfig.create("block_attnres", "tiny", 0, 4096, "/c", train={"tokenizer": "gpt2"})
+    extra_params = (50304 - 1024) * 64  # rows x d_model of tiny
+    assert (
+        space_needed(gpt2) - space_needed(bpe)
+        == CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * extra_params
+    )
