@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -398,9 +397,7 @@ def test_second_prepare_reuses_files_without_retraining(tmp_path, monkeypatch):
         raise AssertionError("tokenizer retrained although the prepared corpus is cached")
 
     monkeypatch.setattr(data_mod, "train_key_bpe", no_training)
-    start = time.perf_counter()
-    second = prepare_corpus(key, cache_dir=tmp_path)
-    assert time.perf_counter() - start < 2.0
+    second = prepare_corpus(key, cache_dir=tmp_path)  # no training (above), no file rewritten (below)
     assert second == first
     assert {p.name: p.stat().st_mtime_ns for p in second.dir.iterdir()} == mtimes
     assert first.meta["documents"] == 120
