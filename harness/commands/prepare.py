@@ -170,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
             f"{key.corpus} ({key.tokenizer}): {m['documents']:,} documents, {got_train:,} train tokens, "
             f"{got_val:,} val tokens ({time.perf_counter() - t0:.1f} s) in {folder}"
         )
-        if train:
+        if train and args.grid is not None:  # a grid's need counts its windows' +1 target token
             print(
                 f"  largest budget reads {train - 1:,} train tokens: {(train - 1) / got_train:.3f} epochs; "
                 f"evaluation set {val - 1:,} tokens"

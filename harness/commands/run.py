@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.common import console
@@ -31,6 +32,7 @@ from harness.common.terms import ROLES
 from harness.design.config import SIZES, TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
 from harness.scheduling.grid import choose_corpus
+from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -159,8 +161,19 @@ def main(args: argparse.Namespace) -> int:
                 )
             print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
+    results = Path(args.results)
+    results.mkdir(
+        parents=True, exist_ok=True
+    )  # watched from the start: a run never writes into another folder
+    watch = FolderWatch(results)
     try:
-        status = train_run(config, args.results, settings)
+        status = train_run(config, args.results, settings, fence=FolderFence(watch, config.run_id))
+    except LeaseLost as exc:  # a run trained by hand is lost only with its results folder
+        return _folder_lost(config.run_id, exc.reason)
+    except OSError:  # e.g. its corpus cache went with the folder
+        if watch.look() is None:
+            raise
+        return _folder_lost(config.run_id, f"results folder {results} {watch.gone}")
     except RunInterrupted as exc:
         print(f"{config.run_id}: {exc}; run the same command again to resume")
         return 0 if args.stop_after_tokens else 130
@@ -168,3 +181,13 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(str(exc)) from None
     print(f"{config.run_id}: {status}")
     return 0
+
+
+def _folder_lost(run_id: str, why: str) -> int:
+    """The one line (stderr) of a run whose results folder went away, and exit status 1."""
+    print(
+        f"harness run: error: {why}; {run_id} stopped and wrote nothing more there "
+        "(check the folder or the mount, then run the same command again)",
+        file=sys.stderr,
+    )
+    return 1

@@ -16,12 +16,19 @@ import argparse
 
 from harness.design.config import SIZES, derive
 from harness.models import available_variants, count_params, get_spec
+from harness.models.sizes import padded_vocab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", action="append", choices=list(SIZES), help="preset(s) to show (default: all)")
     p.add_argument("--variant", action="append", help="variant(s) to show (default: all)")
-    p.add_argument("--vocab-size", type=int, default=None, help="override the presets' vocabulary size")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="a tokenizer's vocabulary instead of the presets' (257 .. 1,048,576, as a grid's [train] "
+        "vocab_size); the model's is padded to a multiple of 64, as in a run",
+    )
 
 
 def size_table(sizes: list[str], variants: list[str], vocab_size: int | None = None) -> list[dict]:
@@ -33,7 +40,9 @@ def size_table(sizes: list[str], variants: list[str], vocab_size: int | None = N
 
     rows = []
     for size in sizes:
-        overrides = {"vocab_size": vocab_size} if vocab_size else {}
+        overrides = (
+            {"vocab_size": padded_vocab(vocab_size)} if vocab_size else {}
+        )  # as RunConfig.model_config
         cfg = derive(size, **overrides)
         with torch.device("meta"):
             counts = {v: count_params(DepthRoutedLM(cfg, get_spec(v))) for v in variants}
@@ -85,5 +94,9 @@ def main(args: argparse.Namespace) -> int:
     variants = args.variant or available_variants()
     for v in variants:
         get_spec(v)  # ValueError names the valid ones
+    if args.vocab_size is not None:
+        from harness.data.tokenizer import check_bpe_vocab  # lazy: it loads HF tokenizers
+
+        check_bpe_vocab(args.vocab_size)  # the range a grid's vocab_size allows: one line
     print(format_table(size_table(args.size or list(SIZES), variants, args.vocab_size)))
     return 0

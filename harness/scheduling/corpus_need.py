@@ -24,6 +24,7 @@ from harness.data.corpus import HUB_PREFIX, read_documents, split_documents
 from harness.data.corpus_key import CorpusKey
 from harness.data.prepared import prepare_corpus
 from harness.data.shards import read_manifest
+from harness.data.tokenizer import GPT2Tokenizer
 from harness.design.config import RunConfig, get_size
 from harness.train.schedule import StepPlan
 
@@ -75,7 +76,8 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
 
     Raises:
         ValueError: (one line) a missing optional package (``tiktoken`` for ``gpt2``;
-            ``datasets`` to prepare a hub corpus); a hub corpus not prepared; a run whose
+            ``datasets`` to prepare a hub corpus); a gpt2 corpus not prepared whose files tiktoken
+            cannot load here (offline); a hub corpus not prepared; a run whose
             budget exceeds its prepared train split, or whose evaluation exceeds its val
             split, beyond ``max_epochs`` (the line gives budget, train tokens and epochs).
     """
@@ -86,6 +88,14 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
         if key.tokenizer == "gpt2" and (why := _missing("tiktoken", "tokenizer 'gpt2'")):
             raise ValueError(why)
         manifest = read_manifest(key.folder(cache_dir))
+        if manifest is None and key.tokenizer == "gpt2" and ("gpt2", None) not in memo:
+            try:  # a prepared corpus holds gpt2's files; without one each worker would download them
+                memo["gpt2", None] = GPT2Tokenizer()
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc}; or run `harness prepare {grid_path}` where it can (the prepared corpus keeps "
+                    "the files: workers never download)"
+                ) from None
         if manifest is None:
             if key.corpus.startswith(HUB_PREFIX):
                 hint = f"run `harness prepare {grid_path}` first (workers never download)"

@@ -53,7 +53,6 @@ from harness.scheduling.storage import STORAGE_RETRY_S, retry_storage
 from harness.scheduling.tuning import pruning_hook
 from harness.scheduling.worker_faults import (
     DiskFull,
-    FolderWatch,
     OtherResults,
     ResultsLost,
     WatchedFence,
@@ -64,7 +63,7 @@ from harness.scheduling.worker_faults import (
     results_lost,
 )
 from harness.train.execution import ExecutionSettings
-from harness.train.fencing import LeaseLost, fenced
+from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
     from harness.scheduling.queue import RunQueue
@@ -448,7 +447,6 @@ __all__ = [
     "ResultsReadOnly",
     "OtherResults",
     "ResultsLost",
-    "FolderWatch",
     "fmt_duration",
     "work",
     "train_unless_finished",

@@ -1,6 +1,7 @@
 """What a worker meets that is the environment's fault, not the run's (DESIGN section 10).
 
-A results folder that is lost (:class:`FolderWatch`, :class:`WatchedFence`, :class:`ResultsLost`),
+A results folder that is lost (:class:`~harness.train.fencing.FolderWatch`, :class:`WatchedFence`,
+:class:`ResultsLost`),
 that belongs to another queue (:class:`OtherResults`) or is full (:class:`DiskFull`), and a child
 rank that died (:class:`~harness.common.faults.RankDied`): each releases the claimed run (no retry
 spent) and stops the worker with one line saying what to check. :mod:`harness.scheduling.worker`
@@ -18,7 +19,7 @@ from pathlib import Path
 from harness.common.faults import RankDied
 from harness.common.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
 from harness.scheduling.fence import ClaimFence
-from harness.train.fencing import LeaseLost
+from harness.train.fencing import FolderWatch, LeaseLost
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # how torch's checkpoint writer says ENOSPC (a RuntimeError without an errno)
@@ -48,42 +49,6 @@ class ResultsLost(OSError):
     """The worker's results folder is gone (deleted, unmounted, or replaced by another folder) since
     it started: the run was released (when the queue could still be reached) and the worker stops,
     creating nothing there."""
-
-
-class FolderWatch:
-    """Whether the results folder is still the one the worker started on: same device, inode and
-    id (``RESULTS/.harness-id``, written now if missing: a new folder may get a freed inode's number).
-
-    :meth:`look` stats it (the heartbeat calls it every beat, the fence before every write);
-    :attr:`gone` is the reason once it is lost (free to read, checked after every optimiser step).
-    """
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.id = results_id(folder, create=True)
-        st = os.stat(folder)
-        self.identity = (st.st_dev, st.st_ino)
-        self.gone: str | None = None
-
-    def look(self) -> str | None:
-        """Why the folder is lost, or ``None`` while it is the one the worker started on."""
-        if self.gone is None:
-            try:
-                # the id first: an unmount between the two reads is then seen as one (the new stat)
-                now_id = results_id(self.folder)
-                st = os.stat(self.folder)
-            except FileNotFoundError:
-                self.gone = "deleted"
-            except OSError as exc:
-                self.gone = f"unreachable: {exc.strerror}"
-            else:
-                if st.st_dev != self.identity[0]:
-                    self.gone = "unmounted, or another file system mounted there"
-                elif st.st_ino == self.identity[1] and now_id is None:
-                    self.gone = "deleted"  # being emptied (rm -r): its id file went first
-                elif st.st_ino != self.identity[1] or now_id != self.id:
-                    self.gone = "replaced by another folder"
-        return self.gone
 
 
 class WatchedFence(ClaimFence):
@@ -206,7 +171,6 @@ __all__ = [
     "DiskFull",
     "full_path",
     "ResultsLost",
-    "FolderWatch",
     "WatchedFence",
     "results_lost",
     "OtherResults",

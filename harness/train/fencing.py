@@ -31,8 +31,12 @@ from __future__ import annotations
 import contextvars
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+from harness.common.files import results_id
 
 
 class LeaseLost(RuntimeError):
@@ -79,6 +83,73 @@ class Fence:
         yield
 
 
+class FolderWatch:
+    """Whether the results folder is still the one the worker started on: same device, inode and
+    id (``RESULTS/.harness-id``, written now if missing: a new folder may get a freed inode's number).
+
+    :meth:`look` stats it (the heartbeat calls it every beat, the fence before every write);
+    :attr:`gone` is the reason once it is lost (free to read, checked after every optimiser step).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.id = results_id(folder, create=True)
+        st = os.stat(folder)
+        self.identity = (st.st_dev, st.st_ino)
+        self.gone: str | None = None
+
+    def look(self) -> str | None:
+        """Why the folder is lost, or ``None`` while it is the one the worker started on."""
+        if self.gone is None:
+            try:
+                # the id first: an unmount between the two reads is then seen as one (the new stat)
+                now_id = results_id(self.folder)
+                st = os.stat(self.folder)
+            except FileNotFoundError:
+                self.gone = "deleted"
+            except OSError as exc:
+                self.gone = f"unreachable: {exc.strerror}"
+            else:
+                if st.st_dev != self.identity[0]:
+                    self.gone = "unmounted, or another file system mounted there"
+                elif st.st_ino == self.identity[1] and now_id is None:
+                    self.gone = "deleted"  # being emptied (rm -r): its id file went first
+                elif st.st_ino != self.identity[1] or now_id != self.id:
+                    self.gone = "replaced by another folder"
+        return self.gone
+
+
+class FolderFence(Fence):
+    """The fence of a run trained by hand (``harness run``): no other owner can take the run, but it
+    stops, writing nothing more, once its results folder is lost (deleted, unmounted or replaced:
+    :class:`FolderWatch`). :meth:`lost` looks at most once every ``every_s`` seconds (one ``stat``
+    and a small read), :meth:`check` and :meth:`holding` before every write."""
+
+    def __init__(self, watch: FolderWatch, run_id: str, every_s: float = 1.0) -> None:
+        self.watch, self.run_id, self.every_s = watch, run_id, every_s
+        self._next = time.monotonic() + every_s
+
+    def _why(self) -> str | None:
+        why = self.watch.look()
+        return None if why is None else f"results folder {self.watch.folder} {why}"
+
+    def lost(self) -> str | None:
+        if self.watch.gone is None and time.monotonic() >= self._next:
+            self._next = time.monotonic() + self.every_s
+            self.watch.look()
+        return None if self.watch.gone is None else f"results folder {self.watch.folder} {self.watch.gone}"
+
+    def check(self, what: str) -> None:
+        why = self._why()
+        if why is not None:
+            raise LeaseLost(self.run_id, f"{why}; {what} not written")
+
+    @contextmanager
+    def holding(self, what: str) -> Iterator[None]:
+        self.check(what)
+        yield
+
+
 OPEN = Fence()
 _current: contextvars.ContextVar[Fence | None] = contextvars.ContextVar("harness_fence", default=None)
 
@@ -98,4 +169,4 @@ def fenced(fence: Fence) -> Iterator[Fence]:
         _current.reset(token)
 
 
-__all__ = ["LeaseLost", "Fence", "OPEN", "current", "fenced"]
+__all__ = ["LeaseLost", "Fence", "FolderWatch", "FolderFence", "OPEN", "current", "fenced"]

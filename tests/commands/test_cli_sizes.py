@@ -25,6 +25,20 @@ def test_sizes_table_matches_built_models(capsys):
         assert f"{counts['trainable']:,}" in line.split()
 
 
+def test_a_vocabulary_is_padded_as_in_a_run_and_checked_as_in_a_grid(capsys):
+    from harness.design.config import RunConfig
+
+    assert main(["sizes", "--size", "tiny", "--variant", "rd_attnres", "--vocab-size", "300"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.split()[:2] == ["tiny", "rd_attnres"])
+    config = RunConfig.create("rd_attnres", "tiny", 0, 4096, "/c", train={"vocab_size": 300})
+    run_model = build_model("rd_attnres", "tiny", seed=0, vocab_size=config.model_config(300).vocab_size)
+    assert line.split()[6] == "320" and f"{count_params(run_model)['total']:,}" in line.split()
+    for bad in ("0", "256", str(2**21)):
+        assert main(["sizes", "--vocab-size", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"vocab_size={bad} is not allowed" in err and "257" in err and "Traceback" not in err
+
+
 def test_bad_variant_is_one_clean_error(capsys):
     assert main(["sizes", "--variant", "nope"]) == 2
     err = capsys.readouterr().err

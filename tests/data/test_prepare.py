@@ -411,3 +411,17 @@ def test_streamed_documents_equal_the_whole_read_for_every_file_kind(tmp_path):
     (folder / "c.txt").write_text(docs[300])
     assert list(stream_documents(str(folder))) == read_documents(str(folder)) == docs[:301]
     assert list(stream_documents(str(folder), max_docs=160)) == docs[:160]
+
+
+def test_prepare_without_a_grid_says_what_it_holds_and_no_budget_line(tmp_path, capsys, monkeypatch):
+    """`harness prepare --corpus C --tokens N` has no grid, hence no budget or evaluation set to report
+    (it once printed 'largest budget reads 4,095 train tokens ... evaluation set -1 tokens')."""
+    sample = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+    monkeypatch.setenv("HARNESS_CACHE", "")
+    args = ["prepare", "--corpus", str(sample / "fineweb_edu_sample10BT_efscorer150.jsonl")]
+    assert cli([*args, "--vocab-size", "300", "--tokens", "4096", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"efscorer150\.jsonl \(bpe\): 150 documents, [\d,]+ train tokens, [\d,]+ val tokens", out
+    ), out
+    assert "largest budget" not in out and "-1" not in out, out

@@ -244,7 +244,7 @@ def test_a_write_refused_at_its_commit_removes_the_folders_it_created_and_only_t
     removed again, folders that were there before stay."""
     import shutil
 
-    from harness.scheduling.worker_faults import FolderWatch
+    from harness.train.fencing import FolderWatch
 
     results = tmp_path / "results"
     target = results / "checkpoints" / "g_tiny" / "e0" / "last.ckpt"

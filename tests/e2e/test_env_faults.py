@@ -518,3 +518,72 @@ def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_
         caught.value
     )
     assert list(results.iterdir()) == []
+
+
+SAMPLE_TEXT = (
+    Path(__file__).resolve().parents[3]
+    / "shared/data/fineweb_edu_sample/fineweb_edu_sample10BT_efscorer150.jsonl"
+)
+
+
+@pytest.mark.slow  # ~15 s on 2 cores: a real run by hand, its folder taken away mid-run
+@pytest.mark.parametrize("how", ["replaced", "deleted"])
+def test_a_run_by_hand_whose_results_folder_goes_away_stops_and_writes_nothing_more(tmp_path, how):
+    """``harness run`` watches its results folder as a worker does (harness.train.fencing.FolderFence):
+    replaced mid-run, the run writes no checkpoint, result or database into the new folder; deleted,
+    nothing is re-created. One line, exit 1."""
+    import shutil
+    import time
+
+    results = tmp_path / "R"
+    cmd = [sys.executable, "-m", "harness", "run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0"]
+    cmd += ["--budget-tokens", "2097152", "--corpus", str(SAMPLE_TEXT), "--results", str(results)]
+    cmd += ["--set", "vocab_size=300", "--set", "batch_tokens=1024", "--threads", "1", "--quiet"]
+    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}  # the corpus outside the folder
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 240
+    while not list(results.glob("checkpoints/*/local/config.json")):  # training has started
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1.0)
+    if how == "replaced":
+        results.rename(tmp_path / "R.old")
+        results.mkdir()
+    else:
+        while results.exists():  # the run may write into the folder while rmtree empties it
+            shutil.rmtree(results, ignore_errors=True)
+    gone = time.monotonic()
+    out, err = proc.communicate(timeout=240)
+    stopped = time.monotonic()
+    err = err.strip()
+    assert proc.returncode == 1 and "Traceback" not in err and len(err.splitlines()) == 1, (out, err)
+    assert err.startswith(f"harness run: error: results folder {results} "), err
+    assert any(w in err for w in ("replaced by another folder", "deleted")), err
+    assert "stopped and wrote nothing more there" in err and ": done" not in out
+    assert stopped - gone < 30  # a step or a checkpoint away, not the run's end (2M tokens)
+    if how == "replaced":
+        assert list(results.iterdir()) == []  # no checkpoint, result file or harness.duckdb
+        assert list((tmp_path / "R.old").glob("checkpoints/*/local/config.json"))
+    else:
+        assert not results.exists()
+
+
+def test_queueing_a_gpt2_grid_where_tiktoken_cannot_load_gpt2_is_refused_before_anything_is_queued(tmp_path):
+    """Offline (no cache, no route to tiktoken's files) with its corpus not prepared, every worker would
+    fail to download gpt2's files and spend its retries: the queue refuses it, naming `harness prepare`."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello world"}\n')
+    grid = grid_file(tmp_path, corpus, train='tokenizer = "gpt2"\n')
+    offline = {  # tiktoken's real client, with nowhere to download from
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty_cache"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+    }
+    results = tmp_path / "results"
+    proc = harness("queue", str(grid), "--results", str(results), env=offline)
+    one_line_error(
+        proc,
+        "tokenizer 'gpt2': tiktoken cannot load its gpt2 files",
+        f"run `harness prepare {grid}` where it can",
+    )
+    assert proc.returncode == 2 and not results.exists()  # nothing queued, no folder

@@ -374,7 +374,8 @@ def test_the_vocabulary_crosses_six_modules_from_the_grid_to_the_embedding():
     assert named - set(VOCAB_ELSEWHERE) == set(VOCAB_PATH), "a module started or stopped naming vocab_size"
     assert set(VOCAB_ELSEWHERE) <= named, "a listed module no longer names vocab_size: drop it"
     # the rules exist once, called where their inputs are: the fallback (requested_vocab: a grid's
-    # preset, or `harness prepare`'s default) and the padding (padded_vocab: the model's shape)
+    # preset, or `harness prepare`'s default) and the padding (padded_vocab: a run's model, and the
+    # table `harness sizes --vocab-size` prints)
     callers = {"requested_vocab": set(), "padded_vocab": set()}
     for path in (ROOT / "harness").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -382,7 +383,7 @@ def test_the_vocabulary_crosses_six_modules_from_the_grid_to_the_embedding():
                 callers[node.func.id].add(path.relative_to(ROOT).as_posix())
     assert callers == {
         "requested_vocab": {"harness/design/config.py", "harness/commands/prepare.py"},
-        "padded_vocab": {"harness/design/config.py"},
+        "padded_vocab": {"harness/design/config.py", "harness/commands/sizes.py"},
     }
 
 
