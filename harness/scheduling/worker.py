@@ -259,7 +259,7 @@ def _admit(loop: _Loop, claim, space_needed: SpaceFn | None, check_run=None):
     queue, call, results_dir = loop.queue, loop.call, loop.results_dir
     if loop.watch is not None and loop.watch.look() is not None:
         raise results_lost(queue, claim, loop.watch)
-    check_results(queue, call, claim, results_dir)
+    check_results(queue, call, claim, results_dir, loop.watch)
     _configured(loop, claim, check_run)
     need = space_needed(claim.config) if space_needed is not None else None
     if need is not None and free_bytes(results_dir) < need:

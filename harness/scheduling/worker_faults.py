@@ -113,15 +113,18 @@ class OtherResults(ValueError):
     in ``RESULTS/.harness-id``): the run was released and the worker stops, naming both folders."""
 
 
-def check_results(queue, call, claim, results_dir: Path) -> None:
+def check_results(queue, call, claim, results_dir: Path, watch: FolderWatch | None = None) -> None:
     """Refuse (release ``claim`` and raise :class:`OtherResults`) a run whose grid the queue records
-    for another results folder than ``results_dir`` (:meth:`RunQueue.bind_results`)."""
+    for another results folder than ``results_dir`` (:meth:`RunQueue.bind_results`); when the folder
+    went away since the worker started (``watch``), :func:`results_lost` says so instead."""
     owner = call(queue.results_of, claim.grid)
     if owner is None:
         return
     mine = results_id(results_dir)
     if mine == owner["id"]:
         return
+    if watch is not None and watch.look() is not None:  # deleted between the worker's look and this read
+        raise results_lost(queue, claim, watch)
     call(queue.release, claim, f"worker on another results folder ({results_dir}); run released")
     raise OtherResults(
         f"grid {claim.grid} belongs to the results folder {owner['path']} (id {owner['id']}); "

@@ -587,3 +587,27 @@ def test_queueing_a_gpt2_grid_where_tiktoken_cannot_load_gpt2_is_refused_before_
         f"run `harness prepare {grid}` where it can",
     )
     assert proc.returncode == 2 and not results.exists()  # nothing queued, no folder
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_a_folder_deleted_between_the_workers_look_and_its_owner_check_is_said_deleted(tmp_path, watched):
+    """A results folder deleted just after a worker started (before its first run) is named as deleted,
+    not as another folder with no .harness-id (which told the user to pass the folder they passed)."""
+    import shutil
+
+    from harness.scheduling.worker_faults import OtherResults, ResultsLost, check_results
+    from harness.train.fencing import FolderWatch
+
+    results = tmp_path / "results"
+    journal = f"journal:{tmp_path / 'q.journal'}"
+    _queued(tmp_path, results, ["--storage", journal])
+    queue = RunQueue.open(journal, results)
+    watch = FolderWatch(results)  # the worker's, at its start
+    claim = queue.claim()
+    shutil.rmtree(results)
+    with pytest.raises(ResultsLost if watched else OtherResults) as caught:
+        check_results(queue, lambda method, *a: method(*a), claim, results, watch if watched else None)
+    if watched:
+        assert str(caught.value).startswith(f"results folder {results} deleted while this worker used it")
+    assert not results.exists()
+    assert sorted(r.state for r in RunQueue.open(journal, results).runs().values()) == ["queued"] * 3
