@@ -193,7 +193,7 @@ def _run(argv: list[str]) -> int:
         )
         return 2
     except ConnectionError as exc:
-        # e.g. harness.scheduling.storage.StorageUnavailable after its retries: one line, no traceback
+        # e.g. harness.scheduling.queue.storage.StorageUnavailable after its retries: one line, no traceback
         print(f"harness {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

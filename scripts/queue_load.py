@@ -5,8 +5,8 @@
     python scripts/queue_load.py --workers 8 --runs 100 --kill 2 --storage postgresql://USER@HOST/DB
     python scripts/queue_load.py --workers 16 --runs 200               # a journal file in a temp folder
 
-Each worker is a process running :func:`harness.scheduling.worker.work` on its own
-:class:`~harness.scheduling.queue.RunQueue`, posing as its own host (so a dead worker is found
+Each worker is a process running :func:`harness.scheduling.workers.loop.work` on its own
+:class:`~harness.scheduling.queue.run_queue.RunQueue`, posing as its own host (so a dead worker is found
 by its lease timing out, as on a cluster), with a stand-in train function that holds each run
 50-200 ms and trains nothing. ``--history H`` first stores H finished trials in the same grid's
 study (a queue with a long past); ``--kill K`` SIGKILLs K workers while they hold a run, each
@@ -60,7 +60,7 @@ def store_history(queue, n: int) -> None:
     """``n`` finished (COMPLETE) trials of the grid, as a long-drained queue holds (its own seeds)."""
     from optuna.trial import TrialState
 
-    from harness.scheduling.trials import attempt_template
+    from harness.scheduling.queue.trials import attempt_template
 
     if n <= 0:
         return
@@ -95,7 +95,7 @@ def _hold(record: str, config, results_dir) -> str:
 
 
 class GridFinished:
-    """The workers' stop request (the ``stop`` of :func:`~harness.scheduling.worker.work`): asked once
+    """The workers' stop request (the ``stop`` of :func:`~harness.scheduling.workers.loop.work`): asked once
     the driver has written ``flag`` (every run of the grid finished). Until then a worker with nothing
     to claim polls, as ``harness work --wait`` does, so that a killed worker's run is reclaimed once
     its lease is stale (LEASE_S) even when the rest of the grid drained sooner."""
@@ -121,9 +121,9 @@ def worker(index: int, storage: str | None, results: str, out: str, max_runs: in
     Without ``max_runs`` it works until the driver says the grid is finished (:class:`GridFinished`)."""
     import optuna
 
-    from harness.scheduling import lease
-    from harness.scheduling import queue as queue_mod
-    from harness.scheduling.worker import work
+    from harness.scheduling.queue import lease
+    from harness.scheduling.queue import run_queue as queue_mod
+    from harness.scheduling.workers.loop import work
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     host = f"load-{index}"
@@ -381,7 +381,7 @@ def load(
     ``postmaster``: the pid of the PostgreSQL server, to measure its CPU (same machine)."""
     import optuna
 
-    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.queue.run_queue import RunQueue
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     results = workdir / "results"

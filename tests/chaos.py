@@ -236,7 +236,7 @@ def chaos(
     sys.path.insert(0, str(REPO))
     from optuna.trial import TrialState
 
-    from harness.scheduling.queue import MAX_RECLAIMS, RunQueue
+    from harness.scheduling.queue.run_queue import MAX_RECLAIMS, RunQueue
 
     workdir.mkdir(parents=True, exist_ok=True)
     if ref is None:
@@ -359,7 +359,7 @@ def chaos(
     runs = queue().runs(GRID_NAME)
     values = final_values(results)
     from db.validate import result_filename
-    from harness.scheduling.grid import load_grid
+    from harness.scheduling.grids.grid import load_grid
 
     for rid in (c.run_id for c in load_grid(grid).expand()):
         r = runs.get(rid)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import harness.train
 from harness.cli import main as cli
-from harness.scheduling.grid import parse_grid
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.grids.grid import parse_grid
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import work
 
 GRID_TOML = """\
 name = "{name}"

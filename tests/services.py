@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from harness.common.files import atomic_write
-from harness.scheduling.lease import pid_alive as _alive
+from harness.scheduling.queue.lease import pid_alive as _alive
 
 STATE_DIR = Path(tempfile.gettempdir()) / "rd-harness-services"
 START_TIMEOUT_S = 60.0

@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
 
     from db.store import Store
     from harness.models.catalog import load_specs
-    from harness.scheduling.grid import parse_grid
+    from harness.scheduling.grids.grid import parse_grid
     from reports import followup as fu
     from reports.build import compute_stats, load_frames
     from reports.stats.seed_planning import throughput

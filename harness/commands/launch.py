@@ -39,7 +39,7 @@ import sys
 from harness.commands.options import add_storage
 from harness.common.terms import NAME_RE
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
-from harness.scheduling.worker_run import WorkOptions
+from harness.scheduling.workers.loop import WorkOptions
 from harness.train.execution import ExecutionSettings
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
@@ -123,8 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
     """One line on what the workers will find; raises ``ValueError`` when nothing is queued."""
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S, describe_storage
 
     where = describe_storage(storage, args.results)
     try:
@@ -165,7 +165,7 @@ def _check_gpus(args: argparse.Namespace, queue) -> None:
     """
     if not args.gpus_per_worker:
         return
-    from harness.scheduling.devices import visible_devices
+    from harness.scheduling.workers.devices import visible_devices
     from harness.train.execution import ExecutionSettings
     from harness.train.settings_check import check_run  # lazy: Lightning, only with GPUs asked for
 
@@ -185,8 +185,8 @@ def main(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from harness.scheduling import launch
-    from harness.scheduling.lease import hostname
-    from harness.scheduling.storage import describe_storage, parse_storage
+    from harness.scheduling.queue.lease import hostname
+    from harness.scheduling.queue.storage import describe_storage, parse_storage
 
     args.results = args.results.resolve()
     storage = args.storage
@@ -226,7 +226,9 @@ def main(args: argparse.Namespace) -> int:
     options = _work_options(args, storage)
     shown = _work_argv(options, describe_storage(storage, args.results) if storage else None)
 
-    from harness.scheduling.worker_task import WorkerTask  # lazy: submitit, only to launch (not for --help)
+    from harness.scheduling.workers.launched_task import (
+        WorkerTask,  # lazy: submitit, only to launch (not for --help)
+    )
 
     launch_id, folder = launch.launch_folder(args.results, args.executor)
     try:

@@ -32,9 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.scheduling import legacy
-    from harness.scheduling.queue import LEGACY_STUDY, RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.queue import legacy
+    from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     queue = RunQueue.open(

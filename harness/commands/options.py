@@ -27,7 +27,7 @@ def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) ->
 
 def open_queue(args: argparse.Namespace, *, create: bool = False):
     """The run queue at ``args.storage`` (default: the results folder's journal), retried for
-    :data:`~harness.scheduling.storage.COMMAND_RETRY_S` while unreachable; ``None`` when there is
+    :data:`~harness.scheduling.queue.storage.COMMAND_RETRY_S` while unreachable; ``None`` when there is
     none (and ``create`` is false). Optuna's info logging is silenced; retries go to stderr.
 
     Raises:
@@ -37,8 +37,10 @@ def open_queue(args: argparse.Namespace, *, create: bool = False):
 
     import optuna
 
-    from harness.scheduling.queue import RunQueue  # lazy: Optuna and the queue load only when a command runs
-    from harness.scheduling.storage import COMMAND_RETRY_S  # lazy: as above
+    from harness.scheduling.queue.run_queue import (
+        RunQueue,  # lazy: Optuna and the queue load only when a command runs
+    )
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S  # lazy: as above
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:

@@ -86,7 +86,7 @@ def _shape(grid):
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.scheduling.grid import load_grid
+    from harness.scheduling.grids.grid import load_grid
     from reports.render.plan_table import render_plan
     from reports.stats.seed_planning import plan_rows, throughput
 

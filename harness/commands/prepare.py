@@ -125,8 +125,8 @@ def main(args: argparse.Namespace) -> int:
     cache = cache_dir(args.results)
     if args.grid is not None:
         # deferred: the grid path needs the model presets (torch); --corpus alone does not
-        from harness.scheduling.corpus_need import largest_needs
-        from harness.scheduling.grid import check_corpus, load_grid
+        from harness.scheduling.grids.corpus_need import largest_needs
+        from harness.scheduling.grids.grid import check_corpus, load_grid
 
         if args.tokenizer or args.vocab_size or args.tokens or args.max_docs:
             raise ValueError(

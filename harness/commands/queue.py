@@ -56,7 +56,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import add_storage
-from harness.scheduling.grid import (
+from harness.scheduling.grids.grid import (
     check_corpus,
     check_plan_unchanged,
     choose_corpus,
@@ -95,8 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S, describe_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.repair:
@@ -143,7 +143,7 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
 
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
     from harness.data.prepared import cache_dir
-    from harness.scheduling.corpus_need import check_corpora
+    from harness.scheduling.grids.corpus_need import check_corpora
 
     check_corpora(configs, cache_dir(args.results), grid_path=str(args.grid))  # prepared, big enough
     return configs
@@ -184,11 +184,11 @@ def _say_queued(grid, configs: list, result, where: str, args: argparse.Namespac
 
 
 def _repair(args: argparse.Namespace) -> int:
-    """``harness queue --repair``: :func:`harness.scheduling.journal.repair_journal`, refused
+    """``harness queue --repair``: :func:`harness.scheduling.queue.journal.repair_journal`, refused
     while a worker holds a fresh lease (it keeps byte offsets into the journal)."""
-    from harness.scheduling.journal import repair_journal
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import parse_storage
+    from harness.scheduling.queue.journal import repair_journal
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.queue.storage import parse_storage
 
     kind, path = parse_storage(args.storage, args.results)
     if kind != "journal":

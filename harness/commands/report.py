@@ -65,7 +65,7 @@ def report_where(storage: str | None, results: Path) -> str:
     """Where the queue is, as a report prints it: never this machine's absolute path (a checked-in
     report names no home folder or mount). A journal in the results folder: its path there (``queue.journal
     in the results folder``); a journal elsewhere: its file name; a database: its URL without the password."""
-    from harness.scheduling.storage import describe_storage, parse_storage
+    from harness.scheduling.queue.storage import describe_storage, parse_storage
 
     kind, where = parse_storage(storage, results)
     if kind != "journal":

@@ -30,8 +30,8 @@ from harness.commands.options import add_accelerator_argument, add_micro_batch_a
 from harness.common import console
 from harness.common.terms import ROLES
 from harness.design.config import SIZES, TRACKERS
-from harness.scheduling.accelerator_check import check_accelerator
-from harness.scheduling.grid import choose_corpus
+from harness.scheduling.grids.grid import choose_corpus
+from harness.scheduling.workers.devices import check_accelerator
 from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
 
 

@@ -42,7 +42,7 @@ from urllib.parse import unquote
 from harness.commands.options import add_storage
 from harness.common.interrupt import prompt_exit
 from harness.common.terms import FINISHED, check_grid
-from harness.scheduling.lease import LEASE_TIMEOUT_S
+from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 
 # display order: waiting, training, finished (done, diverged; pruned where a tuning study has any), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")
@@ -100,7 +100,7 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]
 def launch_lines(results, shown: int) -> list[str]:
     """The jobs of the newest ``shown`` launches (:mod:`harness.scheduling.launch`), as lines."""
     from harness.scheduling.launch import job_states, read_records
-    from harness.scheduling.worker_run import summary
+    from harness.scheduling.workers.loop import summary
 
     records = read_records(results) if shown else []
     if not records:
@@ -211,8 +211,8 @@ def status_lines(
     Raises:
         ValueError: ``grid`` names no grid in the queue (the message names those there).
     """
-    from harness.scheduling.lease import stale_reason
-    from harness.scheduling.worker import fmt_duration
+    from harness.scheduling.queue.lease import stale_reason
+    from harness.scheduling.workers.loop import fmt_duration
 
     every = queue.runs()
     if grid is not None:
@@ -265,7 +265,7 @@ def status_lines(
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from harness.scheduling.storage import describe_storage
+    from harness.scheduling.queue.storage import describe_storage
 
     if args.launches < 0:
         raise ValueError(f"--launches {args.launches}: must be >= 0")
@@ -302,8 +302,8 @@ def _open(args: argparse.Namespace, where: str):
     Raises:
         ValueError: ``--grid`` given and no queue.
     """
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S
 
     try:
         return RunQueue.open(

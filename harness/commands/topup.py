@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     import optuna
 
     from db.store import Store
-    from harness.scheduling.storage import describe_storage
+    from harness.scheduling.queue.storage import describe_storage
     from reports.build import compute_stats, load_frames
     from reports.render.topup_lines import describe
     from reports.stats.topup import plan_topup

@@ -128,8 +128,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _open(args, *, create: bool):
-    from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S
 
     return RunQueue.open(
         args.storage,
@@ -141,8 +141,8 @@ def _open(args, *, create: bool):
 
 
 def _start(args) -> int:
-    from harness.scheduling.grid import check_corpus, choose_corpus, load_grid
-    from harness.scheduling.storage import describe_storage
+    from harness.scheduling.grids.grid import check_corpus, choose_corpus, load_grid
+    from harness.scheduling.queue.storage import describe_storage
     from harness.scheduling.tuning import (
         TuneSpec,
         check_space,
@@ -290,7 +290,7 @@ def _show(args) -> int:
     if args.write_grid is not None:
         if best is None:
             raise ValueError(f"tuning study {spec.study_name!r} has no finished trial yet: nothing to write")
-        from harness.scheduling.gridedit import write_train
+        from harness.scheduling.grids.edit import write_train
 
         _check_unqueued(args, queue)
         changes = write_train(
@@ -333,7 +333,7 @@ def _check_unqueued(args, queue) -> None:
     Raises:
         ValueError: naming the grid and the way: a new file under a new name.
     """
-    from harness.scheduling.grid import load_grid
+    from harness.scheduling.grids.grid import load_grid
 
     source = args.grid if args.grid is not None else args.write_grid
     grid = load_grid(source)
@@ -356,14 +356,14 @@ def _check_unqueued(args, queue) -> None:
 
 
 def _queue_exists(args) -> bool:
-    from harness.scheduling.storage import parse_storage
+    from harness.scheduling.queue.storage import parse_storage
 
     kind, where = parse_storage(args.storage, args.results)
     return kind != "journal" or Path(where).exists()
 
 
 def _print_show(spec, rows, best, imp_text) -> None:
-    from harness.scheduling.worker import fmt_duration
+    from harness.scheduling.workers.loop import fmt_duration
 
     counts = {
         s: sum(r["state"] == s for r in rows)

@@ -63,11 +63,10 @@ from harness.commands.options import (
     execution_settings,
 )
 from harness.design.config import TRACKERS
-from harness.scheduling.accelerator_check import check_accelerator
-from harness.scheduling.lease import LEASE_TIMEOUT_S
-from harness.scheduling.storage import STORAGE_RETRY_S
-from harness.scheduling.worker import MAX_RETRIES
-from harness.scheduling.worker_run import WorkOptions, run_worker, summary
+from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
+from harness.scheduling.queue.storage import STORAGE_RETRY_S
+from harness.scheduling.workers.devices import check_accelerator
+from harness.scheduling.workers.loop import MAX_RETRIES, WorkOptions, run_worker, summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,7 +168,7 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
 
 
 def work_options(args: argparse.Namespace) -> WorkOptions:
-    """``harness work``'s options as the worker's :class:`~harness.scheduling.worker_run.WorkOptions`.
+    """``harness work``'s options as the worker's :class:`~harness.scheduling.workers.loop.WorkOptions`.
 
     Raises:
         ValueError: a bad ``--micro-batch-size`` (refused before any claim).
@@ -192,5 +191,5 @@ def work_options(args: argparse.Namespace) -> WorkOptions:
 
 
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
-    """:func:`~harness.scheduling.worker_run.run_worker` with ``harness work``'s options."""
+    """:func:`~harness.scheduling.workers.loop.run_worker` with ``harness work``'s options."""
     return run_worker(work_options(args), train_fn=train_fn, on_failure=on_failure, stop=stop)

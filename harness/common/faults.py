@@ -1,7 +1,7 @@
 """A fault of the machine a run trains on, not of the run: :class:`RankDied`, :class:`ResultsReadOnly`,
 :class:`CudaContextLost`.
 
-Light on purpose (no torch): the worker loop (:mod:`harness.scheduling.worker`) catches it
+Light on purpose (no torch): the worker loop (:mod:`harness.scheduling.workers.loop`) catches it
 without loading the training stack, releases the run (queued again, no retry spent) and stops,
 as it does for a full disk (DESIGN section 10's fault model; section 11's dead rank).
 """

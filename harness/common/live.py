@@ -2,7 +2,7 @@
 
 The training callback (:class:`harness.train.progress.RunCallback`) publishes what its run
 has done after every optimiser step (:func:`publish`: a reference swap, no I/O); a queue
-worker's lease heartbeat (:mod:`harness.scheduling.lease`, every few seconds) reads the
+worker's lease heartbeat (:mod:`harness.scheduling.queue.lease`, every few seconds) reads the
 latest (:func:`current`) and writes it into the run's lease in the queue storage, where
 ``harness status`` shows tokens, tokens/s and an ETA per running run. The write rate is the
 heartbeat's, whatever the step rate. No torch, no Optuna: both sides import this module.

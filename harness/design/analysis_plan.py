@@ -19,7 +19,7 @@ A grid's ``[factorial]`` table (:mod:`harness.design.factorial`, DESIGN section 
 stored beside it under ``"factorial"`` and fixed before the runs like the rest.
 
 This module imports from ``harness`` only :mod:`harness.design.factorial` (which imports nothing from it):
-``harness.scheduling.grid`` imports it.
+``harness.scheduling.grids.grid`` imports it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ pickled task as N processes on this machine (submitit's ``LocalExecutor``, one j
 worker): the same code path without a cluster. SLURM is asked to send submitit's
 pre-timeout signal (``submitit.JobEnvironment.USR_SIG``, ``SIGUSR2``) ``signal_delay_s``
 seconds before the time limit; the task turns it into a checkpoint, a release and a
-requeue (:class:`harness.scheduling.worker_task.WorkerTask`).
+requeue (:class:`harness.scheduling.workers.launched_task.WorkerTask`).
 
 Each launch is recorded in ``RESULTS/launches/<id>/launch.json`` (:class:`LaunchRecord`:
 job ids, executor, folder, time), beside submitit's files for its jobs (the sbatch script,
@@ -17,6 +17,8 @@ still holds, ``MinJobAge``), then ``sacct`` (where the cluster keeps accounting)
 by their controller process and the result submitit writes when a task ends.
 
 submitit is imported only when something is submitted or a task's files are read.
+
+Owns submitting workers and the launch records. Must not run a worker's loop in the launching process.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.common.files import atomic_write
-from harness.scheduling.lease import hostname, pid_alive
+from harness.scheduling.queue.lease import hostname, pid_alive
 
 LAUNCH_DIR = "launches"
 RECORD_NAME = "launch.json"
@@ -174,7 +176,7 @@ def _sigint_ignored() -> Iterator[None]:
 
     submitit's local controller turns a Ctrl-C into ``KeyboardInterrupt``, forwards SIGINT to its
     task and SIGKILLs it a second later; ignoring it, the controller waits while its task (which
-    catches SIGINT as it does SIGTERM: :class:`harness.scheduling.worker_task.WorkerTask`) releases its
+    catches SIGINT as it does SIGTERM: :class:`harness.scheduling.workers.launched_task.WorkerTask`) releases its
     run, says ``worker stopped (SIGINT)`` and ends, as after SIGTERM (issue 45).
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

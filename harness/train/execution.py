@@ -4,7 +4,7 @@ Built once from the command line (``harness run``, ``harness work``; ``harness l
 its workers ``harness work`` arguments), merged with what the run's grid sets (``[train] compile``,
 ``micro_batch_size``, ``loggers``: :data:`harness.design.execution_keys.EXECUTION_KEYS`) once, by
 :meth:`ExecutionSettings.for_run` when the run is built, and passed whole: the worker loop
-(:func:`harness.scheduling.worker.work`) -> :func:`harness.train.runner.train_run` -> each
+(:func:`harness.scheduling.workers.loop.work`) -> :func:`harness.train.runner.train_run` -> each
 child rank, serialised whole (:meth:`ExecutionSettings.to_json` / :meth:`ExecutionSettings.from_json`),
 so a rank cannot miss a field. Execution settings change how a run is computed, never what is
 computed: they stay outside the run id and the protocol hash (DESIGN section 11); the micro-batch

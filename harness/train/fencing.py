@@ -23,7 +23,7 @@ so a write that slipped through is still told apart (:mod:`harness.train.checkpo
 The fence of the run being trained reaches :func:`harness.train.train_run` through
 :func:`fenced` (a context variable), so train functions keep their two-argument form.
 This module is plain Python: the queue implements the fence
-(:class:`harness.scheduling.fence.ClaimFence`), training only uses it.
+(:class:`harness.scheduling.workers.fence.ClaimFence`), training only uses it.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ since the last checkpoint, so :class:`StopRequest`'s handler only records the si
 * the run's callback (:class:`harness.train.progress.RunCallback`) asks after every
   optimiser step, writes a checkpoint of that step and stops the run (it resumes from
   there, bit-identically on CPU);
-* the worker loop (:func:`harness.scheduling.worker.work`) then gives the run back to the
+* the worker loop (:func:`harness.scheduling.workers.loop.work`) then gives the run back to the
   queue and takes no other one; asked between runs, it takes none.
 
 What follows (a requeue, an exit) is the caller's: ``harness launch``'s task
-(:class:`harness.scheduling.worker_task.WorkerTask`).
+(:class:`harness.scheduling.workers.launched_task.WorkerTask`).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_an_unknown_command_lists_the_commands(capsys):
 
 @pytest.mark.slow
 def test_status_and_sql_load_no_torch_or_lightning(tmp_path):
-    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.queue.run_queue import RunQueue
 
     results = tmp_path / "results"
     RunQueue.open(None, results).enqueue(configs(seeds=(0,)))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.data.shards import read_manifest
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"

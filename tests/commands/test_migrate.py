@@ -15,9 +15,9 @@ import os
 from optuna.trial import TrialState, create_trial
 
 from harness.cli import main as cli
-from harness.scheduling.lease import Lease
-from harness.scheduling.queue import LEGACY_STUDY, RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.queue.lease import Lease
+from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue
+from harness.scheduling.workers.loop import work
 
 from queue_stubs import configs, new_queue, quiet, write_grid
 

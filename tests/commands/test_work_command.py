@@ -21,9 +21,9 @@ from optuna.trial import TrialState
 
 import harness.train
 from harness.cli import main as cli
-from harness.scheduling.lease import Lease
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import MAX_RETRIES, work
+from harness.scheduling.queue.lease import Lease
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import MAX_RETRIES, work
 from harness.train.execution import ExecutionSettings
 
 from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
@@ -88,7 +88,7 @@ def test_sigterm_releases_the_run(tmp_path):
 
 def test_work_command_default_retries_match_the_queue():
     from harness.commands import work as work_cmd
-    from harness.scheduling.storage import STORAGE_RETRY_S
+    from harness.scheduling.queue.storage import STORAGE_RETRY_S
 
     assert work_cmd.MAX_RETRIES == MAX_RETRIES
     assert work_cmd.STORAGE_RETRY_S == STORAGE_RETRY_S
@@ -232,7 +232,7 @@ def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
     """An outage as long as NOTICE_AFTER_S is news: one line while it lasts, one when it ends."""
     import threading
 
-    from harness.scheduling import storage
+    from harness.scheduling.queue import storage
 
     monkeypatch.setattr(storage, "NOTICE_AFTER_S", 1.0)
     results = tmp_path / "results"
@@ -261,7 +261,7 @@ def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # 3 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
-    from harness.scheduling.storage import StorageUnavailable
+    from harness.scheduling.queue.storage import StorageUnavailable
 
     results = tmp_path / "results"
     q = RunQueue.open(None, results, lease_timeout_s=1.0)
@@ -314,7 +314,7 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
 
 
 def test_retry_storage_passes_other_errors_at_once():
-    from harness.scheduling.storage import retry_storage
+    from harness.scheduling.queue.storage import retry_storage
 
     calls = []
 
@@ -363,8 +363,8 @@ def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untr
 def test_a_claimed_run_gets_the_workers_settings_and_stop_request_typed_whole(tmp_path):
     """The worker passes each run its ExecutionSettings (positional, the same object), its stop request and
     no pruning hook (a grid's run), as the runner's entry names them; a stand-in train function without
-    settings gets ``(config, results_dir)`` only (harness.scheduling.worker.Training)."""
-    from harness.scheduling.worker import Training
+    settings gets ``(config, results_dir)`` only (harness.scheduling.workers.loop.Training)."""
+    from harness.scheduling.workers.loop import Training
     from harness.train.stop import StopRequest
 
     q = new_queue(tmp_path)

@@ -21,7 +21,7 @@ import duckdb
 import pytest
 
 from db.store import Store
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 
 from queue_stubs import configs
 

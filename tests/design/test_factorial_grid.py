@@ -22,7 +22,7 @@ from harness.design.factorial import Factorial, parse_factorial
 from harness.models import build_model, count_params, get_spec
 from harness.models.compose import compose
 from harness.models.spec import parse_spec_text
-from harness.scheduling.grid import parse_grid
+from harness.scheduling.grids.grid import parse_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "data" / "fineweb_edu_sample"
@@ -325,7 +325,7 @@ def test_queue_stores_the_factorial_and_refuses_a_changed_one(tmp_path):
     ok = harness("queue", str(grid), "--results", str(tmp_path / "r"), cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     code = (
-        "import sys, json; from harness.scheduling.queue import RunQueue\n"
+        "import sys, json; from harness.scheduling.queue.run_queue import RunQueue\n"
         "q = RunQueue.open(None, sys.argv[1], create=False)\n"
         "print(json.dumps([r.config.analysis.get('factorial') for r in q.runs('fg').values()]))"
     )

@@ -12,8 +12,8 @@ import pytest
 
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_from_configs
-from harness.scheduling.grid import load_grid
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.grids.grid import load_grid
+from harness.scheduling.queue.run_queue import RunQueue
 
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 

@@ -17,7 +17,7 @@ import pytest
 from test_faults import _drained, grid_file, harness, one_line_error
 
 from harness.cli import main as cli
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 
 SPAWN = mp.get_context("spawn")
 
@@ -170,7 +170,7 @@ def _queue_slowly(argv: list[str], out: str, go) -> None:
     import contextlib
     import time
 
-    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.queue.run_queue import RunQueue
 
     read = RunQueue.runs
 
@@ -285,7 +285,7 @@ def _fill_and_write(config, results_dir: Path):
 
 
 def test_enospc_while_writing_a_checkpoint_releases_the_run_and_stops_the_worker(tmp_path, tmpfs):
-    from harness.scheduling.worker import DiskFull, work
+    from harness.scheduling.workers.loop import DiskFull, work
 
     results = tmpfs("2m")
     _queued(tmp_path, results)
@@ -324,7 +324,7 @@ def _remount_read_only_and_write(config, results_dir: Path):
 def test_a_read_only_remount_releases_the_run_and_stops_the_worker_in_one_line(tmp_path, tmpfs):
     """Issue 40: an environment fault, not a run failure: no "recording the failure ... failed", no
     retry spent, one line naming the folder (the queue is elsewhere here, so the release is written)."""
-    from harness.scheduling.worker import ResultsReadOnly, work
+    from harness.scheduling.workers.loop import ResultsReadOnly, work
 
     results = tmpfs("4m")
     journal = tmp_path / "queue.journal"
@@ -378,7 +378,7 @@ def test_sql_on_a_full_disk_says_the_disk_is_full(tmp_path, tmpfs):
 def test_a_worker_on_another_results_folder_refuses_the_grid_naming_both(tmp_path):
     from test_faults import _stub_result
 
-    from harness.scheduling.worker import work
+    from harness.scheduling.workers.loop import work
 
     journal = tmp_path / "shared" / "q.journal"
     storage = ["--storage", f"journal:{journal}"]
@@ -440,7 +440,7 @@ def test_a_worker_whose_results_folder_goes_away_stops_within_a_beat(tmp_path, t
     import threading
     import time
 
-    from harness.scheduling.worker import ResultsLost, work
+    from harness.scheduling.workers.loop import ResultsLost, work
 
     results = tmpfs("64m") if how == "unmounted" else tmp_path / "results"
     journal = f"journal:{tmp_path / 'q.journal'}"
@@ -492,7 +492,7 @@ def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_
     import threading
     import time
 
-    from harness.scheduling.worker import ResultsLost, work
+    from harness.scheduling.workers.loop import ResultsLost, work
 
     results = tmp_path / "results"
     _queued(tmp_path, results)  # the queue journal lives in the results folder
@@ -595,7 +595,7 @@ def test_a_folder_deleted_between_the_workers_look_and_its_owner_check_is_said_d
     not as another folder with no .harness-id (which told the user to pass the folder they passed)."""
     import shutil
 
-    from harness.scheduling.worker_faults import OtherResults, ResultsLost, check_results
+    from harness.scheduling.workers.faults import OtherResults, ResultsLost, check_results
     from harness.train.fencing import FolderWatch
 
     results = tmp_path / "results"

@@ -20,8 +20,8 @@ import pytest
 
 from db.store import Store
 from harness.cli import main as cli
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import work
 
 from queue_stubs import GRID_TOML, quiet
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.scheduling.grid import load_grid
+from harness.scheduling.grids.grid import load_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"

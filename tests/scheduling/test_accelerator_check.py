@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main as cli
-from harness.scheduling.accelerator_check import check_accelerator
+from harness.scheduling.workers.devices import check_accelerator
 
 NO_GPU_ACCEL = "this machine has no GPU; use --accelerator cpu or auto"
 

@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import build_parser
 from harness.cli import main as cli
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 from harness.train.execution import ExecutionSettings
 
 from queue_stubs import GRID_TOML
@@ -170,7 +170,7 @@ def test_strategy_and_accelerator_are_refused_in_one_line(queued, capsys, option
 def test_a_run_queued_after_the_worker_started_is_released_without_a_retry(tmp_path):
     """--wait: a run the settings cannot train, claimed, goes back to the queue at once."""
     queued = _queue(tmp_path)
-    from harness.scheduling.worker import work
+    from harness.scheduling.workers.loop import work
     from harness.train.settings_check import check_run
 
     settings = ExecutionSettings(devices=3)

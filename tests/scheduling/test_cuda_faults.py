@@ -18,7 +18,7 @@ import torch
 
 from harness.common.faults import CudaContextLost, run_poisoned_cuda, sticky_cuda_error
 from harness.design.config import RunConfig
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"

@@ -1,4 +1,4 @@
-"""One GPU per worker (harness.scheduling.devices, DESIGN section 11), on the CPU with fake device lists.
+"""One GPU per worker (harness.scheduling.workers.devices, DESIGN section 11), on the CPU with fake device lists.
 
 The locks are real ``flock`` files in a temporary folder, taken by this process and by a
 second, real process; no GPU is touched (``CUDA_VISIBLE_DEVICES`` names the fake devices).
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.scheduling.devices import (
+from harness.scheduling.workers.devices import (
     DeviceClaim,
     NoFreeDevice,
     assign,
@@ -23,7 +23,7 @@ from harness.scheduling.devices import (
     parse_gpus,
     visible_devices,
 )
-from harness.scheduling.worker_run import worker_devices
+from harness.scheduling.workers.loop import worker_devices
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_a_device_locked_by_another_process_is_skipped_until_that_process_ends(t
         [
             sys.executable,
             "-c",
-            "import sys, time; from harness.scheduling.devices import DeviceClaim; "
+            "import sys, time; from harness.scheduling.workers.devices import DeviceClaim; "
             f"c = DeviceClaim(['GPU-a', 'GPU-b'], 1, {str(tmp_path)!r}); print(c.devices[0], flush=True); time.sleep(600)",
         ],
         env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -1,4 +1,4 @@
-"""Grid specs (harness.scheduling.grid, DESIGN section 1.2): loading, checking, expansion. CPU, a few seconds.
+"""Grid specs (harness.scheduling.grids.grid, DESIGN section 1.2): loading, checking, expansion. CPU, a few seconds.
 
 Run: python -m pytest -q tests/scheduling/test_grid.py
 """
@@ -13,7 +13,7 @@ import pytest
 from harness.common.terms import ROLES, run_id
 from harness.design.config import SIZES
 from harness.models import available_variants
-from harness.scheduling.grid import choose_corpus, load_grid, resolve_corpus
+from harness.scheduling.grids.grid import choose_corpus, load_grid, resolve_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "ablations").glob("*.toml"))
@@ -223,7 +223,7 @@ def test_every_command_chooses_the_corpus_by_one_precedence(tmp_path, monkeypatc
 
 def test_a_grid_copied_to_another_folder_keeps_naming_its_corpus(tmp_path):
     """--write-grid NEW.toml from a grid in another folder rewrites a relative corpus."""
-    from harness.scheduling.gridedit import write_train
+    from harness.scheduling.grids.edit import write_train
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b/c").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The queue journal survives damage (harness.scheduling.journal): a torn last line is skipped with
+"""The queue journal survives damage (harness.scheduling.queue.journal): a torn last line is skipped with
 a warning and the next append starts on a fresh line; a corrupt line elsewhere stops every
 command with one line naming the file, the line and the repair; ``harness queue --repair``
 writes a clean journal and keeps a backup.
@@ -19,9 +19,9 @@ import pytest
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from harness.cli import main as cli
-from harness.scheduling.journal import JournalCorrupt, QueueJournal, QueueJournalStorage
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.queue.journal import JournalCorrupt, QueueJournal, QueueJournalStorage
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import work
 
 from queue_stubs import quiet, write_grid
 

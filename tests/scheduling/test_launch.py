@@ -22,10 +22,10 @@ import pytest
 from optuna.trial import TrialState
 
 from harness.cli import main as cli
-from harness.scheduling.grid import load_grid
+from harness.scheduling.grids.grid import load_grid
 from harness.scheduling.launch import Resources, parse_sbatch_line, read_records
-from harness.scheduling.lease import pid_alive
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.lease import pid_alive
+from harness.scheduling.queue.run_queue import RunQueue
 from harness.train.execution import ExecutionSettings
 
 import chaos

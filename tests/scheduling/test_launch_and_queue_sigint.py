@@ -20,8 +20,8 @@ import pytest
 from test_launch import one_complete_trial_each, status, wait_for
 
 from harness.scheduling.launch import read_records
-from harness.scheduling.lease import pid_alive
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.lease import pid_alive
+from harness.scheduling.queue.run_queue import RunQueue
 
 import chaos
 

@@ -21,10 +21,10 @@ import pytest
 from optuna.trial import TrialState
 
 from harness.cli import main as cli
-from harness.scheduling.lease import Lease, pid_alive, stale_reason
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.storage import SQLITE_REFUSED, describe_storage, open_storage, parse_storage
-from harness.scheduling.worker import MAX_RETRIES, work
+from harness.scheduling.queue.lease import Lease, pid_alive, stale_reason
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.queue.storage import SQLITE_REFUSED, describe_storage, open_storage, parse_storage
+from harness.scheduling.workers.loop import MAX_RETRIES, work
 
 from queue_stubs import configs, new_queue, quiet, stub_append, stub_block_first, worker_process, write_grid
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import work
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import queue_load  # noqa: E402  (scripts/ is not a package)
@@ -103,7 +103,7 @@ def test_live_reads_equal_optunas_own_and_read_a_waiting_trial_whole_once(pg_url
     import sqlalchemy
     from optuna.trial import create_trial
 
-    from harness.scheduling.queueops import LIVE_STATES, _light
+    from harness.scheduling.queue.live_trials import LIVE_STATES, _light
 
     q, other = RunQueue.open(pg_url, tmp_path), RunQueue.open(pg_url, tmp_path)
     asked: list[int] = []  # trial ids read whole, as waiting trials
@@ -171,7 +171,7 @@ def test_tally_counts_a_grids_runs_without_reading_its_history(backend, request,
 def test_an_idle_poll_is_one_read_of_the_live_trials(tmp_path):
     """A worker with nothing to claim: reclaim_stale reads the live trials and the claim answers
     "nothing queued" from that read; a read older than FRESH_S is read again first."""
-    from harness.scheduling.queue import FRESH_S
+    from harness.scheduling.queue.run_queue import FRESH_S
 
     q = RunQueue.open(None, tmp_path)
     q.enqueue(queue_load.configs(1))
@@ -186,7 +186,7 @@ def test_an_idle_poll_is_one_read_of_the_live_trials(tmp_path):
 
 
 def _open_when_told(url: str, go, out) -> None:
-    from harness.scheduling.storage import open_storage
+    from harness.scheduling.queue.storage import open_storage
 
     go.wait()
     try:
@@ -222,20 +222,20 @@ def test_workers_opening_a_new_database_at_once_all_open_it(postgres):
 def test_a_grids_new_trials_and_its_new_count_are_seen_together(pg_url, tmp_path, monkeypatch):
     """PostgreSQL: `harness queue` of more seeds writes the new trials and the grid's new run
     count in one transaction: a worker that can claim a new run already reads the new total."""
-    from harness.scheduling import queueadd
+    from harness.scheduling.queue import run_queue
 
     q, w = RunQueue.open(pg_url, tmp_path), RunQueue.open(pg_url, tmp_path)
     q.enqueue(queue_load.configs(4))
     while (c := w.claim()) is not None:
         w.complete(c, "done", value=3.0, wall_s=1.0)
     seen = []
-    real = queueadd.create_waiting
+    real = run_queue.create_waiting
 
     def then_a_worker_claims(*args):
         ids = real(*args)
         seen.append((w.claim().run_id, w.tally(queue_load.GRID)))
         return ids
 
-    monkeypatch.setattr(queueadd, "create_waiting", then_a_worker_claims)
+    monkeypatch.setattr(run_queue, "create_waiting", then_a_worker_claims)
     q.enqueue(queue_load.configs(8))
     assert len(seen) == 1 and seen[0][1] == (4, 8), seen

@@ -1,5 +1,5 @@
 """Live progress in the queue and `harness status` (--watch): each worker writes its run's tokens and
-tokens/s into its lease with every heartbeat (harness/common/live.py, harness/scheduling/lease.py), and
+tokens/s into its lease with every heartbeat (harness/common/live.py, harness/scheduling/queue/lease.py), and
 status shows them per running run, with ETAs. Real journal queues, stub train functions;
 CPU only, ~20 s:
 
@@ -20,9 +20,9 @@ from test_progress_display import Terminal, read_until
 from harness.cli import main as cli
 from harness.commands.status import CLEAR, status_lines
 from harness.common import live
-from harness.scheduling.lease import Lease
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.queue.lease import Lease
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import work
 
 from queue_stubs import configs, quiet
 

@@ -12,9 +12,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from harness.scheduling import legacy, tuning
-from harness.scheduling.queue import LEGACY_STUDY, RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling import tuning
+from harness.scheduling.queue import legacy
+from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue
+from harness.scheduling.workers.loop import work
 
 from queue_stubs import configs, new_queue, quiet
 

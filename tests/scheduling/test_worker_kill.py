@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.scheduling.grid import load_grid
+from harness.scheduling.grids.grid import load_grid
 from harness.train import train_run
 from harness.train.execution import ExecutionSettings
 

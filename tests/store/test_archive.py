@@ -25,7 +25,7 @@ from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path unde
 
 from db.archive import MANIFEST, read_archive, sha256
 from harness.cli import main as cli
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 

@@ -16,15 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from harness.scheduling.journal import MendingLock
+from harness.scheduling.queue.journal import MendingLock
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "reports", "db", "controls", "scripts")
 #: Every remaining use of a third-party private name, (file, name) -> why no public API does it.
 PRIVATE_USES: dict[tuple[str, str], str] = {
-    ("harness/scheduling/queueops.py", "optuna.storages._rdb"): "Optuna's SQL models: no public API names "
+    (
+        "harness/scheduling/queue/live_trials.py",
+        "optuna.storages._rdb",
+    ): "Optuna's SQL models: no public API names "
     "its tables; the PostgreSQL paths (a claim with SKIP LOCKED, batched queueing) write them as Optuna does",
-    ("harness/scheduling/journal.py", "optuna.storages.journal._storage"): "the journal's operation codes "
+    (
+        "harness/scheduling/queue/journal.py",
+        "optuna.storages.journal._storage",
+    ): "the journal's operation codes "
     "(JournalOperation): a repair writes placeholder lines in Optuna's own file format",
     ("harness/bench/measure.py", "_dynamo"): "torch._dynamo.config.recompile_limit: no public setting; "
     "the benchmark compiles one graph per variant",

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from harness.design.config import RunConfig
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 from harness.train import train_run
 from harness.train.execution import ExecutionSettings
 

@@ -11,7 +11,7 @@ from harness.cli import build_parser
 from harness.commands.options import execution_settings
 from harness.design.config import RunConfig, TrainConfig
 from harness.models.sizes import derive
-from harness.scheduling.grid import load_grid
+from harness.scheduling.grids.grid import load_grid
 from harness.train.execution import ExecutionSettings
 from harness.train.protocol import protocol_dict
 

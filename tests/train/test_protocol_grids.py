@@ -18,7 +18,7 @@ import pytest
 
 from harness.data.corpus_key import CorpusKey
 from harness.data.tokenizer import most_ids
-from harness.scheduling.grid import load_grid
+from harness.scheduling.grids.grid import load_grid
 from harness.train.protocol import protocol_dict, protocol_hash
 
 ABLATIONS = Path(__file__).resolve().parents[2] / "ablations"

@@ -25,7 +25,7 @@ import pytest
 from test_ranks import rank_children  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.config import RunConfig
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 from harness.train.checkpoint import checkpoint_dir, resume_step
 from harness.train.decisions import DecisionSchedule
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from harness.design.config import RunConfig
-from harness.scheduling.queue import RunQueue
+from harness.scheduling.queue.run_queue import RunQueue
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import checkpoint_dir, owner_dir, resume_step
 from harness.train.execution import ExecutionSettings

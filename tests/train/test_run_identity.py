@@ -215,7 +215,7 @@ def observe(results: Path) -> dict:
 
 def expanded_grid() -> list[dict]:
     """The queued payloads of ``ablations/rd_controls_small.toml`` (corpus fixed)."""
-    from harness.scheduling.grid import load_grid
+    from harness.scheduling.grids.grid import load_grid
 
     return [
         c.to_dict()
@@ -327,7 +327,7 @@ def test_another_cpu_changes_the_key(tmp_path):
 def test_a_grid_expands_into_the_recorded_queue_payloads():
     fixture = json.loads(FIXTURE.read_text())
     assert _canonical(expanded_grid()) == _canonical(fixture["grid_payloads"])
-    # and the payload is the JSON the queue stores (harness.scheduling.queue: json.dumps(config, sort_keys=True))
+    # and the payload is the JSON the queue stores (harness.scheduling.queue.run_queue: json.dumps(config, sort_keys=True))
     assert [json.loads(json.dumps(c, sort_keys=True)) for c in expanded_grid()] == fixture["grid_payloads"]
 
 

@@ -244,8 +244,8 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from harness.cli import main as cli
-    from harness.scheduling.grid import parse_grid
-    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.grids.grid import parse_grid
+    from harness.scheduling.queue.run_queue import RunQueue
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     for name in [k for k in os.environ if k.startswith("MLFLOW_")]:

@@ -4,8 +4,11 @@ A results folder that is lost (:class:`~harness.train.fencing.FolderWatch`, :cla
 :class:`ResultsLost`),
 that belongs to another queue (:class:`OtherResults`) or is full (:class:`DiskFull`), and a child
 rank that died (:class:`~harness.common.faults.RankDied`): each releases the claimed run (no retry
-spent) and stops the worker with one line saying what to check. :mod:`harness.scheduling.worker`
+spent) and stops the worker with one line saying what to check. :mod:`harness.scheduling.workers.loop`
 calls these around each run it trains.
+
+Owns the environment's faults a worker meets, each releasing the run with no retry spent. Must not judge
+the run's own failures (the loop does).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from harness.common.faults import RankDied
 from harness.common.files import FULL_BELOW, fmt_bytes, free_bytes, full_place, results_id
-from harness.scheduling.fence import ClaimFence
+from harness.scheduling.workers.fence import ClaimFence
 from harness.train.fencing import FolderWatch, LeaseLost
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -137,7 +140,7 @@ def check_results(queue, call, claim, results_dir: Path, watch: FolderWatch | No
 def disk_full(queue, call, claim, path: Path, need: int | None, why: str) -> DiskFull:
     """Release ``claim`` (no retry spent) and the one-line :class:`DiskFull` the worker stops with. A release
     the full disk refuses (the queue journal on it) is said in that line: nothing is torn
-    (:func:`harness.scheduling.journal.append_whole`) and the run's lease covers it."""
+    (:func:`harness.scheduling.queue.journal.append_whole`) and the run's lease covers it."""
     try:
         call(queue.release, claim, f"disk full at {path}: {why}; run released (no retry spent)")
         released = f"{claim.run_id} released and queued again (no retry spent)"

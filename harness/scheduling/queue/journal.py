@@ -22,6 +22,8 @@ The file format (one compact JSON operation per line) and the lock protocol stay
 :class:`QueueJournal` implements Optuna's public backend interface itself, keeping its own
 line offsets, so no private attribute of Optuna's is read; the one private name used, the operation
 codes a repair's placeholder lines carry, is listed with its reason in ``tests/tooling/test_third_party_private.py``.
+
+Owns the journal file's format on disk and its repair. Must not know what a trial means.
 """
 
 from __future__ import annotations
@@ -255,7 +257,7 @@ class QueueJournal(BaseJournalBackend):
 
     Attributes:
         path: the journal file.
-        lock: the :class:`MendingLock` every append holds; :func:`harness.scheduling.fence`
+        lock: the :class:`MendingLock` every append holds; :func:`harness.scheduling.workers.fence`
             holds it to check a lease and write a result with no append in between.
 
     Raises (from reads):
@@ -346,7 +348,7 @@ def append_whole(path: str, data: bytes) -> None:
 
 class QueueJournalStorage(JournalStorage):
     """Optuna's ``JournalStorage`` on a :class:`QueueJournal`; :attr:`journal` is that backend
-    (its :attr:`~QueueJournal.lock` is what :func:`harness.scheduling.storage.trial_lock` holds)."""
+    (its :attr:`~QueueJournal.lock` is what :func:`harness.scheduling.queue.storage.trial_lock` holds)."""
 
     def __init__(self, path: str, warn: Callable[[str], None] = _stderr_warning) -> None:
         self.journal = QueueJournal(path, warn)

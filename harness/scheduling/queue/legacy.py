@@ -1,7 +1,7 @@
 """Convert a queue of the previous layout (one study ``"harness"`` for every grid) into one
-study per grid, the layout :mod:`harness.scheduling.queue` writes; run by ``harness migrate``
+study per grid, the layout :mod:`harness.scheduling.queue.run_queue` writes; run by ``harness migrate``
 (:mod:`harness.commands.migrate`) only, never implicitly. The only module that reads the previous
-layout: every other command refuses it (:meth:`RunQueue.open <harness.scheduling.queue.RunQueue.open>`).
+layout: every other command refuses it (:meth:`RunQueue.open <harness.scheduling.queue.run_queue.RunQueue.open>`).
 
 A conversion copies every trial of the old study into its grid's study and then deletes the old
 study. It runs only while none of the old study's runs is running (a worker of an older harness
@@ -10,6 +10,8 @@ may be writing to it); a queued run is copied as queued. A copied trial carries
 next one without copying a trial twice. Copies follow the new layout: a done run's value is its
 final validation NLL (from ``values``, e.g. the result files; else the old trial's), a diverged
 run is a FAIL trial with its reason.
+
+Owns the previous layout. Must not run implicitly: only ``harness migrate`` calls it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from collections.abc import Callable
 from optuna.trial import FrozenTrial, TrialState
 
 from db.store import Store
-from harness.scheduling.lease import stale_reason
-from harness.scheduling.queue import LEGACY_STUDY, RunQueue, fold
-from harness.scheduling.trials import lease_from
+from harness.scheduling.queue.lease import stale_reason
+from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue, fold
+from harness.scheduling.queue.trials import lease_from
 
 
 def _copy(t: FrozenTrial, value: float | None) -> FrozenTrial:

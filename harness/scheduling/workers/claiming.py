@@ -1,10 +1,12 @@
-"""Taking a run from the queue for the worker loop (:mod:`harness.scheduling.worker`), and giving
+"""Taking a run from the queue for the worker loop (:mod:`harness.scheduling.workers.loop`), and giving
 it back when the worker is interrupted.
 
 :func:`claim_next` reclaims stale leases, claims the next queued run and polls while asked to
 wait; :func:`given_back_if_interrupted` guards everything between a claim and its outcome, so
 that a Ctrl-C or SIGTERM landing anywhere there (not only inside training) releases the run
 at once instead of leaving it to its lease.
+
+Owns taking a run and giving it back on an interrupt. Must not train.
 """
 
 from __future__ import annotations

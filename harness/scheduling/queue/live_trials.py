@@ -20,6 +20,9 @@ On PostgreSQL they are SQL on Optuna's own tables (``trials``, ``trial_user_attr
 schema of the pinned Optuna 5.0.0, written through its own models) with two partial indexes
 the harness adds (:func:`ensure_indexes`). Elsewhere (the journal file, whose trials Optuna
 replays into memory) they are Optuna's state-filtered ``get_all_trials(..., deepcopy=False)``.
+
+Owns the SQL and batched reads and writes a worker makes per run. Must not decide anything about a run:
+:mod:`harness.scheduling.queue.run_queue` does.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from harness.scheduling.lease import Lease
-from harness.scheduling.trials import lease_from, order_key
+from harness.scheduling.queue.lease import Lease
+from harness.scheduling.queue.trials import lease_from, order_key
 
 LIVE_STATES = (TrialState.WAITING, TrialState.RUNNING)
 RUN_INDEX = "harness_trial_run_id"  # trial_user_attributes (value_json) WHERE key = 'run_id'
@@ -94,7 +97,7 @@ class LiveTrial:
         trial_id, study_id, number: where it is (the number is its fencing epoch).
         state: ``WAITING`` or ``RUNNING``.
         run_id, grid: its run.
-        order: its queue order key (:func:`harness.scheduling.trials.order_key`).
+        order: its queue order key (:func:`harness.scheduling.queue.trials.order_key`).
         lease: a RUNNING trial's lease (one dated at its start before it is written); ``None``
             for a WAITING trial.
         ending: its ``ending`` attribute (``duplicate``: discarded as a second live trial).

@@ -25,6 +25,9 @@ so its ranks are ``cuda:0 .. cuda:N-1`` (:mod:`harness.train.ranks`) and every c
 inherits the same view. ``harness launch --executor local`` gives each worker its own range
 of devices already (submitit's ``visible_gpus``); the locks also cover workers started by
 hand or by other launches on the same node.
+
+Owns choosing and locking a worker's GPUs and refusing a GPU request where there is none. Must not import
+torch's CUDA (a driver started here would ignore a later ``CUDA_VISIBLE_DEVICES``).
 """
 
 from __future__ import annotations
@@ -259,3 +262,44 @@ __all__ = [
     "DeviceClaim",
     "assign",
 ]
+
+
+# --- accelerator_check: Refuse a GPU request on a machine without one, in the harness's own line (issue 40).
+#
+# Without it, ``harness work --gpus 0`` on a CPU-only machine trained on the CPU and said
+# "worker trains on GPU(s) 0", ``--accelerator gpu`` spoke of "0 of none" free GPUs, and
+# ``harness run --accelerator gpu`` printed Lightning's "No supported gpu backend found!".
+# The GPUs are those the worker would choose from (:func:`harness.scheduling.workers.devices.visible_devices`:
+# ``CUDA_VISIBLE_DEVICES`` when set, else what ``nvidia-smi`` lists), not ``torch.cuda``'s: a CUDA
+# driver started in the command's process would ignore the ``CUDA_VISIBLE_DEVICES`` a worker sets later.
+
+#: ``--accelerator`` values that ask for an NVIDIA GPU.
+GPU_ACCELERATORS = ("gpu", "cuda")
+
+
+def check_accelerator(accelerator: str, gpus: str | None = None, *, gpu_count: int | None = None) -> None:
+    """Refuse ``--accelerator gpu|cuda`` or ``--gpus LIST`` where the machine has no CUDA device.
+
+    Args:
+        accelerator: the ``--accelerator`` value (``auto``, ``cpu``, ``gpu``, ``cuda``, ...).
+        gpus: the ``--gpus`` value, or ``None``.
+        gpu_count: the GPUs this process may use (default: how many
+            :func:`~harness.scheduling.workers.devices.visible_devices` lists; counted only when a GPU is asked for).
+
+    Raises:
+        ValueError: naming the option, the missing device and what to use instead.
+    """
+    if gpus is None and accelerator not in GPU_ACCELERATORS:
+        return
+    if (len(visible_devices()) if gpu_count is None else gpu_count) > 0:
+        return
+    if gpus is not None:
+        raise ValueError(
+            f"--gpus {gpus}: this machine has no CUDA device (nvidia-smi lists none, "
+            "CUDA_VISIBLE_DEVICES names none); "
+            "drop --gpus to train on the CPU"
+        )
+    raise ValueError(f"--accelerator {accelerator}: this machine has no GPU; use --accelerator cpu or auto")
+
+
+__all__ = ["GPU_ACCELERATORS", "check_accelerator"]

@@ -6,8 +6,10 @@ variant) or ``[train.VARIANT]`` (one variant). With a source grid and a new name
 (``--grid SRC.toml --write-grid NEW.toml --grid-name NEW``) the result is a new grid file:
 SRC's text with ``name = NEW`` and the settings, its relative corpus rewritten so it still
 names the same folder from NEW's folder. The new text is checked as a grid
-(:func:`harness.scheduling.grid.parse_grid`) before it replaces the file atomically, so a
+(:func:`harness.scheduling.grids.grid.parse_grid`) before it replaces the file atomically, so a
 grid is never left half-written or invalid.
+
+Owns rewriting a grid file's text. Must not leave a grid half-written or invalid.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.common.files import atomic_write
-from harness.scheduling.grid import load_grid, parse_grid, resolve_corpus
+from harness.scheduling.grids.grid import load_grid, parse_grid, resolve_corpus
 
 
 def write_train(

@@ -1,10 +1,12 @@
 """The fence of a queued run: a :class:`harness.train.fencing.Fence` backed by the run's claim.
 
-The worker loop (:mod:`harness.scheduling.worker`) builds one :class:`ClaimFence` per
+The worker loop (:mod:`harness.scheduling.workers.loop`) builds one :class:`ClaimFence` per
 claimed run and trains the run inside :func:`harness.train.fencing.fenced`, so
 :func:`harness.train.train_run` checks the lease before each checkpoint and writes the
 result file inside :meth:`ClaimFence.holding`. Checks of the queue are retried while the
 storage is briefly unreachable, like every other queue operation of a worker.
+
+Owns the check that a claim still holds. Must not retry a run or write a result.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from harness.scheduling.lease import Heartbeat
+from harness.scheduling.queue.lease import Heartbeat
 from harness.train.fencing import Fence, LeaseLost
 
 if TYPE_CHECKING:
-    from harness.scheduling.queue import Claim, RunQueue
+    from harness.scheduling.queue.run_queue import Claim, RunQueue
 
 
 class ClaimFence(Fence):

@@ -2,7 +2,7 @@
 
 Storage: by default a journal file ``RESULTS/queue.journal`` (Optuna's
 ``JournalFileBackend`` with ``JournalFileOpenLock``, an O_EXCL lock file that works on
-NFSv3+ shared filesystems, thinly wrapped by :mod:`harness.scheduling.journal` to survive
+NFSv3+ shared filesystems, thinly wrapped by :mod:`harness.scheduling.queue.journal` to survive
 a torn write and to name a corrupt line); ``journal:PATH`` or a path ending in ``.journal`` for a
 journal elsewhere; ``postgresql://...`` for an RDB server (psycopg 3, the ``postgres``
 extra; ``postgresql+psycopg2://...`` for psycopg2). SQLite is refused: with several
@@ -16,6 +16,8 @@ takes up the runs (a run left RUNNING by a stopped worker is reclaimed).
 
 Optuna and SQLAlchemy are imported only when a storage is opened or an error is judged,
 so the retry settings here can be read without loading them (``harness --help``).
+
+Owns opening the storage and riding out its outages. Must not know what a trial means.
 """
 
 from __future__ import annotations
@@ -122,7 +124,9 @@ def open_storage(url: str | None, results: str | os.PathLike, *, create: bool = 
                 f"installed; install it with: pip install {install}"
             )
         return _open_rdb(where)
-    from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
+    from harness.scheduling.queue.journal import (
+        QueueJournalStorage,  # lazy: Optuna loads when a storage is used
+    )
 
     path = Path(where)
     if not path.exists():
@@ -159,7 +163,9 @@ def trial_lock(storage: BaseStorage, trial_id: int) -> Iterator[None]:
 
     Keep the block short (a rename): a journal lock held 30 s is broken by other writers.
     """
-    from harness.scheduling.journal import QueueJournalStorage  # lazy: Optuna loads when a storage is used
+    from harness.scheduling.queue.journal import (
+        QueueJournalStorage,  # lazy: Optuna loads when a storage is used
+    )
 
     if isinstance(storage, QueueJournalStorage):
         with storage.journal.lock.held():
@@ -196,7 +202,7 @@ def grid_lock(storage: BaseStorage, grid: str) -> Iterator[Callable[[], None]]:
         ``keep_alive()``: call it now and then in a long block (it touches the lock file).
     """
     # lazy: Optuna loads when a storage is used
-    from harness.scheduling.journal import LOCK_SUFFIX, QueueJournalStorage
+    from harness.scheduling.queue.journal import LOCK_SUFFIX, QueueJournalStorage
 
     if isinstance(storage, QueueJournalStorage):
         from optuna.storages.journal import JournalFileOpenLock  # lazy: Optuna, only with a queue

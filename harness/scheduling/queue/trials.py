@@ -1,9 +1,9 @@
 """What a queue trial says: the records the queue hands out, and one run's trials folded into its state.
 
-A trial is one attempt at a run (:mod:`harness.scheduling.queueread`: where the trials live). It
+A trial is one attempt at a run (:mod:`harness.scheduling.queue.run_queue`: where the trials live). It
 carries, as user attributes, the run's id (its *cell tag*), grid name, variant, role, seed, size,
 budget_tokens, run config (the JSON of :meth:`harness.design.config.RunConfig.to_dict`), attempt counters
-and, while it trains, the worker's lease (:mod:`harness.scheduling.lease`). How a run ends:
+and, while it trains, the worker's lease (:mod:`harness.scheduling.queue.lease`). How a run ends:
 
     done       COMPLETE, value = the run's final validation NLL (nats/token), user attr ``val_nll``
     diverged   FAIL with user attrs ``status = "diverged"`` and the reason in ``error``
@@ -18,8 +18,10 @@ A run's state is read from all trials with its tag:
     failed                     the last trial FAILed and asked for no retry
 
 A trial discarded as a second live trial of its run (user attr ``ending = "duplicate"``,
-:mod:`harness.scheduling.queue`) does not count. A new attempt's trial is built by
+:mod:`harness.scheduling.queue.run_queue`) does not count. A new attempt's trial is built by
 :func:`attempt_template`. Nothing here reads or writes a storage.
+
+Owns what a trial's attributes say. Must not read or write the storage.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.common.terms import is_tune_grid
 from harness.design.config import RunConfig
-from harness.scheduling.lease import Lease
+from harness.scheduling.queue.lease import Lease
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Claim:
         trial_id: Optuna trial id of this attempt.
         run_id: the cell tag, ``grid:size:variant:s<seed>:<budget>``.
         grid: grid name (``tune:NAME`` for a tuning trial: :attr:`tuning`).
-        config: the run (see :meth:`harness.scheduling.grid.Grid.expand`).
+        config: the run (see :meth:`harness.scheduling.grids.grid.Grid.expand`).
         attempt: 1 for the first attempt, then 2, 3, ...
         failures: attempts of this run whose training raised, so far.
         reclaims: attempts of this run lost to a dead worker, so far.
@@ -109,7 +111,7 @@ class RunState:
 
 @dataclass
 class EnqueueResult:
-    """What :meth:`RunQueue.enqueue <harness.scheduling.queue.RunQueue.enqueue>` did, by run id."""
+    """What :meth:`RunQueue.enqueue <harness.scheduling.queue.run_queue.RunQueue.enqueue>` did, by run id."""
 
     added: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)  # queued, running, done or diverged already

@@ -12,8 +12,11 @@ treats the lease as stale, and re-enqueues the run, when
   must agree to well within the timeout), or
 * the holder ran on this same host and its pid is gone (no need to wait).
 
-This module knows nothing about Optuna; :mod:`harness.scheduling.queue` stores the lease as a
+This module knows nothing about Optuna; :mod:`harness.scheduling.queue.run_queue` stores the lease as a
 trial user attribute.
+
+Owns the lease record and its heartbeat thread. Must not read or write trials itself: it is handed a
+write function.
 """
 
 from __future__ import annotations

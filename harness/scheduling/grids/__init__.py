@@ -1,0 +1,10 @@
+"""A grid file (DESIGN section 1.2): what a study asks for, before any run is queued.
+
+* :mod:`~harness.scheduling.grids.grid` -- read a grid TOML, check each table, expand it into
+  :class:`~harness.design.config.RunConfig` s in queue order;
+* :mod:`~harness.scheduling.grids.edit` -- write tuned settings into a grid file, keeping its layout;
+* :mod:`~harness.scheduling.grids.corpus_need` -- what a grid needs of its corpus, refused at queue time
+  when the corpus cannot feed it.
+
+Nothing here touches the queue's storage or trains a run.
+"""
