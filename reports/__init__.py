@@ -1,13 +1,16 @@
 """Paired significance reports over matched seeds (DESIGN section 6).
 
-Two packages by job, imports pointing one way (``build`` -> ``render`` -> ``stats``):
+Three packages by job, imports pointing one way (``build`` -> ``render`` -> ``stats``; ``simulation``
+-> ``stats``), and at the top only the entry points:
 
 * :mod:`reports.stats`: computing only: pairing, paired tests, decisions, looks, power, the result
   objects and ``stats.csv`` (its docstring lists the steps to add a statistic);
 * :mod:`reports.render`: Markdown, HTML and figures, reading only the result objects;
+* :mod:`reports.simulation`: simulated studies through the report's own decision functions
+  (``python -m reports.simulation.studies``) and synthetic frames for tests and demos;
 * :mod:`reports.build`: the entry: read the store's frames, compute, render, write the files;
-* :mod:`reports.simulate`: simulated studies through :mod:`reports.stats.decisions`
-  (``python -m reports.simulate``; the tables: :mod:`reports.simulate_rules`, :mod:`reports.simulate_edges`); :mod:`reports.synthetic`: synthetic frames for tests and demos.
+* :mod:`reports.api`: the notebook entry (``harness.results`` / ``harness.analyze``);
+* :mod:`reports.followup`: the follow-up factorial grid a report proposes (``harness followup``).
 
 The checked-in sample reports are in ``docs/reports/`` (not in the package). Of ``harness`` it
 imports only plain leaves: :mod:`harness.common.terms` (roles, config differences),

@@ -1,7 +1,7 @@
 """The edge cases of the decision rules simulated (:func:`edge_table`, the rules statistics v3 added;
 docs/statistics.md): divergence where the treatment would lose, 'gain absent' at its boundary, one Holm
 family over the grid's controls, the A/A check over cells, control error rates conditional on the
-gate, float rounding. Printed by ``python -m reports.simulate --tables edges`` (:mod:`reports.simulate`).
+gate, float rounding. Printed by ``python -m reports.simulation.studies --tables edges`` (:mod:`reports.simulation.studies`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
-from reports.simulate_rules import NOISE_SD, binomial_se
+from reports.simulation.rules import NOISE_SD, binomial_se
 from reports.stats import decisions as dec
 from reports.stats.divergence import impute
 from reports.stats.floors import FLOOR_NATS, beyond_floor

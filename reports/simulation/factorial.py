@@ -7,7 +7,7 @@ The contrasts are the weights of :data:`reports.stats.factorial.SPECS` applied p
 effects and the interaction, :func:`reports.stats.decisions.holm`) and the numerical floor, exactly as
 :func:`reports.stats.factorial.factorial_cells` does for one study, vectorised over the studies.
 
-    python -m reports.simulate_factorial      # the table quoted in reports/LOG.md
+    python -m reports.simulation.factorial      # the table quoted in reports/LOG.md
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.simulate import binomial_se
+from reports.simulation.studies import binomial_se
 from reports.stats import decisions as dec
 from reports.stats.factorial import INTERACTION, MAIN, SPECS
 from reports.stats.floors import beyond_floor
@@ -103,7 +103,7 @@ def table(studies: int = 20_000, seed: int = 20261203, alpha: float = 0.05) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.simulate_factorial", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m reports.simulation.factorial", description=__doc__)
     parser.add_argument("--studies", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=20261203)
     args = parser.parse_args(argv)

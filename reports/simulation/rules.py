@@ -1,7 +1,7 @@
 """The decision rules simulated (:func:`table`): the headline's false-positive rate, each control
 verdict's rate under a planted gain, and sequential looks (DESIGN sections 6 and 8), through the
-report's own decision functions, vectorised over the studies (see :mod:`reports.simulate`, the
-command that prints this table and :mod:`reports.simulate_edges`'s).
+report's own decision functions, vectorised over the studies (see :mod:`reports.simulation.studies`, the
+command that prints this table and :mod:`reports.simulation.edges`'s).
 
 Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)`` (:func:`binomial_se`).
 """
@@ -17,7 +17,7 @@ from reports.stats import decisions as dec
 from reports.stats.looks import at_looks, sequential_p
 from reports.stats.topup import cell_open
 
-NOISE_SD = 0.003  # nats/token per run (reports/synthetic.py's default)
+NOISE_SD = 0.003  # nats/token per run (reports/simulation/synthetic.py's default)
 GAIN = -0.012  # planted treatment - parent gain, nats/token (4 noise SDs)
 FRACTIONS = (0.0, 0.4, 1.0)  # share of the gain each simulated control reproduces
 NS = (3, 5, 10)

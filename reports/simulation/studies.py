@@ -15,20 +15,20 @@ functions :mod:`reports.stats.analysis` uses, vectorised over the studies:
 Two tables, each with its own default seed so the numbers quoted in reports/LOG.md reproduce
 (this module is the command; it re-exports both tables' functions):
 
-* the decision rules (:mod:`reports.simulate_rules`): the headline's false-positive rate, each control verdict's
+* the decision rules (:mod:`reports.simulation.rules`): the headline's false-positive rate, each control verdict's
   rate under a planted gain, and sequential looks (DESIGN section 8), read at the plan's looks
   (default 3, 5, 10 seeds) and topped up whenever the cell is open
   (:func:`reports.stats.topup.cell_open`), through the report's look functions
   (:func:`reports.stats.looks.at_looks`, :func:`~reports.stats.looks.sequential_p`). A study's
   decision at look k depends only on its first n_k seeds, so every study is drawn with n_K seeds
   and read at each look in turn; a study that closed at look k keeps its verdicts from look k;
-* the edge cases (:mod:`reports.simulate_edges`, the rules statistics v3 added; docs/statistics.md): divergence
+* the edge cases (:mod:`reports.simulation.edges`, the rules statistics v3 added; docs/statistics.md): divergence
   where the treatment would lose, 'gain absent' at its boundary, one Holm family over the grid's
   controls, the A/A check over cells, control error rates conditional on the gate, float rounding.
 
-    python -m reports.simulate                          # both tables (about a minute on 2 cores)
-    python -m reports.simulate --tables rules --studies 4000 --seed 1
-    python -m reports.simulate --tables edges --studies 100000
+    python -m reports.simulation.studies                          # both tables (about a minute on 2 cores)
+    python -m reports.simulation.studies --tables rules --studies 4000 --seed 1
+    python -m reports.simulation.studies --tables edges --studies 100000
 
 Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)``.
 """
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import argparse
 
-from reports.simulate_edges import (
+from reports.simulation.edges import (
     LOSS_RULES,
     aa_grid,
     absence_rate,
@@ -50,7 +50,7 @@ from reports.simulate_edges import (
     rounding_verdicts,
     wrong_headline_rate,
 )
-from reports.simulate_rules import (
+from reports.simulation.rules import (
     FRACTIONS,
     GAIN,
     LOOKS,
@@ -73,9 +73,11 @@ TABLES = {"rules": (table, 20261201), "edges": (edge_table, 20261227)}  # name: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reports.simulate [--tables all|rules|edges] [--studies N] [--seed S]``: print the tables
+    """``python -m reports.simulation.studies [--tables all|rules|edges] [--studies N] [--seed S]``: print the tables
     (each at its own default seed unless ``--seed`` is given)."""
-    parser = argparse.ArgumentParser(prog="python -m reports.simulate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reports.simulation.studies", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--tables", choices=["all", *TABLES], default="all", help="which tables to print (default all)"
     )

@@ -1,6 +1,6 @@
 """The decision rules of DESIGN section 6, as array functions.
 
-The report (:mod:`reports.stats.analysis`) and the simulations (:mod:`reports.simulate`, the
+The report (:mod:`reports.stats.analysis`) and the simulations (:mod:`reports.simulation.studies`, the
 test suite) call these same functions: the report with one study, a simulation with
 thousands along the leading axes. Shapes: ``[..., n]`` paired differences (n seeds),
 ``[..., m]`` p-values of one family (m cells or m controls).
@@ -404,7 +404,7 @@ def fieller(x, y, conf: float = CONF) -> dict[str, np.ndarray]:
 # The gate's conditional error (DESIGN 6, issue 27): the wrong-verdict rate of a control exactly at the
 # boundary (f = rho = 0.5, both definite verdicts wrong; true gain -0.02 nats/token) among the cells where
 # the gain is established, when the treatment's run-to-run sd is 3x the parent's or the reverse (the
-# control's sd = the parent's). Measured with reports/simulate_edges.conditional_control_error over 400,000
+# control's sd = the parent's). Measured with reports.simulation.edges.conditional_control_error over 400,000
 # studies per row (SE <= 0.0008); tests/stats/test_simulate.py re-measures them within 4 SE.
 # (n, sd parent, sd treatment) -> rate.
 CONDITIONAL_RATES = {

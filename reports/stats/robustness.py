@@ -1,7 +1,7 @@
 """The tuned robustness row (DESIGN section 9): does the gain survive giving each side its best settings?
 
 A grid's ``[tuned]`` table makes listed variants also run at their own tuned settings
-(:mod:`harness.scheduling.grid`; their configs carry ``tuned``, their ids end in
+(:mod:`harness.scheduling.grids.grid`; their configs carry ``tuned``, their ids end in
 ``:tuned``). Those runs stay out of every paired statistic of the frozen protocol
 (:func:`split_tuned`); here the treatment's tuned runs are paired with the parent's
 tuned runs by size, budget and seed. Their protocols differ by design, but only in the

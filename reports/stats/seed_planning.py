@@ -59,7 +59,7 @@ JSON_KEYS = (
 
 @dataclass(frozen=True, slots=True)
 class GridShape:
-    """What planning needs to know about a grid (built from :class:`harness.scheduling.grid.Grid`).
+    """What planning needs to know about a grid (built from :class:`harness.scheduling.grids.grid.Grid`).
 
     Attributes:
         name: the grid's name.

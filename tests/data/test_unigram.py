@@ -97,7 +97,7 @@ def test_the_report_prints_the_plateau_and_flags_runs_near_it(tmp_path):
     from reports.build import Frames, build_report
     from reports.render.plateau_section import NEAR_PLATEAU_NATS
     from reports.render.sections import summary_lines
-    from reports.synthetic import synthetic_frames
+    from reports.simulation.synthetic import synthetic_frames
 
     frames = synthetic_frames(grid="g", seeds=(0, 1, 2))
     nll = frames["final"]["val_nll"]

@@ -13,8 +13,8 @@ import pytest
 
 from reports.render.figures import _band, _minus_parent, training_curves
 from reports.render.routing_figures import MAX_EVALS, _evals, _matrix, routing_over_training
+from reports.simulation.synthetic import synthetic_frames
 from reports.stats.analysis import analyze
-from reports.synthetic import synthetic_frames
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -21,8 +21,8 @@ import pytest
 
 from reports.build import Frames, build_report
 from reports.render.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
+from reports.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
 from reports.stats import decisions as dec
-from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 import browser
 

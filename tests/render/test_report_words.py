@@ -9,8 +9,8 @@ import pytest
 
 from harness import cli
 from reports.render.sections import render_markdown
+from reports.simulation.synthetic import frames_from_values
 from reports.stats.analysis import analyze
-from reports.synthetic import frames_from_values
 
 VALUES = {
     "block_attnres": [3.90, 3.95, 3.92, 3.97, 3.91],

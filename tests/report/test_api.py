@@ -22,7 +22,7 @@ from test_report import write_results
 
 import harness
 from db.store import Store
-from reports.synthetic import synthetic_frames
+from reports.simulation.synthetic import synthetic_frames
 
 ROOT = Path(__file__).resolve().parents[2]
 GRID = "rd_controls_mini"  # the grid the README's example names

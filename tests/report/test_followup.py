@@ -21,12 +21,12 @@ from test_cli_startup import imported
 from harness import cli
 from harness.design.analysis_plan import AnalysisPlan
 from harness.models.catalog import load_specs
-from harness.scheduling.grid import parse_grid
+from harness.scheduling.grids.grid import parse_grid
 from reports.followup import absorbing, cell_sds, composed_variant, plan_followup
 from reports.render.sections import render_markdown, summary_lines
+from reports.simulation.synthetic import frames_from_values
 from reports.stats.analysis import analyze
 from reports.stats.power import planned_seeds
-from reports.synthetic import frames_from_values
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 GRID = "absorb"

@@ -1,7 +1,7 @@
 """Reading results on bad input (issue 40): the API and `report` create nothing where they only
 read, the report names runs whose result file is gone, the plateau line says above or below.
 
-Real store (db.store.Store) over synthetic runs (reports.synthetic). CPU only, ~20 s:
+Real store (db.store.Store) over synthetic runs (reports.simulation.synthetic). CPU only, ~20 s:
 
     python -m pytest -q tests/report/test_reading_results.py
 """
@@ -15,8 +15,8 @@ import harness
 from db.store import Store
 from harness.cli import main as cli
 from reports.render.plateau_section import plateau_line
+from reports.simulation.synthetic import synthetic_frames
 from reports.stats.plateau import PlateauRow
-from reports.synthetic import synthetic_frames
 
 
 @pytest.mark.parametrize("read", [harness.results, harness.analyze])
@@ -77,7 +77,7 @@ def test_a_full_disk_is_named_by_the_results_folder_not_a_staging_file_elsewhere
     import shutil
 
     from harness.common.files import FULL_BELOW, full_place
-    from harness.scheduling.worker_faults import full_path
+    from harness.scheduling.workers.faults import full_path
 
     results = tmp_path / "results"
     results.mkdir()

@@ -1,6 +1,6 @@
 """The report files and the `harness report` command (reports/build.py, render.py, figures.py).
 
-Uses synthetic frames (reports/synthetic.py) and, for the command, an in-memory DuckDB
+Uses synthetic frames (reports/simulation/synthetic.py) and, for the command, an in-memory DuckDB
 standing in for db.store.Store (and the real store and queue journal end to end). The
 HTML in a real browser: tests/render/test_report_html.py. CPU only, ~30 s:
 
@@ -24,9 +24,9 @@ import pytest
 
 from db.validate import result_filename
 from reports.build import Frames, build_report
+from reports.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
 from reports.stats.analysis import CSV_COLUMNS
 from reports.stats.decisions import NOT_ASSESSED
-from reports.synthetic import DEFAULT_EFFECTS, synthetic_frames
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -440,7 +440,7 @@ def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path
     from db.validate import result_filename
     from harness import cli
     from harness.design.config import RunConfig
-    from harness.scheduling.queue import RunQueue
+    from harness.scheduling.queue.run_queue import RunQueue
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     results = tmp_path / "results"

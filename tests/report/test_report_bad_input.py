@@ -1,7 +1,7 @@
 """Edges, round 3 (issue 45, rows 11 and 14-17): what the report, `followup`, grid/spec files
 with a byte-order mark and `prepare`'s refusals say and leave behind.
 
-Real store (db.store.Store) over synthetic runs (reports.synthetic), real CLI commands; CPU only:
+Real store (db.store.Store) over synthetic runs (reports.simulation.synthetic), real CLI commands; CPU only:
 
     python -m pytest -q tests/report/test_report_bad_input.py
 """
@@ -18,7 +18,7 @@ from test_report import write_results
 
 from db.store import Store
 from harness.cli import main as cli
-from reports.synthetic import synthetic_frames
+from reports.simulation.synthetic import synthetic_frames
 
 
 def test_report_md_and_html_say_above_the_plateau_with_a_positive_distance(tmp_path, capsys):

@@ -17,9 +17,9 @@ import scipy.stats as st
 
 from harness import cli
 from reports.build import Frames, build_report
+from reports.simulation.synthetic import frames_from_values
 from reports.stats.floors import FLOOR_NATS, aa_floor
 from reports.stats.progress import QueuedRun
-from reports.synthetic import frames_from_values
 
 GRID = "v3"
 

@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
+from reports.simulation.synthetic import synthetic_frames
 from reports.stats.analysis import analyze
 from reports.stats.budget import gain_vs_budget
-from reports.synthetic import synthetic_frames
 
 BUDGETS = (100_000, 400_000, 1_600_000)
 

@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from reports.build import Frames, build_report
+from reports.simulation.synthetic import frames_from_values
 from reports.stats.analysis import analyze
 from reports.stats.degeneracy import DEGENERATE, IDENTICAL_TOL, find_degenerate
-from reports.synthetic import frames_from_values
 
 SEEDS = [0, 1, 2, 3, 4]
 PARENT = [3.60, 3.62, 3.58, 3.61, 3.59]

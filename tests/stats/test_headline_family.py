@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports.simulate import binomial_se, wrong_headline_rate
+from reports.simulation.studies import binomial_se, wrong_headline_rate
 from reports.stats import decisions as dec
 
 ALPHA = 0.05

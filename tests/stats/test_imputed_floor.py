@@ -16,11 +16,11 @@ import pytest
 from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.analysis_plan import AnalysisPlan
+from reports.simulation.synthetic import frames_from_values
 from reports.stats.analysis import analyze
 from reports.stats.divergence import impute
 from reports.stats.factorial import INTERACTION, SIMPLE
 from reports.stats.floors import FLOOR_NATS, IMPUTED_NATS
-from reports.synthetic import frames_from_values
 
 NS = range(3, 31)
 

@@ -19,6 +19,7 @@ from statsmodels.stats.power import TTestPower
 from db.store import Store
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan
+from reports.simulation.synthetic import synthetic_frames
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
 from reports.stats.looks import increments
@@ -32,7 +33,6 @@ from reports.stats.seed_planning import (
     sd_interval,
     throughput,
 )
-from reports.synthetic import synthetic_frames
 
 DEMO = Path(__file__).resolve().parents[2] / "ablations" / "rd_controls_small.toml"
 VARIANTS = ("block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied")

@@ -13,8 +13,8 @@ import pytest
 
 from reports.build import Frames, build_report
 from reports.render.summary import progress_sentence
+from reports.simulation.synthetic import synthetic_frames
 from reports.stats.progress import NOT_IN_STORE, UNREADABLE, QueuedRun, grid_progress, unreadable_run_ids
-from reports.synthetic import synthetic_frames
 
 VARIANTS = {"block_attnres": 0.0, "rd_attnres": -0.03, "fixed_v": -0.01}  # a 3 x 3 grid: 9 runs
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
-from harness.scheduling.grid import parse_grid, resolve_tuned
+from harness.scheduling.grids.grid import parse_grid, resolve_tuned
 from reports.render.sections import render_markdown
 from reports.stats.analysis import analyze
 

@@ -1,7 +1,7 @@
 """Simulation tests of DESIGN sections 6 and 8 through the report's own decision functions.
 
 Seeded; tolerances from the binomial standard error of each rate (4 SEs unless a test says otherwise). The studies run
-through reports.stats.decisions exactly as reports.stats.analysis calls it (reports/simulate.py), and
+through reports.stats.decisions exactly as reports.stats.analysis calls it (reports/simulation/studies.py), and
 one small batch is also pushed through the full analyze() path to show the two agree.
 The expected rates come from an independent power computation (statsmodels TTestPower,
 noncentral t). Sequential looks (DESIGN 8) run through reports.stats.looks the same way. The edge cases
@@ -21,7 +21,7 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.simulate import (
+from reports.simulation.studies import (
     FRACTIONS,
     GAIN,
     LOSS_RULES,
@@ -41,12 +41,12 @@ from reports.simulate import (
     sequential_verdicts,
     verdict_rates,
 )
+from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
 from reports.stats.decisions import CONDITIONAL_RATES
 from reports.stats.divergence import impute
 from reports.stats.looks import increments
-from reports.synthetic import frames_from_values
 
 ALPHA, RHO = 0.05, 0.5
 STUDIES = 4000  # binomial SE at alpha: 0.0034, so +-2 percentage points is ~6 SE

@@ -27,12 +27,12 @@ from statsmodels.stats.power import TTestPower
 
 from harness.common.terms import config_diff
 from harness.design.analysis_plan import AnalysisPlan
+from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.analysis import CSV_COLUMNS, analyze, describe
 from reports.stats.pairing import ProtocolMismatchError
 from reports.stats.power import contrast_effect, mde, power_at, seeds_needed
-from reports.synthetic import frames_from_values
 
 ALPHA = 0.05
 PARENT = np.array([3.512, 3.498, 3.530, 3.505, 3.521])

@@ -16,14 +16,14 @@ from db.store import Store
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan
 from harness.design.factorial import parse_factorial
-from harness.scheduling.queue import RunQueue
-from harness.scheduling.worker import work
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.scheduling.workers.loop import work
 from reports.render.topup_lines import describe
+from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
 from reports.stats.looks import look_text
 from reports.stats.topup import CellSeeds, cell_open, plan_topup
-from reports.synthetic import frames_from_values
 
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
