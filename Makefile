@@ -27,10 +27,12 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# ruff (rules and why in pyproject's [tool.ruff]): the lint, then the formatter as a check; `ruff format .` fixes the latter.
+# ruff (rules and why in pyproject's [tool.ruff]): the lint, then the formatter as a check; `ruff format .` fixes the latter;
+# then the largest files and functions, printed as guidance (scripts/size_report.py; never a failure).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/size_report.py
 
 # The main job on real text: queue the grid, drain it with $(WORKERS) workers, write the report, print the plan.
 demo: $(STAMP)

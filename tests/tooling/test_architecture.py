@@ -1,4 +1,4 @@
-"""The project's module structure: imports point one way and the report package stays in small pieces.
+"""The project's module structure: imports point one way, layer by layer, with no cycle.
 
 * no import cycle among the project's modules (``harness``, ``reports``, ``db``, ``controls``),
   counting the imports inside functions too (an import deferred into a function still closes a
@@ -6,12 +6,12 @@
 * no import of a project module inside a function, except where :data:`DEFERRED` says why;
 * ``reports.stats`` (computing) never imports ``reports.render`` or ``reports.build``, and nothing in
   ``harness`` outside its commands imports ``reports``;
-* every file of the project's packages (``harness``, ``reports``, ``db``, ``controls``) and of
-  ``scripts`` has at most 600 physical lines and every function there at most 80 (from its first
-  decorator to its last line, as :mod:`ast` gives ``lineno..end_lineno``), with no exception list;
 * no module imports another project module's private name (``from x import _y``): what two modules
   share is public and documented, or lives in the module that uses it;
 * every ``reports`` module imports in a fresh interpreter, in dependency order.
+
+File and function sizes are guidance, not a rule: ``python scripts/size_report.py`` (``make lint``)
+prints the largest.
 
 The sources are parsed with :mod:`ast` (nothing is imported, except in the last test), so a check
 names the file and line. Run: ``python -m pytest -q tests/tooling/test_architecture.py``.
@@ -27,8 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "reports", "db", "controls")
-MAX_FILE_LINES = 600  # physical lines, blank, comment and docstring lines included
-MAX_FUNCTION_LINES = 80  # physical lines from the first decorator to the function's last line
 
 
 # Imports of project modules inside functions: allowed in these folders/files (with why), and elsewhere
@@ -268,36 +266,6 @@ def test_the_layer_check_finds_an_upward_import():
         "harness.design.config imports harness.train.lit",
         "harness.train.runner imports harness.scheduling.stop",
     ]  # the packages of one layer are independent
-
-
-def oversized(rel: str, text: str) -> list[str]:
-    """The size-rule offenders of one file: ``"path"`` when it has more than :data:`MAX_FILE_LINES`
-    physical lines, ``"path::name"`` for each function (or method) longer than
-    :data:`MAX_FUNCTION_LINES` physical lines, counted from its first decorator to its last line."""
-    out = [rel] if len(text.splitlines()) > MAX_FILE_LINES else []
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            if node.end_lineno - first + 1 > MAX_FUNCTION_LINES:
-                out.append(f"{rel}::{node.name}")
-    return out
-
-
-def test_sizes_count_physical_lines_from_the_first_decorator():
-    body = "    x = f(\n" + "        1,\n" * 76 + "    )\n"  # 78 physical lines, one statement
-    decorated = "@functools.cache\ndef g():\n" + body  # 80 with its decorator and def line
-    assert oversized("m.py", decorated) == []
-    assert oversized("m.py", "@functools.cache\n" + decorated.replace("def g", "def h")) == ["m.py::h"]
-    assert oversized("m.py", "# line\n" * MAX_FILE_LINES) == []
-    assert oversized("m.py", "# line\n" * (MAX_FILE_LINES + 1)) == ["m.py"]
-
-
-def test_files_and_functions_are_small():
-    found = []
-    for path in sorted(p for pkg in (*PACKAGES, "scripts") for p in (ROOT / pkg).rglob("*.py")):
-        found += oversized(path.relative_to(ROOT).as_posix(), path.read_text())
-    over = [f"{x}: over {MAX_FILE_LINES if '::' not in x else MAX_FUNCTION_LINES} lines" for x in found]
-    assert not over, "\n".join(over)
 
 
 def test_no_private_name_is_imported_from_another_project_module():
