@@ -9,7 +9,9 @@ does not (DESIGN section 11: training imports no results store until it writes).
 """
 
 from db.runfile import RUNS_DIRNAME
-from db.validate import FORMAT_VERSION, ROLES, SITES, SPLITS, STATUSES, validate_result
+from db.validate import FORMAT_VERSION, SITES, SPLITS, validate_result
+from harness.common.terms import RUN_ROLES as ROLES
+from harness.common.terms import STATUSES
 
 _FROM_STORE = ("DB_NAME", "Store", "StoreLockedError")
 

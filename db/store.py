@@ -31,10 +31,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from db.connection import STORAGE_VERSION, StoreLockedError, connect, create, ensure_schema, storage_version
+from db.connection import StoreLockedError, connect, create, ensure_schema
 from db.frames import ArrowStream, frame, to_polars, to_polars_batches
 from db.ingest import changed, ingest_into, read_errors, read_log, result_files, unreadable_files
-from db.runfile import RUNS_DIRNAME, read_result, result_end, result_path, run_end, write_result
+from db.runfile import RUNS_DIRNAME, read_result, result_path, run_end, write_result
 from db.validate import columns, validate_bench_rows
 from harness.common.files import atomic_path
 from harness.common.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
@@ -43,12 +43,7 @@ from harness.common.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 __all__ = [
     "DB_NAME",
     "DEFAULT_LOCK_TIMEOUT_S",
-    "RUNS_DIRNAME",
-    "STORAGE_VERSION",
     "Store",
-    "StoreLockedError",
-    "result_end",
-    "storage_version",
 ]
 
 DB_NAME = "harness.duckdb"

@@ -26,7 +26,7 @@ import polars as pl
 from db.store import Store
 from reports.build import compute_stats, load_frames
 from reports.stats.factorial import FACTORIAL_KINDS
-from reports.stats.results import AACheck, ControlAssessment, Headline, ReportStats
+from reports.stats.results import ReportStats
 
 TABLES = ("final", "runs", "metrics", "routing")
 
@@ -131,10 +131,7 @@ def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = 
 
 
 __all__ = [
-    "AACheck",
     "Analysis",
-    "ControlAssessment",
-    "Headline",
     "ResultRows",
     "TABLES",
     "analyze",

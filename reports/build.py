@@ -35,10 +35,11 @@ from reports.render.figure_set import all_figures
 from reports.render.figures import FigureOut
 from reports.render.sections import render_html, render_markdown
 from reports.render.summary import progress_sentence
-from reports.stats.analysis import ReportStats, analyze
+from reports.stats.analysis import analyze
 from reports.stats.degeneracy import find_degenerate
 from reports.stats.pairing import NoParentError, of_grid
 from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
+from reports.stats.results import ReportStats
 from reports.stats.robustness import split_tuned
 
 

@@ -10,8 +10,9 @@ import torch
 from harness.bench.settings import BenchConfig, sync
 from harness.bench.steps import train_step
 from harness.data.datamodule import TokenDataModule, TrainBatches
-from harness.design.config import get_size, train_config
+from harness.design.config import train_config
 from harness.models import build_model
+from harness.models.sizes import get_size
 from harness.train.lit import LitLM
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_precision
 

@@ -27,8 +27,9 @@ from harness.bench.steps import StepArm, fit_arms, peak_step_bytes, time_steps
 from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, prepare_corpus, token_dtype
 from harness.data.datamodule import TrainSchedule
-from harness.design.config import corpus_key, get_size, train_config
+from harness.design.config import corpus_key, train_config
 from harness.models import build_model, count_params
+from harness.models.sizes import get_size
 from harness.train.microbatch import MEMORY_FRACTION, probe_micro_batch
 from harness.train.trainer import cpu_bf16_support, enable_tf32
 

@@ -28,8 +28,8 @@ from harness.bench.settings import (
     device_peak_flops,
 )
 from harness.common.files import atomic_write
-from harness.design.config import get_size
 from harness.models import get_spec
+from harness.models.sizes import get_size
 
 # -- the whole benchmark ---------------------------------------------------------------
 

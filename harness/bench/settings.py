@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 from harness.bench.peaks import peak_flops
-from harness.design.config import get_size
 from harness.models import available_variants, get_spec
+from harness.models.sizes import get_size
 
 PARENT = "block_attnres"
 REFERENCE = "prenorm"

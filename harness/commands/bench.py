@@ -182,7 +182,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nwrote {path}")
     db = Path(args.db) if args.db else Path(args.results) / "harness.duckdb"
     try:  # the results store (DuckDB, polars) loads only now, to write: the bench itself runs without it
-        from db.store import Store, StoreLockedError
+        from db.connection import StoreLockedError
+        from db.store import Store
     except ImportError as exc:  # a bare GPU node: the JSON holds every number
         print(f"harness bench: rows not stored in {db} ({exc}); the result is in {path}", file=sys.stderr)
         return 0

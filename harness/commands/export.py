@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from db.store import Store, StoreLockedError
+    from db.connection import StoreLockedError
+    from db.store import Store
 
     store = Store(args.results, lock_timeout_s=args.lock_timeout)
     try:

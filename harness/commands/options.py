@@ -90,10 +90,8 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     Raises:
         ValueError: anything else (the message names the value and what is allowed).
     """
-    from harness.design.config import (  # lazy: it loads torch (harness.models)
-        execution_overrides,
-        parse_train_value,
-    )
+    from harness.design.train_table import execution_overrides
+    from harness.design.train_values import parse_train_value  # lazy: it loads torch (harness.models)
 
     if value is None:
         return None
@@ -132,6 +130,5 @@ __all__ = [
     "add_storage",
     "add_micro_batch_argument",
     "parse_micro_batch",
-    "parse_devices",
     "execution_settings",
 ]

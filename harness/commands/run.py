@@ -29,7 +29,8 @@ from pathlib import Path
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.common import console
 from harness.common.terms import ROLES
-from harness.design.config import SIZES, TRACKERS
+from harness.design.train_table import TRACKERS
+from harness.models.sizes import SIZES
 from harness.scheduling.grids.grid import choose_corpus
 from harness.scheduling.workers.devices import check_accelerator
 from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
@@ -97,12 +98,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_overrides(items: list[str]) -> dict:
     """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed as a ``[train]``
-    table's keys (:func:`~harness.design.config.parse_train_value`).
+    table's keys (:func:`~harness.design.train_values.parse_train_value`).
 
     Raises:
         ValueError: an item without ``=``, an unknown key, or a value of the wrong type.
     """
-    from harness.design.config import parse_train_value
+    from harness.design.train_values import parse_train_value
 
     out = {}
     for item in items:
@@ -119,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.commands import set_threads
     from harness.design.config import RunConfig
     from harness.train import RunInterrupted, train_run
-    from harness.train.runner import stored_result
+    from harness.train.result_file import stored_result
     from harness.train.settings_check import check_run, check_settings
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run

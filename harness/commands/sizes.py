@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness.design.config import SIZES, derive
 from harness.models import available_variants, count_params, get_spec
-from harness.models.sizes import padded_vocab
+from harness.models.sizes import SIZES, derive, padded_vocab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

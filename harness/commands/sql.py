@@ -141,7 +141,8 @@ def main(args: argparse.Namespace) -> int:
     """
     import duckdb  # imported here so that `harness --help` stays fast
 
-    from db.store import Store, StoreLockedError
+    from db.connection import StoreLockedError
+    from db.store import Store
 
     sql = sys.stdin.read() if args.query == "-" else args.query
     if not sql.strip():
@@ -220,7 +221,7 @@ def warn_unreadable(
     (default stderr); returns them. ``bad``: :meth:`db.store.Store.unreadable` already called
     (default: call it; nothing is said when the database is locked). Used by ``harness sql``
     and ``harness status``."""
-    from db.store import StoreLockedError
+    from db.connection import StoreLockedError
 
     file = file or sys.stderr
     if bad is None:

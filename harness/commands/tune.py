@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import add_storage
-from harness.design.config import SIZES
+from harness.models.sizes import SIZES
 
 MIN_IMPORTANCE_TRIALS = 3  # finished trials below which importances are not computed
 ROUGH_IMPORTANCE_TRIALS = 20  # below this many, importances are flagged as rough

@@ -62,7 +62,7 @@ from harness.commands.options import (
     add_storage,
     execution_settings,
 )
-from harness.design.config import TRACKERS
+from harness.design.train_table import TRACKERS
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.queue.storage import STORAGE_RETRY_S
 from harness.scheduling.workers.devices import check_accelerator

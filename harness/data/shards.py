@@ -58,7 +58,7 @@ from harness.data.corpus import (
     corpus_fingerprint,
     is_validation,
 )
-from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, shard_dir, source_key
+from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, source_key
 from harness.data.shard_pool import InProcess, encode_chunk, init_worker
 from harness.data.shard_progress import BuildSpeed, cpu_seconds, log_done
 from harness.data.shard_writer import ShardWriter
@@ -490,8 +490,6 @@ def _save_progress(path: Path, chunks: int, documents: int, writers: dict) -> No
 
 
 __all__ = [
-    "SHARD_FORMAT",
-    "CorpusKey",
     "DEFAULT_SHARD_TOKENS",
     "BPE_SAMPLE_BYTES",
     "Target",
@@ -499,15 +497,9 @@ __all__ = [
     "content_fingerprint",
     "prepare_shards",
     "protocol_description",
-    "write_gpt2_ranks",
     "PROTOCOL_FORMAT",
     "SPLIT_RULE",
     "EOS_PLACEMENT",
     "CHUNK_BYTES",
-    "shard_dir",
     "read_manifest",
-    "stream_documents",
-    "hub_revision",
-    "load_shard_tokenizer",
-    "source_key",
 ]

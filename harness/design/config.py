@@ -1,17 +1,22 @@
-"""Configuration of a run (DESIGN sections 2 and 4): sizes, training settings, the run itself.
+"""Configuration of a run (DESIGN sections 2 and 4): the schema of its training settings and of the run itself.
 
-* :class:`SizePreset`, :data:`SIZES`, :class:`ModelConfig`, :func:`derive` -- the model's
-  shape per size, defined in :mod:`harness.models.sizes` and re-exported here;
 * :class:`TrainConfig` -- optimiser, schedule, evaluation and data settings; per-size
   defaults in :data:`TRAIN_DEFAULTS`, merged by :func:`train_config`; a ``[train]`` table may also
-  set execution settings (:data:`EXECUTION_KEYS`, outside :class:`TrainConfig`), defined in
-  :mod:`harness.design.execution_keys` and re-exported here;
+  set execution settings, outside :class:`TrainConfig` (the split: :func:`harness.design.train_table.split_train`);
 * :class:`RunConfig` -- one run: variant, size, seed, budget, corpus and the overrides.
   It is what the queue carries, what the protocol hash is computed from and the runner's
   only input.
 
 Precedence for training settings: preset defaults, then a grid's ``[train]`` table, then
-command-line flags (``harness run --set KEY=VALUE``).
+command-line flags (``harness run --set KEY=VALUE``). The model's shape per size is
+:mod:`harness.models.sizes`'s; a ``[train]`` value read from text is :mod:`harness.design.train_values`'s;
+the model and the corpus are built by their own packages' factories (:func:`harness.models.build_model`,
+:func:`harness.data.prepare_corpus`) from what :meth:`RunConfig.build_model` and
+:meth:`RunConfig.corpus_key` say.
+
+Owns the fields of a run and of its training settings, their defaults and their checks. Must not parse
+text (a grid file, a command line), hold a model's or a corpus's building code, or re-export names
+defined elsewhere.
 """
 
 from __future__ import annotations
@@ -27,26 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 from harness.data.corpus_key import CorpusKey, requested_vocab
-from harness.design.execution_keys import (
-    AUTO_FIELDS,
-    EXECUTION_KEYS,
-    TRACKERS,
-    check_loggers,
-    check_value,
-    execution_overrides,
-)
+from harness.design.train_table import EXECUTION_KEYS, check_value, split_train
 from harness.models import VariantSpec, build_model, get_spec
 from harness.models.catalog import is_shipped
-from harness.models.sizes import (
-    SIZES,
-    ModelConfig,
-    SizePreset,
-    default_block_size,
-    derive,
-    get_size,
-    mlp_hidden,
-    padded_vocab,
-)
+from harness.models.sizes import ModelConfig, derive, get_size, padded_vocab
 from harness.models.spec import parse_spec_text
 
 if TYPE_CHECKING:  # annotations only: the model and the corpus load torch and numpy
@@ -200,48 +189,6 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def train_keys() -> dict[str, str]:
-    """Every key a ``[train]`` table may hold -> the type of its values (``int``, ``float``, ``str``,
-    ``bool``, ``tuple``): :class:`TrainConfig`'s fields, then :data:`EXECUTION_KEYS`."""
-    return {**{f.name: str(f.type) for f in fields(TrainConfig)}, **EXECUTION_KEYS}
-
-
-def parse_train_value(key: str, raw: str):
-    """Convert a command-line string to the type of ``[train]`` key ``key`` (``--set KEY=VALUE``,
-    ``--micro-batch-size``): a :class:`TrainConfig` field or an execution setting (:data:`EXECUTION_KEYS`).
-
-    Ints accept ``_`` separators (``100_000``); bools accept true/false/1/0/yes/no; a tuple is
-    comma-separated; ``auto`` where :data:`AUTO_FIELDS` allows it.
-
-    Raises:
-        ValueError: unknown key (listing the allowed ones) or a value of the wrong type.
-    """
-    types = train_keys()
-    if key not in types:
-        raise ValueError(f"unknown training setting {key!r}; allowed: {sorted(types)}")
-    kind, text = types[key], raw.strip()
-    if key in AUTO_FIELDS and text.lower() == "auto":
-        return "auto"
-    try:
-        if kind == "int":
-            return int(text.replace("_", ""))
-        if kind == "float":
-            return float(text.replace("_", ""))
-        if kind == "tuple":
-            return tuple(t.strip() for t in text.split(",") if t.strip())
-        if kind == "bool":
-            low = text.lower()
-            if low in ("true", "1", "yes", "on"):
-                return True
-            if low in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
-    except ValueError:
-        allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or 'auto'" if key in AUTO_FIELDS else "")
-        raise ValueError(f"{key}={raw!r} is not {allowed}") from None
-    return text
-
-
 # Per-size defaults of the training settings (preset level of the precedence chain).
 TRAIN_DEFAULTS: dict[str, dict] = {
     "tiny": dict(lr=3e-3, batch_tokens=2048, eval_tokens=8192),
@@ -255,15 +202,15 @@ TRAIN_DEFAULTS: dict[str, dict] = {
 def train_config(size: str, **overrides) -> TrainConfig:
     """Training settings of a preset with overrides applied (preset, then grid, then CLI). ``overrides``
     may be a whole ``[train]`` table: its execution settings are checked and left out
-    (:func:`execution_overrides`; :meth:`harness.train.execution.ExecutionSettings.for_run` reads them).
+    (:func:`~harness.design.train_table.split_train`; :meth:`harness.train.execution.ExecutionSettings.for_run`
+    reads them).
 
     Raises:
         ValueError: an unknown size or key, a bad value.
     """
     get_size(size)
-    execution_overrides(overrides)
     values = dict(TRAIN_DEFAULTS.get(size, {}))
-    values.update({k: v for k, v in overrides.items() if k not in EXECUTION_KEYS})
+    values.update(split_train(overrides).protocol)
     return TrainConfig.from_dict(values)
 
 
@@ -530,9 +477,9 @@ class RunConfig:
         command line's. Outside the protocol hash (DESIGN section 11).
 
         Raises:
-            ValueError: a value of the wrong type (:func:`~harness.design.execution_keys.execution_overrides`).
+            ValueError: a value of the wrong type (:func:`~harness.design.train_table.split_train`).
         """
-        return execution_overrides(self.train)
+        return split_train(self.train).execution
 
     def corpus_key(self) -> CorpusKey:
         """The corpus this run reads (:class:`~harness.data.corpus_key.CorpusKey`): its spec and the
@@ -561,7 +508,8 @@ class RunConfig:
     def build_model(self, corpus: PreparedCorpus) -> DepthRoutedLM:
         """The run's model initialised from :attr:`seed` (DESIGN section 4), shaped by
         :meth:`model_config` for ``corpus``'s tokenizer (the model is sized from the tokenizer, as
-        torchtitan's model arguments are). float32 on the CPU: tokens ``[B, T]`` -> logits ``[B, T, V]``."""
+        torchtitan's model arguments are). float32 on the CPU: tokens ``[B, T]`` -> logits ``[B, T, V]``.
+        The factory is :func:`harness.models.build_model`; this says which variant, size, seed and shape."""
         shape = dataclasses.asdict(self.model_config(corpus.vocab_size))
         return build_model(self.variant_spec(), self.size, seed=self.seed, **shape)
 
@@ -572,27 +520,13 @@ class RunConfig:
 
 
 __all__ = [
-    "SizePreset",
-    "SIZES",
-    "get_size",
-    "mlp_hidden",
-    "default_block_size",
-    "ModelConfig",
-    "derive",
+    "PRECISIONS",
+    "MAX_BUDGET_TOKENS",
+    "check_budget",
     "TrainConfig",
     "TRAIN_DEFAULTS",
     "train_config",
     "ADHOC_GRID",
-    "MAX_BUDGET_TOKENS",
-    "check_budget",
     "corpus_key",
     "RunConfig",
-    "EXECUTION_KEYS",
-    "PRECISIONS",
-    "TRACKERS",
-    "AUTO_FIELDS",
-    "check_loggers",
-    "execution_overrides",
-    "train_keys",
-    "parse_train_value",
 ]

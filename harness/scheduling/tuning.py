@@ -37,14 +37,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, TUNE_PREFIX, TUNE_ROLE, TUNE_SEED_BASE
-from harness.design.config import (
-    RunConfig,
-    TrainConfig,
-    check_budget,
-    get_size,
-    parse_train_value,
-    train_config,
-)
+from harness.design.config import RunConfig, TrainConfig, check_budget, train_config
+from harness.design.train_values import parse_train_value
+from harness.models.sizes import get_size
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution

@@ -2,7 +2,7 @@
 
 Built once from the command line (``harness run``, ``harness work``; ``harness launch`` passes
 its workers ``harness work`` arguments), merged with what the run's grid sets (``[train] compile``,
-``micro_batch_size``, ``loggers``: :data:`harness.design.execution_keys.EXECUTION_KEYS`) once, by
+``micro_batch_size``, ``loggers``: :data:`harness.design.train_table.EXECUTION_KEYS`) once, by
 :meth:`ExecutionSettings.for_run` when the run is built, and passed whole: the worker loop
 (:func:`harness.scheduling.workers.loop.work`) -> :func:`harness.train.runner.train_run` -> each
 child rank, serialised whole (:meth:`ExecutionSettings.to_json` / :meth:`ExecutionSettings.from_json`),
@@ -39,7 +39,7 @@ class ExecutionSettings:
             global batch runs as micro-batches of this many sequences, gradients accumulating; ``auto``:
             the largest that fits, probed on CUDA, the whole per-rank batch on a CPU
             (:mod:`harness.train.microbatch`); ``None``: the grid's ``[train] micro_batch_size``, else ``auto``.
-        loggers: trackers streaming the run's curves (:data:`harness.design.config.TRACKERS`), besides
+        loggers: trackers streaming the run's curves (:data:`harness.design.train_table.TRACKERS`), besides
             the grid's ``[train] loggers``.
         threads: torch CPU threads per process (0: torch's default; rank 0's count for a child rank).
         stop_after_tokens: checkpoint and stop after this many tokens (a planned stop), ``None``: no stop.

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import torch
 
-from harness.design.config import ModelConfig, RunConfig
+from harness.design.config import RunConfig
+from harness.models.sizes import ModelConfig
 
 PROTOCOL_VERSION = 1
 # TrainConfig's intervals that do not change what is computed: when a checkpoint is written and the
 # validation curve is sampled. The execution settings (compile, micro-batch size, trackers: DESIGN
-# section 11) are not TrainConfig fields (harness.design.execution_keys.EXECUTION_KEYS).
+# section 11) are not TrainConfig fields (harness.design.train_table.EXECUTION_KEYS).
 NON_PROTOCOL_TRAIN_FIELDS = ("checkpoint_every_tokens", "eval_every_tokens")
 
 
@@ -36,7 +37,7 @@ def protocol_dict(
         config: the run (its size, training settings and budget enter; its variant, seed,
             role, grid and analysis plan do not).
         data_meta: :attr:`harness.data.PreparedCorpus.protocol_meta` (what the text is).
-        model: the built model's :class:`~harness.design.config.ModelConfig`.
+        model: the built model's :class:`~harness.models.sizes.ModelConfig`.
         eval_windows: validation windows of ``model.context + 1`` tokens.
         precision: the concrete Lightning precision (``auto`` resolved).
     """

@@ -156,10 +156,8 @@ def ingest_results(results_dir: str | Path, label: str, path: Path) -> None:
     for a failed ingest; logs why (debug for a lock, a warning otherwise).
     """
     try:
-        from db.store import (
-            Store,
-            StoreLockedError,
-        )  # lazy: the results store (DuckDB, polars) only to ingest
+        from db.connection import StoreLockedError  # lazy: the results store (DuckDB) only to ingest
+        from db.store import Store  # lazy: the results store (DuckDB, polars) only to ingest
     except ImportError as exc:
         log.warning(f"[{label}] result saved in {path}; not ingested into DuckDB here ({exc})")
         return

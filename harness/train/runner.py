@@ -39,8 +39,9 @@ from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
 from harness.data.unigram import train_counts, unigram_nll
-from harness.design.config import RunConfig, get_size
+from harness.design.config import RunConfig
 from harness.models import count_params
+from harness.models.sizes import get_size
 from harness.train import fencing
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.execution import ExecutionSettings
@@ -56,12 +57,8 @@ from harness.train.ranks import (
 )
 from harness.train.result_file import (
     RunOutcome,
-    finished_outcome,
-    finished_status,
     ingest_results,
-    record_failure,
     run_row,
-    stored_result,
     time_split,
 )
 from harness.train.schedule import StepPlan
@@ -560,15 +557,10 @@ def _fit_and_record(run: Run, group: RankGroup | None = None) -> RunOutcome:
 
 __all__ = [
     "RunInterrupted",
-    "RunOutcome",
     "Run",
     "Fitted",
     "build",
     "fit",
     "record",
     "train_run",
-    "record_failure",
-    "stored_result",
-    "finished_status",
-    "finished_outcome",
 ]

@@ -41,7 +41,8 @@ from filelock import FileLock
 from db.validate import result_filename
 from harness.common.console import OneLineWarning
 from harness.common.files import fmt_bytes, free_bytes
-from harness.design.config import TRACKERS, RunConfig
+from harness.design.config import RunConfig
+from harness.design.train_table import TRACKERS
 
 DEFAULT_WANDB_PROJECT = "rd-harness"
 MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder
@@ -121,7 +122,7 @@ def _folder(run_id: str) -> str:
 
 
 def make_logger(name: str, config: RunConfig, results_dir: Path):
-    """A Lightning logger ``name`` (one of :data:`harness.design.config.TRACKERS`) for one run.
+    """A Lightning logger ``name`` (one of :data:`harness.design.train_table.TRACKERS`) for one run.
 
     Raises:
         ModuleNotFoundError and whatever the tracker's client raises (caught by :class:`Trackers`).

@@ -26,10 +26,10 @@ from reports.render.summary import (
     not_finished,
     verdict_chip,
 )
-from reports.stats.analysis import Headline, ReportStats
 from reports.stats.decisions import NOT_ASSESSED
 from reports.stats.floors import FLOOR_NATS
 from reports.stats.looks import increments
+from reports.stats.results import Headline, ReportStats
 
 PAPER_HEADLINE = (
     "Paper (RD-AttnRes, arXiv 2608.01075; 2.0B tokens, FineWeb-Edu): validation NLL lower "

@@ -23,7 +23,7 @@ from reports.render.summary import (
     aa_chip,
     not_finished,
 )
-from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, ReportStats
+from reports.stats.results import AA_NOISE_ABS, AA_NOISE_FRACTION, ReportStats
 
 
 def _aa_box_chip(stats: ReportStats) -> Chip | None:

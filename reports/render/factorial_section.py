@@ -16,9 +16,9 @@ from matplotlib.figure import Figure
 from reports.render.blocks import Block, Bullets, Heading, Image, Para, Table
 from reports.render.figures import FigureOut, png_bytes
 from reports.render.sentences import cell_label, fraction_text
-from reports.stats.analysis import ReportStats
 from reports.stats.factorial import COMBOS, MAIN, SIMPLE, FactorialCell, FactorialContrast
 from reports.stats.looks import look_text
+from reports.stats.results import ReportStats
 
 FIGURE_PREFIX = "factorial_"  # figure names of this section (the Figures section leaves them to it)
 _LINE_COLORS = ("#1f77b4", "#d62728")  # B = 0, B = 1

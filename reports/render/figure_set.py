@@ -14,7 +14,7 @@ from reports.render.figures import (
     training_curves,
 )
 from reports.render.routing_figures import routing_over_training, routing_variants
-from reports.stats.analysis import ReportStats
+from reports.stats.results import ReportStats
 
 
 def all_figures(

@@ -31,7 +31,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from reports.render.fmt import tokens_label as _tokens_label
-from reports.stats.analysis import ReportStats
+from reports.stats.results import ReportStats
 
 DPI = 110
 _ROLE_COLORS = {"parent": "#222222", "treatment": "#d62728", "reference": "#8c8c8c", "aa": "#9a9a9a"}

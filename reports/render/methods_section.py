@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from reports.render.blocks import Block, Bullets, Heading
 from reports.render.decision_sections import looks_text
-from reports.stats.analysis import ReportStats
 from reports.stats.decisions import CONDITIONAL_RATES
 from reports.stats.floors import FLOOR_NATS
 from reports.stats.paired_tests import EXACT_MAX_N
+from reports.stats.results import ReportStats
 
 
 def methods_blocks(stats: ReportStats) -> list[Block]:

@@ -7,8 +7,8 @@ import math
 
 from reports.render.blocks import Block, Heading, Para, Table
 from reports.render.sentences import cell_label
-from reports.stats.analysis import ReportStats
 from reports.stats.plateau import SPREAD_TOL, PlateauRow
+from reports.stats.results import ReportStats
 
 #: A worst run less than this far below the plateau (nats/token) is flagged: its differences mostly
 #: measure when each seed left the plateau (the demo's goal is 1.5, issue "A demo past the unigram plateau").

@@ -7,7 +7,7 @@ import math
 from reports.render.blocks import Block, Heading, Para, Table
 from reports.render.fmt import fmt_p
 from reports.render.sentences import cell_label, mean_ci
-from reports.stats.analysis import ReportStats
+from reports.stats.results import ReportStats
 
 
 def blocks(stats: ReportStats) -> list[Block]:

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from reports.render.figures import FigureOut, png_bytes, variant_order
 from reports.render.fmt import tokens_label
-from reports.stats.analysis import ReportStats
+from reports.stats.results import ReportStats
 
 MAX_EVALS = 8  # evaluations drawn per figure (evenly spaced, first and last included)
 MAX_PER_ROW = 4  # evaluations per row of panels, fewer where the panels are wide

@@ -46,8 +46,8 @@ from reports.render.summary import (
     roles_text,
     verdict_banners,
 )
-from reports.stats.analysis import ReportStats
 from reports.stats.progress import NOT_IN_STORE, UNREADABLE
+from reports.stats.results import ReportStats
 
 # --------------------------------------------------------------------------- sections
 

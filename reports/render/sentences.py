@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 
+from harness.design.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX
 from reports.render.fmt import cell_text as _cell
 from reports.render.fmt import fmt_ci, fmt_nats, fmt_p, tokens_label
 from reports.render.fmt import num as _num
-from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
 from reports.stats.decisions import DOES_NOT_REPRODUCE, UNDECIDED
 from reports.stats.floors import FLOOR_NATS
-from reports.stats.looks import GAMMA_MAX, look_text
+from reports.stats.looks import look_text
 from reports.stats.paired_tests import MIN_PAIRS
+from reports.stats.results import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
 
 
 def fmt_seq_p(p: float | None) -> str:

@@ -17,7 +17,6 @@ from collections import defaultdict
 from reports.render.blocks import Banner, Block, Bullets, Chip, Heading, Para, Table
 from reports.render.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num, tokens_label
 from reports.stats import decisions as dec
-from reports.stats.analysis import AACheck, ReportStats
 from reports.stats.pairing import AA_VARIANTS
 from reports.stats.progress import (
     DIVERGED,
@@ -31,6 +30,7 @@ from reports.stats.progress import (
     UNREADABLE,
     GridProgress,
 )
+from reports.stats.results import AACheck, ReportStats
 
 # Tone of every verdict (reports.stats.decisions) in the report's colours (reports.render.blocks).
 VERDICT_TONES = {

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.simulation.studies import binomial_se
+from reports.simulation.rules import binomial_se
 from reports.stats import decisions as dec
 from reports.stats.factorial import INTERACTION, MAIN, SPECS
 from reports.stats.floors import beyond_floor

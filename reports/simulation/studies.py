@@ -38,35 +38,10 @@ from __future__ import annotations
 import argparse
 
 from reports.simulation.edges import (
-    LOSS_RULES,
-    aa_grid,
-    absence_rate,
-    conditional_control_error,
-    divergence_null,
     edge_table,
-    grid_boundary_controls,
-    headline_family,
-    lost_when_losing,
-    rounding_verdicts,
-    wrong_headline_rate,
 )
 from reports.simulation.rules import (
-    FRACTIONS,
-    GAIN,
-    LOOKS,
-    NOISE_SD,
-    NS,
-    SequentialNull,
-    SequentialVerdicts,
-    VerdictRates,
-    binomial_se,
-    established_by_look,
-    headline_false_positive_rate,
-    sequential_null,
-    sequential_table,
-    sequential_verdicts,
     table,
-    verdict_rates,
 )
 
 TABLES = {"rules": (table, 20261201), "edges": (edge_table, 20261227)}  # name: (table, default seed)
@@ -100,35 +75,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "FRACTIONS",
-    "GAIN",
-    "LOOKS",
-    "LOSS_RULES",
-    "NOISE_SD",
-    "NS",
-    "SequentialNull",
-    "SequentialVerdicts",
     "TABLES",
-    "VerdictRates",
-    "aa_grid",
-    "absence_rate",
-    "binomial_se",
-    "conditional_control_error",
-    "divergence_null",
-    "edge_table",
-    "established_by_look",
-    "grid_boundary_controls",
-    "headline_false_positive_rate",
-    "headline_family",
-    "lost_when_losing",
     "main",
-    "rounding_verdicts",
-    "sequential_null",
-    "sequential_table",
-    "sequential_verdicts",
-    "table",
-    "verdict_rates",
-    "wrong_headline_rate",
 ]
 
 if __name__ == "__main__":

@@ -196,4 +196,12 @@ def look_text(look) -> str:
     return f"look {look.k} of {look.n_looks} ({tested}), level {look.level:.3g}"
 
 
-__all__ = ["look_text", "GAMMA_MAX", "spent", "increments", "Look", "look_at", "at_looks", "sequential_p"]
+__all__ = [
+    "look_text",
+    "spent",
+    "increments",
+    "Look",
+    "look_at",
+    "at_looks",
+    "sequential_p",
+]

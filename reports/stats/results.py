@@ -22,23 +22,7 @@ from reports.stats.mixed import MixedModelCheck
 from reports.stats.pairing import LeftOut, Pair, cell_order
 from reports.stats.power import SeedsNeeded
 from reports.stats.progress import GridProgress
-from reports.stats.stats_table import (  # noqa: F401 (re-exported: the column contract and note tags)
-    CSV_COLUMNS,
-    EXTRA_COLUMNS,
-    NOTE_BETWEEN,
-    NOTE_DEGENERATE,
-    NOTE_DROPPED,
-    NOTE_EARLIER,
-    NOTE_FEW,
-    NOTE_IMPUTED,
-    NOTE_LOST,
-    NOTE_NO_EFFECT,
-    NOTE_NO_LOOK,
-    NOTE_TEST_SEEDS,
-    NOTE_UNBOUNDED,
-    NOTE_UNREACHABLE,
-    NOTE_ZERO_SPREAD,
-    NOTE_ZEROS,
+from reports.stats.stats_table import (
     stats_frame,
 )
 

@@ -33,9 +33,9 @@ import polars as pl
 import scipy.stats
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.stats.analysis import ReportStats
 from reports.stats.looks import look_at
 from reports.stats.power import contrast_effect, interaction_sd, interaction_seeds, look_mde, planned_seeds
+from reports.stats.results import ReportStats
 
 HEADLINE = "headline"
 ABSENCE = "absence"  # the headline's absence test (H0: gain >= min_effect_nats), DESIGN 6

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reports.stats import decisions as dec
-from reports.stats.analysis import ReportStats
 from reports.stats.factorial import INTERACTION
 from reports.stats.looks import look_at, look_text
+from reports.stats.results import ReportStats
 
 
 def cell_open(established, headline_last, codes, absent=False) -> np.ndarray:

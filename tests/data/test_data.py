@@ -358,7 +358,7 @@ def test_gpt2_ranks_file_reads_back_as_the_encodings_ranks(local_gpt2, tmp_path)
     API (GPT2Tokenizer.mergeable_ranks), is what tiktoken's loader reads back: every token's rank."""
     from tiktoken.load import load_tiktoken_bpe
 
-    from harness.data.shards import write_gpt2_ranks
+    from harness.data.tokenizer import write_gpt2_ranks
 
     tok = GPT2Tokenizer(encoding=local_gpt2)
     write_gpt2_ranks(tmp_path / "gpt2.tiktoken", tok)

@@ -28,7 +28,8 @@ from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TrainSchedule
 from harness.data.prepared import prepare_corpus
 from harness.data.shard_reader import ShardedTokens
-from harness.data.shards import Target, load_shard_tokenizer, prepare_shards, read_manifest
+from harness.data.shards import Target, prepare_shards, read_manifest
+from harness.data.tokenizer import load_shard_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
@@ -401,7 +402,7 @@ def test_streamed_documents_equal_the_whole_read_for_every_file_kind(tmp_path):
     the documents read_documents gives, in the same order (empty ones dropped alike)."""
     import polars as pl
 
-    from harness.data.shards import stream_documents
+    from harness.data.stream import stream_documents
 
     docs = read_documents(str(SAMPLE))
     folder = tmp_path / "mixed"

@@ -17,7 +17,9 @@ import pytest
 
 from harness.common.files import atomic_path, atomic_write
 from harness.common.terms import FINISHED, ROLES, STATUSES, config_diff, run_id
-from harness.design.config import RunConfig, derive
+from harness.design.config import RunConfig, train_config
+from harness.design.train_table import TrainTable, split_train
+from harness.models.sizes import derive
 
 PAYLOAD = {  # a queued payload as harness queue wrote it before RunConfig existed (61e45a1)
     "run_id": "g:tiny:fixed_v:s0:1000",
@@ -76,6 +78,22 @@ def test_create_is_the_grid_cell_and_adhoc_adds_the_overrides_digest():
         RunConfig.adhoc("rd_attnres", "tiny", 0, 6144, "/c", grid="sweep", train={"lr": 3e-3}).run_id
         == "sweep:tiny:rd_attnres:s0:6144"
     )
+
+
+def test_the_train_table_is_split_once_into_protocol_and_execution_halves():
+    table = {"lr": 1e-3, "micro_batch_size": 4, "compile": "auto", "loggers": ["csv", "csv"], "nosuch": 1}
+    assert split_train(table) == TrainTable(
+        protocol={"lr": 1e-3, "nosuch": 1},
+        execution={"micro_batch_size": 4, "compile": "auto", "loggers": ("csv",)},
+    )
+    # the two readers take one half each: the protocol's settings and the run's execution settings
+    run = RunConfig.create(
+        "rd_attnres", "tiny", 0, 6144, "/c", grid="g", train={"lr": 1e-3, "micro_batch_size": 4}
+    )
+    assert run.train_config() == train_config("tiny", lr=1e-3) and run.train_config().lr == 1e-3
+    assert run.execution() == {"micro_batch_size": 4}
+    with pytest.raises(ValueError, match="micro_batch_size=0 must be 'auto' or a positive number"):
+        split_train({"micro_batch_size": 0})
 
 
 def test_a_config_is_a_value():

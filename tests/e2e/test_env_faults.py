@@ -285,7 +285,8 @@ def _fill_and_write(config, results_dir: Path):
 
 
 def test_enospc_while_writing_a_checkpoint_releases_the_run_and_stops_the_worker(tmp_path, tmpfs):
-    from harness.scheduling.workers.loop import DiskFull, work
+    from harness.scheduling.workers.faults import DiskFull
+    from harness.scheduling.workers.loop import work
 
     results = tmpfs("2m")
     _queued(tmp_path, results)
@@ -324,7 +325,8 @@ def _remount_read_only_and_write(config, results_dir: Path):
 def test_a_read_only_remount_releases_the_run_and_stops_the_worker_in_one_line(tmp_path, tmpfs):
     """Issue 40: an environment fault, not a run failure: no "recording the failure ... failed", no
     retry spent, one line naming the folder (the queue is elsewhere here, so the release is written)."""
-    from harness.scheduling.workers.loop import ResultsReadOnly, work
+    from harness.common.faults import ResultsReadOnly
+    from harness.scheduling.workers.loop import work
 
     results = tmpfs("4m")
     journal = tmp_path / "queue.journal"
@@ -440,7 +442,8 @@ def test_a_worker_whose_results_folder_goes_away_stops_within_a_beat(tmp_path, t
     import threading
     import time
 
-    from harness.scheduling.workers.loop import ResultsLost, work
+    from harness.scheduling.workers.faults import ResultsLost
+    from harness.scheduling.workers.loop import work
 
     results = tmpfs("64m") if how == "unmounted" else tmp_path / "results"
     journal = f"journal:{tmp_path / 'q.journal'}"
@@ -492,7 +495,8 @@ def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_
     import threading
     import time
 
-    from harness.scheduling.workers.loop import ResultsLost, work
+    from harness.scheduling.workers.faults import ResultsLost
+    from harness.scheduling.workers.loop import work
 
     results = tmp_path / "results"
     _queued(tmp_path, results)  # the queue journal lives in the results folder

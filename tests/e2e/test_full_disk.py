@@ -18,7 +18,8 @@ from test_env_faults import _no_failure, _queued
 
 from harness.scheduling.queue.journal import QueueJournal
 from harness.scheduling.queue.run_queue import RunQueue
-from harness.scheduling.workers.loop import DiskFull, work
+from harness.scheduling.workers.faults import DiskFull
+from harness.scheduling.workers.loop import work
 
 PAGE = 4096
 tmpfs = test_env_faults.tmpfs  # the fixture: a real tmpfs mount of a given size, unmounted after the test

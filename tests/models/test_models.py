@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.design.config import derive, get_size
 from harness.models import available_variants, build_model, count_params, get_spec, routing_diagnostics
+from harness.models.sizes import derive, get_size
 from harness.models.spec import parse_spec
 
 TOL = 1e-6

@@ -25,8 +25,8 @@ import pytest
 from db.validate import result_filename
 from reports.build import Frames, build_report
 from reports.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
-from reports.stats.analysis import CSV_COLUMNS
 from reports.stats.decisions import NOT_ASSESSED
+from reports.stats.stats_table import CSV_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

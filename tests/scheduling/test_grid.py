@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.common.terms import ROLES, run_id
-from harness.design.config import SIZES
 from harness.models import available_variants
+from harness.models.sizes import SIZES
 from harness.scheduling.grids.grid import choose_corpus, load_grid, resolve_corpus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import statsmodels.formula.api as smf
 from harness.design.analysis_plan import AnalysisPlan
 from harness.design.factorial import parse_factorial
 from reports.simulation.factorial import I_ROW, cell_means, interaction_rates
-from reports.simulation.studies import binomial_se
+from reports.simulation.rules import binomial_se
 from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
@@ -26,8 +26,8 @@ from reports.stats.factorial import COMBOS, FACTORIAL_KINDS, INTERACTION, MAIN, 
 from reports.stats.looks import at_looks, sequential_p
 from reports.stats.pairing import ProtocolMismatchError
 from reports.stats.power import INTERACTION_SD_FACTOR, interaction_seeds, mde, planned_seeds, power_at
-from reports.stats.results import CSV_COLUMNS
 from reports.stats.seed_planning import GridShape, plan_rows
+from reports.stats.stats_table import CSV_COLUMNS
 
 
 def test_the_interaction_sd_is_sqrt2_single_differences_under_independent_run_noise():

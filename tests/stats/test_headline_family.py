@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports.simulation.studies import binomial_se, wrong_headline_rate
+from reports.simulation.edges import wrong_headline_rate
+from reports.simulation.rules import binomial_se
 from reports.stats import decisions as dec
 
 ALPHA = 0.05

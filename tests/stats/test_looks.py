@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from harness.design.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX
 from harness.design.analysis_plan import AnalysisPlan, parse_plan
 from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze
-from reports.stats.looks import GAMMA_MAX, at_looks, increments, look_at, sequential_p, spent
+from reports.stats.looks import at_looks, increments, look_at, sequential_p, spent
 from reports.stats.power import look_mde, mde, planned_seeds, power_at, seeds_needed
 
 ALPHA = 0.05

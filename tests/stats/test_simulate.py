@@ -21,26 +21,28 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.simulation.studies import (
-    FRACTIONS,
-    GAIN,
+from reports.simulation.edges import (
     LOSS_RULES,
-    NOISE_SD,
     aa_grid,
     absence_rate,
-    binomial_se,
     conditional_control_error,
     divergence_null,
-    established_by_look,
     grid_boundary_controls,
-    headline_false_positive_rate,
     lost_when_losing,
-    main,
     rounding_verdicts,
+)
+from reports.simulation.rules import (
+    FRACTIONS,
+    GAIN,
+    NOISE_SD,
+    binomial_se,
+    established_by_look,
+    headline_false_positive_rate,
     sequential_null,
     sequential_verdicts,
     verdict_rates,
 )
+from reports.simulation.studies import main
 from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats.analysis import analyze

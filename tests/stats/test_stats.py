@@ -30,9 +30,11 @@ from harness.design.analysis_plan import AnalysisPlan
 from reports.simulation.synthetic import frames_from_values
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
-from reports.stats.analysis import CSV_COLUMNS, analyze, describe
+from reports.stats.analysis import analyze
+from reports.stats.descriptives import describe
 from reports.stats.pairing import ProtocolMismatchError
 from reports.stats.power import contrast_effect, mde, power_at, seeds_needed
+from reports.stats.stats_table import CSV_COLUMNS
 
 ALPHA = 0.05
 PARENT = np.array([3.512, 3.498, 3.530, 3.505, 3.521])

@@ -20,7 +20,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from db.store import Store, StoreLockedError
+from db.connection import StoreLockedError
+from db.store import Store
 from db.validate import ROW_TABLES, columns, result_filename
 
 SPAWN = mp.get_context("spawn")

@@ -18,7 +18,8 @@ import duckdb
 import pytest
 from test_db_store import make_result
 
-from db.store import STORAGE_VERSION, Store, storage_version
+from db.connection import STORAGE_VERSION, storage_version
+from db.store import Store
 from db.validate import ROW_TABLES
 
 CLI_VERSION = "v1.5."  # the release line users install today

@@ -8,6 +8,8 @@
   ``harness`` outside its commands imports ``reports``;
 * no module imports another project module's private name (``from x import _y``): what two modules
   share is public and documented, or lives in the module that uses it;
+* a name is imported from the module that defines it, not from one that imports it (a package's
+  ``__init__`` may gather its modules' names);
 * every ``reports`` module imports in a fresh interpreter, in dependency order.
 
 File and function sizes are guidance, not a rule: ``python scripts/size_report.py`` (``make lint``)
@@ -100,10 +102,10 @@ def test_no_import_cycle_among_the_project_modules():
 
 
 def test_a_known_cycle_is_found():
-    """The check above can fail: a planted circle (the one issue 26 broke) is reported."""
+    """The check above can fail: a planted circle (computing importing rendering) is reported."""
     planted = {
         **GRAPH,
-        "reports.stats.analysis": GRAPH["reports.stats.analysis"] | {"reports.render.sections"},
+        "reports.stats.results": GRAPH["reports.stats.results"] | {"reports.render.sections"},
     }
     try:
         list(TopologicalSorter(planted).static_order())
@@ -279,6 +281,59 @@ def test_no_private_name_is_imported_from_another_project_module():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert not found, "\n".join(sorted(set(found)))
+
+
+def _defined(module: str) -> set[str]:
+    """The names ``module`` binds at its top level other than by an import: functions, classes,
+    assignments (inside an ``if`` or ``try`` too)."""
+    tree = ast.parse(MODULES[module].read_text())
+    out = set()
+    for top in tree.body:
+        if isinstance(top, (ast.Import, ast.ImportFrom)):
+            continue
+        nodes = (
+            [top] if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ast.walk(top)
+        )
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def reexported(files: dict[str, str]) -> list[str]:
+    """``"path:line module.name"`` for every ``from module import name`` of a project module (not a
+    package's ``__init__``, whose facade may gather its modules' names) that ``module`` does not define
+    itself: the caller imports from the definer."""
+    found = []
+    for rel, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in MODULES):
+                continue
+            if MODULES[node.module].name == "__init__.py":
+                continue
+            defined = _defined(node.module)
+            found += [
+                f"{rel}:{node.lineno} {node.module}.{a.name}"
+                for a in node.names
+                if a.name not in defined and f"{node.module}.{a.name}" not in MODULES
+            ]
+    return found
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    paths = [*MODULES.values(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]
+    found = reexported({p.relative_to(ROOT).as_posix(): p.read_text() for p in paths})
+    assert not found, "import these from their definer:\n" + "\n".join(found)
+
+
+def test_the_reexport_check_sees_a_name_passed_through():
+    # harness.design.config imports check_value from harness.design.train_table and defines TrainConfig
+    assert reexported({"x.py": "from harness.design.config import TrainConfig, check_value"}) == [
+        "x.py:1 harness.design.config.check_value"
+    ]
 
 
 def test_every_reports_module_imports_in_a_fresh_interpreter():

@@ -23,7 +23,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from harness.design.config import RunConfig, TrainConfig, execution_overrides, parse_train_value
+from harness.design.config import RunConfig, TrainConfig
+from harness.design.train_table import execution_overrides
+from harness.design.train_values import parse_train_value
 from harness.models import build_model
 from harness.models.sizes import padded_vocab
 from harness.train.execution import ExecutionSettings

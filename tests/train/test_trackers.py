@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.design.config import RunConfig, execution_overrides, parse_train_value
+from harness.design.config import RunConfig
+from harness.design.train_table import execution_overrides
+from harness.design.train_values import parse_train_value
 from harness.train import train_run
 from harness.train.execution import ExecutionSettings
 from harness.train.protocol import protocol_dict

@@ -27,7 +27,8 @@ from harness.data.corpus_key import CorpusKey
 from harness.data.prepared import prepare_corpus
 from harness.data.shards import read_manifest
 from harness.data.tokenizer import GPT2Tokenizer
-from harness.design.config import RunConfig, get_size
+from harness.design.config import RunConfig
+from harness.models.sizes import get_size
 from harness.train.schedule import StepPlan
 
 # A BPE token is a merge of byte-level symbols: gpt2's longest tokens are runs of 64+ spaces or

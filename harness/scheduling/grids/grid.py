@@ -78,9 +78,12 @@ from pathlib import Path
 
 from harness.common.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
 from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_diff
-from harness.design.config import AUTO_FIELDS, SIZES, RunConfig, train_config, train_keys
+from harness.design.config import RunConfig, train_config
 from harness.design.factorial import parse_factorial
+from harness.design.train_table import AUTO_FIELDS
+from harness.design.train_values import train_keys
 from harness.models import available_variants
+from harness.models.sizes import SIZES
 from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC, train_overrides
 
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")

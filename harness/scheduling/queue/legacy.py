@@ -24,8 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from db.store import Store
 from harness.scheduling.queue.lease import stale_reason
-from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue, fold
-from harness.scheduling.queue.trials import lease_from
+from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue
+from harness.scheduling.queue.trials import fold, lease_from
 
 
 def _copy(t: FrozenTrial, value: float | None) -> FrozenTrial:

@@ -819,11 +819,5 @@ class RunQueue(RunAdder):
 __all__ = [
     "LEGACY_STUDY",
     "MAX_RECLAIMS",
-    "CARRIED_ATTRS",
-    "Claim",
-    "RunState",
-    "EnqueueResult",
-    "ended_as",
-    "fold",
     "RunQueue",
 ]

@@ -19,7 +19,8 @@ from harness.scheduling.queue.lease import Heartbeat
 from harness.train.fencing import Fence, LeaseLost
 
 if TYPE_CHECKING:
-    from harness.scheduling.queue.run_queue import Claim, RunQueue
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.queue.trials import Claim
 
 
 class ClaimFence(Fence):

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from harness.common import console, live
 from harness.common.faults import (
     RankDied,
-    ResultsReadOnly,
     context_lost_stop,
     poisoned_stop,
     read_only_path,
@@ -58,9 +57,6 @@ from harness.scheduling.queue.storage import STORAGE_RETRY_S, retry_storage
 from harness.scheduling.tuning import pruning_hook
 from harness.scheduling.workers.claiming import OrphanClock, claim_next, given_back_if_interrupted
 from harness.scheduling.workers.faults import (
-    DiskFull,
-    OtherResults,
-    ResultsLost,
     WatchedFence,
     check_results,
     disk_full,
@@ -414,12 +410,12 @@ def train_unless_finished(
     Returns:
         ``{"status", "val_nll", "error"}``: what the queue records; the trained run's
         :class:`~harness.train.result_file.RunOutcome`, or read from the earlier attempt's result file
-        (:func:`harness.train.runner.finished_outcome`).
+        (:func:`harness.train.result_file.finished_outcome`).
     """
-    from harness.train import runner  # lazy: torch and Lightning load only when training
+    from harness.train import result_file, runner  # lazy: torch and Lightning load only when training
 
     settings = settings if settings is not None else ExecutionSettings()
-    status = runner.finished_status(config, results_dir)
+    status = result_file.finished_status(config, results_dir)
     if status is None:
         outcome = runner.train_run(
             config, results_dir, settings, stop_requested=stop_requested, on_eval=on_eval
@@ -434,14 +430,14 @@ def train_unless_finished(
             file=sys.stderr,
             flush=True,
         )
-    return runner.finished_outcome(config, results_dir) or {"status": status}
+    return result_file.finished_outcome(config, results_dir) or {"status": status}
 
 
 def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> None:
     """:func:`harness.train.record_failure`: a failed result file for a crashed attempt."""
-    from harness.train import runner  # lazy: torch and Lightning load only when training
+    from harness.train import result_file  # lazy: torch and Lightning load only when training
 
-    runner.record_failure(config, results_dir, error_text)
+    result_file.record_failure(config, results_dir, error_text)
 
 
 __all__ = [
@@ -450,10 +446,6 @@ __all__ = [
     "FailureFn",
     "SpaceFn",
     "Training",
-    "DiskFull",
-    "ResultsReadOnly",
-    "OtherResults",
-    "ResultsLost",
     "fmt_duration",
     "work",
     "train_unless_finished",

@@ -1,17 +1,23 @@
-"""The execution settings a grid's ``[train]`` table may set (DESIGN section 11): ``compile``,
-``micro_batch_size``, ``loggers`` (:data:`EXECUTION_KEYS`).
+"""The ``[train]`` table's two halves (DESIGN sections 4 and 11), split in this one place: the protocol's
+settings (:class:`harness.design.config.TrainConfig`'s fields, in the protocol hash) and the execution
+settings (:data:`EXECUTION_KEYS`: ``compile``, ``micro_batch_size``, ``loggers``).
 
-They change how a run is computed, never what: fields of
-:class:`harness.train.execution.ExecutionSettings`, not of :class:`harness.design.config.TrainConfig`,
-outside the protocol hash. A grid (or ``harness run --set``) keeps writing them in ``[train]``, as
-before they left :class:`~harness.design.config.TrainConfig`; :func:`execution_overrides` checks them
-there (at queue time), and :meth:`harness.train.execution.ExecutionSettings.for_run` merges them with
-the command line's once. :func:`check_value` is the value-type rule both kinds of ``[train]`` keys share.
+Execution settings change how a run is computed, never what: fields of
+:class:`harness.train.execution.ExecutionSettings`, outside the protocol hash. A grid (or ``harness run
+--set``) keeps writing them in ``[train]``, as before they left :class:`~harness.design.config.TrainConfig`.
+:func:`split_train` is the only reader that decides which key is which: :func:`harness.design.config.train_config`
+takes its protocol half, :meth:`harness.design.config.RunConfig.execution` its execution half (checked at
+queue time, merged with the command line's once by :meth:`harness.train.execution.ExecutionSettings.for_run`).
+:func:`check_value` is the value-type rule both halves share.
+
+Owns the execution keys, their value rules and the split. Must not know :class:`TrainConfig`'s fields or
+defaults (:mod:`harness.design.config` does), nor read a command line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 #: Live-curve trackers a run can stream to (``[train] loggers``, ``--logger``; harness.train.trackers).
 TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
@@ -79,4 +85,33 @@ def execution_overrides(table: Mapping) -> dict:
     return out
 
 
-__all__ = ["TRACKERS", "EXECUTION_KEYS", "AUTO_FIELDS", "check_value", "check_loggers", "execution_overrides"]
+class TrainTable(NamedTuple):
+    """A ``[train]`` table split in two: ``protocol`` (every key that is not an execution setting, for
+    :class:`~harness.design.config.TrainConfig`, unchecked here) and ``execution`` (the execution settings,
+    checked: :func:`execution_overrides`)."""
+
+    protocol: dict
+    execution: dict
+
+
+def split_train(table: Mapping) -> TrainTable:
+    """The one split of a ``[train]`` table (a grid's, ``--set``'s, :attr:`RunConfig.train
+    <harness.design.config.RunConfig.train>`) into its protocol and execution halves.
+
+    Raises:
+        ValueError: an execution setting of the wrong type (:func:`execution_overrides`).
+    """
+    execution = execution_overrides(table)
+    return TrainTable({k: v for k, v in table.items() if k not in EXECUTION_KEYS}, execution)
+
+
+__all__ = [
+    "TRACKERS",
+    "EXECUTION_KEYS",
+    "AUTO_FIELDS",
+    "check_value",
+    "check_loggers",
+    "execution_overrides",
+    "TrainTable",
+    "split_train",
+]
