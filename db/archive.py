@@ -1,4 +1,4 @@
-"""A grid's results as one portable file: writing it and reading it back, checked (issue 47).
+"""A grid's results as one portable file: writing it and reading it back, checked (so another group can continue a study from it).
 
 The archive is a gzip-compressed tar file (standard library :mod:`tarfile`) whose members are::
 

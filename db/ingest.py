@@ -179,7 +179,7 @@ def stale(con: duckdb.DuckDBPyConnection, latest: dict[str, dict[str, Any]]) -> 
 def _drop_damaged(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
     """Delete the rows that ``files`` (names in ``runs/``, now unreadable) held when they were last
     ingested: the database is a cache of the result files, so a run whose file was damaged after
-    ingestion no longer counts, in `sql` as in `status` and `report` (issue 45). A run re-ingested from
+    ingestion no longer counts, in `sql` as in `status` and `report`. A run re-ingested from
     another file of the same batch (``_in_runs``) keeps its new rows."""
     if not files:
         return

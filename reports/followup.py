@@ -223,7 +223,7 @@ def why_text(stats: ReportStats, control: str) -> str:
 def unestablished_lines(
     stats: ReportStats, cells: tuple[CellSd, ...], control: str, composed: str
 ) -> list[str]:
-    """One line per planned cell whose headline is not ``gain established`` (issue 45): there the
+    """One line per planned cell whose headline is not ``gain established`` (said so that nobody reads the factorial as testing absorption): there the
     factorial cannot ask whether ``control`` absorbs a gain, only whether the treatment's change
     helps on top of the control's additions ((1,1) ``composed`` against (1,0) ``control``)."""
     planned = {(c.size, c.budget_tokens) for c in cells}

@@ -134,7 +134,7 @@ def assemble(
 
     ``samples`` holds one step time per round (ms) per arm name: every variant, and the arms
     of ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``; one of them a variant).
-    ``missing_arms``: arm name -> why it has no figures (an out-of-memory, issue 44); the
+    ``missing_arms``: arm name -> why it has no figures (an out-of-memory: an arm that does not fit is a finding, not a failed bench); the
     precision ratio is then ``None`` if it was one of the pair.
     """
     batch_tokens = batch_size * context

@@ -162,7 +162,7 @@ class StepArm:
 
 def out_of_memory(arm: StepArm, exc: BaseException, say: Callable[[str], None]) -> None:
     """Leave ``arm`` out after ``exc`` (an out-of-memory): its reason in :attr:`StepArm.failed`,
-    one line to ``say``, its memory freed. The other arms go on (issue 44: never a failed bench)."""
+    one line to ``say``, its memory freed. The other arms go on (an arm that does not fit is a finding, never a failed bench)."""
     arm.recover()
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     arm.failed = (

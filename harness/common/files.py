@@ -65,7 +65,7 @@ def full_place(path: str | os.PathLike, results_dir: str | os.PathLike) -> Path:
     """Where to say a disk is full when writing ``path`` (for ``results_dir``'s run) failed with ENOSPC:
     ``path`` when it lies in ``results_dir`` or its own disk is full (under :data:`FULL_BELOW` free),
     else ``results_dir``. A file elsewhere on a disk with room (a library's staging file in the
-    system temp folder) names the wrong disk and the wrong free space (issue 40)."""
+    system temp folder) names the wrong disk and the wrong free space."""
     path, results_dir = Path(path), Path(results_dir)
     inside = os.path.abspath(path).startswith(os.path.abspath(results_dir) + os.sep)
     return path if inside or free_bytes(path) < FULL_BELOW else results_dir

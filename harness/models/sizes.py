@@ -35,9 +35,10 @@ class SizePreset:
 
 # 120m/343m use the GPT-2 vocabulary padded to a multiple of 64 (50304), the field's
 # usual choice; with it the presets land at about 124M and 355M parameters.
+# in size order, smallest first (the report sorts its cells by it: reports.stats.pairing.cell_order)
 SIZES: dict[str, SizePreset] = {
     "tiny": SizePreset("tiny", n_layers=2, d_model=64, n_heads=2, context=64, vocab_size=1024),
-    # mini: the CPU demo and study size (issue 28): ~0.9M parameters, ~7,000 tokens/s on one core;
+    # mini: the CPU demo and study size (the first study's, reports/LOG.md): ~0.9M parameters, ~7,000 tokens/s on one core;
     # a 64-token context and a 512-token BPE vocabulary leave the unigram plateau within 0.5M tokens.
     "mini": SizePreset("mini", n_layers=4, d_model=128, n_heads=4, context=64, vocab_size=512),
     "small": SizePreset("small", n_layers=6, d_model=256, n_heads=4, context=256, vocab_size=4096),

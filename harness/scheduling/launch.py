@@ -177,7 +177,7 @@ def _sigint_ignored() -> Iterator[None]:
     submitit's local controller turns a Ctrl-C into ``KeyboardInterrupt``, forwards SIGINT to its
     task and SIGKILLs it a second later; ignoring it, the controller waits while its task (which
     catches SIGINT as it does SIGTERM: :class:`harness.scheduling.workers.launched_task.WorkerTask`) releases its
-    run, says ``worker stopped (SIGINT)`` and ends, as after SIGTERM (issue 45).
+    run, says ``worker stopped (SIGINT)`` and ends, as after SIGTERM (a Ctrl-C to the process group must not SIGKILL a task mid-step).
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -3,7 +3,7 @@
 A queue worker trains run after run in one process. Dynamo keeps the compiled entries of every
 model it has seen on the model's ``forward`` code, and each (variant, size) adds one: at its
 ``recompile_limit`` (8) it stops compiling that code and every later run would train eager, with one
-warning in the log and nothing in the result (issue 44 row 2). So :class:`CompiledForward` resets
+warning in the log and nothing in the result. So :class:`CompiledForward` resets
 dynamo's caches before it compiles (:func:`torch._dynamo.reset`: the previous run's graphs are gone
 with its model), and tells the run whether it really trained compiled: the graphs inductor compiled
 for it (a counting backend around ``inductor``) and the frames dynamo left to eager since the reset

@@ -395,7 +395,7 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         epochs=plan.tokens / len(run.prepared.tokens("train")),  # passes over the train split (DESIGN 11)
         micro_batch_size=lit.micro_batch_size,
         world_size=int(run.trainer.world_size),
-        **lit.compile_record(),  # compiled: every training forward ran compiled (issue 44)
+        **lit.compile_record(),  # compiled: every training forward ran compiled (a result says how it was computed)
         unigram_nll=unigram_nll(train_counts(run.prepared), run.dm.val_targets()),  # the plateau (nats/token)
         error=error,
         diverged_step=lit.diverged["step"] if lit.diverged else None,

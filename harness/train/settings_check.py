@@ -1,5 +1,6 @@
 """Execution settings Lightning or torch would reject at run time, refused before a run is claimed
-(issue 45: ``harness work --strategy nosuch`` spent every retry of a healthy run).
+(a configuration error must not spend a retry: ``harness work --strategy nosuch`` once spent every
+retry of a healthy run).
 
 :func:`check_settings` asks Lightning itself: it builds (and drops) the run's ``Trainer``
 (:func:`harness.train.trainer.make_trainer`) with the settings' accelerator, devices, strategy and number

@@ -1,4 +1,4 @@
-"""Live curves in the trackers researchers already watch: TensorBoard, W&B, MLflow, CSV (issue 30).
+"""Live curves in the trackers researchers already watch: TensorBoard, W&B, MLflow, CSV.
 
 DuckDB stays the store of record; a tracker is a copy for watching, an execution setting outside
 the protocol hash (``[train] loggers`` or ``harness run/work --logger NAME``). Each run streams,

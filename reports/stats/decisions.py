@@ -401,7 +401,7 @@ def fieller(x, y, conf: float = CONF) -> dict[str, np.ndarray]:
     return dict(f=f, low=(B - root) / A_safe, high=(B + root) / A_safe, bounded=bounded)
 
 
-# The gate's conditional error (DESIGN 6, issue 27): the wrong-verdict rate of a control exactly at the
+# The gate's conditional error (DESIGN 6; statistics plan v3, reports/LOG.md): the wrong-verdict rate of a control exactly at the
 # boundary (f = rho = 0.5, both definite verdicts wrong; true gain -0.02 nats/token) among the cells where
 # the gain is established, when the treatment's run-to-run sd is 3x the parent's or the reverse (the
 # control's sd = the parent's). Measured with reports.simulation.edges.conditional_control_error over 400,000

@@ -16,7 +16,7 @@ any real effect. Statistics of such differences are pure rounding: five differen
   counts with (:mod:`reports.stats.divergence`): strictly beyond the floor, so a comparison whose
   every pair is imputed has a mean beyond the floor at every n. At exactly the floor the float mean
   of n equal values lands on either side of it by rounding (12 values of 1e-6 average to
-  1.0000000000000002e-06, 8 to 1e-06), and a verdict would flip with n (issue 47).
+  1.0000000000000002e-06, 8 to 1e-06), and a verdict would flip with n.
 * :data:`ZERO_SPREAD_NATS`: differences whose max - min is within it have zero spread (an
   absolute tolerance; a relative one calls last-bit noise on tiny differences spread).
 
@@ -30,7 +30,9 @@ import numpy as np
 
 FLOOR_NATS = 1e-6  # nats/token: absolute numerical floor of every verdict (DESIGN 6)
 ZERO_SPREAD_NATS = FLOOR_NATS  # spread within the floor is no spread
-IMPUTED_NATS = 2 * FLOOR_NATS  # least |d| of a seed lost to divergence: never on the floor (issue 47)
+IMPUTED_NATS = (
+    2 * FLOOR_NATS
+)  # least |d| of a seed lost to divergence: never on the floor (a verdict must not flip with n)
 
 
 def aa_floor(nll) -> float:

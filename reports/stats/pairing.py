@@ -18,12 +18,12 @@ from typing import NamedTuple
 import polars as pl
 
 from harness.common.terms import ROLES, config_diff
+from harness.models.sizes import SIZES
 
 FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "val_nll")
 RUNS_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "status")
 AA_VARIANTS = ("dup_route_tied",)  # built-in A/A checks (== parent in exact arithmetic)
 _VARIANT_KEYS = ("variant", "role", "run_id")  # config keys that differ between paired runs by design
-SIZE_ORDER = ("tiny", "mini", "small", "120m", "343m")  # DESIGN section 2 presets, smallest first
 
 
 class RunKey(NamedTuple):
@@ -75,6 +75,20 @@ class LeftOut:
     status: str
     reason: str
 
+    @classmethod
+    def run(cls, row: dict, status: str, reason: str) -> LeftOut:
+        """One run left out: ``row`` holds its ``run_id``, ``variant``, ``seed``, ``size`` and ``budget_tokens``."""
+        return cls(
+            row["run_id"], row["variant"], row["seed"], row["size"], row["budget_tokens"], status, reason
+        )
+
+    @classmethod
+    def pair(
+        cls, a: dict, b: dict, label: str, seed: int, size: str, budget: int | None, reason: str
+    ) -> LeftOut:
+        """A pair of runs ``a`` and ``b`` of comparison ``label`` left out together (``run_a|run_b``)."""
+        return cls(f"{a['run_id']}|{b['run_id']}", label, seed, size, budget, "pair", reason)
+
 
 @dataclass(frozen=True, slots=True)
 class PairedSet:
@@ -98,14 +112,6 @@ class PairedSet:
     @property
     def seeds(self) -> tuple[int, ...]:
         return tuple(p.seed for p in self.pairs)
-
-    @property
-    def first_values(self) -> list[float]:
-        return [p.nll_first for p in self.pairs]
-
-    @property
-    def second_values(self) -> list[float]:
-        return [p.nll_second for p in self.pairs]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +179,11 @@ def steps_by_run(runs: pl.DataFrame) -> dict[str, int]:
 
 
 def cell_order(cell: tuple[str, int | None]) -> tuple:
-    """Sort key of a (size, budget_tokens) cell: preset sizes smallest first, then budget."""
+    """Sort key of a (size, budget_tokens) cell: preset sizes smallest first (:data:`harness.models.sizes.SIZES`'
+    order, DESIGN section 2), then budget."""
     size, budget = cell
-    rank = SIZE_ORDER.index(size) if size in SIZE_ORDER else len(SIZE_ORDER)
+    order = list(SIZES)
+    rank = order.index(size) if size in order else len(order)
     return (rank, str(size), budget or 0)
 
 
@@ -220,46 +228,16 @@ def _left_out_runs(final: pl.DataFrame, runs: pl.DataFrame) -> list[LeftOut]:
             reason = "done but has no final validation NLL (missing from the final view)"
         else:
             reason = f"not finished (status {status})"
-        out.append(
-            LeftOut(
-                run_id=r["run_id"],
-                variant=r["variant"],
-                seed=r["seed"],
-                size=r["size"],
-                budget_tokens=r["budget_tokens"],
-                status=status,
-                reason=reason,
-            )
-        )
+        out.append(LeftOut.run(r, status, reason))
     listed = {lo.run_id for lo in out}
     for r in final.iter_rows(named=True):
         v = r["val_nll"]
         if r["run_id"] in listed:
             continue
         if v is None:
-            out.append(
-                LeftOut(
-                    run_id=r["run_id"],
-                    variant=r["variant"],
-                    seed=r["seed"],
-                    size=r["size"],
-                    budget_tokens=r["budget_tokens"],
-                    status="done",
-                    reason="done but no final validation NLL recorded",
-                )
-            )
+            out.append(LeftOut.run(r, "done", "done but no final validation NLL recorded"))
         elif not math.isfinite(v):
-            out.append(
-                LeftOut(
-                    run_id=r["run_id"],
-                    variant=r["variant"],
-                    seed=r["seed"],
-                    size=r["size"],
-                    budget_tokens=r["budget_tokens"],
-                    status="diverged",
-                    reason=f"non-finite final val_nll ({v})",
-                )
-            )
+            out.append(LeftOut.run(r, "diverged", f"non-finite final val_nll ({v})"))
     return out
 
 
@@ -419,17 +397,7 @@ def _usable_runs(
     warn.append(f"duplicated runs left out (--allow-partial): {desc}")
     bad_ids = [i for ids in dup["run_id"].to_list() for i in ids]
     for r in usable.filter(pl.col("run_id").is_in(bad_ids)).iter_rows(named=True):
-        left_out.append(
-            LeftOut(
-                run_id=r["run_id"],
-                variant=r["variant"],
-                seed=r["seed"],
-                size=r["size"],
-                budget_tokens=r["budget_tokens"],
-                status="done",
-                reason="duplicated run of this variant and seed",
-            )
-        )
+        left_out.append(LeftOut.run(r, "done", "duplicated run of this variant and seed"))
     return usable.filter(~pl.col("run_id").is_in(bad_ids))
 
 
@@ -539,17 +507,7 @@ def _pair_seed(
             f"(run {b['run_id']}); differing fields: {named}"
         )
         missing.append(f"seed {seed} (protocol mismatch: {named})")
-        left_out.append(
-            LeftOut(
-                run_id=f"{a['run_id']}|{b['run_id']}",
-                variant=label,
-                seed=seed,
-                size=size,
-                budget_tokens=budget,
-                status="pair",
-                reason=f"protocol mismatch: {named}",
-            )
-        )
+        left_out.append(LeftOut.pair(a, b, label, seed, size, budget, f"protocol mismatch: {named}"))
         return None
     return Pair(
         comparison=label,

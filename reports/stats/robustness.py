@@ -120,17 +120,7 @@ def tuned_rows(
             why, tuned_sources = _tuned_fields(a, b, cfg, treatment, parent, fields)
             if why is not None:
                 missing.append(f"seed {seed} ({why})")
-                left.append(
-                    LeftOut(
-                        run_id=f"{a['run_id']}|{b['run_id']}",
-                        variant=label,
-                        seed=seed,
-                        size=size,
-                        budget_tokens=budget,
-                        status="pair",
-                        reason=why,
-                    )
-                )
+                left.append(LeftOut.pair(a, b, label, seed, size, budget, why))
                 continue
             sources = tuned_sources
             pairs.append(

@@ -45,10 +45,17 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
         return "done"
 
     fake.train_run = train_run
-    fake.record_failure = lambda config, results_dir, error: calls.append(("fail", config.run_id, error))
-    fake.finished_status = lambda config, results_dir: None
-    fake.finished_outcome = lambda config, results_dir: None
     monkeypatch.setitem(sys.modules, "harness.train.runner", fake)
+    # the result file's reads and the failed attempt's record (harness.train.result_file, no Lightning)
+    from harness.train import result_file
+
+    monkeypatch.setattr(
+        result_file,
+        "record_failure",
+        lambda config, results_dir, error: calls.append(("fail", config.run_id, error)),
+    )
+    monkeypatch.setattr(result_file, "finished_status", lambda config, results_dir: None)
+    monkeypatch.setattr(result_file, "finished_outcome", lambda config, results_dir: None)
     monkeypatch.setattr(harness.train, "runner", fake, raising=False)  # not imported yet when run alone
     assert cli(["work", "--results", str(results), "--retries", "0", "--max-runs", "5"]) == 0
     out = capsys.readouterr().out

@@ -459,7 +459,7 @@ __all__ = [
 ]
 
 
-# --- grid_checks: The checks of a grid file's tables (:func:`harness.scheduling.grids.grid.parse_grid`'s steps): keys, names,
+# --- The checks of a grid file's tables (:func:`harness.scheduling.grids.grid.parse_grid`'s steps): keys, names,
 # lists of sizes/seeds/budgets, roles, pairing, ``[train]`` and ``[tuned]``. Each raises the one-line
 # ``ValueError`` its ``err(key, message)`` builds ("<grid path>: KEY: message").
 #

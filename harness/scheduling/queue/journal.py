@@ -217,7 +217,7 @@ class MendingLock(JournalFileOpenLock):
     def release(self) -> None:
         """Let go of the lock (rename the lock file aside, then remove it, as Optuna does) with SIGINT and
         SIGTERM held back until both are done: Optuna's own release, interrupted between them, raised
-        ``FileNotFoundError: ...lock<uuid>.rename`` instead of the interrupt (issue 45). A signal that
+        ``FileNotFoundError: ...lock<uuid>.rename`` instead of the interrupt. A signal that
         came meanwhile is delivered once the lock is let go.
 
         Raises:
@@ -326,7 +326,7 @@ class QueueJournal(BaseJournalBackend):
 def append_whole(path: str, data: bytes) -> None:
     """Append ``data`` (whole lines) to ``path`` and fsync it, or leave the file as it was: a write
     that fails part-way (a full disk) is cut off again, so no torn line is left for a reader to take
-    for a writer killed mid-append (issue 45). Call it holding the journal's lock.
+    for a writer killed mid-append (the corrupt-line error would stop every command). Call it holding the journal's lock.
 
     Raises:
         OSError: the write or fsync failed (ENOSPC, EDQUOT, EIO), with ``path`` as its file name.

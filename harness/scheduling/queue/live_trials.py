@@ -2,7 +2,7 @@
 
 Optuna's API reads a trial with every attribute (its config JSON, lease, error text), and has
 no read by attribute; reading every trial of every study for each claim made the cost of a
-run grow with every trial ever stored (issue 32). What a worker needs per run is smaller:
+run grow with every trial ever stored (a claim slowed as the history grew). What a worker needs per run is smaller:
 
 * the *live* trials (WAITING and RUNNING) of every study, light (:class:`LiveTrial`: ids,
   state, run id, grid, queue order, lease): what a claim picks from and a reclaim judges

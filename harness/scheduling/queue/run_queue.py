@@ -26,7 +26,7 @@ each run once. Should two live trials of one run ever exist (an orphan repaired 
 process still lived), the one with the lowest trial number is kept and the other is
 discarded when popped (user attr ``ending = "duplicate"``).
 
-What a worker reads per run grows with neither the history nor the queue (issue 32): the live
+What a worker reads per run grows with neither the history nor the queue (so a claim stays as fast with 20,000 trials stored): the live
 trials (:meth:`~harness.scheduling.queue.run_queue.QueueReader.live`), the trials of the run it took,
 and its grid's run count (:meth:`RunQueue.tally`).
 
@@ -89,7 +89,7 @@ from harness.scheduling.queue.trials import (
 from harness.scheduling.tuning import draw_params
 from harness.train.fencing import LeaseLost
 
-# --- queueread: Reading the queue: its Optuna studies (one per grid) and every run's trials read out of them.
+# --- Reading the queue: its Optuna studies (one per grid) and every run's trials read out of them.
 #
 # One Optuna study per grid, named after it (a tuning study ``tune:NAME`` is the grid of its
 # trials' runs), so Optuna's own tools (``optuna.load_study``, optuna-dashboard) show each
@@ -128,12 +128,6 @@ class QueueReader:
         self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
         self.reads: Counter = Counter()  # storage reads by kind: full (a study's every trial), live, run
         self._waiting: dict[int, LiveTrial] = {}  # the WAITING trials read whole, by trial id (live_trials)
-
-    def _id_of(self, trial: FrozenTrial) -> int:
-        """The storage's id of ``trial`` (what its write calls take), by the public API."""
-        return self.storage.get_trial_id_from_study_id_trial_number(
-            self._run_study[trial.user_attrs["run_id"]], trial.number
-        )
 
     def studies(self) -> dict[str, int]:
         """Study name -> study id of every study in the storage (queue studies and others)."""
@@ -243,10 +237,7 @@ class QueueReader:
         return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
 
 
-__all__ = ["LEGACY_STUDY", "RUNS_ATTR", "QueueReader"]
-
-
-# --- queueadd: Adding runs to the queue (DESIGN sections 1.1 and 9): a grid's runs, a failed run's next attempt.
+# --- Adding runs to the queue (DESIGN sections 1.1 and 9): a grid's runs, a failed run's next attempt.
 #
 # :class:`RunAdder` is the half of :class:`~harness.scheduling.queue.run_queue.RunQueue` that creates trials:
 # :meth:`~RunAdder.enqueue` (a grid's runs, idempotent, under the grid's lock so two ``harness queue``
@@ -818,6 +809,8 @@ class RunQueue(RunAdder):
 
 __all__ = [
     "LEGACY_STUDY",
+    "RUNS_ATTR",
+    "QueueReader",
     "MAX_RECLAIMS",
     "RunQueue",
 ]

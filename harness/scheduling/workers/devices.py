@@ -250,21 +250,7 @@ def assign(
     return claim.devices, claim
 
 
-__all__ = [
-    "LOCK_DIR_ENV",
-    "NoFreeDevice",
-    "parse_gpus",
-    "node_gpu_count",
-    "visible_devices",
-    "gpu_uuids",
-    "lock_key",
-    "lock_dir",
-    "DeviceClaim",
-    "assign",
-]
-
-
-# --- accelerator_check: Refuse a GPU request on a machine without one, in the harness's own line (issue 40).
+# --- Refuse a GPU request on a machine without one, in the harness's own line (not Lightning's, not a CPU run that says it trains on a GPU).
 #
 # Without it, ``harness work --gpus 0`` on a CPU-only machine trained on the CPU and said
 # "worker trains on GPU(s) 0", ``--accelerator gpu`` spoke of "0 of none" free GPUs, and
@@ -302,4 +288,17 @@ def check_accelerator(accelerator: str, gpus: str | None = None, *, gpu_count: i
     raise ValueError(f"--accelerator {accelerator}: this machine has no GPU; use --accelerator cpu or auto")
 
 
-__all__ = ["GPU_ACCELERATORS", "check_accelerator"]
+__all__ = [
+    "LOCK_DIR_ENV",
+    "NoFreeDevice",
+    "parse_gpus",
+    "node_gpu_count",
+    "visible_devices",
+    "gpu_uuids",
+    "lock_key",
+    "lock_dir",
+    "DeviceClaim",
+    "assign",
+    "GPU_ACCELERATORS",
+    "check_accelerator",
+]

@@ -440,20 +440,7 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> Non
     result_file.record_failure(config, results_dir, error_text)
 
 
-__all__ = [
-    "MAX_RETRIES",
-    "TrainFn",
-    "FailureFn",
-    "SpaceFn",
-    "Training",
-    "fmt_duration",
-    "work",
-    "train_unless_finished",
-    "record_failure",
-]
-
-
-# --- worker_run: A worker process around the loop (DESIGN section 10): what ``harness work`` and a launched task run.
+# --- A worker process around the loop (DESIGN section 10): what ``harness work`` and a launched task run.
 #
 # :class:`WorkOptions` is what one worker is asked to do (``harness work``'s options, or the task
 # ``harness launch`` submits, :class:`harness.scheduling.workers.launched_task.WorkerTask`), with its
@@ -675,6 +662,15 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
 
 
 __all__ = [
+    "MAX_RETRIES",
+    "TrainFn",
+    "FailureFn",
+    "SpaceFn",
+    "Training",
+    "fmt_duration",
+    "work",
+    "train_unless_finished",
+    "record_failure",
     "WorkOptions",
     "check_writable",
     "checked_before_claims",
