@@ -257,6 +257,27 @@ def test_harness_packages_import_only_lower_layers():
     assert not wrong, "imports against the layer order of docs/layout.md:\n" + "\n".join(wrong)
 
 
+#: The parts of harness/scheduling/, highest first (docs/layout.md): a worker uses the queue, the queue
+#: stores what a grid expands into, and neither the queue nor a grid knows the workers.
+SCHEDULING_LAYERS = (("workers", "launch"), ("queue", "grids"), ("tuning",))
+
+
+def test_scheduling_parts_import_only_lower_parts():
+    rank = {name: i for i, layer in enumerate(SCHEDULING_LAYERS) for name in layer}
+    parts = {m.split(".")[2] for m in MODULES if m.startswith("harness.scheduling.")}
+    assert parts == set(rank), "a part of harness/scheduling/ is missing from SCHEDULING_LAYERS"
+    wrong = [
+        f"{module} imports {t}"
+        for module, targets in GRAPH.items()
+        if module.startswith("harness.scheduling.")
+        for t in targets
+        if t.startswith("harness.scheduling.")
+        and t.split(".")[2] != module.split(".")[2]
+        and rank[t.split(".")[2]] <= rank[module.split(".")[2]]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_layer_check_finds_an_upward_import():
     graph = {
         "harness.train.runner": {"harness.scheduling.stop", "harness.models.gpt", "harness.design.config"},
