@@ -43,6 +43,7 @@ import scipy.stats
 from harness.design.analysis_plan import (
     LOOKS_MAX_ALPHA as GAMMA_MAX,  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
 )
+from reports.stats.floors import verdict_mean
 
 _BISECT_STEPS = 64  # halvings of [0, GAMMA_MAX]: far below float resolution of any p
 
@@ -152,7 +153,7 @@ def at_looks(
     for i, nk in enumerate(looks):
         if nk <= n:
             p[..., i] = test(d[..., :nk])[0]
-            mean[..., i] = d[..., :nk].mean(axis=-1)
+            mean[..., i] = verdict_mean(d[..., :nk])  # exact where it meets the floor
     return p, mean
 
 
