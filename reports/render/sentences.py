@@ -11,13 +11,13 @@ from reports.render.fmt import num as _num
 from reports.stats.analysis import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
 from reports.stats.decisions import DOES_NOT_REPRODUCE, UNDECIDED
 from reports.stats.floors import FLOOR_NATS
-from reports.stats.looks import GAMMA_MAX, look_text
+from reports.stats.looks import look_text
 from reports.stats.paired_tests import MIN_PAIRS
 
 
 def fmt_seq_p(p: float | None) -> str:
-    """A sequential p (reports.stats.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
-    return f"> {GAMMA_MAX:.3g}" if p is not None and p >= 1 else fmt_p(p)
+    """A sequential p (reports.stats.looks), 3 significant digits: exact at every value, above GAMMA_MAX too."""
+    return fmt_p(p)
 
 
 def needed_text(s, planned: float | None, what: str) -> str:
