@@ -44,7 +44,7 @@ from harness.design.factorial import Factorial
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.descriptives import describe
-from reports.stats.divergence import Imputed, LostSeeds, TestedDiffs, worst_case
+from reports.stats.divergence import Imputed, LostSeeds, TestedDiffs, effect_text, worst_case
 from reports.stats.floors import beyond_floor
 from reports.stats.looks import Look
 from reports.stats.pairing import ProtocolMismatchError
@@ -378,6 +378,11 @@ def _no_interaction(inter: FactorialContrast, plan: AnalysisPlan) -> str:
     return text + ")"
 
 
+def _effect(c: FactorialContrast) -> str:
+    """A contrast's mean for a verdict sentence; one resting only on imputed values says so."""
+    return effect_text(c.mean, c.n, c.imputed)
+
+
 def verdicts(cell: FactorialCell, plan: AnalysisPlan) -> tuple[str, ...]:
     """The verdict sentences of one cell (DESIGN 12; negative = lower NLL = helps), in the grid's names.
 
@@ -394,8 +399,8 @@ def verdicts(cell: FactorialCell, plan: AnalysisPlan) -> tuple[str, ...]:
         if s0.established and s1.established and np.sign(s0.mean) == np.sign(s1.mean):
             word = "helps" if s0.mean < 0 else "hurts"
             out.append(
-                f"{names[x]} {word} with and without {names[1 - x]} ({s0.mean:+.4f} nats/token without, "
-                f"{s1.mean:+.4f} with; both established)"
+                f"{names[x]} {word} with and without {names[1 - x]} ({_effect(s0)} nats/token without, "
+                f"{_effect(s1)} with; both established)"
             )
     if not inter.established:
         tested = math.isfinite(inter.sequential_p)
@@ -408,15 +413,15 @@ def verdicts(cell: FactorialCell, plan: AnalysisPlan) -> tuple[str, ...]:
         if m.mean != 0 and np.sign(inter.mean) == -np.sign(m.mean) and not s1.established:
             absorbed = True
             out.append(
-                f"{names[1 - x]} absorbs {names[x]}: the interaction ({inter.mean:+.4f} nats/token, "
-                f"established) opposes {names[x]}'s main effect ({m.mean:+.4f}), and {names[x]}'s effect "
-                f"with {names[1 - x]} ({s1.mean:+.4f}) is not established"
+                f"{names[1 - x]} absorbs {names[x]}: the interaction ({_effect(inter)} nats/token, "
+                f"established) opposes {names[x]}'s main effect ({_effect(m)}), and {names[x]}'s effect "
+                f"with {names[1 - x]} ({_effect(s1)}) is not established"
             )
     if not absorbed:
         b0, b1 = cell.contrast(SIMPLE, 1, 0), cell.contrast(SIMPLE, 1, 1)
         out.append(
-            f"{names[0]} and {names[1]} interact (interaction {inter.mean:+.4f} nats/token, established): "
-            f"{names[1]}'s effect is {b1.mean:+.4f} with {names[0]} and {b0.mean:+.4f} without"
+            f"{names[0]} and {names[1]} interact (interaction {_effect(inter)} nats/token, established): "
+            f"{names[1]}'s effect is {_effect(b1)} with {names[0]} and {_effect(b0)} without"
         )
     return tuple(out)
 
