@@ -48,7 +48,7 @@ from reports.stats.divergence import Imputed, LostSeeds, TestedDiffs, effect_tex
 from reports.stats.floors import beyond_floor
 from reports.stats.looks import Look
 from reports.stats.pairing import ProtocolMismatchError
-from reports.stats.power import SeedsNeeded, look_mde, planned_seeds
+from reports.stats.power import SeedsNeeded, holm_share_plan, look_mde, planned_seeds
 from reports.stats.results import Comparison
 from reports.stats.sequential import SequentialTest, sequential_test
 
@@ -115,6 +115,7 @@ class FactorialContrast:
     seeds_needed: SeedsNeeded
     imputed: tuple[Imputed, ...] = ()
     dropped: tuple[int, ...] = ()
+    holm_share: int = 1  # mde_nats and seeds_needed are at alpha / holm_share (see _holm_shares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +302,41 @@ def _contrast(t: _Tested, holm_p: float, family: int, plan: AnalysisPlan) -> Fac
     )
 
 
+def _holm_shares(cells: list[list[FactorialContrast]], plan: AnalysisPlan) -> list[list[FactorialContrast]]:
+    """Each tested family member's MDE and seeds needed at the level Holm really gives it: alpha / k, k = 1
+    + the other tested members of the grid's factorial family not established (they stay unrejected, so
+    it can be rejected at best at Holm's step m - k + 1). Descriptive planning only: no verdict uses it."""
+    members = [c for cs in cells for c in cs if c.spec.kind != MAIN and c.family_size]
+    open_ = sum(not c.established for c in members)
+    out = []
+    for cs in cells:
+        row = []
+        for c in cs:
+            if c.spec.kind == MAIN or not c.family_size:
+                row.append(c)
+                continue
+            share = 1 + open_ - (not c.established)
+            at = holm_share_plan(plan, share)
+            row.append(
+                replace(
+                    c,
+                    holm_share=share,
+                    mde_nats=look_mde(c.sd, c.n, at, "two-sided"),
+                    seeds_needed=planned_seeds(plan.min_effect_nats, c.sd, at, "two-sided"),
+                )
+            )
+        out.append(row)
+    return out
+
+
+def holm_share_text(c: FactorialContrast) -> str:
+    """Which level a factorial contrast's MDE is at: 'level alpha / 3 (Holm: 2 other contrasts of the
+    family not established)' or 'level alpha (every other contrast of the family established)'."""
+    if c.holm_share <= 1:
+        return "level alpha (every other contrast of the family established)"
+    return f"level alpha / {c.holm_share} (Holm: {c.holm_share - 1} other contrast(s) of the family not established)"
+
+
 def _means(values) -> tuple[int, dict, dict, dict]:
     """Seeds with all four runs, and each combination's mean NLL with its 95 % t interval over them."""
     full = [s for s in sorted(values) if len(values[s]) == len(COMBOS)]
@@ -353,10 +389,14 @@ def factorial_cells(
     adj = np.full(p.shape, NAN)
     adj[np.array(in_family, bool)] = dec.holm(p[np.array(in_family, bool)]) if p.size else []
     family = int(np.isfinite(adj).sum())
-    out, k = [], 0
-    for size, budget, values, tests in per_cell:
-        contrasts = tuple(_contrast(t, float(adj[k + i]), family, plan) for i, t in enumerate(tests))
+    built, k = [], 0
+    for _, _, _, tests in per_cell:
+        built.append([_contrast(t, float(adj[k + i]), family, plan) for i, t in enumerate(tests)])
         k += len(tests)
+    built = _holm_shares(built, plan)
+    out = []
+    for (size, budget, values, _), contrasts in zip(per_cell, built):
+        contrasts = tuple(contrasts)
         n_all, means, low, high = _means(values)
         cell = FactorialCell(size, budget, f, n_all, means, low, high, contrasts)
         out.append(replace(cell, verdicts=verdicts(cell, plan)))
@@ -369,7 +409,10 @@ def _no_interaction(inter: FactorialContrast, plan: AnalysisPlan) -> str:
     mde = (
         f"MDE {inter.mde_nats:.4f} nats/token" if math.isfinite(inter.mde_nats) else "MDE unknown (no spread)"
     )
-    text = f"no interaction shown at these seeds (n = {inter.look.n}; {mde} at power {plan.power:g}"
+    text = (
+        f"no interaction shown at these seeds (n = {inter.look.n}; {mde} at power {plan.power:g}, "
+        f"{holm_share_text(inter)}"
+    )
     delta, need = plan.min_effect_nats, inter.seeds_needed
     if delta is not None and need.reachable:
         text += f"; an interaction of {delta:g} nats/token needs {need.n} seeds"
@@ -438,6 +481,7 @@ __all__ = [
     "SPECS",
     "cell_values",
     "factorial_cells",
+    "holm_share_text",
     "verdicts",
     "tested_values",
 ]
