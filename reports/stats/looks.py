@@ -49,7 +49,7 @@ from harness.design.analysis_plan import (
 )
 from reports.stats.floors import verdict_mean
 
-_BISECT_STEPS = 80  # halvings of [log 1e-300, log peak]: relative precision 690 / 2^80, below float resolution
+_BISECT_STEPS = 80  # halvings of [log 1e-300, log peak]: 690 / 2^80, below float resolution
 _GAMMA_MIN = 1e-300  # levels below are 0 (a p below every look's increment at 1e-300)
 
 

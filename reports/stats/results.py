@@ -313,7 +313,9 @@ class ReportStats:
     def seed_influence(self, kind: str, comparison: str, size: str, budget: int):
         """The :class:`reports.stats.leave_one_out.SeedInfluence` of one established verdict, or None."""
         key = (kind, comparison, size, budget)
-        return next((i for i in self.influence if (i.kind, i.comparison, i.size, i.budget_tokens) == key), None)
+        return next(
+            (i for i in self.influence if (i.kind, i.comparison, i.size, i.budget_tokens) == key), None
+        )
 
     @property
     def cells(self) -> list[tuple[str, int]]:

@@ -405,7 +405,13 @@ def factorial_row(rs, f) -> dict:
         numerical_floor=FLOOR_NATS,
     )
     row.update(_tested_columns(f.seeds, f.imputed))
-    row.update(_influence_columns(rs.seed_influence("factorial", f.comparison.comparison, f.comparison.size, f.comparison.budget_tokens)))
+    row.update(
+        _influence_columns(
+            rs.seed_influence(
+                "factorial", f.comparison.comparison, f.comparison.size, f.comparison.budget_tokens
+            )
+        )
+    )
     notes = [row["note"]] if row["note"] else []
     notes += _tested_notes(f.comparison.seeds, f.seeds, f.imputed, f.dropped)
     if tested:
