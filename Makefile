@@ -11,7 +11,7 @@ GRID_NAME = $(basename $(notdir $(GRID)))
 THREADS ?= 1
 export HARNESS_PROGRESS = lines
 
-.PHONY: venv test lint demo lock clean
+.PHONY: venv test lint demo reports lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -48,6 +48,11 @@ demo: $(STAMP)
 	$(BIN)/harness report --grid $(GRID_NAME) --results $(RESULTS)
 	@echo "== what it would take to decide: the plan for this grid, its own runs as the pilot"
 	$(BIN)/harness plan $(GRID) --pilot $(GRID_NAME) --results $(RESULTS)
+
+# The committed reports (docs/reports/) rewritten by this code from their committed archives (the others are named
+# with the reason they cannot be); tests/tooling/test_committed_reports.py fails while one is stale.
+reports: $(STAMP)
+	$(BIN)/python scripts/regenerate_reports.py
 
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock.new && mv requirements.lock.new requirements.lock

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from reports.render.sections import render_html, render_markdown
 from reports.render.summary import progress_sentence
 from reports.stats.analysis import analyze
 from reports.stats.degeneracy import find_degenerate
+from reports.stats.leave_one_out import leave_one_seed_out
 from reports.stats.pairing import NoParentError, of_grid
 from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
 from reports.stats.results import ReportStats
@@ -117,17 +119,20 @@ def compute_stats(
     plan: AnalysisPlan | None = None,
     degenerate: Mapping[tuple[str, int, str], str] | None = None,
     progress: GridProgress | None = None,
+    leave_one_out: bool = False,
 ) -> ReportStats:
     """The report's statistics of one grid, without writing anything (``harness report``, ``plan``, ``topup``).
 
     ``degenerate`` None: found from the frames' routing records (:func:`reports.stats.degeneracy.find_degenerate`).
     ``progress``: the grid's status next to the queue (:func:`reports.stats.progress.grid_progress`).
+    ``leave_one_out``: also run the analysis once without each seed and fill ``influence``
+    (:mod:`reports.stats.leave_one_out`; descriptive, n more analyses: the report does it, plan and topup not).
     Arguments and errors as :func:`build_report`.
     """
     if degenerate is None:  # judged on the frozen protocol's runs (the [tuned] runs repeat variant and seed)
         final, runs, _, _ = split_tuned(frames.final, frames.runs)
         degenerate = find_degenerate(final, runs, frames.route_pairs, frames.route_params, grid=grid)
-    return analyze(
+    stats = analyze(
         frames.final,
         frames.runs,
         grid=grid,
@@ -136,6 +141,13 @@ def compute_stats(
         degenerate=degenerate,
         progress=progress,
     )
+    if not leave_one_out:
+        return stats
+    again = functools.partial(
+        analyze, grid=grid, allow_partial=allow_partial, degenerate=degenerate, cross_checks=False
+    )
+    final, runs = of_grid(frames.final, grid), of_grid(frames.runs, grid)
+    return dataclasses.replace(stats, influence=leave_one_seed_out(stats, final, runs, again))
 
 
 def build_report(
@@ -190,6 +202,7 @@ def build_report(
             plan=plan,
             degenerate=degenerate,
             progress=progress,
+            leave_one_out=True,
         )
     except NoParentError as exc:
         if not progress.total:

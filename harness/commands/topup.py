@@ -7,7 +7,8 @@ whose interaction is not established before the last look, enqueues the seeds up
 the cell's next look for every variant of that cell (pairs need the same seeds); workers
 then train them as usual (`harness work`). A cell whose gain is established and every
 control decided, or whose last look has passed, gets nothing. New seeds are the next
-integers above every seed the cell has used. Idempotent like `harness queue`: seeds
+integers above every seed the cell has used. Once every cell has reached the last planned look,
+it says so: the plan's alpha is spent, and more seeds need a new plan (`harness followup`). Idempotent like `harness queue`: seeds
 already queued or running count toward the next look, so a second call adds nothing.
 
 Needs looks in the grid's [analysis] plan (e.g. looks = [3, 5, 10]): only then is each
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling.queue.storage import describe_storage
     from reports.build import compute_stats, load_frames
     from reports.render.topup_lines import describe
-    from reports.stats.topup import plan_topup
+    from reports.stats.topup import alpha_spent_text, plan_topup
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)
@@ -110,5 +111,5 @@ def main(args: argparse.Namespace) -> int:
             + ("" if args.dry_run else "; next: harness work")
         )
     else:
-        print("nothing to add")
+        print(alpha_spent_text(stats) or "nothing to add")
     return 0

@@ -28,6 +28,7 @@ from reports.render.summary import (
 )
 from reports.stats.decisions import NOT_ASSESSED
 from reports.stats.floors import FLOOR_NATS
+from reports.stats.leave_one_out import influence_text
 from reports.stats.looks import increments
 from reports.stats.results import Headline, ReportStats
 
@@ -279,3 +280,44 @@ def _contrast_note(stats: ReportStats, planned: float | None) -> Para:
         ),
         "note",
     )
+
+
+def influence_blocks(stats: ReportStats) -> list[Block]:
+    """Leave one seed out: each established verdict, its Holm p, the largest Holm p over the n analyses
+    without one seed and that seed (:mod:`reports.stats.leave_one_out`; descriptive)."""
+    if not stats.influence:
+        return []
+    return [
+        Heading(2, "Does each established verdict survive dropping any one seed?"),
+        Table(
+            (
+                "verdict",
+                "cell",
+                "comparison",
+                "Holm p",
+                "largest Holm p without one seed",
+                "that seed",
+                "held",
+            ),
+            tuple(
+                (
+                    i.verdict,
+                    cell_label(i.size, i.budget_tokens),
+                    i.comparison,
+                    fmt_p(i.holm_p),
+                    fmt_p(i.max_holm_p),
+                    str(i.worst_seed),
+                    "yes, without every seed" if i.survives else f"no: not without seed {i.worst_seed}",
+                )
+                for i in stats.influence
+            ),
+        ),
+        Bullets(tuple(f"{i.comparison} ({i.verdict}): {influence_text(i)}" for i in stats.influence)),
+        Para(
+            f"The same analysis run {stats.influence[0].analyses} more times, each without one seed (its runs "
+            "dropped in every cell, every family recomputed; each look that held the seed tests the same seeds "
+            "minus that one, its level spent from the looks so shrunk). Descriptive: it enters no family and "
+            "changes no verdict.",
+            "note",
+        ),
+    ]

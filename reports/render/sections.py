@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from reports.render import factorial_section
 from reports.render.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
-from reports.render.decision_sections import controls_blocks, headline_blocks, plan_blocks
+from reports.render.decision_sections import controls_blocks, headline_blocks, influence_blocks, plan_blocks
 from reports.render.evidence_sections import (
     aa_blocks,
     comparisons_blocks,
@@ -179,7 +179,8 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
     blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
     blocks += plateau_blocks(stats)
     blocks += plan_blocks(stats) + headline_blocks(stats) + controls_blocks(stats) + followup_blocks(stats)
-    blocks += robustness_blocks(stats) + factorial_section.blocks(stats, figures) + aa_blocks(stats)
+    blocks += robustness_blocks(stats) + factorial_section.blocks(stats, figures) + influence_blocks(stats)
+    blocks += aa_blocks(stats)
     blocks += divergence_blocks(stats)
     blocks += (
         gain_vs_budget_blocks(stats)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
-from harness.design.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX
 from reports.render.fmt import cell_text as _cell
 from reports.render.fmt import fmt_ci, fmt_nats, fmt_p, tokens_label
 from reports.render.fmt import num as _num
 from reports.stats.decisions import DOES_NOT_REPRODUCE, UNDECIDED
+from reports.stats.divergence import effect_text, imputed_only
 from reports.stats.floors import FLOOR_NATS
 from reports.stats.looks import look_text
 from reports.stats.paired_tests import MIN_PAIRS
@@ -17,8 +17,8 @@ from reports.stats.results import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, Cont
 
 
 def fmt_seq_p(p: float | None) -> str:
-    """A sequential p (reports.stats.looks): 1 means no level up to GAMMA_MAX would reject: '> 0.317'."""
-    return f"> {GAMMA_MAX:.3g}" if p is not None and p >= 1 else fmt_p(p)
+    """A sequential p (reports.stats.looks), 3 significant digits: exact at every value, above GAMMA_MAX too."""
+    return fmt_p(p)
 
 
 def needed_text(s, planned: float | None, what: str) -> str:
@@ -40,6 +40,11 @@ def _mde_at(look) -> str:
     return f"look {look.k} ({look.n} pairs, level {look.level:.3g})" if look.planned else f"n = {look.n}"
 
 
+def _mean_d(h: Headline) -> str:
+    """The headline's mean d; one resting only on imputed values of diverged runs says so."""
+    return fmt_nats(h.mean) if math.isnan(h.mean) else effect_text(h.mean, h.n, h.imputed)
+
+
 def headline_sentence(h: Headline, power: float, min_effect: float | None = None) -> str:
     """Whether the gain is established in one cell, and why (n, mean d, one-sided p, Holm p, level)."""
     test = "exact one-sided sign-flip p (zero spread: t undefined)" if h.exact else "one-sided t p"
@@ -48,13 +53,13 @@ def headline_sentence(h: Headline, power: float, min_effect: float | None = None
             f", established at look {h.decided_look}" if h.established and h.decided_look < h.look.k else ""
         )
         facts = (
-            f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {look_text(h.look)}: {test} = "
+            f"n = {h.n}, mean d = {_mean_d(h)} nats/token, {look_text(h.look)}: {test} = "
             f"{fmt_p(h.p_one_sided)}; sequential p = {fmt_seq_p(h.sequential_p)}, Holm p = {fmt_p(h.holm_p)} over "
             f"{h.n_cells} cell(s){earlier}"
         )
     else:
         facts = (
-            f"n = {h.n}, mean d = {fmt_nats(h.mean)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
+            f"n = {h.n}, mean d = {_mean_d(h)} nats/token, {test} = {fmt_p(h.p_one_sided)}, "
             f"Holm p = {fmt_p(h.holm_p)} over {h.n_cells} cell(s), level {h.level:g}"
         )
     why = {
@@ -170,6 +175,8 @@ def control_sentence(a: ControlAssessment, power: float) -> str:
     )
     lost = _divergence_text(a.imputed, a.dropped)
     family = f" over the grid's {a.family_size} assessed contrast(s)"
+    if imputed_only(a.contrast_mean, a.n, a.imputed):
+        sign += f" (mean e {effect_text(a.contrast_mean, a.n, a.imputed)})"
     if a.reason == "Holm p < alpha":
         return f"contrast {test} {fmt_p(a.contrast_p)}{seq}, Holm p {fmt_p(a.holm_p)}{family} < alpha: {sign}{lost}"
     if a.reason == "mean within the numerical floor":

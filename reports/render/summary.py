@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from harness.common.terms import ROLES
 from reports.render.blocks import Banner, Block, Bullets, Chip, Heading, Para, Table
 from reports.render.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num, tokens_label
 from reports.stats import decisions as dec
@@ -138,6 +139,17 @@ def progress_sentence(p: GridProgress) -> tuple[str, str]:
 
 
 def _which(runs, several_cells: bool, cap: int = 12) -> str:
+    """'block_attnres s0 s1 ...; rd_attnres s0 ...': variants by role (parent, treatment, controls, references),
+    then as first listed; seeds in numeric order, so a grid imported from an archive (whose queue is in
+    run-id order) reads as the one that was queued."""
+    first = {}
+    for r in runs:
+        first.setdefault(r.variant, len(first))
+    rank = {role: i for i, role in enumerate(ROLES)}
+    runs = sorted(
+        runs,
+        key=lambda r: (rank.get(r.role, len(rank)), first[r.variant], r.seed if r.seed is not None else -1),
+    )
     groups: dict[str, list[str]] = defaultdict(list)
     for r in runs:
         key = r.variant or r.run_id

@@ -12,7 +12,7 @@ import scipy.stats
 from reports.simulation.rules import NOISE_SD, binomial_se
 from reports.stats import decisions as dec
 from reports.stats.divergence import impute
-from reports.stats.floors import FLOOR_NATS, beyond_floor
+from reports.stats.floors import FLOOR_NATS, beyond_floor, verdict_mean
 
 LOSS_RULES = ("every losing seed", "half the losing seeds", "the worst seed")
 
@@ -50,7 +50,7 @@ def divergence_null(
     lost = lost_when_losing(d, rule, rng)
     tested = impute(d, lost)[:, None]  # [S, 1 cell, n]: Holm runs over the last axis, the cells
     p, _ = dec.headline_p(tested)
-    _, est = dec.decide_headline(np.full(p.shape, n), tested.mean(axis=-1), p, alpha)
+    _, est = dec.decide_headline(np.full(p.shape, n), verdict_mean(tested), p, alpha)
     # v2: the lost pairs dropped, a one-sided t-test on the k observed pairs (k >= 3).
     obs = lost == 0
     k = obs.sum(axis=-1)

@@ -20,7 +20,7 @@ import numpy as np
 from reports.simulation.rules import binomial_se
 from reports.stats import decisions as dec
 from reports.stats.factorial import INTERACTION, MAIN, SPECS
-from reports.stats.floors import beyond_floor
+from reports.stats.floors import beyond_floor, verdict_mean
 from reports.stats.power import power_at
 
 NOISE_SD = 0.01  # nats/token per run
@@ -73,7 +73,7 @@ def interaction_rates(
     p, _ = dec.two_sided_p(d)
     holm = np.full(p.shape, np.nan)
     holm[:, FAMILY] = dec.holm(p[:, FAMILY])
-    established = (holm < alpha) & beyond_floor(d.mean(axis=-1))
+    established = (holm < alpha) & beyond_floor(verdict_mean(d))
     raw = float((p[:, I_ROW] < alpha).mean())
     est = float(established[:, I_ROW].mean())
     predicted = (

@@ -14,7 +14,7 @@ import numpy as np
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.divergence import LostSeeds, TestedDiffs
-from reports.stats.floors import aa_floor, beyond_floor
+from reports.stats.floors import aa_floor, beyond_floor, verdict_mean
 from reports.stats.results import (
     AA_NOISE_ABS,
     AA_NOISE_FRACTION,
@@ -44,7 +44,7 @@ def _aa_check(
     tested = d.size >= paired.MIN_PAIRS
     p, exact = dec.two_sided_p(d) if tested else (np.array(NAN), np.array(False))
     p, exact = float(p), bool(exact)
-    mean = float(d.mean()) if d.size else NAN
+    mean = verdict_mean(d, floor) if d.size else NAN  # exact against the floor
     if not d.size:
         status = "no pairs"
     elif max_abs == 0.0:

@@ -113,14 +113,14 @@ def analyze(
     degenerate: Mapping[tuple[str, int, str], str] | None = None,
     aa_variants: tuple[str, ...] = AA_VARIANTS,
     progress: GridProgress | None = None,
+    cross_checks: bool = True,
 ) -> ReportStats:
     """Pair runs by seed and compute DESIGN section 6 for one grid.
 
     Args:
-        final: one row per finished run: run_id, variant, role, seed, size,
-            budget_tokens, protocol_hash, val_nll (nats/token) [, grid].
-        runs: one row per run (any status): run_id, variant, role, seed, size,
-            budget_tokens, protocol_hash, status [, error, code_version, config, grid].
+        final: one row per finished run: run_id, variant, role, seed, size, budget_tokens, protocol_hash, val_nll
+            (nats/token) [, grid]; runs: one row per run (any status), the same and status [, error,
+            code_version, config, grid].
         grid: keep only rows of this grid (where the frame has a ``grid`` column).
         allow_partial: protocol mismatches and duplicated runs become warnings.
         plan: the analysis plan; default: the one stored in the runs' configs
@@ -131,8 +131,8 @@ def analyze(
             A/A checks are exempt (they must be identical).
         aa_variants: variants that are A/A checks (never in a family, never a verdict).
         progress: how far the grid has got, the queue's view next to the store's
-            (:func:`reports.stats.progress.grid_progress`); default: the store's runs only,
-            the queue marked as not read.
+            (:func:`reports.stats.progress.grid_progress`); default: the store's runs only.
+        cross_checks: fit the mixed model per cell (off: verdicts alone, :mod:`reports.stats.leave_one_out`).
 
     Raises:
         ValueError, ProtocolMismatchError: see :func:`reports.stats.pairing.pair_runs`; runs
@@ -153,7 +153,7 @@ def analyze(
     t, lost = pairing.treatment, LostSeeds.of_pairing(pairing)
     headlines = headline_rows(cells, sets, t, pairing.parent, degen, plan, lost)
     factorial = factorial_cells(pairing.usable, cells, plan, lost, allow_partial=allow_partial, warn=warn)
-    mixed = _mixed_models(pairing, warn)
+    mixed = _mixed_models(pairing, warn) if cross_checks else []
     if progress is None:
         progress = grid_progress(runs_all, None, grid=grid, queue_note="the queue was not read")
     gains = {k: h.mean for k, h in headlines.items()}  # the robustness rows' reference: each cell's gain

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.stats.floors import IMPUTED_NATS
+from reports.stats.floors import FLOOR_NATS, IMPUTED_NATS
 
 # An error text that means the run failed for a numerical reason (it diverged, in effect).
 NUMERICAL_ERROR = re.compile(
@@ -219,3 +219,30 @@ class LostSeeds:
             self.done(ps.second, *key),
         )
         return worst_case(ps.seeds, np.array([p.diff for p in ps.pairs]), losses, dropped)
+
+
+def imputed_only(mean: float, n: int, imputed) -> bool:
+    """The effect ``mean`` (nats/token, over ``n`` tested values) rests only on the imputed values of
+    diverged runs: some seeds are imputed and the observed ones average within the numerical floor
+    (none observed, or e.g. every observed difference exactly 0). Such an effect is a statement about
+    divergence, not about the NLL of any finished run."""
+    k = len(imputed)
+    if not k or not np.isfinite(mean):
+        return False
+    if k >= n:
+        return True
+    observed_sum = mean * n - sum(i.value for i in imputed)
+    return abs(observed_sum) / (n - k) <= FLOOR_NATS
+
+
+def effect_text(mean: float, n: int, imputed, digits: int = 4) -> str:
+    """``mean`` as a signed number of nats/token for a sentence: ``+0.0170``; where the effect rests only
+    on imputed values (:func:`imputed_only`) ``+2e-06, resting only on the imputed values of runs that
+    diverged (rd_offset at seed(s) 0, 1)`` instead of a rounded ``+0.0000``."""
+    if not imputed_only(mean, n, imputed):
+        return f"{mean:+.{digits}f}"
+    where = "; ".join(
+        f"{loser} at seed(s) {', '.join(str(i.seed) for i in imputed if i.loser == loser)}"
+        for loser in dict.fromkeys(i.loser for i in imputed)
+    )
+    return f"{mean:+.3g}, resting only on the imputed values of runs that diverged ({where})"

@@ -44,11 +44,11 @@ from harness.design.factorial import Factorial
 from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.descriptives import describe
-from reports.stats.divergence import Imputed, LostSeeds, TestedDiffs, worst_case
+from reports.stats.divergence import Imputed, LostSeeds, TestedDiffs, effect_text, worst_case
 from reports.stats.floors import beyond_floor
 from reports.stats.looks import Look
 from reports.stats.pairing import ProtocolMismatchError
-from reports.stats.power import SeedsNeeded, look_mde, planned_seeds
+from reports.stats.power import SeedsNeeded, holm_share_plan, look_mde, planned_seeds
 from reports.stats.results import Comparison
 from reports.stats.sequential import SequentialTest, sequential_test
 
@@ -115,6 +115,7 @@ class FactorialContrast:
     seeds_needed: SeedsNeeded
     imputed: tuple[Imputed, ...] = ()
     dropped: tuple[int, ...] = ()
+    holm_share: int = 1  # mde_nats and seeds_needed are at alpha / holm_share (see _holm_shares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +302,41 @@ def _contrast(t: _Tested, holm_p: float, family: int, plan: AnalysisPlan) -> Fac
     )
 
 
+def _holm_shares(cells: list[list[FactorialContrast]], plan: AnalysisPlan) -> list[list[FactorialContrast]]:
+    """Each tested family member's MDE and seeds needed at the level Holm really gives it: alpha / k, k = 1
+    + the other tested members of the grid's factorial family not established (they stay unrejected, so
+    it can be rejected at best at Holm's step m - k + 1). Descriptive planning only: no verdict uses it."""
+    members = [c for cs in cells for c in cs if c.spec.kind != MAIN and c.family_size]
+    open_ = sum(not c.established for c in members)
+    out = []
+    for cs in cells:
+        row = []
+        for c in cs:
+            if c.spec.kind == MAIN or not c.family_size:
+                row.append(c)
+                continue
+            share = 1 + open_ - (not c.established)
+            at = holm_share_plan(plan, share)
+            row.append(
+                replace(
+                    c,
+                    holm_share=share,
+                    mde_nats=look_mde(c.sd, c.n, at, "two-sided"),
+                    seeds_needed=planned_seeds(plan.min_effect_nats, c.sd, at, "two-sided"),
+                )
+            )
+        out.append(row)
+    return out
+
+
+def holm_share_text(c: FactorialContrast) -> str:
+    """Which level a factorial contrast's MDE is at: 'level alpha / 3 (Holm: 2 other contrasts of the
+    family not established)' or 'level alpha (every other contrast of the family established)'."""
+    if c.holm_share <= 1:
+        return "level alpha (every other contrast of the family established)"
+    return f"level alpha / {c.holm_share} (Holm: {c.holm_share - 1} other contrast(s) of the family not established)"
+
+
 def _means(values) -> tuple[int, dict, dict, dict]:
     """Seeds with all four runs, and each combination's mean NLL with its 95 % t interval over them."""
     full = [s for s in sorted(values) if len(values[s]) == len(COMBOS)]
@@ -353,10 +389,14 @@ def factorial_cells(
     adj = np.full(p.shape, NAN)
     adj[np.array(in_family, bool)] = dec.holm(p[np.array(in_family, bool)]) if p.size else []
     family = int(np.isfinite(adj).sum())
-    out, k = [], 0
-    for size, budget, values, tests in per_cell:
-        contrasts = tuple(_contrast(t, float(adj[k + i]), family, plan) for i, t in enumerate(tests))
+    built, k = [], 0
+    for _, _, _, tests in per_cell:
+        built.append([_contrast(t, float(adj[k + i]), family, plan) for i, t in enumerate(tests)])
         k += len(tests)
+    built = _holm_shares(built, plan)
+    out = []
+    for (size, budget, values, _), contrasts in zip(per_cell, built):
+        contrasts = tuple(contrasts)
         n_all, means, low, high = _means(values)
         cell = FactorialCell(size, budget, f, n_all, means, low, high, contrasts)
         out.append(replace(cell, verdicts=verdicts(cell, plan)))
@@ -369,13 +409,21 @@ def _no_interaction(inter: FactorialContrast, plan: AnalysisPlan) -> str:
     mde = (
         f"MDE {inter.mde_nats:.4f} nats/token" if math.isfinite(inter.mde_nats) else "MDE unknown (no spread)"
     )
-    text = f"no interaction shown at these seeds (n = {inter.look.n}; {mde} at power {plan.power:g}"
+    text = (
+        f"no interaction shown at these seeds (n = {inter.look.n}; {mde} at power {plan.power:g}, "
+        f"{holm_share_text(inter)}"
+    )
     delta, need = plan.min_effect_nats, inter.seeds_needed
     if delta is not None and need.reachable:
         text += f"; an interaction of {delta:g} nats/token needs {need.n} seeds"
     elif delta is not None and math.isfinite(need.power_at_max):
         text += f"; an interaction of {delta:g} nats/token is not reachable within {need.max_seeds} seeds"
     return text + ")"
+
+
+def _effect(c: FactorialContrast) -> str:
+    """A contrast's mean for a verdict sentence; one resting only on imputed values says so."""
+    return effect_text(c.mean, c.n, c.imputed)
 
 
 def verdicts(cell: FactorialCell, plan: AnalysisPlan) -> tuple[str, ...]:
@@ -394,8 +442,8 @@ def verdicts(cell: FactorialCell, plan: AnalysisPlan) -> tuple[str, ...]:
         if s0.established and s1.established and np.sign(s0.mean) == np.sign(s1.mean):
             word = "helps" if s0.mean < 0 else "hurts"
             out.append(
-                f"{names[x]} {word} with and without {names[1 - x]} ({s0.mean:+.4f} nats/token without, "
-                f"{s1.mean:+.4f} with; both established)"
+                f"{names[x]} {word} with and without {names[1 - x]} ({_effect(s0)} nats/token without, "
+                f"{_effect(s1)} with; both established)"
             )
     if not inter.established:
         tested = math.isfinite(inter.sequential_p)
@@ -408,15 +456,15 @@ def verdicts(cell: FactorialCell, plan: AnalysisPlan) -> tuple[str, ...]:
         if m.mean != 0 and np.sign(inter.mean) == -np.sign(m.mean) and not s1.established:
             absorbed = True
             out.append(
-                f"{names[1 - x]} absorbs {names[x]}: the interaction ({inter.mean:+.4f} nats/token, "
-                f"established) opposes {names[x]}'s main effect ({m.mean:+.4f}), and {names[x]}'s effect "
-                f"with {names[1 - x]} ({s1.mean:+.4f}) is not established"
+                f"{names[1 - x]} absorbs {names[x]}: the interaction ({_effect(inter)} nats/token, "
+                f"established) opposes {names[x]}'s main effect ({_effect(m)}), and {names[x]}'s effect "
+                f"with {names[1 - x]} ({_effect(s1)}) is not established"
             )
     if not absorbed:
         b0, b1 = cell.contrast(SIMPLE, 1, 0), cell.contrast(SIMPLE, 1, 1)
         out.append(
-            f"{names[0]} and {names[1]} interact (interaction {inter.mean:+.4f} nats/token, established): "
-            f"{names[1]}'s effect is {b1.mean:+.4f} with {names[0]} and {b0.mean:+.4f} without"
+            f"{names[0]} and {names[1]} interact (interaction {_effect(inter)} nats/token, established): "
+            f"{names[1]}'s effect is {_effect(b1)} with {names[0]} and {_effect(b0)} without"
         )
     return tuple(out)
 
@@ -433,6 +481,7 @@ __all__ = [
     "SPECS",
     "cell_values",
     "factorial_cells",
+    "holm_share_text",
     "verdicts",
     "tested_values",
 ]

@@ -20,7 +20,7 @@ from reports.stats import decisions as dec
 from reports.stats import paired_tests as paired
 from reports.stats.descriptives import sample_sd
 from reports.stats.divergence import LostSeeds, TestedDiffs
-from reports.stats.floors import FLOOR_NATS, beyond_floor
+from reports.stats.floors import FLOOR_NATS, beyond_floor, verdict_mean
 from reports.stats.power import look_mde, planned_seeds
 from reports.stats.results import (
     NAN,
@@ -124,7 +124,7 @@ def _headline(
     """The :class:`Headline` of one cell, given its Holm decisions."""
     d, q, qa, degenerate, delta = r.tested.d, r.test, r.absence, r.degenerate, plan.min_effect_nats
     n, mean = int(d.size), float(d.mean()) if d.size else NAN
-    look_mean = float(d[: q.look.n].mean()) if q.look.n else NAN
+    look_mean = verdict_mean(d[: q.look.n]) if q.look.n else NAN
     reason = (
         R_DEGENERATE
         if degenerate

@@ -27,7 +27,11 @@ alpha exactly when some look's p is below its increment at alpha.
 Validity of that shortcut needs every increment to grow with the level, which holds for
 gamma < :data:`GAMMA_MAX` = 2 (1 - Phi(1)) = 0.317 (then z_{1-gamma/2} > 1 >= t; see
 reports/LOG.md): levels above it are never spent, and a plan with looks needs alpha below
-it (:func:`harness.design.analysis_plan.parse_plan`).
+it (:func:`harness.design.analysis_plan.parse_plan`). Above it the sequential p is still the exact
+value (it decides nothing, and Holm prints it): look i's increment rises with gamma up to its own
+peak :func:`increment_peak` (look 1's all the way to gamma = 1, where it is 1) and is inverted on that
+increasing range; a p above a look's peak is one that look cannot reject at any level. The inversion
+bisects on log gamma, so a p of 1e-15 keeps its significant digits.
 
 Shapes: ``p`` ``[..., L]`` (L looks, NaN where a look is not reached), ``d`` ``[..., n]``.
 """
@@ -40,11 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from harness.design.analysis_plan import (
-    LOOKS_MAX_ALPHA as GAMMA_MAX,  # 2 (1 - Phi(1)) = 0.3173 (see the module docstring)
-)
+from reports.stats.floors import verdict_mean
 
-_BISECT_STEPS = 64  # halvings of [0, GAMMA_MAX]: far below float resolution of any p
+_BISECT_STEPS = 80  # halvings of [log 1e-300, log peak]: 690 / 2^80, below float resolution
+_GAMMA_MIN = 1e-300  # levels below are 0 (a p below every look's increment at 1e-300)
 
 
 def spent(alpha, t) -> np.ndarray | float:
@@ -152,15 +155,34 @@ def at_looks(
     for i, nk in enumerate(looks):
         if nk <= n:
             p[..., i] = test(d[..., :nk])[0]
-            mean[..., i] = d[..., :nk].mean(axis=-1)
+            mean[..., i] = verdict_mean(d[..., :nk])  # exact where it meets the floor
     return p, mean
+
+
+def increment_peak(looks: tuple[int, ...]) -> np.ndarray:
+    """``[K]`` the level gamma at which look i's increment ``Delta_i(gamma)`` peaks (1 for the first look).
+
+    With z = z_{1-gamma/2}, ``Delta_i = 2 [Phi-bar(z / sqrt(t_i)) - Phi-bar(z / sqrt(t_{i-1}))]`` has
+    ``dDelta_i/dz = 0`` where ``phi(z / a) / a = phi(z / b) / b`` (a = sqrt(t_i), b = sqrt(t_{i-1})):
+    ``z*^2 = ln(t_i / t_{i-1}) / (1 / t_{i-1} - 1 / t_i)``; Delta_i rises with gamma for z > z*, i.e. for
+    gamma < 2 Phi-bar(z*). z* <= 1 for every pair of looks, so the peak is >= GAMMA_MAX.
+    """
+    t = np.asarray(looks, dtype=float) / float(looks[-1])
+    peak = np.ones(t.shape)
+    if t.size > 1:
+        a, b = t[1:], t[:-1]
+        z = np.sqrt(np.log(a / b) / (1 / b - 1 / a))
+        peak[1:] = 2 * scipy.stats.norm.sf(z)
+    return peak
 
 
 def sequential_p(p, looks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The sequential p over the looks reached: ``min_i Delta_i^{-1}(p_i)`` (module docstring).
 
-    Each ``Delta_i^{-1}(p_i)`` (the level gamma whose i-th increment equals p_i) is found by
-    bisection on ``[0, GAMMA_MAX]``, vectorised; a p no level up to GAMMA_MAX rejects gives 1.
+    Each ``Delta_i^{-1}(p_i)`` (the least level gamma whose i-th increment equals p_i) is found by
+    bisection on log gamma over look i's increasing range ``[1e-300, increment_peak_i]``, vectorised;
+    a p above that look's peak increment is not rejected at that look at any level (+inf), and the
+    first look's increment reaches 1, so a reached first look always gives a value <= 1.
 
     Args:
         p: ``[..., K]`` nominal p at each look (NaN: look not reached).
@@ -172,16 +194,19 @@ def sequential_p(p, looks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """
     p = np.asarray(p, dtype=float)
     reached = np.isfinite(p)
-    lo, hi = np.zeros(p.shape), np.full(p.shape, GAMMA_MAX)
+    peak = np.broadcast_to(increment_peak(looks), p.shape)
     target = np.where(reached, p, 1.0)
+    lo, hi = np.full(p.shape, np.log(_GAMMA_MIN)), np.log(peak)
     for _ in range(_BISECT_STEPS):
         mid = (lo + hi) / 2
-        above = _delta(mid, looks) > target  # Delta_i(mid) > p_i: mid rejects, go lower
+        above = _delta(np.exp(mid), looks) >= target  # Delta_i(mid) >= p_i: mid rejects, go lower
         hi, lo = np.where(above, mid, hi), np.where(above, lo, mid)
-    gamma = np.where(_delta(GAMMA_MAX, looks) > target, hi, 1.0)
+    gamma = np.minimum(np.exp(hi), peak)
+    gamma = np.where(_delta(peak, looks) >= target, gamma, np.inf)  # above the peak: never rejected
+    gamma = np.where(_delta(_GAMMA_MIN, looks) >= target, 0.0, gamma)
     gamma = np.where(reached, gamma, np.inf)
     deciding = np.argmin(gamma, axis=-1)
-    seq = np.take_along_axis(gamma, deciding[..., None], axis=-1)[..., 0]
+    seq = np.minimum(np.take_along_axis(gamma, deciding[..., None], axis=-1)[..., 0], 1.0)
     none = ~reached.any(axis=-1)
     return np.where(none, np.nan, seq), np.where(none, -1, deciding)
 
@@ -200,6 +225,7 @@ __all__ = [
     "look_text",
     "spent",
     "increments",
+    "increment_peak",
     "Look",
     "look_at",
     "at_looks",

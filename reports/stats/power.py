@@ -15,6 +15,7 @@ this budget", never a number.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -170,6 +171,21 @@ def planned_seeds(effect_nats: float | None, sd: float, plan: AnalysisPlan, alte
     return SeedsNeeded(
         n=hit, reachable=hit is not None, power_at_max=float(pw[-1]), max_seeds=last, at_looks=True
     )
+
+
+def holm_share_plan(plan: AnalysisPlan, share: int) -> AnalysisPlan:
+    """``plan`` at level ``alpha / share``: the level Holm gives a contrast that must be rejected while
+    ``share - 1`` other members of its family are not (Holm's step ``m - share + 1`` of m; ``share`` = m
+    is its first step, Bonferroni). An MDE or seeds-needed computed at the plan's alpha overstates the
+    power of a contrast tested in such a family (DESIGN sections 6, 12). Looks are kept (their
+    increments are then spent from ``alpha / share``).
+
+    Raises:
+        ValueError: ``share`` < 1.
+    """
+    if share < 1:
+        raise ValueError(f"a Holm share is a number of family members >= 1, got {share}")
+    return plan if share == 1 else dataclasses.replace(plan, alpha=plan.alpha / share)
 
 
 # Independent run noise sigma^2 per run (seed effects cancel in every paired contrast): a single

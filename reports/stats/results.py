@@ -292,6 +292,14 @@ class ReportStats:
     robustness: tuple = ()  # reports.stats.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
     plateau: tuple = ()  # reports.stats.plateau.PlateauRow per cell: final NLL next to the unigram plateau
     factorial: tuple = ()  # reports.stats.factorial.FactorialCell per cell of a grid with [factorial], DESIGN 12
+    influence: tuple = ()  # reports.stats.leave_one_out.SeedInfluence per established verdict (descriptive)
+
+    def seed_influence(self, kind: str, comparison: str, size: str, budget: int):
+        """The :class:`reports.stats.leave_one_out.SeedInfluence` of one established verdict, or None."""
+        key = (kind, comparison, size, budget)
+        return next(
+            (i for i in self.influence if (i.kind, i.comparison, i.size, i.budget_tokens) == key), None
+        )
 
     @property
     def cells(self) -> list[tuple[str, int]]:

@@ -14,7 +14,8 @@ control's reproduction contrast ``e = c - (1 - rho) p - rho t``, two-sided):
   contrast; :func:`reports.stats.power.planned_seeds`), or "not reachable at this budget";
 * for a grid with ``[factorial]`` (DESIGN 12), the **interaction** (two-sided, effect ``min_effect_nats``):
   its sd from a factorial pilot's own interaction rows, else sqrt(2) x the single difference's sd (the
-  given one or the pilot's headline; :func:`reports.stats.power.interaction_sd`);
+  given one or the pilot's headline; :func:`reports.stats.power.interaction_sd`), at alpha / m, Holm's
+  first step over the grid's m factorial contrasts (the level the test is sure to have; the row says so);
 * the **cost** of running the cell at that many seeds: every variant of the cell (pairs
   need them all, ``harness topup`` adds them all), runs x budget tokens, and worker-hours
   at the measured throughput of that size (:func:`throughput`: the store's finished runs,
@@ -33,14 +34,25 @@ import polars as pl
 import scipy.stats
 
 from harness.design.analysis_plan import AnalysisPlan
+from reports.stats.factorial import MAIN, SPECS
 from reports.stats.looks import look_at
-from reports.stats.power import contrast_effect, interaction_sd, interaction_seeds, look_mde, planned_seeds
+from reports.stats.power import (
+    contrast_effect,
+    holm_share_plan,
+    interaction_sd,
+    interaction_seeds,
+    look_mde,
+    planned_seeds,
+)
 from reports.stats.results import ReportStats
 
 HEADLINE = "headline"
 ABSENCE = "absence"  # the headline's absence test (H0: gain >= min_effect_nats), DESIGN 6
 CONTRAST = "contrast"
 INTERACTION = "interaction"  # a [factorial] grid's interaction contrast, DESIGN 12
+FAMILY_PER_CELL = sum(
+    spec.kind != MAIN for spec in SPECS
+)  # a cell's factorial family: simple effects + interaction
 GIVEN = "given (--sd)"
 JSON_KEYS = (
     "comparison",
@@ -357,13 +369,16 @@ def _interaction_rows(shape: GridShape, size, budget, variants, sd, pilot, sds, 
         return []
     got = _interaction_sd(sd, pilot, sds, size, budget)
     usable = got.sd if got.sd is not None else float("nan")
+    # Holm over the grid's factorial family: priced at its first step (alpha / m), the level it is sure of.
+    m = FAMILY_PER_CELL * len(shape.cells)
+    plan = holm_share_plan(plan, m)
     mde = look_mde(usable, shape.n_seeds, plan, "two-sided")
     need = interaction_seeds(usable, plan, sd_interaction=usable)
     runs = len(variants) * need.n if need.reachable else None
     tokens = runs * budget if runs is not None else None
     return [
         PlanRow(
-            comparison=f"interaction {f.factors[0]} x {f.factors[1]}",
+            comparison=f"interaction {f.factors[0]} x {f.factors[1]} (at alpha / {m}: Holm over the {m} factorial contrasts)",
             kind=INTERACTION,
             size=size,
             budget_tokens=budget,

@@ -15,6 +15,7 @@ import numpy as np
 
 from harness.design.analysis_plan import AnalysisPlan
 from reports.stats import paired_tests as paired
+from reports.stats.floors import verdict_mean
 from reports.stats.looks import Look, at_looks, look_at, sequential_p
 
 NAN = float("nan")
@@ -28,7 +29,9 @@ class SequentialTest:
     p: float  # nominal p of the pairs the current look tests
     exact: bool
     sequential_p: float  # what Holm sees
-    deciding_mean: float  # mean d at the look attaining sequential_p
+    deciding_mean: (
+        float  # mean d at the look attaining sequential_p (floors.verdict_mean: exact at the floor)
+    )
     decided_look: int  # 1-based look attaining sequential_p (0: no looks, or untested)
 
 
@@ -46,7 +49,7 @@ def sequential_test(d: np.ndarray, plan: AnalysisPlan, test) -> SequentialTest:
             p=NAN,
             exact=False,
             sequential_p=NAN,
-            deciding_mean=float(d.mean()) if d.size else NAN,
+            deciding_mean=verdict_mean(d) if d.size else NAN,
             decided_look=0,
         )
     p, exact = test(d[: look.n])
@@ -56,7 +59,7 @@ def sequential_test(d: np.ndarray, plan: AnalysisPlan, test) -> SequentialTest:
             p=float(p),
             exact=bool(exact),
             sequential_p=float(p),
-            deciding_mean=float(d.mean()),
+            deciding_mean=verdict_mean(d),
             decided_look=0,
         )
     p_looks, means = at_looks(d, plan.looks, test)

@@ -92,6 +92,9 @@ EXTRA_COLUMNS = (
     "gain_upper",
     "gain_upper_level",
     "numerical_floor",
+    "loo_max_holm_p",
+    "loo_worst_seed",
+    "loo_survives",
 )
 
 
@@ -171,6 +174,9 @@ VERDICT_DEFAULTS = dict(
     gain_upper=NAN,
     gain_upper_level=NAN,
     numerical_floor=NAN,
+    loo_max_holm_p=NAN,
+    loo_worst_seed=None,
+    loo_survives=None,
 )
 
 
@@ -231,6 +237,14 @@ def _tested_notes(
     return notes
 
 
+def _influence_columns(i) -> dict:
+    """An established verdict's leave-one-seed-out columns (:mod:`reports.stats.leave_one_out`;
+    descriptive): the largest Holm p without one seed, that seed, and whether the verdict held each time."""
+    if i is None:
+        return {}
+    return {"loo_max_holm_p": i.max_holm_p, "loo_worst_seed": i.worst_seed, "loo_survives": i.survives}
+
+
 def comparison_row(rs, c) -> dict:
     """The ``stats.csv`` row of comparison ``c`` (a :class:`~reports.stats.results.Comparison` of the
     :class:`~reports.stats.results.ReportStats` ``rs``): its descriptives, then the columns of the
@@ -249,8 +263,10 @@ def comparison_row(rs, c) -> dict:
     aa = rs.aa_check(c.first, c.size, c.budget_tokens) if c.kind == "aa_check" else None
     if h is not None:
         notes += _headline_columns(row, h, c, rs.plan)
+        row.update(_influence_columns(rs.seed_influence("headline", c.comparison, c.size, c.budget_tokens)))
     elif a is not None:
         notes += _control_columns(row, a, c)
+        row.update(_influence_columns(rs.seed_influence("control", c.comparison, c.size, c.budget_tokens)))
     elif aa is not None:
         row.update(
             verdict=aa.status,
@@ -389,6 +405,13 @@ def factorial_row(rs, f) -> dict:
         numerical_floor=FLOOR_NATS,
     )
     row.update(_tested_columns(f.seeds, f.imputed))
+    row.update(
+        _influence_columns(
+            rs.seed_influence(
+                "factorial", f.comparison.comparison, f.comparison.size, f.comparison.budget_tokens
+            )
+        )
+    )
     notes = [row["note"]] if row["note"] else []
     notes += _tested_notes(f.comparison.seeds, f.seeds, f.imputed, f.dropped)
     if tested:

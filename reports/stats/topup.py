@@ -136,6 +136,19 @@ def _why_headline_open(stats: ReportStats, size: str, budget: int) -> tuple[bool
     return True, f"headline undecided at {where} (neither established nor absent)"
 
 
+def alpha_spent_text(stats: ReportStats) -> str | None:
+    """The line ``harness topup`` ends with when every cell is at (or past) the plan's last look: its
+    alpha is spent, so no seed can be added to this plan (DESIGN section 8); None otherwise."""
+    looks = stats.plan.looks
+    heads = [stats.headline(size, budget) for size, budget in stats.cells]
+    if not looks or not heads or any(h is None or not h.look.last for h in heads):
+        return None
+    return (
+        f"the last look ({looks[-1]}) has passed and alpha is spent; more seeds need a new plan "
+        "(`harness followup`)"
+    )
+
+
 def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -> list[CellTopup]:
     """Decide, per cell of ``stats``, whether to add seeds and which (module docstring).
 
@@ -217,4 +230,4 @@ def plan_topup(stats: ReportStats, cells: Mapping[tuple[str, int], CellSeeds]) -
     return out
 
 
-__all__ = ["cell_open", "CellSeeds", "CellTopup", "plan_topup"]
+__all__ = ["alpha_spent_text", "cell_open", "CellSeeds", "CellTopup", "plan_topup"]

@@ -25,7 +25,14 @@ from reports.stats.analysis import analyze
 from reports.stats.factorial import COMBOS, FACTORIAL_KINDS, INTERACTION, MAIN, SIMPLE, SPECS
 from reports.stats.looks import at_looks, sequential_p
 from reports.stats.pairing import ProtocolMismatchError
-from reports.stats.power import INTERACTION_SD_FACTOR, interaction_seeds, mde, planned_seeds, power_at
+from reports.stats.power import (
+    INTERACTION_SD_FACTOR,
+    holm_share_plan,
+    interaction_seeds,
+    mde,
+    planned_seeds,
+    power_at,
+)
 from reports.stats.seed_planning import GridShape, plan_rows
 from reports.stats.stats_table import CSV_COLUMNS
 
@@ -134,7 +141,8 @@ def test_verdicts_say_absorbs_helps_and_no_interaction_in_the_grids_names():
     assert "decoupled_v helps with and without offset" in words[1]
     inter = stats.factorial[0].contrast(INTERACTION)
     assert words[2] == (
-        f"no interaction shown at these seeds (n = 8; MDE {inter.mde_nats:.4f} nats/token at power 0.8; "
+        f"no interaction shown at these seeds (n = 8; MDE {inter.mde_nats:.4f} nats/token at power 0.8, "
+        "level alpha (every other contrast of the family established); "
         f"an interaction of 0.02 nats/token needs {inter.seeds_needed.n} seeds)"
     )
     assert inter.mde_nats == pytest.approx(mde(inter.sd, 8, 0.05, 0.8, "two-sided"))
@@ -212,12 +220,13 @@ def test_harness_plan_prices_the_interaction_from_a_factorial_pilot_or_sqrt2_sin
     )
     row = next(r for r in plan_rows(shape, sd=0.01) if r.kind == "interaction")
     assert row.sd_nats == pytest.approx(0.01 * math.sqrt(2))
-    assert row.seeds_needed == interaction_seeds(0.01, plan).n and row.runs == 4 * row.seeds_needed
+    at_first_step = holm_share_plan(plan, 5)  # Holm over the cell's 5 factorial contrasts, tested first
+    assert row.seeds_needed == interaction_seeds(0.01, at_first_step).n and row.runs == 4 * row.seeds_needed
     pilot, _ = study(draws(6, 0.0, 12), min_effect_nats=0.02)
     row = next(r for r in plan_rows(shape, pilot=pilot) if r.kind == "interaction")
     inter = pilot.factorial[0].contrast(INTERACTION)
     assert row.sd_nats == pytest.approx(inter.sd) and row.sd_df == 5
-    assert row.seeds_needed == planned_seeds(0.02, inter.sd, plan, "two-sided").n
+    assert row.seeds_needed == planned_seeds(0.02, inter.sd, at_first_step, "two-sided").n
     no_factorial = GridShape(
         "g", AnalysisPlan(min_effect_nats=0.02), 6, "block_attnres", "rd_attnres", (), shape.cells
     )

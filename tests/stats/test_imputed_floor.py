@@ -16,10 +16,11 @@ import pytest
 from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.analysis_plan import AnalysisPlan
+from reports.render.sentences import control_sentence, headline_sentence
 from reports.simulation.synthetic import frames_from_values
 from reports.stats.analysis import analyze
 from reports.stats.divergence import impute
-from reports.stats.factorial import INTERACTION, SIMPLE
+from reports.stats.factorial import INTERACTION, SIMPLE, verdicts
 from reports.stats.floors import FLOOR_NATS, IMPUTED_NATS
 
 NS = range(3, 31)
@@ -79,3 +80,44 @@ def test_the_factorial_verdict_does_not_flip_with_n_by_rounding():
     # the interaction's p 2^(1-n) falls with n: once established, established at every larger n
     first = min(n for n, e in verdicts.items() if e)
     assert all(verdicts[n] == (n >= first) for n in NS), verdicts
+
+
+def _no_rounded_zero(text: str) -> None:
+    assert "+0.0000" not in text and "-0.0000" not in text, text
+    assert "resting only on the imputed values of runs that diverged" in text, text
+
+
+def test_an_interaction_established_only_from_imputed_values_says_so():
+    n = 8
+    y = draws(n, 0.0, 5)
+    y[:, 3] = math.nan  # rd_offset diverged at every seed: every contrast with it is imputed
+    cell = study(y)[0].factorial[0]
+    assert cell.contrast(INTERACTION).established
+    words = " ".join(verdicts(cell, AnalysisPlan()))
+    _no_rounded_zero(words)
+    assert "rd_offset at seed(s) 0, 1, 2, 3, 4, 5, 6, 7" in words
+    assert f"{IMPUTED_NATS:+.3g}" in words  # the value itself, 3 significant digits
+
+
+def test_a_headline_established_only_from_imputed_values_says_so():
+    h = _headline(8)
+    assert h.verdict == "gain established"
+    _no_rounded_zero(headline_sentence(h, 0.8))
+
+
+def test_a_headline_with_real_differences_keeps_its_four_decimals():
+    fr = frames_from_values(
+        {"block_attnres": [3.5, 3.6, 3.7, 3.8, math.nan], "rd_attnres": [3.49, 3.58, 3.69, 3.785, 3.7]}
+    )
+    h = analyze(fr["final"], fr["runs"], plan=AnalysisPlan()).headlines[0]
+    assert len(h.imputed) == 1
+    text = headline_sentence(h, 0.8)
+    assert f"mean d = {h.mean:+.4f} nats/token" in text and "resting only" not in text
+
+
+def test_a_control_decided_only_from_imputed_values_says_so():
+    n = 8
+    fr = frames_from_values({"block_attnres": [3.5] * n, "rd_attnres": [3.25] * n, "fixed_v": [math.nan] * n})
+    a = analyze(fr["final"], fr["runs"], plan=AnalysisPlan()).assessments[0]
+    assert a.verdict == "does not reproduce gain" and len(a.imputed) == n
+    _no_rounded_zero(control_sentence(a, 0.8))

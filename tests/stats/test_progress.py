@@ -111,7 +111,7 @@ def test_partial_report_says_what_is_unfinished_and_never_that_all_finished(tmp_
     assert f"None of the finished runs in the results store was left out. {sentence}" in md
     assert "7 run(s) of this cell have not finished (2 running, 5 queued): this verdict may change." in md
     assert "| **done** | 2 | block_attnres s0; rd_attnres s0 |" in md
-    assert "| **running** | 2 | fixed_v s0; block_attnres s1 |" in md
+    assert "| **running** | 2 | block_attnres s1; fixed_v s0 |" in md  # by role: parent first
     (h,) = result.stats.headlines
     assert not h.established and h.n == 1
 

@@ -310,6 +310,9 @@ def test_topup_command_adds_seeds_only_where_they_can_decide(tmp_path, capsys):
     # 5 pairs: the last look. The gain is established there (one-sided p 0.0013 < 0.0386) and fixed_v,
     # near the parent at every seed (e = 0.0025 .. 0.004), does not reproduce it.
     assert "cell tiny/1_024: headline gain established and every control decided: nothing to add" in out
+    assert out.splitlines()[-1] == (
+        "the last look (5) has passed and alpha is spent; more seeds need a new plan (`harness followup`)"
+    )
     assert len(RunQueue.open(None, results).runs("seq")) == 20
     assert (
         cli(
