@@ -308,6 +308,7 @@ class ReportStats:
     robustness: tuple = ()  # reports.stats.robustness.TunedRow per cell: treatment (tuned) - parent (tuned), DESIGN 9
     plateau: tuple = ()  # reports.stats.plateau.PlateauRow per cell: final NLL next to the unigram plateau
     factorial: tuple = ()  # reports.stats.factorial.FactorialCell per cell of a grid with [factorial], DESIGN 12
+    provenance: object = None  # reports.stats.provenance.Provenance: where the runs ran, DESIGN 13
 
     @property
     def cells(self) -> list[tuple[str, int]]:
