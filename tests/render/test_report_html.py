@@ -131,7 +131,9 @@ def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
         r"CONSOLE.*(Failed to load|Refused|Not allowed)", log
     )
     if name == "mixed_hardware":  # the banner line and the variant x hardware tables, drawn within the page
-        assert dom.count("Hardware: MIXED.") == 2 and "Variant x hardware: paired differences per class" in dom
+        assert (
+            dom.count("Hardware: MIXED.") == 2 and "Variant x hardware: paired differences per class" in dom
+        )
     # Contents: a sticky column beside the report on wide screens, under the header on narrow ones.
     assert m["tocPosition"] == ("sticky" if width >= 1250 else "static")
 
