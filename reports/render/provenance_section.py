@@ -31,9 +31,10 @@ def hardware_line(stats: ReportStats) -> str:
     if not prov.mixed:
         return f"Hardware: one class, all {prov.runs} finished runs on {prov.classes[0][0]}."
     imbalanced = len({(b.comparison, b.size, b.budget_tokens) for b in prov.imbalanced})
+    old = f" ('{UNKNOWN}': written before the hardware record)" if UNKNOWN in dict(prov.classes) else ""
     return (
         f"Hardware: MIXED. The {prov.runs} finished runs ran on {len(prov.classes)} hardware classes "
-        f"({_classes_text(prov.classes)}); {len(prov.straddling)} pair(s) straddle two classes and "
+        f"({_classes_text(prov.classes)}){old}; {len(prov.straddling)} pair(s) straddle two classes and "
         f"{imbalanced} comparison(s) are imbalanced across classes. Each class's paired differences and every "
         f"verdict within the largest class ({prov.largest}) are in the Provenance section: nothing is pooled "
         "unseen."

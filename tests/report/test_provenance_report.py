@@ -115,3 +115,17 @@ def test_result_files_from_before_the_record_read_unknown(tmp_path, capsys):
 
     stored = Store(tmp_path / "r").query("SELECT DISTINCT hardware FROM runs", [])
     assert stored["hardware"].to_list() == [None]
+
+
+def test_a_grid_continued_after_the_record_mixes_unknown_with_the_new_class(tmp_path, capsys):
+    """Seeds 0-3 from result files written before the record, seeds 4-7 on a recorded class: a mix, never a
+    guess that the old runs ran on the new class."""
+    write_folder(tmp_path / "r", lambda v, s: A if s >= 4 else None)
+    md, _, table, _ = report(tmp_path / "r", tmp_path / "out", capsys)
+    top = md[: md.index("## Verdict per cell")]
+    assert (
+        f"> Hardware: MIXED. The 24 finished runs ran on 2 hardware classes ({A} (12), unknown (12)) "
+        "('unknown': written before the hardware record); 0 pair(s) straddle two classes"
+    ) in top
+    assert f"| block_attnres | 8 | {A} (4), unknown (4) | abc1234 (8) |" in md
+    assert set(table["hardware_classes"].to_list()) == {f"{A}: 4 vs 4; unknown: 4 vs 4"}
