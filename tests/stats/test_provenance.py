@@ -13,6 +13,7 @@ import scipy.stats as st
 from statsmodels.stats.oneway import anova_oneway
 
 from reports.build import Frames, compute_stats
+from reports.render.sections import render_markdown
 from reports.stats.analysis import analyze
 from reports.stats.pairing import Pair
 from reports.stats.provenance import (
@@ -144,3 +145,19 @@ def test_one_class_and_runs_before_the_record():
     assert set(hardware_by_run(nulls).values()) == {UNKNOWN}
     prov = compute_stats(Frames(frames.final, nulls), grid="g").provenance
     assert prov.all_unknown and not prov.mixed and prov.classes == ((UNKNOWN, 30),)
+
+
+def test_a_largest_class_without_the_parent_says_it_cannot_decide():
+    """Every parent run on B, the rest on A: the largest class (A) has no parent, so no verdict is re-decided;
+    the report says why instead of a table, and every pair straddles."""
+    frames = _mixed(
+        {("block_attnres", s): B for s in range(10)}
+        | {(v, s): A for v in ("rd_attnres", "fixed_v") for s in range(10)}
+    )
+    stats = compute_stats(frames, grid="g")
+    prov = stats.provenance
+    assert prov.largest == A and prov.within == ()
+    assert prov.within_note.startswith(f"the runs of {A} alone could not be analysed: ")
+    assert len([s for s in prov.straddling if s.comparison == "rd_attnres - block_attnres"]) == 10
+    md = render_markdown(stats, [])
+    assert prov.within_note in md and "| headline |" not in md
