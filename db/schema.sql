@@ -45,8 +45,11 @@ CREATE TABLE IF NOT EXISTS runs (
                                          -- to eager); NULL in result files written before it was recorded
     compile_graphs INTEGER,              -- graphs inductor compiled for the run on rank 0 (DDP's optimiser: one per
                                          -- gradient bucket); NULL when not compiled
-    unigram_nll   DOUBLE                 -- nats/token: the validation targets under the train split's unigram
+    unigram_nll   DOUBLE,                -- nats/token: the validation targets under the train split's unigram
                                          -- distribution (add-one smoothed), the plateau (harness/data/unigram.py)
+    hardware      VARCHAR,               -- hardware class key (DESIGN 13), e.g. 'cpu-amd-epyc-7b13-avx512/fp32/
+                                         -- torch2.13.0/eager'; 'unknown' (or NULL) for runs written before it was recorded
+    environment   JSON                   -- the worker's environment record (DESIGN 13)
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

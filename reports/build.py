@@ -41,6 +41,7 @@ from reports.stats.degeneracy import find_degenerate
 from reports.stats.leave_one_out import leave_one_seed_out
 from reports.stats.pairing import NoParentError, of_grid
 from reports.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
+from reports.stats.provenance import grid_provenance, hardware_by_run
 from reports.stats.results import ReportStats
 from reports.stats.robustness import split_tuned
 
@@ -127,20 +128,25 @@ def compute_stats(
     ``progress``: the grid's status next to the queue (:func:`reports.stats.progress.grid_progress`).
     ``leave_one_out``: also run the analysis once without each seed and fill ``influence``
     (:mod:`reports.stats.leave_one_out`; descriptive, n more analyses: the report does it, plan and topup not).
+    The result carries the grid's provenance (:mod:`reports.stats.provenance`): where the runs ran and, where
+    they ran on several hardware classes, every verdict re-decided on the largest class's runs alone.
     Arguments and errors as :func:`build_report`.
     """
     if degenerate is None:  # judged on the frozen protocol's runs (the [tuned] runs repeat variant and seed)
         final, runs, _, _ = split_tuned(frames.final, frames.runs)
         degenerate = find_degenerate(final, runs, frames.route_pairs, frames.route_params, grid=grid)
-    stats = analyze(
-        frames.final,
-        frames.runs,
-        grid=grid,
-        allow_partial=allow_partial,
-        plan=plan,
-        degenerate=degenerate,
-        progress=progress,
-    )
+    options = dict(grid=grid, allow_partial=allow_partial, degenerate=degenerate, progress=progress)
+    stats = analyze(frames.final, frames.runs, plan=plan, **options)
+    final, runs, _, _ = split_tuned(of_grid(frames.final, grid), of_grid(frames.runs, grid))
+    hardware = hardware_by_run(runs)
+
+    def decide(hw_class: str) -> ReportStats:
+        """The same analysis (plan, degeneracy) on the runs of one hardware class alone."""
+        ids = [rid for rid, c in hardware.items() if c == hw_class]
+        in_class = pl.col("run_id").is_in(ids)
+        return analyze(final.filter(in_class), runs.filter(in_class), plan=stats.plan, **options)
+
+    stats = dataclasses.replace(stats, provenance=grid_provenance(stats, final, runs, decide))
     if not leave_one_out:
         return stats
     again = functools.partial(

@@ -12,6 +12,8 @@ computes a statistic, and nothing in :mod:`reports.stats` imports this package.
   :mod:`~reports.render.evidence_sections` (A/A, divergence, descriptives, mixed model, gain vs budget),
   :mod:`~reports.render.methods_section` (Methods); :mod:`~reports.render.robustness_section`: the ``[tuned]`` robustness section;
   :mod:`~reports.render.factorial_section`: the factorial section and its interaction plot (DESIGN 12);
+  :mod:`~reports.render.provenance_section`: where the runs ran, its one-line banner where hardware classes
+  mix, the variant x hardware tables (DESIGN 13);
 * :mod:`~reports.render.figures`, :mod:`~reports.render.routing_figures`: PNG figures;
   :mod:`~reports.render.figure_set`: every figure of a report, in order;
 * :mod:`~reports.render.plan_table` (``harness plan``'s text), :mod:`~reports.render.topup_lines`

@@ -4,7 +4,8 @@
 verdict banners, chips, how to read it), the warnings, the decisions (:mod:`reports.render.decision_sections`:
 plan, Step 1 headline, Step 2 controls), the follow-up, robustness and factorial sections, the evidence
 (:mod:`reports.render.evidence_sections`: A/A, divergence, descriptives, mixed model, gain vs budget), the
-figures, Methods (:mod:`reports.render.methods_section`) and the runs left out. Nothing here computes a
+figures, the provenance (:mod:`reports.render.provenance_section`; its one-line banner at the top where the
+runs mix hardware classes), Methods (:mod:`reports.render.methods_section`) and the runs left out. Nothing here computes a
 statistic. Sections are lists of blocks (:mod:`reports.render.blocks`), written out as Markdown
 and as one self-contained HTML file. Sentence helpers (``headline_sentence``, ``control_sentence``,
 ``aa_sentence``) live in :mod:`reports.render.sentences`, shared with ``harness report``'s terminal summary.
@@ -32,6 +33,9 @@ from reports.render.followup_section import summary as followup_summary
 from reports.render.methods_section import methods_blocks
 from reports.render.plateau_section import blocks as plateau_blocks
 from reports.render.plateau_section import plateau_line
+from reports.render.provenance_section import banner as hardware_banner
+from reports.render.provenance_section import blocks as provenance_blocks
+from reports.render.provenance_section import hardware_line
 from reports.render.robustness_section import blocks as robustness_blocks
 from reports.render.sentences import (
     aa_sentence,
@@ -176,6 +180,7 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
         ),
         Para(*progress_sentence(stats.progress)),
     ]
+    blocks += hardware_banner(stats)  # one line where the runs mix hardware classes: never a silent pool
     blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
     blocks += plateau_blocks(stats)
     blocks += plan_blocks(stats) + headline_blocks(stats) + controls_blocks(stats) + followup_blocks(stats)
@@ -187,6 +192,7 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
         + _figures(stats, figures)
         + comparisons_blocks(stats)
         + mixed_blocks(stats)
+        + provenance_blocks(stats)
     )
     return blocks + methods_blocks(stats) + _left_out(stats)
 
@@ -194,6 +200,8 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
 def summary_lines(stats: ReportStats) -> list[str]:
     """Plain-text summary for the terminal: headline per cell, control verdicts, A/A, divergence."""
     lines = [f"runs: {progress_sentence(stats.progress)[0]}"]
+    if stats.provenance is not None:
+        lines.append(hardware_line(stats))
     lines += [
         f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
         f"{_num(stats.plan.min_effect_nats, '.4g') if stats.plan.min_effect_nats else 'not set'}, power "

@@ -26,6 +26,9 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
   :mod:`~reports.stats.aa_checks` (the A/A check);
 * :mod:`~reports.stats.analysis`: :func:`~reports.stats.analysis.analyze`, one grid's
   :class:`~reports.stats.results.ReportStats`, in short named steps;
+* :mod:`~reports.stats.provenance`: where the runs ran (DESIGN 13): hardware classes and commits per
+  variant, balance, straddling pairs, each class's paired differences (Welch's ANOVA), every verdict
+  within the largest class (its re-analysis passed in by :func:`reports.build.compute_stats`);
 * :mod:`~reports.stats.seed_planning` (``harness plan``'s rows) and :mod:`~reports.stats.topup`
   (which cells ``harness topup`` tops up), both reading a ``ReportStats``.
 

@@ -301,6 +301,8 @@ class ReportStats:
             (i for i in self.influence if (i.kind, i.comparison, i.size, i.budget_tokens) == key), None
         )
 
+    provenance: object = None  # reports.stats.provenance.Provenance: where the runs ran, DESIGN 13
+
     @property
     def cells(self) -> list[tuple[str, int]]:
         return sorted({(c.size, c.budget_tokens) for c in self.comparisons}, key=cell_order)

@@ -95,6 +95,10 @@ EXTRA_COLUMNS = (
     "loo_max_holm_p",
     "loo_worst_seed",
     "loo_survives",
+    "hardware_classes",
+    "hardware_balanced",
+    "straddling_pairs",
+    "hardware_agree_p",
 )
 
 
@@ -424,7 +428,31 @@ def factorial_row(rs, f) -> dict:
 def stats_frame(rs) -> pl.DataFrame:
     """``stats.csv`` of a :class:`~reports.stats.results.ReportStats` ``rs``: one row per comparison, then
     one per factorial contrast (kinds ``factorial_*``); :data:`CSV_COLUMNS` then :data:`EXTRA_COLUMNS`."""
-    rows = [comparison_row(rs, c) for c in rs.comparisons]
-    rows += [factorial_row(rs, f) for cell in rs.factorial for f in cell.contrasts]
+    rows = [comparison_row(rs, c) | _hardware_columns(rs, c) for c in rs.comparisons]
+    rows += [
+        factorial_row(rs, f) | _hardware_columns(rs, None) for cell in rs.factorial for f in cell.contrasts
+    ]
     cols = CSV_COLUMNS + EXTRA_COLUMNS
     return pl.DataFrame(rows).select(cols) if rows else pl.DataFrame({c: [] for c in cols})
+
+
+def _hardware_columns(rs, c) -> dict:
+    """Where comparison ``c``'s pairs ran (DESIGN 13, :mod:`reports.stats.provenance`): ``hardware_classes``
+    ``"class: runs of first vs runs of second; ..."``, ``hardware_balanced`` (equal counts in every class),
+    ``straddling_pairs`` (pairs on two classes), ``hardware_agree_p`` (Welch's ANOVA across the classes; NaN
+    with one class). Empty for a row without provenance (factorial contrasts, the [tuned] row)."""
+    empty = dict(hardware_classes=None, hardware_balanced=None, straddling_pairs=None, hardware_agree_p=NAN)
+    prov = getattr(rs, "provenance", None)
+    if prov is None or c is None:
+        return empty
+    key = (c.comparison, c.size, c.budget_tokens)
+    bal = next((b for b in prov.balance if (b.comparison, b.size, b.budget_tokens) == key), None)
+    if bal is None:
+        return empty
+    check = next((k for k in prov.checks if (k.comparison, k.size, k.budget_tokens) == key), None)
+    return dict(
+        hardware_classes="; ".join(f"{h}: {a} vs {b}" for h, a, b in bal.table),
+        hardware_balanced=bal.balanced,
+        straddling_pairs=sum((s.comparison, s.size, s.budget_tokens) == key for s in prov.straddling),
+        hardware_agree_p=check.p if check is not None else NAN,
+    )

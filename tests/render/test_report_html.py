@@ -71,7 +71,22 @@ def _broken(tmp):
     return frames
 
 
-CASES = {"established": _established, "weak": _weak, "broken": _broken}
+def _mixed_hardware(tmp):
+    """The established grid trained half on a CPU class and half on a GPU class, one treatment run moved:
+    the provenance section's banner and its variant x hardware tables, with long class keys."""
+    frames = synthetic_frames(grid="mixedhw", n_layers=4)
+    cpu, gpu = (
+        "cpu-amd-epyc-7b13-avx512/fp32/torch2.5.1/eager",
+        "cuda-nvidia-h100-80gb-hbm3/bf16/torch2.5.1/inductor",
+    )
+    on_gpu = (pl.col("seed") >= 3) | (pl.col("run_id") == "mixedhw-small-1000000-rd_attnres-s0")
+    frames["runs"] = frames["runs"].with_columns(
+        hardware=pl.when(on_gpu).then(pl.lit(gpu)).otherwise(pl.lit(cpu))
+    )
+    return frames
+
+
+CASES = {"established": _established, "weak": _weak, "broken": _broken, "mixed_hardware": _mixed_hardware}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -94,6 +109,7 @@ def test_case_verdicts_are_what_the_layout_test_needs(report):
         "established": ({dec.GAIN_ESTABLISHED, dec.DOES_NOT_REPRODUCE, dec.INCONCLUSIVE}, {"bit-identical"}),
         "weak": ({dec.GAIN_NOT_ESTABLISHED, dec.NOT_ASSESSED}, {"warn"}),
         "broken": ({dec.DEGENERATE}, {"FAIL"}),
+        "mixed_hardware": ({dec.GAIN_ESTABLISHED, dec.DOES_NOT_REPRODUCE}, {"bit-identical"}),
     }[name]
     assert want[0] <= verdicts and aa == want[1], (verdicts, aa)
 
@@ -114,6 +130,10 @@ def test_nothing_overflows_and_no_cell_is_squeezed(report, width):
     assert 'data-js-error="' not in dom and not re.search(
         r"CONSOLE.*(Failed to load|Refused|Not allowed)", log
     )
+    if name == "mixed_hardware":  # the banner line and the variant x hardware tables, drawn within the page
+        assert (
+            dom.count("Hardware: MIXED.") == 2 and "Variant x hardware: paired differences per class" in dom
+        )
     # Contents: a sticky column beside the report on wide screens, under the header on narrow ones.
     assert m["tocPosition"] == ("sticky" if width >= 1250 else "static")
 
@@ -151,6 +171,7 @@ def test_verdict_banners_chips_and_the_aa_box(report):
         "established": ("pass", "rgb(11, 110, 79)"),
         "weak": ("warn", "rgb(138, 83, 0)"),
         "broken": ("FAIL", "rgb(179, 38, 30)"),
+        "mixed_hardware": ("pass", "rgb(11, 110, 79)"),
     }[name]
     assert (m["aaBox"]["chip"], m["aaBox"]["border"]) == want
     page = (out / "report.html").read_text()

@@ -82,6 +82,7 @@ def test_markdown_has_every_section(full_report):
         "## Divergence is an outcome: runs per variant",
         "## Descriptives: every comparison",
         "## Mixed model cross-check: nll ~ variant + (1 | seed)",
+        "## Provenance: where the runs ran",
         "## Figures",
         "## Methods (DESIGN section 6)",
         "## Runs left out, and why",
@@ -131,8 +132,8 @@ def test_html_is_self_contained(full_report):
         assert base64.b64decode(src.split(",", 1)[1]) == fig.png
     assert not re.search(r'(src|href)="(https?:|//|file:)', page)
     # legend, grid status, unigram plateau, plan, headline, controls, leave one seed out, A/A, divergence,
-    # descriptives, mixed model (nothing left out)
-    assert page.count("<table>") == 11
+    # descriptives, mixed model, provenance (one class: no variant x hardware tables; nothing left out)
+    assert page.count("<table>") == 12
 
 
 def test_partial_grid_report_lists_left_out_runs_and_assesses_nothing(tmp_path):

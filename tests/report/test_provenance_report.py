@@ -1,0 +1,131 @@
+"""The report's provenance section through ``harness report`` (DESIGN 13): result files written as workers
+write them, with a hardware class, then read by DuckDB and rendered. A grid half on one class and half on
+another gets one banner line at the top and the variant x hardware table; a grid on one class says so in one
+line; result files written before the record read as 'unknown'. No host name or path reaches the report.
+CPU only, a few seconds each."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+import polars as pl
+
+from harness import cli
+from reports.simulation.synthetic import frames_from_values
+
+GRID = "hw"
+A, B = "cpu-amd-epyc-7b13-avx512/fp32/torch2.5.1/eager", "cuda-nvidia-h100/bf16/torch2.5.1/inductor"
+HOST = "lab-node-17.example.org"
+PARENT = [3.10, 3.12, 3.08, 3.11, 3.09, 3.13, 3.07, 3.115]
+GAIN = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033, -0.029, -0.032]
+
+
+def write_folder(results, hardware) -> None:
+    """A results folder of parent, treatment and one control over 8 seeds; ``hardware(variant, seed)`` is
+    the run's class, or None for a result file written before the record (no ``hardware`` key)."""
+    from db.store import Store
+
+    store = Store(results)
+    treat = [p + g for p, g in zip(PARENT, GAIN, strict=True)]
+    ctrl = [p + g / 4 for p, g in zip(PARENT, GAIN, strict=True)]
+    frames = frames_from_values({"block_attnres": PARENT, "rd_attnres": treat, "fixed_v": ctrl}, grid=GRID)
+    for run in frames["runs"].iter_rows(named=True):
+        nll = {"block_attnres": PARENT, "rd_attnres": treat, "fixed_v": ctrl}[run["variant"]][run["seed"]]
+        row = {**run, "config": json.loads(run["config"]), "host": HOST, "owner": f"{HOST}:4242"}
+        hw = hardware(run["variant"], run["seed"])
+        if hw is not None:
+            row |= {"hardware": hw, "environment": {"cpu": "AMD EPYC 7B13", "torch": "2.5.1"}}
+        metrics = [dict(step=100, tokens=run["budget_tokens"], split="val", name="nll", value=nll)]
+        store.write_result({"run": row, "metrics": metrics, "routing": []})
+
+
+def report(results, out, capsys, *extra):
+    """``harness report`` on the folder: (report.md, report.html, stats.csv, stdout)."""
+    rc = cli.main(
+        ["report", "--grid", GRID, "--results", str(results), "--out", str(out), "--no-figures", *extra]
+    )
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    return md, html, pl.read_csv(out / "stats.csv"), cap.out
+
+
+def _no_machine_names(tmp_path, *texts):
+    for text in texts:
+        assert HOST not in text and "4242" not in text and str(tmp_path) not in text
+
+
+def test_a_grid_half_on_each_class_gets_the_banner_and_the_variant_x_hardware_table(tmp_path, capsys):
+    # Seeds 0-3 on A, 4-7 on B; the treatment's seed 3 ran on B: one straddling pair per comparison it is in.
+    write_folder(tmp_path / "r", lambda v, s: B if s >= 4 or (v, s) == ("rd_attnres", 3) else A)
+    md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
+    banner = (
+        f"> Hardware: MIXED. The 24 finished runs ran on 2 hardware classes ({B} (13), {A} (11)); 2 pair(s) "
+        f"straddle two classes and 2 comparison(s) are imbalanced across classes."
+    )
+    top = md[: md.index("## Verdict per cell")]
+    assert top.count("Hardware:") == 1 and banner in top  # one line, at the top
+    section = md[md.index("## Provenance: where the runs ran") : md.index("## Methods")]
+    assert f"| rd_attnres | 8 | {B} (5), {A} (3) | abc1234 (8) |" in section
+    assert f"| block_attnres | 8 | {A} (4), {B} (4) | abc1234 (8) |" in section
+    assert f"| rd_attnres - block_attnres | small, 1M | {A}: 3 vs 4; {B}: 5 vs 4 | NO |" in section
+    assert f"| rd_attnres - block_attnres | small, 1M | 3 | {B} | {A} |" in section  # the straddling pair
+    assert "### Variant x hardware: paired differences per class" in section
+    d = {
+        hw: [g for s, g in enumerate(GAIN) if s in seeds] for hw, seeds in ((A, (0, 1, 2)), (B, (4, 5, 6, 7)))
+    }
+    for hw, x in d.items():
+        assert f"| {hw} | {len(x)} | {sum(x) / len(x):+.4f} [" in section
+    assert f"| straddling | 1 | {GAIN[3]:+.4f} - |" in section
+    assert f"### Every verdict within the largest class ({B})" in section
+    assert "| small, 1M | headline | gain established | " in section
+    row = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
+    assert (row["hardware_balanced"], row["straddling_pairs"]) == (False, 1)
+    # The HTML holds the same section and banner, and the terminal summary the line.
+    assert (
+        "Provenance: where the runs ran" in html
+        and "Variant x hardware: paired differences per class" in html
+    )
+    assert (
+        html.count("Hardware: MIXED.") == 2 and "Hardware: MIXED." in out
+    )  # the banner and the section's line
+    _no_machine_names(tmp_path, md, html, (tmp_path / "out" / "stats.csv").read_text())
+
+
+def test_a_grid_on_one_class_says_so_in_one_line(tmp_path, capsys):
+    write_folder(tmp_path / "r", lambda v, s: A)
+    md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
+    line = f"Hardware: one class, all 24 finished runs on {A}."
+    assert md.count("Hardware:") == 1 and line in md and line in out and line in html
+    assert md.index(line) > md.index("## Provenance: where the runs ran")  # no banner at the top
+    assert "Variant x hardware" not in md and "straddle" not in md and "largest class" not in md
+    assert set(table["hardware_balanced"].to_list()) == {True} and set(table["straddling_pairs"]) == {0}
+    _no_machine_names(tmp_path, md, html)
+
+
+def test_result_files_from_before_the_record_read_unknown(tmp_path, capsys):
+    write_folder(tmp_path / "r", lambda v, s: None)
+    md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
+    line = "Hardware: unknown. All 24 finished runs predate the hardware record (class 'unknown')"
+    assert md.count("Hardware:") == 1 and line in md and line in out and escape(line) in html
+    assert "| rd_attnres | 8 | unknown (8) | abc1234 (8) |" in md
+    assert set(table["hardware_classes"].to_list()) == {"unknown: 8 vs 8"}
+    from db.store import Store  # the column is there, and NULL: the store never guesses
+
+    stored = Store(tmp_path / "r").query("SELECT DISTINCT hardware FROM runs", [])
+    assert stored["hardware"].to_list() == [None]
+
+
+def test_a_grid_continued_after_the_record_mixes_unknown_with_the_new_class(tmp_path, capsys):
+    """Seeds 0-3 from result files written before the record, seeds 4-7 on a recorded class: a mix, never a
+    guess that the old runs ran on the new class."""
+    write_folder(tmp_path / "r", lambda v, s: A if s >= 4 else None)
+    md, _, table, _ = report(tmp_path / "r", tmp_path / "out", capsys)
+    top = md[: md.index("## Verdict per cell")]
+    assert (
+        f"> Hardware: MIXED. The 24 finished runs ran on 2 hardware classes ({A} (12), unknown (12)) "
+        "('unknown': written before the hardware record); 0 pair(s) straddle two classes"
+    ) in top
+    assert f"| block_attnres | 8 | {A} (4), unknown (4) | abc1234 (8) |" in md
+    assert set(table["hardware_classes"].to_list()) == {f"{A}: 4 vs 4; unknown: 4 vs 4"}
