@@ -45,8 +45,12 @@ CREATE TABLE IF NOT EXISTS runs (
                                          -- to eager); NULL in result files written before it was recorded
     compile_graphs INTEGER,              -- graphs inductor compiled for the run on rank 0 (DDP's optimiser: one per
                                          -- gradient bucket); NULL when not compiled
-    unigram_nll   DOUBLE                 -- nats/token: the validation targets under the train split's unigram
+    unigram_nll   DOUBLE,                -- nats/token: the validation targets under the train split's unigram
                                          -- distribution (add-one smoothed), the plateau (harness/data/unigram.py)
+    hardware      VARCHAR,               -- hardware class: what changes numerics (device/precision/torch/compile,
+                                         -- DESIGN 13); 'unknown' for result files written before it was recorded
+    environment   JSON                   -- the environment record: CPU and ISA, GPU, driver, CUDA, versions, flags,
+                                         -- training commit (harness/train/environment.py); no host name, no path
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.
