@@ -31,6 +31,9 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     [analysis]                       # optional analysis plan (harness.design.analysis_plan, DESIGN section 6)
     min_effect_nats = 0.01
 
+    [schedule]                       # optional: how workers take the runs (harness.scheduling.hardware_pairs)
+    pair_hardware = "same"           # default; "any": a seed's runs may train on different hardware classes
+
     [factorial]                      # optional 2 x 2 design over four variants (harness.design.factorial, DESIGN 12)
     factors = ["offset", "decoupled_v"]
     levels = { block_attnres = [0, 0], param_matched = [1, 0], rd_attnres = [0, 1], rd_offset = [1, 1] }
@@ -78,6 +81,7 @@ from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_diff
 from harness.design.config import SIZES, RunConfig
 from harness.design.factorial import parse_factorial
 from harness.scheduling.grid_checks import (
+    DEFAULT_PAIR_HARDWARE,
     GRID_KEYS,
     REQUIRED_KEYS,
     check_factorial_cells,
@@ -89,6 +93,7 @@ from harness.scheduling.grid_checks import (
     check_variants,
     grid_texts,
     int_list,
+    parse_schedule,
     roles_table,
     str_list,
     train_tables,
@@ -182,6 +187,8 @@ class Grid:
         train_by_variant: variant -> its ``[train.VARIANT]`` overrides.
         tuned: variant -> its ``[tuned]`` entry: ``"tune:NAME"`` or a table of params.
         analysis: the checked ``[analysis]`` plan (defaults for keys not written).
+        pair_hardware: ``[schedule] pair_hardware``: ``same`` (both runs of a seed on one hardware class,
+            the default) or ``any`` (:mod:`harness.scheduling.hardware_pairs`).
         description: free text.
         path: the file it was read from, if any.
     """
@@ -198,6 +205,7 @@ class Grid:
     train_by_variant: dict = field(default_factory=dict)
     tuned: dict = field(default_factory=dict)
     analysis: AnalysisPlan = field(default_factory=AnalysisPlan)
+    pair_hardware: str = DEFAULT_PAIR_HARDWARE
     description: str = ""
     path: Path | None = None
 
@@ -368,6 +376,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
             analysis, factorial=parse_factorial(data["factorial"], variants, where=where)
         )
     check_factorial_cells(analysis.factorial, variants, sizes_by_role, budgets_by_role, err)
+    pair_hardware = parse_schedule(data.get("schedule", {}), err)
     return Grid(
         name=name,
         corpus=corpus,
@@ -381,6 +390,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
         train_by_variant=by_variant,
         tuned=tuned,
         analysis=analysis,
+        pair_hardware=pair_hardware,
         description=description,
         path=Path(path) if path is not None else None,
     )

@@ -29,8 +29,15 @@ GRID_KEYS = {
     "train": "table of TrainConfig overrides, with optional [train.VARIANT] tables",
     "tuned": "table: variant = \"tune:NAME\" (a tuning study's best params) or a table of params",
     "analysis": "table: the analysis plan (alpha, reproduce_fraction, min_effect_nats, power, max_seeds, looks)",
+    "schedule": 'table: how workers take the runs (pair_hardware = "same" or "any")',
     "factorial": "table: factors = [A, B] and levels = { variant = [a, b], ... } (a 2 x 2 design, DESIGN section 12)",
 }
+#: The values of ``[schedule] pair_hardware`` (harness.scheduling.hardware_pairs): both runs of a seed on one
+#: hardware class, or anywhere.
+PAIR_HARDWARE = ("same", "any")
+#: The default: a paired design stays paired on hardware too (docs/scaling-out.md says why).
+DEFAULT_PAIR_HARDWARE = "same"
+
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
 
@@ -259,3 +266,24 @@ def check_tuned(table, variants: dict[str, str], err) -> dict:
             ):
                 raise err(f"{key}.{name}", f"{value!r} must be a fraction of the budget in [0, 1)")
     return dict(table)
+
+
+def parse_schedule(table, err) -> str:
+    """The ``pair_hardware`` of a grid's ``[schedule]`` table (default :data:`DEFAULT_PAIR_HARDWARE`).
+
+    Raises:
+        ValueError: from ``err(key, message)``: not a table, an unknown key, or a value other than
+            ``"same"`` / ``"any"``.
+    """
+    if not isinstance(table, dict):
+        raise err("schedule", f"must be a table ([schedule]), got {type(table).__name__}")
+    unknown = [k for k in table if k != "pair_hardware"]
+    if unknown:
+        raise err(f"schedule.{unknown[0]}", 'unknown key; allowed: pair_hardware ("same" or "any")')
+    value = table.get("pair_hardware", DEFAULT_PAIR_HARDWARE)
+    if value not in PAIR_HARDWARE:
+        raise err(
+            "schedule.pair_hardware",
+            f'{value!r} is not allowed; allowed: "same" (both runs of a seed on one hardware class) or "any"',
+        )
+    return value
