@@ -100,14 +100,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text).strip("-") or "unknown"
 
 
+def driver_version(text: str) -> str | None:
+    """The driver version in the text of ``/proc/driver/nvidia/version`` (the proprietary module's
+    ``... Kernel Module  535.183.01  ...`` or the open one's ``... Open Kernel Module for x86_64  550.54.15 ...``),
+    or ``None``."""
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else None
+
+
 def _nvidia_driver() -> str | None:
     """The NVIDIA kernel driver's version from ``/proc/driver/nvidia/version`` (Linux), or ``None``."""
     try:
-        first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
-    except (OSError, IndexError):
+        return driver_version(Path("/proc/driver/nvidia/version").read_text())
+    except OSError:
         return None
-    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", first)
-    return found.group(1) if found else None
 
 
 def _gpu() -> dict | None:
@@ -159,11 +165,11 @@ def machine_record() -> dict:
     }
 
 
-def device_key(device_type: str) -> str:
+def device_key(device_type: str, record: dict | None = None) -> str:
     """The device part of a hardware class: ``cpu-MODEL-ISA`` (ISA: torch's kernel capability, plus
     ``amx`` or ``avx512bf16`` where the CPU has native bf16 matrix arithmetic), ``cuda-GPU NAME``, or
-    ``mps-MODEL``. The machine's facts come from :func:`machine_record` (cached)."""
-    record = machine_record()
+    ``mps-MODEL``. The machine's facts: ``record`` (a :func:`machine_record`), default this machine's (cached)."""
+    record = machine_record() if record is None else record
     cpu = record["cpu"]
     if device_type == "cuda" and record["gpu"] is not None:
         return "cuda-" + _slug(record["gpu"]["name"])
@@ -269,6 +275,7 @@ __all__ = [
     "PRECISION_KEYS",
     "machine_record",
     "device_key",
+    "driver_version",
     "hardware_class",
     "detected_class",
     "run_numerics",

@@ -20,9 +20,18 @@ from db.runfile import read_result, result_path
 from harness.cli import main as cli
 from harness.commands.status import status_lines
 from harness.scheduling.grid import parse_grid
-from harness.scheduling.hardware_pairs import BIND_PREFIX, POLICY_ATTR, TRIAL_ATTR, seed_key
+from harness.scheduling.hardware_pairs import (
+    BIND_PREFIX,
+    POLICY_ATTR,
+    TRIAL_ATTR,
+    PairGate,
+    seed_key,
+    set_policy,
+)
 from harness.scheduling.queue import RunQueue
 from harness.train.environment import HARDWARE_CLASS_ENV
+
+from queue_stubs import configs
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
@@ -182,3 +191,40 @@ def test_grid_option_default_and_seed_keys():
     assert seed_key("g:tiny:rd_attnres:s12:1024") == "tiny:1024:12"
     assert seed_key("g:tiny:rd_attnres:s12:1024:tuned") == "tiny:1024:12"  # a tuned run pairs in its seed
     assert json.dumps(seed_key("a.b-c:small:x:s0:5")) == '"small:5:0"'
+
+
+def _drain(queue: RunQueue) -> list[str]:
+    """Claim and complete runs until the queue gives none to this worker; the run ids, in order."""
+    out = []
+    while (claim := queue.claim("g")) is not None:
+        assert queue.complete(claim, "done", value=1.0, wall_s=0.1)
+        out.append(claim.run_id)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["journal", "postgres"])
+def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_path):
+    """Two workers' queues on one storage (the journal; a real PostgreSQL server), each with its class: the
+    first claim of a seed binds it, the other class's worker skips the seed's other runs (no attempt spent)
+    and says which class holds them; with ``any`` it takes them."""
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    adder = RunQueue.open(url, tmp_path)
+    adder.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
+    set_policy(adder.storage, adder.study_of("g"), "same")
+    a, b = RunQueue.open(url, tmp_path), RunQueue.open(url, tmp_path)
+    a.pairs, b.pairs = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
+    first = a.claim("g")
+    assert first.run_id == "g:tiny:block_attnres:s0:1000"
+    assert a.complete(first, "done", value=1.0, wall_s=0.1)
+    assert _drain(b) == ["g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000"]
+    assert b.pairs.held == {"g:tiny:rd_attnres:s0:1000": "class-a"}
+    assert adder.runs("g")["g:tiny:rd_attnres:s0:1000"].attempt == 1
+    set_policy(adder.storage, adder.study_of("g"), "any")  # queueing the grid again may change it
+    assert _drain(b) == ["g:tiny:rd_attnres:s0:1000"]
+    classes = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in adder.runs("g").items()}
+    assert classes == {
+        "g:tiny:block_attnres:s0:1000": "class-a",
+        "g:tiny:rd_attnres:s0:1000": "class-b",
+        "g:tiny:block_attnres:s1:1000": "class-b",
+        "g:tiny:rd_attnres:s1:1000": "class-b",
+    }

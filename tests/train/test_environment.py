@@ -203,3 +203,16 @@ def test_old_result_files_and_old_databases_read_hardware_unknown(tmp_path):
         con.close()
     frame = store.query("select run_id, hardware from runs")  # its ingest applies the schema
     assert frame.rows() == [("old-0", "unknown")]
+
+
+def test_gpu_parts_of_the_record_from_their_sources_text():
+    """The CUDA-only parts, on a CPU: the driver from ``/proc/driver/nvidia/version``'s two formats, and a
+    GPU record's device key (a CPU machine's record with an H100 in it)."""
+    proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+    open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)\n"
+    assert environment.driver_version(proprietary) == "535.183.01"
+    assert environment.driver_version(open_module) == "550.54.15"
+    assert environment.driver_version("GCC version:  gcc version 12.2.0") is None
+    record = {**environment.machine_record(), "gpu": {"name": "NVIDIA H100 80GB HBM3", "count": 8}}
+    assert environment.device_key("cuda", record) == "cuda-nvidia-h100-80gb-hbm3"
+    assert environment.device_key("cpu", record) == environment.device_key("cpu")  # the CPU key ignores it
