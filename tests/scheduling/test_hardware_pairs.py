@@ -95,7 +95,10 @@ def queued(tmp_path, monkeypatch):
 def test_same_keeps_each_pair_on_one_class_and_status_names_what_waits(queued, monkeypatch, capsys):
     results = queued('[schedule]\npair_hardware = "same"')
     _work(results, "class-a", monkeypatch, "--max-runs", "1")  # the first run: seed 0's parent
+    capsys.readouterr()
     _work(results, "class-b", monkeypatch)  # seed 1 whole; seed 0's treatment is held for class-a
+    out = capsys.readouterr().out
+    assert "nothing queued for this worker's hardware class: 1 run(s) wait for class-a" in out, out
     assert _classes_by_seed(results) == {
         0: {"block_attnres": "class-a"},
         1: {"block_attnres": "class-b", "rd_attnres": "class-b"},
