@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from db.runfile import read_result, result_path
+from harness.cli import build_parser
 from harness.cli import main as cli
+from harness.commands.launch import _work_argv, _work_options  # the worker options a launch builds
 from harness.commands.status import status_lines
 from harness.scheduling.grid import parse_grid
 from harness.scheduling.hardware_pairs import (
@@ -231,3 +233,15 @@ def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_p
         "g:tiny:block_attnres:s1:1000": "class-b",
         "g:tiny:rd_attnres:s1:1000": "class-b",
     }
+
+
+def test_launch_passes_any_hardware_to_its_workers(tmp_path):
+    """``harness launch --any-hardware``: every launched worker's options (pickled into its task) and the
+    ``harness work`` line it records carry it; without it, neither does."""
+    for extra, want in (([], False), (["--any-hardware"], True)):
+        args = build_parser().parse_args(
+            ["launch", "--results", str(tmp_path), "--executor", "local", *extra]
+        )
+        options = _work_options(args, None)
+        assert options.any_hardware is want
+        assert ("--any-hardware" in _work_argv(options, None)) is want
