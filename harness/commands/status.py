@@ -9,7 +9,10 @@ and its ETA, from the progress each worker writes into its lease with every hear
 (every few seconds), and how long ago that was. Live workers are those holding a fresh
 lease, so idle workers waiting with --wait are not counted. Stale leases (a worker that
 stopped beating) are listed; the next `harness work` queues their runs again. A --grid
-that names no grid in the queue is an error naming the grids there.
+that names no grid in the queue is an error naming the grids there. Queued runs that a grid's
+[schedule] pair_hardware = "same" holds for a hardware class no live worker has (the other runs
+of their seed trained there) are listed under that class: a worker of that class takes them,
+or `harness work --any-hardware` (docs/scaling-out.md).
 
 Result files the results store cannot read (truncated, another schema, a stale write) are
 listed with why; a grid whose runs all trained but some result is unreadable shows
