@@ -122,13 +122,12 @@ def _folder(run_id: str) -> str:
 
 
 def make_logger(name: str, config: RunConfig, results_dir: Path, *, tags: dict[str, str] | None = None):
-    """A Lightning logger ``name`` (one of :data:`harness.design.config.TRACKERS`) for one run; ``tags``
-        (``{"hardware": class, "code_version": commit}``) become MLflow run tags and W&B tags (the values, cut
-    to W&B's 64 characters);
-        TensorBoard and CSV keep them among the hyper-parameters (:func:`hyperparameters`).
+    """A Lightning logger ``name`` (one of :data:`harness.design.config.TRACKERS`) for one run. ``tags``
+    (``{"hardware": class, "code_version": commit}``) become MLflow run tags and W&B tags (the values, cut
+    to W&B's 64 characters); TensorBoard and CSV keep them among the hyper-parameters (:func:`hyperparameters`).
 
-        Raises:
-            ModuleNotFoundError and whatever the tracker's client raises (caught by :class:`Trackers`).
+    Raises:
+        ModuleNotFoundError and whatever the tracker's client raises (caught by :class:`Trackers`).
     """
     results_dir = Path(results_dir).resolve()
     run = _folder(config.run_id)
