@@ -149,9 +149,7 @@ def build(
     model, dm, lit = _model_and_modules(config, train, settings, plan, prepared, t_start)
     accelerator = _accelerator(settings.accelerator)
     precision = resolve_precision(train.precision, accelerator)
-    protocol = protocol_dict(
-        config, data_meta=prepared.protocol_meta, model=model.cfg, **_evaluation(dm, precision)
-    )
+    protocol = _protocol(config, prepared, model, dm, precision)
     environment = environment_record(*run_numerics(config, settings))  # after TF32: the flags as trained
     ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
     callback = _callback(
@@ -166,8 +164,10 @@ def build(
         t_start=t_start,
     )
     names = settings.loggers  # the grid's and the command line's
-    trackers = Trackers(
-        names, config, results_dir, protocol_hash=protocol_hash(protocol), environment=environment
+    trackers = (
+        Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol), environment=environment)
+        if names
+        else None
     )
     trainer = make_trainer(
         accelerator=accelerator,
@@ -177,7 +177,7 @@ def build(
         precision=precision,
         max_steps=plan.total_steps,
         root=ckpt_dir,
-        callbacks=[callback] + ([trackers] if names else []),
+        callbacks=[callback] + ([trackers] if trackers else []),
     )
     resumed_from, source = _resume_point(config, results_dir, fence, ckpt_dir)
     if settings.progress:
@@ -199,14 +199,22 @@ def build(
         progress=settings.progress,
         started=started,
         t_start=t_start,
-        trackers=trackers if names else None,
+        trackers=trackers,
         environment=environment,
     )
 
 
-def _evaluation(dm: TokenDataModule, precision: str) -> dict:
-    """The protocol's evaluation windows and concrete precision (:func:`~harness.train.protocol.protocol_dict`)."""
-    return {"eval_windows": dm.n_val_windows, "precision": precision}
+def _protocol(
+    config: RunConfig, prepared: PreparedCorpus, model, dm: TokenDataModule, precision: str
+) -> dict:
+    """The run's protocol (:func:`~harness.train.protocol.protocol_dict`), ``precision`` the concrete one."""
+    return protocol_dict(
+        config,
+        data_meta=prepared.protocol_meta,
+        model=model.cfg,
+        eval_windows=dm.n_val_windows,
+        precision=precision,
+    )
 
 
 def _plan_and_corpus(config: RunConfig, results_dir: Path, settings: ExecutionSettings):
