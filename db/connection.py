@@ -32,7 +32,7 @@ from pathlib import Path
 
 import duckdb
 
-from db.validate import columns, schema_sha256, schema_sql
+from db.validate import DEFAULTS, columns, schema_sha256, schema_sql
 from harness.common.files import fsync_dir, fsync_file
 
 #: DuckDB storage format of the results database (see the module docstring).
@@ -214,6 +214,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
                 if column not in have[table]:
                     # identifiers come from schema.sql, never from user input
                     con.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {dtype}')
+                    if (table, column) in DEFAULTS:  # rows ingested before the column: as their files read
+                        con.execute(f'UPDATE "{table}" SET "{column}" = ?', [DEFAULTS[table, column]])
         con.execute(schema_sql())
         con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_sha256', ?)", [want])
         con.commit()

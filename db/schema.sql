@@ -47,9 +47,10 @@ CREATE TABLE IF NOT EXISTS runs (
                                          -- gradient bucket); NULL when not compiled
     unigram_nll   DOUBLE,                -- nats/token: the validation targets under the train split's unigram
                                          -- distribution (add-one smoothed), the plateau (harness/data/unigram.py)
-    hardware      VARCHAR,               -- hardware class key (DESIGN 13), e.g. 'cpu-amd-epyc-7b13-avx512/fp32/
-                                         -- torch2.13.0/eager'; 'unknown' (or NULL) for runs written before it was recorded
-    environment   JSON                   -- the worker's environment record (DESIGN 13)
+    hardware      VARCHAR,               -- hardware class: what changes numerics (device/precision/torch/compile,
+                                         -- DESIGN 13); 'unknown' for result files written before it was recorded
+    environment   JSON                   -- the environment record: CPU and ISA, GPU, driver, CUDA, versions, flags,
+                                         -- training commit (harness/train/environment.py); no host name, no path
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

@@ -32,7 +32,8 @@ INTEGER/BIGINT take Python ints (not bools, not floats), DOUBLE takes ints or fl
 infinities allowed; the file then uses Python's ``NaN``/``Infinity`` JSON extension), TIMESTAMP
 takes a ``datetime`` or an ISO 8601 string (an aware time is converted to UTC; stored naive
 UTC), JSON takes any JSON-serialisable value (``config`` is normally a dict). Optional columns
-may be None or absent. Durations (``wall_s`` and its phases ``train_s``, ``eval_s``,
+may be None or absent; ``run`` key ``hardware`` then reads as ``unknown`` (:data:`DEFAULTS`: a run
+written before its environment was recorded). Durations (``wall_s`` and its phases ``train_s``, ``eval_s``,
 ``setup_s``, ``ckpt_s``) are finite and >= 0, and the phases add up to at most ``wall_s``.
 """
 
@@ -73,6 +74,9 @@ ALLOWED_VALUES = {
     ("route_pairs", "site"): SITES,
     ("route_params", "site"): SITES,
 }
+# Values of columns a result file written before the column existed reads as (never NULL, never an error):
+# a run written before the environment record ran on hardware nobody recorded (DESIGN section 13).
+DEFAULTS = {("runs", "hardware"): "unknown"}
 # runs columns in seconds: the whole run, then its phases (harness/train/timing.py)
 DURATIONS = ("wall_s", "train_s", "eval_s", "setup_s", "ckpt_s")
 ROW_TABLES = ("metrics", "routing", "route_pairs", "route_params")  # per-run row lists of a result
@@ -248,6 +252,8 @@ def validate_row(table: str, row: Any, where: str, *, run_id: str | None = None)
         if name in out:
             continue
         value = row.get(name)
+        if value is None:
+            value = DEFAULTS.get((table, name))
         if value is None:
             if name in required:
                 what = "is None" if name in row else "is missing"

@@ -105,6 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_storage(parser)
     parser.add_argument("--grid", metavar="NAME", default=None, help="workers only take runs of this grid")
     parser.add_argument(
+        "--any-hardware", action="store_true", help="workers run `harness work --any-hardware` (see its help)"
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -271,6 +274,7 @@ def _work_options(args: argparse.Namespace, storage: str | None) -> WorkOptions:
         grid=args.grid,
         max_runs=args.max_runs or None,
         devices=str(gpus) if gpus else None,
+        any_hardware=getattr(args, "any_hardware", False),
         settings=settings,
     )
 
@@ -283,6 +287,7 @@ def _work_argv(options: WorkOptions, storage_shown: str | None) -> list[str]:
     argv += ["--grid", options.grid] if options.grid else []
     argv += ["--max-runs", str(options.max_runs)] if options.max_runs else []
     argv += ["--accelerator", "gpu", "--devices", options.devices] if options.devices else []
+    argv += ["--any-hardware"] if options.any_hardware else []
     return argv
 
 

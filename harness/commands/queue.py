@@ -5,7 +5,9 @@ the same grid twice adds nothing, and a grid with a new seed adds only the new r
 Failed runs are left alone unless --retry-failed. A run id (grid:size:variant:s<seed>:
 <budget>) names one config: changing a queued grid's [train] table is an error
 (rename the grid instead), and so is changing its [analysis] plan once any of its
-runs is queued: the plan is fixed before the runs.
+runs is queued: the plan is fixed before the runs. A grid's [schedule] pair_hardware = "same"
+(the default) or "any" says whether both runs of a seed must train on one hardware class
+(docs/scaling-out.md); any other value is refused here, and queueing again may change it.
 
 A grid's [tuned] table adds, for each listed variant, runs at its own tuned settings
 (run ids ending in :tuned): "tune:NAME" takes the best params of that tuning study in
@@ -95,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import optuna
 
+    from harness.scheduling.queue.hardware_pairs import set_policy
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.scheduling.queue.storage import COMMAND_RETRY_S, describe_storage
 
@@ -127,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.common.files import results_id
 
     queue.bind_results(grid.name, args.results.resolve(), results_id(args.results, create=True))
+    set_policy(queue.storage, queue.study_of(grid.name), grid.pair_hardware)  # [schedule] pair_hardware
     result = queue.enqueue(configs, retry_failed=args.retry_failed)
     _say_queued(grid, configs, result, describe_storage(args.storage, args.results), args)
     return 0

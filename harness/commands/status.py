@@ -9,7 +9,10 @@ and its ETA, from the progress each worker writes into its lease with every hear
 (every few seconds), and how long ago that was. Live workers are those holding a fresh
 lease, so idle workers waiting with --wait are not counted. Stale leases (a worker that
 stopped beating) are listed; the next `harness work` queues their runs again. A --grid
-that names no grid in the queue is an error naming the grids there.
+that names no grid in the queue is an error naming the grids there. Queued runs that a grid's
+[schedule] pair_hardware = "same" holds for a hardware class no live worker has (the other runs
+of their seed trained there) are listed under that class: a worker of that class takes them,
+or `harness work --any-hardware` (docs/scaling-out.md).
 
 Result files the results store cannot read (truncated, another schema, a stale write) are
 listed with why; a grid whose runs all trained but some result is unreadable shows
@@ -245,6 +248,7 @@ def status_lines(
                 left=2,
             )
         ]
+    out += _held_lines(queue, runs)
     stale = [
         (r.run_id, why)
         for r in runs.values()
@@ -259,6 +263,24 @@ def status_lines(
         out += [f"  {r.run_id} (attempt {r.attempt}): {_last_line(r.error)}" for r in failed[:20]]
         if len(failed) > 20:
             out.append(f"  ... and {len(failed) - 20} more")
+    return out
+
+
+def _held_lines(queue, runs: dict) -> list[str]:
+    """Lines for queued runs held for a hardware class no live worker has (a grid's ``[schedule] pair_hardware
+    = "same"``, :func:`harness.scheduling.queue.hardware_pairs.waiting_for_hardware`)."""
+    from harness.scheduling.queue.hardware_pairs import waiting_for_hardware
+
+    held = waiting_for_hardware(queue.storage, runs, queue.studies())
+    out = []
+    for hardware, ids in sorted(held.items()):
+        out.append(
+            f"waiting for hardware class {hardware}: {len(ids)} run(s), which no live worker has (their seed's "
+            "other runs trained there; a worker of that class takes them, or `harness work --any-hardware`)"
+        )
+        out += [f"  {rid}" for rid in sorted(ids)[:20]] + (
+            [f"  ... and {len(ids) - 20} more"] if len(ids) > 20 else []
+        )
     return out
 
 

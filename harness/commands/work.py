@@ -48,6 +48,11 @@ workers on one node never share a device unless --gpus names it (a shared lock: 
 it share it, others skip it); --devices N trains each claimed run on N ranks, started around
 that run (rank 0 is this worker, which holds the lease). A rank that dies stops the run within
 seconds: the run is queued again (no retry spent) and the worker stops, naming the rank.
+
+Hardware: each run records its hardware class (device model, precision, torch, compile). With a grid's
+[schedule] pair_hardware = "same" (the default) the first run of a seed binds the seed to its worker's
+class, and the seed's other runs wait for a worker of that class (`harness status` shows runs waiting
+for a class no live worker has); --any-hardware lets this worker take them (docs/scaling-out.md).
 """
 
 from __future__ import annotations
@@ -133,6 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    _add_hardware_argument(parser)
     parser.add_argument(
         "--create",
         action="store_true",
@@ -147,6 +153,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"stream each run's live curves to a tracker ({', '.join(TRACKERS)}), besides its "
         "[train] loggers; repeatable; outside the protocol hash",
+    )
+
+
+def _add_hardware_argument(parser: argparse.ArgumentParser) -> None:
+    """``--any-hardware`` (:mod:`harness.scheduling.queue.hardware_pairs`)."""
+    parser.add_argument(
+        "--any-hardware",
+        action="store_true",
+        help='take runs that a grid\'s [schedule] pair_hardware = "same" holds for another hardware class '
+        "(the other runs of their seed trained there; `harness status` lists them): the pair then "
+        "straddles two classes, which the report shows",
     )
 
 
@@ -186,6 +203,7 @@ def work_options(args: argparse.Namespace) -> WorkOptions:
         create=getattr(args, "create", False),
         devices=args.devices,
         gpus=args.gpus,
+        any_hardware=getattr(args, "any_hardware", False),
         settings=execution_settings(args, devices=1),  # the ranks per run: from the worker's GPU claim
     )
 

@@ -128,7 +128,15 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
+#: The values of a grid's ``[schedule] pair_hardware`` (harness.scheduling.queue.hardware_pairs): both runs of a
+#: seed on one hardware class, or anywhere.
+PAIR_HARDWARE = ("same", "any")
+#: The default: a paired design stays paired on hardware too (docs/scaling-out.md says why).
+DEFAULT_PAIR_HARDWARE = "same"
+
 __all__ = [
+    "PAIR_HARDWARE",
+    "DEFAULT_PAIR_HARDWARE",
     "ROLES",
     "TUNE_ROLE",
     "RUN_ROLES",

@@ -44,6 +44,7 @@ from harness.models import count_params
 from harness.models.sizes import get_size
 from harness.train import fencing
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
+from harness.train.environment import environment_record, run_numerics
 from harness.train.execution import ExecutionSettings
 from harness.train.fencing import Fence, LeaseLost
 from harness.train.lit import LitLM
@@ -100,6 +101,7 @@ class Run:
     started: dt.datetime
     t_start: float  # perf_counter at the start of build, seconds
     trackers: Trackers | None = None  # live curves (harness.train.trackers); None without loggers
+    environment: dict | None = None  # where it runs (harness.train.environment; the machine's part read once)
 
 
 @dataclass(frozen=True)
@@ -144,13 +146,8 @@ def build(
     model, dm, lit = _model_and_modules(config, train, settings, plan, prepared, t_start)
     accelerator = _accelerator(settings.accelerator)
     precision = resolve_precision(train.precision, accelerator)
-    protocol = protocol_dict(
-        config,
-        data_meta=prepared.protocol_meta,
-        model=model.cfg,
-        eval_windows=dm.n_val_windows,
-        precision=precision,
-    )
+    protocol = _protocol(config, prepared, model, dm, precision)
+    environment = environment_record(*run_numerics(config, settings))  # after TF32: the flags as trained
     ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
     callback = _callback(
         config,
@@ -164,7 +161,11 @@ def build(
         t_start=t_start,
     )
     names = settings.loggers  # the grid's and the command line's
-    trackers = Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol)) if names else None
+    trackers = (
+        Trackers(names, config, results_dir, protocol_hash=protocol_hash(protocol), environment=environment)
+        if names
+        else None
+    )
     trainer = make_trainer(
         accelerator=accelerator,
         devices=settings.devices,
@@ -196,6 +197,20 @@ def build(
         started=started,
         t_start=t_start,
         trackers=trackers,
+        environment=environment,
+    )
+
+
+def _protocol(
+    config: RunConfig, prepared: PreparedCorpus, model, dm: TokenDataModule, precision: str
+) -> dict:
+    """The run's protocol (:func:`~harness.train.protocol.protocol_dict`), ``precision`` the concrete one."""
+    return protocol_dict(
+        config,
+        data_meta=prepared.protocol_meta,
+        model=model.cfg,
+        eval_windows=dm.n_val_windows,
+        precision=precision,
     )
 
 
@@ -401,18 +416,11 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         diverged_step=lit.diverged["step"] if lit.diverged else None,
         started_at=run.started.isoformat(),
         finished_at=utc_now().isoformat(),
+        hardware=run.environment["hardware"],
+        environment=run.environment,
         fence=run.fence,
     )
-    row["config"] = {
-        **config.to_dict(),
-        "protocol": run.protocol,
-        "batch_size": plan.batch_size,
-        "total_steps": plan.total_steps,
-        "precision": run.precision,
-        "devices": run.trainer.world_size,
-        "strategy": type(run.trainer.strategy).__name__,
-        "resumed_from_step": run.resumed_from,
-    }
+    row["config"] = _stored_config(run)
     result = {
         "run": row,
         "metrics": lit.records,
@@ -443,6 +451,20 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
                 flush=True,
             )
     return RunOutcome(**result_end(result))
+
+
+def _stored_config(run: Run) -> dict:
+    """The ``config`` column of the run's row: its config with the protocol and what the run resolved."""
+    return {
+        **run.config.to_dict(),
+        "protocol": run.protocol,
+        "batch_size": run.plan.batch_size,
+        "total_steps": run.plan.total_steps,
+        "precision": run.precision,
+        "devices": run.trainer.world_size,
+        "strategy": type(run.trainer.strategy).__name__,
+        "resumed_from_step": run.resumed_from,
+    }
 
 
 def train_run(

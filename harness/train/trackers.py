@@ -46,6 +46,7 @@ from harness.design.train_table import TRACKERS
 
 DEFAULT_WANDB_PROJECT = "rd-harness"
 MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder
+WANDB_TAG_CHARS = 64  # the longest tag W&B accepts
 #: The clients' loggers that log a failure (with its traceback and SQL) before raising it: muted while a
 #: tracker is called, as the one warning says it.
 _CLIENT_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "wandb")
@@ -121,8 +122,10 @@ def _folder(run_id: str) -> str:
     return result_filename(run_id)[: -len(".json")]
 
 
-def make_logger(name: str, config: RunConfig, results_dir: Path):
-    """A Lightning logger ``name`` (one of :data:`harness.design.train_table.TRACKERS`) for one run.
+def make_logger(name: str, config: RunConfig, results_dir: Path, *, tags: dict[str, str] | None = None):
+    """A Lightning logger ``name`` (one of :data:`harness.design.train_table.TRACKERS`) for one run. ``tags``
+    (``{"hardware": class, "code_version": commit}``) become MLflow run tags and W&B tags (the values, cut
+    to W&B's 64 characters); TensorBoard and CSV keep them among the hyper-parameters (:func:`hyperparameters`).
 
     Raises:
         ModuleNotFoundError and whatever the tracker's client raises (caught by :class:`Trackers`).
@@ -145,11 +148,14 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
 
         uri = mlflow_uri(results_dir)
         if os.environ.get("MLFLOW_TRACKING_URI"):  # the user's store: a server, or a store of their choice
-            return MLFlowLogger(experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri)
+            return MLFlowLogger(
+                experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri, tags=tags
+            )
         logger = MLFlowLogger(
             experiment_name=config.grid,
             run_name=config.run_id,
             tracking_uri=uri,
+            tags=tags,
             artifact_location=(results_dir / "mlartifacts").as_uri(),  # not the working directory's ./mlruns
         )
         # The first use creates the store's tables and the grid's experiment: workers sharing a results
@@ -168,12 +174,15 @@ def make_logger(name: str, config: RunConfig, results_dir: Path):
             resume="allow",
             project=os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT,
             save_dir=save_dir,
+            tags=[str(v)[:WANDB_TAG_CHARS] for v in (tags or {}).values()],
         )
     raise ValueError(f"logger {name!r}; allowed: {', '.join(TRACKERS)}")
 
 
-def hyperparameters(config: RunConfig, protocol_hash: str) -> dict:
-    """The run's config flattened to ``a.b`` keys, plus its protocol hash (scalars only)."""
+def hyperparameters(config: RunConfig, protocol_hash: str, environment: dict | None = None) -> dict:
+    """The run's config flattened to ``a.b`` keys, plus its protocol hash and, given the environment record
+    (:mod:`harness.train.environment`), its hardware class (``hardware``) and the record under
+    ``environment.`` (scalars only; a list becomes its text)."""
     flat: dict = {"protocol_hash": protocol_hash}
 
     def walk(prefix: str, value) -> None:
@@ -184,6 +193,9 @@ def hyperparameters(config: RunConfig, protocol_hash: str) -> dict:
             flat[prefix[:-1]] = value if isinstance(value, (int, float, str, bool)) else str(value)
 
     walk("", config.to_dict())
+    if environment is not None:
+        flat["hardware"] = environment["hardware"]
+        walk("environment.", {k: v for k, v in environment.items() if k != "hardware"})
     return flat
 
 
@@ -209,8 +221,17 @@ class Trackers(L.Callback):
     is dropped; the run goes on.
     """
 
-    def __init__(self, names: tuple[str, ...], config: RunConfig, results_dir: Path, *, protocol_hash: str):
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        config: RunConfig,
+        results_dir: Path,
+        *,
+        protocol_hash: str,
+        environment: dict | None = None,
+    ):
         self.config, self.results_dir, self.protocol_hash = config, Path(results_dir), protocol_hash
+        self.environment = environment  # harness.train.environment's record: hyper-parameters and tags
         self.names = tuple(dict.fromkeys(names))
         self.loggers: dict[str, object] = {}
         self._records = self._routing = 0
@@ -259,7 +280,7 @@ class Trackers(L.Callback):
                     # lazy: optional and heavy; imported before muting, as its import sets its loggers' levels
                     import mlflow  # noqa: F401, PLC0415
                 with _quiet_clients():
-                    self.loggers[name] = make_logger(name, self.config, self.results_dir)
+                    self.loggers[name] = make_logger(name, self.config, self.results_dir, tags=self._tags())
             except Exception as exc:  # noqa: BLE001
                 full = _disk_full(exc)
                 if full is not None:
@@ -271,8 +292,14 @@ class Trackers(L.Callback):
                     stacklevel=2,
                 )
                 continue
-            hp = hyperparameters(self.config, self.protocol_hash)
+            hp = hyperparameters(self.config, self.protocol_hash, self.environment)
             self._guard(name, lambda lg, hp=hp: lg.log_hyperparams(hp))
+
+    def _tags(self) -> dict[str, str] | None:
+        """The run's tags: its hardware class and training commit (``None`` without an environment record)."""
+        if self.environment is None:
+            return None
+        return {"hardware": self.environment["hardware"], "code_version": self.environment["code_version"]}
 
     def on_train_start(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:

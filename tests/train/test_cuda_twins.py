@@ -152,5 +152,16 @@ def test_every_cuda_default_at_once_on_two_gloo_ranks(tmp_path, monkeypatch):
         tmp_path / "twin", "micro_batch_size, world_size, config->>'$.precision'"
     )
     assert (micro, world, precision) == (4, 2, "bf16-mixed")
+    # the hardware class says what changed the numerics: bf16 autocast, compiled by inductor; the plain run eager fp32
+    (twin_class,), (plain_class,) = (
+        runs_row(tmp_path / "twin", "hardware"),
+        runs_row(tmp_path / "plain", "hardware"),
+    )
+    device = twin_class.split("/")[0]
+    assert twin_class.endswith("/bf16-mixed/torch" + torch.__version__.split("+")[0] + "/inductor"), (
+        twin_class
+    )
+    assert plain_class == twin_class.replace("/bf16-mixed/", "/fp32/").replace("/inductor", "/eager")
+    assert device.startswith("cpu-")
     print(twin.val_nll, plain.val_nll, twin.val_nll - plain.val_nll)
     assert abs(twin.val_nll - plain.val_nll) <= 0.02

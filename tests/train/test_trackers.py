@@ -83,6 +83,13 @@ def _folder(run_id: str) -> str:
     return result_filename(run_id)[:-5]
 
 
+def _environment(results: Path, config) -> dict:
+    """The environment record of the run's result file (harness/train/environment.py)."""
+    from db.runfile import read_result, result_path
+
+    return read_result(result_path(results, config.run_id))["run"]["environment"]
+
+
 @pytest.mark.slow
 def test_tensorboard_event_files_hold_the_stored_val_nll(tracked):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -121,6 +128,10 @@ def test_mlflow_sqlite_store_lists_the_metric_and_the_protocol_hash(tracked):
     assert got == [(step, v) for step, v in val]  # MLflow keeps float64: exact
     params = run.data.params
     assert params["protocol_hash"] == phash and params["seed"] == "0" and params["role"] == config.role
+    env = _environment(results, config)  # the hardware class and commit: run tags and parameters
+    assert run.data.tags["hardware"] == params["hardware"] == env["hardware"]
+    assert run.data.tags["code_version"] == env["code_version"]
+    assert params["environment.cpu.torch_capability"] == env["cpu"]["torch_capability"]
 
 
 def _wandb_records(path: Path):
@@ -151,7 +162,7 @@ def _wandb_records(path: Path):
 def test_wandb_offline_run_history_holds_the_stored_val_nll(tracked):
     results, config, val, phash = tracked
     (log,) = list((results / "wandb").glob("offline-run-*/run-*.wandb"))
-    history, cfg = [], {}
+    history, cfg, tags = [], {}, None
     for rec in _wandb_records(log):
         kind = rec.WhichOneof("record_type")
         if kind == "history":
@@ -161,6 +172,7 @@ def test_wandb_offline_run_history_holds_the_stored_val_nll(tracked):
         elif kind == "config":
             cfg.update({i.key: json.loads(i.value_json) for i in rec.config.update})
         elif kind == "run":
+            tags = list(rec.run.tags)
             assert (rec.run.run_group, rec.run.display_name, rec.run.project) == (
                 config.grid,
                 config.run_id,
@@ -169,6 +181,8 @@ def test_wandb_offline_run_history_holds_the_stored_val_nll(tracked):
             cfg.update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
     assert history == [(step, v) for step, v in val]
     assert cfg["protocol_hash"] == phash and cfg["seed"] == 0
+    env = _environment(results, config)
+    assert cfg["hardware"] == env["hardware"] and tags == [env["hardware"], env["code_version"]]
 
 
 @pytest.mark.slow

@@ -31,6 +31,9 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     [analysis]                       # optional analysis plan (harness.design.analysis_plan, DESIGN section 6)
     min_effect_nats = 0.01
 
+    [schedule]                       # optional: how workers take the runs (harness.scheduling.queue.hardware_pairs)
+    pair_hardware = "same"           # default; "any": a seed's runs may train on different hardware classes
+
     [factorial]                      # optional 2 x 2 design over four variants (harness.design.factorial, DESIGN 12)
     factors = ["offset", "decoupled_v"]
     levels = { block_attnres = [0, 0], param_matched = [1, 0], rd_attnres = [0, 1], rd_offset = [1, 1] }
@@ -76,7 +79,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.common.terms import NAME_RE, ROLES, TUNE_SEED_BASE, is_tune_grid
+from harness.common.terms import (
+    DEFAULT_PAIR_HARDWARE,
+    NAME_RE,
+    PAIR_HARDWARE,
+    ROLES,
+    TUNE_SEED_BASE,
+    is_tune_grid,
+)
 from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_diff
 from harness.design.config import RunConfig, train_config
 from harness.design.factorial import parse_factorial
@@ -173,6 +183,8 @@ class Grid:
         train_by_variant: variant -> its ``[train.VARIANT]`` overrides.
         tuned: variant -> its ``[tuned]`` entry: ``"tune:NAME"`` or a table of params.
         analysis: the checked ``[analysis]`` plan (defaults for keys not written).
+        pair_hardware: ``[schedule] pair_hardware``: ``same`` (both runs of a seed on one hardware class,
+            the default) or ``any`` (:mod:`harness.scheduling.queue.hardware_pairs`).
         description: free text.
         path: the file it was read from, if any.
     """
@@ -189,6 +201,7 @@ class Grid:
     train_by_variant: dict = field(default_factory=dict)
     tuned: dict = field(default_factory=dict)
     analysis: AnalysisPlan = field(default_factory=AnalysisPlan)
+    pair_hardware: str = DEFAULT_PAIR_HARDWARE
     description: str = ""
     path: Path | None = None
 
@@ -359,6 +372,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
             analysis, factorial=parse_factorial(data["factorial"], variants, where=where)
         )
     check_factorial_cells(analysis.factorial, variants, sizes_by_role, budgets_by_role, err)
+    pair_hardware = parse_schedule(data.get("schedule", {}), err)
     return Grid(
         name=name,
         corpus=corpus,
@@ -372,6 +386,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
         train_by_variant=by_variant,
         tuned=tuned,
         analysis=analysis,
+        pair_hardware=pair_hardware,
         description=description,
         path=Path(path) if path is not None else None,
     )
@@ -480,6 +495,7 @@ GRID_KEYS = {
     "train": "table of TrainConfig overrides, with optional [train.VARIANT] tables",
     "tuned": "table: variant = \"tune:NAME\" (a tuning study's best params) or a table of params",
     "analysis": "table: the analysis plan (alpha, reproduce_fraction, min_effect_nats, power, max_seeds, looks)",
+    "schedule": 'table: how workers take the runs (pair_hardware = "same" or "any")',
     "factorial": "table: factors = [A, B] and levels = { variant = [a, b], ... } (a 2 x 2 design, DESIGN section 12)",
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
@@ -710,3 +726,24 @@ def check_tuned(table, variants: dict[str, str], err) -> dict:
             ):
                 raise err(f"{key}.{name}", f"{value!r} must be a fraction of the budget in [0, 1)")
     return dict(table)
+
+
+def parse_schedule(table, err) -> str:
+    """The ``pair_hardware`` of a grid's ``[schedule]`` table (default :data:`DEFAULT_PAIR_HARDWARE`).
+
+    Raises:
+        ValueError: from ``err(key, message)``: not a table, an unknown key, or a value other than
+            ``"same"`` / ``"any"``.
+    """
+    if not isinstance(table, dict):
+        raise err("schedule", f"must be a table ([schedule]), got {type(table).__name__}")
+    unknown = [k for k in table if k != "pair_hardware"]
+    if unknown:
+        raise err(f"schedule.{unknown[0]}", 'unknown key; allowed: pair_hardware ("same" or "any")')
+    value = table.get("pair_hardware", DEFAULT_PAIR_HARDWARE)
+    if value not in PAIR_HARDWARE:
+        raise err(
+            "schedule.pair_hardware",
+            f'{value!r} is not allowed; allowed: "same" (both runs of a seed on one hardware class) or "any"',
+        )
+    return value

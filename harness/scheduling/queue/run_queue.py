@@ -54,6 +54,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from harness.common.live import LiveProgress
 from harness.common.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff
 from harness.design.config import RunConfig
+from harness.scheduling.queue.hardware_pairs import TRIAL_ATTR, PairGate
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.queue.live_trials import (
     LiveTrial,
@@ -507,6 +508,8 @@ class RunQueue(RunAdder):
         self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
         self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
         self._rng = random.Random()  # where a worker that lost a race for a trial tries next
+        # a worker's hardware check before it takes a trial (harness.scheduling.queue.hardware_pairs); None: none
+        self.pairs: PairGate | None = None
 
     where = "(storage)"  # for messages; set by :meth:`open`
 
@@ -580,10 +583,16 @@ class RunQueue(RunAdder):
             key=lambda t: t.order,
         )
         lost = 0
+        if self.pairs is not None:
+            self.pairs.start()
         while left:
             t = left.pop(self._rng.randrange(min(len(left), 2**lost)) if lost else 0)
+            may, hardware = (True, None) if self.pairs is None else self.pairs.admit(self.storage, t)
+            if not may:
+                continue  # its seed's other runs trained on another hardware class: held for that class
             lease = Lease.here(epoch=t.number)
-            if not take_waiting(self.storage, t.trial_id, {"lease": lease.to_dict()}):
+            taken = {"lease": lease.to_dict(), **({TRIAL_ATTR: hardware} if hardware else {})}
+            if not take_waiting(self.storage, t.trial_id, taken):
                 lost += 1
                 continue  # another worker popped it first
             trial_id = t.trial_id

@@ -65,12 +65,30 @@ def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: Orph
         # nothing waiting: requeue runs whose process died between failing an attempt and queueing the next
         if orphans.due(wait, queue.lease_timeout_s) and call(queue.requeue_orphans):
             continue
+        held = _held_line(queue)
         if not wait:
-            log("nothing queued" + (f" for grid {grid}" if grid else "") + "; worker stops")
+            log(
+                ("nothing queued" if held is None else held)
+                + (f" for grid {grid}" if grid else "")
+                + "; worker stops"
+            )
             return None
         stop.wait(poll_s) if stop is not None else time.sleep(
             poll_s
         )  # each poll: one read of the live trials
+
+
+def _held_line(queue) -> str | None:
+    """What the last claim left waiting for another hardware class (a grid's ``[schedule] pair_hardware =
+    "same"``, :mod:`harness.scheduling.queue.hardware_pairs`), or ``None`` when nothing was held."""
+    pairs = getattr(queue, "pairs", None)  # a stand-in queue has no hardware gate
+    if pairs is None or not pairs.held:
+        return None
+    classes = ", ".join(sorted(set(pairs.held.values())))
+    return (
+        f"nothing queued for this worker's hardware class: {len(pairs.held)} run(s) wait for {classes}, where "
+        "their seed's other runs trained (`harness work --any-hardware` takes them)"
+    )
 
 
 def stopped_after_claim(queue, call, claim, stop, log) -> bool:

@@ -465,6 +465,8 @@ class WorkOptions:
         storage_retry_s: how long an unreachable storage is retried, seconds.
         create: make ``results`` when it does not exist.
         devices, gpus: ranks per run and the GPUs to claim (:func:`worker_devices`).
+        any_hardware: take a run whose seed's other runs trained on another hardware class
+            (``[schedule] pair_hardware = "same"`` held it for that class; :mod:`harness.scheduling.queue.hardware_pairs`).
         settings: how each run executes (its ``devices`` set from the claim).
     """
 
@@ -480,6 +482,7 @@ class WorkOptions:
     create: bool = False
     devices: str | None = None
     gpus: str | None = None
+    any_hardware: bool = False
     settings: ExecutionSettings = field(default_factory=ExecutionSettings)
 
     def check(self) -> None:
@@ -636,6 +639,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
         check_run = checked_before_claims(queue, options.grid, settings, claim)
+        queue.pairs = _pair_gate(settings, options.any_hardware)
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
@@ -659,6 +663,15 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
     finally:
         if stop is None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _pair_gate(settings: ExecutionSettings, anywhere: bool):
+    """The worker's :class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a run's class is the one it gets here
+    under ``settings`` (:func:`harness.train.environment.run_class`)."""
+    from harness.scheduling.queue.hardware_pairs import PairGate  # lazy: Optuna, only with a queue
+    from harness.train.environment import run_class  # lazy: torch loads only to train
+
+    return PairGate(lambda config: run_class(config, settings), anywhere=anywhere)
 
 
 __all__ = [

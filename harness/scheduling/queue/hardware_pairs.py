@@ -1,0 +1,163 @@
+"""Pairs on one hardware class: a grid's ``[schedule] pair_hardware`` (DESIGN section 13).
+
+A paired difference cancels what its two runs share: data order, initial weights, and the rounding of the
+machine they ran on. Two runs of one seed on two hardware classes (:mod:`harness.train.environment`) do not
+share the rounding: at the study's scale another CPU partly re-draws a run, and a precision or kernel that
+treats variants differently biases the difference. So with ``pair_hardware = "same"`` (the default) the first
+run of a seed that a worker claims *binds* the seed (size, budget, seed) to that worker's class, and every
+other run of the seed is claimed only by a worker of that class; ``"any"`` claims anywhere. ``harness work
+--any-hardware`` overrides the binding for one worker (the report's provenance section then shows the pair
+straddling two classes).
+
+Where it is kept: the grid's Optuna study user attributes: :data:`POLICY_ATTR` (set by ``harness queue``)
+and one :data:`BIND_PREFIX` ``SIZE:BUDGET:SEED`` attribute per seed (set once, under a lock, by the first
+claim); each claimed trial records its worker's class in its user attribute ``hardware``. A grid queued
+before the option reads as the default. Tuning studies (``tune:NAME``) hold no pairs and are not bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from optuna.storages import BaseStorage
+
+from harness.common.terms import DEFAULT_PAIR_HARDWARE, PAIR_HARDWARE, is_tune_grid
+from harness.design.config import RunConfig
+from harness.scheduling.queue.live_trials import LiveTrial
+from harness.scheduling.queue.storage import grid_lock
+from harness.scheduling.queue.trials import config_of
+
+#: Study user attribute holding the grid's policy.
+POLICY_ATTR = "pair_hardware"
+#: Prefix of the study user attribute binding one seed (``SIZE:BUDGET:SEED``) to a hardware class.
+BIND_PREFIX = "pair_hardware:"
+#: Trial user attribute: the class of the worker that claimed the trial.
+TRIAL_ATTR = "hardware"
+
+
+def seed_key(run_id: str) -> str:
+    """``SIZE:BUDGET:SEED`` of a grid run id ``grid:size:variant:s<seed>:<budget>[:tuned]``: what the runs of
+    one seed in one cell share (:func:`harness.common.terms.run_id`)."""
+    parts = run_id.split(":")
+    if parts[-1] == "tuned":
+        parts = parts[:-1]
+    size, seed, budget = parts[-4], parts[-2], parts[-1]
+    return f"{size}:{budget}:{seed.removeprefix('s')}"
+
+
+def set_policy(storage: BaseStorage, study_id: int, policy: str) -> None:
+    """Record a grid's ``pair_hardware`` on its study (``harness queue``; a later queue may change it)."""
+    if policy not in PAIR_HARDWARE:
+        raise ValueError(f"pair_hardware {policy!r}; allowed: {', '.join(PAIR_HARDWARE)}")
+    if storage.get_study_user_attrs(study_id).get(POLICY_ATTR) != policy:
+        storage.set_study_user_attr(study_id, POLICY_ATTR, policy)
+
+
+def policy_of(attrs: dict) -> str:
+    """The policy in a study's user attributes (a grid queued before the option: the default)."""
+    return attrs.get(POLICY_ATTR, DEFAULT_PAIR_HARDWARE)
+
+
+@dataclass
+class PairGate:
+    """A worker's check, before it takes a waiting trial, that the trial may run on its hardware class.
+
+    Args:
+        classify: ``classify(config) -> class``: the class this worker gives the run
+            (:func:`harness.train.environment.run_class` with the worker's settings).
+        anywhere: ``harness work --any-hardware``: bind seeds as usual but never hold a run back.
+
+    Attributes:
+        held: ``{run_id: class}`` of the runs the last claim left waiting for another class.
+    """
+
+    classify: Callable[[RunConfig], str]
+    anywhere: bool = False
+    held: dict[str, str] = field(default_factory=dict)
+    _classes: dict[str, str] = field(default_factory=dict)  # run id without its seed -> class
+    _attrs: dict[int, dict] = field(default_factory=dict)  # study id -> user attrs, for one claim
+
+    def start(self) -> None:
+        """Forget the study attributes read for the previous claim (bindings are added meanwhile)."""
+        self._attrs.clear()
+        self.held = {}
+
+    def _class(self, storage: BaseStorage, t: LiveTrial) -> str | None:
+        """This worker's class for ``t``'s run: one read of its config per variant, size and budget."""
+        parts = t.run_id.split(":")
+        key = ":".join(p for i, p in enumerate(parts) if not (p.startswith("s") and p[1:].isdigit()))
+        if key not in self._classes:
+            try:
+                self._classes[key] = self.classify(config_of(storage.get_trial(t.trial_id)))
+            except ValueError:  # a bad [train] value: the claim's own check refuses the run, released
+                return None
+        return self._classes[key]
+
+    def admit(self, storage: BaseStorage, t: LiveTrial) -> tuple[bool, str | None]:
+        """``(may take, this worker's class)`` for the waiting trial ``t``; binds ``t``'s seed to the class
+        when no run of the seed has bound it yet (under a lock: of two workers, the first binds)."""
+        if is_tune_grid(t.grid):
+            return True, None
+        mine = self._class(storage, t)
+        if mine is None:
+            return True, None
+        if t.study_id not in self._attrs:
+            self._attrs[t.study_id] = storage.get_study_user_attrs(t.study_id)
+        attrs = self._attrs[t.study_id]
+        key = BIND_PREFIX + seed_key(t.run_id)
+        bound = attrs.get(key)
+        if bound is None:
+            with grid_lock(storage, f"{t.grid}/pair-hardware"):
+                attrs = self._attrs[t.study_id] = storage.get_study_user_attrs(t.study_id)
+                bound = attrs.get(key)
+                if bound is None:
+                    storage.set_study_user_attr(t.study_id, key, mine)
+                    attrs[key] = bound = mine
+        if bound != mine and policy_of(attrs) == "same" and not self.anywhere:
+            self.held[t.run_id] = bound
+            return False, mine
+        return True, mine
+
+
+def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, int]) -> dict[str, list[str]]:
+    """``{class: [run ids]}`` of queued runs of ``pair_hardware = "same"`` grids whose seed is bound to a
+    class that no running attempt's worker has (read from the trials' :data:`TRIAL_ATTR`).
+
+    Args:
+        runs: ``{run_id: RunState}`` (:meth:`harness.scheduling.queue.run_queue.QueueReader.runs`).
+        study_ids: grid name -> study id (:meth:`~harness.scheduling.queue.run_queue.QueueReader.studies`).
+    """
+    live = {
+        t.user_attrs.get(TRIAL_ATTR)
+        for r in runs.values()
+        if r.state == "running"
+        for t in r.trials
+        if t.state.name == "RUNNING"
+    }
+    out: dict[str, list[str]] = {}
+    attrs_of: dict[str, dict] = {}
+    for r in runs.values():
+        if r.state != "queued" or is_tune_grid(r.grid) or r.grid not in study_ids:
+            continue
+        if r.grid not in attrs_of:
+            attrs_of[r.grid] = storage.get_study_user_attrs(study_ids[r.grid])
+        attrs = attrs_of[r.grid]
+        bound = attrs.get(BIND_PREFIX + seed_key(r.run_id))
+        if policy_of(attrs) == "same" and bound is not None and bound not in live:
+            out.setdefault(bound, []).append(r.run_id)
+    return out
+
+
+__all__ = [
+    "PAIR_HARDWARE",
+    "DEFAULT_PAIR_HARDWARE",
+    "POLICY_ATTR",
+    "BIND_PREFIX",
+    "TRIAL_ATTR",
+    "seed_key",
+    "set_policy",
+    "policy_of",
+    "PairGate",
+    "waiting_for_hardware",
+]

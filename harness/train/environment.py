@@ -1,0 +1,284 @@
+"""Where a run's numbers came from: the environment record and the hardware class (DESIGN section 13).
+
+Floats are bit-identical on one machine only (DESIGN section 4): another CPU's vector width, another GPU's
+kernels, another precision or torch, or ``torch.compile``'s fused kernels re-round a run. So every result
+file and ``runs`` row carries
+
+* ``environment``: the full record (:func:`environment_record`): CPU model and the ISA features that change
+  floats (AVX2, AVX-512, AMX), threads; GPU name, count, memory, driver, CUDA runtime, cuDNN; torch,
+  lightning, numpy, Python, OS; precision, TF32 and deterministic flags, float32 matmul precision, compile
+  backend and mode; the training code's commit with its dirty flag. No host name and no path: a result file
+  is shared (an archive, a report) as it is.
+* ``hardware``: the *hardware class* (:func:`hardware_class`), a short stable key of what changes numerics:
+  ``DEVICE/PRECISION/torchVERSION/COMPILE``, e.g. ``cpu-amd-epyc-7b13-avx512/fp32/torch2.13.0/eager`` or
+  ``cuda-nvidia-h100-80gb-hbm3/bf16-mixed/torch2.13.0/inductor``. It is outside the protocol hash (a
+  protocol is what a study fixes; hardware is where it ran). Result files written before the record read as
+  :data:`UNKNOWN`.
+
+The machine's part (:func:`machine_record`) is read once per process and cached: a worker that trains
+many runs reads ``/proc/cpuinfo``, the GPU's properties and git once. The run's part (precision, threads,
+TF32 and matmul flags, compile) is a handful of attribute reads.
+
+``$HARNESS_HARDWARE_CLASS`` replaces the detected class (the record keeps the detected one beside it, and
+says it was replaced). It exists for tests, which fake two classes on one machine, and for a cluster whose
+nodes detect differently but are known to compute the same (docs/scaling-out.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+from pathlib import Path
+
+import lightning
+import numpy as np
+import torch
+
+from harness.train.compiled import INNER_BACKEND
+from harness.train.execution import ExecutionSettings, resolve_compile
+from harness.train.protocol import code_version
+from harness.train.trainer import cuda_defaults, resolve_accelerator, resolve_precision
+
+#: The hardware class of a result file written before the record existed.
+UNKNOWN = "unknown"
+
+#: Replaces the detected hardware class (tests; nodes known to compute alike). See the module docstring.
+HARDWARE_CLASS_ENV = "HARNESS_HARDWARE_CLASS"
+
+#: ``/proc/cpuinfo`` flags recorded: the vector and matrix extensions whose kernels round differently.
+FLOAT_ISA_FLAGS = (
+    "fma",
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+)
+
+#: Short names of Lightning precisions in a hardware class.
+PRECISION_KEYS = {
+    "32-true": "fp32",
+    "32": "fp32",
+    "64-true": "fp64",
+    "bf16-mixed": "bf16-mixed",
+    "bf16-true": "bf16",
+    "16-mixed": "fp16-mixed",
+    "16-true": "fp16",
+}
+
+_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]{0,199}$")
+
+
+def _cpuinfo() -> tuple[str | None, set[str]]:
+    """``(model name, flags)`` of the first CPU in ``/proc/cpuinfo``; ``(None, set())`` off Linux."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None, set()
+    model, flags = None, set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:  # Features: an ARM CPU's
+            flags = set(value.split())
+        if model is not None and flags:
+            break
+    return model, flags
+
+
+def _slug(text: str) -> str:
+    """A lower-case key of a device name: trademarks, clock speeds and filler words dropped.
+    ``Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz`` -> ``intel-xeon-platinum-8481c``."""
+    text = re.sub(r"\((r|tm)\)|@.*$|\b\d+-core\b|\b(cpu|processor)\b", " ", text.lower())
+    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-") or "unknown"
+
+
+def driver_version(text: str) -> str | None:
+    """The driver version in the text of ``/proc/driver/nvidia/version`` (the proprietary module's
+    ``... Kernel Module  535.183.01  ...`` or the open one's ``... Open Kernel Module for x86_64  550.54.15 ...``),
+    or ``None``."""
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else None
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version from ``/proc/driver/nvidia/version`` (Linux), or ``None``."""
+    try:
+        return driver_version(Path("/proc/driver/nvidia/version").read_text())
+    except OSError:
+        return None
+
+
+def _gpu() -> dict | None:
+    """The visible CUDA GPUs (name, count, memory in GiB, compute capability, driver, runtime, cuDNN), or
+    ``None`` without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "name": props.name,
+        "count": torch.cuda.device_count(),
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "capability": f"{props.major}.{props.minor}",
+        "driver": _nvidia_driver(),
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+
+
+@functools.cache
+def machine_record() -> dict:
+    """What this process runs on, read once per process (the cache): CPU, GPU, software, code.
+
+    Returns:
+        ``{"cpu": {"model", "isa", "torch_capability", "cores"}, "gpu": {...} or None, "software":
+        {"torch", "lightning", "numpy", "python", "os"}, "code_version"}``: ``isa`` the present flags of
+        :data:`FLOAT_ISA_FLAGS`; ``torch_capability`` the vector kernels torch dispatches to
+        (``torch.backends.cpu.get_cpu_capability()``: ``AVX512``, ``AVX2``, ``DEFAULT``...);
+        ``code_version`` the training code's commit with ``-dirty`` (:func:`~harness.train.protocol.code_version`).
+        No host name, user or path.
+    """
+    model, flags = _cpuinfo()
+    return {
+        "cpu": {
+            "model": model or platform.processor() or platform.machine() or None,
+            "isa": [f for f in FLOAT_ISA_FLAGS if f in flags],
+            "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "cores": os.cpu_count(),
+        },
+        "gpu": _gpu(),
+        "software": {
+            "torch": torch.__version__,
+            "lightning": lightning.__version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+            "os": f"{platform.system()} {platform.release()}",
+        },
+        "code_version": code_version(),
+    }
+
+
+def device_key(device_type: str, record: dict | None = None) -> str:
+    """The device part of a hardware class: ``cpu-MODEL-ISA`` (ISA: torch's kernel capability, plus
+    ``amx`` or ``avx512bf16`` where the CPU has native bf16 matrix arithmetic), ``cuda-GPU NAME``, or
+    ``mps-MODEL``. The machine's facts: ``record`` (a :func:`machine_record`), default this machine's (cached)."""
+    record = machine_record() if record is None else record
+    cpu = record["cpu"]
+    if device_type == "cuda" and record["gpu"] is not None:
+        return "cuda-" + _slug(record["gpu"]["name"])
+    if device_type == "mps":
+        return "mps-" + _slug(cpu["model"] or "apple")
+    isa = cpu["torch_capability"].lower().replace("default", "base")
+    if "amx_bf16" in cpu["isa"]:
+        isa += "-amx"
+    elif "avx512_bf16" in cpu["isa"]:
+        isa += "-avx512bf16"
+    return f"cpu-{_slug(cpu['model'] or 'unknown')}-{isa}"
+
+
+def hardware_class(device_type: str, precision: str, compiled: bool) -> str:
+    """The hardware class (see the module docstring): ``DEVICE/PRECISION/torchVERSION/eager|inductor``,
+    or ``$HARNESS_HARDWARE_CLASS`` where set.
+
+    Args:
+        device_type: ``cpu``, ``cuda`` or ``mps`` (the device the run trains on).
+        precision: the concrete Lightning precision (``32-true``, ``bf16-mixed``...).
+        compiled: whether the run's forward is compiled (with :data:`~harness.train.compiled.INNER_BACKEND`).
+
+    Raises:
+        ValueError: ``$HARNESS_HARDWARE_CLASS`` is not a short key (letters, digits, ``._+/-``).
+    """
+    override = os.environ.get(HARDWARE_CLASS_ENV, "").strip()
+    if override:
+        if not _CLASS_RE.match(override) or override == UNKNOWN:
+            raise ValueError(
+                f"${HARDWARE_CLASS_ENV}={override!r}: expected a short key of letters, digits and ._+/- "
+                f"(not {UNKNOWN!r})"
+            )
+        return override
+    return detected_class(device_type, precision, compiled)
+
+
+def detected_class(device_type: str, precision: str, compiled: bool) -> str:
+    """:func:`hardware_class` as detected here, ignoring ``$HARNESS_HARDWARE_CLASS``."""
+    torch_version = torch.__version__.split("+")[0]
+    backend = INNER_BACKEND if compiled else "eager"
+    return (
+        f"{device_key(device_type)}/{PRECISION_KEYS.get(precision, precision)}/torch{torch_version}/{backend}"
+    )
+
+
+def _device_type(accelerator: str) -> str:
+    """The torch device type of a resolved Lightning accelerator (``gpu``/``cuda`` -> ``cuda``)."""
+    return "cuda" if accelerator in ("gpu", "cuda") else accelerator
+
+
+def run_numerics(config, settings: ExecutionSettings) -> tuple[str, str, bool]:
+    """``(device type, concrete precision, compiled)`` of the run ``config`` under ``settings`` on this
+    machine, as the runner resolves them (:func:`harness.train.runner.build`), before anything is built:
+    what a worker needs to know a run's hardware class before it claims the run.
+
+    Raises:
+        ValueError: a bad value in the grid's ``[train]`` table.
+    """
+    settings = settings.for_run(config)
+    accelerator = resolve_accelerator(settings.accelerator)
+    device_type = _device_type(accelerator)
+    precision = resolve_precision(config.train_config().precision, accelerator)
+    defaults_of = "cuda" if cuda_defaults(device_type) else device_type  # as LitLM decides
+    return device_type, precision, resolve_compile(settings.compile, defaults_of)
+
+
+def run_class(config, settings: ExecutionSettings) -> str:
+    """The hardware class the run ``config`` gets when trained here under ``settings``
+    (:func:`run_numerics`, :func:`hardware_class`)."""
+    return hardware_class(*run_numerics(config, settings))
+
+
+def environment_record(device_type: str, precision: str, compiled: bool) -> dict:
+    """The full environment record of one run (DESIGN section 13): :func:`machine_record` (cached) with the
+    run's numerics: ``{"hardware", ..., "run": {"device_type", "precision", "threads", "tf32_matmul",
+    "tf32_cudnn", "deterministic", "float32_matmul_precision", "compile": {"backend", "mode"}}}``; with
+    ``$HARNESS_HARDWARE_CLASS`` set, ``hardware_detected`` holds what this machine detected.
+
+    ``threads`` is torch's intra-op CPU threads; ``compile.mode`` is ``default`` (the harness passes none).
+    """
+    record = dict(machine_record())
+    record["hardware"] = hardware_class(device_type, precision, compiled)
+    detected = detected_class(device_type, precision, compiled)
+    if detected != record["hardware"]:
+        record["hardware_detected"] = detected
+    record["run"] = {
+        "device_type": device_type,
+        "precision": precision,
+        "threads": torch.get_num_threads(),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "compile": {"backend": INNER_BACKEND, "mode": "default"} if compiled else None,
+    }
+    return record
+
+
+__all__ = [
+    "UNKNOWN",
+    "HARDWARE_CLASS_ENV",
+    "FLOAT_ISA_FLAGS",
+    "PRECISION_KEYS",
+    "machine_record",
+    "device_key",
+    "driver_version",
+    "hardware_class",
+    "detected_class",
+    "run_numerics",
+    "run_class",
+    "environment_record",
+]

@@ -1,0 +1,247 @@
+"""Pairs on one hardware class (harness/scheduling/queue/hardware_pairs.py, DESIGN section 13): a grid trained by
+two workers of two hardware classes, through the real `harness queue`, `harness work` and `harness status`.
+
+The two classes are faked on this one machine with ``$HARNESS_HARDWARE_CLASS`` (harness/train/environment.py),
+which replaces the detected class exactly where a second machine would differ; everything else is real:
+the journal queue, tiny runs on the FineWeb-Edu sample, the result files. ~40 s on 2 CPU cores:
+
+    python -m pytest -q tests/scheduling/test_hardware_pairs.py
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from db.runfile import read_result, result_path
+from harness.cli import build_parser
+from harness.cli import main as cli
+from harness.commands.launch import _work_argv, _work_options  # the worker options a launch builds
+from harness.commands.status import status_lines
+from harness.scheduling.grids.grid import parse_grid
+from harness.scheduling.queue.hardware_pairs import (
+    BIND_PREFIX,
+    POLICY_ATTR,
+    TRIAL_ATTR,
+    PairGate,
+    seed_key,
+    set_policy,
+)
+from harness.scheduling.queue.run_queue import RunQueue
+from harness.train.environment import HARDWARE_CLASS_ENV
+
+from queue_stubs import configs
+
+SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+
+GRID = """\
+name = "hw"
+corpus = "{corpus}"
+sizes = ["tiny"]
+seeds = [0, 1]
+budgets_tokens = [2048]
+{schedule}
+
+[variants]
+block_attnres = "parent"
+rd_attnres = "treatment"
+
+[train]
+batch_tokens = 1024
+vocab_size = 512
+eval_tokens = 2048
+"""
+
+
+def _grid(tmp_path: Path, schedule: str) -> Path:
+    path = tmp_path / "hw.toml"
+    path.write_text(GRID.format(corpus=SAMPLE, schedule=schedule))
+    return path
+
+
+def _work(results: Path, hardware: str, monkeypatch, *extra: str) -> None:
+    """One `harness work` on this machine, as a worker of hardware class ``hardware``."""
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, hardware)
+    assert cli(["work", "--results", str(results), "--threads", "1", "--quiet", *extra]) == 0
+
+
+def _classes_by_seed(results: Path) -> dict[int, dict[str, str]]:
+    """``{seed: {variant: hardware class}}`` from the result files."""
+    out: dict[int, dict[str, str]] = defaultdict(dict)
+    for path in (results / "runs").glob("*.json"):
+        run = read_result(path)["run"]
+        out[run["seed"]][run["variant"]] = run["hardware"]
+    return dict(out)
+
+
+@pytest.fixture
+def queued(tmp_path, monkeypatch):
+    """A results folder with its own corpus cache; returns a function queueing the grid with ``[schedule]``."""
+    assert SAMPLE.is_dir(), f"sample corpus {SAMPLE} absent"
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HARNESS_PROGRESS", "off")
+    results = tmp_path / "results"
+
+    def queue(schedule: str) -> Path:
+        grid = _grid(tmp_path, schedule)
+        assert cli(["queue", str(grid), "--results", str(results)]) == 0
+        return results
+
+    return queue
+
+
+@pytest.mark.slow
+def test_same_keeps_each_pair_on_one_class_and_status_names_what_waits(queued, monkeypatch, capsys):
+    results = queued('[schedule]\npair_hardware = "same"')
+    _work(results, "class-a", monkeypatch, "--max-runs", "1")  # the first run: seed 0's parent
+    capsys.readouterr()
+    _work(results, "class-b", monkeypatch)  # seed 1 whole; seed 0's treatment is held for class-a
+    out = capsys.readouterr().out
+    assert "nothing queued for this worker's hardware class: 1 run(s) wait for class-a" in out, out
+    assert _classes_by_seed(results) == {
+        0: {"block_attnres": "class-a"},
+        1: {"block_attnres": "class-b", "rd_attnres": "class-b"},
+    }
+    queue = RunQueue.open(None, results)
+    runs = queue.runs("hw")
+    held = "hw:tiny:rd_attnres:s0:2048"
+    assert runs[held].state == "queued" and runs[held].attempt == 1  # never claimed: no attempt spent
+    lines = status_lines(queue, "hw", 60.0)
+    at = lines.index(
+        next(ln for ln in lines if ln.startswith("waiting for hardware class class-a: 1 run(s)"))
+    )
+    assert lines[at + 1] == f"  {held}"
+    # the trials record the class their worker had; the study the seeds' bindings
+    attrs = queue.storage.get_study_user_attrs(queue.study_of("hw"))
+    assert attrs[POLICY_ATTR] == "same"
+    assert {k: v for k, v in attrs.items() if k.startswith(BIND_PREFIX)} == {
+        BIND_PREFIX + "tiny:2048:0": "class-a",
+        BIND_PREFIX + "tiny:2048:1": "class-b",
+    }
+    done = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in runs.items() if r.state == "done"}
+    assert done == {
+        "hw:tiny:block_attnres:s0:2048": "class-a",
+        "hw:tiny:block_attnres:s1:2048": "class-b",
+        "hw:tiny:rd_attnres:s1:2048": "class-b",
+    }
+    # a worker of the seed's class takes it: no pair straddles two classes
+    _work(results, "class-a", monkeypatch)
+    by_seed = _classes_by_seed(results)
+    assert all(len(set(classes.values())) == 1 for classes in by_seed.values()), by_seed
+    assert not any(
+        ln.startswith("waiting for hardware") for ln in status_lines(RunQueue.open(None, results), "hw", 60.0)
+    )
+
+
+@pytest.mark.slow
+def test_any_hardware_worker_takes_a_held_run_and_the_pair_straddles(queued, monkeypatch):
+    results = queued("")  # no [schedule]: the default, same
+    _work(results, "class-a", monkeypatch, "--max-runs", "1")
+    _work(results, "class-b", monkeypatch, "--any-hardware")
+    by_seed = _classes_by_seed(results)
+    assert by_seed[0] == {"block_attnres": "class-a", "rd_attnres": "class-b"}  # the override's straddle
+    assert by_seed[1] == {"block_attnres": "class-b", "rd_attnres": "class-b"}
+    # the straddle is on record in the result files' environment too
+    run = read_result(result_path(results, "hw:tiny:rd_attnres:s0:2048"))["run"]
+    assert (
+        run["environment"]["hardware"] == "class-b" and run["environment"]["hardware_detected"] != "class-b"
+    )
+
+
+@pytest.mark.slow
+def test_any_lets_a_pair_straddle_two_classes(queued, monkeypatch):
+    results = queued('[schedule]\npair_hardware = "any"')
+    _work(results, "class-a", monkeypatch, "--max-runs", "1")
+    _work(results, "class-b", monkeypatch)
+    assert _classes_by_seed(results)[0] == {"block_attnres": "class-a", "rd_attnres": "class-b"}
+    queue = RunQueue.open(None, results)
+    assert all(r.state == "done" for r in queue.runs("hw").values())
+    assert not any(ln.startswith("waiting for hardware") for ln in status_lines(queue, "hw", 60.0))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "words"),
+    [
+        (
+            '[schedule]\npair_hardware = "sometimes"',
+            "schedule.pair_hardware: 'sometimes' is not allowed; allowed:",
+        ),
+        ("[schedule]\npairs = 1", "schedule.pairs: unknown key; allowed: pair_hardware"),
+        ('schedule = "same"', "schedule: must be a table"),
+    ],
+)
+def test_a_bad_schedule_is_refused_at_queue_time_in_one_line(tmp_path, capsys, schedule, words):
+    grid = _grid(tmp_path, schedule)
+    results = tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err, err
+    assert not (results / "queue.journal").exists()  # nothing queued
+
+
+def test_grid_option_default_and_seed_keys():
+    data = {
+        "name": "g",
+        "corpus": "/c",
+        "sizes": ["tiny"],
+        "seeds": [0],
+        "budgets_tokens": [1024],
+        "variants": {"block_attnres": "parent", "rd_attnres": "treatment"},
+    }
+    assert parse_grid(data).pair_hardware == "same"
+    assert parse_grid({**data, "schedule": {"pair_hardware": "any"}}).pair_hardware == "any"
+    assert seed_key("g:tiny:rd_attnres:s12:1024") == "tiny:1024:12"
+    assert seed_key("g:tiny:rd_attnres:s12:1024:tuned") == "tiny:1024:12"  # a tuned run pairs in its seed
+    assert json.dumps(seed_key("a.b-c:small:x:s0:5")) == '"small:5:0"'
+
+
+def _drain(queue: RunQueue) -> list[str]:
+    """Claim and complete runs until the queue gives none to this worker; the run ids, in order."""
+    out = []
+    while (claim := queue.claim("g")) is not None:
+        assert queue.complete(claim, "done", value=1.0, wall_s=0.1)
+        out.append(claim.run_id)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["journal", "postgres"])
+def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_path):
+    """Two workers' queues on one storage (the journal; a real PostgreSQL server), each with its class: the
+    first claim of a seed binds it, the other class's worker skips the seed's other runs (no attempt spent)
+    and says which class holds them; with ``any`` it takes them."""
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    adder = RunQueue.open(url, tmp_path)
+    adder.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
+    set_policy(adder.storage, adder.study_of("g"), "same")
+    a, b = RunQueue.open(url, tmp_path), RunQueue.open(url, tmp_path)
+    a.pairs, b.pairs = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
+    first = a.claim("g")
+    assert first.run_id == "g:tiny:block_attnres:s0:1000"
+    assert a.complete(first, "done", value=1.0, wall_s=0.1)
+    assert _drain(b) == ["g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000"]
+    assert b.pairs.held == {"g:tiny:rd_attnres:s0:1000": "class-a"}
+    assert adder.runs("g")["g:tiny:rd_attnres:s0:1000"].attempt == 1
+    set_policy(adder.storage, adder.study_of("g"), "any")  # queueing the grid again may change it
+    assert _drain(b) == ["g:tiny:rd_attnres:s0:1000"]
+    classes = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in adder.runs("g").items()}
+    assert classes == {
+        "g:tiny:block_attnres:s0:1000": "class-a",
+        "g:tiny:rd_attnres:s0:1000": "class-b",
+        "g:tiny:block_attnres:s1:1000": "class-b",
+        "g:tiny:rd_attnres:s1:1000": "class-b",
+    }
+
+
+def test_launch_passes_any_hardware_to_its_workers(tmp_path):
+    """``harness launch --any-hardware``: every launched worker's options (pickled into its task) and the
+    ``harness work`` line it records carry it; without it, neither does."""
+    for extra, want in (([], False), (["--any-hardware"], True)):
+        args = build_parser().parse_args(
+            ["launch", "--results", str(tmp_path), "--executor", "local", *extra]
+        )
+        options = _work_options(args, None)
+        assert options.any_hardware is want
+        assert ("--any-hardware" in _work_argv(options, None)) is want
