@@ -351,12 +351,14 @@ class RunQueue(RunAdder):
             self.requeue_attempt(self.storage.get_trial(claim.trial_id))
         return requeue
 
-    def release(self, claim: Claim, reason: str) -> bool:
-        """Give a run back unfinished (worker interrupted): it is requeued, no retry counted."""
+    def release(self, claim: Claim, reason: str, *, keep_attempt: bool = False) -> bool:
+        """Give a run back unfinished (worker interrupted): it is requeued, no retry counted.
+        ``keep_attempt``: the run never started here (its corpus is not on this machine), so its next
+        trial keeps this attempt's number."""
         attrs = {"error": reason, "ending": "released", "requeue": True}
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
-        self.requeue_attempt(self.storage.get_trial(claim.trial_id))
+        self.requeue_attempt(self.storage.get_trial(claim.trial_id), keep_attempt=keep_attempt)
         return True
 
     def reclaim_stale(self, now: float | None = None) -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from harness.common.terms import config_diff
 from harness.design.config import RunConfig
 from harness.scheduling.queueops import LiveTrial, create_waiting
-from harness.scheduling.queueread import RUNS_ATTR, QueueReader
+from harness.scheduling.queueread import CORPUS_ATTR, RUNS_ATTR, QueueReader
 from harness.scheduling.storage import grid_lock
 from harness.scheduling.trials import CARRIED_ATTRS, EnqueueResult, attempt_template, config_of, is_duplicate
 
@@ -51,13 +51,20 @@ class RunAdder(QueueReader):
         self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
 
     def enqueue(
-        self, configs: list[RunConfig], *, retry_failed: bool = False, attrs: Mapping[str, Any] | None = None
+        self,
+        configs: list[RunConfig],
+        *,
+        retry_failed: bool = False,
+        attrs: Mapping[str, Any] | None = None,
+        same_corpus: bool = False,
     ) -> EnqueueResult:
         """Add one trial per run config not yet in the queue (idempotent).
 
         A run already queued, running, done or diverged is left alone; a failed run is
         queued again only with ``retry_failed``. ``attrs``: more user attributes of each new
-        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial).
+        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial). ``same_corpus``: the
+        caller checked that the configs' corpus has the grid's fingerprint (:meth:`bind_corpus`), so a
+        queued run whose ``corpus`` is another path (or a reference) to the same text is the same run.
 
         Raises:
             ValueError: two configs share a run id, or a run id already in the queue was
@@ -72,7 +79,11 @@ class RunAdder(QueueReader):
                 stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})
             ]
             return self._enqueue(
-                configs, retry_failed=retry_failed, attrs=attrs, keep_alive=lambda: [f() for f in alive]
+                configs,
+                retry_failed=retry_failed,
+                attrs=attrs,
+                keep_alive=lambda: [f() for f in alive],
+                ignore=("corpus",) if same_corpus else (),
             )
 
     def _enqueue(
@@ -82,6 +93,7 @@ class RunAdder(QueueReader):
         retry_failed: bool,
         attrs: Mapping[str, Any] | None,
         keep_alive: Callable[[], Any],
+        ignore: tuple[str, ...] = (),
     ) -> EnqueueResult:
         """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
         existing = {
@@ -91,7 +103,7 @@ class RunAdder(QueueReader):
         for c in configs:
             r = existing.get(c.run_id)
             if r is not None and r.state != "failed":
-                diff = config_diff(r.config.to_dict(), c.to_dict())
+                diff = config_diff(r.config.to_dict(), c.to_dict(), ignore=ignore)
                 if diff:
                     conflicts.append(f"{c.run_id} (differs in {', '.join(diff)})")
         if conflicts:
@@ -149,7 +161,7 @@ class RunAdder(QueueReader):
             self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
 
-    def restore(self, runs: list[dict]) -> list[str]:
+    def restore(self, runs: list[dict], *, same_corpus: bool = False) -> list[str]:
         """Add the runs of an imported archive (:mod:`db.archive`'s ``queue.json``) as they ended:
         ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
         requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
@@ -157,11 +169,13 @@ class RunAdder(QueueReader):
         run ids added.
 
         Raises:
-            ValueError: a run id already queued with a different config (as :meth:`enqueue`).
+            ValueError: a run id already queued with a different config (as :meth:`enqueue`; with
+                ``same_corpus``, a corpus given by another path or a reference to the same text is the same).
         """
         configs = [RunConfig.from_dict(r["config"]) for r in runs]
         existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
-        self.enqueue([c for c in configs if c.run_id in existing])  # adds nothing; raises on a changed config
+        # adds nothing; raises on a changed config
+        self.enqueue([c for c in configs if c.run_id in existing], same_corpus=same_corpus)
         added = []
         for index, (c, r) in enumerate(zip(configs, runs)):
             if c.run_id in existing:
@@ -196,13 +210,14 @@ class RunAdder(QueueReader):
         self._snapshot = None
         return self.storage.create_new_trial(self._study_for(config), template_trial=template)
 
-    def requeue_attempt(self, last: FrozenTrial) -> None:
+    def requeue_attempt(self, last: FrozenTrial, *, keep_attempt: bool = False) -> None:
         """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
-        requeued: same config, slot in the queue and carried attributes, attempt + 1."""
+        requeued: same config, slot in the queue and carried attributes, attempt + 1 (the same number
+        with ``keep_attempt``: an attempt that never started)."""
         ua = last.user_attrs
         self._new_trial(
             config_of(last),
-            attempt=ua.get("attempt", 1) + 1,
+            attempt=ua.get("attempt", 1) + (0 if keep_attempt else 1),
             failures=ua.get("failures", 0),
             reclaims=ua.get("reclaims", 0),
             order=ua.get("order", [time.time(), 0]),
@@ -227,6 +242,26 @@ class RunAdder(QueueReader):
                 f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
                 "or rename the grid"
             )
+
+    def bind_corpus(self, grid: str, fingerprint: str, name: str, path: str | None) -> None:
+        """Record ``grid``'s corpus: its document fingerprint (what every run of the grid reads, checked
+        by whoever re-points it), its file name, and ``path``, where workers find it unless their own
+        ``--corpus`` says otherwise (:meth:`corpus_of`). A later call re-points the grid: callers check
+        the new path's fingerprint against the recorded one first (:mod:`harness.scheduling.corpus_check`).
+
+        Raises:
+            ValueError: ``fingerprint`` differs from the one already recorded (naming both).
+        """
+        study_id = self.study_of(grid)
+        have = self.storage.get_study_user_attrs(study_id).get(CORPUS_ATTR)
+        if have is not None and have["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"grid {grid} reads corpus {have['name']} of fingerprint {have['fingerprint'][:16]}; "
+                f"this corpus has fingerprint {fingerprint[:16]}: another text, nothing changed"
+            )
+        record = {"fingerprint": fingerprint, "name": name, "path": path}
+        if have != record:
+            self.storage.set_study_user_attr(study_id, CORPUS_ATTR, record)
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued, and

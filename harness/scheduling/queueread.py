@@ -36,6 +36,7 @@ from harness.scheduling.queueops import LiveTrial, live_trials, run_trials
 from harness.scheduling.trials import RunState, fold, queue_order
 
 RUNS_ATTR = "runs"  # a grid study's attribute: how many runs its last `harness queue` counted
+CORPUS_ATTR = "corpus"  # a grid study's attribute: its corpus's fingerprint, name and path (corpus_of)
 LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (refused; `harness migrate`)
 
 
@@ -97,6 +98,16 @@ class QueueReader:
         if grid not in studies:
             return None
         return self.storage.get_study_user_attrs(studies[grid]).get("results")
+
+    def corpus_of(self, grid: str) -> dict | None:
+        """``{"fingerprint", "name", "path"}`` of ``grid``'s corpus (:meth:`~harness.scheduling.queue.RunQueue.
+        bind_corpus`): its document fingerprint (its identity), its file name, and where it is found
+        (``path``, ``None`` when no path was given here, e.g. an archive imported without ``--corpus``);
+        ``None`` when none was recorded (a queue written before the record, a hub corpus)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get(CORPUS_ATTR)
 
     def grid_total(self, grid: str) -> int | None:
         """How many runs ``grid`` has, as the last :meth:`~harness.scheduling.queue.RunQueue.enqueue`

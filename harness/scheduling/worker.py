@@ -66,6 +66,7 @@ from harness.train.execution import ExecutionSettings
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
+    from harness.scheduling.corpus_check import CorpusLocator
     from harness.scheduling.queue import RunQueue
     from harness.train.stop import StopRequest
 
@@ -172,6 +173,7 @@ def work(
     log: Callable[[str], None] = print,
     settings: ExecutionSettings | None = None,
     check_run: Callable[[RunConfig], None] | None = None,
+    corpus: CorpusLocator | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -197,6 +199,8 @@ def work(
         settings: the worker's :class:`~harness.train.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings, stop_requested=stop, on_eval=...)``; ``None``: a stand-in's ``train_fn(c, r)``.
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
+        corpus: resolves each run's corpus on this machine (:class:`~harness.scheduling.corpus_check.
+            CorpusLocator`: the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -204,10 +208,10 @@ def work(
     Raises:
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run being finished
             stays RUNNING in the queue; the next worker reclaims it).
-        ResultsLost / OtherResults / DiskFull / RankDied / CudaContextLost: the environment's fault
+        ResultsLost / OtherResults / DiskFull / RankDied / CudaContextLost / CorpusMissing: the environment's fault
             (:mod:`harness.scheduling.worker_faults`, :mod:`harness.common.faults`): the results folder was
             lost or is another's, too little free space or a write hit ENOSPC/EDQUOT, a child rank died,
-            a CUDA error poisoned the context: the run is released (queued again, no retry spent) and the
+            a CUDA error poisoned the context, the corpus is not here: the run is released (queued again, no retry spent) and the
             worker stops with one line naming the cause.
 
     A ``KeyboardInterrupt`` (also SIGTERM, a stopped run) after a claim releases it, then propagates.
@@ -227,6 +231,8 @@ def work(
             break
         with given_back_if_interrupted(queue, call, claim, log):
             need = _admit(loop, claim, space_needed, check_run)
+            if corpus is not None:  # the corpus's path on this machine, or released (no retry spent)
+                claim = corpus.locate(queue, call, claim)
             outcomes[_train_one(loop, claim, need)] += 1
     return outcomes
 

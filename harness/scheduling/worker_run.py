@@ -44,6 +44,9 @@ class WorkOptions:
         create: make ``results`` when it does not exist.
         devices, gpus: ranks per run and the GPUs to claim (:func:`worker_devices`).
         settings: how each run executes (its ``devices`` set from the claim).
+        corpus: where this machine has the corpus of the runs it claims (``--corpus``; ``None``: the
+            path the queue records for each grid, else the run's config), checked against the grid's
+            fingerprint (:mod:`harness.scheduling.corpus_check`).
     """
 
     results: str
@@ -59,6 +62,7 @@ class WorkOptions:
     devices: str | None = None
     gpus: str | None = None
     settings: ExecutionSettings = field(default_factory=ExecutionSettings)
+    corpus: str | None = None
 
     def check(self) -> None:
         """Refuse what the worker cannot run with, before it touches the queue.
@@ -207,7 +211,12 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             if not options.wait:
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = check_run = None
+    claim = settings = check_run = locator = None
+    if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
+        from harness.data.prepared import cache_dir  # lazy: numpy, only where a corpus is read
+        from harness.scheduling.corpus_check import CorpusLocator
+
+        locator = CorpusLocator(options.corpus, cache_dir(options.results))
     if train_fn is None:
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), worker.train_unless_finished
@@ -231,6 +240,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
                 space_needed=space_needed,
                 settings=settings,
                 check_run=check_run,
+                corpus=locator,
             )
     finally:
         if stop is None:

@@ -186,13 +186,15 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
     )
     assert len(names) == 9
     m = read_archive(archive).manifest
-    assert m["code"]["lock_sha256"] == sha256(
+    assert m["archived_by"]["lock_sha256"] == sha256(
         (Path(__file__).resolve().parents[2] / "requirements.lock").read_bytes()
     )
     assert {e["status"] for e in m["runs"].values()} == {"done"}
 
-    harness("import", str(archive), results=dst)
-    assert (dst / "grids" / "arch_tiny.toml").read_bytes() == grid.read_bytes()
+    harness("import", str(archive), "--corpus", str(SAMPLE), results=dst)
+    # the TOML names no machine path: its corpus is the corpus's fingerprint and name
+    ref = f"corpus-sha256:{m['corpus']['fingerprint']}:fineweb_edu_sample"
+    assert (dst / "grids" / "arch_tiny.toml").read_text() == grid.read_text().replace(str(SAMPLE), ref)
     harness("report", "--grid", "arch_tiny", "--out", str(tmp_path / "r1"), "--no-figures", results=dst)
     assert (tmp_path / "r1" / "stats.csv").read_bytes() == (tmp_path / "r0" / "stats.csv").read_bytes()
     more = tmp_path / "more.toml"  # the imported TOML with the next look's seeds, queued as usual
