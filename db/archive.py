@@ -44,6 +44,7 @@ from pathlib import Path
 
 from db.validate import result_filename, validate_result
 from harness.common.files import atomic_path
+from harness.common.terms import run_order
 
 ARCHIVE_FORMAT = "rd-harness grid archive"
 ARCHIVE_VERSION = 2
@@ -100,10 +101,9 @@ def sha256(data: bytes) -> str:
 
 
 def natural_key(name: str) -> tuple:
-    """Sort key putting the numbers inside ``name`` in numeric order (``s2`` before ``s10``; run ids,
-    their result files' names): text and integers alternate, so any two keys compare."""
-    parts = re.split(r"(\d+)", name)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+    """Sort key of a run id or member name with its numbers in numeric order (``s2`` before ``s10``):
+    :func:`harness.common.terms.run_order`."""
+    return run_order(name)
 
 
 def _replace_all(text: str, stand_ins: dict[str, str]) -> str:

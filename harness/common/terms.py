@@ -54,6 +54,13 @@ def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) ->
     return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
 
 
+def run_order(run_id: str) -> tuple:
+    """Sort key putting the numbers inside a run id (or its result file's name) in numeric order, so
+    seed ``s2`` comes before ``s10``: text and integers alternate, so any two keys compare."""
+    parts = re.split(r"(\d+)", run_id)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+
+
 def check_grid(grid: str, known: Iterable[str], where: str) -> None:
     """Check that ``grid`` is one of the ``known`` grid names found in ``where`` (the queue or
     the results store, as the message should name it).
@@ -146,4 +153,5 @@ __all__ = [
     "utc_now",
     "check_grid",
     "config_diff",
+    "run_order",
 ]
