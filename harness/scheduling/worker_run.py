@@ -69,6 +69,7 @@ class WorkOptions:
 
         Raises:
             ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
+            FileNotFoundError: a ``corpus`` that is not there.
         """
         if self.retries < 0:
             raise ValueError(f"--retries {self.retries} must be >= 0")
@@ -76,6 +77,10 @@ class WorkOptions:
             raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
         if self.storage_retry_s <= 0:
             raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
+        if self.corpus is not None and not os.path.exists(os.path.expanduser(self.corpus)):
+            raise FileNotFoundError(
+                f"--corpus {self.corpus} not found (a path to the corpus on this machine)"
+            )
 
 
 def check_writable(results: Path, create: bool = False) -> None:
