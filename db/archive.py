@@ -18,9 +18,10 @@ Nothing in it names the machine that wrote it (:func:`portable`): the writer's h
 corpus, the results folder) is replaced in every member by its stand-in (a corpus becomes
 ``corpus-sha256:<fingerprint>:<name>``); a file nothing names is kept byte for byte. The analysis
 plan and the settings of every run travel in the queued configs (``analysis``, ``train``). Members
-are written in run order (seeds numerically: ``s2`` before ``s10``, :func:`natural_key`) with fixed
-owner and time, and gzip's header time is 0, so the same results give the same file, and an
-archive imported and archived again by the same code is the same file byte for byte.
+are written in run order (seeds numerically: ``s2`` before ``s10``, :func:`natural_key`; the queue
+view by role, then variant and seed) with fixed owner and time, and gzip's header time is 0, so
+the same results give the same file, and an archive imported and archived again by the same code
+is the same file byte for byte.
 
 :func:`read_archive` is the check an import runs before it writes anything: the file must be a
 gzip tar (else "not a harness archive"), complete (else "truncated or damaged"), hold exactly
@@ -44,7 +45,7 @@ from pathlib import Path
 
 from db.validate import result_filename, validate_result
 from harness.common.files import atomic_path
-from harness.common.terms import run_order
+from harness.common.terms import queue_order_key, run_order
 
 ARCHIVE_FORMAT = "rd-harness grid archive"
 ARCHIVE_VERSION = 2
@@ -195,7 +196,7 @@ def write_archive(
         ValueError: a result file that is invalid or of another grid (naming it).
     """
     stand_ins = stand_ins or {}
-    order = sorted(queue, key=lambda r: natural_key(r["config"]["run_id"]))
+    order = sorted(queue, key=lambda r: queue_order_key(r["config"]["role"], r["config"]["run_id"]))
     members = {QUEUE: json.dumps(_scrub(order, stand_ins), sort_keys=True, indent=1).encode()}
     if grid_toml is not None:
         members[GRID_TOML] = portable(grid_toml, stand_ins, result=False)

@@ -61,6 +61,14 @@ def run_order(run_id: str) -> tuple:
     return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
 
 
+def queue_order_key(role: str, run_id: str) -> tuple:
+    """Where a run goes when a grid's runs are listed without their queue (an archive's ``queue.json``,
+    its import): by role (:data:`RUN_ROLES` order: parent, treatment, controls, references), then by
+    :func:`run_order` (variant, then seed numerically)."""
+    rank = RUN_ROLES.index(role) if role in RUN_ROLES else len(RUN_ROLES)
+    return (rank, run_order(run_id))
+
+
 def check_grid(grid: str, known: Iterable[str], where: str) -> None:
     """Check that ``grid`` is one of the ``known`` grid names found in ``where`` (the queue or
     the results store, as the message should name it).
@@ -154,4 +162,5 @@ __all__ = [
     "check_grid",
     "config_diff",
     "run_order",
+    "queue_order_key",
 ]

@@ -22,7 +22,7 @@ from typing import Any
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from harness.common.terms import config_diff, run_order
+from harness.common.terms import config_diff, queue_order_key
 from harness.design.config import RunConfig
 from harness.scheduling.queueops import LiveTrial, create_waiting
 from harness.scheduling.queueread import CORPUS_ATTR, RUNS_ATTR, QueueReader
@@ -172,7 +172,8 @@ class RunAdder(QueueReader):
             ValueError: a run id already queued with a different config (as :meth:`enqueue`; with
                 ``same_corpus``, a corpus given by another path or a reference to the same text is the same).
         """
-        runs = sorted(runs, key=lambda r: run_order(r["config"]["run_id"]))  # s2 before s10 in the queue
+        # by role, variant, then seed numerically (s2 before s10): the order `harness status` and a report list
+        runs = sorted(runs, key=lambda r: queue_order_key(r["config"]["role"], r["config"]["run_id"]))
         configs = [RunConfig.from_dict(r["config"]) for r in runs]
         existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
         # adds nothing; raises on a changed config

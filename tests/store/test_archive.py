@@ -233,13 +233,23 @@ def test_a_committed_archive_archived_again_names_no_machine_and_comes_back_byte
     grid = read_archive(archive).grid
     first, second = tmp_path / "first", tmp_path / "second"
     assert cli(["import", str(archive), "--results", str(first)]) == 0
+    # the imported queue lists the parent's runs first, seeds in numeric order (s2 before s10)
+    order = [r.config for r in RunQueue.open(None, first).runs(grid).values()]
+    parent = [c.seed for c in order if c.role == "parent"]
+    assert order[0].role == "parent" and parent == sorted(parent) == list(range(len(parent)))
     new = tmp_path / "new.tar.gz"
     assert cli(["archive", "--grid", grid, "--results", str(first), "--out", str(new)]) == 0
     with tarfile.open(new, "r:gz") as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar}
     assert machine_marks(members, tmp_path) == []
     runs = [n for n in members if n.startswith("runs/")]
-    assert runs == sorted(runs, key=natural_key) and list(members)[:3] == [MANIFEST, "grid.toml", "queue.json"]
+    assert runs == sorted(runs, key=natural_key) and list(members)[:3] == [
+        MANIFEST,
+        "grid.toml",
+        "queue.json",
+    ]
+    queued = [r["config"]["run_id"] for r in json.loads(members["queue.json"])]
+    assert queued == [c.run_id for c in order]  # the archive's queue view in that order too
     manifest = read_archive(new).manifest
     trained = {
         rid: json.loads(members[e["file"]])["run"]["code_version"] for rid, e in manifest["runs"].items()
