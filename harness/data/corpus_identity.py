@@ -1,4 +1,4 @@
-"""A corpus is its content, a path only where to find it (DESIGN sections 4 and 13).
+"""A corpus is its content, a path only where to find it (DESIGN section 4; docs/sharing.md).
 
 A local corpus's identity is its *document fingerprint*
 (:func:`harness.data.corpus.corpus_fingerprint` of the documents a run reads, the ``fingerprint`` of

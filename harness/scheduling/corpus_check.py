@@ -1,4 +1,5 @@
-"""Where a grid's corpus is, checked by what it is (DESIGN section 13): re-pointing and a worker's look.
+"""Where a grid's corpus is, checked by what it is: re-pointing and a worker's look (DESIGN sections 4
+and 10; docs/scaling-out.md).
 
 A grid's corpus is its document fingerprint (:mod:`harness.data.corpus_identity`), recorded in the
 queue with the corpus's file name and the path workers read it from
