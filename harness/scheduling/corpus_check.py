@@ -37,11 +37,11 @@ def exists(path: str) -> bool:
     return bool(glob.glob(path)) if glob.has_magic(path) else os.path.exists(path)
 
 
-def expected_corpus(queue, grid: str, config: RunConfig, cache_dir: Path | None) -> tuple[str, str] | None:
-    """``(fingerprint, name)`` the grid's corpus must have: the queue's record, else the reference in
-    ``config`` (an imported run), else the fingerprint of ``config``'s own corpus where it is here;
-    ``None`` for a hub corpus or a queue with no record whose path is gone (nothing to check against)."""
-    record = queue.corpus_of(grid) if queue is not None else None
+def expected_corpus(record: dict | None, config: RunConfig, cache_dir: Path | None) -> tuple[str, str] | None:
+    """``(fingerprint, name)`` a grid's corpus must have: the queue's ``record`` of it
+    (:meth:`~harness.scheduling.queueread.QueueReader.corpus_of`), else the reference in ``config`` (an
+    imported run), else the fingerprint of ``config``'s own corpus where it is here; ``None`` for a hub
+    corpus or a queue with no record whose path is gone (nothing to check against)."""
     if record is not None:
         return record["fingerprint"], record["name"]
     ref = parse_ref(config.corpus)
@@ -95,7 +95,8 @@ def binding(queue, grid: str, config: RunConfig, path: str, cache_dir: Path | No
     if not is_local(path):
         return None
     queued = next(iter(queue.runs(grid).values()), None) if queue is not None else None
-    expected = expected_corpus(queue, grid, queued.config if queued is not None else config, cache_dir)
+    record = queue.corpus_of(grid) if queue is not None else None
+    expected = expected_corpus(record, queued.config if queued is not None else config, cache_dir)
     fp = check_repoint(expected, config, path, cache_dir, grid=grid)
     name = expected[1] if expected is not None else corpus_name(path)
     return Binding(fp, name, path, expected is not None)
@@ -143,17 +144,16 @@ class CorpusLocator:
         self.cache_dir = cache_dir
         self._checked: dict[str, tuple[str, str] | None] = {}  # grid -> its expected corpus, once checked
 
-    def path_for(self, queue, claim) -> tuple[str | None, tuple[str, str] | None]:
+    def path_for(self, record: dict | None, claim) -> tuple[str | None, tuple[str, str] | None]:
         """``(path, expected)`` of ``claim``'s corpus here (``path`` None: none known) and the
-        fingerprint and name it must have; raises ``ValueError`` when the worker's ``--corpus`` is
-        another text (naming both fingerprints)."""
+        fingerprint and name it must have, given the queue's ``record`` of the grid's corpus; raises
+        ``ValueError`` when the worker's ``--corpus`` is another text (naming both fingerprints)."""
         config = claim.config
         if not is_local(config.corpus) and parse_ref(config.corpus) is None:
             return config.corpus, None  # a hub spec: its name is its identity
-        record = queue.corpus_of(claim.grid)
         if self.override is not None:
             if claim.grid not in self._checked and exists(self.override):  # read once per grid
-                expected = expected_corpus(queue, claim.grid, config, self.cache_dir)
+                expected = expected_corpus(record, config, self.cache_dir)
                 check_repoint(expected, config, self.override, self.cache_dir, grid=claim.grid)
                 self._checked[claim.grid] = expected
             return self.override, self._checked.get(claim.grid)
@@ -168,8 +168,8 @@ class CorpusLocator:
         spent, its attempt number kept: it never started) and raises :class:`CorpusMissing` /
         ``ValueError`` with one line."""
         try:
-            path, expected = call(self.path_for, queue, claim)
-        except (ValueError, FileNotFoundError) as exc:
+            path, expected = self.path_for(call(queue.corpus_of, claim.grid), claim)
+        except (ValueError, FileNotFoundError) as exc:  # another text, or a corpus gone while it was read
             call(
                 queue.release,
                 claim,
