@@ -82,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--corpus",
         metavar="C",
         default=None,
-        help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's)",
+        help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's); for a grid already "
+        "queued, checked against its corpus fingerprint: the same text re-points it, another is refused",
     )
     add_storage(parser)
     parser.add_argument(

@@ -96,7 +96,10 @@ def binding(queue, grid: str, config: RunConfig, path: str, cache_dir: Path | No
         return None
     queued = next(iter(queue.runs(grid).values()), None) if queue is not None else None
     record = queue.corpus_of(grid) if queue is not None else None
-    expected = expected_corpus(record, queued.config if queued is not None else config, cache_dir)
+    # a new grid has nothing to check against (and its text is read once, below)
+    expected = (
+        expected_corpus(record, queued.config if queued else config, cache_dir) if queued or record else None
+    )
     fp = check_repoint(expected, config, path, cache_dir, grid=grid)
     name = expected[1] if expected is not None else corpus_name(path)
     return Binding(fp, name, path, expected is not None)
