@@ -2,18 +2,26 @@
 
 The archive is a gzip-compressed tar file (standard library :mod:`tarfile`) whose members are::
 
-    manifest.json     format, version, grid, when and by which code it was written (git commit and
-                      the SHA-256 of requirements.lock), each run's protocol hash and status, and
-                      the SHA-256 and size of every other member
+    manifest.json     format, version, grid, the code that wrote the archive (``archived_by``: git
+                      commit with its ``-dirty`` flag, SHA-256 of requirements.lock), the grid's corpus
+                      (its document fingerprint and file name), each run's protocol hash, status and
+                      training commit (``code_version``, ``-dirty`` kept), and the SHA-256 and size of
+                      every other member
     queue.json        the queue's view of the grid: one object per run (its RunConfig as queued,
                       state, attempt, val_nll, wall_s, error), so `topup` and `work` can continue it
-    runs/<file>.json  the grid's result files, byte for byte (curves, routing and degeneracy
-                      records, failures: db.validate's format); no checkpoints
+    runs/<file>.json  the grid's result files (curves, routing and degeneracy records, failures:
+                      db.validate's format); no checkpoints
     grid.toml         the grid's TOML, when it was given
 
-The analysis plan and the settings of every run travel in the queued configs (``analysis``,
-``train``). Members are written in name order with fixed owner and time, and gzip's header time
-is 0, so the same results give the same file.
+Nothing in it names the machine that wrote it (:func:`portable`): the writer's host and owner
+(``host:pid``) are dropped from result files, and each absolute path the caller names (the
+corpus, the results folder) is replaced in every member by its stand-in (a corpus becomes
+``corpus-sha256:<fingerprint>:<name>``); a file nothing names is kept byte for byte. The analysis
+plan and the settings of every run travel in the queued configs (``analysis``, ``train``). Members
+are written in run order (seeds numerically: ``s2`` before ``s10``, :func:`natural_key`; the queue
+view by role, then variant and seed) with fixed owner and time, and gzip's header time is 0, so
+the same results give the same file, and an archive imported and archived again by the same code
+is the same file byte for byte.
 
 :func:`read_archive` is the check an import runs before it writes anything: the file must be a
 gzip tar (else "not a harness archive"), complete (else "truncated or damaged"), hold exactly
@@ -37,9 +45,14 @@ from pathlib import Path
 
 from db.validate import result_filename, validate_result
 from harness.common.files import atomic_path
+from harness.common.terms import queue_order_key, run_order
 
 ARCHIVE_FORMAT = "rd-harness grid archive"
-ARCHIVE_VERSION = 1
+ARCHIVE_VERSION = 2
+#: Versions :func:`read_archive` reads: 1 (paths and host kept; ``code`` the archiver's) and 2.
+READ_VERSIONS = (1, 2)
+#: Keys of a result file's ``run`` that name the machine that wrote it: dropped from an archive.
+MACHINE_KEYS = ("host", "owner")
 MANIFEST, QUEUE, GRID_TOML = "manifest.json", "queue.json", "grid.toml"
 RUN_MEMBER = re.compile(r"runs/[^/\\]+\.json")  # one level, no path tricks (.., absolute, links)
 
@@ -62,10 +75,93 @@ class Archive:
     def grid(self) -> str:
         return self.manifest["grid"]
 
+    @property
+    def archived_by(self) -> dict:
+        """``{"commit", "lock_sha256"}`` of the code that wrote the archive (version 1: ``code``)."""
+        return self.manifest.get("archived_by") or self.manifest.get("code") or {}
+
+    @property
+    def corpus(self) -> dict | None:
+        """``{"fingerprint", "name"}`` of the grid's corpus: the manifest's, else (version 1) the document
+        fingerprint its result files record (``run.config.protocol.data.fingerprint``) and the file name
+        of the path its queue names; ``None`` when neither says (a hub corpus, no result file)."""
+        if "corpus" in self.manifest:
+            return self.manifest["corpus"]
+        for data in self.results.values():
+            config = json.loads(data)["run"].get("config") or {}
+            fp = ((config.get("protocol") or {}).get("data") or {}).get("fingerprint")
+            spec = str(config.get("corpus") or "")
+            if fp and spec and not spec.startswith("hf:"):
+                return {"fingerprint": fp, "name": os.path.basename(os.path.normpath(spec))}
+        return None
+
 
 def sha256(data: bytes) -> str:
     """Hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key of a run id or member name with its numbers in numeric order (``s2`` before ``s10``):
+    :func:`harness.common.terms.run_order`."""
+    return run_order(name)
+
+
+def _replace_all(text: str, stand_ins: dict[str, str]) -> str:
+    for path in sorted(stand_ins, key=len, reverse=True):  # a longer path first (one inside another)
+        text = text.replace(path, stand_ins[path])
+    return text
+
+
+def _scrub(obj, stand_ins: dict[str, str]):
+    """``obj`` (parsed JSON) with :data:`MACHINE_KEYS` dropped from mappings and each path in every string
+    replaced by its stand-in."""
+    if isinstance(obj, dict):
+        return {k: _scrub(v, stand_ins) for k, v in obj.items() if k not in MACHINE_KEYS}
+    if isinstance(obj, list):
+        return [_scrub(v, stand_ins) for v in obj]
+    if isinstance(obj, str):
+        return _replace_all(obj, stand_ins)
+    return obj
+
+
+def portable(data: bytes, stand_ins: dict[str, str], *, result: bool) -> bytes:
+    """A member's bytes with nothing naming the machine that wrote them (see the module docstring).
+
+    Args:
+        data: a result file (``result=True``: JSON as :func:`db.runfile.write_result` writes it), or
+            any other text member (the queue view is scrubbed as JSON by the caller; a TOML here).
+        stand_ins: absolute path -> what replaces it (a longer path is replaced first).
+        result: scrub as a result file: the run's :data:`MACHINE_KEYS` dropped, paths replaced, written
+            back in the writer's format; a file that needed nothing is returned as it was.
+    """
+    if not result:
+        return _replace_all(data.decode("utf-8"), stand_ins).encode("utf-8")
+    obj = json.loads(data)
+    clean = {k: (_scrub(v, stand_ins) if k == "run" else v) for k, v in obj.items()}
+    if clean == obj:
+        return data
+    return json.dumps(clean, separators=(",", ":")).encode("utf-8")
+
+
+def same_result(here: bytes, archived: bytes) -> bool:
+    """True when a result file ``here`` and one from an archive record the same run: the same bytes, or
+    the same once the machine's marks are set aside (:data:`MACHINE_KEYS`, the corpus's path or
+    reference, the results folder: what :func:`portable` replaces)."""
+    if here == archived:
+        return True
+
+    def content(data: bytes) -> dict:
+        obj = json.loads(data)
+        run = _scrub(obj.get("run") or {}, {})
+        run["config"] = {k: v for k, v in (run.get("config") or {}).items() if k != "corpus"}
+        run.pop("error", None)  # may name a path of the machine that wrote it
+        return {**obj, "run": run}
+
+    try:
+        return content(here) == content(archived)
+    except (ValueError, AttributeError):
+        return False
 
 
 def write_archive(
@@ -76,6 +172,9 @@ def write_archive(
     queue: list[dict],
     code: dict,
     grid_toml: bytes | None = None,
+    stand_ins: dict[str, str] | None = None,
+    corpus: dict | None = None,
+    archived_before: dict | None = None,
 ) -> dict:
     """Write the archive of ``grid`` to ``out`` atomically (a temporary file beside it, renamed).
 
@@ -84,6 +183,11 @@ def write_archive(
         queue: the queue's view of the grid (see the module docstring), JSON-able.
         code: ``{"commit": ..., "lock_sha256": ...}`` of the code that writes the archive.
         grid_toml: the grid's TOML, if known.
+        stand_ins: absolute path -> its stand-in in every member (:func:`portable`).
+        corpus: ``{"fingerprint", "name"}`` of the grid's corpus (``None``: a hub corpus, or not known).
+        archived_before: ``{"archived_by", "members"}`` of the archive this grid was imported from: when
+            the members are those same bytes, its ``archived_by`` is kept, so that an imported archive
+            archived again is the same file whatever code re-archives it.
 
     Returns:
         The manifest written.
@@ -91,36 +195,52 @@ def write_archive(
     Raises:
         ValueError: a result file that is invalid or of another grid (naming it).
     """
-    members = {QUEUE: json.dumps(queue, sort_keys=True, indent=1).encode()}
+    stand_ins = stand_ins or {}
+    order = sorted(queue, key=lambda r: queue_order_key(r["config"]["role"], r["config"]["run_id"]))
+    members = {QUEUE: json.dumps(_scrub(order, stand_ins), sort_keys=True, indent=1).encode()}
     if grid_toml is not None:
-        members[GRID_TOML] = grid_toml
+        members[GRID_TOML] = portable(grid_toml, stand_ins, result=False)
     runs = {}
-    for run_id, data in sorted(results.items()):
-        run = validate_result(json.loads(data))["run"]
+    for run_id in sorted(results, key=natural_key):
+        run = validate_result(json.loads(results[run_id]))["run"]
         if run["grid"] != grid or run["run_id"] != run_id:
             raise ValueError(f"result file of {run_id} belongs to run {run['run_id']} of grid {run['grid']}")
         name = f"runs/{result_filename(run_id)}"
-        members[name] = data
-        runs[run_id] = {"file": name, "protocol_hash": run.get("protocol_hash"), "status": run["status"]}
-    manifest = {
+        members[name] = portable(results[run_id], stand_ins, result=True)
+        runs[run_id] = {
+            "code_version": run.get("code_version"),
+            "file": name,
+            "protocol_hash": run.get("protocol_hash"),
+            "status": run["status"],
+        }
+    listed = {n: {"bytes": len(members[n]), "sha256": sha256(members[n])} for n in _member_order(members)}
+    if archived_before is not None and archived_before.get("members") == listed:
+        code = archived_before["archived_by"]
+    manifest = {  # keys in name order; runs and members in run order (natural_key)
+        "archived_by": code,
+        "corpus": corpus,
         "format": ARCHIVE_FORMAT,
-        "version": ARCHIVE_VERSION,
         "grid": grid,
-        "code": code,
+        "members": listed,
         "runs": runs,
-        "members": {n: {"sha256": sha256(d), "bytes": len(d)} for n, d in sorted(members.items())},
+        "version": ARCHIVE_VERSION,
     }
     with atomic_path(out) as tmp, open(tmp, "wb") as raw:
         with (
             gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w") as tar,
         ):
-            blob = json.dumps(manifest, sort_keys=True, indent=1).encode()
-            for name, data in [(MANIFEST, blob), *sorted(members.items())]:
+            blob = json.dumps(manifest, indent=1).encode()
+            for name, data in [(MANIFEST, blob), *((n, members[n]) for n in _member_order(members))]:
                 info = tarfile.TarInfo(name)
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
                 tar.addfile(info, io.BytesIO(data))
     return manifest
+
+
+def _member_order(members: dict[str, bytes]) -> list[str]:
+    """Member names in archive order: the queue view and the TOML, then the result files in run order."""
+    return sorted(members, key=lambda n: (n.startswith("runs/"), natural_key(n)))
 
 
 def _members(path: Path) -> dict[str, bytes]:
@@ -160,9 +280,10 @@ def _manifest(path: Path, members: dict[str, bytes]) -> dict:
         ok = False
     if not ok:
         raise ArchiveError(f"{path} is not a harness archive (no {MANIFEST} of format {ARCHIVE_FORMAT!r})")
-    if manifest.get("version") != ARCHIVE_VERSION:
+    if manifest.get("version") not in READ_VERSIONS:
         raise ArchiveError(
-            f"{path}: archive version {manifest.get('version')!r}; this harness reads version {ARCHIVE_VERSION}"
+            f"{path}: archive version {manifest.get('version')!r}; this harness reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}"
         )
     listed = manifest["members"]
     missing = sorted(set(listed) - set(members))
@@ -214,6 +335,11 @@ def read_archive(path: str | os.PathLike) -> Archive:
 
 
 __all__ = [
+    "MACHINE_KEYS",
+    "READ_VERSIONS",
+    "natural_key",
+    "portable",
+    "same_result",
     "ARCHIVE_FORMAT",
     "ARCHIVE_VERSION",
     "Archive",

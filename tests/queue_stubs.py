@@ -36,7 +36,12 @@ batch_tokens = 512   # a batch the budget fits (harness queue refuses one it doe
 """
 
 
-def configs(name="g", seeds=(0, 1), variants=("block_attnres", "rd_attnres", "fixed_v"), corpus="/c"):
+# The stand-in runs' corpus: a path that is there on every machine (a worker checks that a run's corpus
+# is there before it trains it); the stand-in trainers never read it.
+STUB_CORPUS = str(Path(__file__).resolve().parent / "fixtures")
+
+
+def configs(name="g", seeds=(0, 1), variants=("block_attnres", "rd_attnres", "fixed_v"), corpus=STUB_CORPUS):
     roles = ["parent", "treatment"] + ["control"] * (len(variants) - 2)
     grid = parse_grid(
         {

@@ -2,12 +2,17 @@
 
 The file (a gzip-compressed tar, format in db/archive.py) holds the grid's result files
 (curves, routing and degeneracy records, failures), the queue's view of the grid (every run's
-config as queued, with the analysis plan, and how it ended), the grid TOML when given
-(--toml), each run's protocol hash, the code's git commit and the SHA-256 of requirements.lock,
-and a manifest with every member's SHA-256; no checkpoints. Newly finished runs are ingested
-first (as `harness report`). The same results give the same file. `harness import FILE
---results DIR` restores it elsewhere: `harness report` then gives the same stats.csv, and
-`harness topup` + `harness work` continue the grid there.
+config as queued, with the analysis plan, and how it ended), the grid TOML (--toml, default
+RESULTS/grids/NAME.toml when an import wrote one), each run's protocol hash and training commit
+(with its -dirty flag), the archiving code's git commit and the SHA-256 of requirements.lock
+(separately), the corpus's document fingerprint and file name, and a manifest with every
+member's SHA-256; no checkpoints. Nothing in it names this machine: no absolute path (the
+corpus becomes corpus-sha256:<fingerprint>:<name>, the results folder RESULTS, the home
+folder ~), no host name or owner. Runs are in seed order (s2 before s10). Newly finished runs
+are ingested first (as `harness report`). The same results give the same file, and an
+imported archive archived again is the same file byte for byte. `harness import FILE
+--results DIR [--corpus PATH]` restores it elsewhere: `harness report` then gives the same
+stats.csv, and `harness topup` + `harness work` continue the grid there.
 
 example:
   harness archive --grid rd_factorial_study --out rd_factorial_study.tar.gz --toml ablations/rd_factorial_study.toml
@@ -33,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="archive to write (.tar.gz; replaced atomically)",
     )
     parser.add_argument(
-        "--toml", type=Path, default=None, metavar="GRID.toml", help="the grid's TOML, to include"
+        "--toml",
+        type=Path,
+        default=None,
+        metavar="GRID.toml",
+        help="the grid's TOML, to include (default: RESULTS/grids/NAME.toml, where `harness import` puts it)",
     )
     add_storage(parser, reads_only=True)
 
@@ -52,8 +61,45 @@ def _queue_view(args: argparse.Namespace) -> list[dict] | None:
             "wall_s": r.wall_s,
             "error": r.error,
         }
-        for _, r in sorted(queue.runs(args.grid).items())
+        for _, r in queue.runs(args.grid).items()
     ]
+
+
+def _portability(args: argparse.Namespace, results: dict[str, bytes], queued: list[dict]):
+    """``(stand_ins, corpus)`` for :func:`db.archive.write_archive`: each absolute path the grid's files
+    name (its corpus, however many paths it was read from; the results folder; the home folder) ->
+    its stand-in, and ``{"fingerprint", "name"}`` of the corpus (the queue's record, else the document
+    fingerprint its result files record)."""
+    import json
+    import os
+
+    from harness.data.corpus_identity import corpus_name, corpus_ref, is_local, parse_ref
+
+    record = None
+    queue = open_queue(args)
+    if queue is not None:
+        record = queue.corpus_of(args.grid)
+    configs = [r["config"] for r in queued] + [
+        json.loads(d)["run"].get("config") or {} for d in results.values()
+    ]
+    corpus = {"fingerprint": record["fingerprint"], "name": record["name"]} if record else None
+    for config in configs:
+        spec = str(config.get("corpus") or "")
+        fp = ((config.get("protocol") or {}).get("data") or {}).get("fingerprint")
+        if corpus is None and parse_ref(spec) is not None:
+            corpus = dict(zip(("fingerprint", "name"), parse_ref(spec), strict=True))
+        elif corpus is None and fp and is_local(spec):
+            corpus = {"fingerprint": fp, "name": corpus_name(spec)}
+    stand_ins = {}
+    if corpus is not None:
+        ref = corpus_ref(corpus["fingerprint"], corpus["name"])
+        paths = {str(c.get("corpus") or "") for c in configs} | {(record or {}).get("path") or ""}
+        stand_ins = {p: ref for p in paths if is_local(p) and os.path.isabs(p)}
+    stand_ins[str(Path(args.results).resolve())] = "RESULTS"
+    home = os.path.expanduser("~")
+    if home not in ("/", "~"):
+        stand_ins.setdefault(home, "~")
+    return stand_ins, corpus
 
 
 def code_identity() -> dict:
@@ -69,6 +115,8 @@ def code_identity() -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    import json
+
     from db.archive import write_archive
     from db.store import Store
     from harness.common.terms import check_grid
@@ -86,22 +134,32 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.toml is not None and not args.toml.is_file():
         raise FileNotFoundError(f"--toml {str(args.toml)!r} does not exist")
+    imported = Path(args.results) / "grids" / f"{args.grid}.toml"
+    toml = args.toml if args.toml is not None else (imported if imported.is_file() else None)
     queue = _queue_view(args)
     if queue is None:
         print(
             f"note: no queue found: the archive holds no queue view, so `topup` cannot continue {args.grid}"
         )
+    results = {r: store.result_path(r).read_bytes() for r in ids}
+    stand_ins, corpus = _portability(args, results, queue or [])
+    before = Path(args.results) / "grids" / f"{args.grid}.archive.json"
     manifest = write_archive(
         args.out,
         grid=args.grid,
-        results={r: store.result_path(r).read_bytes() for r in ids},
+        results=results,
         queue=queue or [],
         code=code_identity(),
-        grid_toml=args.toml.read_bytes() if args.toml is not None else None,
+        grid_toml=toml.read_bytes() if toml is not None else None,
+        stand_ins=stand_ins,
+        corpus=corpus,
+        archived_before=json.loads(before.read_text()) if before.is_file() else None,
     )
     size = args.out.stat().st_size
+    commits = sorted({str(e["code_version"]) for e in manifest["runs"].values()})
     print(
         f"wrote {args.out} ({size / 1e6:.2f} MB): grid {args.grid}, {len(manifest['runs'])} result files, "
-        f"{len(queue or [])} queued runs, code {manifest['code']['commit'][:12]}"
+        f"{len(queue or [])} queued runs; trained by {', '.join(commits) or 'no run'}; archived by "
+        f"{manifest['archived_by']['commit']}"
     )
     return 0

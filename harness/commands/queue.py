@@ -19,7 +19,12 @@ The corpus is the grid's `corpus`, overridden by $HARNESS_CORPUS, overridden by
 --corpus. A relative path is resolved against the grid file's folder (the grid's own
 corpus, so a grid queues the same corpus from any directory) or the current directory
 ($HARNESS_CORPUS, --corpus), and stored absolute in each run's config (hf:OWNER/NAME:CONFIG
-specs are stored as they are).
+specs are stored as they are). A grid's corpus is its content: the queue records its
+document fingerprint and the path workers read it from. Queueing a grid again with the
+same text at another path (--corpus NEWPATH) re-points it; another text is refused with
+one line naming both fingerprints, and nothing is queued. An imported grid's TOML names
+its corpus as corpus-sha256:<fingerprint>:<name>: the path the queue records is used, or
+pass --corpus PATH.
 
 Checked before anything is queued, so a bad grid fails here and not in every worker:
 the corpus is readable, UTF-8 text (or Parquet) and holds a non-empty document (a quick
@@ -57,7 +62,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.commands.options import add_storage
+from harness.commands.options import add_storage, open_queue
 from harness.scheduling.grids.grid import (
     check_corpus,
     check_plan_unchanged,
@@ -79,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--corpus",
         metavar="C",
         default=None,
-        help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's)",
+        help="corpus overriding the grid's (default: $HARNESS_CORPUS, else the grid's); for a grid already "
+        "queued, checked against its corpus fingerprint: the same text re-points it, another is refused",
     )
     add_storage(parser)
     parser.add_argument(
@@ -109,13 +115,21 @@ def main(args: argparse.Namespace) -> int:
     if args.grid is None:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
-    corpus, source = choose_corpus(args.corpus, grid)
-    configs = _checked_configs(grid, corpus, source, args)
+    from harness.data.corpus_identity import parse_ref
+    from harness.data.prepared import cache_dir
     from harness.scheduling import tuning
+    from harness.scheduling.grids import corpus_check
 
+    # an imported grid's TOML names its corpus by reference: the path the queue records (if any)
+    corpus, source = choose_corpus(args.corpus, grid)
+    if parse_ref(corpus or "") is not None:
+        corpus, source = corpus_check.here(open_queue(args), grid.name, corpus, source)
+    configs = _checked_configs(grid, corpus, source, args)
     queue = RunQueue.open(
         args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
     )
+    # the corpus by content: the same text at another path re-points the grid, another text is refused
+    bound = corpus_check.binding(queue, grid.name, configs[0], configs[0].corpus, cache_dir(args.results))
     if grid.tuned:
 
         def best(study: str) -> tuple[str, dict]:
@@ -131,7 +145,11 @@ def main(args: argparse.Namespace) -> int:
 
     queue.bind_results(grid.name, args.results.resolve(), results_id(args.results, create=True))
     set_policy(queue.storage, queue.study_of(grid.name), grid.pair_hardware)  # [schedule] pair_hardware
-    result = queue.enqueue(configs, retry_failed=args.retry_failed)
+    result = queue.enqueue(
+        configs, retry_failed=args.retry_failed, same_corpus=bound is not None and bound.checked
+    )
+    if bound is not None:
+        queue.bind_corpus(grid.name, bound.fingerprint, bound.name, bound.path)
     _say_queued(grid, configs, result, describe_storage(args.storage, args.results), args)
     return 0
 

@@ -10,11 +10,18 @@ result files staged in a temporary folder inside the results folder and moved in
 runs added to the queue as they ended (done runs are not trained again; runs still queued in
 the archive are queued again), and the grid's TOML, if the archive holds one, written to
 RESULTS/grids/NAME.toml. Then `harness report --grid NAME` gives the archive's stats.csv, and
-`harness topup --grid NAME` + `harness work` add the next look's seeds (on a corpus at the
-path the grid names).
+`harness topup --grid NAME` + `harness work` add the next look's seeds.
+
+The corpus travels by content: the archive names it by its document fingerprint and file name,
+never by a path. --corpus PATH says where it is here: its text must have that fingerprint (another
+text is one line naming both fingerprints, nothing imported); the queue then records PATH and
+workers read it there. Without --corpus, give it later to `harness topup`, `harness queue` or
+`harness work`; a worker meeting a grid whose corpus is not here gives the run back (no retry
+spent) and says so. Each run's training commit (with its -dirty flag) stays in its result file and
+the manifest; `harness archive` of the imported grid gives back the same file byte for byte.
 
 example:
-  harness import rd_factorial_study.tar.gz --results ~/other_results
+  harness import rd_factorial_study.tar.gz --results ~/other_results --corpus ~/data/fineweb_edu_sample
   harness report --grid rd_factorial_study --results ~/other_results
 """
 
@@ -31,11 +38,19 @@ from harness.commands.options import add_storage, open_queue
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("archive", type=Path, metavar="FILE", help="archive written by `harness archive`")
+    parser.add_argument(
+        "--corpus",
+        metavar="PATH",
+        default=None,
+        help="where the grid's corpus is on this machine: checked against the archive's corpus "
+        "fingerprint (another text is refused, nothing imported); workers then read it there",
+    )
     add_storage(parser)
 
 
 def _clash(archive, results: Path, queue) -> str | None:
     """Why the archive cannot go into ``results`` (one line), or ``None``."""
+    from db.archive import same_result
     from db.runfile import result_path
     from db.store import Store
     from harness.common.files import results_id
@@ -44,7 +59,7 @@ def _clash(archive, results: Path, queue) -> str | None:
     grid, mine = archive.grid, set(archive.results)
     for run_id, data in archive.results.items():
         p = result_path(results, run_id)
-        if p.exists() and p.read_bytes() != data:
+        if p.exists() and not same_result(p.read_bytes(), data):
             return f"run {run_id} is already in {results} with another result file: import into another --results folder"
     if (results / "runs").is_dir():
         have = Store(results).query("select run_id from runs where grid = ?", [grid])["run_id"].to_list()
@@ -62,10 +77,12 @@ def _clash(archive, results: Path, queue) -> str | None:
             f"grid {grid} in the queue at {queue.where} belongs to another results folder ({bound['path']})"
         )
     queued = {r["config"]["run_id"]: r["config"] for r in archive.queue}
+    record, mine = queue.corpus_of(grid), archive.corpus
+    same_text = record is not None and mine is not None and record["fingerprint"] == mine["fingerprint"]
     for run_id, r in sorted(queue.runs(grid).items()):
         if run_id not in queued:
             return f"grid {grid} is already queued at {queue.where} with other runs (e.g. {run_id})"
-        diff = config_diff(r.config.to_dict(), queued[run_id])
+        diff = config_diff(r.config.to_dict(), queued[run_id], ignore=("corpus",) if same_text else ())
         if diff:
             return f"run {run_id} is already queued at {queue.where} with another config (differs in {', '.join(diff)})"
     return None
@@ -94,30 +111,83 @@ def _move_in(archive, results: Path) -> int:
     return len(new)
 
 
+def _corpus_here(archive, args: argparse.Namespace) -> str | None:
+    """The absolute ``--corpus`` once its text has the archive's corpus fingerprint (``None`` without it).
+
+    Raises:
+        FileNotFoundError / ValueError: nothing at the path, no queue to re-point, another text (one
+            line naming both fingerprints; nothing is written yet).
+    """
+    if args.corpus is None:
+        return None
+    from harness.data.prepared import cache_dir
+    from harness.design.config import RunConfig
+    from harness.scheduling.grids.corpus_check import check_repoint
+    from harness.scheduling.grids.grid import resolve_corpus
+
+    if not archive.queue:
+        raise ValueError(
+            f"{args.archive} holds no queue view: there is no grid to point at --corpus {args.corpus}"
+        )
+    corpus = archive.corpus
+    expected = (corpus["fingerprint"], corpus["name"]) if corpus is not None else None
+    path = resolve_corpus(args.corpus)
+    config = RunConfig.from_dict(archive.queue[0]["config"])
+    check_repoint(expected, config, path, cache_dir(args.results), grid=archive.grid)
+    return path
+
+
 def main(args: argparse.Namespace) -> int:
+    import json
+
     from db.archive import GRID_TOML, read_archive
     from db.store import Store
     from harness.common.files import atomic_write, results_id
 
     archive = read_archive(args.archive)
+    corpus_path = _corpus_here(archive, args)
     queue = open_queue(args)
     why = _clash(archive, args.results, queue)
     if why:
         raise ValueError(why)
     moved = _move_in(archive, args.results)
-    added = []
+    added, corpus = [], archive.corpus
     if archive.queue:
         queue = queue or open_queue(args, create=True)
         queue.bind_results(archive.grid, args.results.resolve(), results_id(args.results, create=True))
-        added = queue.restore(archive.queue)
+        record = queue.corpus_of(archive.grid)
+        same = record is not None and corpus is not None and record["fingerprint"] == corpus["fingerprint"]
+        added = queue.restore(archive.queue, same_corpus=same)
+        if corpus is not None and (corpus_path is not None or record is None):
+            queue.bind_corpus(archive.grid, corpus["fingerprint"], corpus["name"], corpus_path)
+    grids = args.results / "grids"
     if GRID_TOML in archive.members:
-        atomic_write(args.results / "grids" / f"{archive.grid}.toml", archive.members[GRID_TOML])
+        atomic_write(grids / f"{archive.grid}.toml", archive.members[GRID_TOML])
+    # what `harness archive` needs to give back this very file (its archiving code, when nothing changed)
+    before = {"archived_by": archive.archived_by, "members": archive.manifest["members"]}
+    atomic_write(grids / f"{archive.grid}.archive.json", json.dumps(before, indent=1).encode())
     Store(args.results).ingest()
-    code = archive.manifest.get("code") or {}
     print(
-        f"imported grid {archive.grid} from {args.archive} (code {str(code.get('commit'))[:12]}): "
-        f"{moved} result files added, {len(archive.results) - moved} already there; "
-        f"{len(added)} runs added to the queue"
+        f"imported grid {archive.grid} from {args.archive} (archived by {archive.archived_by.get('commit')}; "
+        f"trained by {_commits(archive)}): {moved} result files added, "
+        f"{len(archive.results) - moved} already there; {len(added)} runs added to the queue"
     )
+    if corpus is not None:
+        where = (
+            f"at {corpus_path}"
+            if corpus_path
+            else "not given: pass --corpus PATH to `harness topup` or `harness work`"
+        )
+        print(f"corpus: {corpus['name']} (fingerprint {corpus['fingerprint']}) {where}")
     print(f"next: harness report --grid {archive.grid} --results {args.results}")
     return 0
+
+
+def _commits(archive) -> str:
+    """The training commits of the archive's runs (``-dirty`` kept), the most frequent first, at most three."""
+    import json
+    from collections import Counter
+
+    counts = Counter(str(json.loads(d)["run"].get("code_version")) for d in archive.results.values())
+    names = [c for c, _ in counts.most_common()]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") or "no run"

@@ -15,8 +15,13 @@ Needs looks in the grid's [analysis] plan (e.g. looks = [3, 5, 10]): only then i
 reading tested at its share of alpha, so adding seeds and reading again does not inflate
 the false-positive rate. Prints what it queued and why, and what it did not.
 
+--corpus PATH re-points the grid at its corpus on this machine (after `harness import`, or when the
+corpus moved): the text at PATH must have the grid's corpus fingerprint (another text is one line
+naming both, nothing queued); the queue then records PATH, where workers read it.
+
 example:
   harness topup --grid rd_controls_seq --dry-run
+  harness topup --grid rd_factorial_study --corpus ~/data/fineweb_edu_sample
   harness topup --grid rd_controls_seq && harness work
 """
 
@@ -30,6 +35,13 @@ from harness.commands.options import add_storage, open_queue
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", required=True, metavar="NAME", help="grid name (the `name` in its TOML)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be queued; queue nothing")
+    parser.add_argument(
+        "--corpus",
+        metavar="PATH",
+        default=None,
+        help="re-point the grid at its corpus here (e.g. after `harness import`): checked against the "
+        "grid's corpus fingerprint (another text is refused, nothing queued); workers then read it there",
+    )
     add_storage(parser)
 
 
@@ -77,6 +89,21 @@ def _configs(queued: dict, grid: str, plans) -> list:
     return out
 
 
+def _repoint(queue, args: argparse.Namespace, queued: dict):
+    """The grid's corpus at ``--corpus`` (:class:`harness.scheduling.grids.corpus_check.Binding`), checked against
+    its fingerprint before anything is queued; ``None`` without ``--corpus``."""
+    if args.corpus is None:
+        return None
+    from harness.data.prepared import cache_dir
+    from harness.scheduling.grids.corpus_check import binding
+    from harness.scheduling.grids.grid import resolve_corpus
+
+    if not queued:
+        raise ValueError(f"grid {args.grid} has no runs in the queue to re-point")
+    template = next(iter(queued.values())).config
+    return binding(queue, args.grid, template, resolve_corpus(args.corpus), cache_dir(args.results))
+
+
 def main(args: argparse.Namespace) -> int:
     import optuna
 
@@ -96,8 +123,12 @@ def main(args: argparse.Namespace) -> int:
         )
     # the [tuned] runs (robustness row) are descriptive: topup adds seeds to the paired protocol only
     queued = {rid: r for rid, r in queue.runs(args.grid).items() if r.config.tuned is None}
+    bound = _repoint(queue, args, queued)
     plans = plan_topup(stats, _held(queued))
     configs = _configs(queued, args.grid, plans)
+    if bound is not None and not args.dry_run:
+        queue.bind_corpus(args.grid, bound.fingerprint, bound.name, bound.path)
+        print(f"corpus of {args.grid}: {bound.name} (fingerprint {bound.fingerprint[:16]}) at {bound.path}")
     if configs and not args.dry_run:
         result = queue.enqueue(configs)
         if len(result.added) != len(configs):  # enqueue is idempotent: say what was there already

@@ -17,7 +17,12 @@ is the environment's fault, not the run's: a worker takes a run only when the re
 folder has the free space its checkpoints need, and a write that meets a full disk gives
 the run back (no retry spent); either way the worker stops with one line naming the full
 path, its free space and what the run needs. A results folder that does not exist is
-refused (a mistyped path) unless --create.
+refused (a mistyped path) unless --create. A corpus is found by its content: --corpus PATH
+says where this machine has it (checked against the grid's corpus fingerprint; another
+text is refused with both fingerprints), else the path the queue records for the grid
+(`harness topup --corpus`, `harness import --corpus`), else the run's config. A corpus
+that is not there is the machine's fault too: the run goes back to the queue (no retry
+spent) and the worker stops with one line naming the path, the fingerprint and --corpus.
 
 Prints one line per run start and end, with the grid's finished/total count:
   [3/18] done rd_controls_small:small:rd_attnres:s0:98304 (41 s)
@@ -80,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-runs", type=int, default=None, metavar="N", help="stop after N runs (default: no limit)"
     )
     parser.add_argument("--grid", metavar="NAME", default=None, help="only take runs of this grid")
+    _add_corpus(parser)
     parser.add_argument(
         "--wait", action="store_true", help="when nothing is queued, keep polling instead of stopping"
     )
@@ -167,6 +173,16 @@ def _add_hardware_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_corpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--corpus",
+        metavar="PATH",
+        default=None,
+        help="where this machine has the corpus (default: the path the queue records for the grid, "
+        "else the run's config); checked against the grid's corpus fingerprint: another text is refused",
+    )
+
+
 def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
     """``harness work``: :func:`run`, then its one-line summary; exit status 1 when every run
     the worker took failed."""
@@ -205,6 +221,7 @@ def work_options(args: argparse.Namespace) -> WorkOptions:
         gpus=args.gpus,
         any_hardware=getattr(args, "any_hardware", False),
         settings=execution_settings(args, devices=1),  # the ranks per run: from the worker's GPU claim
+        corpus=getattr(args, "corpus", None),
     )
 
 

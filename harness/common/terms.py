@@ -54,6 +54,21 @@ def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) ->
     return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
 
 
+def run_order(run_id: str) -> tuple:
+    """Sort key putting the numbers inside a run id (or its result file's name) in numeric order, so
+    seed ``s2`` comes before ``s10``: text and integers alternate, so any two keys compare."""
+    parts = re.split(r"(\d+)", run_id)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+
+
+def queue_order_key(role: str, run_id: str) -> tuple:
+    """Where a run goes when a grid's runs are listed without their queue (an archive's ``queue.json``,
+    its import): by role (:data:`RUN_ROLES` order: parent, treatment, controls, references), then by
+    :func:`run_order` (variant, then seed numerically)."""
+    rank = RUN_ROLES.index(role) if role in RUN_ROLES else len(RUN_ROLES)
+    return (rank, run_order(run_id))
+
+
 def check_grid(grid: str, known: Iterable[str], where: str) -> None:
     """Check that ``grid`` is one of the ``known`` grid names found in ``where`` (the queue or
     the results store, as the message should name it).
@@ -154,4 +169,6 @@ __all__ = [
     "utc_now",
     "check_grid",
     "config_diff",
+    "run_order",
+    "queue_order_key",
 ]

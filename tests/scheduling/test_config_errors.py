@@ -40,6 +40,7 @@ WORK_BAD = {
     "--accelerator": ["tpu", "mps", "nosuch"],
     "--micro-batch-size": ["0", "x"],
     "--logger": ["nosuch"],
+    "--corpus": ["/no/such/corpus"],
 }
 
 # Bad values of each option of `harness run` taking one (its good arguments: RUN_GOOD)

@@ -21,9 +21,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from test_corpus_by_content import machine_marks
 from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
 
-from db.archive import MANIFEST, read_archive, sha256
+from db.archive import MANIFEST, natural_key, read_archive, sha256
 from harness.cli import main as cli
 from harness.scheduling.queue.run_queue import RunQueue
 
@@ -186,13 +187,15 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
     )
     assert len(names) == 9
     m = read_archive(archive).manifest
-    assert m["code"]["lock_sha256"] == sha256(
+    assert m["archived_by"]["lock_sha256"] == sha256(
         (Path(__file__).resolve().parents[2] / "requirements.lock").read_bytes()
     )
     assert {e["status"] for e in m["runs"].values()} == {"done"}
 
-    harness("import", str(archive), results=dst)
-    assert (dst / "grids" / "arch_tiny.toml").read_bytes() == grid.read_bytes()
+    harness("import", str(archive), "--corpus", str(SAMPLE), results=dst)
+    # the TOML names no machine path: its corpus is the corpus's fingerprint and name
+    ref = f"corpus-sha256:{m['corpus']['fingerprint']}:fineweb_edu_sample"
+    assert (dst / "grids" / "arch_tiny.toml").read_text() == grid.read_text().replace(str(SAMPLE), ref)
     harness("report", "--grid", "arch_tiny", "--out", str(tmp_path / "r1"), "--no-figures", results=dst)
     assert (tmp_path / "r1" / "stats.csv").read_bytes() == (tmp_path / "r0" / "stats.csv").read_bytes()
     more = tmp_path / "more.toml"  # the imported TOML with the next look's seeds, queued as usual
@@ -217,3 +220,44 @@ def test_a_committed_archive_reproduces_its_reports_stats_csv(archive, tmp_path,
     assert cli(["import", str(archive), "--results", str(results)]) == 0
     grid = read_archive(archive).grid
     assert _report(results, tmp_path / "r", grid) == (archive.parent / "stats.csv").read_bytes()
+
+
+@pytest.mark.slow  # imports a study's archive (96 runs) twice and writes its report
+@pytest.mark.parametrize("archive", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_a_committed_archive_archived_again_names_no_machine_and_comes_back_byte_for_byte(
+    archive, tmp_path, capsys
+):
+    """Re-archiving a checked-in study (as the lead does with `harness import` + `harness archive`)
+    gives an archive with no absolute path, host or owner, runs in seed order and each run's training
+    commit; imported again it gives the report's stats.csv, and archived again the same file."""
+    grid = read_archive(archive).grid
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert cli(["import", str(archive), "--results", str(first)]) == 0
+    # the imported queue lists the parent's runs first, seeds in numeric order (s2 before s10)
+    order = [r.config for r in RunQueue.open(None, first).runs(grid).values()]
+    parent = [c.seed for c in order if c.role == "parent"]
+    assert order[0].role == "parent" and parent == sorted(parent) == list(range(len(parent)))
+    new = tmp_path / "new.tar.gz"
+    assert cli(["archive", "--grid", grid, "--results", str(first), "--out", str(new)]) == 0
+    with tarfile.open(new, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}
+    assert machine_marks(members, tmp_path) == []
+    runs = [n for n in members if n.startswith("runs/")]
+    assert runs == sorted(runs, key=natural_key) and list(members)[:3] == [
+        MANIFEST,
+        "grid.toml",
+        "queue.json",
+    ]
+    queued = [r["config"]["run_id"] for r in json.loads(members["queue.json"])]
+    assert queued == [c.run_id for c in order]  # the archive's queue view in that order too
+    manifest = read_archive(new).manifest
+    trained = {
+        rid: json.loads(members[e["file"]])["run"]["code_version"] for rid, e in manifest["runs"].items()
+    }
+    assert {rid: e["code_version"] for rid, e in manifest["runs"].items()} == trained
+    assert None not in trained.values() and "archived_by" in manifest and "code" not in manifest
+    assert cli(["import", str(new), "--results", str(second)]) == 0
+    assert _report(second, tmp_path / "r", grid) == (archive.parent / "stats.csv").read_bytes()
+    again = tmp_path / "again.tar.gz"
+    assert cli(["archive", "--grid", grid, "--results", str(second), "--out", str(again)]) == 0
+    assert again.read_bytes() == new.read_bytes()

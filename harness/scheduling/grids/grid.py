@@ -87,6 +87,7 @@ from harness.common.terms import (
     TUNE_SEED_BASE,
     is_tune_grid,
 )
+from harness.data.corpus_identity import parse_ref
 from harness.design.analysis_plan import AnalysisPlan, parse_plan, plan_diff
 from harness.design.config import RunConfig, train_config
 from harness.design.factorial import parse_factorial
@@ -105,7 +106,7 @@ def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
     A relative path (or glob) is joined to ``cwd`` (default: the current working
     directory) and normalised; it is not required to exist here (see :func:`check_corpus`).
     """
-    if spec.startswith("hf:"):
+    if spec.startswith("hf:") or parse_ref(spec) is not None:  # a hub spec or a corpus reference: no path
         return spec
     path = Path(spec).expanduser()
     if not path.is_absolute():
@@ -147,6 +148,12 @@ def check_corpus(resolved: str, *, source: str) -> None:
     """
     if resolved.startswith("hf:"):
         return
+    ref = parse_ref(resolved)
+    if ref is not None:
+        raise FileNotFoundError(
+            f"corpus {ref[1]} (fingerprint {ref[0]}, from {source}) is a reference to a corpus, not a path: "
+            "pass --corpus PATH (checked against that fingerprint)"
+        )
     exists = bool(glob.glob(resolved)) if glob.has_magic(resolved) else os.path.exists(resolved)
     if not exists:
         raise FileNotFoundError(

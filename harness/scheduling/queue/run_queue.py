@@ -52,7 +52,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.common.live import LiveProgress
-from harness.common.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff
+from harness.common.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff, queue_order_key
 from harness.design.config import RunConfig
 from harness.scheduling.queue.hardware_pairs import TRIAL_ATTR, PairGate
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
@@ -113,6 +113,7 @@ from harness.train.fencing import LeaseLost
 # :class:`harness.scheduling.queue.run_queue.RunQueue` extends it with the writes.
 
 RUNS_ATTR = "runs"  # a grid study's attribute: how many runs its last `harness queue` counted
+CORPUS_ATTR = "corpus"  # a grid study's attribute: its corpus's fingerprint, name and path (corpus_of)
 LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (refused; `harness migrate`)
 
 
@@ -168,6 +169,16 @@ class QueueReader:
         if grid not in studies:
             return None
         return self.storage.get_study_user_attrs(studies[grid]).get("results")
+
+    def corpus_of(self, grid: str) -> dict | None:
+        """``{"fingerprint", "name", "path"}`` of ``grid``'s corpus (:meth:`~harness.scheduling.queue.run_queue.RunQueue.
+        bind_corpus`): its document fingerprint (its identity), its file name, and where it is found
+        (``path``, ``None`` when no path was given here, e.g. an archive imported without ``--corpus``);
+        ``None`` when none was recorded (a queue written before the record, a hub corpus)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get(CORPUS_ATTR)
 
     def grid_total(self, grid: str) -> int | None:
         """How many runs ``grid`` has, as the last :meth:`~harness.scheduling.queue.run_queue.RunQueue.enqueue`
@@ -271,13 +282,20 @@ class RunAdder(QueueReader):
         self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
 
     def enqueue(
-        self, configs: list[RunConfig], *, retry_failed: bool = False, attrs: Mapping[str, Any] | None = None
+        self,
+        configs: list[RunConfig],
+        *,
+        retry_failed: bool = False,
+        attrs: Mapping[str, Any] | None = None,
+        same_corpus: bool = False,
     ) -> EnqueueResult:
         """Add one trial per run config not yet in the queue (idempotent).
 
         A run already queued, running, done or diverged is left alone; a failed run is
         queued again only with ``retry_failed``. ``attrs``: more user attributes of each new
-        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial).
+        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial). ``same_corpus``: the
+        caller checked that the configs' corpus has the grid's fingerprint (:meth:`bind_corpus`), so a
+        queued run whose ``corpus`` is another path (or a reference) to the same text is the same run.
 
         Raises:
             ValueError: two configs share a run id, or a run id already in the queue was
@@ -292,7 +310,11 @@ class RunAdder(QueueReader):
                 stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})
             ]
             return self._enqueue(
-                configs, retry_failed=retry_failed, attrs=attrs, keep_alive=lambda: [f() for f in alive]
+                configs,
+                retry_failed=retry_failed,
+                attrs=attrs,
+                keep_alive=lambda: [f() for f in alive],
+                ignore=("corpus",) if same_corpus else (),
             )
 
     def _enqueue(
@@ -302,6 +324,7 @@ class RunAdder(QueueReader):
         retry_failed: bool,
         attrs: Mapping[str, Any] | None,
         keep_alive: Callable[[], Any],
+        ignore: tuple[str, ...] = (),
     ) -> EnqueueResult:
         """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
         existing = {
@@ -311,7 +334,7 @@ class RunAdder(QueueReader):
         for c in configs:
             r = existing.get(c.run_id)
             if r is not None and r.state != "failed":
-                diff = config_diff(r.config.to_dict(), c.to_dict())
+                diff = config_diff(r.config.to_dict(), c.to_dict(), ignore=ignore)
                 if diff:
                     conflicts.append(f"{c.run_id} (differs in {', '.join(diff)})")
         if conflicts:
@@ -369,7 +392,7 @@ class RunAdder(QueueReader):
             self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
 
-    def restore(self, runs: list[dict]) -> list[str]:
+    def restore(self, runs: list[dict], *, same_corpus: bool = False) -> list[str]:
         """Add the runs of an imported archive (:mod:`db.archive`'s ``queue.json``) as they ended:
         ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
         requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
@@ -377,11 +400,15 @@ class RunAdder(QueueReader):
         run ids added.
 
         Raises:
-            ValueError: a run id already queued with a different config (as :meth:`enqueue`).
+            ValueError: a run id already queued with a different config (as :meth:`enqueue`; with
+                ``same_corpus``, a corpus given by another path or a reference to the same text is the same).
         """
+        # by role, variant, then seed numerically (s2 before s10): the order `harness status` and a report list
+        runs = sorted(runs, key=lambda r: queue_order_key(r["config"]["role"], r["config"]["run_id"]))
         configs = [RunConfig.from_dict(r["config"]) for r in runs]
         existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
-        self.enqueue([c for c in configs if c.run_id in existing])  # adds nothing; raises on a changed config
+        # adds nothing; raises on a changed config
+        self.enqueue([c for c in configs if c.run_id in existing], same_corpus=same_corpus)
         added = []
         for index, (c, r) in enumerate(zip(configs, runs)):
             if c.run_id in existing:
@@ -416,13 +443,14 @@ class RunAdder(QueueReader):
         self._snapshot = None
         return self.storage.create_new_trial(self._study_for(config), template_trial=template)
 
-    def requeue_attempt(self, last: FrozenTrial) -> None:
+    def requeue_attempt(self, last: FrozenTrial, *, keep_attempt: bool = False) -> None:
         """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
-        requeued: same config, slot in the queue and carried attributes, attempt + 1."""
+        requeued: same config, slot in the queue and carried attributes, attempt + 1 (the same number
+        with ``keep_attempt``: an attempt that never started)."""
         ua = last.user_attrs
         self._new_trial(
             config_of(last),
-            attempt=ua.get("attempt", 1) + 1,
+            attempt=ua.get("attempt", 1) + (0 if keep_attempt else 1),
             failures=ua.get("failures", 0),
             reclaims=ua.get("reclaims", 0),
             order=ua.get("order", [time.time(), 0]),
@@ -447,6 +475,26 @@ class RunAdder(QueueReader):
                 f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
                 "or rename the grid"
             )
+
+    def bind_corpus(self, grid: str, fingerprint: str, name: str, path: str | None) -> None:
+        """Record ``grid``'s corpus: its document fingerprint (what every run of the grid reads, checked
+        by whoever re-points it), its file name, and ``path``, where workers find it unless their own
+        ``--corpus`` says otherwise (:meth:`corpus_of`). A later call re-points the grid: callers check
+        the new path's fingerprint against the recorded one first (:mod:`harness.scheduling.grids.corpus_check`).
+
+        Raises:
+            ValueError: ``fingerprint`` differs from the one already recorded (naming both).
+        """
+        study_id = self.study_of(grid)
+        have = self.storage.get_study_user_attrs(study_id).get(CORPUS_ATTR)
+        if have is not None and have["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"grid {grid} reads corpus {have['name']} of fingerprint {have['fingerprint'][:16]}; "
+                f"this corpus has fingerprint {fingerprint[:16]}: another text, nothing changed"
+            )
+        record = {"fingerprint": fingerprint, "name": name, "path": path}
+        if have != record:
+            self.storage.set_study_user_attr(study_id, CORPUS_ATTR, record)
 
     def requeue_orphans(self, run_id: str | None = None) -> list[str]:
         """Create the next trial of every run whose last attempt ended asking to be requeued, and
@@ -758,12 +806,14 @@ class RunQueue(RunAdder):
             self.requeue_attempt(self.storage.get_trial(claim.trial_id))
         return requeue
 
-    def release(self, claim: Claim, reason: str) -> bool:
-        """Give a run back unfinished (worker interrupted): it is requeued, no retry counted."""
+    def release(self, claim: Claim, reason: str, *, keep_attempt: bool = False) -> bool:
+        """Give a run back unfinished (worker interrupted): it is requeued, no retry counted.
+        ``keep_attempt``: the run never started here (its corpus is not on this machine), so its next
+        trial keeps this attempt's number."""
         attrs = {"error": reason, "ending": "released", "requeue": True}
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
-        self.requeue_attempt(self.storage.get_trial(claim.trial_id))
+        self.requeue_attempt(self.storage.get_trial(claim.trial_id), keep_attempt=keep_attempt)
         return True
 
     def reclaim_stale(self, now: float | None = None) -> list[tuple[str, str]]:

@@ -69,6 +69,7 @@ from harness.train.execution import ExecutionSettings, parse_devices, set_thread
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
+    from harness.scheduling.grids.corpus_check import CorpusLocator
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.train.stop import StopRequest
 
@@ -175,6 +176,7 @@ def work(
     log: Callable[[str], None] = print,
     settings: ExecutionSettings | None = None,
     check_run: Callable[[RunConfig], None] | None = None,
+    corpus: CorpusLocator | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -200,6 +202,8 @@ def work(
         settings: the worker's :class:`~harness.train.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings, stop_requested=stop, on_eval=...)``; ``None``: a stand-in's ``train_fn(c, r)``.
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
+        corpus: resolves each run's corpus on this machine (:class:`~harness.scheduling.grids.corpus_check.
+            CorpusLocator`: the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -207,10 +211,10 @@ def work(
     Raises:
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run being finished
             stays RUNNING in the queue; the next worker reclaims it).
-        ResultsLost / OtherResults / DiskFull / RankDied / CudaContextLost: the environment's fault
+        ResultsLost / OtherResults / DiskFull / RankDied / CudaContextLost / CorpusMissing: the environment's fault
             (:mod:`harness.scheduling.workers.faults`, :mod:`harness.common.faults`): the results folder was
             lost or is another's, too little free space or a write hit ENOSPC/EDQUOT, a child rank died,
-            a CUDA error poisoned the context: the run is released (queued again, no retry spent) and the
+            a CUDA error poisoned the context, the corpus is not here: the run is released (queued again, no retry spent) and the
             worker stops with one line naming the cause.
 
     A ``KeyboardInterrupt`` (also SIGTERM, a stopped run) after a claim releases it, then propagates.
@@ -230,6 +234,8 @@ def work(
             break
         with given_back_if_interrupted(queue, call, claim, log):
             need = _admit(loop, claim, space_needed, check_run)
+            if corpus is not None:  # the corpus's path on this machine, or released (no retry spent)
+                claim = corpus.locate(queue, call, claim)
             outcomes[_train_one(loop, claim, need)] += 1
     return outcomes
 
@@ -468,6 +474,9 @@ class WorkOptions:
         any_hardware: take a run whose seed's other runs trained on another hardware class
             (``[schedule] pair_hardware = "same"`` held it for that class; :mod:`harness.scheduling.queue.hardware_pairs`).
         settings: how each run executes (its ``devices`` set from the claim).
+        corpus: where this machine has the corpus of the runs it claims (``--corpus``; ``None``: the
+            path the queue records for each grid, else the run's config), checked against the grid's
+            fingerprint (:mod:`harness.scheduling.grids.corpus_check`).
     """
 
     results: str
@@ -484,12 +493,14 @@ class WorkOptions:
     gpus: str | None = None
     any_hardware: bool = False
     settings: ExecutionSettings = field(default_factory=ExecutionSettings)
+    corpus: str | None = None
 
     def check(self) -> None:
         """Refuse what the worker cannot run with, before it touches the queue.
 
         Raises:
             ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
+            FileNotFoundError: a ``corpus`` that is not there.
         """
         if self.retries < 0:
             raise ValueError(f"--retries {self.retries} must be >= 0")
@@ -497,6 +508,10 @@ class WorkOptions:
             raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
         if self.storage_retry_s <= 0:
             raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
+        if self.corpus is not None and not os.path.exists(os.path.expanduser(self.corpus)):
+            raise FileNotFoundError(
+                f"--corpus {self.corpus} not found (a path to the corpus on this machine)"
+            )
 
 
 def check_writable(results: Path, create: bool = False) -> None:
@@ -634,7 +649,12 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             if not options.wait:
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = check_run = None
+    claim = settings = check_run = locator = None
+    if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
+        from harness.data.prepared import cache_dir  # lazy: numpy, only where a corpus is read
+        from harness.scheduling.grids.corpus_check import CorpusLocator
+
+        locator = CorpusLocator(options.corpus, cache_dir(options.results))
     if train_fn is None:
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
@@ -659,6 +679,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
                 space_needed=space_needed,
                 settings=settings,
                 check_run=check_run,
+                corpus=locator,
             )
     finally:
         if stop is None:

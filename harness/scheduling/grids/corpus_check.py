@@ -1,0 +1,202 @@
+"""Where a grid's corpus is, checked by what it is: re-pointing and a worker's look (DESIGN sections 4
+and 10; docs/scaling-out.md).
+
+A grid's corpus is its document fingerprint (:mod:`harness.data.corpus_identity`), recorded in the
+queue with the corpus's file name and the path workers read it from
+(:meth:`~harness.scheduling.queue.run_queue.RunAdder.bind_corpus`). ``harness import``, ``queue``, ``topup``
+and ``work`` take ``--corpus PATH``: :func:`check_repoint` reads the fingerprint of the text at PATH
+and refuses another text with one line naming both fingerprints, before anything is written.
+
+A worker resolves each claimed run's corpus with :class:`CorpusLocator`: its own ``--corpus`` (checked
+once per worker against the grid's fingerprint), else the path the queue records, else the run's
+config. A corpus that is not there is the machine's fault, not the run's (:class:`CorpusMissing`):
+the run is released with no retry spent and the worker stops with one line naming the path, the
+fingerprint and the ``--corpus`` that re-points it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from harness.data.corpus_identity import corpus_name, fingerprint_of, is_local, parse_ref, repointed
+from harness.design.config import RunConfig
+
+
+class CorpusMissing(OSError):
+    """A claimed run's corpus is not on this machine (no path known, or nothing at the path): the
+    environment's fault, so the run was released (no retry spent) and the worker stops."""
+
+
+def exists(path: str) -> bool:
+    """True when a local corpus path (or glob) matches something here."""
+    return bool(glob.glob(path)) if glob.has_magic(path) else os.path.exists(path)
+
+
+def expected_corpus(record: dict | None, config: RunConfig, cache_dir: Path | None) -> tuple[str, str] | None:
+    """``(fingerprint, name)`` a grid's corpus must have: the queue's ``record`` of it
+    (:meth:`~harness.scheduling.queue.run_queue.QueueReader.corpus_of`), else the reference in ``config`` (an
+    imported run), else the fingerprint of ``config``'s own corpus where it is here; ``None`` for a hub
+    corpus or a queue with no record whose path is gone (nothing to check against)."""
+    if record is not None:
+        return record["fingerprint"], record["name"]
+    ref = parse_ref(config.corpus)
+    if ref is not None:
+        return ref
+    if is_local(config.corpus) and exists(config.corpus):
+        fp = fingerprint_of(config.corpus_key(), cache_dir)
+        return (fp, corpus_name(config.corpus)) if fp is not None else None
+    return None
+
+
+def check_repoint(
+    expected: tuple[str, str] | None, config: RunConfig, path: str, cache_dir: Path | None, *, grid: str
+) -> str:
+    """The document fingerprint of the corpus at ``path`` read with ``config``'s settings, refused unless
+    it is ``expected``'s (``None``: anything goes).
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: another text: one line naming both fingerprints (the caller has changed nothing).
+    """
+    if not exists(path):
+        raise FileNotFoundError(f"--corpus {path} not found")
+    fp = fingerprint_of(repointed(config.corpus_key(), path), cache_dir)
+    if expected is not None and fp != expected[0]:
+        raise ValueError(
+            f"--corpus {path} has fingerprint {fp}; grid {grid} was trained on corpus {expected[1]} of "
+            f"fingerprint {expected[0]}: another text, nothing changed (give the same corpus, or queue a new grid)"
+        )
+    return fp
+
+
+class Binding(NamedTuple):
+    """A grid's corpus as :meth:`~harness.scheduling.queue.run_queue.RunAdder.bind_corpus` records it, and
+    whether it was checked against a fingerprint the grid already had (``checked``)."""
+
+    fingerprint: str
+    name: str
+    path: str
+    checked: bool
+
+
+def binding(queue, grid: str, config: RunConfig, path: str, cache_dir: Path | None) -> Binding | None:
+    """The :class:`Binding` of ``grid`` read from ``path`` (``config``'s settings), checked against what
+    the grid already reads (:func:`expected_corpus` of the queue's record, else of a run queued before);
+    ``None`` for a hub corpus (its spec is its identity).
+
+    Raises:
+        FileNotFoundError / ValueError: as :func:`check_repoint` (nothing is changed).
+    """
+    if not is_local(path):
+        return None
+    queued = next(iter(queue.runs(grid).values()), None) if queue is not None else None
+    record = queue.corpus_of(grid) if queue is not None else None
+    # a new grid has nothing to check against (and its text is read once, below)
+    expected = (
+        expected_corpus(record, queued.config if queued else config, cache_dir) if queued or record else None
+    )
+    fp = check_repoint(expected, config, path, cache_dir, grid=grid)
+    name = expected[1] if expected is not None else corpus_name(path)
+    return Binding(fp, name, path, expected is not None)
+
+
+def here(queue, grid: str, corpus: str | None, source: str) -> tuple[str | None, str]:
+    """``(corpus, source)`` with a corpus reference (an imported grid's TOML) replaced by the path the
+    queue records for ``grid``; anything else as it is.
+
+    Raises:
+        FileNotFoundError: a reference with no recorded path: one line asking for ``--corpus PATH``.
+    """
+    ref = parse_ref(corpus or "")
+    if ref is None:
+        return corpus, source
+    record = queue.corpus_of(grid) if queue is not None else None
+    if record is not None and record.get("path") and record["fingerprint"] == ref[0]:
+        return record["path"], f"the path the queue records for grid {grid}"
+    raise FileNotFoundError(
+        f"corpus {ref[1]} (fingerprint {ref[0]}) of grid {grid} ({source}) is not on this machine as far as "
+        "the queue knows: pass --corpus PATH (checked against that fingerprint)"
+    )
+
+
+def missing_line(grid: str, path: str | None, expected: tuple[str, str] | None) -> str:
+    """The line a worker stops with when ``grid``'s corpus is not here (see :class:`CorpusMissing`)."""
+    fp, name = expected if expected is not None else ("unknown", corpus_name(path or ""))
+    where = f"not found at {path}" if path else "not on this machine (the grid records no path for it)"
+    return (
+        f"corpus {name} (fingerprint {fp}) of grid {grid} is {where}; point the grid at a copy with "
+        f"`harness work --corpus PATH` (this worker) or `harness topup --grid {grid} --corpus PATH` (every worker)"
+    )
+
+
+class CorpusLocator:
+    """Resolves each claimed run's corpus for one worker (see the module docstring).
+
+    Args:
+        override: the worker's ``--corpus`` (``None``: the queue's record or the run's config).
+        cache_dir: the prepared-corpus cache (a prepared folder gives a fingerprint without reading text).
+    """
+
+    def __init__(self, override: str | None, cache_dir: Path | None) -> None:
+        self.override = os.path.abspath(os.path.expanduser(override)) if override else None
+        self.cache_dir = cache_dir
+        self._checked: dict[str, tuple[str, str] | None] = {}  # grid -> its expected corpus, once checked
+
+    def path_for(self, record: dict | None, claim) -> tuple[str | None, tuple[str, str] | None]:
+        """``(path, expected)`` of ``claim``'s corpus here (``path`` None: none known) and the
+        fingerprint and name it must have, given the queue's ``record`` of the grid's corpus; raises
+        ``ValueError`` when the worker's ``--corpus`` is another text (naming both fingerprints)."""
+        config = claim.config
+        if not is_local(config.corpus) and parse_ref(config.corpus) is None:
+            return config.corpus, None  # a hub spec: its name is its identity
+        if self.override is not None:
+            if claim.grid not in self._checked and exists(self.override):  # read once per grid
+                expected = expected_corpus(record, config, self.cache_dir)
+                check_repoint(expected, config, self.override, self.cache_dir, grid=claim.grid)
+                self._checked[claim.grid] = expected
+            return self.override, self._checked.get(claim.grid)
+        expected = (record["fingerprint"], record["name"]) if record is not None else parse_ref(config.corpus)
+        if record is not None and record.get("path"):
+            return record["path"], expected
+        return (config.corpus if is_local(config.corpus) else None), expected
+
+    def locate(self, queue, call: Callable[..., Any], claim):
+        """``claim`` with its config's ``corpus`` set to the path this worker reads (unchanged when it is
+        the same); a corpus not here, or another text given by ``--corpus``, releases the run (no retry
+        spent, its attempt number kept: it never started) and raises :class:`CorpusMissing` /
+        ``ValueError`` with one line."""
+        try:
+            path, expected = self.path_for(call(queue.corpus_of, claim.grid), claim)
+        except (ValueError, FileNotFoundError) as exc:  # another text, or a corpus gone while it was read
+            call(
+                queue.release,
+                claim,
+                f"configuration error: {exc}; run released (no retry spent)",
+                keep_attempt=True,
+            )
+            raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
+        if path is None or not exists(path):
+            line = missing_line(claim.grid, path, expected)
+            call(queue.release, claim, f"{line}; run released (no retry spent)", keep_attempt=True)
+            raise CorpusMissing(f"{line}; {claim.run_id} released and queued again (no retry spent)")
+        if path == claim.config.corpus:
+            return claim
+        return dataclasses.replace(claim, config=dataclasses.replace(claim.config, corpus=path))
+
+
+__all__ = [
+    "Binding",
+    "CorpusMissing",
+    "CorpusLocator",
+    "binding",
+    "check_repoint",
+    "expected_corpus",
+    "exists",
+    "here",
+    "missing_line",
+]
