@@ -17,10 +17,12 @@ example:
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 from pathlib import Path
 
 from harness.commands.options import add_storage, open_queue
+from harness.common.files import fmt_bytes, free_bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,14 +93,22 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"note: no queue found: the archive holds no queue view, so `topup` cannot continue {args.grid}"
         )
-    manifest = write_archive(
-        args.out,
-        grid=args.grid,
-        results={r: store.result_path(r).read_bytes() for r in ids},
-        queue=queue or [],
-        code=code_identity(),
-        grid_toml=args.toml.read_bytes() if args.toml is not None else None,
-    )
+    try:
+        manifest = write_archive(
+            args.out,
+            grid=args.grid,
+            results={r: store.result_path(r).read_bytes() for r in ids},
+            queue=queue or [],
+            code=code_identity(),
+            grid_toml=args.toml.read_bytes() if args.toml is not None else None,
+        )
+    except OSError as exc:  # the archive's disk, not the results folder's, is the one to name
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OSError(
+            f"disk full: --out {args.out} ({exc.strerror}, {fmt_bytes(free_bytes(args.out))} free there); "
+            "free space there, or pass another --out"
+        ) from None
     size = args.out.stat().st_size
     print(
         f"wrote {args.out} ({size / 1e6:.2f} MB): grid {args.grid}, {len(manifest['runs'])} result files, "

@@ -44,6 +44,16 @@ def _tokens(text: str) -> int:
     return value
 
 
+def _documents(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of documents") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of documents")
+    return value
+
+
 def _processes(text: str) -> int:
     try:
         value = int(text)
@@ -90,7 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="without a grid: fraction of documents in the val split (default 0.05)",
     )
     parser.add_argument(
-        "--max-docs", type=_tokens, default=None, metavar="N", help="without a grid: take at most N documents"
+        "--max-docs",
+        type=_documents,
+        default=None,
+        metavar="N",
+        help="without a grid: take at most N documents",
     )
     parser.add_argument(
         "--tokens",
@@ -154,6 +168,11 @@ def main(args: argparse.Namespace) -> int:
         probe_corpus(
             key.corpus
         )  # empty, blank or binary: the one line `queue` says, before any lock or folder
+        if key.tokenizer == "gpt2":  # offline without gpt2's files: one line, before any lock or folder
+            # lazy: loads the model presets (torch), which --corpus alone does not need
+            from harness.scheduling.corpus_need import check_gpt2_files
+
+            check_gpt2_files(key, cache)
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
         convert_legacy(key, cache)  # a worker's single-file corpus of this key: its shards, tokens kept

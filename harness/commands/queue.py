@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
     import optuna
 
     from harness.scheduling.queue import RunQueue
-    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.storage import COMMAND_RETRY_S, describe_storage, parse_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.repair:
@@ -106,6 +106,7 @@ def main(args: argparse.Namespace) -> int:
     if args.grid is None:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
+    parse_storage(args.storage, args.results)  # a bad --storage: one line before the corpus is read or sized
     corpus, source = choose_corpus(args.corpus, grid)
     configs = _checked_configs(grid, corpus, source, args)
     from harness.scheduling import tuning

@@ -29,9 +29,11 @@ from pathlib import Path
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.common import console
 from harness.common.terms import ROLES
+from harness.data.prepared import cache_dir
 from harness.design.config import SIZES, TRACKERS
 from harness.scheduling.accelerator_check import check_accelerator
-from harness.scheduling.grid import choose_corpus
+from harness.scheduling.corpus_need import check_gpt2_files
+from harness.scheduling.grid import check_corpus, choose_corpus
 from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
 
 
@@ -124,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     check_accelerator(args.accelerator)  # a GPU asked for where there is none: one line
-    corpus, _ = choose_corpus(args.corpus)
+    corpus, source = choose_corpus(args.corpus)
     if corpus is None:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
@@ -161,6 +163,9 @@ def main(args: argparse.Namespace) -> int:
                 )
             print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
+    # what the run would fail on once it made its results folder: refused before, leaving nothing
+    check_corpus(config.corpus, source=source)
+    check_gpt2_files(config.corpus_key(), cache_dir(args.results))
     results = Path(args.results)
     results.mkdir(
         parents=True, exist_ok=True

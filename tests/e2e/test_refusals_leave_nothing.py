@@ -1,0 +1,153 @@
+"""A refused command leaves the file system as it found it, and says why in one line.
+
+Each test walks the folder tree before and after the command (tests/fstree.py): a refused
+`import`, `report`, `run`, `queue`, `prepare` or `archive` adds, removes or changes nothing (no
+empty results folder, no `.harness-id`, no corpus lock, no tokenizer, no file outside the results
+folder). Real commands, in process or as subprocesses, on real text; the full disks are real tmpfs
+mounts. ``python -m pytest -q tests/e2e/test_refusals_leave_nothing.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fstree import tree, unchanged
+from test_archive import _archived  # tests/ is on sys.path under pytest (no package)
+from test_env_faults import tmpfs  # noqa: F401 -- the fixture: a real tmpfs mount
+from test_faults import SAMPLE, grid_file, harness, one_line_error
+from test_full_disk import fill
+
+from db.archive import read_archive, write_archive
+from db.validate import result_filename
+from harness.cli import main as cli
+
+ESCAPED = "../../escaped"
+OFFLINE = {  # tiktoken's real client with nowhere to download gpt2's files from (and no cache)
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+}
+
+
+def _one_line(capsys, command: str, *needles: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"harness {command}: error: "), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def _renamed(src: Path, dst: Path, grid: str) -> dict[str, bytes]:
+    """Archive ``src`` (grid ``seq``) rewritten consistently as grid ``grid``: the manifest, every result
+    file, the queue's configs and the grid's TOML name it, and every SHA-256 matches, so only a check of
+    the name itself can refuse it. Returns its result files (run id -> bytes)."""
+    a = read_archive(src)
+
+    def swap(data: bytes) -> bytes:
+        return data.replace(b'"seq"', json.dumps(grid).encode()).replace(b'"seq:', f'"{grid}:'.encode())
+
+    results = {json.loads(swap(d))["run"]["run_id"]: swap(d) for d in a.results.values()}
+    queue = json.loads(swap(json.dumps(a.queue).encode()))
+    toml = f"name = {json.dumps(grid)}\n".encode()
+    write_archive(dst, grid=grid, results=results, queue=queue, code=a.manifest["code"], grid_toml=toml)
+    return results
+
+
+def test_an_archive_whose_grid_name_is_a_path_is_refused_and_nothing_is_written(tmp_path, capsys):
+    """An imported grid name obeys the rules `harness queue` applies to a grid file's name: one with
+    '/' would write RESULTS/grids/../../escaped.toml outside the results folder."""
+    _, archive = _archived(tmp_path)
+    crafted = tmp_path / "crafted.tar.gz"
+    _renamed(archive, crafted, ESCAPED)
+    dest = tmp_path / "a" / "dest"
+    capsys.readouterr()
+    with unchanged(tmp_path):
+        assert cli(["import", str(crafted), "--results", str(dest)]) == 2
+    _one_line(capsys, "import", f"grid name {ESCAPED!r}", "letters, digits", "harness queue")
+    assert not (tmp_path / "escaped.toml").exists() and not dest.exists()
+
+
+def test_a_report_of_a_grid_name_that_is_a_path_is_refused(tmp_path, capsys):
+    """`harness report --grid ../../escaped2` would write RESULTS/reports/../../escaped2/: refused in
+    one line even where result files of such a grid were copied into runs/ by hand."""
+    _, archive = _archived(tmp_path)
+    crafted = tmp_path / "crafted.tar.gz"
+    results = tmp_path / "a" / "res"
+    (results / "runs").mkdir(parents=True)
+    for run_id, data in _renamed(archive, crafted, "../../escaped2").items():
+        (results / "runs" / result_filename(run_id)).write_bytes(data)
+    capsys.readouterr()
+    with unchanged(tmp_path):
+        assert cli(["report", "--grid", "../../escaped2", "--results", str(results), "--no-figures"]) == 2
+    _one_line(capsys, "report", "--grid", "'../../escaped2'", "letters, digits")
+
+
+def test_run_with_a_missing_corpus_creates_no_results_folder(tmp_path):
+    new = tmp_path / "NEW"
+    with unchanged(tmp_path):
+        proc = harness(
+            "run", "--corpus", "/nonexistent/c.jsonl", "--results", str(new), "--variant", "rd_attnres",
+            "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
+        )  # fmt: skip
+    one_line_error(proc, "corpus /nonexistent/c.jsonl not found")
+    assert proc.returncode == 2
+
+
+def test_queue_checks_its_storage_before_it_reads_or_sizes_the_corpus(tmp_path):
+    """The grid's small real corpus would be sized by building its tokenizer and shards in
+    NEW/cache before the queue was opened; a bad --storage is now refused first."""
+    grid = grid_file(tmp_path, SAMPLE / "fineweb_edu_sample10BT_efscorer150.jsonl", budget=65_536)
+    new = tmp_path / "NEW"
+    with unchanged(tmp_path):
+        proc = harness("queue", str(grid), "--storage", "nosuch://x", "--results", str(new))
+    one_line_error(proc, "--storage 'nosuch://x' not understood")
+
+
+@pytest.mark.parametrize("command", ["prepare-grid", "prepare-corpus", "run"])
+def test_an_offline_gpt2_prepare_or_run_leaves_nothing(tmp_path, command):
+    """Where tiktoken cannot load gpt2's files, the line says so before any folder or lock is made
+    (no NEW/cache/corpora/shards-gpt2-*.lock, no .harness-id)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello world"}\n' * 20)
+    grid = grid_file(tmp_path, corpus, train='tokenizer = "gpt2"\n')
+    new = tmp_path / "NEW"
+    args = {
+        "prepare-grid": ["prepare", str(grid)],
+        "prepare-corpus": ["prepare", "--corpus", str(corpus), "--tokenizer", "gpt2"],
+        "run": ["run", "--corpus", str(corpus), "--set", "tokenizer=gpt2", "--variant", "block_attnres",
+                "--size", "tiny", "--seed", "0", "--budget-tokens", "4096"],
+    }[command]  # fmt: skip
+    env = {**OFFLINE, "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken-cache")}
+    with unchanged(tmp_path):
+        proc = harness(*args, "--results", str(new), env=env)
+    one_line_error(proc, "tokenizer 'gpt2': tiktoken cannot load its gpt2 files")
+
+
+def test_prepare_max_docs_counts_documents(tmp_path, capsys):
+    with pytest.raises(SystemExit), unchanged(tmp_path):
+        cli(["prepare", "--corpus", str(SAMPLE), "--max-docs", "0", "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert "--max-docs: '0': expected a positive number of documents" in err and "tokens" not in err
+
+
+def test_queue_of_a_folder_says_it_is_a_folder(tmp_path, capsys):
+    folder = tmp_path / "FOLDER"
+    folder.mkdir()
+    with unchanged(tmp_path):
+        assert cli(["queue", str(folder), "--results", str(tmp_path / "r")]) == 2
+    _one_line(capsys, "queue", f"{folder} is a folder, not a grid file")
+
+
+def test_archive_onto_a_full_disk_names_the_out_location_and_its_free_space(tmp_path, tmpfs, capsys):  # noqa: F811
+    results, _ = _archived(tmp_path)
+    full = tmpfs("64k")
+    fill(full)  # for real: the archive meets ENOSPC
+    out = full / "seq.tar.gz"
+    capsys.readouterr()
+    before = tree(results)
+    with unchanged(full):
+        assert cli(["archive", "--grid", "seq", "--results", str(results), "--out", str(out)]) == 1
+    assert tree(results) == before
+    err = _one_line(capsys, "archive", f"disk full: --out {out}", "free there", "pass another --out")
+    assert str(results) not in err
