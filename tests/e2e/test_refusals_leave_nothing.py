@@ -151,3 +151,14 @@ def test_archive_onto_a_full_disk_names_the_out_location_and_its_free_space(tmp_
     assert tree(results) == before
     err = _one_line(capsys, "archive", f"disk full: --out {out}", "free there", "pass another --out")
     assert str(results) not in err
+
+
+def test_import_onto_a_full_disk_leaves_no_empty_results_folder(tmp_path, tmpfs, capsys):  # noqa: F811
+    """Its result files meet ENOSPC: one line naming the disk, and no empty res/ or res/runs/."""
+    _, archive = _archived(tmp_path)
+    full = tmpfs("64k")
+    fill(full)
+    capsys.readouterr()
+    with unchanged(full):
+        assert cli(["import", str(archive), "--results", str(full / "res")]) == 1
+    _one_line(capsys, "import", "disk full: ", "No space left on device")
