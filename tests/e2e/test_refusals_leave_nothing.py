@@ -10,11 +10,13 @@ mounts. ``python -m pytest -q tests/e2e/test_refusals_leave_nothing.py``.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from fstree import tree, unchanged
 from test_archive import _archived  # tests/ is on sys.path under pytest (no package)
+from test_config_errors import _queue, _untouched
 from test_env_faults import tmpfs  # noqa: F401 -- the fixture: a real tmpfs mount
 from test_faults import SAMPLE, grid_file, harness, one_line_error
 from test_full_disk import fill
@@ -162,3 +164,55 @@ def test_import_onto_a_full_disk_leaves_no_empty_results_folder(tmp_path, tmpfs,
     with unchanged(full):
         assert cli(["import", str(archive), "--results", str(full / "res")]) == 1
     _one_line(capsys, "import", "disk full: ", "No space left on device")
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork"])
+def test_a_spawning_strategy_is_refused_before_a_claim(tmp_path, capsys, strategy):
+    """`--strategy ddp_spawn` pickled the run's callbacks (a local closure) and failed the run, spending
+    a retry; now refused like any bad strategy: the queue journal is not touched, every run stays at
+    its first attempt."""
+    results = _queue(tmp_path)
+    capsys.readouterr()
+    with unchanged(tmp_path):
+        assert cli(["work", "--results", str(results), "--quiet", "--strategy", strategy]) == 2
+    _one_line(capsys, "work", f"--strategy {strategy}: Lightning would start the ranks by", "use ddp")
+    _untouched(results)
+
+
+def test_several_nodes_without_a_launcher_are_refused_at_once(tmp_path, capsys):
+    """`harness run --num-nodes 2` in a plain process waited silently for a node no one starts; now
+    one line naming torchrun/srun, before a folder is made."""
+    capsys.readouterr()
+    with unchanged(tmp_path):
+        status = cli(
+            ["run", "--corpus", str(SAMPLE), "--results", str(tmp_path / "NEW"), "--variant", "rd_attnres",
+             "--size", "tiny", "--seed", "0", "--budget-tokens", "4096", "--num-nodes", "2"]
+        )  # fmt: skip
+    assert status == 2
+    _one_line(capsys, "run", "--num-nodes 2: this process was not started by torchrun or srun")
+
+
+@pytest.mark.slow  # sbatch tries its controller for about 10 s
+@pytest.mark.parametrize("conf", ["none", "no controller"])
+def test_sbatch_refusing_the_job_is_one_line_with_its_reason(tmp_path, conf):
+    """The real `sbatch` (Debian's slurm-client) where SLURM is not configured (no slurm.conf), or
+    where its controller does not run: its own reason in one line, no traceback, no launch folder."""
+    if shutil.which("sbatch") is None or shutil.which("srun") is None:
+        pytest.fail("sbatch/srun not on PATH: apt-get install slurm-client (.ci/run does)", pytrace=False)
+    results = _queue(tmp_path)
+    slurm_conf = tmp_path / "slurm.conf"
+    if conf == "no controller":  # a valid configuration naming a slurmctld that is not running
+        slurm_conf.write_text(
+            "ClusterName=none\nSlurmctldHost=localhost\nSlurmctldPort=9\n"
+            "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n"
+        )
+    reason = {
+        "none": "sbatch: fatal: Unable to process configuration file",
+        "no controller": "Unable to contact slurm controller",
+    }[conf]
+    with unchanged(results):
+        proc = harness(
+            "launch", "--executor", "slurm", "--results", str(results), env={"SLURM_CONF": str(slurm_conf)}
+        )
+    one_line_error(proc, "sbatch refused the job: ", reason)
+    assert proc.returncode == 2
