@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_tokens,
         default=None,
         metavar="N",
-        help="without a grid: stop once the train split holds N tokens (default: the whole source)",
+        help="without a grid: stop once the train split holds N tokens (default: the whole source); it "
+        "ends at the end of a chunk of about 1 MiB of text (whole documents), so it may hold more, and says so",
     )
     parser.add_argument(
         "--shard-tokens",
@@ -130,9 +131,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.common.files import fmt_bytes
     from harness.data.corpus import probe_corpus
     from harness.data.legacy_corpus import convert_legacy
     from harness.data.prepared import cache_dir
+    from harness.data.shards import CHUNK_BYTES as DEFAULT_CHUNK_BYTES
     from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
     from harness.data.tokenizer import check_key_tokenizer
 
@@ -193,6 +196,14 @@ def main(args: argparse.Namespace) -> int:
             print(
                 f"  largest budget reads {train - 1:,} train tokens: {(train - 1) / got_train:.3f} epochs; "
                 f"evaluation set {val - 1:,} tokens"
+            )
+        if args.tokens and got_train > train:  # not exactly --tokens N: say how much more, and why
+            chunk = fmt_bytes(m.get("chunk_bytes") or DEFAULT_CHUNK_BYTES)
+            print(
+                f"  {got_train:,} train tokens for the {train:,} asked ({got_train - train:,} more): a prepare "
+                f"takes whole chunks of about {chunk} of text (documents are never cut; a chunk is the unit of "
+                "work and of resumption), or the corpus was prepared for more before; a run reads only the "
+                "tokens its budget needs"
             )
         if train > got_train or val > got_val:
             print(

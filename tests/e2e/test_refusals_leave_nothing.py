@@ -216,3 +216,36 @@ def test_sbatch_refusing_the_job_is_one_line_with_its_reason(tmp_path, conf):
         )
     one_line_error(proc, "sbatch refused the job: ", reason)
     assert proc.returncode == 2
+
+
+def test_prepare_tokens_says_how_many_more_it_took_and_why(tmp_path, capsys):
+    """`--tokens 5000` of a 0.25M-token corpus takes its first (and only) 1 MiB chunk of text: the
+    count is the manifest's, and the line says why it is not 5,000."""
+    results = tmp_path / "r"
+    corpus = SAMPLE / "fineweb_edu_sample10BT_fac250.jsonl"
+    assert (
+        cli(
+            [
+                "prepare",
+                "--corpus",
+                str(corpus),
+                "--tokens",
+                "5000",
+                "--workers",
+                "1",
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    (manifest,) = (results / "cache" / "corpora").glob("shards-bpe-*/manifest.json")
+    got = json.loads(manifest.read_text())["splits"]["train"]["tokens"]
+    assert got > 5000
+    assert (
+        f"  {got:,} train tokens for the 5,000 asked ({got - 5000:,} more): a prepare takes whole chunks"
+        in out
+    )
+    assert set(tree(results)) >= {"cache", "cache/corpora"}  # it wrote only its corpus cache
+    assert all(p.startswith("cache") for p in tree(results))
