@@ -249,3 +249,53 @@ def test_prepare_tokens_says_how_many_more_it_took_and_why(tmp_path, capsys):
     )
     assert set(tree(results)) >= {"cache", "cache/corpora"}  # it wrote only its corpus cache
     assert all(p.startswith("cache") for p in tree(results))
+
+
+# `harness tune ...` as its console script runs it, with a Ctrl-C raised as module argv[1] is first
+# imported: a moment of its first half second chosen by name, not by a timer
+TUNE_CTRL_C_AT_IMPORT = """
+import signal, sys
+TARGET = sys.argv[1]
+class CtrlCAt:  # first on the import path: sees every import (import statements, importlib)
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            signal.raise_signal(signal.SIGINT)
+            print("ctrl-c sent", file=sys.stderr)  # not reached: the process ends in the handler
+        return None
+sys.meta_path.insert(0, CtrlCAt())
+sys.argv = ["/usr/local/bin/harness", *sys.argv[2:]]
+from harness.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["harness.common.files", "harness.commands.tune", "optuna", "harness.scheduling.tuning", "numpy"],
+)
+def test_ctrl_c_to_tune_while_it_loads_is_interrupted_and_queues_nothing(tmp_path, module):
+    """Ctrl-C while `harness tune` imports its modules (cli's own, the command's while the parser is
+    built, Optuna, numpy): `interrupted`, exit 130, no traceback, no results folder, no trial queued."""
+    import subprocess
+    import sys
+
+    argv = [
+        "tune",
+        "--variant",
+        "block_attnres",
+        "--size",
+        "tiny",
+        "--budget-tokens",
+        "4096",
+        "--trials",
+        "2000",
+    ]
+    argv += ["--corpus", str(SAMPLE), "--name", "t", "--results", str(tmp_path / "results")]
+    with unchanged(tmp_path):
+        proc = subprocess.run(
+            [sys.executable, "-c", TUNE_CTRL_C_AT_IMPORT, module, *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert (proc.returncode, proc.stderr.strip()) == (130, "interrupted"), proc.stderr
