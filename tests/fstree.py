@@ -43,19 +43,17 @@ def tree(root: str | os.PathLike) -> dict[str, str] | str:
 
 
 def changes(before: dict[str, str] | str, after: dict[str, str] | str) -> list[str]:
-    """What differs between two :func:`tree` values, one readable line per path."""
-    if isinstance(before, str) or isinstance(after, str):
-        return (
-            []
-            if before == after
-            else [
-                f"root: {before if isinstance(before, str) else 'present'} -> "
-                f"{after if isinstance(after, str) else sorted(after)}"
-            ]
-        )
-    out = [f"added {p}" for p in sorted(set(after) - set(before))]
-    out += [f"removed {p}" for p in sorted(set(before) - set(after))]
-    out += [f"changed {p}" for p in sorted(set(before) & set(after)) if before[p] != after[p]]
+    """What differs between two :func:`tree` values, one readable line per path (and the root's own
+    creation or removal)."""
+    was, now = ({} if t == ABSENT else t for t in (before, after))
+    out = (
+        [f"root {'created' if before == ABSENT else 'removed'}"]
+        if (before == ABSENT) != (after == ABSENT)
+        else []
+    )
+    out += [f"added {p}" for p in sorted(set(now) - set(was))]
+    out += [f"removed {p}" for p in sorted(set(was) - set(now))]
+    out += [f"changed {p}" for p in sorted(set(was) & set(now)) if was[p] != now[p]]
     return out
 
 
