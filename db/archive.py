@@ -45,7 +45,7 @@ from pathlib import Path
 
 from db.validate import result_filename, validate_result
 from harness.common.files import atomic_path
-from harness.common.terms import queue_order_key, run_order
+from harness.common.terms import check_grid_name, queue_order_key, run_order
 
 ARCHIVE_FORMAT = "rd-harness grid archive"
 ARCHIVE_VERSION = 2
@@ -304,13 +304,18 @@ def read_archive(path: str | os.PathLike) -> Archive:
 
     Raises:
         FileNotFoundError: no such file.
-        ArchiveError: not an archive, truncated, tampered with, or a protocol mismatch (one line).
+        ArchiveError: not an archive, truncated, tampered with, a grid name `harness queue` would
+            refuse (``../x``), or a protocol mismatch (one line).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"archive {str(path)!r} does not exist (or is not a file)")
     members = _members(path)
     manifest = _manifest(path, members)
+    try:  # the name becomes RESULTS/grids/NAME.toml and reports/NAME/: never a path out of the folder
+        check_grid_name(manifest.get("grid"), str(path))
+    except ValueError as exc:
+        raise ArchiveError(str(exc)) from None
     grid, results = manifest["grid"], {}
     for run_id, entry in sorted(manifest["runs"].items()):
         try:

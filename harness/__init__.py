@@ -22,7 +22,35 @@ The notebook API: ``harness.results(RESULTS, grid=...)`` (a grid's tables as pol
 ``harness.analyze(RESULTS, grid=...)`` (the report's statistics), from :mod:`reports.api`.
 """
 
+import os
+import signal
+import sys
+import threading
+
 __version__ = "0.1.0"
+
+
+def _interrupted_while_loading(signum, frame) -> None:
+    """Ctrl-C before the command's own handling starts (:func:`harness.cli.main` loading its modules,
+    parsing its options): nothing is written yet, so end at once, as a handled Ctrl-C does."""
+    try:
+        os.write(2, b"interrupted\n")
+    finally:
+        os._exit(130)
+
+
+def _started_as_command() -> bool:
+    """Whether this process is the ``harness`` command (its console script, or ``python -m harness``),
+    not a library user (a notebook, a test) nor another module run with ``-m`` (a rank child)."""
+    argv = getattr(sys, "orig_argv", None) or []
+    as_module = any(a == "-m" and b == "harness" for a, b in zip(argv, argv[1:], strict=False))
+    return as_module or os.path.basename(getattr(sys, "argv", [""])[0] or "") == "harness"
+
+
+# A Ctrl-C in the command's first second (importing torch, Optuna, Lightning) would otherwise be a
+# KeyboardInterrupt traceback from the import machinery; the command then installs its own handling.
+if _started_as_command() and threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
 
 API = ("results", "analyze")
 

@@ -22,10 +22,12 @@ example:
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 from pathlib import Path
 
 from harness.commands.options import add_storage, open_queue
+from harness.common.files import fmt_bytes, free_bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -144,17 +146,25 @@ def main(args: argparse.Namespace) -> int:
     results = {r: store.result_path(r).read_bytes() for r in ids}
     stand_ins, corpus = _portability(args, results, queue or [])
     before = Path(args.results) / "grids" / f"{args.grid}.archive.json"
-    manifest = write_archive(
-        args.out,
-        grid=args.grid,
-        results=results,
-        queue=queue or [],
-        code=code_identity(),
-        grid_toml=toml.read_bytes() if toml is not None else None,
-        stand_ins=stand_ins,
-        corpus=corpus,
-        archived_before=json.loads(before.read_text()) if before.is_file() else None,
-    )
+    try:
+        manifest = write_archive(
+            args.out,
+            grid=args.grid,
+            results=results,
+            queue=queue or [],
+            code=code_identity(),
+            grid_toml=toml.read_bytes() if toml is not None else None,
+            stand_ins=stand_ins,
+            corpus=corpus,
+            archived_before=json.loads(before.read_text()) if before.is_file() else None,
+        )
+    except OSError as exc:  # the archive's disk, not the results folder's, is the one to name
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OSError(
+            f"disk full: --out {args.out} ({exc.strerror}, {fmt_bytes(free_bytes(args.out))} free there); "
+            "free space there, or pass another --out"
+        ) from None
     size = args.out.stat().st_size
     commits = sorted({str(e["code_version"]) for e in manifest["runs"].values()})
     print(

@@ -32,6 +32,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -233,6 +234,7 @@ def main(args: argparse.Namespace) -> int:
         WorkerTask,  # lazy: submitit, only to launch (not for --help)
     )
 
+    made_root = not (args.results / launch.LAUNCH_DIR).exists()
     launch_id, folder = launch.launch_folder(args.results, args.executor)
     try:
         job_ids = launch.submit(
@@ -240,6 +242,9 @@ def main(args: argparse.Namespace) -> int:
         )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing half-written
+        if made_root:
+            with contextlib.suppress(OSError):  # nor an empty launches/ (only where still empty)
+                folder.parent.rmdir()
         raise
     record = launch.LaunchRecord(
         id=launch_id,

@@ -44,6 +44,16 @@ def _tokens(text: str) -> int:
     return value
 
 
+def _documents(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of documents") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of documents")
+    return value
+
+
 def _processes(text: str) -> int:
     try:
         value = int(text)
@@ -90,14 +100,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="without a grid: fraction of documents in the val split (default 0.05)",
     )
     parser.add_argument(
-        "--max-docs", type=_tokens, default=None, metavar="N", help="without a grid: take at most N documents"
+        "--max-docs",
+        type=_documents,
+        default=None,
+        metavar="N",
+        help="without a grid: take at most N documents",
     )
     parser.add_argument(
         "--tokens",
         type=_tokens,
         default=None,
         metavar="N",
-        help="without a grid: stop once the train split holds N tokens (default: the whole source)",
+        help="without a grid: stop once the train split holds N tokens (default: the whole source); it "
+        "ends at the end of a chunk of about 1 MiB of text (whole documents), so it may hold more, and says so",
     )
     parser.add_argument(
         "--shard-tokens",
@@ -154,6 +169,11 @@ def main(args: argparse.Namespace) -> int:
         probe_corpus(
             key.corpus
         )  # empty, blank or binary: the one line `queue` says, before any lock or folder
+        if key.tokenizer == "gpt2":  # offline without gpt2's files: one line, before any lock or folder
+            # lazy: loads the model presets (torch), which --corpus alone does not need
+            from harness.scheduling.grids.corpus_need import check_gpt2_files
+
+            check_gpt2_files(key, cache)
     for key, (train, val) in needs.items():
         t0 = time.perf_counter()
         convert_legacy(key, cache)  # a worker's single-file corpus of this key: its shards, tokens kept
@@ -164,27 +184,46 @@ def main(args: argparse.Namespace) -> int:
             shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS,
             workers=args.workers,
         )
-        m = read_manifest(folder)
-        got_train, got_val = m["splits"]["train"]["tokens"], m["splits"]["val"]["tokens"]
-        print(
-            f"{key.corpus} ({key.tokenizer}): {m['documents']:,} documents, {got_train:,} train tokens, "
-            f"{got_val:,} val tokens ({time.perf_counter() - t0:.1f} s) in {folder}"
-        )
-        if train and args.grid is not None:  # a grid's need counts its windows' +1 target token
-            print(
-                f"  largest budget reads {train - 1:,} train tokens: {(train - 1) / got_train:.3f} epochs; "
-                f"evaluation set {val - 1:,} tokens"
-            )
-        if train > got_train or val > got_val:
-            print(
-                "  the source ends before that: `harness queue` refuses the runs it cannot feed "
-                "unless [train] sets max_epochs"
-            )
-        if args.shard_tokens and m["shard_tokens"] != args.shard_tokens:
-            print(
-                f"  --shard-tokens {args.shard_tokens:,} ignored: this corpus was prepared with "
-                f"{m['shard_tokens']:,} tokens per shard and keeps them (a shard's size is fixed once written)"
-            )
-        if m.get("revision"):
-            print(f"  revision {m['revision']}")
+        _say_prepared(args, key, read_manifest(folder), folder, (train, val), time.perf_counter() - t0)
     return 0
+
+
+def _say_prepared(
+    args: argparse.Namespace, key, m: dict, folder: Path, need: tuple[int, int], seconds: float
+) -> None:
+    """What a prepare holds (manifest ``m`` of ``folder``) against what was asked (``need``: train and
+    val tokens; 0: the whole source), and why they differ."""
+    from harness.common.files import fmt_bytes
+    from harness.data.shards import CHUNK_BYTES  # lazy: as main's (numpy and tokenizers load when it runs)
+
+    train, val = need
+    got_train, got_val = m["splits"]["train"]["tokens"], m["splits"]["val"]["tokens"]
+    print(
+        f"{key.corpus} ({key.tokenizer}): {m['documents']:,} documents, {got_train:,} train tokens, "
+        f"{got_val:,} val tokens ({seconds:.1f} s) in {folder}"
+    )
+    if train and args.grid is not None:  # a grid's need counts its windows' +1 target token
+        print(
+            f"  largest budget reads {train - 1:,} train tokens: {(train - 1) / got_train:.3f} epochs; "
+            f"evaluation set {val - 1:,} tokens"
+        )
+    if args.tokens and got_train > train:  # not exactly --tokens N: say how much more, and why
+        chunk = fmt_bytes(m.get("chunk_bytes") or CHUNK_BYTES)
+        print(
+            f"  {got_train:,} train tokens for the {train:,} asked ({got_train - train:,} more): a prepare "
+            f"takes whole chunks of about {chunk} of text (documents are never cut; a chunk is the unit of "
+            "work and of resumption), or the corpus was prepared for more before; a run reads only the "
+            "tokens its budget needs"
+        )
+    if train > got_train or val > got_val:
+        print(
+            "  the source ends before that: `harness queue` refuses the runs it cannot feed "
+            "unless [train] sets max_epochs"
+        )
+    if args.shard_tokens and m["shard_tokens"] != args.shard_tokens:
+        print(
+            f"  --shard-tokens {args.shard_tokens:,} ignored: this corpus was prepared with "
+            f"{m['shard_tokens']:,} tokens per shard and keeps them (a shard's size is fixed once written)"
+        )
+    if m.get("revision"):
+        print(f"  revision {m['revision']}")

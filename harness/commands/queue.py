@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
 
     from harness.scheduling.queue.hardware_pairs import set_policy
     from harness.scheduling.queue.run_queue import RunQueue
-    from harness.scheduling.queue.storage import COMMAND_RETRY_S, describe_storage
+    from harness.scheduling.queue.storage import COMMAND_RETRY_S, describe_storage, parse_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.repair:
@@ -115,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
     if args.grid is None:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
+    parse_storage(args.storage, args.results)  # a bad --storage: one line before the corpus is read or sized
     from harness.data.corpus_identity import parse_ref
     from harness.data.prepared import cache_dir
     from harness.scheduling import tuning

@@ -176,9 +176,11 @@ def unreadable_files_note(store, unreadable, grid: str) -> str | None:
 def main(args: argparse.Namespace) -> int:
     """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
     from db.store import Store  # imported here: the report core works on frames without db
+    from harness.common.terms import check_grid_name
     from reports.build import build_report, load_frames
     from reports.render.sections import summary_lines
 
+    check_grid_name(args.grid, "--grid")  # RESULTS/reports/NAME/ stays inside the results folder
     out = args.out if args.out is not None else args.results / "reports" / args.grid
     made = _writable_folder(out)
     store = Store(args.results)

@@ -28,6 +28,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import tempfile
@@ -150,7 +151,14 @@ def main(args: argparse.Namespace) -> int:
     why = _clash(archive, args.results, queue)
     if why:
         raise ValueError(why)
-    moved = _move_in(archive, args.results)
+    made = [p for p in (args.results, args.results / "runs") if not p.exists()]
+    try:
+        moved = _move_in(archive, args.results)
+    except BaseException:  # a full disk, Ctrl-C: no empty results folder or runs/ is left behind
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only where still empty
+        raise
     added, corpus = [], archive.corpus
     if archive.queue:
         queue = queue or open_queue(args, create=True)

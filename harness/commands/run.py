@@ -29,9 +29,11 @@ from pathlib import Path
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.common import console
 from harness.common.terms import ROLES
+from harness.data.prepared import cache_dir
 from harness.design.train_table import TRACKERS
 from harness.models.sizes import SIZES
-from harness.scheduling.grids.grid import choose_corpus
+from harness.scheduling.grids.corpus_need import check_gpt2_files
+from harness.scheduling.grids.grid import check_corpus, choose_corpus
 from harness.scheduling.workers.devices import check_accelerator
 from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
 
@@ -125,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     check_accelerator(args.accelerator)  # a GPU asked for where there is none: one line
-    corpus, _ = choose_corpus(args.corpus)
+    corpus, source = choose_corpus(args.corpus)
     if corpus is None:
         raise ValueError("no corpus: pass --corpus C or set $HARNESS_CORPUS")
     if args.stop_after_tokens is not None and args.stop_after_tokens <= 0:
@@ -162,6 +164,9 @@ def main(args: argparse.Namespace) -> int:
                 )
             print(f"{config.run_id}: already done in {args.results} (use --force to train it again)")
             return 0
+    # what the run would fail on once it made its results folder: refused before, leaving nothing
+    check_corpus(config.corpus, source=source)
+    check_gpt2_files(config.corpus_key(), cache_dir(args.results))
     results = Path(args.results)
     results.mkdir(
         parents=True, exist_ok=True

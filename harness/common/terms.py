@@ -69,6 +69,21 @@ def queue_order_key(role: str, run_id: str) -> tuple:
     return (rank, run_order(run_id))
 
 
+def check_grid_name(grid: object, where: str) -> None:
+    """Refuse a grid name that ``harness queue`` would refuse (:data:`NAME_RE`; a tuning study's
+    ``tune:NAME``): a grid name becomes a file and folder name (``RESULTS/grids/NAME.toml``,
+    ``RESULTS/reports/NAME/``), so ``../x`` or ``a/b`` would write outside the results folder.
+
+    Raises:
+        ValueError: ``WHERE: grid name '../x' ...``, naming what is allowed.
+    """
+    if not isinstance(grid, str) or not (NAME_RE.fullmatch(grid) or is_tune_grid(grid)):
+        raise ValueError(
+            f"{where}: grid name {grid!r} must be letters, digits, '_', '.', '-' (starting with a "
+            "letter or digit; no '/' or ':'), as `harness queue` requires of a grid file's name"
+        )
+
+
 def check_grid(grid: str, known: Iterable[str], where: str) -> None:
     """Check that ``grid`` is one of the ``known`` grid names found in ``where`` (the queue or
     the results store, as the message should name it).
@@ -161,6 +176,7 @@ __all__ = [
     "TUNE_SEED_BASE",
     "is_tune_grid",
     "NAME_RE",
+    "check_grid_name",
     "ERROR_CHARS",
     "EXPORT_TABLES",
     "EXPORT_FORMATS",

@@ -170,6 +170,25 @@ def _stdio_detached() -> Iterator[None]:
 
 
 @contextmanager
+def _stderr_kept(kept: list[str]) -> Iterator[None]:
+    """What the processes started in the block write to stderr (sbatch's ``error:`` lines) goes
+    into ``kept`` (its lines) instead of the terminal, so a refusal is said in one line."""
+    import tempfile  # lazy: only when submitting to SLURM
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        try:
+            os.dup2(f.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            kept += [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+
+
+@contextmanager
 def _sigint_ignored() -> Iterator[None]:
     """SIGINT is ignored in the processes started in the block (an ignored signal stays ignored
     across exec, and Python then installs no ``KeyboardInterrupt`` handler).
@@ -194,7 +213,8 @@ def submit(
 
     Raises:
         ValueError: ``executor`` not one of :data:`EXECUTORS`, or SLURM's ``srun`` not on PATH.
-        RuntimeError: sbatch refused the job (its message).
+        SubmitRefused: sbatch refused the job (its message: SLURM not configured or unreachable,
+            an option it does not accept).
     """
     import submitit  # lazy: submitit, only to launch or read a job
 
@@ -207,11 +227,15 @@ def submit(
             )
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_TIMEOUTS)
         ex.update_parameters(**resources.slurm_parameters())
+        said: list[str] = []
         try:
-            jobs = ex.submit_array(list(tasks))
-        except submitit.core.utils.FailedJobError as exc:
-            last = str(exc).strip().splitlines()
-            raise RuntimeError(f"sbatch refused the job: {last[-1] if last else exc}") from None
+            with _stderr_kept(said):
+                jobs = ex.submit_array(list(tasks))
+        except submitit.core.utils.FailedJobError as exc:  # sbatch's own reason, e.g. no slurm.conf
+            last = [line for line in str(exc).strip().splitlines() + said if line.strip()]
+            raise SubmitRefused(f"sbatch refused the job: {last[-1].strip() if last else exc}") from None
+        if said:  # a warning of an accepted job is still shown
+            print("\n".join(said), file=sys.stderr)
         return [j.job_id for j in jobs]
     if executor == "local":
         ids = []
@@ -259,6 +283,10 @@ class LaunchRecord:
     def array_id(self) -> str | None:
         """The SLURM job (array) id the task ids share, ``None`` for local jobs."""
         return self.job_ids[0].split("_")[0] if self.executor == "slurm" and self.job_ids else None
+
+
+class SubmitRefused(ValueError):
+    """``sbatch`` refused a job; the message is one line ending with sbatch's own reason."""
 
 
 def launch_folder(
@@ -456,6 +484,7 @@ __all__ = [
     "submit",
     "LaunchRecord",
     "launch_folder",
+    "SubmitRefused",
     "write_record",
     "read_records",
     "JobState",

@@ -21,6 +21,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from harness.design.config import RunConfig
 from harness.train.execution import ExecutionSettings
 from harness.train.microbatch import divisors
+from harness.train.ranks import started_externally
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator
 
 #: What Lightning raises for settings it cannot run with (``ModuleNotFoundError`` for ``tpu``:
@@ -28,17 +29,45 @@ from harness.train.trainer import make_trainer, quiet_lightning, resolve_acceler
 _REFUSALS = (ValueError, TypeError, ImportError, RuntimeError, MisconfigurationException)
 
 
+def _start_method(strategy: str) -> str | None:
+    """How Lightning's launcher of ``strategy`` starts ranks (``spawn``, ``fork``; ``popen`` or ``None``:
+    it does not start them in this process's place)."""
+    if strategy not in StrategyRegistry:
+        return None
+    return StrategyRegistry[strategy]["init_params"].get("start_method")
+
+
 def strategies() -> list[str]:
-    """The strategy names Lightning accepts: ``auto`` and its registry's."""
-    return ["auto", *sorted(StrategyRegistry.available_strategies())]
+    """The strategy names a run accepts: ``auto`` and Lightning's registry's, less those whose launcher
+    spawns or forks the Trainer's process (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``...): the harness
+    starts a run's ranks itself (:mod:`harness.train.ranks`), and a spawned rank would need the run's
+    callbacks pickled, which hold the lease's fence and local closures."""
+    names = StrategyRegistry.available_strategies()
+    return ["auto", *sorted(n for n in names if _start_method(n) in (None, "popen"))]
 
 
 def check_settings(settings: ExecutionSettings) -> None:
     """Refuse execution settings Lightning would reject when the run starts.
 
     Raises:
-        ValueError: one line naming the option, its value and (for ``--strategy``) what is allowed.
+        ValueError: one line naming the option, its value and (for ``--strategy``) what is allowed;
+            ``num_nodes`` > 1 in a process that no multi-node launcher (torchrun, srun) started.
     """
+    if settings.num_nodes > 1 and not started_externally():
+        # rank 0 alone would wait in the process group's rendezvous for ranks no one starts, silently
+        raise ValueError(
+            f"--num-nodes {settings.num_nodes}: this process was not started by torchrun or srun (neither "
+            "LOCAL_RANK nor SLURM_NTASKS > 1 is set), so no rank on another node can join it; start one "
+            "process per GPU on every node with torchrun --nnodes N or srun --nodes N "
+            "(docs/paper-scale.md), or drop --num-nodes"
+        )
+    method = _start_method(settings.strategy)
+    if method not in (None, "popen"):
+        raise ValueError(
+            f"--strategy {settings.strategy}: Lightning would start the ranks by {method}, but the harness "
+            "starts a run's ranks itself (one process per device: use ddp, or auto); allowed: "
+            + ", ".join(strategies())
+        )
     if settings.strategy not in strategies():
         raise ValueError(
             f"--strategy {settings.strategy}: not a Lightning strategy; allowed: {', '.join(strategies())}"

@@ -36,7 +36,7 @@ WORK_BAD = {
     "--threads": ["-1", "100000"],
     "--devices": ["3", "0", "x"],
     "--gpus": ["0", "x"],
-    "--strategy": ["nosuch", "fsdp", "deepspeed"],
+    "--strategy": ["nosuch", "fsdp", "deepspeed", "ddp_spawn", "ddp_fork"],
     "--accelerator": ["tpu", "mps", "nosuch"],
     "--micro-batch-size": ["0", "x"],
     "--logger": ["nosuch"],
@@ -55,8 +55,8 @@ RUN_BAD = {
     "--role": ["boss"],
     "--set": ["lr=x", "nosuch=1", "precision=16-true", "batch_tokens=500"],
     "--devices": ["3", "0"],
-    "--strategy": ["nosuch", "fsdp"],
-    "--num-nodes": ["0"],
+    "--strategy": ["nosuch", "fsdp", "ddp_spawn"],
+    "--num-nodes": ["0", "2"],
     "--accelerator": ["tpu", "mps"],
     "--micro-batch-size": ["0"],
     "--threads": ["-1"],
@@ -159,6 +159,7 @@ def test_devices_that_do_not_split_the_batch_name_it_and_the_allowed_counts(queu
     "option, value, words",
     [
         ("--strategy", "nosuch", "--strategy nosuch: not a Lightning strategy; allowed: auto, "),
+        ("--strategy", "ddp_spawn", "--strategy ddp_spawn: Lightning would start the ranks by spawn"),
         ("--accelerator", "tpu", "argument --accelerator: invalid choice: 'tpu'"),
     ],
 )

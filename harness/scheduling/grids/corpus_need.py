@@ -92,13 +92,14 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
             raise ValueError(why)
         manifest = read_manifest(key.folder(cache_dir))
         if manifest is None and key.tokenizer == "gpt2" and ("gpt2", None) not in memo:
-            try:  # a prepared corpus holds gpt2's files; without one each worker would download them
-                memo["gpt2", None] = GPT2Tokenizer()
-            except ValueError as exc:
-                raise ValueError(
-                    f"{exc}; or run `harness prepare {grid_path}` where it can (the prepared corpus keeps "
-                    "the files: workers never download)"
-                ) from None
+            # a prepared corpus holds gpt2's files; without one each worker would download them
+            check_gpt2_files(
+                key,
+                cache_dir,
+                hint=f"or run `harness prepare {grid_path}` where it can (the prepared corpus keeps "
+                "the files: workers never download)",
+            )
+            memo["gpt2", None] = True
         if manifest is None:
             if key.corpus.startswith(HUB_PREFIX):
                 hint = f"run `harness prepare {grid_path}` first (workers never download)"
@@ -124,6 +125,24 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
                 f"{key.corpus} ({val:,} tokens); prepare more (`harness prepare {grid_path}`), lower eval_tokens, "
                 "or set max_epochs in [train] to evaluate on the shorter set"
             )
+
+
+def check_gpt2_files(key: CorpusKey, cache_dir: Path, *, hint: str = "") -> None:
+    """Refuse a ``gpt2`` key whose corpus is not prepared in ``cache_dir`` where tiktoken cannot load
+    gpt2's files here (offline, no cache), before anything is written: a prepare or a run would
+    otherwise fail after making its results folder and the corpus's lock.
+
+    Raises:
+        ValueError: tiktoken's reason, then ``hint`` (after ``; ``).
+    """
+    if key.tokenizer != "gpt2" or read_manifest(key.folder(cache_dir)) is not None:
+        return
+    if why := _missing("tiktoken", "tokenizer 'gpt2'"):
+        raise ValueError(why)
+    try:
+        GPT2Tokenizer()
+    except ValueError as exc:
+        raise ValueError(f"{exc}; {hint}" if hint else str(exc)) from None
 
 
 def _local_splits(n: Need, cache_dir: Path, memo: dict) -> tuple[int, int] | None:
@@ -153,4 +172,4 @@ def _local_splits(n: Need, cache_dir: Path, memo: dict) -> tuple[int, int] | Non
     return memo["tokens", key]
 
 
-__all__ = ["MAX_TOKEN_BYTES", "Need", "need", "largest_needs", "check_corpora"]
+__all__ = ["MAX_TOKEN_BYTES", "Need", "need", "largest_needs", "check_corpora", "check_gpt2_files"]

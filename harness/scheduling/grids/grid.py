@@ -311,12 +311,14 @@ def load_grid(path: str | os.PathLike) -> Grid:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not TOML, unknown or missing key, bad type or value, unknown variant
+        ValueError: a folder, not TOML, unknown or missing key, bad type or value, unknown variant
             or role, not exactly one parent, a duplicate key, or a treatment/control
             without the parent at the same size and budget. The message names the file,
             the key and what is allowed.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a grid file: give the GRID.toml inside it")
     if not path.is_file():
         raise FileNotFoundError(f"grid file {path} not found")
     raw = path.read_bytes()
