@@ -52,7 +52,7 @@ def _renamed(src: Path, dst: Path, grid: str) -> dict[str, bytes]:
     results = {json.loads(swap(d))["run"]["run_id"]: swap(d) for d in a.results.values()}
     queue = json.loads(swap(json.dumps(a.queue).encode()))
     toml = f"name = {json.dumps(grid)}\n".encode()
-    write_archive(dst, grid=grid, results=results, queue=queue, code=a.manifest["code"], grid_toml=toml)
+    write_archive(dst, grid=grid, results=results, queue=queue, code=a.archived_by, grid_toml=toml)
     return results
 
 
