@@ -261,6 +261,34 @@ def format_routing(result: dict) -> list[str]:
     return lines
 
 
+def estimate_vs_measured(result: dict) -> list[str]:
+    """Routing's milliseconds per step, the bytes model's estimate beside the profile's measurement,
+    one line per routed arm of a bench ``result`` (its JSON): the estimate is
+    ``bytes/token * step_tokens / bandwidth`` on the result's device (:data:`MEMORY_BANDWIDTH`; a
+    device without a listed bandwidth gets no estimate), the measurement the profile's ``routing``
+    category (``--profile``; kernels with norms fused in count there, so it errs high)."""
+    cost, profile = result.get("routing_cost") or {}, result.get("profile") or {}
+    bw = MEMORY_BANDWIDTH.get(" ".join(str(result.get("device_name", "")).split()))
+    size, tokens = result["size"], result.get("step_tokens", result.get("batch_tokens", 0))
+    arms = profile.get("arms", {})
+    lines = [f"routing per step at {size} on {result.get('device_name')} ({tokens} tokens a step):"]
+    for name in dict.fromkeys(
+        [*result.get("step_ms", {}), *result.get("routing_paths", {}).get("step_ms", {})]
+    ):
+        variant, _, path = name.partition("@")
+        by_path = cost.get("per_token", {}).get(size, {}).get(variant)
+        if by_path is None or (path and path != "per_site"):
+            continue
+        est = by_path[path or "two_phase"]["bytes"] * tokens / bw * 1e3 if bw else None
+        measured = arms.get(name, {}).get("categories", {}).get("routing")
+        total = arms.get(name, {}).get("total_ms")
+        lines.append(
+            f"  {name:<28} estimate {'n/a (no bandwidth known)' if est is None else f'{est:8.2f} ms'}  "
+            f"measured {'n/a (no --profile)' if measured is None else f'{measured:8.2f} ms of {total:.1f} ms'}"
+        )
+    return lines
+
+
 __all__ = [
     "MFU_GOAL",
     "PAPER_MICRO_BATCH",
@@ -273,4 +301,5 @@ __all__ = [
     "routing_cost_fields",
     "routing_path_fields",
     "format_routing",
+    "estimate_vs_measured",
 ]

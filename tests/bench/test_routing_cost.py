@@ -70,5 +70,43 @@ def test_roofline_share_by_hand():
     assert got["share_at_mfu_goal"] == pytest.approx(t_r / (t_r + t_rest), rel=1e-12)
     assert got["share_at_peak"] == pytest.approx(t_r / (t_r + flops / 989.4e12), rel=1e-12)
     assert got["routing_us_per_ktoken"] == pytest.approx(1e9 * t_r, rel=1e-12)
-    assert MEMORY_BANDWIDTH["NVIDIA H100 80GB HBM3"] == 3.35e12 and MEMORY_BANDWIDTH["NVIDIA H100 PCIe"] == 2.0e12
+    assert (
+        MEMORY_BANDWIDTH["NVIDIA H100 80GB HBM3"] == 3.35e12
+        and MEMORY_BANDWIDTH["NVIDIA H100 PCIe"] == 2.0e12
+    )
     assert set(MEMORY_BANDWIDTH) <= set(PEAK_FLOPS)
+
+
+def test_estimate_beside_measurement_from_a_bench_json():
+    """scripts/gpu_check.sh's lines: bytes/token x step tokens / bandwidth beside the profile's routing ms."""
+    from harness.bench.routing_cost import estimate_vs_measured, routing_cost_fields
+
+    result = {
+        "size": "tiny",
+        "device_name": "NVIDIA H200",
+        "step_tokens": 1000,
+        "step_ms": {"prenorm": 5.0, "block_attnres": 6.0},
+        "routing_paths": {"step_ms": {"block_attnres": 6.0, "block_attnres@per_site": 6.5}},
+        "routing_cost": routing_cost_fields("tiny", ["prenorm", "block_attnres"]),
+        "profile": {"arms": {"block_attnres@per_site": {"categories": {"routing": 0.25}, "total_ms": 6.5}}},
+    }
+    lines = estimate_vs_measured(result)
+    est_two = 58 * 64 * 4 * 1000 / 4.8e12 * 1e3  # tiny's two paths move the same 58 vectors a token
+    assert lines[1].split() == [
+        "block_attnres",
+        "estimate",
+        f"{est_two:.2f}",
+        "ms",
+        "measured",
+        "n/a",
+        "(no",
+        "--profile)",
+    ]
+    assert (
+        lines[2].split()
+        == ["block_attnres@per_site", "estimate", f"{est_two:.2f}", "ms"]
+        + "measured 0.25 ms of 6.5 ms".split()
+    )
+    assert len(lines) == 3  # prenorm has no routing
+    result["device_name"] = "x86_64"
+    assert "n/a (no bandwidth known)" in estimate_vs_measured(result)[1]
