@@ -11,10 +11,21 @@ zero-initialised) over sources ``s_0 .. s_{S-1}`` is (Attention Residuals, arXiv
 How it is computed. With ``r_i = 1 / rms(s_i)`` (``[B, T]``) and the site's effective
 query ``u = g * w`` (``[D]``), ``w . K_i = r_i * (s_i . u)``: no normalised key tensor is
 ever built. ``r_i`` of a completed source is computed once and shared by every later site
-(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. All routes
-of a site are computed together, in one pass over its sources (:func:`mix_routes`), and
-sources are never stacked into an ``[S, B, T, D]`` tensor, so neither the forward nor the
-state saved for backward copies them. Logits are float32 even under autocast.
+(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. Sources are
+never stacked into an ``[S, B, T, D]`` tensor, so neither the forward nor the state saved for
+backward copies them. Logits are float32 even under autocast.
+
+Two paths compute the same routes (to ~1e-6; ``DepthRoutedLM.routing``):
+
+* two-phase (default; Attention Residuals, section 4): the pseudo-queries are parameters, so
+  at a block boundary one pass over the completed sources serves every site and route of the
+  coming block (:class:`BlockPrefix`: running max ``m``, denominator ``l``, partial sum
+  ``acc``), and each site adds the in-progress partial with an online-softmax correction
+  (:func:`merge_partial`). Completed sources are read once per block, not once per site;
+* per-site: each site reads all its sources, its routes together (:func:`mix_routes`).
+
+Either way, route ``j``'s numbers never depend on the other routes or sites (one mat-vec per
+query), so the identities between variants of DESIGN section 3 hold bit for bit on each path.
 With all queries at zero every route is the uniform mean of its sources, which is why
 every variant equals the parent at initialisation.
 

@@ -110,3 +110,40 @@ def test_estimate_beside_measurement_from_a_bench_json():
     assert len(lines) == 3  # prenorm has no routing
     result["device_name"] = "x86_64"
     assert "n/a (no bandwidth known)" in estimate_vs_measured(result)[1]
+
+
+def test_assemble_reports_two_phase_against_per_site_as_paired_ratios():
+    """``--per-site``: routing_paths holds both arms' medians and the median per-round ratio
+    two-phase / per-site with its order-statistic interval; routing_cost is always there."""
+    import datetime as dt
+
+    import torch
+
+    from harness.bench import BenchConfig, assemble
+
+    per = [10.0, 12.0, 10.0, 20.0, 10.0, 10.0, 10.0]
+    two = [9.0, 10.8, 9.5, 10.0, 9.0, 9.0, 9.6]  # per-round ratios 0.9 0.9 0.95 0.5 0.9 0.9 0.96: median 0.9
+    samples = {"prenorm": [8.0] * 7, "block_attnres": two, "block_attnres@per_site": per}
+    variants = ["prenorm", "block_attnres"]
+    cfg = BenchConfig(size="tiny", variants=tuple(variants), per_site=True)
+    result = assemble(
+        cfg,
+        variants,
+        torch.device("cpu"),
+        4,
+        64,
+        samples,
+        {"prenorm": 1.0, "block_attnres": 1.0, "block_attnres@per_site": 1.0},
+        {},
+        {"prenorm": 1, "block_attnres": 1},
+        dt.datetime(2026, 1, 1),
+        routing_arms=["block_attnres"],
+    )
+    paths = result["routing_paths"]
+    assert paths["step_ms"] == {"block_attnres": 9.5, "block_attnres@per_site": 10.0}
+    assert paths["ratios"] == {"block_attnres: two_phase/per_site": pytest.approx(0.9)}
+    assert paths["ratio_intervals"]["block_attnres: two_phase/per_site"] == pytest.approx(
+        [0.5, 0.96]
+    )  # n = 7: [x_(1), x_(7)]
+    assert result["routing_cost"]["per_token"]["tiny"]["block_attnres"]["per_site"]["bytes"] == 58 * 64 * 4
+    assert "block_attnres" not in result["routing_paths"]["ratios"]  # only the paired keys
