@@ -132,7 +132,7 @@ fi
 
 if [ "$MODE" != cpu ]; then  # the GPU's commands (also what --dry-run prints)
   ACCEL=gpu; DEVICE=cuda
-  BENCH_ARGS=(--size 120m --compile --steps 20 --max-steps 60 --loop-rounds 2 --loop-steps 10 --profile 3)
+  BENCH_ARGS=(--size 120m --compile --steps 20 --max-steps 60 --loop-rounds 2 --loop-steps 10 --profile 3 --per-site)
   GRID_SIZE=tiny; GRID_BUDGET=401408; GRID_TRAIN='batch_tokens = 8192'
   DDP_SIZE=small; DDP_BUDGET=401408
   LIMITS=(300 150 120)  # seconds per step: 5 + 2.5 + 2 minutes at most
@@ -315,6 +315,11 @@ TOML
 step bench "${LIMITS[0]}" "${H[@]}" bench "${BENCH_ARGS[@]}" --device "$DEVICE" \
   --variant prenorm --variant block_attnres --variant rd_attnres \
   --json "$OUT/bench.json" --db "$OUT/bench.duckdb" --results "$RESULTS"
+# routing's milliseconds a step: the bytes model's estimate (bench JSON routing_cost) beside the profile's
+if [ "$MODE" != dry ] && [ -f "$OUT/bench.json" ]; then
+  "$PY" -c 'import json, sys; from harness.bench.routing_cost import estimate_vs_measured as f
+print("\n".join(f(json.load(open(sys.argv[1])))))' "$OUT/bench.json" >&2 || echo "routing estimate: not printed" >&2
+fi
 # bash -c SCRIPT GRID RESULTS ACCEL HARNESS...: the harness command is the arguments from the 4th on
 # shellcheck disable=SC2016  # the single quotes are meant: the inner bash expands them
 step grid "${LIMITS[1]}" bash -c '"${@:4}" queue "$1" --results "$2" && "${@:4}" work --results "$2" --accelerator "$3" --quiet \

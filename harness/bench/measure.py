@@ -12,6 +12,7 @@ import torch
 from harness.bench.loop import loop_throughput
 from harness.bench.profile import compare, kernel_profiling, profile_steps
 from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
+from harness.bench.routing_cost import routing_pairs, routing_path_arms
 from harness.bench.settings import (
     MAX_DEFAULT_BATCH,
     PARENT,
@@ -123,7 +124,7 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
                     cfg, variants, device, (x, y), prepared.vocab_size, total_steps, say, micro_batches
                 )
                 arms = [arm for arm in every_arm if not arm.failed]
-                pairs = _live_pairs(step_ratio_pairs(variants, precision_arms), arms)
+                pairs = _live_pairs(_pairs(cfg, variants, precision_arms), arms)
                 samples, peak_mb, profile = _measure(cfg, arms, pairs, say)
                 arms = [arm for arm in arms if not arm.failed]
             n_params = {arm.name: arm.n_params for arm in arms}
@@ -151,10 +152,16 @@ def run_bench(cfg: BenchConfig, *, progress=None) -> dict:
         micro_batch_note=micro_note,
         micro_batches=micro_batches,
         missing_arms=missing,
+        routing_arms=[v for v in routing_path_arms(cfg, variants) if f"{v}@per_site" in peak_mb],
     )
     if profile is not None:
         result["profile"] = profile
     return result
+
+
+def _pairs(cfg: BenchConfig, variants: list[str], precision_arms: dict | None) -> dict[str, tuple[str, str]]:
+    """Every timed ratio's ``(arm a, arm b)``: the variants', the precision pair's, two-phase/per-site."""
+    return {**step_ratio_pairs(variants, precision_arms), **routing_pairs(routing_path_arms(cfg, variants))}
 
 
 def _arms(
@@ -174,6 +181,12 @@ def _arms(
     step tokens) if it did not fit, an arm that still ran out of memory with ``failed`` set."""
     arms = [
         StepArm(v, cfg, device, batch, vocab_size, total_steps, micro_batches=micro_batches) for v in variants
+    ]
+    arms += [
+        StepArm(
+            v, cfg, device, batch, vocab_size, total_steps, micro_batches=micro_batches, routing="per_site"
+        )
+        for v in routing_path_arms(cfg, variants)
     ]
     if not cfg.precision_ratio:
         fit_arms(arms, set(), say)

@@ -33,6 +33,16 @@ PEAK_FLOPS: dict[str, tuple[float, int]] = {
     "NVIDIA A100-PCIE-40GB": (312e12, 108),
 }
 
+#: exact device name -> memory bandwidth in bytes/s (vendor data sheets: H100 SXM 3.35 TB/s, H100 PCIe
+#: 2.0 TB/s, H200 4.8 TB/s, A100 80GB 2.0 TB/s), for routing's roofline (:mod:`harness.bench.routing_cost`)
+MEMORY_BANDWIDTH: dict[str, float] = {
+    "NVIDIA H100 80GB HBM3": 3.35e12,
+    "NVIDIA H100 PCIe": 2.0e12,
+    "NVIDIA H200": 4.8e12,
+    "NVIDIA A100-SXM4-80GB": 2.0e12,
+    "NVIDIA A100 80GB PCIe": 2.0e12,
+}
+
 #: ``<GPU name> MIG <g>g.<memory>gb``: a MIG slice's name
 _MIG = re.compile(r"^(?P<base>.+?) MIG (?P<slice>\d+g\.\d+gb)$")
 
@@ -62,4 +72,4 @@ def peak_flops(name: str, sm_count: int | None = None) -> tuple[float | None, st
     )
 
 
-__all__ = ["PEAK_FLOPS", "peak_flops"]
+__all__ = ["PEAK_FLOPS", "MEMORY_BANDWIDTH", "peak_flops"]

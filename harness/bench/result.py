@@ -17,6 +17,7 @@ from harness.bench import intervals
 from harness.bench.flops import mfu as model_mfu
 from harness.bench.flops import model_flops_per_token
 from harness.bench.profile import format_profile
+from harness.bench.routing_cost import format_routing, routing_cost_fields, routing_pairs, routing_path_fields
 from harness.bench.settings import (
     LOOPS,
     PARENT,
@@ -121,6 +122,7 @@ def assemble(
     micro_batch_note: str | None = None,
     micro_batches: int = 1,
     missing_arms: dict[str, str] | None = None,
+    routing_arms: list[str] | None = None,
 ) -> dict:
     """Medians, paired ratios with intervals, MFU and targets from raw samples (pure function).
 
@@ -136,6 +138,9 @@ def assemble(
     of ``precision_arms`` (``{"32-true": arm, "bf16-mixed": arm}``; one of them a variant).
     ``missing_arms``: arm name -> why it has no figures (an out-of-memory: an arm that does not fit is a finding, not a failed bench); the
     precision ratio is then ``None`` if it was one of the pair.
+    ``routing_arms``: variants also timed on the per-site routing path (arm ``<variant>@per_site``):
+    ``routing_paths`` holds their medians and the paired ratios two-phase / per-site. ``routing_cost`` is the
+    bytes model's estimate.
     """
     batch_tokens = batch_size * context
     step_tokens = batch_tokens * micro_batches
@@ -179,7 +184,17 @@ def assemble(
         "batch_tokens": batch_tokens,
         "step_tokens": step_tokens,
         "steps": len(next(iter(samples.values()))) if samples else 0,
+        **_routing_fields(cfg, variants, samples, routing_arms or []),
         **_provenance(cfg, device, created),
+    }
+
+
+def _routing_fields(cfg: BenchConfig, variants: list[str], samples: dict, routed: list[str]) -> dict:
+    """:func:`assemble`'s ``routing_paths`` (measured) and ``routing_cost`` (the bytes model's estimate)."""
+    summary = paired_summary(samples, routing_pairs(routed))
+    return {
+        "routing_paths": routing_path_fields(samples, summary, routed),
+        "routing_cost": routing_cost_fields(cfg.size, variants),
     }
 
 
@@ -456,6 +471,7 @@ def format_report(result: dict) -> str:
             lines.append(
                 f"  {key:<30} {t['value']:7.3f}  (one step each)  goal {t['op']} {t['bound']}: {t['verdict']}"
             )
+    lines += format_routing(result)
     if result.get("profile"):
         lines.append("")
         lines += format_profile(result["profile"])

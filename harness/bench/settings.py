@@ -63,6 +63,8 @@ class BenchConfig:
         threads: torch CPU threads (0 = torch's default).
         seed: initialisation and data seed.
         peak_tflops: device peak TFLOP/s for MFU (0 = look up :data:`~harness.bench.peaks.PEAK_FLOPS`).
+        per_site: also time every routed variant on the per-site routing path, interleaved, as the
+            arm ``<variant>@per_site`` (two-phase is the default path, :data:`harness.models.gpt.ROUTING_PATHS`).
         profile_rounds: after timing, profile this many more interleaved rounds and split each
             step-time ratio's difference by category (:mod:`harness.bench.profile`; 0 = off).
     """
@@ -87,6 +89,7 @@ class BenchConfig:
     seed: int = 0
     peak_tflops: float = 0.0
     profile_rounds: int = 0
+    per_site: bool = False
 
     def __post_init__(self) -> None:
         get_size(self.size)  # ValueError names the valid sizes

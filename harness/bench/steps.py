@@ -72,7 +72,8 @@ class StepArm:
     device builds (fused AdamW on CUDA, same parameter groups), and the loss is its loss.
     ``precision`` (``32-true`` / ``bf16-mixed``; default the device's) is the step's numeric
     precision; :attr:`name` is the variant, or ``variant@precision`` for an arm whose
-    precision is not the device's default (the bf16/fp32 comparison).
+    precision is not the device's default (the bf16/fp32 comparison), plus ``@per_site`` for an arm
+    on the per-site ``routing`` path (``--per-site``: two-phase against per-site routing).
     """
 
     def __init__(
@@ -85,13 +86,17 @@ class StepArm:
         total_steps: int,
         precision: str | None = None,
         micro_batches: int = 1,
+        routing: str = "two_phase",
     ) -> None:
         self.variant = variant
         self.precision = precision or default_precision(device)
         self.name = variant if self.precision == default_precision(device) else f"{variant}@{self.precision}"
+        self.routing = routing
+        if routing != "two_phase":
+            self.name += f"@{routing}"
         self.device = device
         self.micro_batches = micro_batches
-        self.model = build_model(variant, cfg.size, seed=cfg.seed, vocab_size=vocab_size)
+        self.model = build_model(variant, cfg.size, seed=cfg.seed, routing=routing, vocab_size=vocab_size)
         self.n_params = count_params(self.model)["total"]
         self.train = train_config(cfg.size)
         x, y = batch

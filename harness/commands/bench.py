@@ -79,6 +79,13 @@ def _add_timing(p: argparse.ArgumentParser) -> None:
         "the same rounds: precision_ratios bf16/fp32 (default: on)",
     )
     p.add_argument(
+        "--per-site",
+        action="store_true",
+        help="also time every routed variant on the per-site routing path (each site reads all its "
+        "sources) in the same rounds, as <variant>@per_site: routing_paths two_phase/per_site "
+        "(default: off; two-phase is what runs train)",
+    )
+    p.add_argument(
         "--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)"
     )
 
@@ -175,6 +182,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         peak_tflops=args.peak_tflops,
         profile_rounds=args.profile,
+        per_site=args.per_site,
     )
     result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_report(result))

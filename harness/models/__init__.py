@@ -78,13 +78,17 @@ def get_spec(variant: str) -> VariantSpec:
     return specs[variant]
 
 
-def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides) -> DepthRoutedLM:
+def build_model(
+    variant: str | VariantSpec, size: str, *, seed: int, routing: str = "two_phase", **overrides
+) -> DepthRoutedLM:
     """Build and initialise a model.
 
     Args:
         variant: a variant name (see :func:`available_variants`) or a :class:`VariantSpec`.
         size: a size preset (``tiny``, ``small``, ``120m``, ``343m``).
         seed: initialisation seed; parameters are drawn per name (DESIGN section 4).
+        routing: ``two_phase`` (default) or ``per_site``: how routing sites are computed
+            (:data:`harness.models.gpt.ROUTING_PATHS`; the same function to ~1e-6).
         **overrides: :class:`~harness.models.sizes.ModelConfig` fields, e.g. ``vocab_size``.
 
     Returns:
@@ -92,7 +96,7 @@ def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides
         logits ``[B, T, V]``.
 
     Raises:
-        ValueError: unknown variant, size or override key.
+        ValueError: unknown variant, size, override key or routing path.
     """
     # lazy: specs and sizes (the CLI, grids) load without torch; the model only when one is built
     from harness.models.gpt import DepthRoutedLM
@@ -100,7 +104,7 @@ def build_model(variant: str | VariantSpec, size: str, *, seed: int, **overrides
 
     spec = variant if isinstance(variant, VariantSpec) else get_spec(variant)
     cfg = derive(size, **overrides)
-    model = DepthRoutedLM(cfg, spec)
+    model = DepthRoutedLM(cfg, spec, routing=routing)
     init_weights(model, seed, cfg.n_layers)
     return model
 

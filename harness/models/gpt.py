@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.models.routing import RMSNorm, RouteSite, SourceBank, upcast
+from harness.models.routing import BlockPrefix, RMSNorm, RouteSite, SourceBank, upcast
 from harness.models.sizes import ModelConfig
 from harness.models.spec import VariantSpec
 
@@ -161,8 +161,27 @@ class Layer(nn.Module):
         return self.attn(xs, cos, sin)
 
 
+#: How routing sites are computed (same function, different rounding at ~1e-6): ``two_phase``
+#: reads a block's completed sources once for all its sites (:class:`~harness.models.routing.BlockPrefix`);
+#: ``per_site`` reads them at every site (:func:`~harness.models.routing.mix_routes`), kept to compare.
+ROUTING_PATHS = ("two_phase", "per_site")
+
+
+def block_prefix(bank: SourceBank, sites: list[RouteSite]) -> BlockPrefix | None:
+    """Phase 1 for ``sites`` (in the order they will route) over the bank's completed sources;
+    ``None`` when none of them routes over more than one source."""
+    sites = [s for s in sites if not s.single_source]
+    if not sites:
+        return None
+    return BlockPrefix(bank.values, bank.rstd, torch.cat([s.effective_queries() for s in sites]))
+
+
 class DepthRoutedLM(nn.Module):
     """Decoder LM of DESIGN section 2 with the residual structure of a :class:`VariantSpec`.
+
+    ``routing`` (:data:`ROUTING_PATHS`) picks how the routing sites are computed, not what:
+    ``two_phase`` (default) or ``per_site``; it is an attribute, not part of the config, so it
+    never enters a protocol hash.
 
     ``forward(tokens [B, T] int64) -> logits [B, T, V]`` (float32 on CPU; the autocast
     dtype under mixed precision). Under bf16 autocast the residual stream, Block AttnRes's
@@ -174,10 +193,13 @@ class DepthRoutedLM(nn.Module):
             sequence longer than the context (checked unless ``validate_tokens`` is off).
     """
 
-    def __init__(self, cfg: ModelConfig, spec: VariantSpec) -> None:
+    def __init__(self, cfg: ModelConfig, spec: VariantSpec, *, routing: str = "two_phase") -> None:
         super().__init__()
+        if routing not in ROUTING_PATHS:
+            raise ValueError(f"routing={routing!r}; allowed: {', '.join(ROUTING_PATHS)}")
         self.cfg = cfg
         self.spec = spec
+        self.routing = routing
         self.validate_tokens = True
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Layer(cfg, spec, first=l == 0) for l in range(cfg.n_layers))
@@ -223,6 +245,8 @@ class DepthRoutedLM(nn.Module):
                 x = x + layer.mlp(layer.mlp_norm(x))
             return x
         bank = SourceBank(self.cfg.norm_eps)
+        if self.routing == "two_phase":
+            return self._two_phase(bank, x, cos, sin)
         if residual == "full":
             bank.append(x)  # every sublayer output becomes its own source
             for layer in self.layers:
@@ -246,6 +270,40 @@ class DepthRoutedLM(nn.Module):
             h = layer.mlp_route(bank, partial)[0]["mlp"]
             partial = partial + layer.mlp(layer.mlp_norm(h))
         return self.out_route(bank, partial)[0]["out"]
+
+    def _two_phase(self, bank: SourceBank, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """:meth:`hidden` with two-phase routing: at every block boundary one :class:`BlockPrefix`
+        over the completed sources serves every site of the coming block; each site adds the
+        in-progress partial (:func:`~harness.models.routing.merge_partial`). Same pseudocode as
+        the per-site path: the boundary's attention site routes over ``blocks + [partial]``,
+        which is the bank right after the partial is appended. Full AttnRes closes a source
+        after every sublayer, so each of its sites is a block of its own."""
+        if self.spec.residual == "full":
+            bank.append(x)
+            for layer in self.layers:
+                site = layer.attn_route
+                a = layer.attention(site(bank, None, block_prefix(bank, [site])), cos, sin)
+                bank.append(upcast(a))
+                h = layer.mlp_route(bank, None, block_prefix(bank, [layer.mlp_route]))[0]["mlp"]
+                bank.append(upcast(layer.mlp(layer.mlp_norm(h))))
+            return self.out_route(bank, None, block_prefix(bank, [self.out_route]))[0]["out"]
+        every = self.cfg.block_size // 2  # layers per block (two sublayers per layer)
+        L = len(self.layers)
+        partial: Tensor | None = x
+        prefix: BlockPrefix | None = None
+        for l, layer in enumerate(self.layers):
+            if l % every == 0:  # block boundary: close the partial, phase 1 for the coming block
+                bank.append(partial)
+                partial = None
+                block = self.layers[l : min(l + every, L)]
+                sites = [s for lay in block for s in (lay.attn_route, lay.mlp_route)]
+                prefix = block_prefix(bank, sites + ([self.out_route] if l + every >= L else []))
+            groups = layer.attn_route(bank, partial, prefix)
+            a = layer.attention(groups, cos, sin)
+            partial = upcast(a) if partial is None else partial + a
+            h = layer.mlp_route(bank, partial, prefix)[0]["mlp"]
+            partial = partial + layer.mlp(layer.mlp_norm(h))
+        return self.out_route(bank, partial, prefix)[0]["out"]
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.lm_head(self.final_norm(self.hidden(tokens)))

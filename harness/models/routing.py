@@ -11,10 +11,21 @@ zero-initialised) over sources ``s_0 .. s_{S-1}`` is (Attention Residuals, arXiv
 How it is computed. With ``r_i = 1 / rms(s_i)`` (``[B, T]``) and the site's effective
 query ``u = g * w`` (``[D]``), ``w . K_i = r_i * (s_i . u)``: no normalised key tensor is
 ever built. ``r_i`` of a completed source is computed once and shared by every later site
-(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. All routes
-of a site are computed together, in one pass over its sources (:func:`mix_routes`), and
-sources are never stacked into an ``[S, B, T, D]`` tensor, so neither the forward nor the
-state saved for backward copies them. Logits are float32 even under autocast.
+(:class:`SourceBank`); only the in-progress ``partial`` is normalised per site. Sources are
+never stacked into an ``[S, B, T, D]`` tensor, so neither the forward nor the state saved for
+backward copies them. Logits are float32 even under autocast.
+
+Two paths compute the same routes (to ~1e-6; ``DepthRoutedLM.routing``):
+
+* two-phase (default; Attention Residuals, section 4): the pseudo-queries are parameters, so
+  at a block boundary one pass over the completed sources serves every site and route of the
+  coming block (:class:`BlockPrefix`: running max ``m``, denominator ``l``, partial sum
+  ``acc``), and each site adds the in-progress partial with an online-softmax correction
+  (:func:`merge_partial`). Completed sources are read once per block, not once per site;
+* per-site: each site reads all its sources, its routes together (:func:`mix_routes`).
+
+Either way, route ``j``'s numbers never depend on the other routes or sites (one mat-vec per
+query), so the identities between variants of DESIGN section 3 hold bit for bit on each path.
 With all queries at zero every route is the uniform mean of its sources, which is why
 every variant equals the parent at initialisation.
 
@@ -92,6 +103,104 @@ def mix_routes(values: list[Tensor], rstd: list[Tensor], u: Tensor) -> tuple[Ten
     for i in range(1, len(values)):
         out = torch.addcmul(out, a[i], values[i])
     return out, weights
+
+
+class BlockPrefix:
+    """Phase 1 of two-phase routing (Attention Residuals, arXiv 2603.15031, section 4, "two-phase
+    computation"): every query of a block over the block's completed sources, in one pass.
+
+    The pseudo-queries are parameters, not functions of the input, so at a block boundary the
+    logits of every site and route of the coming block over the completed sources
+    ``s_0 .. s_{S-1}`` are known at once. For the ``N`` effective queries ``u_n = g_site * w_n``
+    (``[N, D]``) of those routes (:meth:`RouteSite.effective_queries`)::
+
+        z_in  = r_i * (s_i . u_n)                      # logits, [S, N, B, T], r_i = 1 / rms(s_i)
+        m_n   = max_i z_in                             # running maximum,          [N, B, T]
+        e_in  = exp(z_in - m_n)
+        l_n   = sum_i e_in                             # softmax denominator,      [N, B, T]
+        acc_n = sum_i e_in * s_i                       # unnormalised partial sum, [N, B, T, D]
+
+    all in float32 (float64 for a float64 model). Each source is read once for all ``N``
+    logits (one ``[B T, D] x [D, N]`` matmul) and once for all ``N`` partial sums (an
+    ``addcmul`` chain over the sources, which ``torch.compile`` fuses into one kernel), instead
+    of once per site and route (eager runs one mat-vec per query, compiled code fuses them).
+    Backward saves the sources (alive anyway), ``e`` (no ``D`` axis)
+    and the queries: no ``[S, B, T, D]`` tensor. A site takes its rows with :meth:`rows` and
+    merges the in-progress partial with :func:`merge_partial`.
+
+    Query ``n``'s numbers do not depend on the other queries (element-wise in ``n``), so the
+    identities between variants hold bit for bit within two-phase routing; against the
+    per-site path the normalisation ``acc / l`` happens after the sum rather than before it
+    (and the max is subtracted), so the two agree to ~1e-6, not bit for bit (``docs/design.md``).
+    """
+
+    def __init__(self, values: list[Tensor], rstd: list[Tensor], u: Tensor) -> None:
+        self.offset = 0
+        with torch.autocast(u.device.type, enabled=False):  # bf16 logits would blur the softmax
+            # one mat-vec per query: query n's logits then do not depend on the other queries (a
+            # [D, N] matmul rounds by N and would break DESIGN section 3's exact identities);
+            # torch.compile fuses the N mat-vecs of a source into one read of it
+            logits = torch.stack(
+                [torch.stack([upcast(v) @ u[n] for n in range(u.shape[0])]) * r for v, r in zip(values, rstd)]
+            )
+        self.logits = logits  # [S, N, B, T]
+        self.m = logits.amax(0)  # [N, B, T]
+        e = torch.exp(logits - self.m)  # [S, N, B, T]
+        self.e = e
+        self.l = e.sum(0)  # [N, B, T]
+        acc = e[0].unsqueeze(-1) * upcast(values[0])  # [N, B, T, D]: each source broadcast over N
+        for i in range(1, len(values)):
+            acc = torch.addcmul(acc, e[i].unsqueeze(-1), upcast(values[i]))
+        self.acc = acc
+
+    def rows(self, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The next ``n`` queries' ``(m [n,B,T], l [n,B,T], acc [n,B,T,D], e [S,n,B,T])``, in the
+        order the queries were given (sites take their rows in that order)."""
+        a, b = self.offset, self.offset + n
+        self.offset = b
+        return self.m[a:b], self.l[a:b], self.acc[a:b], self.e[:, a:b]
+
+
+def merge_partial(
+    m: Tensor, l: Tensor, acc: Tensor, partial: Tensor | None, r_p: Tensor | None, u: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Phase 2 of two-phase routing: add the in-progress ``partial`` to phase 1's result with an
+    online-softmax (log-sum-exp) correction (Milakov and Gimelshein 2018, arXiv 1805.02867)::
+
+        z_p   = r_p * (partial . u)                    # [R, B, T]
+        m'    = max(m, z_p);   c = exp(m - m');   e_p = exp(z_p - m')
+        route = (c * acc + e_p * partial) / (c * l + e_p)
+
+    which is ``sum_i a_i s_i`` with ``a = softmax(z_0 .. z_{S-1}, z_p)`` in exact arithmetic.
+
+    Args:
+        m, l, acc: phase 1's rows of this site's ``R`` routes (:meth:`BlockPrefix.rows`).
+        partial: the in-progress block ``[B, T, D]``, or ``None`` when the site routes over
+            completed sources only (then ``route = acc / l``).
+        r_p: ``inv_rms(partial)`` ``[B, T]`` (``None`` with ``partial``).
+        u: the routes' effective queries ``[R, D]``.
+
+    Returns:
+        The routes ``[R, B, T, D]`` (float32, or float64), the completed sources' weight scale
+        ``c / den`` ``[R, B, T]`` and the partial's weight ``e_p / den`` ``[R, B, T]`` (``None``
+        without a partial; both for diagnostics).
+    """
+    if partial is None:
+        inv = 1.0 / l
+        return acc * inv.unsqueeze(-1), inv, None
+    with torch.autocast(u.device.type, enabled=False):
+        p = upcast(partial)
+        # route j's logits are its own mat-vec, so they do not depend on the other routes
+        # (a [D, R] matmul rounds differently for R = 1 and R = 2: rd_attnres with w_v = w_qk
+        # would no longer be the parent bit for bit)
+        z_p = torch.stack([p @ u[j] for j in range(u.shape[0])]) * r_p  # [R, B, T]
+    m_new = torch.maximum(m, z_p)
+    c = torch.exp(m - m_new)
+    e_p = torch.exp(z_p - m_new)
+    inv = 1.0 / (c * l + e_p)
+    scale, w_p = c * inv, e_p * inv  # [R, B, T]
+    out = torch.addcmul(acc * scale.unsqueeze(-1), w_p.unsqueeze(-1), p)  # [R, B, T, D]
+    return out, scale, w_p
 
 
 class SourceBank:
@@ -181,13 +290,23 @@ class RouteSite(nn.Module):
             rows.append(w)
         return torch.stack(rows)
 
+    def effective_queries(self) -> Tensor:
+        """Each route's effective query ``u = g * w`` (key-norm gain times the route's query),
+        ``[R, D]`` in float32: ``w . RMSNorm_g(s) = r(s) * (s . u)``, so one ``r`` per source
+        serves every site however its gain differs (module docstring)."""
+        return upcast(self.route_queries()) * upcast(self.key_norm.weight)
+
     def route_offsets(self) -> dict[str, Tensor]:
         """Each route's offset ``[D]``, for routes that have one (none at a single-source site)."""
         if self.single_source:
             return {}
         return {route: getattr(self, name) for route, name in self.spec.route_offsets.items()}
 
-    def forward(self, bank: SourceBank, partial: Tensor | None = None) -> list[dict[str, Tensor]]:
+    def forward(
+        self, bank: SourceBank, partial: Tensor | None = None, prefix: BlockPrefix | None = None
+    ) -> list[dict[str, Tensor]]:
+        if prefix is not None and not self.single_source:
+            return self._roles(self._two_phase(bank, partial, prefix))
         values, rstd = bank.sources(partial)  # S tensors [B, T, D] and [B, T]
         if self.single_source and len(values) != 1:
             raise ValueError(f"a single-source site got {len(values)} sources")
@@ -204,6 +323,29 @@ class RouteSite(nn.Module):
             routes = {name: mixed[j] for j, name in enumerate(self.route_names)}
             if self.capture:
                 self.last_weights = {name: weights[:, j].detach() for j, name in enumerate(self.route_names)}
+        return self._roles(routes)
+
+    def _two_phase(self, bank: SourceBank, partial: Tensor | None, prefix: BlockPrefix) -> dict[str, Tensor]:
+        """This site's routes from phase 1's rows (:class:`BlockPrefix`) and the partial
+        (:func:`merge_partial`): ``{route: [B, T, D]}`` in the sources' dtype."""
+        u = self.effective_queries()  # [R, D]
+        m, l, acc, e = prefix.rows(len(self.route_names))
+        r_p = None
+        if partial is not None:
+            _, rstd = bank.sources(partial)  # caches inv_rms(partial) for the bank's next append
+            r_p = rstd[-1]
+        mixed, scale, w_p = merge_partial(m, l, acc, partial, r_p, u)  # [R, B, T, D]
+        dtype = (partial if partial is not None else bank.values[0]).dtype
+        mixed = mixed.to(dtype)
+        if self.capture:
+            weights = e * scale  # [S, R, B, T]
+            if w_p is not None:
+                weights = torch.cat([weights, w_p.unsqueeze(0)])
+            self.last_weights = {name: weights[:, j].detach() for j, name in enumerate(self.route_names)}
+        return {name: mixed[j] for j, name in enumerate(self.route_names)}
+
+    def _roles(self, routes: dict[str, Tensor]) -> list[dict[str, Tensor]]:
+        """Offsets added to their routes, then one ``{role: [B, T, D]}`` per head group."""
         for name, b in self.route_offsets().items():
             routes[name] = routes[name] + b.to(routes[name].dtype)  # [B, T, D] + [D]
         out: list[dict[str, Tensor]] = []

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.models import build_model
-from harness.models.routing import RouteSite
+from harness.models.routing import BlockPrefix, RouteSite
 from harness.train import loss as loss_module
 from harness.train.loss import token_cross_entropy
 
@@ -109,7 +109,8 @@ def test_depth_sums_and_residual_sources_are_float32_under_bf16_autocast(variant
     def record(site, args):
         bank, *rest = args
         seen.extend(v.dtype for v in bank.values)
-        seen.extend(p.dtype for p in rest if p is not None)  # Block AttnRes's partial sum
+        seen.extend(p.dtype for p in rest if isinstance(p, torch.Tensor))  # Block AttnRes's partial sum
+        seen.extend(t.dtype for p in rest if isinstance(p, BlockPrefix) for t in (p.acc, p.l))  # phase 1
 
     for m in model.modules():
         if isinstance(m, RouteSite):

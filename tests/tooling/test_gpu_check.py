@@ -87,6 +87,13 @@ def test_cpu_fallback_runs_every_step(tmp_path):
     ]
     assert all(": exit 0 in " in line for line in summary[1:]), summary
     bench = json.loads((tmp_path / "bench.json").read_text())
+    assert (
+        "routing per step at tiny on " in proc.stderr
+    )  # the bytes model beside the profile (no bandwidth on a CPU)
+    assert (
+        bench["routing_cost"]["estimate"]
+        and "NVIDIA H200" in bench["routing_cost"]["roofline"]["120m"]["block_attnres"]
+    )
     assert bench["device"] == "cpu" and set(bench["precision_ratios"]) == {"bf16/fp32"}
     assert bench["ratio_intervals"]["rd_attnres/block_attnres"] is not None  # 6 rounds: an interval
     assert set(bench["profile"]["pairs"]) >= {"block_attnres/prenorm", "rd_attnres/block_attnres"}
