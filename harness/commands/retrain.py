@@ -10,7 +10,8 @@ per run the archived and new final val NLL (nats/token) and their shift; per con
 mean shift with its 95 % t interval, p, Holm p and the MDE at K pairs; all in nats and in units of the
 seed sd and of the smallest effect the study reports. The answer is one of: bit-identical (every new NLL
 equals the archived one exactly), a fresh draw (no mean shift, MDE stated), a bias (a contrast's mean
-shift is not 0). --csv / --json write the same numbers with this machine's CPU model, torch and threads
+shift is not 0). --report-only trains nothing and reports the chosen runs re-trained into --results so far
+(a check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
 (no path, no host name). Exit 0 whatever the verdict.
 
 example:
@@ -64,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads per worker (0 = torch's default; use cores / workers)",
     )
     parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: report on the chosen runs already re-trained into --results (a check cut short)",
+    )
+    parser.add_argument(
         "--csv", type=Path, default=None, metavar="FILE", help="also write the numbers as CSV"
     )
     parser.add_argument(
@@ -91,10 +97,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from db.archive import read_archive, sha256
+    from db.archive import read_archive
     from harness.common.files import atomic_write
     from harness.scheduling import retrain as rt
-    from harness.train.execution import ExecutionSettings, set_threads
     from reports.render.retrain_lines import render_csv, render_json, render_text
     from reports.stats.retrain_check import grid_contrasts, retrain_check
 
@@ -104,13 +109,56 @@ def main(args: argparse.Namespace) -> int:
     if not runs:
         raise ValueError(f"{args.file}: no done run with a final val NLL to re-train")
     seeds = rt.choose_seeds(runs, args.pairs, args.seeds)
-    chosen = [r for r in runs if r.config.seed in seeds]
+    # seed by seed: a check cut short holds whole pairs
+    chosen = sorted(
+        (r for r in runs if r.config.seed in seeds), key=lambda r: (r.config.seed, r.config.variant)
+    )
     contrasts = grid_contrasts(
         {r.config.variant: r.config.role for r in runs}, (runs[0].config.analysis or {}).get("factorial")
     )
-    set_threads(args.threads)
+    new, chosen = _retrained(args, archive, chosen, seeds, rt)
+    plan = runs[0].config.analysis or {}
+    check = retrain_check(
+        {r.key: r.val_nll for r in runs},
+        {r.key: float(n.val_nll) for r, n in zip(chosen, new, strict=True)},
+        contrasts,
+        run_ids={r.key: r.config.run_id for r in chosen},
+        min_effect_nats=plan.get("min_effect_nats"),
+        alpha=plan.get("alpha", 0.05),
+        power=plan.get("power", 0.8),
+    )
+    machine = rt.machine(args.workers, args.threads)
+    name = args.file.name  # the file's name only: no path of this machine
+    print(render_text(check, machine, name), end="")
+    if args.csv is not None:
+        atomic_write(args.csv, render_csv(check, machine))
+    if args.json is not None:
+        atomic_write(args.json, render_json(check, machine, name))
+    return 0
+
+
+def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int], rt) -> tuple[list, list]:
+    """``(new, runs)``: the re-trained runs (:class:`harness.scheduling.retrain.RetrainedRun`) of ``chosen``,
+    trained here or read from --results (all of them read, none trained, with --report-only), and the
+    archived runs they re-train, in the same order.
+
+    Raises:
+        ValueError / FileNotFoundError: another protocol hash here, a folder holding the archived results,
+            a corpus missing here, a run that did not finish (one line; before anything trains).
+    """
+    from db.archive import sha256
+    from harness.train.execution import ExecutionSettings, set_threads
+
     digest = sha256(args.file.read_bytes())
     earlier = rt.claim_folder(args.results, digest, chosen)
+    if args.report_only:
+        if not earlier:
+            raise ValueError(
+                f"--report-only: --results {str(args.results)!r} holds no run of this archive re-trained"
+            )
+        chosen = [r for r in chosen if r.config.run_id in earlier]
+        return [earlier[r.config.run_id] for r in chosen], chosen
+    set_threads(args.threads)
     fresh = not args.results.exists()
     try:
         rt.check_protocols(chosen, args.results, ExecutionSettings(progress=False))
@@ -134,30 +182,15 @@ def main(args: argparse.Namespace) -> int:
         )
 
     todo = [r for r in chosen if r.config.run_id not in earlier]
-    new = list(earlier.values()) + rt.retrain(
-        todo, args.results, workers=args.workers, threads=args.threads, on_done=say
-    )
+    trained = {
+        n.run_id: n
+        for n in rt.retrain(todo, args.results, workers=args.workers, threads=args.threads, on_done=say)
+    }
+    new = [earlier.get(r.config.run_id) or trained[r.config.run_id] for r in chosen]
     failed = [n for n in new if n.status != "done" or n.val_nll is None]
     if failed:
         raise ValueError(f"re-trained run {failed[0].run_id} ended {failed[0].status}: no NLL to compare")
-    by_id = {r.config.run_id: r for r in chosen}
-    check = retrain_check(
-        {r.key: r.val_nll for r in runs},
-        {by_id[n.run_id].key: float(n.val_nll) for n in new},
-        contrasts,
-        run_ids={r.key: r.config.run_id for r in chosen},
-        min_effect_nats=(runs[0].config.analysis or {}).get("min_effect_nats"),
-        alpha=(runs[0].config.analysis or {}).get("alpha", 0.05),
-        power=(runs[0].config.analysis or {}).get("power", 0.8),
-    )
-    machine = rt.machine(args.workers, args.threads)
-    name = args.file.name  # the file's name only: no path of this machine
-    print(render_text(check, machine, name), end="")
-    if args.csv is not None:
-        atomic_write(args.csv, render_csv(check, machine))
-    if args.json is not None:
-        atomic_write(args.json, render_json(check, machine, name))
-    return 0
+    return new, chosen
 
 
 def replace_corpus(run, corpus, rt):

@@ -240,15 +240,34 @@ def retrain_check(
     if unknown:
         raise ValueError(f"re-trained run {unknown[0]} has no archived NLL")
     effect, source = smallest_effect(contrasts, archived, min_effect_nats)
-    runs = []
+    runs = _run_shifts(archived, new, run_ids or {})
+    pairs, out = _contrast_shifts(archived, new, contrasts, effect, alpha, power)
+    if all(r.new == r.archived for r in runs):
+        verdict = BIT_IDENTICAL
+    elif any(c.holm_p < alpha for c in out):
+        verdict = BIAS
+    else:
+        verdict = FRESH_DRAW
+    return RetrainCheck(tuple(runs), tuple(pairs), tuple(out), effect, source, alpha, power, verdict)
+
+
+def _run_shifts(archived: dict, new: dict, run_ids: dict) -> list[RunShift]:
+    """Per re-trained run: its shift, in nats and in its variant's NLL sd across the archive's seeds."""
+    out = []
     for (v, s), y in sorted(new.items()):
         sd = float(np.std([x for (v2, _), x in archived.items() if v2 == v], ddof=1))
         shift = y - archived[(v, s)]
-        runs.append(
-            RunShift(
-                (run_ids or {}).get((v, s), f"{v}:s{s}"), v, s, archived[(v, s)], y, shift, _ratio(shift, sd)
-            )
+        out.append(
+            RunShift(run_ids.get((v, s), f"{v}:s{s}"), v, s, archived[(v, s)], y, shift, _ratio(shift, sd))
         )
+    return out
+
+
+def _contrast_shifts(
+    archived: dict, new: dict, contrasts: tuple[Contrast, ...], effect: float, alpha: float, power: float
+) -> tuple[list[PairShift], list[ContrastShift]]:
+    """Per contrast with >= 2 re-trained seeds: the shift of each seed's paired difference, and their mean
+    with its interval, p, Holm p across the contrasts and MDE (module docstring)."""
     pairs, rows = [], []
     for c in contrasts:
         before, after = _archived_values(c, archived), _archived_values(c, new)
@@ -260,42 +279,33 @@ def retrain_check(
             PairShift(c.label, s, before[s], after[s], x, _ratio(x, seed_sd), _ratio(x, effect))
             for s, x in shifts.items()
         ]
-        rows.append((c, list(shifts.values()), seed_sd, len(before), float(np.mean(list(before.values())))))
+        rows.append((c, list(shifts.values()), seed_sd, before))
     if not rows:
         raise ValueError(
             "no contrast has 2 re-trained seeds with all its variants: re-train at least 2 pairs"
         )
-    tested = [
-        (c, x, seed_sd, n_arch, arch_mean, mean_interval(x)) for c, x, seed_sd, n_arch, arch_mean in rows
-    ]
-    holm_p = holm(np.array([t[5][4] for t in tested]))
-    out = []
-    for (c, x, seed_sd, n_arch, arch_mean, (mean, sd, low, high, p)), hp in zip(tested, holm_p, strict=True):
-        out.append(
-            ContrastShift(
-                c.label,
-                len(x),
-                mean,
-                low,
-                high,
-                sd,
-                p,
-                float(hp),
-                mde(sd, len(x), alpha, power, "two-sided"),
-                seed_sd,
-                n_arch,
-                arch_mean,
-                _ratio(mean, seed_sd),
-                _ratio(mean, effect),
-            )
+    tested = [mean_interval(x) for _, x, _, _ in rows]
+    holm_p = holm(np.array([t[4] for t in tested]))
+    out = [
+        ContrastShift(
+            contrast=c.label,
+            n=len(x),
+            mean=mean,
+            ci_low=low,
+            ci_high=high,
+            sd=sd,
+            p=p,
+            holm_p=float(hp),
+            mde_nats=mde(sd, len(x), alpha, power, "two-sided"),
+            seed_sd=seed_sd,
+            archive_seeds=len(before),
+            archived_mean=float(np.mean(list(before.values()))),
+            mean_in_sd=_ratio(mean, seed_sd),
+            mean_in_effect=_ratio(mean, effect),
         )
-    if all(r.new == r.archived for r in runs):
-        verdict = BIT_IDENTICAL
-    elif any(c.holm_p < alpha for c in out):
-        verdict = BIAS
-    else:
-        verdict = FRESH_DRAW
-    return RetrainCheck(tuple(runs), tuple(pairs), tuple(out), effect, source, alpha, power, verdict)
+        for (c, x, seed_sd, before), (mean, sd, low, high, p), hp in zip(rows, tested, holm_p, strict=True)
+    ]
+    return pairs, out
 
 
 __all__ = [
