@@ -71,7 +71,8 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
     lines = [
         f"# Cross-machine A/A check: {archive_name}",
         "",
-        f"Re-trained here: {len(check.runs)} runs on {machine['cpu_model']} ({machine['cpu_cores']} cores), "
+        f"Re-trained here: {len(check.runs)} runs (seeds {' '.join(map(str, sorted({r.seed for r in check.runs})))}) "
+        f"on {machine['cpu_model']} ({machine['cpu_cores']} cores), "
         f"torch {machine['torch']}, {machine['workers']} workers x {machine['threads_per_worker']} threads.",
         f"Units: nats/token; `/sd` = in units of the seed sd (a run: its variant's NLL sd across the archive's "
         f"seeds; a pair: the sd of the contrast's archived paired differences); `/eff` = in units of the "
