@@ -50,7 +50,13 @@ def verdict_sentence(check: RetrainCheck) -> str:
     n = max(c.n for c in check.contrasts)
     worst = min(check.contrasts, key=lambda c: c.holm_p)
     mdes = [c.mde_nats for c in check.contrasts if math.isfinite(c.mde_nats)]
-    mde = f"{min(mdes):.4f} to {max(mdes):.4f}" if mdes else "n/a"
+    mde = (
+        "n/a"
+        if not mdes
+        else f"{min(mdes):.4f}"
+        if min(mdes) == max(mdes)
+        else f"{min(mdes):.4f} to {max(mdes):.4f}"
+    )
     if check.verdict == BIAS:
         return (
             f"a bias: the paired differences of {worst.contrast} moved by {_f(worst.mean)} nats/token on average "
