@@ -63,11 +63,17 @@ def verdict_sentence(check: RetrainCheck) -> str:
             f"(95 % interval {_f(worst.ci_low)} to {_f(worst.ci_high)}, Holm p {worst.holm_p:.3g}): this machine "
             "moves one variant against its partner; do not pool its runs with the archive's."
         )
+    alone = [c for c in check.contrasts if c.holm_p >= check.alpha and (c.ci_low > 0 or c.ci_high < 0)]
+    caveat = "".join(
+        f" Alone (without Holm), the 95 % interval of {c.contrast} excludes 0 ({_f(c.ci_low)} to {_f(c.ci_high)}, "
+        f"p {c.p:.3g}): a candidate bias that more pairs would confirm or dismiss."
+        for c in alone
+    )
     return (
         f"a fresh draw: every contrast's mean shift of the paired differences is consistent with 0 "
         f"(Holm p >= {check.alpha:g}; smallest Holm p {worst.holm_p:.3g}, {worst.contrast}); at {n} pairs this "
         f"check detects a mean shift of {mde} nats/token (MDE, alpha {check.alpha:g}, power {check.power:g}); "
-        "the runs moved like new draws, not like a biased machine."
+        "the runs moved like new draws, not like a biased machine." + caveat
     )
 
 

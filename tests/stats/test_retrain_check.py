@@ -149,3 +149,28 @@ def test_a_retrained_run_the_archive_lacks_is_refused():
     arch = _archive(seeds=3)
     with pytest.raises(ValueError, match="no archived NLL"):
         retrain_check(arch, {("rd_attnres", 7): 3.9}, grid_contrasts(ROLES, FACTORIAL))
+
+
+def test_a_fresh_draw_names_a_contrast_whose_interval_alone_excludes_0():
+    """Holm across the contrasts decides the verdict; a contrast whose own 95 % interval excludes 0 is named
+    beside it (a candidate bias), so a reader sees what Holm absorbed."""
+    arch = _archive()
+    rng = np.random.default_rng(1)
+    new = {
+        k: v + (0.006 if k[0] == "rd_offset" else 0.0) + rng.normal(0, 0.004)
+        for k, v in arch.items()
+        if k[1] < 4
+    }
+    check = retrain_check(arch, new, grid_contrasts(ROLES, FACTORIAL), min_effect_nats=0.02)
+    alone = [c for c in check.contrasts if c.ci_low > 0 or c.ci_high < 0]
+    assert check.verdict == FRESH_DRAW and [c.contrast for c in alone] == [
+        "decoupled_v at offset=1: rd_offset - param_matched"
+    ]
+    assert alone[0].p < 0.05 <= alone[0].holm_p
+    text = render_text(check, MACHINE, "x.tar.gz")
+    assert (
+        "Alone (without Holm), the 95 % interval of decoupled_v at offset=1: rd_offset - param_matched"
+        in text
+    )
+    calm = retrain_check(arch, {k: v for k, v in arch.items() if k[1] < 4}, grid_contrasts(ROLES, FACTORIAL))
+    assert "Alone" not in render_text(calm, MACHINE, "x.tar.gz")
