@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
 
     _check_args(args)
     archive = read_archive(args.file)
-    runs = [replace_corpus(r, args.corpus, rt) for r in rt.archived_runs(archive)]
+    runs = [rt.repoint(r, args.corpus) for r in rt.archived_runs(archive)]
     if not runs:
         raise ValueError(f"{args.file}: no done run with a final val NLL to re-train")
     seeds = rt.choose_seeds(runs, args.pairs, args.seeds)
@@ -191,10 +191,3 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
     if failed:
         raise ValueError(f"re-trained run {failed[0].run_id} ended {failed[0].status}: no NLL to compare")
     return new, chosen
-
-
-def replace_corpus(run, corpus, rt):
-    """``run`` with its config re-pointed at ``corpus`` (:func:`harness.scheduling.retrain.repoint`)."""
-    from dataclasses import replace
-
-    return replace(run, config=rt.repoint(run.config, corpus))

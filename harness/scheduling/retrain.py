@@ -108,10 +108,14 @@ def _seed_list(seeds: list[int]) -> str:
     return " ".join(map(str, seeds)) or "none"
 
 
-def repoint(config: RunConfig, corpus: str | None) -> RunConfig:
-    """``config`` reading ``corpus`` (an absolute path) instead of its archived corpus; unchanged for None.
+def repoint(run: ArchivedRun, corpus: str | None) -> ArchivedRun:
+    """``run`` reading ``corpus`` (made absolute) instead of its archived corpus; unchanged for None.
     Whether it is the same text is the protocol hash's question (:func:`check_protocols`)."""
-    return config if corpus is None else replace(config, corpus=str(Path(corpus).resolve()))
+    return (
+        run
+        if corpus is None
+        else replace(run, config=replace(run.config, corpus=str(Path(corpus).resolve())))
+    )
 
 
 def _build_and_check(run: ArchivedRun, results_dir: Path, settings: ExecutionSettings):
