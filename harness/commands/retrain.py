@@ -1,0 +1,193 @@
+"""Re-train K archived pairs on this machine and say whether it repeats, re-draws or biases the archive (A/A).
+
+The cross-machine A/A check (DESIGN section 13). FILE is an archive written by `harness archive`. The
+command picks K seeds (pairs) at which every variant is done (the smallest, or --seeds), checks that this
+code gives their archived configs the archived protocol hash (else it refuses in one line, before
+anything trains), trains them here into --results (a folder of its own: the runs a call for the same archive re-trained
+there before are read, not trained again; a folder holding these runs' archived results is refused), and prints:
+per run the archived and new final val NLL (nats/token) and their shift; per contrast of the grid (its
+[variants] roles and [factorial] table) and seed, the shift of the paired difference; per contrast the
+mean shift with its 95 % t interval, p, Holm p and the MDE at K pairs; all in nats and in units of the
+seed sd and of the smallest effect the study reports. The answer is one of: bit-identical (every new NLL
+equals the archived one exactly), a fresh draw (no mean shift, MDE stated), a bias (a contrast's mean
+shift is not 0). --report-only trains nothing and reports the chosen runs re-trained into --results so far
+(a check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
+(no path, no host name). Exit 0 whatever the verdict.
+
+example:
+  harness retrain docs/reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
+      --corpus ../shared/data/fineweb_edu_sample --workers 2 --threads 1 --results /tmp/aa \\
+      --csv aa_retrain.csv --json aa_retrain.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected seed numbers, e.g. '0 1 2 3' or 0,1,2,3"
+        ) from None
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected at least 2 distinct seeds")
+    return seeds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, metavar="FILE", help="an archive written by `harness archive`")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=4,
+        metavar="K",
+        help="seeds (pairs) to re-train, the K smallest (default 4)",
+    )
+    parser.add_argument("--seeds", type=_seeds, default=None, help="these seeds instead, e.g. '0 1 2 3'")
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        metavar="PATH",
+        help="where the runs' corpus lives here (the archive's path is the writer's machine); the protocol "
+        "hash checks it is the same text",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="runs trained at once (processes; default 1)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads per worker (0 = torch's default; use cores / workers)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: report on the chosen runs already re-trained into --results (a check cut short)",
+    )
+    parser.add_argument(
+        "--csv", type=Path, default=None, metavar="FILE", help="also write the numbers as CSV"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="FILE", help="also write the numbers as JSON"
+    )
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    import os
+
+    if args.pairs < 2:
+        raise ValueError(f"--pairs {args.pairs}: expected at least 2 (a mean shift needs an interval)")
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: expected at least 1")
+    cores = os.cpu_count() or 1
+    if not 0 <= args.threads <= cores:
+        raise ValueError(
+            f"--threads {args.threads}: expected 0 (torch's default) to {cores} (this machine's cores)"
+        )
+    if args.corpus is not None and not Path(args.corpus).exists():
+        raise FileNotFoundError(f"--corpus {args.corpus!r} does not exist")
+    for out in (args.csv, args.json):
+        if out is not None and not out.parent.is_dir():
+            raise FileNotFoundError(f"{out}: its folder {str(out.parent)!r} does not exist")
+
+
+def main(args: argparse.Namespace) -> int:
+    from db.archive import read_archive
+    from harness.common.files import atomic_write
+    from harness.scheduling import retrain as rt
+    from reports.render.retrain_lines import render_csv, render_json, render_text
+    from reports.stats.retrain_check import grid_contrasts, retrain_check
+
+    _check_args(args)
+    archive = read_archive(args.file)
+    runs = [rt.repoint(r, args.corpus) for r in rt.archived_runs(archive)]
+    if not runs:
+        raise ValueError(f"{args.file}: no done run with a final val NLL to re-train")
+    seeds = rt.choose_seeds(runs, args.pairs, args.seeds)
+    # seed by seed: a check cut short holds whole pairs
+    chosen = sorted(
+        (r for r in runs if r.config.seed in seeds), key=lambda r: (r.config.seed, r.config.variant)
+    )
+    contrasts = grid_contrasts(
+        {r.config.variant: r.config.role for r in runs}, (runs[0].config.analysis or {}).get("factorial")
+    )
+    new, chosen = _retrained(args, archive, chosen, seeds, rt)
+    plan = runs[0].config.analysis or {}
+    check = retrain_check(
+        {r.key: r.val_nll for r in runs},
+        {r.key: float(n.val_nll) for r, n in zip(chosen, new, strict=True)},
+        contrasts,
+        run_ids={r.key: r.config.run_id for r in chosen},
+        min_effect_nats=plan.get("min_effect_nats"),
+        alpha=plan.get("alpha", 0.05),
+        power=plan.get("power", 0.8),
+    )
+    machine = rt.machine(args.workers, args.threads)
+    name = args.file.name  # the file's name only: no path of this machine
+    print(render_text(check, machine, name), end="")
+    if args.csv is not None:
+        atomic_write(args.csv, render_csv(check, machine))
+    if args.json is not None:
+        atomic_write(args.json, render_json(check, machine, name))
+    return 0
+
+
+def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int], rt) -> tuple[list, list]:
+    """``(new, runs)``: the re-trained runs (:class:`harness.scheduling.retrain.RetrainedRun`) of ``chosen``,
+    trained here or read from --results (all of them read, none trained, with --report-only), and the
+    archived runs they re-train, in the same order.
+
+    Raises:
+        ValueError / FileNotFoundError: another protocol hash here, a folder holding the archived results,
+            a corpus missing here, a run that did not finish (one line; before anything trains).
+    """
+    from db.archive import sha256
+    from harness.train.execution import ExecutionSettings, set_threads
+
+    digest = sha256(args.file.read_bytes())
+    earlier = rt.claim_folder(args.results, digest, chosen)
+    if args.report_only:
+        if not earlier:
+            raise ValueError(
+                f"--report-only: --results {str(args.results)!r} holds no run of this archive re-trained"
+            )
+        chosen = [r for r in chosen if r.config.run_id in earlier]
+        return [earlier[r.config.run_id] for r in chosen], chosen
+    set_threads(args.threads)
+    fresh = not args.results.exists()
+    try:
+        rt.check_protocols(chosen, args.results, ExecutionSettings(progress=False))
+    except (ValueError, FileNotFoundError):
+        if fresh:  # refused: the folder this call made (its corpus cache) goes again
+            shutil.rmtree(args.results, ignore_errors=True)
+        raise
+    rt.mark_folder(args.results, digest)
+    print(
+        f"re-training {len(chosen) - len(earlier)} runs of grid {archive.grid} (seeds {' '.join(map(str, seeds))}; "
+        f"{len(earlier)} re-trained here before) with {args.workers} workers x {args.threads or 'default'} threads",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def say(out) -> None:
+        print(
+            f"  {out.run_id}: {out.status}, val_nll {out.val_nll}, {out.wall_s:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    todo = [r for r in chosen if r.config.run_id not in earlier]
+    trained = {
+        n.run_id: n
+        for n in rt.retrain(todo, args.results, workers=args.workers, threads=args.threads, on_done=say)
+    }
+    new = [earlier.get(r.config.run_id) or trained[r.config.run_id] for r in chosen]
+    failed = [n for n in new if n.status != "done" or n.val_nll is None]
+    if failed:
+        raise ValueError(f"re-trained run {failed[0].run_id} ended {failed[0].status}: no NLL to compare")
+    return new, chosen

@@ -1,0 +1,144 @@
+"""harness retrain: a tiny real grid archived, then re-trained on the same machine, is bit-identical.
+
+2 variants x 2 seeds at the tiny preset on real text: queue -> work -> archive -> retrain (2 workers, the
+spawned-process path). On one machine the runs repeat bit for bit (DESIGN section 4), so the A/A answer is
+``bit-identical`` and every shift is exactly 0. A second call into the same folder reads the runs the
+first re-trained instead of training them; the folder the grid was trained in (its results are the
+archived ones) and a corpus with other text (another protocol hash) are refused in one line, exit 2,
+before anything trains.
+
+    python -m pytest -q tests/e2e/test_retrain.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+GRID = """
+name = "aa_tiny"
+corpus = "{corpus}"
+sizes = ["tiny"]
+seeds = [0, 1]
+budgets_tokens = [2048]
+[variants]
+block_attnres = "parent"
+rd_attnres = "treatment"
+[train]
+vocab_size = 512
+batch_tokens = 512
+eval_tokens = 1024
+eval_every_tokens = 2048
+[analysis]
+min_effect_nats = 0.02
+"""
+
+
+def harness(*args, env, code=0):
+    proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
+    assert proc.returncode == code, f"harness {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.slow  # trains 4 tiny runs twice, prepares a second corpus
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
+def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
+    grid = tmp_path / "aa_tiny.toml"
+    grid.write_text(GRID.format(corpus=SAMPLE))
+    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
+    harness("queue", str(grid), env=env)
+    harness("work", "--threads", "1", "--quiet", env=env)
+    archive = tmp_path / "aa_tiny.tar.gz"
+    harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
+
+    again = tmp_path / "again"
+    args = [
+        "retrain",
+        str(archive),
+        "--pairs",
+        "2",
+        "--workers",
+        "2",
+        "--threads",
+        "1",
+        "--results",
+        str(again),
+    ]
+    out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=env)
+    assert "**Verdict: bit-identical" in out.stdout, out.stdout
+    assert "re-training 4 runs" in out.stderr
+    rows = list(csv.DictReader((tmp_path / "aa.csv").open()))
+    runs = [r for r in rows if r["level"] == "run"]
+    assert len(runs) == 4 and all(r["archived"] == r["new"] and float(r["shift"]) == 0.0 for r in runs)
+    assert {r["verdict"] for r in rows} == {"bit-identical"} and rows[0]["threads_per_worker"] == "1"
+    data = json.loads((tmp_path / "aa.json").read_text())
+    assert data["machine"]["cpu_model"] and data["machine"]["torch"] and data["archive"] == "aa_tiny.tar.gz"
+    shared = (tmp_path / "aa.csv").read_text() + (tmp_path / "aa.json").read_text() + out.stdout
+    assert str(tmp_path) not in shared and os.uname().nodename not in shared  # no path, no host name
+
+    out = harness(*args, env=env)  # again: the 4 runs re-trained there are read back, not trained
+    assert "re-training 0 runs" in out.stderr and "4 re-trained here before" in out.stderr
+    assert "**Verdict: bit-identical" in out.stdout
+
+
+STUDY = Path(__file__).resolve().parents[2] / "docs/reports/factorial_study/rd_factorial_study.tar.gz"
+
+
+@pytest.mark.slow  # 7 harness processes, prepares a second corpus (~45 s of CPU)
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
+def test_retrain_refuses_before_training_in_one_line(tmp_path):
+    """The committed study's archive: its corpus path is the writer's machine's, another text gives
+    another protocol hash, and the folder it was imported into holds the archived results."""
+    env = {**os.environ, "HARNESS_PROGRESS": "off"}
+    fresh = tmp_path / "never"
+    base = ["retrain", str(STUDY), "--pairs", "2", "--results", str(fresh)]
+
+    err = harness(*base, env=env, code=2).stderr.strip()
+    assert "\n" not in err and "does not exist on this machine" in err and "--corpus" in err, err
+    assert not fresh.exists()
+
+    other = tmp_path / "other_text"  # another corpus: this code gives the configs another protocol hash
+    other.mkdir()
+    shutil.copy(SAMPLE / "fineweb_edu_sample10BT_efscorer150.jsonl", other)
+    err = harness(*base, "--corpus", str(other), env=env, code=2).stderr.strip()
+    assert "\n" not in err and "protocol hash" in err and "the archive records" in err, err
+    assert not fresh.exists()  # refused before anything trained; the folder it made is gone
+
+    imported = tmp_path / "imported"
+    harness("import", str(STUDY), "--results", str(imported), env=env)
+    before = sorted(p.relative_to(imported) for p in imported.rglob("*"))
+    err = harness(
+        "retrain",
+        str(STUDY),
+        "--pairs",
+        "2",
+        "--corpus",
+        str(SAMPLE),
+        "--results",
+        str(imported),
+        env=env,
+        code=2,
+    )
+    err = err.stderr.strip()
+    assert "\n" not in err and "no re-training of this archive wrote" in err, err
+    assert sorted(p.relative_to(imported) for p in imported.rglob("*")) == before
+
+    for bad, words in (
+        (["--pairs", "1"], "--pairs 1: expected at least 2"),
+        (["--pairs", "25"], "--pairs 25: the archive has 24 seeds done for every variant"),
+        (["--seeds", "0 99"], "seed 99 is not done for every variant"),
+        (["--workers", "0"], "--workers 0"),
+    ):
+        err = harness(
+            "retrain", str(STUDY), *bad, "--corpus", str(SAMPLE), "--results", str(fresh), env=env, code=2
+        )
+        assert words in err.stderr and err.stderr.count("\n") == 1, err.stderr
+        assert not fresh.exists()
