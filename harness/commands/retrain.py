@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=plan.get("alpha", 0.05),
         power=plan.get("power", 0.8),
     )
-    machine = rt.machine(args.workers, args.threads)
+    machine = rt.machine(args.workers, args.threads, runs[0].config)
     name = args.file.name  # the file's name only: no path of this machine
     print(render_text(check, machine, name), end="")
     if args.csv is not None:

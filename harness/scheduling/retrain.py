@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
-import platform
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
@@ -261,30 +259,24 @@ def mark_folder(results_dir: str | Path, archive_sha256: str) -> None:
     atomic_write(Path(results_dir) / MARKER, json.dumps({"archive_sha256": archive_sha256}) + "\n")
 
 
-def cpu_model() -> str:
-    """This machine's CPU model name (``/proc/cpuinfo``'s ``model name``; else :func:`platform.processor`,
-    else ``unknown``)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine(workers: int, threads: int) -> dict:
+def machine(workers: int, threads: int, config: RunConfig | None = None) -> dict:
     """What produced the new numbers, without a path or host name: CPU model, cores, torch version, the
-    workers and torch threads per worker (0 resolved to torch's default)."""
+    workers and torch threads per worker (0 resolved to torch's default), and the hardware class the
+    re-trained runs get here (:func:`harness.train.environment.run_class` of ``config``, an archived run's
+    config, under the settings :func:`retrain` trains with; ``unknown`` without one). Read once per process
+    (:func:`harness.train.environment.machine_record`)."""
     import torch  # lazy: torch loads only to train
 
+    from harness.train.environment import UNKNOWN, machine_record, run_class  # lazy: torch, as above
+
+    record = machine_record()
     return {
-        "cpu_model": cpu_model(),
-        "cpu_cores": os.cpu_count(),
+        "cpu_model": record["cpu"]["model"] or "unknown",
+        "cpu_cores": record["cpu"]["cores"],
         "torch": torch.__version__,
         "workers": workers,
         "threads_per_worker": threads or torch.get_num_threads(),
+        "hardware": run_class(config, ExecutionSettings(progress=False)) if config is not None else UNKNOWN,
     }
 
 
@@ -297,7 +289,6 @@ __all__ = [
     "check_protocols",
     "choose_seeds",
     "claim_folder",
-    "cpu_model",
     "machine",
     "mark_folder",
     "repoint",

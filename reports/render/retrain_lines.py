@@ -34,6 +34,7 @@ CSV_COLUMNS = (
     "shift_in_smallest_effect",
     "verdict",
     "cpu_model",
+    "hardware",
     "torch",
     "threads_per_worker",
 )
@@ -85,7 +86,8 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
         "",
         f"Re-trained here: {len(check.runs)} runs (seeds {' '.join(map(str, sorted({r.seed for r in check.runs})))}) "
         f"on {machine['cpu_model']} ({machine['cpu_cores']} cores), "
-        f"torch {machine['torch']}, {machine['workers']} workers x {machine['threads_per_worker']} threads.",
+        f"torch {machine['torch']}, {machine['workers']} workers x {machine['threads_per_worker']} threads; "
+        f"hardware class {machine.get('hardware', 'unknown')}.",
         f"Units: nats/token; `/sd` = in units of the seed sd (a run: its variant's NLL sd across the archive's "
         f"seeds; a pair: the sd of the contrast's archived paired differences); `/eff` = in units of the "
         f"smallest effect the study reports, {eff:.4f} nats/token ({check.smallest_effect_source}).",
@@ -140,6 +142,7 @@ def render_csv(check: RetrainCheck, machine: dict) -> str:
     base = {
         "verdict": check.verdict,
         "cpu_model": machine["cpu_model"],
+        "hardware": machine.get("hardware", "unknown"),
         "torch": machine["torch"],
         "threads_per_worker": machine["threads_per_worker"],
     }

@@ -81,6 +81,10 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     assert {r["verdict"] for r in rows} == {"bit-identical"} and rows[0]["threads_per_worker"] == "1"
     data = json.loads((tmp_path / "aa.json").read_text())
     assert data["machine"]["cpu_model"] and data["machine"]["torch"] and data["archive"] == "aa_tiny.tar.gz"
+    # the class the output names is the one each re-trained run's result file records
+    recorded = {json.loads(p.read_text())["run"]["hardware"] for p in (again / "runs").glob("*.json")}
+    assert recorded == {data["machine"]["hardware"]} and {r["hardware"] for r in rows} == recorded
+    assert f"hardware class {data['machine']['hardware']}." in out.stdout and "unknown" not in recorded
     shared = (tmp_path / "aa.csv").read_text() + (tmp_path / "aa.json").read_text() + out.stdout
     assert str(tmp_path) not in shared and os.uname().nodename not in shared  # no path, no host name
 
