@@ -20,6 +20,7 @@ from pathlib import Path
 from db.archive import Archive
 from db.runfile import read_result, result_end, result_path
 from harness.common.files import atomic_write
+from harness.data.corpus_identity import parse_ref
 from harness.design.config import RunConfig
 from harness.train.execution import ExecutionSettings, set_threads
 from harness.train.protocol import protocol_hash
@@ -119,6 +120,12 @@ def repoint(run: ArchivedRun, corpus: str | None) -> ArchivedRun:
 def _build_and_check(run: ArchivedRun, results_dir: Path, settings: ExecutionSettings):
     """Build ``run`` here; raise :class:`ProtocolChanged` when its protocol hash is not the archived one."""
     config = run.config
+    ref = parse_ref(config.corpus)
+    if ref is not None:  # an archive names its corpus by content: no path of the machine that wrote it
+        raise FileNotFoundError(
+            f"run {config.run_id} reads corpus {ref[1]} (fingerprint {ref[0][:16]}), which the archive names by "
+            "its content, not a path: pass --corpus PATH to the same text on this machine"
+        )
     if not config.corpus.startswith("hf:") and not Path(config.corpus).exists():
         raise FileNotFoundError(
             f"corpus {config.corpus} of run {config.run_id} does not exist on this machine; "

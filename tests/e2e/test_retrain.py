@@ -71,7 +71,12 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
         "1",
         "--results",
         str(again),
+        "--corpus",  # the archive names its corpus by fingerprint, not by this machine's path
+        str(SAMPLE),
     ]
+    refused = harness(*args[:-2], env=env, code=2)  # no --corpus: the archive holds no path to find it by
+    assert "fineweb_edu_sample (fingerprint" in refused.stderr and "pass --corpus PATH" in refused.stderr
+    assert not again.exists()
     out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=env)
     assert "**Verdict: bit-identical" in out.stdout, out.stdout
     assert "re-training 4 runs" in out.stderr
@@ -99,14 +104,14 @@ STUDY = Path(__file__).resolve().parents[2] / "docs/reports/factorial_study/rd_f
 @pytest.mark.slow  # 7 harness processes, prepares a second corpus (~45 s of CPU)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_retrain_refuses_before_training_in_one_line(tmp_path):
-    """The committed study's archive: its corpus path is the writer's machine's, another text gives
+    """The committed study's archive: it names its corpus by content (no path travels), another text gives
     another protocol hash, and the folder it was imported into holds the archived results."""
     env = {**os.environ, "HARNESS_PROGRESS": "off"}
     fresh = tmp_path / "never"
     base = ["retrain", str(STUDY), "--pairs", "2", "--results", str(fresh)]
 
     err = harness(*base, env=env, code=2).stderr.strip()
-    assert "\n" not in err and "does not exist on this machine" in err and "--corpus" in err, err
+    assert "\n" not in err and "names by its content" in err and "pass --corpus PATH" in err, err
     assert not fresh.exists()
 
     other = tmp_path / "other_text"  # another corpus: this code gives the configs another protocol hash
