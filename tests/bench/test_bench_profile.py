@@ -118,7 +118,9 @@ def test_compiled_kernels_are_visible_to_the_profile(tmp_path):
     for name in ("block_attnres", "rd_attnres"):
         p = result["profile"]["arms"][name]
         fused = [k for k in p["ops"] if k.startswith("cpp_fused")]
-        assert any("softmax" in k for k in fused), fused
+        # the routing sites' kernels (a softmax per site, or two-phase's online softmax over mat-vecs) are named
+        # for their operators, so the profile files at least one of them under routing
+        assert any(categorize(k) == "routing" for k in fused), fused
         assert p["categories"]["routing"] > 0
         # each fused kernel is its own op with its own time, not folded into the graph call's; how the
         # times compare depends on the machine's load (a timing belongs in the bench, not here)

@@ -268,7 +268,7 @@ def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # 3 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
-    from harness.scheduling.queue.storage import StorageUnavailable
+    from harness.scheduling.workers.faults import ResultsLost
 
     results = tmp_path / "results"
     q = RunQueue.open(None, results, lease_timeout_s=1.0)
@@ -280,14 +280,13 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
         results.rename(away)  # the folder goes away while the first run trains, for longer than retry_s
         return "done"
 
-    with pytest.raises(StorageUnavailable) as info:
+    with pytest.raises(ResultsLost) as info:  # the queue lives in the folder: its loss is the folder's
         work(q, train, results, retry_s=1.6, log=quiet)
     import re
 
-    unreachable = f"queue storage {re.escape(str(results / 'queue.journal'))} unreachable"
     assert re.fullmatch(
-        rf"{unreachable}: gave up after \d+ tries in \d+ s \(last error: FileNotFoundError: "
-        r"\[Errno 2\] No such file or directory: .*\)",
+        rf"results folder {re.escape(str(results))} deleted while this worker used it; {first} not released "
+        r"\(FileNotFoundError: the queue is unreachable; .*\); the worker stops and creates nothing there .*",
         str(info.value),
     )
     away.rename(results)  # back: nothing lost; the run is still RUNNING under the stopped worker's lease
@@ -306,8 +305,13 @@ def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, 
         other.rename(tmp_path / "other-away")
         return "done"
 
-    fake.train_run, fake.record_failure, fake.finished_status = gone, lambda *a: None, lambda c, r: None
+    fake.train_run = gone
     monkeypatch.setitem(sys.modules, "harness.train.runner", fake)
+    from harness.train import result_file  # its reads and the failed attempt's record, where they are defined
+
+    monkeypatch.setattr(result_file, "record_failure", lambda *a: None)
+    monkeypatch.setattr(result_file, "finished_status", lambda config, results_dir: None)
+    monkeypatch.setattr(result_file, "finished_outcome", lambda config, results_dir: None)
     monkeypatch.setattr(harness.train, "runner", fake, raising=False)  # not imported yet when run alone
     assert cli(["work", "--results", str(other), "--storage-retry-s", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

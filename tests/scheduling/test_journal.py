@@ -242,7 +242,8 @@ def test_a_corrupt_last_whole_line_is_not_dropped_silently(tmp_path):
 def test_repair_is_refused_while_a_worker_holds_a_fresh_lease(tmp_path, capsys):
     _, results, journal = _queued(tmp_path)
     claim = RunQueue.open(None, results).claim()  # a live worker's lease (this process)
-    _corrupt_line(journal, 4)
+    creations = [i for i, line in enumerate(journal.read_text().splitlines(), 1) if '"op_code":4' in line]
+    _corrupt_line(journal, creations[1])  # the second run's creation: the first is the trial the worker holds
     original = journal.read_bytes()
     assert cli(["queue", "--repair", "--results", str(results)]) == 2
     err = capsys.readouterr().err

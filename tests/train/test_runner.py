@@ -239,7 +239,7 @@ def test_cli_run_writes_final_and_routing(tmp_path, capsys):
 @pytest.mark.parametrize("case", ["missing", "empty", "short", "utf8", "hub"])
 def test_bad_corpus_gives_clear_error_and_writes_nothing(tmp_path, capsys, monkeypatch, case):
     if case == "missing":
-        corpus, expect = str(tmp_path / "nope.jsonl"), "does not exist"
+        corpus, expect = str(tmp_path / "nope.jsonl"), "not found (from --corpus)"
     elif case == "empty":
         (tmp_path / "empty.jsonl").write_text("")
         corpus, expect = str(tmp_path / "empty.jsonl"), "is empty"

@@ -53,7 +53,7 @@ from harness.common.files import free_bytes
 from harness.common.terms import FINISHED, check_grid
 from harness.design.config import RunConfig
 from harness.scheduling.queue.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat
-from harness.scheduling.queue.storage import STORAGE_RETRY_S, retry_storage
+from harness.scheduling.queue.storage import STORAGE_RETRY_S, StorageUnavailable, retry_storage
 from harness.scheduling.tuning import pruning_hook
 from harness.scheduling.workers.claiming import OrphanClock, claim_next, given_back_if_interrupted
 from harness.scheduling.workers.faults import (
@@ -316,7 +316,12 @@ def _train_one(loop: _Loop, claim, need: int | None) -> str:
         if poisoned is not None:  # the run's own failure, but no later run can use this context
             raise poisoned_stop(claim.run_id, poisoned) from None
         return outcome
-    return _finished(loop, claim, status, value, reason, time.monotonic() - t0)
+    try:
+        return _finished(loop, claim, status, value, reason, time.monotonic() - t0)
+    except StorageUnavailable:
+        if watch is not None and watch.look() is not None:  # the queue went with the results folder
+            raise results_lost(queue, claim, watch) from None
+        raise
 
 
 def _fence(loop: _Loop, claim) -> tuple[Heartbeat, ClaimFence]:
