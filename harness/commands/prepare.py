@@ -34,24 +34,22 @@ from pathlib import Path
 from harness.data.corpus_key import DEFAULT_BPE_VOCAB, CorpusKey, requested_vocab
 
 
-def _tokens(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of tokens")
-    return value
+def _positive(unit: str):
+    """An argparse type: a positive whole number of ``unit`` (``_`` separators allowed)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {unit}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of {unit}")
+        return value
+
+    return parse
 
 
-def _documents(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of documents") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of documents")
-    return value
+_tokens, _documents = _positive("tokens"), _positive("documents")
 
 
 def _processes(text: str) -> int:
