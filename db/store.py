@@ -48,6 +48,9 @@ __all__ = [
 
 DB_NAME = "harness.duckdb"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
+#: Columns naming the machine that wrote a row (runs.host, runs.owner = host:pid): kept in the store, left
+#: out of what is shared (`harness export`; an archive drops the same keys, db.archive.MACHINE_KEYS).
+MACHINE_COLUMNS = ("host", "owner")
 
 
 class Store:
@@ -261,7 +264,8 @@ class Store:
             grid: a grid name in ``runs.grid``.
             table: one of :data:`EXPORT_TABLES`; for ``final`` and ``runs`` the grid's rows, for
                 the others the rows of the grid's runs.
-            fmt: ``parquet`` or ``csv`` (with a header); JSON columns (``runs.config``) as text.
+            fmt: ``parquet`` or ``csv`` (with a header); JSON columns (``runs.config``) as text; the
+                columns naming the writer's machine (:data:`MACHINE_COLUMNS`) left out.
             out: the file to write (replaced if it exists; its folder is created).
 
         Returns:
@@ -284,7 +288,10 @@ class Store:
         )
         # JSON columns as text: Parquet readers would see DuckDB's JSON as raw bytes
         as_text = [c for c, t in columns().get(table, {}).items() if t == "JSON"]
-        star = f"* REPLACE ({', '.join(f'{c}::VARCHAR AS {c}' for c in as_text)})" if as_text else "*"
+        # a file to share names no machine: the writer's host and host:pid stay in the store (as in an archive)
+        machine = [c for c in MACHINE_COLUMNS if c in columns().get(table, {})]
+        star = "*" + (f" EXCLUDE ({', '.join(machine)})" if machine else "")
+        star += f" REPLACE ({', '.join(f'{c}::VARCHAR AS {c}' for c in as_text)})" if as_text else ""
         con = self._connect(read_only=True, timeout_s=self.lock_timeout_s, files=True)
         try:
             with atomic_path(out) as tmp:

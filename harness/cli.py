@@ -180,8 +180,8 @@ def _run(argv: list[str]) -> int:
             status = int(args._main(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc})" if str(exc) else "interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `harness status | head`: the reader is gone; end quietly, as a shell tool killed by SIGPIPE

@@ -28,8 +28,9 @@ from harness.models.spec import VariantSpec
 from reports.stats.decisions import GAIN_ESTABLISHED, REPRODUCES
 from reports.stats.looks import increments
 from reports.stats.paired_tests import MIN_PAIRS
-from reports.stats.power import planned_seeds, power_at
+from reports.stats.power import holm_share_plan, planned_seeds, power_at
 from reports.stats.results import ControlAssessment, ReportStats
+from reports.stats.seed_planning import FAMILY_PER_CELL
 
 KINDS = ("queries", "offsets", "routes")  # what a composed spec may add, by name (harness.models.compose)
 N_VARIANTS = 4  # every seed of a 2 x 2 factorial trains all four cells
@@ -118,10 +119,13 @@ class FollowupPlan:
     effect: float  # the planned interaction (min_effect_nats)
     looks: tuple[int, int]
     reachable: bool
-    power: float  # at the last look, at its level, for ``effect``
+    power: float  # at the last look, at its level (Holm's alpha / family), for ``effect``
     power_absorbed: float  # the same for full absorption (|I| = the largest observed gain)
     headline_seeds: int | None  # seeds a simple effect of size ``effect`` needs at sd(t - p) (one-sided)
     plan: AnalysisPlan  # the written [analysis] table
+    family: (
+        int  # the factorial contrasts Holm tests the interaction among (FAMILY_PER_CELL x the grid's cells)
+    )
 
 
 def cell_sds(stats: ReportStats, control: str) -> tuple[CellSd, ...]:
@@ -149,7 +153,10 @@ def plan_followup(cells: tuple[CellSd, ...], source: AnalysisPlan) -> FollowupPl
     """Looks ``(n/2, n)`` with the smallest even n (6 <= n <= cap) whose last look reaches the plan's power
     for an interaction of ``min_effect_nats`` (the source's, else the largest observed gain) at the largest
     interaction sd of the cells; cap = max(the source's max_seeds, 30). None reaching it: n = cap and
-    ``reachable`` False.
+    ``reachable`` False. Powers and seeds are priced at the level the follow-up's report will test at: the
+    interaction at alpha / m (Holm over the grid's m factorial contrasts, its first step:
+    :func:`~reports.stats.power.holm_share_plan`), a simple effect at alpha / cells (Holm over the cells).
+    The written plan keeps the source's alpha (Holm divides it when the report tests).
 
     Raises:
         ValueError: no cells (nothing to plan from).
@@ -161,15 +168,22 @@ def plan_followup(cells: tuple[CellSd, ...], source: AnalysisPlan) -> FollowupPl
     effect = source.min_effect_nats if source.min_effect_nats else gain
     cap = max(source.max_seeds, AnalysisPlan().max_seeds)
     cap -= cap % 2
+    n_cells = len({c.size for c in cells}) * len(
+        {c.budget_tokens for c in cells}
+    )  # the grid: sizes x budgets
+    family = FAMILY_PER_CELL * n_cells
     chosen, reachable = cap, False
     for n in range(6, cap + 1, 2):
-        if planned_seeds(effect, sd, _looks_plan(source, effect, n), "two-sided").reachable:
+        if planned_seeds(
+            effect, sd, holm_share_plan(_looks_plan(source, effect, n), family), "two-sided"
+        ).reachable:
             chosen, reachable = n, True
             break
     plan = _looks_plan(source, effect, chosen)
-    need = planned_seeds(effect, sd, plan, "two-sided")
-    absorbed = power_at(gain, sd, chosen, _last_level(plan), "two-sided")
-    head = planned_seeds(effect, max(c.sd_tp for c in cells), plan, "one-sided")
+    tested = holm_share_plan(plan, family)
+    need = planned_seeds(effect, sd, tested, "two-sided")
+    absorbed = power_at(gain, sd, chosen, _last_level(tested), "two-sided")
+    head = planned_seeds(effect, max(c.sd_tp for c in cells), holm_share_plan(plan, n_cells), "one-sided")
     return FollowupPlan(
         cells=cells,
         sd=sd,
@@ -180,6 +194,7 @@ def plan_followup(cells: tuple[CellSd, ...], source: AnalysisPlan) -> FollowupPl
         power_absorbed=float(absorbed),
         headline_seeds=head.n,
         plan=plan,
+        family=family,
     )
 
 
@@ -285,7 +300,8 @@ def _header(src: Source, fp: FollowupPlan, speed: dict) -> list[str]:
         "# The interaction (1,1) - (1,0) - (0,1) + (0,0) subtracts two paired differences: sd = sqrt(sd(t - p)^2 +",
         "# sd(c - p)^2), sqrt 2 times one difference's, 2 times a main effect's (about 4x a main effect's seeds).",
         f"# Planned interaction {fp.effect:.4g} nats/token (min_effect_nats) at sd {fp.sd:.4g}, two-sided, alpha "
-        f"{fp.plan.alpha:g} spent over looks {fp.looks[0]} and {fp.looks[1]}:",
+        f"{fp.plan.alpha:g} / {fp.family} (Holm over the {fp.family} factorial contrasts, the level its test is",
+        f"# sure of) spent over looks {fp.looks[0]} and {fp.looks[1]}:",
         f"# {reach}; full absorption (|I| = the gain, {max(abs(x.gain) for x in fp.cells):.4g}) has power "
         f"{fp.power_absorbed:.2f}. A simple effect of that size needs "
         f"{fp.headline_seeds if fp.headline_seeds is not None else 'more than the looks'} seeds (one-sided).",

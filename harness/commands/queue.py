@@ -59,6 +59,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -165,10 +166,15 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
     from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
 
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
+    from harness.common.files import undone_if_refused
     from harness.data.prepared import cache_dir
     from harness.scheduling.grids.corpus_need import check_corpora
 
-    check_corpora(configs, cache_dir(args.results), grid_path=str(args.grid))  # prepared, big enough
+    cache = cache_dir(args.results)
+    # a refused grid leaves no shards it built to size the splits (nor the results folder it made for them)
+    made = undone_if_refused(args.results) if not args.results.exists() else contextlib.nullcontext()
+    with made, undone_if_refused(cache):
+        check_corpora(configs, cache, grid_path=str(args.grid))  # prepared, big enough
     return configs
 
 

@@ -175,6 +175,30 @@ def atomic_path(
     fsync_dir(path.parent)
 
 
+@contextmanager
+def undone_if_refused(folder: str | os.PathLike) -> Iterator[None]:
+    """What the block creates below ``folder`` (``folder`` itself if it was absent) is removed when the
+    block raises ``ValueError`` (a refusal: a refused command leaves the file system as it found it),
+    then the error goes on. For a cache a check fills before it can say no (the queue's corpus sizing
+    builds the shards a worker would reuse). Paths that were there before are never touched.
+    """
+    folder = Path(folder)
+    existed = folder.exists()
+    before = set(folder.rglob("*")) if existed else set()
+    try:
+        yield
+    except ValueError:
+        if not existed:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            for path in sorted(set(folder.rglob("*")) - before, key=lambda q: len(q.parts)):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        raise
+
+
 def _make_parents(folder: Path, root: Path | None) -> list[Path]:
     """Create ``folder`` and its missing ancestors below ``root``; the ones this call created,
     outermost first. Raises ``FileNotFoundError`` when ``root`` is missing."""

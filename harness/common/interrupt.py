@@ -35,9 +35,11 @@ GRACE_S = 10.0  # seconds from Ctrl-C to the forced exit: room for a clean retur
 
 @dataclass
 class Interrupt:
-    """What :func:`prompt_exit` saw: ``seen`` is true once SIGINT arrived."""
+    """What :func:`prompt_exit` saw: ``seen`` is true once SIGINT arrived. ``held``: how many
+    :func:`complete_before_interrupt` blocks are open (a Ctrl-C then waits for their end)."""
 
     seen: bool = False
+    held: int = 0
 
 
 #: A Ctrl-C that comes this soon after the first is the same keypress: a terminal sends SIGINT to every
@@ -67,6 +69,40 @@ def _watch(read_fd: int, code: int, grace_s: float, state: Interrupt) -> None:
 
 
 _PIPES: set[int] = set()  # the wakeup pipes' ends open in this process
+_ACTIVE: list[Interrupt] = []  # the states of the prompt_exit blocks the main thread is in (innermost last)
+
+
+def raise_if_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C arrived inside the current :func:`prompt_exit` block, even
+    one a library swallowed (a ``KeyboardInterrupt`` raised inside a ``__del__`` or a callback is lost,
+    and ``except BaseException`` in a dependency's import eats it): the watcher thread marks it seen from
+    the signal itself. A command calls it just before a write it cannot take back (the queue's enqueue),
+    so a lost interrupt never lets the write through. Outside a block: nothing to check.
+    """
+    if _ACTIVE and _ACTIVE[-1].seen:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def complete_before_interrupt(what: str) -> Iterator[None]:
+    """A write that must land whole or not at all (the queue's trials: the journal takes them one
+    append at a time). Refuses to start after a Ctrl-C (:func:`raise_if_interrupted`); a Ctrl-C that
+    arrives inside waits for the block's end, then raises ``KeyboardInterrupt("... WHAT ...")`` saying
+    the write was completed. The block must be short against :data:`GRACE_S` (2,000 trials enqueue in
+    about 2 s on a journal). Outside a :func:`prompt_exit` block: no change.
+    """
+    raise_if_interrupted()
+    if not _ACTIVE:
+        yield
+        return
+    state = _ACTIVE[-1]
+    state.held += 1
+    try:
+        yield
+    finally:
+        state.held -= 1
+    if state.seen and not state.held:
+        raise KeyboardInterrupt(f"Ctrl-C arrived while it {what}: that was completed first")
 
 
 def _forget_pipe_in_child() -> None:
@@ -106,7 +142,8 @@ def prompt_exit(code: int, *, grace_s: float = GRACE_S) -> Iterator[Interrupt]:
 
     def handler(signum, frame) -> None:
         state.seen = True
-        raise KeyboardInterrupt
+        if not state.held:  # else complete_before_interrupt raises at its end
+            raise KeyboardInterrupt
 
     read_fd, write_fd = os.pipe()
     _PIPES.update((read_fd, write_fd))
@@ -116,13 +153,15 @@ def prompt_exit(code: int, *, grace_s: float = GRACE_S) -> Iterator[Interrupt]:
     threading.Thread(
         target=_watch, args=(read_fd, code, grace_s, state), name="ctrl-c-watcher", daemon=True
     ).start()
+    _ACTIVE.append(state)
     try:
         yield state
     finally:
+        _ACTIVE.remove(state)
         signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous)
         _PIPES.discard(write_fd)
         os.close(write_fd)  # the watcher reads the end of the pipe and returns
 
 
-__all__ = ["GRACE_S", "Interrupt", "prompt_exit"]
+__all__ = ["GRACE_S", "Interrupt", "complete_before_interrupt", "prompt_exit", "raise_if_interrupted"]

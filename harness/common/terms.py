@@ -38,7 +38,7 @@ TUNE_PREFIX = "tune:"
 TUNE_SEED_BASE = 10_000
 #: Grid names: letters, digits, ``_ . -``, starting with a letter or digit (no ``:``, the
 #: run-id separator).
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")  # use with fullmatch: "$" would pass a trailing newline
 #: Characters of a failed attempt's error text (the traceback's tail) kept in the queue and
 #: in its result file.
 ERROR_CHARS = 8000
@@ -150,7 +150,7 @@ def config_diff(
 
 def is_tune_grid(grid: str) -> bool:
     """Whether ``grid`` names a tuning study's runs (``tune:NAME`` with NAME as :data:`NAME_RE`)."""
-    return grid.startswith(TUNE_PREFIX) and bool(NAME_RE.match(grid[len(TUNE_PREFIX) :]))
+    return grid.startswith(TUNE_PREFIX) and bool(NAME_RE.fullmatch(grid[len(TUNE_PREFIX) :]))
 
 
 def utc_now() -> dt.datetime:

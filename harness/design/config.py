@@ -349,7 +349,7 @@ class RunConfig:
                 spec.sites["attn"].head_counts(preset.n_heads)
             except ValueError as exc:
                 raise ValueError(f"variant {variant!r} at size {size!r}: {exc}") from None
-        if not (NAME_RE.match(grid) or is_tune_grid(grid)):
+        if not (NAME_RE.fullmatch(grid) or is_tune_grid(grid)):
             raise ValueError(
                 f"grid name {grid!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)"
             )

@@ -246,7 +246,7 @@ class TuneSpec:
     startup_trials: int = 2
 
     def __post_init__(self) -> None:
-        if not NAME_RE.match(self.name):
+        if not NAME_RE.fullmatch(self.name):
             raise ValueError(f"tuning study name {self.name!r}: use letters, digits, '_', '.', '-'")
         if self.trials < 1:
             raise ValueError(f"--trials {self.trials} must be at least 1")

@@ -299,3 +299,17 @@ def test_ctrl_c_to_tune_while_it_loads_is_interrupted_and_queues_nothing(tmp_pat
             timeout=300,
         )
     assert (proc.returncode, proc.stderr.strip()) == (130, "interrupted"), proc.stderr
+
+
+def test_queue_refused_for_a_too_small_val_split_leaves_no_shards(tmp_path):
+    """Sizing the splits builds the tokenizer and shards in RESULTS/cache (a worker reuses them); when the
+    grid is then refused (its evaluation set exceeds the val split), what this command built is removed."""
+    corpus = tmp_path / "c.jsonl"
+    lines = (SAMPLE / "fineweb_edu_sample10BT_efscorer150.jsonl").read_text().splitlines()[:60]
+    corpus.write_text("\n".join(lines) + "\n")
+    grid = grid_file(tmp_path, corpus, train="eval_tokens = 4_000_000\n")
+    (tmp_path / "res").mkdir()
+    for results in (tmp_path / "res", tmp_path / "NEW"):  # an existing results folder, and a new one
+        with unchanged(tmp_path):
+            proc = harness("queue", str(grid), "--results", str(results))
+        one_line_error(proc, "exceeds the val split")

@@ -6,6 +6,7 @@ trains a tiny grid on real text, writes the follow-up with `harness followup` an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 from test_cli_startup import imported
 
 from harness import cli
@@ -26,7 +28,8 @@ from reports.followup import absorbing, cell_sds, composed_variant, plan_followu
 from reports.render.sections import render_markdown, summary_lines
 from reports.simulation.synthetic import frames_from_values
 from reports.stats.analysis import analyze
-from reports.stats.power import planned_seeds
+from reports.stats.looks import increments
+from reports.stats.power import planned_seeds, power_at
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 GRID = "absorb"
@@ -151,7 +154,8 @@ def test_followup_writes_a_grid_whose_plan_is_powers(tmp_path, capsys):
     assert f.factors == ("param_matched", "rd_attnres") and f.variant(1, 1) == "rd_offset"
     assert grid.train == TRAIN and grid.sizes == ("small",) and grid.budgets_tokens == (1_000_000,)
     # The plan: the interaction sd from the store's pairs, looks (n/2, n) with the smallest n that power.py
-    # says reaches the plan's power for min_effect_nats, two-sided.
+    # says reaches the plan's power for min_effect_nats, two-sided, at Holm's alpha / 5 (the interaction is
+    # tested among one cell's 5 factorial contrasts).
     d = {v: np.array(x) - PARENT for v, x in VALUES.items()}
     sd = math.hypot(np.std(d["rd_attnres"], ddof=1), np.std(d["param_matched"], ddof=1))
     a = grid.analysis
@@ -162,12 +166,13 @@ def test_followup_writes_a_grid_whose_plan_is_powers(tmp_path, capsys):
         and a.max_seeds == n
         and grid.seeds == tuple(range(n // 2))
     )
-    assert planned_seeds(0.02, sd, a, "two-sided").reachable
+    assert a.alpha == 0.05
+    assert planned_seeds(0.02, sd, dataclasses.replace(a, alpha=0.01), "two-sided").reachable
     smallest = next(
         m
         for m in range(6, 31, 2)
         if planned_seeds(
-            0.02, sd, AnalysisPlan(min_effect_nats=0.02, looks=(m // 2, m)), "two-sided"
+            0.02, sd, AnalysisPlan(alpha=0.01, min_effect_nats=0.02, looks=(m // 2, m)), "two-sided"
         ).reachable
     )
     assert n == smallest  # the fewest seeds (looks at m / 2 and m) whose last look reaches power 0.8
@@ -225,6 +230,30 @@ def test_plan_followup_says_when_the_interaction_is_out_of_reach():
     noisy = type(cell)(cell.size, cell.budget_tokens, cell.n, 0.2, 0.2, cell.gain)
     fp = plan_followup((noisy,), AnalysisPlan(min_effect_nats=0.02, max_seeds=16))
     assert (fp.reachable, fp.looks) == (False, (15, 30)) and fp.power < 0.8
+
+
+def test_plan_followup_prices_the_interaction_at_the_level_holm_will_test_it():
+    """The follow-up's report tests the interaction among the grid's factorial contrasts with Holm (issue 53,
+    row 14): its plan's power is the power at alpha / m, here checked against the noncentral t directly
+    (scipy), and it is lower than the power at the plain alpha the plan used to quote."""
+    frames = frames_from_values(VALUES, grid=GRID)
+    (cell,) = cell_sds(analyze(frames["final"], frames["runs"], grid=GRID), "param_matched")
+    source = AnalysisPlan(min_effect_nats=0.02, max_seeds=16)
+    fp = plan_followup((cell,), source)
+    assert fp.family == 5  # one cell: the two simple effects of each factor and the interaction
+    assert fp.plan.alpha == source.alpha  # the written plan keeps alpha; Holm divides it when testing
+    n = fp.looks[-1]
+    level = float(increments(source.alpha / fp.family, fp.looks)[-1])
+    nc = fp.effect / fp.sd * math.sqrt(n)
+    crit = scipy.stats.t.ppf(1 - level / 2, n - 1)
+    expected = scipy.stats.nct.sf(crit, n - 1, nc) + scipy.stats.nct.cdf(-crit, n - 1, nc)
+    assert fp.power == pytest.approx(expected, rel=1e-6)
+    plain = float(increments(source.alpha, fp.looks)[-1])
+    assert fp.power < power_at(fp.effect, fp.sd, n, plain, "two-sided")
+    # the smallest even n whose last look reaches the power at Holm's level: n - 2 does not
+    if fp.reachable and n > 6:
+        smaller = float(increments(source.alpha / fp.family, ((n - 2) // 2, n - 2))[-1])
+        assert power_at(fp.effect, fp.sd, n - 2, smaller, "two-sided") < source.power
 
 
 TINY = """

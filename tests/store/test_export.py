@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from test_db_store import make_result
 
-from db.store import Store
+from db.store import MACHINE_COLUMNS, Store
 from harness.cli import main as cli
 from harness.common.terms import EXPORT_TABLES
 
@@ -38,30 +38,35 @@ def results(tmp_path):
 
 def expected(store: Store, table: str, grid: str) -> pl.DataFrame:
     where = "grid = ?" if table in ("final", "runs") else "run_id IN (SELECT run_id FROM runs WHERE grid = ?)"
-    return store.query(f"SELECT * FROM {table} WHERE {where} ORDER BY ALL", [grid], ingest=False)
+    rows = store.query(f"SELECT * FROM {table} WHERE {where} ORDER BY ALL", [grid], ingest=False)
+    return rows.drop([c for c in MACHINE_COLUMNS if c in rows.columns])
+
+
+def export(results, table: str, fmt: str, out) -> int:
+    """`harness export --grid g` of ``table`` as ``fmt`` to ``out``; the exit status."""
+    argv = ["export", "--grid", "g", "--table", table, "--format", fmt, "--out", str(out)]
+    return cli([*argv, "--results", str(results)])
+
+
+def test_an_export_names_no_machine(tmp_path, capsys):
+    """The store keeps the writer's host and host:pid; a file made to be shared holds neither."""
+    results, store = tmp_path, Store(tmp_path)
+    r = result("g-run-0", "g", 0, 3.0)
+    r["run"].update(host="lab-node-17.example.org", owner="lab-node-17.example.org:4242")
+    store.write_result(r)
+    hosts = store.query("SELECT DISTINCT host, owner FROM runs", ingest=True)
+    assert hosts.height and hosts["host"][0]  # there is a host name to leak
+    out = results / "runs.csv"
+    assert export(results, "runs", "csv", out) == 0
+    text = out.read_text()
+    assert not set(MACHINE_COLUMNS) & set(text.splitlines()[0].split(","))
+    assert "lab-node-17" not in text
 
 
 @pytest.mark.parametrize("table", EXPORT_TABLES)
 def test_parquet_holds_exactly_the_grids_rows(results, table, capsys):
     out = results / "out" / f"{table}.parquet"
-    assert (
-        cli(
-            [
-                "export",
-                "--grid",
-                "g",
-                "--table",
-                table,
-                "--format",
-                "parquet",
-                "--out",
-                str(out),
-                "--results",
-                str(results),
-            ]
-        )
-        == 0
-    )
+    assert export(results, table, "parquet", out) == 0
     want = expected(Store(results), table, "g")
     got = pl.read_parquet(out)
     assert want.height > 0 and set(want["run_id"]) == {"g-run-0", "g-run-1", "g-run-2"}

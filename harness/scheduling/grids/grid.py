@@ -524,7 +524,7 @@ def check_keys(data: dict, err) -> None:
 def grid_texts(data: dict, err) -> tuple[str, str, str]:
     """The grid's ``(name, description, corpus)``, checked."""
     name = data["name"]
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise err("name", f"{name!r} must be a string of letters, digits, '_', '.', '-' (no ':')")
     description = data.get("description", "")
     if not isinstance(description, str):

@@ -51,6 +51,7 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from harness.common.interrupt import complete_before_interrupt
 from harness.common.live import LiveProgress
 from harness.common.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff, queue_order_key
 from harness.design.config import RunConfig
@@ -381,15 +382,19 @@ class RunAdder(QueueReader):
             )
             for g in {c.grid for c in configs}
         }
-        for study_id, templates in batch.items():  # with the trials: no worker sees them without their count
-            create_waiting(
-                self.storage,
+        with complete_before_interrupt(f"queued {len(result.added) + len(result.retried)} run(s)"):
+            for (
                 study_id,
                 templates,
-                {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None,
-            )
-        for study_id, n in counts.items():
-            self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
+            ) in batch.items():  # with the trials: no worker sees them without their count
+                create_waiting(
+                    self.storage,
+                    study_id,
+                    templates,
+                    {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None,
+                )
+            for study_id, n in counts.items():
+                self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
 
     def restore(self, runs: list[dict], *, same_corpus: bool = False) -> list[str]:
@@ -410,23 +415,26 @@ class RunAdder(QueueReader):
         # adds nothing; raises on a changed config
         self.enqueue([c for c in configs if c.run_id in existing], same_corpus=same_corpus)
         added = []
-        for index, (c, r) in enumerate(zip(configs, runs)):
-            if c.run_id in existing:
-                continue
-            t = attempt_template(c, attempt=r.get("attempt") or 1, failures=0, reclaims=0, order=[0.0, index])
-            state = RESTORED_STATES.get(r["state"], TrialState.WAITING)
-            attrs = dict(t.user_attrs)
-            if state != TrialState.WAITING:
-                attrs.update(status=r["state"], wall_s=r.get("wall_s"), val_nll=r.get("val_nll"))
-            if state == TrialState.FAIL:
-                attrs.update(error=r.get("error") or r["state"], ending=r["state"], requeue=False)
-            value = r.get("val_nll")
-            values = [math.inf if value is None else value] if state == TrialState.COMPLETE else None
-            done = create_trial(state=state, values=values, user_attrs=attrs)
-            self.storage.create_new_trial(self._study_for(c), template_trial=done)
-            added.append(c.run_id)
-        for g in {c.grid for c in configs}:
-            self.storage.set_study_user_attr(self.study_of(g), RUNS_ATTR, len(self.runs(g)))
+        with complete_before_interrupt("restored the archive's runs into the queue"):
+            for index, (c, r) in enumerate(zip(configs, runs)):
+                if c.run_id in existing:
+                    continue
+                t = attempt_template(
+                    c, attempt=r.get("attempt") or 1, failures=0, reclaims=0, order=[0.0, index]
+                )
+                state = RESTORED_STATES.get(r["state"], TrialState.WAITING)
+                attrs = dict(t.user_attrs)
+                if state != TrialState.WAITING:
+                    attrs.update(status=r["state"], wall_s=r.get("wall_s"), val_nll=r.get("val_nll"))
+                if state == TrialState.FAIL:
+                    attrs.update(error=r.get("error") or r["state"], ending=r["state"], requeue=False)
+                value = r.get("val_nll")
+                values = [math.inf if value is None else value] if state == TrialState.COMPLETE else None
+                done = create_trial(state=state, values=values, user_attrs=attrs)
+                self.storage.create_new_trial(self._study_for(c), template_trial=done)
+                added.append(c.run_id)
+            for g in {c.grid for c in configs}:
+                self.storage.set_study_user_attr(self.study_of(g), RUNS_ATTR, len(self.runs(g)))
         self._snapshot = None
         return added
 
