@@ -59,7 +59,12 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
             "ampere_",
         ),
     ),
-    ("routing", ("softmax", "aten::mv", "aten::addmv", "_mv_", "aten::addcmul")),
+    # two-phase routing (online softmax): amax, maximum and addcmul name its kernels and their
+    # backward (the running max's gradient brings eq/masked_fill and exp's a neg, which rope's rule matches)
+    (
+        "routing",
+        ("softmax", "aten::mv", "aten::addmv", "_mv_", "aten::addcmul", "amax", "maximum", "addcmul"),
+    ),
     ("mlp", ("silu",)),
     ("rope", ("neg",)),
     ("norm", ("rsqrt", "rms_norm", "_pow_")),

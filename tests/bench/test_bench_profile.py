@@ -169,6 +169,22 @@ def result_lines(tmp_path):
             "rope",
         ),
         ("triton_per_fused__softmax_add_mul_7", (), "routing"),
+        # two-phase routing's backward (the running max's gradient: amax/eq/masked_fill; exp's neg), as
+        # Inductor named it on `small`: once counted as rope for its `neg`
+        (
+            "cpp_fused_add_amax_div_eq_expand_lt_masked_fill_mul_neg_pow_reciprocal_select_select_backward_slice_"
+            "slice_backward_squeeze_stack_sum_unsqueeze_view",
+            (),
+            "routing",
+        ),
+        (
+            "cpp_fused__unsafe_view_add_addcmul_amax_div_eq_exp_expand_gt_masked_fill_maximum_mul_neg_pow_reciprocal_"
+            "select_select_backward_slice_squeeze_stack_sub",
+            (),
+            "routing",
+        ),
+        ("aten::amax", (), "routing"),
+        ("aten::maximum", (), "routing"),
     ],
 )
 def test_categories_follow_the_names(name, ancestors, category):
