@@ -17,6 +17,8 @@ from harness.common.console import log
 from harness.common.terms import ERROR_CHARS, FINISHED, config_diff, utc_now
 from harness.design.config import RunConfig
 from harness.train import fencing
+from harness.train.environment import environment_record, run_numerics
+from harness.train.execution import ExecutionSettings
 from harness.train.fencing import Fence
 from harness.train.protocol import code_version
 
@@ -75,14 +77,29 @@ def run_row(config: RunConfig, *, fence: Fence, **fields) -> dict:
     return row
 
 
-def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) -> Path:
+def record_failure(
+    config: RunConfig, results_dir: str | Path, error_text: str, settings: ExecutionSettings | None = None
+) -> Path:
     """Write a ``failed`` result for ``config`` with the tail of ``error_text`` (no metric
     rows), while the run's lease is held (:func:`harness.train.fencing.current`). Returns the path.
+
+    With the worker's ``settings``, the file carries where the attempt ran like a finished run's
+    (``hardware`` and ``environment``, :func:`harness.train.environment.environment_record`: a failure
+    that happens on one machine only is then visible as such); a config whose numerics cannot be
+    resolved (a bad ``[train]`` value, the likely cause of the failure) records none.
 
     Raises:
         LeaseLost: the run was taken over meanwhile; nothing was written.
     """
     fence = fencing.current()
+    where = {}
+    if settings is not None:
+        try:
+            environment = environment_record(*run_numerics(config, settings))
+        except ValueError:
+            environment = None
+        if environment is not None:
+            where = {"hardware": environment["hardware"], "environment": environment}
     result = {
         "run": run_row(
             config,
@@ -90,6 +107,7 @@ def record_failure(config: RunConfig, results_dir: str | Path, error_text: str) 
             error=str(error_text)[-ERROR_CHARS:],
             finished_at=utc_now().isoformat(),
             fence=fence,
+            **where,
         ),
         "metrics": [],
         "routing": [],

@@ -128,6 +128,16 @@ def test_a_worker_whose_every_run_failed_exits_non_zero(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "worker trained 3 runs: 0 done, 0 diverged, 3 failed" in proc.stdout
     assert "every run this worker took failed (3)" in proc.stderr
+    # each failed attempt's file says where it ran, as a finished run's does (DESIGN 13)
+    files = sorted((results / "runs").glob("*.json"))
+    assert len(files) == 3
+    for path in files:
+        run = json.loads(path.read_text())["run"]
+        assert run["status"] == "failed" and run["hardware"].startswith("cpu-"), run.get("hardware")
+        assert (
+            run["environment"]["hardware"] == run["hardware"]
+            and run["environment"]["run"]["device_type"] == "cpu"
+        )
 
 
 # ----------------------------------------------------------------------------- the environment

@@ -444,11 +444,12 @@ def train_unless_finished(
     return result_file.finished_outcome(config, results_dir) or {"status": status}
 
 
-def record_failure(config: RunConfig, results_dir: Path, error_text: str) -> None:
-    """:func:`harness.train.record_failure`: a failed result file for a crashed attempt."""
+def record_failure(config: RunConfig, results_dir: Path, error_text: str, settings=None) -> None:
+    """:func:`harness.train.record_failure`: a failed result file for a crashed attempt (with the worker's
+    :class:`~harness.train.execution.ExecutionSettings`: where it ran)."""
     from harness.train import result_file  # lazy: torch and Lightning load only when training
 
-    result_file.record_failure(config, results_dir, error_text)
+    result_file.record_failure(config, results_dir, error_text, settings)
 
 
 # --- A worker process around the loop (DESIGN section 10): what ``harness work`` and a launched task run.
@@ -641,7 +642,6 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
         from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
 
         set_threads(options.settings.threads)
-    on_failure = on_failure or record_failure
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     check_writable(Path(options.results), options.create)
     queue = RunQueue.open(
@@ -665,6 +665,11 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
         check_run = checked_before_claims(queue, options.grid, settings, claim)
         queue.pairs = _pair_gate(settings, options.any_hardware)
+    if on_failure is None:  # a failed attempt's file says where it ran, as a finished run's does
+
+        def on_failure(config, results_dir, error_text):
+            record_failure(config, results_dir, error_text, settings)
+
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
