@@ -109,6 +109,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--any-hardware", action="store_true", help="workers run `harness work --any-hardware` (see its help)"
     )
     parser.add_argument(
+        "--corpus",
+        metavar="PATH",
+        default=None,
+        help="where the workers' machines have the corpus: workers run `harness work --corpus PATH` "
+        "(checked against the grid's corpus fingerprint; default: the path the queue records)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -281,6 +288,7 @@ def _work_options(args: argparse.Namespace, storage: str | None) -> WorkOptions:
         devices=str(gpus) if gpus else None,
         any_hardware=getattr(args, "any_hardware", False),
         settings=settings,
+        corpus=getattr(args, "corpus", None),
     )
 
 
@@ -293,6 +301,7 @@ def _work_argv(options: WorkOptions, storage_shown: str | None) -> list[str]:
     argv += ["--max-runs", str(options.max_runs)] if options.max_runs else []
     argv += ["--accelerator", "gpu", "--devices", options.devices] if options.devices else []
     argv += ["--any-hardware"] if options.any_hardware else []
+    argv += ["--corpus", options.corpus] if options.corpus else []
     return argv
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -151,19 +152,23 @@ def test_launch_refuses_bad_input_in_one_line_and_submits_nothing(tmp_path, caps
 
 
 def test_launch_local_drains_a_grid_and_status_shows_the_workers(tmp_path, chaos_reference, cache):
-    """--executor local: submitit's LocalExecutor runs 2 workers as processes on this machine."""
+    """--executor local: submitit's LocalExecutor runs 2 workers as processes on this machine; --corpus
+    tells them where their machine has the corpus (here a copy at another path: the same text)."""
     grid = chaos.write_grid(tmp_path / "chaos.toml", 4)
     results = tmp_path / "results"
     chaos.queue_grid(grid, results)
+    moved = shutil.copytree(chaos.SAMPLE, tmp_path / "elsewhere" / "corpus")
     env = {**os.environ, "HARNESS_CACHE": str(cache)}
-    out = launch(results, "--executor", "local", "--workers", "2", "--threads", "1", env=env).stdout
+    out = launch(
+        results, "--executor", "local", "--workers", "2", "--threads", "1", "--corpus", str(moved), env=env
+    ).stdout
     pids = re.search(r"controller pid\(s\) (\d+) (\d+);", out).groups()
     assert "4 runs queued in" in out and f"harness status --results {results}" in out
     (record,) = read_records(results)
     assert (record.executor, record.job_ids, record.command) == (
         "local",
         list(pids),
-        ["--results", str(results), "--threads", "1"],
+        ["--results", str(results), "--threads", "1", "--corpus", str(moved)],
     )
 
     wait_for("both local workers to end", lambda: not any(pid_alive(int(p)) for p in pids), every_s=0.5)
