@@ -125,7 +125,9 @@ class BlockPrefix:
     ``addcmul`` chain over the sources, which ``torch.compile`` fuses into one kernel), instead
     of once per site and route (eager runs one mat-vec per query, compiled code fuses them).
     Backward saves the sources (alive anyway), ``e`` (no ``D`` axis)
-    and the queries: no ``[S, B, T, D]`` tensor. A site takes its rows with :meth:`rows` and
+    and the queries: no ``[S, B, T, D]`` tensor. The running maximum is not differentiated: the
+    routes do not depend on it in exact arithmetic (it cancels between ``acc`` and ``l``), so its
+    gradient is zero and only rounding would flow through it. A site takes its rows with :meth:`rows` and
     merges the in-progress partial with :func:`merge_partial`.
 
     Query ``n``'s numbers do not depend on the other queries (element-wise in ``n``), so the
@@ -144,7 +146,10 @@ class BlockPrefix:
                 [torch.stack([upcast(v) @ u[n] for n in range(u.shape[0])]) * r for v, r in zip(values, rstd)]
             )
         self.logits = logits  # [S, N, B, T]
-        self.m = logits.amax(0)  # [N, B, T]
+        # the running max only shifts the exponents: every route is invariant to it (acc / l, and
+        # merge_partial's c), so its exact gradient is zero and autograd need not differentiate it
+        # (FlashAttention's rule): no amax backward, no logits saved for it
+        self.m = logits.detach().amax(0)  # [N, B, T]
         e = torch.exp(logits - self.m)  # [S, N, B, T]
         self.e = e
         self.l = e.sum(0)  # [N, B, T]
@@ -194,7 +199,7 @@ def merge_partial(
         # (a [D, R] matmul rounds differently for R = 1 and R = 2: rd_attnres with w_v = w_qk
         # would no longer be the parent bit for bit)
         z_p = torch.stack([p @ u[j] for j in range(u.shape[0])]) * r_p  # [R, B, T]
-    m_new = torch.maximum(m, z_p)
+    m_new = torch.maximum(m, z_p).detach()  # a shift: the route is invariant to it (see BlockPrefix)
     c = torch.exp(m - m_new)
     e_p = torch.exp(z_p - m_new)
     inv = 1.0 / (c * l + e_p)
