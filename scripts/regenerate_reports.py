@@ -10,9 +10,10 @@ same archive cut to the runs of the plan's first look (the seeds below the first
 queue entries), imported into another folder and reported the same way. The report files are replaced
 (``report.md``, ``report.html``, ``stats.csv``, ``pairs.csv``, ``figures/``); the archive is kept.
 
-A folder without an archive (demo, sample and cpu_study: their runs were never archived, and runs are
-bit-identical on one CPU model only, so retraining them would change their numbers, not refresh them) is
-named with the reason and left as it is; exit status 1 when a NAME asked for has no archive.
+Every committed report folder holds its archive (demo, sample and cpu_study were re-trained on
+2026-12-06 to get one: runs are bit-identical on one CPU model only, so a report without its archive
+could never be refreshed, only re-trained into other numbers). A folder without one is named with the
+reason and left as it is; exit status 1 when a NAME asked for has no archive.
 
 ``--out DIR`` writes the regenerated folders under DIR instead of docs/reports (the staleness test,
 ``tests/tooling/test_committed_reports.py``, compares them with the committed ones).
@@ -89,7 +90,7 @@ def regenerate(name: str, out_root: Path) -> list[Path]:
     if archive is None:
         raise FileNotFoundError(
             f"docs/reports/{name}: no archive of its runs is committed (harness archive), so it cannot be "
-            "regenerated; retraining would give other numbers on another CPU"
+            "regenerated; retraining would give other numbers on another CPU (train it, then `harness archive`)"
         )
     grid = read_archive(archive).grid
     written = []
