@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.common.console import setup_logging
 from harness.common.files import default_results, fmt_bytes, free_bytes, full_disk
-from harness.common.interrupt import prompt_exit
+from harness.common.interrupt import InterruptedAfterWrite, prompt_exit
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -181,7 +181,10 @@ def _run(argv: list[str]) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
     except KeyboardInterrupt as exc:
-        print(f"interrupted ({exc})" if str(exc) else "interrupted", file=sys.stderr)
+        print(
+            f"interrupted ({exc})" if isinstance(exc, InterruptedAfterWrite) else "interrupted",
+            file=sys.stderr,
+        )
         return 130
     except BrokenPipeError:
         # `harness status | head`: the reader is gone; end quietly, as a shell tool killed by SIGPIPE

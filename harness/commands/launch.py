@@ -217,6 +217,11 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.partition is not None and args.executor != "slurm":
         raise ValueError("--partition: only with --executor slurm")
+    if args.corpus is not None and not args.corpus.startswith("hf:") and not os.path.exists(args.corpus):
+        raise ValueError(
+            f"--corpus {args.corpus!r} not found here: launch checks it before submitting (the workers "
+            "read the same path; run it where that path is mounted)"
+        )
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")

@@ -83,6 +83,10 @@ def raise_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+class InterruptedAfterWrite(KeyboardInterrupt):
+    """A Ctrl-C that :func:`complete_before_interrupt` held until its write was complete; its text says so."""
+
+
 @contextmanager
 def complete_before_interrupt(what: str) -> Iterator[None]:
     """A write that must land whole or not at all (the queue's trials: the journal takes them one
@@ -102,7 +106,7 @@ def complete_before_interrupt(what: str) -> Iterator[None]:
     finally:
         state.held -= 1
     if state.seen and not state.held:
-        raise KeyboardInterrupt(f"Ctrl-C arrived while it {what}: that was completed first")
+        raise InterruptedAfterWrite(f"Ctrl-C arrived while it {what}: that was completed first")
 
 
 def _forget_pipe_in_child() -> None:
@@ -164,4 +168,11 @@ def prompt_exit(code: int, *, grace_s: float = GRACE_S) -> Iterator[Interrupt]:
         os.close(write_fd)  # the watcher reads the end of the pipe and returns
 
 
-__all__ = ["GRACE_S", "Interrupt", "complete_before_interrupt", "prompt_exit", "raise_if_interrupted"]
+__all__ = [
+    "GRACE_S",
+    "Interrupt",
+    "InterruptedAfterWrite",
+    "complete_before_interrupt",
+    "prompt_exit",
+    "raise_if_interrupted",
+]

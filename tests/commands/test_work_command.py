@@ -52,7 +52,7 @@ def test_work_command_uses_the_runner_lazily(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(
         result_file,
         "record_failure",
-        lambda config, results_dir, error: calls.append(("fail", config.run_id, error)),
+        lambda config, results_dir, error, settings=None: calls.append(("fail", config.run_id, error)),
     )
     monkeypatch.setattr(result_file, "finished_status", lambda config, results_dir: None)
     monkeypatch.setattr(result_file, "finished_outcome", lambda config, results_dir: None)

@@ -82,6 +82,7 @@ LAUNCH_BAD = {
     "--grid": ["nosuch"],
     "--threads": ["-1", "100000"],
     "--max-runs": ["0"],
+    "--corpus": ["/no/such/corpus"],
 }
 
 

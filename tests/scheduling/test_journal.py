@@ -213,7 +213,9 @@ sys.exit(main(sys.argv[2:]))
 
 
 @pytest.mark.slow  # two `harness tune` of 60 trials: about 15 s on 2 cores
-def test_ctrl_c_during_tune_enqueue_exits_130_and_the_rerun_adds_the_rest(tmp_path):
+def test_ctrl_c_during_tune_enqueue_exits_130_and_the_rerun_adds_nothing(tmp_path):
+    """A Ctrl-C while the journal takes the trials completes the write first (all 60 or none: issue 53
+    row 9), says so, exits 130; running the command again adds nothing."""
     results = tmp_path / "results"
     argv = ["tune", "--variant", "block_attnres", "--size", "tiny", "--budget-tokens", "4096"]
     argv += ["--trials", "60", "--corpus", str(SAMPLE), "--name", "t", "--results", str(results)]
@@ -221,13 +223,18 @@ def test_ctrl_c_during_tune_enqueue_exits_130_and_the_rerun_adds_the_rest(tmp_pa
     cut = subprocess.run(
         [sys.executable, "-c", TUNE_INTERRUPTED, "12", *argv], capture_output=True, text=True, timeout=300
     )
-    assert (cut.returncode, cut.stderr.strip()) == (130, "interrupted"), cut.stderr
+    assert cut.returncode == 130, cut.stderr
+    assert (
+        cut.stderr.strip()
+        == "interrupted (Ctrl-C arrived while it queued 60 run(s): that was completed first)"
+    )
     assert not list(results.glob("queue.journal.lock*"))
-    added = len(RunQueue.open(None, results).runs())
-    assert 0 < added < 60
+    assert len(RunQueue.open(None, results).runs()) == 60
     again = _harness(*argv)
     assert again.returncode == 0, again.stderr
-    assert f"queued {60 - added} trial(s)" in again.stdout and f"{added} already queued" in again.stdout
+    assert "nothing" in again.stdout or "0 trial" in again.stdout or "already queued" in again.stdout, (
+        again.stdout
+    )
     assert len(RunQueue.open(None, results).runs()) == 60
 
 
