@@ -217,11 +217,10 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.partition is not None and args.executor != "slurm":
         raise ValueError("--partition: only with --executor slurm")
-    if args.corpus is not None and not args.corpus.startswith("hf:") and not os.path.exists(args.corpus):
-        raise ValueError(
-            f"--corpus {args.corpus!r} not found here: launch checks it before submitting (the workers "
-            "read the same path; run it where that path is mounted)"
-        )
+    if args.corpus is not None:  # checked here, before submitting: the workers read the same path or glob
+        from harness.scheduling.grids.grid import check_corpus
+
+        check_corpus(args.corpus, source="harness launch --corpus")
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")
