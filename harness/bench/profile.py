@@ -59,11 +59,23 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
             "ampere_",
         ),
     ),
-    # two-phase routing (online softmax): amax, maximum and addcmul name its kernels and their
-    # backward (the running max's gradient brings eq/masked_fill and exp's a neg, which rope's rule matches)
+    # two-phase routing (online softmax): amax, maximum and addcmul name its kernels; their backward
+    # is named by select_backward (a source's row of the weights, e[i]) and reciprocal (1 / l), and
+    # carries exp's neg, which rope's rule would match
     (
         "routing",
-        ("softmax", "aten::mv", "aten::addmv", "_mv_", "aten::addcmul", "amax", "maximum", "addcmul"),
+        (
+            "softmax",
+            "aten::mv",
+            "aten::addmv",
+            "_mv_",
+            "aten::addcmul",
+            "amax",
+            "maximum",
+            "addcmul",
+            "select_backward",
+            "_reciprocal",  # a kernel's name part: aten::reciprocal alone is also clip_grad's
+        ),
     ),
     ("mlp", ("silu",)),
     ("rope", ("neg",)),

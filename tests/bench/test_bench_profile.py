@@ -183,6 +183,21 @@ def result_lines(tmp_path):
             (),
             "routing",
         ),
+        # ... and, with the running max detached (no amax in the backward), by select_backward and
+        # reciprocal: these two counted as rope on `small` (10.3 and 5.1 ms of block_attnres's step)
+        (
+            "cpp_fused_add_div_expand_mul_neg_pow_reciprocal_select_select_backward_slice_slice_backward_"
+            "squeeze_stack_sum_unsqueeze_view",
+            (),
+            "routing",
+        ),
+        (
+            "cpp_fused_add_div_expand_mul_neg_pow_select_select_backward_slice_backward_squeeze_stack_sum_unsqueeze_view",
+            (),
+            "routing",
+        ),
+        ("aten::select_backward", (), "routing"),
+        ("aten::reciprocal", (), "other"),  # clip_grad's too: only a kernel's `_reciprocal` is routing
         ("aten::amax", (), "routing"),
         ("aten::maximum", (), "routing"),
     ],
