@@ -122,6 +122,11 @@ class BenchConfig:
             raise ValueError(f"interval_width={self.interval_width} must be a positive number (0.01 = 1 %)")
         if not (self.peak_tflops >= 0 and math.isfinite(self.peak_tflops)):
             raise ValueError(f"peak_tflops={self.peak_tflops} must be a finite number >= 0")
+        if self.per_site and self.variants and all(get_spec(v).residual == "prenorm" for v in self.variants):
+            # nothing would be compared: say so before the rounds, not with an empty ratio list after them
+            raise ValueError(
+                f"per-site timing (--per-site) needs a routed variant; got only {', '.join(self.variants)}"
+            )
         if self.corpus and self.cache_dir is None:
             raise ValueError("a corpus needs a cache_dir for the prepared tokens")
 

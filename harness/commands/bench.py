@@ -31,8 +31,29 @@ example:
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import re
 import sys
 from pathlib import Path
+
+#: BenchConfig's fields by the option that sets them: its errors name the option a user typed
+FLAGS = {
+    "steps": "--steps",
+    "max_steps": "--max-steps",
+    "interval_width": "--interval-width",
+    "warmup": "--warmup",
+    "batch_size": "--batch-size",
+    "loop_steps": "--loop-steps",
+    "loop_rounds": "--loop-rounds",
+    "threads": "--threads",
+    "seed": "--seed",
+    "peak_tflops": "--peak-tflops",
+    "profile_rounds": "--profile",
+    "per_site": "--per-site",
+}
+#: --max-steps when not given: rounds go on to this many while an interval is too wide
+DEFAULT_MAX_STEPS = 120
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,9 +82,10 @@ def _add_timing(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-steps",
         type=int,
-        default=120,
+        default=None,
         help="then more rounds, up to this many in all, until every ratio's 95%% interval is narrower "
-        "than --interval-width (0 = exactly --steps; default: 120)",
+        f"than --interval-width (0 = exactly --steps, else at least --steps; default: {DEFAULT_MAX_STEPS}, "
+        "or exactly --steps when --steps is larger)",
     )
     p.add_argument(
         "--interval-width",
@@ -86,7 +108,10 @@ def _add_timing(p: argparse.ArgumentParser) -> None:
         "(default: off; two-phase is what runs train)",
     )
     p.add_argument(
-        "--warmup", type=int, default=3, help="untimed steps per variant and per loop round (default: 3)"
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed steps per variant and per loop round, at least 1 (default: 3)",
     )
 
 
@@ -102,7 +127,7 @@ def _add_what(p: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=int,
         default=0,
-        help="sequences per step (default: the preset's training batch, at most 32)",
+        help="sequences per step (default or 0: the preset's training batch, at most 32)",
     )
     p.add_argument(
         "--loop-variant",
@@ -120,7 +145,7 @@ def _add_what(p: argparse.ArgumentParser) -> None:
         "--corpus", default=None, help="corpus for the loops' batches (default: synthetic uniform tokens)"
     )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device (default: auto)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default or 0: torch's)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default: 0)")
 
 
@@ -130,7 +155,7 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
         "--peak-tflops",
         type=float,
         default=0.0,
-        help="device peak TFLOP/s for MFU (default: by the exact CUDA device name: H100/H200 SXM 989, "
+        help="device peak TFLOP/s for MFU (default or 0: by the exact CUDA device name: H100/H200 SXM 989, "
         "H100 PCIe 756, H100/H200 NVL 835, A100 312; a MIG slice by its SMs; else no MFU)",
     )
     p.add_argument(
@@ -159,36 +184,24 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.bench import BenchConfig, bench_rows, format_report, run_bench, write_json
-    from harness.data import cache_dir
+    from harness.bench import bench_rows, format_report, run_bench, write_json
 
-    cfg = BenchConfig(
-        size=args.size,
-        variants=tuple(args.variant or ()),
-        compile=args.compile,
-        steps=args.steps,
-        max_steps=args.max_steps if args.max_steps > args.steps else 0,
-        interval_width=args.interval_width,
-        precision_ratio=args.precision_ratio,
-        warmup=args.warmup,
-        batch_size=args.batch_size,
-        loop_variant=args.loop_variant,
-        loop_steps=args.loop_steps,
-        loop_rounds=args.loop_rounds,
-        corpus=args.corpus,
-        cache_dir=cache_dir(args.results) if args.corpus else None,
-        device=args.device,
-        threads=args.threads,
-        seed=args.seed,
-        peak_tflops=args.peak_tflops,
-        profile_rounds=args.profile,
-        per_site=args.per_site,
-    )
+    if args.max_steps is None:  # the default cap, or exactly --steps when --steps is already past it
+        args.max_steps = DEFAULT_MAX_STEPS if DEFAULT_MAX_STEPS > args.steps else 0
+    try:
+        cfg = _config(args)
+    except ValueError as exc:  # BenchConfig names its fields: name the options instead
+        raise ValueError(
+            re.sub(r"\b(\w+)=", lambda m: f"{FLAGS[m[1]]} " if m[1] in FLAGS else m[0], str(exc))
+        ) from None
+    json_path = args.json or Path(args.results) / "bench" / "<bench_id>.json"
+    db = Path(args.db) if args.db else Path(args.results) / "harness.duckdb"
+    check_output(json_path, "--json")  # before the rounds: a bad path would lose a long run's result
+    check_output(db, "--db")
     result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_report(result))
     path = write_json(result, args.json or Path(args.results) / "bench" / f"{result['bench_id']}.json")
     print(f"\nwrote {path}")
-    db = Path(args.db) if args.db else Path(args.results) / "harness.duckdb"
     try:  # the results store (DuckDB, polars) loads only now, to write: the bench itself runs without it
         from db.connection import StoreLockedError
         from db.store import Store
@@ -208,3 +221,50 @@ def main(args: argparse.Namespace) -> int:
         raise
     print(f"stored {len(rows)} rows in {db} (table bench, bench_id {result['bench_id']})")
     return 0
+
+
+def check_output(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written, before anything is timed.
+
+    Raises:
+        ValueError: ``path`` is a folder, or a file stands where one of its folders would be.
+        PermissionError: its nearest existing folder is not writable (the environment's fault).
+    """
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; give a file's path")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the folders write_json would create
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{option}: folder not writable", str(folder))
+
+
+def _config(args: argparse.Namespace):
+    """The :class:`~harness.bench.BenchConfig` of the parsed options (ValueError for a bad one)."""
+    from harness.bench import BenchConfig  # deferred, as in main: torch loads only when a command runs
+    from harness.data import cache_dir
+
+    return BenchConfig(
+        size=args.size,
+        variants=tuple(args.variant or ()),
+        compile=args.compile,
+        steps=args.steps,
+        max_steps=args.max_steps,
+        interval_width=args.interval_width,
+        precision_ratio=args.precision_ratio,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        loop_variant=args.loop_variant,
+        loop_steps=args.loop_steps,
+        loop_rounds=args.loop_rounds,
+        corpus=args.corpus,
+        cache_dir=cache_dir(args.results) if args.corpus else None,
+        device=args.device,
+        threads=args.threads,
+        seed=args.seed,
+        peak_tflops=args.peak_tflops,
+        profile_rounds=args.profile,
+        per_site=args.per_site,
+    )

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 import torch
 
-from harness.bench import BenchConfig, assemble, bench_rows, peak_step_bytes
+from harness.bench import BenchConfig, assemble, bench_rows, format_report, peak_step_bytes
 from harness.cli import main as cli
 from harness.models import build_model
 from harness.models.routing import SourceBank
@@ -186,6 +186,9 @@ def test_assemble_computes_known_medians_paired_ratios_intervals_verdicts_and_mf
         2.0,
         2.0,
     ]
+    # a throughput ratio printed among step-time ratios: its line says which way it reads
+    (line,) = [x for x in format_report(result).splitlines() if x.strip().startswith("bf16/fp32")]
+    assert line.split()[1] == "2.000" and line.endswith("tokens/s: above 1, bf16 is faster")
     assert result["loop_tokens_per_s"] == {"lightning": 256 / 0.5, "bare": 256 / 0.4}
     # lightning/bare per iteration (bare s / lightning s): 0.8 1.6 0.1 0.8 0.8 0.8 -> median 0.8, n = 6: the range
     assert result["ratios"]["lightning/bare"] == pytest.approx(0.8)
@@ -331,8 +334,17 @@ def test_route_equals_the_design3_formula():
     [
         (["--size", "huge"], "unknown size 'huge'; valid sizes: tiny, mini, small, 120m, 343m"),
         (["--variant", "rd_atnres"], "unknown variant 'rd_atnres'; valid variants:"),
-        (["--steps", "0"], "steps=0 must be an integer >= 1"),
+        (["--steps", "0"], "--steps 0 must be an integer >= 1"),
         (["--loop-variant", "nope"], "unknown variant 'nope'"),
+        # the options' own names, not BenchConfig's fields (also tests/bench/test_bench_profile.py)
+        (["--max-steps", "-1"], "--max-steps -1 must be an integer >= 0"),
+        # once silently turned into 0 (exactly --steps rounds), the JSON then lying about the cap
+        (["--steps", "4", "--max-steps", "2"], "--max-steps 2 must be 0 or at least --steps 4"),
+        # once an empty ratio list after the rounds
+        (
+            ["--per-site", "--variant", "prenorm"],
+            "per-site timing (--per-site) needs a routed variant; got only prenorm",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_error(tmp_path, capsys, argv, message):
@@ -340,6 +352,38 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("harness bench: error: ") and message in err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("option", ["--json", "--db"])
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_an_unwritable_output_is_refused_before_the_rounds(tmp_path, capsys, option, where):
+    """Once found only after every round had run: the JSON or the rows, or both, were lost."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "afolder").mkdir()
+    path = tmp_path / ("afolder" if where == "a folder" else "afile/out.x")
+    others = {"--json": tmp_path / "r.json", "--db": tmp_path / "r.duckdb"}
+    argv = [
+        "bench",
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--max-steps",
+        "0",
+        "--warmup",
+        "1",
+        "--loop-rounds",
+        "0",
+    ]
+    argv += ["--no-precision-ratio", "--variant", "prenorm", "--results", str(tmp_path / "results")]
+    for opt, default in others.items():
+        argv += [opt, str(path if opt == option else default)]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"harness bench: error: {option} {path}: ")
+    assert ("is a folder" if where == "a folder" else "afile is a file, not a folder") in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "afolder"]  # nothing timed or written
+    assert not list((tmp_path / "afolder").iterdir())
 
 
 @pytest.mark.slow

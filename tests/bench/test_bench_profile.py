@@ -245,7 +245,9 @@ def test_compare_on_known_numbers():
 def test_bad_rounds_are_one_clear_error(tmp_path, capsys):
     assert cli(["bench", "--profile", "-1", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("harness bench: error: ") and "profile_rounds=-1 must be an integer >= 0" in err
+    assert (
+        err.startswith("harness bench: error: ") and "--profile -1 must be an integer >= 0" in err
+    )  # the option, not the field
     assert not list(tmp_path.iterdir())
 
 
