@@ -362,20 +362,8 @@ def test_an_unwritable_output_is_refused_before_the_rounds(tmp_path, capsys, opt
     (tmp_path / "afolder").mkdir()
     path = tmp_path / ("afolder" if where == "a folder" else "afile/out.x")
     others = {"--json": tmp_path / "r.json", "--db": tmp_path / "r.duckdb"}
-    argv = [
-        "bench",
-        "--size",
-        "tiny",
-        "--steps",
-        "1",
-        "--max-steps",
-        "0",
-        "--warmup",
-        "1",
-        "--loop-rounds",
-        "0",
-    ]
-    argv += ["--no-precision-ratio", "--variant", "prenorm", "--results", str(tmp_path / "results")]
+    argv = "bench --size tiny --steps 1 --max-steps 0 --warmup 1 --loop-rounds 0 --no-precision-ratio".split()
+    argv += ["--variant", "prenorm", "--results", str(tmp_path / "results")]
     for opt, default in others.items():
         argv += [opt, str(path if opt == option else default)]
     assert cli(argv) == 2
