@@ -340,7 +340,9 @@ def _device_name(device: torch.device) -> str:
 def bench_rows(result: dict) -> list[dict]:
     """Rows for the DuckDB table ``bench`` (``db/schema.sql``): one per variant (its step
     time, peak memory, training-step tokens/s), one for the other-precision arm
-    (``variant@bf16-mixed``, ``extra.kind = 'precision'``) and one per loop (``lightning``,
+    (``variant@bf16-mixed``, ``extra.kind = 'precision'``), one per per-site arm of ``--per-site``
+    (``variant@per_site``, ``extra.kind = 'routing_path'`` with its ``two_phase/per_site`` ratio; no
+    peak memory: it is not measured for these arms) and one per loop (``lightning``,
     ``bare``: ms per step and tokens/s of the loop, no peak memory). With ``--profile`` a
     variant's ``extra.profile_ms`` holds its ms per step by profile category."""
     common = {k: result[k] for k in ("bench_id", "created_at", "host", "size", "compile", "threads")}
@@ -390,6 +392,31 @@ def bench_rows(result: dict) -> list[dict]:
                 "variant": arm,
                 "step_ms": ms,
                 "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
+                "tokens_per_s": result.get("step_tokens", result["batch_tokens"]) / (ms / 1e3),
+                "extra": extra,
+            }
+        )
+    paths = result.get("routing_paths") or {}
+    for arm, ms in paths.get("step_ms", {}).items():
+        if arm in result["step_ms"]:
+            continue  # the two-phase arm: the variant's own row
+        model_variant = arm.split("@")[0]
+        key = f"{model_variant}: two_phase/per_site"
+        extra = {
+            "kind": "routing_path",
+            **info,
+            "model_variant": model_variant,
+            "routing": "per_site",
+            "two_phase/per_site": paths["ratios"].get(key),
+            "ratio_interval": paths["ratio_intervals"].get(key),
+            "profile_ms": profiled[arm]["categories"] if arm in profiled else None,
+        }
+        rows.append(
+            {
+                **common,
+                "variant": arm,
+                "step_ms": ms,
+                "peak_mem_mb": None,
                 "tokens_per_s": result.get("step_tokens", result["batch_tokens"]) / (ms / 1e3),
                 "extra": extra,
             }

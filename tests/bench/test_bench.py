@@ -149,6 +149,54 @@ def test_duckdb_rows_match_the_json(bench):
     assert rd_extra["ratio_vs_parent"] == result["ratios"]["rd_attnres/block_attnres"]
 
 
+@pytest.mark.slow
+def test_per_site_arms_are_timed_reported_and_stored(tmp_path, capsys):
+    """`--per-site`: every routed variant also on the per-site path, its ratio in the JSON, the report
+    and a `bench` row of its own (once only in the JSON)."""
+    out, db = tmp_path / "b.json", tmp_path / "b.duckdb"
+    argv = "bench --size tiny --steps 6 --max-steps 0 --warmup 1 --loop-rounds 0 --no-precision-ratio".split()
+    argv += ["--threads", "1", "--per-site", "--variant", "prenorm", "--variant", "block_attnres"]
+    argv += ["--variant", "rd_attnres", "--results", str(tmp_path), "--json", str(out), "--db", str(db)]
+    assert cli(argv) == 0
+    report = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    paths = result["routing_paths"]
+    assert set(paths["step_ms"]) == {
+        "block_attnres",
+        "block_attnres@per_site",
+        "rd_attnres",
+        "rd_attnres@per_site",
+    }
+    assert set(paths["ratios"]) == {"block_attnres: two_phase/per_site", "rd_attnres: two_phase/per_site"}
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT variant, step_ms, peak_mem_mb, tokens_per_s, extra FROM bench").fetchall()
+    finally:
+        con.close()
+    by_variant = {r[0]: r for r in rows}
+    assert set(by_variant) == {
+        "prenorm",
+        "block_attnres",
+        "rd_attnres",
+        "block_attnres@per_site",
+        "rd_attnres@per_site",
+    }
+    for v in ("block_attnres", "rd_attnres"):
+        ratio = paths["ratios"][f"{v}: two_phase/per_site"]
+        assert f"measured {v}: two_phase/per_site" in report and f"{ratio:.3f}" in report
+        _, ms, mem, tps, extra = by_variant[f"{v}@per_site"]
+        extra = json.loads(extra)
+        assert ms == paths["step_ms"][f"{v}@per_site"] and mem is None
+        assert tps == pytest.approx(result["batch_size"] * result["context"] / (ms / 1e3), rel=1e-12)
+        assert (
+            extra["kind"] == "routing_path" and extra["model_variant"] == v and extra["routing"] == "per_site"
+        )
+        assert extra["two_phase/per_site"] == ratio
+        assert (
+            by_variant[v][1] == result["step_ms"][v] == paths["step_ms"][v]
+        )  # the two-phase arm is the variant
+
+
 def test_assemble_computes_known_medians_paired_ratios_intervals_verdicts_and_mfu():
     block = [11.0, 12.0, 10.5, 11.0, 100.0, 11.5, 10.8]  # one stalled round (100 ms)
     samples = {
