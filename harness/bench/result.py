@@ -348,6 +348,7 @@ def bench_rows(result: dict) -> list[dict]:
     common = {k: result[k] for k in ("bench_id", "created_at", "host", "size", "compile", "threads")}
     common["torch_version"] = result["torch"]
     info = {k: result[k] for k in ("device", "device_name", "batch_size", "context", "steps", "warmup")}
+    step_tokens = result.get("step_tokens", result["batch_tokens"])  # tokens of one training step
     rows = []
     intervals_ = result.get("ratio_intervals", {})
     profiled = (result.get("profile") or {}).get("arms", {})
@@ -392,7 +393,7 @@ def bench_rows(result: dict) -> list[dict]:
                 "variant": arm,
                 "step_ms": ms,
                 "peak_mem_mb": result["precision_peak_mem_mb"].get(precision),
-                "tokens_per_s": result.get("step_tokens", result["batch_tokens"]) / (ms / 1e3),
+                "tokens_per_s": step_tokens / (ms / 1e3),
                 "extra": extra,
             }
         )
@@ -417,7 +418,7 @@ def bench_rows(result: dict) -> list[dict]:
                 "variant": arm,
                 "step_ms": ms,
                 "peak_mem_mb": None,
-                "tokens_per_s": result.get("step_tokens", result["batch_tokens"]) / (ms / 1e3),
+                "tokens_per_s": step_tokens / (ms / 1e3),
                 "extra": extra,
             }
         )

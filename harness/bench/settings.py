@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from harness.bench.peaks import peak_flops
+from harness.bench.routing_cost import routing_path_arms
 from harness.models import available_variants, get_spec
 from harness.models.sizes import get_size
 
@@ -122,7 +123,7 @@ class BenchConfig:
             raise ValueError(f"interval_width={self.interval_width} must be a positive number (0.01 = 1 %)")
         if not (self.peak_tflops >= 0 and math.isfinite(self.peak_tflops)):
             raise ValueError(f"peak_tflops={self.peak_tflops} must be a finite number >= 0")
-        if self.per_site and self.variants and all(get_spec(v).residual == "prenorm" for v in self.variants):
+        if self.per_site and self.variants and not routing_path_arms(self, list(self.variants)):
             # nothing would be compared: say so before the rounds, not with an empty ratio list after them
             raise ValueError(
                 f"per-site timing (--per-site) needs a routed variant; got only {', '.join(self.variants)}"

@@ -50,7 +50,6 @@ FLAGS = {
     "seed": "--seed",
     "peak_tflops": "--peak-tflops",
     "profile_rounds": "--profile",
-    "per_site": "--per-site",
 }
 #: --max-steps when not given: rounds go on to this many while an interval is too wide
 DEFAULT_MAX_STEPS = 120
@@ -194,13 +193,13 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(
             re.sub(r"\b(\w+)=", lambda m: f"{FLAGS[m[1]]} " if m[1] in FLAGS else m[0], str(exc))
         ) from None
-    json_path = args.json or Path(args.results) / "bench" / "<bench_id>.json"
+    json_path = args.json or Path(args.results) / "bench" / "<bench_id>.json"  # named after the run
     db = Path(args.db) if args.db else Path(args.results) / "harness.duckdb"
     check_output(json_path, "--json")  # before the rounds: a bad path would lose a long run's result
     check_output(db, "--db")
     result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_report(result))
-    path = write_json(result, args.json or Path(args.results) / "bench" / f"{result['bench_id']}.json")
+    path = write_json(result, args.json or json_path.with_name(f"{result['bench_id']}.json"))
     print(f"\nwrote {path}")
     try:  # the results store (DuckDB, polars) loads only now, to write: the bench itself runs without it
         from db.connection import StoreLockedError
