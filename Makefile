@@ -49,7 +49,7 @@ demo: $(STAMP)
 	@echo "== what it would take to decide: the plan for this grid, its own runs as the pilot"
 	$(BIN)/harness plan $(GRID) --pilot $(GRID_NAME) --results $(RESULTS)
 
-# The committed reports (docs/reports/) rewritten by this code from their committed archives (the others are named
+# The committed reports (reports/) rewritten by this code from their committed archives (the others are named
 # with the reason they cannot be); tests/tooling/test_committed_reports.py fails while one is stale.
 reports: $(STAMP)
 	$(BIN)/python scripts/regenerate_reports.py

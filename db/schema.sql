@@ -1,10 +1,10 @@
 -- Results store schema (DESIGN section 5). Contract: add columns freely, never rename or drop.
 --
--- db/store.py applies this file to harness.duckdb whenever its sha256 changes, after adding any
+-- harness/store/store.py applies this file to harness.duckdb whenever its sha256 changes, after adding any
 -- column listed here that an older database lacks (ALTER TABLE ... ADD COLUMN), so a new column
 -- must be nullable (no NOT NULL). The same file, run on an in-memory database, is where the
 -- result-file validator learns each column's type: this file is the single source of truth.
--- Allowed values of role/status/split/site are checked in Python (db/validate.py), not by CHECK
+-- Allowed values of role/status/split/site are checked in Python (harness/store/validate.py), not by CHECK
 -- constraints, because DuckDB cannot alter a CHECK constraint when a set grows.
 
 -- One row per run; written from the run's result file (RESULTS/runs/<run_id>.json).

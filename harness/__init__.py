@@ -19,7 +19,7 @@ and result: owner, epoch, :class:`~harness.train.fencing.LeaseLost`). Siblings: 
 store), ``reports`` (statistics and the report).
 
 The notebook API: ``harness.results(RESULTS, grid=...)`` (a grid's tables as polars frames) and
-``harness.analyze(RESULTS, grid=...)`` (the report's statistics), from :mod:`reports.api`.
+``harness.analyze(RESULTS, grid=...)`` (the report's statistics), from :mod:`harness.report.api`.
 """
 
 import os
@@ -59,7 +59,7 @@ def __getattr__(name: str):
     """``harness.results`` / ``harness.analyze``, imported on first use: deferred on purpose, so
     ``import harness`` (and ``harness --help``) loads no polars, DuckDB, numpy or statistics."""
     if name in API:
-        from reports import api
+        from harness.report import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -1,11 +1,11 @@
-"""Regenerate the committed reports in docs/reports/ with the current code, from their committed inputs.
+"""Regenerate the committed reports in reports/ with the current code, from their committed inputs.
 
     python scripts/regenerate_reports.py [--out DIR] [NAME ...]      # also: make reports
 
 A committed report can be re-derived only from its runs. Each report folder whose runs are committed as
-a grid archive (``docs/reports/NAME/*.tar.gz``, written by ``harness archive``) is rebuilt the way a
+a grid archive (``reports/NAME/*.tar.gz``, written by ``harness archive``) is rebuilt the way a
 reader would (docs/sharing.md): ``harness import ARCHIVE --results TMP`` then ``harness report --grid GRID
---results TMP --out docs/reports/NAME``; its look-1 report (``look1/``, where the folder has one) from the
+--results TMP --out reports/NAME``; its look-1 report (``look1/``, where the folder has one) from the
 same archive cut to the runs of the plan's first look (the seeds below the first look's count, with their
 queue entries), imported into another folder and reported the same way. The report files are replaced
 (``report.md``, ``report.html``, ``stats.csv``, ``pairs.csv``, ``figures/``); the archive is kept.
@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout: the harness of this tree, not an installed one
 
-from db.archive import read_archive, write_archive  # noqa: E402
 from harness.cli import main as harness  # noqa: E402
+from harness.store.archive import read_archive, write_archive  # noqa: E402
 
-REPORTS = ROOT / "docs" / "reports"
+REPORTS = ROOT / "reports"
 REPORT_FILES = ("report.md", "report.html", "stats.csv", "pairs.csv")
 LOOK1 = "look1"
 
@@ -80,7 +80,7 @@ def _replace(new: Path, target: Path) -> None:
 
 
 def regenerate(name: str, out_root: Path) -> list[Path]:
-    """Regenerate docs/reports/NAME (and its look1/) into ``out_root/NAME``; the folders written.
+    """Regenerate reports/NAME (and its look1/) into ``out_root/NAME``; the folders written.
 
     Raises:
         FileNotFoundError: NAME has no committed archive (the message says why it cannot be rebuilt).
@@ -89,7 +89,7 @@ def regenerate(name: str, out_root: Path) -> list[Path]:
     archive = archive_of(folder)
     if archive is None:
         raise FileNotFoundError(
-            f"docs/reports/{name}: no archive of its runs is committed (harness archive), so it cannot be "
+            f"reports/{name}: no archive of its runs is committed (harness archive), so it cannot be "
             "regenerated; retraining would give other numbers on another CPU (train it, then `harness archive`)"
         )
     grid = read_archive(archive).grid
@@ -109,8 +109,8 @@ def regenerate(name: str, out_root: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help="report folders under docs/reports (default: all)")
-    parser.add_argument("--out", type=Path, default=REPORTS, help="write under DIR (default: docs/reports)")
+    parser.add_argument("names", nargs="*", help="report folders under reports/ (default: all)")
+    parser.add_argument("--out", type=Path, default=REPORTS, help="write under DIR (default: reports/)")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.name for p in REPORTS.iterdir() if p.is_dir())
     status = 0

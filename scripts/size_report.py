@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("harness", "reports", "db", "controls", "scripts")
+FOLDERS = ("harness", "scripts")
 FILE_HINT = 600  # physical lines worth a look
 FUNCTION_HINT = 80  # physical lines from the first decorator to the last line
 

@@ -101,7 +101,7 @@ def queue_grid(grid: Path, results: Path, storage: str | None = None) -> None:
 def final_values(results: Path) -> dict[str, float]:
     """``run_id -> val_nll`` (nats/token) of the ``done`` runs in DuckDB's ``final`` view."""
     sys.path.insert(0, str(REPO))
-    from db.store import Store
+    from harness.store.store import Store
 
     frame = Store(results).query("select run_id, val_nll from final")  # final: status done only
     return dict(zip(frame["run_id"].to_list(), frame["val_nll"].to_list()))
@@ -358,8 +358,8 @@ def chaos(
     summary.reclaimed = sum(line.startswith("reclaimed ") for line in text.splitlines())
     runs = queue().runs(GRID_NAME)
     values = final_values(results)
-    from db.validate import result_filename
     from harness.scheduling.grids.grid import load_grid
+    from harness.store.validate import result_filename
 
     for rid in (c.run_id for c in load_grid(grid).expand()):
         r = runs.get(rid)

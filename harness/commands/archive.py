@@ -1,6 +1,6 @@
 """Write one grid's results to one portable file, for a collaborator to re-derive its report and add seeds.
 
-The file (a gzip-compressed tar, format in db/archive.py) holds the grid's result files
+The file (a gzip-compressed tar, format in harness/store/archive.py) holds the grid's result files
 (curves, routing and degeneracy records, failures), the queue's view of the grid (every run's
 config as queued, with the analysis plan, and how it ended), the grid TOML (--toml, default
 RESULTS/grids/NAME.toml when an import wrote one), each run's protocol hash and training commit
@@ -68,7 +68,7 @@ def _queue_view(args: argparse.Namespace) -> list[dict] | None:
 
 
 def _portability(args: argparse.Namespace, results: dict[str, bytes], queued: list[dict]):
-    """``(stand_ins, corpus)`` for :func:`db.archive.write_archive`: each absolute path the grid's files
+    """``(stand_ins, corpus)`` for :func:`harness.store.archive.write_archive`: each absolute path the grid's files
     name (its corpus, however many paths it was read from; the results folder; the home folder) ->
     its stand-in, and ``{"fingerprint", "name"}`` of the corpus (the queue's record, else the document
     fingerprint its result files record)."""
@@ -119,9 +119,9 @@ def code_identity() -> dict:
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from db.archive import write_archive
-    from db.store import Store
     from harness.common.terms import check_grid
+    from harness.store.archive import write_archive
+    from harness.store.store import Store
 
     store = Store(args.results)
     ids = store.query("select run_id from runs where grid = ? order by run_id", [args.grid])[

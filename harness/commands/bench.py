@@ -202,8 +202,8 @@ def main(args: argparse.Namespace) -> int:
     path = write_json(result, args.json or json_path.with_name(f"{result['bench_id']}.json"))
     print(f"\nwrote {path}")
     try:  # the results store (DuckDB, polars) loads only now, to write: the bench itself runs without it
-        from db.connection import StoreLockedError
-        from db.store import Store
+        from harness.store.connection import StoreLockedError
+        from harness.store.store import Store
     except ImportError as exc:  # a bare GPU node: the JSON holds every number
         print(f"harness bench: rows not stored in {db} ({exc}); the result is in {path}", file=sys.stderr)
         return 0

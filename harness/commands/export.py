@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from db.connection import StoreLockedError
-    from db.store import Store
+    from harness.store.connection import StoreLockedError
+    from harness.store.store import Store
 
     store = Store(args.results, lock_timeout_s=args.lock_timeout)
     try:

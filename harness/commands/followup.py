@@ -89,12 +89,12 @@ def main(args: argparse.Namespace) -> int:
     # lazy: DuckDB, polars and the report's statistics load only when the command runs (`--help` stays light)
     import tomllib
 
-    from db.store import Store
     from harness.models.catalog import load_specs
+    from harness.report import followup as fu
+    from harness.report.build import compute_stats, load_frames
+    from harness.report.stats.seed_planning import throughput
     from harness.scheduling.grids.grid import parse_grid
-    from reports import followup as fu
-    from reports.build import compute_stats, load_frames
-    from reports.stats.seed_planning import throughput
+    from harness.store.store import Store
 
     _check_out(args.out)
     store = Store(args.results)

@@ -63,9 +63,9 @@ def _sd(text: str) -> float:
 
 
 def _shape(grid):
-    """The grid as :class:`reports.stats.seed_planning.GridShape` (A/A checks are no control)."""
-    from reports.stats.pairing import AA_VARIANTS
-    from reports.stats.seed_planning import GridShape
+    """The grid as :class:`harness.report.stats.seed_planning.GridShape` (A/A checks are no control)."""
+    from harness.report.stats.pairing import AA_VARIANTS
+    from harness.report.stats.seed_planning import GridShape
 
     by_cell: dict[tuple[str, int], list[str]] = {}
     for c in grid.cells():
@@ -86,9 +86,9 @@ def _shape(grid):
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.report.render.plan_table import render_plan
+    from harness.report.stats.seed_planning import plan_rows, throughput
     from harness.scheduling.grids.grid import load_grid
-    from reports.render.plan_table import render_plan
-    from reports.stats.seed_planning import plan_rows, throughput
 
     if args.pilot is not None and args.sd is not None:
         raise ValueError("give either --pilot GRID_NAME or --sd NATS, not both")
@@ -102,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
     has_store = (args.results / "harness.duckdb").exists() or (args.results / "runs").is_dir()
     pilot, runs, bench = None, None, None
     if has_store:
-        from db.store import Store
+        from harness.store.store import Store
 
         store = Store(args.results)
         runs = store.query("SELECT size, status, tokens_seen, budget_tokens, wall_s FROM runs", [])
@@ -115,7 +115,7 @@ def main(args: argparse.Namespace) -> int:
                 f"--pilot {args.pilot}: no results store in {str(args.results)!r} (no "
                 "harness.duckdb or runs/); set --results DIR or $HARNESS_RESULTS"
             )
-        from reports.build import compute_stats, load_frames
+        from harness.report.build import compute_stats, load_frames
 
         pilot = compute_stats(load_frames(store, args.pilot), grid=args.pilot)
     speed = throughput(runs, bench)

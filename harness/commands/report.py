@@ -79,7 +79,7 @@ def report_where(storage: str | None, results: Path) -> str:
 
 def _queue_view(args: argparse.Namespace):
     """``({run_id: QueuedRun}, where)`` of the grid from the run queue, or ``(None, why not)``."""
-    from reports.stats.progress import QueuedRun
+    from harness.report.stats.progress import QueuedRun
 
     where = report_where(args.storage, args.results)
     try:
@@ -158,7 +158,7 @@ def unreadable_files_note(store, unreadable, grid: str) -> str | None:
     ``None``: their runs are in no table and count as not finished, as `status` and `sql` say.
     A file is the grid's when its run id (the file name) starts with ``GRID:``
     (:func:`harness.common.terms.run_id`)."""
-    from reports.stats.progress import unreadable_run_ids
+    from harness.report.stats.progress import unreadable_run_ids
 
     bad = sorted(
         (rid, why) for rid, why in unreadable_run_ids(unreadable).items() if rid.startswith(f"{grid}:")
@@ -175,10 +175,10 @@ def unreadable_files_note(store, unreadable, grid: str) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
-    from db.store import Store  # imported here: the report core works on frames without db
     from harness.common.terms import check_grid_name
-    from reports.build import build_report, load_frames
-    from reports.render.sections import summary_lines
+    from harness.report.build import build_report, load_frames
+    from harness.report.render.sections import summary_lines
+    from harness.store.store import Store  # imported here: the report core works on frames without db
 
     check_grid_name(args.grid, "--grid")  # RESULTS/reports/NAME/ stays inside the results folder
     out = args.out if args.out is not None else args.results / "reports" / args.grid

@@ -51,11 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _clash(archive, results: Path, queue) -> str | None:
     """Why the archive cannot go into ``results`` (one line), or ``None``."""
-    from db.archive import same_result
-    from db.runfile import result_path
-    from db.store import Store
     from harness.common.files import results_id
     from harness.common.terms import config_diff
+    from harness.store.archive import same_result
+    from harness.store.runfile import result_path
+    from harness.store.store import Store
 
     grid, mine = archive.grid, set(archive.results)
     for run_id, data in archive.results.items():
@@ -92,7 +92,7 @@ def _clash(archive, results: Path, queue) -> str | None:
 def _move_in(archive, results: Path) -> int:
     """Stage the result files not yet in ``results`` in a temporary folder inside it, then move each
     into ``runs/``; returns how many were moved."""
-    from db.runfile import result_path
+    from harness.store.runfile import result_path
 
     new = {rid: d for rid, d in archive.results.items() if not result_path(results, rid).exists()}
     results.mkdir(parents=True, exist_ok=True)
@@ -141,9 +141,9 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from db.archive import GRID_TOML, read_archive
-    from db.store import Store
     from harness.common.files import atomic_write, results_id
+    from harness.store.archive import GRID_TOML, read_archive
+    from harness.store.store import Store
 
     archive = read_archive(args.archive)
     corpus_path = _corpus_here(archive, args)

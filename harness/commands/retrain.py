@@ -15,7 +15,7 @@ shift is not 0). --report-only trains nothing and reports the chosen runs re-tra
 (no path, no host name). Exit 0 whatever the verdict.
 
 example:
-  harness retrain docs/reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
+  harness retrain reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
       --corpus ../shared/data/fineweb_edu_sample --workers 2 --threads 1 --results /tmp/aa \\
       --csv aa_retrain.csv --json aa_retrain.json
 """
@@ -97,11 +97,11 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from db.archive import read_archive
     from harness.common.files import atomic_write
+    from harness.report.render.retrain_lines import render_csv, render_json, render_text
+    from harness.report.stats.retrain_check import grid_contrasts, retrain_check
     from harness.scheduling import retrain as rt
-    from reports.render.retrain_lines import render_csv, render_json, render_text
-    from reports.stats.retrain_check import grid_contrasts, retrain_check
+    from harness.store.archive import read_archive
 
     _check_args(args)
     archive = read_archive(args.file)
@@ -146,7 +146,7 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
         ValueError / FileNotFoundError: another protocol hash here, a folder holding the archived results,
             a corpus missing here, a run that did not finish (one line; before anything trains).
     """
-    from db.archive import sha256
+    from harness.store.archive import sha256
     from harness.train.execution import ExecutionSettings, set_threads
 
     digest = sha256(args.file.read_bytes())

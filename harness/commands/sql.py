@@ -141,8 +141,8 @@ def main(args: argparse.Namespace) -> int:
     """
     import duckdb  # imported here so that `harness --help` stays fast
 
-    from db.connection import StoreLockedError
-    from db.store import Store
+    from harness.store.connection import StoreLockedError
+    from harness.store.store import Store
 
     sql = sys.stdin.read() if args.query == "-" else args.query
     if not sql.strip():
@@ -179,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def write_batches(batches, fmt: str, limit: int, out) -> int:
-    """Write a streamed result (polars frames, :meth:`db.store.Store.query_batches`) to ``out`` as
+    """Write a streamed result (polars frames, :meth:`harness.store.store.Store.query_batches`) to ``out`` as
     ``fmt``, holding one batch at a time; the table format shows the first ``limit`` rows (0: all).
 
     Returns:
@@ -218,10 +218,10 @@ def warn_unreadable(
     store, prefix: str, *, most: int = 10, file=None, bad: list[tuple[str, str]] | None = None
 ) -> list[tuple[str, str]]:
     """Name every result file the tables lack because it cannot be read, and why, on ``file``
-    (default stderr); returns them. ``bad``: :meth:`db.store.Store.unreadable` already called
+    (default stderr); returns them. ``bad``: :meth:`harness.store.store.Store.unreadable` already called
     (default: call it; nothing is said when the database is locked). Used by ``harness sql``
     and ``harness status``."""
-    from db.connection import StoreLockedError
+    from harness.store.connection import StoreLockedError
 
     file = file or sys.stderr
     if bad is None:

@@ -209,7 +209,7 @@ def status_lines(
     queue, grid: str | None, lease_s: float, *, now: float | None = None, bad: list[tuple[str, str]] = ()
 ) -> list[str]:
     """The status block of ``queue`` (optionally one grid) as lines; ``bad``: the ``(file, why)``
-    of result files the store cannot read (:meth:`db.store.Store.unreadable`).
+    of result files the store cannot read (:meth:`harness.store.store.Store.unreadable`).
 
     Raises:
         ValueError: ``grid`` names no grid in the queue (the message names those there).
@@ -388,8 +388,8 @@ def _unreadable(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[s
     and the lines that name them with why (none when there are none)."""
     import io
 
-    from db.store import Store
     from harness.commands.sql import warn_unreadable
+    from harness.store.store import Store
 
     text = io.StringIO()
     bad = warn_unreadable(Store(args.results, lock_timeout_s=2.0), "", file=text)

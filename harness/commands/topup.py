@@ -46,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _held(queued: dict) -> dict:
-    """Per cell, what the queue holds (reports.stats.topup.CellSeeds) from ``RunQueue.runs(grid)``."""
-    from reports.stats.topup import CellSeeds
+    """Per cell, what the queue holds (harness.report.stats.topup.CellSeeds) from ``RunQueue.runs(grid)``."""
+    from harness.report.stats.topup import CellSeeds
 
     by_cell: dict = {}
     for r in queued.values():
@@ -107,11 +107,11 @@ def _repoint(queue, args: argparse.Namespace, queued: dict):
 def main(args: argparse.Namespace) -> int:
     import optuna
 
-    from db.store import Store
+    from harness.report.build import compute_stats, load_frames
+    from harness.report.render.topup_lines import describe
+    from harness.report.stats.topup import alpha_spent_text, plan_topup
     from harness.scheduling.queue.storage import describe_storage
-    from reports.build import compute_stats, load_frames
-    from reports.render.topup_lines import describe
-    from reports.stats.topup import alpha_spent_text, plan_topup
+    from harness.store.store import Store
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)

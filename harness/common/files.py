@@ -8,7 +8,7 @@ report files, corpus-cache entries, trained tokenizers) goes through :func:`atom
 or :func:`atomic_write`: write a temporary file in the same folder, flush and fsync it,
 rename it onto the target (atomic on POSIX), then fsync the folder so the rename itself
 survives a power loss. Temporary names start with ``.`` and end in ``.tmp``, so readers
-that list ``*.json`` (:mod:`db.ingest`) never pick one up.
+that list ``*.json`` (:mod:`harness.store.ingest`) never pick one up.
 
 A folder built whole (a prepared corpus) is written under a temporary name, its files
 fsynced (:func:`fsync_file`), then renamed into place and its parent fsynced

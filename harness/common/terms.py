@@ -1,7 +1,7 @@
 """The shared vocabulary of a study: roles, run statuses, run ids, and config differences.
 
 Defined once here and imported by the grid, the queue, the runner, the result-file
-validator (:mod:`db.validate`) and the report (:mod:`reports.stats.pairing`). Plain Python, no
+validator (:mod:`harness.store.validate`) and the report (:mod:`harness.report.stats.pairing`). Plain Python, no
 dependencies, so every layer may import it.
 
 * A *role* is what a variant plays in a study (DESIGN section 1.2): the single

@@ -13,7 +13,7 @@ whose plan changed after its runs were queued. The report reads it back from the
     power = 0.8                # target power of MDE / seeds-needed (0 < power < 1)
     max_seeds = 30             # most seeds a cell may get (>= 3)
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
-                               # spent over them (reports.stats.looks), which needs alpha < 0.3173
+                               # spent over them (harness.report.stats.looks), which needs alpha < 0.3173
 
 A grid's ``[factorial]`` table (:mod:`harness.design.factorial`, DESIGN section 12) is part of the plan:
 stored beside it under ``"factorial"`` and fixed before the runs like the rest.
@@ -33,7 +33,7 @@ from typing import Any
 from harness.design.factorial import Factorial, parse_factorial
 
 LOOKS_MAX_ALPHA = (
-    0.31731050786291415  # reports.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
+    0.31731050786291415  # harness.report.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
 )
 MIN_SEEDS = 3  # a test needs at least 3 pairs (DESIGN section 6: "established when n >= 3")
 
@@ -159,7 +159,7 @@ def parse_plan(table: Any, *, where: str = "<grid>", source: str = "[analysis]")
     if looks and not alpha < LOOKS_MAX_ALPHA:
         raise ValueError(
             f"{where}: analysis.alpha: {alpha!r} is too large for sequential looks; allowed with "
-            f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (reports/stats/looks.py: above it the spent "
+            f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (harness/report/stats/looks.py: above it the spent "
             "increments no longer grow with the level)"
         )
     return AnalysisPlan(

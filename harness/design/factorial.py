@@ -9,7 +9,7 @@
 Two binary factors A and B (the names are the grid's), and for each of the 2 x 2 combinations
 exactly one variant of the grid. ``harness queue`` checks the table (:func:`parse_factorial`)
 and stores it with the analysis plan in every run's config, so it is fixed before the runs like
-the rest of the plan; the report's factorial statistics (``reports/stats/factorial.py``) read it
+the rest of the plan; the report's factorial statistics (``harness/report/stats/factorial.py``) read it
 back. A grid may hold variants outside the factorial (the A/A check, other controls).
 
 This module imports nothing from ``harness``: :mod:`harness.design.analysis_plan` imports it.

@@ -1,7 +1,8 @@
 """The variant catalogue: spec files found on disk, composed specs resolved (DESIGN section 3).
 
 Specs live in the built-in folder ``harness/models/specs/`` (parent, treatment, references),
-the top-level ``controls/`` folder (controls and composed variants such as ``rd_offset``) and
+``harness/models/specs/controls/`` (a link to the top-level ``controls/`` folder: controls and composed
+variants such as ``rd_offset``) and
 any folder on ``$HARNESS_SPEC_PATH`` (``os.pathsep``-separated). A file with a ``base`` key is a
 composed spec (:mod:`harness.models.compose`): it is resolved after every file is read, so a
 base may live in any folder, and a composed spec may itself be a base.
@@ -10,7 +11,6 @@ base may live in any folder, and a composed spec may itself be a base.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import tomllib
 from pathlib import Path
@@ -29,11 +29,7 @@ def load_spec_file(path: str | os.PathLike, text: str | None = None) -> VariantS
 
 
 def spec_dirs() -> list[Path]:
-    """Folders searched for specs: built-ins, the ``controls`` package folder, ``$HARNESS_SPEC_PATH``.
-
-    The ``controls`` folder is located without importing it: specs are data, and
-    ``harness.models`` depends on nothing outside itself.
-    """
+    """Folders searched for specs: built-ins, the controls, ``$HARNESS_SPEC_PATH``."""
     return [
         *_shipped_dirs(),
         *map(Path, filter(None, os.environ.get("HARNESS_SPEC_PATH", "").split(os.pathsep))),
@@ -41,12 +37,10 @@ def spec_dirs() -> list[Path]:
 
 
 def _shipped_dirs() -> list[Path]:
-    """The harness's own spec folders: built-ins and ``controls/``."""
-    dirs = [Path(__file__).with_name("specs")]
-    found = importlib.util.find_spec("controls")
-    if found is not None and found.submodule_search_locations:
-        dirs.append(Path(list(found.submodule_search_locations)[0]))
-    return dirs
+    """The harness's own spec folders: built-ins (``specs/``) and controls (``specs/controls/``, in a
+    checkout a link to the top-level ``controls/`` folder; in a wheel the files themselves)."""
+    specs = Path(__file__).with_name("specs")
+    return [specs, specs / "controls"]
 
 
 def is_shipped(spec: VariantSpec) -> bool:

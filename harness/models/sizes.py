@@ -35,7 +35,7 @@ class SizePreset:
 
 # 120m/343m use the GPT-2 vocabulary padded to a multiple of 64 (50304), the field's
 # usual choice; with it the presets land at about 124M and 355M parameters.
-# in size order, smallest first (the report sorts its cells by it: reports.stats.pairing.cell_order)
+# in size order, smallest first (the report sorts its cells by it: harness.report.stats.pairing.cell_order)
 SIZES: dict[str, SizePreset] = {
     "tiny": SizePreset("tiny", n_layers=2, d_model=64, n_heads=2, context=64, vocab_size=1024),
     # mini: the CPU demo and study size (the first study's, reports/LOG.md): ~0.9M parameters, ~7,000 tokens/s on one core;

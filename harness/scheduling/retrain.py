@@ -1,6 +1,6 @@
 """Re-train archived runs on this machine with their archived configs (the cross-machine A/A check, DESIGN 13).
 
-An archive (``harness archive``, read through :func:`db.archive.read_archive`) holds every run's config as
+An archive (``harness archive``, read through :func:`harness.store.archive.read_archive`) holds every run's config as
 queued and its final validation NLL. :func:`archived_runs` lists them, :func:`choose_seeds` picks K seeds
 (pairs) where every variant of the grid is done, :func:`check_protocols` builds one run per archived
 protocol hash and refuses, before anything trains, when this code gives a config another protocol hash
@@ -17,11 +17,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from db.archive import Archive
-from db.runfile import read_result, result_end, result_path
 from harness.common.files import atomic_write
 from harness.data.corpus_identity import parse_ref
 from harness.design.config import RunConfig
+from harness.store.archive import Archive
+from harness.store.runfile import read_result, result_end, result_path
 from harness.train.execution import ExecutionSettings, set_threads
 from harness.train.protocol import protocol_hash
 from harness.train.runner import build, fit, record

@@ -17,7 +17,7 @@ the run's writes go through a :class:`Fence`:
 
 Checkpoints live in one folder per epoch, and result files carry ``owner`` and ``epoch``,
 so a write that slipped through is still told apart (:mod:`harness.train.checkpoint`,
-:mod:`db.ingest`). The fence of a run trained by hand (``harness run``) is the open
+:mod:`harness.store.ingest`). The fence of a run trained by hand (``harness run``) is the open
 :class:`Fence`: owner this process, no epoch, never lost.
 
 The fence of the run being trained reaches :func:`harness.train.train_run` through

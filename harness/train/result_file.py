@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from db.runfile import read_result, result_path, run_end, write_result
 from harness.common.console import log
 from harness.common.terms import ERROR_CHARS, FINISHED, config_diff, utc_now
 from harness.design.config import RunConfig
+from harness.store.runfile import read_result, result_path, run_end, write_result
 from harness.train import fencing
 from harness.train.environment import environment_record, run_numerics
 from harness.train.execution import ExecutionSettings
@@ -47,7 +47,7 @@ class RunOutcome(str):
         return str(self)
 
     def as_dict(self) -> dict:
-        """``{"status", "val_nll", "error"}``, the shape :meth:`db.store.Store.run_end` gives."""
+        """``{"status", "val_nll", "error"}``, the shape :meth:`harness.store.store.Store.run_end` gives."""
         return {"status": self.status, "val_nll": self.val_nll, "error": self.error}
 
 
@@ -160,7 +160,7 @@ def finished_status(config: RunConfig, results_dir: str | Path) -> str | None:
 
 def finished_outcome(config: RunConfig, results_dir: str | Path) -> dict | None:
     """What the result file of ``config``'s run says about its end, for the queue:
-    ``{"status", "val_nll", "error"}`` (:func:`db.runfile.run_end`), or ``None``."""
+    ``{"status", "val_nll", "error"}`` (:func:`harness.store.runfile.run_end`), or ``None``."""
     return run_end(results_dir, config.run_id)
 
 
@@ -174,8 +174,10 @@ def ingest_results(results_dir: str | Path, label: str, path: Path) -> None:
     for a failed ingest; logs why (debug for a lock, a warning otherwise).
     """
     try:
-        from db.connection import StoreLockedError  # lazy: the results store (DuckDB) only to ingest
-        from db.store import Store  # lazy: the results store (DuckDB, polars) only to ingest
+        from harness.store.connection import (
+            StoreLockedError,  # lazy: the results store (DuckDB) only to ingest
+        )
+        from harness.store.store import Store  # lazy: the results store (DuckDB, polars) only to ingest
     except ImportError as exc:
         log.warning(f"[{label}] result saved in {path}; not ingested into DuckDB here ({exc})")
         return

@@ -15,7 +15,7 @@ Idempotent per ``run_id``: checkpoints live in ``RESULTS/checkpoints/<run>/<owne
 over cannot touch the new owner's), and training the same run again resumes from there,
 ending with the same numbers as an uninterrupted run (bit-identical on CPU). The
 finished run is written atomically to its own result file through
-:func:`db.runfile.write_result`, then ingested into DuckDB when the lock is free (otherwise by
+:func:`harness.store.runfile.write_result`, then ingested into DuckDB when the lock is free (otherwise by
 the next reader; DuckDB and polars load only then, :func:`~harness.train.result_file.ingest_results`).
 """
 
@@ -34,7 +34,6 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from db.runfile import result_end, write_result
 from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
@@ -42,6 +41,7 @@ from harness.data.unigram import train_counts, unigram_nll
 from harness.design.config import RunConfig
 from harness.models import count_params
 from harness.models.sizes import get_size
+from harness.store.runfile import result_end, write_result
 from harness.train import fencing
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
 from harness.train.environment import environment_record, run_numerics

@@ -38,11 +38,11 @@ from pathlib import Path
 import lightning as L
 from filelock import FileLock
 
-from db.validate import result_filename
 from harness.common.console import OneLineWarning
 from harness.common.files import fmt_bytes, free_bytes
 from harness.design.config import RunConfig
 from harness.design.train_table import TRACKERS
+from harness.store.validate import result_filename
 
 DEFAULT_WANDB_PROJECT = "rd-harness"
 MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder

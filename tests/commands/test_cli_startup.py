@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
-from db.store import Store
 from harness.cli import COMMANDS, summary
 from harness.cli import main as cli_main
+from harness.store.store import Store
 
 from queue_stubs import configs
 

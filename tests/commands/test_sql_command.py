@@ -14,8 +14,8 @@ import multiprocessing as mp
 import duckdb
 import pytest
 
-from db.store import Store
 from harness.cli import main
+from harness.store.store import Store
 
 N_RUNS = 12  # more than polars' default of 10 printed rows
 LONG = "grid_with_a_rather_long_name_that_polars_would_normally_cut_short_" * 2

@@ -20,8 +20,8 @@ import time
 import duckdb
 import pytest
 
-from db.store import Store
 from harness.scheduling.queue.run_queue import RunQueue
+from harness.store.store import Store
 
 from queue_stubs import configs
 

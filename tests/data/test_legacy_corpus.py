@@ -30,7 +30,7 @@ from harness.train.protocol import protocol_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
-ARCHIVE = ROOT / "docs/reports/factorial_study/rd_factorial_study.tar.gz"
+ARCHIVE = ROOT / "reports/factorial_study/rd_factorial_study.tar.gz"
 KEY = CorpusKey(str(SAMPLE), "bpe", 512, 0.05, None)  # the study's corpus: [train] vocab_size = 512
 
 

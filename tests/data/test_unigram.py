@@ -1,4 +1,4 @@
-"""The unigram plateau (harness/data/unigram.py) and the report's plateau rows (reports/stats/plateau.py),
+"""The unigram plateau (harness/data/unigram.py) and the report's plateau rows (harness/report/stats/plateau.py),
 against independent computations."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from harness.data import unigram
 from harness.data.unigram import count_tokens, train_counts, unigram_nll
-from reports.stats.plateau import plateau_rows
+from harness.report.stats.plateau import plateau_rows
 
 
 def test_counts_match_a_counter_across_chunk_boundaries(monkeypatch):
@@ -94,10 +94,10 @@ def test_plateau_rows_take_the_worst_run_and_leave_out_non_finite_ones():
 def test_the_report_prints_the_plateau_and_flags_runs_near_it(tmp_path):
     """report.md and the terminal summary give the plateau, the final NLL range and the worst run's margin;
     a cell whose worst run ends < NEAR_PLATEAU_NATS below the plateau is flagged."""
-    from reports.build import Frames, build_report
-    from reports.render.plateau_section import NEAR_PLATEAU_NATS
-    from reports.render.sections import summary_lines
-    from reports.simulation.synthetic import synthetic_frames
+    from harness.report.build import Frames, build_report
+    from harness.report.render.plateau_section import NEAR_PLATEAU_NATS
+    from harness.report.render.sections import summary_lines
+    from harness.report.simulation.synthetic import synthetic_frames
 
     frames = synthetic_frames(grid="g", seeds=(0, 1, 2))
     nll = frames["final"]["val_nll"]

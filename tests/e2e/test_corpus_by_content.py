@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from db.archive import natural_key, read_archive
 from harness.cli import main as cli
 from harness.data.corpus import corpus_fingerprint, read_documents
 from harness.scheduling.queue.run_queue import RunQueue
+from harness.store.archive import natural_key, read_archive
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from db.store import Store
 from harness.cli import main as cli
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
+from harness.store.store import Store
 
 from queue_stubs import GRID_TOML, quiet
 

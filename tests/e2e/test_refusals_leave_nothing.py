@@ -21,9 +21,9 @@ from test_env_faults import tmpfs  # noqa: F401 -- the fixture: a real tmpfs mou
 from test_faults import SAMPLE, grid_file, harness, one_line_error
 from test_full_disk import fill
 
-from db.archive import read_archive, write_archive
-from db.validate import result_filename
 from harness.cli import main as cli
+from harness.store.archive import read_archive, write_archive
+from harness.store.validate import result_filename
 
 ESCAPED = "../../escaped"
 OFFLINE = {  # tiktoken's real client with nowhere to download gpt2's files from (and no cache)

@@ -98,7 +98,7 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     assert "**Verdict: bit-identical" in out.stdout
 
 
-STUDY = Path(__file__).resolve().parents[2] / "docs/reports/factorial_study/rd_factorial_study.tar.gz"
+STUDY = Path(__file__).resolve().parents[2] / "reports/factorial_study/rd_factorial_study.tar.gz"
 
 
 @pytest.mark.slow  # 7 harness processes, prepares a second corpus (~45 s of CPU)

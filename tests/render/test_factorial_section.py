@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
-from reports.render.blocks import Para, Table
-from reports.render.factorial_section import blocks, judged_apart
-from reports.render.sentences import fraction_text
-from reports.stats.factorial import SIMPLE
+from harness.report.render.blocks import Para, Table
+from harness.report.render.factorial_section import blocks, judged_apart
+from harness.report.render.sentences import fraction_text
+from harness.report.stats.factorial import SIMPLE
 
 
 def _table(stats) -> Table:

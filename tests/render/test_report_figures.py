@@ -1,4 +1,4 @@
-"""The numbers behind the report's figures (reports/render/figures.py, reports/render/routing_figures.py):
+"""The numbers behind the report's figures (harness/report/render/figures.py, harness/report/render/routing_figures.py):
 seed bands of the training and validation curves, routing matrices at each evaluation.
 Synthetic frames; CPU only, ~10 s:
 
@@ -11,10 +11,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from reports.render.figures import _band, _minus_parent, training_curves
-from reports.render.routing_figures import MAX_EVALS, _evals, _matrix, routing_over_training
-from reports.simulation.synthetic import synthetic_frames
-from reports.stats.analysis import analyze
+from harness.report.render.figures import _band, _minus_parent, training_curves
+from harness.report.render.routing_figures import MAX_EVALS, _evals, _matrix, routing_over_training
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.report.stats.analysis import analyze
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -19,10 +19,10 @@ import matplotlib.image
 import polars as pl
 import pytest
 
-from reports.build import Frames, build_report
-from reports.render.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
-from reports.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
-from reports.stats import decisions as dec
+from harness.report.build import Frames, build_report
+from harness.report.render.summary import AA_DISPLAY, VERDICT_TONES, verdict_chip
+from harness.report.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
+from harness.report.stats import decisions as dec
 
 import browser
 
@@ -161,7 +161,7 @@ def test_verdict_banners_chips_and_the_aa_box(report):
     for a in s.assessments:  # in the banner and in the controls table
         chip = verdict_chip(a.verdict, short=True)
         assert texts.count((chip.text, chip.tone)) >= 2
-    # The legend: a chip for every verdict string of reports.stats.decisions and every A/A status.
+    # The legend: a chip for every verdict string of harness.report.stats.decisions and every A/A status.
     for v in (*dec.VERDICTS, dec.GAIN_ESTABLISHED, dec.GAIN_NOT_ESTABLISHED):
         assert (v, VERDICT_TONES[v]) in texts, v
     for shown, tone in AA_DISPLAY.values():
@@ -208,8 +208,8 @@ def test_single_file_report_shows_every_figure_without_its_folder(tmp_path, caps
 
     from test_report import write_results
 
-    from db.store import Store
     from harness import cli
+    from harness.store.store import Store
 
     frames = synthetic_frames(grid="one", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     results, out = tmp_path / "results", tmp_path / "report"

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 
 from harness import cli
-from reports.render.sections import render_markdown
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
+from harness.report.render.sections import render_markdown
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
 
 VALUES = {
     "block_attnres": [3.90, 3.95, 3.92, 3.97, 3.91],

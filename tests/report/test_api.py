@@ -1,4 +1,4 @@
-"""The notebook API (``harness.results``, ``harness.analyze``; reports/api.py), run as the README shows it.
+"""The notebook API (``harness.results``, ``harness.analyze``; harness/report/api.py), run as the README shows it.
 
 The README's ``## In a notebook`` Python block is executed as written, in a folder whose
 ``results/`` holds a synthetic grid named as the README names it (result files written as workers
@@ -21,8 +21,8 @@ import pytest
 from test_report import write_results
 
 import harness
-from db.store import Store
-from reports.simulation.synthetic import synthetic_frames
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 GRID = "rd_controls_mini"  # the grid the README's example names
@@ -108,7 +108,7 @@ def test_unknown_grid_is_one_clear_error(folder):
 def test_import_harness_stays_cheap():
     """The API is imported on first use: `import harness` loads no polars, DuckDB or numpy."""
     code = (
-        "import sys, harness; print(sorted(m for m in ('polars', 'duckdb', 'numpy', 'torch', 'reports.api') "
+        "import sys, harness; print(sorted(m for m in ('polars', 'duckdb', 'numpy', 'torch', 'harness.report.api') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -1,6 +1,6 @@
 """Issue 38 items 4: the report proposes the factorial follow-up; `harness followup` writes it.
 
-Fast tests use a real results store (db.store.Store) holding synthetic result files; the slow one
+Fast tests use a real results store (harness.store.store.Store) holding synthetic result files; the slow one
 trains a tiny grid on real text, writes the follow-up with `harness followup` and queues it.
 """
 
@@ -23,13 +23,13 @@ from test_cli_startup import imported
 from harness import cli
 from harness.design.analysis_plan import AnalysisPlan
 from harness.models.catalog import load_specs
+from harness.report.followup import absorbing, cell_sds, composed_variant, plan_followup
+from harness.report.render.sections import render_markdown, summary_lines
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
+from harness.report.stats.looks import increments
+from harness.report.stats.power import planned_seeds, power_at
 from harness.scheduling.grids.grid import parse_grid
-from reports.followup import absorbing, cell_sds, composed_variant, plan_followup
-from reports.render.sections import render_markdown, summary_lines
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
-from reports.stats.looks import increments
-from reports.stats.power import planned_seeds, power_at
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 GRID = "absorb"
@@ -47,7 +47,7 @@ PLAN = {"min_effect_nats": 0.02, "looks": [], "max_seeds": 16}
 
 def write_store(results: Path, values=VALUES, status: str = "done") -> None:
     """A results folder as workers write it: one result file per run, with the grid's config."""
-    from db.store import Store
+    from harness.store.store import Store
 
     store = Store(results)
     frames = frames_from_values(values, grid=GRID)

@@ -12,7 +12,7 @@ from html import escape
 import polars as pl
 
 from harness import cli
-from reports.simulation.synthetic import frames_from_values
+from harness.report.simulation.synthetic import frames_from_values
 
 GRID = "hw"
 A, B = "cpu-amd-epyc-7b13-avx512/fp32/torch2.5.1/eager", "cuda-nvidia-h100/bf16/torch2.5.1/inductor"
@@ -24,7 +24,7 @@ GAIN = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033, -0.029, -0.032]
 def write_folder(results, hardware) -> None:
     """A results folder of parent, treatment and one control over 8 seeds; ``hardware(variant, seed)`` is
     the run's class, or None for a result file written before the record (no ``hardware`` key)."""
-    from db.store import Store
+    from harness.store.store import Store
 
     store = Store(results)
     treat = [p + g for p, g in zip(PARENT, GAIN, strict=True)]
@@ -112,7 +112,7 @@ def test_result_files_from_before_the_record_read_unknown(tmp_path, capsys):
     assert "| rd_attnres | 8 | unknown (8) | abc1234 (8) |" in md
     assert set(table["hardware_classes"].to_list()) == {"unknown: 8 vs 8"}
     # the column is there, and 'unknown' (the ingest's word for no record): the store never guesses
-    from db.store import Store
+    from harness.store.store import Store
 
     stored = Store(tmp_path / "r").query("SELECT DISTINCT hardware FROM runs", [])
     assert stored["hardware"].to_list() == ["unknown"]

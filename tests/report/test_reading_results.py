@@ -1,7 +1,7 @@
 """Reading results on bad input (issue 40): the API and `report` create nothing where they only
 read, the report names runs whose result file is gone, the plateau line says above or below.
 
-Real store (db.store.Store) over synthetic runs (reports.simulation.synthetic). CPU only, ~20 s:
+Real store (harness.store.store.Store) over synthetic runs (harness.report.simulation.synthetic). CPU only, ~20 s:
 
     python -m pytest -q tests/report/test_reading_results.py
 """
@@ -12,11 +12,11 @@ import pytest
 from test_report import write_results
 
 import harness
-from db.store import Store
 from harness.cli import main as cli
-from reports.render.plateau_section import plateau_line
-from reports.simulation.synthetic import synthetic_frames
-from reports.stats.plateau import PlateauRow
+from harness.report.render.plateau_section import plateau_line
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.report.stats.plateau import PlateauRow
+from harness.store.store import Store
 
 
 @pytest.mark.parametrize("read", [harness.results, harness.analyze])

@@ -1,7 +1,7 @@
-"""The report files and the `harness report` command (reports/build.py, render.py, figures.py).
+"""The report files and the `harness report` command (harness/report/build.py, render.py, figures.py).
 
-Uses synthetic frames (reports/simulation/synthetic.py) and, for the command, an in-memory DuckDB
-standing in for db.store.Store (and the real store and queue journal end to end). The
+Uses synthetic frames (harness/report/simulation/synthetic.py) and, for the command, an in-memory DuckDB
+standing in for harness.store.store.Store (and the real store and queue journal end to end). The
 HTML in a real browser: tests/render/test_report_html.py. CPU only, ~30 s:
 
     python -m pytest -q tests/report/test_report.py
@@ -22,11 +22,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from db.validate import result_filename
-from reports.build import Frames, build_report
-from reports.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
-from reports.stats.decisions import NOT_ASSESSED
-from reports.stats.stats_table import CSV_COLUMNS
+from harness.report.build import Frames, build_report
+from harness.report.simulation.synthetic import DEFAULT_EFFECTS, synthetic_frames
+from harness.report.stats.decisions import NOT_ASSESSED
+from harness.report.stats.stats_table import CSV_COLUMNS
+from harness.store.validate import result_filename
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -187,7 +187,7 @@ def test_report_of_two_seeds_does_not_crash(tmp_path):
 
 
 class FakeStore:
-    """db.store.Store stand-in: the frames as DuckDB views, queried with ? parameters."""
+    """harness.store.store.Store stand-in: the frames as DuckDB views, queried with ? parameters."""
 
     def __init__(self, frames: dict[str, pl.DataFrame], results=None):
         import duckdb
@@ -216,9 +216,9 @@ class FakeStore:
 def _run_cli(monkeypatch, capsys, frames, argv):
     from harness import cli
 
-    fake = types.ModuleType("db.store")
+    fake = types.ModuleType("harness.store.store")
     fake.Store = lambda results: FakeStore(frames, results)
-    monkeypatch.setitem(sys.modules, "db.store", fake)
+    monkeypatch.setitem(sys.modules, "harness.store.store", fake)
     rc = cli.main(argv)
     return rc, capsys.readouterr()
 
@@ -388,9 +388,9 @@ def write_results(store, frames: dict[str, pl.DataFrame], only=None, edit=None) 
 
 @pytest.mark.slow
 def test_cli_report_on_the_real_store(capsys, tmp_path):
-    """End to end through db.store.Store: result files -> DuckDB -> SQL -> report."""
-    from db.store import Store
+    """End to end through harness.store.store.Store: result files -> DuckDB -> SQL -> report."""
     from harness import cli
+    from harness.store.store import Store
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     write_results(
@@ -421,7 +421,7 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
         "| diverged: loss became NaN at step 70 |"
     ) in md
     assert len(list((out / "figures").glob("*.png"))) == 6
-    from reports.build import load_frames  # the curves read the training loss too
+    from harness.report.build import load_frames  # the curves read the training loss too
 
     loaded = load_frames(Store(tmp_path / "results"), "e2e").metrics
     for split, name in (("train", "loss"), ("val", "nll")):
@@ -437,11 +437,11 @@ def test_cli_report_on_the_real_store(capsys, tmp_path):
 def test_cli_report_reads_the_queue_and_says_what_is_unfinished(capsys, tmp_path):
     """A real queue journal next to a real store: 9 runs stored, one running, two the queue calls
     done (one result file unreadable, one not written yet), ten queued."""
-    from db.store import Store
-    from db.validate import result_filename
     from harness import cli
     from harness.design.config import RunConfig
     from harness.scheduling.queue.run_queue import RunQueue
+    from harness.store.store import Store
+    from harness.store.validate import result_filename
 
     frames = synthetic_frames(grid="e2e", seeds=(0, 1, 2), n_layers=2, n_evals=3)
     results = tmp_path / "results"

@@ -1,7 +1,7 @@
 """Edges, round 3 (issue 45, rows 11 and 14-17): what the report, `followup`, grid/spec files
 with a byte-order mark and `prepare`'s refusals say and leave behind.
 
-Real store (db.store.Store) over synthetic runs (reports.simulation.synthetic), real CLI commands; CPU only:
+Real store (harness.store.store.Store) over synthetic runs (harness.report.simulation.synthetic), real CLI commands; CPU only:
 
     python -m pytest -q tests/report/test_report_bad_input.py
 """
@@ -16,9 +16,9 @@ import polars as pl
 import pytest
 from test_report import write_results
 
-from db.store import Store
 from harness.cli import main as cli
-from reports.simulation.synthetic import synthetic_frames
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.store.store import Store
 
 
 def test_report_md_and_html_say_above_the_plateau_with_a_positive_distance(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """Statistics plan v3 (issue 27, DESIGN 6): the issue's example studies through ``harness report``.
 
 Each study is a synthetic results folder written as workers write it (one result file per run,
-db.store.Store), read by ``harness report`` through DuckDB, exactly as a user would. The values are
+harness.store.store.Store), read by ``harness report`` through DuckDB, exactly as a user would. The values are
 built so every paired difference is known: float rounding (1 ulp), divergence at the seeds where
 the treatment would lose, a precise zero and an underpowered study. CPU only, a few seconds each.
 """
@@ -16,10 +16,10 @@ import pytest
 import scipy.stats as st
 
 from harness import cli
-from reports.build import Frames, build_report
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.floors import FLOOR_NATS, aa_floor
-from reports.stats.progress import QueuedRun
+from harness.report.build import Frames, build_report
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.floors import FLOOR_NATS, aa_floor
+from harness.report.stats.progress import QueuedRun
 
 GRID = "v3"
 
@@ -36,7 +36,7 @@ def write_folder(
     ``lost``: (variant, seed) -> error: that run is written as ``diverged`` with the error and no
     validation NLL. ``analysis``: the grid's [analysis] table, stored in every run's config.
     """
-    from db.store import Store
+    from harness.store.store import Store
 
     store = Store(results)
     frames = frames_from_values(
@@ -175,7 +175,7 @@ def test_a_control_exactly_halfway_gets_no_definite_verdict(tmp_path, capsys):
         half = (parent + treat) / 2
         e = (half - parent) - 0.5 * (
             treat - parent
-        )  # as reports.stats.decisions.reproduction_contrast computes it
+        )  # as harness.report.stats.decisions.reproduction_contrast computes it
         if np.all(e > 0) or np.all(e < 0):
             break
     else:
@@ -249,7 +249,7 @@ def test_a_run_without_a_result_file_is_warned_at_the_top(tmp_path):
 
 def test_absence_p_and_the_bound_equal_scipy():
     rng = np.random.default_rng(3)
-    from reports.stats import decisions as dec
+    from harness.report.stats import decisions as dec
 
     for _ in range(20):
         n = int(rng.integers(3, 12))
@@ -268,7 +268,7 @@ def test_absence_p_and_the_bound_equal_scipy():
 def test_holm_levels_reject_exactly_where_holm_does(cheap_gc):
     from statsmodels.stats.multitest import multipletests
 
-    from reports.stats import decisions as dec
+    from harness.report.stats import decisions as dec
 
     rng = np.random.default_rng(4)
     for _ in range(300):
@@ -280,7 +280,7 @@ def test_holm_levels_reject_exactly_where_holm_does(cheap_gc):
 
 
 def test_lost_runs_are_numerical_failures_only():
-    from reports.stats.divergence import is_lost, worst_case
+    from harness.report.stats.divergence import is_lost, worst_case
 
     assert is_lost("diverged", "diverged: loss became NaN")
     for reason in (

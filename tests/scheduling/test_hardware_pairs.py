@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from db.runfile import read_result, result_path
 from harness.cli import build_parser
 from harness.cli import main as cli
 from harness.commands.launch import _work_argv, _work_options  # the worker options a launch builds
@@ -31,6 +30,7 @@ from harness.scheduling.queue.hardware_pairs import (
     set_policy,
 )
 from harness.scheduling.queue.run_queue import RunQueue
+from harness.store.runfile import read_result, result_path
 from harness.train.environment import HARDWARE_CLASS_ENV
 
 from queue_stubs import configs

@@ -20,10 +20,10 @@ import pytest
 from conftest import CHAOS_CELLS
 from optuna.trial import TrialState
 
-from db.store import Store
 from harness.scheduling.queue.lease import Lease
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.queue.storage import postgres_driver
+from harness.store.store import Store
 from harness.train.execution import ExecutionSettings
 
 import chaos

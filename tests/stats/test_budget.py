@@ -1,4 +1,4 @@
-"""Gain vs budget (reports/stats/budget.py, DESIGN section 8): points per budget, the slope of d on
+"""Gain vs budget (harness/report/stats/budget.py, DESIGN section 8): points per budget, the slope of d on
 log2(budget) from d ~ log2(budget) + (1 | seed), the report's table and figure. CPU only, ~5 s:
 
     python -m pytest -q tests/stats/test_budget.py
@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from reports.build import Frames, build_report
-from reports.simulation.synthetic import synthetic_frames
-from reports.stats.analysis import analyze
-from reports.stats.budget import gain_vs_budget
+from harness.report.build import Frames, build_report
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.report.stats.analysis import analyze
+from harness.report.stats.budget import gain_vs_budget
 
 BUDGETS = (100_000, 400_000, 1_600_000)
 

@@ -10,11 +10,11 @@ import csv
 import polars as pl
 import pytest
 
-from reports.build import Frames, build_report
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
-from reports.stats.decisions import DEGENERATE
-from reports.stats.degeneracy import IDENTICAL_TOL, find_degenerate
+from harness.report.build import Frames, build_report
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
+from harness.report.stats.decisions import DEGENERATE
+from harness.report.stats.degeneracy import IDENTICAL_TOL, find_degenerate
 
 SEEDS = [0, 1, 2, 3, 4]
 PARENT = [3.60, 3.62, 3.58, 3.61, 3.59]

@@ -19,8 +19,8 @@ import scipy.stats
 from test_factorial_stats import DESIGN, LEVELS, study  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.stats.factorial import INTERACTION, MAIN, SIMPLE, holm_share_text, verdicts
-from reports.stats.seed_planning import GridShape, plan_rows
+from harness.report.stats.factorial import INTERACTION, MAIN, SIMPLE, holm_share_text, verdicts
+from harness.report.stats.seed_planning import GridShape, plan_rows
 
 POWER = 0.8
 

@@ -17,15 +17,15 @@ import statsmodels.formula.api as smf
 
 from harness.design.analysis_plan import AnalysisPlan
 from harness.design.factorial import parse_factorial
-from reports.simulation.factorial import I_ROW, cell_means, interaction_rates
-from reports.simulation.rules import binomial_se
-from reports.simulation.synthetic import frames_from_values
-from reports.stats import decisions as dec
-from reports.stats.analysis import analyze
-from reports.stats.factorial import COMBOS, FACTORIAL_KINDS, INTERACTION, MAIN, SIMPLE, SPECS
-from reports.stats.looks import at_looks, sequential_p
-from reports.stats.pairing import ProtocolMismatchError
-from reports.stats.power import (
+from harness.report.simulation.factorial import I_ROW, cell_means, interaction_rates
+from harness.report.simulation.rules import binomial_se
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats import decisions as dec
+from harness.report.stats.analysis import analyze
+from harness.report.stats.factorial import COMBOS, FACTORIAL_KINDS, INTERACTION, MAIN, SIMPLE, SPECS
+from harness.report.stats.looks import at_looks, sequential_p
+from harness.report.stats.pairing import ProtocolMismatchError
+from harness.report.stats.power import (
     INTERACTION_SD_FACTOR,
     holm_share_plan,
     interaction_seeds,
@@ -33,8 +33,8 @@ from reports.stats.power import (
     planned_seeds,
     power_at,
 )
-from reports.stats.seed_planning import GridShape, plan_rows
-from reports.stats.stats_table import CSV_COLUMNS
+from harness.report.stats.seed_planning import GridShape, plan_rows
+from harness.report.stats.stats_table import CSV_COLUMNS
 
 
 def test_the_interaction_sd_is_sqrt2_single_differences_under_independent_run_noise():

@@ -18,10 +18,10 @@ import pytest
 from test_factorial_stats import COMBO, study  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
-from reports.stats.factorial import INTERACTION, SIMPLE
-from reports.stats.floors import FLOOR_NATS, IMPUTED_NATS, beyond_floor, verdict_mean
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
+from harness.report.stats.factorial import INTERACTION, SIMPLE
+from harness.report.stats.floors import FLOOR_NATS, IMPUTED_NATS, beyond_floor, verdict_mean
 
 NS = (20, 22, 26, 28, 30)
 ORDERS = ("first", "last", "interleaved")

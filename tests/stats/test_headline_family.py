@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports.simulation.edges import wrong_headline_rate
-from reports.simulation.rules import binomial_se
-from reports.stats import decisions as dec
+from harness.report.simulation.edges import wrong_headline_rate
+from harness.report.simulation.rules import binomial_se
+from harness.report.stats import decisions as dec
 
 ALPHA = 0.05
 STUDIES = 20_000

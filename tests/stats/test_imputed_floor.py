@@ -16,12 +16,12 @@ import pytest
 from test_factorial_stats import draws, study  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.render.sentences import control_sentence, headline_sentence
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
-from reports.stats.divergence import impute
-from reports.stats.factorial import INTERACTION, SIMPLE, verdicts
-from reports.stats.floors import FLOOR_NATS, IMPUTED_NATS
+from harness.report.render.sentences import control_sentence, headline_sentence
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
+from harness.report.stats.divergence import impute
+from harness.report.stats.factorial import INTERACTION, SIMPLE, verdicts
+from harness.report.stats.floors import FLOOR_NATS, IMPUTED_NATS
 
 NS = range(3, 31)
 

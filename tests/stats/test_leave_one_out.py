@@ -17,11 +17,11 @@ import pytest
 import scipy.stats
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.render.decision_sections import influence_blocks
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
-from reports.stats.leave_one_out import leave_one_seed_out
-from reports.stats.stats_table import stats_frame
+from harness.report.render.decision_sections import influence_blocks
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
+from harness.report.stats.leave_one_out import leave_one_seed_out
+from harness.report.stats.stats_table import stats_frame
 
 N = 8
 

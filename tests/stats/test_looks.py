@@ -1,4 +1,4 @@
-"""Sequential looks (reports/stats/looks.py, DESIGN section 8): the O'Brien-Fleming-type Lan-DeMets
+"""Sequential looks (harness/report/stats/looks.py, DESIGN section 8): the O'Brien-Fleming-type Lan-DeMets
 spending, which look a cell is at, the sequential p, and how the report reads a plan with looks.
 CPU only, a few seconds:
 
@@ -15,11 +15,11 @@ import scipy.stats
 
 from harness.design.analysis_plan import LOOKS_MAX_ALPHA as GAMMA_MAX
 from harness.design.analysis_plan import AnalysisPlan, parse_plan
-from reports.simulation.synthetic import frames_from_values
-from reports.stats import decisions as dec
-from reports.stats.analysis import analyze
-from reports.stats.looks import at_looks, increments, look_at, sequential_p, spent
-from reports.stats.power import look_mde, mde, planned_seeds, power_at, seeds_needed
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats import decisions as dec
+from harness.report.stats.analysis import analyze
+from harness.report.stats.looks import at_looks, increments, look_at, sequential_p, spent
+from harness.report.stats.power import look_mde, mde, planned_seeds, power_at, seeds_needed
 
 ALPHA = 0.05
 

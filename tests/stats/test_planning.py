@@ -1,4 +1,4 @@
-"""harness plan (reports/stats/seed_planning.py, DESIGN section 8): paired sds from a pilot or given, MDE at the
+"""harness plan (harness/report/stats/seed_planning.py, DESIGN section 8): paired sds from a pilot or given, MDE at the
 grid's seeds, seeds needed for min_effect_nats, cost in runs, tokens and worker-hours; the command on
 a real results store. CPU only, a few seconds:
 
@@ -16,15 +16,14 @@ import polars as pl
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from db.store import Store
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan
-from reports.simulation.synthetic import synthetic_frames
-from reports.stats import decisions as dec
-from reports.stats.analysis import analyze
-from reports.stats.looks import increments
-from reports.stats.power import mde, seeds_needed
-from reports.stats.seed_planning import (
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.report.stats import decisions as dec
+from harness.report.stats.analysis import analyze
+from harness.report.stats.looks import increments
+from harness.report.stats.power import mde, seeds_needed
+from harness.report.stats.seed_planning import (
     JSON_KEYS,
     GridShape,
     Throughput,
@@ -33,6 +32,7 @@ from reports.stats.seed_planning import (
     sd_interval,
     throughput,
 )
+from harness.store.store import Store
 
 DEMO = Path(__file__).resolve().parents[2] / "ablations" / "rd_controls_small.toml"
 VARIANTS = ("block_attnres", "rd_attnres", "param_matched", "dup_route", "fixed_v", "dup_route_tied")

@@ -1,4 +1,4 @@
-"""The grid status of a report (reports/stats/progress.py, reports/render/summary.py): the queue's view of
+"""The grid status of a report (harness/report/stats/progress.py, harness/report/render/summary.py): the queue's view of
 the runs next to the store's, and a report that never claims that every run finished when
 some are queued, running, failed or unreadable. Synthetic frames, no queue server (the real
 journal queue end to end: tests/report/test_report.py). CPU only, ~10 s:
@@ -11,10 +11,16 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from reports.build import Frames, build_report
-from reports.render.summary import progress_sentence
-from reports.simulation.synthetic import synthetic_frames
-from reports.stats.progress import NOT_IN_STORE, UNREADABLE, QueuedRun, grid_progress, unreadable_run_ids
+from harness.report.build import Frames, build_report
+from harness.report.render.summary import progress_sentence
+from harness.report.simulation.synthetic import synthetic_frames
+from harness.report.stats.progress import (
+    NOT_IN_STORE,
+    UNREADABLE,
+    QueuedRun,
+    grid_progress,
+    unreadable_run_ids,
+)
 
 VARIANTS = {"block_attnres": 0.0, "rd_attnres": -0.03, "fixed_v": -0.01}  # a 3 x 3 grid: 9 runs
 
@@ -78,7 +84,7 @@ def test_grid_progress_folds_queue_and_store():
 
 
 def test_unreadable_run_ids_unquote_file_names():
-    from db.validate import result_filename
+    from harness.store.validate import result_filename
 
     rid = "g:small:rd_attnres:s0:60000"
     log = pl.DataFrame({"file": [result_filename(rid)], "error": ["Expecting value: line 1 column 9"]})

@@ -1,4 +1,4 @@
-"""Where a grid's runs ran (reports/stats/provenance.py, DESIGN 13): hardware classes, balance, straddling
+"""Where a grid's runs ran (harness/report/stats/provenance.py, DESIGN 13): hardware classes, balance, straddling
 pairs, the variant x hardware check (Welch's ANOVA against statsmodels) and every verdict within the largest
 class. CPU only, a few seconds."""
 
@@ -12,12 +12,12 @@ import pytest
 import scipy.stats as st
 from statsmodels.stats.oneway import anova_oneway
 
-from reports.build import Frames, compute_stats
-from reports.render.sections import render_markdown
-from reports.simulation.synthetic import frames_from_values
-from reports.stats.analysis import analyze
-from reports.stats.pairing import Pair
-from reports.stats.provenance import (
+from harness.report.build import Frames, compute_stats
+from harness.report.render.sections import render_markdown
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats.analysis import analyze
+from harness.report.stats.pairing import Pair
+from harness.report.stats.provenance import (
     STRADDLING,
     UNKNOWN,
     class_balance,

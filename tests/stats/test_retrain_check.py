@@ -1,4 +1,4 @@
-"""The cross-machine A/A check's statistics (reports/stats/retrain_check.py, DESIGN section 13).
+"""The cross-machine A/A check's statistics (harness/report/stats/retrain_check.py, DESIGN section 13).
 
 The mean shift's interval and p equal scipy's one-sample t-test, its MDE statsmodels' power solver; the
 grid's contrasts follow its roles and factorial table; a crafted shift of one variant is ``a bias``, noise
@@ -14,8 +14,8 @@ import pytest
 import scipy.stats
 from statsmodels.stats.power import TTestPower
 
-from reports.render.retrain_lines import render_csv, render_json, render_text
-from reports.stats.retrain_check import (
+from harness.report.render.retrain_lines import render_csv, render_json, render_text
+from harness.report.stats.retrain_check import (
     BIAS,
     BIT_IDENTICAL,
     FRESH_DRAW,

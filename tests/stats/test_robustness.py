@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
+from harness.report.render.sections import render_markdown
+from harness.report.stats.analysis import analyze
 from harness.scheduling.grids.grid import parse_grid, resolve_tuned
-from reports.render.sections import render_markdown
-from reports.stats.analysis import analyze
 
 SEEDS = (0, 1, 2, 3)
 PARENT = [3.10, 3.12, 3.08, 3.11, 3.09]

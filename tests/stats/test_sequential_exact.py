@@ -17,8 +17,8 @@ import pytest
 import scipy.optimize
 import scipy.stats
 
-from reports.stats.decisions import holm
-from reports.stats.looks import increment_peak, sequential_p
+from harness.report.stats.decisions import holm
+from harness.report.stats.looks import increment_peak, sequential_p
 
 
 def _increment(gamma: float, t: float, t_prev: float) -> float:
@@ -74,7 +74,7 @@ def test_the_factorial_studys_interaction_is_0_3534_at_look_2_and_its_look_1_hol
     p_look1, p_look2 = (
         0.1893639800807539,
         0.16947955110421803,
-    )  # docs/reports/factorial_study: interaction t p
+    )  # reports/factorial_study: interaction t p
     seq, deciding = sequential_p([p_look1, p_look2], looks)
     assert float(seq) == pytest.approx(reference_sequential_p([p_look1, p_look2], looks), rel=1e-9)
     assert round(float(seq), 4) == 0.3534 and int(deciding) == 0

@@ -1,10 +1,10 @@
 """Simulation tests of DESIGN sections 6 and 8 through the report's own decision functions.
 
 Seeded; tolerances from the binomial standard error of each rate (4 SEs unless a test says otherwise). The studies run
-through reports.stats.decisions exactly as reports.stats.analysis calls it (reports/simulation/studies.py), and
+through harness.report.stats.decisions exactly as harness.report.stats.analysis calls it (harness/report/simulation/studies.py), and
 one small batch is also pushed through the full analyze() path to show the two agree.
 The expected rates come from an independent power computation (statsmodels TTestPower,
-noncentral t). Sequential looks (DESIGN 8) run through reports.stats.looks the same way. The edge cases
+noncentral t). Sequential looks (DESIGN 8) run through harness.report.stats.looks the same way. The edge cases
 statistics v3 added (divergence, absence, grid families, A/A, conditional rates, rounding; issue 27)
 follow, the same way. CPU only, ~30 s:
 
@@ -21,7 +21,7 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from harness.design.analysis_plan import AnalysisPlan
-from reports.simulation.edges import (
+from harness.report.simulation.edges import (
     LOSS_RULES,
     aa_grid,
     absence_rate,
@@ -31,7 +31,7 @@ from reports.simulation.edges import (
     lost_when_losing,
     rounding_verdicts,
 )
-from reports.simulation.rules import (
+from harness.report.simulation.rules import (
     FRACTIONS,
     GAIN,
     NOISE_SD,
@@ -42,13 +42,13 @@ from reports.simulation.rules import (
     sequential_verdicts,
     verdict_rates,
 )
-from reports.simulation.studies import main
-from reports.simulation.synthetic import frames_from_values
-from reports.stats import decisions as dec
-from reports.stats.analysis import analyze
-from reports.stats.decisions import CONDITIONAL_RATES
-from reports.stats.divergence import impute
-from reports.stats.looks import increments
+from harness.report.simulation.studies import main
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats import decisions as dec
+from harness.report.stats.analysis import analyze
+from harness.report.stats.decisions import CONDITIONAL_RATES
+from harness.report.stats.divergence import impute
+from harness.report.stats.looks import increments
 
 ALPHA, RHO = 0.05, 0.5
 STUDIES = 4000  # binomial SE at alpha: 0.0034, so +-2 percentage points is ~6 SE
@@ -341,7 +341,7 @@ def test_conditional_control_error_is_measured_and_stated():
     contrast is uncorrelated with the gain's estimate and the rate among established cells is alpha;
     with the treatment's sd 3x the parent's it exceeds alpha at n = 3 (the gate selects a low mean
     d, which shifts mean e: cov(e, d) = (1 - rho) var(p) - rho var(t)). This pins the rates the
-    report's methods state (reports.stats.decisions.CONDITIONAL_RATES) within 4 SE."""
+    report's methods state (harness.report.stats.decisions.CONDITIONAL_RATES) within 4 SE."""
     studies = 20_000
     rng = np.random.default_rng(2760)
     for (n, sd_p, sd_t), stated in CONDITIONAL_RATES.items():

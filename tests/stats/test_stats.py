@@ -1,4 +1,4 @@
-"""The statistics plan of DESIGN section 6 (reports/stats/paired_tests.py, decisions.py, power.py, stats.py).
+"""The statistics plan of DESIGN section 6 (harness/report/stats/paired_tests.py, decisions.py, power.py, stats.py).
 
 Every number in stats.csv is checked against an independent computation written here:
 brute-force enumeration of all 2^n sign patterns (sign-flip and Wilcoxon nulls), scipy
@@ -27,14 +27,14 @@ from statsmodels.stats.power import TTestPower
 
 from harness.common.terms import config_diff
 from harness.design.analysis_plan import AnalysisPlan
-from reports.simulation.synthetic import frames_from_values
-from reports.stats import decisions as dec
-from reports.stats import paired_tests as paired
-from reports.stats.analysis import analyze
-from reports.stats.descriptives import describe
-from reports.stats.pairing import ProtocolMismatchError
-from reports.stats.power import contrast_effect, mde, power_at, seeds_needed
-from reports.stats.stats_table import CSV_COLUMNS
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats import decisions as dec
+from harness.report.stats import paired_tests as paired
+from harness.report.stats.analysis import analyze
+from harness.report.stats.descriptives import describe
+from harness.report.stats.pairing import ProtocolMismatchError
+from harness.report.stats.power import contrast_effect, mde, power_at, seeds_needed
+from harness.report.stats.stats_table import CSV_COLUMNS
 
 ALPHA = 0.05
 PARENT = np.array([3.512, 3.498, 3.530, 3.505, 3.521])

@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from db.store import Store
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan
 from harness.design.factorial import parse_factorial
+from harness.report.render.topup_lines import describe
+from harness.report.simulation.synthetic import frames_from_values
+from harness.report.stats import decisions as dec
+from harness.report.stats.analysis import analyze
+from harness.report.stats.looks import look_text
+from harness.report.stats.topup import CellSeeds, cell_open, plan_topup
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
-from reports.render.topup_lines import describe
-from reports.simulation.synthetic import frames_from_values
-from reports.stats import decisions as dec
-from reports.stats.analysis import analyze
-from reports.stats.looks import look_text
-from reports.stats.topup import CellSeeds, cell_open, plan_topup
+from harness.store.store import Store
 
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
@@ -230,7 +230,7 @@ D_CP = {0: -0.001, 1: 0.002, 2: 0.000, 3: -0.002, 4: 0.001}
 
 
 def stub_result(run_config, results_dir: Path) -> tuple[str, float]:
-    """Write the designed result file of one run (real db.store.Store) instead of training."""
+    """Write the designed result file of one run (real harness.store.store.Store) instead of training."""
     config = run_config.to_dict()
     seed, variant = config["seed"], config["variant"]
     nll = 3.5 + 0.01 * seed + {"rd_attnres": D_TP[seed], "fixed_v": D_CP[seed]}.get(variant, 0.0)

@@ -24,9 +24,9 @@ import pytest
 from test_corpus_by_content import machine_marks
 from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
 
-from db.archive import MANIFEST, natural_key, read_archive, sha256
 from harness.cli import main as cli
 from harness.scheduling.queue.run_queue import RunQueue
+from harness.store.archive import MANIFEST, natural_key, read_archive, sha256
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
@@ -208,13 +208,13 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
     assert final.split() == ["n", "10"]
 
 
-COMMITTED = sorted((Path(__file__).resolve().parents[2] / "docs" / "reports").glob("*/*.tar.gz"))
+COMMITTED = sorted((Path(__file__).resolve().parents[2] / "reports").glob("*/*.tar.gz"))
 
 
 @pytest.mark.slow  # reads a study's archive (96 runs) and writes its report
 @pytest.mark.parametrize("archive", COMMITTED, ids=[p.parent.name for p in COMMITTED])
 def test_a_committed_archive_reproduces_its_reports_stats_csv(archive, tmp_path, capsys):
-    """Each archive checked in next to a report (docs/reports/NAME/*.tar.gz), imported into an empty
+    """Each archive checked in next to a report (reports/NAME/*.tar.gz), imported into an empty
     folder: `harness report` gives that report's stats.csv byte for byte (issue 47)."""
     results = tmp_path / "results"
     assert cli(["import", str(archive), "--results", str(results)]) == 0

@@ -20,9 +20,9 @@ import duckdb
 import polars as pl
 import pytest
 
-from db.connection import StoreLockedError
-from db.store import Store
-from db.validate import ROW_TABLES, columns, result_filename
+from harness.store.connection import StoreLockedError
+from harness.store.store import Store
+from harness.store.validate import ROW_TABLES, columns, result_filename
 
 SPAWN = mp.get_context("spawn")
 FINAL_CONTRACT = [

@@ -1,5 +1,5 @@
 """The results database opens in the DuckDB CLI users install (1.5.x; the `duckdb-cli` package on PyPI
-is that release's real binary): db/connection.py writes DuckDB storage format v1.4.0, and rewrites a
+is that release's real binary): harness/store/connection.py writes DuckDB storage format v1.4.0, and rewrites a
 database an earlier harness left in DuckDB 2.0's newer format, once, keeping every row.
 CPU only, ~10 s:
 
@@ -18,9 +18,9 @@ import duckdb
 import pytest
 from test_db_store import make_result
 
-from db.connection import STORAGE_VERSION, storage_version
-from db.store import Store
-from db.validate import ROW_TABLES
+from harness.store.connection import STORAGE_VERSION, storage_version
+from harness.store.store import Store
+from harness.store.validate import ROW_TABLES
 
 CLI_VERSION = "v1.5."  # the release line users install today
 

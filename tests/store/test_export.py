@@ -1,4 +1,4 @@
-"""`harness export` (db/store.py Store.export, harness/commands/export.py): one grid's rows of a results
+"""`harness export` (harness/store/store.py Store.export, harness/commands/export.py): one grid's rows of a results
 table to Parquet or CSV, atomically; bad grid/table/format are one line naming what is allowed.
 Real DuckDB store, synthetic result files; CPU only, ~5 s:
 
@@ -15,9 +15,9 @@ import polars as pl
 import pytest
 from test_db_store import make_result
 
-from db.store import MACHINE_COLUMNS, Store
 from harness.cli import main as cli
 from harness.common.terms import EXPORT_TABLES
+from harness.store.store import MACHINE_COLUMNS, Store
 
 
 def result(run_id: str, grid: str, seed: int, nll: float) -> dict:

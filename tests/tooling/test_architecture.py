@@ -1,16 +1,16 @@
 """The project's module structure: imports point one way, layer by layer, with no cycle.
 
-* no import cycle among the project's modules (``harness``, ``reports``, ``db``, ``controls``),
+* no import cycle among the project's modules (the one installed package, ``harness``),
   counting the imports inside functions too (an import deferred into a function still closes a
   circle, it only hides it);
 * no import of a project module inside a function, except where :data:`DEFERRED` says why;
-* ``reports.stats`` (computing) never imports ``reports.render`` or ``reports.build``, and nothing in
-  ``harness`` outside its commands imports ``reports``;
+* ``harness.report.stats`` (computing) never imports ``harness.report.render`` or ``harness.report.build``, and nothing in
+  ``harness`` outside its commands imports the report;
 * no module imports another project module's private name (``from x import _y``): what two modules
   share is public and documented, or lives in the module that uses it;
 * a name is imported from the module that defines it, not from one that imports it (a package's
   ``__init__`` may gather its modules' names);
-* every ``reports`` module imports in a fresh interpreter, in dependency order.
+* every ``harness.report`` module imports in a fresh interpreter, in dependency order.
 
 File and function sizes are guidance, not a rule: ``python scripts/size_report.py`` (``make lint``)
 prints the largest.
@@ -28,7 +28,7 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("harness", "reports", "db", "controls")
+PACKAGES = ("harness",)
 
 
 # Imports of project modules inside functions: allowed in these folders/files (with why), and elsewhere
@@ -36,7 +36,7 @@ PACKAGES = ("harness", "reports", "db", "controls")
 DEFERRED = {
     "harness/commands/": "a command loads its stage's modules only when it runs, so `harness --help` and the "
     "other commands start without torch, Optuna or the report (tests/commands/test_cli_startup.py)",
-    "harness/__init__.py": "harness.results / harness.analyze (reports.api) load on first use, so `import "
+    "harness/__init__.py": "harness.results / harness.analyze (harness.report.api) load on first use, so `import "
     "harness` and `harness --help` stay cheap (tests/commands/test_cli_startup.py)",
 }
 REASON = "# lazy:"
@@ -105,12 +105,13 @@ def test_a_known_cycle_is_found():
     """The check above can fail: a planted circle (computing importing rendering) is reported."""
     planted = {
         **GRAPH,
-        "reports.stats.results": GRAPH["reports.stats.results"] | {"reports.render.sections"},
+        "harness.report.stats.results": GRAPH["harness.report.stats.results"]
+        | {"harness.report.render.sections"},
     }
     try:
         list(TopologicalSorter(planted).static_order())
     except CycleError as exc:
-        assert "reports.render.sections" in exc.args[1]
+        assert "harness.report.render.sections" in exc.args[1]
     else:
         raise AssertionError("the planted cycle was not found")
 
@@ -196,28 +197,31 @@ def _says_why(lines: list[str], first: int, last: int) -> bool:
 def test_dependencies_point_one_way():
     wrong = []
     for module, targets in GRAPH.items():
-        if module.startswith("reports.stats"):
-            wrong += [
-                f"{module} imports {t}" for t in targets if t.startswith(("reports.render", "reports.build"))
-            ]
-        if module.startswith("reports.render"):
-            wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports.build")]
-        if module.startswith("harness") and not module.startswith("harness.commands"):
-            # the package's facade may forward to the notebook API (reports.api), nothing else
+        if module.startswith("harness.report.stats"):
             wrong += [
                 f"{module} imports {t}"
                 for t in targets
-                if t.startswith("reports") and (module, t) != ("harness", "reports.api")
+                if t.startswith(("harness.report.render", "harness.report.build"))
             ]
-        if module.startswith(("db", "controls")):
-            wrong += [f"{module} imports {t}" for t in targets if t.startswith("reports")]
+        if module.startswith("harness.report.render"):
+            wrong += [f"{module} imports {t}" for t in targets if t.startswith("harness.report.build")]
+        if not module.startswith(("harness.commands", "harness.report")) and module != "harness":
+            # the package's facade may forward to the notebook API (harness.report.api), nothing else
+            wrong += [f"{module} imports {t}" for t in targets if t.startswith("harness.report")]
     assert not wrong, "\n".join(wrong)
 
 
 # The stages of harness/, highest first (docs/layout.md): a package imports only packages of lower
 # layers, never another of its own layer. design/ (a run's config, the grid's plan) sits on models/
 # and data/; common/ (files, terminal, Ctrl-C, shared terms) imports nothing from harness.
-LAYERS = (("commands",), ("scheduling", "bench"), ("train",), ("design",), ("models", "data"), ("common",))
+LAYERS = (
+    ("commands",),
+    ("scheduling", "bench", "report"),
+    ("train",),
+    ("design",),
+    ("models", "data", "store"),
+    ("common",),
+)
 
 
 def _stage(module: str) -> str | None:
@@ -358,7 +362,7 @@ def test_the_reexport_check_sees_a_name_passed_through():
 
 
 def test_every_reports_module_imports_in_a_fresh_interpreter():
-    order = [m for m in TopologicalSorter(GRAPH).static_order() if m.startswith("reports")]
+    order = [m for m in TopologicalSorter(GRAPH).static_order() if m.startswith("harness.report")]
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\nprint(len(sys.argv) - 1)"
     proc = subprocess.run(
         [sys.executable, "-c", code, *order], cwd=ROOT, capture_output=True, text=True, timeout=300

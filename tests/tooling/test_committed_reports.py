@@ -1,4 +1,4 @@
-"""The committed reports in docs/reports/ are what the current code writes from their committed inputs.
+"""The committed reports in reports/ are what the current code writes from their committed inputs.
 
 `scripts/regenerate_reports.py` (`make reports`) rebuilds every report folder whose runs are committed
 as a grid archive (`harness import` + `harness report`, and its look-1 report from the archive cut to
@@ -23,10 +23,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from reports.stats.stats_table import CSV_COLUMNS, EXTRA_COLUMNS
+from harness.report.stats.stats_table import CSV_COLUMNS, EXTRA_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORTS = ROOT / "docs" / "reports"
+REPORTS = ROOT / "reports"
 FOLDERS = sorted(p.name for p in REPORTS.iterdir() if p.is_dir())
 ARCHIVED = [name for name in FOLDERS if any((REPORTS / name).glob("*.tar.gz"))]
 NOT_ARCHIVED = [name for name in FOLDERS if name not in ARCHIVED]

@@ -22,8 +22,8 @@ import duckdb
 import pytest
 from scipy.stats import binom
 
-from db.validate import columns, schema_sql, validate_result
 from harness.bench.intervals import half_binom_cdf
+from harness.store.validate import columns, schema_sql, validate_result
 
 from chaos import SAMPLE
 
@@ -85,8 +85,8 @@ def test_training_and_bench_modules_import_without_store_or_statistics():
     """Module load of the run and bench commands' code, and the result-file schema, need none of HIDDEN."""
     proc, loaded = _hidden_run(
         "import harness.train, harness.train.runner, harness.bench, harness.bench.measure\n"
-        "import harness.commands.run, harness.commands.bench, db, db.runfile\n"
-        "from db.validate import columns\n"
+        "import harness.commands.run, harness.commands.bench, db, harness.store.runfile\n"
+        "from harness.store.validate import columns\n"
         "print('RUNS COLUMNS', len(columns()['runs']))\n",
         timeout=600,
     )
@@ -96,7 +96,7 @@ def test_training_and_bench_modules_import_without_store_or_statistics():
 
 
 def test_schema_columns_read_without_duckdb_equal_duckdbs_catalog():
-    """db.validate.columns() reads db/schema.sql with the standard library: the same tables, columns,
+    """harness.store.validate.columns() reads db/schema.sql with the standard library: the same tables, columns,
     order and types as DuckDB's own catalog of the schema run on an in-memory database."""
     con = duckdb.connect(":memory:")
     try:

@@ -23,10 +23,10 @@ import pytest
 import torch
 from test_db_store import make_result
 
-from db.runfile import read_result, result_path
-from db.store import Store
 from harness.cli import main as cli_main
 from harness.design.config import RunConfig
+from harness.store.runfile import read_result, result_path
+from harness.store.store import Store
 from harness.train import environment, train_run
 from harness.train.execution import ExecutionSettings
 

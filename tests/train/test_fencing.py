@@ -25,12 +25,12 @@ import pytest
 import torch
 from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
-from db.store import Store
 from harness.design.config import RunConfig
 from harness.scheduling.grids.grid import load_grid
 from harness.scheduling.queue.lease import Heartbeat
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.fence import ClaimFence
+from harness.store.store import Store
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import SET_ASIDE, checkpoint_dir, checkpoint_step, prepare_resume
 from harness.train.execution import ExecutionSettings

@@ -164,8 +164,8 @@ def test_micro_batch_size_is_auto_or_a_positive_int():
 
 
 def _cli_run(results: Path, *extra: str) -> dict:
-    from db.store import Store
     from harness.cli import main as cli
+    from harness.store.store import Store
 
     rc = cli(
         [

@@ -254,7 +254,7 @@ def test_a_deferred_ingest_is_said_only_with_verbose(tmp_path, env):
     deferred; that is no news without --verbose."""
     import duckdb
 
-    from db.store import Store
+    from harness.store.store import Store
 
     Store(tmp_path).query("select 1")  # make the database
     holder = subprocess.Popen(

@@ -151,8 +151,8 @@ FLOAT_TABLES = ("metrics", "routing", "route_pairs", "route_params")
 def observe(results: Path) -> dict:
     """Train the fixture's runs with ``harness run`` (CPU, one thread) into ``results`` and
     collect their numbers."""
-    from db.store import Store
     from harness.cli import main as cli
+    from harness.store.store import Store
 
     out = {}
     for variant in VARIANTS:

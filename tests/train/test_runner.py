@@ -16,7 +16,6 @@ import duckdb
 import pytest
 import torch
 
-from db.store import Store
 from harness.cli import main as cli
 from harness.common import live
 from harness.data import prepare_corpus
@@ -24,6 +23,7 @@ from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TokenDataModule
 from harness.design.config import RunConfig, train_config
 from harness.models import available_variants, build_model
+from harness.store.store import Store
 from harness.train import RunInterrupted, train_run
 from harness.train.execution import ExecutionSettings
 from harness.train.lit import LitLM

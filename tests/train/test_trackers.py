@@ -78,14 +78,14 @@ def tracked(tmp_path_factory):
 
 def _folder(run_id: str) -> str:
     """The run's folder name (its result file's name without .json: a file-safe, distinct name)."""
-    from db.validate import result_filename
+    from harness.store.validate import result_filename
 
     return result_filename(run_id)[:-5]
 
 
 def _environment(results: Path, config) -> dict:
     """The environment record of the run's result file (harness/train/environment.py)."""
-    from db.runfile import read_result, result_path
+    from harness.store.runfile import read_result, result_path
 
     return read_result(result_path(results, config.run_id))["run"]["environment"]
 

@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 from optuna.trial import FrozenTrial, TrialState
 
-from db.store import Store
 from harness.scheduling.queue.lease import stale_reason
 from harness.scheduling.queue.run_queue import LEGACY_STUDY, RunQueue
 from harness.scheduling.queue.trials import fold, lease_from
+from harness.store.store import Store
 
 
 def _copy(t: FrozenTrial, value: float | None) -> FrozenTrial:

@@ -398,7 +398,7 @@ class RunAdder(QueueReader):
         return result
 
     def restore(self, runs: list[dict], *, same_corpus: bool = False) -> list[str]:
-        """Add the runs of an imported archive (:mod:`db.archive`'s ``queue.json``) as they ended:
+        """Add the runs of an imported archive (:mod:`harness.store.archive`'s ``queue.json``) as they ended:
         ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
         requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
         worker here holds it). Runs already in the queue are left alone (idempotent). Returns the

@@ -1,0 +1,139 @@
+"""The Python entry point for notebooks: a grid's tables and its report's statistics as polars frames.
+
+``import harness`` exposes :func:`results` and :func:`analyze` (lazily, so the CLI starts without
+them; ``harness/__init__.py``)::
+
+    import harness
+    tables = harness.results("results", grid="rd_controls_small")   # final, runs, metrics, routing
+    a = harness.analyze("results", grid="rd_controls_small")         # what `harness report` computes
+    a.headline.to_frame(); a.controls.to_frame(); a.aa.to_frame(); a.to_frame()  # = stats.csv
+    a.factorial_frame()                                               # grids with [factorial]
+
+Both read the results store through :class:`harness.store.store.Store`'s read path (read-only connections;
+result files not yet in the database are ingested first, as ``harness report`` and ``harness sql``
+do; in a folder this process cannot write nothing is written at all). Nothing else is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from harness.report.build import compute_stats, load_frames
+from harness.report.stats.factorial import FACTORIAL_KINDS
+from harness.report.stats.results import ReportStats
+from harness.store.store import Store
+
+TABLES = ("final", "runs", "metrics", "routing")
+
+
+def _store(results_dir: str | os.PathLike) -> Store:
+    """The store of an existing results folder: a mistyped path must not create one (read-only API).
+
+    Raises:
+        FileNotFoundError: ``results_dir`` is not a folder.
+    """
+    if not Path(results_dir).is_dir():
+        raise FileNotFoundError(f"results folder {str(results_dir)!r} does not exist")
+    return Store(results_dir)
+
+
+def results(results_dir: str | os.PathLike, grid: str) -> dict[str, pl.DataFrame]:
+    """One grid's rows of the store's tables (DESIGN section 5; columns in ``db/schema.sql``).
+
+    Returns:
+        ``{"final": one row per done run (val_nll nats/token, val_bpb, val_ppl), "runs": one row
+        per run (status, config JSON, ...), "metrics": every logged metric (run_id, step, tokens,
+        split, name, value), "routing": per-evaluation routing diagnostics}``.
+
+    Raises:
+        FileNotFoundError: ``results_dir`` does not exist (nothing is created).
+        ValueError: the grid has no runs (the message lists the grids there are).
+    """
+    store = _store(results_dir)
+    frames = load_frames(store, grid)  # ingests pending result files once; raises for an unknown grid
+    metrics = store.query(
+        "SELECT * FROM metrics WHERE run_id IN (SELECT run_id FROM runs WHERE grid = ?) "
+        "ORDER BY run_id, split, name, tokens",
+        [grid],
+        ingest=False,
+    )
+    return {"final": frames.final, "runs": frames.runs, "metrics": metrics, "routing": frames.routing}
+
+
+class ResultRows(tuple):
+    """A tuple of the report's result objects (one kind) with :meth:`to_frame`."""
+
+    def to_frame(self) -> pl.DataFrame:
+        """One row per object; nested results (``seeds_needed``, ``look``) become prefixed columns
+        (``seeds_needed_n``, ``look_k``), tuples (``seeds``) space-joined text."""
+        return pl.DataFrame([_flat(obj) for obj in self]) if self else pl.DataFrame()
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            row.update(_flat(value, f"{prefix}{f.name}_"))
+        elif isinstance(value, tuple):
+            row[prefix + f.name] = " ".join(map(str, value))
+        else:
+            row[prefix + f.name] = value
+    return row
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    """The report's statistics of one grid (:class:`harness.report.stats.results.ReportStats` in ``stats``).
+
+    ``headline``: :class:`~harness.report.stats.results.Headline` per size x budget (treatment - parent,
+    nats/token); ``controls``: :class:`~harness.report.stats.results.ControlAssessment` per control and
+    cell; ``aa``: :class:`~harness.report.stats.results.AACheck` per A/A variant and cell. Each has
+    ``.to_frame()``; :meth:`to_frame` is the report's ``stats.csv``, :meth:`pairs_frame` its ``pairs.csv``.
+    """
+
+    stats: ReportStats
+    headline: ResultRows
+    controls: ResultRows
+    aa: ResultRows
+
+    def to_frame(self) -> pl.DataFrame:
+        """Every comparison, one row each: the columns of ``stats.csv``."""
+        return self.stats.to_frame()
+
+    def pairs_frame(self) -> pl.DataFrame:
+        """Every matched pair (run ids, NLLs, paired difference): ``pairs.csv``."""
+        return self.stats.pairs_frame()
+
+    def factorial_frame(self) -> pl.DataFrame:
+        """The factorial contrasts of a grid with ``[factorial]`` (DESIGN 12): their ``stats.csv`` rows, kinds
+        ``factorial_simple``, ``factorial_main``, ``factorial_interaction`` (empty frame without a factorial)."""
+        return self.stats.to_frame().filter(pl.col("kind").is_in(FACTORIAL_KINDS))
+
+
+def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = False) -> Analysis:
+    """The statistics ``harness report --grid GRID`` shows (DESIGN section 6), without writing files.
+
+    Raises:
+        FileNotFoundError: ``results_dir`` does not exist (nothing is created).
+        ValueError: unknown grid, or no finished parent run; harness.report.stats.pairing.ProtocolMismatchError:
+            paired runs differ in protocol (``allow_partial=True`` leaves those pairs out with a warning).
+    """
+    stats = compute_stats(load_frames(_store(results_dir), grid), grid=grid, allow_partial=allow_partial)
+    return Analysis(
+        stats, ResultRows(stats.headlines), ResultRows(stats.assessments), ResultRows(stats.aa_checks)
+    )
+
+
+__all__ = [
+    "Analysis",
+    "ResultRows",
+    "TABLES",
+    "analyze",
+    "results",
+]

@@ -1,0 +1,12 @@
+"""Simulated studies and synthetic frames: the report's decision rules checked by simulation (DESIGN sections 6, 8, 12).
+
+* :mod:`~harness.report.simulation.studies` -- simulated studies through :mod:`harness.report.stats.decisions`
+  (``python -m harness.report.simulation.studies``); the tables it prints: :mod:`~harness.report.simulation.rules`
+  (the decision rules' rates) and :mod:`~harness.report.simulation.edges` (their edge cases);
+* :mod:`~harness.report.simulation.factorial` -- simulated 2 x 2 factorial studies
+  (``python -m harness.report.simulation.factorial``);
+* :mod:`~harness.report.simulation.synthetic` -- synthetic results frames for tests and demos.
+
+Nothing here reads a results store or writes a report: it calls the report's own statistics
+(:mod:`harness.report.stats`) and never :mod:`harness.report.render` or :mod:`harness.report.build`.
+"""
