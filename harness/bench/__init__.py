@@ -53,17 +53,20 @@ out of memory, then or later, is left out with one line: its figures are missing
 
 Modules: :mod:`~harness.bench.settings` (settings, targets, devices), :mod:`~harness.bench.steps`
 (one variant's step, interleaved timing, peak memory), :mod:`~harness.bench.loop` (Lightning
-against a bare loop), :mod:`~harness.bench.result` (medians, ratios, the JSON, the DuckDB rows,
-the printed table), :mod:`~harness.bench.profile` (``--profile``: where each ratio's time goes, by
+against a bare loop), :mod:`~harness.bench.ratios` (which arms are compared, each ratio's paired
+summary and goal), :mod:`~harness.bench.result` (medians, ratios and MFU assembled into the JSON),
+:mod:`~harness.bench.rows` (the DuckDB rows), :mod:`~harness.bench.table` (the printed table), :mod:`~harness.bench.profile` (``--profile``: where each ratio's time goes, by
 category), :mod:`~harness.bench.measure` (:func:`run_bench`: the whole benchmark).
 """
 
 from harness.bench.loop import loop_throughput
 from harness.bench.measure import run_bench, synthetic_corpus
 from harness.bench.peaks import PEAK_FLOPS, peak_flops
-from harness.bench.result import assemble, bench_rows, format_report, write_json
+from harness.bench.result import assemble, write_json
+from harness.bench.rows import bench_rows
 from harness.bench.settings import TARGETS, BenchConfig, default_variants, device_peak_flops
 from harness.bench.steps import StepArm, peak_step_bytes, time_steps, train_step
+from harness.bench.table import format_report
 
 __all__ = [
     "BenchConfig",

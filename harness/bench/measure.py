@@ -11,7 +11,8 @@ import torch
 
 from harness.bench.loop import loop_throughput
 from harness.bench.profile import compare, kernel_profiling, profile_steps
-from harness.bench.result import assemble, narrow_enough, step_ratio_pairs
+from harness.bench.ratios import narrow_enough, step_ratio_pairs
+from harness.bench.result import assemble
 from harness.bench.routing_cost import routing_pairs, routing_path_arms
 from harness.bench.settings import (
     MAX_DEFAULT_BATCH,

@@ -216,7 +216,7 @@ def routing_cost_fields(size: str, variants: list[str]) -> dict:
 def routing_path_fields(samples: dict[str, list[float]], summary: dict[str, dict], routed: list[str]) -> dict:
     """``{"step_ms": {arm: median}, "ratios": {key: value}, "ratio_intervals": {key: [lo, hi]}}`` of
     the two-phase against the per-site arms (empty without ``--per-site``); ``summary``: the
-    paired summary of :func:`routing_pairs` (:func:`harness.bench.result.paired_summary`)."""
+    paired summary of :func:`routing_pairs` (:func:`harness.bench.ratios.paired_summary`)."""
     if not routed:
         return {}
     arms = [a for v in routed for a in (v, f"{v}@per_site")]
