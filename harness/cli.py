@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.common.console import setup_logging
 from harness.common.files import default_results, fmt_bytes, free_bytes, full_disk
-from harness.common.interrupt import InterruptedAfterWrite, prompt_exit
+from harness.common.interrupt import InterruptedAfterWrite, InterruptedIncomplete, prompt_exit
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -176,13 +176,21 @@ def _run(argv: list[str]) -> int:
                 "(set --results DIR or $HARNESS_RESULTS)"
             )
         check_finite(args)
-        with prompt_exit(130):  # Ctrl-C ends every command within GRACE_S, wherever it lands
-            status = int(args._main(args) or 0)
+        with prompt_exit(130) as ctrl_c:  # Ctrl-C ends every command within GRACE_S, wherever it lands
+            try:
+                status = int(args._main(args) or 0)
+            except Exception:
+                # a library that turned the Ctrl-C into its own error (DuckDB: "Query interrupted")
+                if ctrl_c.seen:
+                    raise KeyboardInterrupt from None
+                raise
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
     except KeyboardInterrupt as exc:
         print(
-            f"interrupted ({exc})" if isinstance(exc, InterruptedAfterWrite) else "interrupted",
+            f"interrupted ({exc})"
+            if isinstance(exc, (InterruptedAfterWrite, InterruptedIncomplete))
+            else "interrupted",
             file=sys.stderr,
         )
         return 130

@@ -26,8 +26,8 @@ import errno
 import hashlib
 from pathlib import Path
 
-from harness.commands.options import add_storage, open_queue
-from harness.common.files import fmt_bytes, free_bytes
+from harness.commands.options import add_storage, open_queue, output_file
+from harness.common.files import check_output_file, fmt_bytes, free_bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         required=True,
-        type=Path,
+        type=output_file,
         metavar="FILE",
         help="archive to write (.tar.gz; replaced atomically)",
     )
@@ -104,6 +104,27 @@ def _portability(args: argparse.Namespace, results: dict[str, bytes], queued: li
     return stand_ins, corpus
 
 
+def _grid_toml(path: Path, grid: str) -> bytes:
+    """The bytes of the grid TOML ``path``, once it is the TOML of ``grid`` (its ``name``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not TOML, or another grid's file (naming both).
+    """
+    import tomllib
+
+    if not path.is_file():
+        raise FileNotFoundError(f"--toml {str(path)!r} does not exist")
+    data = path.read_bytes()
+    try:
+        name = tomllib.loads(data.decode("utf-8-sig")).get("name")
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"--toml {path}: not valid TOML ({exc})") from None
+    if name != grid:
+        raise ValueError(f"--toml {path} is the TOML of grid {name!r}, not of --grid {grid}")
+    return data
+
+
 def code_identity() -> dict:
     """``{"commit", "lock_sha256"}`` of this code: the git commit (``-dirty`` with local changes)
     and the SHA-256 of requirements.lock (``None`` outside a checkout)."""
@@ -123,6 +144,10 @@ def main(args: argparse.Namespace) -> int:
     from harness.store.archive import write_archive
     from harness.store.store import Store
 
+    check_output_file(args.out, "--out")  # before any work: checked, nothing created
+    imported = Path(args.results) / "grids" / f"{args.grid}.toml"
+    toml = args.toml if args.toml is not None else (imported if imported.is_file() else None)
+    grid_toml = _grid_toml(toml, args.grid) if toml is not None else None
     store = Store(args.results)
     ids = store.query("select run_id from runs where grid = ? order by run_id", [args.grid])[
         "run_id"
@@ -134,10 +159,6 @@ def main(args: argparse.Namespace) -> int:
             f"{len(gone)} runs of grid {args.grid} have no result file in {store.runs_dir} (e.g. {gone[0]}); "
             "the archive holds result files, so it cannot hold them"
         )
-    if args.toml is not None and not args.toml.is_file():
-        raise FileNotFoundError(f"--toml {str(args.toml)!r} does not exist")
-    imported = Path(args.results) / "grids" / f"{args.grid}.toml"
-    toml = args.toml if args.toml is not None else (imported if imported.is_file() else None)
     queue = _queue_view(args)
     if queue is None:
         print(
@@ -153,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
             results=results,
             queue=queue or [],
             code=code_identity(),
-            grid_toml=toml.read_bytes() if toml is not None else None,
+            grid_toml=grid_toml,
             stand_ins=stand_ins,
             corpus=corpus,
             archived_before=json.loads(before.read_text()) if before.is_file() else None,

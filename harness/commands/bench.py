@@ -31,11 +31,11 @@ example:
 from __future__ import annotations
 
 import argparse
-import errno
-import os
 import re
 import sys
 from pathlib import Path
+
+from harness.common.files import check_output_file
 
 #: BenchConfig's fields by the option that sets them: its errors name the option a user typed
 FLAGS = {
@@ -195,8 +195,8 @@ def main(args: argparse.Namespace) -> int:
         ) from None
     json_path = args.json or Path(args.results) / "bench" / "<bench_id>.json"  # named after the run
     db = Path(args.db) if args.db else Path(args.results) / "harness.duckdb"
-    check_output(json_path, "--json")  # before the rounds: a bad path would lose a long run's result
-    check_output(db, "--db")
+    check_output_file(json_path, "--json")  # before the rounds: a bad path would lose a long run's result
+    check_output_file(db, "--db")
     result = run_bench(cfg, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_report(result))
     path = write_json(result, args.json or json_path.with_name(f"{result['bench_id']}.json"))
@@ -220,24 +220,6 @@ def main(args: argparse.Namespace) -> int:
         raise
     print(f"stored {len(rows)} rows in {db} (table bench, bench_id {result['bench_id']})")
     return 0
-
-
-def check_output(path: Path, option: str) -> None:
-    """Refuse an output path that cannot be written, before anything is timed.
-
-    Raises:
-        ValueError: ``path`` is a folder, or a file stands where one of its folders would be.
-        PermissionError: its nearest existing folder is not writable (the environment's fault).
-    """
-    if path.is_dir():
-        raise ValueError(f"{option} {path}: is a folder; give a file's path")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:  # the folders write_json would create
-        folder = folder.parent
-    if not folder.is_dir():
-        raise ValueError(f"{option} {path}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, f"{option}: folder not writable", str(folder))
 
 
 def _config(args: argparse.Namespace):

@@ -4,12 +4,21 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from harness.train.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
     "queue storage: postgresql://..., journal:PATH or PATH.journal (default: RESULTS/queue.journal)"
 )
+
+
+def output_file(text: str) -> Path:
+    """An ``argparse`` type for an output file's option: the path, refused when empty (``Path("")`` is the
+    current folder, which would be reported as a folder named ``.``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty path; give a file's path")
+    return Path(text)
 
 
 def add_storage(parser: argparse.ArgumentParser, *, reads_only: bool = False) -> None:

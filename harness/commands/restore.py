@@ -139,11 +139,8 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import json
-
-    from harness.common.files import atomic_write, results_id
-    from harness.store.archive import GRID_TOML, read_archive
-    from harness.store.store import Store
+    from harness.common.interrupt import InterruptedIncomplete, interrupted
+    from harness.store.archive import read_archive
 
     archive = read_archive(args.archive)
     corpus_path = _corpus_here(archive, args)
@@ -153,12 +150,51 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(why)
     made = [p for p in (args.results, args.results / "runs") if not p.exists()]
     try:
-        moved = _move_in(archive, args.results)
-    except BaseException:  # a full disk, Ctrl-C: no empty results folder or runs/ is left behind
-        for folder in reversed(made):
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only where still empty
+        moved, added = _write(archive, args, queue, corpus_path)
+    except BaseException as exc:  # a full disk, a Ctrl-C: no empty results folder or runs/ is left behind
+        _remove_empty(made)
+        if isinstance(exc, KeyboardInterrupt) or interrupted():  # DuckDB: Ctrl-C as "Query interrupted"
+            # each step adds only what is missing, so the same import again finishes this one
+            raise InterruptedIncomplete(
+                f"grid {archive.grid} is partly imported into {args.results}; the same `harness import` "
+                "again finishes it"
+            ) from None
         raise
+    corpus = archive.corpus
+    print(
+        f"imported grid {archive.grid} from {args.archive} (archived by {archive.archived_by.get('commit')}; "
+        f"trained by {_commits(archive)}): {moved} result files added, "
+        f"{len(archive.results) - moved} already there; {len(added)} runs added to the queue"
+    )
+    if corpus is not None:
+        where = (
+            f"at {corpus_path}"
+            if corpus_path
+            else "not given: pass --corpus PATH to `harness topup` or `harness work`"
+        )
+        print(f"corpus: {corpus['name']} (fingerprint {corpus['fingerprint']}) {where}")
+    print(f"next: harness report --grid {archive.grid} --results {args.results}")
+    return 0
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (made by this import, innermost last) where still empty."""
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only where still empty
+
+
+def _write(archive, args: argparse.Namespace, queue, corpus_path: str | None) -> tuple[int, list[str]]:
+    """Every write of the import, each adding only what is missing (so an interrupted import is finished by
+    the same import again): the result files, the queue's runs and corpus, the grid's TOML and archive
+    record, the store's rows. Returns ``(result files moved in, run ids added to the queue)``."""
+    import json
+
+    from harness.common.files import atomic_write, results_id
+    from harness.store.archive import GRID_TOML
+    from harness.store.store import Store
+
+    moved = _move_in(archive, args.results)
     added, corpus = [], archive.corpus
     if archive.queue:
         queue = queue or open_queue(args, create=True)
@@ -175,20 +211,7 @@ def main(args: argparse.Namespace) -> int:
     before = {"archived_by": archive.archived_by, "members": archive.manifest["members"]}
     atomic_write(grids / f"{archive.grid}.archive.json", json.dumps(before, indent=1).encode())
     Store(args.results).ingest()
-    print(
-        f"imported grid {archive.grid} from {args.archive} (archived by {archive.archived_by.get('commit')}; "
-        f"trained by {_commits(archive)}): {moved} result files added, "
-        f"{len(archive.results) - moved} already there; {len(added)} runs added to the queue"
-    )
-    if corpus is not None:
-        where = (
-            f"at {corpus_path}"
-            if corpus_path
-            else "not given: pass --corpus PATH to `harness topup` or `harness work`"
-        )
-        print(f"corpus: {corpus['name']} (fingerprint {corpus['fingerprint']}) {where}")
-    print(f"next: harness report --grid {archive.grid} --results {args.results}")
-    return 0
+    return moved, added
 
 
 def _commits(archive) -> str:

@@ -125,6 +125,25 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def check_output_file(path: Path, option: str) -> None:
+    """Refuse an output file that cannot be written, before the work that fills it (so a long run's result
+    is not lost at its end); nothing is created.
+
+    Raises:
+        ValueError: ``path`` is a folder, or a file stands where one of its folders would be.
+        PermissionError: its nearest existing folder is not writable (the environment's fault).
+    """
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; give a file's path")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the folders the writer would create
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{option}: folder not writable", str(folder))
+
+
 @contextmanager
 def atomic_path(
     path: str | os.PathLike,
@@ -244,6 +263,7 @@ __all__ = [
     "full_disk",
     "full_place",
     "atomic_path",
+    "check_output_file",
     "atomic_write",
     "fsync_file",
     "fsync_dir",

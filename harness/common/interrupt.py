@@ -79,12 +79,23 @@ def raise_if_interrupted() -> None:
     the signal itself. A command calls it just before a write it cannot take back (the queue's enqueue),
     so a lost interrupt never lets the write through. Outside a block: nothing to check.
     """
-    if _ACTIVE and _ACTIVE[-1].seen:
+    if interrupted():
         raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    """Whether a Ctrl-C arrived inside the current :func:`prompt_exit` block (``False`` outside one), even
+    one a library turned into its own error."""
+    return bool(_ACTIVE and _ACTIVE[-1].seen)
 
 
 class InterruptedAfterWrite(KeyboardInterrupt):
     """A Ctrl-C that :func:`complete_before_interrupt` held until its write was complete; its text says so."""
+
+
+class InterruptedIncomplete(KeyboardInterrupt):
+    """A Ctrl-C that left a command's writes part-way (``harness import``'s files and queue); its text says
+    what is incomplete and the command that finishes it."""
 
 
 @contextmanager
@@ -172,7 +183,9 @@ __all__ = [
     "GRACE_S",
     "Interrupt",
     "InterruptedAfterWrite",
+    "InterruptedIncomplete",
     "complete_before_interrupt",
+    "interrupted",
     "prompt_exit",
     "raise_if_interrupted",
 ]

@@ -27,7 +27,10 @@ is the same file byte for byte.
 gzip tar (else "not a harness archive"), complete (else "truncated or damaged"), hold exactly
 the manifest's members with their hashes (else "tampered or damaged"), and every result file
 must be valid, of the manifest's grid, and carry the protocol hash the manifest records for its
-run (else "protocol mismatch"). Each raises :class:`ArchiveError` with one line.
+run (else "protocol mismatch"); the manifest itself, which no hash covers, must agree with the members
+(each run's training commit and status, the corpus fingerprint every result file records, the grid TOML's
+name; no result member outside its runs: else "manifest mismatch"). Each raises :class:`ArchiveError`
+with one line.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import json
 import os
 import re
 import tarfile
+import tomllib
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,12 +335,61 @@ def read_archive(path: str | os.PathLike) -> Archive:
                 f"{path}: protocol mismatch: run {run_id} has protocol hash {run.get('protocol_hash')}, "
                 f"the manifest records {entry['protocol_hash']}"
             )
+        for key, here in (("code_version", run.get("code_version")), ("status", run["status"])):
+            if key in entry and entry[key] != here:
+                raise ArchiveError(
+                    f"{path}: manifest mismatch: run {run_id}'s result file records {key} {here}, "
+                    f"the manifest {entry[key]} (tampered or damaged)"
+                )
         results[run_id] = members[entry["file"]]
+    unlisted = sorted(
+        set(n for n in members if n.startswith("runs/")) - {e["file"] for e in manifest["runs"].values()}
+    )
+    if unlisted:
+        raise ArchiveError(f"{path}: {unlisted[0]} is not a run of its manifest (tampered or damaged)")
     queue = json.loads(members.get(QUEUE, b"[]"))
     foreign = [r["config"]["run_id"] for r in queue if r["config"]["grid"] != grid]
     if foreign:
         raise ArchiveError(f"{path}: queued run {foreign[0]} is not of grid {grid}")
+    _check_corpus(path, manifest, results)
+    _check_grid_toml(path, grid, members.get(GRID_TOML))
     return Archive(manifest, members, results, queue)
+
+
+def _check_corpus(path: Path, manifest: dict, results: dict[str, bytes]) -> None:
+    """The manifest's corpus fingerprint is the one every result file's protocol records (the manifest is
+    not under its own hashes: a changed fingerprint would make the real corpus "another text" forever).
+
+    Raises:
+        ArchiveError: a result file records another fingerprint (one line naming both).
+    """
+    if "corpus" not in manifest:  # version 1: the corpus is read from the result files themselves
+        return
+    listed = (manifest["corpus"] or {}).get("fingerprint")
+    for run_id, data in results.items():
+        config = json.loads(data)["run"].get("config") or {}
+        recorded = ((config.get("protocol") or {}).get("data") or {}).get("fingerprint")
+        if recorded and recorded != listed:
+            raise ArchiveError(
+                f"{path}: manifest mismatch: its corpus fingerprint is {listed}, run {run_id} was trained "
+                f"on {recorded} (tampered or damaged)"
+            )
+
+
+def _check_grid_toml(path: Path, grid: str, text: bytes | None) -> None:
+    """The archive's grid TOML names the manifest's grid.
+
+    Raises:
+        ArchiveError: not TOML, or another grid's name (one line).
+    """
+    if text is None:
+        return
+    try:
+        name = tomllib.loads(text.decode("utf-8-sig")).get("name")
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ArchiveError(f"{path}: its {GRID_TOML} is not valid TOML ({exc})") from None
+    if name != grid:
+        raise ArchiveError(f"{path}: its {GRID_TOML} is grid {name!r}, the manifest's grid is {grid!r}")
 
 
 __all__ = [

@@ -117,3 +117,85 @@ def test_ctrl_c_in_a_worker_releases_its_run_wherever_it_lands(tmp_path):
         assert [r.state for r in runs.values()] == ["queued"], out
     done = harness("work", "--results", str(results))
     assert "1 done, 0 diverged, 0 failed" in done.stdout, done.stdout + done.stderr
+
+
+#: A Ctrl-C's exit: 130, or -2 (Python's subprocess for "ended by SIGINT", which a shell reports as 130 too)
+#: when the signal lands as the interpreter shuts down, after the command printed its last line.
+INTERRUPTED_RC = (130, -signal.SIGINT)
+
+
+def ctrl_c_at(delay_s: float, *args: str) -> tuple[int, str]:
+    """``(exit status, everything printed)`` of a command whose process group got SIGINT ``delay_s``
+    seconds after it started (wherever that lands: the assertions hold at every point)."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+        start_new_session=True,
+    )
+    try:
+        p.communicate(timeout=delay_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGINT)
+    try:
+        out, _ = p.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail(f"harness {args[0]} still running {HANG_S} s after Ctrl-C")
+    return p.returncode, out or ""
+
+
+def _imported(results: Path) -> dict:
+    """What an import leaves: the result files, the grid's files, and the queue's runs with their states."""
+    from fstree import tree
+
+    runs = RunQueue.open(None, results, create=False).runs("rd_factorial_study")
+    return {
+        "runs": tree(results / "runs"),
+        "grids": tree(results / "grids"),
+        "queue": sorted((rid, r.state, r.value) for rid, r in runs.items()),
+    }
+
+
+@pytest.mark.slow  # 8 imports of the committed study (96 runs, ~2 s each on 2 cores), interrupted, then finished
+def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_path):
+    """Issue 61 row 7: a Ctrl-C at 2-3 s into importing the committed study gave DuckDB's "Query
+    interrupted" traceback (rc 1) or left 68 of 96 runs and no grids/ with a bare "interrupted". Now,
+    wherever it lands: exit 130 without a traceback, a line saying the import is partial and that the same
+    import finishes it, and the same import then leaves exactly what an uninterrupted one does."""
+    study = str(ROOT / "reports/factorial_study/rd_factorial_study.tar.gz")
+    whole = tmp_path / "whole"
+    harness("import", study, "--results", str(whole))
+    want = _imported(whole)
+    assert len(want["queue"]) == 96
+    partial = 0
+    for k, delay in enumerate((0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1, 2.4)):
+        results = tmp_path / f"cut{k}"
+        rc, out = ctrl_c_at(delay, "import", study, "--results", str(results))
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+        if rc == 0:
+            continue  # it finished before the Ctrl-C
+        assert rc in INTERRUPTED_RC, out
+        last = out.rstrip().splitlines()[-1]
+        if last != "interrupted":  # before any write: nothing imported, nothing to finish
+            partial += 1
+            assert last == (
+                f"interrupted (grid rd_factorial_study is partly imported into {results}; the same "
+                "`harness import` again finishes it)"
+            ), out
+        harness("import", study, "--results", str(results))
+        assert _imported(results) == want, (delay, out)
+    assert partial >= 1  # at least one Ctrl-C landed among the writes (they take most of the time)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_duckdb_query_is_interrupted_not_a_traceback(tmp_path):
+    """DuckDB turns a Ctrl-C into ``RuntimeError("Query interrupted")``: the command says "interrupted",
+    exit 130, as for any Ctrl-C."""
+    results = tmp_path / "results"
+    harness("import", str(ROOT / "reports/demo/rd_controls_mini.tar.gz"), "--results", str(results))
+    rc, out = ctrl_c_at(3.0, "sql", "select count(*) from range(100000000000) a", "--results", str(results))
+    assert rc in INTERRUPTED_RC and out.rstrip().endswith("interrupted"), out
+    assert "Traceback" not in out and "Query interrupted" not in out, out

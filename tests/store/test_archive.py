@@ -21,6 +21,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fstree import unchanged
 from test_corpus_by_content import machine_marks
 from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
 
@@ -261,3 +262,123 @@ def test_a_committed_archive_archived_again_names_no_machine_and_comes_back_byte
     again = tmp_path / "again.tar.gz"
     assert cli(["archive", "--grid", grid, "--results", str(second), "--out", str(again)]) == 0
     assert again.read_bytes() == new.read_bytes()
+
+
+def _edit_manifest(edit):
+    """An ``_rewrite`` edit applying ``edit(manifest dict)`` to the manifest member only."""
+
+    def apply(name: str, data: bytes) -> bytes:
+        if name != MANIFEST:
+            return data
+        m = json.loads(data)
+        edit(m)
+        return json.dumps(m).encode()
+
+    return apply
+
+
+def test_a_manifest_that_disagrees_with_its_members_is_refused(tmp_path, capsys):
+    """No hash covers the manifest itself: each of its claims is checked against the members (issue 61,
+    row 5), one line, nothing written."""
+    _, archive = _archived(tmp_path)
+    dest = tmp_path / "dest"
+    first = lambda m: next(iter(m["runs"].values()))  # noqa: E731
+    cases = {
+        "commit": (lambda m: first(m).update(code_version="0" * 40), "records code_version"),
+        "status": (lambda m: first(m).update(status="failed"), "records status done, the manifest failed"),
+    }
+    for name, (edit, words) in cases.items():
+        bad = tmp_path / f"{name}.tar.gz"
+        _rewrite(archive, bad, _edit_manifest(edit))
+        _refused(capsys, bad, dest, "manifest mismatch", words)
+
+    # a result member the manifest lists among its members but not among its runs
+    extra = b'{"format_version":1}'
+    unlisted = tmp_path / "unlisted.tar.gz"
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar]
+    m = json.loads(dict(members)[MANIFEST])
+    m["members"]["runs/extra.json"] = {"bytes": len(extra), "sha256": sha256(extra)}
+    with tarfile.open(unlisted, "w:gz") as tar:
+        for name, data in [(MANIFEST, json.dumps(m).encode()), *members[1:], ("runs/extra.json", extra)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    _refused(capsys, unlisted, dest, "runs/extra.json is not a run of its manifest")
+
+    # a grid TOML of another grid, its hash updated in the manifest (a re-packed archive)
+    other = b'name = "base"\n'
+    renamed = tmp_path / "renamed.tar.gz"
+    m = json.loads(dict(members)[MANIFEST])
+    m["members"]["grid.toml"] = {"bytes": len(other), "sha256": sha256(other)}
+    with tarfile.open(renamed, "w:gz") as tar:
+        for name, data in [(MANIFEST, json.dumps(m).encode()), *members[1:], ("grid.toml", other)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    _refused(capsys, renamed, dest, "its grid.toml is grid 'base', the manifest's grid is 'seq'")
+    assert not dest.exists()
+
+
+@pytest.mark.slow  # reads the committed study's archive (96 runs) twice
+def test_a_manifest_corpus_fingerprint_unlike_its_runs_is_refused(tmp_path, capsys):
+    """The issue's case: the committed study's manifest with a corpus fingerprint of 64 zeros imported
+    without a word, after which the real corpus was "another text" forever."""
+    study = Path(__file__).resolve().parents[2] / "reports/factorial_study/rd_factorial_study.tar.gz"
+    real = read_archive(study).corpus["fingerprint"]
+    zeros = tmp_path / "zeros.tar.gz"
+    _rewrite(study, zeros, _edit_manifest(lambda m: m["corpus"].update(fingerprint="0" * 64)))
+    _refused(
+        capsys,
+        zeros,
+        tmp_path / "dest",
+        "manifest mismatch",
+        f"corpus fingerprint is {'0' * 64}",
+        f"on {real}",
+    )
+
+
+def test_archive_refuses_another_grids_toml_and_an_unwritable_out_before_any_work(tmp_path, capsys):
+    """Issue 61 rows 6 and 12: `--toml` of another grid, `--out` a folder, empty or under a file: one line
+    naming the option, exit 2, nothing created."""
+    results, _ = _archived(tmp_path)
+    other = tmp_path / "other.toml"
+    other.write_text('name = "base"\nseeds = [0]\n')
+    folder = tmp_path / "outdir"
+    folder.mkdir()
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    cases = [
+        (
+            ["--toml", str(other), "--out", str(tmp_path / "a.tar.gz")],
+            f"--toml {other} is the TOML of grid 'base', not of --grid seq",
+        ),
+        (["--out", str(folder)], f"--out {folder}: is a folder"),
+        (["--out", str(blocker / "x.tar.gz")], f"{blocker} is a file, not a folder"),
+    ]
+    for extra, words in cases:
+        capsys.readouterr()
+        with unchanged(tmp_path):
+            assert cli(["archive", "--grid", "seq", "--results", str(results), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and words in err and ".tmp" not in err, err
+    with unchanged(tmp_path):
+        empty = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "archive",
+                "--grid",
+                "seq",
+                "--results",
+                str(results),
+                "--out",
+                "",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert empty.returncode == 2 and "argument --out: '': an empty path; give a file's path" in empty.stderr
+    assert "PosixPath" not in empty.stderr
