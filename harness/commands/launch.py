@@ -218,7 +218,7 @@ def main(args: argparse.Namespace) -> int:
     if args.partition is not None and args.executor != "slurm":
         raise ValueError("--partition: only with --executor slurm")
     if args.corpus is not None:  # checked here, before submitting: the workers read the same path or glob
-        from harness.scheduling.grids.grid import check_corpus
+        from harness.corpus.spec import check_corpus
 
         check_corpus(args.corpus, source="harness launch --corpus")
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)

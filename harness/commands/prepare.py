@@ -31,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from harness.data.corpus_key import DEFAULT_BPE_VOCAB, CorpusKey, requested_vocab
+from harness.corpus.key import DEFAULT_BPE_VOCAB, CorpusKey, requested_vocab
 
 
 def _positive(unit: str):
@@ -129,17 +129,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.data.corpus import probe_corpus
-    from harness.data.legacy_corpus import convert_legacy
+    from harness.corpus.key import read_manifest
+    from harness.corpus.probe import probe_corpus
+    from harness.corpus.spec import check_corpus
+    from harness.data.legacy_layout import convert_legacy
     from harness.data.prepared import cache_dir
-    from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
+    from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards
     from harness.data.tokenizer import check_key_tokenizer
 
     cache = cache_dir(args.results)
     if args.grid is not None:
         # deferred: the grid path needs the model presets (torch); --corpus alone does not
         from harness.scheduling.grids.corpus_need import largest_needs
-        from harness.scheduling.grids.grid import check_corpus, load_grid
+        from harness.scheduling.grids.grid import load_grid
 
         if args.tokenizer or args.vocab_size or args.tokens or args.max_docs:
             raise ValueError(

@@ -64,13 +64,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import add_storage, open_queue
-from harness.scheduling.grids.grid import (
-    check_corpus,
-    check_plan_unchanged,
-    choose_corpus,
-    load_grid,
-    resolve_tuned,
-)
+from harness.scheduling.grids.grid import check_plan_unchanged, load_grid, resolve_tuned
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,21 +111,23 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
     parse_storage(args.storage, args.results)  # a bad --storage: one line before the corpus is read or sized
-    from harness.data.corpus_identity import parse_ref
+    from harness.corpus import locate
+    from harness.corpus.spec import parse_ref
     from harness.data.prepared import cache_dir
     from harness.scheduling import tuning
-    from harness.scheduling.grids import corpus_check
 
     # an imported grid's TOML names its corpus by reference: the path the queue records (if any)
-    corpus, source = choose_corpus(args.corpus, grid)
+    corpus, source = grid.choose_corpus(args.corpus)
     if parse_ref(corpus or "") is not None:
-        corpus, source = corpus_check.here(open_queue(args), grid.name, corpus, source)
+        corpus, source = locate.here(open_queue(args), grid.name, corpus, source)
     configs = _checked_configs(grid, corpus, source, args)
     queue = RunQueue.open(
         args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
     )
     # the corpus by content: the same text at another path re-points the grid, another text is refused
-    bound = corpus_check.binding(queue, grid.name, configs[0], configs[0].corpus, cache_dir(args.results))
+    bound = locate.binding(
+        queue, grid.name, configs[0].corpus_key(), configs[0].corpus, cache_dir(args.results)
+    )
     if grid.tuned:
 
         def best(study: str) -> tuple[str, dict]:
@@ -162,9 +158,10 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
     configs = grid.expand(corpus=corpus, tuned={})
     for config in configs:
         config.check_trainable()
-    check_corpus(configs[0].corpus, source=source)
-    from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
+    from harness.corpus.probe import probe_corpus
+    from harness.corpus.spec import check_corpus
 
+    check_corpus(configs[0].corpus, source=source)
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
     from harness.common.files import undone_if_refused
     from harness.data.prepared import cache_dir

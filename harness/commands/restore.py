@@ -121,10 +121,10 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
     """
     if args.corpus is None:
         return None
+    from harness.corpus.locate import check_repoint
+    from harness.corpus.spec import resolve_corpus
     from harness.data.prepared import cache_dir
     from harness.design.config import RunConfig
-    from harness.scheduling.grids.corpus_check import check_repoint
-    from harness.scheduling.grids.grid import resolve_corpus
 
     if not archive.queue:
         raise ValueError(
@@ -134,7 +134,7 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
     expected = (corpus["fingerprint"], corpus["name"]) if corpus is not None else None
     path = resolve_corpus(args.corpus)
     config = RunConfig.from_dict(archive.queue[0]["config"])
-    check_repoint(expected, config, path, cache_dir(args.results), grid=archive.grid)
+    check_repoint(expected, config.corpus_key(), path, cache_dir(args.results), grid=archive.grid)
     return path
 
 

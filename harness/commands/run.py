@@ -29,11 +29,11 @@ from pathlib import Path
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.common import console
 from harness.common.terms import ROLES
+from harness.corpus.spec import check_corpus, choose_corpus
 from harness.data.prepared import cache_dir
 from harness.design.train_table import TRACKERS
 from harness.models.sizes import SIZES
 from harness.scheduling.grids.corpus_need import check_gpt2_files
-from harness.scheduling.grids.grid import check_corpus, choose_corpus
 from harness.scheduling.workers.devices import check_accelerator
 from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
 

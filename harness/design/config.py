@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
-from harness.data.corpus_key import CorpusKey, requested_vocab
+from harness.corpus.key import CorpusKey, requested_vocab
 from harness.design.train_table import EXECUTION_KEYS, check_value, split_train
 from harness.models import VariantSpec, build_model, get_spec
 from harness.models.catalog import is_shipped
@@ -220,7 +220,7 @@ ADHOC_GRID = "adhoc"
 
 def corpus_key(corpus: str, size: str, train: TrainConfig) -> CorpusKey:
     """The corpus a run of preset ``size`` with settings ``train`` reads from ``corpus`` (a spec): the
-    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.data.corpus_key.requested_vocab`).
+    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.corpus.key.requested_vocab`).
 
     Raises:
         ValueError: unknown size.
@@ -482,9 +482,9 @@ class RunConfig:
         return split_train(self.train).execution
 
     def corpus_key(self) -> CorpusKey:
-        """The corpus this run reads (:class:`~harness.data.corpus_key.CorpusKey`): its spec and the
+        """The corpus this run reads (:class:`~harness.corpus.key.CorpusKey`): its spec and the
         training settings that decide its tokens; the vocabulary is ``[train] vocab_size``, else the
-        size preset's (:func:`~harness.data.corpus_key.requested_vocab`)."""
+        size preset's (:func:`~harness.corpus.key.requested_vocab`)."""
         return corpus_key(self.corpus, self.size, self.train_config())
 
     def variant_spec(self) -> VariantSpec:

@@ -69,7 +69,7 @@ from harness.train.execution import ExecutionSettings, parse_devices, set_thread
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
-    from harness.scheduling.grids.corpus_check import CorpusLocator
+    from harness.corpus.locate import CorpusLocator
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.train.stop import StopRequest
 
@@ -202,8 +202,8 @@ def work(
         settings: the worker's :class:`~harness.train.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings, stop_requested=stop, on_eval=...)``; ``None``: a stand-in's ``train_fn(c, r)``.
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
-        corpus: resolves each run's corpus on this machine (:class:`~harness.scheduling.grids.corpus_check.
-            CorpusLocator`: the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
+        corpus: resolves each run's corpus on this machine (:class:`~harness.corpus.locate.CorpusLocator`:
+            the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -482,7 +482,7 @@ class WorkOptions:
         settings: how each run executes (its ``devices`` set from the claim).
         corpus: where this machine has the corpus of the runs it claims (``--corpus``; ``None``: the
             path the queue records for each grid, else the run's config), checked against the grid's
-            fingerprint (:mod:`harness.scheduling.grids.corpus_check`).
+            fingerprint (:mod:`harness.corpus.locate`).
     """
 
     results: str
@@ -656,8 +656,9 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             print(f"note: {exc}; waiting for it to be queued (--wait)")
     claim = settings = check_run = locator = None
     if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
-        from harness.data.prepared import cache_dir  # lazy: numpy, only where a corpus is read
-        from harness.scheduling.grids.corpus_check import CorpusLocator
+        # lazy: numpy, only where a corpus is read
+        from harness.corpus.locate import CorpusLocator
+        from harness.data.prepared import cache_dir
 
         locator = CorpusLocator(options.corpus, cache_dir(options.results))
     if train_fn is None:

@@ -1,30 +1,36 @@
 """Where a grid's corpus is, checked by what it is: re-pointing and a worker's look (DESIGN sections 4
 and 10; docs/scaling-out.md).
 
-A grid's corpus is its document fingerprint (:mod:`harness.data.corpus_identity`), recorded in the
+A grid's corpus is its document fingerprint (:mod:`harness.corpus.fingerprint`), recorded in the
 queue with the corpus's file name and the path workers read it from
-(:meth:`~harness.scheduling.queue.run_queue.RunAdder.bind_corpus`). ``harness import``, ``queue``, ``topup``
-and ``work`` take ``--corpus PATH``: :func:`check_repoint` reads the fingerprint of the text at PATH
-and refuses another text with one line naming both fingerprints, before anything is written.
+(:meth:`~harness.scheduling.queue.run_queue.RunQueue.bind_corpus`, :func:`binding`). ``harness
+import``, ``queue``, ``topup`` and ``work`` take ``--corpus PATH``: :func:`check_repoint` reads the
+fingerprint of the text at PATH and refuses another text with one line naming both fingerprints,
+before anything is written.
 
 A worker resolves each claimed run's corpus with :class:`CorpusLocator`: its own ``--corpus`` (checked
-once per worker against the grid's fingerprint), else the path the queue records, else the run's
+once per grid against the grid's fingerprint), else the path the queue records, else the run's
 config. A corpus that is not there is the machine's fault, not the run's (:class:`CorpusMissing`):
 the run is released with no retry spent and the worker stops with one line naming the path, the
 fingerprint and the ``--corpus`` that re-points it.
+
+The queue and a claim are used through what they offer (``queue.corpus_of``, ``queue.runs``,
+``queue.release``; ``claim.grid``, ``claim.run_id``, ``claim.config``): this package sits below the
+scheduling that defines them. Owns where a corpus is and whether it is the grid's. Must not read a
+corpus's text itself (:mod:`harness.corpus.fingerprint` does).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.data.corpus_identity import corpus_name, fingerprint_of, is_local, parse_ref, repointed
-from harness.design.config import RunConfig
+from harness.corpus.fingerprint import fingerprint_of
+from harness.corpus.key import CorpusKey, repointed
+from harness.corpus.spec import corpus_name, exists, is_local, parse_ref
 
 
 class CorpusMissing(OSError):
@@ -32,31 +38,26 @@ class CorpusMissing(OSError):
     environment's fault, so the run was released (no retry spent) and the worker stops."""
 
 
-def exists(path: str) -> bool:
-    """True when a local corpus path (or glob) matches something here."""
-    return bool(glob.glob(path)) if glob.has_magic(path) else os.path.exists(path)
-
-
-def expected_corpus(record: dict | None, config: RunConfig, cache_dir: Path | None) -> tuple[str, str] | None:
+def expected_corpus(record: dict | None, key: CorpusKey, cache_dir: Path | None) -> tuple[str, str] | None:
     """``(fingerprint, name)`` a grid's corpus must have: the queue's ``record`` of it
-    (:meth:`~harness.scheduling.queue.run_queue.QueueReader.corpus_of`), else the reference in ``config`` (an
-    imported run), else the fingerprint of ``config``'s own corpus where it is here; ``None`` for a hub
+    (:meth:`~harness.scheduling.queue.run_queue.QueueReader.corpus_of`), else the reference in ``key``
+    (an imported run), else the fingerprint of ``key``'s own corpus where it is here; ``None`` for a hub
     corpus or a queue with no record whose path is gone (nothing to check against)."""
     if record is not None:
         return record["fingerprint"], record["name"]
-    ref = parse_ref(config.corpus)
+    ref = parse_ref(key.corpus)
     if ref is not None:
         return ref
-    if is_local(config.corpus) and exists(config.corpus):
-        fp = fingerprint_of(config.corpus_key(), cache_dir)
-        return (fp, corpus_name(config.corpus)) if fp is not None else None
+    if is_local(key.corpus) and exists(key.corpus):
+        fp = fingerprint_of(key, cache_dir)
+        return (fp, corpus_name(key.corpus)) if fp is not None else None
     return None
 
 
 def check_repoint(
-    expected: tuple[str, str] | None, config: RunConfig, path: str, cache_dir: Path | None, *, grid: str
+    expected: tuple[str, str] | None, key: CorpusKey, path: str, cache_dir: Path | None, *, grid: str
 ) -> str:
-    """The document fingerprint of the corpus at ``path`` read with ``config``'s settings, refused unless
+    """The document fingerprint of the corpus at ``path`` read with ``key``'s settings, refused unless
     it is ``expected``'s (``None``: anything goes).
 
     Raises:
@@ -65,7 +66,7 @@ def check_repoint(
     """
     if not exists(path):
         raise FileNotFoundError(f"--corpus {path} not found")
-    fp = fingerprint_of(repointed(config.corpus_key(), path), cache_dir)
+    fp = fingerprint_of(repointed(key, path), cache_dir)
     if expected is not None and fp != expected[0]:
         raise ValueError(
             f"--corpus {path} has fingerprint {fp}; grid {grid} was trained on corpus {expected[1]} of "
@@ -75,7 +76,7 @@ def check_repoint(
 
 
 class Binding(NamedTuple):
-    """A grid's corpus as :meth:`~harness.scheduling.queue.run_queue.RunAdder.bind_corpus` records it, and
+    """A grid's corpus as :meth:`~harness.scheduling.queue.run_queue.RunQueue.bind_corpus` records it, and
     whether it was checked against a fingerprint the grid already had (``checked``)."""
 
     fingerprint: str
@@ -84,10 +85,13 @@ class Binding(NamedTuple):
     checked: bool
 
 
-def binding(queue, grid: str, config: RunConfig, path: str, cache_dir: Path | None) -> Binding | None:
-    """The :class:`Binding` of ``grid`` read from ``path`` (``config``'s settings), checked against what
+def binding(queue, grid: str, key: CorpusKey, path: str, cache_dir: Path | None) -> Binding | None:
+    """The :class:`Binding` of ``grid`` read from ``path`` (``key``'s settings), checked against what
     the grid already reads (:func:`expected_corpus` of the queue's record, else of a run queued before);
     ``None`` for a hub corpus (its spec is its identity).
+
+    Args:
+        queue: the run queue (``None``: none yet, nothing to check against).
 
     Raises:
         FileNotFoundError / ValueError: as :func:`check_repoint` (nothing is changed).
@@ -98,9 +102,11 @@ def binding(queue, grid: str, config: RunConfig, path: str, cache_dir: Path | No
     record = queue.corpus_of(grid) if queue is not None else None
     # a new grid has nothing to check against (and its text is read once, below)
     expected = (
-        expected_corpus(record, queued.config if queued else config, cache_dir) if queued or record else None
+        expected_corpus(record, queued.config.corpus_key() if queued else key, cache_dir)
+        if queued or record
+        else None
     )
-    fp = check_repoint(expected, config, path, cache_dir, grid=grid)
+    fp = check_repoint(expected, key, path, cache_dir, grid=grid)
     name = expected[1] if expected is not None else corpus_name(path)
     return Binding(fp, name, path, expected is not None)
 
@@ -147,31 +153,41 @@ class CorpusLocator:
         self.cache_dir = cache_dir
         self._checked: dict[str, tuple[str, str] | None] = {}  # grid -> its expected corpus, once checked
 
-    def path_for(self, record: dict | None, claim) -> tuple[str | None, tuple[str, str] | None]:
-        """``(path, expected)`` of ``claim``'s corpus here (``path`` None: none known) and the
-        fingerprint and name it must have, given the queue's ``record`` of the grid's corpus; raises
-        ``ValueError`` when the worker's ``--corpus`` is another text (naming both fingerprints)."""
-        config = claim.config
-        if not is_local(config.corpus) and parse_ref(config.corpus) is None:
-            return config.corpus, None  # a hub spec: its name is its identity
+    def path_for(
+        self, record: dict | None, grid: str, key: CorpusKey
+    ) -> tuple[str | None, tuple[str, str] | None]:
+        """``(path, expected)`` of the corpus of a run of ``grid`` reading ``key`` here (``path`` None:
+        none known) and the fingerprint and name it must have, given the queue's ``record`` of the grid's
+        corpus; raises ``ValueError`` when the worker's ``--corpus`` is another text (naming both
+        fingerprints)."""
+        if not is_local(key.corpus) and parse_ref(key.corpus) is None:
+            return key.corpus, None  # a hub spec: its name is its identity
         if self.override is not None:
-            if claim.grid not in self._checked and exists(self.override):  # read once per grid
-                expected = expected_corpus(record, config, self.cache_dir)
-                check_repoint(expected, config, self.override, self.cache_dir, grid=claim.grid)
-                self._checked[claim.grid] = expected
-            return self.override, self._checked.get(claim.grid)
-        expected = (record["fingerprint"], record["name"]) if record is not None else parse_ref(config.corpus)
+            if grid not in self._checked and exists(self.override):  # read once per grid
+                expected = expected_corpus(record, key, self.cache_dir)
+                check_repoint(expected, key, self.override, self.cache_dir, grid=grid)
+                self._checked[grid] = expected
+            return self.override, self._checked.get(grid)
+        expected = (record["fingerprint"], record["name"]) if record is not None else parse_ref(key.corpus)
         if record is not None and record.get("path"):
             return record["path"], expected
-        return (config.corpus if is_local(config.corpus) else None), expected
+        return (key.corpus if is_local(key.corpus) else None), expected
 
     def locate(self, queue, call: Callable[..., Any], claim):
         """``claim`` with its config's ``corpus`` set to the path this worker reads (unchanged when it is
         the same); a corpus not here, or another text given by ``--corpus``, releases the run (no retry
         spent, its attempt number kept: it never started) and raises :class:`CorpusMissing` /
-        ``ValueError`` with one line."""
+        ``ValueError`` with one line.
+
+        Args:
+            queue: the run queue (its ``corpus_of`` and ``release``).
+            call: runs a queue operation (retried while the storage is unreachable): ``call(method, *args)``.
+            claim: the claimed run (its ``grid``, ``run_id`` and ``config``).
+        """
         try:
-            path, expected = self.path_for(call(queue.corpus_of, claim.grid), claim)
+            path, expected = self.path_for(
+                call(queue.corpus_of, claim.grid), claim.grid, claim.config.corpus_key()
+            )
         except (ValueError, FileNotFoundError) as exc:  # another text, or a corpus gone while it was read
             call(
                 queue.release,
@@ -196,7 +212,6 @@ __all__ = [
     "binding",
     "check_repoint",
     "expected_corpus",
-    "exists",
     "here",
     "missing_line",
 ]
