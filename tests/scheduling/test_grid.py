@@ -308,7 +308,7 @@ BAD = {
         GOOD + "\n[train]\nlearning_rate = 1e-3\n",
         ["train.learning_rate", "unknown key", "lr"],
     ),
-    "bad train type": (GOOD + '\n[train]\nbatch_tokens = "big"\n', ["train.batch_tokens", "not a int"]),
+    "bad train type": (GOOD + '\n[train]\nbatch_tokens = "big"\n', ["train.batch_tokens", "not an int"]),
     "bad train value": (GOOD + '\n[train]\nschedule = "linear"\n', ["train", "schedule", "'cosine', 'wsd'"]),
     "budgets_by_role not a subset": (
         GOOD + "\n[budgets_by_role]\ncontrol = [999]\n",

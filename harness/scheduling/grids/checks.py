@@ -11,8 +11,6 @@ expands a grid) nor touch the queue's storage.
 
 from __future__ import annotations
 
-import math
-
 from harness.common.terms import (
     DEFAULT_PAIR_HARDWARE,
     NAME_RE,
@@ -21,9 +19,8 @@ from harness.common.terms import (
     TUNE_SEED_BASE,
     is_tune_grid,
 )
-from harness.design.config import train_config
-from harness.design.train_table import AUTO_FIELDS
-from harness.design.train_values import train_keys
+from harness.design.config import train_config, train_keys
+from harness.design.train_table import value_problem
 from harness.models import available_variants
 from harness.models.sizes import SIZES
 from harness.scheduling.tuning import TUNABLE, WARMUP_FRAC
@@ -220,23 +217,17 @@ def check_factorial_cells(factorial, variants, sizes_by_role, budgets_by_role, e
                 )
 
 
-_PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
 def check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = "train") -> None:
-    """Unknown keys, value types, and each size's merged TrainConfig must be valid."""
+    """Unknown keys, value types (the one rule, :func:`harness.design.train_table.value_problem`), and
+    each size's merged TrainConfig must be valid (its ranges: a float must be finite, ...)."""
     types = train_keys()
     unknown = [k for k in train if k not in types]
     if unknown:
         raise ValueError(f"{where}: {prefix}.{unknown[0]}: unknown key; allowed keys: {', '.join(types)}")
     for key, value in train.items():
-        ok = _PY_TYPES.get(types[key])
-        if key in AUTO_FIELDS and value == "auto":
-            continue
-        if ok and (not isinstance(value, ok) or (types[key] != "bool" and isinstance(value, bool))):
-            raise ValueError(f"{where}: {prefix}.{key}: {value!r} is not a {types[key]}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{where}: {prefix}.{key}: {value!r} must be finite")
+        problem = value_problem(key, value, types[key])
+        if problem is not None:
+            raise ValueError(f"{where}: {prefix}.{key}: {problem}")
     for size in sizes:
         try:
             train_config(size, **train)
