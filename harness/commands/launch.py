@@ -218,9 +218,9 @@ def main(args: argparse.Namespace) -> int:
     if args.partition is not None and args.executor != "slurm":
         raise ValueError("--partition: only with --executor slurm")
     if args.corpus is not None:  # checked here, before submitting: the workers read the same path or glob
-        from harness.corpus.spec import check_corpus
+        from harness.corpus.spec import check_corpus, resolve_corpus
 
-        check_corpus(args.corpus, source="harness launch --corpus")
+        check_corpus(resolve_corpus(args.corpus), source="harness launch --corpus")
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")

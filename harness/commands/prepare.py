@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from harness.corpus.key import read_manifest
     from harness.corpus.probe import probe_corpus
-    from harness.corpus.spec import check_corpus
+    from harness.corpus.spec import check_corpus, resolve_corpus
     from harness.data.legacy_layout import convert_legacy
     from harness.data.prepared import cache_dir
     from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards
@@ -149,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
                 "drop --tokenizer/--vocab-size/--tokens/--max-docs"
             )
         grid = load_grid(args.grid)
-        corpus = args.corpus or os.environ.get("HARNESS_CORPUS") or None
+        corpus, _ = grid.choose_corpus(args.corpus)
         configs = grid.expand(corpus=corpus, tuned={})
         for config in configs:
             config.check_trainable()  # the checks `harness queue` makes: one line, nothing written
@@ -160,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("give a GRID.toml, or --corpus C (with --tokenizer, --vocab-size, --tokens)")
         if not 0 < args.val_fraction < 1:
             raise ValueError(f"--val-fraction {args.val_fraction}: expected a number in (0, 1)")
-        spec = args.corpus if args.corpus.startswith("hf:") else os.path.abspath(args.corpus)
+        spec = resolve_corpus(args.corpus)
         vocab = requested_vocab(args.vocab_size or 0, DEFAULT_BPE_VOCAB)
         key = CorpusKey(spec, args.tokenizer or "bpe", vocab, args.val_fraction, args.max_docs)
         check_key_tokenizer(key)

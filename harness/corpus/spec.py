@@ -95,7 +95,12 @@ def resolve_corpus(spec: str, cwd: str | os.PathLike | None = None) -> str:
 
     A relative path (or glob) is joined to ``cwd`` (default: the current working directory) and
     normalised; it is not required to exist here (see :func:`check_corpus`).
+
+    Raises:
+        ValueError: an empty spec (``--corpus ""``: it would name the working directory).
     """
+    if not spec.strip():
+        raise ValueError(f"corpus {spec!r} is an empty path; give {SPEC_FORMS}")
     if spec.startswith(HUB_PREFIX) or parse_ref(spec) is not None:  # no path
         return spec
     path = Path(spec).expanduser()
@@ -120,8 +125,11 @@ def choose_corpus(
     Returns:
         ``(corpus, source)``: the absolute corpus (an ``hf:`` spec or a reference unchanged) and
         where it came from, for messages; ``(None, "")`` when none of the three gives one.
+
+    Raises:
+        ValueError: an empty ``--corpus`` (:func:`resolve_corpus`): given, it is never passed over.
     """
-    if cli:
+    if cli is not None:
         return resolve_corpus(cli), "--corpus"
     if os.environ.get("HARNESS_CORPUS"):
         return resolve_corpus(os.environ["HARNESS_CORPUS"]), "$HARNESS_CORPUS"

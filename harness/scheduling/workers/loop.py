@@ -51,6 +51,7 @@ from harness.common.faults import (
 )
 from harness.common.files import free_bytes
 from harness.common.terms import FINISHED, check_grid
+from harness.corpus.spec import exists, resolve_corpus
 from harness.design.config import RunConfig
 from harness.scheduling.queue.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat
 from harness.scheduling.queue.storage import STORAGE_RETRY_S, StorageUnavailable, retry_storage
@@ -507,6 +508,7 @@ class WorkOptions:
         Raises:
             ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
             FileNotFoundError: a ``corpus`` that is not there.
+            ValueError: an empty ``corpus``.
         """
         if self.retries < 0:
             raise ValueError(f"--retries {self.retries} must be >= 0")
@@ -514,7 +516,7 @@ class WorkOptions:
             raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
         if self.storage_retry_s <= 0:
             raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
-        if self.corpus is not None and not os.path.exists(os.path.expanduser(self.corpus)):
+        if self.corpus is not None and not exists(resolve_corpus(self.corpus)):
             raise FileNotFoundError(
                 f"--corpus {self.corpus} not found (a path to the corpus on this machine)"
             )
