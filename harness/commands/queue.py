@@ -116,17 +116,20 @@ def main(args: argparse.Namespace) -> int:
     from harness.data.prepared import cache_dir
     from harness.scheduling import tuning
 
+    existing = open_queue(args)  # None before the first grid is queued here
     # an imported grid's TOML names its corpus by reference: the path the queue records (if any)
     corpus, source = grid.choose_corpus(args.corpus)
     if parse_ref(corpus or "") is not None:
-        corpus, source = locate.here(open_queue(args), grid.name, corpus, source)
-    configs = _checked_configs(grid, corpus, source, args)
-    queue = RunQueue.open(
-        args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
-    )
-    # the corpus by content: the same text at another path re-points the grid, another text is refused
+        corpus, source = locate.here(existing, grid.name, corpus, source)
+    configs = _checked_configs(grid, corpus, source)
+    # the corpus by content: the same text at another path re-points the grid, another text is refused,
+    # before its splits are sized (which may build its tokenizer and shards)
     bound = locate.binding(
-        queue, grid.name, configs[0].corpus_key(), configs[0].corpus, cache_dir(args.results)
+        existing, grid.name, configs[0].corpus_key(), configs[0].corpus, cache_dir(args.results)
+    )
+    _sized(configs, args)
+    queue = existing or RunQueue.open(
+        args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
     )
     if grid.tuned:
 
@@ -152,9 +155,9 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Namespace) -> list:
+def _checked_configs(grid, corpus: str | None, source: str) -> list:
     """The grid's run configs (without its [tuned] runs, which need the storage), checked before anything
-    is queued: what would fail in every worker fails here (settings, corpus readable, prepared and big enough)."""
+    is queued: what would fail in every worker fails here (settings, corpus there, readable, text)."""
     configs = grid.expand(corpus=corpus, tuned={})
     for config in configs:
         config.check_trainable()
@@ -163,6 +166,12 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
 
     check_corpus(configs[0].corpus, source=source)
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
+    return configs
+
+
+def _sized(configs: list, args: argparse.Namespace) -> None:
+    """Refuse a grid its corpus cannot feed (prepared, big enough: :func:`~harness.scheduling.grids.
+    corpus_need.check_corpora`), leaving no shards it built to tell (nor a results folder made for them)."""
     from harness.common.files import undone_if_refused
     from harness.data.prepared import cache_dir
     from harness.scheduling.grids.corpus_need import check_corpora
@@ -172,7 +181,6 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
     made = undone_if_refused(args.results) if not args.results.exists() else contextlib.nullcontext()
     with made, undone_if_refused(cache):
         check_corpora(configs, cache, grid_path=str(args.grid))  # prepared, big enough
-    return configs
 
 
 def _say_queued(grid, configs: list, result, where: str, args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ line, and the folder tree is the same before and after it (tests/fstree.py).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,42 @@ from fstree import unchanged
 from test_archive import _archived  # tests/ is on sys.path under pytest (no package)
 
 from harness.cli import main as cli
+from harness.corpus.fingerprint import corpus_fingerprint
+from harness.corpus.readers import read_documents
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+
+
+def _text(to: Path, source: str = "fineweb_edu_sample10BT_efscorer150.jsonl") -> Path:
+    """A writable copy of a sample file at ``to`` (150 documents, 420 kB: a queue builds its shards to
+    size its val split, as for any small corpus)."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SAMPLE / source, to)
+    return to
+
+
+def _edited(src: Path, dst: Path) -> Path:
+    """A copy of ``src`` at ``dst`` with one byte of its first document changed: another text."""
+    data = src.read_bytes()
+    at = data.index(b'"text": "') + len(b'"text": "') + 1
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(data[:at] + (b"Q" if data[at : at + 1] != b"Q" else b"R") + data[at + 1 :])
+    return dst
+
+
+def _fingerprint(corpus: Path) -> str:
+    return corpus_fingerprint(read_documents(str(corpus)))
+
+
+def _grid(tmp_path: Path, corpus: Path, extra: str = "") -> Path:
+    """A grid ``g`` of two tiny runs on ``corpus`` (a 512-token BPE, a 1024-token evaluation set)."""
+    path = tmp_path / "g.toml"
+    path.write_text(
+        f'name = "g"\ncorpus = "{corpus}"\nsizes = ["tiny"]\nseeds = [0]\nbudgets_tokens = [1024]\n'
+        '[variants]\nblock_attnres = "parent"\nrd_attnres = "treatment"\n'
+        f"[train]\nvocab_size = 512\nbatch_tokens = 512\neval_tokens = 1024\n{extra}"
+    )
+    return path
 
 
 def _one_line(capsys, command: str, *needles: str) -> str:
@@ -49,3 +84,19 @@ def test_an_empty_corpus_path_is_refused_by_every_command(tmp_path, capsys, monk
     with unchanged(tmp_path):
         assert cli([*argv, "--corpus", ""]) == 2
     _one_line(capsys, command, "corpus ''", "empty path")
+
+
+def test_a_queue_refused_by_fingerprint_builds_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """`harness queue G --corpus dir2/a.jsonl` of another text once sized that text first (its BPE
+    trained, its shards and lock left in the cache) and only then refused it by fingerprint; the
+    fingerprint is now checked before anything is built."""
+    monkeypatch.delenv("HARNESS_CACHE", raising=False)
+    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
+    text = _text(tmp_path / "lab" / "text.jsonl")
+    other = _edited(text, tmp_path / "dir2" / "a.jsonl")
+    grid, results = _grid(tmp_path, text), tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    capsys.readouterr()
+    with unchanged(tmp_path):
+        assert cli(["queue", str(grid), "--results", str(results), "--corpus", str(other)]) == 2
+    _one_line(capsys, "queue", _fingerprint(text), _fingerprint(other), "another text")
