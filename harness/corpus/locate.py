@@ -8,11 +8,13 @@ import``, ``queue``, ``topup`` and ``work`` take ``--corpus PATH``: :func:`check
 fingerprint of the text at PATH and refuses another text with one line naming both fingerprints,
 before anything is written.
 
-A worker resolves each claimed run's corpus with :class:`CorpusLocator`: its own ``--corpus`` (checked
-once per grid against the grid's fingerprint), else the path the queue records, else the run's
-config. A corpus that is not there is the machine's fault, not the run's (:class:`CorpusMissing`):
-the run is released with no retry spent and the worker stops with one line naming the path, the
-fingerprint and the ``--corpus`` that re-points it.
+A worker resolves each claimed run's corpus with :class:`CorpusLocator`: its own ``--corpus``, else
+the path the queue records, else the run's config; the text there is checked once per grid and path
+against the fingerprint `queue` recorded (the prepared cache's manifest answers without reading it).
+A corpus that is not there is the machine's fault, not the run's (:class:`CorpusMissing`), and another
+text there (a ``--corpus`` of another text, a corpus changed since the grid was queued) a
+configuration error: either way the run is released with no retry spent and the worker stops with one
+line naming the path, the fingerprints and the commands that re-point the grid.
 
 The queue and a claim are used through what they offer (``queue.corpus_of``, ``queue.runs``,
 ``queue.release``; ``claim.grid``, ``claim.run_id``, ``claim.config``): this package sits below the
@@ -54,11 +56,27 @@ def expected_corpus(record: dict | None, key: CorpusKey, cache_dir: Path | None)
     return None
 
 
+def repoint_hint(grid: str) -> str:
+    """The commands that point ``grid`` at a copy of its corpus on this machine, for a line saying it is
+    not here (or not its text)."""
+    return f"`harness work --corpus PATH` (this worker) or `harness topup --grid {grid} --corpus PATH` (every worker)"
+
+
 def check_repoint(
-    expected: tuple[str, str] | None, key: CorpusKey, path: str, cache_dir: Path | None, *, grid: str
+    expected: tuple[str, str] | None,
+    key: CorpusKey,
+    path: str,
+    cache_dir: Path | None,
+    *,
+    grid: str,
+    recorded: bool = False,
 ) -> str:
     """The document fingerprint of the corpus at ``path`` read with ``key``'s settings, refused unless
     it is ``expected``'s (``None``: anything goes).
+
+    Args:
+        recorded: ``path`` is where the queue (or the run's config) says the grid's corpus is, not a
+            ``--corpus`` given now: another text there is a corpus changed since the grid was queued.
 
     Raises:
         FileNotFoundError: nothing at ``path``.
@@ -67,6 +85,12 @@ def check_repoint(
     if not exists(path):
         raise FileNotFoundError(f"--corpus {path} not found")
     fp = fingerprint_of(repointed(key, path), cache_dir)
+    if expected is not None and fp != expected[0] and recorded:
+        raise ValueError(
+            f"corpus {expected[1]} of grid {grid} at {path} has fingerprint {fp}, not the fingerprint "
+            f"{expected[0]} the grid was queued with: its text changed since (put the queued text back, or "
+            f"point the grid at a copy of it with {repoint_hint(grid)})"
+        )
     if expected is not None and fp != expected[0]:
         raise ValueError(
             f"--corpus {path} has fingerprint {fp}; grid {grid} was trained on corpus {expected[1]} of "
@@ -134,10 +158,7 @@ def missing_line(grid: str, path: str | None, expected: tuple[str, str] | None) 
     """The line a worker stops with when ``grid``'s corpus is not here (see :class:`CorpusMissing`)."""
     fp, name = expected if expected is not None else ("unknown", corpus_name(path or ""))
     where = f"not found at {path}" if path else "not on this machine (the grid records no path for it)"
-    return (
-        f"corpus {name} (fingerprint {fp}) of grid {grid} is {where}; point the grid at a copy with "
-        f"`harness work --corpus PATH` (this worker) or `harness topup --grid {grid} --corpus PATH` (every worker)"
-    )
+    return f"corpus {name} (fingerprint {fp}) of grid {grid} is {where}; point the grid at a copy with {repoint_hint(grid)}"
 
 
 class CorpusLocator:
@@ -151,33 +172,45 @@ class CorpusLocator:
     def __init__(self, override: str | None, cache_dir: Path | None) -> None:
         self.override = os.path.abspath(os.path.expanduser(override)) if override else None
         self.cache_dir = cache_dir
-        self._checked: dict[str, tuple[str, str] | None] = {}  # grid -> its expected corpus, once checked
+        self._expected: dict[str, tuple[str, str] | None] = {}  # grid -> what --corpus must be, once known
+        self._checked: set[tuple[str, str]] = set()  # (grid, path) whose text was found to be the grid's
 
     def path_for(
         self, record: dict | None, grid: str, key: CorpusKey
     ) -> tuple[str | None, tuple[str, str] | None]:
         """``(path, expected)`` of the corpus of a run of ``grid`` reading ``key`` here (``path`` None:
         none known) and the fingerprint and name it must have, given the queue's ``record`` of the grid's
-        corpus; raises ``ValueError`` when the worker's ``--corpus`` is another text (naming both
-        fingerprints)."""
+        corpus. The text at ``path`` is checked against that fingerprint once per grid and path (from the
+        prepared cache's manifest where it holds the key, else by reading the text).
+
+        Raises:
+            ValueError: the text at ``path`` is another (the worker's ``--corpus``, or the grid's corpus
+                changed since it was queued): one line naming both fingerprints.
+        """
         if not is_local(key.corpus) and parse_ref(key.corpus) is None:
             return key.corpus, None  # a hub spec: its name is its identity
         if self.override is not None:
-            if grid not in self._checked and exists(self.override):  # read once per grid
-                expected = expected_corpus(record, key, self.cache_dir)
-                check_repoint(expected, key, self.override, self.cache_dir, grid=grid)
-                self._checked[grid] = expected
-            return self.override, self._checked.get(grid)
-        expected = (record["fingerprint"], record["name"]) if record is not None else parse_ref(key.corpus)
-        if record is not None and record.get("path"):
-            return record["path"], expected
-        return (key.corpus if is_local(key.corpus) else None), expected
+            path = self.override
+            if grid not in self._expected and exists(path):  # the grid's own text is read at most once
+                self._expected[grid] = expected_corpus(record, key, self.cache_dir)
+            expected = self._expected.get(grid)
+        else:
+            expected = (
+                (record["fingerprint"], record["name"]) if record is not None else parse_ref(key.corpus)
+            )
+            path = record.get("path") if record is not None else None
+            path = path or (key.corpus if is_local(key.corpus) else None)
+        if path is not None and expected is not None and (grid, path) not in self._checked and exists(path):
+            recorded = self.override is None
+            check_repoint(expected, key, path, self.cache_dir, grid=grid, recorded=recorded)
+            self._checked.add((grid, path))
+        return path, expected
 
     def locate(self, queue, call: Callable[..., Any], claim):
         """``claim`` with its config's ``corpus`` set to the path this worker reads (unchanged when it is
-        the same); a corpus not here, or another text given by ``--corpus``, releases the run (no retry
-        spent, its attempt number kept: it never started) and raises :class:`CorpusMissing` /
-        ``ValueError`` with one line.
+        the same); a corpus not here, or not the grid's text (given by ``--corpus``, or changed since the
+        grid was queued), releases the run (no retry spent, its attempt number kept: it never started)
+        and raises :class:`CorpusMissing` / ``ValueError`` with one line.
 
         Args:
             queue: the run queue (its ``corpus_of`` and ``release``).
@@ -214,4 +247,5 @@ __all__ = [
     "expected_corpus",
     "here",
     "missing_line",
+    "repoint_hint",
 ]

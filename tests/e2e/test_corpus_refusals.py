@@ -19,6 +19,7 @@ from test_archive import _archived  # tests/ is on sys.path under pytest (no pac
 from harness.cli import main as cli
 from harness.corpus.fingerprint import corpus_fingerprint
 from harness.corpus.readers import read_documents
+from harness.scheduling.queue.run_queue import RunQueue
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
@@ -53,6 +54,12 @@ def _grid(tmp_path: Path, corpus: Path, extra: str = "") -> Path:
         f"[train]\nvocab_size = 512\nbatch_tokens = 512\neval_tokens = 1024\n{extra}"
     )
     return path
+
+
+def _attempts(results: Path) -> list[tuple[str, int, int]]:
+    """(state, attempt, retries spent) of each run of grid ``g``."""
+    runs = RunQueue.open(None, results).runs("g").values()
+    return [(r.state, r.attempt, r.trials[-1].user_attrs.get("failures", 0)) for r in runs]
 
 
 def _one_line(capsys, command: str, *needles: str) -> str:
@@ -100,3 +107,30 @@ def test_a_queue_refused_by_fingerprint_builds_and_leaves_nothing(tmp_path, caps
     with unchanged(tmp_path):
         assert cli(["queue", str(grid), "--results", str(results), "--corpus", str(other)]) == 2
     _one_line(capsys, "queue", _fingerprint(text), _fingerprint(other), "another text")
+
+
+def test_a_worker_refuses_a_corpus_whose_text_changed_since_the_grid_was_queued(
+    tmp_path, capsys, monkeypatch
+):
+    """Queued, then the prepared cache removed and one byte of the corpus changed: the worker once
+    trained the run on the new text (another protocol hash than the grid's runs, no word). It now checks
+    the fingerprint `queue` recorded: the run is released with no retry spent, one line names both."""
+    monkeypatch.delenv("HARNESS_CACHE", raising=False)
+    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
+    monkeypatch.setenv("HARNESS_PROGRESS", "off")
+    text = _text(tmp_path / "lab" / "text.jsonl")
+    grid, results = _grid(tmp_path, text), tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    queued = _fingerprint(text)
+    shutil.rmtree(results / "cache", ignore_errors=True)
+    _edited(text, text)
+    changed = _fingerprint(text)
+    before = _attempts(results)
+    assert before == [("queued", 1, 0)] * 2
+    capsys.readouterr()
+    assert cli(["work", "--results", str(results), "--max-runs", "1", "--threads", "1", "--quiet"]) == 2
+    _one_line(capsys, "work", queued, changed, str(text), "no retry spent")
+    assert _attempts(results) == before and not list(results.glob("runs/*.json"))
+    # what `queue` of the grid says of that file, the worker said
+    assert cli(["queue", str(grid), "--results", str(results)]) == 2
+    _one_line(capsys, "queue", queued, changed)
