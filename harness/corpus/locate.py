@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -205,6 +205,23 @@ class CorpusLocator:
             check_repoint(expected, key, path, self.cache_dir, grid=grid, recorded=recorded)
             self._checked.add((grid, path))
         return path, expected
+
+    def check_queue(self, queue, grids: Iterable[str]) -> None:
+        """Check, before any run is claimed, the corpus this worker would read for each of ``grids`` that
+        has a run queued (``harness launch --corpus``, ``harness work --corpus``): refused as a claim would
+        be, without claiming (nothing is released; the texts read are remembered for the claims).
+
+        Args:
+            queue: the run queue (its ``runs`` and ``corpus_of``).
+            grids: the grids the workers may take runs of.
+
+        Raises:
+            ValueError: the text at the path is not the grid's (one line naming both fingerprints).
+        """
+        for grid in grids:
+            queued = next((r for r in queue.runs(grid).values() if r.state == "queued"), None)
+            if queued is not None:
+                self.path_for(queue.corpus_of(grid), grid, queued.config.corpus_key())
 
     def locate(self, queue, call: Callable[..., Any], claim):
         """``claim`` with its config's ``corpus`` set to the path this worker reads (unchanged when it is

@@ -62,6 +62,11 @@ def _attempts(results: Path) -> list[tuple[str, int, int]]:
     return [(r.state, r.attempt, r.trials[-1].user_attrs.get("failures", 0)) for r in runs]
 
 
+def _trials(results: Path) -> int:
+    """How many trials the runs of grid ``g`` have: a claim adds one, even when the run is released."""
+    return sum(len(r.trials) for r in RunQueue.open(None, results).runs("g").values())
+
+
 def _one_line(capsys, command: str, *needles: str) -> str:
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"harness {command}: error: "), err
@@ -134,3 +139,35 @@ def test_a_worker_refuses_a_corpus_whose_text_changed_since_the_grid_was_queued(
     # what `queue` of the grid says of that file, the worker said
     assert cli(["queue", str(grid), "--results", str(results)]) == 2
     _one_line(capsys, "queue", queued, changed)
+
+
+def test_launch_and_work_refuse_another_text_by_fingerprint_before_any_claim(tmp_path, capsys, monkeypatch):
+    """`harness launch --executor local --workers 1 --corpus OTHER_TEXT` once launched a worker whose log
+    ended in its refusal; launch and work now check --corpus against the fingerprint of each grid with
+    runs queued, as queue does, before launching or claiming anything."""
+    monkeypatch.delenv("HARNESS_CACHE", raising=False)
+    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
+    text = _text(tmp_path / "lab" / "text.jsonl")
+    other = _edited(text, tmp_path / "dir2" / "a.jsonl")
+    grid, results = _grid(tmp_path, text), tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    queued, given = _fingerprint(text), _fingerprint(other)
+    before = _trials(results)
+    capsys.readouterr()
+    argv = [
+        "launch",
+        "--executor",
+        "local",
+        "--workers",
+        "1",
+        "--results",
+        str(results),
+        "--corpus",
+        str(other),
+    ]
+    with unchanged(tmp_path):
+        assert cli(argv) == 2
+    _one_line(capsys, "launch", queued, given, "another text")
+    assert cli(["work", "--results", str(results), "--corpus", str(other), "--threads", "1", "--quiet"]) == 2
+    _one_line(capsys, "work", queued, given, "another text")
+    assert _trials(results) == before  # no run was claimed (and released)

@@ -663,6 +663,9 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
         from harness.data.prepared import cache_dir
 
         locator = CorpusLocator(options.corpus, cache_dir(options.results))
+        if options.corpus is not None:  # another text is refused before a run is claimed, as launch does
+            counts = queue.counts(options.grid)
+            locator.check_queue(queue, [g for g, c in counts.items() if c.get("queued")])
     if train_fn is None:
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
