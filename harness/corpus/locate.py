@@ -57,9 +57,13 @@ def expected_corpus(record: dict | None, key: CorpusKey, cache_dir: Path | None)
 
 
 def repoint_hint(grid: str) -> str:
-    """The commands that point ``grid`` at a copy of its corpus on this machine, for a line saying it is
-    not here (or not its text)."""
-    return f"`harness work --corpus PATH` (this worker) or `harness topup --grid {grid} --corpus PATH` (every worker)"
+    """The commands that point ``grid`` at a copy of its corpus on this machine whatever the grid, for a
+    line saying it is not here (or not its text): ``harness work --corpus`` (one worker) and ``harness
+    queue GRID.toml --corpus`` (every worker; ``harness topup`` re-points only a grid it can add seeds to)."""
+    return (
+        f"`harness work --corpus PATH` (this worker) or `harness queue {grid}.toml --corpus PATH` (every "
+        f"worker; {grid}.toml: the grid's file, RESULTS/grids/{grid}.toml for an imported grid)"
+    )
 
 
 def check_repoint(

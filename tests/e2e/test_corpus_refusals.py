@@ -9,12 +9,14 @@ line, and the folder tree is the same before and after it (tests/fstree.py).
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from fstree import unchanged
 from test_archive import _archived  # tests/ is on sys.path under pytest (no package)
+from test_topup import _queued_and_trained
 
 from harness.cli import main as cli
 from harness.corpus.fingerprint import corpus_fingerprint
@@ -171,3 +173,45 @@ def test_launch_and_work_refuse_another_text_by_fingerprint_before_any_claim(tmp
     assert cli(["work", "--results", str(results), "--corpus", str(other), "--threads", "1", "--quiet"]) == 2
     _one_line(capsys, "work", queued, given, "another text")
     assert _trials(results) == before  # no run was claimed (and released)
+
+
+def test_the_missing_corpus_line_names_a_command_that_re_points_that_grid(tmp_path, capsys, monkeypatch):
+    """A worker that finds no corpus once advised `harness topup --grid G --corpus PATH`, which refuses
+    a grid without looks or without a finished run (this one has neither); the line now names
+    `harness work --corpus PATH` and `harness queue G.toml --corpus PATH`, and the latter re-points it."""
+    monkeypatch.delenv("HARNESS_CACHE", raising=False)
+    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
+    text = _text(tmp_path / "lab" / "text.jsonl")
+    grid, results = _grid(tmp_path, text), tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    moved = tmp_path / "elsewhere" / "text.jsonl"
+    moved.parent.mkdir()
+    shutil.move(text, moved)
+    capsys.readouterr()
+    assert cli(["work", "--results", str(results), "--max-runs", "1", "--threads", "1", "--quiet"]) == 1
+    err = _one_line(capsys, "work", f"not found at {text}", "`harness work --corpus PATH`", "no retry spent")
+    assert "topup" not in err, err
+    named = re.search(r"`harness queue (\S+) --corpus PATH`", err)
+    assert named is not None and named.group(1) == "g.toml", err  # the grid's file: here tmp_path/g.toml
+    assert cli(["queue", str(grid), "--results", str(results), "--corpus", str(moved)]) == 0
+    assert RunQueue.open(None, results).corpus_of("g")["path"] == str(moved)
+
+
+def test_an_import_without_its_corpus_names_a_command_that_re_points_the_grid(tmp_path, capsys):
+    """`harness import` without --corpus once said to give it to `harness topup`, which refuses a grid it
+    cannot add seeds to; it names the commands the missing-corpus line names, and the queue one works."""
+    results = _queued_and_trained(tmp_path, "")  # a grid without looks: topup adds nothing to it
+    archive = tmp_path / "seq.tar.gz"
+    toml = ["--toml", str(tmp_path / "seq.toml")]
+    assert cli(["archive", "--grid", "seq", "--results", str(results), "--out", str(archive), *toml]) == 0
+    dst = tmp_path / "dst"
+    capsys.readouterr()
+    assert cli(["import", str(archive), "--results", str(dst)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("corpus: "))
+    assert "topup" not in line and "`harness queue seq.toml --corpus PATH`" in line, line
+    assert "RESULTS/grids/seq.toml for an imported grid" in line, line
+    corpus = tmp_path / "corpus.jsonl"  # the grid's text, here at its first path
+    assert (
+        cli(["queue", str(dst / "grids" / "seq.toml"), "--results", str(dst), "--corpus", str(corpus)]) == 0
+    )
+    assert RunQueue.open(None, dst).corpus_of("seq")["path"] == str(corpus)
