@@ -17,9 +17,9 @@ never by a path. --corpus PATH says where it is here: its text must have that fi
 text is one line naming both fingerprints, nothing imported); the queue then records PATH and
 workers read it there. Without --corpus, give it later to `harness queue RESULTS/grids/NAME.toml`,
 `harness work` (or `harness topup`, for a grid it adds seeds to); a worker meeting a grid whose
-corpus is not here gives the run back (no retry
-spent) and says which commands re-point it. Each run's training commit (with its -dirty flag) stays in its result file and
-the manifest; `harness archive` of the imported grid gives back the same file byte for byte.
+corpus is not here gives the run back (no retry spent) and says which commands re-point it. Each
+run's training commit (with its -dirty flag) stays in its result file and the manifest; `harness
+archive` of the imported grid gives back the same file byte for byte.
 
 example:
   harness import rd_factorial_study.tar.gz --results ~/other_results --corpus ~/data/fineweb_edu_sample

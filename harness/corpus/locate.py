@@ -162,7 +162,10 @@ def missing_line(grid: str, path: str | None, expected: tuple[str, str] | None) 
     """The line a worker stops with when ``grid``'s corpus is not here (see :class:`CorpusMissing`)."""
     fp, name = expected if expected is not None else ("unknown", corpus_name(path or ""))
     where = f"not found at {path}" if path else "not on this machine (the grid records no path for it)"
-    return f"corpus {name} (fingerprint {fp}) of grid {grid} is {where}; point the grid at a copy with {repoint_hint(grid)}"
+    return (
+        f"corpus {name} (fingerprint {fp}) of grid {grid} is {where}; "
+        f"point the grid at a copy with {repoint_hint(grid)}"
+    )
 
 
 class CorpusLocator:

@@ -4,7 +4,8 @@
 every one and reads its first bytes (readable, UTF-8 text and not binary, except Parquet); then
 reads the first :data:`PROBE_BYTES` of file after file until one non-empty document turns up. Not a
 full read, and no tokenisation: a worker still reads the whole corpus, with the readers of
-:mod:`harness.corpus.readers` (a bad JSONL line is named alike by both: :func:`~harness.corpus.readers.jsonl_text`).
+:mod:`harness.corpus.readers` (a bad JSONL line is named alike by both:
+:func:`~harness.corpus.readers.jsonl_text`).
 
 Owns the probe. Must not read a whole corpus.
 """

@@ -1,4 +1,5 @@
-"""What a corpus reference is, and where a command's corpus comes from (DESIGN sections 1.1, 4; docs/sharing.md).
+"""What a corpus reference is, and where a command's corpus comes from (DESIGN sections 1.1 and 4;
+docs/sharing.md).
 
 A corpus is named by one of
 
