@@ -75,7 +75,7 @@ def _portability(args: argparse.Namespace, results: dict[str, bytes], queued: li
     import json
     import os
 
-    from harness.data.corpus_identity import corpus_name, corpus_ref, is_local, parse_ref
+    from harness.corpus.spec import corpus_name, corpus_ref, is_local, parse_ref
 
     record = None
     queue = open_queue(args)

@@ -156,6 +156,12 @@ def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
             + (f"; grids there: {', '.join(grids)}" if grids else "")
         )
     _check_gpus(args, queue)
+    if args.corpus is not None:  # the workers' --corpus, checked as each worker would, before any is started
+        from harness.corpus.locate import CorpusLocator
+        from harness.data.prepared import cache_dir
+
+        waiting = [g for g, c in counts.items() if c["queued"]]
+        CorpusLocator(args.corpus, cache_dir(args.results)).check_queue(queue, waiting)
     queued = sum(c["queued"] for c in counts.values())
     if queued == 0:
         total = sum(sum(c.values()) for c in counts.values())
@@ -218,9 +224,9 @@ def main(args: argparse.Namespace) -> int:
     if args.partition is not None and args.executor != "slurm":
         raise ValueError("--partition: only with --executor slurm")
     if args.corpus is not None:  # checked here, before submitting: the workers read the same path or glob
-        from harness.scheduling.grids.grid import check_corpus
+        from harness.corpus.spec import check_corpus, resolve_corpus
 
-        check_corpus(args.corpus, source="harness launch --corpus")
+        check_corpus(resolve_corpus(args.corpus), source="harness launch --corpus")
     sbatch = dict(launch.parse_sbatch_line(line) for line in args.sbatch)
     if sbatch and args.executor != "slurm":
         raise ValueError("--sbatch: only with --executor slurm")

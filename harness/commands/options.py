@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.design.train_table import EXECUTION_KEYS, execution_overrides, parse_value
 from harness.train.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
@@ -99,12 +100,9 @@ def parse_micro_batch(value: str | None) -> int | str | None:
     Raises:
         ValueError: anything else (the message names the value and what is allowed).
     """
-    from harness.design.train_table import execution_overrides
-    from harness.design.train_values import parse_train_value  # lazy: it loads torch (harness.models)
-
     if value is None:
         return None
-    parsed = parse_train_value("micro_batch_size", value)
+    parsed = parse_value("micro_batch_size", value, EXECUTION_KEYS)
     return execution_overrides({"micro_batch_size": parsed})["micro_batch_size"]  # 'auto' or > 0
 
 

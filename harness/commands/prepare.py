@@ -31,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from harness.data.corpus_key import DEFAULT_BPE_VOCAB, CorpusKey, requested_vocab
+from harness.corpus.key import DEFAULT_BPE_VOCAB, CorpusKey, requested_vocab
 
 
 def _positive(unit: str):
@@ -129,17 +129,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.data.corpus import probe_corpus
-    from harness.data.legacy_corpus import convert_legacy
+    from harness.corpus.key import read_manifest
+    from harness.corpus.probe import probe_corpus
+    from harness.corpus.spec import check_corpus, resolve_corpus
+    from harness.data.legacy_layout import convert_legacy
     from harness.data.prepared import cache_dir
-    from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards, read_manifest
+    from harness.data.shards import DEFAULT_SHARD_TOKENS, Target, prepare_shards
     from harness.data.tokenizer import check_key_tokenizer
 
     cache = cache_dir(args.results)
     if args.grid is not None:
         # deferred: the grid path needs the model presets (torch); --corpus alone does not
         from harness.scheduling.grids.corpus_need import largest_needs
-        from harness.scheduling.grids.grid import check_corpus, load_grid
+        from harness.scheduling.grids.grid import load_grid
 
         if args.tokenizer or args.vocab_size or args.tokens or args.max_docs:
             raise ValueError(
@@ -147,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
                 "drop --tokenizer/--vocab-size/--tokens/--max-docs"
             )
         grid = load_grid(args.grid)
-        corpus = args.corpus or os.environ.get("HARNESS_CORPUS") or None
+        corpus, _ = grid.choose_corpus(args.corpus)
         configs = grid.expand(corpus=corpus, tuned={})
         for config in configs:
             config.check_trainable()  # the checks `harness queue` makes: one line, nothing written
@@ -158,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("give a GRID.toml, or --corpus C (with --tokenizer, --vocab-size, --tokens)")
         if not 0 < args.val_fraction < 1:
             raise ValueError(f"--val-fraction {args.val_fraction}: expected a number in (0, 1)")
-        spec = args.corpus if args.corpus.startswith("hf:") else os.path.abspath(args.corpus)
+        spec = resolve_corpus(args.corpus)
         vocab = requested_vocab(args.vocab_size or 0, DEFAULT_BPE_VOCAB)
         key = CorpusKey(spec, args.tokenizer or "bpe", vocab, args.val_fraction, args.max_docs)
         check_key_tokenizer(key)

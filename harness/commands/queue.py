@@ -64,13 +64,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import add_storage, open_queue
-from harness.scheduling.grids.grid import (
-    check_corpus,
-    check_plan_unchanged,
-    choose_corpus,
-    load_grid,
-    resolve_tuned,
-)
+from harness.scheduling.grids.grid import check_plan_unchanged, load_grid, resolve_tuned
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,21 +111,26 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("give a GRID.toml to queue (or --repair to repair the queue journal)")
     grid = load_grid(args.grid)
     parse_storage(args.storage, args.results)  # a bad --storage: one line before the corpus is read or sized
-    from harness.data.corpus_identity import parse_ref
+    from harness.corpus import locate
+    from harness.corpus.spec import parse_ref
     from harness.data.prepared import cache_dir
     from harness.scheduling import tuning
-    from harness.scheduling.grids import corpus_check
 
+    existing = open_queue(args)  # None before the first grid is queued here
     # an imported grid's TOML names its corpus by reference: the path the queue records (if any)
-    corpus, source = choose_corpus(args.corpus, grid)
+    corpus, source = grid.choose_corpus(args.corpus)
     if parse_ref(corpus or "") is not None:
-        corpus, source = corpus_check.here(open_queue(args), grid.name, corpus, source)
-    configs = _checked_configs(grid, corpus, source, args)
-    queue = RunQueue.open(
+        corpus, source = locate.here(existing, grid.name, corpus, source)
+    configs = _checked_configs(grid, corpus, source)
+    # the corpus by content: the same text at another path re-points the grid, another text is refused,
+    # before its splits are sized (which may build its tokenizer and shards)
+    bound = locate.binding(
+        existing, grid.name, configs[0].corpus_key(), configs[0].corpus, cache_dir(args.results)
+    )
+    _sized(configs, args)
+    queue = existing or RunQueue.open(
         args.storage, args.results, retry_s=COMMAND_RETRY_S, log=lambda msg: print(msg, file=sys.stderr)
     )
-    # the corpus by content: the same text at another path re-points the grid, another text is refused
-    bound = corpus_check.binding(queue, grid.name, configs[0], configs[0].corpus, cache_dir(args.results))
     if grid.tuned:
 
         def best(study: str) -> tuple[str, dict]:
@@ -156,16 +155,23 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Namespace) -> list:
+def _checked_configs(grid, corpus: str | None, source: str) -> list:
     """The grid's run configs (without its [tuned] runs, which need the storage), checked before anything
-    is queued: what would fail in every worker fails here (settings, corpus readable, prepared and big enough)."""
+    is queued: what would fail in every worker fails here (settings, corpus there, readable, text)."""
     configs = grid.expand(corpus=corpus, tuned={})
     for config in configs:
         config.check_trainable()
-    check_corpus(configs[0].corpus, source=source)
-    from harness.data.corpus import probe_corpus  # lazy: numpy loads only when queueing
+    from harness.corpus.probe import probe_corpus
+    from harness.corpus.spec import check_corpus
 
+    check_corpus(configs[0].corpus, source=source)
     probe_corpus(configs[0].corpus)  # readable, text, not empty: a quick scan
+    return configs
+
+
+def _sized(configs: list, args: argparse.Namespace) -> None:
+    """Refuse a grid its corpus cannot feed (prepared, big enough: :func:`~harness.scheduling.grids.
+    corpus_need.check_corpora`), leaving no shards it built to tell (nor a results folder made for them)."""
     from harness.common.files import undone_if_refused
     from harness.data.prepared import cache_dir
     from harness.scheduling.grids.corpus_need import check_corpora
@@ -175,7 +181,6 @@ def _checked_configs(grid, corpus: str | None, source: str, args: argparse.Names
     made = undone_if_refused(args.results) if not args.results.exists() else contextlib.nullcontext()
     with made, undone_if_refused(cache):
         check_corpora(configs, cache, grid_path=str(args.grid))  # prepared, big enough
-    return configs
 
 
 def _say_queued(grid, configs: list, result, where: str, args: argparse.Namespace) -> None:

@@ -15,10 +15,11 @@ RESULTS/grids/NAME.toml. Then `harness report --grid NAME` gives the archive's s
 The corpus travels by content: the archive names it by its document fingerprint and file name,
 never by a path. --corpus PATH says where it is here: its text must have that fingerprint (another
 text is one line naming both fingerprints, nothing imported); the queue then records PATH and
-workers read it there. Without --corpus, give it later to `harness topup`, `harness queue` or
-`harness work`; a worker meeting a grid whose corpus is not here gives the run back (no retry
-spent) and says so. Each run's training commit (with its -dirty flag) stays in its result file and
-the manifest; `harness archive` of the imported grid gives back the same file byte for byte.
+workers read it there. Without --corpus, give it later to `harness queue RESULTS/grids/NAME.toml`,
+`harness work` (or `harness topup`, for a grid it adds seeds to); a worker meeting a grid whose
+corpus is not here gives the run back (no retry spent) and says which commands re-point it. Each
+run's training commit (with its -dirty flag) stays in its result file and the manifest; `harness
+archive` of the imported grid gives back the same file byte for byte.
 
 example:
   harness import rd_factorial_study.tar.gz --results ~/other_results --corpus ~/data/fineweb_edu_sample
@@ -121,10 +122,10 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
     """
     if args.corpus is None:
         return None
+    from harness.corpus.locate import check_repoint
+    from harness.corpus.spec import resolve_corpus
     from harness.data.prepared import cache_dir
     from harness.design.config import RunConfig
-    from harness.scheduling.grids.corpus_check import check_repoint
-    from harness.scheduling.grids.grid import resolve_corpus
 
     if not archive.queue:
         raise ValueError(
@@ -134,7 +135,7 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
     expected = (corpus["fingerprint"], corpus["name"]) if corpus is not None else None
     path = resolve_corpus(args.corpus)
     config = RunConfig.from_dict(archive.queue[0]["config"])
-    check_repoint(expected, config, path, cache_dir(args.results), grid=archive.grid)
+    check_repoint(expected, config.corpus_key(), path, cache_dir(args.results), grid=archive.grid)
     return path
 
 
@@ -167,11 +168,11 @@ def main(args: argparse.Namespace) -> int:
         f"{len(archive.results) - moved} already there; {len(added)} runs added to the queue"
     )
     if corpus is not None:
-        where = (
-            f"at {corpus_path}"
-            if corpus_path
-            else "not given: pass --corpus PATH to `harness topup` or `harness work`"
-        )
+        from harness.corpus.locate import repoint_hint
+
+        # the commands that re-point any grid (topup re-points only one it can add seeds to)
+        hint = repoint_hint(archive.grid) if GRID_TOML in archive.members else "`harness work --corpus PATH`"
+        where = f"at {corpus_path}" if corpus_path else f"not given: point the grid at it with {hint}"
         print(f"corpus: {corpus['name']} (fingerprint {corpus['fingerprint']}) {where}")
     print(f"next: harness report --grid {archive.grid} --results {args.results}")
     return 0

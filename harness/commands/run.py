@@ -29,11 +29,11 @@ from pathlib import Path
 from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
 from harness.common import console
 from harness.common.terms import ROLES
+from harness.corpus.spec import check_corpus, choose_corpus
 from harness.data.prepared import cache_dir
-from harness.design.train_table import TRACKERS
+from harness.design.train_table import TRACKERS, parse_value
 from harness.models.sizes import SIZES
 from harness.scheduling.grids.corpus_need import check_gpt2_files
-from harness.scheduling.grids.grid import check_corpus, choose_corpus
 from harness.scheduling.workers.devices import check_accelerator
 from harness.train.fencing import FolderFence, FolderWatch, LeaseLost
 
@@ -100,19 +100,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_overrides(items: list[str]) -> dict:
     """``["lr=1e-3", "compile=true"]`` -> ``{"lr": 0.001, "compile": True}``, typed as a ``[train]``
-    table's keys (:func:`~harness.design.train_values.parse_train_value`).
+    table's keys (:func:`~harness.design.train_table.parse_value`).
 
     Raises:
         ValueError: an item without ``=``, an unknown key, or a value of the wrong type.
     """
-    from harness.design.train_values import parse_train_value
+    from harness.design.config import train_keys
 
-    out = {}
+    out, keys = {}, train_keys()
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
-        out[key.strip()] = parse_train_value(key.strip(), raw)
+        out[key.strip()] = parse_value(key.strip(), raw, keys)
     return out
 
 

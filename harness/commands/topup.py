@@ -90,18 +90,20 @@ def _configs(queued: dict, grid: str, plans) -> list:
 
 
 def _repoint(queue, args: argparse.Namespace, queued: dict):
-    """The grid's corpus at ``--corpus`` (:class:`harness.scheduling.grids.corpus_check.Binding`), checked against
+    """The grid's corpus at ``--corpus`` (:class:`harness.corpus.locate.Binding`), checked against
     its fingerprint before anything is queued; ``None`` without ``--corpus``."""
     if args.corpus is None:
         return None
+    from harness.corpus.locate import binding
+    from harness.corpus.spec import resolve_corpus
     from harness.data.prepared import cache_dir
-    from harness.scheduling.grids.corpus_check import binding
-    from harness.scheduling.grids.grid import resolve_corpus
 
     if not queued:
         raise ValueError(f"grid {args.grid} has no runs in the queue to re-point")
     template = next(iter(queued.values())).config
-    return binding(queue, args.grid, template, resolve_corpus(args.corpus), cache_dir(args.results))
+    return binding(
+        queue, args.grid, template.corpus_key(), resolve_corpus(args.corpus), cache_dir(args.results)
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -141,7 +141,8 @@ def _open(args, *, create: bool):
 
 
 def _start(args) -> int:
-    from harness.scheduling.grids.grid import check_corpus, choose_corpus, load_grid
+    from harness.corpus.spec import check_corpus, choose_corpus
+    from harness.scheduling.grids.grid import load_grid
     from harness.scheduling.queue.storage import describe_storage
     from harness.scheduling.tuning import (
         TuneSpec,
@@ -168,7 +169,7 @@ def _start(args) -> int:
                 f"--variant {args.variant!r} is not in {args.grid}'s [variants] ({', '.join(grid.variants)})"
             )
         base = grid.train_for(args.variant)
-    corpus, source = choose_corpus(args.corpus, grid)
+    corpus, source = grid.choose_corpus(args.corpus) if grid is not None else choose_corpus(args.corpus)
     if corpus is None:
         raise ValueError("no corpus: pass --corpus C (or --grid GRID.toml, or set $HARNESS_CORPUS)")
     if args.set:

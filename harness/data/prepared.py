@@ -2,15 +2,15 @@
 
 :func:`prepare_corpus` gives a run its corpus as a :class:`PreparedCorpus`, a reader over a shard
 folder (:mod:`harness.data.shards`): the folder `harness prepare` made for the run's
-:class:`~harness.data.corpus_key.CorpusKey` if there is one; else one a worker made before; else a
+:class:`~harness.corpus.key.CorpusKey` if there is one; else one a worker made before; else a
 corpus of the single-file layout this format replaced, converted into shards
-(:mod:`harness.data.legacy_corpus`: the same tokens, the same protocol description); else the
+(:mod:`harness.data.legacy_layout`: the same tokens, the same protocol description); else the
 worker builds it now with :func:`~harness.data.shards.prepare_shards` in one process (a small corpus
 is one shard per split). Measured on the 1.6 MB FineWeb-Edu sample (2 shared cores, tokenizer
 cached): 1.4-1.7 s with the single-file builder, 1.7-2.2 s in one process (1.3 s of either is the
 tokenizer itself), 1.3-2.4 s with a pool of two: one process, no pool to start. A hub spec without
 ``max_docs`` that `harness prepare` has not sharded reads its first
-:data:`~harness.data.corpus.HUB_DEFAULT_MAX_DOCS` documents, as before.
+:data:`~harness.corpus.readers.HUB_DEFAULT_MAX_DOCS` documents (:func:`~harness.corpus.key.worker_key`), as before.
 
 Concurrent workers: the build and the conversion run under the folder's file lock and write the
 manifest last (atomically), so a worker sees a finished corpus or none, and only one builds it.
@@ -23,7 +23,6 @@ carried it is described by its manifest without the caller's fields, as it was t
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -31,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, SPLITS
-from harness.data.corpus_key import CorpusKey
-from harness.data.legacy_corpus import convert_legacy
+from harness.corpus.key import CorpusKey, read_manifest, worker_key
+from harness.corpus.split import SPLITS
+from harness.data.legacy_layout import convert_legacy
 from harness.data.shard_reader import ShardedTokens
-from harness.data.shards import check_key, prepare_shards, read_manifest
+from harness.data.shards import check_key, prepare_shards
 from harness.data.tokenizer import BPETokenizer, GPT2Tokenizer, load_shard_tokenizer
 
 #: The caller's fields of ``meta`` (where the text came from, not what it is): never in the protocol.
@@ -51,7 +50,7 @@ class PreparedCorpus:
         vocab_size: number of token ids V of the tokenizer (model vocabulary must be >= V).
         dtype: numpy dtype name of the token files (``uint16`` or ``uint32``).
         fingerprint: the corpus's identity in checkpoints: the document fingerprint of its
-            protocol description (:func:`harness.data.corpus.corpus_fingerprint`).
+            protocol description (:func:`harness.corpus.fingerprint.corpus_fingerprint`).
         meta: the manifest plus the caller's ``corpus`` spec and ``max_docs``; each split's
             ``meta["splits"][split]["shards"]`` lists its shard files (``file``, ``tokens``).
     """
@@ -130,21 +129,12 @@ def _protocol(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if k not in CALLER_FIELDS}  # a manifest from before `protocol`
 
 
-def worker_key(key: CorpusKey) -> CorpusKey:
-    """The key a worker builds when `harness prepare` has not: a hub spec without ``max_docs`` takes
-    its first :data:`~harness.data.corpus.HUB_DEFAULT_MAX_DOCS` documents (a worker never streams a
-    whole hub dataset); any other key as it is."""
-    if key.corpus.startswith(HUB_PREFIX) and key.max_docs is None:
-        return dataclasses.replace(key, max_docs=HUB_DEFAULT_MAX_DOCS)
-    return key
-
-
 def prepare_corpus(key: CorpusKey, *, cache_dir: Path, log=None) -> PreparedCorpus:
     """A run's corpus, found, converted or built (see the module docstring).
 
     Args:
         key: the corpus (:meth:`harness.design.config.RunConfig.corpus_key`): its spec (file, directory,
-            glob or ``hf:...``, :mod:`harness.data.corpus`); tokenizer ``bpe`` (trained on the
+            glob or ``hf:...``, :mod:`harness.corpus.spec`); tokenizer ``bpe`` (trained on the
             training split's first :data:`~harness.data.shards.BPE_SAMPLE_BYTES`) or ``gpt2``
             (tiktoken, V = 50257); the BPE vocabulary (>= 257; ignored for ``gpt2``); the expected
             validation fraction in (0, 1); ``max_docs``, the first non-empty documents to use.
@@ -185,4 +175,4 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-__all__ = ["CALLER_FIELDS", "PreparedCorpus", "prepare_corpus", "worker_key", "cache_dir"]
+__all__ = ["CALLER_FIELDS", "PreparedCorpus", "prepare_corpus", "cache_dir"]

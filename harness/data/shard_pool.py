@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.corpus import SPLITS, is_validation
+from harness.corpus.split import SPLITS, is_validation
 from harness.data.tokenizer import load_shard_tokenizer
 
 _TOKENIZER = None

@@ -11,7 +11,7 @@ of processes and writes, into ``CACHE/corpora/shards-<key>/``:
   (``uint32`` when V > 65535), ``shard_tokens`` tokens per shard (the last one of a split
   shorter). The concatenated shards of a split are ``tok(d_1) EOS tok(d_2) EOS ...`` over the
   split's documents in stream order (the document-level split rule of
-  :func:`harness.data.corpus.is_validation`); a document may continue in the next shard.
+  :func:`harness.corpus.split.is_validation`); a document may continue in the next shard.
 * ``token_bytes.npy`` and the tokenizer's files (``tokenizer.json`` for ``bpe``, the
   ``gpt2.tiktoken`` ranks for ``gpt2``), so workers load everything from this folder and
   never download.
@@ -41,7 +41,7 @@ import os
 import shutil
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,19 +50,14 @@ import numpy as np
 from filelock import FileLock
 
 from harness.common.files import atomic_write, fsync_dir, fsync_file
-from harness.data.corpus import (
-    HUB_PREFIX,
-    SPLITS,
-    Fingerprint,
-    corpus_files,
-    corpus_fingerprint,
-    is_validation,
-)
-from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, source_key
+from harness.corpus.fingerprint import Fingerprint, corpus_fingerprint
+from harness.corpus.key import SHARD_FORMAT, CorpusKey, read_manifest, source_key
+from harness.corpus.readers import corpus_files, hub_revision, stream_documents
+from harness.corpus.spec import HUB_PREFIX
+from harness.corpus.split import SPLIT_RULE, SPLITS, is_validation
 from harness.data.shard_pool import InProcess, encode_chunk, init_worker
 from harness.data.shard_progress import BuildSpeed, cpu_seconds, log_done
 from harness.data.shard_writer import ShardWriter
-from harness.data.stream import document_chunks, hub_revision, stream_documents
 from harness.data.tokenizer import (
     PROTOCOL_FIELDS,
     GPT2Tokenizer,
@@ -81,21 +76,10 @@ CHUNK_BYTES = 1 << 20
 #: Training text the ``bpe`` tokenizer is trained on: the first train-split documents of the
 #: stream up to this many UTF-8 bytes (recorded in the manifest).
 BPE_SAMPLE_BYTES = 32 << 20
-SPLIT_RULE = "validation iff int(sha256(utf8(text))[:8], big-endian) < val_fraction * 2**64"
 EOS_PLACEMENT = "after every document"
 #: ``format`` of a corpus's protocol description (:func:`protocol_description`): 1, the single-file
 #: layout's, whose description it continues.
 PROTOCOL_FORMAT = 1
-
-
-# ---------------------------------------------------------------------------------------
-# Where a sharded corpus lives
-
-
-def read_manifest(folder: Path) -> dict | None:
-    """The manifest of a finished sharded corpus, or ``None`` when there is none (yet)."""
-    path = Path(folder) / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,7 +146,7 @@ def prepare_shards(
     """Stream, tokenize and shard a corpus (see the module docstring); return its folder.
 
     Args:
-        key: the corpus (:class:`~harness.data.corpus_key.CorpusKey`, :meth:`harness.design.config.RunConfig.corpus_key`):
+        key: the corpus (:class:`~harness.corpus.key.CorpusKey`, :meth:`harness.design.config.RunConfig.corpus_key`):
             its spec (local file/folder/glob or ``hf:OWNER/NAME[:CONFIG]``); tokenizer ``bpe`` (trained
             on the first ``bpe_sample_bytes`` of train-split text) or ``gpt2`` (tiktoken; its ranks are
             copied beside the shards); requested BPE vocabulary (>= 257; ignored for ``gpt2``);
@@ -435,7 +419,7 @@ def protocol_description(manifest: dict, fingerprint: str, stream_sha256: dict[s
     """What a corpus's text is, as a run's protocol hash records it (``manifest["protocol"]``,
     :attr:`harness.data.PreparedCorpus.protocol_meta`; DESIGN 4): never how it is stored.
 
-    The document fingerprint (:func:`~harness.data.corpus.corpus_fingerprint` of every document in
+    The document fingerprint (:func:`~harness.corpus.fingerprint.corpus_fingerprint` of every document in
     stream order), the split rule, the tokenizer (name, vocabulary, EOS id, sha256) and per split
     its tokens, UTF-8 bytes, documents and the sha256 of its whole token stream (all shards in
     order). Shard size, chunking, source path and revision stay out. The dict has exactly the keys
@@ -489,6 +473,20 @@ def _save_progress(path: Path, chunks: int, documents: int, writers: dict) -> No
     )
 
 
+def document_chunks(docs: Iterator[str], chunk_bytes: int) -> Iterator[list[str]]:
+    """Consecutive documents, about ``chunk_bytes`` characters of text per list (deterministic: a resumed
+    prepare cuts the same chunks), the units of work of a build."""
+    chunk, size = [], 0
+    for text in docs:
+        chunk.append(text)
+        size += len(text)
+        if size >= chunk_bytes:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
 __all__ = [
     "DEFAULT_SHARD_TOKENS",
     "BPE_SAMPLE_BYTES",
@@ -498,8 +496,7 @@ __all__ = [
     "prepare_shards",
     "protocol_description",
     "PROTOCOL_FORMAT",
-    "SPLIT_RULE",
     "EOS_PLACEMENT",
     "CHUNK_BYTES",
-    "read_manifest",
+    "document_chunks",
 ]

@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from harness.common.files import atomic_write
-from harness.data.corpus import OptionalDependencyError, corpus_fingerprint
-from harness.data.corpus_key import CorpusKey
+from harness.corpus.fingerprint import corpus_fingerprint
+from harness.corpus.key import CorpusKey
+from harness.corpus.readers import OptionalDependencyError
 
 EOS_TOKEN = "<|endoftext|>"
 #: Special token plus the 256 single-byte tokens: the smallest byte-level BPE vocabulary.

@@ -1,3 +1,4 @@
-"""What a study is, fixed before its runs: one run's settings (:mod:`harness.design.config`),
-the grid's analysis plan and its factorial design. Imports models and data (a variant's spec,
-the tokenizer's vocabulary check) and common, nothing above."""
+"""What a study is, fixed before its runs: one run's settings (:mod:`harness.design.config`: TrainConfig,
+RunConfig), the ``[train]`` table's execution keys, value rule and split (:mod:`harness.design.train_table`),
+the grid's analysis plan (:mod:`harness.design.analysis_plan`) and its factorial design
+(:mod:`harness.design.factorial`). Imports models, data, corpus (a run's CorpusKey) and common, nothing above."""

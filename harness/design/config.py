@@ -9,7 +9,8 @@
 
 Precedence for training settings: preset defaults, then a grid's ``[train]`` table, then
 command-line flags (``harness run --set KEY=VALUE``). The model's shape per size is
-:mod:`harness.models.sizes`'s; a ``[train]`` value read from text is :mod:`harness.design.train_values`'s;
+:mod:`harness.models.sizes`'s; a ``[train]`` value's type rule and its reading from text are
+:mod:`harness.design.train_table`'s;
 the model and the corpus are built by their own packages' factories (:func:`harness.models.build_model`,
 :func:`harness.data.prepare_corpus`) from what :meth:`RunConfig.build_model` and
 :meth:`RunConfig.corpus_key` say.
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
-from harness.data.corpus_key import CorpusKey, requested_vocab
+from harness.corpus.key import CorpusKey, requested_vocab
 from harness.design.train_table import EXECUTION_KEYS, check_value, split_train
 from harness.models import VariantSpec, build_model, get_spec
 from harness.models.catalog import is_shipped
@@ -178,15 +179,21 @@ class TrainConfig:
     def from_dict(cls, values: Mapping, *, where: str = "[train]") -> TrainConfig:
         """Build from a mapping of its fields; any other key raises ``ValueError`` (listing what a
         ``[train]`` table allows: these fields and :data:`EXECUTION_KEYS`, read by :func:`train_config`)."""
-        allowed = {f.name for f in fields(cls)}
-        unknown = set(values) - allowed
+        unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
-            keys = sorted(allowed | set(EXECUTION_KEYS))
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {keys}")
+            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(train_keys())}")
         return cls(**values)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def train_keys() -> dict[str, str]:
+    """Every key a ``[train]`` table may hold -> the type of its values (``int``, ``float``, ``str``,
+    ``bool``, ``tuple``): :class:`TrainConfig`'s fields, then the execution settings
+    (:data:`~harness.design.train_table.EXECUTION_KEYS`). The grid check, ``--set`` and ``--space`` read
+    a key's type here (:func:`harness.design.train_table.parse_value`)."""
+    return {**{f.name: str(f.type) for f in fields(TrainConfig)}, **EXECUTION_KEYS}
 
 
 # Per-size defaults of the training settings (preset level of the precedence chain).
@@ -220,7 +227,7 @@ ADHOC_GRID = "adhoc"
 
 def corpus_key(corpus: str, size: str, train: TrainConfig) -> CorpusKey:
     """The corpus a run of preset ``size`` with settings ``train`` reads from ``corpus`` (a spec): the
-    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.data.corpus_key.requested_vocab`).
+    vocabulary is ``train.vocab_size``, else the preset's (:func:`~harness.corpus.key.requested_vocab`).
 
     Raises:
         ValueError: unknown size.
@@ -482,9 +489,9 @@ class RunConfig:
         return split_train(self.train).execution
 
     def corpus_key(self) -> CorpusKey:
-        """The corpus this run reads (:class:`~harness.data.corpus_key.CorpusKey`): its spec and the
+        """The corpus this run reads (:class:`~harness.corpus.key.CorpusKey`): its spec and the
         training settings that decide its tokens; the vocabulary is ``[train] vocab_size``, else the
-        size preset's (:func:`~harness.data.corpus_key.requested_vocab`)."""
+        size preset's (:func:`~harness.corpus.key.requested_vocab`)."""
         return corpus_key(self.corpus, self.size, self.train_config())
 
     def variant_spec(self) -> VariantSpec:
@@ -528,5 +535,6 @@ __all__ = [
     "train_config",
     "ADHOC_GRID",
     "corpus_key",
+    "train_keys",
     "RunConfig",
 ]

@@ -1,17 +1,26 @@
-"""The ``[train]`` table's two halves (DESIGN sections 4 and 11), split in this one place: the protocol's
-settings (:class:`harness.design.config.TrainConfig`'s fields, in the protocol hash) and the execution
-settings (:data:`EXECUTION_KEYS`: ``compile``, ``micro_batch_size``, ``loggers``).
+"""The ``[train]`` table (DESIGN sections 4 and 11): its execution keys, the one rule for a value's type
+(with ``auto``), a value read from text, and the one split into the protocol's settings and the
+execution settings.
 
-Execution settings change how a run is computed, never what: fields of
-:class:`harness.train.execution.ExecutionSettings`, outside the protocol hash. A grid (or ``harness run
---set``) keeps writing them in ``[train]``, as before they left :class:`~harness.design.config.TrainConfig`.
-:func:`split_train` is the only reader that decides which key is which: :func:`harness.design.config.train_config`
-takes its protocol half, :meth:`harness.design.config.RunConfig.execution` its execution half (checked at
-queue time, merged with the command line's once by :meth:`harness.train.execution.ExecutionSettings.for_run`).
-:func:`check_value` is the value-type rule both halves share.
+A ``[train]`` table (a grid's, ``harness run --set``'s, :attr:`harness.design.config.RunConfig.train`)
+holds :class:`harness.design.config.TrainConfig`'s fields (the protocol's settings, in the protocol
+hash; :func:`harness.design.config.train_keys` lists every key with its type) and the execution
+settings of :data:`EXECUTION_KEYS` (``compile``, ``micro_batch_size``, ``loggers``: how a run is
+computed, never what; fields of :class:`harness.train.execution.ExecutionSettings`, outside the
+protocol hash). Here, once:
 
-Owns the execution keys, their value rules and the split. Must not know :class:`TrainConfig`'s fields or
-defaults (:mod:`harness.design.config` does), nor read a command line.
+* :func:`value_problem` / :func:`check_value` -- the value-type rule every reader applies: the grid's
+  check, :class:`~harness.design.config.TrainConfig`, :func:`execution_overrides` and :func:`parse_value`;
+  ``auto`` where :data:`AUTO_FIELDS` allows it;
+* :func:`parse_value` -- a value read from text (``--set KEY=VALUE``, ``--micro-batch-size``, ``--space``);
+* :func:`split_train` -- the only reader that decides which key is which:
+  :func:`harness.design.config.train_config` takes its protocol half,
+  :meth:`harness.design.config.RunConfig.execution` its execution half (checked at queue time, merged
+  with the command line's once by :meth:`harness.train.execution.ExecutionSettings.for_run`).
+
+Owns the execution keys, the value rules, reading a value from text and the split. Must not know
+:class:`TrainConfig`'s fields or defaults (:mod:`harness.design.config` does; it imports this module),
+nor read a command line.
 """
 
 from __future__ import annotations
@@ -31,22 +40,73 @@ EXECUTION_KEYS = {"compile": "bool", "micro_batch_size": "int", "loggers": "tupl
 AUTO_FIELDS = ("compile", "micro_batch_size")
 
 
+#: The Python types of each kind of ``[train]`` value (a float key takes an int too; a bool is no int).
+_PY_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+
+def value_problem(key: str, value, kind: str) -> str | None:
+    """What is wrong with ``value`` as setting ``key`` of type ``kind`` (``int``, ``float``, ``str``,
+    ``bool``), as ``"<value> is not a(n) <kind>[ or 'auto']"``; ``None`` when it is fine. ``auto`` is
+    fine where :data:`AUTO_FIELDS` allows it; a ``tuple`` (``loggers``) is :func:`check_loggers`'s."""
+    if (key in AUTO_FIELDS and value == "auto") or kind not in _PY_TYPES:
+        return None
+    if isinstance(value, _PY_TYPES[kind]) and (kind == "bool" or not isinstance(value, bool)):
+        return None
+    auto = " or 'auto'" if key in AUTO_FIELDS else ""
+    return f"{value!r} is not {'an' if kind == 'int' else 'a'} {kind}{auto}"
+
+
 def check_value(key: str, value, kind: str):
-    """``value`` of setting ``key`` (type ``kind``; ``auto`` where :data:`AUTO_FIELDS` allows it), an int
-    widened to a float where a float is asked for.
+    """``value`` of setting ``key`` (type ``kind``), checked by the one rule (:func:`value_problem`; a
+    ``tuple`` by :func:`check_loggers`); an int widened to a float where a float is asked for.
 
     Raises:
-        ValueError: ``key=value must be a(n) kind [or 'auto']``.
+        ValueError: ``key=value is not a(n) kind [or 'auto']``; a ``tuple`` as :func:`check_loggers`.
     """
-    if key in AUTO_FIELDS and value == "auto":
-        return value
-    py = {"int": int, "float": float, "bool": bool, "str": str}[kind]
-    if py is float and isinstance(value, int) and not isinstance(value, bool):
+    if kind == "tuple":
+        return check_loggers(value)
+    problem = value_problem(key, value, kind)
+    if problem is not None:
+        raise ValueError(f"{key}={problem}")
+    if kind == "float" and value != "auto":
         return float(value)
-    if isinstance(value, py) and not (py is int and isinstance(value, bool)):
-        return value
-    auto = " or 'auto'" if key in AUTO_FIELDS else ""
-    raise ValueError(f"{key}={value!r} must be {'an' if kind == 'int' else 'a'} {kind}{auto}")
+    return value
+
+
+def parse_value(key: str, raw: str, keys: Mapping[str, str]):
+    """``raw`` (a command-line string: ``--set KEY=VALUE``, ``--micro-batch-size``, a ``--space`` choice)
+    read as the value of ``key``, whose type ``keys`` gives (:func:`harness.design.config.train_keys`, or
+    :data:`EXECUTION_KEYS` for an execution setting), then checked by :func:`check_value`.
+
+    Ints accept ``_`` separators (``100_000``); bools accept true/false/1/0/yes/no/on/off; a tuple is
+    comma-separated; ``auto`` where :data:`AUTO_FIELDS` allows it.
+
+    Raises:
+        ValueError: unknown key (listing the allowed ones) or a value of the wrong type.
+    """
+    if key not in keys:
+        raise ValueError(f"unknown training setting {key!r}; allowed: {sorted(keys)}")
+    kind, text = keys[key], raw.strip()
+    if key in AUTO_FIELDS and text.lower() == "auto":
+        return "auto"
+    try:
+        if kind == "int":
+            value = int(text.replace("_", ""))
+        elif kind == "float":
+            value = float(text.replace("_", ""))
+        elif kind == "tuple":
+            value = tuple(t.strip() for t in text.split(",") if t.strip())
+        elif kind == "bool":
+            low = text.lower()
+            if low not in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+                raise ValueError
+            value = low in ("true", "1", "yes", "on")
+        else:
+            value = text
+    except ValueError:
+        allowed = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or 'auto'" if key in AUTO_FIELDS else "")
+        raise ValueError(f"{key}={raw!r} is not {allowed}") from None
+    return check_value(key, value, kind)
 
 
 def check_loggers(names) -> tuple[str, ...]:
@@ -79,7 +139,7 @@ def execution_overrides(table: Mapping) -> dict:
         if key not in table:
             continue
         value = table[key]
-        out[key] = check_loggers(value) if kind == "tuple" else check_value(key, value, kind)
+        out[key] = check_value(key, value, kind)
         if key == "micro_batch_size" and value != "auto" and value <= 0:
             raise ValueError(f"micro_batch_size={value} must be 'auto' or a positive number of sequences")
     return out
@@ -109,7 +169,9 @@ __all__ = [
     "TRACKERS",
     "EXECUTION_KEYS",
     "AUTO_FIELDS",
+    "value_problem",
     "check_value",
+    "parse_value",
     "check_loggers",
     "execution_overrides",
     "TrainTable",

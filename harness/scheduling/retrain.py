@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from harness.common.files import atomic_write
-from harness.data.corpus_identity import parse_ref
+from harness.corpus.spec import parse_ref
 from harness.design.config import RunConfig
 from harness.store.archive import Archive
 from harness.store.runfile import read_result, result_end, result_path

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, TUNE_PREFIX, TUNE_ROLE, TUNE_SEED_BASE
-from harness.design.config import RunConfig, TrainConfig, check_budget, train_config
-from harness.design.train_values import parse_train_value
+from harness.design.config import RunConfig, check_budget, train_config, train_keys
+from harness.design.train_table import parse_value
 from harness.models.sizes import get_size
 
 if TYPE_CHECKING:
@@ -103,10 +103,6 @@ class Param:
         return FloatDistribution(float(self.low), float(self.high), log=self.kind == "log")
 
 
-def _field_types() -> dict[str, str]:
-    return {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
-
-
 def parse_param(entry: str) -> Param:
     """Parse one ``--space`` entry (see the module docstring).
 
@@ -120,7 +116,7 @@ def parse_param(entry: str) -> Param:
     name, rng = name.strip(), rng.strip()
     if not eq or not name or not rng:
         raise ValueError(f"--space {entry!r}: malformed; write {form}")
-    types = _field_types()
+    types = train_keys()
     if name != WARMUP_FRAC and name not in TUNABLE:
         why = (
             "not a training setting"
@@ -139,7 +135,7 @@ def parse_param(entry: str) -> Param:
                 f"--space {entry!r}: a choice needs at least two values, e.g. schedule=choice:cosine,wsd"
             )
         try:
-            parsed = tuple(parse_train_value(name, v) if name != WARMUP_FRAC else float(v) for v in values)
+            parsed = tuple(parse_value(name, v, types) if name != WARMUP_FRAC else float(v) for v in values)
         except ValueError as exc:
             raise ValueError(f"--space {entry!r}: {exc}") from None
         if len(set(parsed)) != len(parsed):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.data.shards import read_manifest
+from harness.corpus.key import read_manifest
 from harness.scheduling.queue.run_queue import RunQueue
 
 ROOT = Path(__file__).resolve().parents[2]

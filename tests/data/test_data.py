@@ -1,4 +1,4 @@
-"""Corpus ingestion, split, tokenizer and prepared token files (harness.data: corpus, tokenizer, prepare).
+"""Tokenizer and prepared token files (harness.data: tokenizer, prepare); reading a corpus is tests/corpus's.
 
 Run: ``python -m pytest -q tests/data/test_data.py`` (CPU only, a few seconds). Uses the real
 FineWeb-Edu sample in ``../shared/data/fineweb_edu_sample`` (skipped where absent) and tiny
@@ -21,25 +21,16 @@ import types
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pytest
 import tiktoken
 from tiktoken_ext.openai_public import r50k_pat_str
 
+from harness.corpus.fingerprint import corpus_fingerprint
+from harness.corpus.key import CorpusKey
+from harness.corpus.readers import OptionalDependencyError, read_documents
+from harness.corpus.split import split_documents
 from harness.data import prepare_corpus, token_dtype
 from harness.data import shards as data_mod
-from harness.data.corpus import (
-    HUB_DEFAULT_MAX_DOCS,
-    OptionalDependencyError,
-    corpus_files,
-    corpus_fingerprint,
-    is_validation,
-    probe_corpus,
-    read_documents,
-    split_documents,
-)
-from harness.data.corpus_key import CorpusKey
-from harness.data.stream import stream_documents
 from harness.data.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
@@ -82,71 +73,7 @@ def prepared(tmp_path_factory):
 # ----------------------------------------------------------------------------- reading
 
 
-@needs_sample
-def test_directory_reads_all_jsonl_documents_in_sorted_order(sample_docs):
-    docs = read_documents(str(SAMPLE))
-    assert len(docs) == 406  # 6 + 150 + 250 (PROVENANCE.md); PROVENANCE.md is skipped
-    assert docs == sample_docs
-    assert [p.name for p in corpus_files(str(SAMPLE))] == [
-        "fineweb_edu_misc6.jsonl",
-        "fineweb_edu_sample10BT_efscorer150.jsonl",
-        "fineweb_edu_sample10BT_fac250.jsonl",
-    ]
-    assert read_documents(str(SAMPLE / "*.jsonl")) == sample_docs  # glob form
-    assert read_documents(str(SAMPLE), max_docs=10) == sample_docs[:10]
-
-
-def test_txt_files_are_one_document_each_and_parquet_reads_text(tmp_path):
-    (tmp_path / "b.txt").write_text("second doc\nwith two lines", encoding="utf-8")
-    (tmp_path / "a.txt").write_text("first doc", encoding="utf-8")
-    (tmp_path / "notes.md").write_text("not corpus text", encoding="utf-8")
-    (tmp_path / "empty.txt").write_text("  \n", encoding="utf-8")
-    assert read_documents(str(tmp_path)) == ["first doc", "second doc\nwith two lines"]
-    parquet = tmp_path / "p" / "d.parquet"
-    parquet.parent.mkdir()
-    pl.DataFrame({"id": [1, 2, 3], "text": ["x y", None, "z"]}).write_parquet(parquet)
-    assert read_documents(str(parquet)) == ["x y", "z"]
-
-
 # ----------------------------------------------------------------------------- split, fingerprint
-
-
-def test_fingerprint_matches_independent_hash_and_changes_with_one_character():
-    docs = ["alpha beta", "gamma"]
-    h = hashlib.sha256()
-    for d in docs:
-        h.update(len(d.encode()).to_bytes(8, "little") + d.encode())
-    assert corpus_fingerprint(docs) == h.hexdigest()
-    assert corpus_fingerprint(["alpha betA", "gamma"]) != h.hexdigest()
-    assert corpus_fingerprint(["alpha beta", "gamma"][::-1]) != h.hexdigest()
-    assert corpus_fingerprint(["alpha betag", "amma"]) != h.hexdigest()  # framing
-
-
-@needs_sample
-def test_split_is_document_level_deterministic_and_order_independent(sample_docs):
-    split = split_documents(sample_docs, 0.05)
-    expected_val = [
-        d
-        for d in sample_docs
-        if int.from_bytes(hashlib.sha256(d.encode()).digest()[:8], "big") < 0.05 * 2**64
-    ]
-    assert split.val == expected_val
-    assert len(split.val) == 14 and len(split.train) == 392
-    assert sorted(split.train + split.val) == sorted(sample_docs)
-    reordered = split_documents(sample_docs[::-1], 0.05)
-    assert reordered.val == split.val[::-1] and reordered.train == split.train[::-1]
-    # a document's side does not depend on the rest of the corpus
-    assert all(is_validation(d, 0.05) for d in split_documents(sample_docs[:100] + expected_val, 0.05).val)
-
-
-def test_split_without_validation_document_is_an_error():
-    docs = [f"document number {i}" for i in range(5)]
-    with pytest.raises(ValueError, match="validation split empty"):
-        split_documents(docs, 1e-9)
-    with pytest.raises(ValueError, match="training split empty"):
-        split_documents(docs, 1 - 1e-12)
-    with pytest.raises(ValueError, match="val_fraction"):
-        split_documents(docs, 0.0)
 
 
 @needs_sample
@@ -437,32 +364,20 @@ def test_two_spawned_workers_preparing_at_once_agree(tmp_path):
 # ----------------------------------------------------------------------------- hub
 
 
-def _fake_datasets(rows=None, error=None):
-    calls = []
-
-    def load_dataset(name, config=None, *, split, streaming):
-        calls.append((name, config, split, streaming))
-        if error is not None:
-            raise error
-        return iter(rows)
-
-    return types.SimpleNamespace(load_dataset=load_dataset), calls
-
-
 def test_hub_stream_is_limited_and_cached_for_offline_reuse(tmp_path, monkeypatch):
     """A hub spec without max_docs that `harness prepare` has not sharded: the worker's build takes the
     first HUB_DEFAULT_MAX_DOCS documents (here lowered to 120 to see it) into the shard folder of that
     limit, and finds it again offline. (A local ``datasets`` folder of the spec's name stands in for
     the hub: the same ``load_dataset(..., streaming=True)`` calls, no network.)"""
     pytest.importorskip("datasets", reason="the test extra installs datasets")
-    from harness.data import prepared as prepared_mod
+    from harness.corpus import key as key_mod
 
     data = tmp_path / "local" / "hubdocs"
     data.mkdir(parents=True)
     rows = [f"hub document {i}: " + "words " * 30 + str(i) for i in range(200)]
     _write_jsonl(data / "train.jsonl", rows)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(prepared_mod, "HUB_DEFAULT_MAX_DOCS", 120)
+    monkeypatch.setattr(key_mod, "HUB_DEFAULT_MAX_DOCS", 120)
     key = CorpusKey("hf:local/hubdocs", "bpe", 300, 0.2, None)
     first = prepare_corpus(key, cache_dir=tmp_path / "cache")
     assert first.meta["documents"] == 120 and first.meta["max_docs"] is None  # the caller's key
@@ -472,42 +387,7 @@ def test_hub_stream_is_limited_and_cached_for_offline_reuse(tmp_path, monkeypatc
     assert prepare_corpus(key, cache_dir=tmp_path / "cache") == first
 
 
-def test_unknown_hub_dataset_offline_is_a_clear_error(monkeypatch):
-    fake, calls = _fake_datasets(error=FileNotFoundError("Dataset 'nobody/nothing' doesn't exist on the Hub"))
-    monkeypatch.setitem(sys.modules, "datasets", fake)
-    with pytest.raises(ValueError, match=r"cannot stream corpus 'hf:nobody/nothing'.*network"):
-        read_documents("hf:nobody/nothing")
-    assert calls == [("nobody/nothing", None, "train", True)]
-    assert HUB_DEFAULT_MAX_DOCS > 0
-
-
-def test_hub_dataset_without_text_column_is_a_clear_error(monkeypatch):
-    fake, _ = _fake_datasets(rows=[{"content": "a", "id": 1}])
-    monkeypatch.setitem(sys.modules, "datasets", fake)
-    with pytest.raises(ValueError, match=r"'hf:org/code' has no 'text' column \(columns: content, id\)"):
-        read_documents("hf:org/code")
-
-
-def test_hub_without_datasets_package_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(OptionalDependencyError, match="optional 'datasets' package") as info:
-        read_documents("hf:HuggingFaceFW/fineweb-edu:sample-10BT")
-    assert isinstance(info.value, ValueError)  # printed as one clean line by the CLI
-
-
-def test_malformed_hub_spec_is_an_error():
-    with pytest.raises(ValueError, match="expected hf:OWNER/NAME"):
-        read_documents("hf:fineweb-edu")
-
-
 # ----------------------------------------------------------------------------- bad input
-
-
-def test_missing_file_is_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.jsonl.*does not exist"):
-        read_documents(str(tmp_path / "nope.jsonl"))
-    with pytest.raises(FileNotFoundError, match="no corpus file"):
-        read_documents(str(tmp_path / "*.jsonl"))
 
 
 def test_empty_corpus_is_an_error(tmp_path):
@@ -519,48 +399,6 @@ def test_empty_corpus_is_an_error(tmp_path):
         prepare_corpus(CorpusKey(str(blank), "bpe", 300, 0.05, None), cache_dir=tmp_path / "cache")
 
 
-def test_invalid_utf8_is_an_error_naming_file_and_offset(tmp_path):
-    txt = tmp_path / "bad.txt"
-    txt.write_bytes(b"fine text\nthen \xff bad")
-    with pytest.raises(ValueError, match=r"bad.txt' is not valid UTF-8: byte 0xff at offset 15 \(line 2\)"):
-        read_documents(str(txt))
-    jsonl = tmp_path / "bad.jsonl"
-    jsonl.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl' is not valid UTF-8: byte 0xe9 at offset 28 \(line 2\)"):
-        read_documents(str(jsonl))
-
-
-def test_jsonl_without_text_column_is_an_error(tmp_path):
-    path = tmp_path / "no_text.jsonl"
-    path.write_text('{"content": "a", "id": 1}\n{"content": "b", "id": 2}\n')
-    with pytest.raises(ValueError, match=r"no 'text' field \(fields found: content, id\)"):
-        read_documents(str(path))
-    numbers = tmp_path / "numbers.jsonl"
-    numbers.write_text('{"text": 1}\n')
-    with pytest.raises(ValueError, match="field 'text' holds Int64, expected strings"):
-        read_documents(str(numbers))
-    parquet = tmp_path / "no_text.parquet"
-    pl.DataFrame({"body": ["a"]}).write_parquet(parquet)
-    with pytest.raises(ValueError, match=r"no 'text' column \(columns found: body\)"):
-        read_documents(str(parquet))
-
-
-def test_malformed_jsonl_is_an_error(tmp_path):
-    path = tmp_path / "broken.jsonl"
-    path.write_text('{"text": "a"}\n{"text": \n')
-    with pytest.raises(ValueError, match="cannot read JSONL file .*broken.jsonl"):
-        read_documents(str(path))
-
-
-def test_unsupported_extension_is_an_error(tmp_path):
-    path = tmp_path / "corpus.csv"
-    path.write_text("text\nhello\n")
-    with pytest.raises(
-        ValueError, match=r"unsupported extension '.csv'; allowed: .jsonl, .ndjson, .parquet, .txt"
-    ):
-        read_documents(str(path))
-
-
 def test_bad_prepare_arguments_are_errors(tmp_path):
     corpus = _write_jsonl(tmp_path / "c.jsonl", ["a b c"])
     with pytest.raises(ValueError, match="unknown tokenizer 'wordpiece'; allowed: bpe, gpt2"):
@@ -569,24 +407,3 @@ def test_bad_prepare_arguments_are_errors(tmp_path):
         prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 1.5, None), cache_dir=tmp_path)
     with pytest.raises(ValueError, match="max_docs=0"):
         prepare_corpus(CorpusKey(str(corpus), "bpe", 300, 0.05, 0), cache_dir=tmp_path)
-
-
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        (b'{"text": "ok"', "line 2 is not JSON"),
-        (b'["text"]', "line 2 is not a JSON object with a 'text' field"),
-        (b'{"text": 3}', "line 2: field 'text' holds int, expected a string"),
-        (b'{"text": "caf\xe9"}', "is not valid UTF-8: byte 0xe9"),
-    ],
-)
-def test_a_bad_jsonl_line_is_named_alike_by_the_probe_and_the_stream(tmp_path, line, message):
-    """The queue-time probe and the streaming read of a prepare check a JSONL line with one
-    function: the same error, naming the file and the line."""
-    path = tmp_path / "c.jsonl"
-    path.write_bytes(b'{"text": ""}\n' + line + b'\n{"text": "later"}\n')
-    with pytest.raises(ValueError, match=message) as probed:
-        probe_corpus(str(path))
-    with pytest.raises(ValueError, match=message) as streamed:
-        list(stream_documents(str(path)))
-    assert str(path) in str(probed.value) and str(path) in str(streamed.value)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from harness.corpus.key import CorpusKey
 from harness.data import prepare_corpus
-from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TokenDataModule, TrainBatches
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"

@@ -23,12 +23,13 @@ import numpy as np
 import pytest
 
 from harness.cli import main as cli
-from harness.data.corpus import read_documents, split_documents
-from harness.data.corpus_key import CorpusKey
+from harness.corpus.key import CorpusKey, read_manifest
+from harness.corpus.readers import read_documents
+from harness.corpus.split import split_documents
 from harness.data.datamodule import TrainSchedule
 from harness.data.prepared import prepare_corpus
 from harness.data.shard_reader import ShardedTokens
-from harness.data.shards import Target, prepare_shards, read_manifest
+from harness.data.shards import Target, prepare_shards
 from harness.data.tokenizer import load_shard_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -395,23 +396,6 @@ def test_a_run_on_a_prepared_corpus_reads_its_shards_and_records_its_epochs(tmp_
     expected = -sum(math.log((count.get(y, 0) + 1) / (len(train) + v)) for y in val[1:1025].tolist()) / 1024
     assert run["unigram_nll"] == pytest.approx(expected, rel=1e-12)
     assert con.execute("select unigram_nll from runs").fetchone()[0] == run["unigram_nll"]
-
-
-def test_streamed_documents_equal_the_whole_read_for_every_file_kind(tmp_path):
-    """JSONL rows, Parquet rows (read in slices) and .txt files, in a folder: the stream gives
-    the documents read_documents gives, in the same order (empty ones dropped alike)."""
-    import polars as pl
-
-    from harness.data.stream import stream_documents
-
-    docs = read_documents(str(SAMPLE))
-    folder = tmp_path / "mixed"
-    folder.mkdir()
-    pl.DataFrame({"text": docs[:150] + ["  ", None]}).write_parquet(folder / "a.parquet")
-    (folder / "b.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in ["", *docs[150:300]]))
-    (folder / "c.txt").write_text(docs[300])
-    assert list(stream_documents(str(folder))) == read_documents(str(folder)) == docs[:301]
-    assert list(stream_documents(str(folder), max_docs=160)) == docs[:160]
 
 
 def test_prepare_without_a_grid_says_what_it_holds_and_no_budget_line(tmp_path, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.data.corpus_key import CorpusKey
+from harness.corpus.key import CorpusKey
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"

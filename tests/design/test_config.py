@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import stat
 from contextlib import contextmanager
 
@@ -17,8 +18,8 @@ import pytest
 
 from harness.common.files import atomic_path, atomic_write
 from harness.common.terms import FINISHED, ROLES, STATUSES, config_diff, run_id
-from harness.design.config import RunConfig, train_config
-from harness.design.train_table import TrainTable, split_train
+from harness.design.config import RunConfig, train_config, train_keys
+from harness.design.train_table import TrainTable, check_value, parse_value, split_train, value_problem
 from harness.models.sizes import derive
 
 PAYLOAD = {  # a queued payload as harness queue wrote it before RunConfig existed (61e45a1)
@@ -94,6 +95,46 @@ def test_the_train_table_is_split_once_into_protocol_and_execution_halves():
     assert run.execution() == {"micro_batch_size": 4}
     with pytest.raises(ValueError, match="micro_batch_size=0 must be 'auto' or a positive number"):
         split_train({"micro_batch_size": 0})
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("batch_tokens", 2.5),
+        ("batch_tokens", True),
+        ("lr", "fast"),
+        ("compile", "maybe"),
+        ("micro_batch_size", 1.5),
+        ("schedule", 3),
+    ],
+)
+def test_a_train_value_is_judged_by_one_rule_in_the_grid_the_config_and_the_command_line(
+    tmp_path, key, value
+):
+    """The grid check, TrainConfig (or an execution setting's check) and --set agree on a [train] value's
+    type: each says the one rule's words (harness.design.train_table.value_problem)."""
+    from harness.scheduling.grids.checks import check_train
+
+    problem = value_problem(key, value, train_keys()[key])
+    assert (
+        problem
+        == f"{value!r} is not {'an' if train_keys()[key] == 'int' else 'a'} {train_keys()[key]}"
+        + (" or 'auto'" if key in ("compile", "micro_batch_size") else "")
+    )
+    with pytest.raises(ValueError, match=re.escape(f"g.toml: train.{key}: {problem}")):
+        check_train({key: value}, ("tiny",), "g.toml")
+    with pytest.raises(ValueError, match=re.escape(f"{key}={problem}")):
+        train_config("tiny", **{key: value})
+    if train_keys()[key] != "str" and not isinstance(value, bool):  # the text of it on a command line
+        with pytest.raises(ValueError, match=re.escape(f"{key}={str(value)!r} is not")):
+            parse_value(key, str(value), train_keys())
+    # `auto` where the setting resolves it per machine, nowhere else
+    assert (
+        value_problem("compile", "auto", "bool") is None
+        and value_problem("micro_batch_size", "auto", "int") is None
+    )
+    assert value_problem("lr", "auto", "float") == "'auto' is not a float"
+    assert check_value("lr", 1, "float") == 1.0 and isinstance(check_value("lr", 1, "float"), float)
 
 
 def test_a_config_is_a_value():

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.data.corpus import corpus_fingerprint, read_documents
+from harness.corpus.fingerprint import corpus_fingerprint
+from harness.corpus.readers import read_documents
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.archive import natural_key, read_archive
 

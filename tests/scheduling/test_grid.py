@@ -13,7 +13,7 @@ import pytest
 from harness.common.terms import ROLES, run_id
 from harness.models import available_variants
 from harness.models.sizes import SIZES
-from harness.scheduling.grids.grid import choose_corpus, load_grid, resolve_corpus
+from harness.scheduling.grids.grid import load_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "ablations").glob("*.toml"))
@@ -172,16 +172,6 @@ def test_budgets_ascending_and_role_restrictions(tmp_path):
     assert len(runs) == 2 * 2 * 2 * 2 + 2
 
 
-def test_corpus_resolution():
-    assert (
-        resolve_corpus("hf:HuggingFaceFW/fineweb-edu:sample-10BT")
-        == "hf:HuggingFaceFW/fineweb-edu:sample-10BT"
-    )
-    assert resolve_corpus("../shared/data/x", cwd="/work/main") == "/work/shared/data/x"
-    assert resolve_corpus("/abs/*.jsonl", cwd="/else") == "/abs/*.jsonl"
-    assert resolve_corpus("d/*.jsonl", cwd="/r") == "/r/d/*.jsonl"
-
-
 def test_corpus_override(tmp_path):
     grid = load_grid(write(tmp_path, GOOD))
     assert {r.corpus for r in grid.expand(corpus="hf:a/b:c")} == {"hf:a/b:c"}
@@ -202,23 +192,22 @@ def test_a_grids_relative_corpus_is_relative_to_its_file(tmp_path, monkeypatch):
     assert {r.corpus for r in relative.expand()} == {str(tmp_path / "data/corpus.jsonl")}
 
 
-def test_every_command_chooses_the_corpus_by_one_precedence(tmp_path, monkeypatch):
-    """choose_corpus (queue, tune, run): --corpus, else $HARNESS_CORPUS (both against the cwd), else the
+def test_a_grid_chooses_its_corpus_by_the_one_precedence(tmp_path, monkeypatch):
+    """Grid.choose_corpus (queue, tune): --corpus, else $HARNESS_CORPUS (both against the cwd), else the
     grid's own (against its file's folder), each named as the source."""
     (tmp_path / "grids").mkdir()
     grid = load_grid(write(tmp_path / "grids", GOOD.replace("data/corpus.jsonl", "../data/corpus.jsonl")))
     monkeypatch.chdir(tmp_path / "grids")
     monkeypatch.delenv("HARNESS_CORPUS", raising=False)
     own = (str(tmp_path / "data/corpus.jsonl"), f"key 'corpus' of {grid.path}")
-    assert choose_corpus(None, grid) == own
-    assert choose_corpus(None) == (None, "")
+    assert grid.choose_corpus(None) == own
     monkeypatch.setenv("HARNESS_CORPUS", "env.jsonl")
-    assert choose_corpus(None, grid) == (str(tmp_path / "grids/env.jsonl"), "$HARNESS_CORPUS")
-    assert choose_corpus("cli.jsonl", grid) == (str(tmp_path / "grids/cli.jsonl"), "--corpus")
-    assert choose_corpus("hf:a/b:c", grid) == ("hf:a/b:c", "--corpus")
-    # the queue expands the grid with what choose_corpus gave: the same absolute path in every run
+    assert grid.choose_corpus(None) == (str(tmp_path / "grids/env.jsonl"), "$HARNESS_CORPUS")
+    assert grid.choose_corpus("cli.jsonl") == (str(tmp_path / "grids/cli.jsonl"), "--corpus")
+    assert grid.choose_corpus("hf:a/b:c") == ("hf:a/b:c", "--corpus")
+    # the queue expands the grid with what it chose: the same absolute path in every run
     monkeypatch.delenv("HARNESS_CORPUS")
-    assert {r.corpus for r in grid.expand(corpus=choose_corpus(None, grid)[0])} == {own[0]}
+    assert {r.corpus for r in grid.expand(corpus=grid.choose_corpus(None)[0])} == {own[0]}
 
 
 def test_a_grid_copied_to_another_folder_keeps_naming_its_corpus(tmp_path):
@@ -319,7 +308,7 @@ BAD = {
         GOOD + "\n[train]\nlearning_rate = 1e-3\n",
         ["train.learning_rate", "unknown key", "lr"],
     ),
-    "bad train type": (GOOD + '\n[train]\nbatch_tokens = "big"\n', ["train.batch_tokens", "not a int"]),
+    "bad train type": (GOOD + '\n[train]\nbatch_tokens = "big"\n', ["train.batch_tokens", "not an int"]),
     "bad train value": (GOOD + '\n[train]\nschedule = "linear"\n', ["train", "schedule", "'cosine', 'wsd'"]),
     "budgets_by_role not a subset": (
         GOOD + "\n[budgets_by_role]\ncontrol = [999]\n",

@@ -213,13 +213,15 @@ def test_dependencies_point_one_way():
 
 # The stages of harness/, highest first (docs/layout.md): a package imports only packages of lower
 # layers, never another of its own layer. design/ (a run's config, the grid's plan) sits on models/
-# and data/; common/ (files, terminal, Ctrl-C, shared terms) imports nothing from harness.
+# and data/; corpus/ (what a corpus is and where: reading, fingerprint, split, key) sits below data/,
+# which tokenizes what it reads; common/ (files, terminal, Ctrl-C, shared terms) imports nothing from harness.
 LAYERS = (
     ("commands",),
     ("scheduling", "bench", "report"),
     ("train",),
     ("design",),
     ("models", "data", "store"),
+    ("corpus",),
     ("common",),
 )
 
@@ -285,7 +287,7 @@ def test_scheduling_parts_import_only_lower_parts():
 def test_the_layer_check_finds_an_upward_import():
     graph = {
         "harness.train.runner": {"harness.scheduling.stop", "harness.models.gpt", "harness.design.config"},
-        "harness.design.config": {"harness.data.corpus_key", "harness.train.lit"},
+        "harness.design.config": {"harness.corpus.key", "harness.train.lit"},
         "harness.data.shards": {"harness.models.sizes"},
     }
     assert upward_imports(graph) == [
@@ -379,7 +381,7 @@ def test_every_reports_module_imports_in_a_fresh_interpreter():
 #: shard builder and the runner pass it on without naming it.
 VOCAB_PATH = {
     "harness/design/config.py": "TrainConfig.vocab_size; RunConfig.corpus_key; model_config pads it",
-    "harness/data/corpus_key.py": "CorpusKey.vocab_size; requested_vocab, the one fallback rule",
+    "harness/corpus/key.py": "CorpusKey.vocab_size; requested_vocab, the one fallback rule",
     "harness/data/tokenizer.py": "the BPE trained to it; the tokenizer's V written to the manifest",
     "harness/data/prepared.py": "PreparedCorpus.vocab_size, the tokenizer's V read back",
     "harness/models/sizes.py": "ModelConfig.vocab_size; padded_vocab, the one padding rule",
@@ -392,7 +394,7 @@ VOCAB_ELSEWHERE = {
     "harness/bench/steps.py": "the bench's random batches",
     "harness/commands/prepare.py": "harness prepare --vocab-size, a corpus without a grid",
     "harness/commands/sizes.py": "harness sizes --vocab-size, the parameter table",
-    "harness/data/legacy_corpus.py": "the old single-file folders' names",
+    "harness/data/legacy_layout.py": "the old single-file folders' names",
     "harness/data/unigram.py": "the unigram baseline's id counts",
     "harness/train/lit.py": "the loss's width, the tokenizer's V from token_bytes (logits past it are padding)",
     "harness/train/microbatch.py": "the micro-batch probe's random tokens",

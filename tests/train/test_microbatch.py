@@ -23,9 +23,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from harness.design.config import RunConfig, TrainConfig
-from harness.design.train_table import execution_overrides
-from harness.design.train_values import parse_train_value
+from harness.design.config import RunConfig, TrainConfig, train_keys
+from harness.design.train_table import execution_overrides, parse_value
 from harness.models import build_model
 from harness.models.sizes import padded_vocab
 from harness.train.execution import ExecutionSettings
@@ -149,8 +148,8 @@ def test_micro_batch_size_is_auto_or_a_positive_int():
         ExecutionSettings().for_run(RunConfig.create("prenorm", "tiny", 0, 2048, "/c")).micro_batch_size
         == "auto"
     )
-    assert parse_train_value("micro_batch_size", "auto") == "auto"
-    assert parse_train_value("micro_batch_size", "16") == 16
+    assert parse_value("micro_batch_size", "auto", train_keys()) == "auto"
+    assert parse_value("micro_batch_size", "16", train_keys()) == 16
     assert execution_overrides({"micro_batch_size": 16, "lr": 1.0}) == {"micro_batch_size": 16}
     for bad in (0, -2, 1.5, True, "many"):
         with pytest.raises(ValueError, match="micro_batch_size"):
@@ -160,7 +159,7 @@ def test_micro_batch_size_is_auto_or_a_positive_int():
         ):  # a grid's [train] value: refused at queue time
             RunConfig.create("prenorm", "tiny", 0, 2048, "/c", train={"micro_batch_size": bad})
     with pytest.raises(ValueError, match="micro_batch_size='x' is not an int or 'auto'"):
-        parse_train_value("micro_batch_size", "x")
+        parse_value("micro_batch_size", "x", train_keys())
 
 
 def _cli_run(results: Path, *extra: str) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.data.corpus_key import CorpusKey
+from harness.corpus.key import CorpusKey
 from harness.data.tokenizer import most_ids
 from harness.scheduling.grids.grid import load_grid
 from harness.train.protocol import protocol_dict, protocol_hash

@@ -18,8 +18,8 @@ import torch
 
 from harness.cli import main as cli
 from harness.common import live
+from harness.corpus.key import CorpusKey
 from harness.data import prepare_corpus
-from harness.data.corpus_key import CorpusKey
 from harness.data.datamodule import TokenDataModule
 from harness.design.config import RunConfig, train_config
 from harness.models import available_variants, build_model

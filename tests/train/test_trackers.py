@@ -24,9 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.design.config import RunConfig
-from harness.design.train_table import execution_overrides
-from harness.design.train_values import parse_train_value
+from harness.design.config import RunConfig, train_keys
+from harness.design.train_table import execution_overrides, parse_value
 from harness.train import train_run
 from harness.train.execution import ExecutionSettings
 from harness.train.protocol import protocol_dict
@@ -233,7 +232,7 @@ def test_loggers_are_outside_the_protocol_hash():
 def test_bad_logger_names_are_one_clear_line(value, message):
     with pytest.raises(ValueError, match=message):
         execution_overrides({"loggers": value})
-    assert parse_train_value("loggers", "wandb, csv") == ("wandb", "csv")
+    assert parse_value("loggers", "wandb, csv", train_keys()) == ("wandb", "csv")
 
 
 def test_routing_rows_become_per_layer_metrics():

@@ -22,10 +22,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.corpus import HUB_PREFIX, read_documents, split_documents
-from harness.data.corpus_key import CorpusKey
+from harness.corpus.key import CorpusKey, read_manifest
+from harness.corpus.readers import read_documents
+from harness.corpus.spec import HUB_PREFIX
+from harness.corpus.split import split_documents
 from harness.data.prepared import prepare_corpus
-from harness.data.shards import read_manifest
 from harness.data.tokenizer import GPT2Tokenizer
 from harness.design.config import RunConfig
 from harness.models.sizes import get_size

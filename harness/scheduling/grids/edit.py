@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.common.files import atomic_write
-from harness.scheduling.grids.grid import load_grid, parse_grid, resolve_corpus
+from harness.corpus.spec import resolve_corpus
+from harness.scheduling.grids.grid import load_grid, parse_grid
 
 
 def write_train(

@@ -488,7 +488,7 @@ class RunAdder(QueueReader):
         """Record ``grid``'s corpus: its document fingerprint (what every run of the grid reads, checked
         by whoever re-points it), its file name, and ``path``, where workers find it unless their own
         ``--corpus`` says otherwise (:meth:`corpus_of`). A later call re-points the grid: callers check
-        the new path's fingerprint against the recorded one first (:mod:`harness.scheduling.grids.corpus_check`).
+        the new path's fingerprint against the recorded one first (:mod:`harness.corpus.locate`).
 
         Raises:
             ValueError: ``fingerprint`` differs from the one already recorded (naming both).

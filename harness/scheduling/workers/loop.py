@@ -51,6 +51,7 @@ from harness.common.faults import (
 )
 from harness.common.files import free_bytes
 from harness.common.terms import FINISHED, check_grid
+from harness.corpus.spec import exists, resolve_corpus
 from harness.design.config import RunConfig
 from harness.scheduling.queue.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat
 from harness.scheduling.queue.storage import STORAGE_RETRY_S, StorageUnavailable, retry_storage
@@ -69,7 +70,7 @@ from harness.train.execution import ExecutionSettings, parse_devices, set_thread
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
-    from harness.scheduling.grids.corpus_check import CorpusLocator
+    from harness.corpus.locate import CorpusLocator
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.train.stop import StopRequest
 
@@ -202,8 +203,8 @@ def work(
         settings: the worker's :class:`~harness.train.execution.ExecutionSettings`, given whole: ``train_fn(config,
             results_dir, settings, stop_requested=stop, on_eval=...)``; ``None``: a stand-in's ``train_fn(c, r)``.
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
-        corpus: resolves each run's corpus on this machine (:class:`~harness.scheduling.grids.corpus_check.
-            CorpusLocator`: the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
+        corpus: resolves each run's corpus on this machine (:class:`~harness.corpus.locate.CorpusLocator`:
+            the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -482,7 +483,7 @@ class WorkOptions:
         settings: how each run executes (its ``devices`` set from the claim).
         corpus: where this machine has the corpus of the runs it claims (``--corpus``; ``None``: the
             path the queue records for each grid, else the run's config), checked against the grid's
-            fingerprint (:mod:`harness.scheduling.grids.corpus_check`).
+            fingerprint (:mod:`harness.corpus.locate`).
     """
 
     results: str
@@ -507,6 +508,7 @@ class WorkOptions:
         Raises:
             ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
             FileNotFoundError: a ``corpus`` that is not there.
+            ValueError: an empty ``corpus``.
         """
         if self.retries < 0:
             raise ValueError(f"--retries {self.retries} must be >= 0")
@@ -514,7 +516,7 @@ class WorkOptions:
             raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
         if self.storage_retry_s <= 0:
             raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
-        if self.corpus is not None and not os.path.exists(os.path.expanduser(self.corpus)):
+        if self.corpus is not None and not exists(resolve_corpus(self.corpus)):
             raise FileNotFoundError(
                 f"--corpus {self.corpus} not found (a path to the corpus on this machine)"
             )
@@ -656,10 +658,14 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             print(f"note: {exc}; waiting for it to be queued (--wait)")
     claim = settings = check_run = locator = None
     if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
-        from harness.data.prepared import cache_dir  # lazy: numpy, only where a corpus is read
-        from harness.scheduling.grids.corpus_check import CorpusLocator
+        # lazy: numpy, only where a corpus is read
+        from harness.corpus.locate import CorpusLocator
+        from harness.data.prepared import cache_dir
 
         locator = CorpusLocator(options.corpus, cache_dir(options.results))
+        if options.corpus is not None:  # another text is refused before a run is claimed, as launch does
+            counts = queue.counts(options.grid)
+            locator.check_queue(queue, [g for g, c in counts.items() if c.get("queued")])
     if train_fn is None:
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished

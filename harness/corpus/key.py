@@ -1,21 +1,28 @@
-"""What a run's config says about its corpus (DESIGN 4, 11): :class:`CorpusKey` and its folder.
+"""What a run's config says about its corpus (DESIGN 4, 11): :class:`CorpusKey`, the shard folder it
+names, and the one vocabulary rule.
 
-A key is the five settings that decide which tokens a run reads: the source spec, the
-tokenizer, the requested BPE vocabulary, the validation fraction and ``max_docs``. One key is
-one sharded corpus in the cache (:func:`shard_dir`), so ``harness prepare``, ``harness queue``'s
-corpus sizing, a worker's space check, the runner and ``harness bench`` all find the same folder
-from the key alone. :func:`requested_vocab` is the one rule for the vocabulary a key asks for.
+A key is the five settings that decide which tokens a run reads: the source spec, the tokenizer, the
+requested BPE vocabulary, the validation fraction and ``max_docs``. One key is one sharded corpus in
+the cache (:func:`shard_dir`; finished once its ``manifest.json`` is written, :func:`read_manifest`),
+so ``harness prepare``, ``harness queue``'s corpus sizing, a worker's space check, the runner and
+``harness bench`` all find the same folder from the key alone. :func:`requested_vocab` is the one
+rule for the vocabulary a key asks for; :func:`worker_key` the one for what a worker builds itself.
+
+Owns the key and the folder it names. Must not read text or build a corpus (:mod:`harness.data.shards`
+writes the folder).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.corpus import HUB_PREFIX
+from harness.corpus.readers import HUB_DEFAULT_MAX_DOCS
+from harness.corpus.spec import HUB_PREFIX
 
 #: Bump when the shard layout or its meaning changes; old folders are then ignored.
 SHARD_FORMAT = 1
@@ -56,6 +63,12 @@ def shard_dir(
     return Path(cache_dir) / "corpora" / f"shards-{tokenizer}-{digest[:32]}"
 
 
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of a finished sharded corpus, or ``None`` when there is none (yet)."""
+    path = Path(folder) / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 @dataclass(frozen=True)
 class CorpusKey:
     """What a run's config says about its corpus: one sharded corpus per key.
@@ -86,4 +99,28 @@ class CorpusKey:
         )
 
 
-__all__ = ["SHARD_FORMAT", "DEFAULT_BPE_VOCAB", "requested_vocab", "source_key", "shard_dir", "CorpusKey"]
+def worker_key(key: CorpusKey) -> CorpusKey:
+    """The key a worker builds when `harness prepare` has not: a hub spec without ``max_docs`` takes
+    its first :data:`~harness.corpus.readers.HUB_DEFAULT_MAX_DOCS` documents (a worker never streams a
+    whole hub dataset); any other key as it is."""
+    if key.corpus.startswith(HUB_PREFIX) and key.max_docs is None:
+        return dataclasses.replace(key, max_docs=HUB_DEFAULT_MAX_DOCS)
+    return key
+
+
+def repointed(key: CorpusKey, path: str) -> CorpusKey:
+    """``key`` with its corpus at ``path`` (the other settings, hence the documents read, the same)."""
+    return dataclasses.replace(key, corpus=path)
+
+
+__all__ = [
+    "SHARD_FORMAT",
+    "DEFAULT_BPE_VOCAB",
+    "requested_vocab",
+    "source_key",
+    "shard_dir",
+    "read_manifest",
+    "CorpusKey",
+    "worker_key",
+    "repointed",
+]

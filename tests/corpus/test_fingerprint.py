@@ -1,20 +1,21 @@
-"""A corpus is its content (harness/data/corpus_identity.py): its fingerprint is the one a run's protocol
+"""A corpus is its content (harness/corpus/fingerprint.py): its fingerprint is the one a run's protocol
 holds, read from a prepared folder's manifest or from the text alike, the same for a copy at another
-path, and different for another text; a corpus reference round-trips and is never taken for a path.
+path, and different for another text; the framing makes every change of the text a change of the hash.
 
-    python -m pytest -q tests/data/test_corpus_identity.py
+    python -m pytest -q tests/corpus/test_fingerprint.py
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
 import pytest
 
-from harness.data.corpus import corpus_fingerprint, read_documents
-from harness.data.corpus_identity import corpus_name, corpus_ref, fingerprint_of, is_local, parse_ref
-from harness.data.corpus_key import CorpusKey
+from harness.corpus.fingerprint import corpus_fingerprint, fingerprint_of
+from harness.corpus.key import CorpusKey
+from harness.corpus.readers import read_documents
 from harness.data.prepared import prepare_corpus
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
@@ -48,13 +49,12 @@ def test_the_fingerprint_is_the_protocols_from_the_text_or_the_manifest_at_any_p
     assert fingerprint_of(CorpusKey("hf:HuggingFaceFW/fineweb-edu", "gpt2", 0, 0.1, None)) is None
 
 
-def test_a_corpus_reference_round_trips_and_is_not_a_path():
-    ref = corpus_ref(SAMPLE_FINGERPRINT, "fineweb_edu_sample")
-    assert ref == f"corpus-sha256:{SAMPLE_FINGERPRINT}:fineweb_edu_sample"
-    assert parse_ref(ref) == (SAMPLE_FINGERPRINT, "fineweb_edu_sample") and not is_local(ref)
-    assert corpus_name(ref) == "fineweb_edu_sample" == corpus_name(str(SAMPLE) + "/")
-    assert parse_ref(str(SAMPLE)) is None and is_local(str(SAMPLE)) and not is_local("hf:a/b")
-    with pytest.raises(ValueError, match="not 64 lowercase hex digits"):
-        corpus_ref("abc", "x")
-    with pytest.raises(ValueError, match="is a corpus reference"):
-        fingerprint_of(CorpusKey(ref, "bpe", 300, 0.1, None))
+def test_fingerprint_matches_independent_hash_and_changes_with_one_character():
+    docs = ["alpha beta", "gamma"]
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(len(d.encode()).to_bytes(8, "little") + d.encode())
+    assert corpus_fingerprint(docs) == h.hexdigest()
+    assert corpus_fingerprint(["alpha betA", "gamma"]) != h.hexdigest()
+    assert corpus_fingerprint(["alpha beta", "gamma"][::-1]) != h.hexdigest()
+    assert corpus_fingerprint(["alpha betag", "amma"]) != h.hexdigest()  # framing

@@ -1,8 +1,8 @@
-"""A grid's corpus in the queue (harness/scheduling/grids/corpus_check.py): recorded by fingerprint, re-pointed
+"""A grid's corpus in the queue (harness/corpus/locate.py): recorded by fingerprint, re-pointed
 only to the same text, and looked for by each worker; a corpus that is not there gives the run back
 without a retry or an attempt spent. Fast: stand-in training, a real journal queue, real text.
 
-    python -m pytest -q tests/scheduling/test_corpus_check.py
+    python -m pytest -q tests/corpus/test_locate.py
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.data.corpus import corpus_fingerprint, read_documents
-from harness.scheduling.grids.corpus_check import CorpusLocator, CorpusMissing
+from harness.corpus.fingerprint import corpus_fingerprint
+from harness.corpus.locate import CorpusLocator, CorpusMissing
+from harness.corpus.readers import read_documents
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
 

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 from harness.cli import main as cli
+from harness.corpus.fingerprint import corpus_fingerprint
+from harness.corpus.key import CorpusKey, read_manifest
+from harness.corpus.readers import HUB_DEFAULT_MAX_DOCS, read_documents
+from harness.corpus.split import split_documents
 from harness.data import prepare_corpus
-from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, corpus_fingerprint, read_documents, split_documents
-from harness.data.corpus_key import CorpusKey
-from harness.data.legacy_corpus import LEGACY_FORMAT, hub_index_path, legacy_dir
-from harness.data.shards import read_manifest
+from harness.data.legacy_layout import LEGACY_FORMAT, hub_index_path, legacy_dir
 from harness.data.tokenizer import token_dtype, train_bpe
 from harness.train.protocol import protocol_hash
 

@@ -8,7 +8,7 @@ The folder's name hashed the documents' fingerprint, the validation fraction, th
 its vocabulary (:func:`legacy_dir`); a hub sample's fingerprint was remembered in
 ``CACHE/hub/<hash>.json`` (:func:`hub_index_path`).
 
-:func:`convert_legacy` makes such a folder, found for a :class:`~harness.data.corpus_key.CorpusKey`,
+:func:`convert_legacy` makes such a folder, found for a :class:`~harness.corpus.key.CorpusKey`,
 that key's shard folder: one shard per split (hard links to its token files: nothing is copied or
 tokenized again), the tokenizer files beside them, and a manifest whose ``protocol`` is the old
 ``meta.json`` verbatim, so runs on it keep their protocol hash and read the same token ids. The old
@@ -27,15 +27,12 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.common.files import atomic_write, fsync_dir
-from harness.data.corpus import HUB_DEFAULT_MAX_DOCS, HUB_PREFIX, SPLITS, Fingerprint
-from harness.data.corpus_key import SHARD_FORMAT, CorpusKey, source_key
-from harness.data.shards import (
-    CHUNK_BYTES,
-    DEFAULT_SHARD_TOKENS,
-    content_fingerprint,
-    read_manifest,
-)
-from harness.data.stream import stream_documents
+from harness.corpus.fingerprint import Fingerprint
+from harness.corpus.key import SHARD_FORMAT, CorpusKey, read_manifest, source_key
+from harness.corpus.readers import HUB_DEFAULT_MAX_DOCS, stream_documents
+from harness.corpus.spec import HUB_PREFIX
+from harness.corpus.split import SPLITS
+from harness.data.shards import CHUNK_BYTES, DEFAULT_SHARD_TOKENS, content_fingerprint
 from harness.data.tokenizer import GPT2Tokenizer, write_gpt2_ranks
 
 #: The single-file layout's ``FORMAT_VERSION`` (in its folder names and ``meta.json``).
@@ -60,7 +57,7 @@ def legacy_dir(
 
 def hub_index_path(cache_dir: Path, corpus: str, max_docs: int | None) -> Path:
     """Where the single-file layout remembered which fingerprint a hub spec's first ``max_docs``
-    documents (default :data:`~harness.data.corpus.HUB_DEFAULT_MAX_DOCS`) had."""
+    documents (default :data:`~harness.corpus.readers.HUB_DEFAULT_MAX_DOCS`) had."""
     limit = max_docs if max_docs is not None else HUB_DEFAULT_MAX_DOCS
     digest = hashlib.sha256(json.dumps([corpus, limit]).encode()).hexdigest()
     return Path(cache_dir) / "hub" / f"{digest[:32]}.json"
