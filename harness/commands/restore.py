@@ -141,7 +141,8 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     from harness.common.interrupt import InterruptedIncomplete, interrupted
-    from harness.store.archive import read_archive
+    from harness.corpus.locate import repoint_hint
+    from harness.store.archive import GRID_TOML, read_archive
 
     archive = read_archive(args.archive)
     corpus_path = _corpus_here(archive, args)
@@ -168,8 +169,6 @@ def main(args: argparse.Namespace) -> int:
         f"{len(archive.results) - moved} already there; {len(added)} runs added to the queue"
     )
     if corpus is not None:
-        from harness.corpus.locate import repoint_hint
-
         # the commands that re-point any grid (topup re-points only one it can add seeds to)
         hint = repoint_hint(archive.grid) if GRID_TOML in archive.members else "`harness work --corpus PATH`"
         where = f"at {corpus_path}" if corpus_path else f"not given: point the grid at it with {hint}"
