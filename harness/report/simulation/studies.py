@@ -12,7 +12,7 @@ functions :mod:`harness.report.stats.analysis` uses, vectorised over the studies
 :func:`~harness.report.stats.decisions.holm` (the A/A offset tests over the cells) and
 :func:`harness.report.stats.divergence.impute` (a diverged seed counts as a loss).
 
-Two tables, each with its own default seed so the numbers quoted in reports/LOG.md reproduce
+Three tables, each with its own default seed so the numbers quoted in reports/LOG.md reproduce
 (this module is the command; it re-exports both tables' functions):
 
 * the decision rules (:mod:`harness.report.simulation.rules`): the headline's false-positive rate, each control verdict's
@@ -29,6 +29,7 @@ Two tables, each with its own default seed so the numbers quoted in reports/LOG.
     python -m harness.report.simulation.studies                          # both tables (about a minute on 2 cores)
     python -m harness.report.simulation.studies --tables rules --studies 4000 --seed 1
     python -m harness.report.simulation.studies --tables edges --studies 100000
+    python -m harness.report.simulation.studies --tables retrain --studies 4000
 
 Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)``.
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.report.simulation import retrain
 from harness.report.simulation.edges import (
     edge_table,
 )
@@ -44,7 +46,11 @@ from harness.report.simulation.rules import (
     table,
 )
 
-TABLES = {"rules": (table, 20261201), "edges": (edge_table, 20261227)}  # name: (table, default seed)
+TABLES = {
+    "rules": (table, 20261201),
+    "edges": (edge_table, 20261227),
+    "retrain": (retrain.table, 20261206),
+}  # name: (table, default seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         "--studies", type=int, default=20_000, help="simulated studies per row (default 20000)"
     )
     parser.add_argument(
-        "--seed", type=int, default=None, help="random seed (default: 20261201 rules, 20261227 edges)"
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed (default: 20261201 rules, 20261227 edges, 20261206 retrain)",
     )
     args = parser.parse_args(argv)
     if args.studies < 100:
