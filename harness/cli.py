@@ -69,7 +69,7 @@ the research loop, one command each:
   harness report --grid rd_controls_small          # paired significance report
   harness archive --grid rd_controls_small --out g.tar.gz   # one file: results + queue, to share
   harness import g.tar.gz --results other/          # ... restored elsewhere: report, topup, work
-  harness retrain g.tar.gz --pairs 4 --results aa/  # re-train 4 pairs here: same, a fresh draw, or a bias?
+  harness retrain g.tar.gz --pairs 4 --results aa/  # re-train 4 pairs here: same, perturbed, redrawn or biased?
   harness plan ablations/rd_controls_small.toml --pilot rd_controls_small   # MDE, seeds needed, cost
   harness topup --grid rd_controls_small           # add seeds up to the next look where still undecided
 

@@ -1,4 +1,4 @@
-"""Re-train K archived pairs on this machine and say whether it repeats, re-draws or biases the archive (A/A).
+"""Re-train K archived pairs on this machine and say whether it repeats, perturbs, re-draws or biases the archive (A/A).
 
 The cross-machine A/A check (DESIGN section 13). FILE is an archive written by `harness archive`. The
 command picks K seeds (pairs) at which every variant is done (the smallest, or --seeds), checks that this
@@ -7,11 +7,15 @@ anything trains), trains them here into --results (a folder of its own: the runs
 there before are read, not trained again; a folder holding these runs' archived results is refused), and prints:
 per run the archived and new final val NLL (nats/token) and their shift; per contrast of the grid (its
 [variants] roles and [factorial] table) and seed, the shift of the paired difference; per contrast the
-mean shift with its 95 % t interval, p, Holm p and the MDE at K pairs; all in nats and in units of the
-seed sd and of the smallest effect the study reports. The answer is one of: bit-identical (every new NLL
-equals the archived one exactly), a fresh draw (no mean shift, MDE stated), a bias (a contrast's mean
-shift is not 0). --report-only trains nothing and reports the chosen runs re-trained into --results so far
-(a check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
+mean shift with its 95 % t interval, p, Holm p and the MDE at Holm's level; the largest bias the K pairs
+exclude (two one-sided t-tests at the smallest effect the study reports); how far the runs moved against a
+redraw (shift variance over twice the seed variance, the archived/new correlation); all in nats and in
+units of the seed sd and of the smallest effect. The answer is one of: bit-identical (every new NLL equals
+the archived one exactly), too few pairs to tell (under 3 pairs, or a bias of the smallest effect not
+excluded), a bias (a contrast's mean shift is not 0), perturbed (moved far less than new draws) or
+redrawn. It names the training commit, numerics and hardware class the re-trained runs' result files
+record. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
+check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
 (no path, no host name). Exit 0 whatever the verdict.
 
 example:
@@ -99,9 +103,10 @@ def _check_args(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     from harness.common.files import atomic_write
     from harness.report.render.retrain_lines import render_csv, render_json, render_text
-    from harness.report.stats.retrain_check import grid_contrasts, retrain_check
+    from harness.report.stats.retrain_check import grid_contrasts, retrain_check, retrained_by
     from harness.scheduling import retrain as rt
     from harness.store.archive import read_archive
+    from harness.store.runfile import read_result, result_path
 
     _check_args(args)
     archive = read_archive(args.file)
@@ -127,7 +132,11 @@ def main(args: argparse.Namespace) -> int:
         alpha=plan.get("alpha", 0.05),
         power=plan.get("power", 0.8),
     )
-    machine = rt.machine(args.workers, args.threads, runs[0].config)
+    # what re-trained the runs (commit, numerics, hardware class): their own result files' records
+    environments = [
+        read_result(result_path(args.results, r.config.run_id))["run"].get("environment") for r in chosen
+    ]
+    machine = rt.machine(args.workers, args.threads, runs[0].config) | retrained_by(environments)
     name = args.file.name  # the file's name only: no path of this machine
     print(render_text(check, machine, name), end="")
     if args.csv is not None:

@@ -1,12 +1,14 @@
 """The report's provenance section through ``harness report`` (DESIGN 13): result files written as workers
 write them, with a hardware class, then read by DuckDB and rendered. A grid half on one class and half on
-another gets one banner line at the top and the variant x hardware table; a grid on one class says so in one
-line; result files written before the record read as 'unknown'. No host name or path reaches the report.
-CPU only, a few seconds each."""
+another gets one banner line at the top and the variant x hardware table, and says what its tests could have
+seen; a treatment moved on one class is named at the top of the banner; a class with 2 pairs says "too few
+pairs to tell"; a grid on one class says so in one line; result files written before the record read as
+'unknown'. No host name or path reaches the report. CPU only, a few seconds each."""
 
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 
 import polars as pl
@@ -21,17 +23,19 @@ PARENT = [3.10, 3.12, 3.08, 3.11, 3.09, 3.13, 3.07, 3.115]
 GAIN = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033, -0.029, -0.032]
 
 
-def write_folder(results, hardware) -> None:
-    """A results folder of parent, treatment and one control over 8 seeds; ``hardware(variant, seed)`` is
-    the run's class, or None for a result file written before the record (no ``hardware`` key)."""
+def write_folder(results, hardware, values: dict[str, list[float]] | None = None) -> None:
+    """A results folder of parent, treatment and one control over 8 seeds (or ``values``: variant -> final NLL
+    per seed); ``hardware(variant, seed)`` is the run's class, or None for a result file written before the
+    record (no ``hardware`` key)."""
     from harness.store.store import Store
 
     store = Store(results)
     treat = [p + g for p, g in zip(PARENT, GAIN, strict=True)]
     ctrl = [p + g / 4 for p, g in zip(PARENT, GAIN, strict=True)]
-    frames = frames_from_values({"block_attnres": PARENT, "rd_attnres": treat, "fixed_v": ctrl}, grid=GRID)
+    values = values or {"block_attnres": PARENT, "rd_attnres": treat, "fixed_v": ctrl}
+    frames = frames_from_values(values, grid=GRID)
     for run in frames["runs"].iter_rows(named=True):
-        nll = {"block_attnres": PARENT, "rd_attnres": treat, "fixed_v": ctrl}[run["variant"]][run["seed"]]
+        nll = values[run["variant"]][run["seed"]]
         row = {**run, "config": json.loads(run["config"]), "host": HOST, "owner": f"{HOST}:4242"}
         hw = hardware(run["variant"], run["seed"])
         if hw is not None:
@@ -62,24 +66,31 @@ def test_a_grid_half_on_each_class_gets_the_banner_and_the_variant_x_hardware_ta
     md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
     banner = (
         f"> Hardware: MIXED. The 24 finished runs ran on 2 hardware classes ({B} (13), {A} (11)); 2 pair(s) "
-        f"straddle two classes and 2 comparison(s) are imbalanced across classes."
-    )
+        f"straddle two classes and 2 comparison(s) are imbalanced across classes. No comparison's classes are "
+        "shown to disagree (3 tested, smallest Holm p 1); no test can reject at Holm's level."
+    )  # 4 + 3 or 4 + 4 pairs: the smallest p, 1/35 or 2/70, is above 0.05 / 3
     top = md[: md.index("## Verdict per cell")]
     assert top.count("Hardware:") == 1 and banner in top  # one line, at the top
     section = md[md.index("## Provenance: where the runs ran") : md.index("## Methods")]
     assert f"| rd_attnres | 8 | {B} (5), {A} (3) | abc1234 (8) |" in section
     assert f"| block_attnres | 8 | {A} (4), {B} (4) | abc1234 (8) |" in section
-    assert f"| rd_attnres - block_attnres | small, 1M | {A}: 3 vs 4; {B}: 5 vs 4 | NO |" in section
+    assert (
+        f"| rd_attnres - block_attnres | small, 1M | {A}: 3 vs 4; {B}: 5 vs 4 | NO | 1 with the first on {B}, the "
+        f"second on {A} | 1 (exact sign test on the straddling pairs) |"
+    ) in section
     assert f"| rd_attnres - block_attnres | small, 1M | 3 | {B} | {A} |" in section  # the straddling pair
     assert "### Variant x hardware: paired differences per class" in section
     d = {
         hw: [g for s, g in enumerate(GAIN) if s in seeds] for hw, seeds in ((A, (0, 1, 2)), (B, (4, 5, 6, 7)))
     }
     for hw, x in d.items():
-        assert f"| {hw} | {len(x)} | {sum(x) / len(x):+.4f} [" in section
-    assert f"| straddling | 1 | {GAIN[3]:+.4f} - |" in section
+        assert f"| on one class | {hw} | {len(x)} | {sum(x) / len(x):+.4f} [" in section
+    assert f"| straddling two classes | - | 1 | {GAIN[3]:+.4f} - | no |" in section
+    assert (
+        "| no disagreement shown: p 0.629 (exact), Holm p 1; MDE " in section
+    )  # 4 vs 3 pairs: 35 relabellings
     assert f"### Every verdict within the largest class ({B})" in section
-    assert "| small, 1M | headline | gain established | " in section
+    assert "| small, 1M | headline | gain established | gain established | 4 | 1.00 | yes |" in section
     row = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
     assert (row["hardware_balanced"], row["straddling_pairs"]) == (False, 1)
     # The HTML holds the same section and banner, and the terminal summary the line.
@@ -110,7 +121,7 @@ def test_result_files_from_before_the_record_read_unknown(tmp_path, capsys):
     line = "Hardware: unknown. All 24 finished runs predate the hardware record (class 'unknown')"
     assert md.count("Hardware:") == 1 and line in md and line in out and escape(line) in html
     assert "| rd_attnres | 8 | unknown (8) | abc1234 (8) |" in md
-    assert set(table["hardware_classes"].to_list()) == {"unknown: 8 vs 8"}
+    assert set(table["hardware_classes"].to_list()) == {'{"unknown": [8, 8]}'}
     # the column is there, and 'unknown' (the ingest's word for no record): the store never guesses
     from harness.store.store import Store
 
@@ -129,4 +140,47 @@ def test_a_grid_continued_after_the_record_mixes_unknown_with_the_new_class(tmp_
         "('unknown': written before the hardware record); 0 pair(s) straddle two classes"
     ) in top
     assert f"| block_attnres | 8 | {A} (4), unknown (4) | abc1234 (8) |" in md
-    assert set(table["hardware_classes"].to_list()) == {f"{A}: 4 vs 4; unknown: 4 vs 4"}
+    assert [json.loads(x) for x in table["hardware_classes"]] == [{A: [4, 4], "unknown": [4, 4]}] * 3
+
+
+def test_a_treatment_moved_on_one_class_is_named_first_and_a_two_pair_class_is_too_few_to_tell(
+    tmp_path, capsys
+):
+    """Parent and treatment, 8 seeds, 4 per class; on class B the treatment's runs are 0.3 nats/token worse (a
+    kernel that treats the variants differently). The banner opens with the disagreement, before any count;
+    the per-class table prints the exact permutation p (4 + 4 pairs: 70 relabellings, the observed one and its
+    swap the most extreme, p 2/70) and the MDE. Moving seeds 6-7 to a third class leaves it 2 pairs: too few
+    pairs to tell, in its row."""
+    treat = [p + g + (0.3 if s >= 4 else 0.0) for s, (p, g) in enumerate(zip(PARENT, GAIN, strict=True))]
+    values = {"block_attnres": PARENT, "rd_attnres": treat}
+    write_folder(tmp_path / "r", lambda v, s: B if s >= 4 else A, values)
+    md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
+    top = md[: md.index("## Verdict per cell")]
+    line = next(x for x in top.splitlines() if x.startswith("> Hardware:"))
+    assert line.startswith(
+        "> Hardware: MIXED, and the classes disagree on rd_attnres - block_attnres (small, 1M): p 0.0286, "
+        f"Holm p 0.0286 (mean paired difference per class: {A} -0.0310, {B} +0.2700 nats/token): the hardware "
+        "moved these comparisons"
+    ), line
+    assert line.index("disagree") < line.index("finished runs") and "nothing is pooled unseen" not in md
+    assert "Hardware: MIXED, and the classes disagree on rd_attnres - block_attnres" in out
+    section = md[md.index("### Variant x hardware") : md.index("### Every verdict")]
+    assert "| DISAGREE: p 0.0286 (exact), Holm p 0.0286; MDE " in section
+    row = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
+    assert (
+        row["hardware_agree_p"] == row["hardware_agree_holm_p"] == 2 / 70
+        and row["hardware_agree_mde_nats"] > 0
+    )
+
+    c = "cuda-nvidia-a100/tf32/torch2.5.1/eager"
+    write_folder(tmp_path / "r3", lambda v, s: c if s >= 6 else B if s >= 4 else A, values)
+    md, _, table, _ = report(tmp_path / "r3", tmp_path / "out3", capsys)
+    section = md[md.index("### Variant x hardware") : md.index("### Every verdict")]
+    assert f"| on one class | {c} | 2 | " in section and "| too few pairs to tell |" in section
+    assert "| too few pairs to tell: fewer than two classes with >= 3 pairs and a spread |" in section
+    row = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
+    assert row["hardware_agree_note"].startswith("too few pairs to tell") and math.isnan(
+        row["hardware_agree_p"]
+    )
+    top = md[: md.index("## Verdict per cell")]
+    assert "too few pairs to tell whether the hardware moved any comparison" in top

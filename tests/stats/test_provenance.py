@@ -1,9 +1,16 @@
 """Where a grid's runs ran (harness/report/stats/provenance.py, DESIGN 13): hardware classes, balance, straddling
-pairs, the variant x hardware check (Welch's ANOVA against statsmodels) and every verdict within the largest
-class. CPU only, a few seconds."""
+pairs, the variant x hardware check and every verdict within the largest class.
+
+Each statistic against an independent computation: Welch's F against statsmodels, the agreement test's
+permutation p against scipy's permutation_test (exact enumeration), the balance test against scipy's binomial
+test (two classes) and a brute-force enumeration of every straddling pair's orientation (three), the
+re-decision power against statsmodels' TTestPower. The floor, the collision of a class named like a row label,
+a zero-spread class and stats.csv's JSON classes. CPU only, a few seconds."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 
 import numpy as np
@@ -11,6 +18,7 @@ import polars as pl
 import pytest
 import scipy.stats as st
 from statsmodels.stats.oneway import anova_oneway
+from statsmodels.stats.power import TTestPower
 
 from harness.report.build import Frames, compute_stats
 from harness.report.render.sections import render_markdown
@@ -18,11 +26,15 @@ from harness.report.simulation.synthetic import frames_from_values
 from harness.report.stats.analysis import analyze
 from harness.report.stats.pairing import Pair
 from harness.report.stats.provenance import (
-    STRADDLING,
+    TOO_FEW,
     UNKNOWN,
+    class_agreement,
     class_balance,
+    class_check,
     hardware_by_run,
+    orientation_test,
     welch_anova,
+    within_status,
 )
 
 # The treatment gains only on class B (4 seeds); on class A (6 seeds, the largest) it does not.
@@ -77,22 +89,32 @@ def test_a_gain_carried_by_the_smaller_class_does_not_hold_within_the_largest():
             (x.mean(), lo, hi), abs=1e-12
         )
     ref = anova_oneway([d[A], d[B]], use_var="unequal")
-    assert check.tested == (A, B) and check.p == pytest.approx(ref.pvalue, rel=1e-8) and check.p < 1e-4
-    # The pooled verdict: established; within class A alone the same decision is not.
+    assert check.tested == (A, B) and (check.f, check.df2) == pytest.approx(
+        (ref.statistic, ref.df[1]), rel=1e-8
+    )
+    # 6 + 4 pairs: 210 relabellings, the observed one the most extreme: the exact permutation p is 1/210
+    assert check.exact and check.p == pytest.approx(1 / 210) and check.min_p == pytest.approx(1 / 210)
+    assert check.holm_p == pytest.approx(min(1.0, check.p * sum(math.isfinite(c.p) for c in prov.checks)))
+    assert check.disagree and check.level == pytest.approx(
+        0.05 / sum(math.isfinite(c.p) for c in prov.checks)
+    )
+    # The pooled verdict: established; within class A alone the same decision is not, and at 6 pairs of sd
+    # 0.0037 against a pooled gain of -0.041 (sd 0.053) the class had little power: not re-decidable, not NO.
     within = {r.what: r for r in prov.within}
     assert within["headline"].verdict_all == "gain established" == stats.headlines[0].verdict
     sub = _mixed().final.filter(pl.col("seed") < 6), _mixed().runs.filter(pl.col("seed") < 6)
     alone = analyze(*sub, grid="g")
     assert within["headline"].verdict_within == alone.headlines[0].verdict != "gain established"
     assert within["headline"].n_within == 6 and not within["headline"].holds
+    h = stats.headlines[0]
+    power = TTestPower().power(effect_size=abs(h.mean) / h.sd, nobs=6, alpha=0.05, alternative="larger")
+    assert within["headline"].power == pytest.approx(power, rel=1e-9) and power < 0.8
+    assert within["headline"].status == "not re-decidable at 6 pairs"
     assert within["fixed_v"].verdict_within == alone.assessments[0].verdict
     # The pooled statistics are untouched: the same report without any hardware column.
     plain = compute_stats(Frames(_mixed().final, _mixed().runs.drop("hardware")), grid="g")
-    assert (
-        plain.to_frame()
-        .drop(plain.to_frame().columns[-4:])
-        .equals(stats.to_frame().drop(stats.to_frame().columns[-4:]))
-    )
+    hardware = [c for c in stats.to_frame().columns if c.startswith("hardware_") or c == "straddling_pairs"]
+    assert plain.to_frame().drop(hardware).equals(stats.to_frame().drop(hardware))
 
 
 def test_a_straddling_pair_makes_its_comparisons_imbalanced():
@@ -102,35 +124,151 @@ def test_a_straddling_pair_makes_its_comparisons_imbalanced():
     assert [(s.seed, s.class_first, s.class_second) for s in tp] == [(0, B, A)]
     bal = next(b for b in prov.balance if b.comparison == "rd_attnres - block_attnres")
     assert bal.table == ((A, 5, 6), (B, 5, 4)) and not bal.balanced
-    # Fisher's exact two-sided p, summed by hand: the first variant's runs on A given the margins are
-    # hypergeometric (20 runs, 11 on A, 10 of the first variant); sum every table no likelier than this one.
-    law = st.hypergeom(20, 11, 10)
-    pmf = law.pmf(np.arange(11))
-    assert bal.p == pytest.approx(pmf[pmf <= law.pmf(5) * (1 + 1e-7)].sum(), rel=1e-9)
+    # one straddling pair, first on B: its orientation is one fair coin, p 1 (Fisher's exact test on the runs
+    # counted the pair's two runs as independent draws)
+    assert bal.oriented == (((B, A), 1),) and bal.p == 1.0 and "sign test" in bal.test
     rows = {
         r.hardware: r
         for r in next(c for c in prov.checks if c.comparison == "rd_attnres - block_attnres").rows
     }
-    assert rows[STRADDLING].n == 1 and rows[STRADDLING].mean == pytest.approx(D_A[0], abs=1e-12)
+    assert rows[None].straddling and rows[None].n == 1 and rows[None].mean == pytest.approx(D_A[0], abs=1e-12)
     assert rows[A].n == 5 and rows[B].n == 4  # the straddling pair is in neither class
     fv = next(b for b in prov.balance if b.comparison == "fixed_v - block_attnres")
     assert fv.balanced and fv.table == ((A, 6, 6), (B, 4, 4))
     csv = stats.to_frame().filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
     assert (csv["hardware_balanced"], csv["straddling_pairs"]) == (False, 1)
-    assert csv["hardware_classes"] == f"{A}: 5 vs 6; {B}: 5 vs 4"
+    assert json.loads(csv["hardware_classes"]) == {A: [5, 6], B: [5, 4]}
+    assert csv["hardware_balance_p"] == 1.0
 
 
-def test_three_classes_use_pearsons_chi_square():
+def test_the_balance_test_judges_the_straddling_pairs_as_pairs():
+    """Two classes: the sign test (scipy's exact binomial test) on which side ran where; three: every
+    orientation of every straddling pair enumerated by brute force (2^n patterns), Bowker's statistic as the
+    order. Pairs on one class do not enter: they add a run of each side to their class."""
     c = "cuda-nvidia-a100/tf32/torch2.5.1/eager"
-    hw = {f"f{i}": x for i, x in enumerate([A] * 4 + [B] * 1 + [c] * 1)}
-    hw |= {f"s{i}": x for i, x in enumerate([A] * 1 + [B] * 3 + [c] * 2)}
-    pairs = [Pair("x - y", "small", 1, i, f"f{i}", f"s{i}", 3.0, 3.0, 0.0) for i in range(6)]
+    assert orientation_test({(A, B): 7, (B, A): 1}) == pytest.approx(
+        st.binomtest(7, 8, 0.5).pvalue, rel=1e-12
+    )
+    assert orientation_test({(A, B): 3}) == pytest.approx(st.binomtest(3, 3, 0.5).pvalue, rel=1e-12)
+    assert orientation_test({}) == 1.0
+    oriented = {(A, B): 4, (B, A): 1, (A, c): 3, (c, B): 2, (B, c): 0}
+    pairs = [k for k, m in oriented.items() for _ in range(m)]
+
+    def bowker(sides) -> float:
+        counts = {}
+        for (a, b), flip in zip(pairs, sides, strict=True):
+            key = tuple(sorted((a, b)))
+            first_on_low = (a == key[0]) != flip
+            up, down = counts.get(key, (0, 0))
+            counts[key] = (up + first_on_low, down + (not first_on_low))
+        return sum((x - y) ** 2 / (x + y) for x, y in counts.values())
+
+    observed = bowker([False] * len(pairs))
+    patterns = list(itertools.product([False, True], repeat=len(pairs)))
+    brute = sum(bowker(p) >= observed - 1e-9 for p in patterns) / len(patterns)
+    assert orientation_test(oriented) == pytest.approx(brute, rel=1e-9)
+    # through class_balance: the straddling pairs of a comparison, three classes
+    hw = {f"f{i}": x for i, x in enumerate([A] * 4 + [B] * 1 + [c] * 1 + [A] * 3)}
+    hw |= {f"s{i}": x for i, x in enumerate([B] * 4 + [A] * 1 + [A] * 1 + [A] * 3)}
+    pairs = [Pair("x - y", "small", 1, i, f"f{i}", f"s{i}", 3.0, 3.0, 0.0) for i in range(9)]
     bal = class_balance("x - y", "small", 1, pairs, hw)
-    obs = np.array([[4, 1, 1], [1, 3, 2]], float)
-    exp = obs.sum(1, keepdims=True) * obs.sum(0, keepdims=True) / obs.sum()
-    chi2 = ((obs - exp) ** 2 / exp).sum()
-    assert bal.test == "chi-square" and bal.p == pytest.approx(st.chi2.sf(chi2, 2), rel=1e-12)
-    assert not bal.balanced
+    assert bal.oriented == tuple(sorted([((A, B), 4), ((B, A), 1), ((c, A), 1)])) and not bal.balanced
+    assert bal.test == "exact symmetry test" and bal.p == pytest.approx(
+        orientation_test({(A, B): 4, (B, A): 1, (c, A): 1})
+    )
+
+
+def test_the_agreement_test_is_scipys_permutation_test_of_welchs_f():
+    rng = np.random.default_rng(3)
+    groups = [rng.normal(0.0, 0.01, 6), rng.normal(0.015, 0.02, 4), rng.normal(-0.005, 0.01, 3)]
+
+    def welch_f(*g):
+        return anova_oneway(list(g), use_var="unequal", welch_correction=True).statistic
+
+    for k in (2, 3):
+        got = class_agreement(groups[:k])
+        ref = st.permutation_test(
+            groups[:k], welch_f, permutation_type="independent", n_resamples=np.inf, alternative="greater"
+        )
+        if got.exact:  # 6 + 4: 210 relabellings, every one counted
+            assert got.p == pytest.approx(ref.pvalue, rel=1e-12) and got.draws == 210
+        else:  # 6 + 4 + 3: 60,060 relabellings, 9,999 seeded draws: within 4 binomial SEs of the exact p
+            se = math.sqrt(ref.pvalue * (1 - ref.pvalue) / got.draws)
+            assert abs(got.p - ref.pvalue) < 4 * se and got.min_p == 1 / 10_000
+        assert got.f == pytest.approx(welch_f(*groups[:k]), rel=1e-10)
+    assert class_agreement(groups[:2]) == class_agreement(groups[:2])  # the same bytes every build
+    assert class_agreement(groups) == class_agreement(groups)
+
+
+def test_classes_below_the_floor_say_too_few_pairs_to_tell_and_a_class_named_straddling_stays_a_class():
+    """18:2 and 6/4/2 splits: the 2-pair class enters no test and says so; a class whose name is the report's
+    word for the straddling pairs is still a class of its own; a zero-spread class is named, not dropped."""
+    rng = np.random.default_rng(9)
+    d = rng.normal(0.0, 0.01, 30)
+
+    def pairs_on(classes: list[str], straddle: int = 0):
+        hw, pairs = {}, []
+        for i, name in enumerate(classes + [A] * straddle):
+            hw[f"f{i}"], hw[f"s{i}"] = name, (name if i < len(classes) else B)
+            pairs.append(Pair("x - y", "small", 1, i, f"f{i}", f"s{i}", 3.0, 3.0, float(d[i])))
+        return pairs, hw
+
+    pairs, hw = pairs_on([A] * 18 + [B] * 2)
+    check = class_check("x - y", "k", "small", 1, pairs, hw)
+    assert check.tested == (A,) and math.isnan(check.p) and check.note.startswith(TOO_FEW)
+    assert {r.hardware: r.status for r in check.rows} == {A: "tested", B: TOO_FEW}
+    c = "cuda-nvidia-a100/tf32/torch2.5.1/eager"
+    pairs, hw = pairs_on([A] * 6 + [B] * 4 + [c] * 2)
+    check = class_check("x - y", "k", "small", 1, pairs, hw)
+    assert (
+        check.tested == (A, B)
+        and math.isfinite(check.p)
+        and dict((r.hardware, r.status) for r in check.rows)[c] == TOO_FEW
+    )
+    assert check.p == class_agreement([d[:6], d[6:10]]).p  # the test is over the classes at the floor only
+    pairs, hw = pairs_on(["straddling"] * 4 + [B] * 4, straddle=2)
+    check = class_check("x - y", "k", "small", 1, pairs, hw)
+    rows = [(r.hardware, r.straddling, r.n) for r in check.rows]
+    assert rows == [(B, False, 4), ("straddling", False, 4), (None, True, 2)]
+    assert check.tested == (B, "straddling")
+    hw_flat = dict(hw)
+    flat = [
+        Pair(
+            p.comparison,
+            p.size,
+            1,
+            p.seed,
+            p.run_first,
+            p.run_second,
+            3.0,
+            3.0,
+            0.0 if p.seed < 4 else p.diff,
+        )
+        for p in pairs
+    ]
+    check = class_check("x - y", "k", "small", 1, flat, hw_flat)
+    assert dict((r.hardware, r.status) for r in check.rows)["straddling"] == "zero spread" and math.isnan(
+        check.p
+    )
+    assert "zero spread" in check.note
+    # 3 + 3 pairs: 20 relabellings, 2 as extreme as any: the smallest p is 0.1, so no test can reject
+    pairs, hw = pairs_on([A] * 3 + [B] * 3)
+    check = class_check("x - y", "k", "small", 1, pairs, hw)
+    assert math.isnan(check.p) and check.note.startswith(f"{TOO_FEW}: the smallest p") and "0.1" in check.note
+
+
+def test_a_verdict_lost_to_power_is_not_re_decidable_and_one_decided_otherwise_is_no():
+    assert within_status("gain established", "gain established", 6, 0.9, 0.8) == "yes"
+    assert within_status("gain established", "undecided", 6, 0.4, 0.8) == "not re-decidable at 6 pairs"
+    assert within_status("gain established", "undecided", 6, 0.95, 0.8) == "NO"  # it had the power
+    assert (
+        within_status("reproduces gain", "does not reproduce gain", 6, 0.1, 0.8) == "NO"
+    )  # decided otherwise
+    assert within_status("undecided", "gain established", 6, math.nan, 0.8) == "NO"
+    assert (
+        within_status("undecided", "no pairs in this class", 0, math.nan, 0.8)
+        == "not re-decidable at 0 pairs"
+    )
 
 
 def test_one_class_and_runs_before_the_record():

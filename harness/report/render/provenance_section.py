@@ -1,6 +1,11 @@
 """The report's provenance (DESIGN section 13), computed by :mod:`harness.report.stats.provenance`: where the runs
 ran and with which code, the one-line hardware banner at the top of a grid that mixes hardware classes, and
 its variant x hardware check. It prints hardware class keys and commits only: never a host name or a path.
+
+What the tests find comes first and in words: a detected disagreement opens the banner, before any count;
+where no test detects one, the line says what the tests could have detected (their MDEs) and which
+comparisons had too few pairs per class to tell; silence never reads as agreement. A class name only ever
+fills a "hardware class" cell: the straddling pairs are a row kind of their own ("pairs" column).
 """
 
 from __future__ import annotations
@@ -8,9 +13,16 @@ from __future__ import annotations
 import math
 
 from harness.report.render.blocks import Block, Heading, Para, Table
-from harness.report.render.fmt import fmt_p
+from harness.report.render.fmt import fmt_nats, fmt_p
 from harness.report.render.sentences import cell_label, mean_ci
-from harness.report.stats.provenance import UNKNOWN, Provenance
+from harness.report.stats.provenance import (
+    MIN_CLASS_PAIRS,
+    TOO_FEW,
+    UNKNOWN,
+    YES,
+    ClassCheck,
+    Provenance,
+)
 from harness.report.stats.results import ReportStats
 
 
@@ -18,8 +30,51 @@ def _classes_text(classes: tuple[tuple[str, int], ...]) -> str:
     return ", ".join(f"{c} ({n})" for c, n in classes)
 
 
+def _disagreement(c: ClassCheck) -> str:
+    means = ", ".join(f"{r.hardware} {fmt_nats(r.mean)}" for r in c.rows if r.hardware in c.tested)
+    return (
+        f"{c.comparison} ({cell_label(c.size, c.budget_tokens)}): p {fmt_p(c.p)}, Holm p {fmt_p(c.holm_p)} "
+        f"(mean paired difference per class: {means} nats/token)"
+    )
+
+
+def _mdes(prov: Provenance) -> str:
+    values = [c.mde_nats for c in prov.checks if math.isfinite(c.mde_nats)]
+    if not values:
+        return ""
+    lo, hi = f"{min(values):.4f}", f"{max(values):.4f}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _agreement_text(prov: Provenance) -> str:
+    """What the agreement tests found, when none detected a disagreement."""
+    ran = [c for c in prov.checks if math.isfinite(c.p)]
+    few = [c for c in prov.checks if c.note.startswith(TOO_FEW)]
+    if not ran:
+        return (
+            f"No comparison has two classes with >= {MIN_CLASS_PAIRS} pairs to test whether they agree: too few "
+            "pairs to tell whether the hardware moved any comparison."
+        )
+    blind = sum(not math.isfinite(c.mde_nats) for c in ran)
+    seen = (
+        f"a shift of one class smaller than its test's MDE ({_mdes(prov)} nats/token) can go unseen"
+        if _mdes(prov)
+        else "no test can reject at Holm's level"
+    )
+    text = (
+        f"No comparison's classes are shown to disagree ({len(ran)} tested, smallest Holm p "
+        f"{fmt_p(min(c.holm_p for c in ran))}); {seen}"
+    )
+    if blind and _mdes(prov):
+        text += f" ({blind} test(s) cannot reject at Holm's level at all)"
+    if few:
+        text += f"; {len(few)} comparison(s) have too few pairs per class to tell"
+    return text + "."
+
+
 def hardware_line(stats: ReportStats) -> str:
-    """The grid's hardware in one line: one class, runs that predate the record, or the mix."""
+    """The grid's hardware in one line: one class, runs that predate the record, or the mix, with what the
+    agreement tests found first."""
     prov: Provenance | None = stats.provenance
     if prov is None or not prov.runs:
         return "Hardware: no finished run yet."
@@ -30,14 +85,23 @@ def hardware_line(stats: ReportStats) -> str:
         )
     if not prov.mixed:
         return f"Hardware: one class, all {prov.runs} finished runs on {prov.classes[0][0]}."
+    found = prov.disagreements
+    head = (
+        "Hardware: MIXED, and the classes disagree on "
+        + "; on ".join(_disagreement(c) for c in found)
+        + ": the hardware moved these comparisons; their pooled verdicts mix the classes. "
+        if found
+        else "Hardware: MIXED. "
+    )
     imbalanced = len({(b.comparison, b.size, b.budget_tokens) for b in prov.imbalanced})
     old = f" ('{UNKNOWN}': written before the hardware record)" if UNKNOWN in dict(prov.classes) else ""
     return (
-        f"Hardware: MIXED. The {prov.runs} finished runs ran on {len(prov.classes)} hardware classes "
+        f"{head}The {prov.runs} finished runs ran on {len(prov.classes)} hardware classes "
         f"({_classes_text(prov.classes)}){old}; {len(prov.straddling)} pair(s) straddle two classes and "
-        f"{imbalanced} comparison(s) are imbalanced across classes. Each class's paired differences and every "
-        f"verdict within the largest class ({prov.largest}) are in the Provenance section: nothing is pooled "
-        "unseen."
+        f"{imbalanced} comparison(s) are imbalanced across classes. "
+        + ("" if found else _agreement_text(prov) + " ")
+        + f"Each class's paired differences and every verdict within the largest class ({prov.largest}) are in "
+        "the Provenance section."
     )
 
 
@@ -77,6 +141,7 @@ def _balance(prov: Provenance) -> list[Block]:
             cell_label(b.size, b.budget_tokens),
             "; ".join(f"{c}: {n1} vs {n2}" for c, n1, n2 in b.table),
             "yes" if b.balanced else "NO",
+            "; ".join(f"{n} with the first on {a}, the second on {c}" for (a, c), n in b.oriented) or "none",
             f"{fmt_p(b.p)} ({b.test})" if b.test else "-",
         )
         for b in prov.balance
@@ -85,12 +150,24 @@ def _balance(prov: Provenance) -> list[Block]:
         Heading(3, "Hardware balance per comparison"),
         Para(
             "Runs of the first vs the second variant per class, over the comparison's pairs. Balanced: every class "
-            "holds as many runs of each side (a class's offset then cancels in the mean paired difference). The p "
-            "(Fisher's exact test on the class x variant table, chi-square with more than two classes) says how "
-            "far from chance an imbalance is.",
+            "holds as many runs of each side (a class's offset then cancels in the mean paired difference). Only a "
+            "pair whose two runs ran on different classes can unbalance it, so the p judges those pairs as pairs: "
+            "the exact test that each one's orientation (which side ran on which class) is a fair coin (the sign "
+            "test with two classes; with more, exact enumeration ordered by Bowker's statistic). A small p: one "
+            "variant went to one class systematically.",
             "note",
         ),
-        Table(("comparison", "cell", "runs per class (first vs second)", "balanced", "p"), rows),
+        Table(
+            (
+                "comparison",
+                "cell",
+                "runs per class (first vs second)",
+                "balanced",
+                "straddling pairs by side",
+                "p",
+            ),
+            rows,
+        ),
     ]
 
 
@@ -107,32 +184,55 @@ def _straddling(prov: Provenance) -> list[Block]:
     ]
 
 
+def _test_text(c: ClassCheck) -> str:
+    """The agreement test of one comparison: its verdict in words, p, Holm p and MDE, or why none ran."""
+    if not math.isfinite(c.p):
+        return c.note
+    how = "exact" if c.exact else "Monte Carlo"
+    words = "DISAGREE" if c.disagree else "no disagreement shown"
+    return f"{words}: p {fmt_p(c.p)} ({how}), Holm p {fmt_p(c.holm_p)}; MDE {c.mde_nats:.4f} at level {c.level:.3g}"
+
+
 def _checks(prov: Provenance) -> list[Block]:
     rows = []
+    status = {"tested": "yes", TOO_FEW: TOO_FEW, "zero spread": "no: zero spread", "in no test": "no"}
     for c in prov.checks:
-        test = f"F({c.df1:.3g}, {c.df2:.3g}) = {c.f:.3g}, p {fmt_p(c.p)}" if not math.isnan(c.p) else c.note
         for i, r in enumerate(c.rows):
             rows.append(
                 (
                     c.comparison if i == 0 else "",
                     cell_label(c.size, c.budget_tokens) if i == 0 else "",
-                    r.hardware,
+                    "straddling two classes" if r.straddling else "on one class",
+                    "-" if r.straddling else str(r.hardware),
                     str(r.n),
                     mean_ci(r.mean, r.ci_low, r.ci_high),
-                    test if i == 0 else "",
+                    status[r.status],
+                    _test_text(c) if i == 0 else "",
                 )
             )
     return [
         Heading(3, "Variant x hardware: paired differences per class"),
         Para(
             "Each class's pairs (both runs on that class) side by side; the pairs that straddle two classes in a row "
-            "of their own. Agreement: Welch's one-way ANOVA (unequal variances, Welch 1951) of H0 'the classes' "
-            "mean paired differences are equal', over the classes with at least 2 pairs and non-zero spread; the "
-            "straddling row enters no test. A small p says the hardware moved this comparison.",
+            "of their own, in no test. Agreement: H0 'the hardware does not move this comparison', Welch's F of the "
+            "classes' means (unequal variances, Welch 1951) with its p by permutation of the class labels over the "
+            f"pairs (exact where every relabelling can be counted), over the classes with >= {MIN_CLASS_PAIRS} pairs "
+            "and a spread (fewer: too few pairs to tell, a floor checked by simulation); Holm across the grid's "
+            "agreement tests. The MDE is the smallest shift of one class against the others the test detects with "
+            "power 0.8 at Holm's first-step level: a smaller one can go unseen.",
             "note",
         ),
         Table(
-            ("comparison", "cell", "hardware class", "n", "mean dNLL [95 % CI]", "classes agree?"),
+            (
+                "comparison",
+                "cell",
+                "pairs",
+                "hardware class",
+                "n",
+                "mean dNLL [95 % CI]",
+                "in the test",
+                "classes agree?",
+            ),
             tuple(rows),
         ),
     ]
@@ -143,7 +243,10 @@ def _within(prov: Provenance) -> list[Block]:
         Heading(3, f"Every verdict within the largest class ({prov.largest})"),
         Para(
             "The same decisions (plan, families, floors) re-run on the largest class's runs alone. Descriptive: "
-            "in no family, it changes no verdict above; a verdict that does not hold here rests on the mix.",
+            "in no family, it changes no verdict above. Power: the chance the class's pairs reach the pooled "
+            "verdict again if its effect is the pooled one. A verdict the class does not reach is 'not "
+            f"re-decidable' where that power is below {prov.power:g} (fewer pairs, not the mix, is the likelier "
+            "reason), 'NO' where the class reaches another verdict or had the power to reach the same one.",
             "note",
         ),
     ]
@@ -156,16 +259,20 @@ def _within(prov: Provenance) -> list[Block]:
             r.verdict_all,
             r.verdict_within,
             str(r.n_within),
-            "yes" if r.holds else "NO",
+            "-" if not math.isfinite(r.power) else f"{r.power:.2f}",
+            r.status,
         )
         for r in prov.within
     )
-    held = sum(r.holds for r in prov.within)
+    held = sum(r.status == YES for r in prov.within)
+    no = sum(r.status == "NO" for r in prov.within)
+    open_ = len(prov.within) - held - no
     return head + [
-        Table(("cell", "decision", "all runs", f"{prov.largest} only", "n in class", "holds"), rows),
+        Table(("cell", "decision", "all runs", f"{prov.largest} only", "n in class", "power", "holds"), rows),
         Para(
-            f"{held} of {len(prov.within)} verdict(s) hold within {prov.largest}.",
-            "" if held == len(rows) else "warn",
+            f"{held} of {len(prov.within)} verdict(s) hold within {prov.largest}; {open_} not re-decidable at its "
+            f"pairs; {no} do not hold.",
+            "" if no == 0 else "warn",
         ),
     ]
 

@@ -12,8 +12,8 @@ functions :mod:`harness.report.stats.analysis` uses, vectorised over the studies
 :func:`~harness.report.stats.decisions.holm` (the A/A offset tests over the cells) and
 :func:`harness.report.stats.divergence.impute` (a diverged seed counts as a loss).
 
-Two tables, each with its own default seed so the numbers quoted in reports/LOG.md reproduce
-(this module is the command; it re-exports both tables' functions):
+Four tables, each with its own default seed so the numbers quoted in reports/LOG.md reproduce
+(this module is the command):
 
 * the decision rules (:mod:`harness.report.simulation.rules`): the headline's false-positive rate, each control verdict's
   rate under a planted gain, and sequential looks (DESIGN section 8), read at the plan's looks
@@ -24,11 +24,18 @@ Two tables, each with its own default seed so the numbers quoted in reports/LOG.
   and read at each look in turn; a study that closed at look k keeps its verdicts from look k;
 * the edge cases (:mod:`harness.report.simulation.edges`, the rules statistics v3 added; docs/statistics.md): divergence
   where the treatment would lose, 'gain absent' at its boundary, one Holm family over the grid's
-  controls, the A/A check over cells, control error rates conditional on the gate, float rounding.
+  controls, the A/A check over cells, control error rates conditional on the gate, float rounding;
+* the cross-machine A/A check (:mod:`harness.report.simulation.retrain`, DESIGN section 13): each verdict's
+  rate for re-trained runs that are new draws or nudges, with and without a bias;
+* the Provenance section's tests (:mod:`harness.report.simulation.provenance`, DESIGN section 13): the
+  agreement test's false alarms and power at grid splits, its floor, its MDE, the balance test, and the
+  verdicts re-decided within the largest class.
 
-    python -m harness.report.simulation.studies                          # both tables (about a minute on 2 cores)
+    python -m harness.report.simulation.studies                          # every table (about 15 minutes on 2 cores)
     python -m harness.report.simulation.studies --tables rules --studies 4000 --seed 1
     python -m harness.report.simulation.studies --tables edges --studies 100000
+    python -m harness.report.simulation.studies --tables retrain --studies 4000
+    python -m harness.report.simulation.studies --tables provenance --studies 2000   # about 10 minutes
 
 Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)``.
 """
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.report.simulation import provenance, retrain
 from harness.report.simulation.edges import (
     edge_table,
 )
@@ -44,11 +52,16 @@ from harness.report.simulation.rules import (
     table,
 )
 
-TABLES = {"rules": (table, 20261201), "edges": (edge_table, 20261227)}  # name: (table, default seed)
+TABLES = {
+    "rules": (table, 20261201),
+    "edges": (edge_table, 20261227),
+    "retrain": (retrain.table, 20261206),
+    "provenance": (provenance.table, 20261206),
+}  # name: (table, default seed)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.report.simulation.studies [--tables all|rules|edges] [--studies N] [--seed S]``: print the tables
+    """``python -m harness.report.simulation.studies [--tables all|rules|edges|retrain|provenance] [--studies N] [--seed S]``: print the tables
     (each at its own default seed unless ``--seed`` is given)."""
     parser = argparse.ArgumentParser(
         prog="python -m harness.report.simulation.studies", description=__doc__.split("\n\n")[0]
@@ -60,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         "--studies", type=int, default=20_000, help="simulated studies per row (default 20000)"
     )
     parser.add_argument(
-        "--seed", type=int, default=None, help="random seed (default: 20261201 rules, 20261227 edges)"
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed (default: 20261201 rules, 20261227 edges, 20261206 retrain and provenance)",
     )
     args = parser.parse_args(argv)
     if args.studies < 100:

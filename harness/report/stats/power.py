@@ -20,7 +20,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.integrate
 import scipy.optimize
+import scipy.special
+import scipy.stats
 from statsmodels.stats.power import TTestPower
 
 from harness.design.analysis_plan import MIN_SEEDS, AnalysisPlan
@@ -223,3 +226,62 @@ def interaction_seeds(
     """
     sd = sd_interaction if sd_interaction is not None else interaction_sd(sd_single_difference)
     return planned_seeds(plan.min_effect_nats, sd, plan, "two-sided")
+
+
+def tost_power(margin_nats: float, sd: float, n: int, alpha: float, bias_nats: float = 0.0) -> float:
+    """Power of the two one-sided t-tests (TOST; Schuirmann 1987) of H0 ``|mean| >= margin_nats`` at level
+    ``alpha`` with ``n`` pairs whose true mean is ``bias_nats`` (nats/token) and sd ``sd``: the chance that
+    the (1 - 2 alpha) t interval ``mean +- t_{1-alpha, n-1} s / sqrt(n)`` lies inside ``(-margin, +margin)``.
+
+    Exact, not the noncentral-t approximation: given the sample sd ``s`` (``(n - 1) s^2 / sd^2`` is
+    chi-square with n - 1 df, independent of the mean) the mean must lie within ``margin - t s / sqrt(n)``
+    of 0, a normal probability; that is integrated over the chi-square density (``scipy.integrate.quad``).
+
+    Returns:
+        power in [0, 1]; NaN with n < 2, a non-positive margin or an unusable sd.
+    """
+    if n < 2 or not margin_nats > 0 or not _usable_sd(sd):
+        return float("nan")
+    df = n - 1
+    t = float(scipy.stats.t.ppf(1 - alpha, df))
+    se = sd / math.sqrt(n)
+    q_max = df * (margin_nats / (t * se)) ** 2  # beyond it the interval is wider than the margins
+
+    log_norm = math.lgamma(df / 2) + (df / 2) * math.log(2)  # the chi-square density's normaliser
+
+    def inside(q: float) -> float:
+        half = margin_nats - t * se * math.sqrt(q / df)  # the mean must lie in (-half, +half) + bias
+        if half <= 0 or q <= 0:
+            return 0.0
+        p = scipy.special.ndtr((half - bias_nats) / se) - scipy.special.ndtr((-half - bias_nats) / se)
+        return float(p) * math.exp((df / 2 - 1) * math.log(q) - q / 2 - log_norm)  # x chi2.pdf(q, df)
+
+    # the chi-square mass lies in [lo, hi] (all but 1e-12 of it): integrate there, where quad sees it
+    lo, hi = (float(scipy.stats.chi2.ppf(x, df)) for x in (1e-12, 1 - 1e-12))
+    value, _ = scipy.integrate.quad(inside, lo, min(q_max, hi), limit=200, epsabs=1e-12)
+    return float(min(max(value, 0.0), 1.0)) if q_max > lo else 0.0
+
+
+def tost_pairs_needed(
+    margin_nats: float, sd: float, alpha: float, power: float, max_pairs: int = 1000
+) -> int | None:
+    """The fewest pairs (:data:`~harness.design.analysis_plan.MIN_SEEDS` <= n <= ``max_pairs``) whose TOST at ``margin_nats`` has power >= ``power`` when
+    the true mean is 0 (:func:`tost_power`): how many pairs would exclude a bias of the margin if there
+    were none. None when even ``max_pairs`` do not, or the sd or margin is unusable.
+
+    Power rises with n, so the search is a bisection on n.
+    """
+    if not margin_nats > 0 or not _usable_sd(sd):
+        return None
+    if tost_power(margin_nats, sd, max_pairs, alpha) < power:
+        return None
+    if tost_power(margin_nats, sd, MIN_SEEDS, alpha) >= power:
+        return MIN_SEEDS
+    low, high = MIN_SEEDS, max_pairs  # power(low) < power <= power(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if tost_power(margin_nats, sd, mid, alpha) >= power:
+            high = mid
+        else:
+            low = mid
+    return high

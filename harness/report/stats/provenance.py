@@ -6,30 +6,50 @@ precision, torch version, compile). Runs written before it was recorded read as 
 (NULL or empty too), never a guess. Floats are bit-identical on one machine only, so a pair whose
 two runs ran on different classes (*straddling*) carries the difference between the machines in its
 paired difference, and a comparison whose two variants sit on the classes in different shares
-(*imbalanced*) lets a class effect bias its mean.
+(*imbalanced*) lets a class effect bias its mean. A class is a name only: every row that is not a class
+(the straddling pairs) is marked by a field, never by a name a class could also have.
 
 Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` runs are left out):
 
 * per variant: its classes and commits (``runs.code_version``, ``-dirty`` kept) with run counts;
-* per comparison and cell: the class x variant table of its paired runs and the balance rule:
-  **balanced** when every class holds as many of the first variant's paired runs as of the
-  second's (equal class shares within the pairs, so a class's offset cancels in the mean paired
-  difference); beside it, as the strength of an imbalance, the two-sided p of Fisher's exact test on
-  the table (two classes) or of the chi-square test of independence (more classes; Pearson, without
-  continuity correction);
-* the straddling pairs;
-* with several classes, per comparison and cell, the paired differences of the pairs whose two runs
-  share a class, per class (n, mean, 95 % t interval), the straddling pairs as a row of their own,
-  and Welch's heteroscedastic one-way ANOVA (Welch 1951) that the classes' mean paired differences
-  agree, over the classes with at least two pairs and non-zero spread (the straddling row is
-  descriptive, in no test);
+* per comparison and cell, the **balance**: the class x variant table of its paired runs, *balanced* when
+  every class holds as many of the first variant's paired runs as of the second's (a class's offset then
+  cancels in the mean paired difference). Only a straddling pair can unbalance it (a pair on one class
+  adds a run of each side to that class), so its strength is judged on the straddling pairs, as pairs:
+  under H0 "which side ran on which class is chance" each straddling pair's orientation (first on class a,
+  second on b, or the reverse) is a fair coin, and :func:`orientation_test` is the exact test of that
+  symmetry (the sign test for two classes; for more, exact enumeration of the coins per pair of classes
+  with Bowker's statistic as the order). A test on the class x variant table of runs (Fisher's exact,
+  chi-square) would count the two runs of a pair as independent draws;
+* with several classes, per comparison and cell, the **agreement** of the classes: the paired differences of
+  the pairs whose two runs share a class, per class (n, mean, 95 % t interval), the straddling pairs in a
+  row of their own (in no test), and a test of H0 "the hardware does not move this comparison": Welch's
+  heteroscedastic F (Welch 1951) of the classes' means as the statistic, its p by permutation of the class
+  labels over the pairs (:func:`class_agreement`: every distinct relabelling where there are at most
+  :data:`EXACT_LIMIT`, else :data:`PERMUTATIONS` seeded draws), exact when the hardware changes nothing (the
+  pairs then exchangeable across classes) at any split, where Welch's F law is liberal at unbalanced ones
+  (18:3 pairs: 7.6 % at level 5 %). A class enters the test with at least :data:`MIN_CLASS_PAIRS` pairs and
+  a non-zero spread; below, its row reads "too few pairs to tell" (the floor, simulated in
+  :mod:`harness.report.simulation.provenance`: with 2 pairs in a class only noisier than the rest the false
+  alarms reach 9-10 % at 18:2 and 6/4/2 splits, with the floor they stay within alpha + 2 SE there; a
+  3-pair class twice as noisy as a large one still gives 8.7-9.0 % at 18:3 and 24:3, said in the docs). A test
+  whose smallest attainable p is not below alpha (3 + 3 pairs: 0.1) is not run ("too few pairs to tell").
+  Holm across the grid's agreement tests; each prints its MDE (:func:`agreement_mde`: the smallest shift of
+  one class against the others it detects with power 0.8 at Holm's first-step level, noncentral F);
 * with several classes, every verdict re-decided on the runs of the largest class alone (the most
   finished runs; a tie goes to the first name in sort order): descriptive, in no family; the
-  re-analysis itself is the report's own (:func:`harness.report.build.compute_stats` passes it in).
+  re-analysis itself is the report's own (:func:`harness.report.build.compute_stats` passes it in). Beside
+  each, the power of that re-decision (:func:`redecision_power`: the class's pairs against the pooled
+  effect, at the within-class test's level) and whether it holds (:func:`within_status`): a definite verdict
+  the class does not reach is "not re-decidable at N pairs" where that power is below the plan's, "NO"
+  only where the class decides otherwise or had the power to decide the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -37,14 +57,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import scipy.optimize
 import scipy.stats
 
+from harness.report.stats import decisions as dec
 from harness.report.stats import paired_tests as paired
+from harness.report.stats.floors import ZERO_SPREAD_NATS
 from harness.report.stats.pairing import cell_order
+from harness.report.stats.power import power_at
 from harness.report.stats.results import ReportStats
 
 UNKNOWN = "unknown"  # the class of a run written before the hardware record existed
-STRADDLING = "straddling"  # the per-class row of the pairs whose two runs ran on different classes
+TOO_FEW = "too few pairs to tell"
+MIN_CLASS_PAIRS = 3  # a class with fewer pairs enters no agreement test (module docstring)
+PERMUTATIONS = 9_999  # seeded Monte Carlo relabellings where the distinct ones exceed EXACT_LIMIT
+EXACT_LIMIT = 10_000  # at most this many distinct relabellings: every one is enumerated (an exact p)
+SEED = 20261206  # the permutations' seed: a report is the same bytes every time it is built
 CHECKED_KINDS = (
     "treatment_vs_parent",
     "control_vs_parent",
@@ -52,6 +80,19 @@ CHECKED_KINDS = (
     "treatment_vs_control",
     "parent_vs_reference",
 )  # the frozen protocol's comparisons (not the [tuned] row, not the factorial contrasts)
+YES, NO = "yes", "NO"
+DEFINITE = (
+    dec.GAIN_ESTABLISHED,
+    dec.REPRODUCES,
+    dec.DOES_NOT_REPRODUCE,
+    dec.DEGENERATE,
+    "FAIL",
+)  # verdicts that decide something (gain absent too, by its prefix): the rest say nothing was decided
+
+
+def not_redecidable(n: int) -> str:
+    """The within-class status of a verdict the class lacks the power to reach again."""
+    return f"not re-decidable at {n} pairs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +110,9 @@ class ClassBalance:
     """The class x variant table of one comparison's paired runs in one cell.
 
     ``table``: ``(class, runs of first, runs of second)`` per class. ``balanced``: equal counts in every
-    class. ``p``: two-sided p of Fisher's exact test (two classes) or the chi-square test of independence
-    (more; ``test`` names it); NaN with one class.
+    class. ``oriented``: ``((class of first, class of second), pairs)`` over the straddling pairs.
+    ``p``: the two-sided p of :func:`orientation_test` on them (NaN without a straddling pair; ``test``
+    names the test, empty then).
     """
 
     comparison: str
@@ -80,6 +122,7 @@ class ClassBalance:
     balanced: bool
     p: float
     test: str
+    oriented: tuple[tuple[tuple[str, str], int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,24 +139,46 @@ class StraddlingPair:
 
 @dataclass(frozen=True, slots=True)
 class ClassDiffs:
-    """The paired differences (nats/token) of one class (or :data:`STRADDLING`): n, mean, sd and the
-    95 % t interval (NaN below 3 pairs or at zero spread)."""
+    """The paired differences (nats/token) of one class, or of the straddling pairs (``straddling``, with
+    ``hardware`` None): n, mean, sd and the 95 % t interval (NaN below 3 pairs or at zero spread), and
+    ``status``: ``tested``, :data:`TOO_FEW` (below :data:`MIN_CLASS_PAIRS`), ``zero spread`` or, for the
+    straddling pairs, ``in no test``."""
 
-    hardware: str
+    hardware: str | None
     n: int
     mean: float
     sd: float
     ci_low: float
     ci_high: float
+    straddling: bool = False
+    status: str = "tested"
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """:func:`class_agreement`'s answer: Welch's ``f`` on ``(df1, df2)`` df, the permutation ``p`` (``exact``:
+    every distinct relabelling counted, else ``draws`` seeded ones) and ``min_p``, the smallest p this test
+    can give at these class sizes."""
+
+    f: float
+    df1: float
+    df2: float
+    p: float
+    exact: bool
+    draws: int
+    min_p: float
 
 
 @dataclass(frozen=True, slots=True)
 class ClassCheck:
     """One comparison in one cell with its pairs split by class.
 
-    ``f``, ``df1``, ``df2``, ``p``: Welch's ANOVA of H0 "every class's mean paired difference is the
-    same" over ``tested`` (classes with >= 2 pairs and non-zero spread); NaN with fewer than two such
-    classes (``note`` says why).
+    ``tested``: the classes in the agreement test (>= :data:`MIN_CLASS_PAIRS` pairs, non-zero spread);
+    ``f``, ``df1``, ``df2``, ``p``, ``exact``, ``min_p``: :class:`Agreement` of H0 "every class's mean paired
+    difference is the same"; ``holm_p``: Holm across the grid's agreement tests; ``mde_nats`` the smallest
+    shift of one class against the rest it detects (power 0.8) at ``level``, Holm's first step (alpha / the
+    grid's agreement tests). NaN where no test ran: ``note`` then says why (it starts with :data:`TOO_FEW`
+    where pairs are what is missing).
     """
 
     comparison: str
@@ -127,11 +192,25 @@ class ClassCheck:
     df2: float
     p: float
     note: str
+    exact: bool = False
+    min_p: float = math.nan
+    holm_p: float = math.nan
+    mde_nats: float = math.nan
+    level: float = math.nan
+
+    alpha: float = 0.05
+
+    @property
+    def disagree(self) -> bool:
+        """The classes are shown to disagree: Holm p below alpha."""
+        return math.isfinite(self.holm_p) and self.holm_p < self.alpha
 
 
 @dataclass(frozen=True, slots=True)
 class ClassVerdict:
-    """A verdict of the whole grid next to the same decision on the largest class's runs alone."""
+    """A verdict of the whole grid next to the same decision on the largest class's runs alone, the power
+    of that re-decision (NaN where the pooled verdict decided nothing) and ``status``
+    (:func:`within_status`)."""
 
     size: str
     budget_tokens: int
@@ -139,6 +218,8 @@ class ClassVerdict:
     verdict_all: str
     verdict_within: str
     n_within: int
+    power: float = math.nan
+    status: str = ""
 
     @property
     def holds(self) -> bool:
@@ -151,7 +232,8 @@ class Provenance:
 
     ``classes``: ``(class, runs)`` over the grid, most first. ``largest``: the largest class where the
     grid mixes classes, else None. ``within``: every verdict re-decided within it; ``within_note``: why
-    that could not be done, if so.
+    that could not be done, if so. ``alpha``, ``power``: the plan's (the agreement tests' level, the power
+    an MDE and a re-decision are judged at).
     """
 
     runs: int
@@ -163,6 +245,8 @@ class Provenance:
     largest: str | None = None
     within: tuple[ClassVerdict, ...] = ()
     within_note: str = ""
+    alpha: float = 0.05
+    power: float = 0.8
 
     @property
     def mixed(self) -> bool:
@@ -175,6 +259,11 @@ class Provenance:
     @property
     def imbalanced(self) -> tuple[ClassBalance, ...]:
         return tuple(b for b in self.balance if not b.balanced)
+
+    @property
+    def disagreements(self) -> tuple[ClassCheck, ...]:
+        """The agreement tests whose classes are shown to disagree (Holm p < alpha), smallest p first."""
+        return tuple(sorted((c for c in self.checks if c.disagree), key=lambda c: c.holm_p))
 
 
 def hardware_by_run(runs: pl.DataFrame) -> dict[str, str]:
@@ -216,35 +305,188 @@ def welch_anova(groups: list[np.ndarray]) -> tuple[float, float, float, float]:
     var = np.array([g.var(ddof=1) for g in groups])
     if (var <= 0).any():
         raise ValueError("Welch's ANOVA needs a non-zero variance in every group")
-    k = len(groups)
+    f, df2, _ = _welch(np.array([g.mean() for g in groups]), var, n)
+    df1 = float(len(groups) - 1)
+    return float(f), df1, float(df2), float(scipy.stats.f.sf(f, df1, df2))
+
+
+def _welch(means, var, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Welch's F, its denominator df and its denominator correction ``c`` over the last axis (k groups):
+    ``means``, ``var`` [..., k], ``n`` [k] (module function :func:`welch_anova`)."""
+    k = n.size
     w = n / var
-    means = np.array([g.mean() for g in groups])
-    m_w = float((w * means).sum() / w.sum())
-    lam = float(((1 - w / w.sum()) ** 2 / (n - 1)).sum())
-    f = float((w * (means - m_w) ** 2).sum() / (k - 1)) / (1 + 2 * (k - 2) / (k * k - 1) * lam)
-    df1, df2 = float(k - 1), float((k * k - 1) / (3 * lam))
-    return f, df1, df2, float(scipy.stats.f.sf(f, df1, df2))
+    total = w.sum(axis=-1, keepdims=True)
+    m_w = (w * means).sum(axis=-1, keepdims=True) / total
+    lam = ((1 - w / total) ** 2 / (n - 1)).sum(axis=-1)
+    c = 1 + 2 * (k - 2) / (k * k - 1) * lam
+    return (w * (means - m_w) ** 2).sum(axis=-1) / (k - 1) / c, (k * k - 1) / (3 * lam), c
+
+
+@functools.lru_cache(maxsize=64)
+def _relabellings(sizes: tuple[int, ...]) -> np.ndarray | None:
+    """Every distinct assignment of ``sum(sizes)`` pairs to classes of these sizes, ``[P, n]`` class indices
+    (the observed one, ``0...0 1...1 ...``, first); None where there are more than :data:`EXACT_LIMIT`.
+    Cached per sizes (read-only): a grid's comparisons share their splits."""
+    n = sum(sizes)
+    count = math.factorial(n) // math.prod(math.factorial(s) for s in sizes)
+    if count > EXACT_LIMIT:
+        return None
+    out = []
+
+    def place(free: tuple[int, ...], k: int, row: list[int]) -> None:
+        if k == len(sizes) - 1:
+            for i in free:
+                row[i] = k
+            out.append(list(row))
+            return
+        for chosen in itertools.combinations(free, sizes[k]):
+            for i in chosen:
+                row[i] = k
+            place(tuple(i for i in free if i not in chosen), k + 1, row)
+
+    place(tuple(range(n)), 0, [0] * n)
+    table = np.array(out)
+    table.flags.writeable = False
+    return table
+
+
+def _welch_over(values: np.ndarray, labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Welch's F of ``values`` [n] split by each row of ``labels`` [P, n] (class sizes ``sizes`` [k]), [P].
+    A relabelled class whose values all tie has its variance floored at a tiny positive value (its F then
+    counts as extreme, never as NaN)."""
+    onehot = labels[:, :, None] == np.arange(sizes.size)  # [P, n, k]
+    s1 = np.einsum("n,pnk->pk", values, onehot)
+    s2 = np.einsum("n,pnk->pk", values * values, onehot)
+    means = s1 / sizes
+    var = np.maximum((s2 - sizes * means * means) / (sizes - 1), (ZERO_SPREAD_NATS * 1e-3) ** 2)
+    f = _welch(means, var, sizes)[0]
+    return np.where(np.isnan(f), np.inf, f)
+
+
+def class_agreement(groups: list[np.ndarray], draws: int = PERMUTATIONS, seed: int = SEED) -> Agreement:
+    """The permutation test of H0 "the classes' paired differences are exchangeable" (the hardware changes
+    nothing) with Welch's F as the statistic (module docstring).
+
+    ``p`` = the share of relabellings of the pooled pairs into classes of the observed sizes whose F is at
+    least the observed one (within a relative 1e-9: float ties count as ties): every distinct relabelling
+    where there are at most :data:`EXACT_LIMIT` (exact), else ``(1 + hits) / (1 + draws)`` over ``draws``
+    relabellings drawn with ``seed`` (a valid p at any number of draws; the report's :data:`PERMUTATIONS` and
+    :data:`SEED` give the same bytes every build; a simulation passes fewer draws and its own seeds). ``min_p``: the fewest relabellings as extreme as any (the observed one and those that only
+    swap classes of equal size) over all of them, or ``1 / (1 + draws)``.
+
+    Args:
+        groups: k >= 2 arrays of paired differences (nats/token), each with >= 2 values and non-zero spread.
+
+    Raises:
+        ValueError: as :func:`welch_anova`.
+    """
+    f, df1, df2, _ = welch_anova(groups)
+    sizes = np.array([g.size for g in groups])
+    values = np.concatenate(groups)
+    labels = _relabellings(tuple(int(s) for s in sizes))
+    equal_swaps = math.prod(math.factorial(c) for c in Counter(sizes.tolist()).values())
+    if labels is not None:
+        stats = _welch_over(values, labels, sizes)
+        hits = int((stats >= f * (1 - 1e-9)).sum())
+        return Agreement(f, df1, df2, hits / len(labels), True, len(labels), equal_swaps / len(labels))
+    observed = np.repeat(np.arange(sizes.size), sizes)
+    drawn = np.random.default_rng(seed).permuted(np.tile(observed, (draws, 1)), axis=1)
+    hits = int((_welch_over(values, drawn, sizes) >= f * (1 - 1e-9)).sum())
+    return Agreement(f, df1, df2, (1 + hits) / (1 + draws), False, draws, 1 / (1 + draws))
+
+
+def agreement_mde(groups: list[np.ndarray], level: float, power: float) -> float:
+    """The smallest shift (nats/token) of one class's mean paired difference against the others' that the
+    agreement test detects with probability ``power`` at ``level``: for each class j shifted by Delta, Welch's
+    F is taken as noncentral F on (k - 1, df2) df with noncentrality ``Delta^2 w_j (W - w_j) / (W c)``
+    (``w = n / s^2`` from the classes' sample variances, c Welch's denominator correction; for two classes
+    Welch's t with noncentrality Delta / sqrt(s1^2/n1 + s2^2/n2)); the MDE is the largest over j (the least
+    favourable class). Checked against the permutation test by simulation
+    (:mod:`harness.report.simulation.provenance`). NaN with fewer than 2 usable groups."""
+    if len(groups) < 2:
+        return math.nan
+    n = np.array([g.size for g in groups], float)
+    var = np.array([g.var(ddof=1) for g in groups])
+    if (n < 2).any() or not (var > 0).all():
+        return math.nan
+    k = n.size
+    w = n / var
+    total = w.sum()
+    lam = float(((1 - w / total) ** 2 / (n - 1)).sum())
+    c = 1 + 2 * (k - 2) / (k * k - 1) * lam
+    df1, df2 = k - 1, (k * k - 1) / (3 * lam)
+    crit = float(scipy.stats.f.isf(level, df1, df2))
+
+    def gap(delta: float, wj: float) -> float:
+        nc = delta * delta * wj * (total - wj) / total / c
+        return float(scipy.stats.ncf.sf(crit, df1, df2, nc)) - power
+
+    out = []
+    for wj in w:
+        unit = math.sqrt(total / (wj * (total - wj)))  # the shift whose noncentrality is 1 (times sqrt c)
+        high = unit
+        while gap(high, wj) < 0:
+            high *= 2
+        out.append(scipy.optimize.brentq(gap, 0.0, high, args=(wj,), xtol=unit * 1e-10))
+    return float(max(out))
+
+
+def orientation_test(oriented: dict[tuple[str, str], int]) -> float:
+    """Exact two-sided p of H0 "each straddling pair's orientation is a fair coin" (the balance test that
+    respects pairing; module docstring).
+
+    ``oriented``: ``(class of first, class of second) -> pairs``. Per unordered pair of classes {a, b}
+    with ``m`` straddling pairs, the number with the first variant on a is Binomial(m, 1/2) under H0,
+    independently across class pairs. The statistic is Bowker's ``sum (n_ab - n_ba)^2 / (n_ab + n_ba)``;
+    p = the probability under H0 of a statistic at least the observed (exact enumeration of every count
+    vector; the sign test's two-sided p with two classes). 1 without a straddling pair.
+    """
+    totals: dict[tuple[str, str], tuple[int, int]] = {}
+    for (a, b), count in oriented.items():
+        key = (a, b) if a < b else (b, a)
+        ab, ba = totals.get(key, (0, 0))
+        totals[key] = (ab + count, ba) if (a, b) == key else (ab, ba + count)
+    if not totals:
+        return 1.0
+    ms = [ab + ba for ab, ba in totals.values()]
+    observed = sum((ab - ba) ** 2 / (ab + ba) for ab, ba in totals.values())
+    # the distribution of the statistic: a convolution over class pairs of (statistic, probability)
+    dist = {0.0: 1.0}
+    for m in ms:
+        pmf = scipy.stats.binom.pmf(np.arange(m + 1), m, 0.5)
+        terms = [((2 * j - m) ** 2 / m, float(pmf[j])) for j in range(m + 1)]
+        merged: dict[float, float] = {}
+        for s, p in dist.items():
+            for t, q in terms:
+                key = round(s + t, 9)
+                merged[key] = merged.get(key, 0.0) + p * q
+        dist = merged
+    return float(min(1.0, sum(p for s, p in dist.items() if s >= observed - 1e-9)))
 
 
 def class_balance(comparison: str, size: str, budget: int, pairs, hw: dict[str, str]) -> ClassBalance:
-    """The class x variant table of ``pairs`` (one comparison, one cell) and the balance rule."""
+    """The class x variant table of ``pairs`` (one comparison, one cell), the balance rule and the
+    orientation test of its straddling pairs."""
     first = Counter(hw.get(p.run_first, UNKNOWN) for p in pairs)
     second = Counter(hw.get(p.run_second, UNKNOWN) for p in pairs)
     names = sorted(set(first) | set(second))
     table = tuple((c, first[c], second[c]) for c in names)
+    oriented = Counter(
+        (hw.get(p.run_first, UNKNOWN), hw.get(p.run_second, UNKNOWN))
+        for p in pairs
+        if hw.get(p.run_first, UNKNOWN) != hw.get(p.run_second, UNKNOWN)
+    )
     p, test = math.nan, ""
-    if len(names) == 2:
-        test = "Fisher's exact"
-        p = float(scipy.stats.fisher_exact([[r[1] for r in table], [r[2] for r in table]]).pvalue)
-    elif len(names) > 2:
-        test = "chi-square"
-        counts = [[r[1] for r in table], [r[2] for r in table]]
-        p = float(scipy.stats.chi2_contingency(counts, correction=False).pvalue)
+    if oriented:
+        test = "exact sign test on the straddling pairs" if len(names) == 2 else "exact symmetry test"
+        p = orientation_test(oriented)
     balanced = all(a == b for _, a, b in table)
-    return ClassBalance(comparison, size, budget, table, balanced, p, test)
+    return ClassBalance(comparison, size, budget, table, balanced, p, test, tuple(sorted(oriented.items())))
 
 
-def _diffs_row(name: str, d: np.ndarray) -> ClassDiffs:
+def _diffs_row(
+    name: str | None, d: np.ndarray, *, straddling: bool = False, status: str = "tested"
+) -> ClassDiffs:
     t = paired.t_test(d)
     return ClassDiffs(
         hardware=name,
@@ -253,27 +495,121 @@ def _diffs_row(name: str, d: np.ndarray) -> ClassDiffs:
         sd=float(t["sd"]),
         ci_low=float(t["ci_low"]),
         ci_high=float(t["ci_high"]),
+        straddling=straddling,
+        status=status,
     )
 
 
-def class_check(comparison: str, kind: str, size: str, budget: int, pairs, hw: dict[str, str]) -> ClassCheck:
-    """One comparison's paired differences per class, the straddling pairs apart, and Welch's ANOVA."""
+def class_check(
+    comparison: str,
+    kind: str,
+    size: str,
+    budget: int,
+    pairs,
+    hw: dict[str, str],
+    alpha: float = 0.05,
+    *,
+    floor: int = MIN_CLASS_PAIRS,
+    draws: int = PERMUTATIONS,
+    seed: int = SEED,
+) -> ClassCheck:
+    """One comparison's paired differences per class, the straddling pairs apart, and the agreement test
+    (:func:`class_agreement`) over the classes with >= ``floor`` pairs and non-zero spread,
+    unless its smallest attainable p is not below ``alpha``. ``floor``, ``draws`` and ``seed``: the report's,
+    unless a simulation studies others (:mod:`harness.report.simulation.provenance`). Holm p, MDE and level
+    are filled in by :func:`grid_provenance` (they depend on the grid's family)."""
     by: dict[str, list[float]] = {}
+    across: list[float] = []
     for p in pairs:
         a, b = hw.get(p.run_first, UNKNOWN), hw.get(p.run_second, UNKNOWN)
-        by.setdefault(a if a == b else STRADDLING, []).append(p.diff)
-    names = sorted((c for c in by if c != STRADDLING), key=lambda c: (-len(by[c]), c))
-    rows = [_diffs_row(c, np.array(by[c])) for c in names]
-    if STRADDLING in by:
-        rows.append(_diffs_row(STRADDLING, np.array(by[STRADDLING])))
-    tested = [r.hardware for r in rows if r.hardware != STRADDLING and r.n >= 2 and r.sd > 0]
-    f = df1 = df2 = p = math.nan
-    if len(tested) >= 2:
-        f, df1, df2, p = welch_anova([np.array(by[c]) for c in tested])
-        note = ""
-    else:
-        note = "fewer than two classes with >= 2 pairs and non-zero spread: no test"
-    return ClassCheck(comparison, kind, size, budget, tuple(rows), tuple(tested), f, df1, df2, p, note)
+        (by.setdefault(a, []) if a == b else across).append(p.diff)
+    names = sorted(by, key=lambda c: (-len(by[c]), c))
+    rows = []
+    for c in names:
+        d = np.array(by[c])
+        zero = d.size >= 2 and bool(paired.zero_spread(d))
+        status = TOO_FEW if d.size < floor else "zero spread" if zero else "tested"
+        rows.append(_diffs_row(c, d, status=status))
+    if across:
+        rows.append(_diffs_row(None, np.array(across), straddling=True, status="in no test"))
+    tested = [r.hardware for r in rows if r.status == "tested"]
+    if len(tested) < 2:
+        return ClassCheck(
+            comparison,
+            kind,
+            size,
+            budget,
+            tuple(rows),
+            tuple(tested),
+            *([math.nan] * 4),
+            _why_not(rows, floor),
+        )
+    a = class_agreement([np.array(by[c]) for c in tested], draws, seed)
+    if not a.min_p < alpha:
+        sizes = "/".join(str(len(by[c])) for c in tested)
+        note = f"{TOO_FEW}: the smallest p {len(tested)} classes of {sizes} pairs can give is {a.min_p:.2g}"
+        return ClassCheck(comparison, kind, size, budget, tuple(rows), tuple(tested), *([math.nan] * 4), note)
+    return ClassCheck(
+        comparison,
+        kind,
+        size,
+        budget,
+        tuple(rows),
+        tuple(tested),
+        a.f,
+        a.df1,
+        a.df2,
+        a.p,
+        "",
+        a.exact,
+        a.min_p,
+    )
+
+
+def _why_not(rows: list[ClassDiffs], floor: int) -> str:
+    """Why fewer than two classes enter the agreement test."""
+    few = sum(r.status == TOO_FEW for r in rows)
+    flat = sum(r.status == "zero spread" for r in rows)
+    if flat and not few:
+        return f"fewer than two classes with a spread ({flat} with zero spread): no test"
+    return f"{TOO_FEW}: fewer than two classes with >= {floor} pairs and a spread"
+
+
+def attainable_level(level: float, min_p: float, exact: bool) -> float:
+    """The largest p an exact permutation test can give at or below ``level``: its p's are multiples of
+    ``min_p`` (the relabellings come in groups of equal F), so it rejects at ``floor(level / min_p) * min_p``;
+    0 where even ``min_p`` exceeds ``level`` (it cannot reject there). A Monte Carlo p: ``level``."""
+    if not exact:
+        return level
+    return math.floor(level / min_p * (1 + 1e-12)) * min_p
+
+
+def _with_family(
+    checks: list[ClassCheck], groups: dict, alpha: float, power: float
+) -> tuple[ClassCheck, ...]:
+    """The grid's agreement tests with their Holm p (over those that ran), the level of Holm's first step
+    (alpha / how many ran) and each one's MDE at the largest p it can attain at that level
+    (:func:`attainable_level`; infinite where it cannot reject there)."""
+    ran = [i for i, c in enumerate(checks) if math.isfinite(c.p)]
+    holm_p = dec.holm(np.array([checks[i].p for i in ran])) if ran else np.array([])
+    level = alpha / len(ran) if ran else math.nan
+    out = [_replace(c, alpha=alpha) for c in checks]
+    for i, hp in zip(ran, holm_p, strict=True):
+        c = checks[i]
+        reach = attainable_level(level, c.min_p, c.exact)
+        mde = (
+            agreement_mde(
+                [np.array(groups[(c.comparison, c.size, c.budget_tokens)][h]) for h in c.tested], reach, power
+            )
+            if reach > 0
+            else math.inf
+        )
+        out[i] = _replace(c, holm_p=float(hp), mde_nats=mde, level=level, alpha=alpha)
+    return tuple(out)
+
+
+def _replace(c: ClassCheck, **changes) -> ClassCheck:
+    return dataclasses.replace(c, **changes)
 
 
 def _verdicts(stats: ReportStats) -> dict[tuple[str, int, str], tuple[str, int]]:
@@ -284,24 +620,106 @@ def _verdicts(stats: ReportStats) -> dict[tuple[str, int, str], tuple[str, int]]
     return out
 
 
+def is_definite(verdict: str) -> bool:
+    """The verdict decides something (:data:`DEFINITE`, or ``gain absent``)."""
+    return verdict in DEFINITE or dec.is_absent(verdict)
+
+
+def within_status(verdict_all: str, verdict_within: str, n_within: int, power: float, target: float) -> str:
+    """Whether a verdict holds within the largest class: ``yes`` (the same verdict); ``NO`` where the class
+    reaches another definite verdict, or misses a definite pooled verdict it had the power (>= ``target``)
+    to reach; else ``not re-decidable at N pairs`` (the class decides nothing definite: power, not the mix,
+    is the likelier reason)."""
+    if verdict_all == verdict_within:
+        return YES
+    if is_definite(verdict_within):
+        return NO
+    if is_definite(verdict_all) and math.isfinite(power) and power >= target:
+        return NO
+    return not_redecidable(n_within)
+
+
+def _power(effect: float, sd: float, n: int, level: float, alternative: str) -> float:
+    """:func:`harness.report.stats.power.power_at`, with 1 where its noncentral t gives NaN far in the tail
+    (a usable sd and an effect many sds large)."""
+    if not (math.isfinite(effect) and math.isfinite(sd) and sd > 0):
+        return math.nan
+    p = float(power_at(effect, sd, n, level, alternative))
+    return 1.0 if math.isnan(p) else p
+
+
+def redecision_power(
+    stats: ReportStats, sub: ReportStats | None, size: str, budget: int, what: str, n: int
+) -> float:
+    """The power of re-deciding a definite pooled verdict (``what`` in cell ``(size, budget)``) on ``n`` pairs
+    of one class: the within-class test against the pooled effect and sd (nats/token), at the level the
+    within-class analysis gives it at Holm's first step (the plan's alpha over its cells or its control
+    family). A control's verdict needs the headline established first: the product of the two powers
+    (taken as independent). NaN where the pooled verdict is not definite or ``n`` < 3."""
+    verdicts = _verdicts(stats)
+    verdict = verdicts.get((size, budget, what), ("", 0))[0]
+    if not is_definite(verdict) or n < paired.MIN_PAIRS:
+        return math.nan
+    alpha = stats.plan.alpha
+    cells = max(1, len({(h.size, h.budget_tokens) for h in (sub or stats).headlines}))
+    head = next((h for h in stats.headlines if (h.size, h.budget_tokens) == (size, budget)), None)
+
+    def headline_power() -> float:
+        if head is None or not math.isfinite(head.sd):
+            return math.nan
+        return _power(abs(head.mean), head.sd, n, alpha / cells, "one-sided")
+
+    if what == "headline":
+        if head is None or not dec.is_absent(verdict):
+            return headline_power()
+        gap = (
+            stats.plan.min_effect_nats or math.nan
+        ) + head.mean  # delta - gain: how far the gain is below it
+        return _power(gap, head.sd, n, alpha / cells, "one-sided") if gap > 0 else 0.0
+    if what.startswith("A/A "):
+        comp = next(
+            (
+                c
+                for c in stats.comparisons
+                if c.kind == "aa_check"
+                and (c.size, c.budget_tokens) == (size, budget)
+                and f"A/A {c.first}" == what
+            ),
+            None,
+        )
+        if comp is None:
+            return math.nan
+        return _power(abs(comp.stats.mean), comp.stats.sd, n, alpha / cells, "two-sided")
+    a = next(
+        (a for a in stats.assessments if (a.size, a.budget_tokens, a.control) == (size, budget, what)), None
+    )
+    if a is None or verdict == dec.DEGENERATE:
+        return math.nan
+    family = max(1, a.family_size)
+    contrast = _power(abs(a.contrast_mean), a.contrast_sd, n, alpha / family, "two-sided")
+    return contrast * headline_power()
+
+
 def within_class(
     stats: ReportStats, largest: str, decide: Callable[[str], ReportStats]
 ) -> tuple[tuple[ClassVerdict, ...], str]:
-    """Every verdict of ``stats`` next to ``decide(largest)``'s (the same analysis on that class's runs).
+    """Every verdict of ``stats`` next to ``decide(largest)``'s (the same analysis on that class's runs),
+    with the power of the re-decision and whether it holds (:func:`within_status`).
 
     A decision the subset cannot make (no parent run in the class, no pair in a cell) reads
     ``no pairs in this class``; a subset that cannot be analysed at all returns its reason.
     """
     try:
-        sub = _verdicts(decide(largest))
+        sub_stats = decide(largest)
+        sub = _verdicts(sub_stats)
     except ValueError as exc:  # e.g. no finished parent run in the class
         return (), f"the runs of {largest} alone could not be analysed: {exc}"
-    rows = [
-        ClassVerdict(
-            size, budget, what, verdict, *sub.get((size, budget, what), ("no pairs in this class", 0))
-        )
-        for (size, budget, what), (verdict, _n) in _verdicts(stats).items()
-    ]
+    rows = []
+    for (size, budget, what), (verdict, _n) in _verdicts(stats).items():
+        within, n = sub.get((size, budget, what), ("no pairs in this class", 0))
+        power = redecision_power(stats, sub_stats, size, budget, what, n)
+        status = within_status(verdict, within, n, power, stats.plan.power)
+        rows.append(ClassVerdict(size, budget, what, verdict, within, n, power, status))
     rows.sort(key=lambda r: (cell_order((r.size, r.budget_tokens)), r.what != "headline", r.what))
     return tuple(rows), ""
 
@@ -360,19 +778,45 @@ def grid_provenance(
         for p in groups[k]
         if hw.get(p.run_first, UNKNOWN) != hw.get(p.run_second, UNKNOWN)
     )
-    prov = Provenance(sum(n for _, n in classes), classes, variants, balance, straddling, ())
+    alpha, power = stats.plan.alpha, stats.plan.power
+    prov = Provenance(
+        sum(n for _, n in classes), classes, variants, balance, straddling, (), alpha=alpha, power=power
+    )
     if not prov.mixed:
         return prov
-    checks = tuple(class_check(c, kinds[(c, s, b)], s, b, groups[(c, s, b)], hw) for c, s, b in keys)
+    by_class = {
+        k: _by_class(groups[k], hw) for k in keys
+    }  # (comparison, size, budget) -> class -> paired differences of its one-class pairs
+    checks = _with_family(
+        [class_check(c, kinds[(c, s, b)], s, b, groups[(c, s, b)], hw, alpha) for c, s, b in keys],
+        by_class,
+        alpha,
+        power,
+    )
     largest = classes[0][0]
     within, note = within_class(stats, largest, decide) if decide is not None else ((), "")
-    return Provenance(prov.runs, classes, variants, balance, straddling, checks, largest, within, note)
+    return Provenance(
+        prov.runs, classes, variants, balance, straddling, checks, largest, within, note, alpha, power
+    )
+
+
+def _by_class(pairs, hw: dict[str, str]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for p in pairs:
+        a, b = hw.get(p.run_first, UNKNOWN), hw.get(p.run_second, UNKNOWN)
+        if a == b:
+            out.setdefault(a, []).append(p.diff)
+    return out
 
 
 __all__ = [
     "CHECKED_KINDS",
-    "STRADDLING",
+    "EXACT_LIMIT",
+    "MIN_CLASS_PAIRS",
+    "PERMUTATIONS",
+    "TOO_FEW",
     "UNKNOWN",
+    "Agreement",
     "ClassBalance",
     "ClassCheck",
     "ClassDiffs",
@@ -380,10 +824,18 @@ __all__ = [
     "Provenance",
     "StraddlingPair",
     "VariantProvenance",
+    "agreement_mde",
+    "attainable_level",
+    "class_agreement",
     "class_balance",
     "class_check",
     "grid_provenance",
     "hardware_by_run",
+    "is_definite",
+    "not_redecidable",
+    "orientation_test",
+    "redecision_power",
     "welch_anova",
     "within_class",
+    "within_status",
 ]

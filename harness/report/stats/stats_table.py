@@ -12,6 +12,7 @@ This module reads the result objects by their fields and imports none of them (t
 
 from __future__ import annotations
 
+import json
 import math
 
 import polars as pl
@@ -99,6 +100,10 @@ EXTRA_COLUMNS = (
     "hardware_balanced",
     "straddling_pairs",
     "hardware_agree_p",
+    "hardware_agree_holm_p",
+    "hardware_agree_mde_nats",
+    "hardware_agree_note",
+    "hardware_balance_p",
 )
 
 
@@ -438,10 +443,23 @@ def stats_frame(rs) -> pl.DataFrame:
 
 def _hardware_columns(rs, c) -> dict:
     """Where comparison ``c``'s pairs ran (DESIGN 13, :mod:`harness.report.stats.provenance`): ``hardware_classes``
-    ``"class: runs of first vs runs of second; ..."``, ``hardware_balanced`` (equal counts in every class),
-    ``straddling_pairs`` (pairs on two classes), ``hardware_agree_p`` (Welch's ANOVA across the classes; NaN
-    with one class). Empty for a row without provenance (factorial contrasts, the [tuned] row)."""
-    empty = dict(hardware_classes=None, hardware_balanced=None, straddling_pairs=None, hardware_agree_p=NAN)
+    a JSON object ``{"class": [runs of first, runs of second], ...}`` (any class name, ": " and "; " included,
+    reads back unambiguously), ``hardware_balanced`` (equal counts in every class), ``straddling_pairs`` (pairs
+    on two classes), ``hardware_balance_p`` (the exact orientation test of the straddling pairs; NaN without
+    one), ``hardware_agree_p`` / ``hardware_agree_holm_p`` (the classes' agreement test by permutation and its
+    Holm p across the grid's agreement tests; NaN with one class or where no test ran),
+    ``hardware_agree_mde_nats`` (its MDE) and ``hardware_agree_note`` (why no test ran, e.g. "too few pairs to
+    tell: ..."). Empty for a row without provenance (factorial contrasts, the [tuned] row)."""
+    empty = dict(
+        hardware_classes=None,
+        hardware_balanced=None,
+        straddling_pairs=None,
+        hardware_agree_p=NAN,
+        hardware_agree_holm_p=NAN,
+        hardware_agree_mde_nats=NAN,
+        hardware_agree_note=None,
+        hardware_balance_p=NAN,
+    )
     prov = getattr(rs, "provenance", None)
     if prov is None or c is None:
         return empty
@@ -451,8 +469,12 @@ def _hardware_columns(rs, c) -> dict:
         return empty
     check = next((k for k in prov.checks if (k.comparison, k.size, k.budget_tokens) == key), None)
     return dict(
-        hardware_classes="; ".join(f"{h}: {a} vs {b}" for h, a, b in bal.table),
+        hardware_classes=json.dumps({h: [a, b] for h, a, b in bal.table}),
         hardware_balanced=bal.balanced,
         straddling_pairs=sum((s.comparison, s.size, s.budget_tokens) == key for s in prov.straddling),
         hardware_agree_p=check.p if check is not None else NAN,
+        hardware_agree_holm_p=check.holm_p if check is not None else NAN,
+        hardware_agree_mde_nats=check.mde_nats if check is not None else NAN,
+        hardware_agree_note=(check.note or None) if check is not None else None,
+        hardware_balance_p=bal.p,
     )
