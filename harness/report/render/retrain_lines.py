@@ -1,7 +1,9 @@
 """``harness retrain``'s output: the cross-machine A/A check as Markdown text, CSV rows and a JSON object.
 
 Reads only a :class:`harness.report.stats.retrain_check.RetrainCheck` and the machine record the command gives
-(CPU model, cores, torch, workers, threads): no absolute path and no host name is written.
+(CPU model, cores, torch, workers, threads; the re-training commit, numerics and hardware class, the archive's
+numerics and whether the runs re-trained with them: :func:`harness.scheduling.retrain.identity`): no absolute
+path and no host name is written.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ CSV_COLUMNS = (
     "hardware",
     "torch",
     "threads_per_worker",
+    "commit",
+    "numerics",
+    "archive_numerics",
 )
 
 
@@ -78,6 +83,19 @@ def verdict_sentence(check: RetrainCheck) -> str:
     )
 
 
+def identity_line(machine: dict) -> str:
+    """Which code re-trained the runs (commit, numerics) and what the check therefore measures (DESIGN 13)."""
+    commit, numerics = machine.get("commit", "unknown"), machine.get("numerics", "unknown")
+    archive = machine.get("archive_numerics", "unknown")
+    if machine.get("archive_numerics_used"):
+        return f"Re-trained by commit {commit} with numerics {numerics}, the archive's: the check compares machines."
+    return (
+        f"Re-trained by commit {commit} with numerics {numerics}; the archive's numerics are {archive}, and not "
+        "every run re-trained with its own (unknown, or a revision this code no longer has): the check measures "
+        "code plus machine."
+    )
+
+
 def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
     """The Markdown text ``harness retrain`` prints (and a study commits beside its report)."""
     eff = check.smallest_effect
@@ -88,6 +106,7 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
         f"on {machine['cpu_model']} ({machine['cpu_cores']} cores), "
         f"torch {machine['torch']}, {machine['workers']} workers x {machine['threads_per_worker']} threads; "
         f"hardware class {machine.get('hardware', 'unknown')}.",
+        identity_line(machine),
         f"Units: nats/token; `/sd` = in units of the seed sd (a run: its variant's NLL sd across the archive's "
         f"seeds; a pair: the sd of the contrast's archived paired differences); `/eff` = in units of the "
         f"smallest effect the study reports, {eff:.4f} nats/token ({check.smallest_effect_source}).",
@@ -138,13 +157,17 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
 
 def render_csv(check: RetrainCheck, machine: dict) -> str:
     """One row per run, per (contrast, seed) and per contrast (``level`` = run / pair / contrast), each with
-    the verdict and the machine's CPU model, torch and threads (:data:`CSV_COLUMNS`)."""
+    the verdict, the machine's CPU model, torch and threads, and the re-training commit and numerics with the
+    archive's numerics (:data:`CSV_COLUMNS`)."""
     base = {
         "verdict": check.verdict,
         "cpu_model": machine["cpu_model"],
         "hardware": machine.get("hardware", "unknown"),
         "torch": machine["torch"],
         "threads_per_worker": machine["threads_per_worker"],
+        "commit": machine.get("commit", "unknown"),
+        "numerics": machine.get("numerics", "unknown"),
+        "archive_numerics": machine.get("archive_numerics", "unknown"),
     }
     rows = [
         {
@@ -215,4 +238,4 @@ def _no_nan(x):
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
-__all__ = ["CSV_COLUMNS", "render_csv", "render_json", "render_text", "verdict_sentence"]
+__all__ = ["CSV_COLUMNS", "identity_line", "render_csv", "render_json", "render_text", "verdict_sentence"]
