@@ -49,8 +49,11 @@ CREATE TABLE IF NOT EXISTS runs (
                                          -- distribution (add-one smoothed), the plateau (harness/data/unigram.py)
     hardware      VARCHAR,               -- hardware class: what changes numerics (device/precision/torch/compile,
                                          -- DESIGN 13); 'unknown' for result files written before it was recorded
-    environment   JSON                   -- the environment record: CPU and ISA, GPU, driver, CUDA, versions, flags,
+    environment   JSON,                  -- the environment record: CPU and ISA, GPU, driver, CUDA, versions, flags,
                                          -- training commit (harness/train/environment.py); no host name, no path
+    numerics      VARCHAR                -- the training code's numerics identifier, e.g. two_phase/2, per_site/1
+                                         -- (harness/models/numerics.py, DESIGN 13); NULL in result files written
+                                         -- before it was recorded (the report reads what their commit implies)
 );
 
 -- Scalar curves. train: loss, lr, grad_norm, tokens_per_s; val: nll (nats/token), bpb, ppl.

@@ -65,7 +65,7 @@ class BenchConfig:
         seed: initialisation and data seed.
         peak_tflops: device peak TFLOP/s for MFU (0 = look up :data:`~harness.bench.peaks.PEAK_FLOPS`).
         per_site: also time every routed variant on the per-site routing path, interleaved, as the
-            arm ``<variant>@per_site`` (two-phase is the default path, :data:`harness.models.gpt.ROUTING_PATHS`).
+            arm ``<variant>@per_site`` (two-phase is the default path, :data:`harness.models.numerics.ROUTING_PATHS`).
         profile_rounds: after timing, profile this many more interleaved rounds and split each
             step-time ratio's difference by category (:mod:`harness.bench.profile`; 0 = off).
     """

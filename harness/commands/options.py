@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from harness.design.train_table import EXECUTION_KEYS, execution_overrides, parse_value
+from harness.models.numerics import DEFAULT_ROUTING, ROUTING_PATHS
 from harness.train.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
@@ -94,6 +95,19 @@ def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_routing_argument(p: argparse.ArgumentParser) -> None:
+    """``--routing`` of ``harness run`` and ``harness work`` (choices: :data:`harness.models.numerics.ROUTING_PATHS`)."""
+    p.add_argument(
+        "--routing",
+        default=None,
+        choices=ROUTING_PATHS,
+        help="how routing sites are computed: two_phase or per_site, the same function rounded differently "
+        "(execution setting: the run id and the protocol hash stay; each path has its numerics revision, "
+        "recorded per run as runs.numerics and compared by [schedule] pair_hardware = \"same\"). Default: the "
+        f"grid's [train] routing, else {DEFAULT_ROUTING}",
+    )
+
+
 def parse_micro_batch(value: str | None) -> int | str | None:
     """``--micro-batch-size``: ``None`` (not given), ``auto`` or a positive int.
 
@@ -109,7 +123,7 @@ def parse_micro_batch(value: str | None) -> int | str | None:
 def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
     """The :class:`~harness.train.execution.ExecutionSettings` of ``harness run`` / ``harness work``'s
     options (``--accelerator``, ``--devices``, ``--strategy``, ``--num-nodes``, ``--micro-batch-size``,
-    ``--logger``, ``--threads``, ``--stop-after-tokens``, ``--quiet``); ``chosen`` overrides fields
+    ``--logger``, ``--threads``, ``--stop-after-tokens``, ``--routing``, ``--quiet``); ``chosen`` overrides fields
     the command resolved itself (``harness work``'s ranks per run, from its GPU claim).
 
     Raises:
@@ -126,6 +140,7 @@ def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
         loggers=tuple(args.logger),
         threads=args.threads,
         stop_after_tokens=getattr(args, "stop_after_tokens", None),
+        routing=getattr(args, "routing", None),
     )
     return settings.replace(**chosen)
 
@@ -136,6 +151,7 @@ __all__ = [
     "add_accelerator_argument",
     "add_storage",
     "add_micro_batch_argument",
+    "add_routing_argument",
     "parse_micro_batch",
     "execution_settings",
 ]

@@ -4,7 +4,11 @@ The cross-machine A/A check (DESIGN section 13). FILE is an archive written by `
 command picks K seeds (pairs) at which every variant is done (the smallest, or --seeds), checks that this
 code gives their archived configs the archived protocol hash (else it refuses in one line, before
 anything trains), trains them here into --results (a folder of its own: the runs a call for the same archive re-trained
-there before are read, not trained again; a folder holding these runs' archived results is refused), and prints:
+there before are read, not trained again; a folder holding these runs' archived results is refused), each with
+the archive's numerics where this code still has them (the routing path and its numerics revision the run's
+result file records, or its training commit implies: the committed factorial study trained per_site/1), so the
+check compares machines; where this code cannot (numerics unknown, or a revision it no longer has) it trains
+on the default path and says that the check then measures code plus machine. It prints:
 per run the archived and new final val NLL (nats/token) and their shift; per contrast of the grid (its
 [variants] roles and [factorial] table) and seed, the shift of the paired difference; per contrast the
 mean shift with its 95 % t interval, p, Holm p and the MDE at Holm's level; the largest bias the K pairs
@@ -14,7 +18,7 @@ units of the seed sd and of the smallest effect. The answer is one of: bit-ident
 the archived one exactly), too few pairs to tell (under 3 pairs, or a bias of the smallest effect not
 excluded), a bias (a contrast's mean shift is not 0), perturbed (moved far less than new draws) or
 redrawn. It names the training commit, numerics and hardware class the re-trained runs' result files
-record. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
+record, and the archive's numerics. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
 check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
 (no path, no host name). Exit 0 whatever the verdict.
 
@@ -103,10 +107,9 @@ def _check_args(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     from harness.common.files import atomic_write
     from harness.report.render.retrain_lines import render_csv, render_json, render_text
-    from harness.report.stats.retrain_check import grid_contrasts, retrain_check, retrained_by
+    from harness.report.stats.retrain_check import grid_contrasts, retrain_check
     from harness.scheduling import retrain as rt
     from harness.store.archive import read_archive
-    from harness.store.runfile import read_result, result_path
 
     _check_args(args)
     archive = read_archive(args.file)
@@ -132,11 +135,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=plan.get("alpha", 0.05),
         power=plan.get("power", 0.8),
     )
-    # what re-trained the runs (commit, numerics, hardware class): their own result files' records
-    environments = [
-        read_result(result_path(args.results, r.config.run_id))["run"].get("environment") for r in chosen
-    ]
-    machine = rt.machine(args.workers, args.threads, runs[0].config) | retrained_by(environments)
+    machine = {**rt.machine(args.workers, args.threads), **rt.identity(chosen, new)}
     name = args.file.name  # the file's name only: no path of this machine
     print(render_text(check, machine, name), end="")
     if args.csv is not None:
@@ -156,7 +155,7 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
             a corpus missing here, a run that did not finish (one line; before anything trains).
     """
     from harness.store.archive import sha256
-    from harness.train.execution import ExecutionSettings, set_threads
+    from harness.train.execution import set_threads
 
     digest = sha256(args.file.read_bytes())
     earlier = rt.claim_folder(args.results, digest, chosen)
@@ -170,7 +169,7 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
     set_threads(args.threads)
     fresh = not args.results.exists()
     try:
-        rt.check_protocols(chosen, args.results, ExecutionSettings(progress=False))
+        rt.check_protocols(chosen, args.results)
     except (ValueError, FileNotFoundError):
         if fresh:  # refused: the folder this call made (its corpus cache) goes again
             shutil.rmtree(args.results, ignore_errors=True)
@@ -178,7 +177,8 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
     rt.mark_folder(args.results, digest)
     print(
         f"re-training {len(chosen) - len(earlier)} runs of grid {archive.grid} (seeds {' '.join(map(str, seeds))}; "
-        f"{len(earlier)} re-trained here before) with {args.workers} workers x {args.threads or 'default'} threads",
+        f"{len(earlier)} re-trained here before) with {args.workers} workers x {args.threads or 'default'} threads; "
+        + _numerics_plan(chosen, rt),
         file=sys.stderr,
         flush=True,
     )
@@ -200,3 +200,18 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
     if failed:
         raise ValueError(f"re-trained run {failed[0].run_id} ended {failed[0].status}: no NLL to compare")
     return new, chosen
+
+
+def _numerics_plan(chosen: list, rt) -> str:
+    """Which numerics the runs ``chosen`` re-train with, and what the check then measures (one clause)."""
+    from harness.models.numerics import numerics_id
+
+    plan = {(r.numerics, numerics_id(rt.routing_for(r))) for r in chosen}
+    same = sorted(a for a, b in plan if a == b)
+    other = sorted(f"{a} -> {b}" for a, b in plan if a != b)
+    if not other:
+        return f"with the archive's numerics ({', '.join(same)}): the check compares machines"
+    return (
+        f"archive numerics this code does not have ({'; '.join(other)}): the check measures code plus machine"
+        + (f"; with the archive's numerics for {', '.join(same)}" if same else "")
+    )

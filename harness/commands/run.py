@@ -26,7 +26,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.commands.options import add_accelerator_argument, add_micro_batch_argument, execution_settings
+from harness.commands.options import (
+    add_accelerator_argument,
+    add_micro_batch_argument,
+    add_routing_argument,
+    execution_settings,
+)
 from harness.common import console
 from harness.common.terms import ROLES
 from harness.corpus.spec import check_corpus, choose_corpus
@@ -74,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_accelerator_argument(p)
     add_micro_batch_argument(p)
+    add_routing_argument(p)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument(
         "--stop-after-tokens",

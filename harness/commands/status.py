@@ -10,9 +10,9 @@ and its ETA, from the progress each worker writes into its lease with every hear
 lease, so idle workers waiting with --wait are not counted. Stale leases (a worker that
 stopped beating) are listed; the next `harness work` queues their runs again. A --grid
 that names no grid in the queue is an error naming the grids there. Queued runs that a grid's
-[schedule] pair_hardware = "same" holds for a hardware class no live worker has (the other runs
-of their seed trained there) are listed under that class: a worker of that class takes them,
-or `harness work --any-hardware` (docs/scaling-out.md).
+[schedule] pair_hardware = "same" holds for a hardware class and numerics no live worker has (the
+other runs of their seed trained there) are listed under them: a worker of that class and numerics
+takes them, or `harness work --any-hardware` (docs/scaling-out.md).
 
 Result files the results store cannot read (truncated, another schema, a stale write) are
 listed with why; a grid whose runs all trained but some result is unreadable shows
@@ -267,8 +267,8 @@ def status_lines(
 
 
 def _held_lines(queue, runs: dict) -> list[str]:
-    """Lines for queued runs held for a hardware class no live worker has (a grid's ``[schedule] pair_hardware
-    = "same"``, :func:`harness.scheduling.queue.hardware_pairs.waiting_for_hardware`)."""
+    """Lines for queued runs held for a hardware class and numerics no live worker has (a grid's ``[schedule]
+    pair_hardware = "same"``, :func:`harness.scheduling.queue.hardware_pairs.waiting_for_hardware`)."""
     from harness.scheduling.queue.hardware_pairs import waiting_for_hardware
 
     held = waiting_for_hardware(queue.storage, runs, queue.studies())
@@ -276,7 +276,7 @@ def _held_lines(queue, runs: dict) -> list[str]:
     for hardware, ids in sorted(held.items()):
         out.append(
             f"waiting for hardware class {hardware}: {len(ids)} run(s), which no live worker has (their seed's "
-            "other runs trained there; a worker of that class takes them, or `harness work --any-hardware`)"
+            "other runs trained there; a worker of that class and numerics takes them, or `harness work --any-hardware`)"
         )
         out += [f"  {rid}" for rid in sorted(ids)[:20]] + (
             [f"  ... and {len(ids) - 20} more"] if len(ids) > 20 else []

@@ -54,10 +54,12 @@ it share it, others skip it); --devices N trains each claimed run on N ranks, st
 that run (rank 0 is this worker, which holds the lease). A rank that dies stops the run within
 seconds: the run is queued again (no retry spent) and the worker stops, naming the rank.
 
-Hardware: each run records its hardware class (device model, precision, torch, compile). With a grid's
-[schedule] pair_hardware = "same" (the default) the first run of a seed binds the seed to its worker's
-class, and the seed's other runs wait for a worker of that class (`harness status` shows runs waiting
-for a class no live worker has); --any-hardware lets this worker take them (docs/scaling-out.md).
+Hardware: each run records its hardware class (device model, precision, torch, compile) and its
+numerics (the training code's numerics revision on its routing path, e.g. two_phase/2; --routing picks
+the path). With a grid's [schedule] pair_hardware = "same" (the default) the first run of a seed binds
+the seed to its worker's class and numerics, and the seed's other runs wait for a worker of both
+(`harness status` shows runs waiting for a class no live worker has); --any-hardware lets this worker
+take them (docs/scaling-out.md).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from collections import Counter
 from harness.commands.options import (
     add_accelerator_argument,
     add_micro_batch_argument,
+    add_routing_argument,
     add_storage,
     execution_settings,
 )
@@ -143,6 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
     add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
+    add_routing_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     _add_hardware_argument(parser)
     parser.add_argument(

@@ -36,6 +36,7 @@ from harness.corpus.key import CorpusKey, requested_vocab
 from harness.design.train_table import EXECUTION_KEYS, check_value, split_train
 from harness.models import VariantSpec, build_model, get_spec
 from harness.models.catalog import is_shipped
+from harness.models.numerics import DEFAULT_ROUTING
 from harness.models.sizes import ModelConfig, derive, get_size, padded_vocab
 from harness.models.spec import parse_spec_text
 
@@ -512,13 +513,15 @@ class RunConfig:
         50257 -> 50304; the loss leaves the padding out, :class:`harness.train.lit.LitLM`)."""
         return derive(self.size, **self.model, vocab_size=padded_vocab(vocab_size))
 
-    def build_model(self, corpus: PreparedCorpus) -> DepthRoutedLM:
+    def build_model(self, corpus: PreparedCorpus, routing: str = DEFAULT_ROUTING) -> DepthRoutedLM:
         """The run's model initialised from :attr:`seed` (DESIGN section 4), shaped by
         :meth:`model_config` for ``corpus``'s tokenizer (the model is sized from the tokenizer, as
         torchtitan's model arguments are). float32 on the CPU: tokens ``[B, T]`` -> logits ``[B, T, V]``.
+        ``routing``: how its routing sites are computed (an execution setting,
+        :data:`harness.models.numerics.ROUTING_PATHS`; the same function, rounded differently).
         The factory is :func:`harness.models.build_model`; this says which variant, size, seed and shape."""
         shape = dataclasses.asdict(self.model_config(corpus.vocab_size))
-        return build_model(self.variant_spec(), self.size, seed=self.seed, **shape)
+        return build_model(self.variant_spec(), self.size, seed=self.seed, routing=routing, **shape)
 
     @property
     def label(self) -> str:

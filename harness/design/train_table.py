@@ -28,14 +28,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from harness.models.numerics import ROUTING_PATHS
+
 #: Live-curve trackers a run can stream to (``[train] loggers``, ``--logger``; harness.train.trackers).
 TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
 #: Execution settings a grid's ``[train]`` table may set, with the type of their values: ``compile``
 #: (wrap the model in ``torch.compile``; ``auto``: on CUDA, not on a CPU), ``micro_batch_size``
 #: (sequences per forward+backward on one rank; ``auto``: the largest that fits, :mod:`harness.train.microbatch`)
-#: and ``loggers`` (trackers that show the run's curves live, :data:`TRACKERS`; a TOML list, ``--set
-#: loggers=a,b``). Outside :class:`TrainConfig` and the protocol hash (DESIGN section 11).
-EXECUTION_KEYS = {"compile": "bool", "micro_batch_size": "int", "loggers": "tuple"}
+#: ``loggers`` (trackers that show the run's curves live, :data:`TRACKERS`; a TOML list, ``--set
+#: loggers=a,b``) and ``routing`` (how routing sites are computed, :data:`~harness.models.numerics.ROUTING_PATHS`:
+#: the same function, rounded differently, so each path has its numerics revision). Outside
+#: :class:`TrainConfig` and the protocol hash (DESIGN sections 11 and 13).
+EXECUTION_KEYS = {"compile": "bool", "micro_batch_size": "int", "loggers": "tuple", "routing": "str"}
 #: The settings that also take ``"auto"`` (resolved per machine).
 AUTO_FIELDS = ("compile", "micro_batch_size")
 
@@ -132,7 +136,8 @@ def execution_overrides(table: Mapping) -> dict:
     checked: key of :data:`EXECUTION_KEYS` -> value (``loggers`` a tuple); its other keys are ignored.
 
     Raises:
-        ValueError: a value of the wrong type, a ``micro_batch_size`` below 1, an unknown tracker.
+        ValueError: a value of the wrong type, a ``micro_batch_size`` below 1, an unknown tracker or
+            routing path.
     """
     out = {}
     for key, kind in EXECUTION_KEYS.items():
@@ -142,6 +147,8 @@ def execution_overrides(table: Mapping) -> dict:
         out[key] = check_value(key, value, kind)
         if key == "micro_batch_size" and value != "auto" and value <= 0:
             raise ValueError(f"micro_batch_size={value} must be 'auto' or a positive number of sequences")
+        if key == "routing" and value not in ROUTING_PATHS:
+            raise ValueError(f"routing={value!r} is not a routing path; allowed: {', '.join(ROUTING_PATHS)}")
     return out
 
 

@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from harness.models.catalog import load_specs
+from harness.models.numerics import DEFAULT_ROUTING
 from harness.models.sizes import derive
 from harness.models.spec import VariantSpec, parse_spec
 
@@ -79,7 +80,7 @@ def get_spec(variant: str) -> VariantSpec:
 
 
 def build_model(
-    variant: str | VariantSpec, size: str, *, seed: int, routing: str = "two_phase", **overrides
+    variant: str | VariantSpec, size: str, *, seed: int, routing: str = DEFAULT_ROUTING, **overrides
 ) -> DepthRoutedLM:
     """Build and initialise a model.
 
@@ -88,7 +89,8 @@ def build_model(
         size: a size preset (``tiny``, ``small``, ``120m``, ``343m``).
         seed: initialisation seed; parameters are drawn per name (DESIGN section 4).
         routing: ``two_phase`` (default) or ``per_site``: how routing sites are computed
-            (:data:`harness.models.gpt.ROUTING_PATHS`; the same function to ~1e-6).
+            (:data:`harness.models.numerics.ROUTING_PATHS`; the same function to ~1e-6, rounded
+            differently: each path has its numerics revision, :mod:`harness.models.numerics`).
         **overrides: :class:`~harness.models.sizes.ModelConfig` fields, e.g. ``vocab_size``.
 
     Returns:

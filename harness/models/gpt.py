@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.models.numerics import DEFAULT_ROUTING, ROUTING_PATHS
 from harness.models.routing import BlockPrefix, RMSNorm, RouteSite, SourceBank, upcast
 from harness.models.sizes import ModelConfig
 from harness.models.spec import VariantSpec
@@ -161,12 +162,6 @@ class Layer(nn.Module):
         return self.attn(xs, cos, sin)
 
 
-#: How routing sites are computed (same function, different rounding at ~1e-6): ``two_phase``
-#: reads a block's completed sources once for all its sites (:class:`~harness.models.routing.BlockPrefix`);
-#: ``per_site`` reads them at every site (:func:`~harness.models.routing.mix_routes`), kept to compare.
-ROUTING_PATHS = ("two_phase", "per_site")
-
-
 def block_prefix(bank: SourceBank, sites: list[RouteSite]) -> BlockPrefix | None:
     """Phase 1 for ``sites`` (in the order they will route) over the bank's completed sources;
     ``None`` when none of them routes over more than one source."""
@@ -179,9 +174,10 @@ def block_prefix(bank: SourceBank, sites: list[RouteSite]) -> BlockPrefix | None
 class DepthRoutedLM(nn.Module):
     """Decoder LM of DESIGN section 2 with the residual structure of a :class:`VariantSpec`.
 
-    ``routing`` (:data:`ROUTING_PATHS`) picks how the routing sites are computed, not what:
-    ``two_phase`` (default) or ``per_site``; it is an attribute, not part of the config, so it
-    never enters a protocol hash.
+    ``routing`` (:data:`~harness.models.numerics.ROUTING_PATHS`) picks how the routing sites are computed,
+    not what: ``two_phase`` (default) or ``per_site``; it is an attribute, not part of the config, so it
+    never enters a protocol hash. The two round differently: each has its numerics revision
+    (:data:`~harness.models.numerics.NUMERICS_REVISIONS`), which a run records.
 
     ``forward(tokens [B, T] int64) -> logits [B, T, V]`` (float32 on CPU; the autocast
     dtype under mixed precision). Under bf16 autocast the residual stream, Block AttnRes's
@@ -193,7 +189,7 @@ class DepthRoutedLM(nn.Module):
             sequence longer than the context (checked unless ``validate_tokens`` is off).
     """
 
-    def __init__(self, cfg: ModelConfig, spec: VariantSpec, *, routing: str = "two_phase") -> None:
+    def __init__(self, cfg: ModelConfig, spec: VariantSpec, *, routing: str = DEFAULT_ROUTING) -> None:
         super().__init__()
         if routing not in ROUTING_PATHS:
             raise ValueError(f"routing={routing!r}; allowed: {', '.join(ROUTING_PATHS)}")

@@ -6,6 +6,13 @@ queued and its final validation NLL. :func:`archived_runs` lists them, :func:`ch
 protocol hash and refuses, before anything trains, when this code gives a config another protocol hash
 (another corpus, tokenizer, model shape, schedule or torch), and :func:`retrain` trains the chosen runs in
 ``workers`` processes of ``threads`` torch threads each, into a results folder of their own.
+
+Each run is re-trained with the archive's numerics where this code still has them (DESIGN section 13): an
+archived run's numerics (:attr:`ArchivedRun.numerics`: its result file's, else what its training commit
+implies, :mod:`harness.models.numerics`) names a routing path and revision; where that is one of this code's
+current identifiers the run trains on that path (the check then compares machines), else on the default
+path (unknown numerics, or a revision this code no longer has: the check then measures code plus machine;
+:func:`routing_for`, :func:`identity`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -20,6 +28,7 @@ from pathlib import Path
 from harness.common.files import atomic_write
 from harness.corpus.spec import parse_ref
 from harness.design.config import RunConfig
+from harness.models.numerics import DEFAULT_ROUTING, UNKNOWN, numerics_id, routing_of, run_numerics_of
 from harness.store.archive import Archive
 from harness.store.runfile import read_result, result_end, result_path
 from harness.train.execution import ExecutionSettings, set_threads
@@ -33,11 +42,14 @@ class ProtocolChanged(ValueError):
 
 @dataclass(frozen=True)
 class ArchivedRun:
-    """One done run of an archive: its config as queued, protocol hash and final val NLL (nats/token)."""
+    """One done run of an archive: its config as queued, protocol hash, final val NLL (nats/token) and the
+    numerics it trained with (its result file's; else what its training commit implies; else ``unknown``:
+    :func:`harness.models.numerics.run_numerics_of`)."""
 
     config: RunConfig
     protocol_hash: str
     val_nll: float
+    numerics: str = UNKNOWN
 
     @property
     def key(self) -> tuple[str, int]:
@@ -48,19 +60,30 @@ class ArchivedRun:
 @dataclass(frozen=True)
 class RetrainedRun:
     """A run trained again here: status (``done``/``diverged``), final val NLL (nats/token; None without one),
-    the protocol hash this code gave it, and its wall time in seconds."""
+    the protocol hash this code gave it, its wall time in seconds, and what re-trained it, as its result file
+    records: the training commit (``-dirty`` kept), numerics and hardware class."""
 
     run_id: str
     status: str
     val_nll: float | None
     protocol_hash: str
     wall_s: float
+    code_version: str = UNKNOWN
+    numerics: str = UNKNOWN
+    hardware: str = UNKNOWN
+
+
+def routing_for(run: ArchivedRun) -> str:
+    """The routing path ``run`` is re-trained with: its archived numerics' path where this code still has
+    that revision (:func:`harness.models.numerics.routing_of`), else :data:`~harness.models.numerics.DEFAULT_ROUTING`."""
+    return routing_of(run.numerics) or DEFAULT_ROUTING
 
 
 def archived_runs(archive: Archive) -> list[ArchivedRun]:
     """Every run of ``archive`` that is ``done`` with a final NLL, its config read from the queue view (else
     from its result file's config, the fields of :class:`RunConfig`), sorted by variant and seed number."""
     queued = {r["config"]["run_id"]: r["config"] for r in archive.queue}
+    commits = {rid: entry.get("code_version") for rid, entry in (archive.manifest.get("runs") or {}).items()}
     names = {f.name for f in fields(RunConfig)}
     out = []
     for run_id, data in archive.results.items():
@@ -68,9 +91,12 @@ def archived_runs(archive: Archive) -> list[ArchivedRun]:
         end = result_end(result)
         if end["status"] != "done" or end["val_nll"] is None:
             continue
-        stored = queued.get(run_id) or {k: v for k, v in result["run"]["config"].items() if k in names}
+        run = result["run"]
+        stored = queued.get(run_id) or {k: v for k, v in run["config"].items() if k in names}
+        recorded = run.get("numerics") or (run.get("environment") or {}).get("numerics")
+        numerics = run_numerics_of(recorded, run.get("code_version") or commits.get(run_id))
         out.append(
-            ArchivedRun(RunConfig.from_dict(stored), result["run"]["protocol_hash"], float(end["val_nll"]))
+            ArchivedRun(RunConfig.from_dict(stored), run["protocol_hash"], float(end["val_nll"]), numerics)
         )
     return sorted(out, key=lambda r: r.key)
 
@@ -142,9 +168,9 @@ def _build_and_check(run: ArchivedRun, results_dir: Path, settings: ExecutionSet
     return built
 
 
-def check_protocols(runs: list[ArchivedRun], results_dir: str | Path, settings: ExecutionSettings) -> None:
+def check_protocols(runs: list[ArchivedRun], results_dir: str | Path) -> None:
     """Build one run of each archived protocol hash among ``runs`` here (its corpus prepared in
-    ``results_dir``'s cache) and compare hashes; nothing trains.
+    ``results_dir``'s cache; on the routing path it will re-train with) and compare hashes; nothing trains.
 
     Raises:
         ProtocolChanged: a hash differs (one line naming the run and both hashes).
@@ -154,22 +180,36 @@ def check_protocols(runs: list[ArchivedRun], results_dir: str | Path, settings: 
     for run in runs:
         if run.protocol_hash not in seen:
             seen.add(run.protocol_hash)
-            _build_and_check(run, Path(results_dir), settings)
+            _build_and_check(run, Path(results_dir), _settings(run))
+
+
+def _settings(run: ArchivedRun) -> ExecutionSettings:
+    """How ``run`` is re-trained: quietly, on :func:`routing_for`'s path."""
+    return ExecutionSettings(progress=False, routing=routing_for(run))
 
 
 def _retrain_one(payload: dict) -> RetrainedRun:
     """Train one archived run (a worker process's task): build, check its protocol hash, fit, record."""
     set_threads(payload["threads"])
-    run = ArchivedRun(RunConfig.from_dict(payload["config"]), payload["protocol_hash"], payload["val_nll"])
+    run = ArchivedRun(
+        RunConfig.from_dict(payload["config"]),
+        payload["protocol_hash"],
+        payload["val_nll"],
+        payload["numerics"],
+    )
     t0 = time.perf_counter()
-    built = _build_and_check(run, Path(payload["results_dir"]), ExecutionSettings(progress=False))
+    built = _build_and_check(run, Path(payload["results_dir"]), _settings(run))
     outcome = record(built, fit(built))
+    env = built.environment
     return RetrainedRun(
         run.config.run_id,
         outcome.status,
         outcome.val_nll,
         protocol_hash(built.protocol),
         time.perf_counter() - t0,
+        env["code_version"],
+        env["numerics"],
+        env["hardware"],
     )
 
 
@@ -197,6 +237,7 @@ def retrain(
             "val_nll": r.val_nll,
             "results_dir": str(Path(results_dir).resolve()),
             "threads": threads,
+            "numerics": r.numerics,
         }
         for r in runs
     ]
@@ -223,11 +264,12 @@ def claim_folder(
 ) -> dict[str, RetrainedRun]:
     """Check ``results_dir`` may be the re-training folder of the archive with SHA-256 ``archive_sha256``; return the
     runs of ``runs`` already re-trained there by an earlier call for the same archive (done, same protocol
-    hash), which need not train again.
+    hash, the numerics this call would train them with), which need not train again.
 
     Raises:
         ValueError: the folder holds a result of one of ``runs`` that no re-training of this archive wrote
-            (e.g. the folder the archive was imported into, whose results are the archived ones).
+            (e.g. the folder the archive was imported into, whose results are the archived ones), or one
+            re-trained with other numerics than this code gives it (another code re-trained it).
     """
     results_dir = Path(results_dir)
     marker = results_dir / MARKER
@@ -243,18 +285,24 @@ def claim_folder(
                 "of this archive wrote: re-train into another folder (not the one the archive was imported into)"
             )
         result = read_result(path)
-        end = result_end(result)
-        if (
-            end["status"] == "done"
-            and end["val_nll"] is not None
-            and result["run"]["protocol_hash"] == r.protocol_hash
-        ):
+        end, row = result_end(result), result["run"]
+        numerics = run_numerics_of(row.get("numerics"), row.get("code_version"))
+        if end["status"] == "done" and end["val_nll"] is not None and row["protocol_hash"] == r.protocol_hash:
+            planned = numerics_id(routing_for(r))
+            if numerics != planned:
+                raise ValueError(
+                    f"--results {str(results_dir)!r}: {r.config.run_id} was re-trained there with numerics "
+                    f"{numerics}, this code re-trains it with {planned}: re-train into another folder"
+                )
             found[r.config.run_id] = RetrainedRun(
                 r.config.run_id,
                 "done",
                 float(end["val_nll"]),
                 r.protocol_hash,
-                float(result["run"]["wall_s"]),
+                float(row["wall_s"]),
+                row.get("code_version") or UNKNOWN,
+                numerics,
+                row.get("hardware") or UNKNOWN,
             )
     return found
 
@@ -266,15 +314,42 @@ def mark_folder(results_dir: str | Path, archive_sha256: str) -> None:
     atomic_write(Path(results_dir) / MARKER, json.dumps({"archive_sha256": archive_sha256}) + "\n")
 
 
-def machine(workers: int, threads: int, config: RunConfig | None = None) -> dict:
+def identity(archived: list[ArchivedRun], new: list[RetrainedRun]) -> dict:
+    """What re-trained ``new`` (the re-trainings of ``archived``, in the same order), as their result files
+    record it, and whether it used the archive's numerics (DESIGN section 13)::
+
+        {"commit", "numerics", "hardware", "archive_numerics", "archive_numerics_used"}
+
+    ``commit``, ``numerics``, ``hardware`` and ``archive_numerics``: the one value, or ``"A (3 runs), B (1
+    run)"`` (most first) when the runs differ (a check cut short, resumed by other code or on another
+    machine); :data:`UNKNOWN` where a record lacks it. ``archive_numerics_used``: every run re-trained with
+    its archived numerics; where not, the check measures code plus machine."""
+
+    def tally(values) -> str:
+        counts = Counter(str(v or UNKNOWN) for v in values)
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if len(ranked) <= 1:
+            return ranked[0][0] if ranked else UNKNOWN
+        return ", ".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in ranked)
+
+    return {
+        "commit": tally(n.code_version for n in new),
+        "numerics": tally(n.numerics for n in new),
+        "hardware": tally(n.hardware for n in new),
+        "archive_numerics": tally(a.numerics for a in archived),
+        "archive_numerics_used": bool(new)
+        and all(a.numerics == n.numerics for a, n in zip(archived, new, strict=True)),
+    }
+
+
+def machine(workers: int, threads: int) -> dict:
     """What produced the new numbers, without a path or host name: CPU model, cores, torch version, the
-    workers and torch threads per worker (0 resolved to torch's default), and the hardware class the
-    re-trained runs get here (:func:`harness.train.environment.run_class` of ``config``, an archived run's
-    config, under the settings :func:`retrain` trains with; ``unknown`` without one). Read once per process
-    (:func:`harness.train.environment.machine_record`)."""
+    workers and torch threads per worker (0 resolved to torch's default). Read once per process
+    (:func:`harness.train.environment.machine_record`); the re-trained runs' commit, numerics and hardware
+    class are their result files' (:func:`identity`)."""
     import torch  # lazy: torch loads only to train
 
-    from harness.train.environment import UNKNOWN, machine_record, run_class  # lazy: torch, as above
+    from harness.train.environment import machine_record  # lazy: torch, as above
 
     record = machine_record()
     return {
@@ -283,7 +358,6 @@ def machine(workers: int, threads: int, config: RunConfig | None = None) -> dict
         "torch": torch.__version__,
         "workers": workers,
         "threads_per_worker": threads or torch.get_num_threads(),
-        "hardware": run_class(config, ExecutionSettings(progress=False)) if config is not None else UNKNOWN,
     }
 
 
@@ -296,8 +370,10 @@ __all__ = [
     "check_protocols",
     "choose_seeds",
     "claim_folder",
+    "identity",
     "machine",
     "mark_folder",
     "repoint",
     "retrain",
+    "routing_for",
 ]

@@ -14,6 +14,11 @@ file and ``runs`` row carries
   ``cuda-nvidia-h100-80gb-hbm3/bf16-mixed/torch2.13.0/inductor``. It is outside the protocol hash (a
   protocol is what a study fixes; hardware is where it ran). Result files written before the record read as
   :data:`UNKNOWN`.
+* ``numerics`` (in the record): the training code's numerics identifier (``two_phase/2``,
+  :mod:`harness.models.numerics`): code that re-rounds a run is provenance too.
+
+How a run computes here (accelerator, precision, compile, CUDA's defaults, routing path) is decided once,
+by :func:`run_numerics` (a :class:`RunNumerics`), and read by the runner, the Lightning module and the record.
 
 The machine's part (:func:`machine_record`) is read once per process and cached: a worker that trains
 many runs reads ``/proc/cpuinfo``, the GPU's properties and git once. The run's part (precision, threads,
@@ -30,12 +35,14 @@ import functools
 import os
 import platform
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning
 import numpy as np
 import torch
 
+from harness.models.numerics import numerics_id
 from harness.train.compiled import INNER_BACKEND
 from harness.train.execution import ExecutionSettings, resolve_compile
 from harness.train.protocol import code_version
@@ -220,50 +227,99 @@ def _device_type(accelerator: str) -> str:
     return "cuda" if accelerator in ("gpu", "cuda") else accelerator
 
 
-def run_numerics(config, settings: ExecutionSettings) -> tuple[str, str, bool]:
-    """``(device type, concrete precision, compiled)`` of the run ``config`` under ``settings`` on this
-    machine, as the runner resolves them (:func:`harness.train.runner.build`), before anything is built:
-    what a worker needs to know a run's hardware class before it claims the run.
+@dataclass(frozen=True)
+class RunNumerics:
+    """How one run computes on this machine, decided once (:func:`run_numerics`) before anything is built, and
+    used by the runner (:func:`harness.train.runner.build`: the trainer's accelerator and precision, the
+    model's routing path), the Lightning module (:class:`harness.train.lit.LitLM`: compile, CUDA's defaults)
+    and the environment record (:func:`environment_record`): none of them works it out again.
+
+    Attributes:
+        accelerator: the resolved Lightning accelerator (``cpu``, ``gpu``, ``cuda``, ``mps``).
+        device_type: the torch device type (``cpu``, ``cuda``, ``mps``).
+        precision: the concrete Lightning precision (``32-true``, ``bf16-mixed``...).
+        compiled: whether the forward runs compiled (:data:`~harness.train.compiled.INNER_BACKEND`).
+        cuda_defaults: whether the run takes CUDA's defaults (on CUDA, or a CPU twin:
+            :func:`~harness.train.trainer.cuda_defaults`): fused AdamW, the deferred divergence check.
+        routing: the routing path (:data:`~harness.models.numerics.ROUTING_PATHS`).
+    """
+
+    accelerator: str
+    device_type: str
+    precision: str
+    compiled: bool
+    cuda_defaults: bool
+    routing: str
+
+    @property
+    def numerics(self) -> str:
+        """The numerics identifier of the run's training code (``two_phase/2``; :func:`~harness.models.numerics.numerics_id`)."""
+        return numerics_id(self.routing)
+
+    @property
+    def defaults_of(self) -> str:
+        """The device type whose defaults the run takes: ``cuda`` with CUDA's defaults, else its own."""
+        return "cuda" if self.cuda_defaults else self.device_type
+
+    @property
+    def hardware(self) -> str:
+        """The run's hardware class here (:func:`hardware_class`)."""
+        return hardware_class(self.device_type, self.precision, self.compiled)
+
+
+def run_numerics(config, settings: ExecutionSettings) -> RunNumerics:
+    """How the run ``config`` computes under ``settings`` on this machine (:class:`RunNumerics`), decided
+    once: what a worker needs to know a run's hardware class and numerics before it claims the run, and
+    what the runner builds the run with.
 
     Raises:
-        ValueError: a bad value in the grid's ``[train]`` table.
+        ValueError: a bad value in the grid's ``[train]`` table (a routing path among them).
     """
     settings = settings.for_run(config)
     accelerator = resolve_accelerator(settings.accelerator)
     device_type = _device_type(accelerator)
-    precision = resolve_precision(config.train_config().precision, accelerator)
-    defaults_of = "cuda" if cuda_defaults(device_type) else device_type  # as LitLM decides
-    return device_type, precision, resolve_compile(settings.compile, defaults_of)
+    defaults = cuda_defaults(device_type)
+    return RunNumerics(
+        accelerator=accelerator,
+        device_type=device_type,
+        precision=resolve_precision(config.train_config().precision, accelerator),
+        compiled=resolve_compile(settings.compile, "cuda" if defaults else device_type),
+        cuda_defaults=defaults,
+        routing=settings.routing,
+    )
 
 
 def run_class(config, settings: ExecutionSettings) -> str:
     """The hardware class the run ``config`` gets when trained here under ``settings``
     (:func:`run_numerics`, :func:`hardware_class`)."""
-    return hardware_class(*run_numerics(config, settings))
+    return run_numerics(config, settings).hardware
 
 
-def environment_record(device_type: str, precision: str, compiled: bool) -> dict:
+def environment_record(numerics: RunNumerics) -> dict:
     """The full environment record of one run (DESIGN section 13): :func:`machine_record` (cached) with the
-    run's numerics: ``{"hardware", ..., "run": {"device_type", "precision", "threads", "tf32_matmul",
-    "tf32_cudnn", "deterministic", "float32_matmul_precision", "compile": {"backend", "mode"}}}``; with
-    ``$HARNESS_HARDWARE_CLASS`` set, ``hardware_detected`` holds what this machine detected.
+    run's numerics: ``{"hardware", "numerics", ..., "run": {"device_type", "precision", "threads",
+    "tf32_matmul", "tf32_cudnn", "deterministic", "float32_matmul_precision", "compile": {"backend", "mode"},
+    "routing"}}``; with ``$HARNESS_HARDWARE_CLASS`` set, ``hardware_detected`` holds what this machine detected.
 
+    ``numerics`` is the training code's numerics identifier (:data:`RunNumerics.numerics`, ``two_phase/2``);
     ``threads`` is torch's intra-op CPU threads; ``compile.mode`` is ``default`` (the harness passes none).
     """
     record = dict(machine_record())
-    record["hardware"] = hardware_class(device_type, precision, compiled)
-    detected = detected_class(device_type, precision, compiled)
+    record["hardware"] = numerics.hardware
+    record["numerics"] = numerics.numerics
+    detected = detected_class(numerics.device_type, numerics.precision, numerics.compiled)
     if detected != record["hardware"]:
         record["hardware_detected"] = detected
     record["run"] = {
-        "device_type": device_type,
-        "precision": precision,
+        "device_type": numerics.device_type,
+        "precision": numerics.precision,
         "threads": torch.get_num_threads(),
         "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
         "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "compile": {"backend": INNER_BACKEND, "mode": "default"} if compiled else None,
+        "compile": {"backend": INNER_BACKEND, "mode": "default"} if numerics.compiled else None,
+        "routing": numerics.routing,
     }
     return record
 
@@ -278,6 +334,7 @@ __all__ = [
     "driver_version",
     "hardware_class",
     "detected_class",
+    "RunNumerics",
     "run_numerics",
     "run_class",
     "environment_record",

@@ -2,7 +2,7 @@
 
 Built once from the command line (``harness run``, ``harness work``; ``harness launch`` passes
 its workers ``harness work`` arguments), merged with what the run's grid sets (``[train] compile``,
-``micro_batch_size``, ``loggers``: :data:`harness.design.train_table.EXECUTION_KEYS`) once, by
+``micro_batch_size``, ``loggers``, ``routing``: :data:`harness.design.train_table.EXECUTION_KEYS`) once, by
 :meth:`ExecutionSettings.for_run` when the run is built, and passed whole: the worker loop
 (:func:`harness.scheduling.workers.loop.work`) -> :func:`harness.train.runner.train_run` -> each
 child rank, serialised whole (:meth:`ExecutionSettings.to_json` / :meth:`ExecutionSettings.from_json`),
@@ -20,6 +20,8 @@ import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from harness.models.numerics import DEFAULT_ROUTING
 
 if TYPE_CHECKING:
     from harness.design.config import RunConfig
@@ -45,6 +47,10 @@ class ExecutionSettings:
         stop_after_tokens: checkpoint and stop after this many tokens (a planned stop), ``None``: no stop.
         compile: wrap the model in ``torch.compile`` (``True``, ``False``, ``auto``: on CUDA, not on a
             CPU, :func:`resolve_compile`); ``None``: the grid's ``[train] compile``, else ``auto``.
+        routing: how routing sites are computed, ``two_phase`` or ``per_site``
+            (:data:`harness.models.numerics.ROUTING_PATHS`: the same function, each path with its own numerics
+            revision, recorded per run); ``None``: the grid's ``[train] routing``, else
+            :data:`~harness.models.numerics.DEFAULT_ROUTING`.
     """
 
     progress: bool = True
@@ -57,6 +63,7 @@ class ExecutionSettings:
     threads: int = 0
     stop_after_tokens: int | None = None
     compile: bool | str | None = None
+    routing: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loggers", tuple(self.loggers))  # JSON gives a list back
@@ -72,8 +79,9 @@ class ExecutionSettings:
     def for_run(self, config: RunConfig) -> ExecutionSettings:
         """These settings for the run ``config``: the one place where the command line's settings and the
         ones its grid sets (:meth:`~harness.design.config.RunConfig.execution`) meet. A ``compile`` or
-        ``micro_batch_size`` left ``None`` here takes the grid's, else ``auto``; the loggers are the
-        grid's, then these. Applying it twice gives the same settings (a child rank applies it again).
+        ``micro_batch_size`` left ``None`` here takes the grid's, else ``auto``; a ``routing`` left ``None``
+        the grid's, else :data:`~harness.models.numerics.DEFAULT_ROUTING`; the loggers are the grid's, then
+        these. Applying it twice gives the same settings (a child rank applies it again).
 
         Raises:
             ValueError: a bad value in the grid's ``[train]`` table.
@@ -85,6 +93,7 @@ class ExecutionSettings:
             if self.micro_batch_size is None
             else self.micro_batch_size,
             loggers=tuple(dict.fromkeys((*grid.get("loggers", ()), *self.loggers))),
+            routing=grid.get("routing", DEFAULT_ROUTING) if self.routing is None else self.routing,
         )
 
     def to_json(self) -> str:

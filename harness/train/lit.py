@@ -44,6 +44,7 @@ import torch
 from harness.design.config import TrainConfig
 from harness.models.diagnostics import RoutingAccumulator, route_param_rows, route_param_snapshot
 from harness.train.compiled import CompiledForward
+from harness.train.environment import RunNumerics
 from harness.train.execution import resolve_compile
 from harness.train.loss import token_cross_entropy
 from harness.train.microbatch import micro_slices, probe_micro_batch, resolve_micro_batch
@@ -66,9 +67,19 @@ class LitLM(L.LightningModule):
             never in the loss, so they are never targeted and bits-per-byte is unchanged).
         log_every: record train metrics every this many steps.
         compile: wrap the model in ``torch.compile`` (``auto``: with CUDA's defaults,
-            :func:`~harness.train.execution.resolve_compile`); an execution setting.
+            :func:`~harness.train.execution.resolve_compile`); an execution setting. Left ``auto`` with
+            ``numerics``, which decides it.
         micro_batch_size: sequences per micro-batch on one rank, or ``auto`` (resolved at the fit's
             start, :mod:`harness.train.microbatch`); an execution setting.
+        numerics: how the run computes, as the runner decided it once
+            (:func:`harness.train.environment.run_numerics`): whether the forward is compiled and whether
+            the module takes CUDA's defaults (fused AdamW, the deferred divergence check); its routing path
+            must be the model's. ``None`` (a benchmark, a test): decided here from ``compile`` and the
+            device the module is on.
+
+    Raises:
+        ValueError: ``numerics`` with a ``compile`` other than ``auto``, or with another routing path than
+            the model's.
     """
 
     def __init__(
@@ -82,8 +93,16 @@ class LitLM(L.LightningModule):
         log_every: int = 10,
         compile: bool | str = "auto",
         micro_batch_size: int | str = "auto",
+        numerics: RunNumerics | None = None,
     ) -> None:
         super().__init__()
+        if numerics is not None:
+            if compile != "auto":
+                raise ValueError(f"compile={compile!r} with numerics: the run's numerics decide compile")
+            if getattr(model, "routing", numerics.routing) != numerics.routing:
+                raise ValueError(f"the model routes {model.routing}, the run's numerics {numerics.routing}")
+            compile = numerics.compiled
+        self.numerics = numerics
         self.automatic_optimization = False  # one optimiser step per global batch of micro-batches
         self.model = model
         self.model.validate_tokens = False  # ids come from the tokenizer that sized the vocabulary
@@ -139,8 +158,11 @@ class LitLM(L.LightningModule):
 
     @property
     def _defaults_of(self) -> str:
-        """The device type whose defaults this module takes: ``cuda`` on CUDA and in a CPU twin
+        """The device type whose defaults this module takes: the run's numerics' where given
+        (:attr:`~harness.train.environment.RunNumerics.defaults_of`), else ``cuda`` on CUDA and in a CPU twin
         (:func:`harness.train.trainer.cuda_defaults`), else the device's own."""
+        if self.numerics is not None:
+            return self.numerics.defaults_of
         return "cuda" if cuda_defaults(self.device.type) else self.device.type
 
     @property

@@ -84,7 +84,7 @@ def record_failure(
     rows), while the run's lease is held (:func:`harness.train.fencing.current`). Returns the path.
 
     With the worker's ``settings``, the file carries where the attempt ran like a finished run's
-    (``hardware`` and ``environment``, :func:`harness.train.environment.environment_record`: a failure
+    (``hardware``, ``numerics`` and ``environment``, :func:`harness.train.environment.environment_record`: a failure
     that happens on one machine only is then visible as such); a config whose numerics cannot be
     resolved (a bad ``[train]`` value, the likely cause of the failure) records none.
 
@@ -95,11 +95,15 @@ def record_failure(
     where = {}
     if settings is not None:
         try:
-            environment = environment_record(*run_numerics(config, settings))
+            environment = environment_record(run_numerics(config, settings))
         except ValueError:
             environment = None
         if environment is not None:
-            where = {"hardware": environment["hardware"], "environment": environment}
+            where = {
+                "hardware": environment["hardware"],
+                "numerics": environment["numerics"],
+                "environment": environment,
+            }
     result = {
         "run": run_row(
             config,

@@ -44,7 +44,7 @@ from harness.models.sizes import get_size
 from harness.store.runfile import result_end, write_result
 from harness.train import fencing
 from harness.train.checkpoint import checkpoint_dir, owner_dir, prepare_resume, resume_step, save_checkpoint
-from harness.train.environment import environment_record, run_numerics
+from harness.train.environment import RunNumerics, environment_record, run_numerics
 from harness.train.execution import ExecutionSettings
 from harness.train.fencing import Fence, LeaseLost
 from harness.train.lit import LitLM
@@ -70,7 +70,6 @@ from harness.train.trainer import (
     make_trainer,
     quiet_lightning,
     resolve_accelerator,
-    resolve_precision,
 )
 
 
@@ -142,12 +141,13 @@ def build(
     quiet_lightning()
     results_dir = Path(results_dir)
     settings = settings.for_run(config)  # the command line's settings with the grid's, merged once
+    numerics = run_numerics(config, settings)  # how the run computes here, decided once
     train, plan, prepared = _plan_and_corpus(config, results_dir, settings)
-    model, dm, lit = _model_and_modules(config, train, settings, plan, prepared, t_start)
-    accelerator = _accelerator(settings.accelerator)
-    precision = resolve_precision(train.precision, accelerator)
+    model, dm, lit = _model_and_modules(config, train, settings, numerics, plan, prepared, t_start)
+    accelerator, precision = numerics.accelerator, numerics.precision
+    enable_tf32(accelerator)  # on a GPU, float32 matmuls (outside bf16 autocast) use tensor cores
     protocol = _protocol(config, prepared, model, dm, precision)
-    environment = environment_record(*run_numerics(config, settings))  # after TF32: the flags as trained
+    environment = environment_record(numerics)  # after TF32: the flags as trained
     ckpt_dir = owner_dir(checkpoint_dir(results_dir, config.run_id), fence.epoch)
     callback = _callback(
         config,
@@ -232,13 +232,15 @@ def _model_and_modules(
     config: RunConfig,
     train,
     settings: ExecutionSettings,
+    numerics: RunNumerics,
     plan: StepPlan,
     prepared: PreparedCorpus,
     t_start: float,
 ) -> tuple:
-    """``(model, data module, Lightning module)`` of the run, compiled and split into micro-batches as
-    ``settings`` (merged with the grid's) say; the module's clock starts at ``t_start``."""
-    model = config.build_model(prepared)
+    """``(model, data module, Lightning module)`` of the run, on ``numerics``' routing path, compiled as
+    ``numerics`` decided and split into micro-batches as ``settings`` (merged with the grid's) say; the
+    module's clock starts at ``t_start``."""
+    model = config.build_model(prepared, routing=numerics.routing)
     context = get_size(config.size).context  # the preset's, as the step plan's
     dm = TokenDataModule(prepared, context, plan.batch_size, config.seed, train.eval_tokens)
     lit = LitLM(
@@ -248,18 +250,11 @@ def _model_and_modules(
         batch_tokens=plan.batch_tokens,
         token_bytes=torch.from_numpy(prepared.token_bytes()),
         log_every=plan.log_every,
-        compile=settings.compile,
         micro_batch_size=settings.micro_batch_size,
+        numerics=numerics,
     )
     lit.t_process_start = t_start  # a checkpoint's wall_s counts this segment from here
     return model, dm, lit
-
-
-def _accelerator(accelerator: str) -> str:
-    """The resolved accelerator; on a GPU, float32 matmuls (outside bf16 autocast) use tensor cores."""
-    accelerator = resolve_accelerator(accelerator)
-    enable_tf32(accelerator)
-    return accelerator
 
 
 def _callback(
@@ -417,6 +412,7 @@ def record(run: Run, fitted: Fitted) -> RunOutcome:
         started_at=run.started.isoformat(),
         finished_at=utc_now().isoformat(),
         hardware=run.environment["hardware"],
+        numerics=run.environment["numerics"],
         environment=run.environment,
         fence=run.fence,
     )

@@ -122,7 +122,7 @@ def test_the_bench_and_training_share_one_tf32_switch():
         assert trainer.enable_tf32("cuda") is True  # the bench's device.type on a GPU
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        runner._accelerator("gpu")  # training's path on a GPU
+        runner.enable_tf32("gpu")  # training's path on a GPU (runner.build, with its numerics' accelerator)
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old

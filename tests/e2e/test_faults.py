@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
+from harness.models.numerics import DEFAULT_ROUTING, numerics_id
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
 from harness.store.store import Store
@@ -138,6 +139,9 @@ def test_a_worker_whose_every_run_failed_exits_non_zero(tmp_path):
             run["environment"]["hardware"] == run["hardware"]
             and run["environment"]["run"]["device_type"] == "cpu"
         )
+        assert (
+            run["numerics"] == run["environment"]["numerics"] == numerics_id(DEFAULT_ROUTING)
+        )  # and which code
 
 
 # ----------------------------------------------------------------------------- the environment

@@ -1,8 +1,10 @@
 """harness retrain: a tiny real grid archived, then re-trained on the same machine, is bit-identical.
 
 2 variants x 2 seeds at the tiny preset on real text: queue -> work -> archive -> retrain (2 workers, the
-spawned-process path). On one machine the runs repeat bit for bit (DESIGN section 4), so the A/A answer is
-``bit-identical`` and every shift is exactly 0. A second call into the same folder reads the runs the
+spawned-process path). The grid trains per-site (``harness work --routing per_site``, as the committed factorial
+study did), so only its recorded numerics tell the re-training which path to take (DESIGN section 13). On one
+machine with the archive's numerics the runs repeat bit for bit (DESIGN section 4), so the A/A answer is
+``bit-identical`` and every shift is exactly 0; the outputs name the re-training commit, numerics and class. A second call into the same folder reads the runs the
 first re-trained instead of training them; the folder the grid was trained in (its results are the
 archived ones) and a corpus with other text (another protocol hash) are refused in one line, exit 2,
 before anything trains.
@@ -55,7 +57,7 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     grid.write_text(GRID.format(corpus=SAMPLE))
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
     harness("queue", str(grid), env=env)
-    harness("work", "--threads", "1", "--quiet", env=env)
+    harness("work", "--threads", "1", "--quiet", "--routing", "per_site", env=env)
     archive = tmp_path / "aa_tiny.tar.gz"
     harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
 
@@ -80,6 +82,7 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=env)
     assert "**Verdict: bit-identical" in out.stdout, out.stdout
     assert "re-training 4 runs" in out.stderr
+    assert "with the archive's numerics (per_site/1): the check compares machines" in out.stderr, out.stderr
     rows = list(csv.DictReader((tmp_path / "aa.csv").open()))
     runs = [r for r in rows if r["level"] == "run"]
     assert len(runs) == 4 and all(r["archived"] == r["new"] and float(r["shift"]) == 0.0 for r in runs)
@@ -90,6 +93,21 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     recorded = {json.loads(p.read_text())["run"]["hardware"] for p in (again / "runs").glob("*.json")}
     assert recorded == {data["machine"]["hardware"]} and {r["hardware"] for r in rows} == recorded
     assert f"hardware class {data['machine']['hardware']}." in out.stdout and "unknown" not in recorded
+    # ... and the commit and numerics: the archive's, re-trained on its path
+    new = [json.loads(p.read_text())["run"] for p in (again / "runs").glob("*.json")]
+    assert {r["numerics"] for r in new} == {"per_site/1"} and len({r["code_version"] for r in new}) == 1
+    machine = data["machine"]
+    assert (machine["numerics"], machine["archive_numerics"], machine["archive_numerics_used"]) == (
+        "per_site/1",
+        "per_site/1",
+        True,
+    )
+    assert machine["commit"] == new[0]["code_version"]
+    assert {(r["commit"], r["numerics"], r["archive_numerics"]) for r in rows} == {
+        (machine["commit"], "per_site/1", "per_site/1")
+    }
+    line = f"Re-trained by commit {machine['commit']} with numerics per_site/1, the archive's: the check compares machines."
+    assert line in out.stdout
     shared = (tmp_path / "aa.csv").read_text() + (tmp_path / "aa.json").read_text() + out.stdout
     assert str(tmp_path) not in shared and os.uname().nodename not in shared  # no path, no host name
 

@@ -23,10 +23,13 @@ PARENT = [3.10, 3.12, 3.08, 3.11, 3.09, 3.13, 3.07, 3.115]
 GAIN = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033, -0.029, -0.032]
 
 
-def write_folder(results, hardware, values: dict[str, list[float]] | None = None) -> None:
+def write_folder(
+    results, hardware, values: dict[str, list[float]] | None = None, numerics=lambda v, s: None, commit=None
+) -> None:
     """A results folder of parent, treatment and one control over 8 seeds (or ``values``: variant -> final NLL
     per seed); ``hardware(variant, seed)`` is the run's class, or None for a result file written before the
-    record (no ``hardware`` key)."""
+    record (no ``hardware`` key); ``numerics(variant, seed)`` its numerics (None: not recorded); ``commit``
+    its training commit (None: the synthetic frames')."""
     from harness.store.store import Store
 
     store = Store(results)
@@ -40,6 +43,10 @@ def write_folder(results, hardware, values: dict[str, list[float]] | None = None
         hw = hardware(run["variant"], run["seed"])
         if hw is not None:
             row |= {"hardware": hw, "environment": {"cpu": "AMD EPYC 7B13", "torch": "2.5.1"}}
+        if numerics(run["variant"], run["seed"]) is not None:
+            row["numerics"] = numerics(run["variant"], run["seed"])
+        if commit is not None:
+            row["code_version"] = commit
         metrics = [dict(step=100, tokens=run["budget_tokens"], split="val", name="nll", value=nll)]
         store.write_result({"run": row, "metrics": metrics, "routing": []})
 
@@ -72,8 +79,8 @@ def test_a_grid_half_on_each_class_gets_the_banner_and_the_variant_x_hardware_ta
     top = md[: md.index("## Verdict per cell")]
     assert top.count("Hardware:") == 1 and banner in top  # one line, at the top
     section = md[md.index("## Provenance: where the runs ran") : md.index("## Methods")]
-    assert f"| rd_attnres | 8 | {B} (5), {A} (3) | abc1234 (8) |" in section
-    assert f"| block_attnres | 8 | {A} (4), {B} (4) | abc1234 (8) |" in section
+    assert f"| rd_attnres | 8 | {B} (5), {A} (3) | unknown (8) | abc1234 (8) |" in section
+    assert f"| block_attnres | 8 | {A} (4), {B} (4) | unknown (8) | abc1234 (8) |" in section
     assert (
         f"| rd_attnres - block_attnres | small, 1M | {A}: 3 vs 4; {B}: 5 vs 4 | NO | 1 with the first on {B}, the "
         f"second on {A} | 1 (exact sign test on the straddling pairs) |"
@@ -120,7 +127,7 @@ def test_result_files_from_before_the_record_read_unknown(tmp_path, capsys):
     md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
     line = "Hardware: unknown. All 24 finished runs predate the hardware record (class 'unknown')"
     assert md.count("Hardware:") == 1 and line in md and line in out and escape(line) in html
-    assert "| rd_attnres | 8 | unknown (8) | abc1234 (8) |" in md
+    assert "| rd_attnres | 8 | unknown (8) | unknown (8) | abc1234 (8) |" in md
     assert set(table["hardware_classes"].to_list()) == {'{"unknown": [8, 8]}'}
     # the column is there, and 'unknown' (the ingest's word for no record): the store never guesses
     from harness.store.store import Store
@@ -139,7 +146,7 @@ def test_a_grid_continued_after_the_record_mixes_unknown_with_the_new_class(tmp_
         f"> Hardware: MIXED. The 24 finished runs ran on 2 hardware classes ({A} (12), unknown (12)) "
         "('unknown': written before the hardware record); 0 pair(s) straddle two classes"
     ) in top
-    assert f"| block_attnres | 8 | {A} (4), unknown (4) | abc1234 (8) |" in md
+    assert f"| block_attnres | 8 | {A} (4), unknown (4) | unknown (8) | abc1234 (8) |" in md
     assert [json.loads(x) for x in table["hardware_classes"]] == [{A: [4, 4], "unknown": [4, 4]}] * 3
 
 
@@ -184,3 +191,43 @@ def test_a_treatment_moved_on_one_class_is_named_first_and_a_two_pair_class_is_t
     )
     top = md[: md.index("## Verdict per cell")]
     assert "too few pairs to tell whether the hardware moved any comparison" in top
+
+
+def test_numerics_show_beside_hardware_and_a_mix_gets_a_banner_line(tmp_path, capsys):
+    """Seeds 0-3 trained with per_site/1, seeds 4-7 with two_phase/2, the treatment's seed 3 with two_phase/2:
+    one pair per comparison it is in straddles two numerics; the banner says so in one line, the table per
+    variant."""
+    write_folder(
+        tmp_path / "r",
+        lambda v, s: A,
+        numerics=lambda v, s: "two_phase/2" if s >= 4 or (v, s) == ("rd_attnres", 3) else "per_site/1",
+    )
+    md, html, _, _ = report(tmp_path / "r", tmp_path / "out", capsys)
+    top = md[: md.index("## Verdict per cell")]
+    line = (
+        "Numerics: MIXED. The 24 finished runs trained with 2 numerics (two_phase/2 (13), per_site/1 (11); read "
+        "from each result file, else implied by the run's training commit where known "
+        "(harness/models/numerics.py)); 2 pair(s) straddle two numerics"
+    )
+    assert f"> {line}" in top and "Hardware:" not in top  # one class: only the numerics banner
+    section = md[md.index("## Provenance: where the runs ran") : md.index("## Methods")]
+    assert line in section
+    assert f"| rd_attnres | 8 | {A} (8) | two_phase/2 (5), per_site/1 (3) | abc1234 (8) |" in section
+    assert f"| fixed_v | 8 | {A} (8) | per_site/1 (4), two_phase/2 (4) | abc1234 (8) |" in section
+    assert html.count("Numerics: MIXED.") == 2
+
+
+def test_runs_from_before_the_record_read_the_numerics_their_commit_implies(tmp_path, capsys):
+    """The committed factorial study's training commit implies per_site/1 (harness/models/numerics.py); another
+    commit implies nothing: 'unknown', never a guess."""
+    from harness.models.numerics import KNOWN_COMMITS
+
+    study = next(c for c, n in KNOWN_COMMITS.items() if n == "per_site/1")
+    write_folder(tmp_path / "known", lambda v, s: None, commit=study)
+    md, _, _, _ = report(tmp_path / "known", tmp_path / "out1", capsys)
+    assert "Numerics: one, all 24 finished runs trained with per_site/1 (" in md
+    assert f"| rd_attnres | 8 | unknown (8) | per_site/1 (8) | {study} (8) |" in md
+    write_folder(tmp_path / "other", lambda v, s: None, commit=study + "-dirty")
+    md, _, _, _ = report(tmp_path / "other", tmp_path / "out2", capsys)
+    assert "Numerics: unknown. All 24 finished runs predate the numerics record" in md
+    assert f"| rd_attnres | 8 | unknown (8) | unknown (8) | {study}-dirty (8) |" in md

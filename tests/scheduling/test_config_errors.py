@@ -41,6 +41,7 @@ WORK_BAD = {
     "--micro-batch-size": ["0", "x"],
     "--logger": ["nosuch"],
     "--corpus": ["/no/such/corpus"],
+    "--routing": ["fused"],
 }
 
 # Bad values of each option of `harness run` taking one (its good arguments: RUN_GOOD)
@@ -62,6 +63,7 @@ RUN_BAD = {
     "--threads": ["-1"],
     "--stop-after-tokens": ["0"],
     "--logger": ["nosuch"],
+    "--routing": ["fused"],
 }
 
 

@@ -20,12 +20,15 @@ from harness.cli import build_parser
 from harness.cli import main as cli
 from harness.commands.launch import _work_argv, _work_options  # the worker options a launch builds
 from harness.commands.status import status_lines
+from harness.models.numerics import DEFAULT_ROUTING, numerics_id
 from harness.scheduling.grids.grid import parse_grid
 from harness.scheduling.queue.hardware_pairs import (
     BIND_PREFIX,
     POLICY_ATTR,
     TRIAL_ATTR,
     PairGate,
+    pair_key,
+    same_key,
     seed_key,
     set_policy,
 )
@@ -36,6 +39,9 @@ from harness.train.environment import HARDWARE_CLASS_ENV
 from queue_stubs import configs
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
+NUMERICS = numerics_id(DEFAULT_ROUTING)  # what a worker trains with unless --routing says otherwise
+KEY_A, KEY_B = pair_key("class-a", NUMERICS), pair_key("class-b", NUMERICS)
+_VARIANTS = ("block_attnres", "rd_attnres")  # the grid's
 
 GRID = """\
 name = "hw"
@@ -100,7 +106,9 @@ def test_same_keeps_each_pair_on_one_class_and_status_names_what_waits(queued, m
     capsys.readouterr()
     _work(results, "class-b", monkeypatch)  # seed 1 whole; seed 0's treatment is held for class-a
     out = capsys.readouterr().out
-    assert "nothing queued for this worker's hardware class: 1 run(s) wait for class-a" in out, out
+    assert (
+        f"nothing queued for this worker's hardware class and numerics: 1 run(s) wait for {KEY_A}" in out
+    ), out
     assert _classes_by_seed(results) == {
         0: {"block_attnres": "class-a"},
         1: {"block_attnres": "class-b", "rd_attnres": "class-b"},
@@ -111,21 +119,21 @@ def test_same_keeps_each_pair_on_one_class_and_status_names_what_waits(queued, m
     assert runs[held].state == "queued" and runs[held].attempt == 1  # never claimed: no attempt spent
     lines = status_lines(queue, "hw", 60.0)
     at = lines.index(
-        next(ln for ln in lines if ln.startswith("waiting for hardware class class-a: 1 run(s)"))
+        next(ln for ln in lines if ln.startswith(f"waiting for hardware class {KEY_A}: 1 run(s)"))
     )
     assert lines[at + 1] == f"  {held}"
     # the trials record the class their worker had; the study the seeds' bindings
     attrs = queue.storage.get_study_user_attrs(queue.study_of("hw"))
     assert attrs[POLICY_ATTR] == "same"
     assert {k: v for k, v in attrs.items() if k.startswith(BIND_PREFIX)} == {
-        BIND_PREFIX + "tiny:2048:0": "class-a",
-        BIND_PREFIX + "tiny:2048:1": "class-b",
+        BIND_PREFIX + "tiny:2048:0": KEY_A,
+        BIND_PREFIX + "tiny:2048:1": KEY_B,
     }
     done = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in runs.items() if r.state == "done"}
     assert done == {
-        "hw:tiny:block_attnres:s0:2048": "class-a",
-        "hw:tiny:block_attnres:s1:2048": "class-b",
-        "hw:tiny:rd_attnres:s1:2048": "class-b",
+        "hw:tiny:block_attnres:s0:2048": KEY_A,
+        "hw:tiny:block_attnres:s1:2048": KEY_B,
+        "hw:tiny:rd_attnres:s1:2048": KEY_B,
     }
     # a worker of the seed's class takes it: no pair straddles two classes
     _work(results, "class-a", monkeypatch)
@@ -134,6 +142,38 @@ def test_same_keeps_each_pair_on_one_class_and_status_names_what_waits(queued, m
     assert not any(
         ln.startswith("waiting for hardware") for ln in status_lines(RunQueue.open(None, results), "hw", 60.0)
     )
+
+
+def _numerics_by_seed(results: Path) -> dict[int, dict[str, str]]:
+    """``{seed: {variant: numerics}}`` from the result files."""
+    out: dict[int, dict[str, str]] = defaultdict(dict)
+    for path in (results / "runs").glob("*.json"):
+        run = read_result(path)["run"]
+        out[run["seed"]][run["variant"]] = run["numerics"]
+    return dict(out)
+
+
+@pytest.mark.slow
+def test_same_keeps_each_pair_on_one_numerics_on_one_class(queued, monkeypatch, capsys):
+    """Two workers of one class, one training per-site (an older code's numerics, as a grid whose workers are
+    upgraded midway has): a seed bound by one never gets a run of the other's numerics."""
+    results = queued("")  # the default, same
+    _work(results, "class-a", monkeypatch, "--max-runs", "1")  # seed 0's parent, two-phase
+    capsys.readouterr()
+    _work(results, "class-a", monkeypatch, "--routing", "per_site")  # seed 1 whole; seed 0's treatment held
+    out = capsys.readouterr().out
+    assert f"1 run(s) wait for {KEY_A}, where" in out, out
+    per_site = numerics_id("per_site")
+    assert _numerics_by_seed(results) == {
+        0: {"block_attnres": NUMERICS},
+        1: dict.fromkeys(_VARIANTS, per_site),
+    }
+    lines = status_lines(RunQueue.open(None, results), "hw", 60.0)
+    assert any(ln.startswith(f"waiting for hardware class {KEY_A}: 1 run(s)") for ln in lines), lines
+    _work(results, "class-a", monkeypatch)  # a two-phase worker takes it
+    assert _numerics_by_seed(results)[0] == dict.fromkeys(_VARIANTS, NUMERICS)
+    # the result files carry one class: the pairing held on the numerics alone
+    assert {hw for seeds in _classes_by_seed(results).values() for hw in seeds.values()} == {"class-a"}
 
 
 @pytest.mark.slow
@@ -233,6 +273,27 @@ def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_p
         "g:tiny:block_attnres:s1:1000": "class-b",
         "g:tiny:rd_attnres:s1:1000": "class-b",
     }
+
+
+def test_a_binding_from_before_the_numerics_compares_the_class_only(tmp_path):
+    """A seed bound by a worker of older code holds its class alone (which numerics its first run had, the queue
+    cannot tell): a worker of that class takes the seed's other runs whatever its numerics, another class's
+    worker does not; a new binding holds both."""
+    assert pair_key("class-a", "per_site/1") == "class-a + numerics per_site/1"
+    assert same_key("class-a", pair_key("class-a", "two_phase/2"))
+    assert not same_key("class-a", pair_key("class-b", "two_phase/2"))
+    assert not same_key(pair_key("class-a", "per_site/1"), pair_key("class-a", "two_phase/2"))
+    adder = RunQueue.open(None, tmp_path)
+    adder.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")))
+    study = adder.study_of("g")
+    set_policy(adder.storage, study, "same")
+    adder.storage.set_study_user_attr(study, BIND_PREFIX + "tiny:1000:0", "class-a")  # as older code bound it
+    b = RunQueue.open(None, tmp_path)
+    b.pairs = PairGate(lambda c: pair_key("class-b", "two_phase/2"))
+    assert _drain(b) == [] and set(b.pairs.held.values()) == {"class-a"}
+    a = RunQueue.open(None, tmp_path)
+    a.pairs = PairGate(lambda c: pair_key("class-a", "two_phase/2"))
+    assert _drain(a) == ["g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"]
 
 
 def test_launch_passes_any_hardware_to_its_workers(tmp_path):

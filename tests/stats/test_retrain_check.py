@@ -35,7 +35,6 @@ from harness.report.stats.retrain_check import (
     mean_interval,
     redraw_ratio,
     retrain_check,
-    retrained_by,
     tost,
 )
 
@@ -306,22 +305,3 @@ def test_a_contrast_whose_interval_alone_excludes_0_is_named():
         arch, _nudged(arch, 8, 0.001, np.random.default_rng(2)), grid_contrasts(ROLES, FACTORIAL)
     )
     assert "Alone" not in render_text(calm, MACHINE, "x.tar.gz")
-
-
-def test_what_retrained_the_runs_is_read_from_their_environment_records():
-    env = {"code_version": "abc1234", "numerics": "two_phase/1", "hardware": "cpu-x/fp32/torch2/eager"}
-    assert retrained_by([env, env]) == {
-        "commit": "abc1234",
-        "numerics": "two_phase/1",
-        "hardware": "cpu-x/fp32/torch2/eager",
-    }
-    old = {"code_version": "abc1234-dirty", "hardware": "cpu-x/fp32/torch2/eager"}  # before the numerics key
-    got = retrained_by([env, old, old, None])
-    assert got["commit"] == "abc1234-dirty (2 runs), abc1234 (1 run), unknown (1 run)"
-    assert got["numerics"] == "unknown (3 runs), two_phase/1 (1 run)"
-    text = render_text(
-        retrain_check(_archive(), _archive(), grid_contrasts(ROLES)),
-        MACHINE | retrained_by([env]),
-        "x.tar.gz",
-    )
-    assert "training commit abc1234, numerics two_phase/1, hardware class cpu-x/fp32/torch2/eager." in text

@@ -25,6 +25,7 @@ from test_db_store import make_result
 
 from harness.cli import main as cli_main
 from harness.design.config import RunConfig
+from harness.models.numerics import DEFAULT_ROUTING, numerics_id
 from harness.store.runfile import read_result, result_path
 from harness.store.store import Store
 from harness.train import environment, train_run
@@ -105,7 +106,9 @@ def test_result_file_and_runs_row_carry_the_record_read_once_per_process(trained
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "compile": None,
+            "routing": DEFAULT_ROUTING,
         }
+        assert run["numerics"] == env["numerics"] == numerics_id(DEFAULT_ROUTING)  # two_phase/N
         text = json.dumps(env)
         host = socket.gethostname()
         assert f'"{host}"' not in text and str(Path.home()) not in text and str(results) not in text
@@ -128,12 +131,14 @@ def test_result_file_and_runs_row_carry_the_record_read_once_per_process(trained
     con = duckdb.connect(str(results / "harness.duckdb"), read_only=True)
     try:
         rows = con.execute("select variant, hardware, count(*) from runs group by all order by 1").fetchall()
+        numerics = con.execute("select distinct numerics from runs").fetchall()
         stored = con.execute("select environment from runs limit 1").fetchone()[0]
     finally:
         con.close()
     classes = {read_result(result_path(results, c.run_id))["run"]["hardware"] for c in configs}
     assert len(classes) == 1 and rows == [(c.variant, *classes, 1) for c in configs]
     assert json.loads(stored)["hardware"] in classes
+    assert numerics == [(numerics_id(DEFAULT_ROUTING),)]
 
 
 def _leaves(value):
@@ -193,6 +198,8 @@ def test_old_result_files_and_old_databases_read_hardware_unknown(tmp_path):
     path.write_text(json.dumps(raw))
     assert read_result(path)["run"]["hardware"] == "unknown"
     assert store.query("select hardware, environment from runs")["hardware"].to_list() == ["unknown"]
+    # numerics not recorded: NULL, which the report reads as the commit implies (harness.models.numerics)
+    assert store.query("select numerics from runs")["numerics"].to_list() == [None]
     # a database made before the columns: its rows read 'unknown' once the schema adds them
     con = duckdb.connect(str(store.db_path))
     try:

@@ -32,6 +32,7 @@ def test_every_field_survives_the_json_a_child_rank_reads():
         threads=3,
         stop_after_tokens=4096,
         compile=True,
+        routing="per_site",
     )
     assert all(getattr(settings, f.name) != f.default for f in dataclasses.fields(settings))  # none default
     assert ExecutionSettings.from_json(settings.to_json()) == settings  # loggers: a JSON list back to a tuple

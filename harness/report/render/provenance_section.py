@@ -1,6 +1,7 @@
 """The report's provenance (DESIGN section 13), computed by :mod:`harness.report.stats.provenance`: where the runs
-ran and with which code, the one-line hardware banner at the top of a grid that mixes hardware classes, and
-its variant x hardware check. It prints hardware class keys and commits only: never a host name or a path.
+ran and with which code (commits and numerics), the one-line banners at the top of a grid that mixes hardware
+classes or numerics, and its variant x hardware check. It prints hardware class keys, numerics identifiers and
+commits only: never a host name or a path.
 
 What the tests find comes first and in words: a detected disagreement opens the banner, before any count;
 where no test detects one, the line says what the tests could have detected (their MDEs) and which
@@ -105,10 +106,35 @@ def hardware_line(stats: ReportStats) -> str:
     )
 
 
+def numerics_line(prov: Provenance) -> str:
+    """The grid's numerics (the training code's numerics revisions, harness/models/numerics.py) in one line."""
+    how = (
+        "read from each result file, else implied by the run's training commit where known "
+        "(harness/models/numerics.py)"
+    )
+    if [n for n, _ in prov.numerics] == [UNKNOWN]:
+        return (
+            f"Numerics: unknown. All {prov.runs} finished runs predate the numerics record and no training "
+            "commit of theirs is known to imply one (harness/models/numerics.py)."
+        )
+    if len(prov.numerics) == 1:
+        return f"Numerics: one, all {prov.runs} finished runs trained with {prov.numerics[0][0]} ({how})."
+    return (
+        f"Numerics: MIXED. The {prov.runs} finished runs trained with {len(prov.numerics)} numerics "
+        f"({_classes_text(prov.numerics)}; {how}); {prov.numerics_straddling} pair(s) straddle two numerics: "
+        "their paired differences carry a code change, as a pair straddling two hardware classes carries the machines'."
+    )
+
+
 def banner(stats: ReportStats) -> list[Block]:
-    """The one line at the top of a report whose runs mix hardware classes (nothing otherwise)."""
+    """The lines at the top of a report whose runs mix hardware classes or numerics (nothing otherwise)."""
     prov = stats.provenance
-    return [Para(hardware_line(stats), "warn")] if prov is not None and prov.mixed else []
+    if prov is None:
+        return []
+    out = [Para(hardware_line(stats), "warn")] if prov.mixed else []
+    if prov.numerics_mixed:
+        out.append(Para(numerics_line(prov), "warn"))
+    return out
 
 
 def blocks(stats: ReportStats) -> list[Block]:
@@ -121,10 +147,23 @@ def blocks(stats: ReportStats) -> list[Block]:
     out: list[Block] = [
         Heading(2, "Provenance: where the runs ran"),
         Para(hardware_line(stats), "warn" if prov.mixed else ""),
+        *([Para(numerics_line(prov), "warn" if prov.numerics_mixed else "")] if prov.numerics else []),
         Table(
-            ("variant", "finished runs", "hardware classes (runs)", "training commits (runs)"),
+            (
+                "variant",
+                "finished runs",
+                "hardware classes (runs)",
+                "numerics (runs)",
+                "training commits (runs)",
+            ),
             tuple(
-                (v.variant, str(v.runs), _classes_text(v.classes), _classes_text(v.commits))
+                (
+                    v.variant,
+                    str(v.runs),
+                    _classes_text(v.classes),
+                    _classes_text(v.numerics),
+                    _classes_text(v.commits),
+                )
                 for v in prov.variants
             ),
         ),
@@ -277,4 +316,4 @@ def _within(prov: Provenance) -> list[Block]:
     ]
 
 
-__all__ = ["banner", "blocks", "hardware_line"]
+__all__ = ["banner", "blocks", "hardware_line", "numerics_line"]

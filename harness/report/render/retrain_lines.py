@@ -2,7 +2,7 @@
 
 Reads only a :class:`harness.report.stats.retrain_check.RetrainCheck` and the machine record the command gives
 (CPU model, cores, torch, workers, threads, and what re-trained the runs: training commit, numerics revision
-and hardware class, from their result files): no absolute path and no host name is written. The words follow
+and hardware class, from their result files; the archive's numerics and whether the runs re-trained with them: :func:`harness.scheduling.retrain.identity`): no absolute path and no host name is written. The words follow
 the check's verdict and never claim more than its evidence (DESIGN section 13): a non-rejection is stated with
 the bias the pairs exclude, not as "no bias".
 """
@@ -62,6 +62,7 @@ CSV_COLUMNS = (
     "smallest_effect",
     "commit",
     "numerics",
+    "archive_numerics",
 )  # the first 22 as before this check said what it excludes (add, never rename)
 
 
@@ -264,6 +265,17 @@ def _over(x: float, unit: float) -> float:
     return x / unit if math.isfinite(unit) and unit > 0 else math.nan
 
 
+def identity_line(machine: dict) -> str:
+    """Whether the runs re-trained with the archive's numerics, and so what the check measures (DESIGN 13)."""
+    archive = machine.get("archive_numerics", UNKNOWN)
+    if machine.get("archive_numerics_used"):
+        return f"The archive's numerics ({archive}) re-trained every run: the check compares machines."
+    return (
+        f"The archive's numerics are {archive}, and not every run re-trained with its own (unknown, or a revision "
+        "this code no longer has): the check measures code plus machine."
+    )
+
+
 def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
     """The Markdown text ``harness retrain`` prints (and a study commits beside its report)."""
     eff = check.smallest_effect
@@ -274,6 +286,7 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
         f"on {machine['cpu_model']} ({machine['cpu_cores']} cores), "
         f"torch {machine['torch']}, {machine['workers']} workers x {machine['threads_per_worker']} threads; "
         f"{_class_line(machine)}.",
+        identity_line(machine),
         f"Units: nats/token; `/sd` = in units of the seed sd (a run: its variant's NLL sd across the archive's "
         f"seeds; a pair: the sd of the contrast's archived paired differences); `/eff` = in units of the "
         f"smallest effect the study reports, {eff:.4f} nats/token ({check.smallest_effect_source}).",
@@ -320,7 +333,7 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
 def render_csv(check: RetrainCheck, machine: dict) -> str:
     """One row per run, per (contrast, seed) and per contrast (``level`` = run / pair / contrast), each with
     the verdict, the machine's CPU model, torch and threads and what re-trained the runs (commit, numerics,
-    hardware class) (:data:`CSV_COLUMNS`)."""
+    hardware class, the archive's numerics) (:data:`CSV_COLUMNS`)."""
     base = {
         "verdict": check.verdict,
         "cpu_model": machine["cpu_model"],
@@ -330,6 +343,7 @@ def render_csv(check: RetrainCheck, machine: dict) -> str:
         "smallest_effect": check.smallest_effect,
         "commit": machine.get("commit", UNKNOWN),
         "numerics": machine.get("numerics", UNKNOWN),
+        "archive_numerics": machine.get("archive_numerics", UNKNOWN),
     }
     rows = [
         {
@@ -412,4 +426,4 @@ def _no_nan(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-__all__ = ["CSV_COLUMNS", "render_csv", "render_json", "render_text", "verdict_sentence"]
+__all__ = ["CSV_COLUMNS", "identity_line", "render_csv", "render_json", "render_text", "verdict_sentence"]

@@ -9,9 +9,15 @@ paired difference, and a comparison whose two variants sit on the classes in dif
 (*imbalanced*) lets a class effect bias its mean. A class is a name only: every row that is not a class
 (the straddling pairs) is marked by a field, never by a name a class could also have.
 
+A run's *numerics* is the training code's numerics identifier (``runs.numerics``: ``two_phase/2``,
+``per_site/1``; code that re-rounds a run is provenance too, :mod:`harness.models.numerics`). A run written
+before it was recorded reads as its training commit implies where that is known
+(:func:`harness.models.numerics.implied_numerics`), else :data:`UNKNOWN`.
+
 Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` runs are left out):
 
-* per variant: its classes and commits (``runs.code_version``, ``-dirty`` kept) with run counts;
+* per variant: its classes, numerics and commits (``runs.code_version``, ``-dirty`` kept) with run counts;
+  over the grid, its numerics and the pairs whose two runs trained with different numerics;
 * per comparison and cell, the **balance**: the class x variant table of its paired runs, *balanced* when
   every class holds as many of the first variant's paired runs as of the second's (a class's offset then
   cancels in the mean paired difference). Only a straddling pair can unbalance it (a pair on one class
@@ -60,6 +66,7 @@ import polars as pl
 import scipy.optimize
 import scipy.stats
 
+from harness.models.numerics import run_numerics_of
 from harness.report.stats import decisions as dec
 from harness.report.stats import paired_tests as paired
 from harness.report.stats.floors import ZERO_SPREAD_NATS
@@ -97,12 +104,14 @@ def not_redecidable(n: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class VariantProvenance:
-    """One variant's finished runs: ``classes`` and ``commits`` as ``(name, runs)``, most runs first."""
+    """One variant's finished runs: ``classes``, ``commits`` and ``numerics`` as ``(name, runs)``, most runs
+    first."""
 
     variant: str
     runs: int
     classes: tuple[tuple[str, int], ...]
     commits: tuple[tuple[str, int], ...]
+    numerics: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +242,8 @@ class Provenance:
     ``classes``: ``(class, runs)`` over the grid, most first. ``largest``: the largest class where the
     grid mixes classes, else None. ``within``: every verdict re-decided within it; ``within_note``: why
     that could not be done, if so. ``alpha``, ``power``: the plan's (the agreement tests' level, the power
-    an MDE and a re-decision are judged at).
+    an MDE and a re-decision are judged at). ``numerics``: ``(numerics, runs)`` over the grid, most first;
+    ``numerics_straddling``: the pairs (of the checked comparisons) whose two runs differ in numerics.
     """
 
     runs: int
@@ -247,10 +257,16 @@ class Provenance:
     within_note: str = ""
     alpha: float = 0.05
     power: float = 0.8
+    numerics: tuple[tuple[str, int], ...] = ()
+    numerics_straddling: int = 0
 
     @property
     def mixed(self) -> bool:
         return len(self.classes) > 1
+
+    @property
+    def numerics_mixed(self) -> bool:
+        return len(self.numerics) > 1
 
     @property
     def all_unknown(self) -> bool:
@@ -271,6 +287,17 @@ def hardware_by_run(runs: pl.DataFrame) -> dict[str, str]:
     if "hardware" not in runs.columns:
         return dict.fromkeys(runs["run_id"].to_list(), UNKNOWN)
     return {rid: (hw or UNKNOWN) for rid, hw in runs.select("run_id", "hardware").iter_rows()}
+
+
+def numerics_by_run(runs: pl.DataFrame) -> dict[str, str]:
+    """``run_id -> numerics``: ``runs.numerics`` where recorded, else what ``runs.code_version`` implies
+    (:func:`harness.models.numerics.run_numerics_of`), else :data:`UNKNOWN`."""
+    recorded = runs["numerics"].to_list() if "numerics" in runs.columns else [None] * runs.height
+    commits = runs["code_version"].to_list() if "code_version" in runs.columns else [None] * runs.height
+    return {
+        rid: run_numerics_of(num, cv)
+        for rid, num, cv in zip(runs["run_id"].to_list(), recorded, commits, strict=True)
+    }
 
 
 def _counts(values) -> tuple[tuple[str, int], ...]:
@@ -740,6 +767,7 @@ def grid_provenance(
             re-decision within the largest class.
     """
     hw = hardware_by_run(runs)
+    num = numerics_by_run(runs)
     commit = (
         {rid: (cv or UNKNOWN) for rid, cv in runs.select("run_id", "code_version").iter_rows()}
         if "code_version" in runs.columns
@@ -755,10 +783,12 @@ def grid_provenance(
             len(ids),
             _counts(hw.get(r, UNKNOWN) for r in ids),
             _counts(commit.get(r, UNKNOWN) for r in ids),
+            _counts(num.get(r, UNKNOWN) for r in ids),
         )
         for v, ids in sorted(ids_of.items())
     )
     classes = _counts(hw.get(r, UNKNOWN) for ids in ids_of.values() for r in ids)
+    numerics = _counts(num.get(r, UNKNOWN) for ids in ids_of.values() for r in ids)
     groups: dict[tuple[str, str, int], list] = {}
     for p in stats.pairs:
         groups.setdefault((p.comparison, p.size, p.budget_tokens), []).append(p)
@@ -778,10 +808,17 @@ def grid_provenance(
         for p in groups[k]
         if hw.get(p.run_first, UNKNOWN) != hw.get(p.run_second, UNKNOWN)
     )
-    alpha, power = stats.plan.alpha, stats.plan.power
-    prov = Provenance(
-        sum(n for _, n in classes), classes, variants, balance, straddling, (), alpha=alpha, power=power
+    numerics_straddling = sum(
+        num.get(p.run_first, UNKNOWN) != num.get(p.run_second, UNKNOWN) for k in keys for p in groups[k]
     )
+    alpha, power = stats.plan.alpha, stats.plan.power
+    lineage = {
+        "numerics": numerics,
+        "numerics_straddling": numerics_straddling,
+        "alpha": alpha,
+        "power": power,
+    }
+    prov = Provenance(sum(n for _, n in classes), classes, variants, balance, straddling, (), **lineage)
     if not prov.mixed:
         return prov
     by_class = {
@@ -796,7 +833,7 @@ def grid_provenance(
     largest = classes[0][0]
     within, note = within_class(stats, largest, decide) if decide is not None else ((), "")
     return Provenance(
-        prov.runs, classes, variants, balance, straddling, checks, largest, within, note, alpha, power
+        prov.runs, classes, variants, balance, straddling, checks, largest, within, note, **lineage
     )
 
 
@@ -835,6 +872,7 @@ __all__ = [
     "not_redecidable",
     "orientation_test",
     "redecision_power",
+    "numerics_by_run",
     "welch_anova",
     "within_class",
     "within_status",

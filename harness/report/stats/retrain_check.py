@@ -53,7 +53,6 @@ resolved, no plan), step 4 is skipped and the words say so.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -490,25 +489,6 @@ def _contrast_shifts(
     return pairs, out
 
 
-def retrained_by(environments: list[dict | None]) -> dict[str, str]:
-    """What re-trained the runs, from their result files' ``environment`` records (DESIGN 13): ``commit``
-    (the record's ``code_version``, ``-dirty`` kept), ``numerics`` (the numerics revision) and ``hardware``
-    (the hardware class), each the one value, or ``"A (3 runs), B (1 run)"`` when the runs differ, most
-    first; :data:`UNKNOWN` where a record (or its key) is missing. No path or host name is read."""
-    out = {}
-    for key, field in (("commit", "code_version"), ("numerics", "numerics"), ("hardware", "hardware")):
-        values = Counter(str((env or {}).get(field) or UNKNOWN) for env in environments)
-        ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
-        out[key] = (
-            ranked[0][0]
-            if len(ranked) == 1
-            else ", ".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in ranked)
-            if ranked
-            else UNKNOWN
-        )
-    return out
-
-
 __all__ = [
     "BIAS",
     "BIT_IDENTICAL",
@@ -528,7 +508,6 @@ __all__ = [
     "mean_interval",
     "redraw_ratio",
     "retrain_check",
-    "retrained_by",
     "smallest_effect",
     "tost",
 ]

@@ -1,13 +1,16 @@
-"""Pairs on one hardware class: a grid's ``[schedule] pair_hardware`` (DESIGN section 13).
+"""Pairs on one hardware class and numerics: a grid's ``[schedule] pair_hardware`` (DESIGN section 13).
 
 A paired difference cancels what its two runs share: data order, initial weights, and the rounding of the
-machine they ran on. Two runs of one seed on two hardware classes (:mod:`harness.train.environment`) do not
-share the rounding: at the study's scale another CPU partly re-draws a run, and a precision or kernel that
-treats variants differently biases the difference. So with ``pair_hardware = "same"`` (the default) the first
-run of a seed that a worker claims *binds* the seed (size, budget, seed) to that worker's class, and every
-other run of the seed is claimed only by a worker of that class; ``"any"`` claims anywhere. ``harness work
---any-hardware`` overrides the binding for one worker (the report's provenance section then shows the pair
-straddling two classes).
+machine and code they ran with. Two runs of one seed on two hardware classes (:mod:`harness.train.environment`)
+or two numerics revisions (:mod:`harness.models.numerics`: two-phase vs per-site routing, or code that
+re-rounds) do not share the rounding: at the study's scale that partly re-draws a run, and a precision or
+kernel that treats variants differently biases the difference. So with ``pair_hardware = "same"`` (the
+default) the first run of a seed that a worker claims *binds* the seed (size, budget, seed) to that worker's
+key (:func:`pair_key`: its class and numerics), and every other run of the seed is claimed only by a worker of
+that key; ``"any"`` claims anywhere. ``harness work --any-hardware`` overrides the binding for one worker (the
+report's provenance section then shows the pair straddling two classes). A binding written before the key
+held the numerics (a class alone) compares the class only (:func:`same_key`): which numerics its first run
+had, the queue cannot tell.
 
 Where it is kept: the grid's Optuna study user attributes: :data:`POLICY_ATTR` (set by ``harness queue``)
 and one :data:`BIND_PREFIX` ``SIZE:BUDGET:SEED`` attribute per seed (set once, under a lock, by the first
@@ -32,8 +35,24 @@ from harness.scheduling.queue.trials import config_of
 POLICY_ATTR = "pair_hardware"
 #: Prefix of the study user attribute binding one seed (``SIZE:BUDGET:SEED``) to a hardware class.
 BIND_PREFIX = "pair_hardware:"
-#: Trial user attribute: the class of the worker that claimed the trial.
+#: Trial user attribute: the key (:func:`pair_key`) of the worker that claimed the trial.
 TRIAL_ATTR = "hardware"
+#: Between the hardware class and the numerics identifier in a key (:func:`pair_key`).
+NUMERICS_SEP = " + numerics "
+
+
+def pair_key(hardware: str, numerics: str) -> str:
+    """What ``pair_hardware = "same"`` compares: ``CLASS + numerics NUMERICS``, e.g.
+    ``cpu-amd-epyc-avx512/fp32/torch2.13.0/eager + numerics two_phase/2`` (the hardware class of
+    :func:`harness.train.environment.hardware_class` and the numerics identifier of
+    :func:`harness.models.numerics.numerics_id`)."""
+    return f"{hardware}{NUMERICS_SEP}{numerics}"
+
+
+def same_key(bound: str, mine: str) -> bool:
+    """Whether a worker of key ``mine`` may take a run of a seed bound to ``bound``: the same key, or, for a
+    binding written before keys held the numerics (a class alone), the same class."""
+    return bound == (mine if NUMERICS_SEP in bound else mine.partition(NUMERICS_SEP)[0])
 
 
 def seed_key(run_id: str) -> str:
@@ -64,12 +83,12 @@ class PairGate:
     """A worker's check, before it takes a waiting trial, that the trial may run on its hardware class.
 
     Args:
-        classify: ``classify(config) -> class``: the class this worker gives the run
-            (:func:`harness.train.environment.run_class` with the worker's settings).
+        classify: ``classify(config) -> key``: the key this worker gives the run (:func:`pair_key` of its
+            hardware class and numerics, :func:`harness.train.environment.run_numerics` with the worker's settings).
         anywhere: ``harness work --any-hardware``: bind seeds as usual but never hold a run back.
 
     Attributes:
-        held: ``{run_id: class}`` of the runs the last claim left waiting for another class.
+        held: ``{run_id: key}`` of the runs the last claim left waiting for another key.
     """
 
     classify: Callable[[RunConfig], str]
@@ -114,15 +133,15 @@ class PairGate:
                 if bound is None:
                     storage.set_study_user_attr(t.study_id, key, mine)
                     attrs[key] = bound = mine
-        if bound != mine and policy_of(attrs) == "same" and not self.anywhere:
+        if not same_key(bound, mine) and policy_of(attrs) == "same" and not self.anywhere:
             self.held[t.run_id] = bound
             return False, mine
         return True, mine
 
 
 def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, int]) -> dict[str, list[str]]:
-    """``{class: [run ids]}`` of queued runs of ``pair_hardware = "same"`` grids whose seed is bound to a
-    class that no running attempt's worker has (read from the trials' :data:`TRIAL_ATTR`).
+    """``{key: [run ids]}`` of queued runs of ``pair_hardware = "same"`` grids whose seed is bound to a
+    key (:func:`pair_key`) that no running attempt's worker has (read from the trials' :data:`TRIAL_ATTR`).
 
     Args:
         runs: ``{run_id: RunState}`` (:meth:`harness.scheduling.queue.run_queue.QueueReader.runs`).
@@ -144,7 +163,11 @@ def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, 
             attrs_of[r.grid] = storage.get_study_user_attrs(study_ids[r.grid])
         attrs = attrs_of[r.grid]
         bound = attrs.get(BIND_PREFIX + seed_key(r.run_id))
-        if policy_of(attrs) == "same" and bound is not None and bound not in live:
+        if (
+            policy_of(attrs) == "same"
+            and bound is not None
+            and not any(same_key(bound, k) for k in live if k)
+        ):
             out.setdefault(bound, []).append(r.run_id)
     return out
 
@@ -155,6 +178,9 @@ __all__ = [
     "POLICY_ATTR",
     "BIND_PREFIX",
     "TRIAL_ATTR",
+    "NUMERICS_SEP",
+    "pair_key",
+    "same_key",
     "seed_key",
     "set_policy",
     "policy_of",

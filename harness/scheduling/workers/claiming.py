@@ -79,14 +79,15 @@ def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: Orph
 
 
 def _held_line(queue) -> str | None:
-    """What the last claim left waiting for another hardware class (a grid's ``[schedule] pair_hardware =
-    "same"``, :mod:`harness.scheduling.queue.hardware_pairs`), or ``None`` when nothing was held."""
+    """What the last claim left waiting for another hardware class or numerics (a grid's ``[schedule]
+    pair_hardware = "same"``, :mod:`harness.scheduling.queue.hardware_pairs`), or ``None`` when nothing was held."""
     pairs = getattr(queue, "pairs", None)  # a stand-in queue has no hardware gate
     if pairs is None or not pairs.held:
         return None
     classes = ", ".join(sorted(set(pairs.held.values())))
     return (
-        f"nothing queued for this worker's hardware class: {len(pairs.held)} run(s) wait for {classes}, where "
+        f"nothing queued for this worker's hardware class and numerics: {len(pairs.held)} run(s) wait for "
+        f"{classes}, where "
         "their seed's other runs trained (`harness work --any-hardware` takes them)"
     )
 
