@@ -55,7 +55,15 @@ def first_look_archive(archive: Path, out: Path) -> Path:
     results = {run_id: data for run_id, data in a.results.items() if json.loads(data)["run"]["seed"] < first}
     queue = [r for r in a.queue if int(r["config"]["seed"]) < first]
     grid_toml = a.members.get("grid.toml")
-    write_archive(out, grid=a.grid, results=results, queue=queue, code=a.archived_by, grid_toml=grid_toml)
+    write_archive(
+        out,
+        grid=a.grid,
+        results=results,
+        queue=queue,
+        code=a.archived_by,
+        grid_toml=grid_toml,
+        corpus=a.corpus,
+    )
     return out
 
 

@@ -363,9 +363,9 @@ def _check_corpus(path: Path, manifest: dict, results: dict[str, bytes]) -> None
     Raises:
         ArchiveError: a result file records another fingerprint (one line naming both).
     """
-    if "corpus" not in manifest:  # version 1: the corpus is read from the result files themselves
+    if not manifest.get("corpus"):  # version 1 (read from the result files), or a hub corpus / not known
         return
-    listed = (manifest["corpus"] or {}).get("fingerprint")
+    listed = manifest["corpus"].get("fingerprint")
     for run_id, data in results.items():
         config = json.loads(data)["run"].get("config") or {}
         recorded = ((config.get("protocol") or {}).get("data") or {}).get("fingerprint")
