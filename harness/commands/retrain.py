@@ -20,7 +20,8 @@ excluded), a bias (a contrast's mean shift is not 0), perturbed (moved far less 
 redrawn. It names the training commit, numerics and hardware class the re-trained runs' result files
 record, and the archive's numerics. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
 check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
-(no path, no host name). Exit 0 whatever the verdict.
+(no path, no host name); both are checked before anything trains (a folder, an unwritable place, the archive
+itself or one file for both is refused in one line). Exit 0 whatever the verdict.
 
 example:
   harness retrain reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
@@ -31,9 +32,13 @@ example:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
+
+from harness.commands.options import output_file
+from harness.common.files import check_output_file
 
 
 def _seeds(text: str) -> list[int]:
@@ -78,16 +83,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="train nothing: report on the chosen runs already re-trained into --results (a check cut short)",
     )
     parser.add_argument(
-        "--csv", type=Path, default=None, metavar="FILE", help="also write the numbers as CSV"
+        "--csv", type=output_file, default=None, metavar="FILE", help="also write the numbers as CSV"
     )
     parser.add_argument(
-        "--json", type=Path, default=None, metavar="FILE", help="also write the numbers as JSON"
+        "--json", type=output_file, default=None, metavar="FILE", help="also write the numbers as JSON"
     )
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    import os
-
     if args.pairs < 2:
         raise ValueError(f"--pairs {args.pairs}: expected at least 2 (a mean shift needs an interval)")
     if args.workers < 1:
@@ -99,9 +102,26 @@ def _check_args(args: argparse.Namespace) -> None:
         )
     if args.corpus is not None and not Path(args.corpus).exists():
         raise FileNotFoundError(f"--corpus {args.corpus!r} does not exist")
-    for out in (args.csv, args.json):
-        if out is not None and not out.parent.is_dir():
-            raise FileNotFoundError(f"{out}: its folder {str(out.parent)!r} does not exist")
+    _check_outputs(args)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output file (--csv, --json) that could not be written, before anything trains (a check of
+    hours would be lost at its end): a folder, a file where one of its folders would be, an unwritable
+    folder, the archive itself, or both options naming one file. Nothing is created.
+
+    Raises:
+        ValueError / PermissionError: one line naming the option and the path.
+    """
+    outputs = [
+        (option, path) for option, path in (("--csv", args.csv), ("--json", args.json)) if path is not None
+    ]
+    for option, path in outputs:
+        check_output_file(path, option)
+        if os.path.abspath(path) == os.path.abspath(args.file):
+            raise ValueError(f"{option} {path}: is the archive FILE; give another file")
+    if len(outputs) == 2 and os.path.abspath(args.csv) == os.path.abspath(args.json):
+        raise ValueError(f"--csv and --json both name {args.csv}; give two files")
 
 
 def main(args: argparse.Namespace) -> int:

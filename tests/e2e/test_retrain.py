@@ -6,8 +6,8 @@ study did), so only its recorded numerics tell the re-training which path to tak
 machine with the archive's numerics the runs repeat bit for bit (DESIGN section 4), so the A/A answer is
 ``bit-identical`` and every shift is exactly 0; the outputs name the re-training commit, numerics and class. A second call into the same folder reads the runs the
 first re-trained instead of training them; the folder the grid was trained in (its results are the
-archived ones) and a corpus with other text (another protocol hash) are refused in one line, exit 2,
-before anything trains.
+archived ones), a corpus with other text (another protocol hash) and an output file that could not be
+written (--csv, --json) are refused in one line, exit 2, before anything trains.
 
     python -m pytest -q tests/e2e/test_retrain.py
 """
@@ -219,3 +219,41 @@ def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_wha
     assert len(commits) == 1 and len(numerics) == 1 and data["machine"]["commit"] == commits.pop()
     line = f"training commit {data['machine']['commit']}, numerics {numerics.pop()}, hardware class "
     assert line in out.stdout and data["machine"]["commit"] != "unknown"
+
+
+@pytest.mark.parametrize(
+    "outputs, words",
+    [
+        (["--json", "{tmp}/a_folder"], "--json {tmp}/a_folder: is a folder"),
+        (["--csv", "{tmp}/a_folder"], "--csv {tmp}/a_folder: is a folder"),
+        (["--csv", "{tmp}/a_file/aa.csv"], "--csv {tmp}/a_file/aa.csv: {tmp}/a_file is a file"),
+        (["--json", ""], "argument --json: '': an empty path"),
+        (["--csv", "{tmp}/aa.txt", "--json", "{tmp}/aa.txt"], "--csv and --json both name {tmp}/aa.txt"),
+        (["--json", "{tmp}/study.tar.gz"], "--json {tmp}/study.tar.gz: is the archive FILE"),
+    ],
+)
+@pytest.mark.parametrize("report_only", [False, True])
+def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
+    tmp_path, capsys, outputs, words, report_only
+):
+    """Every output path (--csv, --json) is checked before anything is read, built or trained: a bad one is one
+    line naming the option, exit 2, nothing created or changed (a check of hours is not lost at its end). Without
+    --corpus (and with --report-only) the code before this check went on to other work and failed for another
+    reason, or trained."""
+    from harness.cli import main as cli
+    from tests.fstree import unchanged
+
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("not a folder\n")
+    shutil.copy(STUDY, tmp_path / "study.tar.gz")
+    args = [a.format(tmp=tmp_path) for a in outputs]
+    extra = ["--report-only"] if report_only else []
+    argv = ["retrain", str(tmp_path / "study.tar.gz"), "--pairs", "2", "--results", str(tmp_path / "aa")]
+    with unchanged(tmp_path):
+        try:
+            code = cli([*argv, *args, *extra])
+        except SystemExit as exc:  # argparse's refusal of an option's value
+            code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and words.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert "Traceback" not in err
