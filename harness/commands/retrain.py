@@ -18,7 +18,10 @@ units of the seed sd and of the smallest effect. The answer is one of: bit-ident
 the archived one exactly), too few pairs to tell (under 3 pairs, or a bias of the smallest effect not
 excluded), a bias (a contrast's mean shift is not 0), perturbed (moved far less than new draws) or
 redrawn. It names the training commit, numerics and hardware class the re-trained runs' result files
-record, and the archive's numerics. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
+record, and the archive's numerics. While runs train, each shows its progress on stderr as `harness work` does
+(which run, tokens, tok/s, ETA: a bar on a terminal no other worker shares, else a line per 10 % of its budget
+and at least one a minute; $HARNESS_PROGRESS=lines|off; --quiet: none), from every worker process, and a line
+when it ends. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
 check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
 (no path, no host name); both are checked before anything trains (a folder, an unwritable place, the archive
 itself or one file for both is refused in one line). Exit 0 whatever the verdict.
@@ -38,6 +41,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import output_file
+from harness.common import console
 from harness.common.files import check_output_file
 
 
@@ -78,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads per worker (0 = torch's default; use cores / workers)",
     )
     parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress within runs (else as `harness work`: $HARNESS_PROGRESS)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="train nothing: report on the chosen runs already re-trained into --results (a check cut short)",
@@ -103,6 +112,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.corpus is not None and not Path(args.corpus).exists():
         raise FileNotFoundError(f"--corpus {args.corpus!r} does not exist")
     _check_outputs(args)
+    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -213,7 +223,14 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
     todo = [r for r in chosen if r.config.run_id not in earlier]
     trained = {
         n.run_id: n
-        for n in rt.retrain(todo, args.results, workers=args.workers, threads=args.threads, on_done=say)
+        for n in rt.retrain(
+            todo,
+            args.results,
+            workers=args.workers,
+            threads=args.threads,
+            progress=not args.quiet,
+            on_done=say,
+        )
     }
     new = [earlier.get(r.config.run_id) or trained[r.config.run_id] for r in chosen]
     failed = [n for n in new if n.status != "done" or n.val_nll is None]

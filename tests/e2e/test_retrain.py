@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,10 @@ eval_every_tokens = 2048
 [analysis]
 min_effect_nats = 0.02
 """
+
+
+#: a progress line of a run (harness/train/progress.py), as `harness work` prints it off a terminal
+PROGRESS_LINE = re.compile(r"^\[(\w+ s\d+)\] +\d+% [\d,]+/[\d,]+ tokens, [\d,]+ tok/s, ETA ", re.MULTILINE)
 
 
 def harness(*args, env, code=0):
@@ -79,8 +84,14 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     refused = harness(*args[:-2], env=env, code=2)  # no --corpus: the archive holds no path to find it by
     assert "fineweb_edu_sample (fingerprint" in refused.stderr and "pass --corpus PATH" in refused.stderr
     assert not again.exists()
-    out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=env)
+    lines = {
+        **env,
+        "HARNESS_PROGRESS": "lines",
+    }  # progress as `harness work` logs it, from both worker processes
+    out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=lines)
     assert "**Verdict: bit-identical" in out.stdout, out.stdout
+    shown = {m.group(1) for m in PROGRESS_LINE.finditer(out.stderr)}
+    assert shown == {f"{v} s{s}" for v in ("block_attnres", "rd_attnres") for s in (0, 1)}, out.stderr
     assert "re-training 4 runs" in out.stderr
     assert "with the archive's numerics (per_site/1): the check compares machines" in out.stderr, out.stderr
     rows = list(csv.DictReader((tmp_path / "aa.csv").open()))
@@ -107,7 +118,9 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
         (machine["commit"], "per_site/1", "per_site/1")
     }
     assert f"training commit {machine['commit']}, numerics per_site/1, hardware class " in out.stdout
-    assert "The archive's numerics (per_site/1) re-trained every run: the check compares machines." in out.stdout
+    assert (
+        "The archive's numerics (per_site/1) re-trained every run: the check compares machines." in out.stdout
+    )
     shared = (tmp_path / "aa.csv").read_text() + (tmp_path / "aa.json").read_text() + out.stdout
     assert str(tmp_path) not in shared and os.uname().nodename not in shared  # no path, no host name
 
@@ -257,3 +270,38 @@ def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
     err = capsys.readouterr().err
     assert code == 2 and words.format(tmp=tmp_path) in err and err.count("\n") == 1, err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow  # trains 4 tiny runs three times
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
+def test_retrain_shows_each_runs_progress_as_work_does(tmp_path):
+    """On a terminal of its own `harness retrain` draws each run's bar (tqdm, redrawn with carriage returns),
+    as `harness work` does; --quiet shows none. Lines off a terminal, from 2 worker processes: the first test."""
+    from tests.train.test_progress_display import Terminal, read_until
+
+    grid = tmp_path / "aa_tiny.toml"
+    grid.write_text(GRID.format(corpus=SAMPLE))
+    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
+    harness("queue", str(grid), env=env)
+    harness("work", "--threads", "1", "--quiet", env=env)
+    archive = tmp_path / "aa_tiny.tar.gz"
+    harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
+    args = ["retrain", str(archive), "--pairs", "2", "--threads", "1", "--corpus", str(SAMPLE)]
+
+    term = Terminal()
+    try:
+        auto = {k: v for k, v in env.items() if k != "HARNESS_PROGRESS"}
+        proc = term.start([sys.executable, "-m", "harness", *args, "--results", str(tmp_path / "bar")], auto)
+        out = read_until(term.master, proc, lambda text: False)
+        assert proc.wait(timeout=600) == 0, out[-3000:]
+    finally:
+        term.close()
+    bars = set(re.findall(r"(\w+ s\d): +\d+%", out))
+    assert bars == {f"{v} s{s}" for v in ("block_attnres", "rd_attnres") for s in (0, 1)}, out[-3000:]
+    assert "\r" in out.replace("\r\n", "\n") and not PROGRESS_LINE.search(out), out[-3000:]
+
+    quiet = harness(
+        *args, "--results", str(tmp_path / "quiet"), "--quiet", env={**env, "HARNESS_PROGRESS": "lines"}
+    )
+    assert "re-training 4 runs" in quiet.stderr and not PROGRESS_LINE.search(quiet.stderr), quiet.stderr
+    assert "**Verdict: bit-identical" in quiet.stdout
