@@ -24,6 +24,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fstree import unchanged
+from test_progress_display import Terminal, read_until  # tests/ and its folders are on sys.path under pytest
+
+from harness.cli import main as cli
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 GRID = """
@@ -253,9 +257,6 @@ def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
     line naming the option, exit 2, nothing created or changed (a check of hours is not lost at its end). Without
     --corpus (and with --report-only) the code before this check went on to other work and failed for another
     reason, or trained."""
-    from harness.cli import main as cli
-    from tests.fstree import unchanged
-
     (tmp_path / "a_folder").mkdir()
     (tmp_path / "a_file").write_text("not a folder\n")
     shutil.copy(STUDY, tmp_path / "study.tar.gz")
@@ -277,8 +278,6 @@ def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
 def test_retrain_shows_each_runs_progress_as_work_does(tmp_path):
     """On a terminal of its own `harness retrain` draws each run's bar (tqdm, redrawn with carriage returns),
     as `harness work` does; --quiet shows none. Lines off a terminal, from 2 worker processes: the first test."""
-    from tests.train.test_progress_display import Terminal, read_until
-
     grid = tmp_path / "aa_tiny.toml"
     grid.write_text(GRID.format(corpus=SAMPLE))
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}

@@ -7,10 +7,12 @@ final NLLs, so every verdict is known). CPU only, a few seconds:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fstree import unchanged
 
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan
@@ -21,8 +23,10 @@ from harness.report.stats import decisions as dec
 from harness.report.stats.analysis import analyze
 from harness.report.stats.looks import look_text
 from harness.report.stats.topup import CellSeeds, cell_open, plan_topup
+from harness.scheduling.grids.plan_seeds import check_plan_seeds
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
+from harness.store.archive import read_archive, write_archive
 from harness.store.store import Store
 
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
@@ -355,11 +359,6 @@ def test_queue_after_the_alpha_is_spent_refuses_seeds_past_max_seeds_and_notes_s
     looks[-1] pairs only), and refuses a cell past max_seeds in one line, nothing written; so does `harness
     import` of an archive whose queue holds more seeds than its plan allows, and a new grid whose own seeds
     exceed it."""
-    import json
-
-    from harness.store.archive import read_archive, write_archive
-    from tests.fstree import unchanged
-
     extra = EXTRA.format(looks="looks = [3, 5]\nmax_seeds = 6")
     results = _queued_and_trained(tmp_path, "looks = [3, 5]\nmax_seeds = 6")
     assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0
@@ -421,8 +420,6 @@ def test_queue_after_the_alpha_is_spent_refuses_seeds_past_max_seeds_and_notes_s
 
 
 def test_plan_seeds_counts_every_seed_of_a_cell_and_notes_only_new_seeds_past_the_last_look():
-    from harness.scheduling.grids.plan_seeds import check_plan_seeds
-
     plan = {"max_seeds": 10, "looks": [3, 5]}
     held = [("tiny", 1024, s) for s in (0, 1, 2, 3, 4, 5)]  # seed 5 past the last look already
     assert check_plan_seeds("g", plan, held, held) == []  # nothing new: nothing said
