@@ -8,7 +8,8 @@ RESULTS/grids/NAME.toml when an import wrote one), each run's protocol hash and 
 (separately), the corpus's document fingerprint and file name, and a manifest with every
 member's SHA-256; no checkpoints. Nothing in it names this machine: no absolute path (the
 corpus becomes corpus-sha256:<fingerprint>:<name>, the results folder RESULTS, the home
-folder ~), no host name or owner. Runs are in seed order (s2 before s10). Newly finished runs
+folder ~), no host name or owner; the grid TOML's corpus, a path relative to the TOML's folder
+or absolute, becomes that reference too. Runs are in seed order (s2 before s10). Newly finished runs
 are ingested first (as `harness report`). The same results give the same file, and an
 imported archive archived again is the same file byte for byte. `harness import FILE
 --results DIR [--corpus PATH]` restores it elsewhere: `harness report` then gives the same
@@ -166,6 +167,13 @@ def main(args: argparse.Namespace) -> int:
         )
     results = {r: store.result_path(r).read_bytes() for r in ids}
     stand_ins, corpus = _portability(args, results, queue or [])
+    if (
+        grid_toml is not None and corpus is not None
+    ):  # its corpus by content, whether its path was relative or not
+        from harness.corpus.spec import corpus_ref
+        from harness.scheduling.grids.edit import corpus_by_content
+
+        grid_toml = corpus_by_content(grid_toml, corpus_ref(corpus["fingerprint"], corpus["name"]))
     before = Path(args.results) / "grids" / f"{args.grid}.archive.json"
     try:
         manifest = write_archive(

@@ -5,7 +5,10 @@ the same grid twice adds nothing, and a grid with a new seed adds only the new r
 Failed runs are left alone unless --retry-failed. A run id (grid:size:variant:s<seed>:
 <budget>) names one config: changing a queued grid's [train] table is an error
 (rename the grid instead), and so is changing its [analysis] plan once any of its
-runs is queued: the plan is fixed before the runs. A grid's [schedule] pair_hardware = "same"
+runs is queued: the plan is fixed before the runs. So are seeds beyond the plan: a cell
+(size, budget) may hold at most its plan's max_seeds seeds (queued and new, `harness topup`'s
+included); more are refused, naming the cell. New seeds past the plan's last look (after
+`harness topup` said its alpha is spent) are queued with a note: they enter no test. A grid's [schedule] pair_hardware = "same"
 (the default) or "any" says whether both runs of a seed must train on one hardware class
 (docs/scaling-out.md); any other value is refused here, and queueing again may change it.
 
@@ -65,6 +68,7 @@ from pathlib import Path
 
 from harness.commands.options import add_storage, open_queue
 from harness.scheduling.grids.grid import check_plan_unchanged, load_grid, resolve_tuned
+from harness.scheduling.grids.plan_seeds import check_plan_seeds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.scheduling import tuning
 
     existing = open_queue(args)  # None before the first grid is queued here
+    notes = _plan_seeds(grid, existing)  # more seeds than the plan allows: refused before anything is read
     # an imported grid's TOML names its corpus by reference: the path the queue records (if any)
     corpus, source = grid.choose_corpus(args.corpus)
     if parse_ref(corpus or "") is not None:
@@ -152,7 +157,24 @@ def main(args: argparse.Namespace) -> int:
     if bound is not None:
         queue.bind_corpus(grid.name, bound.fingerprint, bound.name, bound.path)
     _say_queued(grid, configs, result, describe_storage(args.storage, args.results), args)
+    for note in notes if result.added else ():
+        print(note)
     return 0
+
+
+def _plan_seeds(grid, queue) -> list[str]:
+    """Refuse a grid whose cells would get more seeds than its analysis plan's ``max_seeds`` (the plan its
+    queued runs carry, else the grid's); the lines naming new seeds past the plan's last look
+    (:func:`harness.scheduling.grids.plan_seeds.check_plan_seeds`)."""
+    held = [r.config for r in queue.runs(grid.name).values()] if queue is not None else []
+    held = [c for c in held if c.tuned is None]
+    plan = next((c.analysis for c in held if c.analysis), None) or grid.analysis.as_config()
+    return check_plan_seeds(
+        grid.name,
+        plan,
+        [(c.size, c.budget_tokens, c.seed) for c in held],
+        [(c.size, c.budget_tokens, c.seed) for c in grid.cells()],
+    )
 
 
 def _checked_configs(grid, corpus: str | None, source: str) -> list:

@@ -5,11 +5,13 @@ one, a member whose SHA-256 differs from the manifest's, a result file whose pro
 not the one the manifest records: one line each, exit 2. Then checks the results folder (new
 or existing): the grid already there with other runs, a result file of the same run with other
 content, or the grid queued there with other runs or configs is a clash, refused with one
-line; the same runs, identical, are fine (importing twice adds nothing). Only then are the
+line; the same runs, identical, are fine (importing twice adds nothing). A queue view whose cell holds
+more seeds than its analysis plan's max_seeds is refused, as `harness queue` refuses such a grid. Only then are the
 result files staged in a temporary folder inside the results folder and moved into runs/, the
 runs added to the queue as they ended (done runs are not trained again; runs still queued in
 the archive are queued again), and the grid's TOML, if the archive holds one, written to
-RESULTS/grids/NAME.toml. Then `harness report --grid NAME` gives the archive's stats.csv, and
+RESULTS/grids/NAME.toml (its corpus named by content, corpus-sha256:<fingerprint>:<name>, where an
+older archive kept a path). Then `harness report --grid NAME` gives the archive's stats.csv, and
 `harness topup --grid NAME` + `harness work` add the next look's seeds.
 
 The corpus travels by content: the archive names it by its document fingerprint and file name,
@@ -113,6 +115,17 @@ def _move_in(archive, results: Path) -> int:
     return len(new)
 
 
+def _plan_seeds(archive) -> None:
+    """Refuse an archive whose queue gives a cell more seeds than its analysis plan's ``max_seeds``, as
+    `harness queue` refuses such a grid (:func:`harness.scheduling.grids.plan_seeds.check_plan_seeds`)."""
+    from harness.scheduling.grids.plan_seeds import check_plan_seeds
+
+    configs = [r["config"] for r in archive.queue if r["config"].get("tuned") is None]
+    if configs:
+        runs = [(c["size"], c["budget_tokens"], c["seed"]) for c in configs]
+        check_plan_seeds(archive.grid, configs[0].get("analysis") or {}, [], runs)
+
+
 def _corpus_here(archive, args: argparse.Namespace) -> str | None:
     """The absolute ``--corpus`` once its text has the archive's corpus fingerprint (``None`` without it).
 
@@ -145,6 +158,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.store.archive import GRID_TOML, read_archive
 
     archive = read_archive(args.archive)
+    _plan_seeds(archive)
     corpus_path = _corpus_here(archive, args)
     queue = open_queue(args)
     why = _clash(archive, args.results, queue)
@@ -206,12 +220,25 @@ def _write(archive, args: argparse.Namespace, queue, corpus_path: str | None) ->
             queue.bind_corpus(archive.grid, corpus["fingerprint"], corpus["name"], corpus_path)
     grids = args.results / "grids"
     if GRID_TOML in archive.members:
-        atomic_write(grids / f"{archive.grid}.toml", archive.members[GRID_TOML])
+        atomic_write(grids / f"{archive.grid}.toml", _grid_toml(archive))
     # what `harness archive` needs to give back this very file (its archiving code, when nothing changed)
     before = {"archived_by": archive.archived_by, "members": archive.manifest["members"]}
     atomic_write(grids / f"{archive.grid}.archive.json", json.dumps(before, indent=1).encode())
     Store(args.results).ingest()
     return moved, added
+
+
+def _grid_toml(archive) -> bytes:
+    """The archive's grid TOML, its corpus named by content where an older archive kept a path (a relative
+    one would be read from RESULTS/grids/, an absolute one names the writer's machine)."""
+    from harness.corpus.spec import corpus_ref
+    from harness.scheduling.grids.edit import corpus_by_content
+    from harness.store.archive import GRID_TOML
+
+    text, corpus = archive.members[GRID_TOML], archive.corpus
+    return (
+        text if corpus is None else corpus_by_content(text, corpus_ref(corpus["fingerprint"], corpus["name"]))
+    )
 
 
 def _commits(archive) -> str:

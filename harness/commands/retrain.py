@@ -18,9 +18,13 @@ units of the seed sd and of the smallest effect. The answer is one of: bit-ident
 the archived one exactly), too few pairs to tell (under 3 pairs, or a bias of the smallest effect not
 excluded), a bias (a contrast's mean shift is not 0), perturbed (moved far less than new draws) or
 redrawn. It names the training commit, numerics and hardware class the re-trained runs' result files
-record, and the archive's numerics. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
+record, and the archive's numerics. While runs train, each shows its progress on stderr as `harness work` does
+(which run, tokens, tok/s, ETA: a bar on a terminal no other worker shares, else a line per 10 % of its budget
+and at least one a minute; $HARNESS_PROGRESS=lines|off; --quiet: none), from every worker process, and a line
+when it ends. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
 check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
-(no path, no host name). Exit 0 whatever the verdict.
+(no path, no host name); both are checked before anything trains (a folder, an unwritable place, the archive
+itself or one file for both is refused in one line). Exit 0 whatever the verdict.
 
 example:
   harness retrain reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
@@ -31,9 +35,14 @@ example:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
+
+from harness.commands.options import output_file
+from harness.common import console
+from harness.common.files import check_output_file
 
 
 def _seeds(text: str) -> list[int]:
@@ -73,21 +82,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads per worker (0 = torch's default; use cores / workers)",
     )
     parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress within runs (else as `harness work`: $HARNESS_PROGRESS)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="train nothing: report on the chosen runs already re-trained into --results (a check cut short)",
     )
     parser.add_argument(
-        "--csv", type=Path, default=None, metavar="FILE", help="also write the numbers as CSV"
+        "--csv", type=output_file, default=None, metavar="FILE", help="also write the numbers as CSV"
     )
     parser.add_argument(
-        "--json", type=Path, default=None, metavar="FILE", help="also write the numbers as JSON"
+        "--json", type=output_file, default=None, metavar="FILE", help="also write the numbers as JSON"
     )
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    import os
-
     if args.pairs < 2:
         raise ValueError(f"--pairs {args.pairs}: expected at least 2 (a mean shift needs an interval)")
     if args.workers < 1:
@@ -99,9 +111,27 @@ def _check_args(args: argparse.Namespace) -> None:
         )
     if args.corpus is not None and not Path(args.corpus).exists():
         raise FileNotFoundError(f"--corpus {args.corpus!r} does not exist")
-    for out in (args.csv, args.json):
-        if out is not None and not out.parent.is_dir():
-            raise FileNotFoundError(f"{out}: its folder {str(out.parent)!r} does not exist")
+    _check_outputs(args)
+    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output file (--csv, --json) that could not be written, before anything trains (a check of
+    hours would be lost at its end): a folder, a file where one of its folders would be, an unwritable
+    folder, the archive itself, or both options naming one file. Nothing is created.
+
+    Raises:
+        ValueError / PermissionError: one line naming the option and the path.
+    """
+    outputs = [
+        (option, path) for option, path in (("--csv", args.csv), ("--json", args.json)) if path is not None
+    ]
+    for option, path in outputs:
+        check_output_file(path, option)
+        if os.path.abspath(path) == os.path.abspath(args.file):
+            raise ValueError(f"{option} {path}: is the archive FILE; give another file")
+    if len(outputs) == 2 and os.path.abspath(args.csv) == os.path.abspath(args.json):
+        raise ValueError(f"--csv and --json both name {args.csv}; give two files")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -193,7 +223,14 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
     todo = [r for r in chosen if r.config.run_id not in earlier]
     trained = {
         n.run_id: n
-        for n in rt.retrain(todo, args.results, workers=args.workers, threads=args.threads, on_done=say)
+        for n in rt.retrain(
+            todo,
+            args.results,
+            workers=args.workers,
+            threads=args.threads,
+            progress=not args.quiet,
+            on_done=say,
+        )
     }
     new = [earlier.get(r.config.run_id) or trained[r.config.run_id] for r in chosen]
     failed = [n for n in new if n.status != "done" or n.val_nll is None]

@@ -183,9 +183,10 @@ def check_protocols(runs: list[ArchivedRun], results_dir: str | Path) -> None:
             _build_and_check(run, Path(results_dir), _settings(run))
 
 
-def _settings(run: ArchivedRun) -> ExecutionSettings:
-    """How ``run`` is re-trained: quietly, on :func:`routing_for`'s path."""
-    return ExecutionSettings(progress=False, routing=routing_for(run))
+def _settings(run: ArchivedRun, progress: bool = False) -> ExecutionSettings:
+    """How ``run`` is re-trained: on :func:`routing_for`'s path, with ``harness work``'s progress display when
+    ``progress`` (:mod:`harness.train.progress`: a bar on a terminal of its own, else lines; ``$HARNESS_PROGRESS``)."""
+    return ExecutionSettings(progress=progress, routing=routing_for(run))
 
 
 def _retrain_one(payload: dict) -> RetrainedRun:
@@ -198,7 +199,7 @@ def _retrain_one(payload: dict) -> RetrainedRun:
         payload["numerics"],
     )
     t0 = time.perf_counter()
-    built = _build_and_check(run, Path(payload["results_dir"]), _settings(run))
+    built = _build_and_check(run, Path(payload["results_dir"]), _settings(run, payload["progress"]))
     outcome = record(built, fit(built))
     env = built.environment
     return RetrainedRun(
@@ -214,7 +215,13 @@ def _retrain_one(payload: dict) -> RetrainedRun:
 
 
 def retrain(
-    runs: list[ArchivedRun], results_dir: str | Path, *, workers: int = 1, threads: int = 0, on_done=None
+    runs: list[ArchivedRun],
+    results_dir: str | Path,
+    *,
+    workers: int = 1,
+    threads: int = 0,
+    progress: bool = False,
+    on_done=None,
 ) -> list[RetrainedRun]:
     """Train ``runs`` again into ``results_dir`` with their archived configs, ``workers`` at a time.
 
@@ -222,6 +229,9 @@ def retrain(
         workers: processes training at once (1: in this process; more: spawned processes, none forked
             from a process that already runs torch threads).
         threads: torch CPU threads per worker (0: torch's default).
+        progress: show each run's progress on stderr as ``harness work`` does (which run, tokens, tok/s, ETA;
+            a bar on a terminal no other process trains on, else lines; ``$HARNESS_PROGRESS``), from every
+            worker process.
         on_done: called with each :class:`RetrainedRun` as it finishes.
 
     Returns:
@@ -238,6 +248,7 @@ def retrain(
             "results_dir": str(Path(results_dir).resolve()),
             "threads": threads,
             "numerics": r.numerics,
+            "progress": progress,
         }
         for r in runs
     ]

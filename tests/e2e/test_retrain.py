@@ -6,8 +6,8 @@ study did), so only its recorded numerics tell the re-training which path to tak
 machine with the archive's numerics the runs repeat bit for bit (DESIGN section 4), so the A/A answer is
 ``bit-identical`` and every shift is exactly 0; the outputs name the re-training commit, numerics and class. A second call into the same folder reads the runs the
 first re-trained instead of training them; the folder the grid was trained in (its results are the
-archived ones) and a corpus with other text (another protocol hash) are refused in one line, exit 2,
-before anything trains.
+archived ones), a corpus with other text (another protocol hash) and an output file that could not be
+written (--csv, --json) are refused in one line, exit 2, before anything trains.
 
     python -m pytest -q tests/e2e/test_retrain.py
 """
@@ -17,12 +17,17 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fstree import unchanged
+from test_progress_display import Terminal, read_until  # tests/ and its folders are on sys.path under pytest
+
+from harness.cli import main as cli
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 GRID = """
@@ -42,6 +47,10 @@ eval_every_tokens = 2048
 [analysis]
 min_effect_nats = 0.02
 """
+
+
+#: a progress line of a run (harness/train/progress.py), as `harness work` prints it off a terminal
+PROGRESS_LINE = re.compile(r"^\[(\w+ s\d+)\] +\d+% [\d,]+/[\d,]+ tokens, [\d,]+ tok/s, ETA ", re.MULTILINE)
 
 
 def harness(*args, env, code=0):
@@ -79,8 +88,14 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     refused = harness(*args[:-2], env=env, code=2)  # no --corpus: the archive holds no path to find it by
     assert "fineweb_edu_sample (fingerprint" in refused.stderr and "pass --corpus PATH" in refused.stderr
     assert not again.exists()
-    out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=env)
+    lines = {
+        **env,
+        "HARNESS_PROGRESS": "lines",
+    }  # progress as `harness work` logs it, from both worker processes
+    out = harness(*args, "--csv", str(tmp_path / "aa.csv"), "--json", str(tmp_path / "aa.json"), env=lines)
     assert "**Verdict: bit-identical" in out.stdout, out.stdout
+    shown = {m.group(1) for m in PROGRESS_LINE.finditer(out.stderr)}
+    assert shown == {f"{v} s{s}" for v in ("block_attnres", "rd_attnres") for s in (0, 1)}, out.stderr
     assert "re-training 4 runs" in out.stderr
     assert "with the archive's numerics (per_site/1): the check compares machines" in out.stderr, out.stderr
     rows = list(csv.DictReader((tmp_path / "aa.csv").open()))
@@ -106,8 +121,10 @@ def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
     assert {(r["commit"], r["numerics"], r["archive_numerics"]) for r in rows} == {
         (machine["commit"], "per_site/1", "per_site/1")
     }
-    line = f"Re-trained by commit {machine['commit']} with numerics per_site/1, the archive's: the check compares machines."
-    assert line in out.stdout
+    assert f"training commit {machine['commit']}, numerics per_site/1, hardware class " in out.stdout
+    assert (
+        "The archive's numerics (per_site/1) re-trained every run: the check compares machines." in out.stdout
+    )
     shared = (tmp_path / "aa.csv").read_text() + (tmp_path / "aa.json").read_text() + out.stdout
     assert str(tmp_path) not in shared and os.uname().nodename not in shared  # no path, no host name
 
@@ -219,3 +236,71 @@ def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_wha
     assert len(commits) == 1 and len(numerics) == 1 and data["machine"]["commit"] == commits.pop()
     line = f"training commit {data['machine']['commit']}, numerics {numerics.pop()}, hardware class "
     assert line in out.stdout and data["machine"]["commit"] != "unknown"
+
+
+@pytest.mark.parametrize(
+    "outputs, words",
+    [
+        (["--json", "{tmp}/a_folder"], "--json {tmp}/a_folder: is a folder"),
+        (["--csv", "{tmp}/a_folder"], "--csv {tmp}/a_folder: is a folder"),
+        (["--csv", "{tmp}/a_file/aa.csv"], "--csv {tmp}/a_file/aa.csv: {tmp}/a_file is a file"),
+        (["--json", ""], "argument --json: '': an empty path"),
+        (["--csv", "{tmp}/aa.txt", "--json", "{tmp}/aa.txt"], "--csv and --json both name {tmp}/aa.txt"),
+        (["--json", "{tmp}/study.tar.gz"], "--json {tmp}/study.tar.gz: is the archive FILE"),
+    ],
+)
+@pytest.mark.parametrize("report_only", [False, True])
+def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
+    tmp_path, capsys, outputs, words, report_only
+):
+    """Every output path (--csv, --json) is checked before anything is read, built or trained: a bad one is one
+    line naming the option, exit 2, nothing created or changed (a check of hours is not lost at its end). Without
+    --corpus (and with --report-only) the code before this check went on to other work and failed for another
+    reason, or trained."""
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("not a folder\n")
+    shutil.copy(STUDY, tmp_path / "study.tar.gz")
+    args = [a.format(tmp=tmp_path) for a in outputs]
+    extra = ["--report-only"] if report_only else []
+    argv = ["retrain", str(tmp_path / "study.tar.gz"), "--pairs", "2", "--results", str(tmp_path / "aa")]
+    with unchanged(tmp_path):
+        try:
+            code = cli([*argv, *args, *extra])
+        except SystemExit as exc:  # argparse's refusal of an option's value
+            code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and words.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # trains 4 tiny runs three times
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
+def test_retrain_shows_each_runs_progress_as_work_does(tmp_path):
+    """On a terminal of its own `harness retrain` draws each run's bar (tqdm, redrawn with carriage returns),
+    as `harness work` does; --quiet shows none. Lines off a terminal, from 2 worker processes: the first test."""
+    grid = tmp_path / "aa_tiny.toml"
+    grid.write_text(GRID.format(corpus=SAMPLE))
+    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
+    harness("queue", str(grid), env=env)
+    harness("work", "--threads", "1", "--quiet", env=env)
+    archive = tmp_path / "aa_tiny.tar.gz"
+    harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
+    args = ["retrain", str(archive), "--pairs", "2", "--threads", "1", "--corpus", str(SAMPLE)]
+
+    term = Terminal()
+    try:
+        auto = {k: v for k, v in env.items() if k != "HARNESS_PROGRESS"}
+        proc = term.start([sys.executable, "-m", "harness", *args, "--results", str(tmp_path / "bar")], auto)
+        out = read_until(term.master, proc, lambda text: False)
+        assert proc.wait(timeout=600) == 0, out[-3000:]
+    finally:
+        term.close()
+    bars = set(re.findall(r"(\w+ s\d): +\d+%", out))
+    assert bars == {f"{v} s{s}" for v in ("block_attnres", "rd_attnres") for s in (0, 1)}, out[-3000:]
+    assert "\r" in out.replace("\r\n", "\n") and not PROGRESS_LINE.search(out), out[-3000:]
+
+    quiet = harness(
+        *args, "--results", str(tmp_path / "quiet"), "--quiet", env={**env, "HARNESS_PROGRESS": "lines"}
+    )
+    assert "re-training 4 runs" in quiet.stderr and not PROGRESS_LINE.search(quiet.stderr), quiet.stderr
+    assert "**Verdict: bit-identical" in quiet.stdout

@@ -7,10 +7,12 @@ final NLLs, so every verdict is known). CPU only, a few seconds:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fstree import unchanged
 
 from harness.cli import main as cli
 from harness.design.analysis_plan import AnalysisPlan
@@ -21,8 +23,10 @@ from harness.report.stats import decisions as dec
 from harness.report.stats.analysis import analyze
 from harness.report.stats.looks import look_text
 from harness.report.stats.topup import CellSeeds, cell_open, plan_topup
+from harness.scheduling.grids.plan_seeds import check_plan_seeds
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
+from harness.store.archive import read_archive, write_archive
 from harness.store.store import Store
 
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
@@ -345,3 +349,88 @@ def test_topup_command_errors_are_one_line(tmp_path, capsys):
     assert "\n" not in err and "no runs of grid 'nope' in the results store; grids there: seq" in err
     assert cli(["topup", "--grid", "seq", "--results", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_queue_after_the_alpha_is_spent_refuses_seeds_past_max_seeds_and_notes_seeds_past_the_last_look(
+    tmp_path, capsys
+):
+    """Issue 61: once topup says the plan's alpha is spent, `harness queue` of the grid with more seeds
+    queues seeds past the last look with one line saying they enter no test (the report tests the first
+    looks[-1] pairs only), and refuses a cell past max_seeds in one line, nothing written; so does `harness
+    import` of an archive whose queue holds more seeds than its plan allows, and a new grid whose own seeds
+    exceed it."""
+    extra = EXTRA.format(looks="looks = [3, 5]\nmax_seeds = 6")
+    results = _queued_and_trained(tmp_path, "looks = [3, 5]\nmax_seeds = 6")
+    assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0
+    _drain(results)
+    assert cli(["topup", "--grid", "seq", "--results", str(results)]) == 0
+    assert "alpha is spent" in capsys.readouterr().out.splitlines()[-1]
+    corpus = tmp_path / "corpus.jsonl"
+
+    grid = write_grid(tmp_path, seeds="[0, 1, 2, 3, 4, 5]", name="seq", extra=extra, corpus=corpus)
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "queued 4 runs" in out and out.splitlines()[-1] == (
+        "note: grid seq, cell tiny/1_024: seed(s) 5 lie past the plan's last look (5 seeds), where its alpha "
+        "is spent: they enter no test, only the descriptives (seeds that count need a new plan, in a grid "
+        "with a new `name`)"
+    )
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0  # nothing new: nothing to note
+    assert "note:" not in capsys.readouterr().out
+
+    grid = write_grid(tmp_path, seeds=str(list(range(8))), name="seq", extra=extra, corpus=corpus)
+    with unchanged(tmp_path):
+        assert cli(["queue", str(grid), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and (
+            "grid seq: cell tiny/1_024 would hold 8 seeds (6 queued, new: 6 7), more than its analysis plan's "
+            "max_seeds 6, the most seeds a cell may get, fixed before the runs: more seeds need a new plan, in a "
+            "grid with a new `name`"
+        )
+        in err
+    ), err
+    assert _seeds(results)["rd_attnres"] == [0, 1, 2, 3, 4, 5]
+
+    # a new grid whose own seeds exceed its plan: refused before its results folder exists
+    wide = write_grid(tmp_path, seeds=str(list(range(7))), name="wide", extra=extra, corpus=corpus)
+    with unchanged(tmp_path):
+        assert cli(["queue", str(wide), "--results", str(tmp_path / "wide_results")]) == 2
+    assert "cell tiny/1_024 would hold 7 seeds (0 queued, new: 0-6)" in capsys.readouterr().err
+
+    # an archive whose queue holds more seeds than its plan allows (written by code that let it): refused
+    archive = tmp_path / "seq.tar.gz"
+    assert cli(["archive", "--grid", "seq", "--results", str(results), "--out", str(archive)]) == 0
+    a = read_archive(archive)
+    queue = [
+        {**r, "config": {**r["config"], "analysis": {**r["config"]["analysis"], "max_seeds": 5}}}
+        for r in a.queue
+    ]
+    write_archive(archive, grid="seq", results=a.results, queue=queue, code=a.archived_by, corpus=a.corpus)
+    assert {json.dumps(r["config"]["analysis"]["max_seeds"]) for r in read_archive(archive).queue} == {"5"}
+    with unchanged(tmp_path):
+        assert cli(["import", str(archive), "--results", str(tmp_path / "imported")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and "grid seq: cell tiny/1_024 would hold 6 seeds" in err
+        and "max_seeds 5" in err
+    )
+
+
+def test_plan_seeds_counts_every_seed_of_a_cell_and_notes_only_new_seeds_past_the_last_look():
+    plan = {"max_seeds": 10, "looks": [3, 5]}
+    held = [("tiny", 1024, s) for s in (0, 1, 2, 3, 4, 5)]  # seed 5 past the last look already
+    assert check_plan_seeds("g", plan, held, held) == []  # nothing new: nothing said
+    (note,) = check_plan_seeds("g", plan, held, [("tiny", 1024, s) for s in (6, 7, 8, 10)])
+    assert "cell tiny/1_024: seed(s) 6-8 10 lie past the plan's last look (5 seeds)" in note
+    other = [
+        ("tiny", 2048, s) for s in range(10)
+    ]  # another budget is another cell: 10 seeds each are allowed
+    assert len(check_plan_seeds("g", plan, held, [*other, ("tiny", 1024, 9)])) == 2
+    assert check_plan_seeds("g", {"max_seeds": 10, "looks": []}, held, [("tiny", 1024, 9)]) == []  # no looks
+    with pytest.raises(ValueError, match=r"cell tiny/1_024 would hold 11 seeds \(6 queued, new: 6-10\)"):
+        check_plan_seeds("g", plan, held, [("tiny", 1024, s) for s in range(11)])
+    with pytest.raises(ValueError, match="max_seeds 30"):  # the default plan
+        check_plan_seeds("g", {}, [], [("small", 1, s) for s in range(31)])

@@ -26,8 +26,11 @@ from test_corpus_by_content import machine_marks
 from test_topup import _drain, _queued_and_trained  # tests/ is on sys.path under pytest (no package)
 
 from harness.cli import main as cli
+from harness.scheduling.grids.edit import BY_CONTENT_COMMENT, corpus_by_content
 from harness.scheduling.queue.run_queue import RunQueue
-from harness.store.archive import MANIFEST, natural_key, read_archive, sha256
+from harness.store.archive import MANIFEST, natural_key, read_archive, sha256, write_archive
+
+from queue_stubs import write_grid
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
@@ -382,3 +385,104 @@ def test_archive_refuses_another_grids_toml_and_an_unwritable_out_before_any_wor
         )
     assert empty.returncode == 2 and "argument --out: '': an empty path; give a file's path" in empty.stderr
     assert "PosixPath" not in empty.stderr
+
+
+def test_an_archives_grid_toml_names_its_corpus_by_content_though_its_path_was_relative(tmp_path, capsys):
+    """Issue 61 row 15: a grid file naming its corpus relative to its folder (as the committed studies' do)
+    is archived with the corpus as `corpus-sha256:<fingerprint>:<name>`, every other line as it was, so no
+    path travels; imported elsewhere, `harness queue RESULTS/grids/NAME.toml` without --corpus is one line
+    asking for it (nothing written; before, the path was read from under the results folder), and with
+    --corpus PATH re-points the grid; the import archived again is the same file. An older archive whose TOML
+    kept the path is imported with the TOML naming the reference."""
+    lab = tmp_path / "lab"
+    (lab / "grids").mkdir(parents=True)
+    (lab / "data").mkdir()
+    corpus = lab / "data" / "corpus.jsonl"
+    corpus.write_text('{"text": "hello"}\n')
+    grid = write_grid(lab / "grids", seeds="[0, 1, 2]", name="seq", extra="[analysis]\nlooks = [3, 5]\n")
+    relative = 'corpus = "../data/corpus.jsonl"   # relative: to this file\'s folder'
+    text = grid.read_text().replace(f'corpus = "{lab / "grids" / "corpus.jsonl"}"', relative)
+    assert relative in text
+    grid.write_text(text)
+    (lab / "grids" / "corpus.jsonl").unlink()  # write_grid's own corpus: the grid reads ../data's
+    results, archive = tmp_path / "results", tmp_path / "seq.tar.gz"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    _drain(results)
+    assert (
+        cli(
+            [
+                "archive",
+                "--grid",
+                "seq",
+                "--results",
+                str(results),
+                "--out",
+                str(archive),
+                "--toml",
+                str(grid),
+            ]
+        )
+        == 0
+    )
+
+    a = read_archive(archive)
+    ref = f"corpus-sha256:{a.corpus['fingerprint']}:corpus.jsonl"
+    shared = a.members["grid.toml"].decode()
+    assert shared == text.replace(relative, f'corpus = "{ref}"   # {BY_CONTENT_COMMENT}')
+    assert machine_marks(a.members, tmp_path) == [] and "../data" not in shared
+
+    dst = tmp_path / "laptop" / "results"
+    assert cli(["import", str(archive), "--results", str(dst)]) == 0
+    capsys.readouterr()
+    imported = dst / "grids" / "seq.toml"
+    assert imported.read_text() == shared
+    with unchanged(tmp_path):
+        assert cli(["queue", str(imported), "--results", str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"corpus corpus.jsonl (fingerprint {a.corpus['fingerprint']})" in err, err
+    assert "pass --corpus PATH" in err and "../data" not in err, err
+
+    assert cli(["queue", str(imported), "--results", str(dst), "--corpus", str(corpus)]) == 0
+    assert "nothing to add" in capsys.readouterr().out
+    assert RunQueue.open(None, dst).corpus_of("seq")["path"] == str(corpus)
+    again = tmp_path / "again.tar.gz"
+    assert cli(["archive", "--grid", "seq", "--results", str(dst), "--out", str(again)]) == 0
+    assert again.read_bytes() == archive.read_bytes()
+
+    # an archive written before this (its TOML kept the relative path): imported, the TOML names the reference
+    older = tmp_path / "older.tar.gz"
+    write_archive(
+        older,
+        grid="seq",
+        results=a.results,
+        queue=a.queue,
+        code=a.archived_by,
+        grid_toml=text.encode(),
+        corpus=a.corpus,
+    )
+    assert read_archive(older).members["grid.toml"].decode() == text
+    assert cli(["import", str(older), "--results", str(tmp_path / "older")]) == 0
+    assert (tmp_path / "older" / "grids" / "seq.toml").read_text() == shared
+
+
+def test_corpus_by_content_replaces_a_path_only():
+    """A grid file's corpus path (relative or absolute) becomes the reference, its comment too; a hub spec,
+    a reference and a file without a corpus are returned as they were."""
+    ref = "corpus-sha256:" + "ab" * 32 + ":sample"
+    rest = '\nseeds = [0, 1]  # two\n[train]\ncorpus_note = "x"\n'
+    for path in ("../../data/sample", "/data/sample"):
+        text = f'name = "g"\ncorpus = "{path}"{rest}'.encode()
+        assert corpus_by_content(text, ref) == f'name = "g"\ncorpus = "{ref}"{rest}'.encode()
+    commented = b"name = 'g'\ncorpus = '../sample'  # relative to this file\n"
+    assert (
+        corpus_by_content(commented, ref)
+        == f"name = 'g'\ncorpus = \"{ref}\"  # {BY_CONTENT_COMMENT}\n".encode()
+    )
+    for same in (
+        b'name = "g"\ncorpus = "hf:owner/name:config"\n',
+        f'corpus = "{ref}"\n'.encode(),
+        b'name = "g"\n',
+    ):
+        assert corpus_by_content(same, ref) == same
+    with pytest.raises(ValueError, match="not a corpus reference"):
+        corpus_by_content(b'corpus = "x"\n', "/data/sample")

@@ -5,7 +5,8 @@ parameters into the grid before it is queued (DESIGN section 9): into ``[train]`
 variant) or ``[train.VARIANT]`` (one variant). With a source grid and a new name
 (``--grid SRC.toml --write-grid NEW.toml --grid-name NEW``) the result is a new grid file:
 SRC's text with ``name = NEW`` and the settings, its relative corpus rewritten so it still
-names the same folder from NEW's folder. The new text is checked as a grid
+names the same folder from NEW's folder. :func:`corpus_by_content` names a grid's corpus by its content
+instead of its path (an archive's grid file). The new text is checked as a grid
 (:func:`harness.scheduling.grids.grid.parse_grid`) before it replaces the file atomically, so a
 grid is never left half-written or invalid.
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.common.files import atomic_write
-from harness.corpus.spec import resolve_corpus
+from harness.corpus.spec import is_local, parse_ref, resolve_corpus
 from harness.scheduling.grids.grid import load_grid, parse_grid
 
 
@@ -97,4 +98,42 @@ def write_train(
     return changes
 
 
-__all__ = ["write_train"]
+#: The comment that replaces one on a grid file's corpus line when :func:`corpus_by_content` names it by content.
+BY_CONTENT_COMMENT = (
+    "the corpus by its content (harness archive): `harness queue` this file with --corpus PATH"
+)
+
+
+def corpus_by_content(text: bytes, ref: str) -> bytes:
+    """The grid file ``text`` with its ``corpus`` path (relative or absolute, as the file names it) replaced
+    by the reference ``ref`` (``corpus-sha256:<fingerprint>:<name>``, :func:`harness.corpus.spec.corpus_ref`),
+    every other line and comment as it was: what ``harness archive`` shares (docs/sharing.md), since a path
+    names the writer's machine and a relative one is read from wherever the file lands (an import's
+    ``RESULTS/grids/``). A comment on the corpus line, which described the path, says what the reference is
+    instead (:data:`BY_CONTENT_COMMENT`). ``text`` itself where its corpus is not a path (a hub spec, a
+    reference already, no ``corpus`` key).
+
+    Raises:
+        ValueError: ``text`` is not TOML, or ``ref`` not a corpus reference.
+    """
+    import tomlkit  # lazy: only a grid edit
+
+    if parse_ref(ref) is None:
+        raise ValueError(f"{ref!r} is not a corpus reference (corpus-sha256:<fingerprint>:<name>)")
+    source = text.decode("utf-8-sig")  # as load_grid: a BOM is dropped
+    doc = tomlkit.parse(source)
+    old = doc.get("corpus")
+    if not isinstance(old, str) or not is_local(str(old)):
+        return text
+    new = tomlkit.string(ref)
+    if old.trivia.comment:
+        new.comment(BY_CONTENT_COMMENT)
+        new.trivia.comment_ws = old.trivia.comment_ws
+    doc["corpus"] = new
+    out = tomlkit.dumps(doc)
+    if {**tomllib.loads(source), "corpus": ref} != tomllib.loads(out):  # only the corpus changed
+        raise ValueError("the grid file's corpus could not be replaced alone")
+    return out.encode("utf-8")
+
+
+__all__ = ["BY_CONTENT_COMMENT", "corpus_by_content", "write_train"]
