@@ -42,14 +42,12 @@ import lightning
 import numpy as np
 import torch
 
+from harness.common.terms import UNKNOWN
 from harness.models.numerics import numerics_id
 from harness.train.compiled import INNER_BACKEND
 from harness.train.execution import ExecutionSettings, resolve_compile
 from harness.train.protocol import code_version
 from harness.train.trainer import cuda_defaults, resolve_accelerator, resolve_precision
-
-#: The hardware class of a result file written before the record existed.
-UNKNOWN = "unknown"
 
 #: Replaces the detected hardware class (tests; nodes known to compute alike). See the module docstring.
 HARDWARE_CLASS_ENV = "HARNESS_HARDWARE_CLASS"
@@ -104,7 +102,7 @@ def _slug(text: str) -> str:
     """A lower-case key of a device name: trademarks, clock speeds and filler words dropped.
     ``Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz`` -> ``intel-xeon-platinum-8481c``."""
     text = re.sub(r"\((r|tm)\)|@.*$|\b\d+-core\b|\b(cpu|processor)\b", " ", text.lower())
-    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-") or "unknown"
+    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-") or UNKNOWN
 
 
 def driver_version(text: str) -> str | None:
@@ -187,7 +185,7 @@ def device_key(device_type: str, record: dict | None = None) -> str:
         isa += "-amx"
     elif "avx512_bf16" in cpu["isa"]:
         isa += "-avx512bf16"
-    return f"cpu-{_slug(cpu['model'] or 'unknown')}-{isa}"
+    return f"cpu-{_slug(cpu['model'] or UNKNOWN)}-{isa}"
 
 
 def hardware_class(device_type: str, precision: str, compiled: bool) -> str:
@@ -325,7 +323,6 @@ def environment_record(numerics: RunNumerics) -> dict:
 
 
 __all__ = [
-    "UNKNOWN",
     "HARDWARE_CLASS_ENV",
     "FLOAT_ISA_FLAGS",
     "PRECISION_KEYS",

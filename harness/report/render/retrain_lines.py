@@ -15,12 +15,12 @@ import json
 import math
 from dataclasses import asdict
 
+from harness.common.terms import UNKNOWN
 from harness.report.stats.retrain_check import (
     BIAS,
     BIT_IDENTICAL,
     PERTURBED,
     TOO_FEW,
-    UNKNOWN,
     ContrastShift,
     RetrainCheck,
 )

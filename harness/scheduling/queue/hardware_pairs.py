@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from optuna.storages import BaseStorage
 
-from harness.common.terms import DEFAULT_PAIR_HARDWARE, PAIR_HARDWARE, is_tune_grid
+from harness.common.terms import DEFAULT_PAIR_HARDWARE, PAIR_HARDWARE, is_tune_grid, parse_run_id
 from harness.design.config import RunConfig
 from harness.scheduling.queue.live_trials import LiveTrial
 from harness.scheduling.queue.storage import grid_lock
@@ -56,13 +56,9 @@ def same_key(bound: str, mine: str) -> bool:
 
 
 def seed_key(run_id: str) -> str:
-    """``SIZE:BUDGET:SEED`` of a grid run id ``grid:size:variant:s<seed>:<budget>[:tuned]``: what the runs of
-    one seed in one cell share (:func:`harness.common.terms.run_id`)."""
-    parts = run_id.split(":")
-    if parts[-1] == "tuned":
-        parts = parts[:-1]
-    size, seed, budget = parts[-4], parts[-2], parts[-1]
-    return f"{size}:{budget}:{seed.removeprefix('s')}"
+    """``SIZE:BUDGET:SEED`` of a grid run id (:func:`harness.common.terms.parse_run_id`): what the runs of
+    one seed in one cell share."""
+    return parse_run_id(run_id).cell_seed()
 
 
 def set_policy(storage: BaseStorage, study_id: int, policy: str) -> None:
@@ -94,7 +90,7 @@ class PairGate:
     classify: Callable[[RunConfig], str]
     anywhere: bool = False
     held: dict[str, str] = field(default_factory=dict)
-    _classes: dict[str, str] = field(default_factory=dict)  # run id without its seed -> class
+    _classes: dict[tuple, str] = field(default_factory=dict)  # run id without its seed -> class
     _attrs: dict[int, dict] = field(default_factory=dict)  # study id -> user attrs, for one claim
 
     def start(self) -> None:
@@ -104,8 +100,7 @@ class PairGate:
 
     def _class(self, storage: BaseStorage, t: LiveTrial) -> str | None:
         """This worker's class for ``t``'s run: one read of its config per variant, size and budget."""
-        parts = t.run_id.split(":")
-        key = ":".join(p for i, p in enumerate(parts) if not (p.startswith("s") and p[1:].isdigit()))
+        key = parse_run_id(t.run_id).without_seed()
         if key not in self._classes:
             try:
                 self._classes[key] = self.classify(config_of(storage.get_trial(t.trial_id)))
