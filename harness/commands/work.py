@@ -79,7 +79,8 @@ from harness.design.train_table import TRACKERS
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.queue.storage import STORAGE_RETRY_S
 from harness.scheduling.workers.devices import check_accelerator
-from harness.scheduling.workers.loop import MAX_RETRIES, WorkOptions, run_worker, summary
+from harness.scheduling.workers.loop import WorkOptions, run_worker, summary
+from harness.scheduling.workers.retry import MAX_RETRIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -534,7 +534,6 @@ class RunAdder(QueueReader):
         return out
 
 
-MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
 FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
 
 
@@ -793,14 +792,13 @@ class RunQueue(RunAdder):
             (float(value) if ok_value else math.inf) if state == TrialState.COMPLETE else None,
         )
 
-    def fail(self, claim: Claim, error: str, *, wall_s: float, max_retries: int) -> bool:
-        """Mark an attempt whose training raised; requeue it while its ``max_retries``
-        retries (:data:`harness.scheduling.workers.loop.MAX_RETRIES` by default) are not spent.
+    def fail(self, claim: Claim, error: str, *, wall_s: float, requeue: bool) -> bool:
+        """Mark an attempt whose training raised (its failures counted one more), and queue the run's next
+        attempt when ``requeue`` (the worker's retry policy decides: :func:`harness.scheduling.workers.retry.retry_left`).
 
-        Returns whether a retry was queued.
+        Returns whether a retry was queued (``False`` too when the lease was lost meanwhile).
         """
         failures = claim.failures + 1
-        requeue = failures <= max_retries
         attrs = {
             "error": error[-ERROR_CHARS:],
             "ending": "failed",
@@ -824,11 +822,12 @@ class RunQueue(RunAdder):
         self.requeue_attempt(self.storage.get_trial(claim.trial_id), keep_attempt=keep_attempt)
         return True
 
-    def reclaim_stale(self, now: float | None = None) -> list[tuple[str, str]]:
+    def reclaim_stale(self, now: float | None = None, *, max_reclaims: int) -> list[tuple[str, str]]:
         """Fail and requeue every running attempt whose lease is stale (see :mod:`harness.scheduling.queue.lease`).
 
-        Returns ``(run_id, reason)`` for each run reclaimed by this call. A run reclaimed
-        :data:`MAX_RECLAIMS` times stays failed. Of several workers that see one run stale, the
+        Returns ``(run_id, reason)`` for each run reclaimed by this call. A run reclaimed more than
+        ``max_reclaims`` times (the worker's retry policy:
+        :data:`harness.scheduling.workers.retry.MAX_RECLAIMS`) stays failed. Of several workers that see one run stale, the
         one whose FAIL transition goes through requeues it; the others skip it. Reads the live
         trials (or uses the last read, which a reclaim then leaves for the claim that follows).
         """
@@ -844,7 +843,7 @@ class RunQueue(RunAdder):
             if trial.state != TrialState.RUNNING:
                 continue  # finished meanwhile (reclaimed by another worker)
             reclaims = trial.user_attrs.get("reclaims", 0) + 1
-            requeue = reclaims <= MAX_RECLAIMS
+            requeue = reclaims <= max_reclaims
             attrs = {
                 "error": f"lease expired: {why}",
                 "ending": "reclaimed",
@@ -878,6 +877,5 @@ __all__ = [
     "LEGACY_STUDY",
     "RUNS_ATTR",
     "QueueReader",
-    "MAX_RECLAIMS",
     "RunQueue",
 ]

@@ -3,7 +3,8 @@
 :func:`work` drives one :class:`~harness.scheduling.queue.run_queue.RunQueue`: it reclaims stale
 leases, claims the next run under a lease kept fresh by a
 :class:`~harness.scheduling.queue.lease.Heartbeat`, calls the train function, and tells the
-queue the outcome (done / diverged, or failed with a retry while retries remain). The run
+queue the outcome (done / diverged, or failed with a retry while retries remain; what spends a retry
+and what releases a run: :mod:`harness.scheduling.workers.retry`). The run
 is trained inside its fence (:class:`~harness.scheduling.workers.fence.ClaimFence`, made current by
 :func:`harness.train.fencing.fenced`): when another worker took the run over meanwhile, training
 stops with :class:`~harness.train.fencing.LeaseLost` before its next checkpoint or its result, the
@@ -40,32 +41,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.common import console, live
-from harness.common.faults import (
-    RankDied,
-    context_lost_stop,
-    poisoned_stop,
-    read_only_path,
-    read_only_stop,
-    run_poisoned_cuda,
-    sticky_cuda_error,
-)
-from harness.common.files import free_bytes
+from harness.common.faults import run_poisoned_cuda
 from harness.common.terms import FINISHED, check_grid
 from harness.corpus.spec import exists, resolve_corpus
 from harness.design.config import RunConfig
 from harness.scheduling.queue.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat
 from harness.scheduling.queue.storage import STORAGE_RETRY_S, StorageUnavailable, retry_storage
 from harness.scheduling.tuning import pruning_hook
-from harness.scheduling.workers.claiming import OrphanClock, claim_next, given_back_if_interrupted
-from harness.scheduling.workers.faults import (
-    WatchedFence,
-    check_results,
-    disk_full,
-    full_path,
-    rank_died,
+from harness.scheduling.workers.claiming import OrphanClock, claim_next
+from harness.scheduling.workers.fence import ClaimFence, WatchedFence
+from harness.scheduling.workers.retry import (
+    MAX_RETRIES,
+    admit,
+    given_back_if_interrupted,
+    located,
+    poisoned_stop,
     results_lost,
+    retry_left,
+    stop_for_environment,
 )
-from harness.scheduling.workers.fence import ClaimFence
 from harness.train.execution import ExecutionSettings, parse_devices, set_threads
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
@@ -73,9 +67,6 @@ if TYPE_CHECKING:
     from harness.corpus.locate import CorpusLocator
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.train.stop import StopRequest
-
-MAX_RETRIES = 2  # a run whose training raised is retried this many times, then stays failed
-
 
 TrainFn = Callable[[RunConfig, Path], Any]
 FailureFn = Callable[[RunConfig, Path, str], None]
@@ -213,7 +204,7 @@ def work(
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run being finished
             stays RUNNING in the queue; the next worker reclaims it).
         ResultsLost / OtherResults / DiskFull / RankDied / CudaContextLost / CorpusMissing: the environment's fault
-            (:mod:`harness.scheduling.workers.faults`, :mod:`harness.common.faults`): the results folder was
+            (:mod:`harness.scheduling.workers.retry`, :mod:`harness.common.faults`): the results folder was
             lost or is another's, too little free space or a write hit ENOSPC/EDQUOT, a child rank died,
             a CUDA error poisoned the context, the corpus is not here: the run is released (queued again, no retry spent) and the
             worker stops with one line naming the cause.
@@ -234,9 +225,9 @@ def work(
         if claim is None:
             break
         with given_back_if_interrupted(queue, call, claim, log):
-            need = _admit(loop, claim, space_needed, check_run)
+            need = admit(queue, call, claim, loop.results_dir, watch, space_needed, check_run)
             if corpus is not None:  # the corpus's path on this machine, or released (no retry spent)
-                claim = corpus.locate(queue, call, claim)
+                claim = located(corpus, queue, call, claim)
             outcomes[_train_one(loop, claim, need)] += 1
     return outcomes
 
@@ -249,32 +240,6 @@ def _check_intervals(max_runs: int | None, poll_s: float, beat_s: float, retry_s
         raise ValueError(f"poll interval ({poll_s} s) and beat interval ({beat_s} s) must be positive")
     if retry_s <= 0:
         raise ValueError(f"storage retry time {retry_s} s must be positive")
-
-
-def _configured(loop: _Loop, claim, check_run: Callable[[RunConfig], None] | None) -> None:
-    """Release ``claim`` (no retry spent) and re-raise when ``check_run`` refuses its config."""
-    if check_run is None:
-        return
-    try:
-        check_run(claim.config)
-    except ValueError as exc:
-        loop.call(loop.queue.release, claim, f"configuration error: {exc}; run released (no retry spent)")
-        raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
-
-
-def _admit(loop: _Loop, claim, space_needed: SpaceFn | None, check_run=None):
-    """The bytes ``claim`` needs (``None``: not known) once its results folder is still there, its own and
-    has that much free; else the run is released and :class:`ResultsLost` / :class:`OtherResults` /
-    :class:`DiskFull` raised; a run ``check_run`` refuses is released and its ``ValueError`` raised."""
-    queue, call, results_dir = loop.queue, loop.call, loop.results_dir
-    if loop.watch is not None and loop.watch.look() is not None:
-        raise results_lost(queue, claim, loop.watch)
-    check_results(queue, call, claim, results_dir, loop.watch)
-    _configured(loop, claim, check_run)
-    need = space_needed(claim.config) if space_needed is not None else None
-    if need is not None and free_bytes(results_dir) < need:
-        raise disk_full(queue, call, claim, results_dir, need, "not enough free space to start")
-    return need
 
 
 def _train_one(loop: _Loop, claim, need: int | None) -> str:
@@ -297,22 +262,10 @@ def _train_one(loop: _Loop, claim, need: int | None) -> str:
         if watch is not None and watch.gone is not None:
             raise results_lost(queue, claim, watch) from None
         return _lost(loop, claim, exc)
-    except RankDied as exc:  # the machine's fault: no failed result, no retry spent
-        raise rank_died(queue, call, claim, exc) from None
     except Exception as exc:
-        if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
-            raise results_lost(queue, claim, watch) from None
-        sticky = sticky_cuda_error(exc)
-        if sticky is not None:  # a dead CUDA context: every later run here would fail the same way
-            raise context_lost_stop(queue, call, claim, sticky) from None
-        refused = read_only_path(exc)
-        if refused is not None:  # the environment's fault: no failed result (it cannot be written)
-            raise read_only_stop(queue, call, claim, results_dir, refused) from None
-        full = full_path(exc, results_dir)
-        if full is not None:  # the environment's fault: no failed result, no retry spent
-            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise disk_full(queue, call, claim, full, need, why) from None
-        outcome = _failed(loop, claim, exc, fence, t0)
+        # the environment's fault: the run is released (no retry spent) and the worker stops
+        stop_for_environment(queue, call, claim, exc, results_dir, watch, need)
+        outcome = _failed(loop, claim, exc, fence, t0)  # the run's own error: a retry spent
         poisoned = run_poisoned_cuda(exc)
         if poisoned is not None:  # the run's own failure, but no later run can use this context
             raise poisoned_stop(claim.run_id, poisoned) from None
@@ -372,7 +325,7 @@ def _failed(loop: _Loop, claim, exc: Exception, fence, t0: float) -> str:
             return _lost(loop, claim, lost)
         except Exception as exc2:  # keep going: the queue still records the failure
             loop.log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
-    retried = call(queue.fail, claim, error, wall_s=wall, max_retries=training.max_retries)
+    retried = call(queue.fail, claim, error, wall_s=wall, requeue=retry_left(claim, training.max_retries))
     done, total = call(queue.tally, claim.grid)
     then = "retry queued" if retried else "no retries left"
     loop.log(
