@@ -238,10 +238,11 @@ def test_grid_option_default_and_seed_keys():
     assert json.dumps(seed_key("a.b-c:small:x:s0:5")) == '"small:5:0"'
 
 
-def _drain(queue: RunQueue) -> list[str]:
-    """Claim and complete runs until the queue gives none to this worker; the run ids, in order."""
+def _drain(queue: RunQueue, pairs: PairGate) -> list[str]:
+    """Claim (through the worker's gate ``pairs``) and complete runs until the queue gives none to this
+    worker; the run ids, in order."""
     out = []
-    while (claim := queue.claim("g")) is not None:
+    while (claim := queue.claim("g", pairs)) is not None:
         assert queue.complete(claim, "done", value=1.0, wall_s=0.1)
         out.append(claim.run_id)
     return out
@@ -257,15 +258,15 @@ def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_p
     adder.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
     set_policy(adder.storage, adder.study_of("g"), "same")
     a, b = RunQueue.open(url, tmp_path), RunQueue.open(url, tmp_path)
-    a.pairs, b.pairs = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
-    first = a.claim("g")
+    gate_a, gate_b = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
+    first = a.claim("g", gate_a)
     assert first.run_id == "g:tiny:block_attnres:s0:1000"
     assert a.complete(first, "done", value=1.0, wall_s=0.1)
-    assert _drain(b) == ["g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000"]
-    assert b.pairs.held == {"g:tiny:rd_attnres:s0:1000": "class-a"}
+    assert _drain(b, gate_b) == ["g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000"]
+    assert gate_b.held == {"g:tiny:rd_attnres:s0:1000": "class-a"}
     assert adder.runs("g")["g:tiny:rd_attnres:s0:1000"].attempt == 1
     set_policy(adder.storage, adder.study_of("g"), "any")  # queueing the grid again may change it
-    assert _drain(b) == ["g:tiny:rd_attnres:s0:1000"]
+    assert _drain(b, gate_b) == ["g:tiny:rd_attnres:s0:1000"]
     classes = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in adder.runs("g").items()}
     assert classes == {
         "g:tiny:block_attnres:s0:1000": "class-a",
@@ -289,11 +290,11 @@ def test_a_binding_from_before_the_numerics_compares_the_class_only(tmp_path):
     set_policy(adder.storage, study, "same")
     adder.storage.set_study_user_attr(study, BIND_PREFIX + "tiny:1000:0", "class-a")  # as older code bound it
     b = RunQueue.open(None, tmp_path)
-    b.pairs = PairGate(lambda c: pair_key("class-b", "two_phase/2"))
-    assert _drain(b) == [] and set(b.pairs.held.values()) == {"class-a"}
+    gate_b = PairGate(lambda c: pair_key("class-b", "two_phase/2"))
+    assert _drain(b, gate_b) == [] and set(gate_b.held.values()) == {"class-a"}
     a = RunQueue.open(None, tmp_path)
-    a.pairs = PairGate(lambda c: pair_key("class-a", "two_phase/2"))
-    assert _drain(a) == ["g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"]
+    gate_a = PairGate(lambda c: pair_key("class-a", "two_phase/2"))
+    assert _drain(a, gate_a) == ["g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"]
 
 
 def test_launch_passes_any_hardware_to_its_workers(tmp_path):

@@ -563,8 +563,6 @@ class RunQueue(RunAdder):
         self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
         self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
         self._rng = random.Random()  # where a worker that lost a race for a trial tries next
-        # a worker's hardware check before it takes a trial (harness.scheduling.queue.hardware_pairs); None: none
-        self.pairs: PairGate | None = None
 
     where = "(storage)"  # for messages; set by :meth:`open`
 
@@ -610,8 +608,12 @@ class RunQueue(RunAdder):
             self._snapshot, self._snapshot_at = self.live(), time.monotonic()
         return self._snapshot
 
-    def claim(self, grid: str | None = None) -> Claim | None:
+    def claim(self, grid: str | None = None, pairs: PairGate | None = None) -> Claim | None:
         """Take the next queued run (optionally of one grid) under a fresh lease, or ``None``.
+
+        ``pairs``: the worker's hardware gate (:class:`~harness.scheduling.queue.hardware_pairs.PairGate`):
+        a run of a ``pair_hardware = "same"`` grid whose seed is bound to another class is left for that
+        class (the gate's ``held`` says which); ``None``: every run is taken.
 
         Reads the live trials (or uses the last read, left by :meth:`tally` or
         :meth:`reclaim_stale`, read again before answering ``None`` unless it is under
@@ -626,23 +628,23 @@ class RunQueue(RunAdder):
         reused = self._snapshot is not None and time.monotonic() - self._snapshot_at > FRESH_S
         live = self._live()
         self._snapshot = None  # the claim changes what is live: the next one reads again
-        claim = self._claim_from(live, grid)
+        claim = self._claim_from(live, grid, pairs)
         if claim is None and reused:
-            claim = self._claim_from(self._live(reuse=False), grid)
+            claim = self._claim_from(self._live(reuse=False), grid, pairs)
             self._snapshot = None
         return claim
 
-    def _claim_from(self, live: list[LiveTrial], grid: str | None) -> Claim | None:
+    def _claim_from(self, live: list[LiveTrial], grid: str | None, pairs: PairGate | None) -> Claim | None:
         left = sorted(
             (t for t in live if t.state == TrialState.WAITING and (grid is None or t.grid == grid)),
             key=lambda t: t.order,
         )
         lost = 0
-        if self.pairs is not None:
-            self.pairs.start()
+        if pairs is not None:
+            pairs.start()
         while left:
             t = left.pop(self._rng.randrange(min(len(left), 2**lost)) if lost else 0)
-            may, hardware = (True, None) if self.pairs is None else self.pairs.admit(self.storage, t)
+            may, hardware = (True, None) if pairs is None else pairs.admit(self.storage, t)
             if not may:
                 continue  # its seed's other runs trained on another hardware class: held for that class
             lease = Lease.here(epoch=t.number)

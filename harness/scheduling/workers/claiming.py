@@ -31,10 +31,10 @@ class OrphanClock:
         return True
 
 
-def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: OrphanClock, log):
+def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: OrphanClock, log, pairs=None):
     """The next claimed run (after reclaiming stale leases), polling while ``wait``; ``None`` once a stop
     is requested (a run claimed meanwhile is given back) or, without ``wait``, nothing is queued (both
-    said in ``log``)."""
+    said in ``log``, with the runs ``pairs``, the worker's hardware gate, left for another class)."""
     while True:
         if stop is not None and stop.requested:
             log(f"stop requested ({stop.requested}); worker stops")
@@ -42,13 +42,13 @@ def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: Orph
         # one read of the live trials, which the claim reuses
         for rid, why in call(queue.reclaim_stale, max_reclaims=MAX_RECLAIMS):
             log(f"reclaimed {rid}: {why}; queued again")
-        claim = call(queue.claim, grid)
+        claim = call(queue.claim, grid, pairs)
         if claim is not None:
             return None if released_if_stopped(queue, call, claim, stop, log) else claim
         # nothing waiting: requeue runs whose process died between failing an attempt and queueing the next
         if orphans.due(wait, queue.lease_timeout_s) and call(queue.requeue_orphans):
             continue
-        held = _held_line(queue)
+        held = _held_line(pairs)
         if not wait:
             log(
                 ("nothing queued" if held is None else held)
@@ -61,10 +61,10 @@ def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: Orph
         )  # each poll: one read of the live trials
 
 
-def _held_line(queue) -> str | None:
-    """What the last claim left waiting for another hardware class or numerics (a grid's ``[schedule]
-    pair_hardware = "same"``, :mod:`harness.scheduling.queue.hardware_pairs`), or ``None`` when nothing was held."""
-    pairs = getattr(queue, "pairs", None)  # a stand-in queue has no hardware gate
+def _held_line(pairs) -> str | None:
+    """What the last claim left waiting for another hardware class or numerics (the gate ``pairs`` of a
+    grid's ``[schedule] pair_hardware = "same"``, :mod:`harness.scheduling.queue.hardware_pairs`), or
+    ``None`` when nothing was held."""
     if pairs is None or not pairs.held:
         return None
     classes = ", ".join(sorted(set(pairs.held.values())))

@@ -65,6 +65,7 @@ from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
     from harness.corpus.locate import CorpusLocator
+    from harness.scheduling.queue.hardware_pairs import PairGate
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.train.stop import StopRequest
 
@@ -169,6 +170,7 @@ def work(
     settings: ExecutionSettings | None = None,
     check_run: Callable[[RunConfig], None] | None = None,
     corpus: CorpusLocator | None = None,
+    pairs: PairGate | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -196,6 +198,8 @@ def work(
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
         corpus: resolves each run's corpus on this machine (:class:`~harness.corpus.locate.CorpusLocator`:
             the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
+        pairs: the worker's hardware gate (:class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a seed
+            bound to another hardware class and numerics is left for a worker of that key); ``None``: none.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -221,7 +225,7 @@ def work(
     loop = _Loop(queue, call, training, beat_s, watch, log)
     outcomes, orphans = Counter(), OrphanClock()
     while max_runs is None or sum(outcomes.values()) < max_runs:
-        claim = claim_next(queue, call, grid, wait, poll_s, stop, orphans, log)
+        claim = claim_next(queue, call, grid, wait, poll_s, stop, orphans, log, pairs)
         if claim is None:
             break
         with given_back_if_interrupted(queue, call, claim, log):
@@ -609,7 +613,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             if not options.wait:
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = check_run = locator = None
+    claim = settings = check_run = locator = pairs = None
     if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
         # lazy: numpy, only where a corpus is read
         from harness.corpus.locate import CorpusLocator
@@ -623,7 +627,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
         check_run = checked_before_claims(queue, options.grid, settings, claim)
-        queue.pairs = _pair_gate(settings, options.any_hardware)
+        pairs = _pair_gate(settings, options.any_hardware)
     if on_failure is None:  # a failed attempt's file says where it ran, as a finished run's does
 
         def on_failure(config, results_dir, error_text):
@@ -649,6 +653,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
                 settings=settings,
                 check_run=check_run,
                 corpus=locator,
+                pairs=pairs,
             )
     finally:
         if stop is None:
