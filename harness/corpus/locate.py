@@ -39,7 +39,7 @@ from harness.corpus.spec import corpus_name, exists, is_local, parse_ref
 
 def expected_corpus(record: dict | None, key: CorpusKey, cache_dir: Path | None) -> tuple[str, str] | None:
     """``(fingerprint, name)`` a grid's corpus must have: the queue's ``record`` of it
-    (:meth:`~harness.scheduling.queue.run_queue.QueueReader.corpus_of`), else the reference in ``key``
+    (:meth:`~harness.scheduling.queue.run_queue.RunQueue.corpus_of`), else the reference in ``key``
     (an imported run), else the fingerprint of ``key``'s own corpus where it is here; ``None`` for a hub
     corpus or a queue with no record whose path is gone (nothing to check against)."""
     if record is not None:

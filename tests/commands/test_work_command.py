@@ -360,7 +360,9 @@ def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untr
     assert [r.state for r in q.runs().values()] == ["done", "queued", "queued"]
 
     stop, claim = StopRequest(), q.claim
-    monkeypatch.setattr(q, "claim", lambda grid=None, pairs=None: (claim(grid, pairs), stop.request("SIGTERM"))[0])
+    monkeypatch.setattr(
+        q, "claim", lambda grid=None, pairs=None: (claim(grid, pairs), stop.request("SIGTERM"))[0]
+    )
     assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter() and len(trained) == 1
     rid = "g:tiny:rd_attnres:s0:1000"
     assert lines[-1] == f"stop requested (SIGTERM); released {rid}; worker stops"

@@ -139,8 +139,8 @@ def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, 
     key (:func:`pair_key`) that no running attempt's worker has (read from the trials' :data:`TRIAL_ATTR`).
 
     Args:
-        runs: ``{run_id: RunState}`` (:meth:`harness.scheduling.queue.run_queue.QueueReader.runs`).
-        study_ids: grid name -> study id (:meth:`~harness.scheduling.queue.run_queue.QueueReader.studies`).
+        runs: ``{run_id: RunState}`` (:meth:`harness.scheduling.queue.run_queue.RunQueue.runs`).
+        study_ids: grid name -> study id (:meth:`~harness.scheduling.queue.run_queue.RunQueue.studies`).
     """
     live = {
         t.user_attrs.get(TRIAL_ATTR)

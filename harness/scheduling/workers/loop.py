@@ -21,31 +21,29 @@ The default train function, :func:`train_unless_finished`, is
 attempt's result. Both import :mod:`harness.train` only when called, so the loop runs
 with any other train function without loading Lightning.
 
-Owns a worker's options, its checks before the first claim and the claim-train-report loop. Must not
-parse a command line or change the queue's layout.
+A worker's options are :class:`~harness.scheduling.workers.options.WorkOptions`, and its checks before
+the first claim :mod:`harness.scheduling.workers.start`.
+
+Owns the claim-train-report loop and a run's default train function. Must not parse a command line,
+decide what a fault costs a run (:mod:`harness.scheduling.workers.retry`) or change the queue's layout.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.common import console, live
+from harness.common import live
 from harness.common.faults import run_poisoned_cuda
-from harness.common.terms import FINISHED, check_grid
-from harness.corpus.spec import exists, resolve_corpus
+from harness.common.terms import FINISHED
 from harness.design.config import RunConfig
-from harness.scheduling.queue.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat
+from harness.scheduling.queue.lease import BEAT_S, Heartbeat
 from harness.scheduling.queue.storage import STORAGE_RETRY_S, StorageUnavailable, retry_storage
 from harness.scheduling.tuning import pruning_hook
 from harness.scheduling.workers.claiming import OrphanClock, claim_next
@@ -60,7 +58,7 @@ from harness.scheduling.workers.retry import (
     retry_left,
     stop_for_environment,
 )
-from harness.train.execution import ExecutionSettings, parse_devices, set_threads
+from harness.train.execution import ExecutionSettings
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
@@ -410,160 +408,6 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str, settin
     result_file.record_failure(config, results_dir, error_text, settings)
 
 
-# --- A worker process around the loop (DESIGN section 10): what ``harness work`` and a launched task run.
-#
-# :class:`WorkOptions` is what one worker is asked to do (``harness work``'s options, or the task
-# ``harness launch`` submits, :class:`harness.scheduling.workers.launched_task.WorkerTask`), with its
-# :class:`~harness.train.execution.ExecutionSettings`; :func:`run_worker` checks them, opens the queue,
-# claims the worker's GPUs (:func:`worker_devices`) and runs :func:`harness.scheduling.workers.loop.work`.
-# Neither parses a command line: the command maps its options here, and a launched task carries
-# its options whole.
-
-
-@dataclass(frozen=True)
-class WorkOptions:
-    """What one worker does (``harness work``'s options; see its help for each).
-
-    Attributes:
-        results: the results folder (result files, checkpoints, the default queue).
-        storage: the queue storage URL (``None``: the journal in ``results``).
-        grid: take only runs of this grid.
-        max_runs: stop after this many runs (``None``: no limit).
-        wait: poll an empty queue every ``poll_s`` seconds instead of stopping.
-        retries: retries of a run whose training raised.
-        lease_s: a lease not refreshed for this many seconds is reclaimed.
-        storage_retry_s: how long an unreachable storage is retried, seconds.
-        create: make ``results`` when it does not exist.
-        devices, gpus: ranks per run and the GPUs to claim (:func:`worker_devices`).
-        any_hardware: take a run whose seed's other runs trained on another hardware class
-            (``[schedule] pair_hardware = "same"`` held it for that class; :mod:`harness.scheduling.queue.hardware_pairs`).
-        settings: how each run executes (its ``devices`` set from the claim).
-        corpus: where this machine has the corpus of the runs it claims (``--corpus``; ``None``: the
-            path the queue records for each grid, else the run's config), checked against the grid's
-            fingerprint (:mod:`harness.corpus.locate`).
-    """
-
-    results: str
-    storage: str | None = None
-    grid: str | None = None
-    max_runs: int | None = None
-    wait: bool = False
-    poll_s: float = 10.0
-    retries: int = MAX_RETRIES
-    lease_s: float = LEASE_TIMEOUT_S
-    storage_retry_s: float = STORAGE_RETRY_S
-    create: bool = False
-    devices: str | None = None
-    gpus: str | None = None
-    any_hardware: bool = False
-    settings: ExecutionSettings = field(default_factory=ExecutionSettings)
-    corpus: str | None = None
-
-    def check(self) -> None:
-        """Refuse what the worker cannot run with, before it touches the queue.
-
-        Raises:
-            ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
-            FileNotFoundError: a ``corpus`` that is not there.
-            ValueError: an empty ``corpus``.
-        """
-        if self.retries < 0:
-            raise ValueError(f"--retries {self.retries} must be >= 0")
-        if self.lease_s <= 0:
-            raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
-        if self.storage_retry_s <= 0:
-            raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
-        if self.corpus is not None and not exists(resolve_corpus(self.corpus)):
-            raise FileNotFoundError(
-                f"--corpus {self.corpus} not found (a path to the corpus on this machine)"
-            )
-
-
-def check_writable(results: Path, create: bool = False) -> None:
-    """A worker writes checkpoints and result files under ``results``: fail now, with the
-    system's own reason (read-only file system, permission denied), not after a run trained.
-
-    Raises:
-        FileNotFoundError: ``results`` does not exist and ``create`` is false (a mistyped
-            path would otherwise become a new, empty queue).
-        OSError: ``results`` cannot be created or written.
-    """
-    try:
-        results.stat()
-    except FileNotFoundError:  # not NotADirectoryError: a file on the path is said by mkdir below
-        if not create:
-            raise FileNotFoundError(
-                f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
-                "--results DIR` makes it, or pass --create (set --results DIR or "
-                "$HARNESS_RESULTS)"
-            ) from None
-    results.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
-        pass
-
-
-def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
-    """``--devices``/``--gpus``/``--accelerator`` -> ``(ranks per run, device claim or None)``.
-
-    On a GPU worker (``--accelerator gpu``, or ``auto`` on a node where ``nvidia-smi`` lists
-    GPUs, or ``--gpus`` given) the worker's devices are chosen (:func:`harness.scheduling.workers.devices.assign`)
-    and ``CUDA_VISIBLE_DEVICES`` is set to them before CUDA starts; the claim's locks are held
-    until the worker stops. Elsewhere nothing is claimed.
-
-    Raises:
-        ValueError: a bad ``--devices`` or ``--gpus``, the two disagree, or not enough free
-            GPUs on this node (:class:`~harness.scheduling.workers.devices.NoFreeDevice`).
-    """
-    from harness.scheduling.workers import (
-        devices as gpu,  # lazy: nvidia-smi and the device locks, only to claim
-    )
-
-    n = parse_devices(devices) if devices is not None else len(gpu.parse_gpus(gpus)) if gpus else 1
-    if not (gpus or accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpu.node_gpu_count())):
-        return n, None
-    if n == "auto":
-        n = len(gpu.parse_gpus(gpus)) if gpus else len(gpu.visible_devices())
-    chosen, claim = gpu.assign(gpus, n)
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
-    print(
-        f"worker trains on GPU(s) {','.join(chosen)} ({n} rank(s) per run)"
-        + ("" if claim is None else f"; locked in {gpu.lock_dir()}"),
-        flush=True,
-    )
-    return n, claim
-
-
-def checked_before_claims(queue, grid: str | None, settings: ExecutionSettings, claim):
-    """Refuse, before any claim, settings Lightning would reject and a queued run whose batch they
-    cannot split (:mod:`harness.train.settings_check`): a configuration error spends no retry.
-    Returns the per-run check the worker applies to each run it claims (runs queued later, ``--wait``).
-
-    Raises:
-        ValueError: one line naming the option, its value and what is allowed (``claim``'s GPU
-            locks are let go first).
-    """
-    from harness.train.settings_check import check_run, check_settings  # lazy: Lightning
-
-    try:
-        check_settings(settings)
-        checked = set()
-        for state in queue.runs(grid).values():
-            config = state.config
-            key = (config.size, config.model_config(1).context, config.train_config().batch_tokens)
-            if state.state in ("queued", "running") and key not in checked:
-                checked.add(key)
-                check_run(config, settings)
-    except ValueError:
-        if claim is not None:
-            claim.release()
-        raise
-    return lambda config: check_run(config, settings)
-
-
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
-
-
 def summary(outcomes: Mapping[str, int]) -> str:
     """``worker trained N runs: a done, b diverged, c failed[, d pruned][, e lost to another
     worker]`` of an outcome count."""
@@ -575,107 +419,7 @@ def summary(outcomes: Mapping[str, int]) -> str:
     )
 
 
-def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=None) -> Counter:
-    """Run the worker loop (:func:`harness.scheduling.workers.loop.work`) as ``options`` say; returns the
-    outcomes of the runs it trained.
-
-    ``train_fn``/``on_failure`` default to :func:`~harness.scheduling.workers.loop.train_unless_finished`
-    and :func:`~harness.scheduling.workers.loop.record_failure`. Without ``stop``, SIGTERM raises
-    ``KeyboardInterrupt`` at once (the run is released, resuming from its last checkpoint);
-    with a :class:`~harness.train.stop.StopRequest` (``harness launch``'s tasks) the caller
-    owns the signals and a stop comes at the next batch boundary, with a checkpoint of it.
-
-    Raises:
-        ValueError: bad options (:meth:`WorkOptions.check`), a ``grid`` not queued (without ``wait``),
-            no free GPU to claim.
-        FileNotFoundError / OSError: the results folder is missing or not writable.
-    """
-    import optuna  # lazy: Optuna, only with a queue
-
-    from harness.scheduling.queue.run_queue import RunQueue  # lazy: Optuna, only with a queue
-
-    options.check()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space_needed = None
-    if train_fn is None:
-        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
-
-        set_threads(options.settings.threads)
-    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    check_writable(Path(options.results), options.create)
-    queue = RunQueue.open(
-        options.storage, options.results, lease_timeout_s=options.lease_s, retry_s=options.storage_retry_s
-    )
-    if options.grid is not None:
-        try:
-            check_grid(options.grid, (r.grid for r in queue.runs().values()), queue.where)
-        except ValueError as exc:
-            if not options.wait:
-                raise
-            print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = check_run = locator = pairs = None
-    if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
-        # lazy: numpy, only where a corpus is read
-        from harness.corpus.locate import CorpusLocator
-        from harness.data.prepared import cache_dir
-
-        locator = CorpusLocator(options.corpus, cache_dir(options.results))
-        if options.corpus is not None:  # another text is refused before a run is claimed, as launch does
-            counts = queue.counts(options.grid)
-            locator.check_queue(queue, [g for g, c in counts.items() if c.get("queued")])
-    if train_fn is None:
-        devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
-        settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
-        check_run = checked_before_claims(queue, options.grid, settings, claim)
-        pairs = _pair_gate(settings, options.any_hardware)
-    if on_failure is None:  # a failed attempt's file says where it ran, as a finished run's does
-
-        def on_failure(config, results_dir, error_text):
-            record_failure(config, results_dir, error_text, settings)
-
-    previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
-    try:
-        with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
-            return work(
-                queue,
-                train_fn,
-                options.results,
-                on_failure=on_failure,
-                grid=options.grid,
-                max_runs=options.max_runs,
-                wait=options.wait,
-                poll_s=options.poll_s,
-                max_retries=options.retries,
-                beat_s=min(BEAT_S, options.lease_s / 4),
-                retry_s=options.storage_retry_s,
-                stop=stop,
-                space_needed=space_needed,
-                settings=settings,
-                check_run=check_run,
-                corpus=locator,
-                pairs=pairs,
-            )
-    finally:
-        if stop is None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _pair_gate(settings: ExecutionSettings, anywhere: bool):
-    """The worker's :class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a run's key is the hardware class
-    and numerics it gets here under ``settings`` (:func:`harness.train.environment.run_numerics`,
-    :func:`~harness.scheduling.queue.hardware_pairs.pair_key`)."""
-    from harness.scheduling.queue.hardware_pairs import PairGate, pair_key  # lazy: Optuna, only with a queue
-    from harness.train.environment import run_numerics  # lazy: torch loads only to train
-
-    def classify(config) -> str:
-        numerics = run_numerics(config, settings)
-        return pair_key(numerics.hardware, numerics.numerics)
-
-    return PairGate(classify, anywhere=anywhere)
-
-
 __all__ = [
-    "MAX_RETRIES",
     "TrainFn",
     "FailureFn",
     "SpaceFn",
@@ -684,10 +428,5 @@ __all__ = [
     "work",
     "train_unless_finished",
     "record_failure",
-    "WorkOptions",
-    "check_writable",
-    "checked_before_claims",
-    "worker_devices",
     "summary",
-    "run_worker",
 ]
