@@ -54,6 +54,7 @@ from harness.scheduling.workers.retry import (
     given_back_if_interrupted,
     located,
     poisoned_stop,
+    released_for_its_pair,
     results_lost,
     retry_left,
     stop_for_environment,
@@ -197,7 +198,8 @@ def work(
         corpus: resolves each run's corpus on this machine (:class:`~harness.corpus.locate.CorpusLocator`:
             the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
         pairs: the worker's hardware gate (:class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a seed
-            bound to another hardware class and numerics is left for a worker of that key); ``None``: none.
+            bound to another hardware class and numerics is left for a worker of that key; a seed is bound
+            when a run of it is about to train, after the checks above); ``None``: none.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -230,6 +232,8 @@ def work(
             need = admit(queue, call, claim, loop.results_dir, watch, space_needed, check_run)
             if corpus is not None:  # the corpus's path on this machine, or released (no retry spent)
                 claim = located(corpus, queue, call, claim)
+            if released_for_its_pair(queue, call, claim, pairs, log):  # the seed binds as its run trains
+                continue
             outcomes[_train_one(loop, claim, need)] += 1
     return outcomes
 

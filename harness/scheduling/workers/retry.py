@@ -15,6 +15,10 @@ How an attempt at a run ends, and what it costs the run:
   be (:mod:`harness.scheduling.workers.start`).
 * **an interrupt** (Ctrl-C, SIGTERM, a stop asked while claiming): released, no retry spent
   (:func:`given_back_if_interrupted`, :func:`released_if_stopped`).
+* **a seed bound meanwhile to another hardware class** (``[schedule] pair_hardware = "same"``: another
+  worker's run of the seed started training first): released for a worker of that class, no retry spent,
+  and the worker goes on (:func:`released_for_its_pair`). None of the above binds a seed: a seed is bound
+  when a run of it trains, not when a claim is released untrained (DESIGN section 13).
 * **a worker that died**: its lease goes stale and another worker reclaims the run, queued again until
   it was reclaimed :data:`MAX_RECLAIMS` times (:meth:`RunQueue.reclaim_stale
   <harness.scheduling.queue.run_queue.RunQueue.reclaim_stale>` with that limit).
@@ -125,6 +129,25 @@ def located(corpus, queue, call, claim):
     except (ValueError, FileNotFoundError) as exc:  # another text, or a corpus gone while it was read
         call(queue.release, claim, f"configuration error: {exc}; {NO_RETRY}", keep_attempt=True)
         raise ValueError(f"{exc}; {claim.run_id} {REQUEUED}") from None
+
+
+def released_for_its_pair(queue, call, claim, pairs, log) -> bool:
+    """Bind ``claim``'s seed to this worker's hardware class and numerics as its run is about to train
+    (:meth:`PairGate.bind <harness.scheduling.queue.hardware_pairs.PairGate.bind>`; ``pairs``: the worker's
+    gate, ``None``: none). Whether the seed was bound meanwhile to another worker's key: then the run is
+    released for a worker of that key (no retry spent, its attempt number kept: it never started) and said
+    in ``log``; the worker goes on."""
+    if pairs is None:
+        return False
+    other = call(pairs.bind, queue.storage, call(queue.study_of, claim.grid), claim)
+    if other is None:
+        return False
+    call(queue.release, claim, f"its seed was bound to {other} meanwhile; {NO_RETRY}", keep_attempt=True)
+    log(
+        f"{claim.run_id}: its seed's other runs train on {other} (bound by another worker meanwhile); "
+        f"{REQUEUED} for a worker of that class"
+    )
+    return True
 
 
 def stop_for_environment(
@@ -277,6 +300,7 @@ __all__ = [
     "released_if_stopped",
     "admit",
     "located",
+    "released_for_its_pair",
     "stop_for_environment",
     "results_lost",
     "check_results",
