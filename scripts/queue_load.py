@@ -135,9 +135,9 @@ def worker(index: int, storage: str | None, results: str, out: str, max_runs: in
 
     claim = q.claim
 
-    def timed_claim(grid=None):
+    def timed_claim(grid=None, pairs=None):
         t0 = time.perf_counter()
-        c = claim(grid)
+        c = claim(grid, pairs)
         dt = time.perf_counter() - t0
         if c is not None:
             f.write(json.dumps({"claim_s": dt, "at": time.time() - dt}) + "\n")

@@ -236,7 +236,8 @@ def chaos(
     sys.path.insert(0, str(REPO))
     from optuna.trial import TrialState
 
-    from harness.scheduling.queue.run_queue import MAX_RECLAIMS, RunQueue
+    from harness.scheduling.queue.run_queue import RunQueue
+    from harness.scheduling.workers.retry import MAX_RECLAIMS
 
     workdir.mkdir(parents=True, exist_ok=True)
     if ref is None:

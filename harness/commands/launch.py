@@ -40,7 +40,7 @@ import sys
 from harness.commands.options import add_storage
 from harness.common.terms import NAME_RE
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
-from harness.scheduling.workers.loop import WorkOptions
+from harness.scheduling.workers.options import WorkOptions
 from harness.train.execution import ExecutionSettings
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)

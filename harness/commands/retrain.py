@@ -138,8 +138,8 @@ def main(args: argparse.Namespace) -> int:
     from harness.common.files import atomic_write
     from harness.report.render.retrain_lines import render_csv, render_json, render_text
     from harness.report.stats.retrain_check import grid_contrasts, retrain_check
-    from harness.scheduling import retrain as rt
     from harness.store.archive import read_archive
+    from harness.train import retrain as rt
 
     _check_args(args)
     archive = read_archive(args.file)
@@ -176,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int], rt) -> tuple[list, list]:
-    """``(new, runs)``: the re-trained runs (:class:`harness.scheduling.retrain.RetrainedRun`) of ``chosen``,
+    """``(new, runs)``: the re-trained runs (:class:`harness.train.retrain.RetrainedRun`) of ``chosen``,
     trained here or read from --results (all of them read, none trained, with --report-only), and the
     archived runs they re-train, in the same order.
 

@@ -79,7 +79,10 @@ from harness.design.train_table import TRACKERS
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.queue.storage import STORAGE_RETRY_S
 from harness.scheduling.workers.devices import check_accelerator
-from harness.scheduling.workers.loop import MAX_RETRIES, WorkOptions, run_worker, summary
+from harness.scheduling.workers.loop import summary
+from harness.scheduling.workers.options import WorkOptions
+from harness.scheduling.workers.retry import MAX_RETRIES
+from harness.scheduling.workers.start import run_worker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -205,7 +208,7 @@ def main(args: argparse.Namespace, *, train_fn=None, on_failure=None) -> int:
 
 
 def work_options(args: argparse.Namespace) -> WorkOptions:
-    """``harness work``'s options as the worker's :class:`~harness.scheduling.workers.loop.WorkOptions`.
+    """``harness work``'s options as the worker's :class:`~harness.scheduling.workers.options.WorkOptions`.
 
     Raises:
         ValueError: a bad ``--micro-batch-size`` (refused before any claim).
@@ -230,5 +233,5 @@ def work_options(args: argparse.Namespace) -> WorkOptions:
 
 
 def run(args: argparse.Namespace, *, train_fn=None, on_failure=None, stop=None) -> Counter:
-    """:func:`~harness.scheduling.workers.loop.run_worker` with ``harness work``'s options."""
+    """:func:`~harness.scheduling.workers.start.run_worker` with ``harness work``'s options."""
     return run_worker(work_options(args), train_fn=train_fn, on_failure=on_failure, stop=stop)

@@ -1,9 +1,16 @@
-"""A fault of the machine a run trains on, not of the run: :class:`RankDied`, :class:`ResultsReadOnly`,
-:class:`CudaContextLost`.
+"""What goes wrong around a run that is not the run's own error: the exception types and how an error is
+told apart (DESIGN section 10's fault model; section 11's dead rank).
 
-Light on purpose (no torch): the worker loop (:mod:`harness.scheduling.workers.loop`) catches it
-without loading the training stack, releases the run (queued again, no retry spent) and stops,
-as it does for a full disk (DESIGN section 10's fault model; section 11's dead rank).
+The types: :class:`RankDied` (a child rank died), :class:`ResultsReadOnly`, :class:`CudaContextLost`,
+:class:`DiskFull`, :class:`ResultsLost` (the results folder went away), :class:`OtherResults` (a run of
+another results folder's grid), :class:`CorpusMissing` (a claimed run's corpus is not on this machine).
+The classification, each over an error and the errors it came from: :func:`sticky_cuda_error` (a CUDA
+context this process cannot use again), :func:`run_poisoned_cuda` (one the run poisoned itself),
+:func:`read_only_path` (EROFS), :func:`full_path` (ENOSPC, EDQUOT, torch's words for them).
+
+What a worker does about each (release the run, spend a retry or not, stop) is the retry policy,
+:mod:`harness.scheduling.workers.retry`. Light on purpose (no torch): the worker loop catches these
+without loading the training stack, and training (:mod:`harness.train.ranks`) raises them.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from __future__ import annotations
 import errno
 import signal
 from pathlib import Path
+
+from harness.common.files import FULL_BELOW, free_bytes, full_place
 
 #: a child rank's exit status when its training raised (Python's own for an uncaught exception):
 #: the run's error, which rank 0 meets too, not the machine's
@@ -57,6 +66,46 @@ class ResultsReadOnly(OSError):
     worker stops with one line naming the folder."""
 
 
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# how torch's checkpoint writer says ENOSPC (a RuntimeError without an errno)
+_FULL_WORDS = ("no space left on device", "disk quota exceeded", "file write failed")
+
+
+class DiskFull(OSError):
+    """The disk holding a run's checkpoints or result is full: the environment's fault, not the run's.
+    The run was released (queued again, no retry spent) and the worker stops; the message (one
+    line) names the full path, its free space and what the run needs."""
+
+
+def full_path(exc: BaseException, results_dir: Path) -> Path | None:
+    """The path a full disk refused (the error's file, else the results folder) when ``exc`` or an
+    error it came from is ENOSPC / EDQUOT (or torch's words for it on a disk that is full); else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in FULL_ERRNOS:
+            return full_place(seen.filename, results_dir) if seen.filename else results_dir
+        if any(w in str(seen).lower() for w in _FULL_WORDS) and free_bytes(results_dir) < FULL_BELOW:
+            return results_dir
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class ResultsLost(OSError):
+    """The worker's results folder is gone (deleted, unmounted, or replaced by another folder) since
+    it started: the run was released (when the queue could still be reached) and the worker stops,
+    creating nothing there."""
+
+
+class OtherResults(ValueError):
+    """A run's grid belongs to another results folder than the worker's ``--results`` (by the id
+    in ``RESULTS/.harness-id``): the run was released and the worker stops, naming both folders."""
+
+
+class CorpusMissing(OSError):
+    """A claimed run's corpus is not on this machine (no path known, or nothing at the path): the
+    environment's fault, so the run was released (no retry spent) and the worker stops."""
+
+
 def read_only_path(exc: BaseException) -> str | None:
     """The file a read-only file system refused (EROFS) in ``exc`` or an error it came from, else None."""
     seen: BaseException | None = exc
@@ -65,21 +114,6 @@ def read_only_path(exc: BaseException) -> str | None:
             return str(seen.filename or "")
         seen = seen.__cause__ or seen.__context__
     return None
-
-
-def read_only_stop(queue, call, claim, results_dir: Path, refused: str) -> ResultsReadOnly:
-    """Release ``claim`` if the queue can still be written, and the one line the worker stops with."""
-    try:
-        call(queue.release, claim, f"results folder read-only ({refused}); run released (no retry spent)")
-        told = "released and queued again (no retry spent)"
-    except Exception:  # the queue is on the same read-only disk: the lease expires instead
-        told = "not released (the queue is read-only too): another worker takes it once its lease expires"
-    stop = ResultsReadOnly(
-        f"results folder {results_dir} is read-only (writing {refused or 'a file'} failed with EROFS); "
-        f"{claim.run_id} {told}; the worker stops: remount it read-write or point --results elsewhere"
-    )
-    stop.errno = errno.EROFS
-    return stop
 
 
 #: CUDA runtime errors after which "the process must be terminated and relaunched" (CUDA Runtime API,
@@ -146,38 +180,22 @@ class CudaContextLost(OSError):
     of failing every later run on a dead context."""
 
 
-def context_lost_stop(queue, call, claim, error: str) -> CudaContextLost:
-    """Release ``claim`` (no retry spent) and the one-line :class:`CudaContextLost` the worker stops with."""
-    call(queue.release, claim, f"CUDA context lost ({error}); run released (no retry spent)")
-    return CudaContextLost(
-        f"CUDA context lost: {error}; {claim.run_id} released and queued again (no retry spent); the worker "
-        "stops (this process cannot use the GPU again): check the GPU (nvidia-smi, the kernel log for an "
-        "Xid), then start the worker again"
-    )
-
-
-def poisoned_stop(run_id: str, error: str) -> CudaContextLost:
-    """The one line a worker stops with after recording ``run_id``'s failure on a context it poisoned."""
-    return CudaContextLost(
-        f"CUDA context poisoned by {run_id}: {error}; recorded as that run's failure (its retry, if any, runs "
-        "in a fresh process); the worker stops (this process cannot use the GPU again): fix the run's cause "
-        "(CUDA_LAUNCH_BLOCKING=1 shows the kernel; e.g. a token id >= vocab_size), then start the worker again"
-    )
-
-
 __all__ = [
     "RUN_ERROR_EXIT",
     "CONTEXT_LOST_EXIT",
     "RUN_POISONS_CUDA",
     "STICKY_CUDA",
+    "FULL_ERRNOS",
+    "CorpusMissing",
     "CudaContextLost",
+    "DiskFull",
+    "OtherResults",
     "RankDied",
+    "ResultsLost",
     "ResultsReadOnly",
-    "context_lost_stop",
-    "poisoned_stop",
+    "describe_exit",
+    "full_path",
+    "read_only_path",
     "run_poisoned_cuda",
     "sticky_cuda_error",
-    "describe_exit",
-    "read_only_path",
-    "read_only_stop",
 ]

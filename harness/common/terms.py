@@ -8,7 +8,9 @@ dependencies, so every layer may import it.
   ``parent`` (Block AttnRes), the ``treatment`` (RD-AttnRes), ``control`` s and
   ``reference`` s; the order is the queue order of a grid's variants.
 * A run *status* is where a run is in its life (DESIGN section 5, ``runs.status``).
-* A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>``.
+* A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>`` (``:tuned`` after it
+  for a run with a tuning study's settings); :func:`run_id` writes it, :func:`parse_run_id` reads it back.
+* What a record does not say (a result file written before a field existed) reads :data:`UNKNOWN`.
 * A ``--grid NAME`` that names no grid is one error naming the grids there (:func:`check_grid`).
 * A run's timestamps (``runs.started_at``, ``finished_at``) are naive UTC (:func:`utc_now`).
 """
@@ -19,6 +21,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 ROLES = ("parent", "treatment", "control", "reference")
 #: The role of a tuning trial's run (DESIGN section 9): never a grid variant's role.
@@ -47,11 +50,58 @@ EXPORT_TABLES = ("final", "runs", "metrics", "routing", "route_pairs", "route_pa
 EXPORT_FORMATS = ("parquet", "csv")
 #: How :func:`config_diff` shows a key one side lacks.
 ABSENT = "<absent>"
+#: What a record does not say: the commit, numerics or hardware class of a result file written before the
+#: field existed (and a CPU whose model the system does not name).
+UNKNOWN = "unknown"
+#: The last part of the run id of a run trained with a tuning study's settings (``harness queue --tuned``).
+TUNED_SUFFIX = "tuned"
 
 
-def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int) -> str:
-    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``."""
-    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}"
+def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int, *, tuned: bool = False) -> str:
+    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``, with
+    ``":tuned"`` after it when ``tuned`` (:data:`TUNED_SUFFIX`)."""
+    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}" + (
+        f":{TUNED_SUFFIX}" if tuned else ""
+    )
+
+
+class RunId(NamedTuple):
+    """The parts of a run id (:func:`parse_run_id`)."""
+
+    grid: str
+    size: str
+    variant: str
+    seed: int
+    budget_tokens: int
+    tuned: bool
+
+    def cell_seed(self) -> str:
+        """``SIZE:BUDGET:SEED``: what the runs of one seed in one cell share (the runs a paired difference
+        pairs, whatever their variant)."""
+        return f"{self.size}:{self.budget_tokens}:{self.seed}"
+
+    def without_seed(self) -> tuple:
+        """Everything but the seed: the runs of one variant, size and budget (they compute alike)."""
+        return (self.grid, self.size, self.variant, self.budget_tokens, self.tuned)
+
+
+def parse_run_id(rid: str) -> RunId:
+    """The parts of a run id written by :func:`run_id`, read from the right (a tuning study's grid,
+    ``tune:NAME``, holds the separator itself).
+
+    Raises:
+        ValueError: ``rid`` is not of that form (naming it).
+    """
+    parts = rid.split(":")
+    tuned = parts[-1] == TUNED_SUFFIX
+    if tuned:
+        parts = parts[:-1]
+    if len(parts) < 5 or not re.fullmatch(r"s\d+", parts[-2]) or not parts[-1].isdigit():
+        raise ValueError(
+            f"run id {rid!r}: expected GRID:SIZE:VARIANT:s<SEED>:<BUDGET_TOKENS>[:{TUNED_SUFFIX}]"
+        )
+    grid, size, variant = ":".join(parts[:-4]), parts[-4], parts[-3]
+    return RunId(grid, size, variant, int(parts[-2][1:]), int(parts[-1]), tuned)
 
 
 def run_order(run_id: str) -> tuple:
@@ -181,7 +231,11 @@ __all__ = [
     "EXPORT_TABLES",
     "EXPORT_FORMATS",
     "ABSENT",
+    "UNKNOWN",
+    "TUNED_SUFFIX",
     "run_id",
+    "RunId",
+    "parse_run_id",
     "utc_now",
     "check_grid",
     "config_diff",

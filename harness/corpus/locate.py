@@ -11,15 +11,16 @@ before anything is written.
 A worker resolves each claimed run's corpus with :class:`CorpusLocator`: its own ``--corpus``, else
 the path the queue records, else the run's config; the text there is checked once per grid and path
 against the fingerprint `queue` recorded (the prepared cache's manifest answers without reading it).
-A corpus that is not there is the machine's fault, not the run's (:class:`CorpusMissing`), and another
-text there (a ``--corpus`` of another text, a corpus changed since the grid was queued) a
-configuration error: either way the run is released with no retry spent and the worker stops with one
-line naming the path, the fingerprints and the commands that re-point the grid.
+A corpus that is not there is the machine's fault, not the run's
+(:class:`~harness.common.faults.CorpusMissing`), and another text there (a ``--corpus`` of another
+text, a corpus changed since the grid was queued) a configuration error (``ValueError``): each said in
+one line naming the path, the fingerprints and the commands that re-point the grid. The worker then
+releases the run with no retry spent and stops (:func:`harness.scheduling.workers.retry.located`).
 
-The queue and a claim are used through what they offer (``queue.corpus_of``, ``queue.runs``,
-``queue.release``; ``claim.grid``, ``claim.run_id``, ``claim.config``): this package sits below the
-scheduling that defines them. Owns where a corpus is and whether it is the grid's. Must not read a
-corpus's text itself (:mod:`harness.corpus.fingerprint` does).
+The queue and a claim are used through what they offer (``queue.corpus_of``, ``queue.runs``;
+``claim.grid``, ``claim.config``): this package sits below the scheduling that defines them. Owns where
+a corpus is and whether it is the grid's. Must not read a corpus's text itself
+(:mod:`harness.corpus.fingerprint` does), nor release a run.
 """
 
 from __future__ import annotations
@@ -30,19 +31,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from harness.common.faults import CorpusMissing
 from harness.corpus.fingerprint import fingerprint_of
 from harness.corpus.key import CorpusKey, repointed
 from harness.corpus.spec import corpus_name, exists, is_local, parse_ref
 
 
-class CorpusMissing(OSError):
-    """A claimed run's corpus is not on this machine (no path known, or nothing at the path): the
-    environment's fault, so the run was released (no retry spent) and the worker stops."""
-
-
 def expected_corpus(record: dict | None, key: CorpusKey, cache_dir: Path | None) -> tuple[str, str] | None:
     """``(fingerprint, name)`` a grid's corpus must have: the queue's ``record`` of it
-    (:meth:`~harness.scheduling.queue.run_queue.QueueReader.corpus_of`), else the reference in ``key``
+    (:meth:`~harness.scheduling.queue.run_queue.RunQueue.corpus_of`), else the reference in ``key``
     (an imported run), else the fingerprint of ``key``'s own corpus where it is here; ``None`` for a hub
     corpus or a queue with no record whose path is gone (nothing to check against)."""
     if record is not None:
@@ -232,31 +229,23 @@ class CorpusLocator:
 
     def locate(self, queue, call: Callable[..., Any], claim):
         """``claim`` with its config's ``corpus`` set to the path this worker reads (unchanged when it is
-        the same); a corpus not here, or not the grid's text (given by ``--corpus``, or changed since the
-        grid was queued), releases the run (no retry spent, its attempt number kept: it never started)
-        and raises :class:`CorpusMissing` / ``ValueError`` with one line.
+        the same).
 
         Args:
-            queue: the run queue (its ``corpus_of`` and ``release``).
+            queue: the run queue (its ``corpus_of``).
             call: runs a queue operation (retried while the storage is unreachable): ``call(method, *args)``.
-            claim: the claimed run (its ``grid``, ``run_id`` and ``config``).
+            claim: the claimed run (its ``grid`` and ``config``).
+
+        Raises:
+            CorpusMissing: the corpus is not here (one line naming where it was looked for).
+            ValueError / FileNotFoundError: the text there is not the grid's (given by ``--corpus``, or
+                changed since the grid was queued), or it went away while it was read.
         """
-        try:
-            path, expected = self.path_for(
-                call(queue.corpus_of, claim.grid), claim.grid, claim.config.corpus_key()
-            )
-        except (ValueError, FileNotFoundError) as exc:  # another text, or a corpus gone while it was read
-            call(
-                queue.release,
-                claim,
-                f"configuration error: {exc}; run released (no retry spent)",
-                keep_attempt=True,
-            )
-            raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
+        path, expected = self.path_for(
+            call(queue.corpus_of, claim.grid), claim.grid, claim.config.corpus_key()
+        )
         if path is None or not exists(path):
-            line = missing_line(claim.grid, path, expected)
-            call(queue.release, claim, f"{line}; run released (no retry spent)", keep_attempt=True)
-            raise CorpusMissing(f"{line}; {claim.run_id} released and queued again (no retry spent)")
+            raise CorpusMissing(missing_line(claim.grid, path, expected))
         if path == claim.config.corpus:
             return claim
         return dataclasses.replace(claim, config=dataclasses.replace(claim.config, corpus=path))
@@ -264,7 +253,6 @@ class CorpusLocator:
 
 __all__ = [
     "Binding",
-    "CorpusMissing",
     "CorpusLocator",
     "binding",
     "check_repoint",

@@ -372,7 +372,7 @@ class RunConfig:
                 "model override vocab_size: the tokenizer sets the vocabulary; use train.vocab_size"
             )
         derive(size, **model)
-        rid = run_id(grid, size, variant, seed, budget_tokens) + (":tuned" if tuned is not None else "")
+        rid = run_id(grid, size, variant, seed, budget_tokens, tuned=tuned is not None)
         return cls(
             run_id=rid,
             grid=grid,

@@ -20,6 +20,8 @@ Light on purpose (no torch): the report and the queue read it.
 
 from __future__ import annotations
 
+from harness.common.terms import UNKNOWN
+
 #: How routing sites are computed (the same function, rounded differently at ~1e-6): ``two_phase`` reads a
 #: block's completed sources once for all its sites (:class:`~harness.models.routing.BlockPrefix`);
 #: ``per_site`` reads them at every site (:func:`~harness.models.routing.mix_routes`). A run picks one
@@ -43,9 +45,6 @@ LINEAGE = {
     "two_phase/1": "two-phase routing from 0106e74 (the default) to d299c74: the running maxima differentiated",
     "two_phase/2": "two-phase routing from d299c74: the running maxima not differentiated",
 }
-
-#: The numerics of a run whose record does not say and whose commit is not in :data:`KNOWN_COMMITS`.
-UNKNOWN = "unknown"
 
 #: Training commits of runs written before the record (the committed studies' archives) -> the numerics
 #: they trained with, each checked by re-running that commit here (a tiny run, float32 and float64
@@ -92,7 +91,6 @@ __all__ = [
     "DEFAULT_ROUTING",
     "NUMERICS_REVISIONS",
     "LINEAGE",
-    "UNKNOWN",
     "KNOWN_COMMITS",
     "numerics_id",
     "routing_of",

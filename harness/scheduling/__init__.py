@@ -10,7 +10,7 @@ Three sub-packages and two modules, each one concept; imports point ``workers`` 
   <harness.scheduling.queue.run_queue.RunQueue>`, its storage and journal file, what a trial says, the
   lease a worker holds on a run, and converting the previous layout (``harness migrate``);
 * :mod:`harness.scheduling.workers` -- a worker process: its options, its GPUs, the loop that claims and
-  trains runs inside their fence, and the environment's faults it meets;
+  trains runs inside their fence, and the retry policy (which faults spend a retry; releasing a run);
 * :mod:`harness.scheduling.launch` -- workers submitted with submitit (a SLURM job array, local
   processes), the launch records and the jobs' states;
 * :mod:`harness.scheduling.tuning` -- tuning studies (``harness tune``): the search space and the

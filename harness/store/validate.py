@@ -52,7 +52,7 @@ from typing import Any
 from urllib.parse import quote
 
 from harness.common.terms import RUN_ROLES as ROLES
-from harness.common.terms import STATUSES
+from harness.common.terms import STATUSES, UNKNOWN
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
@@ -76,7 +76,7 @@ ALLOWED_VALUES = {
 }
 # Values of columns a result file written before the column existed reads as (never NULL, never an error):
 # a run written before the environment record ran on hardware nobody recorded (DESIGN section 13).
-DEFAULTS = {("runs", "hardware"): "unknown"}
+DEFAULTS = {("runs", "hardware"): UNKNOWN}
 # runs columns in seconds: the whole run, then its phases (harness/train/timing.py)
 DURATIONS = ("wall_s", "train_s", "eval_s", "setup_s", "ckpt_s")
 ROW_TABLES = ("metrics", "routing", "route_pairs", "route_params")  # per-run row lists of a result

@@ -26,7 +26,9 @@ TF32 and matmul flags, compile) is a handful of attribute reads.
 
 ``$HARNESS_HARDWARE_CLASS`` replaces the detected class (the record keeps the detected one beside it, and
 says it was replaced). It exists for tests, which fake two classes on one machine, and for a cluster whose
-nodes detect differently but are known to compute the same (docs/scaling-out.md).
+nodes detect differently but are known to compute the same (docs/scaling-out.md). A value that is not a
+class key is the environment's error, refused before a run is claimed or a folder created
+(:func:`class_override`, called by :func:`harness.train.settings_check.check_settings`).
 """
 
 from __future__ import annotations
@@ -42,14 +44,12 @@ import lightning
 import numpy as np
 import torch
 
+from harness.common.terms import UNKNOWN
 from harness.models.numerics import numerics_id
 from harness.train.compiled import INNER_BACKEND
 from harness.train.execution import ExecutionSettings, resolve_compile
 from harness.train.protocol import code_version
 from harness.train.trainer import cuda_defaults, resolve_accelerator, resolve_precision
-
-#: The hardware class of a result file written before the record existed.
-UNKNOWN = "unknown"
 
 #: Replaces the detected hardware class (tests; nodes known to compute alike). See the module docstring.
 HARDWARE_CLASS_ENV = "HARNESS_HARDWARE_CLASS"
@@ -78,7 +78,9 @@ PRECISION_KEYS = {
     "16-true": "fp16",
 }
 
-_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]{0,199}$")
+_CLASS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,199}")  # with fullmatch: "$" passes a trailing newline
+#: Characters of a refused ``$HARNESS_HARDWARE_CLASS`` echoed in its error line (a 10 KB value is cut).
+SHOWN_CHARS = 80
 
 
 def _cpuinfo() -> tuple[str | None, set[str]]:
@@ -104,7 +106,7 @@ def _slug(text: str) -> str:
     """A lower-case key of a device name: trademarks, clock speeds and filler words dropped.
     ``Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz`` -> ``intel-xeon-platinum-8481c``."""
     text = re.sub(r"\((r|tm)\)|@.*$|\b\d+-core\b|\b(cpu|processor)\b", " ", text.lower())
-    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-") or "unknown"
+    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-") or UNKNOWN
 
 
 def driver_version(text: str) -> str | None:
@@ -187,7 +189,7 @@ def device_key(device_type: str, record: dict | None = None) -> str:
         isa += "-amx"
     elif "avx512_bf16" in cpu["isa"]:
         isa += "-avx512bf16"
-    return f"cpu-{_slug(cpu['model'] or 'unknown')}-{isa}"
+    return f"cpu-{_slug(cpu['model'] or UNKNOWN)}-{isa}"
 
 
 def hardware_class(device_type: str, precision: str, compiled: bool) -> str:
@@ -202,15 +204,29 @@ def hardware_class(device_type: str, precision: str, compiled: bool) -> str:
     Raises:
         ValueError: ``$HARNESS_HARDWARE_CLASS`` is not a short key (letters, digits, ``._+/-``).
     """
+    return class_override() or detected_class(device_type, precision, compiled)
+
+
+def class_override() -> str | None:
+    """``$HARNESS_HARDWARE_CLASS`` (surrounding blanks dropped), or ``None`` where it is unset or blank.
+
+    Raises:
+        ValueError: it is not a short key: one line, the value cut to :data:`SHOWN_CHARS` characters (with its
+            length), naming what is allowed (letters, digits, ``._+/-``, at most 200, starting with a letter or
+            digit; not ``unknown``, which means a run whose class was never recorded).
+    """
     override = os.environ.get(HARDWARE_CLASS_ENV, "").strip()
-    if override:
-        if not _CLASS_RE.match(override) or override == UNKNOWN:
-            raise ValueError(
-                f"${HARDWARE_CLASS_ENV}={override!r}: expected a short key of letters, digits and ._+/- "
-                f"(not {UNKNOWN!r})"
-            )
-        return override
-    return detected_class(device_type, precision, compiled)
+    if not override:
+        return None
+    if not _CLASS_RE.fullmatch(override) or override == UNKNOWN:
+        shown = repr(override[:SHOWN_CHARS])
+        if len(override) > SHOWN_CHARS:
+            shown += f"... ({len(override)} characters)"
+        raise ValueError(
+            f"${HARDWARE_CLASS_ENV}={shown}: expected a short key of letters, digits and ._+/- (at "
+            f"most 200, starting with a letter or digit; not {UNKNOWN!r}), or unset it to use the detected class"
+        )
+    return override
 
 
 def detected_class(device_type: str, precision: str, compiled: bool) -> str:
@@ -325,7 +341,6 @@ def environment_record(numerics: RunNumerics) -> dict:
 
 
 __all__ = [
-    "UNKNOWN",
     "HARDWARE_CLASS_ENV",
     "FLOAT_ISA_FLAGS",
     "PRECISION_KEYS",
@@ -333,6 +348,8 @@ __all__ = [
     "device_key",
     "driver_version",
     "hardware_class",
+    "class_override",
+    "SHOWN_CHARS",
     "detected_class",
     "RunNumerics",
     "run_numerics",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from harness.common.terms import UNKNOWN
 from harness.design.config import RunConfig
 from harness.models.sizes import ModelConfig
 
@@ -82,5 +83,5 @@ def code_version() -> str:
             timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return UNKNOWN
     return commit + ("-dirty" if dirty else "")

@@ -1,6 +1,7 @@
 """Execution settings Lightning or torch would reject at run time, refused before a run is claimed
 (a configuration error must not spend a retry: ``harness work --strategy nosuch`` once spent every
-retry of a healthy run).
+retry of a healthy run), and a ``$HARNESS_HARDWARE_CLASS`` that is not a class key (it once failed every
+attempt of every run a worker claimed).
 
 :func:`check_settings` asks Lightning itself: it builds (and drops) the run's ``Trainer``
 (:func:`harness.train.trainer.make_trainer`) with the settings' accelerator, devices, strategy and number
@@ -19,6 +20,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.strategies import StrategyRegistry
 
 from harness.design.config import RunConfig
+from harness.train.environment import class_override
 from harness.train.execution import ExecutionSettings
 from harness.train.microbatch import divisors
 from harness.train.ranks import started_externally
@@ -47,12 +49,15 @@ def strategies() -> list[str]:
 
 
 def check_settings(settings: ExecutionSettings) -> None:
-    """Refuse execution settings Lightning would reject when the run starts.
+    """Refuse execution settings Lightning would reject when the run starts, and a
+    ``$HARNESS_HARDWARE_CLASS`` every run would fail on (:func:`harness.train.environment.class_override`).
 
     Raises:
         ValueError: one line naming the option, its value and (for ``--strategy``) what is allowed;
-            ``num_nodes`` > 1 in a process that no multi-node launcher (torchrun, srun) started.
+            ``num_nodes`` > 1 in a process that no multi-node launcher (torchrun, srun) started; a
+            ``$HARNESS_HARDWARE_CLASS`` that is not a class key.
     """
+    class_override()  # the class every result file records: the environment's error, never a run's
     if settings.num_nodes > 1 and not started_externally():
         # rank 0 alone would wait in the process group's rendezvous for ranks no one starts, silently
         raise ValueError(

@@ -28,7 +28,6 @@ prints no traceback of its own.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -39,6 +38,7 @@ import lightning as L
 from filelock import FileLock
 
 from harness.common.console import OneLineWarning
+from harness.common.faults import FULL_ERRNOS
 from harness.common.files import fmt_bytes, free_bytes
 from harness.design.config import RunConfig
 from harness.design.train_table import TRACKERS
@@ -50,7 +50,6 @@ WANDB_TAG_CHARS = 64  # the longest tag W&B accepts
 #: The clients' loggers that log a failure (with its traceback and SQL) before raising it: muted while a
 #: tracker is called, as the one warning says it.
 _CLIENT_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "wandb")
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 @contextlib.contextmanager
@@ -86,7 +85,7 @@ def _disk_full(exc: BaseException) -> OSError | None:
     """The ENOSPC / EDQUOT error in ``exc``'s chain, else None."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
+        if isinstance(seen, OSError) and seen.errno in FULL_ERRNOS:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None

@@ -23,7 +23,8 @@ import harness.train
 from harness.cli import main as cli
 from harness.scheduling.queue.lease import Lease
 from harness.scheduling.queue.run_queue import RunQueue
-from harness.scheduling.workers.loop import MAX_RETRIES, work
+from harness.scheduling.workers.loop import work
+from harness.scheduling.workers.retry import MAX_RECLAIMS, MAX_RETRIES
 from harness.train.execution import ExecutionSettings
 
 from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
@@ -90,7 +91,7 @@ def test_sigterm_releases_the_run(tmp_path):
     assert (state.state, state.attempt, state.pending) == ("queued", 2, False)
     (old,) = [t for t in q.all_trials() if t.state == TrialState.FAIL]
     assert old.user_attrs["ending"] == "released" and old.user_attrs["run_id"] == rid
-    assert q.reclaim_stale() == []  # nothing left running
+    assert q.reclaim_stale(max_reclaims=MAX_RECLAIMS) == []  # nothing left running
 
 
 def test_work_command_default_retries_match_the_queue():
@@ -115,7 +116,7 @@ def test_status_command(tmp_path, capsys):
     q.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
     for wall in (10.0, 30.0):
         q.complete(q.claim(), "done", value=3.0, wall_s=wall)
-    q.fail(q.claim(), "Traceback ...\nRuntimeError: boom", wall_s=1.0, max_retries=0)
+    q.fail(q.claim(), "Traceback ...\nRuntimeError: boom", wall_s=1.0, requeue=False)
     q.claim()  # running, fresh lease held by this process
     q.enqueue(configs(name="other", seeds=(0,)))
     assert cli(["status", "--results", str(results)]) == 0
@@ -187,7 +188,7 @@ def test_queue_logic_is_storage_agnostic_on_rdb(tmp_path):
     claim = q.claim()
     t = 3_000_000.0
     storage.set_trial_user_attr(claim.trial_id, "lease", Lease("elsewhere", 7, t, t).to_dict())
-    assert [rid for rid, _ in q.reclaim_stale(now=t + 60)] == [claim.run_id]
+    assert [rid for rid, _ in q.reclaim_stale(now=t + 60, max_reclaims=MAX_RECLAIMS)] == [claim.run_id]
     assert q.complete(claim, "done", value=1.0, wall_s=1.0) is False  # reclaimed: finished trial
     seen = []
     work(q, lambda c, r: seen.append(c.run_id) or "done", tmp_path, log=quiet)
@@ -268,7 +269,7 @@ def test_a_long_outage_is_said_once_and_its_end_too(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # 3 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_storage_gone_for_good_is_one_line_then_a_new_worker_finishes(tmp_path, monkeypatch, capsys):
-    from harness.scheduling.workers.faults import ResultsLost
+    from harness.common.faults import ResultsLost
 
     results = tmp_path / "results"
     q = RunQueue.open(None, results, lease_timeout_s=1.0)
@@ -359,7 +360,9 @@ def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untr
     assert [r.state for r in q.runs().values()] == ["done", "queued", "queued"]
 
     stop, claim = StopRequest(), q.claim
-    monkeypatch.setattr(q, "claim", lambda grid=None: (claim(grid), stop.request("SIGTERM"))[0])
+    monkeypatch.setattr(
+        q, "claim", lambda grid=None, pairs=None: (claim(grid, pairs), stop.request("SIGTERM"))[0]
+    )
     assert work(q, train, tmp_path, stop=stop, log=lines.append) == Counter() and len(trained) == 1
     rid = "g:tiny:rd_attnres:s0:1000"
     assert lines[-1] == f"stop requested (SIGTERM); released {rid}; worker stops"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.common.faults import CorpusMissing
 from harness.corpus.fingerprint import corpus_fingerprint
-from harness.corpus.locate import CorpusLocator, CorpusMissing
+from harness.corpus.locate import CorpusLocator
 from harness.corpus.readers import read_documents
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work

@@ -299,7 +299,7 @@ def test_atomic_write_replaces_whole_files_with_open_modes(tmp_path):
 
 def test_a_write_refused_at_its_commit_removes_the_folders_it_created_and_only_those(tmp_path):
     """The fence refuses a checkpoint's rename once its results folder is gone (harness.scheduling.
-    harness.scheduling.workers.faults.WatchedFence): the folders the write re-created where the results folder was are
+    harness.scheduling.workers.fence.WatchedFence): the folders the write re-created where the results folder was are
     removed again, folders that were there before stay."""
     import shutil
 

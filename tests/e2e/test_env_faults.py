@@ -285,7 +285,7 @@ def _fill_and_write(config, results_dir: Path):
 
 
 def test_enospc_while_writing_a_checkpoint_releases_the_run_and_stops_the_worker(tmp_path, tmpfs):
-    from harness.scheduling.workers.faults import DiskFull
+    from harness.common.faults import DiskFull
     from harness.scheduling.workers.loop import work
 
     results = tmpfs("2m")
@@ -442,7 +442,7 @@ def test_a_worker_whose_results_folder_goes_away_stops_within_a_beat(tmp_path, t
     import threading
     import time
 
-    from harness.scheduling.workers.faults import ResultsLost
+    from harness.common.faults import ResultsLost
     from harness.scheduling.workers.loop import work
 
     results = tmpfs("64m") if how == "unmounted" else tmp_path / "results"
@@ -495,7 +495,7 @@ def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_
     import threading
     import time
 
-    from harness.scheduling.workers.faults import ResultsLost
+    from harness.common.faults import ResultsLost
     from harness.scheduling.workers.loop import work
 
     results = tmp_path / "results"
@@ -599,7 +599,8 @@ def test_a_folder_deleted_between_the_workers_look_and_its_owner_check_is_said_d
     not as another folder with no .harness-id (which told the user to pass the folder they passed)."""
     import shutil
 
-    from harness.scheduling.workers.faults import OtherResults, ResultsLost, check_results
+    from harness.common.faults import OtherResults, ResultsLost
+    from harness.scheduling.workers.retry import check_results
     from harness.train.fencing import FolderWatch
 
     results = tmp_path / "results"

@@ -16,9 +16,9 @@ import pytest
 import test_env_faults
 from test_env_faults import _no_failure, _queued
 
+from harness.common.faults import DiskFull
 from harness.scheduling.queue.journal import QueueJournal
 from harness.scheduling.queue.run_queue import RunQueue
-from harness.scheduling.workers.faults import DiskFull
 from harness.scheduling.workers.loop import work
 
 PAGE = 4096

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from harness.report.render.retrain_lines import render_csv, render_json, render_text
 from harness.report.stats.retrain_check import PERTURBED, grid_contrasts, retrain_check
-from harness.scheduling.retrain import archived_runs
 from harness.store.archive import read_archive
+from harness.train.retrain import archived_runs
 
 STUDY = Path(__file__).resolve().parents[2] / "reports/factorial_study"
 

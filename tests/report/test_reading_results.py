@@ -76,8 +76,8 @@ def test_a_full_disk_is_named_by_the_results_folder_not_a_staging_file_elsewhere
     import errno
     import shutil
 
+    from harness.common.faults import full_path
     from harness.common.files import FULL_BELOW, full_place
-    from harness.scheduling.workers.faults import full_path
 
     results = tmp_path / "results"
     results.mkdir()

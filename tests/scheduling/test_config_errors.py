@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fstree import unchanged
 
 from harness.cli import build_parser
 from harness.cli import main as cli
 from harness.scheduling.queue.run_queue import RunQueue
+from harness.train.environment import HARDWARE_CLASS_ENV, SHOWN_CHARS
 from harness.train.execution import ExecutionSettings
 
 from queue_stubs import GRID_TOML
@@ -231,3 +233,38 @@ def test_every_bad_launch_option_is_refused_before_a_worker_starts(queued, capsy
             _refused(argv, capsys)
             assert not (queued / "launches").exists(), argv
             _untouched(queued)
+
+
+# $HARNESS_HARDWARE_CLASS values that are not a class key (issue 61, rows 1-2): a path, the word a run
+# without a record reads as, a non-ASCII letter, a newline, 10 KB
+BAD_CLASSES = ["../x", "unknown", "ß-gpu", "gpu\nother", "x" * 10_240]
+
+
+@pytest.mark.parametrize("value", BAD_CLASSES, ids=["path", "unknown", "non-ascii", "newline", "10KB"])
+def test_a_bad_hardware_class_is_refused_at_worker_start_and_nothing_is_claimed(
+    queued, capsys, monkeypatch, value
+):
+    """Before: every run was claimed and failed in the run, 3 attempts each, the grid ended failed, and
+    the 10 KB value was echoed whole in each failure. Now: one line at the worker's start, the value
+    cut, nothing claimed and nothing written."""
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, value)
+    with unchanged(queued.parent):
+        err = _refused(["work", "--results", str(queued), "--threads", "1", "--quiet"], capsys)
+    assert err.startswith(f"harness work: error: ${HARDWARE_CLASS_ENV}={value[:SHOWN_CHARS]!r}"), err
+    assert "expected a short key of letters, digits and ._+/-" in err, err
+    assert len(err) < 2 * SHOWN_CHARS + 250, err  # the value cut, not echoed whole
+    _untouched(queued)
+
+
+@pytest.mark.parametrize("value", ["../x", "x" * 10_240], ids=["path", "10KB"])
+def test_a_bad_hardware_class_is_refused_by_run_before_anything_is_created(
+    tmp_path, capsys, monkeypatch, value
+):
+    """Before: one line, but the new results folder held a trained BPE tokenizer. Now: nothing created."""
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, value)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    argv = ["run", "--results", str(tmp_path / "new"), "--quiet", "--variant", "rd_attnres", "--size", "tiny"]
+    argv += ["--seed", "0", "--budget-tokens", "1024", "--set", "batch_tokens=1024", "--corpus", str(SAMPLE)]
+    with unchanged(tmp_path):
+        err = _refused(argv, capsys)
+    assert err.startswith(f"harness run: error: ${HARDWARE_CLASS_ENV}={value[:SHOWN_CHARS]!r}"), err

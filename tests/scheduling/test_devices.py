@@ -23,7 +23,7 @@ from harness.scheduling.workers.devices import (
     parse_gpus,
     visible_devices,
 )
-from harness.scheduling.workers.loop import worker_devices
+from harness.scheduling.workers.start import worker_devices
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@ the journal queue, tiny runs on the FineWeb-Edu sample, the result files. ~40 s 
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -238,11 +239,22 @@ def test_grid_option_default_and_seed_keys():
     assert json.dumps(seed_key("a.b-c:small:x:s0:5")) == '"small:5:0"'
 
 
-def _drain(queue: RunQueue) -> list[str]:
-    """Claim and complete runs until the queue gives none to this worker; the run ids, in order."""
+def _train(queue: RunQueue, pairs: PairGate, claim) -> bool:
+    """What a worker does with a claim: bind its seed as the run starts training, then finish it; or, when
+    another worker's run bound the seed first, release it (no retry spent). Whether it trained."""
+    if pairs.bind(queue.storage, queue.study_of(claim.grid), claim) is not None:
+        assert queue.release(claim, "seed bound elsewhere", keep_attempt=True)
+        return False
+    assert queue.complete(claim, "done", value=1.0, wall_s=0.1)
+    return True
+
+
+def _drain(queue: RunQueue, pairs: PairGate) -> list[str]:
+    """Claim (through the worker's gate ``pairs``) and train runs until the queue gives none to this
+    worker; the run ids trained, in order."""
     out = []
-    while (claim := queue.claim("g")) is not None:
-        assert queue.complete(claim, "done", value=1.0, wall_s=0.1)
+    while (claim := queue.claim("g", pairs)) is not None:
+        assert _train(queue, pairs, claim)
         out.append(claim.run_id)
     return out
 
@@ -250,22 +262,22 @@ def _drain(queue: RunQueue) -> list[str]:
 @pytest.mark.parametrize("backend", ["journal", "postgres"])
 def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_path):
     """Two workers' queues on one storage (the journal; a real PostgreSQL server), each with its class: the
-    first claim of a seed binds it, the other class's worker skips the seed's other runs (no attempt spent)
-    and says which class holds them; with ``any`` it takes them."""
+    first run of a seed that trains binds it, the other class's worker skips the seed's other runs (no
+    attempt spent) and says which class holds them; with ``any`` it takes them."""
     url = request.getfixturevalue("pg_url") if backend == "postgres" else None
     adder = RunQueue.open(url, tmp_path)
     adder.enqueue(configs(seeds=(0, 1), variants=("block_attnres", "rd_attnres")))
     set_policy(adder.storage, adder.study_of("g"), "same")
     a, b = RunQueue.open(url, tmp_path), RunQueue.open(url, tmp_path)
-    a.pairs, b.pairs = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
-    first = a.claim("g")
+    gate_a, gate_b = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
+    first = a.claim("g", gate_a)
     assert first.run_id == "g:tiny:block_attnres:s0:1000"
-    assert a.complete(first, "done", value=1.0, wall_s=0.1)
-    assert _drain(b) == ["g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000"]
-    assert b.pairs.held == {"g:tiny:rd_attnres:s0:1000": "class-a"}
+    assert _train(a, gate_a, first)
+    assert _drain(b, gate_b) == ["g:tiny:block_attnres:s1:1000", "g:tiny:rd_attnres:s1:1000"]
+    assert gate_b.held == {"g:tiny:rd_attnres:s0:1000": "class-a"}
     assert adder.runs("g")["g:tiny:rd_attnres:s0:1000"].attempt == 1
     set_policy(adder.storage, adder.study_of("g"), "any")  # queueing the grid again may change it
-    assert _drain(b) == ["g:tiny:rd_attnres:s0:1000"]
+    assert _drain(b, gate_b) == ["g:tiny:rd_attnres:s0:1000"]
     classes = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in adder.runs("g").items()}
     assert classes == {
         "g:tiny:block_attnres:s0:1000": "class-a",
@@ -289,11 +301,11 @@ def test_a_binding_from_before_the_numerics_compares_the_class_only(tmp_path):
     set_policy(adder.storage, study, "same")
     adder.storage.set_study_user_attr(study, BIND_PREFIX + "tiny:1000:0", "class-a")  # as older code bound it
     b = RunQueue.open(None, tmp_path)
-    b.pairs = PairGate(lambda c: pair_key("class-b", "two_phase/2"))
-    assert _drain(b) == [] and set(b.pairs.held.values()) == {"class-a"}
+    gate_b = PairGate(lambda c: pair_key("class-b", "two_phase/2"))
+    assert _drain(b, gate_b) == [] and set(gate_b.held.values()) == {"class-a"}
     a = RunQueue.open(None, tmp_path)
-    a.pairs = PairGate(lambda c: pair_key("class-a", "two_phase/2"))
-    assert _drain(a) == ["g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"]
+    gate_a = PairGate(lambda c: pair_key("class-a", "two_phase/2"))
+    assert _drain(a, gate_a) == ["g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"]
 
 
 def test_launch_passes_any_hardware_to_its_workers(tmp_path):
@@ -306,3 +318,77 @@ def test_launch_passes_any_hardware_to_its_workers(tmp_path):
         options = _work_options(args, None)
         assert options.any_hardware is want
         assert ("--any-hardware" in _work_argv(options, None)) is want
+
+
+@pytest.mark.parametrize("backend", ["journal", "postgres"])
+def test_a_claim_released_untrained_binds_no_seed(backend, request, tmp_path):
+    """Issue 61 row 4, DESIGN section 13: a worker of class A claims a run and gives it back untrained (its
+    corpus not on that machine: released, no retry spent); its seed stays unbound, so a worker of class B
+    trains every run of it. Before: the claim bound the seed to A and B's worker left its runs waiting for A."""
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    adder = RunQueue.open(url, tmp_path)
+    adder.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")))
+    set_policy(adder.storage, adder.study_of("g"), "same")
+    a, b = RunQueue.open(url, tmp_path), RunQueue.open(url, tmp_path)
+    gate_a, gate_b = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
+    claim = a.claim("g", gate_a)
+    assert a.release(claim, "corpus not here; run released (no retry spent)", keep_attempt=True)
+    attrs = adder.storage.get_study_user_attrs(adder.study_of("g"))
+    assert not any(k.startswith(BIND_PREFIX) for k in attrs), attrs
+    assert _drain(b, gate_b) == ["g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"]
+    assert gate_b.held == {}
+    attrs = adder.storage.get_study_user_attrs(adder.study_of("g"))
+    assert {k: v for k, v in attrs.items() if k.startswith(BIND_PREFIX)} == {
+        BIND_PREFIX + "tiny:1000:0": "class-b"
+    }
+    assert [r.attempt for r in adder.runs("g").values()] == [1, 1]  # the released attempt never started
+
+
+def test_of_two_workers_that_claimed_one_unbound_seed_the_first_to_train_binds_it(tmp_path):
+    """Workers A and B claim the two runs of one seed before either trains: A's run starts first and binds
+    the seed; B's bind finds it bound to A, so B releases its run (no retry spent, attempt kept) and a
+    worker of A trains it: the pair stays on one class."""
+    adder = RunQueue.open(None, tmp_path)
+    adder.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")))
+    set_policy(adder.storage, adder.study_of("g"), "same")
+    a, b = RunQueue.open(None, tmp_path), RunQueue.open(None, tmp_path)
+    gate_a, gate_b = PairGate(lambda c: "class-a"), PairGate(lambda c: "class-b")
+    claim_a, claim_b = a.claim("g", gate_a), b.claim("g", gate_b)  # both taken while the seed is unbound
+    assert {claim_a.run_id, claim_b.run_id} == {"g:tiny:block_attnres:s0:1000", "g:tiny:rd_attnres:s0:1000"}
+    assert _train(a, gate_a, claim_a)
+    assert not _train(b, gate_b, claim_b)  # bound to class-a meanwhile: released
+    assert b.claim("g", gate_b) is None and gate_b.held == {claim_b.run_id: "class-a"}
+    assert _drain(a, gate_a) == [claim_b.run_id]
+    runs = adder.runs("g")
+    assert all(r.state == "done" for r in runs.values())
+    assert runs[claim_b.run_id].attempt == 1  # released before it started: no attempt, no retry spent
+    classes = {rid: r.trials[-1].user_attrs[TRIAL_ATTR] for rid, r in runs.items()}
+    assert set(classes.values()) == {"class-a"}
+
+
+@pytest.mark.slow
+def test_a_worker_without_the_corpus_binds_no_seed(tmp_path, monkeypatch, capsys):
+    """Issue 61 row 4 through the real commands: the corpus moved away, a worker of class A releases the run
+    it claimed (no retry spent); the corpus back, a worker of class B trains the whole grid, every pair on
+    B. Before: A's untrained claim bound seed 0 to A and B left its 2 runs waiting for A."""
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HARNESS_PROGRESS", "off")
+    corpus = tmp_path / "corpus"
+    shutil.copytree(SAMPLE, corpus)
+    grid = tmp_path / "hw.toml"
+    grid.write_text(GRID.format(corpus=corpus, schedule=""))  # the default: same
+    results = tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    corpus.rename(tmp_path / "away")
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, "class-a")
+    assert cli(["work", "--results", str(results), "--threads", "1", "--quiet"]) == 1
+    assert "released and queued again (no retry spent)" in capsys.readouterr().err
+    queue = RunQueue.open(None, results)
+    attrs = queue.storage.get_study_user_attrs(queue.study_of("hw"))
+    assert not any(k.startswith(BIND_PREFIX) for k in attrs), attrs
+    (tmp_path / "away").rename(corpus)
+    _work(results, "class-b", monkeypatch)
+    assert "wait for" not in capsys.readouterr().out
+    assert _classes_by_seed(results) == {seed: dict.fromkeys(_VARIANTS, "class-b") for seed in (0, 1)}
+    runs = RunQueue.open(None, results).runs("hw")
+    assert [(r.state, r.attempt) for r in runs.values()] == [("done", 1)] * 4

@@ -24,7 +24,8 @@ from harness.cli import main as cli
 from harness.scheduling.queue.lease import Lease, pid_alive, stale_reason
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.queue.storage import SQLITE_REFUSED, describe_storage, open_storage, parse_storage
-from harness.scheduling.workers.loop import MAX_RETRIES, work
+from harness.scheduling.workers.loop import work
+from harness.scheduling.workers.retry import MAX_RECLAIMS, MAX_RETRIES
 
 from queue_stubs import configs, new_queue, quiet, stub_append, stub_block_first, worker_process, write_grid
 
@@ -343,13 +344,13 @@ def test_stale_lease_is_reclaimed_after_the_timeout(tmp_path):
     claim = q.claim()
     t = 2_000_000.0
     q.storage.set_trial_user_attr(claim.trial_id, "lease", Lease("elsewhere", 4242, t, t).to_dict())
-    assert q.reclaim_stale(now=t + 49) == []
+    assert q.reclaim_stale(now=t + 49, max_reclaims=MAX_RECLAIMS) == []
     assert q.runs()[claim.run_id].state == "running"
     other = new_queue(tmp_path, lease_timeout_s=50)
-    assert other.reclaim_stale(now=t + 51) == [
+    assert other.reclaim_stale(now=t + 51, max_reclaims=MAX_RECLAIMS) == [
         (claim.run_id, "worker elsewhere:4242 last beat 51 s ago (lease timeout 50 s)")
     ]
-    assert q.reclaim_stale(now=t + 51) == []  # only one reclaimer wins
+    assert q.reclaim_stale(now=t + 51, max_reclaims=MAX_RECLAIMS) == []  # only one reclaimer wins
     state = q.runs()[claim.run_id]
     assert (state.state, state.attempt) == ("queued", 2)
     # the first worker's late beat and result cannot resurrect the reclaimed trial

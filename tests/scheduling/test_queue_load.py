@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
+from harness.scheduling.workers.retry import MAX_RECLAIMS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import queue_load  # noqa: E402  (scripts/ is not a package)
@@ -87,7 +88,9 @@ def test_a_run_reclaimed_while_its_worker_reported_it_is_trained_by_its_retry(tm
     q.enqueue([config])
     a = q.claim()
     assert q._set_attrs(a.trial_id, {"status": "done", "wall_s": 1.0, "val_nll": 3.0})  # A reports ...
-    assert [rid for rid, _ in q.reclaim_stale(now=a.lease.beat + 10_000)] == [config.run_id]  # ... B wins
+    assert [rid for rid, _ in q.reclaim_stale(now=a.lease.beat + 10_000, max_reclaims=MAX_RECLAIMS)] == [
+        config.run_id
+    ]  # ... B wins
     assert q.complete(a, "done", value=3.0, wall_s=1.0) is False
     assert q.runs()[config.run_id].state == "queued"
     assert work(q, lambda c, r: "done", tmp_path, log=lambda m: None) == Counter(done=1)
@@ -178,9 +181,9 @@ def test_an_idle_poll_is_one_read_of_the_live_trials(tmp_path):
     w = RunQueue.open(None, tmp_path)
     w.complete(w.claim(), "done", value=3.0, wall_s=1.0)
     before = w.reads["live"]
-    assert w.reclaim_stale() == [] and w.claim() is None
+    assert w.reclaim_stale(max_reclaims=MAX_RECLAIMS) == [] and w.claim() is None
     assert w.reads["live"] - before == 1
-    w.reclaim_stale()
+    w.reclaim_stale(max_reclaims=MAX_RECLAIMS)
     w._snapshot_at -= FRESH_S + 1  # as if the reclaim had read it long ago
     assert w.claim() is None and w.reads["live"] - before == 3
 

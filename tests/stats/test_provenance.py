@@ -20,6 +20,7 @@ import scipy.stats as st
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.power import TTestPower
 
+from harness.common.terms import UNKNOWN
 from harness.report.build import Frames, compute_stats
 from harness.report.render.sections import render_markdown
 from harness.report.simulation.synthetic import frames_from_values
@@ -27,7 +28,6 @@ from harness.report.stats.analysis import analyze
 from harness.report.stats.pairing import Pair
 from harness.report.stats.provenance import (
     TOO_FEW,
-    UNKNOWN,
     class_agreement,
     class_balance,
     class_check,

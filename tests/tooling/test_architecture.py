@@ -265,7 +265,7 @@ def test_harness_packages_import_only_lower_layers():
 
 #: The parts of harness/scheduling/, highest first (docs/layout.md): a worker uses the queue, the queue
 #: stores what a grid expands into, and neither the queue nor a grid knows the workers.
-SCHEDULING_LAYERS = (("workers", "launch", "retrain"), ("queue", "grids"), ("tuning",))
+SCHEDULING_LAYERS = (("workers", "launch"), ("queue", "grids"), ("tuning",))
 
 
 def test_scheduling_parts_import_only_lower_parts():

@@ -30,6 +30,7 @@ from harness.scheduling.grids.grid import load_grid
 from harness.scheduling.queue.lease import Heartbeat
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.fence import ClaimFence
+from harness.scheduling.workers.retry import MAX_RECLAIMS
 from harness.store.store import Store
 from harness.train import RunInterrupted, train_run
 from harness.train.checkpoint import SET_ASIDE, checkpoint_dir, checkpoint_step, prepare_resume
@@ -127,7 +128,9 @@ def test_a_stale_claim_can_neither_check_nor_write_and_its_file_is_ignored_at_in
     (config,) = configs(seeds=(0,), variants=("block_attnres", "rd_attnres"))[:1]
     q.enqueue([config])
     a = q.claim()
-    assert q.reclaim_stale(now=time.time() + 10_000)  # A presumed dead; its run is queued again
+    assert q.reclaim_stale(
+        now=time.time() + 10_000, max_reclaims=MAX_RECLAIMS
+    )  # A presumed dead; its run is queued again
     b = q.claim()
     assert (a.epoch, b.epoch, b.run_id) == (0, 1, a.run_id)
     fence_a = ClaimFence(q, a, Heartbeat(lambda: q.beat(a)))
@@ -162,7 +165,7 @@ def test_a_stale_claim_can_neither_check_nor_write_and_its_file_is_ignored_at_in
 def _reclaim(url: str | None, results: str, done) -> None:
     """In another process: reclaim every lease as if they were all stale."""
     q = RunQueue.open(url, results)
-    q.reclaim_stale(now=time.time() + 10_000)
+    q.reclaim_stale(now=time.time() + 10_000, max_reclaims=MAX_RECLAIMS)
     done.set()
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 
+from harness.common.terms import UNKNOWN
 from harness.report.render.blocks import Block, Heading, Para, Table
 from harness.report.render.fmt import fmt_nats, fmt_p
 from harness.report.render.sentences import cell_label, mean_ci
 from harness.report.stats.provenance import (
     MIN_CLASS_PAIRS,
     TOO_FEW,
-    UNKNOWN,
     YES,
     ClassCheck,
     Provenance,

@@ -2,7 +2,7 @@
 
 Reads only a :class:`harness.report.stats.retrain_check.RetrainCheck` and the machine record the command gives
 (CPU model, cores, torch, workers, threads, and what re-trained the runs: training commit, numerics revision
-and hardware class, from their result files; the archive's numerics and whether the runs re-trained with them: :func:`harness.scheduling.retrain.identity`): no absolute path and no host name is written. The words follow
+and hardware class, from their result files; the archive's numerics and whether the runs re-trained with them: :func:`harness.train.retrain.identity`): no absolute path and no host name is written. The words follow
 the check's verdict and never claim more than its evidence (DESIGN section 13): a non-rejection is stated with
 the bias the pairs exclude, not as "no bias".
 """
@@ -15,12 +15,12 @@ import json
 import math
 from dataclasses import asdict
 
+from harness.common.terms import UNKNOWN
 from harness.report.stats.retrain_check import (
     BIAS,
     BIT_IDENTICAL,
     PERTURBED,
     TOO_FEW,
-    UNKNOWN,
     ContrastShift,
     RetrainCheck,
 )

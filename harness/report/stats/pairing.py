@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from harness.common.terms import ROLES, config_diff
+from harness.common.terms import ROLES, UNKNOWN, config_diff
 from harness.models.sizes import SIZES
 
 FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "val_nll")
@@ -245,7 +245,7 @@ def _version_summary(versions: dict[str, str | None]) -> str:
     """'v1 (12 runs), v2 (1 run: r7)': run ids named for the rarer versions (at most 5)."""
     by: dict[str, list[str]] = {}
     for run_id, v in sorted(versions.items()):
-        by.setdefault(v or "unknown", []).append(run_id)
+        by.setdefault(v or UNKNOWN, []).append(run_id)
     common = max(by, key=lambda v: len(by[v]))
     parts = []
     for v, ids in sorted(by.items(), key=lambda kv: -len(kv[1])):

@@ -66,6 +66,7 @@ import polars as pl
 import scipy.optimize
 import scipy.stats
 
+from harness.common.terms import UNKNOWN
 from harness.models.numerics import run_numerics_of
 from harness.report.stats import decisions as dec
 from harness.report.stats import paired_tests as paired
@@ -74,7 +75,6 @@ from harness.report.stats.pairing import cell_order
 from harness.report.stats.power import power_at
 from harness.report.stats.results import ReportStats
 
-UNKNOWN = "unknown"  # the class of a run written before the hardware record existed
 TOO_FEW = "too few pairs to tell"
 MIN_CLASS_PAIRS = 3  # a class with fewer pairs enters no agreement test (module docstring)
 PERMUTATIONS = 9_999  # seeded Monte Carlo relabellings where the distinct ones exceed EXACT_LIMIT
@@ -852,7 +852,6 @@ __all__ = [
     "MIN_CLASS_PAIRS",
     "PERMUTATIONS",
     "TOO_FEW",
-    "UNKNOWN",
     "Agreement",
     "ClassBalance",
     "ClassCheck",

@@ -75,7 +75,6 @@ BIT_IDENTICAL, TOO_FEW, BIAS, PERTURBED, REDRAWN = (
 VERDICTS = (BIT_IDENTICAL, TOO_FEW, BIAS, PERTURBED, REDRAWN)
 CONF = 0.95
 NAN = float("nan")
-UNKNOWN = "unknown"  # a re-trained run's commit or numerics its result file does not record
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +494,6 @@ __all__ = [
     "PERTURBED",
     "REDRAWN",
     "TOO_FEW",
-    "UNKNOWN",
     "VERDICTS",
     "Contrast",
     "ContrastShift",

@@ -5,16 +5,20 @@ machine and code they ran with. Two runs of one seed on two hardware classes (:m
 or two numerics revisions (:mod:`harness.models.numerics`: two-phase vs per-site routing, or code that
 re-rounds) do not share the rounding: at the study's scale that partly re-draws a run, and a precision or
 kernel that treats variants differently biases the difference. So with ``pair_hardware = "same"`` (the
-default) the first run of a seed that a worker claims *binds* the seed (size, budget, seed) to that worker's
-key (:func:`pair_key`: its class and numerics), and every other run of the seed is claimed only by a worker of
-that key; ``"any"`` claims anywhere. ``harness work --any-hardware`` overrides the binding for one worker (the
+default) the first run of a seed that trains *binds* the seed (size, budget, seed) to its worker's key
+(:func:`pair_key`: its class and numerics), and every other run of the seed is claimed only by a worker of
+that key; ``"any"`` claims anywhere. A claim released untrained (the corpus not on the machine, the
+results folder full, a configuration error) binds nothing: the seed is bound when a run of it trains
+(:meth:`PairGate.bind`, called by the worker once the claim passed its checks), not when it is claimed. ``harness work --any-hardware`` overrides the binding for one worker (the
 report's provenance section then shows the pair straddling two classes). A binding written before the key
 held the numerics (a class alone) compares the class only (:func:`same_key`): which numerics its first run
 had, the queue cannot tell.
 
 Where it is kept: the grid's Optuna study user attributes: :data:`POLICY_ATTR` (set by ``harness queue``)
 and one :data:`BIND_PREFIX` ``SIZE:BUDGET:SEED`` attribute per seed (set once, under a lock, by the first
-claim); each claimed trial records its worker's class in its user attribute ``hardware``. A grid queued
+run of the seed that trains; of two workers that claimed runs of an unbound seed at once, the first to
+bind keeps its run and the other's is released, no retry spent); each claimed trial records its worker's
+class in its user attribute ``hardware``. A grid queued
 before the option reads as the default. Tuning studies (``tune:NAME``) hold no pairs and are not bound.
 """
 
@@ -25,11 +29,11 @@ from dataclasses import dataclass, field
 
 from optuna.storages import BaseStorage
 
-from harness.common.terms import DEFAULT_PAIR_HARDWARE, PAIR_HARDWARE, is_tune_grid
+from harness.common.terms import DEFAULT_PAIR_HARDWARE, PAIR_HARDWARE, is_tune_grid, parse_run_id
 from harness.design.config import RunConfig
 from harness.scheduling.queue.live_trials import LiveTrial
 from harness.scheduling.queue.storage import grid_lock
-from harness.scheduling.queue.trials import config_of
+from harness.scheduling.queue.trials import Claim, config_of
 
 #: Study user attribute holding the grid's policy.
 POLICY_ATTR = "pair_hardware"
@@ -56,13 +60,9 @@ def same_key(bound: str, mine: str) -> bool:
 
 
 def seed_key(run_id: str) -> str:
-    """``SIZE:BUDGET:SEED`` of a grid run id ``grid:size:variant:s<seed>:<budget>[:tuned]``: what the runs of
-    one seed in one cell share (:func:`harness.common.terms.run_id`)."""
-    parts = run_id.split(":")
-    if parts[-1] == "tuned":
-        parts = parts[:-1]
-    size, seed, budget = parts[-4], parts[-2], parts[-1]
-    return f"{size}:{budget}:{seed.removeprefix('s')}"
+    """``SIZE:BUDGET:SEED`` of a grid run id (:func:`harness.common.terms.parse_run_id`): what the runs of
+    one seed in one cell share."""
+    return parse_run_id(run_id).cell_seed()
 
 
 def set_policy(storage: BaseStorage, study_id: int, policy: str) -> None:
@@ -80,7 +80,8 @@ def policy_of(attrs: dict) -> str:
 
 @dataclass
 class PairGate:
-    """A worker's check, before it takes a waiting trial, that the trial may run on its hardware class.
+    """A worker's check, before it takes a waiting trial, that the trial may run on its hardware class and
+    numerics (:meth:`admit`), and the binding of a seed to them once a run of it trains (:meth:`bind`).
 
     Args:
         classify: ``classify(config) -> key``: the key this worker gives the run (:func:`pair_key` of its
@@ -94,7 +95,7 @@ class PairGate:
     classify: Callable[[RunConfig], str]
     anywhere: bool = False
     held: dict[str, str] = field(default_factory=dict)
-    _classes: dict[str, str] = field(default_factory=dict)  # run id without its seed -> class
+    _classes: dict[tuple, str] = field(default_factory=dict)  # run id without its seed -> class
     _attrs: dict[int, dict] = field(default_factory=dict)  # study id -> user attrs, for one claim
 
     def start(self) -> None:
@@ -102,41 +103,70 @@ class PairGate:
         self._attrs.clear()
         self.held = {}
 
-    def _class(self, storage: BaseStorage, t: LiveTrial) -> str | None:
-        """This worker's class for ``t``'s run: one read of its config per variant, size and budget."""
-        parts = t.run_id.split(":")
-        key = ":".join(p for i, p in enumerate(parts) if not (p.startswith("s") and p[1:].isdigit()))
+    def _class(self, run_id: str, config: Callable[[], RunConfig]) -> str | None:
+        """This worker's key for the run ``run_id`` (``config()`` reads its config): one per variant, size and
+        budget; ``None`` for a run it cannot classify (a bad ``[train]`` value: the claim's own check
+        refuses the run, released)."""
+        key = parse_run_id(run_id).without_seed()
         if key not in self._classes:
             try:
-                self._classes[key] = self.classify(config_of(storage.get_trial(t.trial_id)))
-            except ValueError:  # a bad [train] value: the claim's own check refuses the run, released
+                self._classes[key] = self.classify(config())
+            except ValueError:
                 return None
         return self._classes[key]
 
+    def _holds(self, attrs: dict, bound: str | None, mine: str) -> bool:
+        """Whether a run of a seed bound to ``bound`` waits for a worker of that key rather than train here."""
+        return (
+            bound is not None
+            and not same_key(bound, mine)
+            and policy_of(attrs) == "same"
+            and not self.anywhere
+        )
+
     def admit(self, storage: BaseStorage, t: LiveTrial) -> tuple[bool, str | None]:
-        """``(may take, this worker's class)`` for the waiting trial ``t``; binds ``t``'s seed to the class
-        when no run of the seed has bound it yet (under a lock: of two workers, the first binds)."""
+        """``(may take, this worker's key)`` for the waiting trial ``t``: held back (recorded in :attr:`held`)
+        when its seed is bound to another key; a run of a seed not bound yet is taken, and binds it only once
+        it trains (:meth:`bind`)."""
         if is_tune_grid(t.grid):
             return True, None
-        mine = self._class(storage, t)
+        mine = self._class(t.run_id, lambda: config_of(storage.get_trial(t.trial_id)))
         if mine is None:
             return True, None
         if t.study_id not in self._attrs:
             self._attrs[t.study_id] = storage.get_study_user_attrs(t.study_id)
         attrs = self._attrs[t.study_id]
-        key = BIND_PREFIX + seed_key(t.run_id)
-        bound = attrs.get(key)
-        if bound is None:
-            with grid_lock(storage, f"{t.grid}/pair-hardware"):
-                attrs = self._attrs[t.study_id] = storage.get_study_user_attrs(t.study_id)
-                bound = attrs.get(key)
-                if bound is None:
-                    storage.set_study_user_attr(t.study_id, key, mine)
-                    attrs[key] = bound = mine
-        if not same_key(bound, mine) and policy_of(attrs) == "same" and not self.anywhere:
+        bound = attrs.get(BIND_PREFIX + seed_key(t.run_id))
+        if self._holds(attrs, bound, mine):
             self.held[t.run_id] = bound
             return False, mine
         return True, mine
+
+    def bind(self, storage: BaseStorage, study_id: int, claim: Claim) -> str | None:
+        """Bind ``claim``'s seed to this worker's key as its run is about to train (in ``claim.grid``'s study
+        ``study_id``), unless a run of the seed bound it already: set once, under a lock, so of two workers the
+        first binds.
+
+        Returns:
+            The key the seed is bound to when it is another's and the run must wait for a worker of it (the
+            caller releases the claim), else ``None``: bound to this key (now or before), ``any``, ``--any-
+            hardware``, a tuning trial, or a run this worker cannot classify.
+        """
+        if is_tune_grid(claim.grid):
+            return None
+        mine = self._class(claim.run_id, lambda: claim.config)
+        if mine is None:
+            return None
+        key = BIND_PREFIX + seed_key(claim.run_id)
+        attrs = storage.get_study_user_attrs(study_id)
+        if attrs.get(key) is None:
+            with grid_lock(storage, f"{claim.grid}/pair-hardware"):
+                attrs = storage.get_study_user_attrs(study_id)
+                if attrs.get(key) is None:
+                    storage.set_study_user_attr(study_id, key, mine)
+                    return None
+        bound = attrs[key]
+        return bound if self._holds(attrs, bound, mine) else None
 
 
 def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, int]) -> dict[str, list[str]]:
@@ -144,8 +174,8 @@ def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, 
     key (:func:`pair_key`) that no running attempt's worker has (read from the trials' :data:`TRIAL_ATTR`).
 
     Args:
-        runs: ``{run_id: RunState}`` (:meth:`harness.scheduling.queue.run_queue.QueueReader.runs`).
-        study_ids: grid name -> study id (:meth:`~harness.scheduling.queue.run_queue.QueueReader.studies`).
+        runs: ``{run_id: RunState}`` (:meth:`harness.scheduling.queue.run_queue.RunQueue.runs`).
+        study_ids: grid name -> study id (:meth:`~harness.scheduling.queue.run_queue.RunQueue.studies`).
     """
     live = {
         t.user_attrs.get(TRIAL_ATTR)

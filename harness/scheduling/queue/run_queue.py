@@ -1,43 +1,46 @@
-"""Run queue on Optuna storage (DESIGN sections 1.1 and 9): many workers, each run trained once.
+"""The run queue on Optuna storage (DESIGN sections 1.1 and 9): many workers, each run trained once.
 
-:class:`RunQueue` adds runs (its base :class:`RunAdder`), hands each to one worker under a lease, and
-records how each attempt ends. The layout, one Optuna study per grid and one trial per attempt at a
-run, and reading it: :class:`QueueReader` (the base of :class:`RunAdder`); what a trial says, how a
-run ends and how its state is read from its trials: :mod:`harness.scheduling.queue.trials`. Where
-the storage lives and how an outage is ridden out: :mod:`harness.scheduling.queue.storage`.
+:class:`RunQueue` adds runs, hands each to one worker under a lease, and records how each attempt ends.
+The layout: one Optuna study per grid, named after it (a tuning study ``tune:NAME`` is the grid of its
+trials' runs), so Optuna's own tools (``optuna.load_study``, optuna-dashboard) show each grid's history;
+one trial per attempt at a run, all the trials of a run in one study, addressed by their number there
+(the storage's trial id comes from the public ``get_trial_id_from_study_id_trial_number``). What a trial
+says and how a run's state is read from its trials: :mod:`harness.scheduling.queue.trials`; which runs a
+queue or an import adds: :mod:`harness.scheduling.queue.adding`; where the storage lives and how an outage
+is ridden out: :mod:`harness.scheduling.queue.storage`. A queue of the previous layout (one study
+:data:`LEGACY_STUDY` for every grid) is refused by :meth:`RunQueue.open` with one line naming
+``harness migrate``, which alone converts it (:mod:`harness.scheduling.queue.legacy`).
 
 Taking a run uses the storage's atomic WAITING -> RUNNING transition (``set_trial_state_values(...,
 RUNNING)`` returns False to all but one process), the primitive ``Study.ask`` pops enqueued trials
 with; ``ask`` itself would create an untagged trial on an empty queue and cannot keep to one grid.
-A tuning trial's parameters are drawn by the study's sampler when a worker takes it (:func:`harness.scheduling.tuning.draw_params`), so the
-sampler conditions on every trial finished by then. Finishing a trial is the other atomic
-step: a trial already finished by someone else raises ``UpdateFinishedTrialError``, so
-when two workers reclaim one stale run, one wins.
+A tuning trial's parameters are drawn by the study's sampler when a worker takes it
+(:func:`harness.scheduling.tuning.draw_params`), so the sampler conditions on every trial finished by
+then. Finishing a trial is the other atomic step: a trial already finished by someone else raises
+``UpdateFinishedTrialError``, so when two workers reclaim one stale run, one wins.
 
-Retries and re-enqueueing never modify a trial back to WAITING: the old trial is
-marked FAIL (with ``requeue = true`` set just before) and a new WAITING trial with the
-same tag is created by the one process whose FAIL transition went through (the worker
-giving its run back, or the one reclaimer of a stale run that won: one new attempt per
-lost run, however many workers saw it stale). A process dying between the two steps
-loses nothing: :meth:`RunQueue.requeue_orphans`, which a worker runs when it finds
-nothing to claim, creates the missing trial. Adding a grid's runs holds that grid's lock
-(:func:`~harness.scheduling.queue.storage.grid_lock`), so two ``harness queue`` of one grid add
-each run once. Should two live trials of one run ever exist (an orphan repaired while its
-process still lived), the one with the lowest trial number is kept and the other is
-discarded when popped (user attr ``ending = "duplicate"``).
+Retries and re-enqueueing never modify a trial back to WAITING: the old trial is marked FAIL (with
+``requeue`` set just before, as the worker's retry policy decided: :mod:`harness.scheduling.workers.retry`)
+and a new WAITING trial with the same tag is created by the one process whose FAIL transition went
+through (the worker giving its run back, or the one reclaimer of a stale run that won: one new attempt
+per lost run, however many workers saw it stale). A process dying between the two steps loses nothing:
+:meth:`RunQueue.requeue_orphans`, which a worker runs when it finds nothing to claim, creates the missing
+trial. Adding a grid's runs holds that grid's lock (:func:`~harness.scheduling.queue.storage.grid_lock`),
+so two ``harness queue`` of one grid add each run once. Should two live trials of one run ever exist (an
+orphan repaired while its process still lived), the one with the lowest trial number is kept and the
+other is discarded when popped (user attr ``ending = "duplicate"``).
 
-What a worker reads per run grows with neither the history nor the queue (so a claim stays as fast with 20,000 trials stored): the live
-trials (:meth:`~harness.scheduling.queue.run_queue.QueueReader.live`), the trials of the run it took,
-and its grid's run count (:meth:`RunQueue.tally`).
+What a worker reads per run grows with neither the history nor the queue (so a claim stays as fast with
+20,000 trials stored): the live trials (:meth:`RunQueue.live`, :mod:`harness.scheduling.queue.live_trials`),
+the trials of the run it took, and its grid's run count (:meth:`RunQueue.tally`); :attr:`RunQueue.reads`
+counts the reads of each kind.
 
-Owns the queue's layout (one study per grid, one trial per attempt), adding runs (:class:`RunAdder`),
-reading them (:class:`QueueReader`) and every state change of a trial. Must not train a run, read a grid
-file or print: workers and commands do.
+Owns the queue's layout (one study per grid, one trial per attempt), reading it and every state change of
+a trial. Must not train a run, read a grid file, decide a retry or print: workers and commands do.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -49,12 +52,19 @@ from typing import Any
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState, create_trial
+from optuna.trial import FrozenTrial, TrialState
 
 from harness.common.interrupt import complete_before_interrupt
 from harness.common.live import LiveProgress
-from harness.common.terms import ERROR_CHARS, FINISHED, STATUSES, config_diff, queue_order_key
+from harness.common.terms import FINISHED, STATUSES
 from harness.design.config import RunConfig
+from harness.scheduling.queue.adding import (
+    check_unchanged,
+    check_unique,
+    plan_attempts,
+    restore_order,
+    restored_trial,
+)
 from harness.scheduling.queue.hardware_pairs import TRIAL_ATTR, PairGate
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S, Lease, hostname, stale_reason
 from harness.scheduling.queue.live_trials import (
@@ -82,55 +92,96 @@ from harness.scheduling.queue.trials import (
     RunState,
     attempt_template,
     config_of,
-    ended_as,
+    failed_record,
+    finished_record,
     fold,
     is_duplicate,
-    lease_of,
+    lease_lost_reason,
+    orphans,
     queue_order,
+    reclaimed_record,
+    released_record,
+    superseded,
 )
 from harness.scheduling.tuning import draw_params
 from harness.train.fencing import LeaseLost
 
-# --- Reading the queue: its Optuna studies (one per grid) and every run's trials read out of them.
-#
-# One Optuna study per grid, named after it (a tuning study ``tune:NAME`` is the grid of its
-# trials' runs), so Optuna's own tools (``optuna.load_study``, optuna-dashboard) show each
-# grid's history; one *trial* per attempt at a run (what a trial says, and how a run's state is
-# read from its trials: :mod:`harness.scheduling.queue.trials`).
-#
-# All the trials of one run live in one study. A queue written by the previous layout (one
-# study ``"harness"`` for every grid, :data:`LEGACY_STUDY`) is not read:
-# :meth:`RunQueue.open <harness.scheduling.queue.run_queue.RunQueue.open>` refuses it with one line naming
-# ``harness migrate``, which alone converts it (:mod:`harness.scheduling.queue.legacy`).
-#
-# Trials are addressed by their number in their study; the storage's trial id, which its
-# write calls take, comes from the public ``get_trial_id_from_study_id_trial_number``.
-#
-# A worker reads only the live trials (:meth:`QueueReader.live`) and the trials of the run it
-# took (:meth:`QueueReader.run_trials`), never the finished history
-# (:mod:`harness.scheduling.queue.live_trials`); :attr:`QueueReader.reads` counts the reads of each kind.
-#
-# :class:`QueueReader` only reads (and creates a grid's study when asked for its id);
-# :class:`harness.scheduling.queue.run_queue.RunQueue` extends it with the writes.
-
 RUNS_ATTR = "runs"  # a grid study's attribute: how many runs its last `harness queue` counted
 CORPUS_ATTR = "corpus"  # a grid study's attribute: its corpus's fingerprint, name and path (corpus_of)
 LEGACY_STUDY = "harness"  # the previous layout's one study for every grid (refused; `harness migrate`)
+FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
 
 
-class QueueReader:
-    """The runs on one Optuna storage, read from every study holding them (see the module docstring).
+class RunQueue:
+    """The run queue on one Optuna storage: every study holding runs (see the module docstring).
 
     Args:
-        storage: an Optuna storage (:func:`harness.scheduling.queue.storage.open_storage`).
+        storage: an Optuna storage (:func:`open_storage`).
+        lease_timeout_s: a running trial whose lease has not beaten for this long
+            (seconds) is reclaimed by :meth:`reclaim_stale`.
+        create: kept for :meth:`open` (a missing journal file is created); studies are
+            created when a grid's first run is enqueued.
+
+    Attributes:
+        reads: storage reads by kind: ``full`` (a study's every trial), ``live``, ``run``, ``failed``.
     """
 
-    def __init__(self, storage: BaseStorage) -> None:
+    def __init__(
+        self, storage: BaseStorage, *, lease_timeout_s: float = LEASE_TIMEOUT_S, create: bool = True
+    ) -> None:
+        if lease_timeout_s <= 0:
+            raise ValueError(f"lease timeout {lease_timeout_s} s must be positive")
         self.storage = storage
+        self.lease_timeout_s = float(lease_timeout_s)
+        self.host = hostname()
+        ensure_indexes(storage)
+        self.reads: Counter = Counter()
         self._study_ids: dict[str, int] = {}  # study name -> id (ids never change; a deleted one is dropped)
         self._run_study: dict[str, int] = {}  # run id -> the study holding its trials
-        self.reads: Counter = Counter()  # storage reads by kind: full (a study's every trial), live, run
         self._waiting: dict[int, LiveTrial] = {}  # the WAITING trials read whole, by trial id (live_trials)
+        self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
+        self._snapshot_at = 0.0  # when it was read (time.monotonic)
+        self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
+        self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
+        self._rng = random.Random()  # where a worker that lost a race for a trial tries next
+
+    where = "(storage)"  # for messages; set by :meth:`open`
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None,
+        results: str | os.PathLike,
+        *,
+        retry_s: float = STORAGE_RETRY_S,
+        log: Callable[[str], None] = print,
+        legacy: bool = False,
+        **kwargs,
+    ) -> RunQueue:
+        """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
+        while the storage is unreachable (:func:`retry_storage`). A queue of the previous layout is
+        refused unless ``legacy`` (``harness migrate``, which converts it).
+
+        Raises:
+            StorageUnavailable: unreachable for ``retry_s`` seconds.
+            ValueError: the queue has the previous layout (one line naming ``harness migrate``).
+        """
+        where = describe_storage(url, results)
+        queue = retry_storage(
+            lambda: cls(open_storage(url, results, create=kwargs.get("create", True)), **kwargs),
+            where=where,
+            retry_s=retry_s,
+            log=log,
+        )
+        queue.where = where
+        if not legacy and LEGACY_STUDY in queue.studies():
+            raise ValueError(
+                f"queue {where} has the previous layout (one Optuna study {LEGACY_STUDY!r} for every grid); "
+                "run `harness migrate` to convert it into one study per grid"
+            )
+        return queue
+
+    # -- reading: the studies, a run's trials, the live trials
 
     def studies(self) -> dict[str, int]:
         """Study name -> study id of every study in the storage (queue studies and others)."""
@@ -161,25 +212,6 @@ class QueueReader:
             except DuplicatedStudyError:  # another process created it first
                 self._study_ids[grid] = self.storage.get_study_id_from_name(grid)
         return self._study_ids[grid]
-
-    def results_of(self, grid: str) -> dict | None:
-        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to
-        (:meth:`~harness.scheduling.queue.run_queue.RunQueue.bind_results`), or ``None`` when none was
-        recorded (a queue written before the check)."""
-        studies = self.studies()
-        if grid not in studies:
-            return None
-        return self.storage.get_study_user_attrs(studies[grid]).get("results")
-
-    def corpus_of(self, grid: str) -> dict | None:
-        """``{"fingerprint", "name", "path"}`` of ``grid``'s corpus (:meth:`~harness.scheduling.queue.run_queue.RunQueue.
-        bind_corpus`): its document fingerprint (its identity), its file name, and where it is found
-        (``path``, ``None`` when no path was given here, e.g. an archive imported without ``--corpus``);
-        ``None`` when none was recorded (a queue written before the record, a hub corpus)."""
-        studies = self.studies()
-        if grid not in studies:
-            return None
-        return self.storage.get_study_user_attrs(studies[grid]).get(CORPUS_ATTR)
 
     def grid_total(self, grid: str) -> int | None:
         """How many runs ``grid`` has, as the last :meth:`~harness.scheduling.queue.run_queue.RunQueue.enqueue`
@@ -249,38 +281,7 @@ class QueueReader:
         c = self.counts(grid).get(grid, Counter())
         return sum(c[s] for s in FINISHED) + c["failed"], sum(c.values())
 
-
-# --- Adding runs to the queue (DESIGN sections 1.1 and 9): a grid's runs, a failed run's next attempt.
-#
-# :class:`RunAdder` is the half of :class:`~harness.scheduling.queue.run_queue.RunQueue` that creates trials:
-# :meth:`~RunAdder.enqueue` (a grid's runs, idempotent, under the grid's lock so two ``harness queue``
-# add each run once), :meth:`~RunAdder.restore` (an imported archive's runs, as they ended),
-# :meth:`~RunAdder.requeue_attempt` (the next attempt of a run whose attempt failed asking to be
-# requeued), :meth:`~RunAdder.requeue_orphans` (the attempts a dead process did not create) and
-# :meth:`~RunAdder.bind_results` (the results folder a grid writes to). Taking runs and recording how
-# they end: :mod:`harness.scheduling.queue.run_queue`; what a new trial holds:
-# :func:`harness.scheduling.queue.trials.attempt_template`.
-
-# How :meth:`RunAdder.restore` records an imported run's state (queued and running: WAITING).
-RESTORED_STATES = {
-    "done": TrialState.COMPLETE,
-    "pruned": TrialState.PRUNED,
-    "diverged": TrialState.FAIL,
-    "failed": TrialState.FAIL,
-}
-
-
-class RunAdder(QueueReader):
-    """Creates the queue's WAITING trials on one Optuna storage; the base of
-    :class:`~harness.scheduling.queue.run_queue.RunQueue` (use that: it also takes and finishes runs).
-
-    Args:
-        storage: an Optuna storage (:func:`~harness.scheduling.queue.storage.open_storage`).
-    """
-
-    def __init__(self, storage: BaseStorage) -> None:
-        super().__init__(storage)
-        self._snapshot: list[LiveTrial] | None = None  # the last live read, until a claim uses it
+    # -- adding runs, and what a grid's study records
 
     def enqueue(
         self,
@@ -290,126 +291,66 @@ class RunAdder(QueueReader):
         attrs: Mapping[str, Any] | None = None,
         same_corpus: bool = False,
     ) -> EnqueueResult:
-        """Add one trial per run config not yet in the queue (idempotent).
+        """Add one trial per run config not yet in the queue (idempotent; which: :func:`plan_attempts
+        <harness.scheduling.queue.adding.plan_attempts>`).
 
-        A run already queued, running, done or diverged is left alone; a failed run is
-        queued again only with ``retry_failed``. ``attrs``: more user attributes of each new
-        trial (:data:`CARRIED_ATTRS`, e.g. ``tune_pending`` for a tuning trial). ``same_corpus``: the
-        caller checked that the configs' corpus has the grid's fingerprint (:meth:`bind_corpus`), so a
-        queued run whose ``corpus`` is another path (or a reference) to the same text is the same run.
+        A run already queued, running, done or diverged is left alone; a failed run is queued again only
+        with ``retry_failed``. ``attrs``: more user attributes of each new trial (:data:`CARRIED_ATTRS`,
+        e.g. ``tune_pending`` for a tuning trial). ``same_corpus``: the caller checked that the configs'
+        corpus has the grid's fingerprint (:meth:`bind_corpus`), so a queued run whose ``corpus`` is another
+        path (or a reference) to the same text is the same run.
 
         Raises:
             ValueError: two configs share a run id, or a run id already in the queue was
                 queued with a different config (the message names the differing keys).
         """
-        ids = [c.run_id for c in configs]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"run id {dup!r} appears twice in the configs to enqueue")
+        check_unique(configs)
+        grids = sorted({c.grid for c in configs})
         with ExitStack() as stack:  # each grid's lock, in one order: concurrent queues add each run once
-            alive = [
-                stack.enter_context(grid_lock(self.storage, g)) for g in sorted({c.grid for c in configs})
-            ]
-            return self._enqueue(
-                configs,
-                retry_failed=retry_failed,
-                attrs=attrs,
-                keep_alive=lambda: [f() for f in alive],
-                ignore=("corpus",) if same_corpus else (),
+            alive = [stack.enter_context(grid_lock(self.storage, g)) for g in grids]
+            existing = {rid: r for g in grids for rid, r in self.runs(g).items()}
+            check_unchanged(existing, configs, ignore=("corpus",) if same_corpus else ())
+            result, new = plan_attempts(
+                existing, configs, retry_failed=retry_failed, attrs=attrs, queued_at=time.time()
             )
-
-    def _enqueue(
-        self,
-        configs: list[RunConfig],
-        *,
-        retry_failed: bool,
-        attrs: Mapping[str, Any] | None,
-        keep_alive: Callable[[], Any],
-        ignore: tuple[str, ...] = (),
-    ) -> EnqueueResult:
-        """:meth:`enqueue` under its grids' locks (``keep_alive`` keeps them fresh)."""
-        existing = {
-            rid: r for grid in sorted({c.grid for c in configs}) for rid, r in self.runs(grid).items()
-        }
-        conflicts = []
-        for c in configs:
-            r = existing.get(c.run_id)
-            if r is not None and r.state != "failed":
-                diff = config_diff(r.config.to_dict(), c.to_dict(), ignore=ignore)
-                if diff:
-                    conflicts.append(f"{c.run_id} (differs in {', '.join(diff)})")
-        if conflicts:
-            more = f" and {len(conflicts) - 3} more" if len(conflicts) > 3 else ""
-            raise ValueError(
-                "these runs are already queued with a different config: "
-                f"{'; '.join(conflicts[:3])}{more}. A run id names one config: rename the grid "
-                "(its `name`), or undo the change"
-            )
-        result = EnqueueResult()
-        queued_at = time.time()
-        batch: dict[int, list] = {}  # study id -> the new trials' templates (one write per study)
-        for index, c in enumerate(configs):
-            keep_alive()
-            r = existing.get(c.run_id)
-            if r is None:
-                batch.setdefault(self._study_for(c), []).append(
-                    attempt_template(
-                        c, attempt=1, failures=0, reclaims=0, order=[queued_at, index], carried=attrs
-                    )
+            batch: dict[int, list[FrozenTrial]] = {}  # study id -> the new trials (one write per study)
+            for config, template in new:
+                for keep_alive in alive:
+                    keep_alive()
+                batch.setdefault(self._study_for(config), []).append(template)
+            self._snapshot = None
+            counts = {  # [done/total]'s total
+                self.study_of(g): len(
+                    {rid for rid, r in existing.items() if r.grid == g}
+                    | {c.run_id for c in configs if c.grid == g}
                 )
-                result.added.append(c.run_id)
-            elif r.state != "failed":
-                result.present.append(c.run_id)
-            elif retry_failed:
-                batch.setdefault(self._study_for(c), []).append(
-                    attempt_template(
-                        c,
-                        attempt=r.attempt + 1,
-                        failures=0,
-                        reclaims=0,
-                        order=[queued_at, index],
-                        carried=attrs,
-                    )
-                )
-                result.retried.append(c.run_id)
-            else:
-                result.failed.append(c.run_id)
-        self._snapshot = None
-        counts = {
-            self.study_of(g): len(
-                {rid for rid, r in existing.items() if r.grid == g}  # [done/total]'s total
-                | {c.run_id for c in configs if c.grid == g}
-            )
-            for g in {c.grid for c in configs}
-        }
-        with complete_before_interrupt(f"queued {len(result.added) + len(result.retried)} run(s)"):
-            for (
-                study_id,
-                templates,
-            ) in batch.items():  # with the trials: no worker sees them without their count
-                create_waiting(
-                    self.storage,
+                for g in grids
+            }
+            with complete_before_interrupt(f"queued {len(result.added) + len(result.retried)} run(s)"):
+                for (
                     study_id,
                     templates,
-                    {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None,
-                )
-            for study_id, n in counts.items():
-                self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
+                ) in batch.items():  # with the trials: no worker sees them without their count
+                    create_waiting(
+                        self.storage,
+                        study_id,
+                        templates,
+                        {RUNS_ATTR: counts.pop(study_id)} if study_id in counts else None,
+                    )
+                for study_id, n in counts.items():
+                    self.storage.set_study_user_attr(study_id, RUNS_ATTR, n)
         return result
 
     def restore(self, runs: list[dict], *, same_corpus: bool = False) -> list[str]:
-        """Add the runs of an imported archive (:mod:`harness.store.archive`'s ``queue.json``) as they ended:
-        ``done`` a COMPLETE trial (value ``val_nll``), ``diverged`` and ``failed`` FAIL trials not
-        requeued, ``pruned`` PRUNED, ``queued`` and ``running`` a WAITING trial (queued again: no
-        worker here holds it). Runs already in the queue are left alone (idempotent). Returns the
-        run ids added.
+        """Add the runs of an imported archive (:mod:`harness.store.archive`'s ``queue.json``) in the state
+        they ended (:func:`~harness.scheduling.queue.adding.restored_trial`); runs already in the queue are
+        left alone (idempotent). Returns the run ids added.
 
         Raises:
             ValueError: a run id already queued with a different config (as :meth:`enqueue`; with
                 ``same_corpus``, a corpus given by another path or a reference to the same text is the same).
         """
-        # by role, variant, then seed numerically (s2 before s10): the order `harness status` and a report list
-        runs = sorted(runs, key=lambda r: queue_order_key(r["config"]["role"], r["config"]["run_id"]))
+        runs = restore_order(runs)
         configs = [RunConfig.from_dict(r["config"]) for r in runs]
         existing = {rid for g in {c.grid for c in configs} for rid in self.runs(g)}
         # adds nothing; raises on a changed config
@@ -417,22 +358,11 @@ class RunAdder(QueueReader):
         added = []
         with complete_before_interrupt("restored the archive's runs into the queue"):
             for index, (c, r) in enumerate(zip(configs, runs)):
-                if c.run_id in existing:
-                    continue
-                t = attempt_template(
-                    c, attempt=r.get("attempt") or 1, failures=0, reclaims=0, order=[0.0, index]
-                )
-                state = RESTORED_STATES.get(r["state"], TrialState.WAITING)
-                attrs = dict(t.user_attrs)
-                if state != TrialState.WAITING:
-                    attrs.update(status=r["state"], wall_s=r.get("wall_s"), val_nll=r.get("val_nll"))
-                if state == TrialState.FAIL:
-                    attrs.update(error=r.get("error") or r["state"], ending=r["state"], requeue=False)
-                value = r.get("val_nll")
-                values = [math.inf if value is None else value] if state == TrialState.COMPLETE else None
-                done = create_trial(state=state, values=values, user_attrs=attrs)
-                self.storage.create_new_trial(self._study_for(c), template_trial=done)
-                added.append(c.run_id)
+                if c.run_id not in existing:
+                    self.storage.create_new_trial(
+                        self._study_for(c), template_trial=restored_trial(c, r, index)
+                    )
+                    added.append(c.run_id)
             for g in {c.grid for c in configs}:
                 self.storage.set_study_user_attr(self.study_of(g), RUNS_ATTR, len(self.runs(g)))
         self._snapshot = None
@@ -443,27 +373,6 @@ class RunAdder(QueueReader):
         if config.run_id not in self._run_study:
             self._run_study[config.run_id] = self.study_of(config.grid)
         return self._run_study[config.run_id]
-
-    def _new_trial(self, config: RunConfig, **attempt: Any) -> int:
-        """A WAITING trial for ``config`` in its run's study (new run: its grid's study); ``attempt``: the
-        counters, slot and carried attributes of :func:`~harness.scheduling.queue.trials.attempt_template`."""
-        template = attempt_template(config, **attempt)
-        self._snapshot = None
-        return self.storage.create_new_trial(self._study_for(config), template_trial=template)
-
-    def requeue_attempt(self, last: FrozenTrial, *, keep_attempt: bool = False) -> None:
-        """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
-        requeued: same config, slot in the queue and carried attributes, attempt + 1 (the same number
-        with ``keep_attempt``: an attempt that never started)."""
-        ua = last.user_attrs
-        self._new_trial(
-            config_of(last),
-            attempt=ua.get("attempt", 1) + (0 if keep_attempt else 1),
-            failures=ua.get("failures", 0),
-            reclaims=ua.get("reclaims", 0),
-            order=ua.get("order", [time.time(), 0]),
-            carried={k: ua[k] for k in CARRIED_ATTRS if k in ua},
-        )
 
     def bind_results(self, grid: str, folder: str | os.PathLike, folder_id: str) -> None:
         """Record that ``grid``'s results go to the results folder ``folder`` (stable id ``folder_id``,
@@ -483,6 +392,15 @@ class RunAdder(QueueReader):
                 f"{folder} is another folder (id {folder_id}): queue it with --results {have['path']}, "
                 "or rename the grid"
             )
+
+    def results_of(self, grid: str) -> dict | None:
+        """``{"id", "path"}`` of the results folder ``grid``'s runs belong to
+        (:meth:`~harness.scheduling.queue.run_queue.RunQueue.bind_results`), or ``None`` when none was
+        recorded (a queue written before the check)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get("results")
 
     def bind_corpus(self, grid: str, fingerprint: str, name: str, path: str | None) -> None:
         """Record ``grid``'s corpus: its document fingerprint (what every run of the grid reads, checked
@@ -504,106 +422,17 @@ class RunAdder(QueueReader):
         if have != record:
             self.storage.set_study_user_attr(study_id, CORPUS_ATTR, record)
 
-    def requeue_orphans(self, run_id: str | None = None) -> list[str]:
-        """Create the next trial of every run whose last attempt ended asking to be requeued, and
-        whose process died before it created it.
+    def corpus_of(self, grid: str) -> dict | None:
+        """``{"fingerprint", "name", "path"}`` of ``grid``'s corpus (:meth:`~harness.scheduling.queue.run_queue.RunQueue.
+        bind_corpus`): its document fingerprint (its identity), its file name, and where it is found
+        (``path``, ``None`` when no path was given here, e.g. an archive imported without ``--corpus``);
+        ``None`` when none was recorded (a queue written before the record, a hub corpus)."""
+        studies = self.studies()
+        if grid not in studies:
+            return None
+        return self.storage.get_study_user_attrs(studies[grid]).get(CORPUS_ATTR)
 
-        Reads the failed trials of every study (not the finished history), then the trials of each
-        run whose latest failed attempt asked to be requeued. Returns the run ids requeued.
-        Idempotent up to races (a duplicate is discarded when popped).
-        """
-        out = []
-        for sid in self.studies().values():
-            try:
-                failed = self.storage.get_all_trials(sid, deepcopy=False, states=(TrialState.FAIL,))
-            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
-                continue
-            self.reads["failed"] += 1
-            asking = {}  # run id -> its latest failed attempt, when that one asked to be requeued
-            for t in sorted(failed, key=lambda t: t.number):
-                rid = t.user_attrs.get("run_id")
-                if rid is not None and not is_duplicate(t) and (run_id is None or rid == run_id):
-                    asking[rid] = t
-            for rid, t in asking.items():
-                if not t.user_attrs.get("requeue"):
-                    continue
-                trials = [s for s in self.run_trials(rid, sid) if not is_duplicate(s)]
-                if trials and trials[-1].number == t.number:  # no later attempt: the retry was never created
-                    self.requeue_attempt(trials[-1])
-                    out.append(rid)
-        return out
-
-
-MAX_RECLAIMS = 5  # a run whose worker died this many times is not requeued again
-FRESH_S = 1.0  # a live read younger than this is not read again before a claim answers "nothing queued"
-
-
-class RunQueue(RunAdder):
-    """The run queue on one Optuna storage: every study holding runs (see the module docstring);
-    adding runs: :class:`~harness.scheduling.queue.run_queue.RunAdder`; reading them:
-    :class:`~harness.scheduling.queue.run_queue.QueueReader`.
-
-    Args:
-        storage: an Optuna storage (:func:`open_storage`).
-        lease_timeout_s: a running trial whose lease has not beaten for this long
-            (seconds) is reclaimed by :meth:`reclaim_stale`.
-        create: kept for :meth:`open` (a missing journal file is created); studies are
-            created when a grid's first run is enqueued.
-    """
-
-    def __init__(
-        self, storage: BaseStorage, *, lease_timeout_s: float = LEASE_TIMEOUT_S, create: bool = True
-    ) -> None:
-        if lease_timeout_s <= 0:
-            raise ValueError(f"lease timeout {lease_timeout_s} s must be positive")
-        super().__init__(storage)  # self._snapshot: the last live read, until a claim uses it
-        self.lease_timeout_s = float(lease_timeout_s)
-        self.host = hostname()
-        ensure_indexes(storage)
-        self._snapshot_at = 0.0  # when it was read (time.monotonic)
-        self._claimed_from: list[LiveTrial] | None = None  # the read the last claim took its run from
-        self._grid_runs: dict[str, set[str]] = {}  # grid -> every run id seen in it (for tally)
-        self._rng = random.Random()  # where a worker that lost a race for a trial tries next
-        # a worker's hardware check before it takes a trial (harness.scheduling.queue.hardware_pairs); None: none
-        self.pairs: PairGate | None = None
-
-    where = "(storage)"  # for messages; set by :meth:`open`
-
-    @classmethod
-    def open(
-        cls,
-        url: str | None,
-        results: str | os.PathLike,
-        *,
-        retry_s: float = STORAGE_RETRY_S,
-        log: Callable[[str], None] = print,
-        legacy: bool = False,
-        **kwargs,
-    ) -> RunQueue:
-        """:func:`open_storage` then the queue on it (``kwargs`` go to the constructor), retried
-        while the storage is unreachable (:func:`retry_storage`). A queue of the previous layout is
-        refused unless ``legacy`` (``harness migrate``, which converts it).
-
-        Raises:
-            StorageUnavailable: unreachable for ``retry_s`` seconds.
-            ValueError: the queue has the previous layout (one line naming ``harness migrate``).
-        """
-        where = describe_storage(url, results)
-        queue = retry_storage(
-            lambda: cls(open_storage(url, results, create=kwargs.get("create", True)), **kwargs),
-            where=where,
-            retry_s=retry_s,
-            log=log,
-        )
-        queue.where = where
-        if not legacy and LEGACY_STUDY in queue.studies():
-            raise ValueError(
-                f"queue {where} has the previous layout (one Optuna study {LEGACY_STUDY!r} for every grid); "
-                "run `harness migrate` to convert it into one study per grid"
-            )
-        return queue
-
-    # -- taking and finishing
+    # -- taking a run
 
     def _live(self, reuse: bool = True) -> list[LiveTrial]:
         """The live trials: the last read not yet used by a claim when ``reuse``, else read now."""
@@ -611,8 +440,12 @@ class RunQueue(RunAdder):
             self._snapshot, self._snapshot_at = self.live(), time.monotonic()
         return self._snapshot
 
-    def claim(self, grid: str | None = None) -> Claim | None:
+    def claim(self, grid: str | None = None, pairs: PairGate | None = None) -> Claim | None:
         """Take the next queued run (optionally of one grid) under a fresh lease, or ``None``.
+
+        ``pairs``: the worker's hardware gate (:class:`~harness.scheduling.queue.hardware_pairs.PairGate`):
+        a run of a ``pair_hardware = "same"`` grid whose seed is bound to another class is left for that
+        class (the gate's ``held`` says which); ``None``: every run is taken.
 
         Reads the live trials (or uses the last read, left by :meth:`tally` or
         :meth:`reclaim_stale`, read again before answering ``None`` unless it is under
@@ -627,23 +460,23 @@ class RunQueue(RunAdder):
         reused = self._snapshot is not None and time.monotonic() - self._snapshot_at > FRESH_S
         live = self._live()
         self._snapshot = None  # the claim changes what is live: the next one reads again
-        claim = self._claim_from(live, grid)
+        claim = self._claim_from(live, grid, pairs)
         if claim is None and reused:
-            claim = self._claim_from(self._live(reuse=False), grid)
+            claim = self._claim_from(self._live(reuse=False), grid, pairs)
             self._snapshot = None
         return claim
 
-    def _claim_from(self, live: list[LiveTrial], grid: str | None) -> Claim | None:
+    def _claim_from(self, live: list[LiveTrial], grid: str | None, pairs: PairGate | None) -> Claim | None:
         left = sorted(
             (t for t in live if t.state == TrialState.WAITING and (grid is None or t.grid == grid)),
             key=lambda t: t.order,
         )
         lost = 0
-        if self.pairs is not None:
-            self.pairs.start()
+        if pairs is not None:
+            pairs.start()
         while left:
             t = left.pop(self._rng.randrange(min(len(left), 2**lost)) if lost else 0)
-            may, hardware = (True, None) if self.pairs is None else self.pairs.admit(self.storage, t)
+            may, hardware = (True, None) if pairs is None else pairs.admit(self.storage, t)
             if not may:
                 continue  # its seed's other runs trained on another hardware class: held for that class
             lease = Lease.here(epoch=t.number)
@@ -654,11 +487,7 @@ class RunQueue(RunAdder):
             trial_id = t.trial_id
             trials = self.run_trials(t.run_id, t.study_id)
             mine = next(s for s in trials if s.number == t.number)
-            if any(
-                ended_as(s) or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < t.number)
-                for s in trials
-                if s.number != t.number and not is_duplicate(s)
-            ):
+            if superseded(trials, t.number):
                 self.storage.set_trial_user_attr(trial_id, "ending", "duplicate")
                 self._finish(trial_id, TrialState.FAIL)
                 continue
@@ -700,39 +529,20 @@ class RunQueue(RunAdder):
             total = len(self._grid_runs[grid])
         return max(0, total - len(mine)), max(total, len(mine))
 
-    # -- fencing (harness.train.fencing)
+    # -- holding it (harness.train.fencing)
 
     def lease_lost(self, claim: Claim) -> str | None:
-        """Why ``claim`` no longer holds its run (who holds it now), or ``None`` while it does.
-
-        Held means: its trial is still RUNNING under this claim's lease (same host, pid and
-        epoch). Reads the storage.
-        """
+        """Why ``claim`` no longer holds its run (who holds it now), or ``None`` while it does
+        (:func:`~harness.scheduling.queue.trials.lease_lost_reason`). Reads the storage: the claim's trial,
+        and the run's trials once it is no longer RUNNING."""
         trial = self.storage.get_trial(claim.trial_id)
         if trial.state == TrialState.RUNNING:
-            lease = lease_of(trial)
-            if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (
-                None,
-                claim.epoch,
-            ):
-                return None
-            return f"lease lost to {lease.worker} (epoch {claim.epoch})"
+            return lease_lost_reason(claim, trial, None)
         study_id = self._run_study.get(claim.run_id) or self.study_of(claim.grid)
-        later = [
-            t
-            for t in self.run_trials(claim.run_id, study_id)
-            if t.number > claim.epoch and not is_duplicate(t)
-        ]
-        taken = [t for t in later if t.user_attrs.get("lease")]
-        ua = trial.user_attrs
-        ended = f"epoch {claim.epoch} was {trial.state.name.lower()}"
-        if ua.get("ending") == "reclaimed":
-            ended = f"epoch {claim.epoch} was reclaimed{' by ' + ua['reclaimed_by'] if ua.get('reclaimed_by') else ''}"
-            ended += f" ({ua['error']})" if ua.get("error") else ""
-        if taken:
-            return f"lease lost to {lease_of(taken[-1]).worker} (epoch {taken[-1].number}; {ended})"
-        queued = f"; the run is queued again as epoch {later[-1].number}" if later else ""
-        return f"lease lost: {ended}{queued}"
+        trials = self.run_trials(claim.run_id, study_id)
+        return lease_lost_reason(
+            claim, trial, [t for t in trials if t.number > claim.epoch and not is_duplicate(t)]
+        )
 
     @contextmanager
     def holding(self, claim: Claim) -> Iterator[None]:
@@ -747,6 +557,13 @@ class RunQueue(RunAdder):
             if why is not None:
                 raise LeaseLost(claim.run_id, why)
             yield
+
+    def beat(self, claim: Claim, progress: LiveProgress | None = None) -> bool:
+        """Refresh the claim's lease, with the run's live ``progress`` if given (one write either
+        way); ``False`` if the run was meanwhile taken from this worker."""
+        return self._set_attrs(claim.trial_id, {"lease": claim.lease.refreshed(progress=progress).to_dict()})
+
+    # -- how an attempt ends, and the next attempt
 
     def _set_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> bool:
         try:
@@ -763,11 +580,6 @@ class RunQueue(RunAdder):
             return False  # someone else finished it first
         return True
 
-    def beat(self, claim: Claim, progress: LiveProgress | None = None) -> bool:
-        """Refresh the claim's lease, with the run's live ``progress`` if given (one write either
-        way); ``False`` if the run was meanwhile taken from this worker."""
-        return self._set_attrs(claim.trial_id, {"lease": claim.lease.refreshed(progress=progress).to_dict()})
-
     def complete(
         self, claim: Claim, status: str, *, value: float | None, wall_s: float, error: str | None = None
     ) -> bool:
@@ -780,34 +592,16 @@ class RunQueue(RunAdder):
         trial (its reported NLLs are its intermediate values). Returns ``False`` if the
         lease was lost (another worker reclaimed the run).
         """
-        if status not in FINISHED:
-            raise ValueError(f"status {status!r}; allowed: {', '.join(map(repr, FINISHED))}")
-        ok_value = value is not None and math.isfinite(value)
-        attrs = {"status": status, "wall_s": wall_s, "val_nll": float(value) if ok_value else None}
-        state = {"done": TrialState.COMPLETE, "pruned": TrialState.PRUNED}.get(status, TrialState.FAIL)
-        if state == TrialState.FAIL:
-            attrs.update(error=(error or status)[-ERROR_CHARS:], ending=status, requeue=False)
-        return self._set_attrs(claim.trial_id, attrs) and self._finish(
-            claim.trial_id,
-            state,
-            (float(value) if ok_value else math.inf) if state == TrialState.COMPLETE else None,
-        )
+        state, attrs, value = finished_record(status, value, wall_s, error)
+        return self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, state, value)
 
-    def fail(self, claim: Claim, error: str, *, wall_s: float, max_retries: int) -> bool:
-        """Mark an attempt whose training raised; requeue it while its ``max_retries``
-        retries (:data:`harness.scheduling.workers.loop.MAX_RETRIES` by default) are not spent.
+    def fail(self, claim: Claim, error: str, *, wall_s: float, requeue: bool) -> bool:
+        """Mark an attempt whose training raised (its failures counted one more), and queue the run's next
+        attempt when ``requeue`` (the worker's retry policy decides: :func:`harness.scheduling.workers.retry.retry_left`).
 
-        Returns whether a retry was queued.
+        Returns whether a retry was queued (``False`` too when the lease was lost meanwhile).
         """
-        failures = claim.failures + 1
-        requeue = failures <= max_retries
-        attrs = {
-            "error": error[-ERROR_CHARS:],
-            "ending": "failed",
-            "failures": failures,
-            "wall_s": wall_s,
-            "requeue": requeue,
-        }
+        attrs = failed_record(claim.failures + 1, error, wall_s, requeue)
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
         if requeue:
@@ -818,17 +612,18 @@ class RunQueue(RunAdder):
         """Give a run back unfinished (worker interrupted): it is requeued, no retry counted.
         ``keep_attempt``: the run never started here (its corpus is not on this machine), so its next
         trial keeps this attempt's number."""
-        attrs = {"error": reason, "ending": "released", "requeue": True}
+        attrs = released_record(reason)
         if not (self._set_attrs(claim.trial_id, attrs) and self._finish(claim.trial_id, TrialState.FAIL)):
             return False
         self.requeue_attempt(self.storage.get_trial(claim.trial_id), keep_attempt=keep_attempt)
         return True
 
-    def reclaim_stale(self, now: float | None = None) -> list[tuple[str, str]]:
+    def reclaim_stale(self, now: float | None = None, *, max_reclaims: int) -> list[tuple[str, str]]:
         """Fail and requeue every running attempt whose lease is stale (see :mod:`harness.scheduling.queue.lease`).
 
-        Returns ``(run_id, reason)`` for each run reclaimed by this call. A run reclaimed
-        :data:`MAX_RECLAIMS` times stays failed. Of several workers that see one run stale, the
+        Returns ``(run_id, reason)`` for each run reclaimed by this call. A run reclaimed more than
+        ``max_reclaims`` times (the worker's retry policy:
+        :data:`harness.scheduling.workers.retry.MAX_RECLAIMS`) stays failed. Of several workers that see one run stale, the
         one whose FAIL transition goes through requeues it; the others skip it. Reads the live
         trials (or uses the last read, which a reclaim then leaves for the claim that follows).
         """
@@ -844,14 +639,8 @@ class RunQueue(RunAdder):
             if trial.state != TrialState.RUNNING:
                 continue  # finished meanwhile (reclaimed by another worker)
             reclaims = trial.user_attrs.get("reclaims", 0) + 1
-            requeue = reclaims <= MAX_RECLAIMS
-            attrs = {
-                "error": f"lease expired: {why}",
-                "ending": "reclaimed",
-                "reclaims": reclaims,
-                "requeue": requeue,
-                "reclaimed_by": f"{self.host}:{os.getpid()}",
-            }
+            requeue = reclaims <= max_reclaims
+            attrs = reclaimed_record(reclaims, why, requeue, f"{self.host}:{os.getpid()}")
             if self._set_attrs(t.trial_id, attrs) and self._finish(t.trial_id, TrialState.FAIL):
                 self._run_study[t.run_id] = t.study_id
                 if requeue:
@@ -873,11 +662,54 @@ class RunQueue(RunAdder):
             }
         )
 
+    def _new_trial(self, config: RunConfig, **attempt: Any) -> int:
+        """A WAITING trial for ``config`` in its run's study (new run: its grid's study); ``attempt``: the
+        counters, slot and carried attributes of :func:`~harness.scheduling.queue.trials.attempt_template`."""
+        template = attempt_template(config, **attempt)
+        self._snapshot = None
+        return self.storage.create_new_trial(self._study_for(config), template_trial=template)
+
+    def requeue_attempt(self, last: FrozenTrial, *, keep_attempt: bool = False) -> None:
+        """The next attempt at the run whose attempt ``last`` (a frozen trial) just failed asking to be
+        requeued: same config, slot in the queue and carried attributes, attempt + 1 (the same number
+        with ``keep_attempt``: an attempt that never started)."""
+        ua = last.user_attrs
+        self._new_trial(
+            config_of(last),
+            attempt=ua.get("attempt", 1) + (0 if keep_attempt else 1),
+            failures=ua.get("failures", 0),
+            reclaims=ua.get("reclaims", 0),
+            order=ua.get("order", [time.time(), 0]),
+            carried={k: ua[k] for k in CARRIED_ATTRS if k in ua},
+        )
+
+    def requeue_orphans(self, run_id: str | None = None) -> list[str]:
+        """Create the next trial of every run whose last attempt ended asking to be requeued, and
+        whose process died before it created it.
+
+        Reads the failed trials of every study (not the finished history), then the trials of each
+        run whose latest failed attempt asked to be requeued. Returns the run ids requeued.
+        Idempotent up to races (a duplicate is discarded when popped).
+        """
+        out = []
+        for sid in self.studies().values():
+            try:
+                failed = self.storage.get_all_trials(sid, deepcopy=False, states=(TrialState.FAIL,))
+            except KeyError:  # deleted meanwhile (a conversion of the previous layout)
+                continue
+            self.reads["failed"] += 1
+            for rid, t in orphans(failed, run_id).items():
+                trials = [s for s in self.run_trials(rid, sid) if not is_duplicate(s)]
+                if trials and trials[-1].number == t.number:  # no later attempt: the retry was never created
+                    self.requeue_attempt(trials[-1])
+                    out.append(rid)
+        return out
+
 
 __all__ = [
     "LEGACY_STUDY",
     "RUNS_ATTR",
-    "QueueReader",
-    "MAX_RECLAIMS",
+    "CORPUS_ATTR",
+    "FRESH_S",
     "RunQueue",
 ]

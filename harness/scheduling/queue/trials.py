@@ -19,7 +19,9 @@ A run's state is read from all trials with its tag:
 
 A trial discarded as a second live trial of its run (user attr ``ending = "duplicate"``,
 :mod:`harness.scheduling.queue.run_queue`) does not count. A new attempt's trial is built by
-:func:`attempt_template`. Nothing here reads or writes a storage.
+:func:`attempt_template`; what an attempt's ending writes on its trial by :func:`finished_record`,
+:func:`failed_record`, :func:`released_record` and :func:`reclaimed_record`; why a claim no longer holds
+its run is read from the run's trials by :func:`lease_lost_reason`. Nothing here reads or writes a storage.
 
 Owns what a trial's attributes say. Must not read or write the storage.
 """
@@ -27,6 +29,7 @@ Owns what a trial's attributes say. Must not read or write the storage.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +38,7 @@ from typing import Any
 from optuna.distributions import json_to_distribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from harness.common.terms import is_tune_grid
+from harness.common.terms import ERROR_CHARS, FINISHED, is_tune_grid
 from harness.design.config import RunConfig
 from harness.scheduling.queue.lease import Lease
 
@@ -195,6 +198,103 @@ def fold(trials: list[FrozenTrial]) -> RunState:
     )
 
 
+def superseded(trials: list[FrozenTrial], number: int) -> bool:
+    """Whether the attempt ``number`` of a run (among its ``trials``) is a second live trial of it: another
+    attempt ended the run, or an earlier one is live (the one with the lowest number is kept)."""
+    return any(
+        ended_as(s) or (s.state in (TrialState.WAITING, TrialState.RUNNING) and s.number < number)
+        for s in trials
+        if s.number != number and not is_duplicate(s)
+    )
+
+
+def finished_record(
+    status: str, value: float | None, wall_s: float, error: str | None
+) -> tuple[TrialState, dict, float | None]:
+    """``(state, user attributes, value)`` of a trial whose run finished with ``status``: ``done`` a
+    COMPLETE trial whose value is the final validation NLL ``value`` (nats/token; +inf with ``val_nll``
+    None when it is not finite); ``diverged`` a FAIL trial with the reason ``error``, not requeued;
+    ``pruned`` a PRUNED trial.
+
+    Raises:
+        ValueError: ``status`` is not one of :data:`~harness.common.terms.FINISHED`.
+    """
+    if status not in FINISHED:
+        raise ValueError(f"status {status!r}; allowed: {', '.join(map(repr, FINISHED))}")
+    ok_value = value is not None and math.isfinite(value)
+    attrs = {"status": status, "wall_s": wall_s, "val_nll": float(value) if ok_value else None}
+    state = {"done": TrialState.COMPLETE, "pruned": TrialState.PRUNED}.get(status, TrialState.FAIL)
+    if state == TrialState.FAIL:
+        attrs.update(error=(error or status)[-ERROR_CHARS:], ending=status, requeue=False)
+    return state, attrs, (float(value) if ok_value else math.inf) if state == TrialState.COMPLETE else None
+
+
+def failed_record(failures: int, error: str, wall_s: float, requeue: bool) -> dict:
+    """The user attributes of an attempt whose training raised (a FAIL trial): the error's tail
+    (:data:`~harness.common.terms.ERROR_CHARS`), the run's ``failures`` with this one, and ``requeue``."""
+    return {
+        "error": error[-ERROR_CHARS:],
+        "ending": "failed",
+        "failures": failures,
+        "wall_s": wall_s,
+        "requeue": requeue,
+    }
+
+
+def released_record(reason: str) -> dict:
+    """The user attributes of an attempt given back unfinished (a FAIL trial, requeued, no retry counted)."""
+    return {"error": reason, "ending": "released", "requeue": True}
+
+
+def reclaimed_record(reclaims: int, why: str, requeue: bool, by: str) -> dict:
+    """The user attributes of an attempt whose lease went stale (``why``), reclaimed by the worker ``by``
+    (``host:pid``): the run's ``reclaims`` with this one, and ``requeue``."""
+    return {
+        "error": f"lease expired: {why}",
+        "ending": "reclaimed",
+        "reclaims": reclaims,
+        "requeue": requeue,
+        "reclaimed_by": by,
+    }
+
+
+def lease_lost_reason(claim: Claim, trial: FrozenTrial, later: list[FrozenTrial] | None) -> str | None:
+    """Why ``claim`` no longer holds its run (who holds it now), or ``None`` while it does: its ``trial`` is
+    still RUNNING under the claim's lease (same host, pid and epoch). ``later``: the run's attempts after
+    the claim's, duplicates left out (needed once ``trial`` is no longer RUNNING)."""
+    if trial.state == TrialState.RUNNING:
+        lease = lease_of(trial)
+        if (lease.host, lease.pid) == (claim.lease.host, claim.lease.pid) and lease.epoch in (
+            None,
+            claim.epoch,
+        ):
+            return None
+        return f"lease lost to {lease.worker} (epoch {claim.epoch})"
+    later = later or []
+    taken = [t for t in later if t.user_attrs.get("lease")]
+    ua = trial.user_attrs
+    ended = f"epoch {claim.epoch} was {trial.state.name.lower()}"
+    if ua.get("ending") == "reclaimed":
+        ended = f"epoch {claim.epoch} was reclaimed{' by ' + ua['reclaimed_by'] if ua.get('reclaimed_by') else ''}"
+        ended += f" ({ua['error']})" if ua.get("error") else ""
+    if taken:
+        return f"lease lost to {lease_of(taken[-1]).worker} (epoch {taken[-1].number}; {ended})"
+    queued = f"; the run is queued again as epoch {later[-1].number}" if later else ""
+    return f"lease lost: {ended}{queued}"
+
+
+def orphans(failed: list[FrozenTrial], run_id: str | None = None) -> dict[str, FrozenTrial]:
+    """``{run id: its latest failed attempt}`` among the FAIL trials ``failed`` of one study, for each run
+    (or only ``run_id``) whose latest failed attempt asked to be requeued: the runs whose next attempt may
+    never have been created (a process that died between the two steps)."""
+    asking = {}
+    for t in sorted(failed, key=lambda t: t.number):
+        rid = t.user_attrs.get("run_id")
+        if rid is not None and not is_duplicate(t) and (run_id is None or rid == run_id):
+            asking[rid] = t
+    return {rid: t for rid, t in asking.items() if t.user_attrs.get("requeue")}
+
+
 def queue_order(t: FrozenTrial) -> tuple:
     """Queue order: the run's original enqueue position, then trial number (retries keep their slot)."""
     return order_key(t.user_attrs, t.number)
@@ -261,6 +361,13 @@ __all__ = [
     "config_of",
     "ended_as",
     "fold",
+    "superseded",
+    "finished_record",
+    "failed_record",
+    "released_record",
+    "reclaimed_record",
+    "lease_lost_reason",
+    "orphans",
     "queue_order",
     "order_key",
 ]

@@ -4,7 +4,9 @@ The worker loop (:mod:`harness.scheduling.workers.loop`) builds one :class:`Clai
 claimed run and trains the run inside :func:`harness.train.fencing.fenced`, so
 :func:`harness.train.train_run` checks the lease before each checkpoint and writes the
 result file inside :meth:`ClaimFence.holding`. Checks of the queue are retried while the
-storage is briefly unreachable, like every other queue operation of a worker.
+storage is briefly unreachable, like every other queue operation of a worker. A worker whose
+results folder is watched (:class:`~harness.train.fencing.FolderWatch`) uses :class:`WatchedFence`,
+which also stops the run, writing nothing, once the folder is lost.
 
 Owns the check that a claim still holds. Must not retry a run or write a result.
 """
@@ -16,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from harness.scheduling.queue.lease import Heartbeat
-from harness.train.fencing import Fence, LeaseLost
+from harness.train.fencing import Fence, FolderWatch, LeaseLost
 
 if TYPE_CHECKING:
     from harness.scheduling.queue.run_queue import RunQueue
@@ -65,4 +67,35 @@ class ClaimFence(Fence):
             yield
 
 
-__all__ = ["ClaimFence"]
+class WatchedFence(ClaimFence):
+    """A :class:`ClaimFence` that also stops the run, writing nothing, once the results folder is lost
+    (so a checkpoint or result never re-creates the folder tree)."""
+
+    def __init__(self, watch: FolderWatch, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def _folder(self, what: str) -> None:
+        why = self.watch.look()
+        if why is not None:
+            raise LeaseLost(
+                self.claim.run_id, f"results folder {self.watch.folder} {why}; {what} not written"
+            )
+
+    def lost(self) -> str | None:
+        if self.watch.gone is not None:
+            return f"results folder {self.watch.folder} {self.watch.gone}"
+        return super().lost()
+
+    def check(self, what: str) -> None:
+        self._folder(what)
+        super().check(what)
+
+    @contextmanager
+    def holding(self, what: str) -> Iterator[None]:
+        self._folder(what)
+        with super().holding(what):
+            yield
+
+
+__all__ = ["ClaimFence", "WatchedFence"]

@@ -2,7 +2,7 @@
 requeue protocol (DESIGN section 10). Its own module so that ``harness launch --help`` and the
 other commands never import submitit; ``harness.commands.launch`` loads it only to launch.
 
-Owns the submitit requeue protocol around :func:`~harness.scheduling.workers.loop.run_worker`. Must not
+Owns the submitit requeue protocol around :func:`~harness.scheduling.workers.start.run_worker`. Must not
 be imported outside launching (it pulls in submitit).
 """
 
@@ -12,12 +12,14 @@ import signal
 
 import submitit
 
-from harness.scheduling.workers.loop import WorkOptions, run_worker, summary
+from harness.scheduling.workers.loop import summary
+from harness.scheduling.workers.options import WorkOptions
+from harness.scheduling.workers.start import run_worker
 from harness.train.stop import StopRequest
 
 
 class WorkerTask(submitit.helpers.Checkpointable):
-    """One launched worker: :func:`~harness.scheduling.workers.loop.run_worker` with its options, and
+    """One launched worker: :func:`~harness.scheduling.workers.start.run_worker` with its options, and
     signals turned into a stop at the next batch boundary (:class:`~harness.train.stop.StopRequest`).
 
     After a stop by ``SIGUSR1``/``SIGUSR2`` the handler that submitit installed for its
@@ -29,7 +31,7 @@ class WorkerTask(submitit.helpers.Checkpointable):
     way the run being trained is back in the queue first, with a checkpoint of its last step.
 
     Args:
-        options: what the worker does (:class:`~harness.scheduling.workers.loop.WorkOptions`: its
+        options: what the worker does (:class:`~harness.scheduling.workers.options.WorkOptions`: its
             results folder absolute, storage, grid, threads ...), pickled whole with the task.
 
     Returns (when called):

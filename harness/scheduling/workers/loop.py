@@ -3,7 +3,8 @@
 :func:`work` drives one :class:`~harness.scheduling.queue.run_queue.RunQueue`: it reclaims stale
 leases, claims the next run under a lease kept fresh by a
 :class:`~harness.scheduling.queue.lease.Heartbeat`, calls the train function, and tells the
-queue the outcome (done / diverged, or failed with a retry while retries remain). The run
+queue the outcome (done / diverged, or failed with a retry while retries remain; what spends a retry
+and what releases a run: :mod:`harness.scheduling.workers.retry`). The run
 is trained inside its fence (:class:`~harness.scheduling.workers.fence.ClaimFence`, made current by
 :func:`harness.train.fencing.fenced`): when another worker took the run over meanwhile, training
 stops with :class:`~harness.train.fencing.LeaseLost` before its next checkpoint or its result, the
@@ -20,62 +21,52 @@ The default train function, :func:`train_unless_finished`, is
 attempt's result. Both import :mod:`harness.train` only when called, so the loop runs
 with any other train function without loading Lightning.
 
-Owns a worker's options, its checks before the first claim and the claim-train-report loop. Must not
-parse a command line or change the queue's layout.
+A worker's options are :class:`~harness.scheduling.workers.options.WorkOptions`, and its checks before
+the first claim :mod:`harness.scheduling.workers.start`.
+
+Owns the claim-train-report loop and a run's default train function. Must not parse a command line,
+decide what a fault costs a run (:mod:`harness.scheduling.workers.retry`) or change the queue's layout.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.common import console, live
-from harness.common.faults import (
-    RankDied,
-    context_lost_stop,
-    poisoned_stop,
-    read_only_path,
-    read_only_stop,
-    run_poisoned_cuda,
-    sticky_cuda_error,
-)
-from harness.common.files import free_bytes
-from harness.common.terms import FINISHED, check_grid
-from harness.corpus.spec import exists, resolve_corpus
+from harness.common import live
+from harness.common.faults import run_poisoned_cuda
+from harness.common.terms import FINISHED
 from harness.design.config import RunConfig
-from harness.scheduling.queue.lease import BEAT_S, LEASE_TIMEOUT_S, Heartbeat
+from harness.scheduling.queue.lease import BEAT_S, Heartbeat
 from harness.scheduling.queue.storage import STORAGE_RETRY_S, StorageUnavailable, retry_storage
 from harness.scheduling.tuning import pruning_hook
-from harness.scheduling.workers.claiming import OrphanClock, claim_next, given_back_if_interrupted
-from harness.scheduling.workers.faults import (
-    WatchedFence,
-    check_results,
-    disk_full,
-    full_path,
-    rank_died,
+from harness.scheduling.workers.claiming import OrphanClock, claim_next
+from harness.scheduling.workers.fence import ClaimFence, WatchedFence
+from harness.scheduling.workers.retry import (
+    MAX_RETRIES,
+    admit,
+    given_back_if_interrupted,
+    located,
+    poisoned_stop,
+    released_for_its_pair,
     results_lost,
+    retry_left,
+    stop_for_environment,
 )
-from harness.scheduling.workers.fence import ClaimFence
-from harness.train.execution import ExecutionSettings, parse_devices, set_threads
+from harness.train.execution import ExecutionSettings
 from harness.train.fencing import FolderWatch, LeaseLost, fenced
 
 if TYPE_CHECKING:
     from harness.corpus.locate import CorpusLocator
+    from harness.scheduling.queue.hardware_pairs import PairGate
     from harness.scheduling.queue.run_queue import RunQueue
     from harness.train.stop import StopRequest
-
-MAX_RETRIES = 2  # a run whose training raised is retried this many times, then stays failed
-
 
 TrainFn = Callable[[RunConfig, Path], Any]
 FailureFn = Callable[[RunConfig, Path, str], None]
@@ -178,6 +169,7 @@ def work(
     settings: ExecutionSettings | None = None,
     check_run: Callable[[RunConfig], None] | None = None,
     corpus: CorpusLocator | None = None,
+    pairs: PairGate | None = None,
 ) -> Counter:
     """The worker loop: reclaim stale leases, take a run, train it, record the outcome; repeat.
 
@@ -205,6 +197,9 @@ def work(
         check_run: ``check_run(config)`` refuses (``ValueError``) a run the settings cannot train: released.
         corpus: resolves each run's corpus on this machine (:class:`~harness.corpus.locate.CorpusLocator`:
             the worker's ``--corpus``, the queue's path, the config's); ``None``: the config's.
+        pairs: the worker's hardware gate (:class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a seed
+            bound to another hardware class and numerics is left for a worker of that key; a seed is bound
+            when a run of it is about to train, after the checks above); ``None``: none.
 
     Returns:
         Counter of the outcomes of the runs taken: 'done', 'diverged', 'failed', 'lost' (lease lost).
@@ -213,7 +208,7 @@ def work(
         StorageUnavailable: the storage stayed unreachable for ``retry_s`` seconds (a run being finished
             stays RUNNING in the queue; the next worker reclaims it).
         ResultsLost / OtherResults / DiskFull / RankDied / CudaContextLost / CorpusMissing: the environment's fault
-            (:mod:`harness.scheduling.workers.faults`, :mod:`harness.common.faults`): the results folder was
+            (:mod:`harness.scheduling.workers.retry`, :mod:`harness.common.faults`): the results folder was
             lost or is another's, too little free space or a write hit ENOSPC/EDQUOT, a child rank died,
             a CUDA error poisoned the context, the corpus is not here: the run is released (queued again, no retry spent) and the
             worker stops with one line naming the cause.
@@ -230,13 +225,15 @@ def work(
     loop = _Loop(queue, call, training, beat_s, watch, log)
     outcomes, orphans = Counter(), OrphanClock()
     while max_runs is None or sum(outcomes.values()) < max_runs:
-        claim = claim_next(queue, call, grid, wait, poll_s, stop, orphans, log)
+        claim = claim_next(queue, call, grid, wait, poll_s, stop, orphans, log, pairs)
         if claim is None:
             break
         with given_back_if_interrupted(queue, call, claim, log):
-            need = _admit(loop, claim, space_needed, check_run)
+            need = admit(queue, call, claim, loop.results_dir, watch, space_needed, check_run)
             if corpus is not None:  # the corpus's path on this machine, or released (no retry spent)
-                claim = corpus.locate(queue, call, claim)
+                claim = located(corpus, queue, call, claim)
+            if released_for_its_pair(queue, call, claim, pairs, log):  # the seed binds as its run trains
+                continue
             outcomes[_train_one(loop, claim, need)] += 1
     return outcomes
 
@@ -249,32 +246,6 @@ def _check_intervals(max_runs: int | None, poll_s: float, beat_s: float, retry_s
         raise ValueError(f"poll interval ({poll_s} s) and beat interval ({beat_s} s) must be positive")
     if retry_s <= 0:
         raise ValueError(f"storage retry time {retry_s} s must be positive")
-
-
-def _configured(loop: _Loop, claim, check_run: Callable[[RunConfig], None] | None) -> None:
-    """Release ``claim`` (no retry spent) and re-raise when ``check_run`` refuses its config."""
-    if check_run is None:
-        return
-    try:
-        check_run(claim.config)
-    except ValueError as exc:
-        loop.call(loop.queue.release, claim, f"configuration error: {exc}; run released (no retry spent)")
-        raise ValueError(f"{exc}; {claim.run_id} released and queued again (no retry spent)") from None
-
-
-def _admit(loop: _Loop, claim, space_needed: SpaceFn | None, check_run=None):
-    """The bytes ``claim`` needs (``None``: not known) once its results folder is still there, its own and
-    has that much free; else the run is released and :class:`ResultsLost` / :class:`OtherResults` /
-    :class:`DiskFull` raised; a run ``check_run`` refuses is released and its ``ValueError`` raised."""
-    queue, call, results_dir = loop.queue, loop.call, loop.results_dir
-    if loop.watch is not None and loop.watch.look() is not None:
-        raise results_lost(queue, claim, loop.watch)
-    check_results(queue, call, claim, results_dir, loop.watch)
-    _configured(loop, claim, check_run)
-    need = space_needed(claim.config) if space_needed is not None else None
-    if need is not None and free_bytes(results_dir) < need:
-        raise disk_full(queue, call, claim, results_dir, need, "not enough free space to start")
-    return need
 
 
 def _train_one(loop: _Loop, claim, need: int | None) -> str:
@@ -297,22 +268,10 @@ def _train_one(loop: _Loop, claim, need: int | None) -> str:
         if watch is not None and watch.gone is not None:
             raise results_lost(queue, claim, watch) from None
         return _lost(loop, claim, exc)
-    except RankDied as exc:  # the machine's fault: no failed result, no retry spent
-        raise rank_died(queue, call, claim, exc) from None
     except Exception as exc:
-        if watch is not None and watch.look() is not None:  # e.g. a FileNotFoundError of the lost folder
-            raise results_lost(queue, claim, watch) from None
-        sticky = sticky_cuda_error(exc)
-        if sticky is not None:  # a dead CUDA context: every later run here would fail the same way
-            raise context_lost_stop(queue, call, claim, sticky) from None
-        refused = read_only_path(exc)
-        if refused is not None:  # the environment's fault: no failed result (it cannot be written)
-            raise read_only_stop(queue, call, claim, results_dir, refused) from None
-        full = full_path(exc, results_dir)
-        if full is not None:  # the environment's fault: no failed result, no retry spent
-            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise disk_full(queue, call, claim, full, need, why) from None
-        outcome = _failed(loop, claim, exc, fence, t0)
+        # the environment's fault: the run is released (no retry spent) and the worker stops
+        stop_for_environment(queue, call, claim, exc, results_dir, watch, need)
+        outcome = _failed(loop, claim, exc, fence, t0)  # the run's own error: a retry spent
         poisoned = run_poisoned_cuda(exc)
         if poisoned is not None:  # the run's own failure, but no later run can use this context
             raise poisoned_stop(claim.run_id, poisoned) from None
@@ -372,7 +331,7 @@ def _failed(loop: _Loop, claim, exc: Exception, fence, t0: float) -> str:
             return _lost(loop, claim, lost)
         except Exception as exc2:  # keep going: the queue still records the failure
             loop.log(f"warning: recording the failure of {claim.run_id} failed: {exc2!r}")
-    retried = call(queue.fail, claim, error, wall_s=wall, max_retries=training.max_retries)
+    retried = call(queue.fail, claim, error, wall_s=wall, requeue=retry_left(claim, training.max_retries))
     done, total = call(queue.tally, claim.grid)
     then = "retry queued" if retried else "no retries left"
     loop.log(
@@ -453,160 +412,6 @@ def record_failure(config: RunConfig, results_dir: Path, error_text: str, settin
     result_file.record_failure(config, results_dir, error_text, settings)
 
 
-# --- A worker process around the loop (DESIGN section 10): what ``harness work`` and a launched task run.
-#
-# :class:`WorkOptions` is what one worker is asked to do (``harness work``'s options, or the task
-# ``harness launch`` submits, :class:`harness.scheduling.workers.launched_task.WorkerTask`), with its
-# :class:`~harness.train.execution.ExecutionSettings`; :func:`run_worker` checks them, opens the queue,
-# claims the worker's GPUs (:func:`worker_devices`) and runs :func:`harness.scheduling.workers.loop.work`.
-# Neither parses a command line: the command maps its options here, and a launched task carries
-# its options whole.
-
-
-@dataclass(frozen=True)
-class WorkOptions:
-    """What one worker does (``harness work``'s options; see its help for each).
-
-    Attributes:
-        results: the results folder (result files, checkpoints, the default queue).
-        storage: the queue storage URL (``None``: the journal in ``results``).
-        grid: take only runs of this grid.
-        max_runs: stop after this many runs (``None``: no limit).
-        wait: poll an empty queue every ``poll_s`` seconds instead of stopping.
-        retries: retries of a run whose training raised.
-        lease_s: a lease not refreshed for this many seconds is reclaimed.
-        storage_retry_s: how long an unreachable storage is retried, seconds.
-        create: make ``results`` when it does not exist.
-        devices, gpus: ranks per run and the GPUs to claim (:func:`worker_devices`).
-        any_hardware: take a run whose seed's other runs trained on another hardware class
-            (``[schedule] pair_hardware = "same"`` held it for that class; :mod:`harness.scheduling.queue.hardware_pairs`).
-        settings: how each run executes (its ``devices`` set from the claim).
-        corpus: where this machine has the corpus of the runs it claims (``--corpus``; ``None``: the
-            path the queue records for each grid, else the run's config), checked against the grid's
-            fingerprint (:mod:`harness.corpus.locate`).
-    """
-
-    results: str
-    storage: str | None = None
-    grid: str | None = None
-    max_runs: int | None = None
-    wait: bool = False
-    poll_s: float = 10.0
-    retries: int = MAX_RETRIES
-    lease_s: float = LEASE_TIMEOUT_S
-    storage_retry_s: float = STORAGE_RETRY_S
-    create: bool = False
-    devices: str | None = None
-    gpus: str | None = None
-    any_hardware: bool = False
-    settings: ExecutionSettings = field(default_factory=ExecutionSettings)
-    corpus: str | None = None
-
-    def check(self) -> None:
-        """Refuse what the worker cannot run with, before it touches the queue.
-
-        Raises:
-            ValueError: a negative ``retries``, a ``lease_s`` or ``storage_retry_s`` that is not positive.
-            FileNotFoundError: a ``corpus`` that is not there.
-            ValueError: an empty ``corpus``.
-        """
-        if self.retries < 0:
-            raise ValueError(f"--retries {self.retries} must be >= 0")
-        if self.lease_s <= 0:
-            raise ValueError(f"--lease-s {self.lease_s:g}: must be positive (seconds)")
-        if self.storage_retry_s <= 0:
-            raise ValueError(f"--storage-retry-s {self.storage_retry_s:g} must be positive")
-        if self.corpus is not None and not exists(resolve_corpus(self.corpus)):
-            raise FileNotFoundError(
-                f"--corpus {self.corpus} not found (a path to the corpus on this machine)"
-            )
-
-
-def check_writable(results: Path, create: bool = False) -> None:
-    """A worker writes checkpoints and result files under ``results``: fail now, with the
-    system's own reason (read-only file system, permission denied), not after a run trained.
-
-    Raises:
-        FileNotFoundError: ``results`` does not exist and ``create`` is false (a mistyped
-            path would otherwise become a new, empty queue).
-        OSError: ``results`` cannot be created or written.
-    """
-    try:
-        results.stat()
-    except FileNotFoundError:  # not NotADirectoryError: a file on the path is said by mkdir below
-        if not create:
-            raise FileNotFoundError(
-                f"results folder {str(results)!r} does not exist; `harness queue GRID.toml "
-                "--results DIR` makes it, or pass --create (set --results DIR or "
-                "$HARNESS_RESULTS)"
-            ) from None
-    results.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile(dir=results, prefix=".probe-"):
-        pass
-
-
-def worker_devices(devices: str | None, gpus: str | None, accelerator: str):
-    """``--devices``/``--gpus``/``--accelerator`` -> ``(ranks per run, device claim or None)``.
-
-    On a GPU worker (``--accelerator gpu``, or ``auto`` on a node where ``nvidia-smi`` lists
-    GPUs, or ``--gpus`` given) the worker's devices are chosen (:func:`harness.scheduling.workers.devices.assign`)
-    and ``CUDA_VISIBLE_DEVICES`` is set to them before CUDA starts; the claim's locks are held
-    until the worker stops. Elsewhere nothing is claimed.
-
-    Raises:
-        ValueError: a bad ``--devices`` or ``--gpus``, the two disagree, or not enough free
-            GPUs on this node (:class:`~harness.scheduling.workers.devices.NoFreeDevice`).
-    """
-    from harness.scheduling.workers import (
-        devices as gpu,  # lazy: nvidia-smi and the device locks, only to claim
-    )
-
-    n = parse_devices(devices) if devices is not None else len(gpu.parse_gpus(gpus)) if gpus else 1
-    if not (gpus or accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpu.node_gpu_count())):
-        return n, None
-    if n == "auto":
-        n = len(gpu.parse_gpus(gpus)) if gpus else len(gpu.visible_devices())
-    chosen, claim = gpu.assign(gpus, n)
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
-    print(
-        f"worker trains on GPU(s) {','.join(chosen)} ({n} rank(s) per run)"
-        + ("" if claim is None else f"; locked in {gpu.lock_dir()}"),
-        flush=True,
-    )
-    return n, claim
-
-
-def checked_before_claims(queue, grid: str | None, settings: ExecutionSettings, claim):
-    """Refuse, before any claim, settings Lightning would reject and a queued run whose batch they
-    cannot split (:mod:`harness.train.settings_check`): a configuration error spends no retry.
-    Returns the per-run check the worker applies to each run it claims (runs queued later, ``--wait``).
-
-    Raises:
-        ValueError: one line naming the option, its value and what is allowed (``claim``'s GPU
-            locks are let go first).
-    """
-    from harness.train.settings_check import check_run, check_settings  # lazy: Lightning
-
-    try:
-        check_settings(settings)
-        checked = set()
-        for state in queue.runs(grid).values():
-            config = state.config
-            key = (config.size, config.model_config(1).context, config.train_config().batch_tokens)
-            if state.state in ("queued", "running") and key not in checked:
-                checked.add(key)
-                check_run(config, settings)
-    except ValueError:
-        if claim is not None:
-            claim.release()
-        raise
-    return lambda config: check_run(config, settings)
-
-
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
-
-
 def summary(outcomes: Mapping[str, int]) -> str:
     """``worker trained N runs: a done, b diverged, c failed[, d pruned][, e lost to another
     worker]`` of an outcome count."""
@@ -618,106 +423,7 @@ def summary(outcomes: Mapping[str, int]) -> str:
     )
 
 
-def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=None) -> Counter:
-    """Run the worker loop (:func:`harness.scheduling.workers.loop.work`) as ``options`` say; returns the
-    outcomes of the runs it trained.
-
-    ``train_fn``/``on_failure`` default to :func:`~harness.scheduling.workers.loop.train_unless_finished`
-    and :func:`~harness.scheduling.workers.loop.record_failure`. Without ``stop``, SIGTERM raises
-    ``KeyboardInterrupt`` at once (the run is released, resuming from its last checkpoint);
-    with a :class:`~harness.train.stop.StopRequest` (``harness launch``'s tasks) the caller
-    owns the signals and a stop comes at the next batch boundary, with a checkpoint of it.
-
-    Raises:
-        ValueError: bad options (:meth:`WorkOptions.check`), a ``grid`` not queued (without ``wait``),
-            no free GPU to claim.
-        FileNotFoundError / OSError: the results folder is missing or not writable.
-    """
-    import optuna  # lazy: Optuna, only with a queue
-
-    from harness.scheduling.queue.run_queue import RunQueue  # lazy: Optuna, only with a queue
-
-    options.check()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space_needed = None
-    if train_fn is None:
-        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
-
-        set_threads(options.settings.threads)
-    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    check_writable(Path(options.results), options.create)
-    queue = RunQueue.open(
-        options.storage, options.results, lease_timeout_s=options.lease_s, retry_s=options.storage_retry_s
-    )
-    if options.grid is not None:
-        try:
-            check_grid(options.grid, (r.grid for r in queue.runs().values()), queue.where)
-        except ValueError as exc:
-            if not options.wait:
-                raise
-            print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = check_run = locator = None
-    if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
-        # lazy: numpy, only where a corpus is read
-        from harness.corpus.locate import CorpusLocator
-        from harness.data.prepared import cache_dir
-
-        locator = CorpusLocator(options.corpus, cache_dir(options.results))
-        if options.corpus is not None:  # another text is refused before a run is claimed, as launch does
-            counts = queue.counts(options.grid)
-            locator.check_queue(queue, [g for g, c in counts.items() if c.get("queued")])
-    if train_fn is None:
-        devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
-        settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
-        check_run = checked_before_claims(queue, options.grid, settings, claim)
-        queue.pairs = _pair_gate(settings, options.any_hardware)
-    if on_failure is None:  # a failed attempt's file says where it ran, as a finished run's does
-
-        def on_failure(config, results_dir, error_text):
-            record_failure(config, results_dir, error_text, settings)
-
-    previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
-    try:
-        with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
-            return work(
-                queue,
-                train_fn,
-                options.results,
-                on_failure=on_failure,
-                grid=options.grid,
-                max_runs=options.max_runs,
-                wait=options.wait,
-                poll_s=options.poll_s,
-                max_retries=options.retries,
-                beat_s=min(BEAT_S, options.lease_s / 4),
-                retry_s=options.storage_retry_s,
-                stop=stop,
-                space_needed=space_needed,
-                settings=settings,
-                check_run=check_run,
-                corpus=locator,
-            )
-    finally:
-        if stop is None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _pair_gate(settings: ExecutionSettings, anywhere: bool):
-    """The worker's :class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a run's key is the hardware class
-    and numerics it gets here under ``settings`` (:func:`harness.train.environment.run_numerics`,
-    :func:`~harness.scheduling.queue.hardware_pairs.pair_key`)."""
-    from harness.scheduling.queue.hardware_pairs import PairGate, pair_key  # lazy: Optuna, only with a queue
-    from harness.train.environment import run_numerics  # lazy: torch loads only to train
-
-    def classify(config) -> str:
-        numerics = run_numerics(config, settings)
-        return pair_key(numerics.hardware, numerics.numerics)
-
-    return PairGate(classify, anywhere=anywhere)
-
-
 __all__ = [
-    "MAX_RETRIES",
     "TrainFn",
     "FailureFn",
     "SpaceFn",
@@ -726,10 +432,5 @@ __all__ = [
     "work",
     "train_unless_finished",
     "record_failure",
-    "WorkOptions",
-    "check_writable",
-    "checked_before_claims",
-    "worker_devices",
     "summary",
-    "run_worker",
 ]

@@ -1,11 +1,11 @@
-"""Which numerics ``harness retrain`` re-trains an archive with (harness/scheduling/retrain.py, DESIGN section 13),
+"""Which numerics ``harness retrain`` re-trains an archive with (harness/train/retrain.py, DESIGN section 13),
 read from the committed archives: the factorial study's runs (written before the record) trained per-site at a
 commit whose numerics are known, so they re-train per-site and the check compares machines; the CPU study's
 trained two-phase before d299c74 (two_phase/1, a revision this code no longer has), so they re-train on the
 default path and the check measures code plus machine. Nothing trains here (the re-training itself:
 tests/e2e/test_retrain.py).
 
-    python -m pytest -q tests/scheduling/test_retrain_numerics.py
+    python -m pytest -q tests/train/test_retrain_numerics.py
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from harness.commands.retrain import _numerics_plan
 from harness.models.numerics import DEFAULT_ROUTING, numerics_id
 from harness.report.render.retrain_lines import identity_line
-from harness.scheduling import retrain as rt
 from harness.store.archive import read_archive
+from harness.train import retrain as rt
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from harness.common.files import atomic_write
+from harness.common.terms import UNKNOWN
 from harness.corpus.spec import parse_ref
 from harness.design.config import RunConfig
-from harness.models.numerics import DEFAULT_ROUTING, UNKNOWN, numerics_id, routing_of, run_numerics_of
+from harness.models.numerics import DEFAULT_ROUTING, numerics_id, routing_of, run_numerics_of
 from harness.store.archive import Archive
 from harness.store.runfile import read_result, result_end, result_path
 from harness.train.execution import ExecutionSettings, set_threads
