@@ -48,6 +48,11 @@ budgets_tokens = [{budget}]
 block_attnres = "parent"
 rd_attnres = "treatment"
 
+# a load and fault test, not a study: as many seeds as it asks for (harness queue refuses a cell with more
+# seeds than its plan's max_seeds, default 30); the same for every size, so one reference serves them all
+[analysis]
+max_seeds = 100_000
+
 [train]
 vocab_size = 512
 batch_tokens = 1024

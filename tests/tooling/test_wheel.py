@@ -26,7 +26,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +56,7 @@ def wheel(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # builds the wheel (~10 s)
 def test_the_wheel_holds_one_top_level_package_with_its_data(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
@@ -67,6 +67,7 @@ def test_the_wheel_holds_one_top_level_package_with_its_data(wheel):
     assert schema == (ROOT / "db" / "schema.sql").read_bytes()  # the file, not the link
 
 
+@pytest.mark.slow  # a fresh virtualenv, two tiny runs and a report (~30 s)
 def test_the_wheel_runs_a_tiny_run_and_a_report_from_a_fresh_virtualenv(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -172,3 +173,16 @@ def test_the_wheel_runs_a_tiny_run_and_a_report_from_a_fresh_virtualenv(wheel, t
     assert rows.split() == ["variant,status", "block_attnres,done", "rd_attnres,done"]
     harness("report", "--grid", "adhoc")
     assert (work / "results" / "reports" / "adhoc" / "report.md").is_file()
+
+
+@pytest.mark.parametrize(
+    ("installed", "root"),
+    [("harness/store/schema.sql", "db/schema.sql"), ("harness/models/specs/controls", "controls")],
+)
+def test_the_packages_data_are_links_to_the_root_folders(installed, root):
+    """In a checkout the package's copy of the schema and of the control specs is a link to the root folder's
+    (where a user reads the schema and adds a control): an editor that replaced a link with a file would give
+    two copies that drift, the package's being the one the code reads."""
+    path = ROOT / installed
+    assert path.is_symlink(), f"{installed} must be a link to {root} (ln -s), not a copy"
+    assert path.resolve() == (ROOT / root).resolve()
