@@ -1,22 +1,23 @@
 """RD-AttnRes ablation and controls harness.
 
-The stages of one run, and of a study, each a package; imports point one way
-(``commands`` -> ``scheduling`` -> ``train`` -> ``models`` / ``data``; nothing imports
-``commands``):
+The stages of a run (corpus -> data -> model -> training -> result) and of a study (grid -> queue ->
+workers -> report), each a package; imports point one way, down these layers (highest first; the
+packages of one layer never import each other; docs/layout.md):
 
-* :mod:`harness.data` -- corpus text -> split -> tokenizer -> token files -> batches;
-* :mod:`harness.models` -- the decoder family and depth routing (plain PyTorch);
-* :mod:`harness.train` -- one run: build -> fit (Lightning) -> result file;
-* :mod:`harness.scheduling` -- grids, the Optuna-backed run queue, leases, the worker loop;
-* :mod:`harness.bench` -- routing and harness overhead (``harness bench``);
-* :mod:`harness.commands` -- one module per ``harness`` subcommand; :mod:`harness.cli` the entry point.
+1. :mod:`harness.commands` -- one module per ``harness`` subcommand;
+2. :mod:`harness.scheduling` -- grids, the run queue, workers, launching, tuning;
+   :mod:`harness.bench` -- routing and harness overhead (``harness bench``);
+   :mod:`harness.report` -- the paired significance report and the notebook API;
+3. :mod:`harness.train` -- one run: build -> fit (Lightning) -> result file;
+4. :mod:`harness.design` -- what a study is, fixed before its runs (:class:`~harness.design.config.RunConfig`);
+5. :mod:`harness.models` -- the decoder family and depth routing (plain PyTorch);
+   :mod:`harness.data` -- a corpus's documents -> tokenizer -> token shards -> batches;
+   :mod:`harness.store` -- the results store (result files, DuckDB, archives);
+6. :mod:`harness.corpus` -- what a corpus is and where, before any token;
+7. :mod:`harness.common` -- what every stage shares (files, terminal, Ctrl-C, terms, faults).
 
-Top-level modules: :mod:`harness.design.config` (size presets, training settings, :class:`RunConfig`),
-:mod:`harness.common.terms` (roles, statuses, run ids, config differences), :mod:`harness.common.files`
-(atomic file replacement), :mod:`harness.design.analysis_plan` (a grid's ``[analysis]`` table, read by the
-grid parser and the report) and :mod:`harness.train.fencing` (who may still write a run's checkpoints
-and result: owner, epoch, :class:`~harness.train.fencing.LeaseLost`). Siblings: ``controls`` (control-variant specs), ``db`` (DuckDB
-store), ``reports`` (statistics and the report).
+At the top only the entry points: :mod:`harness.cli` (the ``harness`` command, mapping subcommands to
+:mod:`harness.commands`) and :mod:`harness.__main__` (``python -m harness``).
 
 The notebook API: ``harness.results(RESULTS, grid=...)`` (a grid's tables as polars frames) and
 ``harness.analyze(RESULTS, grid=...)`` (the report's statistics), from :mod:`harness.report.api`.

@@ -51,12 +51,20 @@ others' micro-batch retries at smaller ones (same tokens per step), and an arm t
 out of memory, then or later, is left out with one line: its figures are missing
 (``missing_arms`` says why; a ratio it belongs to is ``None``), the other arms' are reported.
 
-Modules: :mod:`~harness.bench.settings` (settings, targets, devices), :mod:`~harness.bench.steps`
-(one variant's step, interleaved timing, peak memory), :mod:`~harness.bench.loop` (Lightning
-against a bare loop), :mod:`~harness.bench.ratios` (which arms are compared, each ratio's paired
-summary and goal), :mod:`~harness.bench.result` (medians, ratios and MFU assembled into the JSON),
-:mod:`~harness.bench.rows` (the DuckDB rows), :mod:`~harness.bench.table` (the printed table), :mod:`~harness.bench.profile` (``--profile``: where each ratio's time goes, by
-category), :mod:`~harness.bench.measure` (:func:`run_bench`: the whole benchmark).
+Modules:
+
+* :mod:`~harness.bench.settings` -- settings, the goals (``TARGETS``), the device helpers;
+* :mod:`~harness.bench.steps` -- one variant's step, interleaved timing, peak memory;
+* :mod:`~harness.bench.loop` -- Lightning against a bare loop;
+* :mod:`~harness.bench.ratios` -- which arms are compared, each ratio's paired summary and goal;
+* :mod:`~harness.bench.intervals` -- paired ratios and their 95 % intervals, goals judged against them;
+* :mod:`~harness.bench.flops` -- model FLOPs per trained token; :mod:`~harness.bench.peaks` -- a GPU's
+  dense bf16 peak by its exact name (both for MFU);
+* :mod:`~harness.bench.routing_cost` -- routing's bytes moved and FLOPs per token, a roofline estimate;
+* :mod:`~harness.bench.profile` -- ``--profile``: where each ratio's time goes, by category;
+* :mod:`~harness.bench.result` -- medians, ratios and MFU assembled into the JSON;
+* :mod:`~harness.bench.rows` -- the DuckDB rows; :mod:`~harness.bench.table` -- the printed table;
+* :mod:`~harness.bench.measure` -- :func:`~harness.bench.measure.run_bench`: the whole benchmark.
 """
 
 from harness.bench.loop import loop_throughput

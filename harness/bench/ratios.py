@@ -21,7 +21,7 @@ def ratio_keys(variants: list[str]) -> list[tuple[str, str]]:
 
 
 def target_for(key: str, kind: str = "time") -> tuple[str, float] | None:
-    """The issue's goal for a ratio key (``kind`` ``time`` or ``mem``), or None."""
+    """The goal (``TARGETS``) of a ratio key (``kind`` ``time`` or ``mem``), or None."""
 
     if kind == "mem":
         return TARGETS.get(f"mem:{key}")

@@ -1,4 +1,4 @@
-"""Settings of ``harness bench``, the issue's targets, and the device helpers every part uses."""
+"""Settings of ``harness bench``, its goals (``TARGETS``, docs/benchmarks.md), and the device helpers every part uses."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ LOOPS = ("lightning", "bare")
 MAX_DEFAULT_BATCH = 32  # sequences: the paper presets' 512-sequence batches do not fit one step
 
 
-#: Goals of the benchmark issue: ratio key -> (comparison, bound). Step-time ratios and
+#: The benchmark's goals (docs/benchmarks.md's "bench goal"): ratio key -> (comparison, bound). Step-time ratios and
 #: ``lightning/bare`` live in ``ratios``; ``mem:`` keys in ``peak_mem_ratios``.
 TARGETS: dict[str, tuple[str, float]] = {
     "block_attnres/prenorm": ("<=", 1.03),

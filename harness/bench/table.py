@@ -9,7 +9,7 @@ from harness.bench.settings import PARENT, PRECISION_RATIO
 
 
 def format_report(result: dict) -> str:
-    """Human-readable table of medians, ratios against the parent and the issue's targets."""
+    """Human-readable table of medians, ratios against the parent and their goals."""
     lines = [
         f"harness bench: size {result['size']}, {'compiled' if result['compile'] else 'eager'}, "
         f"{result['device']} ({result['device_name']}), {result['threads']} thread(s), torch {result['torch']}",

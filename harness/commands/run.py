@@ -125,9 +125,9 @@ def parse_overrides(items: list[str]) -> dict:
 def main(args: argparse.Namespace) -> int:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    from harness.commands import set_threads
     from harness.design.config import RunConfig
     from harness.train import RunInterrupted, train_run
+    from harness.train.execution import set_threads
     from harness.train.result_file import stored_result
     from harness.train.settings_check import check_run, check_settings
 

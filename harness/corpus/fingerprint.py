@@ -6,8 +6,6 @@ byte length (:func:`corpus_fingerprint`). It is the ``fingerprint`` of a run's p
 hash, and what the queue records for a grid's corpus (:mod:`harness.corpus.locate`).
 :func:`fingerprint_of` gives it for a run's :class:`~harness.corpus.key.CorpusKey`: from the prepared
 shard folder's manifest when the cache holds one, else by reading the documents.
-
-Owns the fingerprint. Must not decide what a mismatch means (:mod:`harness.corpus.locate` does).
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ so ``harness prepare``, ``harness queue``'s corpus sizing, a worker's space chec
 ``harness bench`` all find the same folder from the key alone. :func:`requested_vocab` is the one
 rule for the vocabulary a key asks for; :func:`worker_key` the one for what a worker builds itself.
 
-Owns the key and the folder it names. Must not read text or build a corpus (:mod:`harness.data.shards`
-writes the folder).
+:mod:`harness.data.shards` writes the folder.
 """
 
 from __future__ import annotations

@@ -18,9 +18,7 @@ one line naming the path, the fingerprints and the commands that re-point the gr
 releases the run with no retry spent and stops (:func:`harness.scheduling.workers.retry.located`).
 
 The queue and a claim are used through what they offer (``queue.corpus_of``, ``queue.runs``;
-``claim.grid``, ``claim.config``): this package sits below the scheduling that defines them. Owns where
-a corpus is and whether it is the grid's. Must not read a corpus's text itself
-(:mod:`harness.corpus.fingerprint` does), nor release a run.
+``claim.grid``, ``claim.config``): this package sits below the scheduling that defines them.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ reads the first :data:`PROBE_BYTES` of file after file until one non-empty docum
 full read, and no tokenisation: a worker still reads the whole corpus, with the readers of
 :mod:`harness.corpus.readers` (a bad JSONL line is named alike by both:
 :func:`~harness.corpus.readers.jsonl_text`).
-
-Owns the probe. Must not read a whole corpus.
 """
 
 from __future__ import annotations

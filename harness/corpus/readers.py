@@ -17,8 +17,6 @@ bits-per-byte is the UTF-8 length of exactly this text.
 
 :func:`stream_documents` is the one reader: the shard builder, the fingerprint and the queue's
 corpus sizing all read through it; :func:`read_documents` is its documents in a list.
-
-Owns reading a corpus's text. Must not tokenize, split or fingerprint it.
 """
 
 from __future__ import annotations

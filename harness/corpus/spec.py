@@ -15,8 +15,6 @@ A command's corpus is chosen by one precedence (:func:`choose_corpus`): ``--corp
 the grid file's folder). :func:`exists` is the one check that a local path or glob is there;
 :func:`check_corpus` refuses, with one line naming where the spec came from, a path that is not and a
 reference given where a path is needed.
-
-Owns the spellings of a corpus and the path check. Must not read a corpus's text.
 """
 
 from __future__ import annotations

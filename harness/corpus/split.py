@@ -4,8 +4,6 @@ A document is a validation document iff the first 8 bytes of ``sha256(utf8(text)
 big-endian integer ``h``, satisfy ``h < val_fraction * 2**64`` (:data:`SPLIT_RULE`, recorded in every
 prepared corpus's manifest). The split is order-independent: the same text always lands in the same
 split whatever else is in the corpus, and duplicates never straddle it.
-
-Owns the split rule. Must not read or tokenize a corpus.
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from typing import Any
 
 from harness.design.factorial import Factorial, parse_factorial
 
-LOOKS_MAX_ALPHA = (
-    0.31731050786291415  # harness.report.stats.looks.GAMMA_MAX = 2 (1 - Phi(1)); a test pins the two equal
-)
+# 2 (1 - Phi(1)): above it the looks' spent increments no longer grow with the level
+# (harness.report.stats.looks); tests/stats/test_looks.py pins the value
+LOOKS_MAX_ALPHA = 0.31731050786291415
 MIN_SEEDS = 3  # a test needs at least 3 pairs (DESIGN section 6: "established when n >= 3")
 
 # key -> what it holds (shown in "unknown key" errors)

@@ -14,10 +14,6 @@ command-line flags (``harness run --set KEY=VALUE``). The model's shape per size
 the model and the corpus are built by their own packages' factories (:func:`harness.models.build_model`,
 :func:`harness.data.prepare_corpus`) from what :meth:`RunConfig.build_model` and
 :meth:`RunConfig.corpus_key` say.
-
-Owns the fields of a run and of its training settings, their defaults and their checks. Must not parse
-text (a grid file, a command line), hold a model's or a corpus's building code, or re-export names
-defined elsewhere.
 """
 
 from __future__ import annotations

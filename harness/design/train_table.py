@@ -17,10 +17,6 @@ protocol hash). Here, once:
   :func:`harness.design.config.train_config` takes its protocol half,
   :meth:`harness.design.config.RunConfig.execution` its execution half (checked at queue time, merged
   with the command line's once by :meth:`harness.train.execution.ExecutionSettings.for_run`).
-
-Owns the execution keys, the value rules, reading a value from text and the split. Must not know
-:class:`TrainConfig`'s fields or defaults (:mod:`harness.design.config` does; it imports this module),
-nor read a command line.
 """
 
 from __future__ import annotations

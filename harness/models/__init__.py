@@ -6,6 +6,21 @@ Plain PyTorch; knows nothing about training. Entry points:
 * :func:`available_variants` -- names of all specs (built-ins and ``controls/``);
 * :func:`count_params` -- total and trainable parameter counts;
 * :func:`routing_diagnostics` -- per-layer depth distributions for a batch.
+
+Modules:
+
+* :mod:`harness.models.sizes` -- the size presets and a model's shape
+  (:class:`~harness.models.sizes.ModelConfig`; the one vocabulary padding rule);
+* :mod:`harness.models.spec` -- a variant spec (TOML, data not code): which route feeds which role;
+* :mod:`harness.models.compose` -- composed variants: a spec that takes another and adds to it;
+* :mod:`harness.models.catalog` -- the variant catalogue: spec files found on disk (``specs/``, the
+  built-ins and ``controls/``), composed specs resolved;
+* :mod:`harness.models.routing` -- depth routing: softmax attention over earlier representations;
+* :mod:`harness.models.numerics` -- the routing paths and their numerics revisions;
+* :mod:`harness.models.gpt` -- the decoder-only model with depth routing (:class:`DepthRoutedLM`);
+* :mod:`harness.models.init` -- seeded, name-keyed initialisation;
+* :mod:`harness.models.diagnostics` -- routing diagnostics: depth distributions, entropy, K vs V JS
+  divergence.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Output folder layout (DESIGN section 6)::
 
-    OUT/stats.csv       one row per comparison x size x budget (column contract: harness.report.stats.analysis.CSV_COLUMNS)
+    OUT/stats.csv       one row per comparison x size x budget (column contract: harness.report.stats.stats_table.CSV_COLUMNS)
     OUT/pairs.csv       every matched pair: run ids, NLLs, paired difference
     OUT/report.md       Markdown; figures linked from OUT/figures/
     OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)

@@ -17,8 +17,6 @@ still holds, ``MinJobAge``), then ``sacct`` (where the cluster keeps accounting)
 by their controller process and the result submitit writes when a task ends.
 
 submitit is imported only when something is submitted or a task's files are read.
-
-Owns submitting workers and the launch records. Must not run a worker's loop in the launching process.
 """
 
 from __future__ import annotations

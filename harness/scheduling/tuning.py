@@ -23,8 +23,6 @@ A search-space entry is ``NAME=LOW:HIGH`` (uniform), ``NAME=log:LOW:HIGH`` (log-
 fields that shape the optimisation (:data:`TUNABLE`), plus ``warmup_frac``, the warmup as a
 fraction of the budget: ``warmup_tokens = max(1, round(warmup_frac * budget_tokens))`` (one
 token is no warmup step; 0 would mean the 5 % default).
-
-Owns tuning studies' search space and draws. Must not take or finish queue trials (the queue does).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ import importlib
 
 # Lazy (PEP 562): the runner loads torch and Lightning; importing a light module of this package
 # (harness.train.execution, harness.train.fencing) must not, so `harness --help` stays fast.
-_RUNNER = {"RunInterrupted", "finished_status", "record_failure", "train_run"}
+_RUNNER = {"RunInterrupted", "train_run"}
 
 
 def __getattr__(name: str):
@@ -48,4 +48,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'harness.train' has no attribute {name!r}")
 
 
-__all__ = ["RunInterrupted", "finished_status", "record_failure", "train_run"]
+__all__ = ["RunInterrupted", "train_run"]

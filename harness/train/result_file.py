@@ -1,8 +1,5 @@
 """A run's result file as the runner writes and reads it (DESIGN section 5): the ``runs`` row, a failed
 attempt's file, and whether an earlier attempt already finished the run (:func:`finished_status`).
-
-Split from :mod:`harness.train.runner` (which re-exports these names) so that training and the result
-file it leaves each have a module.
 """
 
 from __future__ import annotations

@@ -9,19 +9,21 @@
 * no module imports another project module's private name (``from x import _y``): what two modules
   share is public and documented, or lives in the module that uses it;
 * a name is imported from the module that defines it, not from one that imports it (a package's
-  ``__init__`` may gather its modules' names);
+  ``__init__`` may gather its modules' names, never another package's, and every name it exports is there);
+* the layers of :data:`LAYERS` are the ones docs/layout.md and ``harness/__init__.py``'s docstring list;
 * every ``harness.report`` module imports in a fresh interpreter, in dependency order.
 
 File and function sizes are guidance, not a rule: ``python scripts/size_report.py`` (``make lint``)
 prints the largest.
 
-The sources are parsed with :mod:`ast` (nothing is imported, except in the last test), so a check
-names the file and line. Run: ``python -m pytest -q tests/tooling/test_architecture.py``.
+The sources are parsed with :mod:`ast` (nothing is imported, except in a fresh interpreter by the tests
+that import the packages and the report's modules), so a check names the file and line. Run: ``python -m pytest -q tests/tooling/test_architecture.py``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from graphlib import CycleError, TopologicalSorter
@@ -263,6 +265,25 @@ def test_harness_packages_import_only_lower_layers():
     assert not wrong, "imports against the layer order of docs/layout.md:\n" + "\n".join(wrong)
 
 
+def numbered_layers(text: str, name: str) -> tuple[tuple[str, ...], ...]:
+    """The layers of a numbered list (``1. ...``, an item running on over indented lines), each the
+    package names that ``name`` (a regex with one group) finds in it, in order."""
+    items = re.split(r"^\s*\d+\. ", text, flags=re.MULTILINE)[1:]
+    return tuple(tuple(re.findall(name, item.split("\n\n")[0])) for item in items)
+
+
+def test_the_layers_are_listed_alike_in_the_package_docstring_and_docs_layout():
+    intro = (ROOT / "docs" / "layout.md").read_text().split("\n## ", 1)[0]  # above "Where to find what"
+    assert numbered_layers(intro, r"`(\w+)`") == LAYERS, "docs/layout.md lists other layers"
+    doc = ast.get_docstring(ast.parse((ROOT / "harness" / "__init__.py").read_text()))
+    assert numbered_layers(doc, r":mod:`harness\.(\w+)`") == LAYERS, "harness/__init__.py lists other layers"
+
+
+def test_the_layer_list_reader_reads_items_that_run_on():
+    text = "x\n\n1. `a` -- one;\n   `b` -- two;\n2. `c`\n\nAfter: `d`.\n"
+    assert numbered_layers(text, r"`(\w+)`") == (("a", "b"), ("c",))
+
+
 #: The parts of harness/scheduling/, highest first (docs/layout.md): a worker uses the queue, the queue
 #: stores what a grid expands into, and neither the queue nor a grid knows the workers.
 SCHEDULING_LAYERS = (("workers", "launch"), ("queue", "grids"), ("tuning",))
@@ -361,6 +382,59 @@ def test_the_reexport_check_sees_a_name_passed_through():
     assert reexported({"x.py": "from harness.design.config import TrainConfig, check_value"}) == [
         "x.py:1 harness.design.config.check_value"
     ]
+
+
+def foreign_exports(files: dict[str, str]) -> list[str]:
+    """``"path:line module.name"`` for every name of a package ``__init__``'s ``__all__`` that it imports from
+    a module outside its package: a facade gathers its own modules' names, the caller imports another
+    package's from the definer. ``files``: a package's ``harness/.../__init__.py`` path -> its text."""
+    found = []
+    for rel, text in files.items():
+        package = ".".join(Path(rel).parent.parts)
+        tree = ast.parse(text)
+        exported = {
+            elt.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+            for elt in node.value.elts
+        }
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] in PACKAGES:
+                found += [
+                    f"{rel}:{node.lineno} {node.module}.{a.name}"
+                    for a in node.names
+                    if (a.asname or a.name) in exported and not node.module.startswith(package + ".")
+                ]
+    return found
+
+
+def test_a_package_exports_only_names_of_its_own_modules():
+    inits = [p for p in MODULES.values() if p.name == "__init__.py"]
+    found = foreign_exports({p.relative_to(ROOT).as_posix(): p.read_text() for p in inits})
+    assert not found, "import these from their definer, not a package's facade:\n" + "\n".join(found)
+
+
+def test_the_export_check_sees_another_packages_name_passed_on():
+    text = (
+        "from harness.common.terms import RUN_ROLES as ROLES\nfrom harness.store.runfile import RUNS_DIRNAME\n"
+        '__all__ = ["ROLES", "RUNS_DIRNAME"]\n'
+    )
+    found = foreign_exports({"harness/store/__init__.py": text})
+    assert found == ["harness/store/__init__.py:1 harness.common.terms.RUN_ROLES"]
+
+
+def test_every_name_a_package_exports_is_there():
+    # a lazy facade (PEP 562 ``__getattr__``) names its module in a table: after a name moves, the table must follow
+    code = (
+        "import importlib, sys\nfor m in sys.argv[1:]:\n    p = importlib.import_module(m)\n"
+        "    for n in getattr(p, '__all__', ()):\n        getattr(p, n)\nprint(len(sys.argv) - 1)"
+    )
+    packages = sorted(m for m, p in MODULES.items() if p.name == "__init__.py")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *packages], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) == len(packages) >= 15
 
 
 def test_every_reports_module_imports_in_a_fresh_interpreter():

@@ -1,5 +1,5 @@
 """Sentences about result objects, shared by the report's sections, the robustness section and
-``harness report``'s terminal summary (moved out of :mod:`harness.report.render.sections`)."""
+``harness report``'s terminal summary."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from harness.report.stats.results import AA_NOISE_ABS, AA_NOISE_FRACTION, AAChec
 
 
 def fmt_seq_p(p: float | None) -> str:
-    """A sequential p (harness.report.stats.looks), 3 significant digits: exact at every value, above GAMMA_MAX too."""
+    """A sequential p (harness.report.stats.looks), 3 significant digits: exact at every value, above ``LOOKS_MAX_ALPHA`` too."""
     return fmt_p(p)
 
 

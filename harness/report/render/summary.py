@@ -61,7 +61,7 @@ VERDICT_MEANING = {
     dec.NOT_ASSESSED: "no verdict: the gain it would reproduce is not established in this cell",
     dec.DEGENERATE: "the variant cannot differ from the parent (DESIGN 3): no test, whatever the numbers say",
 }
-# A/A status (harness.report.stats.analysis.AA_STATUSES) -> (what the report shows, tone). DESIGN 6: bit-identical and a
+# A/A status (harness.report.stats.results.AA_STATUSES) -> (what the report shows, tone). DESIGN 6: bit-identical and a
 # noise floor below half the gain pass; a noise floor reaching it warns; a systematic offset FAILs.
 AA_DISPLAY = {
     "bit-identical": ("pass", "good"),

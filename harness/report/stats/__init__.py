@@ -3,10 +3,14 @@
 Modules, in the order data flows through them (the analysis plan itself, the grid's ``[analysis]``
 table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
 
+* :mod:`~harness.report.stats.floors`: the numerical floor: no verdict rests on differences float rounding
+  can make;
 * :mod:`~harness.report.stats.pairing`: pair runs by seed and protocol hash; account for left-out runs;
   :func:`~harness.report.stats.pairing.of_grid` is the one grid filter;
 * :mod:`~harness.report.stats.paired_tests`: exact tests on paired differences (t, sign-flip, Wilcoxon, sign);
 * :mod:`~harness.report.stats.descriptives`: n, mean, sd, interval and the tests' p of one set of differences;
+* :mod:`~harness.report.stats.divergence`: a diverged seed is the worst outcome, not a missing value
+  (worst-case imputation);
 * :mod:`~harness.report.stats.decisions`: the verdict rules (headline gatekeeper, reproduction contrasts,
   Holm, Fieller), as array functions shared by the report and the simulations;
 * :mod:`~harness.report.stats.looks`: sequential looks, the alpha spent at each, the sequential p (DESIGN 8);
@@ -18,6 +22,7 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
 * :mod:`~harness.report.stats.factorial`: a ``[factorial]`` grid's simple and main effects and interaction,
   paired over seeds, Holm over the factorial family, verdict sentences (DESIGN 12);
 * :mod:`~harness.report.stats.progress`: the grid status, the queue's view of the runs next to the store's;
+* :mod:`~harness.report.stats.plateau`: how far below the unigram plateau each cell's runs end (descriptive);
 * :mod:`~harness.report.stats.stats_table`: ``stats.csv``, its column contract and one row per comparison;
 * :mod:`~harness.report.stats.results`: the result objects (frozen dataclasses built by keyword);
   :meth:`~harness.report.stats.results.ReportStats.to_frame` is ``stats.csv``;
@@ -26,9 +31,13 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
   :mod:`~harness.report.stats.aa_checks` (the A/A check);
 * :mod:`~harness.report.stats.analysis`: :func:`~harness.report.stats.analysis.analyze`, one grid's
   :class:`~harness.report.stats.results.ReportStats`, in short named steps;
+* :mod:`~harness.report.stats.leave_one_out`: whether an established verdict survives dropping any one seed
+  (descriptive);
 * :mod:`~harness.report.stats.provenance`: where the runs ran (DESIGN 13): hardware classes and commits per
   variant, balance, straddling pairs, each class's paired differences (Welch's ANOVA), every verdict
   within the largest class (its re-analysis passed in by :func:`harness.report.build.compute_stats`);
+* :mod:`~harness.report.stats.retrain_check`: the cross-machine A/A check, an archive's runs re-trained
+  elsewhere against their archived NLL (DESIGN 13; ``harness retrain``);
 * :mod:`~harness.report.stats.seed_planning` (``harness plan``'s rows) and :mod:`~harness.report.stats.topup`
   (which cells ``harness topup`` tops up), both reading a ``ReportStats``.
 

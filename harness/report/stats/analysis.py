@@ -32,7 +32,7 @@ and protocol hash (:mod:`harness.report.stats.pairing`):
 the ``[tuned]`` runs, pair, describe each comparison (:func:`_comparisons`), collect degenerate
 variants (:func:`_degeneracy`), decide the headlines (:mod:`harness.report.stats.headline_tests`) and the
 controls (:mod:`harness.report.stats.control_assessment`), the A/A checks (:mod:`harness.report.stats.aa_checks`),
-the mixed models, the robustness rows and gain vs budget. Results are the frozen dataclasses of :mod:`harness.report.stats.results` (re-exported here);
+the mixed models, the robustness rows and gain vs budget. Results are the frozen dataclasses of :mod:`harness.report.stats.results`;
 :meth:`ReportStats.to_frame` is ``stats.csv``. Notes are short fixed tags (``NOTE_*``);
 :mod:`harness.report.render.sections` words everything for people.
 """

@@ -34,7 +34,6 @@ import math
 
 import polars as pl
 
-from harness.report.stats.decisions import DEGENERATE  # noqa: F401  (the verdict, re-exported)
 from harness.report.stats.pairing import AA_VARIANTS, of_grid
 
 IDENTICAL_TOL = 1e-6  # max |difference| of summed queries (and offsets) below which two routes are one

@@ -24,9 +24,9 @@ p-value (P(seq p <= gamma) <= gamma under the null, by the union bound) and Holm
 cells (or controls) is applied to it exactly as to an ordinary p. For one cell, seq p <
 alpha exactly when some look's p is below its increment at alpha.
 
-Validity of that shortcut needs every increment to grow with the level, which holds for
-gamma < :data:`GAMMA_MAX` = 2 (1 - Phi(1)) = 0.317 (then z_{1-gamma/2} > 1 >= t; see
-reports/LOG.md): levels above it are never spent, and a plan with looks needs alpha below
+Validity of that shortcut needs every increment to grow with the level, which holds for gamma <
+:data:`~harness.design.analysis_plan.LOOKS_MAX_ALPHA` = 2 (1 - Phi(1)) = 0.317 (then z_{1-gamma/2} > 1 >= t;
+see reports/LOG.md): levels above it are never spent, and a plan with looks needs alpha below
 it (:func:`harness.design.analysis_plan.parse_plan`). Above it the sequential p is still the exact
 value (it decides nothing, and Holm prints it): look i's increment rises with gamma up to its own
 peak :func:`increment_peak` (look 1's all the way to gamma = 1, where it is 1) and is inverted on that
@@ -165,7 +165,7 @@ def increment_peak(looks: tuple[int, ...]) -> np.ndarray:
     With z = z_{1-gamma/2}, ``Delta_i = 2 [Phi-bar(z / sqrt(t_i)) - Phi-bar(z / sqrt(t_{i-1}))]`` has
     ``dDelta_i/dz = 0`` where ``phi(z / a) / a = phi(z / b) / b`` (a = sqrt(t_i), b = sqrt(t_{i-1})):
     ``z*^2 = ln(t_i / t_{i-1}) / (1 / t_{i-1} - 1 / t_i)``; Delta_i rises with gamma for z > z*, i.e. for
-    gamma < 2 Phi-bar(z*). z* <= 1 for every pair of looks, so the peak is >= GAMMA_MAX.
+    gamma < 2 Phi-bar(z*). z* <= 1 for every pair of looks, so the peak is >= ``LOOKS_MAX_ALPHA``.
     """
     t = np.asarray(looks, dtype=float) / float(looks[-1])
     peak = np.ones(t.shape)

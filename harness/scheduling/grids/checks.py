@@ -4,9 +4,6 @@ budgets, roles, pairing, ``[train]``, ``[tuned]`` and ``[schedule]``.
 :func:`harness.scheduling.grids.grid.parse_grid` runs them in order; each takes the parsed TOML value
 and returns it checked, or raises the one-line ``ValueError`` its ``err(key, message)`` builds
 (``"<grid path>: KEY: message"``).
-
-Owns what a grid file's tables may hold. Must not build runs (:mod:`harness.scheduling.grids.grid`
-expands a grid) nor touch the queue's storage.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ so its split sizes are counted at queue time too: a cheap lower bound first (a t
 :data:`MAX_TOKEN_BYTES` bytes of its split's text), and only where that bound cannot vouch for the
 run, the workers' own build (:func:`harness.data.prepare_corpus`: the shard folder of the run's key,
 in the results folder's cache, so a worker later reads it instead of repeating it).
-
-Owns what a grid needs of its corpus. Must not queue or train anything.
 """
 
 from __future__ import annotations

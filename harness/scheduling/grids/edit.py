@@ -9,8 +9,6 @@ names the same folder from NEW's folder. :func:`corpus_by_content` names a grid'
 instead of its path (an archive's grid file). The new text is checked as a grid
 (:func:`harness.scheduling.grids.grid.parse_grid`) before it replaces the file atomically, so a
 grid is never left half-written or invalid.
-
-Owns rewriting a grid file's text. Must not leave a grid half-written or invalid.
 """
 
 from __future__ import annotations

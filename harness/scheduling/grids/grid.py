@@ -64,9 +64,8 @@ The analysis plan (``[analysis]``, defaults where absent) is stored in every run
 under ``"analysis"``; it is not part of the protocol hash, and :func:`check_plan_unchanged`
 refuses to queue a grid whose plan differs from the one its queued runs carry.
 
-Owns reading a grid file and expanding it into runs; the checks of its tables are
-:mod:`harness.scheduling.grids.checks`'s, its corpus's spellings :mod:`harness.corpus.spec`'s. Must not
-touch the queue's storage.
+The checks of its tables are :mod:`harness.scheduling.grids.checks`'s, a corpus's spellings
+:mod:`harness.corpus.spec`'s.
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ one config). :meth:`RunQueue.restore <harness.scheduling.queue.run_queue.RunQueu
 archive's runs in the state they ended in (:data:`RESTORED_STATES`). The queue writes what is planned
 here, under each grid's lock (:func:`~harness.scheduling.queue.storage.grid_lock`); what a new trial
 holds: :func:`harness.scheduling.queue.trials.attempt_template`.
-
-Owns which runs a queue or an import adds, and in which state. Must not read or write the storage.
 """
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ The file format (one compact JSON operation per line) and the lock protocol stay
 :class:`QueueJournal` implements Optuna's public backend interface itself, keeping its own
 line offsets, so no private attribute of Optuna's is read; the one private name used, the operation
 codes a repair's placeholder lines carry, is listed with its reason in ``tests/tooling/test_third_party_private.py``.
-
-Owns the journal file's format on disk and its repair. Must not know what a trial means.
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ treats the lease as stale, and re-enqueues the run, when
 This module knows nothing about Optuna; :mod:`harness.scheduling.queue.run_queue` stores the lease as a
 trial user attribute.
 
-Owns the lease record and its heartbeat thread. Must not read or write trials itself: it is handed a
-write function.
+It reads and writes no trial itself: the queue hands :class:`Heartbeat` the function that writes a beat.
 """
 
 from __future__ import annotations

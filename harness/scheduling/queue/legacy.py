@@ -10,8 +10,6 @@ may be writing to it); a queued run is copied as queued. A copied trial carries
 next one without copying a trial twice. Copies follow the new layout: a done run's value is its
 final validation NLL (from ``values``, e.g. the result files; else the old trial's), a diverged
 run is a FAIL trial with its reason.
-
-Owns the previous layout. Must not run implicitly: only ``harness migrate`` calls it.
 """
 
 from __future__ import annotations

@@ -20,9 +20,6 @@ On PostgreSQL they are SQL on Optuna's own tables (``trials``, ``trial_user_attr
 schema of the pinned Optuna 5.0.0, written through its own models) with two partial indexes
 the harness adds (:func:`ensure_indexes`). Elsewhere (the journal file, whose trials Optuna
 replays into memory) they are Optuna's state-filtered ``get_all_trials(..., deepcopy=False)``.
-
-Owns the SQL and batched reads and writes a worker makes per run. Must not decide anything about a run:
-:mod:`harness.scheduling.queue.run_queue` does.
 """
 
 from __future__ import annotations

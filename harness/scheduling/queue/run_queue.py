@@ -34,9 +34,6 @@ What a worker reads per run grows with neither the history nor the queue (so a c
 20,000 trials stored): the live trials (:meth:`RunQueue.live`, :mod:`harness.scheduling.queue.live_trials`),
 the trials of the run it took, and its grid's run count (:meth:`RunQueue.tally`); :attr:`RunQueue.reads`
 counts the reads of each kind.
-
-Owns the queue's layout (one study per grid, one trial per attempt), reading it and every state change of
-a trial. Must not train a run, read a grid file, decide a retry or print: workers and commands do.
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ takes up the runs (a run left RUNNING by a stopped worker is reclaimed).
 
 Optuna and SQLAlchemy are imported only when a storage is opened or an error is judged,
 so the retry settings here can be read without loading them (``harness --help``).
-
-Owns opening the storage and riding out its outages. Must not know what a trial means.
 """
 
 from __future__ import annotations

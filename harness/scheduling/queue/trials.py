@@ -22,8 +22,6 @@ A trial discarded as a second live trial of its run (user attr ``ending = "dupli
 :func:`attempt_template`; what an attempt's ending writes on its trial by :func:`finished_record`,
 :func:`failed_record`, :func:`released_record` and :func:`reclaimed_record`; why a claim no longer holds
 its run is read from the run's trials by :func:`lease_lost_reason`. Nothing here reads or writes a storage.
-
-Owns what a trial's attributes say. Must not read or write the storage.
 """
 
 from __future__ import annotations

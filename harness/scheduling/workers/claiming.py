@@ -3,9 +3,6 @@
 :func:`claim_next` reclaims stale leases (as many times as :data:`~harness.scheduling.workers.retry.MAX_RECLAIMS`
 allows a run), claims the next queued run that the worker's hardware gate admits, and polls while asked
 to wait; a stop asked meanwhile gives the claim back (:func:`~harness.scheduling.workers.retry.released_if_stopped`).
-
-Owns taking a run. Must not train, nor decide what a release or a retry costs
-(:mod:`harness.scheduling.workers.retry`).
 """
 
 from __future__ import annotations

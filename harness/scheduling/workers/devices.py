@@ -26,8 +26,8 @@ inherits the same view. ``harness launch --executor local`` gives each worker it
 of devices already (submitit's ``visible_gpus``); the locks also cover workers started by
 hand or by other launches on the same node.
 
-Owns choosing and locking a worker's GPUs and refusing a GPU request where there is none. Must not import
-torch's CUDA (a driver started here would ignore a later ``CUDA_VISIBLE_DEVICES``).
+Nothing here imports ``torch.cuda``: a CUDA driver started in the worker's process would ignore the
+``CUDA_VISIBLE_DEVICES`` set after it.
 """
 
 from __future__ import annotations

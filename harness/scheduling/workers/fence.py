@@ -7,8 +7,6 @@ result file inside :meth:`ClaimFence.holding`. Checks of the queue are retried w
 storage is briefly unreachable, like every other queue operation of a worker. A worker whose
 results folder is watched (:class:`~harness.train.fencing.FolderWatch`) uses :class:`WatchedFence`,
 which also stops the run, writing nothing, once the folder is lost.
-
-Owns the check that a claim still holds. Must not retry a run or write a result.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The task a launched worker runs (``harness launch``): ``harness work`` under submitit's
 requeue protocol (DESIGN section 10). Its own module so that ``harness launch --help`` and the
 other commands never import submitit; ``harness.commands.launch`` loads it only to launch.
-
-Owns the submitit requeue protocol around :func:`~harness.scheduling.workers.start.run_worker`. Must not
-be imported outside launching (it pulls in submitit).
 """
 
 from __future__ import annotations

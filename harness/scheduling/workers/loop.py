@@ -23,9 +23,6 @@ with any other train function without loading Lightning.
 
 A worker's options are :class:`~harness.scheduling.workers.options.WorkOptions`, and its checks before
 the first claim :mod:`harness.scheduling.workers.start`.
-
-Owns the claim-train-report loop and a run's default train function. Must not parse a command line,
-decide what a fault costs a run (:mod:`harness.scheduling.workers.retry`) or change the queue's layout.
 """
 
 from __future__ import annotations
@@ -405,7 +402,7 @@ def train_unless_finished(
 
 
 def record_failure(config: RunConfig, results_dir: Path, error_text: str, settings=None) -> None:
-    """:func:`harness.train.record_failure`: a failed result file for a crashed attempt (with the worker's
+    """:func:`harness.train.result_file.record_failure`: a failed result file for a crashed attempt (with the worker's
     :class:`~harness.train.execution.ExecutionSettings`: where it ran)."""
     from harness.train import result_file  # lazy: torch and Lightning load only when training
 

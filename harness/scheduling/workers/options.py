@@ -4,8 +4,6 @@ task ``harness launch`` submits (:class:`harness.scheduling.workers.launched_tas
 
 The command maps its options here and a launched task carries them whole, so nothing below parses a command
 line; :func:`harness.scheduling.workers.start.run_worker` runs a worker as they say.
-
-Owns a worker's options and their check before the queue is touched. Must not open the queue or train.
 """
 
 from __future__ import annotations

@@ -26,9 +26,6 @@ How an attempt at a run ends, and what it costs the run:
 The queue records what is decided here (:meth:`~harness.scheduling.queue.run_queue.RunQueue.fail`'s
 ``requeue``, ``release``, ``reclaim_stale``'s ``max_reclaims``) and holds no policy of its own. Every
 queue operation goes through the worker's ``call`` (retried while the storage is unreachable).
-
-Owns the retry policy and every release of a claimed run. Must not train a run or change the queue's
-layout.
 """
 
 from __future__ import annotations

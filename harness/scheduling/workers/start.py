@@ -6,9 +6,6 @@ corpus it would read and the settings against every queued run (:func:`checked_b
 configuration error is refused here, before any claim, and spends no retry), claims the worker's GPUs
 (:func:`worker_devices`), builds its hardware gate (``[schedule] pair_hardware``) and runs
 :func:`harness.scheduling.workers.loop.work`.
-
-Owns a worker's checks before its first claim and what it hands the loop. Must not parse a command line
-(the commands map their options to :class:`~harness.scheduling.workers.options.WorkOptions`) or train.
 """
 
 from __future__ import annotations
