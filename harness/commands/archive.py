@@ -112,15 +112,15 @@ def _grid_toml(path: Path, grid: str) -> bytes:
         FileNotFoundError: no such file.
         ValueError: not TOML, or another grid's file (naming both).
     """
-    import tomllib
+    from harness.store.archive import grid_toml_name
 
     if not path.is_file():
         raise FileNotFoundError(f"--toml {str(path)!r} does not exist")
     data = path.read_bytes()
     try:
-        name = tomllib.loads(data.decode("utf-8-sig")).get("name")
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"--toml {path}: not valid TOML ({exc})") from None
+        name = grid_toml_name(data)
+    except ValueError as exc:
+        raise ValueError(f"--toml {path}: {exc}") from None
     if name != grid:
         raise ValueError(f"--toml {path} is the TOML of grid {name!r}, not of --grid {grid}")
     return data

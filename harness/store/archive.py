@@ -376,6 +376,19 @@ def _check_corpus(path: Path, manifest: dict, results: dict[str, bytes]) -> None
             )
 
 
+def grid_toml_name(text: bytes) -> str | None:
+    """The ``name`` a grid TOML's bytes give (``None``: none given); what an archive's ``grid.toml`` must
+    agree with.
+
+    Raises:
+        ValueError: not UTF-8 TOML (the parser's words).
+    """
+    try:
+        return tomllib.loads(text.decode("utf-8-sig")).get("name")
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"not valid TOML ({exc})") from None
+
+
 def _check_grid_toml(path: Path, grid: str, text: bytes | None) -> None:
     """The archive's grid TOML names the manifest's grid.
 
@@ -385,9 +398,9 @@ def _check_grid_toml(path: Path, grid: str, text: bytes | None) -> None:
     if text is None:
         return
     try:
-        name = tomllib.loads(text.decode("utf-8-sig")).get("name")
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ArchiveError(f"{path}: its {GRID_TOML} is not valid TOML ({exc})") from None
+        name = grid_toml_name(text)
+    except ValueError as exc:
+        raise ArchiveError(f"{path}: its {GRID_TOML} is {exc}") from None
     if name != grid:
         raise ArchiveError(f"{path}: its {GRID_TOML} is grid {name!r}, the manifest's grid is {grid!r}")
 
@@ -395,6 +408,7 @@ def _check_grid_toml(path: Path, grid: str, text: bytes | None) -> None:
 __all__ = [
     "MACHINE_KEYS",
     "READ_VERSIONS",
+    "grid_toml_name",
     "natural_key",
     "portable",
     "same_result",

@@ -280,6 +280,22 @@ def _edit_manifest(edit):
     return apply
 
 
+def _with_member(src: Path, dst: Path, name: str, data: bytes) -> Path:
+    """Archive ``src`` repacked as ``dst`` with member ``name`` added and listed, with its hash, among the
+    manifest's members (what a re-packer, not a bit flip, would write)."""
+    with tarfile.open(src, "r:gz") as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar]
+    manifest = json.loads(dict(members)[MANIFEST])
+    manifest["members"][name] = {"bytes": len(data), "sha256": sha256(data)}
+    rest = [(n, d) for n, d in members if n != MANIFEST]
+    with tarfile.open(dst, "w:gz") as tar:
+        for member, blob in [(MANIFEST, json.dumps(manifest).encode()), *rest, (name, data)]:
+            info = tarfile.TarInfo(member)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return dst
+
+
 def test_a_manifest_that_disagrees_with_its_members_is_refused(tmp_path, capsys):
     """No hash covers the manifest itself: each of its claims is checked against the members (issue 61,
     row 5), one line, nothing written."""
@@ -296,29 +312,10 @@ def test_a_manifest_that_disagrees_with_its_members_is_refused(tmp_path, capsys)
         _refused(capsys, bad, dest, "manifest mismatch", words)
 
     # a result member the manifest lists among its members but not among its runs
-    extra = b'{"format_version":1}'
-    unlisted = tmp_path / "unlisted.tar.gz"
-    with tarfile.open(archive, "r:gz") as tar:
-        members = [(m.name, tar.extractfile(m).read()) for m in tar]
-    m = json.loads(dict(members)[MANIFEST])
-    m["members"]["runs/extra.json"] = {"bytes": len(extra), "sha256": sha256(extra)}
-    with tarfile.open(unlisted, "w:gz") as tar:
-        for name, data in [(MANIFEST, json.dumps(m).encode()), *members[1:], ("runs/extra.json", extra)]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    unlisted = _with_member(archive, tmp_path / "unlisted.tar.gz", "runs/extra.json", b'{"format_version":1}')
     _refused(capsys, unlisted, dest, "runs/extra.json is not a run of its manifest")
-
     # a grid TOML of another grid, its hash updated in the manifest (a re-packed archive)
-    other = b'name = "base"\n'
-    renamed = tmp_path / "renamed.tar.gz"
-    m = json.loads(dict(members)[MANIFEST])
-    m["members"]["grid.toml"] = {"bytes": len(other), "sha256": sha256(other)}
-    with tarfile.open(renamed, "w:gz") as tar:
-        for name, data in [(MANIFEST, json.dumps(m).encode()), *members[1:], ("grid.toml", other)]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    renamed = _with_member(archive, tmp_path / "renamed.tar.gz", "grid.toml", b'name = "base"\n')
     _refused(capsys, renamed, dest, "its grid.toml is grid 'base', the manifest's grid is 'seq'")
     assert not dest.exists()
 

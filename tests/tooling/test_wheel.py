@@ -143,32 +143,20 @@ def test_the_wheel_runs_a_tiny_run_and_a_report_from_a_fresh_virtualenv(wheel, t
     )
     assert where[2] == str(shipped), where  # the controls came with the wheel
     assert "queue" in harness("--help").stdout
-    harness(
-        "run",
-        "--variant",
-        "rd_attnres",
-        "--size",
-        "tiny",
-        "--seed",
-        "0",
-        "--budget-tokens",
-        "8192",
-        "--corpus",
-        str(SAMPLE),
-    )
-    harness(
-        "run",
-        "--variant",
-        "block_attnres",
-        "--size",
-        "tiny",
-        "--seed",
-        "0",
-        "--budget-tokens",
-        "8192",
-        "--corpus",
-        str(SAMPLE),
-    )
+    for variant in ("rd_attnres", "block_attnres"):
+        harness(
+            "run",
+            "--variant",
+            variant,
+            "--size",
+            "tiny",
+            "--seed",
+            "0",
+            "--budget-tokens",
+            "8192",
+            "--corpus",
+            str(SAMPLE),
+        )
     rows = harness("sql", "select variant, status from runs order by variant", "--format", "csv").stdout
     assert rows.split() == ["variant,status", "block_attnres,done", "rd_attnres,done"]
     harness("report", "--grid", "adhoc")
