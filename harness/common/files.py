@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -80,26 +81,67 @@ def results_id(folder: str | os.PathLike, *, create: bool = False) -> str | None
     the id of the folder its grid's results go to, so a worker on another folder (a node that
     mounts it elsewhere, or not at all) refuses that grid's runs instead of splitting them.
 
+    The id is published whole: written and fsynced under a temporary name, then hard-linked into
+    place, which fails when another process got there first (whose id then stays). A reader never
+    sees the file empty, so two workers starting on one new folder agree on its id (an empty id,
+    read by the second worker while the first was writing it, later read as "replaced by another
+    folder"). Where the file system has no hard links, the file is created exclusively and a reader
+    that finds it empty waits up to :data:`ID_WAIT_S` for its writer.
+
     Raises:
         OSError: the id cannot be written (``create``).
     """
     path = Path(folder) / RESULTS_ID_NAME
-    try:
-        return path.read_text().strip() or None
-    except FileNotFoundError:
-        if not create:
-            return None
+    found = _read_id(path)
+    if found is not None or not create:
+        return found or None
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:  # O_EXCL: when two processes race, the first one's id stays
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return path.read_text().strip() or None
-    with os.fdopen(fd, "w") as f:
+    tmp = path.with_name(f".harness-id.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    with open(tmp, "w") as f:
         f.write(os.urandom(16).hex() + "\n")
         f.flush()
         os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process published its id first: that one stays
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        _create_exclusive(path, tmp.read_text())  # no hard links here
+    finally:
+        tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
-    return path.read_text().strip()
+    return _read_id(path) or None
+
+
+ID_WAIT_S = 5.0  # how long a reader waits for an id file being written (file systems without hard links)
+
+
+def _read_id(path: Path) -> str | None:
+    """The id in ``path``; ``None`` when there is no file; ``""`` when it stayed empty for :data:`ID_WAIT_S`
+    (its writer died mid-write)."""
+    deadline = time.monotonic() + ID_WAIT_S
+    while True:
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        if text or time.monotonic() >= deadline:
+            return text
+        time.sleep(0.01)
+
+
+def _create_exclusive(path: Path, text: str) -> None:
+    """Create ``path`` holding ``text`` unless it exists (``O_EXCL``; a reader may see it empty meanwhile)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def fsync_file(path: str | os.PathLike) -> None:
