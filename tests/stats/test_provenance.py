@@ -1,4 +1,4 @@
-"""Where a grid's runs ran (harness/report/stats/provenance.py, DESIGN 13): hardware classes, balance, straddling
+"""Where a grid's runs ran (harness/report/stats/provenance.py and class_tests.py, DESIGN 13): hardware classes, balance, straddling
 pairs, the variant x hardware check and every verdict within the largest class.
 
 Each statistic against an independent computation: Welch's F against statsmodels, the agreement test's
@@ -25,15 +25,13 @@ from harness.report.build import Frames, compute_stats
 from harness.report.render.sections import render_markdown
 from harness.report.simulation.synthetic import frames_from_values
 from harness.report.stats.analysis import analyze
+from harness.report.stats.class_tests import class_agreement, orientation_test, welch_anova
 from harness.report.stats.pairing import Pair
 from harness.report.stats.provenance import (
     TOO_FEW,
-    class_agreement,
     class_balance,
     class_check,
     hardware_by_run,
-    orientation_test,
-    welch_anova,
     within_status,
 )
 

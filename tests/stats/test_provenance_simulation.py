@@ -26,7 +26,8 @@ from harness.report.simulation.provenance import (
     mde_power,
     within_rates,
 )
-from harness.report.stats.provenance import NO, agreement_mde, welch_anova
+from harness.report.stats.class_tests import agreement_mde, welch_anova
+from harness.report.stats.provenance import NO
 
 ALPHA = 0.05
 

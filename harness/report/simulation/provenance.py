@@ -5,10 +5,10 @@
   :func:`harness.report.stats.provenance.class_check` (the floor, the zero-spread rule, the permutation test
   of Welch's F). Under "no hardware effect" (equal laws) the share of studies whose test rejects at alpha is
   the false-alarm rate; a class that is only noisier (equal means, another sd) is the harder null; a shifted
-  class gives the power, checked against :func:`harness.report.stats.provenance.agreement_mde`. The
+  class gives the power, checked against :func:`harness.report.stats.class_tests.agreement_mde`. The
   floor's comparison uses ``floor=2`` beside the report's :data:`~harness.report.stats.provenance.MIN_CLASS_PAIRS`.
 * **Balance** (:func:`balance_rate`): straddling pairs whose orientation is a fair coin, through
-  :func:`~harness.report.stats.provenance.orientation_test`.
+  :func:`~harness.report.stats.class_tests.orientation_test`.
 * **Within the largest class** (:func:`within_rates`): a gain carried by every seed alike (no hardware
   effect), the headline decided on all n pairs and again on the largest class's n_class pairs
   (:func:`harness.report.stats.decisions.headline_p`, :func:`~harness.report.stats.decisions.decide_headline`),
@@ -28,16 +28,15 @@ import numpy as np
 
 from harness.report.simulation.rules import binomial_se
 from harness.report.stats import decisions as dec
+from harness.report.stats.class_tests import agreement_mde, orientation_test
 from harness.report.stats.pairing import Pair
 from harness.report.stats.power import power_at
 from harness.report.stats.provenance import (
     MIN_CLASS_PAIRS,
     NO,
     YES,
-    agreement_mde,
     attainable_level,
     class_check,
-    orientation_test,
     within_status,
 )
 
@@ -85,7 +84,7 @@ def agreement_rate(
 def mde_power(
     split: tuple[int, ...], studies: int, rng: np.random.Generator, *, alpha: float = 0.05, power: float = 0.8
 ) -> tuple[float, float]:
-    """``(mde, power)``: the MDE :func:`~harness.report.stats.provenance.agreement_mde` gives at the true sd, and the permutation test's rejection rate with the last class shifted by it
+    """``(mde, power)``: the MDE :func:`~harness.report.stats.class_tests.agreement_mde` gives at the true sd, and the permutation test's rejection rate with the last class shifted by it
     (equal sds): how well the printed MDE describes the test."""
     groups = [_exact_sd(n) for n in split]  # the MDE from the true sd: each class's sample sd exactly SD
     probe = class_check("t - p", "k", "s", 1, *_pairs(np.concatenate(groups), split), alpha, draws=DRAWS)

@@ -33,8 +33,10 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
   :class:`~harness.report.stats.results.ReportStats`, in short named steps;
 * :mod:`~harness.report.stats.leave_one_out`: whether an established verdict survives dropping any one seed
   (descriptive);
+* :mod:`~harness.report.stats.class_tests`: the tests over hardware classes as functions of arrays: the
+  classes' agreement (Welch's F, its permutation p, its MDE) and the exact balance test of straddling pairs;
 * :mod:`~harness.report.stats.provenance`: where the runs ran (DESIGN 13): hardware classes and commits per
-  variant, balance, straddling pairs, each class's paired differences (Welch's ANOVA), every verdict
+  variant, balance, straddling pairs, each class's paired differences and their agreement, every verdict
   within the largest class (its re-analysis passed in by :func:`harness.report.build.compute_stats`);
 * :mod:`~harness.report.stats.retrain_check`: the cross-machine A/A check, an archive's runs re-trained
   elsewhere against their archived NLL (DESIGN 13; ``harness retrain``);

@@ -23,7 +23,7 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
   cancels in the mean paired difference). Only a straddling pair can unbalance it (a pair on one class
   adds a run of each side to that class), so its strength is judged on the straddling pairs, as pairs:
   under H0 "which side ran on which class is chance" each straddling pair's orientation (first on class a,
-  second on b, or the reverse) is a fair coin, and :func:`orientation_test` is the exact test of that
+  second on b, or the reverse) is a fair coin, and :func:`~harness.report.stats.class_tests.orientation_test` is the exact test of that
   symmetry (the sign test for two classes; for more, exact enumeration of the coins per pair of classes
   with Bowker's statistic as the order). A test on the class x variant table of runs (Fisher's exact,
   chi-square) would count the two runs of a pair as independent draws;
@@ -31,8 +31,8 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
   the pairs whose two runs share a class, per class (n, mean, 95 % t interval), the straddling pairs in a
   row of their own (in no test), and a test of H0 "the hardware does not move this comparison": Welch's
   heteroscedastic F (Welch 1951) of the classes' means as the statistic, its p by permutation of the class
-  labels over the pairs (:func:`class_agreement`: every distinct relabelling where there are at most
-  :data:`EXACT_LIMIT`, else :data:`PERMUTATIONS` seeded draws), exact when the hardware changes nothing (the
+  labels over the pairs (:func:`~harness.report.stats.class_tests.class_agreement`: every distinct relabelling where there are at most
+  :data:`~harness.report.stats.class_tests.EXACT_LIMIT`, else :data:`~harness.report.stats.class_tests.PERMUTATIONS` seeded draws), exact when the hardware changes nothing (the
   pairs then exchangeable across classes) at any split, where Welch's F law is liberal at unbalanced ones
   (18:3 pairs: 7.6 % at level 5 %). A class enters the test with at least :data:`MIN_CLASS_PAIRS` pairs and
   a non-zero spread; below, its row reads "too few pairs to tell" (the floor, simulated in
@@ -40,7 +40,7 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
   alarms reach 9-10 % at 18:2 and 6/4/2 splits, with the floor they stay within alpha + 2 SE there; a
   3-pair class twice as noisy as a large one still gives 8.7-9.0 % at 18:3 and 24:3, said in the docs). A test
   whose smallest attainable p is not below alpha (3 + 3 pairs: 0.1) is not run ("too few pairs to tell").
-  Holm across the grid's agreement tests; each prints its MDE (:func:`agreement_mde`: the smallest shift of
+  Holm across the grid's agreement tests; each prints its MDE (:func:`~harness.report.stats.class_tests.agreement_mde`: the smallest shift of
   one class against the others it detects with power 0.8 at Holm's first-step level, noncentral F);
 * with several classes, every verdict re-decided on the runs of the largest class alone (the most
   finished runs; a tie goes to the first name in sort order): descriptive, in no family; the
@@ -54,8 +54,6 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -63,23 +61,24 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import scipy.optimize
-import scipy.stats
 
 from harness.common.terms import UNKNOWN
 from harness.models.numerics import run_numerics_of
 from harness.report.stats import decisions as dec
 from harness.report.stats import paired_tests as paired
-from harness.report.stats.floors import ZERO_SPREAD_NATS
+from harness.report.stats.class_tests import (
+    PERMUTATIONS,
+    SEED,
+    agreement_mde,
+    class_agreement,
+    orientation_test,
+)
 from harness.report.stats.pairing import cell_order
 from harness.report.stats.power import power_at
 from harness.report.stats.results import ReportStats
 
 TOO_FEW = "too few pairs to tell"
 MIN_CLASS_PAIRS = 3  # a class with fewer pairs enters no agreement test (module docstring)
-PERMUTATIONS = 9_999  # seeded Monte Carlo relabellings where the distinct ones exceed EXACT_LIMIT
-EXACT_LIMIT = 10_000  # at most this many distinct relabellings: every one is enumerated (an exact p)
-SEED = 20261206  # the permutations' seed: a report is the same bytes every time it is built
 CHECKED_KINDS = (
     "treatment_vs_parent",
     "control_vs_parent",
@@ -120,7 +119,7 @@ class ClassBalance:
 
     ``table``: ``(class, runs of first, runs of second)`` per class. ``balanced``: equal counts in every
     class. ``oriented``: ``((class of first, class of second), pairs)`` over the straddling pairs.
-    ``p``: the two-sided p of :func:`orientation_test` on them (NaN without a straddling pair; ``test``
+    ``p``: the two-sided p of :func:`~harness.report.stats.class_tests.orientation_test` on them (NaN without a straddling pair; ``test``
     names the test, empty then).
     """
 
@@ -164,26 +163,11 @@ class ClassDiffs:
 
 
 @dataclass(frozen=True, slots=True)
-class Agreement:
-    """:func:`class_agreement`'s answer: Welch's ``f`` on ``(df1, df2)`` df, the permutation ``p`` (``exact``:
-    every distinct relabelling counted, else ``draws`` seeded ones) and ``min_p``, the smallest p this test
-    can give at these class sizes."""
-
-    f: float
-    df1: float
-    df2: float
-    p: float
-    exact: bool
-    draws: int
-    min_p: float
-
-
-@dataclass(frozen=True, slots=True)
 class ClassCheck:
     """One comparison in one cell with its pairs split by class.
 
     ``tested``: the classes in the agreement test (>= :data:`MIN_CLASS_PAIRS` pairs, non-zero spread);
-    ``f``, ``df1``, ``df2``, ``p``, ``exact``, ``min_p``: :class:`Agreement` of H0 "every class's mean paired
+    ``f``, ``df1``, ``df2``, ``p``, ``exact``, ``min_p``: :class:`~harness.report.stats.class_tests.Agreement` of H0 "every class's mean paired
     difference is the same"; ``holm_p``: Holm across the grid's agreement tests; ``mde_nats`` the smallest
     shift of one class against the rest it detects (power 0.8) at ``level``, Holm's first step (alpha / the
     grid's agreement tests). NaN where no test ran: ``note`` then says why (it starts with :data:`TOO_FEW`
@@ -305,192 +289,6 @@ def _counts(values) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(Counter(values).items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def welch_anova(groups: list[np.ndarray]) -> tuple[float, float, float, float]:
-    """Welch's heteroscedastic one-way ANOVA (Welch 1951, Biometrika 38: 330-336).
-
-    H0: the groups' means are equal, variances free. ``w_i = n_i / s_i^2``,
-    ``F = [sum w_i (m_i - m_w)^2 / (k - 1)] / [1 + 2 (k - 2) / (k^2 - 1) * L]``, with
-    ``L = sum (1 - w_i / W)^2 / (n_i - 1)``, on ``(k - 1, (k^2 - 1) / (3 L))`` degrees of freedom.
-    With two groups it is Welch's t-test (F = t^2).
-
-    Args:
-        groups: k >= 2 one-dimensional arrays, each with n >= 2 and non-zero variance.
-
-    Returns:
-        ``(F, df1, df2, p)``, p the upper tail of F.
-
-    Raises:
-        ValueError: fewer than two groups, a group with fewer than two values or zero variance.
-    """
-    if len(groups) < 2:
-        raise ValueError(f"Welch's ANOVA needs at least 2 groups, got {len(groups)}")
-    n = np.array([g.size for g in groups], float)
-    if (n < 2).any():
-        raise ValueError(
-            f"Welch's ANOVA needs at least 2 values per group, got sizes {n.astype(int).tolist()}"
-        )
-    var = np.array([g.var(ddof=1) for g in groups])
-    if (var <= 0).any():
-        raise ValueError("Welch's ANOVA needs a non-zero variance in every group")
-    f, df2, _ = _welch(np.array([g.mean() for g in groups]), var, n)
-    df1 = float(len(groups) - 1)
-    return float(f), df1, float(df2), float(scipy.stats.f.sf(f, df1, df2))
-
-
-def _welch(means, var, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Welch's F, its denominator df and its denominator correction ``c`` over the last axis (k groups):
-    ``means``, ``var`` [..., k], ``n`` [k] (module function :func:`welch_anova`)."""
-    k = n.size
-    w = n / var
-    total = w.sum(axis=-1, keepdims=True)
-    m_w = (w * means).sum(axis=-1, keepdims=True) / total
-    lam = ((1 - w / total) ** 2 / (n - 1)).sum(axis=-1)
-    c = 1 + 2 * (k - 2) / (k * k - 1) * lam
-    return (w * (means - m_w) ** 2).sum(axis=-1) / (k - 1) / c, (k * k - 1) / (3 * lam), c
-
-
-@functools.lru_cache(maxsize=64)
-def _relabellings(sizes: tuple[int, ...]) -> np.ndarray | None:
-    """Every distinct assignment of ``sum(sizes)`` pairs to classes of these sizes, ``[P, n]`` class indices
-    (the observed one, ``0...0 1...1 ...``, first); None where there are more than :data:`EXACT_LIMIT`.
-    Cached per sizes (read-only): a grid's comparisons share their splits."""
-    n = sum(sizes)
-    count = math.factorial(n) // math.prod(math.factorial(s) for s in sizes)
-    if count > EXACT_LIMIT:
-        return None
-    out = []
-
-    def place(free: tuple[int, ...], k: int, row: list[int]) -> None:
-        if k == len(sizes) - 1:
-            for i in free:
-                row[i] = k
-            out.append(list(row))
-            return
-        for chosen in itertools.combinations(free, sizes[k]):
-            for i in chosen:
-                row[i] = k
-            place(tuple(i for i in free if i not in chosen), k + 1, row)
-
-    place(tuple(range(n)), 0, [0] * n)
-    table = np.array(out)
-    table.flags.writeable = False
-    return table
-
-
-def _welch_over(values: np.ndarray, labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Welch's F of ``values`` [n] split by each row of ``labels`` [P, n] (class sizes ``sizes`` [k]), [P].
-    A relabelled class whose values all tie has its variance floored at a tiny positive value (its F then
-    counts as extreme, never as NaN)."""
-    onehot = labels[:, :, None] == np.arange(sizes.size)  # [P, n, k]
-    s1 = np.einsum("n,pnk->pk", values, onehot)
-    s2 = np.einsum("n,pnk->pk", values * values, onehot)
-    means = s1 / sizes
-    var = np.maximum((s2 - sizes * means * means) / (sizes - 1), (ZERO_SPREAD_NATS * 1e-3) ** 2)
-    f = _welch(means, var, sizes)[0]
-    return np.where(np.isnan(f), np.inf, f)
-
-
-def class_agreement(groups: list[np.ndarray], draws: int = PERMUTATIONS, seed: int = SEED) -> Agreement:
-    """The permutation test of H0 "the classes' paired differences are exchangeable" (the hardware changes
-    nothing) with Welch's F as the statistic (module docstring).
-
-    ``p`` = the share of relabellings of the pooled pairs into classes of the observed sizes whose F is at
-    least the observed one (within a relative 1e-9: float ties count as ties): every distinct relabelling
-    where there are at most :data:`EXACT_LIMIT` (exact), else ``(1 + hits) / (1 + draws)`` over ``draws``
-    relabellings drawn with ``seed`` (a valid p at any number of draws; the report's :data:`PERMUTATIONS` and
-    :data:`SEED` give the same bytes every build; a simulation passes fewer draws and its own seeds). ``min_p``: the fewest relabellings as extreme as any (the observed one and those that only
-    swap classes of equal size) over all of them, or ``1 / (1 + draws)``.
-
-    Args:
-        groups: k >= 2 arrays of paired differences (nats/token), each with >= 2 values and non-zero spread.
-
-    Raises:
-        ValueError: as :func:`welch_anova`.
-    """
-    f, df1, df2, _ = welch_anova(groups)
-    sizes = np.array([g.size for g in groups])
-    values = np.concatenate(groups)
-    labels = _relabellings(tuple(int(s) for s in sizes))
-    equal_swaps = math.prod(math.factorial(c) for c in Counter(sizes.tolist()).values())
-    if labels is not None:
-        stats = _welch_over(values, labels, sizes)
-        hits = int((stats >= f * (1 - 1e-9)).sum())
-        return Agreement(f, df1, df2, hits / len(labels), True, len(labels), equal_swaps / len(labels))
-    observed = np.repeat(np.arange(sizes.size), sizes)
-    drawn = np.random.default_rng(seed).permuted(np.tile(observed, (draws, 1)), axis=1)
-    hits = int((_welch_over(values, drawn, sizes) >= f * (1 - 1e-9)).sum())
-    return Agreement(f, df1, df2, (1 + hits) / (1 + draws), False, draws, 1 / (1 + draws))
-
-
-def agreement_mde(groups: list[np.ndarray], level: float, power: float) -> float:
-    """The smallest shift (nats/token) of one class's mean paired difference against the others' that the
-    agreement test detects with probability ``power`` at ``level``: for each class j shifted by Delta, Welch's
-    F is taken as noncentral F on (k - 1, df2) df with noncentrality ``Delta^2 w_j (W - w_j) / (W c)``
-    (``w = n / s^2`` from the classes' sample variances, c Welch's denominator correction; for two classes
-    Welch's t with noncentrality Delta / sqrt(s1^2/n1 + s2^2/n2)); the MDE is the largest over j (the least
-    favourable class). Checked against the permutation test by simulation
-    (:mod:`harness.report.simulation.provenance`). NaN with fewer than 2 usable groups."""
-    if len(groups) < 2:
-        return math.nan
-    n = np.array([g.size for g in groups], float)
-    var = np.array([g.var(ddof=1) for g in groups])
-    if (n < 2).any() or not (var > 0).all():
-        return math.nan
-    k = n.size
-    w = n / var
-    total = w.sum()
-    lam = float(((1 - w / total) ** 2 / (n - 1)).sum())
-    c = 1 + 2 * (k - 2) / (k * k - 1) * lam
-    df1, df2 = k - 1, (k * k - 1) / (3 * lam)
-    crit = float(scipy.stats.f.isf(level, df1, df2))
-
-    def gap(delta: float, wj: float) -> float:
-        nc = delta * delta * wj * (total - wj) / total / c
-        return float(scipy.stats.ncf.sf(crit, df1, df2, nc)) - power
-
-    out = []
-    for wj in w:
-        unit = math.sqrt(total / (wj * (total - wj)))  # the shift whose noncentrality is 1 (times sqrt c)
-        high = unit
-        while gap(high, wj) < 0:
-            high *= 2
-        out.append(scipy.optimize.brentq(gap, 0.0, high, args=(wj,), xtol=unit * 1e-10))
-    return float(max(out))
-
-
-def orientation_test(oriented: dict[tuple[str, str], int]) -> float:
-    """Exact two-sided p of H0 "each straddling pair's orientation is a fair coin" (the balance test that
-    respects pairing; module docstring).
-
-    ``oriented``: ``(class of first, class of second) -> pairs``. Per unordered pair of classes {a, b}
-    with ``m`` straddling pairs, the number with the first variant on a is Binomial(m, 1/2) under H0,
-    independently across class pairs. The statistic is Bowker's ``sum (n_ab - n_ba)^2 / (n_ab + n_ba)``;
-    p = the probability under H0 of a statistic at least the observed (exact enumeration of every count
-    vector; the sign test's two-sided p with two classes). 1 without a straddling pair.
-    """
-    totals: dict[tuple[str, str], tuple[int, int]] = {}
-    for (a, b), count in oriented.items():
-        key = (a, b) if a < b else (b, a)
-        ab, ba = totals.get(key, (0, 0))
-        totals[key] = (ab + count, ba) if (a, b) == key else (ab, ba + count)
-    if not totals:
-        return 1.0
-    ms = [ab + ba for ab, ba in totals.values()]
-    observed = sum((ab - ba) ** 2 / (ab + ba) for ab, ba in totals.values())
-    # the distribution of the statistic: a convolution over class pairs of (statistic, probability)
-    dist = {0.0: 1.0}
-    for m in ms:
-        pmf = scipy.stats.binom.pmf(np.arange(m + 1), m, 0.5)
-        terms = [((2 * j - m) ** 2 / m, float(pmf[j])) for j in range(m + 1)]
-        merged: dict[float, float] = {}
-        for s, p in dist.items():
-            for t, q in terms:
-                key = round(s + t, 9)
-                merged[key] = merged.get(key, 0.0) + p * q
-        dist = merged
-    return float(min(1.0, sum(p for s, p in dist.items() if s >= observed - 1e-9)))
-
-
 def class_balance(comparison: str, size: str, budget: int, pairs, hw: dict[str, str]) -> ClassBalance:
     """The class x variant table of ``pairs`` (one comparison, one cell), the balance rule and the
     orientation test of its straddling pairs."""
@@ -541,7 +339,7 @@ def class_check(
     seed: int = SEED,
 ) -> ClassCheck:
     """One comparison's paired differences per class, the straddling pairs apart, and the agreement test
-    (:func:`class_agreement`) over the classes with >= ``floor`` pairs and non-zero spread,
+    (:func:`~harness.report.stats.class_tests.class_agreement`) over the classes with >= ``floor`` pairs and non-zero spread,
     unless its smallest attainable p is not below ``alpha``. ``floor``, ``draws`` and ``seed``: the report's,
     unless a simulation studies others (:mod:`harness.report.simulation.provenance`). Holm p, MDE and level
     are filled in by :func:`grid_provenance` (they depend on the grid's family)."""
@@ -848,11 +646,8 @@ def _by_class(pairs, hw: dict[str, str]) -> dict[str, list[float]]:
 
 __all__ = [
     "CHECKED_KINDS",
-    "EXACT_LIMIT",
     "MIN_CLASS_PAIRS",
-    "PERMUTATIONS",
     "TOO_FEW",
-    "Agreement",
     "ClassBalance",
     "ClassCheck",
     "ClassDiffs",
@@ -860,19 +655,15 @@ __all__ = [
     "Provenance",
     "StraddlingPair",
     "VariantProvenance",
-    "agreement_mde",
     "attainable_level",
-    "class_agreement",
     "class_balance",
     "class_check",
     "grid_provenance",
     "hardware_by_run",
     "is_definite",
     "not_redecidable",
-    "orientation_test",
     "redecision_power",
     "numerics_by_run",
-    "welch_anova",
     "within_class",
     "within_status",
 ]
