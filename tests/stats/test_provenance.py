@@ -28,6 +28,8 @@ from harness.report.stats.analysis import analyze
 from harness.report.stats.class_tests import class_agreement, orientation_test, welch_anova
 from harness.report.stats.pairing import Pair
 from harness.report.stats.provenance import (
+    NO_TEST_RAN,
+    NOTHING_TO_HOLD,
     TOO_FEW,
     class_balance,
     class_check,
@@ -213,8 +215,9 @@ def test_classes_below_the_floor_say_too_few_pairs_to_tell_and_a_class_named_str
 
     pairs, hw = pairs_on([A] * 18 + [B] * 2)
     check = class_check("x - y", "k", "small", 1, pairs, hw)
-    assert check.tested == (A,) and math.isnan(check.p) and check.note.startswith(TOO_FEW)
-    assert {r.hardware: r.status for r in check.rows} == {A: "tested", B: TOO_FEW}
+    assert check.tested == () and math.isnan(check.p) and check.note.startswith(TOO_FEW)
+    assert {r.hardware: r.status for r in check.rows} == {A: NO_TEST_RAN, B: TOO_FEW}  # no test: not "tested"
+    assert not check.unreachable  # the reason is the 2-pair class, not the test's reach
     c = "cuda-nvidia-a100/tf32/torch2.5.1/eager"
     pairs, hw = pairs_on([A] * 6 + [B] * 4 + [c] * 2)
     check = class_check("x - y", "k", "small", 1, pairs, hw)
@@ -253,6 +256,8 @@ def test_classes_below_the_floor_say_too_few_pairs_to_tell_and_a_class_named_str
     pairs, hw = pairs_on([A] * 3 + [B] * 3)
     check = class_check("x - y", "k", "small", 1, pairs, hw)
     assert math.isnan(check.p) and check.note.startswith(f"{TOO_FEW}: the smallest p") and "0.1" in check.note
+    assert check.tested == () and {r.status for r in check.rows} == {NO_TEST_RAN}
+    assert check.unreachable and check.min_p == pytest.approx(0.1, rel=1e-12)
 
 
 def test_a_verdict_lost_to_power_is_not_re_decidable_and_one_decided_otherwise_is_no():
@@ -263,10 +268,117 @@ def test_a_verdict_lost_to_power_is_not_re_decidable_and_one_decided_otherwise_i
         within_status("reproduces gain", "does not reproduce gain", 6, 0.1, 0.8) == "NO"
     )  # decided otherwise
     assert within_status("undecided", "gain established", 6, math.nan, 0.8) == "NO"
+    assert within_status("undecided", "no pairs in this class", 0, math.nan, 0.8) == TOO_FEW
+
+
+def test_a_re_decision_on_too_few_pairs_or_of_a_verdict_that_decided_nothing_does_not_hold():
+    """Under 3 pairs the class re-decides nothing, whatever words it reads; a pooled verdict that decided nothing
+    (undecided, not assessed, an A/A pass) has nothing to hold, even where the class reads the same words."""
+    assert within_status("undecided", "undecided", 1, math.nan, 0.8) == TOO_FEW
+    assert within_status("gain established", "gain established", 2, math.nan, 0.8) == TOO_FEW
+    assert within_status("gain established", "undecided", 2, math.nan, 0.8) == TOO_FEW
+    assert within_status("undecided", "undecided", 6, math.nan, 0.8) == NOTHING_TO_HOLD
+    assert within_status("pass", "pass", 6, math.nan, 0.8) == NOTHING_TO_HOLD
+    assert within_status("undecided", "gain established", 3, math.nan, 0.8) == "NO"  # decided otherwise
+    assert within_status("gain established", "gain established", 3, 0.5, 0.8) == "yes"
+
+
+def _on(classes: list[str], d: list[float], dc: list[float]) -> Frames:
+    """Parent, treatment (parent + ``d``) and a control (parent + ``dc``), seed s on ``classes[s]``."""
+    n = len(classes)
+    values = {
+        "block_attnres": PARENT[:n],
+        "rd_attnres": [p + x for p, x in zip(PARENT, d, strict=False)],
+        "fixed_v": [p + x for p, x in zip(PARENT, dc, strict=False)],
+    }
+    frames = frames_from_values(values, grid="g")
+    hw = [classes[s] for s in frames["runs"]["seed"].to_list()]
+    return Frames(frames["final"], frames["runs"].with_columns(hardware=pl.Series(hw)))
+
+
+def test_classes_whose_3_3_pairs_cannot_reach_alpha_are_said_so_and_not_shown_in_a_test():
+    """6 seeds, 3 on each class: each class has the 3 pairs of the floor, but 3 + 3 pairs give 20 relabellings,
+    2 as extreme as any: the smallest p is 0.1, so no test runs. The banner gives that reason (not "no comparison
+    has two classes with >= 3 pairs", which is false here) and no class reads "in the test: yes"."""
+    d = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033]
+    dc = [-0.008, -0.007, -0.009, -0.0075, -0.0065, -0.0085]
+    stats = compute_stats(_on(["clsA"] * 3 + ["clsB"] * 3, d, dc), grid="g")
+    prov = stats.provenance
+    assert len(prov.checks) == 3
+    for c in prov.checks:
+        assert c.tested == () and c.unreachable and c.min_p == pytest.approx(0.1, rel=1e-12)
+        assert [(r.hardware, r.n, r.status) for r in c.rows] == [
+            ("clsA", 3, NO_TEST_RAN),
+            ("clsB", 3, NO_TEST_RAN),
+        ]
+    md = render_markdown(stats, [])
+    banner = next(x for x in md.splitlines() if x.startswith("> Hardware:"))
     assert (
-        within_status("undecided", "no pairs in this class", 0, math.nan, 0.8)
-        == "not re-decidable at 0 pairs"
+        "No agreement test ran: 3 comparison(s) have classes whose 3/3 pairs cannot reach p < 0.05 (smallest p "
+        "0.1): too few pairs to tell whether the hardware moved any comparison."
+    ) in banner
+    assert "No comparison has two classes" not in md
+    table = md[md.index("### Variant x hardware") : md.index("### Every verdict")]
+    assert (
+        "| rd_attnres - block_attnres | small, 1M | on one class | clsA | 3 | -0.0313 [-0.0401, -0.0226] | "
+        "no: no test ran | too few pairs to tell: the smallest p 2 classes of 3/3 pairs can give is 0.1 |"
+    ) in table
+    assert "| on one class | clsB | 3 | -0.0297 [-0.0384, -0.0209] | no: no test ran |  |" in table
+    assert "| yes |" not in table
+
+
+def test_a_tested_grid_names_the_comparisons_whose_classes_cannot_reach_alpha():
+    """7 seeds, 0-3 on A and 4-6 on B, the treatment's seed 3 on B: the control's comparison has 4 + 3 pairs
+    (35 relabellings, smallest p 1/35) and is tested; the treatment's two comparisons keep 3 + 3 one-class
+    pairs (the straddling pair in no test): smallest p 0.1, said so beside the test that ran."""
+    d = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033, -0.029]
+    dc = [-0.008, -0.007, -0.009, -0.0075, -0.0065, -0.0085, -0.0078]
+    frames = _on([A] * 4 + [B] * 3, d, dc)
+    hw = [
+        B if (v, s) == ("rd_attnres", 3) else h
+        for v, s, h in frames.runs.select("variant", "seed", "hardware").iter_rows()
+    ]
+    stats = compute_stats(Frames(frames.final, frames.runs.with_columns(hardware=pl.Series(hw))), grid="g")
+    prov = stats.provenance
+    ran = [c for c in prov.checks if math.isfinite(c.p)]
+    assert [c.comparison for c in ran] == ["fixed_v - block_attnres"] and ran[0].min_p == pytest.approx(
+        1 / 35
     )
+    assert sorted(c.comparison for c in prov.checks if c.unreachable) == [
+        "rd_attnres - block_attnres",
+        "rd_attnres - fixed_v",
+    ]
+    banner = next(x for x in render_markdown(stats, []).splitlines() if x.startswith("> Hardware:"))
+    assert (
+        "; 2 comparison(s) have classes whose 3/3 pairs cannot reach p < 0.05 (smallest p 0.1) (too few pairs "
+        "to tell). Each class's"
+    ) in banner
+
+
+def test_a_verdict_re_decided_on_one_pair_holds_nowhere_and_tied_classes_are_not_called_the_largest():
+    """3 seeds, each on its own class: every class holds 1 pair and 3 finished runs. The re-decision on the
+    first class's 1 pair reads the pooled words ("undecided") but decided nothing: too few pairs to tell, not
+    "yes", and not counted among the verdicts that hold; no class is "the largest": the tie is said."""
+    stats = compute_stats(_on(["clsA", "clsB", "clsC"], [-0.03, 0.02, -0.01], [0.01, -0.02, 0.005]), grid="g")
+    prov = stats.provenance
+    assert prov.classes == (("clsA", 3), ("clsB", 3), ("clsC", 3)) and prov.largest == "clsA"
+    assert prov.tied == ("clsB", "clsC")
+    within = {r.what: r for r in prov.within}
+    assert within["headline"].verdict_all == within["headline"].verdict_within == "undecided"
+    assert within["headline"].n_within == 1 and within["headline"].status == TOO_FEW
+    assert not any(r.holds for r in prov.within)
+    md = render_markdown(stats, [])
+    section = md[md.index("### Every verdict") :]
+    tie = "clsA (tied with clsB, clsC at 3 finished runs each; the first by name)"
+    assert section.startswith(f"### Every verdict within {tie}\n")
+    assert "| small, 1M | headline | undecided | undecided | 1 | - | too few pairs to tell |" in section
+    assert (
+        "0 of 2 verdict(s) hold within clsA; 0 not re-decidable at its pairs; 2 with too few pairs to tell "
+        "(under 3 pairs in the class); 0 do not hold."
+    ) in section
+    banner = next(x for x in md.splitlines() if x.startswith("> Hardware:"))
+    assert f"every verdict within {tie} are in the Provenance section." in banner
+    assert "the largest class" not in banner and "largest class (" not in md
 
 
 def test_one_class_and_runs_before_the_record():

@@ -17,8 +17,12 @@ from harness.common.terms import UNKNOWN
 from harness.report.render.blocks import Block, Heading, Para, Table
 from harness.report.render.fmt import fmt_nats, fmt_p
 from harness.report.render.sentences import cell_label, mean_ci
+from harness.report.stats.paired_tests import MIN_PAIRS
 from harness.report.stats.provenance import (
     MIN_CLASS_PAIRS,
+    NO,
+    NO_TEST_RAN,
+    NOTHING_TO_HOLD,
     TOO_FEW,
     YES,
     ClassCheck,
@@ -47,15 +51,43 @@ def _mdes(prov: Provenance) -> str:
     return lo if lo == hi else f"{lo} to {hi}"
 
 
+def _unreachable(checks: list[ClassCheck]) -> list[str]:
+    """Per distinct class sizes, the comparisons whose classes have enough pairs each but a smallest p not
+    below alpha (:attr:`ClassCheck.unreachable`), in words: "2 comparison(s) have classes whose 3/3 pairs
+    cannot reach p < 0.05 (smallest p 0.1)"."""
+    groups: dict[str, int] = {}
+    for c in checks:
+        sizes = "/".join(str(r.n) for r in c.rows if r.status == NO_TEST_RAN)
+        why = f"classes whose {sizes} pairs cannot reach p < {c.alpha:g} (smallest p {c.min_p:.2g})"
+        groups[why] = groups.get(why, 0) + 1
+    return [f"{k} comparison(s) have {why}" for why, k in groups.items()]
+
+
 def _agreement_text(prov: Provenance) -> str:
-    """What the agreement tests found, when none detected a disagreement."""
+    """What the agreement tests found, when none detected a disagreement, and why each one that did not run
+    did not: fewer than two classes with enough pairs and a spread, or classes with enough pairs each whose
+    sizes cannot give a p below alpha (never the first reason for the second)."""
     ran = [c for c in prov.checks if math.isfinite(c.p)]
-    few = [c for c in prov.checks if c.note.startswith(TOO_FEW)]
+    unreachable = [c for c in prov.checks if c.unreachable]
+    few = [c for c in prov.checks if c.note.startswith(TOO_FEW) and not c.unreachable]
+    flat = [c for c in prov.checks if not math.isfinite(c.p) and not c.note.startswith(TOO_FEW)]
+    spread = f"{len(flat)} comparison(s) have fewer than two classes with a spread" if flat else ""
     if not ran:
-        return (
-            f"No comparison has two classes with >= {MIN_CLASS_PAIRS} pairs to test whether they agree: too few "
-            "pairs to tell whether the hardware moved any comparison."
+        if not unreachable and not flat:
+            return (
+                f"No comparison has two classes with >= {MIN_CLASS_PAIRS} pairs to test whether they agree: too "
+                "few pairs to tell whether the hardware moved any comparison."
+            )
+        parts = [
+            f"{len(few)} comparison(s) have fewer than two classes with >= {MIN_CLASS_PAIRS} pairs and a spread"
+        ]
+        parts = (parts if few else []) + _unreachable(unreachable) + ([spread] if spread else [])
+        tail = (
+            "too few pairs to tell whether the hardware moved any comparison"
+            if few or unreachable
+            else "no test tells whether the hardware moved any comparison"
         )
+        return f"No agreement test ran: {'; '.join(parts)}: {tail}."
     blind = sum(not math.isfinite(c.mde_nats) for c in ran)
     seen = (
         f"a shift of one class smaller than its test's MDE ({_mdes(prov)} nats/token) can go unseen"
@@ -70,7 +102,23 @@ def _agreement_text(prov: Provenance) -> str:
         text += f" ({blind} test(s) cannot reject at Holm's level at all)"
     if few:
         text += f"; {len(few)} comparison(s) have too few pairs per class to tell"
+    for part in _unreachable(unreachable):
+        text += f"; {part} ({TOO_FEW})"
+    if spread:
+        text += f"; {spread}"
     return text + "."
+
+
+def _largest(prov: Provenance) -> str:
+    """The class every verdict is re-decided within, in words: "the largest class (A)", or where classes tie
+    for the most finished runs "A (tied with B, C at 3 finished runs each; the first by name)", never calling
+    one of tied classes the largest."""
+    if not prov.tied:
+        return f"the largest class ({prov.largest})"
+    runs = dict(prov.classes)[prov.largest]
+    return (
+        f"{prov.largest} (tied with {', '.join(prov.tied)} at {runs} finished runs each; the first by name)"
+    )
 
 
 def hardware_line(stats: ReportStats) -> str:
@@ -101,7 +149,7 @@ def hardware_line(stats: ReportStats) -> str:
         f"({_classes_text(prov.classes)}){old}; {len(prov.straddling)} pair(s) straddle two classes and "
         f"{imbalanced} comparison(s) are imbalanced across classes. "
         + ("" if found else _agreement_text(prov) + " ")
-        + f"Each class's paired differences and every verdict within the largest class ({prov.largest}) are in "
+        + f"Each class's paired differences and every verdict within {_largest(prov)} are in "
         "the Provenance section."
     )
 
@@ -234,7 +282,13 @@ def _test_text(c: ClassCheck) -> str:
 
 def _checks(prov: Provenance) -> list[Block]:
     rows = []
-    status = {"tested": "yes", TOO_FEW: TOO_FEW, "zero spread": "no: zero spread", "in no test": "no"}
+    status = {
+        "tested": "yes",
+        NO_TEST_RAN: "no: no test ran",
+        TOO_FEW: TOO_FEW,
+        "zero spread": "no: zero spread",
+        "in no test": "no",
+    }
     for c in prov.checks:
         for i, r in enumerate(c.rows):
             rows.append(
@@ -278,14 +332,19 @@ def _checks(prov: Provenance) -> list[Block]:
 
 
 def _within(prov: Provenance) -> list[Block]:
+    """Every verdict re-decided within one class; only a definite verdict the class reaches again on enough
+    pairs counts as holding."""
+    whose = "that class's" if prov.tied else "the largest class's"
     head = [
-        Heading(3, f"Every verdict within the largest class ({prov.largest})"),
+        Heading(3, f"Every verdict within {_largest(prov)}"),
         Para(
-            "The same decisions (plan, families, floors) re-run on the largest class's runs alone. Descriptive: "
+            f"The same decisions (plan, families, floors) re-run on {whose} runs alone. Descriptive: "
             "in no family, it changes no verdict above. Power: the chance the class's pairs reach the pooled "
             "verdict again if its effect is the pooled one. A verdict the class does not reach is 'not "
             f"re-decidable' where that power is below {prov.power:g} (fewer pairs, not the mix, is the likelier "
-            "reason), 'NO' where the class reaches another verdict or had the power to reach the same one.",
+            "reason), 'NO' where the class reaches another verdict or had the power to reach the same one; "
+            f"'{TOO_FEW}' where the class holds under {MIN_PAIRS} pairs (it re-decides nothing), "
+            f"'{NOTHING_TO_HOLD}' where the pooled verdict decided nothing.",
             "note",
         ),
     ]
@@ -304,13 +363,18 @@ def _within(prov: Provenance) -> list[Block]:
         for r in prov.within
     )
     held = sum(r.status == YES for r in prov.within)
-    no = sum(r.status == "NO" for r in prov.within)
-    open_ = len(prov.within) - held - no
+    no = sum(r.status == NO for r in prov.within)
+    few = sum(r.status == TOO_FEW for r in prov.within)
+    nothing = sum(r.status == NOTHING_TO_HOLD for r in prov.within)
+    open_ = len(prov.within) - held - no - few - nothing
     return head + [
         Table(("cell", "decision", "all runs", f"{prov.largest} only", "n in class", "power", "holds"), rows),
         Para(
             f"{held} of {len(prov.within)} verdict(s) hold within {prov.largest}; {open_} not re-decidable at its "
-            f"pairs; {no} do not hold.",
+            "pairs"
+            + (f"; {few} with {TOO_FEW} (under {MIN_PAIRS} pairs in the class)" if few else "")
+            + (f"; {nothing} with nothing to hold (the pooled verdict decided nothing)" if nothing else "")
+            + f"; {no} do not hold.",
             "" if no == 0 else "warn",
         ),
     ]

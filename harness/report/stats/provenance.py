@@ -48,7 +48,10 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
   each, the power of that re-decision (:func:`redecision_power`: the class's pairs against the pooled
   effect, at the within-class test's level) and whether it holds (:func:`within_status`): a definite verdict
   the class does not reach is "not re-decidable at N pairs" where that power is below the plan's, "NO"
-  only where the class decides otherwise or had the power to decide the same.
+  only where the class decides otherwise or had the power to decide the same; "too few pairs to tell" where the
+  class holds fewer pairs than the paired test needs (it re-decides nothing, whatever it reads), and "nothing to
+  hold" where the pooled verdict decided nothing (an undecided verdict staying undecided is no evidence). Classes
+  tied for the most runs are named as tied, never one of them as "the largest".
 """
 
 from __future__ import annotations
@@ -78,6 +81,10 @@ from harness.report.stats.power import power_at
 from harness.report.stats.results import ReportStats
 
 TOO_FEW = "too few pairs to tell"
+# a class at the floor with a spread, in a comparison whose agreement test did not run (ClassDiffs.status)
+NO_TEST_RAN = "no test ran"
+# a pooled verdict that decided nothing has nothing to hold within a class (within_status)
+NOTHING_TO_HOLD = "nothing to hold (no definite verdict)"
 MIN_CLASS_PAIRS = 3  # a class with fewer pairs enters no agreement test (module docstring)
 CHECKED_KINDS = (
     "treatment_vs_parent",
@@ -149,8 +156,9 @@ class StraddlingPair:
 class ClassDiffs:
     """The paired differences (nats/token) of one class, or of the straddling pairs (``straddling``, with
     ``hardware`` None): n, mean, sd and the 95 % t interval (NaN below 3 pairs or at zero spread), and
-    ``status``: ``tested``, :data:`TOO_FEW` (below :data:`MIN_CLASS_PAIRS`), ``zero spread`` or, for the
-    straddling pairs, ``in no test``."""
+    ``status``: ``tested`` (in the agreement test that ran), :data:`NO_TEST_RAN` (at the floor with a spread,
+    but the comparison's test did not run: too few other classes, or a smallest p not below alpha),
+    :data:`TOO_FEW` (below :data:`MIN_CLASS_PAIRS`), ``zero spread`` or, for the straddling pairs, ``in no test``."""
 
     hardware: str | None
     n: int
@@ -166,12 +174,14 @@ class ClassDiffs:
 class ClassCheck:
     """One comparison in one cell with its pairs split by class.
 
-    ``tested``: the classes in the agreement test (>= :data:`MIN_CLASS_PAIRS` pairs, non-zero spread);
+    ``tested``: the classes in the agreement test (>= :data:`MIN_CLASS_PAIRS` pairs, non-zero spread), empty
+    where no test ran (a class is never shown as tested by a test that did not run);
     ``f``, ``df1``, ``df2``, ``p``, ``exact``, ``min_p``: :class:`~harness.report.stats.class_tests.Agreement` of H0 "every class's mean paired
     difference is the same"; ``holm_p``: Holm across the grid's agreement tests; ``mde_nats`` the smallest
     shift of one class against the rest it detects (power 0.8) at ``level``, Holm's first step (alpha / the
     grid's agreement tests). NaN where no test ran: ``note`` then says why (it starts with :data:`TOO_FEW`
-    where pairs are what is missing).
+    where pairs are what is missing). ``min_p`` is kept where the test was not run because it is not below
+    alpha (:attr:`unreachable`): the reason the report gives then, apart from a class with too few pairs.
     """
 
     comparison: str
@@ -198,6 +208,12 @@ class ClassCheck:
         """The classes are shown to disagree: Holm p below alpha."""
         return math.isfinite(self.holm_p) and self.holm_p < self.alpha
 
+    @property
+    def unreachable(self) -> bool:
+        """No test ran although two or more classes have enough pairs and a spread: the smallest p their
+        sizes allow (``min_p``) is not below alpha."""
+        return not math.isfinite(self.p) and math.isfinite(self.min_p)
+
 
 @dataclass(frozen=True, slots=True)
 class ClassVerdict:
@@ -216,7 +232,9 @@ class ClassVerdict:
 
     @property
     def holds(self) -> bool:
-        return self.verdict_all == self.verdict_within
+        """The verdict holds within the class: the same definite verdict on enough pairs (``status`` yes), not
+        merely the same words (an undecided verdict staying undecided, or one re-decided on 1 pair)."""
+        return self.status == YES
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +242,8 @@ class Provenance:
     """Where one grid's finished runs ran (see the module docstring).
 
     ``classes``: ``(class, runs)`` over the grid, most first. ``largest``: the largest class where the
-    grid mixes classes, else None. ``within``: every verdict re-decided within it; ``within_note``: why
-    that could not be done, if so. ``alpha``, ``power``: the plan's (the agreement tests' level, the power
+    grid mixes classes, else None (a tie: the first by name, :attr:`tied` the others). ``within``: every
+    verdict re-decided within it; ``within_note``: why that could not be done, if so. ``alpha``, ``power``: the plan's (the agreement tests' level, the power
     an MDE and a re-decision are judged at). ``numerics``: ``(numerics, runs)`` over the grid, most first;
     ``numerics_straddling``: the pairs (of the checked comparisons) whose two runs differ in numerics.
     """
@@ -247,6 +265,15 @@ class Provenance:
     @property
     def mixed(self) -> bool:
         return len(self.classes) > 1
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        """The classes with as many finished runs as :attr:`largest`, other than it: where there are any, no
+        class is "the largest" and the report says the tie."""
+        if self.largest is None:
+            return ()
+        most = dict(self.classes)[self.largest]
+        return tuple(c for c, n in self.classes if n == most and c != self.largest)
 
     @property
     def numerics_mixed(self) -> bool:
@@ -364,8 +391,8 @@ def class_check(
             kind,
             size,
             budget,
-            tuple(rows),
-            tuple(tested),
+            _untested(rows),
+            (),
             *([math.nan] * 4),
             _why_not(rows, floor),
         )
@@ -373,7 +400,9 @@ def class_check(
     if not a.min_p < alpha:
         sizes = "/".join(str(len(by[c])) for c in tested)
         note = f"{TOO_FEW}: the smallest p {len(tested)} classes of {sizes} pairs can give is {a.min_p:.2g}"
-        return ClassCheck(comparison, kind, size, budget, tuple(rows), tuple(tested), *([math.nan] * 4), note)
+        return ClassCheck(
+            comparison, kind, size, budget, _untested(rows), (), *([math.nan] * 4), note, min_p=a.min_p
+        )
     return ClassCheck(
         comparison,
         kind,
@@ -389,6 +418,12 @@ def class_check(
         a.exact,
         a.min_p,
     )
+
+
+def _untested(rows: list[ClassDiffs]) -> tuple[ClassDiffs, ...]:
+    """``rows`` of a comparison whose agreement test did not run: a class that would have entered it reads
+    :data:`NO_TEST_RAN`, not ``tested``."""
+    return tuple(dataclasses.replace(r, status=NO_TEST_RAN) if r.status == "tested" else r for r in rows)
 
 
 def _why_not(rows: list[ClassDiffs], floor: int) -> str:
@@ -451,15 +486,24 @@ def is_definite(verdict: str) -> bool:
 
 
 def within_status(verdict_all: str, verdict_within: str, n_within: int, power: float, target: float) -> str:
-    """Whether a verdict holds within the largest class: ``yes`` (the same verdict); ``NO`` where the class
+    """Whether a verdict holds within the largest class.
+
+    :data:`TOO_FEW` where the class holds fewer pairs than the paired test needs
+    (:data:`~harness.report.stats.paired_tests.MIN_PAIRS`): it re-decided nothing, so its verdict, the same
+    words or not, is no evidence either way. Else ``yes`` (the same definite verdict); ``NO`` where the class
     reaches another definite verdict, or misses a definite pooled verdict it had the power (>= ``target``)
-    to reach; else ``not re-decidable at N pairs`` (the class decides nothing definite: power, not the mix,
-    is the likelier reason)."""
+    to reach; :data:`NOTHING_TO_HOLD` where the pooled verdict decided nothing (an undecided verdict that stays
+    undecided shows nothing); else ``not re-decidable at N pairs`` (the class decides nothing definite:
+    power, not the mix, is the likelier reason)."""
+    if n_within < paired.MIN_PAIRS:
+        return TOO_FEW
+    if is_definite(verdict_within) and verdict_all != verdict_within:
+        return NO
+    if not is_definite(verdict_all):
+        return NOTHING_TO_HOLD
     if verdict_all == verdict_within:
         return YES
-    if is_definite(verdict_within):
-        return NO
-    if is_definite(verdict_all) and math.isfinite(power) and power >= target:
+    if math.isfinite(power) and power >= target:
         return NO
     return not_redecidable(n_within)
 
@@ -647,6 +691,8 @@ def _by_class(pairs, hw: dict[str, str]) -> dict[str, list[float]]:
 __all__ = [
     "CHECKED_KINDS",
     "MIN_CLASS_PAIRS",
+    "NOTHING_TO_HOLD",
+    "NO_TEST_RAN",
     "TOO_FEW",
     "ClassBalance",
     "ClassCheck",
