@@ -22,9 +22,12 @@ record, and the archive's numerics. While runs train, each shows its progress on
 (which run, tokens, tok/s, ETA: a bar on a terminal no other worker shares, else a line per 10 % of its budget
 and at least one a minute; $HARNESS_PROGRESS=lines|off; --quiet: none), from every worker process, and a line
 when it ends. --report-only trains nothing and reports the chosen runs re-trained into --results so far (a
-check cut short). --csv / --json write the same numbers with this machine's CPU model, torch and threads
-(no path, no host name); both are checked before anything trains (a folder, an unwritable place, the archive
-itself or one file for both is refused in one line). Exit 0 whatever the verdict.
+check cut short). The text, --csv and --json give the CPU model, torch, workers and threads the runs trained
+with, as recorded when they trained (each run's environment record; the workers: what the call that trained it
+stored in --results), never this call's options: "not recorded" (CSV/JSON: unknown) where no record says, each
+value with its count of runs where they differ. --csv / --json write the same numbers (no path, no host name);
+both are checked before anything trains (a folder, an unwritable place, the archive itself or one file for
+both is refused in one line). Exit 0 whatever the verdict.
 
 example:
   harness retrain reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
@@ -43,6 +46,7 @@ from pathlib import Path
 from harness.commands.options import output_file
 from harness.common import console
 from harness.common.files import check_output_file
+from harness.corpus.spec import resolve_corpus
 
 
 def _seeds(text: str) -> list[int]:
@@ -109,8 +113,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(
             f"--threads {args.threads}: expected 0 (torch's default) to {cores} (this machine's cores)"
         )
-    if args.corpus is not None and not Path(args.corpus).exists():
-        raise FileNotFoundError(f"--corpus {args.corpus!r} does not exist")
+    if args.corpus is not None:
+        resolve_corpus(args.corpus)  # an empty path names the working folder: refused as queue refuses it
+        if not Path(args.corpus).exists():
+            raise FileNotFoundError(f"--corpus {args.corpus!r} does not exist")
     _check_outputs(args)
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
 
@@ -165,7 +171,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=plan.get("alpha", 0.05),
         power=plan.get("power", 0.8),
     )
-    machine = {**rt.machine(args.workers, args.threads), **rt.identity(chosen, new)}
+    machine = {**rt.machine(new), **rt.identity(chosen, new)}  # as the runs trained, not this call's options
     name = args.file.name  # the file's name only: no path of this machine
     print(render_text(check, machine, name), end="")
     if args.csv is not None:
@@ -204,7 +210,8 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
         if fresh:  # refused: the folder this call made (its corpus cache) goes again
             shutil.rmtree(args.results, ignore_errors=True)
         raise
-    rt.mark_folder(args.results, digest)
+    todo = [r for r in chosen if r.config.run_id not in earlier]
+    rt.mark_folder(args.results, digest, args.workers, [r.config.run_id for r in todo])
     print(
         f"re-training {len(chosen) - len(earlier)} runs of grid {archive.grid} (seeds {' '.join(map(str, seeds))}; "
         f"{len(earlier)} re-trained here before) with {args.workers} workers x {args.threads or 'default'} threads; "
@@ -220,7 +227,6 @@ def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int]
             flush=True,
         )
 
-    todo = [r for r in chosen if r.config.run_id not in earlier]
     trained = {
         n.run_id: n
         for n in rt.retrain(

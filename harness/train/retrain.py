@@ -62,7 +62,10 @@ class ArchivedRun:
 class RetrainedRun:
     """A run trained again here: status (``done``/``diverged``), final val NLL (nats/token; None without one),
     the protocol hash this code gave it, its wall time in seconds, and what re-trained it, as its result file
-    records: the training commit (``-dirty`` kept), numerics and hardware class."""
+    records: the training commit (``-dirty`` kept), numerics and hardware class, and from its environment record
+    the CPU model, cores, torch version and torch threads it trained with; ``workers``: the processes training
+    at once in the call that trained it, as that call recorded in the results folder (:func:`mark_folder`).
+    None / :data:`UNKNOWN` where the record does not say (a folder or result file written before it did)."""
 
     run_id: str
     status: str
@@ -72,6 +75,25 @@ class RetrainedRun:
     code_version: str = UNKNOWN
     numerics: str = UNKNOWN
     hardware: str = UNKNOWN
+    threads: int | None = None
+    workers: int | None = None
+    cpu_model: str = UNKNOWN
+    cpu_cores: int | None = None
+    torch: str = UNKNOWN
+
+
+def _trained_on(environment: dict | None) -> dict:
+    """What a run's environment record (:func:`harness.train.environment.environment_record`) says it trained on:
+    the :class:`RetrainedRun` fields ``threads``, ``cpu_model``, ``cpu_cores``, ``torch`` (None / :data:`UNKNOWN`
+    where it does not say)."""
+    env = environment or {}
+    cpu = env.get("cpu") or {}
+    return {
+        "threads": (env.get("run") or {}).get("threads"),
+        "cpu_model": cpu.get("model") or UNKNOWN,
+        "cpu_cores": cpu.get("cores"),
+        "torch": (env.get("software") or {}).get("torch") or UNKNOWN,
+    }
 
 
 def routing_for(run: ArchivedRun) -> str:
@@ -212,6 +234,8 @@ def _retrain_one(payload: dict) -> RetrainedRun:
         env["code_version"],
         env["numerics"],
         env["hardware"],
+        workers=payload["workers"],
+        **_trained_on(env),
     )
 
 
@@ -248,6 +272,7 @@ def retrain(
             "val_nll": r.val_nll,
             "results_dir": str(Path(results_dir).resolve()),
             "threads": threads,
+            "workers": max(workers, 1),
             "numerics": r.numerics,
             "progress": progress,
         }
@@ -284,8 +309,9 @@ def claim_folder(
             re-trained with other numerics than this code gives it (another code re-trained it).
     """
     results_dir = Path(results_dir)
-    marker = results_dir / MARKER
-    ours = marker.is_file() and json.loads(marker.read_text()).get("archive_sha256") == archive_sha256
+    marker = _marker(results_dir)
+    ours = marker.get("archive_sha256") == archive_sha256
+    workers = (marker.get("workers") or {}) if ours else {}
     found = {}
     for r in runs:
         path = result_path(results_dir, r.config.run_id)
@@ -315,15 +341,33 @@ def claim_folder(
                 row.get("code_version") or UNKNOWN,
                 numerics,
                 row.get("hardware") or UNKNOWN,
+                workers=workers.get(r.config.run_id),
+                **_trained_on(row.get("environment")),
             )
     return found
 
 
-def mark_folder(results_dir: str | Path, archive_sha256: str) -> None:
+def _marker(results_dir: Path) -> dict:
+    """The folder's :data:`MARKER` record (``{}`` without one)."""
+    marker = results_dir / MARKER
+    return json.loads(marker.read_text()) if marker.is_file() else {}
+
+
+def mark_folder(
+    results_dir: str | Path, archive_sha256: str, workers: int | None = None, run_ids: list[str] = ()
+) -> None:
     """Record in ``results_dir`` that the runs re-trained into it are of the archive ``archive_sha256``
-    (what :func:`claim_folder` reads back)."""
-    Path(results_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write(Path(results_dir) / MARKER, json.dumps({"archive_sha256": archive_sha256}) + "\n")
+    (what :func:`claim_folder` reads back), and, before they train, that this call trains ``run_ids`` with
+    ``workers`` processes at once (``{"workers": {run_id: workers}}``, kept across calls: a run re-trained
+    again by a later call takes that call's). A run's torch threads are its own result file's record."""
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    old = _marker(results_dir)
+    kept = (old.get("workers") or {}) if old.get("archive_sha256") == archive_sha256 else {}
+    if workers is not None:
+        kept = {**kept, **dict.fromkeys(run_ids, max(workers, 1))}
+    record = {"archive_sha256": archive_sha256, "workers": dict(sorted(kept.items()))}
+    atomic_write(results_dir / MARKER, json.dumps(record) + "\n")
 
 
 def identity(archived: list[ArchivedRun], new: list[RetrainedRun]) -> dict:
@@ -354,22 +398,30 @@ def identity(archived: list[ArchivedRun], new: list[RetrainedRun]) -> dict:
     }
 
 
-def machine(workers: int, threads: int) -> dict:
-    """What produced the new numbers, without a path or host name: CPU model, cores, torch version, the
-    workers and torch threads per worker (0 resolved to torch's default). Read once per process
-    (:func:`harness.train.environment.machine_record`); the re-trained runs' commit, numerics and hardware
-    class are their result files' (:func:`identity`)."""
-    import torch  # lazy: torch loads only to train
+def _tally(values):
+    """The one value of ``values`` (its type kept), :data:`UNKNOWN` where none is recorded, or ``"A (3 runs),
+    B (1 run)"`` (most first) where the runs differ or only some record it."""
+    counts = Counter(UNKNOWN if v is None or v == "" else v for v in values)
+    if len(counts) <= 1:
+        return next(iter(counts), UNKNOWN)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return ", ".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in ranked)
 
-    from harness.train.environment import machine_record  # lazy: torch, as above
 
-    record = machine_record()
+def machine(new: list[RetrainedRun]) -> dict:
+    """What produced the new numbers, as recorded when the runs ``new`` trained (not this call's options; no
+    path or host name): CPU model, cores and torch version (each run's environment record), the workers (the
+    results folder's record of the call that trained each run) and torch threads per worker (each run's
+    environment record), each the one value, ``"A (3 runs), B (1 run)"`` where the runs differ, or
+    :data:`UNKNOWN` where not recorded; ``settings`` says where they were read. The re-trained runs' commit,
+    numerics and hardware class are their result files' too (:func:`identity`)."""
     return {
-        "cpu_model": record["cpu"]["model"] or "unknown",
-        "cpu_cores": record["cpu"]["cores"],
-        "torch": torch.__version__,
-        "workers": workers,
-        "threads_per_worker": threads or torch.get_num_threads(),
+        "cpu_model": _tally(n.cpu_model for n in new),
+        "cpu_cores": _tally(n.cpu_cores for n in new),
+        "torch": _tally(n.torch for n in new),
+        "workers": _tally(n.workers for n in new),
+        "threads_per_worker": _tally(n.threads for n in new),
+        "settings": "as trained",
     }
 
 

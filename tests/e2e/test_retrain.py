@@ -59,16 +59,23 @@ def harness(*args, env, code=0):
     return proc
 
 
-@pytest.mark.slow  # trains 4 tiny runs twice, prepares a second corpus
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
-def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
+def archived_tiny(tmp_path: Path, *routing: str) -> tuple[Path, dict]:
+    """The tiny grid queued, trained (one thread; ``routing``: e.g. ``("--routing", "per_site")``) and
+    archived: ``(archive, env)``, ``env`` with its results folder and progress off."""
     grid = tmp_path / "aa_tiny.toml"
     grid.write_text(GRID.format(corpus=SAMPLE))
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
     harness("queue", str(grid), env=env)
-    harness("work", "--threads", "1", "--quiet", "--routing", "per_site", env=env)
+    harness("work", "--threads", "1", "--quiet", *routing, env=env)
     archive = tmp_path / "aa_tiny.tar.gz"
     harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
+    return archive, env
+
+
+@pytest.mark.slow  # trains 4 tiny runs twice, prepares a second corpus
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
+def test_a_grid_retrained_on_its_own_machine_is_bit_identical(tmp_path):
+    archive, env = archived_tiny(tmp_path, "--routing", "per_site")
 
     again = tmp_path / "again"
     args = [
@@ -175,6 +182,9 @@ def test_retrain_refuses_before_training_in_one_line(tmp_path):
     assert "\n" not in err and "no re-training of this archive wrote" in err, err
     assert sorted(p.relative_to(imported) for p in imported.rglob("*")) == before
 
+    err = harness("retrain", str(STUDY), "--corpus", "", "--results", str(fresh), env=env, code=2).stderr
+    assert "corpus '' is an empty path" in err and err.count("\n") == 1, err  # as queue and work refuse it
+    assert not fresh.exists()
     for bad, words in (
         (["--pairs", "1"], "--pairs 1: expected at least 2"),
         (["--pairs", "25"], "--pairs 25: the archive has 24 seeds done for every variant"),
@@ -198,13 +208,7 @@ def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_wha
     test rests on fewer than 3), so the answer is 'too few pairs to tell' with how little the runs moved, never
     'a fresh draw' or 'like new draws'; the output names the commit, numerics and hardware class the re-trained
     runs' result files record."""
-    grid = tmp_path / "aa_tiny.toml"
-    grid.write_text(GRID.format(corpus=SAMPLE))
-    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
-    harness("queue", str(grid), env=env)
-    harness("work", "--threads", "1", "--quiet", env=env)
-    archive = tmp_path / "aa_tiny.tar.gz"
-    harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
+    archive, env = archived_tiny(tmp_path)
     again = tmp_path / "again"
     args = ["retrain", str(archive), "--pairs", "2", "--threads", "2", "--results", str(again)]
     args += ["--corpus", str(SAMPLE), "--json", str(tmp_path / "aa.json")]
@@ -278,13 +282,7 @@ def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
 def test_retrain_shows_each_runs_progress_as_work_does(tmp_path):
     """On a terminal of its own `harness retrain` draws each run's bar (tqdm, redrawn with carriage returns),
     as `harness work` does; --quiet shows none. Lines off a terminal, from 2 worker processes: the first test."""
-    grid = tmp_path / "aa_tiny.toml"
-    grid.write_text(GRID.format(corpus=SAMPLE))
-    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path / "results"), "HARNESS_PROGRESS": "off"}
-    harness("queue", str(grid), env=env)
-    harness("work", "--threads", "1", "--quiet", env=env)
-    archive = tmp_path / "aa_tiny.tar.gz"
-    harness("archive", "--grid", "aa_tiny", "--out", str(archive), env=env)
+    archive, env = archived_tiny(tmp_path)
     args = ["retrain", str(archive), "--pairs", "2", "--threads", "1", "--corpus", str(SAMPLE)]
 
     term = Terminal()

@@ -1,8 +1,10 @@
 """``harness retrain``'s output: the cross-machine A/A check as Markdown text, CSV rows and a JSON object.
 
 Reads only a :class:`harness.report.stats.retrain_check.RetrainCheck` and the machine record the command gives
-(CPU model, cores, torch, workers, threads, and what re-trained the runs: training commit, numerics revision
-and hardware class, from their result files; the archive's numerics and whether the runs re-trained with them: :func:`harness.train.retrain.identity`): no absolute path and no host name is written. The words follow
+(CPU model, cores, torch, workers and threads, as recorded when the runs trained: :func:`harness.train.retrain.machine`;
+what re-trained the runs: training commit, numerics revision and hardware class, from their result files; the
+archive's numerics and whether the runs re-trained with them: :func:`harness.train.retrain.identity`): no
+absolute path and no host name is written. The words follow
 the check's verdict and never claim more than its evidence (DESIGN section 13): a non-rejection is stated with
 the bias the pairs exclude, not as "no bias".
 """
@@ -276,6 +278,26 @@ def identity_line(machine: dict) -> str:
     )
 
 
+def settings_phrase(machine: dict) -> str:
+    """The workers and threads per worker that re-trained the runs. With ``machine["settings"]`` (``as
+    trained``: :func:`harness.train.retrain.machine`, read from what was recorded when each run trained) each
+    says so: ``workers: 2 (as trained), threads per worker: 1 (as trained)``; ``not recorded`` where no record
+    says; ``1 (3 runs), 2 (1 run) (as trained: the runs differ)``. Without it (a machine record written before
+    the runs' own records were read) the numbers as that record gives them: ``2 workers x 1 threads``."""
+    workers, threads = machine["workers"], machine["threads_per_worker"]
+    if "settings" not in machine:
+        return f"{workers} workers x {threads} threads"
+
+    def said(value) -> str:
+        if value is None or value == UNKNOWN:
+            return "not recorded"
+        if isinstance(value, str):  # a tally: the runs differ, or only some recorded it
+            return f"{value} ({machine['settings']}: the runs differ)"
+        return f"{value} ({machine['settings']})"
+
+    return f"workers: {said(workers)}, threads per worker: {said(threads)}"
+
+
 def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
     """The Markdown text ``harness retrain`` prints (and a study commits beside its report)."""
     eff = check.smallest_effect
@@ -284,7 +306,7 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
         "",
         f"Re-trained here: {len(check.runs)} runs (seeds {' '.join(map(str, sorted({r.seed for r in check.runs})))}) "
         f"on {machine['cpu_model']} ({machine['cpu_cores']} cores), "
-        f"torch {machine['torch']}, {machine['workers']} workers x {machine['threads_per_worker']} threads; "
+        f"torch {machine['torch']}, {settings_phrase(machine)}; "
         f"{_class_line(machine)}.",
         identity_line(machine),
         f"Units: nats/token; `/sd` = in units of the seed sd (a run: its variant's NLL sd across the archive's "
@@ -332,8 +354,9 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
 
 def render_csv(check: RetrainCheck, machine: dict) -> str:
     """One row per run, per (contrast, seed) and per contrast (``level`` = run / pair / contrast), each with
-    the verdict, the machine's CPU model, torch and threads and what re-trained the runs (commit, numerics,
-    hardware class, the archive's numerics) (:data:`CSV_COLUMNS`)."""
+    the verdict, the CPU model, torch and threads per worker the runs trained with (as recorded when they trained:
+    :func:`harness.train.retrain.machine`) and what re-trained the runs (commit, numerics, hardware class, the
+    archive's numerics) (:data:`CSV_COLUMNS`)."""
     base = {
         "verdict": check.verdict,
         "cpu_model": machine["cpu_model"],
@@ -426,4 +449,12 @@ def _no_nan(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-__all__ = ["CSV_COLUMNS", "identity_line", "render_csv", "render_json", "render_text", "verdict_sentence"]
+__all__ = [
+    "CSV_COLUMNS",
+    "identity_line",
+    "render_csv",
+    "render_json",
+    "render_text",
+    "settings_phrase",
+    "verdict_sentence",
+]
