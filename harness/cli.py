@@ -54,7 +54,7 @@ COMMANDS = {
 }
 
 # Commands that only read results: a mistyped --results must not create an empty store.
-READS_RESULTS = ("sql", "export", "report", "topup", "migrate", "followup")
+READS_RESULTS = ("sql", "export", "report", "topup", "migrate", "followup", "archive")
 
 EPILOG = """\
 the research loop, one command each:

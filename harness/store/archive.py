@@ -326,10 +326,13 @@ def read_archive(path: str | os.PathLike) -> Archive:
             run = validate_result(json.loads(members[entry["file"]]))["run"]
         except (KeyError, ValueError) as exc:
             raise ArchiveError(f"{path}: result file of {run_id} is missing or invalid ({exc})") from None
-        if run["run_id"] != run_id or run["grid"] != grid:
+        if run["grid"] != grid:
             raise ArchiveError(
-                f"{path}: {entry['file']} is run {run['run_id']} of grid {run['grid']}, not {run_id}"
+                f"{path}: manifest mismatch: the manifest names grid {grid!r}, its run {run_id}'s result file "
+                f"grid {run['grid']!r} (tampered or damaged)"
             )
+        if run["run_id"] != run_id:
+            raise ArchiveError(f"{path}: {entry['file']} is run {run['run_id']}, not {run_id}")
         if run.get("protocol_hash") != entry["protocol_hash"]:
             raise ArchiveError(
                 f"{path}: protocol mismatch: run {run_id} has protocol hash {run.get('protocol_hash')}, "

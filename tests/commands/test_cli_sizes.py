@@ -69,6 +69,11 @@ def test_every_subcommand_has_help_with_an_example(capsys):
 
 
 def test_read_commands_refuse_a_missing_results_folder(tmp_path, capsys):
-    for args in (["sql", "select 1"], ["report", "--grid", "g"]):
+    for args in (
+        ["sql", "select 1"],
+        ["report", "--grid", "g"],
+        ["archive", "--grid", "g", "--out", str(tmp_path / "g.tar.gz")],
+    ):
         assert main([*args, "--results", str(tmp_path / "typo")]) == 2
         assert "results folder" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the archive refused before --out too

@@ -116,6 +116,8 @@ def test_a_grid_on_one_class_says_so_in_one_line(tmp_path, capsys):
     md, html, table, out = report(tmp_path / "r", tmp_path / "out", capsys)
     line = f"Hardware: one class, all 24 finished runs on {A}."
     assert md.count("Hardware:") == 1 and line in md and line in out and line in html
+    numerics = next(x for x in md.splitlines() if x.startswith("Numerics: "))
+    assert numerics in out  # the terminal summary says the numerics as report.md does
     assert md.index(line) > md.index("## Provenance: where the runs ran")  # no banner at the top
     assert "Variant x hardware" not in md and "straddle" not in md and "largest class" not in md
     assert set(table["hardware_balanced"].to_list()) == {True} and set(table["straddling_pairs"]) == {0}

@@ -181,6 +181,10 @@ def test_report_of_two_seeds_does_not_crash(tmp_path):
     table = pl.read_csv(tmp_path / "stats.csv")
     assert table["t_p"].is_nan().all() and (table["n_pairs"] == 2).all()
     assert all("fewer than 3 pairs: no test" in n for n in table["note"].to_list())
+    md = (tmp_path / "report.md").read_text()  # written without figures: it says so, not "no pairs"
+    assert (
+        "No figure: this report was written without figures (`--no-figures`)." in md and "no pairs," not in md
+    )
 
 
 # --------------------------------------------------------------------------- the command

@@ -305,6 +305,10 @@ def test_a_manifest_that_disagrees_with_its_members_is_refused(tmp_path, capsys)
     cases = {
         "commit": (lambda m: first(m).update(code_version="0" * 40), "records code_version"),
         "status": (lambda m: first(m).update(status="failed"), "records status done, the manifest failed"),
+        "grid": (
+            lambda m: m.update(grid="seq_renamed"),
+            "the manifest names grid 'seq_renamed', its run seq:",
+        ),
     }
     for name, (edit, words) in cases.items():
         bad = tmp_path / f"{name}.tar.gz"

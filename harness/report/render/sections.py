@@ -40,7 +40,7 @@ from harness.report.render.plateau_section import blocks as plateau_blocks
 from harness.report.render.plateau_section import plateau_line
 from harness.report.render.provenance_section import banner as hardware_banner
 from harness.report.render.provenance_section import blocks as provenance_blocks
-from harness.report.render.provenance_section import hardware_line
+from harness.report.render.provenance_section import hardware_line, numerics_line
 from harness.report.render.robustness_section import blocks as robustness_blocks
 from harness.report.render.sentences import (
     aa_sentence,
@@ -141,6 +141,8 @@ def _figures(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
     budget, DESIGN 8) in their own section."""
     out: list[Block] = [Heading(2, "Figures")]
     figures = [f for f in figures if not f.name.startswith(factorial_section.FIGURE_PREFIX)]  # in its section
+    if not figures and stats.pairs:  # pairs always draw their paired differences: none were asked for
+        return out + [Para("No figure: this report was written without figures (`--no-figures`).", "note")]
     if not figures:
         return out + [Para("No figure: no pairs, training or validation curves, or routing rows.", "note")]
     cells = [c for c in stats.cells if any(f.cell == c for f in figures)]
@@ -207,6 +209,8 @@ def summary_lines(stats: ReportStats) -> list[str]:
     lines = [f"runs: {progress_sentence(stats.progress)[0]}"]
     if stats.provenance is not None:
         lines.append(hardware_line(stats))
+        if stats.provenance.runs:  # report.md's Provenance line, on the terminal too
+            lines.append(numerics_line(stats.provenance))
     lines += [
         f"plan: alpha {stats.plan.alpha:g}, rho {stats.plan.reproduce_fraction:g}, min_effect_nats "
         f"{_num(stats.plan.min_effect_nats, '.4g') if stats.plan.min_effect_nats else 'not set'}, power "

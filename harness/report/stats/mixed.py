@@ -88,16 +88,20 @@ def fit_reml(formula: str, y, columns: dict, seeds) -> tuple[object | None, tupl
 
 
 def fixed_effect(res, name: str, label: str) -> MixedCoef:
-    """Fixed effect ``name`` of a :func:`fit_reml` result, back in nats/token (Wald SE, z p, 95 % interval)."""
-    ci = res.conf_int()
-    return MixedCoef(
-        variant=label,
-        estimate=float(res.fe_params[name]) / SCALE,
-        se=float(res.bse_fe[name]) / SCALE,
-        p=float(res.pvalues[name]),
-        ci_low=float(ci.loc[name, 0]) / SCALE,
-        ci_high=float(ci.loc[name, 1]) / SCALE,
-    )
+    """Fixed effect ``name`` of a :func:`fit_reml` result, back in nats/token (Wald SE, z p, 95 % interval).
+    A covariance whose diagonal is not positive (a degenerate fit) gives a NaN SE, p and interval, which the
+    report prints as such; numpy's "invalid value encountered in sqrt" is not passed on to the terminal."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "invalid value encountered in sqrt", RuntimeWarning)
+        ci = res.conf_int()
+        return MixedCoef(
+            variant=label,
+            estimate=float(res.fe_params[name]) / SCALE,
+            se=float(res.bse_fe[name]) / SCALE,
+            p=float(res.pvalues[name]),
+            ci_low=float(ci.loc[name, 0]) / SCALE,
+            ci_high=float(ci.loc[name, 1]) / SCALE,
+        )
 
 
 def fit_mixed_model(usable: pl.DataFrame, size: str, budget: int, parent: str) -> MixedModelCheck:
