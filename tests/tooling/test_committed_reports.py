@@ -19,15 +19,13 @@ stats.csv has the current columns (the cheap half of the staleness check).
 
 from __future__ import annotations
 
-import csv
 import importlib.util
-import io
-import math
 import re
 from pathlib import Path
 
 import polars as pl
 import pytest
+from tables import same_table  # tests/ is on sys.path under pytest
 
 from harness.report.stats.stats_table import CSV_COLUMNS, EXTRA_COLUMNS
 
@@ -49,30 +47,12 @@ def _script():
     return module
 
 
-def _same_table(new: bytes, old: bytes) -> bool:
-    """Whether two CSVs hold the same cells: text equal, numbers within a relative 1e-9 (module docstring)."""
-    rows_new = list(csv.reader(io.StringIO(new.decode())))
-    rows_old = list(csv.reader(io.StringIO(old.decode())))
-    if len(rows_new) != len(rows_old) or any(len(a) != len(b) for a, b in zip(rows_new, rows_old)):
-        return False
-    for a, b in zip((c for row in rows_new for c in row), (c for row in rows_old for c in row)):
-        if a == b:
-            continue
-        try:
-            x, y = float(a), float(b)
-        except ValueError:
-            return False
-        if not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-300):
-            return False
-    return True
-
-
 def test_the_csv_comparison_tolerates_the_cpus_last_digits_only():
     old = b"comparison,p,verdict\nrd - parent,7.525225990667063e-10,gain established\n"
-    assert _same_table(b"comparison,p,verdict\nrd - parent,7.525225990667037e-10,gain established\n", old)
-    assert not _same_table(b"comparison,p,verdict\nrd - parent,7.5252e-10,gain established\n", old)
-    assert not _same_table(b"comparison,p,verdict\nrd - parent,7.525225990667063e-10,undecided\n", old)
-    assert not _same_table(old + b"x,1,y\n", old)
+    assert same_table(b"comparison,p,verdict\nrd - parent,7.525225990667037e-10,gain established\n", old)
+    assert not same_table(b"comparison,p,verdict\nrd - parent,7.5252e-10,gain established\n", old)
+    assert not same_table(b"comparison,p,verdict\nrd - parent,7.525225990667063e-10,undecided\n", old)
+    assert not same_table(old + b"x,1,y\n", old)
 
 
 def _stable(data: bytes) -> bytes:
@@ -96,7 +76,7 @@ def test_a_committed_report_is_what_the_current_code_writes(name, tmp_path):
         committed = REPORTS / folder.relative_to(tmp_path)
         for file in COMPARED:
             new, old = (folder / file).read_bytes(), (committed / file).read_bytes()
-            same = _same_table(new, old) if file.endswith(".csv") else _stable(new) == _stable(old)
+            same = same_table(new, old) if file.endswith(".csv") else _stable(new) == _stable(old)
             if not same:
                 stale.append(str(committed.relative_to(ROOT) / file))
         figures = sorted(p.name for p in (folder / "figures").glob("*.png"))

@@ -128,8 +128,10 @@ def _train(tmp_path: Path, name: str, *extra: str) -> dict:
 
 @pytest.mark.slow
 def test_both_paths_train_record_their_numerics_and_share_the_protocol(tmp_path):
-    """``--routing per_site`` (or ``--set routing=per_site``) trains per-site: the same protocol hash, other
-    rounding (the train losses differ in their last bits, at ~1e-7), the numerics recorded."""
+    """``--routing per_site`` (or ``--set routing=per_site``) trains per-site: the same protocol hash, the
+    same function to float32 rounding, the numerics recorded. Whether four float32 steps differ in their last
+    bits depends on the CPU (they did on an Intel Xeon and an earlier AMD EPYC, not on another AMD EPYC):
+    that the two paths round differently is pinned by the float64 golden (tests/train/test_numerics_golden.py)."""
     two = _train(tmp_path, "two")
     per = _train(tmp_path, "per", "--routing", "per_site")
     again = _train(tmp_path, "set", "--set", "routing=per_site")
@@ -144,7 +146,6 @@ def test_both_paths_train_record_their_numerics_and_share_the_protocol(tmp_path)
         return [m["value"] for m in result["metrics"] if (m["split"], m["name"]) == ("train", "loss")]
 
     assert losses(per) == losses(again)  # one path, one machine: bit-identical
-    assert losses(two) != losses(per)
     assert max(abs(a - b) / a for a, b in zip(losses(two), losses(per), strict=True)) < 1e-5
 
 

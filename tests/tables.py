@@ -1,0 +1,28 @@
+"""A committed CSV (a report's stats.csv, pairs.csv) against one this machine writes: the same cells, text
+exactly and numbers to a relative 1e-9. The CSVs print floats at full precision, and their last digits follow
+the CPU (numpy and BLAS pick their vector loops by CPU model: a p of 7.5e-10 moved in its 15th digit between
+two CI machines), while a code change moves a statistic far beyond 1e-9."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+
+def same_table(new: bytes, old: bytes) -> bool:
+    """Whether two CSVs hold the same cells: text equal, numbers within a relative 1e-9."""
+    rows_new = list(csv.reader(io.StringIO(new.decode())))
+    rows_old = list(csv.reader(io.StringIO(old.decode())))
+    if len(rows_new) != len(rows_old) or any(len(a) != len(b) for a, b in zip(rows_new, rows_old)):
+        return False
+    for a, b in zip((c for row in rows_new for c in row), (c for row in rows_old for c in row)):
+        if a == b:
+            continue
+        try:
+            x, y = float(a), float(b)
+        except ValueError:
+            return False
+        if not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-300):
+            return False
+    return True
