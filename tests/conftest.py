@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -72,6 +74,21 @@ def slurm():
     cluster = _start(services.SlurmCluster)
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def sample_docs() -> list[str]:
+    """The sample corpus's documents (../shared/data/fineweb_edu_sample) read independently of the harness
+    and of polars: stdlib json, files in sorted order, blank documents dropped."""
+    if not chaos.SAMPLE.is_dir():
+        pytest.skip(f"sample corpus {chaos.SAMPLE} absent")
+    docs = []
+    for path in sorted(Path(chaos.SAMPLE).glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            text = json.loads(line)["text"]
+            if text.strip():
+                docs.append(text)
+    return docs
 
 
 @pytest.fixture(scope="session")

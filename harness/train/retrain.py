@@ -380,19 +380,11 @@ def identity(archived: list[ArchivedRun], new: list[RetrainedRun]) -> dict:
     run)"`` (most first) when the runs differ (a check cut short, resumed by other code or on another
     machine); :data:`UNKNOWN` where a record lacks it. ``archive_numerics_used``: every run re-trained with
     its archived numerics; where not, the check measures code plus machine."""
-
-    def tally(values) -> str:
-        counts = Counter(str(v or UNKNOWN) for v in values)
-        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        if len(ranked) <= 1:
-            return ranked[0][0] if ranked else UNKNOWN
-        return ", ".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in ranked)
-
     return {
-        "commit": tally(n.code_version for n in new),
-        "numerics": tally(n.numerics for n in new),
-        "hardware": tally(n.hardware for n in new),
-        "archive_numerics": tally(a.numerics for a in archived),
+        "commit": _tally(n.code_version for n in new),
+        "numerics": _tally(n.numerics for n in new),
+        "hardware": _tally(n.hardware for n in new),
+        "archive_numerics": _tally(a.numerics for a in archived),
         "archive_numerics_used": bool(new)
         and all(a.numerics == n.numerics for a, n in zip(archived, new, strict=True)),
     }

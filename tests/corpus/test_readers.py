@@ -30,24 +30,6 @@ SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent")
 
 
-def _stdlib_docs(directory: Path) -> list[str]:
-    """The sample's documents read independently of the harness: stdlib json, sorted files."""
-    docs = []
-    for path in sorted(directory.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            text = json.loads(line)["text"]
-            if text.strip():
-                docs.append(text)
-    return docs
-
-
-@pytest.fixture(scope="module")
-def sample_docs() -> list[str]:
-    if not SAMPLE.is_dir():
-        pytest.skip(f"sample corpus {SAMPLE} absent")
-    return _stdlib_docs(SAMPLE)
-
-
 # ----------------------------------------------------------------------------- reading
 
 

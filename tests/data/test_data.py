@@ -38,27 +38,9 @@ needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {S
 VOCAB = 512
 
 
-def _stdlib_docs(directory: Path) -> list[str]:
-    """The sample's documents read independently of polars: stdlib json, sorted files."""
-    docs = []
-    for path in sorted(directory.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            text = json.loads(line)["text"]
-            if text.strip():
-                docs.append(text)
-    return docs
-
-
 def _write_jsonl(path: Path, texts: list) -> Path:
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def sample_docs() -> list[str]:
-    if not SAMPLE.is_dir():
-        pytest.skip(f"sample corpus {SAMPLE} absent")
-    return _stdlib_docs(SAMPLE)
 
 
 @pytest.fixture(scope="module")

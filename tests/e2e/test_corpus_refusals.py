@@ -58,6 +58,17 @@ def _grid(tmp_path: Path, corpus: Path, extra: str = "") -> Path:
     return path
 
 
+def _queued(tmp_path: Path, monkeypatch) -> tuple[Path, Path, Path]:
+    """``(text, grid, results)``: a real text at lab/text.jsonl and its grid queued in ``results``, with no
+    shared corpus cache or corpus default from the environment."""
+    monkeypatch.delenv("HARNESS_CACHE", raising=False)
+    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
+    text = _text(tmp_path / "lab" / "text.jsonl")
+    grid, results = _grid(tmp_path, text), tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    return text, grid, results
+
+
 def _attempts(results: Path) -> list[tuple[str, int, int]]:
     """(state, attempt, retries spent) of each run of grid ``g``."""
     runs = RunQueue.open(None, results).runs("g").values()
@@ -104,12 +115,8 @@ def test_a_queue_refused_by_fingerprint_builds_and_leaves_nothing(tmp_path, caps
     """`harness queue G --corpus dir2/a.jsonl` of another text once sized that text first (its BPE
     trained, its shards and lock left in the cache) and only then refused it by fingerprint; the
     fingerprint is now checked before anything is built."""
-    monkeypatch.delenv("HARNESS_CACHE", raising=False)
-    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
-    text = _text(tmp_path / "lab" / "text.jsonl")
+    text, grid, results = _queued(tmp_path, monkeypatch)
     other = _edited(text, tmp_path / "dir2" / "a.jsonl")
-    grid, results = _grid(tmp_path, text), tmp_path / "results"
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0
     capsys.readouterr()
     with unchanged(tmp_path):
         assert cli(["queue", str(grid), "--results", str(results), "--corpus", str(other)]) == 2
@@ -122,12 +129,8 @@ def test_a_worker_refuses_a_corpus_whose_text_changed_since_the_grid_was_queued(
     """Queued, then the prepared cache removed and one byte of the corpus changed: the worker once
     trained the run on the new text (another protocol hash than the grid's runs, no word). It now checks
     the fingerprint `queue` recorded: the run is released with no retry spent, one line names both."""
-    monkeypatch.delenv("HARNESS_CACHE", raising=False)
-    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
     monkeypatch.setenv("HARNESS_PROGRESS", "off")
-    text = _text(tmp_path / "lab" / "text.jsonl")
-    grid, results = _grid(tmp_path, text), tmp_path / "results"
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    text, grid, results = _queued(tmp_path, monkeypatch)
     queued = _fingerprint(text)
     shutil.rmtree(results / "cache", ignore_errors=True)
     _edited(text, text)
@@ -147,12 +150,8 @@ def test_launch_and_work_refuse_another_text_by_fingerprint_before_any_claim(tmp
     """`harness launch --executor local --workers 1 --corpus OTHER_TEXT` once launched a worker whose log
     ended in its refusal; launch and work now check --corpus against the fingerprint of each grid with
     runs queued, as queue does, before launching or claiming anything."""
-    monkeypatch.delenv("HARNESS_CACHE", raising=False)
-    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
-    text = _text(tmp_path / "lab" / "text.jsonl")
+    text, grid, results = _queued(tmp_path, monkeypatch)
     other = _edited(text, tmp_path / "dir2" / "a.jsonl")
-    grid, results = _grid(tmp_path, text), tmp_path / "results"
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0
     queued, given = _fingerprint(text), _fingerprint(other)
     before = _trials(results)
     capsys.readouterr()
@@ -179,11 +178,7 @@ def test_the_missing_corpus_line_names_a_command_that_re_points_that_grid(tmp_pa
     """A worker that finds no corpus once advised `harness topup --grid G --corpus PATH`, which refuses
     a grid without looks or without a finished run (this one has neither); the line now names
     `harness work --corpus PATH` and `harness queue G.toml --corpus PATH`, and the latter re-points it."""
-    monkeypatch.delenv("HARNESS_CACHE", raising=False)
-    monkeypatch.delenv("HARNESS_CORPUS", raising=False)
-    text = _text(tmp_path / "lab" / "text.jsonl")
-    grid, results = _grid(tmp_path, text), tmp_path / "results"
-    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    text, grid, results = _queued(tmp_path, monkeypatch)
     moved = tmp_path / "elsewhere" / "text.jsonl"
     moved.parent.mkdir()
     shutil.move(text, moved)
