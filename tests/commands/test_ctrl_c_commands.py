@@ -55,17 +55,23 @@ def harness(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def ctrl_c_after(lines: int, *args: str) -> tuple[int, str]:
-    """``(exit status, everything printed)`` of a command whose process group got SIGINT once it had
-    printed ``lines`` lines (stdout and stderr together)."""
-    p = subprocess.Popen(
-        [sys.executable, "-m", "harness", *args],
+def started(*args: str, python: tuple[str, ...] = ()) -> subprocess.Popen:
+    """``python [python...] -m harness args...`` in a process group of its own (as a terminal runs it), stdout
+    and stderr in one text pipe."""
+    return subprocess.Popen(
+        [sys.executable, *python, "-m", "harness", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env=ENV,
         start_new_session=True,
     )
+
+
+def ctrl_c_after(lines: int, *args: str) -> tuple[int, str]:
+    """``(exit status, everything printed)`` of a command whose process group got SIGINT once it had
+    printed ``lines`` lines (stdout and stderr together)."""
+    p = started(*args)
     said = [p.stdout.readline() for _ in range(lines)]
     assert all(said), f"ended before line {lines}: {''.join(said)}{p.stdout.read()}"
     return ctrl_c_now(p, said, args[0])
@@ -132,14 +138,7 @@ INTERRUPTED_RC = (130, -signal.SIGINT)
 def ctrl_c_at(delay_s: float, *args: str) -> tuple[int, str]:
     """``(exit status, everything printed)`` of a command whose process group got SIGINT ``delay_s``
     seconds after it started (wherever that lands: the assertions hold at every point)."""
-    p = subprocess.Popen(
-        [sys.executable, "-m", "harness", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=ENV,
-        start_new_session=True,
-    )
+    p = started(*args)
     try:
         p.communicate(timeout=delay_s)
     except subprocess.TimeoutExpired:
@@ -180,10 +179,13 @@ def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_
         results = tmp_path / f"cut{k}"
         rc, out = ctrl_c_at(delay, "import", study, "--results", str(results))
         assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
-        if rc == 0:
-            continue  # it finished before the Ctrl-C
+        last = out.rstrip().splitlines()[-1] if out.strip() else ""
+        if rc == 0 or last.startswith("next: harness report"):
+            # it finished before the Ctrl-C, or the Ctrl-C landed as it exited (130, nothing more said)
+            assert rc == 0 or rc in INTERRUPTED_RC, out
+            assert _imported(results) == want, (delay, out)
+            continue
         assert rc in INTERRUPTED_RC, out
-        last = out.rstrip().splitlines()[-1]
         if last != "interrupted":  # before any write: nothing imported, nothing to finish
             partial += 1
             assert last == (
@@ -217,15 +219,10 @@ def test_ctrl_c_in_a_tunes_first_second_is_interrupted_from_the_first_line_of_ha
     that, Python's own start-up (its ``site`` module, an editable install's import hook) runs no code of
     ours: a Ctrl-C in those first ~50 ms is the interpreter's (docs/faults.md)."""
     results = tmp_path / "results"
-    p = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "harness", "tune", "--variant", "rd_attnres"]
-        + ["--size", "tiny", "--budget-tokens", "16384", "--trials", "2", "--corpus", str(SAMPLE)]
-        + ["--results", str(results)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=ENV,
-        start_new_session=True,
+    p = started(
+        *["tune", "--variant", "rd_attnres", "--size", "tiny", "--budget-tokens", "16384", "--trials", "2"],
+        *["--corpus", str(SAMPLE), "--results", str(results)],
+        python=("-X", "importtime"),
     )
     said = []
     for line in p.stdout:
@@ -236,5 +233,7 @@ def test_ctrl_c_in_a_tunes_first_second_is_interrupted_from_the_first_line_of_ha
         pytest.fail(f"`harness tune` ended before it imported {after}:\n{''.join(said)}")
     rc, out = ctrl_c_now(p, said, "tune")
     out = "".join(line for line in out.splitlines(True) if not line.startswith("import time:"))
-    assert_interrupted(rc, out)
+    assert rc in INTERRUPTED_RC and out.rstrip() == "interrupted", (
+        out
+    )  # -2: 1 start in 15 on a loaded machine
     assert "queued" not in out, out
