@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +169,7 @@ def build_report(
     queue_note: str = "",
     single_file: bool = False,
     notes: Sequence[str] = (),
+    say: Callable[[str], None] = lambda text: None,
 ) -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
@@ -188,6 +189,8 @@ def build_report(
         single_file: write only ``report.html`` (figures embedded as data: URIs), no other file.
         notes: warnings about the store itself, shown at the top of the report with the statistics'
             own (e.g. runs whose result file is gone, :func:`harness.commands.report.missing_files_note`).
+        say: called with a line before each long phase (the statistics, the figures, the files), so a
+            command can say what it is doing (:func:`harness.common.console.phase`).
 
     Raises:
         ValueError, harness.report.stats.pairing.ProtocolMismatchError: from :func:`harness.report.stats.analysis.analyze`
@@ -199,6 +202,11 @@ def build_report(
         grid=grid,
         queue_note=queue_note or ("the queue was not read" if queue is None else ""),
         unreadable=unreadable_run_ids(frames.unreadable),
+    )
+    cells = frames.final.select("size", "budget_tokens").unique().height if frames.final.height else 0
+    say(
+        f"computing the statistics: {frames.final.height} finished runs, {cells} size x budget cell(s); "
+        "paired tests, leave-one-seed-out, the mixed model ..."
     )
     try:
         stats = compute_stats(
@@ -220,7 +228,10 @@ def build_report(
         stats = dataclasses.replace(stats, warnings=(*stats.warnings, *notes))
     # figures show the frozen protocol's runs
     final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]
+    if figures:
+        say("drawing the figures ...")
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
+    say(f"writing the report to {out_dir} ...")
     return BuildResult(stats, tuple(figs), _write_files(Path(out_dir), stats, figs, single_file))
 
 
