@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from harness.bench import BenchConfig
-from harness.bench.flops import model_flops_per_token
 from harness.bench.result import assemble
 from harness.bench.table import format_report
 from harness.models import build_model, count_params
+from harness.models.flops import model_flops_per_token
 
 
 @pytest.mark.slow

@@ -1,0 +1,132 @@
+"""The compute and time multipliers through ``harness report`` on planted result files (DESIGN section 14):
+every seed's treatment at budget B reaches exactly its parent's NLL at 2B, so the compute multiplier at B is
+2 x F_parent / F_treatment; a seed with a non-monotone parent and one with a missing budget are left out
+with their reasons; the largest budget is censored; a single-budget grid gets one line and no new file."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from harness import cli
+from harness.models import get_spec
+from harness.models.flops import training_flops_per_token
+from harness.models.sizes import derive
+from harness.store.store import Store
+
+GRID = "mult"
+BUDGETS = (102_400, 204_800, 409_600)
+N_PARAMS = {"block_attnres": 1_000_000, "rd_attnres": 1_050_000}
+S_PER_TOKEN = {"block_attnres": 1e-4, "rd_attnres": 1.1e-4}  # the treatment's step is 10 % slower
+HW = "cpu-test-class"
+
+
+def _run(variant: str, seed: int, budget: int, nll: float) -> dict:
+    config = {
+        "variant": variant,
+        "seed": seed,
+        "size": "mini",
+        "budget_tokens": budget,
+        "train": {"lr": 3e-3},
+    }
+    row = dict(
+        run_id=f"{GRID}:mini:{variant}:s{seed}:{budget}",
+        grid=GRID,
+        variant=variant,
+        role="parent" if variant == "block_attnres" else "treatment",
+        seed=seed,
+        size="mini",
+        budget_tokens=budget,
+        protocol_hash="p0",
+        status="done",
+        error=None,
+        code_version="abc1234",
+        config=config,
+        n_params=N_PARAMS[variant],
+        tokens_seen=budget,
+        train_s=S_PER_TOKEN[variant] * budget,
+        wall_s=2 * S_PER_TOKEN[variant] * budget,
+        hardware=HW,
+    )
+    metrics = [dict(step=100, tokens=budget, split="val", name="nll", value=float(nll))]
+    return {"run": row, "metrics": metrics, "routing": []}
+
+
+def parent_nll(seed: int, budget: int) -> float:
+    """A decreasing, not log-linear curve with a seed offset."""
+    k = BUDGETS.index(budget)
+    return [4.20, 3.93, 3.74][k] + 0.02 * seed
+
+
+def plant(results, *, seeds=range(6), budgets=BUDGETS) -> None:
+    store = Store(results)
+    for seed in seeds:
+        for budget in budgets:
+            p = parent_nll(seed, budget)
+            if seed == 4 and budget == BUDGETS[2]:
+                p = parent_nll(seed, BUDGETS[1]) + 0.01  # non-monotone: worse at the largest budget
+            if not (seed == 5 and budget == BUDGETS[0]):  # the parent's smallest budget missing at seed 5
+                store.write_result(_run("block_attnres", seed, budget, p))
+            k = budgets.index(budget)
+            t = parent_nll(seed, budgets[k + 1]) if k + 1 < len(budgets) else p - 0.05
+            store.write_result(_run("rd_attnres", seed, budget, t))
+
+
+def report(results, out, capsys):
+    rc = cli.main(["report", "--grid", GRID, "--results", str(results), "--out", str(out), "--no-figures"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    return cap.out
+
+
+def test_treatment_at_b_equal_to_the_parent_at_2b_gives_2_f_parent_over_f_treatment(tmp_path, capsys):
+    plant(tmp_path / "r")
+    out = report(tmp_path / "r", tmp_path / "o", capsys)
+    cfg = derive("mini")
+    f_p = training_flops_per_token(get_spec("block_attnres"), cfg, N_PARAMS["block_attnres"])
+    f_t = training_flops_per_token(get_spec("rd_attnres"), cfg, N_PARAMS["rd_attnres"])
+    assert f_t > f_p * 1.04  # routing and the extra parameters: the treatment costs more per token
+    rows = pl.read_csv(tmp_path / "o" / "multipliers.csv")
+    seeds = pl.read_csv(tmp_path / "o" / "multiplier_seeds.csv")
+    for budget in BUDGETS[:2]:
+        r = rows.filter((pl.col("budget_tokens") == budget) & (pl.col("basis") == "compute")).row(
+            0, named=True
+        )
+        assert r["n"] == 4 and r["seeds"] == "0 1 2 3"
+        assert r["estimate"] == pytest.approx(2 * f_p / f_t, rel=1e-9)
+        assert (r["censored_above"], r["censored_below"]) == (0, 0)
+        left = r["left_out"]
+        assert (
+            "4: non-monotone parent curve" in left
+            and "5: the parent's run at 102_400 tokens is missing" in left
+        )
+        # time on the class: 2 x (parent's s/token) / (treatment's s/token) = 2 / 1.1, F out of it
+        t = rows.filter((pl.col("budget_tokens") == budget) & (pl.col("basis") == f"time on {HW}")).row(
+            0, named=True
+        )
+        assert t["estimate"] == pytest.approx(2 / 1.1, rel=1e-9)
+        per_seed = seeds.filter((pl.col("budget_tokens") == budget) & (pl.col("basis") == "compute"))
+        kept = per_seed.filter(pl.col("reason").fill_null("") == "")["multiplier"].to_list()
+        assert kept == pytest.approx([2 * f_p / f_t] * 4, rel=1e-9)
+    top = rows.filter((pl.col("budget_tokens") == BUDGETS[2]) & (pl.col("basis") == "compute")).row(
+        0, named=True
+    )
+    assert top["censored_above"] == 4 and top["estimate"] == pytest.approx(
+        f_p / f_t, rel=1e-9
+    )  # at the bound
+    assert top["extrapolated"] > top["estimate"]
+    assert "rd_attnres pays for its cost at equal compute: " in out
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "## Does the gain pay for its cost?" in md and "4 seed(s) beat the parent's largest budget" in md
+
+
+def test_a_single_budget_grid_says_why_in_one_line_and_writes_no_multiplier_file(tmp_path, capsys):
+    plant(tmp_path / "r", seeds=range(3), budgets=BUDGETS[1:2])
+    out = report(tmp_path / "r", tmp_path / "o", capsys)
+    assert not (tmp_path / "o" / "multipliers.csv").exists()
+    assert "No compute multiplier: each size has one budget" in out
+    assert "mini at 204_800 tokens: add 102_400 and 409_600" in out
+    assert "pay for its cost" not in (tmp_path / "o" / "report.md").read_text()
+    assert math.isfinite(2.0)
