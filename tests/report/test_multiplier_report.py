@@ -5,11 +5,10 @@ with their reasons; the largest budget is censored; a single-budget grid gets on
 
 from __future__ import annotations
 
-import math
-
 import polars as pl
 import pytest
 
+import harness
 from harness import cli
 from harness.models import get_spec
 from harness.models.flops import training_flops_per_token
@@ -118,6 +117,9 @@ def test_treatment_at_b_equal_to_the_parent_at_2b_gives_2_f_parent_over_f_treatm
     )  # at the bound
     assert top["extrapolated"] > top["estimate"]
     assert "rd_attnres pays for its cost at equal compute: " in out
+    a = harness.analyze(tmp_path / "r", GRID)  # the notebook API returns the same rows
+    assert a.multipliers_frame()["estimate"].to_list() == pytest.approx(rows["estimate"].to_list(), rel=1e-12)
+    assert a.multiplier_seeds_frame().height == seeds.height
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Does the gain pay for its cost?" in md and "4 seed(s) beat the parent's largest budget" in md
 
@@ -129,4 +131,4 @@ def test_a_single_budget_grid_says_why_in_one_line_and_writes_no_multiplier_file
     assert "No compute multiplier: each size has one budget" in out
     assert "mini at 204_800 tokens: add 102_400 and 409_600" in out
     assert "pay for its cost" not in (tmp_path / "o" / "report.md").read_text()
-    assert math.isfinite(2.0)
+    assert harness.analyze(tmp_path / "r", GRID).multipliers_frame().height == 0
