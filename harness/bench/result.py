@@ -18,11 +18,12 @@ from harness.bench import intervals
 from harness.bench.flops import mfu as model_mfu
 from harness.bench.ratios import loop_ratio, paired_summary, ratio_keys, ratio_targets, step_ratio_pairs
 from harness.bench.routing_cost import routing_cost_fields, routing_pairs, routing_path_fields
-from harness.bench.settings import LOOPS, PRECISION_RATIO, BenchConfig, device_peak_flops
+from harness.bench.settings import LOOPS, PRECISION_RATIO, BenchConfig, default_precision, device_peak_flops
 from harness.common.files import atomic_write
 from harness.models import get_spec
 from harness.models.flops import model_flops_per_token, training_flops_per_token
 from harness.models.sizes import derive, get_size
+from harness.train.environment import hardware_class
 
 
 def assemble(
@@ -158,6 +159,9 @@ def _provenance(cfg: BenchConfig, device: torch.device, created: dt.datetime) ->
     return {
         "device": device.type,
         "device_name": _device_name(device),
+        # the class a run on this device and precision records (DESIGN 13): the report's time multiplier per
+        # class reads this bench's step ratios for it (DESIGN 14)
+        "hardware": hardware_class(device.type, default_precision(device), bool(cfg.compile)),
         "min_steps": cfg.steps,
         "max_steps": cfg.max_steps,
         "warmup": cfg.warmup,

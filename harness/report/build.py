@@ -67,6 +67,7 @@ class Frames:
     route_pairs: pl.DataFrame | None = None
     route_params: pl.DataFrame | None = None
     unreadable: pl.DataFrame | None = None
+    bench: pl.DataFrame | None = None  # the store's bench rows (the time multiplier's step ratios, DESIGN 14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +113,10 @@ def load_frames(store: Any, grid: str) -> Frames:
     unreadable = store.query(
         "SELECT file, error FROM ingest_log WHERE error IS NOT NULL ORDER BY file", [], ingest=False
     )
-    return Frames(final, runs, metrics, routing, pairs, params, unreadable)
+    bench = store.query(
+        "SELECT bench_id, created_at, size, variant, step_ms, extra FROM bench", [], ingest=False
+    )
+    return Frames(final, runs, metrics, routing, pairs, params, unreadable, bench)
 
 
 def compute_stats(
@@ -153,7 +157,9 @@ def compute_stats(
     stats = dataclasses.replace(
         stats,
         provenance=grid_provenance(stats, final, runs, decide),
-        multipliers=grid_multipliers(final, runs, parent=stats.parent, variants=variants, plan=stats.plan),
+        multipliers=grid_multipliers(
+            final, runs, parent=stats.parent, variants=variants, plan=stats.plan, bench=frames.bench
+        ),
     )
     if not leave_one_out:
         return stats

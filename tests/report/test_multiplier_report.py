@@ -59,8 +59,34 @@ def parent_nll(seed: int, budget: int) -> float:
     return [4.20, 3.93, 3.74][k] + 0.02 * seed
 
 
+GPU = "cuda-test-gpu/bf16-mixed/torch2/inductor"
+BENCH_RATIO = 1.25  # the treatment's step on GPU over the parent's, as harness bench measured it
+
+
+def bench_rows(bench_id: str, created_at: str, ratio: float) -> list[dict]:
+    """harness bench's step rows (harness/bench/rows.py) of the two variants on the GPU class at mini."""
+    return [
+        dict(
+            bench_id=bench_id,
+            created_at=created_at,
+            size="mini",
+            variant=v,
+            step_ms=ms,
+            extra={
+                "kind": "step",
+                "hardware": GPU,
+                "ratio_vs_parent": ms / 10.0,
+                "ratio_interval": [1.2, 1.3],
+            },
+        )
+        for v, ms in (("block_attnres", 10.0), ("rd_attnres", 10.0 * ratio))
+    ]
+
+
 def plant(results, *, seeds=range(6), budgets=BUDGETS) -> None:
     store = Store(results)
+    store.add_bench_rows(bench_rows("bench-old", "2026-01-01T00:00:00", 3.0))  # an older bench: not read
+    store.add_bench_rows(bench_rows("bench-new", "2026-02-01T00:00:00", BENCH_RATIO))
     for seed in seeds:
         for budget in budgets:
             p = parent_nll(seed, budget)
@@ -106,6 +132,13 @@ def test_treatment_at_b_equal_to_the_parent_at_2b_gives_2_f_parent_over_f_treatm
             0, named=True
         )
         assert t["estimate"] == pytest.approx(2 / 1.1, rel=1e-9)
+        assert "the runs' own clocks" in t["time_source"] and "not controlled" in t["time_source"]
+        # on the GPU class, where no run ran: every kept seed's tokens ratio over the latest bench's ratio
+        g = rows.filter((pl.col("budget_tokens") == budget) & (pl.col("basis") == f"time on {GPU}")).row(
+            0, named=True
+        )
+        assert g["n"] == 4 and g["estimate"] == pytest.approx(2 / BENCH_RATIO, rel=1e-9)
+        assert g["time_source"] == "harness bench bench-new: step-time ratio 1.250 [1.200, 1.300]"
         per_seed = seeds.filter((pl.col("budget_tokens") == budget) & (pl.col("basis") == "compute"))
         kept = per_seed.filter(pl.col("reason").fill_null("") == "")["multiplier"].to_list()
         assert kept == pytest.approx([2 * f_p / f_t] * 4, rel=1e-9)

@@ -72,8 +72,9 @@ def blocks(stats: ReportStats, figures: list[FigureOut] = ()) -> list[Block]:
             "Compute multiplier: the training FLOPs the parent needs to reach the variant's final validation NLL "
             "(its complete runs at the grid's budgets, per seed, interpolated in log-tokens) over the FLOPs the "
             "variant spent (6 N + 12 L D T + routing, per token). Time multiplier per hardware class: the same "
-            "with each run's seconds per training token (the runs' own clocks; the machines' load was not "
-            "controlled). Geometric mean over seeds with its "
+            "in seconds, from `harness bench`'s step-time ratio of that class and size where the store has one, "
+            "else from the runs' own clocks (the machines' load was not controlled); each row names its source. "
+            "Geometric mean over seeds with its "
             f"{100 * (1 - stats.plan.alpha):g} % interval; 'yes' where the one-sided test that it exceeds 1 clears "
             f"Holm over the cell's multiplier tests, 'no' where a one-sided test puts it below min_multiplier "
             f"{m.min_multiplier:g}x (DESIGN section 14).",
@@ -115,6 +116,9 @@ def blocks(stats: ReportStats, figures: list[FigureOut] = ()) -> list[Block]:
                 "verdict",
             )
         )
+        sources = [f"{r.comparison} ({r.basis}): {r.time_source}" for r in rows if r.time_source]
+        if sources:
+            out.append(Para("Step-time ratios: " + " | ".join(sources), "note"))
         left = [f"{r.comparison} ({r.basis}): {r.left_out}" for r in rows if r.left_out]
         if left:
             out.append(Para("Seeds left out: " + " | ".join(left), "note"))

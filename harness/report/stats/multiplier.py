@@ -10,9 +10,11 @@ needs to reach the variant's final NLL at the budget are interpolated in log-tok
   training FLOPs per token of each run's own config, routing included
   (:func:`harness.models.flops.training_flops_per_token`, the count ``harness bench`` reports);
 * the **time multiplier** on a hardware class is ``tokens_needed * s_parent / (tokens_variant *
-  s_variant)``, ``s`` the seconds per training token of the two runs at the budget (``runs.train_s /
-  tokens``: the time inside optimiser steps), for seeds whose two runs ran on that class; one row per
-  class, never pooled. The runs' own clocks: the load on the machines was not controlled.
+  s_variant)``, ``s`` the seconds per training token. Where the store holds ``harness bench`` rows of that
+  class and size with both variants (the latest such bench), ``s_variant / s_parent`` is their step-time
+  ratio (rounds side by side), for every seed; else it is the two runs' own clocks at the budget
+  (``runs.train_s / tokens``: the time inside optimiser steps), for seeds whose two runs ran on that class,
+  and the load on the machines was not controlled. One row per class, never pooled.
 
 A seed is left out, with the reason, where the parent's curve is non-monotone, a budget of it is missing
 or diverged, or the variant's run diverged. A seed whose variant beats the parent's largest budget (or
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -98,6 +100,7 @@ class MultiplierRow:
     left_out: str  # "seed: reason; ..."
     flops_ratio: float  # F_parent / F_variant
     sd_log: float  # sd of the log multipliers over the kept seeds
+    time_source: str  # time rows: the bench and its ratio, or the runs' clocks; "" for compute
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,7 @@ def grid_multipliers(
     parent: str,
     variants: list[str],
     plan: AnalysisPlan,
+    bench: pl.DataFrame | None = None,
 ) -> MultiplierStats:
     """The compute and time multipliers of one grid's frozen-protocol runs (module docstring).
 
@@ -172,6 +176,7 @@ def grid_multipliers(
         final: the store's ``final`` rows of the grid (``val_nll`` per run).
         runs: its ``runs`` rows (status, config, n_params, tokens_seen, train_s, hardware).
         parent: the parent variant; ``variants``: those compared with it.
+        bench: the store's ``bench`` rows (bench_id, created_at, size, variant, step_ms, extra), or None.
     """
     runs = runs.join(final.select("run_id", "val_nll"), on="run_id", how="left")
     budgets = {
@@ -186,15 +191,19 @@ def grid_multipliers(
     flops = flops_per_token(runs)
     by = {(r["variant"], r["size"], r["budget_tokens"], r["seed"]): r for r in runs.iter_rows(named=True)}
     seeds, rows = [], []
+    ratios = bench_ratios(bench, parent)
     for size, bs in budgets.items():
         if len(bs) < 2:
             continue
         for budget in bs:
             cell_seeds = []
             for v in variants:
-                cell_seeds += _comparison_seeds(by, flops, parent, v, size, bs, budget)
+                found = _comparison_seeds(by, flops, parent, v, size, bs, budget)
+                benched = {c: r for (c, s_, v_), r in ratios.items() if (s_, v_) == (size, v)}
+                cell_seeds += [s for s in found if s.basis.removeprefix(TIME_PREFIX) not in benched]
+                cell_seeds += _bench_seeds(found, benched)
             seeds += cell_seeds
-            rows += _cell_rows(cell_seeds, plan)
+            rows += _cell_rows(cell_seeds, plan, ratios)
     return MultiplierStats(
         tuple(sorted(rows, key=lambda r: (cell_order((r.size, r.budget_tokens)), r.comparison, r.basis))),
         tuple(seeds),
@@ -295,6 +304,57 @@ def _comparison_seeds(by, flops, parent, v, size, budgets, budget) -> list[SeedM
     return out
 
 
+def bench_ratios(bench: pl.DataFrame | None, parent: str) -> dict[tuple[str, str, str], tuple[float, str]]:
+    """``(hardware class, size, variant) -> (step_ms variant / step_ms parent, its source)`` from the latest
+    ``harness bench`` of each class and size that timed both (rows of kind ``step``; a bench written before
+    it recorded its class is not used)."""
+    out: dict = {}
+    if bench is None or not bench.height:
+        return out
+    latest: dict = {}
+    for row in bench.sort("created_at").iter_rows(named=True):
+        extra = row["extra"]
+        extra = json.loads(extra) if isinstance(extra, str) else (extra or {})
+        if extra.get("kind") != "step" or not extra.get("hardware") or not _finite(row["step_ms"]):
+            continue
+        key = (extra["hardware"], row["size"])
+        if latest.get(key, (None,))[0] != row["bench_id"]:
+            latest[key] = (row["bench_id"], {})
+        latest[key][1][row["variant"]] = (
+            row["step_ms"],
+            extra.get("ratio_interval"),
+            extra.get("ratio_vs_parent"),
+        )
+    for (hw, size), (bench_id, steps) in latest.items():
+        if parent not in steps:
+            continue
+        for v, (ms, interval, _) in steps.items():
+            if v == parent:
+                continue
+            ratio = ms / steps[parent][0]
+            span = (
+                f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval and parent == "block_attnres" else ""
+            )
+            out[(hw, size, v)] = (ratio, f"harness bench {bench_id}: step-time ratio {ratio:.3f}{span}")
+    return out
+
+
+def _bench_seeds(found: list[SeedMultiplier], benched: dict) -> list[SeedMultiplier]:
+    """The time rows of the classes with a bench: every seed the compute multiplier kept, its tokens needed
+    over the variant's tokens divided by the bench's step-time ratio."""
+    out = []
+    for hw, (ratio, _) in sorted(benched.items()):
+        for s in found:
+            if s.basis != COMPUTE:
+                continue
+            tokens_mult = s.multiplier * s.flops_variant / s.flops_parent  # tokens_needed / tokens_variant
+            ext = s.extrapolated * s.flops_variant / s.flops_parent
+            out.append(
+                replace(s, basis=TIME_PREFIX + hw, multiplier=tokens_mult / ratio, extrapolated=ext / ratio)
+            )
+    return out
+
+
 def _left_out(var: dict, curve: list, budgets: list[int]) -> str:
     if var["status"] == "diverged" or not _finite(var.get("val_nll")):
         return "the variant's run diverged" if var["status"] == "diverged" else "the variant's run has no NLL"
@@ -310,7 +370,9 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def _cell_rows(cell_seeds: list[SeedMultiplier], plan: AnalysisPlan) -> list[MultiplierRow]:
+def _cell_rows(
+    cell_seeds: list[SeedMultiplier], plan: AnalysisPlan, sources: dict | None = None
+) -> list[MultiplierRow]:
     groups: dict[tuple[str, str], list[SeedMultiplier]] = defaultdict(list)
     for s in cell_seeds:
         groups[(s.comparison, s.basis)].append(s)
@@ -345,6 +407,12 @@ def _cell_rows(cell_seeds: list[SeedMultiplier], plan: AnalysisPlan) -> list[Mul
                 left_out="; ".join(f"{s.seed}: {s.reason}" for s in ss if s.reason),
                 flops_ratio=first.flops_parent / first.flops_variant,
                 sd_log=summ.sd_log,
+                time_source=""
+                if basis == COMPUTE
+                else (sources or {}).get(
+                    (basis.removeprefix(TIME_PREFIX), first.size, comparison.split(" - ")[0]),
+                    (None, "the runs' own clocks (train_s); the load on the machines was not controlled"),
+                )[1],
             )
         )
     adj_up = holm([d["p_one_sided"] for d in draft]) if draft else []
@@ -402,6 +470,7 @@ def extra_budget_lines(
 
 __all__ = [
     "COMPUTE",
+    "bench_ratios",
     "extra_budget_lines",
     "MultiplierRow",
     "MultiplierStats",
