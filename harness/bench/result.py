@@ -21,7 +21,7 @@ from harness.bench.routing_cost import routing_cost_fields, routing_pairs, routi
 from harness.bench.settings import LOOPS, PRECISION_RATIO, BenchConfig, default_precision, device_peak_flops
 from harness.common.files import atomic_write
 from harness.models import get_spec
-from harness.models.flops import model_flops_per_token, training_flops_per_token
+from harness.models.flops import ROUTING_PATHS, model_flops_per_token, training_flops_per_token
 from harness.models.sizes import derive, get_size
 from harness.train.environment import hardware_class
 
@@ -189,12 +189,12 @@ def _mfu(
         v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()
     }
     shape = derive(cfg.size, context=context)
-    spent = {  # routing included: what the report's compute multiplier charges a variant (DESIGN 14)
-        v: training_flops_per_token(
-            get_spec(v.split("@")[0]), shape, n, v.split("@")[1] if "@" in v else "two_phase"
+    spent = {}  # routing included: what the report's compute multiplier charges a variant (DESIGN 14)
+    for v, n in n_params.items():
+        name, _, arm = v.partition("@")  # an arm: variant@per_site, variant@bf16-mixed
+        spent[v] = training_flops_per_token(
+            get_spec(name), shape, n, arm if arm in ROUTING_PATHS else "two_phase"
         )
-        for v, n in n_params.items()
-    }
     mfu = None
     if peak:
         mfu = {v: model_mfu(flops[v], tps, peak) for v, tps in tokens_per_s.items()}

@@ -5,6 +5,7 @@ with their reasons; the largest budget is censored; a single-budget grid gets on
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -83,7 +84,7 @@ def bench_rows(bench_id: str, created_at: str, ratio: float) -> list[dict]:
     ]
 
 
-def plant(results, *, seeds=range(6), budgets=BUDGETS) -> None:
+def plant(results, *, seeds=range(6), budgets=BUDGETS, jitter=None) -> None:
     store = Store(results)
     store.add_bench_rows(bench_rows("bench-old", "2026-01-01T00:00:00", 3.0))  # an older bench: not read
     store.add_bench_rows(bench_rows("bench-new", "2026-02-01T00:00:00", BENCH_RATIO))
@@ -96,6 +97,7 @@ def plant(results, *, seeds=range(6), budgets=BUDGETS) -> None:
                 store.write_result(_run("block_attnres", seed, budget, p))
             k = budgets.index(budget)
             t = parent_nll(seed, budgets[k + 1]) if k + 1 < len(budgets) else p - 0.05
+            t += (jitter or {}).get(seed, 0.0)
             store.write_result(_run("rd_attnres", seed, budget, t))
 
 
@@ -165,3 +167,30 @@ def test_a_single_budget_grid_says_why_in_one_line_and_writes_no_multiplier_file
     assert "mini at 204_800 tokens: add 102_400 and 409_600" in out
     assert "pay for its cost" not in (tmp_path / "o" / "report.md").read_text()
     assert harness.analyze(tmp_path / "r", GRID).multipliers_frame().height == 0
+
+
+def test_the_verdict_s_p_and_holm_equal_scipy_and_statsmodels_on_the_per_seed_multipliers(tmp_path, capsys):
+    from scipy import stats as sps
+    from statsmodels.stats.multitest import multipletests
+
+    plant(tmp_path / "r", jitter={0: 0.004, 1: -0.006, 2: 0.009, 3: -0.002})
+    out = report(tmp_path / "r", tmp_path / "o", capsys)
+    rows = pl.read_csv(tmp_path / "o" / "multipliers.csv").filter(pl.col("budget_tokens") == BUDGETS[0])
+    seeds = pl.read_csv(tmp_path / "o" / "multiplier_seeds.csv").filter(pl.col("budget_tokens") == BUDGETS[0])
+    ps = []
+    for r in rows.iter_rows(named=True):
+        m = seeds.filter((pl.col("basis") == r["basis"]) & (pl.col("reason").fill_null("") == ""))[
+            "multiplier"
+        ]
+        x = np.log(m.to_numpy())
+        assert len(set(m.to_list())) == 4  # the jitter spreads them
+        assert r["estimate"] == pytest.approx(sps.gmean(m.to_numpy()), rel=1e-12)
+        assert r["p_one_sided"] == pytest.approx(
+            sps.ttest_1samp(x, 0, alternative="greater").pvalue, rel=1e-10
+        )
+        ps.append(r["p_one_sided"])
+    holm = multipletests(ps, method="holm")[1]
+    assert rows["holm_p"].to_list() == pytest.approx(list(holm), rel=1e-12)
+    assert rows["verdict"].to_list() == ["yes" if h < 0.05 else "undecided" for h in holm]
+    assert "yes" in rows["verdict"].to_list()
+    assert "rd_attnres pays for its cost at equal compute: yes" in out

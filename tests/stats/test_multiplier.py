@@ -139,3 +139,34 @@ def test_the_training_flops_add_routing_to_6n_plus_12ldt_by_hand():
     assert routing_flops_per_token(get_spec("rd_attnres"), cfg, "two_phase") == 3 * two * D
     assert training_flops_per_token(get_spec("rd_attnres"), cfg, n) == base + 3 * two * D
     assert training_flops_per_token(get_spec("prenorm"), cfg, n) == base  # no routing
+
+
+def test_plan_lines_price_the_extra_budgets_and_the_seeds_from_a_pilot_s_spread():
+    from statsmodels.stats.power import TTestPower
+
+    from harness.design.analysis_plan import AnalysisPlan
+    from harness.report.stats.multiplier import MultiplierRow, MultiplierStats, extra_budget_lines
+    from harness.report.stats.seed_planning import Throughput
+
+    row = MultiplierRow(
+        *("rd_attnres - block_attnres", "rd_attnres", "compute", "mini", 614_400, 5, "0 1 2 3 4", 0, 0),
+        *(1.1, 1.0, 1.2, 0.04, 0.04, 0.5, 0.5, "undecided", None, 1.1, "", 0.95, 0.08, ""),
+    )
+    plan = AnalysisPlan(max_seeds=60)
+    lines = extra_budget_lines(
+        (("mini", 614_400, ("block_attnres", "rd_attnres")),),
+        5,
+        "block_attnres",
+        {"mini": Throughput(1000.0, "test")},
+        MultiplierStats(rows=(row,)),
+        plan,
+    )
+    tokens = 5 * (307_200 + 1_228_800)
+    assert lines[0].endswith(f"10 runs, {tokens:_} tokens, {tokens / 1000 / 3600:.2f} worker-hours")
+    power = TTestPower()
+    n = next(
+        k
+        for k in range(3, 61)
+        if power.power(math.log(1.05) / 0.08, nobs=k, alpha=0.05, alternative="larger") >= 0.8
+    )
+    assert lines[1].endswith(f"sd of log multipliers 0.08: {n}")
