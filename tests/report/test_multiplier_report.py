@@ -23,7 +23,7 @@ S_PER_TOKEN = {"block_attnres": 1e-4, "rd_attnres": 1.1e-4}  # the treatment's s
 HW = "cpu-test-class"
 
 
-def _run(variant: str, seed: int, budget: int, nll: float) -> dict:
+def _run(variant: str, seed: int, budget: int, nll: float, diverged: bool = False) -> dict:
     config = {
         "variant": variant,
         "seed": seed,
@@ -51,6 +51,9 @@ def _run(variant: str, seed: int, budget: int, nll: float) -> dict:
         hardware=HW,
     )
     metrics = [dict(step=100, tokens=budget, split="val", name="nll", value=float(nll))]
+    if diverged:
+        row.update(status="diverged", error="loss became NaN at step 40", diverged_step=40)
+        metrics = []
     return {"run": row, "metrics": metrics, "routing": []}
 
 
@@ -84,7 +87,7 @@ def bench_rows(bench_id: str, created_at: str, ratio: float) -> list[dict]:
     ]
 
 
-def plant(results, *, seeds=range(6), budgets=BUDGETS, jitter=None) -> None:
+def plant(results, *, seeds=range(6), budgets=BUDGETS, jitter=None, diverged=()) -> None:
     store = Store(results)
     store.add_bench_rows(bench_rows("bench-old", "2026-01-01T00:00:00", 3.0))  # an older bench: not read
     store.add_bench_rows(bench_rows("bench-new", "2026-02-01T00:00:00", BENCH_RATIO))
@@ -94,11 +97,13 @@ def plant(results, *, seeds=range(6), budgets=BUDGETS, jitter=None) -> None:
             if seed == 4 and budget == BUDGETS[2]:
                 p = parent_nll(seed, BUDGETS[1]) + 0.01  # non-monotone: worse at the largest budget
             if not (seed == 5 and budget == BUDGETS[0]):  # the parent's smallest budget missing at seed 5
-                store.write_result(_run("block_attnres", seed, budget, p))
+                store.write_result(
+                    _run("block_attnres", seed, budget, p, ("block_attnres", seed, budget) in diverged)
+                )
             k = budgets.index(budget)
             t = parent_nll(seed, budgets[k + 1]) if k + 1 < len(budgets) else p - 0.05
             t += (jitter or {}).get(seed, 0.0)
-            store.write_result(_run("rd_attnres", seed, budget, t))
+            store.write_result(_run("rd_attnres", seed, budget, t, ("rd_attnres", seed, budget) in diverged))
 
 
 def report(results, out, capsys):
@@ -173,7 +178,12 @@ def test_the_verdict_s_p_and_holm_equal_scipy_and_statsmodels_on_the_per_seed_mu
     from scipy import stats as sps
     from statsmodels.stats.multitest import multipletests
 
-    plant(tmp_path / "r", jitter={0: 0.004, 1: -0.006, 2: 0.009, 3: -0.002})
+    plant(
+        tmp_path / "r",
+        seeds=range(8),
+        jitter={0: 0.004, 1: -0.006, 2: 0.009, 3: -0.002, 6: 0.003, 7: -0.004},
+        diverged={("rd_attnres", 3, BUDGETS[0]), ("block_attnres", 2, BUDGETS[2])},
+    )
     out = report(tmp_path / "r", tmp_path / "o", capsys)
     rows = pl.read_csv(tmp_path / "o" / "multipliers.csv").filter(pl.col("budget_tokens") == BUDGETS[0])
     seeds = pl.read_csv(tmp_path / "o" / "multiplier_seeds.csv").filter(pl.col("budget_tokens") == BUDGETS[0])
@@ -189,6 +199,11 @@ def test_the_verdict_s_p_and_holm_equal_scipy_and_statsmodels_on_the_per_seed_mu
             sps.ttest_1samp(x, 0, alternative="greater").pvalue, rel=1e-10
         )
         ps.append(r["p_one_sided"])
+    left = rows.filter(pl.col("basis") == "compute")["left_out"][0]
+    assert (
+        "2: the parent's run at 409_600 tokens diverged" in left and "3: the variant's run diverged" in left
+    )
+    assert rows.filter(pl.col("basis") == "compute")["seeds"][0] == "0 1 6 7"
     holm = multipletests(ps, method="holm")[1]
     assert rows["holm_p"].to_list() == pytest.approx(list(holm), rel=1e-12)
     assert rows["verdict"].to_list() == ["yes" if h < 0.05 else "undecided" for h in holm]

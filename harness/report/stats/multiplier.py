@@ -183,7 +183,6 @@ def grid_multipliers(
         s: sorted(set(runs.filter(pl.col("size") == s)["budget_tokens"].to_list()))
         for s in sorted(set(runs["size"].to_list()))
     }
-    out = MultiplierStats(min_multiplier=plan.min_multiplier, budgets=budgets)
     if all(len(b) < 2 for b in budgets.values()):
         return MultiplierStats(
             note=single_budget_note(budgets), min_multiplier=plan.min_multiplier, budgets=budgets
@@ -208,7 +207,7 @@ def grid_multipliers(
         tuple(sorted(rows, key=lambda r: (cell_order((r.size, r.budget_tokens)), r.comparison, r.basis))),
         tuple(seeds),
         min_multiplier=plan.min_multiplier,
-        budgets=out.budgets,
+        budgets=budgets,
         curves=_curves(by, flops, parent, budgets),
     )
 
@@ -234,7 +233,8 @@ def _seconds_per_token(run: dict) -> float:
 def _comparison_seeds(by, flops, parent, v, size, budgets, budget) -> list[SeedMultiplier]:
     """Each seed's compute multiplier and its time multiplier on its runs' class (left out: NaN and why)."""
     out = []
-    for seed in sorted({k[3] for k in by if k[0] == v and k[1] == size and k[2] == budget}):
+    ended = ("done", "diverged")  # a variant run still queued, running or failed has no final NLL to match
+    for seed in sorted({k[3] for k, r in by.items() if k[:3] == (v, size, budget) and r["status"] in ended}):
         var = by[(v, size, budget, seed)]
         curve = [by.get((parent, size, b, seed)) for b in budgets]
         p_run = curve[budgets.index(budget)]
