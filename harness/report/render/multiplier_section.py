@@ -70,8 +70,8 @@ def blocks(stats: ReportStats, figures: list[FigureOut] = ()) -> list[Block]:
         Heading(2, "Does the gain pay for its cost?"),
         Para(
             "Compute multiplier: the training FLOPs the parent needs to reach the variant's final validation NLL "
-            "(its complete runs at the grid's budgets, per seed, interpolated in log-tokens) over the FLOPs the "
-            "variant spent (6 N + 12 L D T + routing, per token). Time multiplier per hardware class: the same "
+            "(its complete runs at the grid's budgets, per seed, a monotone PCHIP interpolant in log-tokens) "
+            "over the FLOPs the variant spent (6 N + 12 L D T + routing, per token). Time multiplier per hardware class: the same "
             "in seconds, from `harness bench`'s step-time ratio of that class and size where the store has one, "
             "else from the runs' own clocks (the machines' load was not controlled); each row names its source. "
             "Geometric mean over seeds with its "
