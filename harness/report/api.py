@@ -8,6 +8,7 @@ them; ``harness/__init__.py``)::
     a = harness.analyze("results", grid="rd_controls_small")         # what `harness report` computes
     a.headline.to_frame(); a.controls.to_frame(); a.aa.to_frame(); a.to_frame()  # = stats.csv
     a.factorial_frame()                                               # grids with [factorial]
+    a.multipliers_frame(); a.multiplier_seeds_frame()                 # grids with 2+ budgets (DESIGN 14)
 
 Both read the results store through :class:`harness.store.store.Store`'s read path (read-only connections;
 result files not yet in the database are ingested first, as ``harness report`` and ``harness sql``
@@ -114,6 +115,15 @@ class Analysis:
         """The factorial contrasts of a grid with ``[factorial]`` (DESIGN 12): their ``stats.csv`` rows, kinds
         ``factorial_simple``, ``factorial_main``, ``factorial_interaction`` (empty frame without a factorial)."""
         return self.stats.to_frame().filter(pl.col("kind").is_in(FACTORIAL_KINDS))
+
+    def multipliers_frame(self) -> pl.DataFrame:
+        """The compute and time multipliers per comparison, basis and cell (DESIGN 14): ``multipliers.csv``;
+        an empty frame with its columns where each size has one budget (``stats.multipliers.note`` says why)."""
+        return self.stats.multipliers.frame()
+
+    def multiplier_seeds_frame(self) -> pl.DataFrame:
+        """Each seed's multiplier, censoring flag and reason left out (DESIGN 14): ``multiplier_seeds.csv``."""
+        return self.stats.multipliers.seeds_frame()
 
 
 def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = False) -> Analysis:
