@@ -186,7 +186,9 @@ def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_
             assert _imported(results) == want, (delay, out)
             continue
         assert rc in INTERRUPTED_RC, out
-        if last != "interrupted":  # before any write: nothing imported, nothing to finish
+        if last.startswith("interrupted (nothing of grid"):  # undone whole: the new folder not kept
+            assert not results.exists(), out
+        elif last != "interrupted":  # before any write: nothing imported, nothing to finish
             partial += 1
             assert last == (
                 f"interrupted (grid rd_factorial_study is partly imported into {results}; the same "
@@ -195,6 +197,50 @@ def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_
         harness("import", study, "--results", str(results))
         assert _imported(results) == want, (delay, out)
     assert partial >= 1  # at least one Ctrl-C landed among the writes (they take most of the time)
+
+
+#: ``python -c`` driver: ``harness ARGS`` whose process sends itself SIGINT (a real signal, handled by the
+#: real handler) at the first fsync of a file staged in the import's temporary folder: after the results
+#: folder and runs/ were made, before any result file is moved into runs/.
+CTRL_C_WHILE_STAGING = """
+import os, signal, sys
+fsync = os.fsync
+def staged(fd):
+    if "/.import-" in os.readlink(f"/proc/self/fd/{fd}"):
+        os.kill(os.getpid(), signal.SIGINT)
+    return fsync(fd)
+os.fsync = staged
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # two imports of the demo archive (32 runs) in subprocesses: ~10 s on 2 cores
+def test_ctrl_c_while_an_import_stages_says_nothing_was_imported_and_leaves_the_folder_as_it_was(tmp_path):
+    """Issue 66 row 3: a Ctrl-C that the import undid whole (its staged files and its new folder removed)
+    still said "partly imported ...; the same harness import again finishes it". It says what happened."""
+    from fstree import unchanged
+
+    demo = str(ROOT / "reports/demo/rd_controls_mini.tar.gz")
+    for results in (tmp_path / "new", tmp_path / "holds-another-grid"):
+        if results.name != "new":
+            harness("import", str(ROOT / "reports/sample/report_sample.tar.gz"), "--results", str(results))
+        with unchanged(results):
+            done = subprocess.run(
+                [sys.executable, "-c", CTRL_C_WHILE_STAGING, "import", demo, "--results", str(results)],
+                capture_output=True,
+                text=True,
+                env=ENV,
+                timeout=HANG_S,
+            )
+        out = done.stdout + done.stderr
+        assert done.returncode == 130 and "Traceback" not in out, out
+        where = f"{results} is as it was" + (" (not there)" if results.name == "new" else "")
+        assert out.rstrip().splitlines()[-1] == (
+            f"interrupted (nothing of grid rd_controls_mini was imported: {where}; the same `harness import` "
+            "imports it)"
+        ), out
+        assert "imported grid rd_controls_mini" in harness("import", demo, "--results", str(results)).stdout
 
 
 @pytest.mark.slow
