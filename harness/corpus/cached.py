@@ -56,7 +56,8 @@ def record_source(folder: Path, stat: list[list] | None) -> None:
         pass
 
 
-def _recorded(folder: Path) -> list | None:
+def recorded_source(folder: Path) -> list | None:
+    """The source ``folder`` records (:func:`record_source`), ``None`` where it records none."""
     try:
         return json.loads((folder / SOURCE_STAT).read_text())["files"]
     except (OSError, ValueError, KeyError):
@@ -92,7 +93,7 @@ def text_folder(key: CorpusKey, cache_dir: Path) -> tuple[Path, str | None]:
     base = key.folder(cache_dir)
     stat = source_stat(key.corpus)
     manifest = read_manifest(base)
-    if stat is None or manifest is None or _recorded(base) == stat:
+    if stat is None or manifest is None or recorded_source(base) == stat:
         if manifest is None:
             return _same_source(base, stat) or base, None
         return base, None
@@ -115,7 +116,7 @@ def _same_source(base: Path, stat: list[list] | None) -> Path | None:
     if stat is None or not base.parent.is_dir():
         return None
     for other in sorted(base.parent.glob(f"{base.name}-*")):
-        if other.is_dir() and _recorded(other) == stat and read_manifest(other) is not None:
+        if other.is_dir() and recorded_source(other) == stat and read_manifest(other) is not None:
             return other
     return None
 
@@ -148,4 +149,12 @@ def fingerprint_of(key: CorpusKey, cache_dir: Path | None = None) -> str | None:
     return read_fingerprint(key)
 
 
-__all__ = ["SOURCE_STAT", "fingerprint_of", "read_fingerprint", "record_source", "source_stat", "text_folder"]
+__all__ = [
+    "SOURCE_STAT",
+    "fingerprint_of",
+    "read_fingerprint",
+    "record_source",
+    "recorded_source",
+    "source_stat",
+    "text_folder",
+]

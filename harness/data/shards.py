@@ -27,13 +27,16 @@ from its config alone; ``source-stat.json`` beside the manifest records the sour
 times, and a text changed since is built in a folder of its own
 (:func:`~harness.corpus.cached.text_folder`).
 
-The stream is cut in chunks of about :data:`CHUNK_BYTES` of text at document boundaries; a chunk is the unit of work of a pool process and of resumption:
-after each chunk ``progress.json`` records the chunks done and the length of each split's
-open shard, so a killed prepare truncates the open shards to that length and continues with
-the next chunk, ending byte-identical to an uninterrupted one. A prepare sized for more
-tokens than a finished corpus holds continues it the same way (the corpus is extended, never
-rebuilt). Memory is one chunk per pool process plus a bounded queue of chunks, whatever the
-corpus size. One writer at a time (a file lock beside the folder, on the shared file system).
+The stream is cut in chunks of about :data:`CHUNK_BYTES` of text at document boundaries; a
+chunk is the unit of work of a pool process and of resumption: after each chunk
+``progress.json`` records the chunks done and the length of each split's open shard, so a
+killed prepare truncates the open shards to that length and continues with the next chunk,
+ending byte-identical to an uninterrupted one (a build whose source changed since it stopped,
+by the files' sizes and times it recorded at its start, starts again: resumed, it would hold
+two texts). A prepare sized for more tokens than a finished corpus holds continues it the
+same way (the corpus is extended, never rebuilt). Memory is one chunk per pool process plus
+a bounded queue of chunks, whatever the corpus size. One writer at a time (a file lock beside
+the folder, on the shared file system).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ import numpy as np
 from filelock import FileLock
 
 from harness.common.files import atomic_write, fsync_dir, fsync_file
-from harness.corpus.cached import record_source, source_stat, text_folder
+from harness.corpus.cached import record_source, recorded_source, source_stat, text_folder
 from harness.corpus.fingerprint import Fingerprint, corpus_fingerprint
 from harness.corpus.key import SHARD_FORMAT, CorpusKey, read_manifest, source_key
 from harness.corpus.readers import corpus_files, hub_revision, stream_documents
@@ -197,6 +200,14 @@ def prepare_shards(
         if not key.corpus.startswith(HUB_PREFIX):
             corpus_files(key.corpus)  # a missing or empty source fails before anything is written
         folder.mkdir(exist_ok=True)
+        if manifest is None:
+            building = recorded_source(folder)
+            if (folder / "progress.json").is_file() and building is not None and building != stat:
+                # its first chunks hold the text as it was: resuming would mix two texts under one fingerprint
+                log(f"{folder.name}: the source changed since this build stopped: building it again")
+                shutil.rmtree(folder)
+                folder.mkdir()
+            record_source(folder, stat)  # what this build reads, checked if it is stopped and resumed
         try:
             _build(folder, manifest, plan)
         except BaseException:

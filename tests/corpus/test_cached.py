@@ -24,6 +24,7 @@ from harness.corpus.fingerprint import corpus_fingerprint
 from harness.corpus.key import CorpusKey, read_manifest
 from harness.corpus.readers import read_documents
 from harness.data.prepared import prepare_corpus
+from harness.data.shards import prepare_shards
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.store import Store
 
@@ -162,3 +163,28 @@ def test_the_fast_path_is_the_files_sizes_and_times_and_a_touched_file_keeps_its
     assert edited.fingerprint == _fingerprint(corpus) and text_folder(key, cache) == (edited.dir, None)
     shutil.copyfile(FILE, corpus)  # the old text back: its own folder again (read once, then recorded)
     assert prepare_corpus(key, cache_dir=cache).dir == built.dir
+
+
+@pytest.mark.slow  # three BPE tokenizers of the 150 documents: 15-50 s on 2 loaded cores
+def test_a_build_stopped_then_resumed_after_an_edit_is_built_again_not_mixed(tmp_path):
+    """A prepare stopped after its first chunks resumed on the edited text: its first shards held the old
+    text (and its tokenizer), the rest the new, under the new text's fingerprint. It now starts again."""
+    corpus = _corpus(tmp_path)
+    key, cache = CorpusKey(str(corpus), "bpe", 300, 0.1, None), tmp_path / "cache"
+    sizes = {"chunk_bytes": 32_768, "shard_tokens": 5_000, "workers": 1}
+    folder = key.folder(cache)
+
+    def stopped(line: str) -> None:  # a build that fails once a chunk is done: its progress is kept
+        if (folder / "progress.json").is_file():
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        prepare_shards(key, cache_dir=cache, log=stopped, **sizes)
+    assert (folder / "progress.json").is_file() and read_manifest(folder) is None
+    _edit_one_character(corpus)
+    said: list[str] = []
+    assert prepare_shards(key, cache_dir=cache, log=said.append, **sizes) == folder
+    fresh = prepare_shards(key, cache_dir=tmp_path / "fresh", log=lambda line: None, **sizes)
+    assert read_manifest(folder)["protocol"] == read_manifest(fresh)["protocol"]  # tokens, tokenizer, text
+    assert read_manifest(folder)["protocol"]["fingerprint"] == _fingerprint(corpus)
+    assert f"{folder.name}: the source changed since this build stopped: building it again" in said
