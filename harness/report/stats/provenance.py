@@ -509,12 +509,10 @@ def within_status(verdict_all: str, verdict_within: str, n_within: int, power: f
 
 
 def _power(effect: float, sd: float, n: int, level: float, alternative: str) -> float:
-    """:func:`harness.report.stats.power.power_at`, with 1 where its noncentral t gives NaN far in the tail
-    (a usable sd and an effect many sds large)."""
+    """:func:`harness.report.stats.power.power_at`; NaN without a finite effect and a usable sd."""
     if not (math.isfinite(effect) and math.isfinite(sd) and sd > 0):
         return math.nan
-    p = float(power_at(effect, sd, n, level, alternative))
-    return 1.0 if math.isnan(p) else p
+    return float(power_at(effect, sd, n, level, alternative))
 
 
 def redecision_power(
