@@ -106,8 +106,11 @@ def mde(sd: float, n: int, alpha: float, power: float, alternative: str) -> floa
     if n < MIN_SEEDS or not _usable_sd(sd):
         return float("nan")
 
+    alt = _alt(alternative)
+
     def gap(es: float) -> float:
-        return float(power_at(es, 1.0, n, alpha, alternative)) - power
+        pw = float(TTestPower().power(effect_size=es, nobs=n, alpha=alpha, alternative=alt))
+        return (_power_exact(es, n, alpha, alt == "two-sided") if math.isnan(pw) else pw) - power
 
     # brentq to 1e-13 (statsmodels' solve_power stops at ~3e-7).
     es = scipy.optimize.brentq(gap, 1e-9, 100.0, xtol=1e-13, rtol=1e-13)
