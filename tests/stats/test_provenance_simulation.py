@@ -1,11 +1,12 @@
 """The Provenance section's tests simulated (harness/report/simulation/provenance.py, DESIGN section 13).
 
 Seeded studies through the report's own functions; each rate against its bound within 2 binomial SEs. The
-agreement test (Welch's F, permutation p) keeps its false alarms within alpha at the splits grids have
-(18:2, 6/4/2, 18:3, 12+12) when the hardware changes nothing, and at 18:2 and 6/4/2 also when the smallest
-class is only noisier, which a floor of 2 pairs does not (the floor's reason); its printed MDE is the shift it
-detects about 80 % of the time (and, for two classes of equal size and spread, statsmodels' two-sample power
-solver's); the balance test keeps its level; with no hardware effect, an established verdict is called
+agreement test (Welch's F, the larger of the permutation p and the spread-free p) keeps its false alarms
+within alpha at the splits grids have (18:2, 6/4/2, 18:3, 12+12) when the hardware changes nothing, and
+when the smallest class is only noisier; so does the grid's banner (Holm over five comparisons) with one
+class up to 3x as noisy at 18:3, 24:3, 8+4, 3/3/3/3 and 12+12, where the permutation p alone did not; the
+vectorised simulation's p's are class_agreement's; its printed MDE is the shift it detects about 80 % of the
+time (and, for two classes of equal size and spread, the one-sample noncentral t's); the balance test keeps its level; with no hardware effect, an established verdict is called
 "NO" within the largest class in about 1 % of grids, where the old rule said NO in 40 % at 12 pairs.
 
     python -m pytest -q tests/stats/test_provenance_simulation.py
@@ -42,7 +43,10 @@ def _bound(studies: int, rate: float = ALPHA) -> float:
 
 @pytest.mark.slow  # 4 x 1,000 permutation tests
 @pytest.mark.parametrize("split", [(18, 2), (6, 4, 2)])
-def test_the_floor_keeps_false_alarms_within_alpha_where_a_floor_of_two_does_not(split):
+def test_the_floor_and_the_spread_free_p_keep_false_alarms_within_alpha(split):
+    """A 2-pair class twice as noisy: with the floor it enters no test; without it (floor 2) the permutation p
+    alone raised false alarms to 9-10 % (the floor's first reason), the spread-free p (Welch's F on 1 df)
+    keeps them within alpha there too."""
     studies = 1000
     rng = np.random.default_rng(sum(split))
     noisier = (SD,) * (len(split) - 1) + (2 * SD,)  # the 2-pair class: equal mean, twice the sd
@@ -50,7 +54,7 @@ def test_the_floor_keeps_false_alarms_within_alpha_where_a_floor_of_two_does_not
     noisy, _ = agreement_rate(split, studies, rng, sds=noisier)
     assert equal <= _bound(studies) and noisy <= _bound(studies), (equal, noisy)
     loose, _ = agreement_rate(split, studies, rng, sds=noisier, floor=2)
-    assert loose > _bound(studies), loose  # the 2-pair class in the test: false alarms of 10-11 %
+    assert loose <= _bound(studies), loose
 
 
 @pytest.mark.slow  # 2 x 1,000 permutation tests

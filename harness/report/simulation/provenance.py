@@ -7,6 +7,13 @@
   the false-alarm rate; a class that is only noisier (equal means, another sd) is the harder null; a shifted
   class gives the power, checked against :func:`harness.report.stats.class_tests.agreement_mde`. The
   floor's comparison uses ``floor=2`` beside the report's :data:`~harness.report.stats.provenance.MIN_CLASS_PAIRS`.
+* **The banner** (:func:`banner_rates`, :func:`banner_table`): a grid of a parent, a treatment and two
+  controls (five comparisons) whose seeds sit on classes of a split, one class noisier (equal means: the
+  false alarms) or its treatment runs moved (the power); every comparison's agreement test vectorised over
+  the studies (:func:`agreement_ps`, the report's own p's, checked against
+  :func:`~harness.report.stats.class_tests.class_agreement` study by study), Holm over the five: the share of
+  grids whose banner says the classes disagree. One noisy class makes every comparison noisy at once, so
+  the banner is the rate a reader meets.
 * **Balance** (:func:`balance_rate`): straddling pairs whose orientation is a fair coin, through
   :func:`~harness.report.stats.class_tests.orientation_test`.
 * **Within the largest class** (:func:`within_rates`): a gain carried by every seed alike (no hardware
@@ -19,7 +26,7 @@
 Rates carry their binomial SE. Permutation p's use fewer draws than the report's (a p from (1 + hits) /
 (1 + draws) is valid at any number of draws), each study its own seed.
 
-    python -m harness.report.simulation.studies --tables provenance
+    python -m harness.report.simulation.studies --tables provenance --studies 2000 --json FILE
 """
 
 from __future__ import annotations

@@ -36,9 +36,9 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
   else :data:`~harness.report.stats.class_tests.PERMUTATIONS` seeded draws), exact when the hardware changes
   nothing (the pairs then exchangeable across classes) at any split, and from the F law on (k - 1, the
   smallest class's pairs - 1) df (:func:`~harness.report.stats.class_tests.spread_p`), whose level holds when
-  the hardware changes only a class's spread, where a permutation is liberal (a 3-pair class 3x as noisy: the
-  grid's banner 19-22 % at 18:3 and 24:3 by permutation alone, within alpha + 2 SE with both; DESIGN section
-  13). A class enters the test with at least :data:`MIN_CLASS_PAIRS` pairs and a non-zero spread; below, its
+  the hardware changes only a class's spread, where a permutation is liberal (a 3-pair class 3x as noisy at
+  18:3 and 24:3: one test alone 10 % by permutation, 3.4-3.9 % with both; the grid's banner within alpha +
+  2 SE at every split simulated; DESIGN section 13). A class enters the test with at least :data:`MIN_CLASS_PAIRS` pairs and a non-zero spread; below, its
   row reads "too few pairs to tell" (the floor, simulated in :mod:`harness.report.simulation.provenance`). A test
   whose smallest attainable p is not below alpha (3 + 3 pairs: 0.1) is not run ("too few pairs to tell").
   Holm across the grid's agreement tests; each prints its MDE (:func:`~harness.report.stats.class_tests.agreement_mde`: the smallest shift of
