@@ -94,8 +94,13 @@ def test_a_grid_half_on_each_class_gets_the_banner_and_the_variant_x_hardware_ta
         assert f"| on one class | {hw} | {len(x)} | {sum(x) / len(x):+.4f} [" in section
     assert f"| straddling two classes | - | 1 | {GAIN[3]:+.4f} - | no |" in section
     assert (
-        "| no disagreement shown: p 0.629 (exact), Holm p 1; MDE " in section
-    )  # 4 vs 3 pairs: 35 relabellings
+        "| no disagreement shown: p 0.656 (permutation 0.629 exact, spreads free 0.656), Holm p 1; MDE "
+        in section
+    )  # 4 vs 3 pairs: 35 relabellings; the test's p the larger of the two (Welch's t on 2 df)
+    # the balance table's column of straddling pairs is not named with the word a class could be called
+    assert (
+        "| runs per class (first vs second) | balanced | pairs across two classes, by side | p |" in section
+    )
     assert f"### Every verdict within the largest class ({B})" in section
     assert "| small, 1M | headline | gain established | gain established | 4 | 1.00 | yes |" in section
     row = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
@@ -174,7 +179,10 @@ def test_a_treatment_moved_on_one_class_is_named_first_and_a_two_pair_class_is_t
     assert line.index("disagree") < line.index("finished runs") and "nothing is pooled unseen" not in md
     assert "Hardware: MIXED, and the classes disagree on rd_attnres - block_attnres" in out
     section = md[md.index("### Variant x hardware") : md.index("### Every verdict")]
-    assert "| DISAGREE: p 0.0286 (exact), Holm p 0.0286; MDE " in section
+    assert (
+        "| DISAGREE: p 0.0286 (permutation 0.0286 exact, spreads free 8.15e-07), Holm p 0.0286; MDE "
+        in section
+    )
     row = table.filter(pl.col("comparison") == "rd_attnres - block_attnres").row(0, named=True)
     assert (
         row["hardware_agree_p"] == row["hardware_agree_holm_p"] == 2 / 70

@@ -191,11 +191,18 @@ def test_the_agreement_test_is_scipys_permutation_test_of_welchs_f():
             groups[:k], welch_f, permutation_type="independent", n_resamples=np.inf, alternative="greater"
         )
         if got.exact:  # 6 + 4: 210 relabellings, every one counted
-            assert got.p == pytest.approx(ref.pvalue, rel=1e-12) and got.draws == 210
+            assert got.p_permutation == pytest.approx(ref.pvalue, rel=1e-12) and got.draws == 210
         else:  # 6 + 4 + 3: 60,060 relabellings, 9,999 seeded draws: within 4 binomial SEs of the exact p
             se = math.sqrt(ref.pvalue * (1 - ref.pvalue) / got.draws)
-            assert abs(got.p - ref.pvalue) < 4 * se and got.min_p == 1 / 10_000
+            assert abs(got.p_permutation - ref.pvalue) < 4 * se and got.min_p == 1 / 10_000
         assert got.f == pytest.approx(welch_f(*groups[:k]), rel=1e-10)
+        # spreads free: Welch's F on (k - 1, smallest class - 1) df; with two classes Welch's t on 2 df (Hsu)
+        smallest = min(g.size for g in groups[:k])
+        assert got.p_spread == pytest.approx(st.f.sf(got.f, k - 1, smallest - 1), rel=1e-12)
+        assert got.p == max(got.p_permutation, got.p_spread)
+    t = st.ttest_ind(groups[0], groups[1], equal_var=False)
+    two = class_agreement(groups[:2])
+    assert two.p_spread == pytest.approx(2 * st.t.sf(abs(t.statistic), 3), rel=1e-10)  # min(6, 4) - 1 = 3 df
     assert class_agreement(groups[:2]) == class_agreement(groups[:2])  # the same bytes every build
     assert class_agreement(groups) == class_agreement(groups)
 

@@ -27,6 +27,8 @@ from harness.report.stats.power import tost_pairs_needed, tost_power
 from harness.report.stats.retrain_check import (
     BIAS,
     BIT_IDENTICAL,
+    CANNOT_TELL,
+    PERTURBATION_RATIO,
     PERTURBED,
     REDRAWN,
     TOO_FEW,
@@ -249,19 +251,32 @@ def test_a_small_shared_nudge_is_perturbed_with_the_bias_it_excludes():
     assert f"they exclude a bias of {bound:.4f} nats/token or more" in text
 
 
-def test_new_draws_are_redrawn_when_the_smallest_effect_is_excluded():
-    """Re-drawn runs (fresh noise at every run) with a smallest effect large against their spread: no bias,
-    the effect excluded, the redraw ratio's interval covers 1."""
+def test_new_draws_are_redrawn_only_when_every_interval_excludes_a_perturbation():
+    """Re-drawn runs (fresh noise at every run) with a smallest effect large against their spread: no bias, the
+    effect excluded. At 24 pairs every contrast's redraw-ratio interval lies above PERTURBATION_RATIO: redrawn.
+    Nudged runs whose intervals reach both 1 and PERTURBATION_RATIO: the words say they cannot tell (the old
+    rule said "redrawn" whenever an interval reached 1, a fallthrough, not a finding)."""
     arch = _archive(seeds=24)
     rng = np.random.default_rng(13)
     level = {s: float(np.mean([arch[v, s] for v in ROLES])) for s in range(24)}
     effect = {"block_attnres": 0.0, "rd_attnres": -0.03, "param_matched": -0.11, "rd_offset": -0.13}
-    new = {(v, s): level[s] + effect[v] + rng.normal(0, 0.02) for v in ROLES for s in range(16)}
-    # the three comparisons of parent, treatment and control: all resolved, the smallest is the effect
-    check = retrain_check(arch, new, grid_contrasts(ROLES, FACTORIAL)[:3], min_effect_nats=0.2)
+    new = {(v, s): level[s] + effect[v] + rng.normal(0, 0.02) for v in ROLES for s in range(24)}
+    contrasts = grid_contrasts(ROLES, FACTORIAL)[:3]  # parent, treatment, control: all resolved
+    check = retrain_check(arch, new, contrasts, min_effect_nats=0.2)
     assert check.verdict == REDRAWN, check.reason
-    assert any(c.var_ratio_low <= 1 <= c.var_ratio_high for c in check.contrasts)
-    assert "may have moved as far as new draws" in render_text(check, MACHINE, "x.tar.gz")
+    assert all(c.var_ratio_low > PERTURBATION_RATIO for c in check.contrasts)
+    assert "**Verdict: redrawn: the runs were redrawn, not perturbed" in render_text(
+        check, MACHINE, "x.tar.gz"
+    )
+    # a nudge of 0.01 nats/token at 8 pairs: intervals from 0.07 to 1.61, reaching 1 and 0.25 both
+    between = retrain_check(
+        arch, _nudged(arch, 8, 0.01, np.random.default_rng(14)), contrasts, min_effect_nats=0.2
+    )
+    assert between.verdict == CANNOT_TELL, between.reason
+    assert any(c.var_ratio_high >= 1 for c in between.contrasts)
+    assert any(c.var_ratio_low <= PERTURBATION_RATIO for c in between.contrasts)
+    text = render_text(between, MACHINE, "x.tar.gz")
+    assert "**Verdict: cannot tell perturbed from redrawn at 8 pairs: the runs may have moved" in text
 
 
 def test_the_smallest_effect_is_the_smallest_resolved_one_else_the_plan():

@@ -2,8 +2,8 @@
 
 Seeded studies of a parent/treatment/control grid re-trained as new draws or as small nudges, with or
 without a bias on the treatment, through the check's own functions; each rate within 2 binomial SEs of its
-bound: 'a bias' on an unbiased machine at most alpha (Holm over the contrasts), 'perturbed' for new draws at
-most 2.5 % (one tail of a 95 % interval), a claim that excludes a bias of the smallest effect when the
+bound: 'a bias' on an unbiased machine at most alpha (Holm over the contrasts), 'perturbed' for new draws and
+'redrawn' for perturbed runs each at most 2.5 % (one tail of a 95 % interval) at K = 3, 5, 8, a claim that excludes a bias of the smallest effect when the
 bias is exactly that at most alpha (the TOST), and the redraw ratio's interval covering its true value 95 %
 of the time under a perturbation (the F pivot is exact there; conservative under a redraw). A small batch
 also goes through retrain_check itself and gets the same verdicts. CPU only, a few seconds.
@@ -20,12 +20,22 @@ import pytest
 
 from harness.report.simulation.retrain import (
     EFFECT,
+    MOVEMENT_EFFECT,
+    NUDGE,
     check_verdicts,
     ratio_coverage,
     simulate_studies,
     verdict_rates,
 )
-from harness.report.stats.retrain_check import BIAS, PERTURBED, REDRAWN, grid_contrasts, retrain_check
+from harness.report.stats.retrain_check import (
+    BIAS,
+    CANNOT_TELL,
+    PERTURBATION_RATIO,
+    PERTURBED,
+    REDRAWN,
+    grid_contrasts,
+    retrain_check,
+)
 
 STUDIES = 4000
 ALPHA = 0.05
@@ -41,13 +51,25 @@ def test_an_unbiased_machine_is_called_a_bias_at_most_alpha(move, k):
     assert rates[BIAS] <= ALPHA + 2 * _se(ALPHA), rates
 
 
-@pytest.mark.parametrize("k", [3, 8, 16])
-def test_new_draws_are_called_perturbed_at_most_one_tail(k):
-    rates = verdict_rates(k, STUDIES, np.random.default_rng(200 + k), move="redraw", effect=0.2)
-    assert rates[PERTURBED] <= 0.025 + 2 * _se(0.025), (
-        rates
-    )  # the effect large: the TOST passes, movement decides
-    assert rates[REDRAWN] > 0.8  # and new draws are mostly called what they are
+@pytest.mark.parametrize("k", [3, 5, 8])
+def test_perturbed_and_redrawn_are_each_said_wrongly_at_most_5_percent(k):
+    """The effect large (the TOST passes, the movement words decide): new draws are called "perturbed", and
+    perturbed runs (the measured nudge, and the boundary one whose redraw ratio is PERTURBATION_RATIO)
+    "redrawn", each at most 2.5 % + 2 SE (one tail of a 95 % interval; the issue's bound is 5 %). The old
+    rule said "redrawn" for 14 % of perturbed runs at K = 3 (every interval not below 1 fell through to it)."""
+    rng = np.random.default_rng(200 + k)
+    redraw = verdict_rates(k, STUDIES, rng, move="redraw", effect=MOVEMENT_EFFECT)
+    assert redraw[PERTURBED] <= 0.025 + 2 * _se(0.025), redraw
+    for nudge in (NUDGE, math.sqrt(2 * PERTURBATION_RATIO)):
+        perturb = verdict_rates(k, STUDIES, rng, move="perturb", nudge=nudge, effect=MOVEMENT_EFFECT)
+        assert perturb[REDRAWN] <= 0.025 + 2 * _se(0.025), (nudge, perturb)
+    if k == 3:  # at 3 pairs a redraw is seldom told apart: the words say so, not "redrawn" by default
+        assert redraw[CANNOT_TELL] > 0.8, redraw
+
+
+def test_new_draws_of_every_archived_seed_are_mostly_called_redrawn():
+    rates = verdict_rates(24, STUDIES, np.random.default_rng(224), move="redraw", effect=MOVEMENT_EFFECT)
+    assert rates[REDRAWN] > 0.85 and rates[PERTURBED] == 0.0, rates
 
 
 @pytest.mark.parametrize(("move", "k"), [("perturb", 3), ("perturb", 4), ("redraw", 16)])

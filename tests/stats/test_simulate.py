@@ -13,6 +13,7 @@ follow, the same way. CPU only, ~30 s:
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -223,6 +224,36 @@ def test_simulate_command_prints_the_sequential_table(capsys):
     assert main(["--tables", "rules", "--studies", "300", "--seed", "2"]) == 0
     out = capsys.readouterr().out
     assert "Sequential looks [3, 5, 10]" in out and "naive" in out and "Sequential verdicts" in out
+
+
+def test_simulate_command_writes_every_row_as_json(tmp_path, capsys):
+    """--json FILE: every rate of the chosen row tables as an object (table, setting, truth, says, rate,
+    studies); the retrain rows of one setting and truth are its verdicts' shares, summing to 1. A table that
+    keeps no rows, a bad table name or a missing folder is refused in one line, no file written."""
+    out = tmp_path / "rows.json"
+    assert main(["--tables", "retrain", "--studies", "100", "--seed", "4", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert rows and all(set(r) == {"table", "setting", "truth", "says", "rate", "studies"} for r in rows)
+    assert {r["table"] for r in rows} == {"retrain"} and {r["studies"] for r in rows} == {100}
+    groups: dict[tuple[str, str], float] = {}
+    for r in rows:
+        groups[(r["setting"], r["truth"])] = groups.get((r["setting"], r["truth"]), 0.0) + r["rate"]
+    assert all(abs(total - 1) < 1e-12 for total in groups.values())
+    assert {"redrawn", "perturbed (redraw ratio 0.0612)", "perturbed (redraw ratio 0.25)"} <= {
+        r["truth"] for r in rows
+    }
+    assert "K = 3 pairs, smallest effect 0.2 nats/token" in {r["setting"] for r in rows}
+    capsys.readouterr()
+    for argv, words in (
+        (["--tables", "rules", "--json", str(tmp_path / "x.json")], "--json: table(s) rules keep no rows"),
+        (["--tables", "retrain,bogus"], "allowed are all or a comma-separated list of rules, edges"),
+        (["--tables", "retrain", "--json", str(tmp_path / "no" / "x.json")], "no folder"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and words in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.json"]
 
 
 def test_simulate_command_prints_every_table_by_default(capsys):

@@ -250,7 +250,7 @@ def _balance(prov: Provenance) -> list[Block]:
                 "cell",
                 "runs per class (first vs second)",
                 "balanced",
-                "straddling pairs by side",
+                "pairs across two classes, by side",
                 "p",
             ),
             rows,
@@ -277,7 +277,10 @@ def _test_text(c: ClassCheck) -> str:
         return c.note
     how = "exact" if c.exact else "Monte Carlo"
     words = "DISAGREE" if c.disagree else "no disagreement shown"
-    return f"{words}: p {fmt_p(c.p)} ({how}), Holm p {fmt_p(c.holm_p)}; MDE {c.mde_nats:.4f} at level {c.level:.3g}"
+    return (
+        f"{words}: p {fmt_p(c.p)} (permutation {fmt_p(c.p_permutation)} {how}, spreads free "
+        f"{fmt_p(c.p_spread)}), Holm p {fmt_p(c.holm_p)}; MDE {c.mde_nats:.4f} at level {c.level:.3g}"
+    )
 
 
 def _checks(prov: Provenance) -> list[Block]:
@@ -308,8 +311,10 @@ def _checks(prov: Provenance) -> list[Block]:
         Para(
             "Each class's pairs (both runs on that class) side by side; the pairs that straddle two classes in a row "
             "of their own, in no test. Agreement: H0 'the hardware does not move this comparison', Welch's F of the "
-            "classes' means (unequal variances, Welch 1951) with its p by permutation of the class labels over the "
-            f"pairs (exact where every relabelling can be counted), over the classes with >= {MIN_CLASS_PAIRS} pairs "
+            "classes' means (unequal variances, Welch 1951) with its p the larger of two: by permutation of the class "
+            "labels over the pairs (exact where every relabelling can be counted; valid when the hardware changes "
+            "nothing) and from the F law on (classes - 1, the smallest class's pairs - 1) df (spreads free: valid "
+            f"when the hardware changes only a class's spread), over the classes with >= {MIN_CLASS_PAIRS} pairs "
             "and a spread (fewer: too few pairs to tell, a floor checked by simulation); Holm across the grid's "
             "agreement tests. The MDE is the smallest shift of one class against the others the test detects with "
             "power 0.8 at Holm's first-step level: a smaller one can go unseen.",

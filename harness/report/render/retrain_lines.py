@@ -21,10 +21,13 @@ from harness.common.terms import UNKNOWN
 from harness.report.stats.retrain_check import (
     BIAS,
     BIT_IDENTICAL,
+    PERTURBATION_RATIO,
     PERTURBED,
+    REDRAWN,
     TOO_FEW,
     ContrastShift,
     RetrainCheck,
+    cannot_tell,
 )
 
 CSV_COLUMNS = (
@@ -120,14 +123,22 @@ def _movement(check: RetrainCheck) -> str:
             f"of twice its seed variance (a redraw gives 1; every 95 % interval lies below 1, the highest "
             f"reaching {_g(max(c.var_ratio_high for c in cs))}){corr_text}."
         )
+    if len(cs) == len(check.contrasts) and all(c.var_ratio_low > PERTURBATION_RATIO for c in cs):
+        return (
+            f"The runs were redrawn, not perturbed: the variance of the shift of a paired difference is {ratio} "
+            f"of twice its seed variance (a redraw gives 1; every 95 % interval lies above "
+            f"{PERTURBATION_RATIO:g}, a perturbation that keeps three quarters of a seed's draw, the lowest reaching "
+            f"{_g(min(c.var_ratio_low for c in cs))}){corr_text}."
+        )
     reach = [c for c in cs if not c.below_redraw]
     named = "; ".join(
         f"{c.contrast}: {_g(c.var_ratio)} [{_g(c.var_ratio_low)}, {_g(c.var_ratio_high)}]" for c in reach
     )
     return (
-        f"The runs may have moved as far as new draws: the variance of the shift of a paired difference over "
-        f"twice its seed variance (a redraw gives 1) has a 95 % interval reaching 1 in {len(reach)} of {len(cs)} "
-        f"contrast(s) ({named}){corr_text}."
+        f"The runs may have moved as far as new draws or only a little: the variance of the shift of a paired "
+        f"difference over twice its seed variance (a redraw gives 1) has a 95 % interval reaching 1 in "
+        f"{len(reach)} of {len(cs)} contrast(s) ({named}), and not every interval lies above "
+        f"{PERTURBATION_RATIO:g} (a perturbation that keeps three quarters of a seed's draw){corr_text}."
     )
 
 
@@ -202,7 +213,7 @@ def verdict_sentence(check: RetrainCheck) -> str:
             f"too few pairs to tell: {_no_bias(check)} {_equivalence(check)}{_needed(check)} {_movement(check)}"
             + (_alone(check))
         )
-    head = "perturbed" if check.verdict == PERTURBED else "redrawn"
+    head = {PERTURBED: "perturbed", REDRAWN: "redrawn"}.get(check.verdict, cannot_tell(n))
     movement = _movement(check)
     return f"{head}: {movement[0].lower()}{movement[1:]} {_no_bias(check)} {_equivalence(check)}" + _alone(
         check
@@ -347,7 +358,8 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
         "largest |end| of the (1 - 2 alpha) t interval; the redraw ratio's interval from the F distribution on "
         "(pairs - 1, archive seeds - 1) df, the correlation's by Fisher's z. Verdict: bit-identical; too few pairs "
         "to tell below 3 pairs; a bias at Holm p < alpha; too few pairs to tell where a TOST does not exclude the "
-        "smallest effect; else perturbed when every redraw-ratio interval lies below 1, else redrawn.",
+        "smallest effect; else perturbed when every redraw-ratio interval lies below 1, redrawn when every one "
+        f"lies above {PERTURBATION_RATIO:g}, else cannot tell perturbed from redrawn at the pairs given.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,13 @@
   the false-alarm rate; a class that is only noisier (equal means, another sd) is the harder null; a shifted
   class gives the power, checked against :func:`harness.report.stats.class_tests.agreement_mde`. The
   floor's comparison uses ``floor=2`` beside the report's :data:`~harness.report.stats.provenance.MIN_CLASS_PAIRS`.
+* **The banner** (:func:`banner_rates`, :func:`banner_table`): a grid of a parent, a treatment and two
+  controls (five comparisons) whose seeds sit on classes of a split, one class noisier (equal means: the
+  false alarms) or its treatment runs moved (the power); every comparison's agreement test vectorised over
+  the studies (:func:`agreement_ps`, the report's own p's, checked against
+  :func:`~harness.report.stats.class_tests.class_agreement` study by study), Holm over the five: the share of
+  grids whose banner says the classes disagree. One noisy class makes every comparison noisy at once, so
+  the banner is the rate a reader meets.
 * **Balance** (:func:`balance_rate`): straddling pairs whose orientation is a fair coin, through
   :func:`~harness.report.stats.class_tests.orientation_test`.
 * **Within the largest class** (:func:`within_rates`): a gain carried by every seed alike (no hardware
@@ -19,16 +26,22 @@
 Rates carry their binomial SE. Permutation p's use fewer draws than the report's (a p from (1 + hits) /
 (1 + draws) is valid at any number of draws), each study its own seed.
 
-    python -m harness.report.simulation.studies --tables provenance
+    python -m harness.report.simulation.studies --tables provenance --studies 2000 --json FILE
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from harness.report.simulation.rules import binomial_se
+from harness.report.simulation.rules import Row, binomial_se
 from harness.report.stats import decisions as dec
-from harness.report.stats.class_tests import agreement_mde, orientation_test
+from harness.report.stats.class_tests import (
+    agreement_mde,
+    orientation_test,
+    permutation_p,
+    spread_p,
+    welch_statistic,
+)
 from harness.report.stats.pairing import Pair
 from harness.report.stats.power import power_at
 from harness.report.stats.provenance import (
@@ -94,6 +107,149 @@ def mde_power(
     return mde, rate
 
 
+# The simulated grid of the banner: a parent, a treatment and two controls, every seed's four runs on one class;
+# its checked comparisons (harness.report.stats.pairing.comparisons_for): t - p, c1 - p, c2 - p, t - c1, t - c2.
+GRID = np.array(
+    [
+        [-1.0, 1.0, 0.0, 0.0],
+        [-1.0, 0.0, 1.0, 0.0],
+        [-1.0, 0.0, 0.0, 1.0],
+        [0.0, 1.0, -1.0, 0.0],
+        [0.0, 1.0, 0.0, -1.0],
+    ]
+)
+BANNER_DRAWS = (
+    999  # permutation draws per test where the relabellings are too many to count (Holm's level alpha/5)
+)
+BANNER_SPLITS = ((18, 3), (24, 3), (8, 4), (3, 3, 3, 3), (12, 12), (4, 4), (6, 4, 3))
+CHUNK = 250  # studies per batch (memory: a batch holds [CHUNK, relabellings, classes] floats)
+
+
+def agreement_ps(
+    values: np.ndarray, sizes: np.ndarray, alpha: float, draws: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The report's agreement test on many sets of pairs at once: ``values`` [S, n] (each row the classes' paired
+    differences in class order, sizes ``sizes`` [k]) -> ``(p, p_permutation, p_spread)`` [S] as
+    :func:`~harness.report.stats.class_tests.class_agreement` gives them with these ``draws`` and ``seed``;
+    ``p`` NaN where the smallest p is not below ``alpha`` (no test runs,
+    :func:`~harness.report.stats.provenance.class_check`)."""
+    parts = np.split(values, np.cumsum(sizes)[:-1], axis=1)
+    means = np.stack([x.mean(axis=1) for x in parts], axis=1)
+    var = np.stack([x.var(axis=1, ddof=1) for x in parts], axis=1)
+    f = welch_statistic(means, var, sizes.astype(float))[0]
+    perm, _, _, min_p = permutation_p(values, sizes, f, draws, seed)
+    spread = spread_p(f, sizes)
+    return (np.maximum(perm, spread) if min_p < alpha else np.full(f.shape, np.nan)), perm, spread
+
+
+def banner_rates(
+    split: tuple[int, ...],
+    studies: int,
+    rng: np.random.Generator,
+    *,
+    noisier: float = 1.0,
+    shift: float = 0.0,
+    alpha: float = 0.05,
+    draws: int = BANNER_DRAWS,
+) -> dict[str, float]:
+    """A grid's Provenance banner simulated: ``studies`` grids of :data:`GRID`'s four variants whose seeds sit on
+    classes of the sizes ``split``, run noise ~ N(0, SD / sqrt(2)) (paired sd :data:`SD`), the last class's
+    runs ``noisier`` x as noisy and its treatment runs moved by ``shift`` (nats/token). Each of the five
+    comparisons gets the report's agreement test, vectorised over the studies
+    (:func:`~harness.report.stats.class_tests.permutation_p`, :func:`~harness.report.stats.class_tests.spread_p`,
+    the larger p; the permutation's draws shared by the studies, each study's p valid), run only where its
+    smallest p is below ``alpha`` (:func:`~harness.report.stats.provenance.class_check`'s rule); Holm over the
+    five (:func:`harness.report.stats.decisions.holm`).
+
+    Returns the shares ``banner`` (some Holm p < alpha: the banner says the classes disagree), ``single``
+    (the first comparison's test alone at alpha), ``single_permutation`` and ``single_spread`` (each p alone).
+    """
+    sizes = np.array(split)
+    last = np.repeat(np.arange(sizes.size), sizes) == sizes.size - 1
+    run_sd = np.where(last, noisier, 1.0)[:, None] * SD / np.sqrt(2)  # [n, 1]
+    counts = {"banner": 0, "single": 0, "single_permutation": 0, "single_spread": 0}
+    for start in range(0, studies, CHUNK):
+        s = min(CHUNK, studies - start)
+        runs = rng.standard_normal((s, sizes.sum(), GRID.shape[1])) * run_sd
+        runs[:, last, 1] += shift
+        diffs = runs @ GRID.T  # [s, n, comparisons]
+        p = np.empty((s, GRID.shape[0]))
+        for j in range(GRID.shape[0]):
+            p[:, j], perm, spread = agreement_ps(diffs[..., j], sizes, alpha, draws, int(rng.integers(2**31)))
+            if j == 0:
+                counts["single_permutation"] += int((perm < alpha).sum())
+                counts["single_spread"] += int((spread < alpha).sum())
+        counts["single"] += int((p[:, 0] < alpha).sum())
+        counts["banner"] += int((dec.holm(p) < alpha).any(axis=1).sum())
+    return {k: v / studies for k, v in counts.items()}
+
+
+def banner_table(
+    studies: int, rng: np.random.Generator, alpha: float = 0.05, rows: list | None = None
+) -> list[str]:
+    """The banner's false alarms with one class noisier, and its power with one class's treatment shifted, as
+    text lines (beside each false alarm, the permutation p's and the spread-free p's alone); the rates the
+    report's words rest on (the banner, one test) also appended to ``rows``
+    (:class:`~harness.report.simulation.rules.Row`)."""
+    se = binomial_se(alpha, studies)
+    lines = [
+        f"Provenance banner, {studies} simulated grids per row (parent, treatment, 2 controls: 5 comparisons, Holm "
+        f"over them), paired sd {SD}, {BANNER_DRAWS} permutation draws where the relabellings are too many to count; "
+        f"false alarms (no hardware effect; the last class's sd x 1, 2, 3, equal means): limit alpha + 2 SE "
+        f"{alpha + 2 * se:.4f}",
+        f"{'split':>12} {'sd x':>5} {'banner':>7} {'one test':>9} {'perm. alone':>12} {'spread alone':>13}",
+    ]
+    for split in BANNER_SPLITS:
+        for noisier in (1.0, 2.0, 3.0):
+            r = banner_rates(split, studies, rng, noisier=noisier, alpha=alpha)
+            name = "/".join(map(str, split))
+            lines.append(
+                f"{name:>12} {noisier:>5g} {r['banner']:>7.4f} {r['single']:>9.4f} "
+                f"{r['single_permutation']:>12.4f} {r['single_spread']:>13.4f}"
+            )
+            setting = f"{name}, the last class ({split[-1]} pairs) sd x{noisier:g}"
+            for says, key in (("banner", "banner"), ("agreement test, one comparison", "single")):
+                _row(rows, "provenance", setting, "no effect", says, r[key], studies)  # what the report says
+    lines += [
+        "",
+        "Power of the banner: the last class's treatment runs moved by a shift (equal sds); 0.02 is "
+        "min_effect_nats at paired sd 0.04",
+        f"{'split':>12} {'shift':>6} {'banner':>7} {'one test':>9}",
+    ]
+    for split in BANNER_SPLITS:
+        for shift in (0.02, 0.04):
+            r = banner_rates(split, studies, rng, shift=shift, alpha=alpha)
+            name = "/".join(map(str, split))
+            lines.append(f"{name:>12} {shift:>6g} {r['banner']:>7.4f} {r['single']:>9.4f}")
+            setting = f"{name}, the last class's treatment moved"
+            _row(
+                rows,
+                "provenance",
+                setting,
+                f"a shift of {shift:g} nats/token",
+                "banner",
+                r["banner"],
+                studies,
+            )
+            _row(
+                rows,
+                "provenance",
+                setting,
+                f"a shift of {shift:g} nats/token",
+                "agreement test, one comparison",
+                r["single"],
+                studies,
+            )
+    return lines
+
+
+def _row(
+    rows: list | None, table_name: str, setting: str, truth: str, says: str, rate: float, studies: int
+) -> None:
+    if rows is not None:
+        rows.append(Row(table_name, setting, truth, says, rate, studies))
+
+
 def _exact_sd(n: int) -> np.ndarray:
     """n values with mean 0 and sample sd exactly :data:`SD` (what the MDE reads of a class)."""
     x = np.linspace(-1.0, 1.0, n)
@@ -151,11 +307,15 @@ def within_rates(
     return {k: v / total for k, v in counts.items()} | {"established": chosen.size / studies}
 
 
-def table(studies: int = 2_000, seed: int = 20261206, alpha: float = 0.05) -> list[str]:
-    """The Provenance section's tests simulated, as text lines (quoted in reports/LOG.md and docs/statistics.md)."""
+def table(
+    studies: int = 2_000, seed: int = 20261206, alpha: float = 0.05, rows: list | None = None
+) -> list[str]:
+    """The Provenance section's tests simulated, as text lines (quoted in reports/LOG.md and docs/statistics.md);
+    the banner's rates (:func:`banner_table`) and the single test's false alarms also appended to ``rows``."""
     rng = np.random.default_rng(seed)
     se = binomial_se(alpha, studies)
-    lines = [
+    lines = banner_table(studies, rng, alpha, rows) + [
+        "",
         f"Provenance: agreement of the classes, {studies} studies per row (binomial SE at alpha {se:.4f}), paired "
         f"sd {SD}, {DRAWS} permutation draws per study; false alarms (no hardware effect; 'noisier': the smallest "
         "class's sd x 2, equal means) with the report's floor (3 pairs) and with a floor of 2",
@@ -169,6 +329,12 @@ def table(studies: int = 2_000, seed: int = 20261206, alpha: float = 0.05) -> li
         no2, _ = agreement_rate(split, studies, rng, sds=noisier, floor=2, alpha=alpha)
         name = "/".join(map(str, split))
         lines.append(f"{name:>12} {eq3:>9.4f} {no3:>11.4f} {eq2:>9.4f} {no2:>11.4f} {ran3:>10.4f}")
+        for sd_x, floor, rate in ((1, 3, eq3), (2, 3, no3), (1, 2, eq2), (2, 2, no2)):
+            setting = f"{name}, the last class sd x{sd_x}, floor {floor} pairs"
+            says = "agreement test, one comparison" + (
+                "" if floor == MIN_CLASS_PAIRS else " (not the report's floor)"
+            )
+            _row(rows, "provenance", setting, "no effect", says, rate, studies)
     lines += [
         "",
         "Power of the agreement test: one class shifted (equal sds)",
@@ -211,4 +377,18 @@ def table(studies: int = 2_000, seed: int = 20261206, alpha: float = 0.05) -> li
     return lines
 
 
-__all__ = ["DRAWS", "SD", "SPLITS", "agreement_rate", "balance_rate", "mde_power", "table", "within_rates"]
+__all__ = [
+    "BANNER_SPLITS",
+    "DRAWS",
+    "GRID",
+    "SD",
+    "SPLITS",
+    "agreement_ps",
+    "agreement_rate",
+    "balance_rate",
+    "banner_rates",
+    "banner_table",
+    "mde_power",
+    "table",
+    "within_rates",
+]

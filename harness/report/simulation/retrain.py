@@ -23,21 +23,32 @@ binomial SE.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
 
-from harness.report.simulation.rules import binomial_se
+from harness.report.simulation.rules import Row, binomial_se
 from harness.report.stats.decisions import holm
-from harness.report.stats.retrain_check import VERDICTS, decide, mean_interval, redraw_ratio, tost
+from harness.report.stats.retrain_check import (
+    CANNOT_TELL,
+    PERTURBATION_RATIO,
+    VERDICTS,
+    decide,
+    mean_interval,
+    redraw_ratio,
+    tost,
+)
 
 SD = 0.02  # nats/token per run (the factorial study's paired sd is about 0.04 = sqrt(2) x 0.028)
 EFFECT = 0.0173  # the smallest effect the factorial study reports (nats/token)
+MOVEMENT_EFFECT = 0.2  # a smallest effect so large that every TOST excludes it: the movement words decide
 NUDGE = 0.35  # a perturbation's sd in run sds: redraw ratio NUDGE^2 / 2 = 0.061 (measured: 0.036-0.127, pooled 0.06)
 ARCHIVE_SEEDS = 24
 # parent, treatment, control: the check's contrasts (grid_contrasts of these roles), weights per variant
 WEIGHTS = np.array([[-1.0, 1.0, 0.0], [-1.0, 0.0, 1.0], [0.0, 1.0, -1.0]])
 MOVES = ("redraw", "perturb")
+_SHORT = {CANNOT_TELL: "cannot tell (at K)"}  # a column header for the long verdict
 
 
 def simulate_studies(
@@ -74,7 +85,7 @@ def check_verdicts(archived: np.ndarray, new: np.ndarray, effect: float, alpha: 
     shifts = np.moveaxis(d_new - d_arch[:, :k], 1, -1)  # [S, C, K]
     mean, _, _, _, p = mean_interval(shifts)
     tost_p, _ = tost(shifts, effect, alpha)
-    _, _, high = redraw_ratio(shifts, d_arch.std(axis=1, ddof=1), n)
+    _, low, high = redraw_ratio(shifts, d_arch.std(axis=1, ddof=1), n)
     holm_p = holm(p)  # over the last axis: the contrasts of each study
     identical = np.all(new == archived[:, :k], axis=(1, 2))
     return [
@@ -84,6 +95,7 @@ def check_verdicts(archived: np.ndarray, new: np.ndarray, effect: float, alpha: 
             mean[s],
             tost_p[s],
             high[s],
+            low[s],
             identical=bool(identical[s]),
             effect=effect,
             alpha=alpha,
@@ -115,23 +127,48 @@ def ratio_coverage(
     return float(((low <= truth) & (truth <= high)).mean()), float((high < 1).mean())
 
 
-def table(studies: int = 4_000, seed: int = 20261206, alpha: float = 0.05) -> list[str]:
-    """The A/A check's verdict rates per scenario and K, as text lines (quoted in reports/LOG.md)."""
+def _truth(move: str, nudge: float, bias: float) -> str:
+    """The planted truth of a row in words: "redrawn", "perturbed" (with its redraw ratio), plus any bias."""
+    what = "redrawn" if move == "redraw" else f"perturbed (redraw ratio {nudge**2 / 2:.3g})"
+    return what if bias == 0 else f"{what}, a bias of {bias:.4g} nats/token"
+
+
+def table(
+    studies: int = 4_000, seed: int = 20261206, alpha: float = 0.05, rows: list | None = None
+) -> list[str]:
+    """The A/A check's verdict rates per scenario and K, as text lines (quoted in reports/LOG.md); each verdict's
+    rate also appended to ``rows`` (:class:`~harness.report.simulation.rules.Row`)."""
     rng = np.random.default_rng(seed)
+    boundary = math.sqrt(2 * PERTURBATION_RATIO)  # the nudge whose redraw ratio is PERTURBATION_RATIO
     lines = [
         f"Cross-machine A/A check, {studies} studies per row (binomial SE at alpha {binomial_se(alpha, studies):.4f}); "
         f"run sd {SD}, {ARCHIVE_SEEDS} archive seeds, parent/treatment/control (3 contrasts), smallest effect "
-        f"{EFFECT}, a perturbation nudges each run by {NUDGE} run sd (redraw ratio {NUDGE**2 / 2:.3g})",
+        f"{EFFECT} (and {MOVEMENT_EFFECT}, where the TOST passes and the movement decides); a perturbation nudges "
+        f"each run by {NUDGE} run sd (redraw ratio {NUDGE**2 / 2:.3g}), the boundary one by {boundary:.3g} "
+        f"(redraw ratio {PERTURBATION_RATIO:g}, the largest that still says 'redrawn' is wrong)",
         "",
-        f"{'move':>8} {'bias':>7} {'K':>3} " + " ".join(f"{v:>22}" for v in VERDICTS),
+        f"{'move':>8} {'ratio':>6} {'bias':>7} {'effect':>7} {'K':>3} "
+        + " ".join(f"{_SHORT.get(v, v):>22}" for v in VERDICTS),
     ]
-    for move in MOVES:
-        for bias in (0.0, EFFECT / 2, EFFECT, 2 * EFFECT):
-            for k in (2, 3, 8, 16):
-                rates = verdict_rates(k, studies, rng, move=move, bias=bias, alpha=alpha)
-                lines.append(
-                    f"{move:>8} {bias:>7.4f} {k:>3} " + " ".join(f"{rates[v]:>22.4f}" for v in VERDICTS)
-                )
+    scenarios = [("redraw", NUDGE), ("perturb", NUDGE), ("perturb", boundary)]
+    for move, nudge in scenarios:
+        for effect, biases in ((EFFECT, (0.0, EFFECT / 2, EFFECT, 2 * EFFECT)), (MOVEMENT_EFFECT, (0.0,))):
+            for bias in biases:
+                for k in (2, 3, 5, 8, 16):
+                    rates = verdict_rates(
+                        k, studies, rng, move=move, nudge=nudge, bias=bias, effect=effect, alpha=alpha
+                    )
+                    ratio = 1.0 if move == "redraw" else nudge**2 / 2
+                    lines.append(
+                        f"{move:>8} {ratio:>6.3g} {bias:>7.4f} {effect:>7.4f} {k:>3} "
+                        + " ".join(f"{rates[v]:>22.4f}" for v in VERDICTS)
+                    )
+                    setting = f"K = {k} pairs, smallest effect {effect:g} nats/token"
+                    for v in VERDICTS:
+                        if rows is not None:
+                            rows.append(
+                                Row("retrain", setting, _truth(move, nudge, bias), v, rates[v], studies)
+                            )
     lines += [
         "",
         "The redraw ratio's 95 % interval, one contrast",
@@ -146,6 +183,7 @@ def table(studies: int = 4_000, seed: int = 20261206, alpha: float = 0.05) -> li
 
 __all__ = [
     "EFFECT",
+    "MOVEMENT_EFFECT",
     "MOVES",
     "NUDGE",
     "check_verdicts",

@@ -3,7 +3,8 @@ verdict's rate under a planted gain, and sequential looks (DESIGN sections 6 and
 report's own decision functions, vectorised over the studies (see :mod:`harness.report.simulation.studies`, the
 command that prints this table and :mod:`harness.report.simulation.edges`'s).
 
-Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)`` (:func:`binomial_se`).
+Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)`` (:func:`binomial_se`); a rate
+as a record, for ``--json``: :class:`Row`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,21 @@ GAIN = -0.012  # planted treatment - parent gain, nats/token (4 noise SDs)
 FRACTIONS = (0.0, 0.4, 1.0)  # share of the gain each simulated control reproduces
 NS = (3, 5, 10)
 LOOKS = (3, 5, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One simulated rate as a record (``python -m harness.report.simulation.studies --json``): the ``table`` it
+    belongs to, the ``setting`` simulated (split, K, spread), the ``truth`` planted ("no effect", "perturbed",
+    "redrawn", a shift), what ``says`` it (the statistic or word counted: "banner", a test, "redrawn"), the
+    ``rate`` and the ``studies`` it is over."""
+
+    table: str
+    setting: str
+    truth: str
+    says: str
+    rate: float
+    studies: int
 
 
 def binomial_se(rate: float, studies: int) -> float:

@@ -35,7 +35,8 @@ Four tables, each with its own default seed so the numbers quoted in reports/LOG
     python -m harness.report.simulation.studies --tables rules --studies 4000 --seed 1
     python -m harness.report.simulation.studies --tables edges --studies 100000
     python -m harness.report.simulation.studies --tables retrain --studies 4000
-    python -m harness.report.simulation.studies --tables provenance --studies 2000   # about 10 minutes
+    python -m harness.report.simulation.studies --tables provenance --studies 2000   # about 20 minutes
+    python -m harness.report.simulation.studies --tables provenance,retrain --studies 2000 --json rows.json
 
 Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)``.
 """
@@ -43,12 +44,16 @@ Rates carry their binomial standard error ``sqrt(r (1 - r) / studies)``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+from pathlib import Path
 
 from harness.report.simulation import provenance, retrain
 from harness.report.simulation.edges import (
     edge_table,
 )
 from harness.report.simulation.rules import (
+    Row,
     table,
 )
 
@@ -58,16 +63,34 @@ TABLES = {
     "retrain": (retrain.table, 20261206),
     "provenance": (provenance.table, 20261206),
 }  # name: (table, default seed)
+ROW_TABLES = ("retrain", "provenance")  # the tables that also keep their rates as rows (--json)
+
+
+def _tables(value: str) -> list[str]:
+    """``--tables``: ``all`` or names from :data:`TABLES`, comma-separated (argparse type)."""
+    names = list(TABLES) if value == "all" else [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in names if v not in TABLES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: allowed are all or a comma-separated list of {', '.join(TABLES)}"
+        )
+    return list(dict.fromkeys(names))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.report.simulation.studies [--tables all|rules|edges|retrain|provenance] [--studies N] [--seed S]``: print the tables
-    (each at its own default seed unless ``--seed`` is given)."""
+    """``python -m harness.report.simulation.studies [--tables all|NAME[,NAME...]] [--studies N] [--seed S]
+    [--json FILE]``: print the tables (each at its own default seed unless ``--seed`` is given); ``--json``
+    also writes every row of the chosen tables that keep rows (:data:`ROW_TABLES`) as a list of objects with
+    ``table``, ``setting``, ``truth``, ``says``, ``rate`` and ``studies``
+    (:class:`harness.report.simulation.rules.Row`), the file written whole only once every table is done."""
     parser = argparse.ArgumentParser(
         prog="python -m harness.report.simulation.studies", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
-        "--tables", choices=["all", *TABLES], default="all", help="which tables to print (default all)"
+        "--tables",
+        type=_tables,
+        default="all",
+        help=f"all (default) or a comma-separated list of {', '.join(TABLES)}",
     )
     parser.add_argument(
         "--studies", type=int, default=20_000, help="simulated studies per row (default 20000)"
@@ -78,19 +101,43 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="random seed (default: 20261201 rules, 20261227 edges, 20261206 retrain and provenance)",
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"also write every row as JSON (tables {', '.join(ROW_TABLES)} only)",
+    )
     args = parser.parse_args(argv)
     if args.studies < 100:
         parser.error(f"--studies {args.studies}: use at least 100")
-    chosen = list(TABLES) if args.tables == "all" else [args.tables]
+    chosen = args.tables
+    if args.json is not None:
+        without = [t for t in chosen if t not in ROW_TABLES]
+        if without:
+            parser.error(
+                f"--json: table(s) {', '.join(without)} keep no rows; allowed: {', '.join(ROW_TABLES)}"
+            )
+        if not args.json.parent.is_dir():
+            parser.error(f"--json {args.json}: no folder {args.json.parent}")
     lines: list[str] = []
+    rows: list[Row] = []
     for name in chosen:
         make, seed = TABLES[name]
-        lines += ([""] if lines else []) + make(args.studies, seed if args.seed is None else args.seed)
+        seed = seed if args.seed is None else args.seed
+        made = make(args.studies, seed, rows=rows) if name in ROW_TABLES else make(args.studies, seed)
+        lines += ([""] if lines else []) + made
     print("\n".join(lines))
+    if args.json is not None:
+        text = json.dumps([dataclasses.asdict(r) for r in rows], indent=1) + "\n"
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.json)
     return 0
 
 
 __all__ = [
+    "ROW_TABLES",
     "TABLES",
     "main",
 ]

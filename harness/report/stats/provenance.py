@@ -30,15 +30,16 @@ Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` ru
 * with several classes, per comparison and cell, the **agreement** of the classes: the paired differences of
   the pairs whose two runs share a class, per class (n, mean, 95 % t interval), the straddling pairs in a
   row of their own (in no test), and a test of H0 "the hardware does not move this comparison": Welch's
-  heteroscedastic F (Welch 1951) of the classes' means as the statistic, its p by permutation of the class
-  labels over the pairs (:func:`~harness.report.stats.class_tests.class_agreement`: every distinct relabelling where there are at most
-  :data:`~harness.report.stats.class_tests.EXACT_LIMIT`, else :data:`~harness.report.stats.class_tests.PERMUTATIONS` seeded draws), exact when the hardware changes nothing (the
-  pairs then exchangeable across classes) at any split, where Welch's F law is liberal at unbalanced ones
-  (18:3 pairs: 7.6 % at level 5 %). A class enters the test with at least :data:`MIN_CLASS_PAIRS` pairs and
-  a non-zero spread; below, its row reads "too few pairs to tell" (the floor, simulated in
-  :mod:`harness.report.simulation.provenance`: with 2 pairs in a class only noisier than the rest the false
-  alarms reach 9-10 % at 18:2 and 6/4/2 splits, with the floor they stay within alpha + 2 SE there; a
-  3-pair class twice as noisy as a large one still gives 8.7-9.0 % at 18:3 and 24:3, said in the docs). A test
+  heteroscedastic F (Welch 1951) of the classes' means as the statistic, its p the larger of two
+  (:func:`~harness.report.stats.class_tests.class_agreement`): by permutation of the class labels over the
+  pairs (every distinct relabelling where there are at most :data:`~harness.report.stats.class_tests.EXACT_LIMIT`,
+  else :data:`~harness.report.stats.class_tests.PERMUTATIONS` seeded draws), exact when the hardware changes
+  nothing (the pairs then exchangeable across classes) at any split, and from the F law on (k - 1, the
+  smallest class's pairs - 1) df (:func:`~harness.report.stats.class_tests.spread_p`), whose level holds when
+  the hardware changes only a class's spread, where a permutation is liberal (a 3-pair class 3x as noisy at
+  18:3 and 24:3: one test alone 10 % by permutation, 3.4-3.9 % with both; the grid's banner within alpha +
+  2 SE at every split simulated; DESIGN section 13). A class enters the test with at least :data:`MIN_CLASS_PAIRS` pairs and a non-zero spread; below, its
+  row reads "too few pairs to tell" (the floor, simulated in :mod:`harness.report.simulation.provenance`). A test
   whose smallest attainable p is not below alpha (3 + 3 pairs: 0.1) is not run ("too few pairs to tell").
   Holm across the grid's agreement tests; each prints its MDE (:func:`~harness.report.stats.class_tests.agreement_mde`: the smallest shift of
   one class against the others it detects with power 0.8 at Holm's first-step level, noncentral F);
@@ -176,8 +177,8 @@ class ClassCheck:
 
     ``tested``: the classes in the agreement test (>= :data:`MIN_CLASS_PAIRS` pairs, non-zero spread), empty
     where no test ran (a class is never shown as tested by a test that did not run);
-    ``f``, ``df1``, ``df2``, ``p``, ``exact``, ``min_p``: :class:`~harness.report.stats.class_tests.Agreement` of H0 "every class's mean paired
-    difference is the same"; ``holm_p``: Holm across the grid's agreement tests; ``mde_nats`` the smallest
+    ``f``, ``df1``, ``df2``, ``p``, ``exact``, ``min_p``, ``p_permutation``, ``p_spread``:
+    :class:`~harness.report.stats.class_tests.Agreement` of H0 "every class's mean paired difference is the same"; ``holm_p``: Holm across the grid's agreement tests; ``mde_nats`` the smallest
     shift of one class against the rest it detects (power 0.8) at ``level``, Holm's first step (alpha / the
     grid's agreement tests). NaN where no test ran: ``note`` then says why (it starts with :data:`TOO_FEW`
     where pairs are what is missing). ``min_p`` is kept where the test was not run because it is not below
@@ -202,6 +203,8 @@ class ClassCheck:
     level: float = math.nan
 
     alpha: float = 0.05
+    p_permutation: float = math.nan
+    p_spread: float = math.nan
 
     @property
     def disagree(self) -> bool:
@@ -417,6 +420,8 @@ def class_check(
         "",
         a.exact,
         a.min_p,
+        p_permutation=a.p_permutation,
+        p_spread=a.p_spread,
     )
 
 
@@ -509,12 +514,10 @@ def within_status(verdict_all: str, verdict_within: str, n_within: int, power: f
 
 
 def _power(effect: float, sd: float, n: int, level: float, alternative: str) -> float:
-    """:func:`harness.report.stats.power.power_at`, with 1 where its noncentral t gives NaN far in the tail
-    (a usable sd and an effect many sds large)."""
+    """:func:`harness.report.stats.power.power_at`; NaN without a finite effect and a usable sd."""
     if not (math.isfinite(effect) and math.isfinite(sd) and sd > 0):
         return math.nan
-    p = float(power_at(effect, sd, n, level, alternative))
-    return 1.0 if math.isnan(p) else p
+    return float(power_at(effect, sd, n, level, alternative))
 
 
 def redecision_power(

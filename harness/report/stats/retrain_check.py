@@ -43,7 +43,15 @@ The answer, one of :data:`VERDICTS`, decided in this order:
 4. ``too few pairs to tell``: no bias shown, but some contrast's TOST does not exclude a bias of the
    smallest effect (the pairs neither show a bias nor rule one out);
 5. ``perturbed``: every contrast's redraw-ratio interval lies below 1 (the runs moved, far less than new
-   draws); else ``redrawn`` (some contrast moved as much as a redraw, or more).
+   draws);
+6. ``redrawn``: every contrast's redraw-ratio interval lies above :data:`PERTURBATION_RATIO` (it excludes
+   every perturbation that matters: a re-trained d keeping three quarters of its seed's draw);
+7. ``cannot tell perturbed from redrawn`` (at K pairs): neither interval rule holds; the K pairs do not say
+   which. "Redrawn" is a finding, never the fallthrough.
+
+Each word is wrong at most 2.5 % of the time at its boundary (one tail of a 95 % interval: a redraw called
+perturbed, a perturbation of ratio :data:`PERTURBATION_RATIO` called redrawn), at any K; simulated in
+:mod:`harness.report.simulation.retrain`.
 
 An MDE above the smallest effect alone does not make step 4: it is the power a test had before the data,
 and where the TOST excludes the smallest effect the pairs did tell. With no smallest effect (nothing
@@ -65,14 +73,20 @@ from harness.report.stats.floors import beyond_floor
 from harness.report.stats.pairing import comparisons_for
 from harness.report.stats.power import mde, power_at, tost_pairs_needed
 
-BIT_IDENTICAL, TOO_FEW, BIAS, PERTURBED, REDRAWN = (
+BIT_IDENTICAL, TOO_FEW, BIAS, PERTURBED, REDRAWN, CANNOT_TELL = (
     "bit-identical",
     "too few pairs to tell",
     "a bias",
     "perturbed",
     "redrawn",
+    "cannot tell perturbed from redrawn",  # said with "at K pairs" (:func:`cannot_tell`)
 )
-VERDICTS = (BIT_IDENTICAL, TOO_FEW, BIAS, PERTURBED, REDRAWN)
+VERDICTS = (BIT_IDENTICAL, TOO_FEW, BIAS, PERTURBED, REDRAWN, CANNOT_TELL)
+# The largest redraw ratio that is still a perturbation that matters: shifts of variance r x a redraw's leave
+# the re-trained d a correlation of 1 - r with its archived one, so up to 0.25 it keeps three quarters of its
+# seed's draw; twice the largest ratio measured on a perturbing machine (0.127, reports/factorial_study).
+# "redrawn" needs every contrast's interval above it (module docstring).
+PERTURBATION_RATIO = 0.25
 CONF = 0.95
 NAN = float("nan")
 
@@ -379,7 +393,9 @@ def retrain_check(
     runs = _run_shifts(archived, new, run_ids or {})
     pairs, out = _contrast_shifts(archived, new, contrasts, effect, alpha, power)
     verdict, reason = decide(
-        *zip(*((c.n, c.holm_p, c.mean, c.tost_p, c.var_ratio_high) for c in out), strict=True),
+        *zip(
+            *((c.n, c.holm_p, c.mean, c.tost_p, c.var_ratio_high, c.var_ratio_low) for c in out), strict=True
+        ),
         identical=all(r.new == r.archived for r in runs),
         effect=effect,
         alpha=alpha,
@@ -387,12 +403,18 @@ def retrain_check(
     return RetrainCheck(tuple(runs), tuple(pairs), tuple(out), effect, source, alpha, power, verdict, reason)
 
 
+def cannot_tell(n: int) -> str:
+    """The words of :data:`CANNOT_TELL` at ``n`` pairs."""
+    return f"{CANNOT_TELL} at {n} pairs"
+
+
 def decide(
-    n, holm_p, mean, tost_p, ratio_high, *, identical: bool, effect: float, alpha: float
+    n, holm_p, mean, tost_p, ratio_high, ratio_low, *, identical: bool, effect: float, alpha: float
 ) -> tuple[str, str]:
     """``(verdict, reason)`` of the check, in the module docstring's order, from per-contrast values
     (sequences over the contrasts): pairs ``n``, ``holm_p`` of the mean shift, the ``mean`` shift
-    (nats/token), ``tost_p`` at the smallest effect and the redraw ratio's upper 95 % bound ``ratio_high``.
+    (nats/token), ``tost_p`` at the smallest effect and the redraw ratio's 95 % bounds ``ratio_high`` and
+    ``ratio_low``.
     ``identical``: every re-trained NLL equals its archived one exactly; ``effect``: the smallest effect
     (NaN: none, no equivalence step). :func:`retrain_check` and the simulation
     (:mod:`harness.report.simulation.retrain`) both decide here."""
@@ -406,7 +428,12 @@ def decide(
         return TOO_FEW, "no bias shown, and a bias of the smallest effect not excluded"
     if all(math.isfinite(h) and h < 1 for h in ratio_high):
         return PERTURBED, "every contrast's redraw-ratio interval lies below 1"
-    return REDRAWN, "a contrast's redraw-ratio interval reaches 1"
+    if all(math.isfinite(lo) and lo > PERTURBATION_RATIO for lo in ratio_low):
+        return REDRAWN, f"every contrast's redraw-ratio interval lies above {PERTURBATION_RATIO:g}"
+    return CANNOT_TELL, (
+        f"at {min(n)} pairs a redraw-ratio interval reaches 1 and one reaches {PERTURBATION_RATIO:g} "
+        "(or cannot be computed)"
+    )
 
 
 def _run_shifts(archived: dict, new: dict, run_ids: dict) -> list[RunShift]:
@@ -491,6 +518,8 @@ def _contrast_shifts(
 __all__ = [
     "BIAS",
     "BIT_IDENTICAL",
+    "CANNOT_TELL",
+    "PERTURBATION_RATIO",
     "PERTURBED",
     "REDRAWN",
     "TOO_FEW",
@@ -500,6 +529,7 @@ __all__ = [
     "PairShift",
     "RetrainCheck",
     "RunShift",
+    "cannot_tell",
     "correlation",
     "decide",
     "grid_contrasts",
