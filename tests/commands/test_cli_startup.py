@@ -146,3 +146,23 @@ def test_work_with_nothing_queued_says_so_before_torch_and_lightning_load(tmp_pa
     assert (rc, err) == (0, ""), (rc, err)
     assert out == "nothing queued; worker stops\nworker trained 0 runs: 0 done, 0 diverged, 0 failed\n", out
     assert not mods & {"torch", "lightning"}, sorted(mods & {"torch", "lightning"})
+
+
+def test_the_package_imports_nothing_before_its_ctrl_c_handler():
+    """harness/__init__.py is the command's first code; its first act is the start-up SIGINT handler, so it
+    imports nothing before it (issue 66 row 4: a Ctrl-C as it imported ``threading``, before the handler, was
+    a KeyboardInterrupt traceback). In the importtime log, the imports nested under the package's own are
+    the lines just before its line, indented deeper: there are none."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|( *)(\S+)$", proc.stderr, flags=re.MULTILINE)
+    at = [name for _, name in log].index("harness")
+    depth = len(log[at][0])
+    nested = []
+    for indent, name in reversed(log[:at]):
+        if len(indent) <= depth:
+            break
+        nested.append(name)
+    assert nested == [], nested
