@@ -23,10 +23,13 @@ The notebook API: ``harness.results(RESULTS, grid=...)`` (a grid's tables as pol
 ``harness.analyze(RESULTS, grid=...)`` (the report's statistics), from :mod:`harness.report.api`.
 """
 
+# The first lines of the package: the start-up handler goes in before anything else is imported (a Ctrl-C
+# in the command's first second, importing torch, Optuna, Lightning, would otherwise be a KeyboardInterrupt
+# traceback from the import machinery; the command then installs its own handling). os and sys are loaded
+# with the interpreter, and _signal is the built-in module under signal (which first imports enum).
+import _signal
 import os
-import signal
 import sys
-import threading
 
 __version__ = "0.1.0"
 
@@ -48,10 +51,11 @@ def _started_as_command() -> bool:
     return as_module or os.path.basename(getattr(sys, "argv", [""])[0] or "") == "harness"
 
 
-# A Ctrl-C in the command's first second (importing torch, Optuna, Lightning) would otherwise be a
-# KeyboardInterrupt traceback from the import machinery; the command then installs its own handling.
-if _started_as_command() and threading.current_thread() is threading.main_thread():
-    signal.signal(signal.SIGINT, _interrupted_while_loading)
+if _started_as_command():
+    try:
+        _signal.signal(_signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # imported first in another thread than the main one: its handlers are not ours to set
+        pass
 
 API = ("results", "analyze")
 

@@ -32,7 +32,9 @@ from harness.common.interrupt import (
     InterruptedAfterWrite,
     InterruptedBeforeWrite,
     InterruptedIncomplete,
+    exit_interrupted,
     prompt_exit,
+    said_interrupted,
 )
 
 # name -> module under harness.commands, in the order of the research loop.
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Called as the process's entry (``argv`` None: the console script, ``python -m harness``), a
     Ctrl-C after the command ends (in the interpreter's shutdown: torch's and DuckDB's exit
-    callbacks) ends the process at once with 130 instead of a traceback from an exit callback.
+    callbacks) ends the process at once with 130 and one line saying the command had finished,
+    instead of a traceback from an exit callback.
     """
     try:
         return _run(sys.argv[1:] if argv is None else list(argv))
@@ -155,9 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, _exit_interrupted)
 
 
+#: What a Ctrl-C during the interpreter's shutdown says (exit 130): the command's work and output were complete.
+FINISHED_AS_IT_EXITED = "interrupted as it exited: the command had finished"
+
+
 def _exit_interrupted(signum, frame) -> None:
-    """SIGINT during the interpreter's shutdown: the command's output is flushed; skip the rest."""
-    os._exit(130)
+    """SIGINT during the interpreter's shutdown: the command's output is flushed; skip the rest, saying so."""
+    exit_interrupted(130, FINISHED_AS_IT_EXITED)
 
 
 def _run(argv: list[str]) -> int:
@@ -198,6 +205,7 @@ def _run(argv: list[str]) -> int:
             else "interrupted",
             file=sys.stderr,
         )
+        said_interrupted()
         return 130
     except BrokenPipeError:
         # `harness status | head`: the reader is gone; end quietly, as a shell tool killed by SIGPIPE

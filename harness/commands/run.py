@@ -124,14 +124,7 @@ def parse_overrides(items: list[str]) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     show = not args.quiet
-    console.phase(f"[{args.variant} s{args.seed}] loading torch and Lightning ...", show=show)
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
     from harness.design.config import RunConfig
-    from harness.train import RunInterrupted, train_run
-    from harness.train.execution import set_threads
-    from harness.train.result_file import stored_result
-    from harness.train.settings_check import check_run, check_settings
 
     console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
     check_accelerator(args.accelerator)  # a GPU asked for where there is none: one line
@@ -143,7 +136,6 @@ def main(args: argparse.Namespace) -> int:
             f"--stop-after-tokens {args.stop_after_tokens}: expected a positive number of tokens"
         )
     settings = execution_settings(args)
-    set_threads(settings.threads)
     config = RunConfig.adhoc(
         args.variant,
         args.size,
@@ -155,6 +147,16 @@ def main(args: argparse.Namespace) -> int:
         train=parse_overrides(args.set),
     )
     config.check_trainable()  # a budget, batch or vocabulary it cannot train: refused before the corpus
+    console.phase(f"[{args.variant} s{args.seed}] loading torch and Lightning ...", show=show)
+    # lazy: torch and Lightning (seconds on a busy machine) load only once the names above are checked
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from harness.train import RunInterrupted, train_run
+    from harness.train.execution import set_threads
+    from harness.train.result_file import stored_result
+    from harness.train.settings_check import check_run, check_settings
+
+    set_threads(settings.threads)
     check_settings(settings)  # what Lightning would refuse at run time (strategy, accelerator, devices)
     check_run(config, settings)  # a batch the ranks cannot split
     if not args.force:

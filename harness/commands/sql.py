@@ -34,6 +34,7 @@ import sys
 import warnings
 
 from harness.common.files import full_disk
+from harness.common.interrupt import interrupted
 
 FORMATS = ("table", "csv", "json")
 TABLE_LIMIT = 10_000  # rows the table format shows by default (--limit)
@@ -162,6 +163,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"harness sql: error: {exc}", file=sys.stderr)
         return 1
     except duckdb.Error as exc:
+        if interrupted():  # the Ctrl-C's own InterruptException (harness.common.interrupt): "interrupted"
+            raise KeyboardInterrupt from None
         full = full_disk(args.results)
         print(f"harness sql: error: {full + '; DuckDB: ' if full else ''}{exc}", file=sys.stderr)
         if isinstance(exc, duckdb.PermissionException) and re.search(

@@ -12,9 +12,13 @@ one on. Nor does the handler run at all while the main thread is inside a long n
 "interrupted" from a real error) and still raises ``KeyboardInterrupt``; and it sees the
 signal where no Python code of the main thread has to run: the interpreter's C-level
 handler writes the signal number to a pipe (:func:`signal.set_wakeup_fd`), and a watcher
-thread reading it starts a watchdog. If the process is still alive ``grace_s`` seconds
-later (a call that swallowed the interrupt, a blocking native call, a hanging interpreter
-shutdown), it ends with ``os._exit(code)``. A second Ctrl-C ends it at once. An exit at any
+thread reading it starts a watchdog, and asks every native call registered with
+:func:`interrupt_natively` (a DuckDB connection: its ``interrupt()``, which a query running in
+DuckDB's own code heeds where a Python signal handler may not run for its whole length) to stop.
+If the process is still alive ``grace_s`` seconds later (a call that swallowed the interrupt, a
+blocking native call, a hanging interpreter shutdown), it ends with ``os._exit(code)``. A second
+Ctrl-C ends it at once. Either way it first says ``interrupted`` on stderr, unless the command
+already said it (:func:`said_interrupted`): an exit 130 never comes without the word. An exit at any
 point leaves what a SIGKILL leaves, which the harness is built to survive: every file
 write is atomic (``harness.common.files``), the queue journal mends a torn line, and a run's
 lease covers a claim not given back.
@@ -26,6 +30,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,9 +52,53 @@ class Interrupt:
 SAME_KEYPRESS_S = 0.5
 
 
+_SAID = threading.Event()  # set once this process said "interrupted" (:func:`said_interrupted`)
+_NATIVE: weakref.WeakSet = (
+    weakref.WeakSet()
+)  # objects whose interrupt() a Ctrl-C calls (:func:`interrupt_natively`)
+
+
+def said_interrupted() -> None:
+    """Record that the command said ``interrupted`` (its own line, :func:`harness.cli.main`), so that an exit
+    forced later (:func:`exit_interrupted`) does not say it twice."""
+    _SAID.set()
+
+
+def exit_interrupted(code: int, words: str = "interrupted") -> None:
+    """End the process now with ``code``, saying ``words`` on stderr first unless the command already
+    said "interrupted". One ``os.write`` to descriptor 2 (no flush, no lock: the main thread may hold
+    stdout's, a write to a full pipe); then ``os._exit``."""
+    try:
+        if not _SAID.is_set():
+            _SAID.set()
+            os.write(2, f"{words}\n".encode())
+    except OSError:  # stderr closed or gone: the exit status still says it
+        pass
+    finally:
+        os._exit(code)
+
+
+def interrupt_natively(obj) -> None:
+    """Have a Ctrl-C inside a :func:`prompt_exit` block call ``obj.interrupt()`` from the watcher thread (a
+    DuckDB connection: the running query stops with DuckDB's ``InterruptException``, which the command
+    turns into "interrupted"). Held weakly: a closed, dropped connection is forgotten; an ``interrupt()``
+    that raises (a connection already closed) is ignored."""
+    _NATIVE.add(obj)
+
+
+def _interrupt_native() -> None:
+    """Call ``interrupt()`` of every object :func:`interrupt_natively` registered and still alive."""
+    for obj in list(_NATIVE):
+        try:
+            obj.interrupt()
+        except Exception:  # closed meanwhile: nothing of it to stop
+            pass
+
+
 def _watch(read_fd: int, code: int, grace_s: float, state: Interrupt) -> None:
-    """The watcher thread: on the first SIGINT byte from the wakeup pipe, start the watchdog;
-    on a later one, exit at once. Ends when every write end of the pipe is closed."""
+    """The watcher thread: on the first SIGINT byte from the wakeup pipe, start the watchdog and
+    interrupt the registered native calls; on a later one, exit at once. Ends when every write end
+    of the pipe is closed."""
     first = None
     with open(read_fd, "rb", buffering=0, closefd=False) as pipe:
         while data := pipe.read(64):
@@ -58,12 +107,13 @@ def _watch(read_fd: int, code: int, grace_s: float, state: Interrupt) -> None:
             now = time.monotonic()
             if first is None:
                 first, state.seen = now, True
-                # no flush on the way out: the main thread may hold stdout's lock (a write to a full pipe)
-                watchdog = threading.Timer(grace_s, os._exit, (code,))
+                watchdog = threading.Timer(grace_s, exit_interrupted, (code,))
                 watchdog.daemon = True  # a clean exit before it fires does not wait for it
                 watchdog.start()
+                if not state.held:  # a write completed first is not cut short
+                    _interrupt_native()
             elif now - first >= SAME_KEYPRESS_S:
-                os._exit(code)  # the second Ctrl-C: at once
+                exit_interrupted(code)  # the second Ctrl-C: at once
     _PIPES.discard(read_fd)
     os.close(read_fd)
 
@@ -191,7 +241,10 @@ __all__ = [
     "InterruptedIncomplete",
     "InterruptedBeforeWrite",
     "complete_before_interrupt",
+    "exit_interrupted",
+    "interrupt_natively",
     "interrupted",
     "prompt_exit",
     "raise_if_interrupted",
+    "said_interrupted",
 ]

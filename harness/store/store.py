@@ -32,6 +32,7 @@ import duckdb
 import polars as pl
 
 from harness.common.files import atomic_path
+from harness.common.interrupt import interrupt_natively
 from harness.common.terms import EXPORT_FORMATS, EXPORT_TABLES, check_grid
 from harness.store.connection import StoreLockedError, connect, create, ensure_schema
 from harness.store.frames import ArrowStream, frame, to_polars, to_polars_batches
@@ -123,9 +124,11 @@ class Store:
         Raises:
             StoreLockedError: still locked after ``timeout_s`` seconds (0: one try).
         """
-        return connect(
+        con = connect(
             self.db_path, read_only=read_only, timeout_s=timeout_s, files=files, init=self._ensure_schema
         )
+        interrupt_natively(con)  # a Ctrl-C stops its query at once (DuckDB may not run Python's handler)
+        return con
 
     def _create(self) -> None:
         """Make the database file whole, then give it its name (:func:`harness.store.connection.create`)."""
@@ -342,6 +345,7 @@ class Store:
             return
         if self._memory is None:
             con = duckdb.connect(":memory:")
+            interrupt_natively(con)
             self._ensure_schema(con)
             ingest_into(con, self.runs_dir)
             con.execute("SET enable_external_access = false")

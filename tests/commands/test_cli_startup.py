@@ -23,6 +23,7 @@ from harness.cli import COMMANDS, summary
 from harness.cli import main as cli_main
 from harness.store.store import Store
 
+from chaos import SAMPLE
 from queue_stubs import configs
 
 HEAVY = ("torch", "lightning", "optuna")
@@ -30,6 +31,14 @@ HEAVY = ("torch", "lightning", "optuna")
 
 def imported(*argv: str, cwd=None) -> set[str]:
     """Top-level packages a fresh ``python -m harness ARGV`` imports (from ``-X importtime``)."""
+    rc, mods, _, _ = run_logged(*argv, cwd=cwd)
+    assert rc == 0, mods
+    return mods
+
+
+def run_logged(*argv: str, cwd=None) -> tuple[int, set[str], str, str]:
+    """``(exit status, top-level packages imported, stdout, stderr less the importtime log)`` of a fresh
+    ``python -X importtime -m harness ARGV``."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "harness", *argv],
         capture_output=True,
@@ -37,10 +46,12 @@ def imported(*argv: str, cwd=None) -> set[str]:
         cwd=cwd,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", proc.stderr, flags=re.MULTILINE)
     assert "harness.cli" in names, proc.stderr[-2000:]  # the log was read
-    return {n.split(".")[0] for n in names}
+    err = "".join(
+        line for line in proc.stderr.splitlines(keepends=True) if not line.startswith("import time:")
+    )
+    return proc.returncode, {n.split(".")[0] for n in names}, proc.stdout, err
 
 
 #: What only a command's work needs: never loaded for help text (issue 40).
@@ -104,3 +115,54 @@ def test_status_and_sql_load_no_torch_or_lightning(tmp_path):
     assert "optuna" in status and not status & {"torch", "lightning"}, sorted(status & {"torch", "lightning"})
     sql = imported("sql", "select * from final", "--results", str(results))
     assert "duckdb" in sql and not sql & {"torch", "lightning", "optuna"}, sorted(sql & set(HEAVY))
+
+
+# A mistyped name or an empty queue is said before torch and Lightning load (issue 66 row 3: 17-35 s on a
+# busy 2-core machine, where `harness queue` refused the same variant in 2 s).
+RUN = ("run", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096", "--quiet")
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (("--variant", "rd_atnres"), "harness run: error: unknown variant 'rd_atnres'; valid variants: "),
+        (("--variant", "rd_attnres", "--set", "nosuch=1"), "harness run: error: "),
+    ],
+    ids=["variant", "set-key"],
+)
+def test_run_refuses_a_bad_name_before_torch_and_lightning_load(tmp_path, bad, words):
+    results = tmp_path / "results"
+    rc, mods, out, err = run_logged(*RUN, *bad, "--corpus", str(SAMPLE), "--results", str(results))
+    assert (rc, out) == (2, "") and err.startswith(words) and err.count("\n") == 1, (rc, out, err)
+    assert "nosuch" in err or "rd_atnres" in err, err
+    assert not mods & {"torch", "lightning"}, sorted(mods & {"torch", "lightning"})
+    assert not results.exists()
+
+
+def test_work_with_nothing_queued_says_so_before_torch_and_lightning_load(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    rc, mods, out, err = run_logged("work", "--results", str(results))
+    assert (rc, err) == (0, ""), (rc, err)
+    assert out == "nothing queued; worker stops\nworker trained 0 runs: 0 done, 0 diverged, 0 failed\n", out
+    assert not mods & {"torch", "lightning"}, sorted(mods & {"torch", "lightning"})
+
+
+def test_the_package_imports_nothing_before_its_ctrl_c_handler():
+    """harness/__init__.py is the command's first code; its first act is the start-up SIGINT handler, so it
+    imports nothing before it (issue 66 row 4: a Ctrl-C as it imported ``threading``, before the handler, was
+    a KeyboardInterrupt traceback). In the importtime log, the imports nested under the package's own are
+    the lines just before its line, indented deeper: there are none."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|( *)(\S+)$", proc.stderr, flags=re.MULTILINE)
+    at = [name for _, name in log].index("harness")
+    depth = len(log[at][0])
+    nested = []
+    for indent, name in reversed(log[:at]):
+        if len(indent) <= depth:
+            break
+        nested.append(name)
+    assert nested == [], nested

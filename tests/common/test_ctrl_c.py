@@ -19,7 +19,9 @@ import time
 
 import duckdb
 import pytest
+from test_ctrl_c_commands import QUERY_TICKS, cpu_ticks
 
+from harness.cli import FINISHED_AS_IT_EXITED
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.store import Store
 
@@ -116,11 +118,13 @@ def test_sigint_during_a_store_lock_wait_exits_0(results):
 
 
 def test_a_swallowed_ctrl_c_still_ends_the_process():
-    # a library that swallows the interrupt (its own Python handler, which does nothing): the watchdog ends it
+    # a library that swallows the interrupt (its own Python handler, which does nothing): the watchdog ends it,
+    # saying so (issue 71: its exit 130 said nothing)
     p = _swallowing(grace_s=1.0)
     try:
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=HANG_S) == 7
+        assert p.stderr.read() == "interrupted\n"
     finally:
         p.kill()
 
@@ -141,7 +145,9 @@ def _swallowing(grace_s: float, before: str = "") -> subprocess.Popen:
         f"with prompt_exit(7, grace_s={grace_s}):\n"
         + textwrap.indent(textwrap.dedent(before) + textwrap.dedent(loop), "    ")
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     p.said = []  # what ``before`` printed
     while (line := p.stdout.readline()) != "ready\n":
         if not line:
@@ -165,11 +171,53 @@ def test_a_ctrl_c_during_a_blocking_native_call_ends_the_process():
             time.sleep(120)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert p.stdout.readline() == "ready\n"
     p.send_signal(signal.SIGINT)
     try:
         assert p.wait(timeout=HANG_S) == 7
+        assert p.stderr.read() == "interrupted\n"
+    finally:
+        p.kill()
+
+
+def test_a_ctrl_c_stops_a_store_query_that_never_runs_pythons_handler(tmp_path):
+    """A DuckDB query may run on after a Ctrl-C without looking at Python's signal handler (``harness sql``
+    under load: the watchdog ended it 10 s later, issue 71): the watcher thread calls the connection's
+    ``interrupt()``, so the query ends with DuckDB's ``InterruptException`` at once. Here Python's handler
+    never raises (a library's own), and the watchdog would take 10 minutes: only the interrupt can end it."""
+    code = textwrap.dedent(
+        """
+        import signal, sys
+        import duckdb
+        from harness.common.interrupt import prompt_exit
+        from harness.store.store import Store
+
+        with prompt_exit(7, grace_s=600.0):
+            signal.signal(signal.SIGINT, lambda signum, frame: None)
+            with Store(sys.argv[1]).query_batches("select count(*) from range(100000000000) a") as batches:
+                print("ready", flush=True)
+                try:
+                    next(batches)
+                except duckdb.InterruptException as exc:
+                    print(f"stopped: {exc}", flush=True)
+                    sys.exit(5)
+        """
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "results")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout.readline() == "ready\n"
+        start = cpu_ticks(p.pid)
+        while cpu_ticks(p.pid) - start < QUERY_TICKS:  # the query is running (it scans a range)
+            time.sleep(0.01)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=HANG_S) == 5
+        out = p.stdout.read()  # after DuckDB's own progress bar, where it draws one (no newline after it)
+        assert out.endswith("stopped: INTERRUPT Error: Interrupted!\n"), out[-500:]
     finally:
         p.kill()
 
@@ -181,6 +229,7 @@ def test_a_second_ctrl_c_ends_the_process_at_once():
         time.sleep(1.0)  # a second keypress, not the same one
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=HANG_S) == 7
+        assert p.stderr.read() == "interrupted\n"
     finally:
         p.kill()
 
@@ -212,3 +261,22 @@ def test_a_forked_childs_ctrl_c_is_not_a_second_keypress():
         assert time.monotonic() - t0 >= 3.5, "the child's SIGINT was taken for a second Ctrl-C of the parent"
     finally:
         p.kill()
+
+
+def test_a_ctrl_c_in_the_interpreters_shutdown_says_the_command_had_finished():
+    """A Ctrl-C after the command returned, as the interpreter runs its exit callbacks (torch's, DuckDB's):
+    exit 130 at once, no traceback, and a line saying so (issue 71: it exited 130 saying nothing). The
+    SIGINT is sent from an exit callback, so it lands there every time."""
+    code = textwrap.dedent(
+        """
+        import atexit, os, signal, sys
+        from harness.cli import main
+
+        atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))
+        sys.argv = ["harness", "--help"]
+        sys.exit(main())
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
+    assert (p.returncode, p.stderr) == (130, f"{FINISHED_AS_IT_EXITED}\n"), (p.returncode, p.stderr)
+    assert "the research loop, one command each" in p.stdout  # the command's own output came first

@@ -47,15 +47,17 @@ def claim_next(queue, call, grid, wait: bool, poll_s: float, stop, orphans: Orph
             continue
         held = _held_line(pairs)
         if not wait:
-            log(
-                ("nothing queued" if held is None else held)
-                + (f" for grid {grid}" if grid else "")
-                + "; worker stops"
-            )
+            log(f"{nothing_queued(grid, held)}; worker stops")
             return None
         stop.wait(poll_s) if stop is not None else time.sleep(
             poll_s
         )  # each poll: one read of the live trials
+
+
+def nothing_queued(grid: str | None, held: str | None = None) -> str:
+    """What a worker that finds nothing to take says: ``nothing queued`` (or ``held``, the runs its hardware
+    gate left for another class), ``for grid NAME`` when it takes one grid's runs only."""
+    return ("nothing queued" if held is None else held) + (f" for grid {grid}" if grid else "")
 
 
 def _held_line(pairs) -> str | None:

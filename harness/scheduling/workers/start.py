@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.common import console
 from harness.common.terms import check_grid
 from harness.scheduling.queue.lease import BEAT_S
+from harness.scheduling.workers.claiming import nothing_queued
 from harness.scheduling.workers.loop import record_failure, train_unless_finished, work
 from harness.scheduling.workers.options import WorkOptions
 from harness.scheduling.workers.starting import starting
@@ -107,6 +108,16 @@ def checked_before_claims(queue, grid: str | None, settings: ExecutionSettings, 
     return lambda config: check_run(config, settings)
 
 
+def nothing_to_claim(queue, grid: str | None) -> bool:
+    """Whether a worker without ``--wait`` would stop at its first look (:func:`~harness.scheduling.workers.claiming.claim_next`):
+    no live (queued or running) run of ``grid`` (``None``: any), and no run whose retry was never created
+    (:meth:`~harness.scheduling.queue.run_queue.RunQueue.requeue_orphans` creates those, as the worker would).
+    One read of the live trials; a run queued a moment later is taken by the next worker started."""
+    if any(grid is None or t.grid == grid for t in queue.live()):
+        return False
+    return not queue.requeue_orphans()
+
+
 def _sigterm(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
@@ -141,11 +152,6 @@ def _run_worker(options: WorkOptions, train_fn, on_failure, stop, claiming) -> C
     from harness.scheduling.queue.run_queue import RunQueue  # lazy: Optuna, only with a queue
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space_needed = None
-    if train_fn is None:
-        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
-
-        set_threads(options.settings.threads)
     queue = RunQueue.open(
         options.storage, options.results, lease_timeout_s=options.lease_s, retry_s=options.storage_retry_s
     )
@@ -156,7 +162,7 @@ def _run_worker(options: WorkOptions, train_fn, on_failure, stop, claiming) -> C
             if not options.wait:
                 raise
             print(f"note: {exc}; waiting for it to be queued (--wait)")
-    claim = settings = check_run = locator = pairs = None
+    claim = settings = check_run = locator = pairs = space_needed = None
     if train_fn is None or options.corpus is not None:  # a stand-in train function reads no corpus
         # lazy: numpy, only where a corpus is read
         from harness.corpus.locate import CorpusLocator
@@ -168,6 +174,14 @@ def _run_worker(options: WorkOptions, train_fn, on_failure, stop, claiming) -> C
             locator.check_queue(queue, [g for g, c in counts.items() if c.get("queued")])
     if train_fn is None:
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
+        if not options.wait and nothing_to_claim(queue, options.grid):  # said before torch and Lightning load
+            if claim is not None:
+                claim.release()
+            print(f"{nothing_queued(options.grid)}; worker stops")
+            return Counter()
+        from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
+
+        set_threads(options.settings.threads)
         settings, train_fn = options.settings.replace(devices=devices), train_unless_finished
         check_run = checked_before_claims(queue, options.grid, settings, claim)
         pairs = _pair_gate(settings, options.any_hardware)
@@ -221,6 +235,7 @@ def _pair_gate(settings: ExecutionSettings, anywhere: bool):
 __all__ = [
     "check_writable",
     "checked_before_claims",
+    "nothing_to_claim",
     "worker_devices",
     "run_worker",
 ]
