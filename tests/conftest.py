@@ -100,6 +100,22 @@ def chaos_reference(tmp_path_factory) -> dict[str, float]:
     return chaos.reference(tmp_path_factory.mktemp("chaos-reference"), CHAOS_CELLS)
 
 
+@pytest.fixture(scope="session")
+def aa_tiny_archive(tmp_path_factory) -> tuple[Path, dict]:
+    """``(archive, env)``: test_retrain's tiny grid (2 variants x 2 seeds, one thread, the default
+    routing) queued, trained and archived once per test process (:func:`test_retrain.archived_tiny`).
+    Tests that re-train it read the archive (made read-only) and re-train into folders of their own."""
+    import stat
+
+    from test_retrain import SAMPLE, archived_tiny  # lazy: the e2e helpers, only for the tests that use them
+
+    if not SAMPLE.is_dir():
+        pytest.skip(f"sample corpus absent: {SAMPLE}")
+    archive, env = archived_tiny(tmp_path_factory.mktemp("aa-tiny"))
+    archive.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    return archive, env
+
+
 # `pytest -m "not slow"` is the developer's loop (README); `make test` runs everything. A test is slow
 # when it starts a real service through one of these fixtures; tests that start Chromium or train
 # for long carry `@pytest.mark.slow` (or a module-level `pytestmark`) in their own file.
