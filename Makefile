@@ -11,7 +11,7 @@ GRID_NAME = $(basename $(notdir $(GRID)))
 THREADS ?= 1
 export HARNESS_PROGRESS = lines
 
-.PHONY: venv test lint demo reports lock clean
+.PHONY: venv test test-quick lint demo reports lock clean
 
 # Each step says what it does first (pip -q is silent for minutes otherwise).
 $(STAMP): pyproject.toml requirements.lock
@@ -28,9 +28,16 @@ venv: $(STAMP)
 
 # The test files in $(TEST_WORKERS) processes (pytest-xdist; a file's tests stay in one process, so each
 # file's fixtures start once): most tests wait on subprocesses and services, so 2 halve the time on 2 cores.
+# --no-loadscope-reorder: the files go out in conftest's order (LONGEST_FIRST), not xdist's default of
+# most tests first, which sent the longest files (few tests each) out last, to one process alone at the end.
 TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q $(XDIST)
+
+# The developer's inner loop (docs/running.md: its time and what it covers): every test not marked slow.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST)
 
 # ruff (rules and why in pyproject's [tool.ruff]): the lint, then the formatter as a check; `ruff format .` fixes the latter;
 # then the largest files and functions, printed as guidance (scripts/size_report.py; never a failure).

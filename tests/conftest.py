@@ -100,6 +100,22 @@ def chaos_reference(tmp_path_factory) -> dict[str, float]:
     return chaos.reference(tmp_path_factory.mktemp("chaos-reference"), CHAOS_CELLS)
 
 
+@pytest.fixture(scope="session")
+def aa_tiny_archive(tmp_path_factory) -> tuple[Path, dict]:
+    """``(archive, env)``: test_retrain's tiny grid (2 variants x 2 seeds, one thread, the default
+    routing) queued, trained and archived once per test process (:func:`test_retrain.archived_tiny`).
+    Tests that re-train it read the archive (made read-only) and re-train into folders of their own."""
+    import stat
+
+    from test_retrain import SAMPLE, archived_tiny  # lazy: the e2e helpers, only for the tests that use them
+
+    if not SAMPLE.is_dir():
+        pytest.skip(f"sample corpus absent: {SAMPLE}")
+    archive, env = archived_tiny(tmp_path_factory.mktemp("aa-tiny"))
+    archive.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    return archive, env
+
+
 # `pytest -m "not slow"` is the developer's loop (README); `make test` runs everything. A test is slow
 # when it starts a real service through one of these fixtures; tests that start Chromium or train
 # for long carry `@pytest.mark.slow` (or a module-level `pytestmark`) in their own file.
@@ -128,30 +144,41 @@ SLOW_CASES = frozenset(
 )
 
 
-# The files that take longest (measured: `pytest --durations=0`, per-file sums of 40-210 s on 2 cores),
-# longest first. They run first, so that `make test`'s two processes (pytest-xdist, a file per
-# process at a time) do not end with one of them alone on a long file while the other is idle.
+# The files that take longest (measured: `pytest --durations=0`, per-file sums; docs/running.md has the
+# table), longest first. They run first (the Makefile's --no-loadscope-reorder keeps this order; xdist's
+# default sends files with the most tests first), so that `make test`'s two processes (pytest-xdist, a
+# file per process at a time) do not end with one of them alone on a long file while the other is idle.
+# The not-slow ones among them (test_refusals_leave_nothing, test_data, test_models, test_corpus_refusals)
+# also lead `make test-quick`.
 LONGEST_FIRST = (
     "test_cuda_twins.py",  # a cold inductor cache makes it the longest of all
     "test_compile_worker.py",  # 10 models compiled by one worker
     "test_compile_ddp.py",
-    "test_scaleout.py",
+    "test_scaleout.py",  # the chaos reference (12 cells) and SLURM
+    "test_refusals_leave_nothing.py",  # the longest of the developer's loop
     "test_launch.py",
     "test_faults.py",
     "test_env_faults.py",
+    "test_factorial_study.py",  # 12 tiny runs
     "test_ranks.py",
+    "test_data.py",
+    "test_followup.py",  # 9 tiny runs
     "test_gpu_check.py",
     "test_microbatch.py",
+    "test_models.py",
     "test_new_user_commands.py",
     "test_ctrl_c_commands.py",
     "test_progress_display.py",
     "test_prepare.py",
+    "test_corpus_refusals.py",
     "test_fencing.py",
     "test_queue_work_report.py",
     "test_tune.py",
     "test_readme_quickstart.py",
     "test_ddp.py",
     "test_compile_resume.py",
+    "test_retrain.py",
+    "test_routing_paths.py",
 )
 
 

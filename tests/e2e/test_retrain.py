@@ -198,9 +198,11 @@ def test_retrain_refuses_before_training_in_one_line(tmp_path):
         assert not fresh.exists()
 
 
-@pytest.mark.slow  # trains 4 tiny runs twice
+@pytest.mark.slow  # re-trains 4 tiny runs (their archive: conftest.aa_tiny_archive, trained once per process)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
-def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_what_retrained_them(tmp_path):
+def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_what_retrained_them(
+    tmp_path, aa_tiny_archive
+):
     """Archived at --threads 1, re-trained at --threads 2. On a CPU whose kernels split their sums by thread the
     runs move by about a millionth of a nat (measured on an Intel Xeon); this machine's tiny-model kernels do
     not split, and the runs repeat bit for bit. So the test then moves each re-trained run's final NLL by such a
@@ -208,7 +210,7 @@ def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_wha
     test rests on fewer than 3), so the answer is 'too few pairs to tell' with how little the runs moved, never
     'a fresh draw' or 'like new draws'; the output names the commit, numerics and hardware class the re-trained
     runs' result files record."""
-    archive, env = archived_tiny(tmp_path)
+    archive, env = aa_tiny_archive
     again = tmp_path / "again"
     args = ["retrain", str(archive), "--pairs", "2", "--threads", "2", "--results", str(again)]
     args += ["--corpus", str(SAMPLE), "--json", str(tmp_path / "aa.json")]
@@ -277,12 +279,12 @@ def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
     assert "Traceback" not in err
 
 
-@pytest.mark.slow  # trains 4 tiny runs three times
+@pytest.mark.slow  # re-trains 4 tiny runs twice (their archive: conftest.aa_tiny_archive)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
-def test_retrain_shows_each_runs_progress_as_work_does(tmp_path):
+def test_retrain_shows_each_runs_progress_as_work_does(tmp_path, aa_tiny_archive):
     """On a terminal of its own `harness retrain` draws each run's bar (tqdm, redrawn with carriage returns),
     as `harness work` does; --quiet shows none. Lines off a terminal, from 2 worker processes: the first test."""
-    archive, env = archived_tiny(tmp_path)
+    archive, env = aa_tiny_archive
     args = ["retrain", str(archive), "--pairs", "2", "--threads", "1", "--corpus", str(SAMPLE)]
 
     term = Terminal()

@@ -15,15 +15,15 @@ import csv
 import json
 
 import pytest
-from test_retrain import SAMPLE, archived_tiny, harness  # tests/ and its folders are on sys.path under pytest
+from test_retrain import SAMPLE, harness  # tests/ and its folders are on sys.path under pytest
 
 from harness.train.retrain import MARKER
 
 
-@pytest.mark.slow  # trains 4 tiny runs once
+@pytest.mark.slow  # re-trains 4 tiny runs (their archive: conftest.aa_tiny_archive)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
-def test_report_only_states_the_workers_and_threads_the_runs_trained_with(tmp_path):
-    archive, env = archived_tiny(tmp_path)
+def test_report_only_states_the_workers_and_threads_the_runs_trained_with(tmp_path, aa_tiny_archive):
+    archive, env = aa_tiny_archive  # trained once per test process (conftest)
     again = tmp_path / "again"
     base = ["retrain", str(archive), "--pairs", "2", "--results", str(again), "--corpus", str(SAMPLE)]
     harness(*base, "--workers", "1", "--threads", "1", "--quiet", env=env)
