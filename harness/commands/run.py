@@ -36,7 +36,8 @@ from harness.common import console
 from harness.common.terms import ROLES
 from harness.corpus.spec import check_corpus, choose_corpus
 from harness.data.prepared import cache_dir
-from harness.design.train_table import TRACKERS, parse_value
+from harness.design.settings import TRACKERS
+from harness.design.train_table import parse_value
 from harness.models.sizes import SIZES
 from harness.scheduling.grids.corpus_need import check_gpt2_files
 from harness.scheduling.workers.devices import check_accelerator

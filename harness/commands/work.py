@@ -74,8 +74,9 @@ from harness.commands.options import (
     add_routing_argument,
     add_storage,
     execution_settings,
+    set_unflagged_defaults,
 )
-from harness.design.train_table import TRACKERS
+from harness.design.settings import TRACKERS
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.queue.storage import STORAGE_RETRY_S
 from harness.scheduling.workers.devices import check_accelerator
@@ -150,6 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
     add_routing_argument(parser)
+    set_unflagged_defaults(
+        parser, "num_nodes", "stop_after_tokens"
+    )  # a worker's runs: one node, no planned stop
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     _add_hardware_argument(parser)
     parser.add_argument(
@@ -223,12 +227,12 @@ def work_options(args: argparse.Namespace) -> WorkOptions:
         retries=args.retries,
         lease_s=args.lease_s,
         storage_retry_s=args.storage_retry_s,
-        create=getattr(args, "create", False),
+        create=args.create,
         devices=args.devices,
         gpus=args.gpus,
-        any_hardware=getattr(args, "any_hardware", False),
+        any_hardware=args.any_hardware,
         settings=execution_settings(args, devices=1),  # the ranks per run: from the worker's GPU claim
-        corpus=getattr(args, "corpus", None),
+        corpus=args.corpus,
     )
 
 

@@ -210,8 +210,6 @@ def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, 
 
 
 __all__ = [
-    "PAIR_HARDWARE",
-    "DEFAULT_PAIR_HARDWARE",
     "POLICY_ATTR",
     "BIND_PREFIX",
     "TRIAL_ATTR",
