@@ -82,17 +82,20 @@ def add_accelerator_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_setting_argument(p: argparse.ArgumentParser, name: str) -> None:
-    """The flag of the setting ``name`` (``--micro-batch-size``, ``--routing``), its choices and help text from
-    its declaration (:data:`harness.design.settings.SETTINGS`). Not given, it is ``None``: the grid's
-    ``[train]`` value, else the declared default (:meth:`~harness.train.execution.ExecutionSettings.for_run`).
+    """The flag of the setting ``name`` (``--micro-batch-size``, ``--routing``, ``--num-nodes``...), its type,
+    choices and help text from its declaration (:data:`harness.design.settings.SETTINGS`). Not given, a setting a
+    ``[train]`` table may set is ``None`` (the grid's value, else the declared default:
+    :meth:`~harness.train.execution.ExecutionSettings.for_run`), any other its declared default.
     """
     setting = BY_NAME[name]
+    typed = {} if setting.in_table else {"type": int} if setting.kind == "int" else {}
     p.add_argument(
         setting.flag,
-        default=None,
+        default=None if setting.in_table else setting.default,  # a [train] setting: None, the grid's
         choices=setting.choices if setting.kind == "str" else None,
         metavar=setting.metavar,
         help=setting.help.replace("%", "%%"),  # argparse formats help with %
+        **typed,
     )
 
 

@@ -124,7 +124,11 @@ class Setting:
             )
         )
         default = (
-            f"the grid's [train] {self.name}, else {self.default}" if self.in_table else str(self.default)
+            f"the grid's [train] {self.name}, else {self.default}"
+            if self.in_table
+            else "none"
+            if self.default is None
+            else str(self.default)
         )
         return f"{self.meaning} ({where}). Default: {default}"
 
@@ -264,12 +268,14 @@ SETTINGS: tuple[Setting, ...] = (
         "num_nodes",
         "int",
         1,
-        "nodes of the run, each rank started by torchrun or srun",
+        "nodes of this run, each rank started by torchrun or srun: docs/paper-scale.md",
         protocol=False,
         range="> 0",
         rerounds=True,
         per_cell=False,
         in_table=False,
+        flag="--num-nodes",
+        metavar="N",
     ),
     Setting(
         "threads",
@@ -288,6 +294,8 @@ SETTINGS: tuple[Setting, ...] = (
         "checkpoint and stop after this many tokens (a planned stop; run again to resume)",
         protocol=False,
         in_table=False,
+        flag="--stop-after-tokens",
+        metavar="TOKENS",
     ),
 )
 

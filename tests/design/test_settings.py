@@ -123,3 +123,18 @@ def test_launch_passes_the_micro_batch_size_and_routing_to_its_workers(tmp_path)
     assert "--micro-batch-size" not in _work_argv(plain, None)
     with pytest.raises(ValueError, match="^micro_batch_size='x' is not an int or 'auto'$"):
         _work_options(build_parser().parse_args([*base, "--micro-batch-size", "x"]), None)
+
+
+def test_run_takes_its_command_line_only_settings_from_the_declaration():
+    """``--num-nodes`` and ``--stop-after-tokens`` of ``harness run``: typed, defaulted and explained by their
+    declarations."""
+    for name in ("num_nodes", "stop_after_tokens"):
+        setting = BY_NAME[name]
+        assert _help(["run"], setting.flag).replace("%%", "%") == setting.help
+    args = build_parser().parse_args(
+        ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"]
+    )
+    assert (args.num_nodes, args.stop_after_tokens) == (1, None)
+    assert BY_NAME["stop_after_tokens"].help.endswith(
+        "(execution setting: the run id and the protocol hash stay). Default: none"
+    )
