@@ -55,9 +55,10 @@ that run (rank 0 is this worker, which holds the lease). A rank that dies stops 
 seconds: the run is queued again (no retry spent) and the worker stops, naming the rank.
 
 Hardware: each run records its hardware class (device model, precision, torch, compile) and its
-numerics (the training code's numerics revision on its routing path, e.g. two_phase/2; --routing picks
-the path). With a grid's [schedule] pair_hardware = "same" (the default) the first run of a seed binds
-the seed to its worker's class and numerics, and the seed's other runs wait for a worker of both
+numerics key (the training code's numerics revision on its routing path, e.g. two_phase/2, --routing
+picks the path; the micro-batch size as resolved; the world size). With a grid's [schedule] pair_hardware
+= "same" (the default) the first run of a seed binds the seed to its worker's class and numerics key, and
+the seed's other runs wait for a worker of both
 (`harness status` shows runs waiting for a class no live worker has); --any-hardware lets this worker
 take them (docs/scaling-out.md).
 """
