@@ -13,11 +13,16 @@ export HARNESS_PROGRESS = lines
 
 .PHONY: venv test lint demo reports lock clean
 
+# Each step says what it does first (pip -q is silent for minutes otherwise).
 $(STAMP): pyproject.toml requirements.lock
+	@echo "== make venv: the virtual environment $(VENV) ($(PY) -m venv), then rd-harness and its pinned dependencies"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "== upgrading pip in $(VENV)"
 	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "== installing rd-harness[test] with requirements.lock's versions (torch, Lightning, DuckDB, polars, ...): the long step, minutes on a fresh venv"
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $(STAMP)
+	@echo "== $(VENV) ready: $(BIN)/harness --help; make test; make demo"
 
 venv: $(STAMP)
 

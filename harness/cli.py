@@ -28,7 +28,12 @@ from pathlib import Path
 
 from harness.common.console import setup_logging
 from harness.common.files import default_results, fmt_bytes, free_bytes, full_disk
-from harness.common.interrupt import InterruptedAfterWrite, InterruptedIncomplete, prompt_exit
+from harness.common.interrupt import (
+    InterruptedAfterWrite,
+    InterruptedBeforeWrite,
+    InterruptedIncomplete,
+    prompt_exit,
+)
 
 # name -> module under harness.commands, in the order of the research loop.
 COMMANDS = {
@@ -189,7 +194,7 @@ def _run(argv: list[str]) -> int:
     except KeyboardInterrupt as exc:
         print(
             f"interrupted ({exc})"
-            if isinstance(exc, (InterruptedAfterWrite, InterruptedIncomplete))
+            if isinstance(exc, (InterruptedAfterWrite, InterruptedBeforeWrite, InterruptedIncomplete))
             else "interrupted",
             file=sys.stderr,
         )

@@ -16,12 +16,14 @@ import torch
 
 from harness.bench import intervals
 from harness.bench.flops import mfu as model_mfu
-from harness.bench.flops import model_flops_per_token
 from harness.bench.ratios import loop_ratio, paired_summary, ratio_keys, ratio_targets, step_ratio_pairs
 from harness.bench.routing_cost import routing_cost_fields, routing_pairs, routing_path_fields
-from harness.bench.settings import LOOPS, PRECISION_RATIO, BenchConfig, device_peak_flops
+from harness.bench.settings import LOOPS, PRECISION_RATIO, BenchConfig, default_precision, device_peak_flops
 from harness.common.files import atomic_write
-from harness.models.sizes import get_size
+from harness.models import get_spec
+from harness.models.flops import ROUTING_PATHS, model_flops_per_token, training_flops_per_token
+from harness.models.sizes import derive, get_size
+from harness.train.environment import hardware_class
 
 
 def assemble(
@@ -157,6 +159,9 @@ def _provenance(cfg: BenchConfig, device: torch.device, created: dt.datetime) ->
     return {
         "device": device.type,
         "device_name": _device_name(device),
+        # the class a run on this device and precision records (DESIGN 13): the report's time multiplier per
+        # class reads this bench's step ratios for it (DESIGN 14)
+        "hardware": hardware_class(device.type, default_precision(device), bool(cfg.compile)),
         "min_steps": cfg.steps,
         "max_steps": cfg.max_steps,
         "warmup": cfg.warmup,
@@ -176,17 +181,31 @@ def _mfu(
     cfg: BenchConfig, device: torch.device, context: int, n_params: dict, tokens_per_s: dict, loop_tps: dict
 ) -> dict:
     """``mfu`` (per variant and loop; ``None`` without a known bf16 peak, ``mfu_note`` says why),
-    ``flops_per_token`` (``6 N + 12 L D T``, :mod:`harness.bench.flops`) and ``peak_flops`` of the device."""
+    ``flops_per_token`` (``6 N + 12 L D T``, :mod:`harness.bench.flops`), ``training_flops_per_token`` (routing
+    included, :func:`harness.models.flops.training_flops_per_token`) and ``peak_flops`` of the device."""
     peak, why = device_peak_flops(device, cfg.peak_tflops)
     preset = get_size(cfg.size)
     flops = {
         v: model_flops_per_token(n, preset.n_layers, preset.d_model, context) for v, n in n_params.items()
     }
+    shape = derive(cfg.size, context=context)
+    spent = {}  # routing included: what the report's compute multiplier charges a variant (DESIGN 14)
+    for v, n in n_params.items():
+        name, _, arm = v.partition("@")  # an arm: variant@per_site, variant@bf16-mixed
+        spent[v] = training_flops_per_token(
+            get_spec(name), shape, n, arm if arm in ROUTING_PATHS else "two_phase"
+        )
     mfu = None
     if peak:
         mfu = {v: model_mfu(flops[v], tps, peak) for v, tps in tokens_per_s.items()}
         mfu.update({name: model_mfu(flops[cfg.loop_variant], tps, peak) for name, tps in loop_tps.items()})
-    return {"mfu": mfu, "mfu_note": None if peak else why, "flops_per_token": flops, "peak_flops": peak}
+    return {
+        "mfu": mfu,
+        "mfu_note": None if peak else why,
+        "flops_per_token": flops,
+        "training_flops_per_token": spent,
+        "peak_flops": peak,
+    }
 
 
 METHOD = {

@@ -27,9 +27,8 @@ sources and ``N`` = the routes of all its sites (:class:`~harness.models.routing
   gradients) + ``R`` (``acc``, for the correction's gradient) + ``2 p`` (the partial and its
   accumulated gradient), writes ``R`` (``acc`` gradients) + ``p``.
 
-FLOPs per token, forward: ``4 D`` per (source, route) pair (a logit's dot product and its
-multiply-add into the mix) and, two-phase, ``3 D`` per route for the merge; backward twice the
-forward (the usual 2x, Kaplan et al. 2020, arXiv 2001.08361, section 2.1).
+FLOPs per token: :func:`harness.models.flops.routing_flops_per_token` (the one count, shared with the
+report's compute multiplier).
 
 Roofline: routing's time per token is ``bytes / bandwidth`` (it is memory-bound: ~1 FLOP per byte
 against a GPU's ~300), the rest of the step ``model FLOPs / (peak * MFU)``
@@ -40,13 +39,12 @@ against a GPU's ~300), the rest of the step ``model FLOPs / (peak * MFU)``
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 import torch
 
-from harness.bench.flops import model_flops_per_token
 from harness.bench.peaks import MEMORY_BANDWIDTH, PEAK_FLOPS
 from harness.models import count_params, get_spec
+from harness.models.flops import model_flops_per_token, routing_blocks, routing_flops_per_token
 from harness.models.gpt import DepthRoutedLM
 from harness.models.sizes import ModelConfig, derive
 from harness.models.spec import VariantSpec
@@ -58,45 +56,6 @@ MFU_GOAL = 0.45
 #: Sequences per micro-batch of the estimate at 120m/343m (the paper's 1,024-token context);
 #: the per-token model does not depend on it, it is recorded with the estimate.
 PAPER_MICRO_BATCH = 8
-
-
-@dataclass(frozen=True)
-class SiteShape:
-    """One routing site: ``completed`` sources, ``partial`` (routes over the in-progress block
-    too), ``routes`` (R)."""
-
-    completed: int
-    partial: bool
-    routes: int
-
-
-def routing_blocks(spec: VariantSpec, cfg: ModelConfig) -> list[list[SiteShape]]:
-    """The routing sites of a model grouped by the completed sources they share, in call order.
-
-    Block AttnRes: one group per block (the boundary's attention site routes over the completed
-    blocks alone, the others add the partial; the output site joins the last block). Full AttnRes:
-    every site is a group of its own (a new source after each sublayer). Sites over a single
-    source (layer 0's attention site) do no routing and are left out; ``prenorm`` has none.
-    """
-    if spec.residual == "prenorm":
-        return []
-    R = {site: len(spec.sites[site].routes) for site in ("attn", "mlp", "out")}
-    L = cfg.n_layers
-    if spec.residual == "full":
-        groups = [[SiteShape(1 + k, False, R["attn" if k % 2 == 0 else "mlp"])] for k in range(1, 2 * L)]
-        return groups + [[SiteShape(1 + 2 * L, False, R["out"])]]
-    every = cfg.block_size // 2
-    blocks = []
-    for l0 in range(0, L, every):
-        S = 1 + l0 // every  # the embedding and the blocks closed so far
-        sites = [] if l0 == 0 else [SiteShape(S, False, R["attn"])]
-        sites.append(SiteShape(S, True, R["mlp"]))
-        for _ in range(l0 + 1, min(l0 + every, L)):
-            sites += [SiteShape(S, True, R["attn"]), SiteShape(S, True, R["mlp"])]
-        if l0 + every >= L:
-            sites.append(SiteShape(S, True, R["out"]))
-        blocks.append(sites)
-    return blocks
 
 
 def routing_traffic(spec: VariantSpec, cfg: ModelConfig, path: str, dtype_bytes: int = 4) -> dict[str, float]:
@@ -112,27 +71,23 @@ def routing_traffic(spec: VariantSpec, cfg: ModelConfig, path: str, dtype_bytes:
     if path not in ("two_phase", "per_site"):
         raise ValueError(f"routing path {path!r}; allowed: two_phase, per_site")
     fr = fw = br = bw = 0  # in D-vectors per token
-    fwd_flops = 0  # in units of D
     for block in routing_blocks(spec, cfg):
         if path == "per_site":
             for s in block:
                 n = s.completed + s.partial
                 fr, fw = fr + 2 * n, fw + s.routes
                 br, bw = br + s.routes + 2 * n, bw + n
-                fwd_flops += 4 * n * s.routes
             continue
         S, N = block[0].completed, sum(s.routes for s in block)
         fr, fw, br, bw = fr + 2 * S, fw + N, br + N + 2 * S, bw + S
-        fwd_flops += 4 * S * N
         for s in block:
             p = int(s.partial)
             fr, fw = fr + s.routes + 2 * p, fw + s.routes
             br, bw = br + 2 * s.routes + 2 * p, bw + s.routes + p
-            fwd_flops += 4 * p * s.routes + 3 * s.routes
     unit = cfg.d_model * dtype_bytes
     out = {"fwd_read": fr * unit, "fwd_write": fw * unit, "bwd_read": br * unit, "bwd_write": bw * unit}
     out["bytes"] = sum(out.values())
-    out["flops"] = 3 * fwd_flops * cfg.d_model
+    out["flops"] = routing_flops_per_token(spec, cfg, path)
     return out
 
 
@@ -292,8 +247,6 @@ def estimate_vs_measured(result: dict) -> list[str]:
 __all__ = [
     "MFU_GOAL",
     "PAPER_MICRO_BATCH",
-    "SiteShape",
-    "routing_blocks",
     "routing_traffic",
     "roofline",
     "routing_path_arms",

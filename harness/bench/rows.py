@@ -16,6 +16,7 @@ def bench_rows(result: dict) -> list[dict]:
     common = {k: result[k] for k in ("bench_id", "created_at", "host", "size", "compile", "threads")}
     common["torch_version"] = result["torch"]
     info = {k: result[k] for k in ("device", "device_name", "batch_size", "context", "steps", "warmup")}
+    info["hardware"] = result.get("hardware")  # the hardware class (DESIGN 13); None in older results
     step_tokens = result.get("step_tokens", result["batch_tokens"])  # tokens of one training step
     rows = []
     intervals_ = result.get("ratio_intervals", {})

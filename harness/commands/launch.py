@@ -47,6 +47,7 @@ from harness.common.terms import NAME_RE
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
 from harness.scheduling.workers.options import WorkOptions
 from harness.train.execution import ExecutionSettings
+from harness.train.hardware_override import class_override
 
 SLURM_TIME_MIN = 240  # default --time of a SLURM task, minutes (a task is requeued at its limit)
 
@@ -250,6 +251,9 @@ def main(args: argparse.Namespace) -> int:
         job_name=args.job_name,
     )
     resources.check()
+    # each worker's start refuses a bad $HARNESS_HARDWARE_CLASS (settings_check): said here, before any
+    # worker is started, not in each worker's log after "started N worker(s)"
+    class_override()
     found = _queue_check(args, storage)
     options = _work_options(args, storage)
     shown = _work_argv(options, describe_storage(storage, args.results) if storage else None)

@@ -9,6 +9,9 @@ tokens and worker-hours at the store's measured throughput of that size (finishe
 else `harness bench` rows, else unknown). Power by the noncentral t (statsmodels).
 With looks in the plan, the MDE is at the look the grid's seeds reach and seeds needed
 are looks, each tested at its share of alpha (DESIGN section 8).
+A size with one budget has no compute multiplier (DESIGN section 14): the plan prices the parent's runs at
+half and twice the budget that would give one; a pilot with several budgets gives the seeds each
+comparison needs to detect the plan's min_multiplier.
 
 The paired sd comes from a pilot grid's finished runs in the store (--pilot NAME: each
 comparison's sd over the pilot's seeds in the same cell) or is given (--sd NATS, used for
@@ -87,6 +90,7 @@ def _shape(grid):
 
 def main(args: argparse.Namespace) -> int:
     from harness.report.render.plan_table import render_plan
+    from harness.report.stats.multiplier import extra_budget_lines
     from harness.report.stats.seed_planning import plan_rows, throughput
     from harness.scheduling.grids.grid import load_grid
 
@@ -130,5 +134,8 @@ def main(args: argparse.Namespace) -> int:
         else f"from pilot grid {args.pilot} in {args.results}: each comparison's sd over the pilot's seeds in the "
         "same cell"
     )
-    print("\n".join(render_plan(shape, rows, speed, sd_note=note)))
+    extra = extra_budget_lines(
+        shape.cells, shape.n_seeds, shape.parent, speed, pilot.multipliers if pilot else None, shape.plan
+    )
+    print("\n".join([*render_plan(shape, rows, speed, sd_note=note), *extra]))
     return 0

@@ -37,6 +37,7 @@ import warnings
 from pathlib import Path
 
 from harness.commands.options import add_storage, open_queue
+from harness.common import console
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,6 +176,9 @@ def unreadable_files_note(store, unreadable, grid: str) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     """Build the report of ``args.grid`` from the store in ``args.results``; prints paths and headline."""
+    console.phase(
+        "loading the statistics and plotting libraries (polars, scipy, statsmodels, matplotlib) ..."
+    )
     from harness.common.terms import check_grid_name
     from harness.report.build import build_report, load_frames
     from harness.report.render.sections import summary_lines
@@ -184,6 +188,7 @@ def main(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else args.results / "reports" / args.grid
     made = _writable_folder(out)
     store = Store(args.results)
+    console.phase(f"reading grid {args.grid} from the results store in {args.results} ...")
     try:
         with warnings.catch_warnings():  # the report lists unreadable result files itself
             warnings.filterwarnings("ignore", message="skipping result file")
@@ -213,6 +218,7 @@ def main(args: argparse.Namespace) -> int:
         queue_note=queue_note,
         single_file=args.single_file,
         notes=notes,
+        say=console.phase,
     )
     for w in result.stats.warnings:
         print(f"warning: {w}")

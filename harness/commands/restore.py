@@ -92,9 +92,10 @@ def _clash(archive, results: Path, queue) -> str | None:
     return None
 
 
-def _move_in(archive, results: Path) -> int:
+def _move_in(archive, results: Path, wrote: list) -> int:
     """Stage the result files not yet in ``results`` in a temporary folder inside it, then move each
-    into ``runs/``; returns how many were moved."""
+    into ``runs/``; returns how many were moved. ``wrote`` gets an entry before the first move (the first
+    write the staging folder's removal does not undo)."""
     from harness.store.runfile import result_path
 
     new = {rid: d for rid, d in archive.results.items() if not result_path(results, rid).exists()}
@@ -108,6 +109,7 @@ def _move_in(archive, results: Path) -> int:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+        wrote.append("runs")
         for run_id in new:
             os.replace(stage / result_path(results, run_id).name, result_path(results, run_id))
     finally:
@@ -153,7 +155,7 @@ def _corpus_here(archive, args: argparse.Namespace) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from harness.common.interrupt import InterruptedIncomplete, interrupted
+    from harness.common.interrupt import InterruptedBeforeWrite, InterruptedIncomplete, interrupted
     from harness.corpus.locate import repoint_hint
     from harness.store.archive import GRID_TOML, read_archive
 
@@ -165,10 +167,17 @@ def main(args: argparse.Namespace) -> int:
     if why:
         raise ValueError(why)
     made = [p for p in (args.results, args.results / "runs") if not p.exists()]
+    wrote: list = []
     try:
-        moved, added = _write(archive, args, queue, corpus_path)
+        moved, added = _write(archive, args, queue, corpus_path, wrote)
     except BaseException as exc:  # a full disk, a Ctrl-C: no empty results folder or runs/ is left behind
         _remove_empty(made)
+        if (isinstance(exc, KeyboardInterrupt) or interrupted()) and not wrote:  # only staged: undone
+            raise InterruptedBeforeWrite(
+                f"nothing of grid {archive.grid} was imported: {args.results} is as it was"
+                + (" (not there)" if args.results in made and not args.results.exists() else "")
+                + "; the same `harness import` imports it"
+            ) from None
         if isinstance(exc, KeyboardInterrupt) or interrupted():  # DuckDB: Ctrl-C as "Query interrupted"
             # each step adds only what is missing, so the same import again finishes this one
             raise InterruptedIncomplete(
@@ -198,17 +207,21 @@ def _remove_empty(folders: list[Path]) -> None:
             folder.rmdir()  # only where still empty
 
 
-def _write(archive, args: argparse.Namespace, queue, corpus_path: str | None) -> tuple[int, list[str]]:
+def _write(
+    archive, args: argparse.Namespace, queue, corpus_path: str | None, wrote: list
+) -> tuple[int, list[str]]:
     """Every write of the import, each adding only what is missing (so an interrupted import is finished by
     the same import again): the result files, the queue's runs and corpus, the grid's TOML and archive
-    record, the store's rows. Returns ``(result files moved in, run ids added to the queue)``."""
+    record, the store's rows. Returns ``(result files moved in, run ids added to the queue)``; ``wrote``
+    gets an entry before each lasting step begins (empty: nothing was changed)."""
     import json
 
     from harness.common.files import atomic_write, results_id
     from harness.store.archive import GRID_TOML
     from harness.store.store import Store
 
-    moved = _move_in(archive, args.results)
+    moved = _move_in(archive, args.results, wrote)
+    wrote.append("queue, grid files, store")
     added, corpus = [], archive.corpus
     if archive.queue:
         queue = queue or open_queue(args, create=True)

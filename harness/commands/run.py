@@ -115,6 +115,8 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    show = not args.quiet
+    console.phase(f"[{args.variant} s{args.seed}] loading torch and Lightning ...", show=show)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from harness.design.config import RunConfig

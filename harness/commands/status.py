@@ -4,10 +4,12 @@ Per grid: queued/running/done/diverged/failed runs, the mean wall time of its fi
 and an ETA: the running runs' own time left plus (queued runs) x (mean run), over the live
 workers (a run's duration is the mean wall time of the grid's finished runs, else what the
 running runs' throughput makes of their tokens). Per running run: its worker, the tokens it
-has trained of its total, its tokens/s (since its worker started it, evaluations included)
+has trained of its total, its tokens/s (over its optimiser steps: set-up and evaluations left out)
 and its ETA, from the progress each worker writes into its lease with every heartbeat
 (every few seconds), and how long ago that was. Live workers are those holding a fresh
-lease, so idle workers waiting with --wait are not counted. Stale leases (a worker that
+lease, so idle workers waiting with --wait are not counted; a worker that has started but not yet
+claimed a run (loading torch, checking the queued runs: seconds to half a minute) is listed under
+"starting workers", from its marker in the results folder. Stale leases (a worker that
 stopped beating) are listed; the next `harness work` queues their runs again. A --grid
 that names no grid in the queue is an error naming the grids there. Queued runs that a grid's
 [schedule] pair_hardware = "same" holds for a hardware class and numerics no live worker has (the
@@ -46,6 +48,7 @@ from harness.commands.options import add_storage
 from harness.common.interrupt import prompt_exit
 from harness.common.terms import FINISHED, check_grid
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
+from harness.scheduling.workers.starting import starting_workers
 
 # display order: waiting, training, finished (done, diverged; pruned where a tuning study has any), failed
 COLUMNS = ("queued", "running", *FINISHED, "failed")
@@ -140,6 +143,7 @@ def _grid_rows(
     now: float,
     fmt_duration,
     bad_ids: frozenset[str] = frozenset(),
+    starting: bool = False,
 ) -> list[list[str]]:
     rows = []
     for name, rs in grids.items():
@@ -167,7 +171,7 @@ def _grid_rows(
         elif per_run is None or None in left:
             eta = "? (no run finished yet)"
         elif not n_workers:
-            eta = "no live workers"
+            eta = "workers starting" if starting else "no live workers"
         else:
             eta = "~" + fmt_duration((sum(left) + counts["queued"] * per_run) / n_workers)
         rows.append(
@@ -206,10 +210,18 @@ def _running_rows(runs: list, now: float, fmt_duration) -> list[list[str]]:
 
 
 def status_lines(
-    queue, grid: str | None, lease_s: float, *, now: float | None = None, bad: list[tuple[str, str]] = ()
+    queue,
+    grid: str | None,
+    lease_s: float,
+    *,
+    now: float | None = None,
+    bad: list[tuple[str, str]] = (),
+    starting: list[tuple[str, float]] = (),
 ) -> list[str]:
     """The status block of ``queue`` (optionally one grid) as lines; ``bad``: the ``(file, why)``
-    of result files the store cannot read (:meth:`harness.store.store.Store.unreadable`).
+    of result files the store cannot read (:meth:`harness.store.store.Store.unreadable`); ``starting``:
+    the ``(host:pid, seconds since start)`` of workers not yet claiming
+    (:func:`harness.scheduling.workers.starting.starting_workers`).
 
     Raises:
         ValueError: ``grid`` names no grid in the queue (the message names those there).
@@ -234,9 +246,15 @@ def status_lines(
     columns = [c for c in COLUMNS if c != "pruned" or any(r.state == "pruned" for r in runs.values())]
     out += _table(
         ["grid", *columns, "total", "mean run", "ETA"],
-        _grid_rows(grids, columns, len(workers), now, fmt_duration, bad_ids),
+        _grid_rows(grids, columns, len(workers), now, fmt_duration, bad_ids, bool(starting)),
     )
     out.append(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
+    if starting:
+        out.append(
+            f"starting workers: {len(starting)} ("
+            + ", ".join(f"{w}, {fmt_duration(s)} ago" for w, s in starting)
+            + "): loading torch and checking the queued runs before their first claim"
+        )
     running = [r for r in runs.values() if r.state == "running"]
     if running:
         out.append("running:")
@@ -346,7 +364,8 @@ def _lines(args: argparse.Namespace, queue, where: str) -> list[str]:
     """What one `harness status` prints: the queue's grids and runs, unreadable results, launches."""
     bad, said = _unreadable(args)
     if queue is not None:
-        lines = status_lines(queue, args.grid, args.lease_s, bad=bad)
+        starting = starting_workers(args.results, timeout_s=args.lease_s)
+        lines = status_lines(queue, args.grid, args.lease_s, bad=bad, starting=starting)
     elif args.storage is None and not args.results.exists():
         lines = [f"results folder {args.results} does not exist (yet); no runs queued there"]
     else:

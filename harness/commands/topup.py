@@ -17,7 +17,9 @@ the false-positive rate. Prints what it queued and why, and what it did not.
 
 --corpus PATH re-points the grid at its corpus on this machine (after `harness import`, or when the
 corpus moved): the text at PATH must have the grid's corpus fingerprint (another text is one line
-naming both, nothing queued); the queue then records PATH, where workers read it.
+naming both, nothing queued); the queue then records PATH, where workers read it. A grid none of whose
+runs has finished yet has nothing to add: topup says so (re-pointing it with --corpus) and opens no
+results store.
 
 example:
   harness topup --grid rd_controls_seq --dry-run
@@ -106,9 +108,30 @@ def _repoint(queue, args: argparse.Namespace, queued: dict):
     )
 
 
+def _say_bound(queue, args: argparse.Namespace, bound) -> None:
+    """Record the grid's corpus at ``--corpus`` (``bound``; nothing on a dry run or without it) and say so."""
+    if bound is not None and not args.dry_run:
+        queue.bind_corpus(args.grid, bound.fingerprint, bound.name, bound.path)
+        print(f"corpus of {args.grid}: {bound.name} (fingerprint {bound.fingerprint[:16]}) at {bound.path}")
+
+
+def _none_finished(queue, args: argparse.Namespace, queued: dict, bound) -> int:
+    """A grid queued and not yet trained: nothing to read, so nothing to add; ``--corpus`` re-points it
+    (as ``harness queue --corpus`` does). The results store is not opened (nor created)."""
+    _say_bound(queue, args, bound)
+    states = [r.state for r in queued.values()]
+    held = ", ".join(f"{states.count(s)} {s}" for s in ("queued", "running") if s in states)
+    print(
+        f"grid {args.grid}: {len(states)} runs in the queue ({held}), none finished: topup adds seeds by "
+        "what finished runs show, so nothing to add yet; next: harness work"
+    )
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     import optuna
 
+    from harness.common.terms import check_grid
     from harness.report.build import compute_stats, load_frames
     from harness.report.render.topup_lines import describe
     from harness.report.stats.topup import alpha_spent_text, plan_topup
@@ -116,8 +139,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.store.store import Store
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    stats = compute_stats(load_frames(Store(args.results), args.grid), grid=args.grid)
-    queue = open_queue(args)
+    queue = open_queue(args)  # before the store: a refusal creates no harness.duckdb
     if queue is None:
         raise FileNotFoundError(
             f"no queue at {describe_storage(args.storage, args.results)}: topup adds runs "
@@ -126,11 +148,15 @@ def main(args: argparse.Namespace) -> int:
     # the [tuned] runs (robustness row) are descriptive: topup adds seeds to the paired protocol only
     queued = {rid: r for rid, r in queue.runs(args.grid).items() if r.config.tuned is None}
     bound = _repoint(queue, args, queued)
+    if queued and all(r.state in ("queued", "running") for r in queued.values()):
+        return _none_finished(queue, args, queued, bound)
+    store = Store(args.results)
+    if not queued and not store.db_path.exists() and not any(store.runs_dir.glob("*.json")):
+        check_grid(args.grid, sorted(queue.counts()), "the queue (and the results store holds no run)")
+    stats = compute_stats(load_frames(store, args.grid), grid=args.grid)
     plans = plan_topup(stats, _held(queued))
     configs = _configs(queued, args.grid, plans)
-    if bound is not None and not args.dry_run:
-        queue.bind_corpus(args.grid, bound.fingerprint, bound.name, bound.path)
-        print(f"corpus of {args.grid}: {bound.name} (fingerprint {bound.fingerprint[:16]}) at {bound.path}")
+    _say_bound(queue, args, bound)
     if configs and not args.dry_run:
         result = queue.enqueue(configs)
         if len(result.added) != len(configs):  # enqueue is idempotent: say what was there already

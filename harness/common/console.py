@@ -18,6 +18,11 @@ file another live process holds is alive (the kernel drops the lock when a proce
 without asking the queue. A bar switches to lines as soon as a second one appears, so two
 workers started in one terminal never draw over each other's carriage-return bars.
 
+Long steps. On a terminal, a step that takes seconds before any progress can show (importing torch,
+preparing the corpus, building the model; reading the store and drawing the figures of a report)
+says what it is doing first, one line on stderr (:func:`phase`), unless progress is off (``--quiet``,
+``$HARNESS_PROGRESS=off``).
+
 Quiet retries. Internal retries that usually succeed (a DuckDB ingest deferred while another
 process holds the database, a queue storage briefly unreachable) are *debug* messages of the
 ``harness`` logger: ``--verbose`` on any command shows them (:func:`setup_logging`).
@@ -140,6 +145,21 @@ class SharedTerminal:
             self._lock = None
 
 
+def phase(text: str, *, show: bool = True) -> None:
+    """The line ``text`` on stderr, now, saying what a long step is doing (e.g. ``[rd_attnres s0]
+    preparing the corpus ...``), when stderr is a terminal: a person is waiting on it. Nothing in a file or
+    a pipe (a log keeps the results; a refused command's error stays its one line), nothing when ``show``
+    is false (``--quiet``) or ``$HARNESS_PROGRESS`` is ``off``. A bad ``$HARNESS_PROGRESS`` is the
+    command's own error line, not this function's."""
+    if (
+        not show
+        or os.environ.get(PROGRESS_ENV, "").strip().lower() == "off"
+        or terminal_id(sys.stderr) is None
+    ):
+        return
+    print(text, file=sys.stderr, flush=True)
+
+
 class _Stderr(logging.Handler):
     """Writes to whatever ``sys.stderr`` is at the time (a test's capture, a redirected stream)."""
 
@@ -185,6 +205,7 @@ __all__ = [
     "progress_mode",
     "terminal_id",
     "SharedTerminal",
+    "phase",
     "OneLineWarning",
     "setup_logging",
 ]

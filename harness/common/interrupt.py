@@ -98,6 +98,11 @@ class InterruptedIncomplete(KeyboardInterrupt):
     what is incomplete and the command that finishes it."""
 
 
+class InterruptedBeforeWrite(KeyboardInterrupt):
+    """A Ctrl-C that a command undid whole, before its first lasting write (``harness import``'s staged
+    files removed, its new folder too); its text says that nothing changed."""
+
+
 @contextmanager
 def complete_before_interrupt(what: str) -> Iterator[None]:
     """A write that must land whole or not at all (the queue's trials: the journal takes them one
@@ -184,6 +189,7 @@ __all__ = [
     "Interrupt",
     "InterruptedAfterWrite",
     "InterruptedIncomplete",
+    "InterruptedBeforeWrite",
     "complete_before_interrupt",
     "interrupted",
     "prompt_exit",

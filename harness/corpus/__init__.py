@@ -13,6 +13,8 @@ Below :mod:`harness.data` (which tokenizes and shards what these modules read) a
 * :mod:`harness.corpus.split` -- the document-level train/validation split;
 * :mod:`harness.corpus.key` -- :class:`~harness.corpus.key.CorpusKey` (what a run says about its corpus),
   the shard folder it names, the one vocabulary rule;
+* :mod:`harness.corpus.cached` -- which shard folder holds a key's text as it is now (a corpus edited in
+  place is never read from the old text's cache), and a key's fingerprint through that check;
 * :mod:`harness.corpus.locate` -- where a grid's corpus is on this machine, checked by its fingerprint
   (``harness queue`` / ``topup`` / ``import`` / ``launch`` / ``work --corpus``, and each worker's claim).
 """

@@ -4,19 +4,14 @@ The fingerprint of a corpus is sha256 over its documents' UTF-8 text in order, e
 byte length (:func:`corpus_fingerprint`). It is the ``fingerprint`` of a run's protocol description
 (``protocol.data``), so the same text at another path has the same identity and the same protocol
 hash, and what the queue records for a grid's corpus (:mod:`harness.corpus.locate`).
-:func:`fingerprint_of` gives it for a run's :class:`~harness.corpus.key.CorpusKey`: from the prepared
-shard folder's manifest when the cache holds one, else by reading the documents.
+:func:`harness.corpus.cached.fingerprint_of` gives it for a run's :class:`~harness.corpus.key.CorpusKey`
+(from the prepared shard folder's manifest when the text there is unchanged, else by reading it).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from pathlib import Path
-
-from harness.corpus.key import CorpusKey, read_manifest, worker_key
-from harness.corpus.readers import stream_documents
-from harness.corpus.spec import HUB_PREFIX, parse_ref
 
 
 class Fingerprint:
@@ -52,33 +47,4 @@ def corpus_fingerprint(docs: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def fingerprint_of(key: CorpusKey, cache_dir: Path | None = None) -> str | None:
-    """The document fingerprint of the corpus ``key`` names (hex sha256), ``None`` for a hub spec the
-    cache has not prepared (its spec is its identity).
-
-    A prepared shard folder for the key (or the key a worker builds, :func:`~harness.corpus.key.worker_key`)
-    gives it from its manifest without reading the text; otherwise the documents are read
-    (``key.max_docs`` of them), as a worker would.
-
-    Raises:
-        FileNotFoundError: a local corpus that is not there.
-        ValueError: a corpus reference (it names a fingerprint, not a place to read); a corpus that
-            cannot be read or holds no document.
-    """
-    if parse_ref(key.corpus) is not None:
-        raise ValueError(f"{key.corpus} is a corpus reference, not a corpus to read: pass --corpus PATH")
-    if cache_dir is not None:
-        for folder in dict.fromkeys([key.folder(cache_dir), worker_key(key).folder(cache_dir)]):
-            manifest = read_manifest(folder)
-            if manifest is not None and "protocol" in manifest:
-                return manifest["protocol"]["fingerprint"]
-    if key.corpus.startswith(HUB_PREFIX):
-        return None
-    digest = Fingerprint()
-    digest.update(stream_documents(key.corpus, max_docs=key.max_docs))
-    if not digest.documents:
-        raise ValueError(f"corpus {key.corpus!r} is empty: it holds no non-empty document")
-    return digest.hexdigest()
-
-
-__all__ = ["Fingerprint", "corpus_fingerprint", "fingerprint_of"]
+__all__ = ["Fingerprint", "corpus_fingerprint"]

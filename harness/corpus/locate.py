@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.common.faults import CorpusMissing
-from harness.corpus.fingerprint import fingerprint_of
+from harness.corpus.cached import fingerprint_of
 from harness.corpus.key import CorpusKey, repointed
 from harness.corpus.spec import corpus_name, exists, is_local, parse_ref
 

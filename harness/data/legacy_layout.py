@@ -27,6 +27,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.common.files import atomic_write, fsync_dir
+from harness.corpus.cached import record_source, source_stat, text_folder
 from harness.corpus.fingerprint import Fingerprint
 from harness.corpus.key import SHARD_FORMAT, CorpusKey, read_manifest, source_key
 from harness.corpus.readers import HUB_DEFAULT_MAX_DOCS, stream_documents
@@ -106,7 +107,8 @@ def convert_legacy(key: CorpusKey, cache_dir: Path) -> Path | None:
     old = find_legacy(key, cache_dir)
     if old is None:
         return None
-    folder = key.folder(cache_dir)
+    stat = source_stat(key.corpus)
+    folder, _ = text_folder(key, cache_dir)  # the key's folder, or its text's beside it when it changed
     with FileLock(folder.with_name(folder.name + ".lock")):
         if read_manifest(folder) is not None:
             return folder
@@ -118,6 +120,7 @@ def convert_legacy(key: CorpusKey, cache_dir: Path) -> Path | None:
         manifest = _manifest(key, meta, splits, files, old.name)
         fsync_dir(folder)
         atomic_write(folder / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        record_source(folder, stat)
     return folder
 
 

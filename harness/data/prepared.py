@@ -2,7 +2,8 @@
 
 :func:`prepare_corpus` gives a run its corpus as a :class:`PreparedCorpus`, a reader over a shard
 folder (:mod:`harness.data.shards`): the folder `harness prepare` made for the run's
-:class:`~harness.corpus.key.CorpusKey` if there is one; else one a worker made before; else a
+:class:`~harness.corpus.key.CorpusKey` if there is one (for the text as it is now:
+:func:`~harness.corpus.cached.text_folder`; an edited corpus is built beside its old text's folder); else one a worker made before; else a
 corpus of the single-file layout this format replaced, converted into shards
 (:mod:`harness.data.legacy_layout`: the same tokens, the same protocol description); else the
 worker builds it now with :func:`~harness.data.shards.prepare_shards` in one process (a small corpus
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.corpus.cached import text_folder
 from harness.corpus.key import CorpusKey, read_manifest, worker_key
 from harness.corpus.split import SPLITS
 from harness.data.legacy_layout import convert_legacy
@@ -153,7 +155,8 @@ def prepare_corpus(key: CorpusKey, *, cache_dir: Path, log=None) -> PreparedCorp
     cache_dir = Path(cache_dir)
     caller = {"corpus": key.corpus, "max_docs": key.max_docs}
     own = worker_key(key)
-    for folder in dict.fromkeys([key.folder(cache_dir), own.folder(cache_dir)]):
+    for k in dict.fromkeys([key, own]):
+        folder, _ = text_folder(k, cache_dir)  # the folder of the text as it is now, never an older text's
         if read_manifest(folder) is not None:  # a sharded corpus is read, never streamed or tokenized again
             return PreparedCorpus.open(folder, caller)
     folder = convert_legacy(own, cache_dir)

@@ -23,14 +23,20 @@ of processes and writes, into ``CACHE/corpora/shards-<key>/``:
 
 The folder's name is a hash of what a run's config says about its corpus (source,
 tokenizer, requested vocabulary, validation fraction, ``max_docs``), so a worker finds it
-from its config alone. The stream is cut in chunks of about :data:`CHUNK_BYTES` of text at
-document boundaries; a chunk is the unit of work of a pool process and of resumption:
-after each chunk ``progress.json`` records the chunks done and the length of each split's
-open shard, so a killed prepare truncates the open shards to that length and continues with
-the next chunk, ending byte-identical to an uninterrupted one. A prepare sized for more
-tokens than a finished corpus holds continues it the same way (the corpus is extended, never
-rebuilt). Memory is one chunk per pool process plus a bounded queue of chunks, whatever the
-corpus size. One writer at a time (a file lock beside the folder, on the shared file system).
+from its config alone; ``source-stat.json`` beside the manifest records the source files' sizes and
+times, and a text changed since is built in a folder of its own
+(:func:`~harness.corpus.cached.text_folder`).
+
+The stream is cut in chunks of about :data:`CHUNK_BYTES` of text at document boundaries; a
+chunk is the unit of work of a pool process and of resumption: after each chunk
+``progress.json`` records the chunks done and the length of each split's open shard, so a
+killed prepare truncates the open shards to that length and continues with the next chunk,
+ending byte-identical to an uninterrupted one (a build whose source changed since it stopped,
+by the files' sizes and times it recorded at its start, starts again: resumed, it would hold
+two texts). A prepare sized for more tokens than a finished corpus holds continues it the
+same way (the corpus is extended, never rebuilt). Memory is one chunk per pool process plus
+a bounded queue of chunks, whatever the corpus size. One writer at a time (a file lock beside
+the folder, on the shared file system).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import numpy as np
 from filelock import FileLock
 
 from harness.common.files import atomic_write, fsync_dir, fsync_file
+from harness.corpus.cached import record_source, recorded_source, source_stat, text_folder
 from harness.corpus.fingerprint import Fingerprint, corpus_fingerprint
 from harness.corpus.key import SHARD_FORMAT, CorpusKey, read_manifest, source_key
 from harness.corpus.readers import corpus_files, hub_revision, stream_documents
@@ -175,9 +182,10 @@ def prepare_shards(
     plan = _Plan(
         key, target, shard_tokens, chunk_bytes, workers or os.cpu_count() or 1, bpe_sample_bytes, log
     )
-    folder = key.folder(cache_dir)
-    if not key.corpus.startswith(HUB_PREFIX) and read_manifest(folder) is None:
+    stat = source_stat(key.corpus)  # before the text is read: an edit during the build is seen next time
+    if not key.corpus.startswith(HUB_PREFIX) and read_manifest(key.folder(cache_dir)) is None:
         corpus_files(key.corpus)  # a refused prepare creates nothing: no cache folder, no lock file
+    folder, _ = text_folder(key, cache_dir)  # the text as it is now: an older text's folder is left alone
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(folder.with_name(folder.name + ".lock")):
         manifest = read_manifest(folder)
@@ -192,12 +200,21 @@ def prepare_shards(
         if not key.corpus.startswith(HUB_PREFIX):
             corpus_files(key.corpus)  # a missing or empty source fails before anything is written
         folder.mkdir(exist_ok=True)
+        if manifest is None:
+            building = recorded_source(folder)
+            if (folder / "progress.json").is_file() and building is not None and building != stat:
+                # its first chunks hold the text as it was: resuming would mix two texts under one fingerprint
+                log(f"{folder.name}: the source changed since this build stopped: building it again")
+                shutil.rmtree(folder)
+                folder.mkdir()
+            record_source(folder, stat)  # what this build reads, checked if it is stopped and resumed
         try:
             _build(folder, manifest, plan)
         except BaseException:
             if not (folder / "setup.json").exists():  # failed before its first step: leave no empty folder
                 shutil.rmtree(folder, ignore_errors=True)
             raise
+        record_source(folder, stat)
     return folder
 
 

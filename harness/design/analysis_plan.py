@@ -14,6 +14,7 @@ whose plan changed after its runs were queued. The report reads it back from the
     max_seeds = 30             # most seeds a cell may get (>= 3)
     looks = [3, 5, 10]         # seed counts at which the report may be read (increasing); alpha is
                                # spent over them (harness.report.stats.looks), which needs alpha < 0.3173
+    min_multiplier = 1.05      # smallest compute/time multiplier of interest (> 1; DESIGN section 14)
 
 A grid's ``[factorial]`` table (:mod:`harness.design.factorial`, DESIGN section 12) is part of the plan:
 stored beside it under ``"factorial"`` and fixed before the runs like the rest.
@@ -45,7 +46,9 @@ PLAN_KEYS = {
     "power": "target power, 0 < power < 1 (default 0.8)",
     "max_seeds": f"most seeds a cell may get, an integer >= {MIN_SEEDS} (default 30)",
     "looks": f"increasing seed counts >= {MIN_SEEDS} and <= max_seeds at which the report may be read",
+    "min_multiplier": "smallest compute or time multiplier of interest, > 1 (default 1.05, DESIGN section 14)",
 }
+DEFAULT_MIN_MULTIPLIER = 1.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,8 @@ class AnalysisPlan:
         looks: seed counts at which the report may be read (section 8); empty = one look.
         source: where the plan came from (``[analysis]``, ``defaults``, ``given``).
         factorial: the grid's ``[factorial]`` design (DESIGN section 12), None without one.
+        min_multiplier: the smallest compute or time multiplier of interest (DESIGN section 14): below it
+            "pays for its cost" is answered no.
     """
 
     alpha: float = 0.05
@@ -72,13 +77,17 @@ class AnalysisPlan:
     looks: tuple[int, ...] = ()
     source: str = "defaults"
     factorial: Factorial | None = None
+    min_multiplier: float = DEFAULT_MIN_MULTIPLIER
 
     def as_config(self) -> dict[str, Any]:
         """The JSON-able dict stored in each run's config under ``"analysis"`` (no ``source``;
-        ``factorial`` only when the grid has one, so older stored plans stay equal)."""
+        ``factorial`` only when the grid has one, ``min_multiplier`` only when not the default, so older
+        stored plans stay equal)."""
         out = asdict(self)
         out.pop("source")
         out.pop("factorial")
+        if self.min_multiplier == DEFAULT_MIN_MULTIPLIER:
+            out.pop("min_multiplier")
         out["looks"] = list(self.looks)
         if self.factorial is not None:
             out["factorial"] = self.factorial.as_config()
@@ -162,6 +171,11 @@ def parse_plan(table: Any, *, where: str = "<grid>", source: str = "[analysis]")
             f"looks: alpha < {LOOKS_MAX_ALPHA:.4f} (harness/report/stats/looks.py: above it the spent "
             "increments no longer grow with the level)"
         )
+    min_mult = _number(where, "min_multiplier", table.get("min_multiplier", d.min_multiplier))
+    if not min_mult > 1:
+        raise ValueError(
+            f"{where}: analysis.min_multiplier: {min_mult!r} is out of range; allowed: {PLAN_KEYS['min_multiplier']}"
+        )
     return AnalysisPlan(
         float(alpha),
         float(rho),
@@ -170,6 +184,7 @@ def parse_plan(table: Any, *, where: str = "<grid>", source: str = "[analysis]")
         max_seeds,
         looks,
         source,
+        min_multiplier=float(min_mult),
     )
 
 

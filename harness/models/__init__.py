@@ -11,6 +11,8 @@ Modules:
 
 * :mod:`harness.models.sizes` -- the size presets and a model's shape
   (:class:`~harness.models.sizes.ModelConfig`; the one vocabulary padding rule);
+* :mod:`harness.models.flops` -- FLOPs per trained token, routing included: the one count the report's
+  compute multiplier and ``harness bench`` share;
 * :mod:`harness.models.spec` -- a variant spec (TOML, data not code): which route feeds which role;
 * :mod:`harness.models.compose` -- composed variants: a spec that takes another and adds to it;
 * :mod:`harness.models.catalog` -- the variant catalogue: spec files found on disk (``specs/``, the

@@ -8,6 +8,7 @@ them; ``harness/__init__.py``)::
     a = harness.analyze("results", grid="rd_controls_small")         # what `harness report` computes
     a.headline.to_frame(); a.controls.to_frame(); a.aa.to_frame(); a.to_frame()  # = stats.csv
     a.factorial_frame()                                               # grids with [factorial]
+    a.multipliers_frame(); a.multiplier_seeds_frame()                 # grids with 2+ budgets (DESIGN 14)
 
 Both read the results store through :class:`harness.store.store.Store`'s read path (read-only connections;
 result files not yet in the database are ingested first, as ``harness report`` and ``harness sql``
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ import polars as pl
 
 from harness.report.build import compute_stats, load_frames
 from harness.report.stats.factorial import FACTORIAL_KINDS
-from harness.report.stats.results import ReportStats
+from harness.report.stats.results import AACheck, ControlAssessment, Headline, ReportStats
 from harness.store.store import Store
 
 TABLES = ("final", "runs", "metrics", "routing")
@@ -66,24 +69,63 @@ def results(results_dir: str | os.PathLike, grid: str) -> dict[str, pl.DataFrame
 
 
 class ResultRows(tuple):
-    """A tuple of the report's result objects (one kind) with :meth:`to_frame`."""
+    """A tuple of the report's result objects of one dataclass ``kind`` with :meth:`to_frame`."""
+
+    kind: type
+
+    def __new__(cls, rows, kind: type) -> ResultRows:
+        self = super().__new__(cls, rows)
+        self.kind = kind
+        return self
 
     def to_frame(self) -> pl.DataFrame:
         """One row per object; nested results (``seeds_needed``, ``look``) become prefixed columns
-        (``seeds_needed_n``, ``look_k``), tuples (``seeds``) space-joined text."""
-        return pl.DataFrame([_flat(obj) for obj in self]) if self else pl.DataFrame()
+        (``seeds_needed_n``, ``look_k``; null where the object has none), tuples (``seeds``) space-joined
+        text. The columns and their types come from ``kind``, so an empty table (a grid without
+        controls, without an A/A check) has them too."""
+        return pl.DataFrame([_flat(obj, self.kind) for obj in self], schema=_schema(self.kind), orient="row")
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            row.update(_flat(value, f"{prefix}{f.name}_"))
-        elif isinstance(value, tuple):
-            row[prefix + f.name] = " ".join(map(str, value))
+def _nested(hint: Any) -> type | None:
+    """The dataclass a field of type ``hint`` holds (``X`` or ``X | None``), else ``None``."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_args(hint) else [hint]
+    return args[0] if len(args) == 1 and dataclasses.is_dataclass(args[0]) else None
+
+
+def _dtype(hint: Any) -> pl.DataType:
+    """The column type of a field of type ``hint`` (``X | None`` as ``X``; a tuple is its joined text)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = typing.get_origin(hint) or hint
+    if base in (typing.Union, types.UnionType) and len(args) == 1:
+        return _dtype(args[0])
+    return {bool: pl.Boolean, int: pl.Int64, float: pl.Float64}.get(base, pl.String)
+
+
+def _schema(kind: type, prefix: str = "") -> dict[str, pl.DataType]:
+    hints = typing.get_type_hints(kind)
+    schema: dict[str, pl.DataType] = {}
+    for f in dataclasses.fields(kind):
+        nested = _nested(hints[f.name])
+        if nested is not None:
+            schema.update(_schema(nested, f"{prefix}{f.name}_"))
         else:
-            row[prefix + f.name] = value
+            schema[prefix + f.name] = _dtype(hints[f.name])
+    return schema
+
+
+def _flat(obj: Any, kind: type, prefix: str = "") -> list[Any]:
+    """``obj``'s values in :func:`_schema`'s column order (``obj`` None: a nested result not there)."""
+    hints = typing.get_type_hints(kind)
+    row: list[Any] = []
+    for f in dataclasses.fields(kind):
+        value = None if obj is None else getattr(obj, f.name)
+        nested = _nested(hints[f.name])
+        if nested is not None:
+            row.extend(_flat(value, nested, f"{prefix}{f.name}_"))
+        elif isinstance(value, tuple):
+            row.append(" ".join(map(str, value)))
+        else:
+            row.append(value)
     return row
 
 
@@ -115,6 +157,15 @@ class Analysis:
         ``factorial_simple``, ``factorial_main``, ``factorial_interaction`` (empty frame without a factorial)."""
         return self.stats.to_frame().filter(pl.col("kind").is_in(FACTORIAL_KINDS))
 
+    def multipliers_frame(self) -> pl.DataFrame:
+        """The compute and time multipliers per comparison, basis and cell (DESIGN 14): ``multipliers.csv``;
+        an empty frame with its columns where each size has one budget (``stats.multipliers.note`` says why)."""
+        return self.stats.multipliers.frame()
+
+    def multiplier_seeds_frame(self) -> pl.DataFrame:
+        """Each seed's multiplier, censoring flag and reason left out (DESIGN 14): ``multiplier_seeds.csv``."""
+        return self.stats.multipliers.seeds_frame()
+
 
 def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = False) -> Analysis:
     """The statistics ``harness report --grid GRID`` shows (DESIGN section 6), without writing files.
@@ -126,7 +177,10 @@ def analyze(results_dir: str | os.PathLike, grid: str, *, allow_partial: bool = 
     """
     stats = compute_stats(load_frames(_store(results_dir), grid), grid=grid, allow_partial=allow_partial)
     return Analysis(
-        stats, ResultRows(stats.headlines), ResultRows(stats.assessments), ResultRows(stats.aa_checks)
+        stats,
+        ResultRows(stats.headlines, Headline),
+        ResultRows(stats.assessments, ControlAssessment),
+        ResultRows(stats.aa_checks, AACheck),
     )
 
 

@@ -4,6 +4,8 @@ Output folder layout (DESIGN section 6)::
 
     OUT/stats.csv       one row per comparison x size x budget (column contract: harness.report.stats.stats_table.CSV_COLUMNS)
     OUT/pairs.csv       every matched pair: run ids, NLLs, paired difference
+    OUT/multipliers.csv, OUT/multiplier_seeds.csv   the compute and time multipliers per comparison and
+                        per seed (DESIGN section 14), only where a size has two or more budgets
     OUT/report.md       Markdown; figures linked from OUT/figures/
     OUT/report.html     the same report, self-contained (figures embedded as base64 PNG)
     OUT/figures/*.png
@@ -22,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from harness.report.render.summary import progress_sentence
 from harness.report.stats.analysis import analyze
 from harness.report.stats.degeneracy import find_degenerate
 from harness.report.stats.leave_one_out import leave_one_seed_out
+from harness.report.stats.multiplier import grid_multipliers
 from harness.report.stats.pairing import NoParentError, of_grid
 from harness.report.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
 from harness.report.stats.provenance import grid_provenance, hardware_by_run
@@ -64,6 +67,7 @@ class Frames:
     route_pairs: pl.DataFrame | None = None
     route_params: pl.DataFrame | None = None
     unreadable: pl.DataFrame | None = None
+    bench: pl.DataFrame | None = None  # the store's bench rows (the time multiplier's step ratios, DESIGN 14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +113,10 @@ def load_frames(store: Any, grid: str) -> Frames:
     unreadable = store.query(
         "SELECT file, error FROM ingest_log WHERE error IS NOT NULL ORDER BY file", [], ingest=False
     )
-    return Frames(final, runs, metrics, routing, pairs, params, unreadable)
+    bench = store.query(
+        "SELECT bench_id, created_at, size, variant, step_ms, extra FROM bench", [], ingest=False
+    )
+    return Frames(final, runs, metrics, routing, pairs, params, unreadable, bench)
 
 
 def compute_stats(
@@ -146,7 +153,14 @@ def compute_stats(
         in_class = pl.col("run_id").is_in(ids)
         return analyze(final.filter(in_class), runs.filter(in_class), plan=stats.plan, **options)
 
-    stats = dataclasses.replace(stats, provenance=grid_provenance(stats, final, runs, decide))
+    variants = [v for v in (stats.treatment, *stats.controls, *stats.references) if v]
+    stats = dataclasses.replace(
+        stats,
+        provenance=grid_provenance(stats, final, runs, decide),
+        multipliers=grid_multipliers(
+            final, runs, parent=stats.parent, variants=variants, plan=stats.plan, bench=frames.bench
+        ),
+    )
     if not leave_one_out:
         return stats
     again = functools.partial(
@@ -169,6 +183,7 @@ def build_report(
     queue_note: str = "",
     single_file: bool = False,
     notes: Sequence[str] = (),
+    say: Callable[[str], None] = lambda text: None,
 ) -> BuildResult:
     """Compute the statistics of one grid and write the report files into ``out_dir``.
 
@@ -188,6 +203,8 @@ def build_report(
         single_file: write only ``report.html`` (figures embedded as data: URIs), no other file.
         notes: warnings about the store itself, shown at the top of the report with the statistics'
             own (e.g. runs whose result file is gone, :func:`harness.commands.report.missing_files_note`).
+        say: called with a line before each long phase (the statistics, the figures, the files), so a
+            command can say what it is doing (:func:`harness.common.console.phase`).
 
     Raises:
         ValueError, harness.report.stats.pairing.ProtocolMismatchError: from :func:`harness.report.stats.analysis.analyze`
@@ -199,6 +216,11 @@ def build_report(
         grid=grid,
         queue_note=queue_note or ("the queue was not read" if queue is None else ""),
         unreadable=unreadable_run_ids(frames.unreadable),
+    )
+    cells = frames.final.select("size", "budget_tokens").unique().height if frames.final.height else 0
+    say(
+        f"computing the statistics: {frames.final.height} finished runs, {cells} size x budget cell(s); "
+        "paired tests, leave-one-seed-out, the mixed model ..."
     )
     try:
         stats = compute_stats(
@@ -220,7 +242,10 @@ def build_report(
         stats = dataclasses.replace(stats, warnings=(*stats.warnings, *notes))
     # figures show the frozen protocol's runs
     final = split_tuned(of_grid(frames.final, grid), frames.runs)[0]
+    if figures:
+        say("drawing the figures ...")
     figs = all_figures(stats, final, frames.metrics, frames.routing) if figures else []
+    say(f"writing the report to {out_dir} ...")
     return BuildResult(stats, tuple(figs), _write_files(Path(out_dir), stats, figs, single_file))
 
 
@@ -240,6 +265,12 @@ def _write_files(
     paths = [atomic_write(fig_dir / f"{f.name}.png", f.png) for f in figs]
     paths.append(atomic_write(out_dir / "stats.csv", stats.to_frame().write_csv().encode()))
     paths.append(atomic_write(out_dir / "pairs.csv", stats.pairs_frame().write_csv().encode()))
+    m = stats.multipliers
+    if (
+        m is not None and m.rows
+    ):  # a grid with 2+ budgets at a size (DESIGN 14); single-budget outputs unchanged
+        paths.append(atomic_write(out_dir / "multipliers.csv", m.frame().write_csv().encode()))
+        paths.append(atomic_write(out_dir / "multiplier_seeds.csv", m.seeds_frame().write_csv().encode()))
     paths.append(
         atomic_write(out_dir / "report.md", render_markdown(stats, figs, generated=generated).encode())
     )

@@ -8,6 +8,8 @@ The only package that uses Lightning or records metrics. Modules, in the order a
   ``$HARNESS_HARDWARE_CLASS``, refused before a run is claimed;
 * :mod:`harness.train.environment` -- where a run's numbers came from: the environment record, the hardware
   class, a run's numerics decided once;
+* :mod:`harness.train.hardware_override` -- ``$HARNESS_HARDWARE_CLASS``, checked without torch (``harness
+  launch`` refuses a bad one before it starts a worker);
 * :mod:`harness.train.schedule` -- budget in tokens -> optimiser steps and intervals
   (:class:`StepPlan`); the warmup + cosine/WSD learning-rate schedule;
 * :mod:`harness.train.microbatch` -- micro-batches of one global batch;

@@ -28,7 +28,8 @@ TF32 and matmul flags, compile) is a handful of attribute reads.
 says it was replaced). It exists for tests, which fake two classes on one machine, and for a cluster whose
 nodes detect differently but are known to compute the same (docs/scaling-out.md). A value that is not a
 class key is the environment's error, refused before a run is claimed or a folder created
-(:func:`class_override`, called by :func:`harness.train.settings_check.check_settings`).
+(:func:`~harness.train.hardware_override.class_override`, without torch, called by
+:func:`harness.train.settings_check.check_settings` and by ``harness launch`` before it starts a worker).
 """
 
 from __future__ import annotations
@@ -48,12 +49,10 @@ from harness.common.terms import UNKNOWN
 from harness.models.numerics import numerics_id, numerics_key
 from harness.train.compiled import INNER_BACKEND
 from harness.train.execution import ExecutionSettings, resolve_compile
+from harness.train.hardware_override import class_override
 from harness.train.microbatch import AUTO, resolve_micro_batch
 from harness.train.protocol import code_version
 from harness.train.trainer import cuda_defaults, resolve_accelerator, resolve_precision
-
-#: Replaces the detected hardware class (tests; nodes known to compute alike). See the module docstring.
-HARDWARE_CLASS_ENV = "HARNESS_HARDWARE_CLASS"
 
 #: ``/proc/cpuinfo`` flags recorded: the vector and matrix extensions whose kernels round differently.
 FLOAT_ISA_FLAGS = (
@@ -78,10 +77,6 @@ PRECISION_KEYS = {
     "16-mixed": "fp16-mixed",
     "16-true": "fp16",
 }
-
-_CLASS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,199}")  # with fullmatch: "$" passes a trailing newline
-#: Characters of a refused ``$HARNESS_HARDWARE_CLASS`` echoed in its error line (a 10 KB value is cut).
-SHOWN_CHARS = 80
 
 
 def _cpuinfo() -> tuple[str | None, set[str]]:
@@ -206,28 +201,6 @@ def hardware_class(device_type: str, precision: str, compiled: bool) -> str:
         ValueError: ``$HARNESS_HARDWARE_CLASS`` is not a short key (letters, digits, ``._+/-``).
     """
     return class_override() or detected_class(device_type, precision, compiled)
-
-
-def class_override() -> str | None:
-    """``$HARNESS_HARDWARE_CLASS`` (surrounding blanks dropped), or ``None`` where it is unset or blank.
-
-    Raises:
-        ValueError: it is not a short key: one line, the value cut to :data:`SHOWN_CHARS` characters (with its
-            length), naming what is allowed (letters, digits, ``._+/-``, at most 200, starting with a letter or
-            digit; not ``unknown``, which means a run whose class was never recorded).
-    """
-    override = os.environ.get(HARDWARE_CLASS_ENV, "").strip()
-    if not override:
-        return None
-    if not _CLASS_RE.fullmatch(override) or override == UNKNOWN:
-        shown = repr(override[:SHOWN_CHARS])
-        if len(override) > SHOWN_CHARS:
-            shown += f"... ({len(override)} characters)"
-        raise ValueError(
-            f"${HARDWARE_CLASS_ENV}={shown}: expected a short key of letters, digits and ._+/- (at "
-            f"most 200, starting with a letter or digit; not {UNKNOWN!r}), or unset it to use the detected class"
-        )
-    return override
 
 
 def detected_class(device_type: str, precision: str, compiled: bool) -> str:
@@ -370,15 +343,12 @@ def environment_record(numerics: RunNumerics) -> dict:
 
 
 __all__ = [
-    "HARDWARE_CLASS_ENV",
     "FLOAT_ISA_FLAGS",
     "PRECISION_KEYS",
     "machine_record",
     "device_key",
     "driver_version",
     "hardware_class",
-    "class_override",
-    "SHOWN_CHARS",
     "detected_class",
     "RunNumerics",
     "run_numerics",

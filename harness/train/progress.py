@@ -21,6 +21,8 @@ bar on a terminal no other harness process is training on, else complete lines p
 with the run, one per 10 % of the budget and at least one a minute. A bar that finds another
 worker on its terminal (checked every few seconds) gives way to lines. After every step the
 run's tokens and tokens/s are published for the lease heartbeat (:mod:`harness.common.live`).
+Tokens/s and the ETA, in lines, on the bar and in ``harness status``, count the optimiser steps only
+(:class:`harness.common.live.StepRate`), never the set-up before the first step nor evaluations.
 """
 
 from __future__ import annotations
@@ -91,15 +93,16 @@ class RunCallback(L.Callback):
         self.stepped = False  # a step ran in this process (setup_s is counted once)
         self.t_ckpt: float | None = None  # perf_counter of this segment's last checkpoint
         self.bar = None
+        self.val_nll = ""  # the bar's last validation NLL, kept in its postfix
         self.terminal: console.SharedTerminal | None = None
-        self.t0: float | None = None
         self.tokens0 = 0
+        self.rate = live.StepRate()  # tokens/s over this process's steps (set-up and evaluations left out)
+        self.tokens_before_step = 0  # the run's tokens when the current step began
         self.next_print = 0.0
         self.next_print_t = 0.0
         self.next_share_check = 0.0
 
     def on_train_start(self, trainer, pl_module):
-        self.t0 = time.perf_counter()
         self.tokens0 = pl_module.tokens_seen
         if not trainer.is_global_zero:
             self.progress = False
@@ -121,6 +124,8 @@ class RunCallback(L.Callback):
                 unit="tok",
                 unit_scale=True,
                 desc=self.label,
+                # tqdm's own rate would count the set-up before the first step: ours, in the postfix
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} tok{postfix}",
                 dynamic_ncols=True,
                 leave=False,
                 file=sys.stderr,
@@ -135,6 +140,7 @@ class RunCallback(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.t_step = time.perf_counter()
+        self.tokens_before_step = pl_module.tokens_seen
         if not self.stepped:
             self.stepped = True
             pl_module.times.add("setup_s", self.t_step - self.t_setup)
@@ -175,7 +181,9 @@ class RunCallback(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.t_step is not None:
-            pl_module.times.add("train_s", time.perf_counter() - self.t_step)
+            took = time.perf_counter() - self.t_step
+            pl_module.times.add("train_s", took)
+            self.rate.add(pl_module.tokens_seen - self.tokens_before_step, took)
             self.t_step = None
         plan, step = self.plan, int(trainer.global_step)
         if trainer.world_size < 2:
@@ -244,14 +252,9 @@ class RunCallback(L.Callback):
             except LeaseLost:  # the run is someone else's now: nothing to keep
                 pass
 
-    def _rate(self, tokens: int) -> float | None:
-        if self.t0 is None or tokens <= self.tokens0:
-            return None
-        return (tokens - self.tokens0) / max(time.perf_counter() - self.t0, 1e-9)
-
     def _show(self, pl_module, step: int) -> None:
         tokens = pl_module.tokens_seen
-        rate = self._rate(tokens)
+        rate = self.rate.tokens_per_s()
         if self.run_id:
             live.publish(live.LiveProgress(self.run_id, tokens, self.plan.tokens, rate, time.time()))
         if not self.progress:
@@ -263,12 +266,14 @@ class RunCallback(L.Callback):
                 self.bar.close()  # leave=False: the bar's line is cleared, nothing half-drawn stays
                 self.bar = None
                 self.next_print = self.next_print_t = 0  # a line at once, then the usual rate
+        left = self.rate.eta_s(self.plan.tokens - tokens)
+        eta = f"{left:,.0f} s" if left is not None else "?"
         if self.bar is not None:
-            self.bar.update(tokens - self.bar.n)
             if pl_module.last_eval is not None and pl_module.last_eval["step"] == step:
-                self.bar.set_postfix(val_nll=f"{pl_module.last_eval['nll']:.3f}")
+                self.val_nll = f", val_nll {pl_module.last_eval['nll']:.3f}"
+            self.bar.set_postfix_str(f"{rate or 0:,.0f} tok/s, ETA {eta}{self.val_nll}", refresh=False)
+            self.bar.update(tokens - self.bar.n)
         elif tokens >= self.next_print or now >= self.next_print_t or tokens >= self.plan.tokens:
-            eta = f"{(self.plan.tokens - tokens) / rate:,.0f} s" if rate else "?"
             last = pl_module.last_eval
             nll = f", val_nll {last['nll']:.4f}" if last is not None and last["step"] == step else ""
             print(

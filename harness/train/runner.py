@@ -22,6 +22,7 @@ the next reader; DuckDB and polars load only then, :func:`~harness.train.result_
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import shutil
 import signal
 import sys
@@ -34,6 +35,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from harness.common import console
 from harness.common.terms import utc_now
 from harness.data import PreparedCorpus, cache_dir, prepare_corpus
 from harness.data.datamodule import TokenDataModule
@@ -142,7 +144,10 @@ def build(
     results_dir = Path(results_dir)
     settings = settings.for_run(config)  # the command line's settings with the grid's, merged once
     numerics = run_numerics(config, settings)  # how the run computes here, decided once
+    say = functools.partial(_say, config, show=settings.progress)  # what the long steps are doing
+    say(f"preparing the corpus ({config.corpus}) ...")
     train, plan, prepared = _plan_and_corpus(config, results_dir, settings)
+    say(f"building the {config.size} {config.variant} model and its data loaders ...")
     model, dm, lit = _model_and_modules(config, train, settings, numerics, plan, prepared, t_start)
     accelerator, precision = numerics.accelerator, numerics.precision
     enable_tf32(accelerator)  # on a GPU, float32 matmuls (outside bf16 autocast) use tensor cores
@@ -305,6 +310,11 @@ def _resume_point(
     return resume_step(ckpt_dir), ""
 
 
+def _say(config: RunConfig, text: str, *, show: bool) -> None:
+    """``[variant sN] text`` on stderr (:func:`harness.common.console.phase`): what a long step is doing."""
+    console.phase(f"[{config.label}] {text}", show=show)
+
+
 def _say_start(
     config: RunConfig,
     train,
@@ -349,6 +359,7 @@ def fit(run: Run) -> Fitted:
     ckpt = run.ckpt_dir / "last.ckpt"
     tokens_before = (run.resumed_from or 0) * run.plan.batch_tokens
     t_fit = time.perf_counter()
+    _say(run.config, "starting training (Lightning's set-up, then the first step) ...", show=run.progress)
     try:
         trainer.fit(lit, datamodule=run.dm, ckpt_path=str(ckpt) if ckpt.exists() else None)
     except StopRequested as exc:

@@ -20,8 +20,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.strategies import StrategyRegistry
 
 from harness.design.config import RunConfig
-from harness.train.environment import class_override
 from harness.train.execution import ExecutionSettings
+from harness.train.hardware_override import class_override
 from harness.train.microbatch import divisors
 from harness.train.ranks import started_externally
 from harness.train.trainer import make_trainer, quiet_lightning, resolve_accelerator
@@ -50,7 +50,7 @@ def strategies() -> list[str]:
 
 def check_settings(settings: ExecutionSettings) -> None:
     """Refuse execution settings Lightning would reject when the run starts, and a
-    ``$HARNESS_HARDWARE_CLASS`` every run would fail on (:func:`harness.train.environment.class_override`).
+    ``$HARNESS_HARDWARE_CLASS`` every run would fail on (:func:`harness.train.hardware_override.class_override`).
 
     Raises:
         ValueError: one line naming the option, its value and (for ``--strategy``) what is allowed;

@@ -13,7 +13,10 @@ through Lightning's own logger classes, what :class:`~harness.train.lit.LitLM` r
 * ``mlflow``: experiment GRID at ``$MLFLOW_TRACKING_URI``, default the SQLite store
   ``sqlite:///RESULTS/mlflow.db`` (the local store MLflow 3 recommends; its ``file:`` store is in
   maintenance mode and cannot be read without ``MLFLOW_ALLOW_FILE_STORE=true``), which
-  ``mlflow.search_runs`` and ``mlflow ui --backend-store-uri`` read with no opt-in;
+  ``mlflow.search_runs`` and ``mlflow ui --backend-store-uri`` read with no opt-in; workers sharing a
+  results folder open it in turn under ``RESULTS/mlflow.db.lock`` (a fresh store's schema migration
+  is not safe to run twice at once), and ``$MLFLOW_TRACKING_URI`` is left as it was (Lightning's
+  logger exports it);
 * ``csv``: ``RESULTS/csv/GRID/RUN/metrics.csv``.
 
 Hyper-parameters: the run's config (flattened), role, seed and protocol hash. Only rank 0 logs.
@@ -49,7 +52,7 @@ MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder
 WANDB_TAG_CHARS = 64  # the longest tag W&B accepts
 #: The clients' loggers that log a failure (with its traceback and SQL) before raising it: muted while a
 #: tracker is called, as the one warning says it.
-_CLIENT_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "wandb")
+_CLIENT_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "wandb", "lightning.pytorch.loggers.mlflow")
 
 
 @contextlib.contextmanager
@@ -145,22 +148,25 @@ def make_logger(name: str, config: RunConfig, results_dir: Path, *, tags: dict[s
     if name == "mlflow":
         from lightning.pytorch.loggers import MLFlowLogger  # lazy: only when that tracker is in use
 
-        uri = mlflow_uri(results_dir)
-        if os.environ.get("MLFLOW_TRACKING_URI"):  # the user's store: a server, or a store of their choice
-            return MLFlowLogger(
-                experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri, tags=tags
-            )
-        logger = MLFlowLogger(
-            experiment_name=config.grid,
-            run_name=config.run_id,
-            tracking_uri=uri,
-            tags=tags,
-            artifact_location=(results_dir / "mlartifacts").as_uri(),  # not the working directory's ./mlruns
-        )
-        # The first use creates the store's tables and the grid's experiment: workers sharing a results
-        # folder take turns, or a second creator fails on the first one's tables or experiment name.
-        with FileLock(str(results_dir / f"{MLFLOW_DB}.lock")):
-            logger.experiment  # noqa: B018 -- the property creates the store, the experiment and the run
+        uri, user_uri = mlflow_uri(results_dir), os.environ.get("MLFLOW_TRACKING_URI")
+        # the default store's artifacts in RESULTS/mlartifacts, not the working directory's ./mlruns
+        where = {} if user_uri else {"artifact_location": (results_dir / "mlartifacts").as_uri()}
+        # The client opens the store as it is built (an empty SQLite file gets MLflow's tables, then its
+        # schema migrations, then the grid's experiment): workers sharing a results folder take turns from
+        # the constructor to the run, or a second one fails on the first one's half-migrated tables.
+        # Lightning's logger calls mlflow.set_tracking_uri, which exports $MLFLOW_TRACKING_URI: put back as it
+        # was, or this process's next run (another results folder) would log to this one's store.
+        try:
+            with FileLock(str(results_dir / f"{MLFLOW_DB}.lock")):
+                logger = MLFlowLogger(
+                    experiment_name=config.grid, run_name=config.run_id, tracking_uri=uri, tags=tags, **where
+                )
+                logger.experiment  # noqa: B018 -- the property creates the experiment and the run
+        finally:
+            if user_uri is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = user_uri
         return logger
     if name == "wandb":
         from lightning.pytorch.loggers import WandbLogger  # lazy: only when that tracker is in use

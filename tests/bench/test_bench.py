@@ -20,6 +20,7 @@ from harness.bench import BenchConfig, assemble, bench_rows, format_report, peak
 from harness.cli import main as cli
 from harness.models import build_model
 from harness.models.routing import SourceBank
+from harness.train.environment import hardware_class
 
 DESIGN7_KEYS = {"size", "compile", "threads", "torch", "step_ms", "peak_mem_mb", "ratios"}
 VARIANTS = ["prenorm", "block_attnres", "rd_attnres", "fixed_v"]
@@ -147,6 +148,8 @@ def test_duckdb_rows_match_the_json(bench):
         assert by_variant[loop]["peak_mem_mb"] is None
     rd_extra = json.loads(by_variant["rd_attnres"]["extra"])
     assert rd_extra["ratio_vs_parent"] == result["ratios"]["rd_attnres/block_attnres"]
+    # the class a run on this CPU records (DESIGN 13), so the report's time multiplier finds it (DESIGN 14)
+    assert rd_extra["hardware"] == result["hardware"] == hardware_class("cpu", "32-true", False)
 
 
 @pytest.mark.slow

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from harness.bench import BenchConfig
-from harness.bench.flops import model_flops_per_token
 from harness.bench.result import assemble
 from harness.bench.table import format_report
 from harness.models import build_model, count_params
+from harness.models.flops import model_flops_per_token
 
 
 @pytest.mark.slow
@@ -47,4 +47,7 @@ def test_an_unknown_device_gets_no_mfu_and_a_note():
     )
     assert result["mfu"] is None and "MFU omitted" in result["mfu_note"]
     assert result["flops_per_token"] == {"block_attnres": 6 * 1000 + 12 * 2 * 64 * 64}
+    # routing included (DESIGN 14): tiny Block AttnRes two-phase, 4 S N + (4 p R + 3 R) per block, x 3 D
+    routing = 3 * ((4 * 1 + 4 + 3) + (4 * 2 * 3 + 3 + 4 + 3 + 4 + 3)) * 64
+    assert result["training_flops_per_token"] == {"block_attnres": 6 * 1000 + 12 * 2 * 64 * 64 + routing}
     assert "MFU omitted" in format_report(result) and "6 N + 12 L D T" in format_report(result)

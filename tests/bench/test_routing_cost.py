@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from harness.bench.peaks import MEMORY_BANDWIDTH, PEAK_FLOPS
-from harness.bench.routing_cost import MFU_GOAL, SiteShape, roofline, routing_blocks, routing_traffic
+from harness.bench.routing_cost import MFU_GOAL, roofline, routing_traffic
 from harness.models import get_spec
+from harness.models.flops import SiteShape, routing_blocks
 from harness.models.sizes import derive
 
 TINY = derive("tiny")  # L = 2, D = 64, block_size 2: one layer per block

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,11 +172,14 @@ def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_
     import finishes it, and the same import then leaves exactly what an uninterrupted one does."""
     study = str(ROOT / "reports/factorial_study/rd_factorial_study.tar.gz")
     whole = tmp_path / "whole"
+    t0 = time.monotonic()
     harness("import", study, "--results", str(whole))
+    took = time.monotonic() - t0  # 2 s on 2 idle cores, 7.5 s beside 20 busy processes
     want = _imported(whole)
     assert len(want["queue"]) == 96
-    partial = 0
-    for k, delay in enumerate((0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1, 2.4)):
+    partial = undone = 0
+    # Ctrl-Cs spread over the import as long as it takes here (its writes come after its start-up)
+    for k, delay in enumerate(took * f for f in (0.15, 0.3, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95)):
         results = tmp_path / f"cut{k}"
         rc, out = ctrl_c_at(delay, "import", study, "--results", str(results))
         assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
@@ -186,7 +190,10 @@ def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_
             assert _imported(results) == want, (delay, out)
             continue
         assert rc in INTERRUPTED_RC, out
-        if last != "interrupted":  # before any write: nothing imported, nothing to finish
+        if last.startswith("interrupted (nothing of grid"):  # while it staged: undone whole, no folder kept
+            undone += 1
+            assert not results.exists(), out
+        elif last != "interrupted":  # before any write: nothing imported, nothing to finish
             partial += 1
             assert last == (
                 f"interrupted (grid rd_factorial_study is partly imported into {results}; the same "
@@ -194,7 +201,53 @@ def test_ctrl_c_in_an_import_says_how_to_finish_it_and_the_same_import_does(tmp_
             ), out
         harness("import", study, "--results", str(results))
         assert _imported(results) == want, (delay, out)
-    assert partial >= 1  # at least one Ctrl-C landed among the writes (they take most of the time)
+    # at least one Ctrl-C landed among the writes (they take most of the time; the staging, fsync per file,
+    # most of that on a loaded machine)
+    assert partial + undone >= 1, (partial, undone)
+
+
+#: ``python -c`` driver: ``harness ARGS`` whose process sends itself SIGINT (a real signal, handled by the
+#: real handler) at the first fsync of a file staged in the import's temporary folder: after the results
+#: folder and runs/ were made, before any result file is moved into runs/.
+CTRL_C_WHILE_STAGING = """
+import os, signal, sys
+fsync = os.fsync
+def staged(fd):
+    if "/.import-" in os.readlink(f"/proc/self/fd/{fd}"):
+        os.kill(os.getpid(), signal.SIGINT)
+    return fsync(fd)
+os.fsync = staged
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # two imports of the demo archive (32 runs) in subprocesses: ~10 s on 2 cores
+def test_ctrl_c_while_an_import_stages_says_nothing_was_imported_and_leaves_the_folder_as_it_was(tmp_path):
+    """Issue 66 row 3: a Ctrl-C that the import undid whole (its staged files and its new folder removed)
+    still said "partly imported ...; the same harness import again finishes it". It says what happened."""
+    from fstree import unchanged
+
+    demo = str(ROOT / "reports/demo/rd_controls_mini.tar.gz")
+    for results in (tmp_path / "new", tmp_path / "holds-another-grid"):
+        if results.name != "new":
+            harness("import", str(ROOT / "reports/sample/report_sample.tar.gz"), "--results", str(results))
+        with unchanged(results):
+            done = subprocess.run(
+                [sys.executable, "-c", CTRL_C_WHILE_STAGING, "import", demo, "--results", str(results)],
+                capture_output=True,
+                text=True,
+                env=ENV,
+                timeout=HANG_S,
+            )
+        out = done.stdout + done.stderr
+        assert done.returncode == 130 and "Traceback" not in out, out
+        where = f"{results} is as it was" + (" (not there)" if results.name == "new" else "")
+        assert out.rstrip().splitlines()[-1] == (
+            f"interrupted (nothing of grid rd_controls_mini was imported: {where}; the same `harness import` "
+            "imports it)"
+        ), out
+        assert "imported grid rd_controls_mini" in harness("import", demo, "--results", str(results)).stdout
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
-"""A corpus is its content (harness/corpus/fingerprint.py): its fingerprint is the one a run's protocol
-holds, read from a prepared folder's manifest or from the text alike, the same for a copy at another
-path, and different for another text; the framing makes every change of the text a change of the hash.
+"""A corpus is its content (harness/corpus/fingerprint.py, harness/corpus/cached.py): its fingerprint is
+the one a run's protocol holds, read from a prepared folder's manifest or from the text alike, the same
+for a copy at another path, and different for another text; the framing makes every change of the text
+a change of the hash.
 
     python -m pytest -q tests/corpus/test_fingerprint.py
 """
@@ -8,12 +9,14 @@ path, and different for another text; the framing makes every change of the text
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from harness.corpus.fingerprint import corpus_fingerprint, fingerprint_of
+from harness.corpus.cached import fingerprint_of
+from harness.corpus.fingerprint import corpus_fingerprint
 from harness.corpus.key import CorpusKey
 from harness.corpus.readers import read_documents
 from harness.data.prepared import prepare_corpus
@@ -40,7 +43,12 @@ def test_the_fingerprint_is_the_protocols_from_the_text_or_the_manifest_at_any_p
     assert fingerprint_of(moved, tmp_path / "cache") == SAMPLE_FINGERPRINT  # nothing prepared: the text
     prepared = prepare_corpus(moved, cache_dir=tmp_path / "cache")
     assert prepared.protocol_meta["fingerprint"] == SAMPLE_FINGERPRINT
-    (copy / files[0].name).write_text("")  # the manifest answers now, without reading the text
+    # the manifest answers now, without reading the text, while the files' sizes and times are unchanged
+    # (a text changed since is read: tests/corpus/test_cached.py)
+    first = copy / files[0].name
+    st = first.stat()
+    first.write_bytes(b" " * st.st_size)  # no text at all, but the same size and time
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert fingerprint_of(moved, tmp_path / "cache") == SAMPLE_FINGERPRINT
     other = _copy(files[1:], tmp_path / "other")
     assert fingerprint_of(CorpusKey(str(other), "bpe", 300, 0.1, None)) != SAMPLE_FINGERPRINT

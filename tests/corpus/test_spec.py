@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.corpus.fingerprint import fingerprint_of
+from harness.corpus.cached import fingerprint_of
 from harness.corpus.key import CorpusKey
 from harness.corpus.spec import choose_corpus, corpus_name, corpus_ref, is_local, parse_ref, resolve_corpus
 

@@ -73,7 +73,18 @@ BAD = {
     "looks above max_seeds": ({"looks": [3, 40]}, ["analysis.looks", "40 is out of range", "max_seeds = 30"]),
     "looks not a list": ({"looks": 3}, ["analysis.looks", "must be a list"]),
     "not a table": (5, ["analysis", "must be a table"]),
+    "min_multiplier 1": ({"min_multiplier": 1}, ["analysis.min_multiplier", "out of range", "> 1"]),
+    "min_multiplier a string": ({"min_multiplier": "1.1"}, ["analysis.min_multiplier", "is not a number"]),
 }
+
+
+def test_min_multiplier_defaults_to_1_05_and_is_stored_only_when_set():
+    """DESIGN 14: a plan that leaves it out stores what it stored before (older grids' plans stay equal)."""
+    plan = parse_plan({})
+    assert plan.min_multiplier == 1.05 and "min_multiplier" not in plan.as_config()
+    set_ = parse_plan({"min_multiplier": 1.2})
+    assert set_.min_multiplier == 1.2 and set_.as_config()["min_multiplier"] == 1.2
+    assert parse_plan(set_.as_config()) == parse_plan({"min_multiplier": 1.2})
 
 
 @pytest.mark.parametrize("case", list(BAD), ids=list(BAD))

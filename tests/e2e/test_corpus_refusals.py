@@ -192,6 +192,35 @@ def test_the_missing_corpus_line_names_a_command_that_re_points_that_grid(tmp_pa
     assert RunQueue.open(None, results).corpus_of("g")["path"] == str(moved)
 
 
+def test_topup_of_a_grid_not_yet_trained_re_points_it_or_says_so_and_creates_no_store(
+    tmp_path, capsys, monkeypatch
+):
+    """`harness topup --grid G --corpus PATH` on a grid whose runs are all queued once said "no runs of grid
+    'g' in the results store; grids there: none yet" and created harness.duckdb. It now re-points the grid
+    as `harness queue --corpus` does, says that nothing finished yet, and opens no results store; another
+    text is refused by fingerprint with the tree unchanged."""
+    text, _, results = _queued(tmp_path, monkeypatch)
+    moved = _text(tmp_path / "elsewhere" / "copy.jsonl")  # the same text at another path
+    capsys.readouterr()
+    with unchanged(tmp_path):
+        assert cli(["topup", "--grid", "g", "--results", str(results)]) == 0
+    none_yet = "grid g: 2 runs in the queue (2 queued), none finished: topup adds seeds by what finished runs"
+    assert capsys.readouterr().out.startswith(none_yet)
+    other = _edited(text, tmp_path / "dir2" / "a.jsonl")
+    with unchanged(tmp_path):
+        assert cli(["topup", "--grid", "g", "--results", str(results), "--corpus", str(other)]) == 2
+    _one_line(capsys, "topup", _fingerprint(text), _fingerprint(other), "another text")
+    assert cli(["topup", "--grid", "g", "--results", str(results), "--corpus", str(moved)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"corpus of g: text.jsonl (fingerprint {_fingerprint(text)[:16]}) at {moved}"
+    assert out[1].startswith(none_yet) and out[1].endswith("next: harness work")
+    assert RunQueue.open(None, results).corpus_of("g")["path"] == str(moved)
+    assert not (results / "harness.duckdb").exists()
+    with unchanged(tmp_path):  # a grid that is not there: one line, no store created either
+        assert cli(["topup", "--grid", "nope", "--results", str(results)]) == 2
+    _one_line(capsys, "topup", "no runs of grid 'nope' in the queue", "grids there: g")
+
+
 def test_an_import_without_its_corpus_names_a_command_that_re_points_the_grid(tmp_path, capsys):
     """`harness import` without --corpus once said to give it to `harness topup`, which refuses a grid it
     cannot add seeds to; it names the commands the missing-corpus line names, and the queue one works."""

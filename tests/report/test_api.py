@@ -1,7 +1,8 @@
 """The notebook API (``harness.results``, ``harness.analyze``; harness/report/api.py), run as the README shows it.
 
 The README's ``## In a notebook`` Python block is executed as written, in a folder whose
-``results/`` holds a synthetic grid named as the README names it (result files written as workers
+``results/`` holds a synthetic grid named as the README names it (and again on grids without controls,
+named for the quickstart's) (result files written as workers
 write them, tests/report/test_report.py:write_results); its frames are checked against the numbers the
 result files were made from. ~10 s:
 
@@ -80,6 +81,36 @@ def test_readme_example_runs_and_its_frames_hold_the_stored_numbers(folder, monk
     assert controls == set(f["variant"]) - {"rd_attnres", "block_attnres", "dup_route_tied", "prenorm"}
     row = ns["stats"].filter(pl.col("kind") == "treatment_vs_parent").row(0, named=True)
     assert row["mean_diff"] == head["mean"] and row["holm_p"] == head["holm_p"]
+
+
+@pytest.mark.parametrize(
+    "grid, variants",
+    [
+        ("quickstart_tiny", ("block_attnres", "rd_attnres", "dup_route_tied")),  # an A/A check, no control
+        ("parent_treatment", ("block_attnres", "rd_attnres")),  # neither
+    ],
+)
+def test_readme_example_runs_on_a_grid_without_controls_and_empty_tables_keep_their_columns(
+    folder, tmp_path, monkeypatch, grid, variants
+):
+    """The quickstart grid has no control: the README's block runs there too, its empty tables holding
+    the columns (and types) of a grid that has them."""
+    frames = synthetic_frames(
+        grid=grid, seeds=(0, 1, 2), n_layers=2, n_evals=3, effects={v: 0.0 for v in variants}
+    )
+    store = Store(tmp_path / "results")
+    write_results(store, frames)
+    store.ingest()
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(readme_example().replace(GRID, grid), f"README.md:In a notebook ({grid})", "exec"), ns)
+    assert ns["controls"].height == 0 and ns["headline"].height == 1
+    assert ns["aa"].height == ("dup_route_tied" in variants)
+    full = harness.analyze(folder[0] / "results", grid=GRID)  # a grid with controls and an A/A check
+    a = harness.analyze(tmp_path / "results", grid=grid)
+    assert a.controls.to_frame().schema == full.controls.to_frame().schema
+    assert a.aa.to_frame().schema == full.aa.to_frame().schema
+    assert a.headline.to_frame().schema == full.headline.to_frame().schema
 
 
 def test_analysis_objects_and_their_frames_agree(folder):

@@ -204,7 +204,21 @@ class FakeStore:
             for run_id in frames["runs"]["run_id"].to_list():
                 (self.runs_dir / result_filename(run_id)).touch()
         self.con = duckdb.connect()
-        frames = {"ingest_log": pl.DataFrame(schema={"file": pl.String, "error": pl.String}), **frames}
+        bench = pl.DataFrame(
+            schema={
+                "bench_id": pl.String,
+                "created_at": pl.Datetime,
+                "size": pl.String,
+                "variant": pl.String,
+                "step_ms": pl.Float64,
+                "extra": pl.String,
+            }
+        )  # the store's bench table, empty (DESIGN 14's time multiplier reads it)
+        frames = {
+            "ingest_log": pl.DataFrame(schema={"file": pl.String, "error": pl.String}),
+            "bench": bench,
+            **frames,
+        }
         for name, frame in frames.items():
             self.con.register(name, pd.DataFrame(frame.to_dict(as_series=False)))
 

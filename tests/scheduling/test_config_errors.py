@@ -17,8 +17,8 @@ from fstree import unchanged
 from harness.cli import build_parser
 from harness.cli import main as cli
 from harness.scheduling.queue.run_queue import RunQueue
-from harness.train.environment import HARDWARE_CLASS_ENV, SHOWN_CHARS
 from harness.train.execution import ExecutionSettings
+from harness.train.hardware_override import HARDWARE_CLASS_ENV, SHOWN_CHARS
 
 from queue_stubs import GRID_TOML
 

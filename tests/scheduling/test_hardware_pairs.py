@@ -35,7 +35,7 @@ from harness.scheduling.queue.hardware_pairs import (
 )
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.runfile import read_result, result_path
-from harness.train.environment import HARDWARE_CLASS_ENV
+from harness.train.hardware_override import HARDWARE_CLASS_ENV
 
 from queue_stubs import configs
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fstree import unchanged
 from optuna.trial import TrialState
 
 from harness.cli import main as cli
@@ -28,6 +29,7 @@ from harness.scheduling.launch import Resources, parse_sbatch_line, read_records
 from harness.scheduling.queue.lease import pid_alive
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.train.execution import ExecutionSettings
+from harness.train.hardware_override import HARDWARE_CLASS_ENV
 
 import chaos
 from queue_stubs import configs
@@ -146,6 +148,19 @@ def test_launch_refuses_bad_input_in_one_line_and_submits_nothing(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert re.fullmatch(rf"harness launch: error: {message}.*", err) and "\n" not in err, err
     assert not (results / "launches").exists() or not list((results / "launches").iterdir())
+
+
+def test_launch_refuses_a_bad_hardware_class_before_starting_a_worker(tmp_path, capsys, monkeypatch):
+    """Before: rc 0, "started 1 worker(s)", the worker's log ending in a traceback. Now: the line
+    `harness work` says, before anything is launched or written."""
+    results = tmp_path / "results"
+    RunQueue.open(None, results).enqueue(configs(seeds=(0,), variants=("block_attnres",)))
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, "../x")
+    with unchanged(tmp_path):
+        assert cli(["launch", "--executor", "local", "--workers", "1", "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"harness launch: error: ${HARDWARE_CLASS_ENV}='../x': expected a short key"), err
+    assert "\n" not in err
 
 
 # ----------------------------------------------------------------------------- local

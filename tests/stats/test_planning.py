@@ -267,6 +267,17 @@ def test_plan_command_without_min_effect_says_so(tmp_path, capsys):
     assert "throughput, size small: unknown" in out
 
 
+def test_plan_prices_the_budgets_a_single_budget_grid_needs_for_a_multiplier(tmp_path, capsys):
+    """DESIGN 14: one budget per size gives no compute multiplier; the plan prices the parent's runs at half and
+    twice it (3 seeds: 6 runs, 3 x (49_152 + 196_608) tokens)."""
+    assert cli(["plan", str(DEMO), "--sd", "0.006", "--results", str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "multiplier: size small has one budget (98_304 tokens), so no compute multiplier; the parent "
+        "(block_attnres) at 49_152 and 196_608 tokens gives one: 6 runs, 737_280 tokens, worker-hours unknown"
+    ) in out
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -30,6 +30,7 @@ from harness.store.runfile import read_result, result_path
 from harness.store.store import Store
 from harness.train import environment, train_run
 from harness.train.execution import ExecutionSettings
+from harness.train.hardware_override import HARDWARE_CLASS_ENV
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-3, "eval_every_tokens": 4096}
@@ -52,7 +53,7 @@ def trained(tmp_path_factory):
     results = tmp_path_factory.mktemp("env")
     saved = os.environ.get("HARNESS_CACHE")
     os.environ["HARNESS_CACHE"] = str(results / "cache")
-    os.environ.pop(environment.HARDWARE_CLASS_ENV, None)
+    os.environ.pop(HARDWARE_CLASS_ENV, None)
     torch.set_num_threads(1)
     reads = []
     real = environment._cpuinfo
@@ -153,7 +154,7 @@ def _leaves(value):
 
 
 def test_hardware_class_names_device_precision_torch_and_compile(monkeypatch):
-    monkeypatch.delenv(environment.HARDWARE_CLASS_ENV, raising=False)
+    monkeypatch.delenv(HARDWARE_CLASS_ENV, raising=False)
     torch_key = "torch" + torch.__version__.split("+")[0]
     device = environment.device_key("cpu")
     assert environment.hardware_class("cpu", "32-true", False) == f"{device}/fp32/{torch_key}/eager"
@@ -171,9 +172,9 @@ def test_the_class_is_outside_the_protocol_hash(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     config = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN)
-    monkeypatch.delenv(environment.HARDWARE_CLASS_ENV, raising=False)
+    monkeypatch.delenv(HARDWARE_CLASS_ENV, raising=False)
     first = build(config, tmp_path, ExecutionSettings(progress=False))
-    monkeypatch.setenv(environment.HARDWARE_CLASS_ENV, "lab-a100")
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, "lab-a100")
     second = build(config, tmp_path, ExecutionSettings(progress=False))
     assert first.protocol == second.protocol
     assert second.environment["hardware"] == "lab-a100"
@@ -182,7 +183,7 @@ def test_the_class_is_outside_the_protocol_hash(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("value", ["unknown", "a b", "/abs/path", "x" * 201])
 def test_a_bad_class_override_is_one_clear_line(monkeypatch, value):
-    monkeypatch.setenv(environment.HARDWARE_CLASS_ENV, value)
+    monkeypatch.setenv(HARDWARE_CLASS_ENV, value)
     with pytest.raises(ValueError, match=r"^\$HARNESS_HARDWARE_CLASS=.*expected a short key"):
         environment.hardware_class("cpu", "32-true", False)
 

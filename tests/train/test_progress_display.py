@@ -11,20 +11,15 @@ worker. CPU only, about a minute on 2 shared cores:
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
+from terminal import Terminal, read_until
 
 from harness.cli import main as cli
 from harness.common import console
@@ -66,61 +61,6 @@ def run_cmd(results: Path, budget: int) -> list[str]:
         "1",
         *TRAIN,
     ]
-
-
-def read_until(fd: int, proc: subprocess.Popen, done, timeout_s: float = 300) -> str:
-    """Read a pty master until ``done(text)`` or the process ends; returns the text."""
-    out = b""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-            if done(out.decode(errors="replace")):
-                break
-        elif proc.poll() is not None:
-            break
-    return out.decode(errors="replace")
-
-
-class Terminal:
-    """A pseudo-terminal; processes started on it have it as stdout and stderr."""
-
-    def __init__(self):
-        self.master, self.slave = pty.openpty()
-        # 30 rows x 120 columns, as a terminal window has (a new pty is 0 x 0)
-        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, cmd, env, **kw) -> subprocess.Popen:
-        kw.setdefault("stdout", self.slave)
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=self.slave, env=env, **kw)
-        self.procs.append(p)
-        return p
-
-    def other_worker(self, env) -> subprocess.Popen:
-        """A process registered as training on this terminal (as a second worker would be)."""
-        code = (
-            "import sys, time\nfrom harness.common.console import SharedTerminal\n"
-            "t = SharedTerminal(sys.stderr).__enter__()\nprint('ready', flush=True)\ntime.sleep(600)\n"
-        )
-        p = self.start([sys.executable, "-c", code], env, stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "ready"
-        return p
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        os.close(self.master)
-        os.close(self.slave)
 
 
 @pytest.fixture
@@ -294,3 +234,73 @@ def test_a_deferred_ingest_is_said_only_with_verbose(tmp_path, env):
     )  # not ingested yet: the next reader does
     con.close()
     assert Store(tmp_path).query("select count(*) as n from final")["n"].to_list() == [1]
+
+
+def test_the_eta_counts_optimiser_steps_only():
+    """Issue 66 row 3: tokens/s and the ETA count the optimiser steps alone (live.StepRate): the set-up
+    before the first step is left out, and the first step's warm-up only counts until a second is timed."""
+    from harness.common.live import StepRate
+
+    rate = StepRate()
+    assert rate.tokens_per_s() is None and rate.eta_s(4096) is None  # no step yet: no rate, no ETA
+    rate.add(1024, 4.0)  # the first step, with its warm-up: the only measure there is
+    assert rate.tokens_per_s() == 256.0 and rate.eta_s(4096) == 16.0
+    rate.add(1024, 0.5)
+    rate.add(1024, 0.25)  # from the second step on: the later steps' tokens over their seconds
+    assert rate.tokens_per_s() == 2048 / 0.75
+    assert rate.eta_s(6144) == 6144 * 0.75 / 2048 and rate.eta_s(-5) == 0.0
+
+
+class _Clock:
+    """A clock the test moves by hand (seconds), standing for time.perf_counter in harness.train.progress."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_first_progress_line_leaves_the_set_up_out(monkeypatch, capsys):
+    """The issue's case: 30 s of set-up (loading, the corpus, Lightning's start) before a run's first step;
+    the steps then take 1 s per 1,024 tokens. The first line and the published progress say 1,024 tok/s
+    and 7 s left for 7 more steps, not 1,024 / 31 s = 33 tok/s and 217 s (the old rate over wall time)."""
+    from types import SimpleNamespace
+
+    from harness.common import live
+    from harness.train import progress as progress_mod
+    from harness.train.progress import RunCallback
+    from harness.train.schedule import StepPlan
+    from harness.train.timing import RunTimes
+
+    clock = _Clock()
+    monkeypatch.setattr(progress_mod.time, "perf_counter", clock)
+    monkeypatch.setenv(console.PROGRESS_ENV, "lines")
+    plan = StepPlan(batch_size=1, batch_tokens=1024, total_steps=8, eval_every=0, ckpt_every=0, log_every=1)
+    cb = RunCallback(
+        plan, label="rd_attnres s0", budget_tokens=8192, progress=True, save_checkpoint=None, run_id="r"
+    )
+    module = SimpleNamespace(
+        tokens_seen=0,
+        times=RunTimes(),
+        diverged=False,
+        last_eval=None,
+        record_train_step=lambda: None,
+        poll_divergence=lambda: False,
+    )
+    trainer = SimpleNamespace(global_step=0, world_size=1, is_global_zero=True)
+    cb.on_train_start(trainer, module)
+    clock.now = 30.0  # the set-up: Lightning's start, the data loader's first batch
+    for _ in range(2):
+        cb.on_train_batch_start(trainer, module, None, 0)
+        clock.now += 1.0
+        module.tokens_seen += 1024
+        trainer.global_step += 1
+        cb.on_train_batch_end(trainer, module, None, None, 0)
+    cb._close()
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == "[rd_attnres s0]  12% 1,024/8,192 tokens, 1,024 tok/s, ETA 7 s", first
+    published = live.current("r")
+    assert published.tokens == 2048 and published.tokens_per_s == 1024.0
+    assert published.eta_s(published.at) == 6.0
+    live.publish(None)

@@ -16,6 +16,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -317,3 +318,87 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
     assert out.returncode == 0, out.stderr[-2000:]
     listed = json.loads(out.stdout.strip().splitlines()[-1])
     assert listed == {rid: [v for r, _, v in stored if r == rid][-1] for rid in run_ids}
+
+
+# A worker's first tracker start, as `harness work` makes it (Trackers opens MLflow, logs one validation NLL and
+# closes), in a fresh results folder per try; each try waits at a barrier until every process is ready for it,
+# so that all of them meet the fresh store at once.
+_WORKER = """
+import json, sys, time, types, warnings
+from pathlib import Path
+import mlflow  # noqa: F401 -- loaded before the barrier, as a worker has it loaded before its first run
+from harness.design.config import RunConfig
+from harness.train.trackers import Trackers
+
+root, seed, sample, tries = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+config = RunConfig.adhoc("rd_attnres", "tiny", seed, 2048, sample, train={"loggers": ["mlflow"]})
+said = []
+for attempt in range(tries):
+    trackers = Trackers(("mlflow",), config, root / f"results{attempt}", protocol_hash=f"hash{seed}")
+    (root / f"ready{attempt}-{seed}").touch()
+    while not (root / f"go{attempt}").exists():
+        time.sleep(0.002)
+    lit = types.SimpleNamespace(
+        records=[{"step": 1, "split": "val", "name": "nll", "value": 5.0 + seed}], routing_rows=[], batch_tokens=1024
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trackers._open()
+        trackers.finish(lit, "done")
+    said.append([str(w.message) for w in caught if str(w.message).startswith("logger ")])
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_workers_on_a_fresh_mlflow_store_all_reach_it(tmp_path):
+    """Issue 66 row 2: workers starting their first runs at once on a fresh results folder each reach the
+    default SQLite store (its first-time schema migration runs once, under the results folder's lock); no
+    worker warns, and MLflow's and Lightning's own lines ('Experiment ... not found. Creating it.') stay out
+    of their output. Three processes released together from a barrier, three times over, each time on a
+    fresh store (the old code lost a run in the first try: 'duplicate column name: step')."""
+    from mlflow.tracking import MlflowClient
+
+    workers, tries = 3, 3
+    logs = {"loggers": ["mlflow"]}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["HARNESS_CACHE"] = str(tmp_path / "cache")
+    for attempt in range(tries):
+        (tmp_path / f"results{attempt}").mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(tmp_path), str(seed), str(SAMPLE), str(tries)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(workers)
+    ]
+    try:
+        for attempt in range(tries):
+            for _ in range(150_000):  # ~300 s: the processes import torch and Lightning first
+                ready = len(list(tmp_path.glob(f"ready{attempt}-*")))
+                if ready == workers or any(p.poll() is not None for p in procs):
+                    break
+                time.sleep(0.002)
+            (tmp_path / f"go{attempt}").touch()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill() if p.poll() is None else None
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert json.loads(out.strip().splitlines()[-1]) == [[]] * tries, (out, err[-2000:])
+        assert "Creating it" not in out + err and "Traceback" not in err, err[-2000:]
+    want = sorted(
+        (RunConfig.adhoc("rd_attnres", "tiny", s, 2048, str(SAMPLE), train=logs).run_id, 5.0 + s)
+        for s in range(workers)
+    )
+    for attempt in range(tries):
+        client = MlflowClient(
+            tracking_uri=f"sqlite:///{(tmp_path / f'results{attempt}').resolve()}/mlflow.db"
+        )
+        runs = client.search_runs([client.get_experiment_by_name("adhoc").experiment_id])
+        got = sorted((r.info.run_name, r.data.metrics["val/nll"]) for r in runs)
+        assert got == want, (attempt, got)

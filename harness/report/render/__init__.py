@@ -22,6 +22,8 @@ computes a statistic, and nothing in :mod:`harness.report.stats` imports this pa
 * :mod:`~harness.report.render.provenance_section` -- where the runs ran, its one-line banner where
   hardware classes mix, the variant x hardware tables (DESIGN 13);
 * :mod:`~harness.report.render.plateau_section` -- each cell's final NLL next to its unigram plateau;
+* :mod:`~harness.report.render.multiplier_section` -- does the gain pay for its cost: the compute and time
+  multipliers, their verdict words and each cell's figure of the parent's curves (DESIGN 14);
 * :mod:`~harness.report.render.figures`, :mod:`~harness.report.render.routing_figures` -- PNG figures;
   :mod:`~harness.report.render.figure_set` -- every figure of a report, in order;
 * :mod:`~harness.report.render.plan_table` -- ``harness plan``'s text;

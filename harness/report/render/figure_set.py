@@ -13,6 +13,7 @@ from harness.report.render.figures import (
     paired_differences,
     training_curves,
 )
+from harness.report.render.multiplier_section import parent_curves
 from harness.report.render.routing_figures import routing_over_training, routing_variants
 from harness.report.stats.results import ReportStats
 
@@ -34,6 +35,9 @@ def all_figures(
             ]
         out += [f for f in figs if f is not None]
         out += [interaction_plot(c) for c in stats.factorial if (c.size, c.budget_tokens) == (size, budget)]
+        out += [
+            f for f in (parent_curves(stats, size, budget),) if f is not None
+        ]  # DESIGN 14, 2+ budgets only
     # Figures spanning the cells of a size (cell = None) follow: gain vs budget (DESIGN 8).
     for size in dict.fromkeys(p.size for p in stats.budget.points):
         out += [f for f in (gain_vs_budget(stats, size),) if f is not None]

@@ -13,7 +13,7 @@ and as one self-contained HTML file. Sentence helpers (``headline_sentence``, ``
 
 from __future__ import annotations
 
-from harness.report.render import factorial_section
+from harness.report.render import factorial_section, multiplier_section
 from harness.report.render.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 from harness.report.render.decision_sections import (
     controls_blocks,
@@ -140,7 +140,8 @@ def _figures(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
     """Figures per cell, in the order drawn; figures across cells (``cell`` None, e.g. gain vs
     budget, DESIGN 8) in their own section."""
     out: list[Block] = [Heading(2, "Figures")]
-    figures = [f for f in figures if not f.name.startswith(factorial_section.FIGURE_PREFIX)]  # in its section
+    in_sections = (factorial_section.FIGURE_PREFIX, multiplier_section.FIGURE_PREFIX)
+    figures = [f for f in figures if not f.name.startswith(in_sections)]  # in their sections
     if not figures and stats.pairs:  # pairs always draw their paired differences: none were asked for
         return out + [Para("No figure: this report was written without figures (`--no-figures`).", "note")]
     if not figures:
@@ -196,6 +197,7 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
     blocks += divergence_blocks(stats)
     blocks += (
         gain_vs_budget_blocks(stats)
+        + multiplier_section.blocks(stats, figures)
         + _figures(stats, figures)
         + comparisons_blocks(stats)
         + mixed_blocks(stats)
@@ -232,7 +234,7 @@ def summary_lines(stats: ReportStats) -> list[str]:
     lines += followup_summary(stats)
     for a in stats.aa_checks:
         lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {aa_sentence(a, stats.plan.alpha)}")
-    return lines + factorial_section.summary_lines(stats)
+    return lines + factorial_section.summary_lines(stats) + multiplier_section.summary_lines(stats)
 
 
 def render_markdown(

@@ -10,6 +10,8 @@
   the classes' agreement, balance, verdicts within the largest class;
 * :mod:`~harness.report.simulation.retrain` -- the cross-machine A/A check simulated: how often each of
   its answers is wrong (DESIGN 13);
+* :mod:`~harness.report.simulation.multiplier` -- the compute multiplier simulated: its false positives under no
+  effect and its interval's coverage (DESIGN 14; ``python -m harness.report.simulation.multiplier``);
 * :mod:`~harness.report.simulation.synthetic` -- synthetic results frames for tests and demos.
 
 Nothing here reads a results store or writes a report: it calls the report's own statistics

@@ -33,6 +33,9 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
   :class:`~harness.report.stats.results.ReportStats`, in short named steps;
 * :mod:`~harness.report.stats.leave_one_out`: whether an established verdict survives dropping any one seed
   (descriptive);
+* :mod:`~harness.report.stats.multiplier`: does the gain pay for its cost: the compute multiplier and the time
+  multiplier per hardware class, per seed and per comparison (DESIGN 14), with its arithmetic as functions of
+  arrays in :mod:`~harness.report.stats.multiplier_math`;
 * :mod:`~harness.report.stats.class_tests`: the tests over hardware classes as functions of arrays: the
   classes' agreement (Welch's F, its permutation p, its MDE) and the exact balance test of straddling pairs;
 * :mod:`~harness.report.stats.provenance`: where the runs ran (DESIGN 13): hardware classes and commits per

@@ -302,6 +302,9 @@ class ReportStats:
         )
 
     provenance: object = None  # harness.report.stats.provenance.Provenance: where the runs ran, DESIGN 13
+    multipliers: object = (
+        None  # harness.report.stats.multiplier.MultiplierStats: does the gain pay, DESIGN 14
+    )
 
     @property
     def cells(self) -> list[tuple[str, int]]:

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.corpus.cached import text_folder
 from harness.corpus.key import CorpusKey, read_manifest
 from harness.corpus.readers import read_documents
 from harness.corpus.spec import HUB_PREFIX
@@ -83,13 +84,15 @@ def check_corpora(configs: list[RunConfig], cache_dir: Path, *, grid_path: str) 
             budget exceeds its prepared train split, or whose evaluation exceeds its val
             split, beyond ``max_epochs`` (the line gives budget, train tokens and epochs).
     """
-    memo: dict = {}  # per corpus key: split bytes, then (if needed) split tokens; read once per grid
+    memo: dict = {}  # per corpus key: its manifest, split bytes, then (if needed) split tokens; read once per grid
     for config in configs:
         n = need(config)
         key = n.key
         if key.tokenizer == "gpt2" and (why := _missing("tiktoken", "tokenizer 'gpt2'")):
             raise ValueError(why)
-        manifest = read_manifest(key.folder(cache_dir))
+        if ("manifest", key) not in memo:  # a changed text is fingerprinted once per grid, not per run
+            memo["manifest", key] = read_manifest(text_folder(key, cache_dir)[0])
+        manifest = memo["manifest", key]
         if manifest is None and key.tokenizer == "gpt2" and ("gpt2", None) not in memo:
             # a prepared corpus holds gpt2's files; without one each worker would download them
             check_gpt2_files(
@@ -134,7 +137,7 @@ def check_gpt2_files(key: CorpusKey, cache_dir: Path, *, hint: str = "") -> None
     Raises:
         ValueError: tiktoken's reason, then ``hint`` (after ``; ``).
     """
-    if key.tokenizer != "gpt2" or read_manifest(key.folder(cache_dir)) is not None:
+    if key.tokenizer != "gpt2" or read_manifest(text_folder(key, cache_dir)[0]) is not None:
         return
     if why := _missing("tiktoken", "tokenizer 'gpt2'"):
         raise ValueError(why)

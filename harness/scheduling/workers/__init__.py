@@ -4,6 +4,8 @@
   options, a launched task's);
 * :mod:`~harness.scheduling.workers.start` -- starting a worker: its checks before the first claim, the
   queue, its GPUs and hardware gate, then the loop;
+* :mod:`~harness.scheduling.workers.starting` -- a worker that has started but claims no run yet, as
+  ``harness status`` lists it ("starting workers");
 * :mod:`~harness.scheduling.workers.loop` -- the loop: claim a run, train it, tell the queue; repeat;
 * :mod:`~harness.scheduling.workers.claiming` -- taking a run (stale leases reclaimed first);
 * :mod:`~harness.scheduling.workers.retry` -- the retry policy: which faults spend a retry, how many,

@@ -22,6 +22,7 @@ from harness.common.terms import check_grid
 from harness.scheduling.queue.lease import BEAT_S
 from harness.scheduling.workers.loop import record_failure, train_unless_finished, work
 from harness.scheduling.workers.options import WorkOptions
+from harness.scheduling.workers.starting import starting
 from harness.train.execution import ExecutionSettings, parse_devices, set_threads
 
 
@@ -125,19 +126,26 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             no free GPU to claim.
         FileNotFoundError / OSError: the results folder is missing or not writable.
     """
+    options.check()
+    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
+    check_writable(Path(options.results), options.create)
+    with starting(options.results) as claiming:  # `harness status` shows it starting until its loop begins
+        return _run_worker(options, train_fn, on_failure, stop, claiming)
+
+
+def _run_worker(options: WorkOptions, train_fn, on_failure, stop, claiming) -> Counter:
+    """:func:`run_worker` once its options and results folder are checked; ``claiming()`` is called as
+    the loop begins."""
     import optuna  # lazy: Optuna, only with a queue
 
     from harness.scheduling.queue.run_queue import RunQueue  # lazy: Optuna, only with a queue
 
-    options.check()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space_needed = None
     if train_fn is None:
         from harness.train.checkpoint import space_needed  # lazy: torch loads only to train
 
         set_threads(options.settings.threads)
-    console.progress_mode()  # a bad $HARNESS_PROGRESS is one line now, not a traceback mid-run
-    check_writable(Path(options.results), options.create)
     queue = RunQueue.open(
         options.storage, options.results, lease_timeout_s=options.lease_s, retry_s=options.storage_retry_s
     )
@@ -169,6 +177,7 @@ def run_worker(options: WorkOptions, *, train_fn=None, on_failure=None, stop=Non
             record_failure(config, results_dir, error_text, settings)
 
     previous = signal.signal(signal.SIGTERM, _sigterm) if stop is None else None
+    claiming()  # from here its leases tell `harness status` it is a live worker
     try:
         with claim or contextlib.nullcontext():  # this worker's GPUs stay locked until it stops
             return work(
