@@ -37,7 +37,12 @@ import os
 import shutil
 import sys
 
-from harness.commands.options import add_storage
+from harness.commands.options import (
+    add_micro_batch_argument,
+    add_routing_argument,
+    add_storage,
+    parse_micro_batch,
+)
 from harness.common.terms import NAME_RE
 from harness.scheduling.launch import EXECUTORS, SIGNAL_DELAY_S
 from harness.scheduling.workers.options import WorkOptions
@@ -131,6 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="each worker stops after N runs (default: when nothing is queued)",
     )
+    add_micro_batch_argument(parser)  # workers run `harness work --micro-batch-size N`: one key per cluster
+    add_routing_argument(parser)
 
 
 def _queue_check(args: argparse.Namespace, storage: str | None) -> str:
@@ -293,16 +300,21 @@ def _work_options(args: argparse.Namespace, storage: str | None) -> WorkOptions:
         local = max(1, (os.cpu_count() or 1) // args.workers)
         threads = args.cpus_per_worker or (1 if args.executor == "slurm" else local)
     gpus = args.gpus_per_worker
-    settings = ExecutionSettings(threads=threads, accelerator="gpu" if gpus else "auto")
+    settings = ExecutionSettings(
+        threads=threads,
+        accelerator="gpu" if gpus else "auto",
+        micro_batch_size=parse_micro_batch(args.micro_batch_size),
+        routing=args.routing,
+    )
     return WorkOptions(
         results=str(args.results),
         storage=storage,
         grid=args.grid,
         max_runs=args.max_runs or None,
         devices=str(gpus) if gpus else None,
-        any_hardware=getattr(args, "any_hardware", False),
+        any_hardware=args.any_hardware,
         settings=settings,
-        corpus=getattr(args, "corpus", None),
+        corpus=args.corpus,
     )
 
 
@@ -316,6 +328,9 @@ def _work_argv(options: WorkOptions, storage_shown: str | None) -> list[str]:
     argv += ["--accelerator", "gpu", "--devices", options.devices] if options.devices else []
     argv += ["--any-hardware"] if options.any_hardware else []
     argv += ["--corpus", options.corpus] if options.corpus else []
+    micro, routing = options.settings.micro_batch_size, options.settings.routing
+    argv += ["--micro-batch-size", str(micro)] if micro is not None else []
+    argv += ["--routing", routing] if routing is not None else []
     return argv
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.design.settings import BY_NAME
 from harness.design.train_table import EXECUTION_KEYS, execution_overrides, parse_value
-from harness.models.numerics import DEFAULT_ROUTING, ROUTING_PATHS
 from harness.train.execution import ExecutionSettings, parse_devices
 
 STORAGE_HELP = (
@@ -81,31 +81,38 @@ def add_accelerator_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
-    """``--micro-batch-size`` of ``harness run`` and ``harness work``."""
+def add_setting_argument(p: argparse.ArgumentParser, name: str) -> None:
+    """The flag of the setting ``name`` (``--micro-batch-size``, ``--routing``, ``--num-nodes``...), its type,
+    choices and help text from its declaration (:data:`harness.design.settings.SETTINGS`). Not given, a setting a
+    ``[train]`` table may set is ``None`` (the grid's value, else the declared default:
+    :meth:`~harness.train.execution.ExecutionSettings.for_run`), any other its declared default.
+    """
+    setting = BY_NAME[name]
+    typed = {} if setting.in_table else {"type": int} if setting.kind == "int" else {}
     p.add_argument(
-        "--micro-batch-size",
-        default=None,
-        metavar="N|auto",
-        help="sequences per forward+backward on one device; a step's global batch (batch_tokens) runs "
-        "as micro-batches of N, gradients accumulating (execution setting: the run id and the "
-        "protocol hash stay; runs.micro_batch_size records it). auto: the largest that fits, "
-        "probed on CUDA at the start; the whole per-device batch on a CPU. Default: the grid's "
-        "[train] micro_batch_size, else auto",
+        setting.flag,
+        default=None if setting.in_table else setting.default,  # a [train] setting: None, the grid's
+        choices=setting.choices if setting.kind == "str" else None,
+        metavar=setting.metavar,
+        help=setting.help.replace("%", "%%"),  # argparse formats help with %
+        **typed,
     )
+
+
+def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
+    """``--micro-batch-size`` of ``harness run``, ``work`` and ``launch``."""
+    add_setting_argument(p, "micro_batch_size")
 
 
 def add_routing_argument(p: argparse.ArgumentParser) -> None:
-    """``--routing`` of ``harness run`` and ``harness work`` (choices: :data:`harness.models.numerics.ROUTING_PATHS`)."""
-    p.add_argument(
-        "--routing",
-        default=None,
-        choices=ROUTING_PATHS,
-        help="how routing sites are computed: two_phase or per_site, the same function rounded differently "
-        "(execution setting: the run id and the protocol hash stay; each path has its numerics revision, "
-        "recorded per run as runs.numerics and compared by [schedule] pair_hardware = \"same\"). Default: the "
-        f"grid's [train] routing, else {DEFAULT_ROUTING}",
-    )
+    """``--routing`` of ``harness run``, ``work`` and ``launch`` (choices: :data:`harness.models.numerics.ROUTING_PATHS`)."""
+    add_setting_argument(p, "routing")
+
+
+def set_unflagged_defaults(p: argparse.ArgumentParser, *names: str) -> None:
+    """The settings ``names`` that a command takes no flag for, at their declared defaults
+    (:data:`harness.design.settings.SETTINGS`), so :func:`execution_settings` reads every one from ``args``."""
+    p.set_defaults(**{name: BY_NAME[name].default for name in names})
 
 
 def parse_micro_batch(value: str | None) -> int | str | None:
@@ -129,18 +136,17 @@ def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
     Raises:
         ValueError: a bad ``--devices`` or ``--micro-batch-size`` (one line naming it).
     """
-    devices = getattr(args, "devices", None)
     settings = ExecutionSettings(
         progress=not args.quiet,
         accelerator=args.accelerator,
-        devices=parse_devices(devices) if devices is not None else 1,
+        devices=parse_devices(args.devices) if args.devices is not None else BY_NAME["devices"].default,
         strategy=args.strategy,
-        num_nodes=getattr(args, "num_nodes", 1),
+        num_nodes=args.num_nodes,
         micro_batch_size=parse_micro_batch(args.micro_batch_size),
         loggers=tuple(args.logger),
         threads=args.threads,
-        stop_after_tokens=getattr(args, "stop_after_tokens", None),
-        routing=getattr(args, "routing", None),
+        stop_after_tokens=args.stop_after_tokens,
+        routing=args.routing,
     )
     return settings.replace(**chosen)
 
@@ -150,8 +156,10 @@ __all__ = [
     "ACCELERATORS",
     "add_accelerator_argument",
     "add_storage",
+    "add_setting_argument",
     "add_micro_batch_argument",
     "add_routing_argument",
+    "set_unflagged_defaults",
     "parse_micro_batch",
     "execution_settings",
 ]

@@ -30,13 +30,15 @@ from harness.commands.options import (
     add_accelerator_argument,
     add_micro_batch_argument,
     add_routing_argument,
+    add_setting_argument,
     execution_settings,
 )
 from harness.common import console
 from harness.common.terms import ROLES
 from harness.corpus.spec import check_corpus, choose_corpus
 from harness.data.prepared import cache_dir
-from harness.design.train_table import TRACKERS, parse_value
+from harness.design.settings import TRACKERS
+from harness.design.train_table import parse_value
 from harness.models.sizes import SIZES
 from harness.scheduling.grids.corpus_need import check_gpt2_files
 from harness.scheduling.workers.devices import check_accelerator
@@ -71,22 +73,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "machine, started by this command (DDP); under torchrun/srun, the ranks per node they start",
     )
     p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
-    p.add_argument(
-        "--num-nodes",
-        type=int,
-        default=1,
-        help="nodes of this run, each rank started by torchrun or srun (see docs/paper-scale.md)",
-    )
+    add_setting_argument(p, "num_nodes")
     add_accelerator_argument(p)
     add_micro_batch_argument(p)
     add_routing_argument(p)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument(
-        "--stop-after-tokens",
-        type=int,
-        default=None,
-        help="checkpoint and stop after this many tokens; run again to resume",
-    )
+    add_setting_argument(p, "stop_after_tokens")
     p.add_argument("--force", action="store_true", help="train again even if this run is already done")
     p.add_argument(
         "--logger",

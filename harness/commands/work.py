@@ -55,9 +55,10 @@ that run (rank 0 is this worker, which holds the lease). A rank that dies stops 
 seconds: the run is queued again (no retry spent) and the worker stops, naming the rank.
 
 Hardware: each run records its hardware class (device model, precision, torch, compile) and its
-numerics (the training code's numerics revision on its routing path, e.g. two_phase/2; --routing picks
-the path). With a grid's [schedule] pair_hardware = "same" (the default) the first run of a seed binds
-the seed to its worker's class and numerics, and the seed's other runs wait for a worker of both
+numerics key (the training code's numerics revision on its routing path, e.g. two_phase/2, --routing
+picks the path; the micro-batch size as resolved; the world size). With a grid's [schedule] pair_hardware
+= "same" (the default) the first run of a seed binds the seed to its worker's class and numerics key, and
+the seed's other runs wait for a worker of both
 (`harness status` shows runs waiting for a class no live worker has); --any-hardware lets this worker
 take them (docs/scaling-out.md).
 """
@@ -74,8 +75,9 @@ from harness.commands.options import (
     add_routing_argument,
     add_storage,
     execution_settings,
+    set_unflagged_defaults,
 )
-from harness.design.train_table import TRACKERS
+from harness.design.settings import TRACKERS
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.queue.storage import STORAGE_RETRY_S
 from harness.scheduling.workers.devices import check_accelerator
@@ -150,6 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_accelerator_argument(parser)
     add_micro_batch_argument(parser)
     add_routing_argument(parser)
+    set_unflagged_defaults(
+        parser, "num_nodes", "stop_after_tokens"
+    )  # a worker's runs: one node, no planned stop
     parser.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     _add_hardware_argument(parser)
     parser.add_argument(
@@ -223,12 +228,12 @@ def work_options(args: argparse.Namespace) -> WorkOptions:
         retries=args.retries,
         lease_s=args.lease_s,
         storage_retry_s=args.storage_retry_s,
-        create=getattr(args, "create", False),
+        create=args.create,
         devices=args.devices,
         gpus=args.gpus,
-        any_hardware=getattr(args, "any_hardware", False),
+        any_hardware=args.any_hardware,
         settings=execution_settings(args, devices=1),  # the ranks per run: from the worker's GPU claim
-        corpus=getattr(args, "corpus", None),
+        corpus=args.corpus,
     )
 
 

@@ -22,13 +22,13 @@ import copy
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from harness.common.terms import NAME_RE, RUN_ROLES, is_tune_grid, run_id
 from harness.corpus.key import CorpusKey, requested_vocab
+from harness.design.settings import PRECISIONS, TRAIN_SETTINGS
 from harness.design.train_table import EXECUTION_KEYS, check_value, split_train
 from harness.models import VariantSpec, build_model, get_spec
 from harness.models.catalog import is_shipped
@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # annotations only: the model and the corpus load torch and n
     from harness.data.prepared import PreparedCorpus
     from harness.models.gpt import DepthRoutedLM
 
-#: Values of ``TrainConfig.precision`` (harness.train.trainer.resolve_precision makes them concrete).
-PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
+#: Each ``[train]`` protocol setting's default (its declaration: :data:`harness.design.settings.TRAIN_SETTINGS`).
+_DEFAULT = {s.name: s.default for s in TRAIN_SETTINGS}
 #: Largest budget a run may have, in tokens: 1e15, far above any pretraining run (the largest
 #: are ~4e13) and far below what ``runs.budget_tokens`` (BIGINT) holds.
 MAX_BUDGET_TOKENS = 10**15
@@ -87,90 +87,44 @@ class TrainConfig:
 
     Every field can be set by a grid's ``[train]`` table (which may also set the execution
     settings of :data:`EXECUTION_KEYS`, kept outside this class); unknown keys are errors.
-    Budgets and intervals are in tokens, never steps.
-
-    Attributes:
-        lr: peak AdamW learning rate.
-        min_lr_ratio: final LR of the cosine as a fraction of ``lr``.
-        warmup_tokens: linear warmup length in tokens (0 = derive 5 % of the budget).
-        schedule: ``cosine`` (warmup + cosine to ``min_lr_ratio``) or ``wsd``
-            (warmup-stable-decay, linear decay over the last ``decay_frac`` of the budget).
-        decay_frac: fraction of the budget spent decaying under ``wsd``.
-        weight_decay: AdamW decoupled weight decay (not applied to norms, biases,
-            embeddings' gains or pseudo-queries).
-        beta1, beta2: AdamW betas.
-        grad_clip: gradient-norm clip (0 disables).
-        batch_tokens: tokens per optimiser step (batch size = batch_tokens // context).
-        eval_every_tokens: validation interval in tokens (0 = only at the end).
-        eval_tokens: size of the fixed validation token set (capped by the corpus).
-        val_fraction: fraction of documents held out for validation (document-level split).
-        vocab_size: BPE vocabulary size trained on the corpus (0 = the preset's).
-        max_docs: use only the first ``max_docs`` documents of the corpus (0 = all; `harness prepare`
-            takes what the grid's largest budget needs; a hub corpus not prepared, streamed by
-            `harness run`, is cut at 50,000 documents).
-        tokenizer: ``bpe`` (trained on the training split) or ``gpt2`` (tiktoken).
-        max_epochs: how many passes over the train split a run may make (0 = one at most:
-            `harness queue` refuses a budget larger than a prepared train split, and an
-            evaluation set larger than its val split; DESIGN 11). In the protocol hash only when set.
-        checkpoint_every_tokens: checkpoint interval for resume (0 = by wall time, every 5 minutes).
-        precision: ``auto`` (fp32 on CPU, bf16-mixed on CUDA), ``auto-bf16`` (bf16-mixed on CUDA
-            and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32), ``32-true`` or
-            ``bf16-mixed``. Resolved per machine; the result enters the protocol hash.
+    Budgets and intervals are in tokens, never steps. Each field's type, default, meaning, choices or
+    range, and whether it enters the protocol hash: its declaration in
+    :data:`harness.design.settings.TRAIN_SETTINGS` (in this order), which :meth:`__post_init__` checks by.
     """
 
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_tokens: int = 0
-    schedule: str = "cosine"
-    decay_frac: float = 0.2
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    batch_tokens: int = 4096
-    eval_every_tokens: int = 0
-    eval_tokens: int = 32768
-    val_fraction: float = 0.05
-    vocab_size: int = 0
-    max_docs: int = 0
-    tokenizer: str = "bpe"
-    max_epochs: float = 0.0
-    checkpoint_every_tokens: int = 0
-    precision: str = "auto"
+    lr: float = _DEFAULT["lr"]
+    min_lr_ratio: float = _DEFAULT["min_lr_ratio"]
+    warmup_tokens: int = _DEFAULT["warmup_tokens"]
+    schedule: str = _DEFAULT["schedule"]
+    decay_frac: float = _DEFAULT["decay_frac"]
+    weight_decay: float = _DEFAULT["weight_decay"]
+    beta1: float = _DEFAULT["beta1"]
+    beta2: float = _DEFAULT["beta2"]
+    grad_clip: float = _DEFAULT["grad_clip"]
+    batch_tokens: int = _DEFAULT["batch_tokens"]
+    eval_every_tokens: int = _DEFAULT["eval_every_tokens"]
+    eval_tokens: int = _DEFAULT["eval_tokens"]
+    val_fraction: float = _DEFAULT["val_fraction"]
+    vocab_size: int = _DEFAULT["vocab_size"]
+    max_docs: int = _DEFAULT["max_docs"]
+    tokenizer: str = _DEFAULT["tokenizer"]
+    max_epochs: float = _DEFAULT["max_epochs"]
+    checkpoint_every_tokens: int = _DEFAULT["checkpoint_every_tokens"]
+    precision: str = _DEFAULT["precision"]
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, check_value(f.name, getattr(self, f.name), f.type))
-        if self.schedule not in ("cosine", "wsd"):
-            raise ValueError(f"schedule={self.schedule!r}; allowed: 'cosine', 'wsd'")
-        if self.tokenizer not in ("bpe", "gpt2"):
-            raise ValueError(f"tokenizer={self.tokenizer!r}; allowed: 'bpe', 'gpt2'")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision={self.precision!r}; allowed: {', '.join(map(repr, PRECISIONS))}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr={self.lr} must be a positive finite number")
-        if not 0 < self.val_fraction < 1:
-            raise ValueError(f"val_fraction={self.val_fraction} must be in (0, 1)")
-        for name in ("min_lr_ratio", "beta1", "beta2"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1]")
-        if not 0 < self.decay_frac <= 1:
-            raise ValueError(f"decay_frac={self.decay_frac} must be in (0, 1]")
-        for name in ("weight_decay", "grad_clip", "max_epochs"):
-            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise ValueError(f"{name}={getattr(self, name)} must be a finite number >= 0")
-        for name in ("batch_tokens", "eval_tokens"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be positive")
-        for name in (
-            "warmup_tokens",
-            "eval_every_tokens",
-            "vocab_size",
-            "max_docs",
-            "checkpoint_every_tokens",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
+        """Each field checked by its declaration (:data:`harness.design.settings.TRAIN_SETTINGS`): its type
+        (:func:`~harness.design.train_table.check_value`, an int widened to a float), then its choices or range.
+
+        Raises:
+            ValueError: one line naming the first bad value and what is allowed.
+        """
+        for setting in TRAIN_SETTINGS:
+            object.__setattr__(
+                self, setting.name, check_value(setting.name, getattr(self, setting.name), setting.kind)
+            )
+        for setting in TRAIN_SETTINGS:
+            setting.check(getattr(self, setting.name))
 
     @classmethod
     def from_dict(cls, values: Mapping, *, where: str = "[train]") -> TrainConfig:
@@ -188,9 +142,10 @@ class TrainConfig:
 def train_keys() -> dict[str, str]:
     """Every key a ``[train]`` table may hold -> the type of its values (``int``, ``float``, ``str``,
     ``bool``, ``tuple``): :class:`TrainConfig`'s fields, then the execution settings
-    (:data:`~harness.design.train_table.EXECUTION_KEYS`). The grid check, ``--set`` and ``--space`` read
+    (:data:`~harness.design.train_table.EXECUTION_KEYS`), from their declarations
+    (:data:`harness.design.settings.SETTINGS`). The grid check, ``--set`` and ``--space`` read
     a key's type here (:func:`harness.design.train_table.parse_value`)."""
-    return {**{f.name: str(f.type) for f in fields(TrainConfig)}, **EXECUTION_KEYS}
+    return {**{s.name: s.kind for s in TRAIN_SETTINGS}, **EXECUTION_KEYS}
 
 
 # Per-size defaults of the training settings (preset level of the precedence chain).

@@ -5,9 +5,9 @@ execution settings.
 A ``[train]`` table (a grid's, ``harness run --set``'s, :attr:`harness.design.config.RunConfig.train`)
 holds :class:`harness.design.config.TrainConfig`'s fields (the protocol's settings, in the protocol
 hash; :func:`harness.design.config.train_keys` lists every key with its type) and the execution
-settings of :data:`EXECUTION_KEYS` (``compile``, ``micro_batch_size``, ``loggers``: how a run is
+settings of :data:`EXECUTION_KEYS` (``compile``, ``micro_batch_size``, ``loggers``, ``routing``: how a run is
 computed, never what; fields of :class:`harness.train.execution.ExecutionSettings`, outside the
-protocol hash). Here, once:
+protocol hash). Every one is declared once, in :mod:`harness.design.settings`. Here, once:
 
 * :func:`value_problem` / :func:`check_value` -- the value-type rule every reader applies: the grid's
   check, :class:`~harness.design.config.TrainConfig`, :func:`execution_overrides` and :func:`parse_value`;
@@ -24,20 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from harness.models.numerics import ROUTING_PATHS
+from harness.design.settings import BY_NAME, TABLE_EXECUTION, TRACKERS
 
-#: Live-curve trackers a run can stream to (``[train] loggers``, ``--logger``; harness.train.trackers).
-TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
-#: Execution settings a grid's ``[train]`` table may set, with the type of their values: ``compile``
-#: (wrap the model in ``torch.compile``; ``auto``: on CUDA, not on a CPU), ``micro_batch_size``
-#: (sequences per forward+backward on one rank; ``auto``: the largest that fits, :mod:`harness.train.microbatch`)
-#: ``loggers`` (trackers that show the run's curves live, :data:`TRACKERS`; a TOML list, ``--set
-#: loggers=a,b``) and ``routing`` (how routing sites are computed, :data:`~harness.models.numerics.ROUTING_PATHS`:
-#: the same function, rounded differently, so each path has its numerics revision). Outside
-#: :class:`TrainConfig` and the protocol hash (DESIGN sections 11 and 13).
-EXECUTION_KEYS = {"compile": "bool", "micro_batch_size": "int", "loggers": "tuple", "routing": "str"}
-#: The settings that also take ``"auto"`` (resolved per machine).
-AUTO_FIELDS = ("compile", "micro_batch_size")
+#: Execution settings a grid's ``[train]`` table may set -> the type of their values (their declarations:
+#: :data:`harness.design.settings.TABLE_EXECUTION`). Outside :class:`TrainConfig` and the protocol hash
+#: (DESIGN sections 11 and 13).
+EXECUTION_KEYS = {s.name: s.kind for s in TABLE_EXECUTION}
+#: The ``[train]`` settings that also take ``"auto"`` (resolved per machine).
+AUTO_FIELDS = tuple(s.name for s in BY_NAME.values() if s.auto and s.in_table)
 
 
 #: The Python types of each kind of ``[train]`` value (a float key takes an int too; a bool is no int).
@@ -136,15 +130,12 @@ def execution_overrides(table: Mapping) -> dict:
             routing path.
     """
     out = {}
-    for key, kind in EXECUTION_KEYS.items():
-        if key not in table:
+    for setting in TABLE_EXECUTION:
+        if setting.name not in table:
             continue
-        value = table[key]
-        out[key] = check_value(key, value, kind)
-        if key == "micro_batch_size" and value != "auto" and value <= 0:
-            raise ValueError(f"micro_batch_size={value} must be 'auto' or a positive number of sequences")
-        if key == "routing" and value not in ROUTING_PATHS:
-            raise ValueError(f"routing={value!r} is not a routing path; allowed: {', '.join(ROUTING_PATHS)}")
+        out[setting.name] = check_value(setting.name, table[setting.name], setting.kind)
+        if setting.kind != "tuple":  # loggers: checked by check_loggers
+            setting.check(table[setting.name])
     return out
 
 
@@ -169,7 +160,6 @@ def split_train(table: Mapping) -> TrainTable:
 
 
 __all__ = [
-    "TRACKERS",
     "EXECUTION_KEYS",
     "AUTO_FIELDS",
     "value_problem",

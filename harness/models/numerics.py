@@ -15,6 +15,12 @@ A numerics identifier is ``PATH/REVISION``: ``two_phase/2``, ``per_site/1`` (:fu
 Runs written before the record read as their training commit implies where that is known
 (:data:`KNOWN_COMMITS`, :func:`implied_numerics`), else :data:`UNKNOWN`: never a guess.
 
+A run's *numerics key* (:func:`numerics_key`) is the identifier with the execution settings that re-round it
+beside the code (DESIGN section 13, "Settings that re-round"): the micro-batch size as resolved (gradients
+accumulate over another split: another float sum) and the world size (ranks sum gradients in another order),
+``two_phase/2, micro-batch 16, world size 1``. Every result file and ``runs`` row records the three
+(``numerics``, ``micro_batch_size``, ``world_size``); a run that does not is :data:`UNKNOWN` there.
+
 Light on purpose (no torch): the report and the queue read it.
 """
 
@@ -75,6 +81,20 @@ def routing_of(numerics: str) -> str | None:
     return path if path in NUMERICS_REVISIONS and numerics_id(path) == numerics else None
 
 
+#: Between the numerics identifier and the re-rounding settings in a numerics key (:func:`numerics_key`).
+SETTINGS_SEP = ", micro-batch "
+
+
+def numerics_key(numerics: str, micro_batch_size: int | str | None, world_size: int | None) -> str:
+    """A run's numerics key: ``NUMERICS, micro-batch M, world size W`` (``two_phase/2, micro-batch 16, world
+    size 1``). ``micro_batch_size``: sequences per micro-batch as resolved, or ``auto`` where it is resolved only at
+    the fit's start (probed on CUDA, :mod:`harness.train.microbatch`); ``None`` (not recorded) and a missing
+    ``world_size`` read :data:`UNKNOWN`."""
+    micro = UNKNOWN if micro_batch_size is None else micro_batch_size
+    world = UNKNOWN if world_size is None else world_size
+    return f"{numerics}{SETTINGS_SEP}{micro}, world size {world}"
+
+
 def implied_numerics(code_version: str | None) -> str:
     """The numerics of a run written before the record, from its training commit (``runs.code_version``,
     ``-dirty`` kept): :data:`KNOWN_COMMITS`' entry, else :data:`UNKNOWN` (a dirty tree is unknown too)."""
@@ -96,4 +116,6 @@ __all__ = [
     "routing_of",
     "implied_numerics",
     "run_numerics_of",
+    "SETTINGS_SEP",
+    "numerics_key",
 ]

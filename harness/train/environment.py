@@ -46,10 +46,11 @@ import numpy as np
 import torch
 
 from harness.common.terms import UNKNOWN
-from harness.models.numerics import numerics_id
+from harness.models.numerics import numerics_id, numerics_key
 from harness.train.compiled import INNER_BACKEND
 from harness.train.execution import ExecutionSettings, resolve_compile
 from harness.train.hardware_override import class_override
+from harness.train.microbatch import AUTO, resolve_micro_batch
 from harness.train.protocol import code_version
 from harness.train.trainer import cuda_defaults, resolve_accelerator, resolve_precision
 
@@ -231,6 +232,12 @@ class RunNumerics:
         cuda_defaults: whether the run takes CUDA's defaults (on CUDA, or a CPU twin:
             :func:`~harness.train.trainer.cuda_defaults`): fused AdamW, the deferred divergence check.
         routing: the routing path (:data:`~harness.models.numerics.ROUTING_PATHS`).
+        micro_batch_size: sequences per micro-batch as resolved here before the fit
+            (:func:`~harness.train.microbatch.resolve_micro_batch`: a number capped at the rank's rows, ``auto``
+            on a CPU the rank's rows), or ``auto`` on CUDA, probed at the fit's start (the result file
+            records the probed size).
+        world_size: ranks of the run (``devices`` per node, ``auto``: every visible GPU on CUDA, else 1; times
+            ``num_nodes``).
     """
 
     accelerator: str
@@ -239,11 +246,19 @@ class RunNumerics:
     compiled: bool
     cuda_defaults: bool
     routing: str
+    micro_batch_size: int | str = AUTO
+    world_size: int = 1
 
     @property
     def numerics(self) -> str:
         """The numerics identifier of the run's training code (``two_phase/2``; :func:`~harness.models.numerics.numerics_id`)."""
         return numerics_id(self.routing)
+
+    @property
+    def key(self) -> str:
+        """The run's numerics key: the identifier with the micro-batch size and world size
+        (:func:`~harness.models.numerics.numerics_key`; DESIGN section 13)."""
+        return numerics_key(self.numerics, self.micro_batch_size, self.world_size)
 
     @property
     def defaults_of(self) -> str:
@@ -268,13 +283,27 @@ def run_numerics(config, settings: ExecutionSettings) -> RunNumerics:
     accelerator = resolve_accelerator(settings.accelerator)
     device_type = _device_type(accelerator)
     defaults = cuda_defaults(device_type)
+    train = config.train_config()
+    devices = settings.devices
+    if devices == "auto":
+        devices = torch.cuda.device_count() if device_type == "cuda" else 1
+    world = int(devices) * int(settings.num_nodes)
+    local = max(1, train.batch_tokens // config.model_config(1).context // world)
+    micro, _ = resolve_micro_batch(
+        settings.micro_batch_size,
+        local_batch=local,
+        device=torch.device(device_type),
+        probe=lambda: (AUTO, None),  # probed at the fit's start, on the device
+    )
     return RunNumerics(
         accelerator=accelerator,
         device_type=device_type,
-        precision=resolve_precision(config.train_config().precision, accelerator),
+        precision=resolve_precision(train.precision, accelerator),
         compiled=resolve_compile(settings.compile, "cuda" if defaults else device_type),
         cuda_defaults=defaults,
         routing=settings.routing,
+        micro_batch_size=micro,
+        world_size=world,
     )
 
 

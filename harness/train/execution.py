@@ -21,47 +21,41 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.models.numerics import DEFAULT_ROUTING
+from harness.design.settings import BY_NAME, TABLE_EXECUTION
 
 if TYPE_CHECKING:
     from harness.design.config import RunConfig
 
 
+#: The declared default of each setting only the command line sets (:mod:`harness.design.settings`).
+_DEFAULT = {name: s.default for name, s in BY_NAME.items() if not s.in_table}
+
+
 @dataclass(frozen=True)
 class ExecutionSettings:
-    """Where and how one run trains; none of it enters the protocol hash.
+    """Where and how one run trains; none of it enters the protocol hash. Each field's meaning, default and
+    whether it re-rounds a run: its declaration in :data:`harness.design.settings.SETTINGS` (the same name),
+    except:
 
     Attributes:
         progress: show progress (a bar on a terminal, else lines; ``$HARNESS_PROGRESS``).
         accelerator: ``auto``, ``cpu``, ``gpu``, ``cuda`` or ``mps`` (Lightning's).
-        devices: ranks per node, a positive int or ``auto`` (every visible GPU on a GPU, 1 elsewhere).
         strategy: Lightning strategy (``auto`` is ``ddp`` when this process starts several ranks).
-        num_nodes: nodes of the run, each rank started by torchrun or srun.
-        micro_batch_size: sequences per forward+backward on one rank (DESIGN section 11): a step's
-            global batch runs as micro-batches of this many sequences, gradients accumulating; ``auto``:
-            the largest that fits, probed on CUDA, the whole per-rank batch on a CPU
-            (:mod:`harness.train.microbatch`); ``None``: the grid's ``[train] micro_batch_size``, else ``auto``.
-        loggers: trackers streaming the run's curves (:data:`harness.design.train_table.TRACKERS`), besides
-            the grid's ``[train] loggers``.
-        threads: torch CPU threads per process (0: torch's default; rank 0's count for a child rank).
-        stop_after_tokens: checkpoint and stop after this many tokens (a planned stop), ``None``: no stop.
-        compile: wrap the model in ``torch.compile`` (``True``, ``False``, ``auto``: on CUDA, not on a
-            CPU, :func:`resolve_compile`); ``None``: the grid's ``[train] compile``, else ``auto``.
-        routing: how routing sites are computed, ``two_phase`` or ``per_site``
-            (:data:`harness.models.numerics.ROUTING_PATHS`: the same function, each path with its own numerics
-            revision, recorded per run); ``None``: the grid's ``[train] routing``, else
-            :data:`~harness.models.numerics.DEFAULT_ROUTING`.
+        compile, micro_batch_size, routing: ``None`` here takes the grid's ``[train]`` value, else the declared
+            default (:meth:`for_run`).
+        loggers: trackers streaming the run's curves, besides the grid's ``[train] loggers``.
+        threads: for a child rank, rank 0's count.
     """
 
     progress: bool = True
     accelerator: str = "auto"
-    devices: int | str = 1
+    devices: int | str = _DEFAULT["devices"]
     strategy: str = "auto"
-    num_nodes: int = 1
+    num_nodes: int = _DEFAULT["num_nodes"]
     micro_batch_size: int | str | None = None
     loggers: tuple[str, ...] = ()
-    threads: int = 0
-    stop_after_tokens: int | None = None
+    threads: int = _DEFAULT["threads"]
+    stop_after_tokens: int | None = _DEFAULT["stop_after_tokens"]
     compile: bool | str | None = None
     routing: str | None = None
 
@@ -78,23 +72,24 @@ class ExecutionSettings:
 
     def for_run(self, config: RunConfig) -> ExecutionSettings:
         """These settings for the run ``config``: the one place where the command line's settings and the
-        ones its grid sets (:meth:`~harness.design.config.RunConfig.execution`) meet. A ``compile`` or
-        ``micro_batch_size`` left ``None`` here takes the grid's, else ``auto``; a ``routing`` left ``None``
-        the grid's, else :data:`~harness.models.numerics.DEFAULT_ROUTING`; the loggers are the grid's, then
-        these. Applying it twice gives the same settings (a child rank applies it again).
+        ones its grid sets (:meth:`~harness.design.config.RunConfig.execution`) meet. A setting a ``[train]``
+        table may set (:data:`harness.design.settings.TABLE_EXECUTION`: ``compile``, ``micro_batch_size``,
+        ``routing``) left ``None`` here takes the grid's, else its declared default (``auto``, ``auto``,
+        :data:`~harness.models.numerics.DEFAULT_ROUTING`); the loggers are the grid's, then these. Applying it
+        twice gives the same settings (a child rank applies it again).
 
         Raises:
             ValueError: a bad value in the grid's ``[train]`` table.
         """
         grid = config.execution()
-        return self.replace(
-            compile=grid.get("compile", "auto") if self.compile is None else self.compile,
-            micro_batch_size=grid.get("micro_batch_size", "auto")
-            if self.micro_batch_size is None
-            else self.micro_batch_size,
-            loggers=tuple(dict.fromkeys((*grid.get("loggers", ()), *self.loggers))),
-            routing=grid.get("routing", DEFAULT_ROUTING) if self.routing is None else self.routing,
-        )
+        changes: dict[str, Any] = {}
+        for setting in TABLE_EXECUTION:
+            mine = getattr(self, setting.name)
+            if setting.kind == "tuple":
+                changes[setting.name] = tuple(dict.fromkeys((*grid.get(setting.name, ()), *mine)))
+            else:
+                changes[setting.name] = grid.get(setting.name, setting.default) if mine is None else mine
+        return self.replace(**changes)
 
     def to_json(self) -> str:
         """Every field, as JSON (what a child rank gets; :meth:`from_json` reads it back)."""

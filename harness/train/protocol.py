@@ -20,13 +20,14 @@ import torch
 
 from harness.common.terms import UNKNOWN
 from harness.design.config import RunConfig
+from harness.design.settings import TRAIN_SETTINGS
 from harness.models.sizes import ModelConfig
 
 PROTOCOL_VERSION = 1
 # TrainConfig's intervals that do not change what is computed: when a checkpoint is written and the
-# validation curve is sampled. The execution settings (compile, micro-batch size, trackers: DESIGN
-# section 11) are not TrainConfig fields (harness.design.train_table.EXECUTION_KEYS).
-NON_PROTOCOL_TRAIN_FIELDS = ("checkpoint_every_tokens", "eval_every_tokens")
+# validation curve is sampled (declared ``protocol=False``, harness.design.settings). The execution settings
+# (compile, micro-batch size, trackers: DESIGN section 11) are not TrainConfig fields.
+NON_PROTOCOL_TRAIN_FIELDS = tuple(s.name for s in TRAIN_SETTINGS if not s.protocol)
 
 
 def protocol_dict(

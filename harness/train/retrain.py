@@ -12,7 +12,9 @@ archived run's numerics (:attr:`ArchivedRun.numerics`: its result file's, else w
 implies, :mod:`harness.models.numerics`) names a routing path and revision; where that is one of this code's
 current identifiers the run trains on that path (the check then compares machines), else on the default
 path (unknown numerics, or a revision this code no longer has: the check then measures code plus machine;
-:func:`routing_for`, :func:`identity`).
+:func:`routing_for`, :func:`identity`). It re-trains at the micro-batch size its result file records (another
+split of the batch re-rounds a run: DESIGN section 13, "Settings that re-round"; not recorded: the grid's, else
+``auto``), and refuses a run recorded on more than one rank before anything trains (a re-training is one rank).
 """
 
 from __future__ import annotations
@@ -45,12 +47,15 @@ class ProtocolChanged(ValueError):
 class ArchivedRun:
     """One done run of an archive: its config as queued, protocol hash, final val NLL (nats/token) and the
     numerics it trained with (its result file's; else what its training commit implies; else ``unknown``:
-    :func:`harness.models.numerics.run_numerics_of`)."""
+    :func:`harness.models.numerics.run_numerics_of`); the micro-batch size (sequences) and world size (ranks)
+    its result file records, ``None`` where it does not (never guessed)."""
 
     config: RunConfig
     protocol_hash: str
     val_nll: float
     numerics: str = UNKNOWN
+    micro_batch_size: int | None = None
+    world_size: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -119,7 +124,14 @@ def archived_runs(archive: Archive) -> list[ArchivedRun]:
         recorded = run.get("numerics") or (run.get("environment") or {}).get("numerics")
         numerics = run_numerics_of(recorded, run.get("code_version") or commits.get(run_id))
         out.append(
-            ArchivedRun(RunConfig.from_dict(stored), run["protocol_hash"], float(end["val_nll"]), numerics)
+            ArchivedRun(
+                RunConfig.from_dict(stored),
+                run["protocol_hash"],
+                float(end["val_nll"]),
+                numerics,
+                run.get("micro_batch_size"),
+                run.get("world_size"),
+            )
         )
     return sorted(out, key=lambda r: r.key)
 
@@ -198,7 +210,15 @@ def check_protocols(runs: list[ArchivedRun], results_dir: str | Path) -> None:
     Raises:
         ProtocolChanged: a hash differs (one line naming the run and both hashes).
         FileNotFoundError: a run's corpus does not exist here.
+        ValueError: a run's result file records more than one rank (one line naming it).
     """
+    for run in runs:
+        if (run.world_size or 1) > 1:
+            raise ValueError(
+                f"run {run.config.run_id} trained on {run.world_size} ranks; harness retrain trains each run on one "
+                "rank, which would re-round it (DESIGN section 13): re-train it with `harness run --devices "
+                f"{run.world_size}`"
+            )
     seen = set()
     for run in runs:
         if run.protocol_hash not in seen:
@@ -207,9 +227,12 @@ def check_protocols(runs: list[ArchivedRun], results_dir: str | Path) -> None:
 
 
 def _settings(run: ArchivedRun, progress: bool = False) -> ExecutionSettings:
-    """How ``run`` is re-trained: on :func:`routing_for`'s path, with ``harness work``'s progress display when
-    ``progress`` (:mod:`harness.train.progress`: a bar on a terminal of its own, else lines; ``$HARNESS_PROGRESS``)."""
-    return ExecutionSettings(progress=progress, routing=routing_for(run))
+    """How ``run`` is re-trained: on :func:`routing_for`'s path at its recorded micro-batch size (``None``, not
+    recorded: the grid's, else ``auto``), with ``harness work``'s progress display when ``progress``
+    (:mod:`harness.train.progress`: a bar on a terminal of its own, else lines; ``$HARNESS_PROGRESS``)."""
+    return ExecutionSettings(
+        progress=progress, routing=routing_for(run), micro_batch_size=run.micro_batch_size
+    )
 
 
 def _retrain_one(payload: dict) -> RetrainedRun:
@@ -220,6 +243,8 @@ def _retrain_one(payload: dict) -> RetrainedRun:
         payload["protocol_hash"],
         payload["val_nll"],
         payload["numerics"],
+        payload["micro_batch_size"],
+        payload["world_size"],
     )
     t0 = time.perf_counter()
     built = _build_and_check(run, Path(payload["results_dir"]), _settings(run, payload["progress"]))
@@ -274,6 +299,8 @@ def retrain(
             "threads": threads,
             "workers": max(workers, 1),
             "numerics": r.numerics,
+            "micro_batch_size": r.micro_batch_size,
+            "world_size": r.world_size,
             "progress": progress,
         }
         for r in runs

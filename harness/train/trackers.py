@@ -44,7 +44,7 @@ from harness.common.console import OneLineWarning
 from harness.common.faults import FULL_ERRNOS
 from harness.common.files import fmt_bytes, free_bytes
 from harness.design.config import RunConfig
-from harness.design.train_table import TRACKERS
+from harness.design.settings import TRACKERS
 from harness.store.validate import result_filename
 
 DEFAULT_WANDB_PROJECT = "rd-harness"

@@ -24,12 +24,18 @@ GAIN = [-0.031, -0.028, -0.035, -0.030, -0.026, -0.033, -0.029, -0.032]
 
 
 def write_folder(
-    results, hardware, values: dict[str, list[float]] | None = None, numerics=lambda v, s: None, commit=None
+    results,
+    hardware,
+    values: dict[str, list[float]] | None = None,
+    numerics=lambda v, s: None,
+    commit=None,
+    settings=lambda v, s: None,
 ) -> None:
     """A results folder of parent, treatment and one control over 8 seeds (or ``values``: variant -> final NLL
     per seed); ``hardware(variant, seed)`` is the run's class, or None for a result file written before the
     record (no ``hardware`` key); ``numerics(variant, seed)`` its numerics (None: not recorded); ``commit``
-    its training commit (None: the synthetic frames')."""
+    its training commit (None: the synthetic frames'); ``settings(variant, seed)`` its ``(micro-batch size,
+    world size)`` (None: not recorded)."""
     from harness.store.store import Store
 
     store = Store(results)
@@ -47,6 +53,8 @@ def write_folder(
             row["numerics"] = numerics(run["variant"], run["seed"])
         if commit is not None:
             row["code_version"] = commit
+        if settings(run["variant"], run["seed"]) is not None:
+            row["micro_batch_size"], row["world_size"] = settings(run["variant"], run["seed"])
         metrics = [dict(step=100, tokens=run["budget_tokens"], split="val", name="nll", value=nll)]
         store.write_result({"run": row, "metrics": metrics, "routing": []})
 
@@ -241,3 +249,57 @@ def test_runs_from_before_the_record_read_the_numerics_their_commit_implies(tmp_
     md, _, _, _ = report(tmp_path / "other", tmp_path / "out2", capsys)
     assert "Numerics: unknown. All 24 finished runs predate the numerics record" in md
     assert f"| rd_attnres | 8 | unknown (8) | unknown (8) | {study}-dirty (8) |" in md
+
+
+def test_a_pair_straddling_micro_batch_sizes_is_named_in_words(tmp_path, capsys):
+    """Issue 67: every run at micro-batch 16 on one rank but the treatment's seed 1 at micro-batch 1 and the
+    control's seed 5 on 2 ranks: one class, one code, yet the pairs those runs are in straddle a setting that
+    re-rounds a run (DESIGN 13). The Numerics line is MIXED, at the top and in the section, and names each such
+    pair in words; before, it read 'Numerics: one'."""
+    write_folder(
+        tmp_path / "r",
+        lambda v, s: A,
+        numerics=lambda v, s: "two_phase/2",
+        settings=lambda v, s: (
+            (1, 1) if (v, s) == ("rd_attnres", 1) else (16, 2) if (v, s) == ("fixed_v", 5) else (16, 1)
+        ),
+    )
+    md, html, _, out = report(tmp_path / "r", tmp_path / "out", capsys)
+    line = (
+        "Numerics: MIXED. The 24 finished runs trained with two_phase/2 (read from each result file, else implied "
+        "by the run's training commit where known (harness/models/numerics.py)) at 3 settings that re-round a run "
+        "(micro-batch 16, world size 1 (22), micro-batch 1, world size 1 (1), micro-batch 16, world size 2 (1), "
+        "read from each result file; 'unknown': not recorded); 4 pair(s) straddle them (seed 1: rd_attnres at "
+        "micro-batch 1, block_attnres at 16; seed 1: rd_attnres at micro-batch 1, fixed_v at 16; seed 5: fixed_v on "
+        "2 ranks, block_attnres on 1 rank; seed 5: rd_attnres on 1 rank, fixed_v on 2 ranks): their paired "
+        "differences carry another float sum, as a pair straddling two hardware classes carries the machines'."
+    )
+    top = md[: md.index("## Verdict per cell")]
+    assert f"> {line}" in top, top
+    section = md[md.index("## Provenance: where the runs ran") : md.index("## Methods")]
+    assert line in section and line in out
+    assert html.count("Numerics: MIXED.") == 2
+
+
+def test_one_micro_batch_or_none_recorded_leaves_the_numerics_line_as_it_was(tmp_path, capsys):
+    """Runs sharing one micro-batch size and world size (every committed study), or recording none (result files
+    written before the columns: unknown, never guessed), keep the one-line 'Numerics: one' text; a pair of a
+    recorded and an unrecorded run straddles 'unknown'."""
+    expected = (
+        "Numerics: one, all 24 finished runs trained with two_phase/2 (read from each result file, else implied by "
+        "the run's training commit where known (harness/models/numerics.py))."
+    )
+    for name, settings in (("one", lambda v, s: (16, 1)), ("none", lambda v, s: None)):
+        write_folder(tmp_path / name, lambda v, s: A, numerics=lambda v, s: "two_phase/2", settings=settings)
+        md, _, _, _ = report(tmp_path / name, tmp_path / f"out-{name}", capsys)
+        assert expected in md and "settings that re-round" not in md
+    write_folder(
+        tmp_path / "half",
+        lambda v, s: A,
+        numerics=lambda v, s: "two_phase/2",
+        settings=lambda v, s: None if (v, s) == ("block_attnres", 0) else (16, 1),
+    )
+    md, _, _, _ = report(tmp_path / "half", tmp_path / "out-half", capsys)
+    assert (
+        "seed 0: rd_attnres at micro-batch 16 on 1 rank, block_attnres at unknown on unknown ranks" in md
+    ), md

@@ -87,6 +87,8 @@ LAUNCH_BAD = {
     "--threads": ["-1", "100000"],
     "--max-runs": ["0"],
     "--corpus": ["/no/such/corpus"],
+    "--micro-batch-size": ["0", "x"],
+    "--routing": ["fused"],
 }
 
 

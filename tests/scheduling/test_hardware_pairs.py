@@ -21,7 +21,7 @@ from harness.cli import build_parser
 from harness.cli import main as cli
 from harness.commands.launch import _work_argv, _work_options  # the worker options a launch builds
 from harness.commands.status import status_lines
-from harness.models.numerics import DEFAULT_ROUTING, numerics_id
+from harness.models.numerics import DEFAULT_ROUTING, numerics_id, numerics_key
 from harness.scheduling.grids.grid import parse_grid
 from harness.scheduling.queue.hardware_pairs import (
     BIND_PREFIX,
@@ -41,7 +41,8 @@ from queue_stubs import configs
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 NUMERICS = numerics_id(DEFAULT_ROUTING)  # what a worker trains with unless --routing says otherwise
-KEY_A, KEY_B = pair_key("class-a", NUMERICS), pair_key("class-b", NUMERICS)
+ROWS = 1024 // 64  # the grid's batch_tokens over tiny's context: a rank's rows, `auto`'s micro-batch on a CPU
+KEY_A, KEY_B = (pair_key(c, numerics_key(NUMERICS, ROWS, 1)) for c in ("class-a", "class-b"))
 _VARIANTS = ("block_attnres", "rd_attnres")  # the grid's
 
 GRID = """\
@@ -177,6 +178,50 @@ def test_same_keeps_each_pair_on_one_numerics_on_one_class(queued, monkeypatch, 
     assert {hw for seeds in _classes_by_seed(results).values() for hw in seeds.values()} == {"class-a"}
 
 
+def _settings_by_seed(results: Path) -> dict[int, dict[str, tuple[int, int]]]:
+    """``{seed: {variant: (micro-batch size, world size)}}`` from the result files."""
+    out: dict[int, dict[str, tuple[int, int]]] = defaultdict(dict)
+    for path in (results / "runs").glob("*.json"):
+        run = read_result(path)["run"]
+        out[run["seed"]][run["variant"]] = (run["micro_batch_size"], run["world_size"])
+    return dict(out)
+
+
+@pytest.mark.slow
+def test_same_keeps_each_pair_at_one_micro_batch_and_a_forced_straddle_is_named_in_provenance(
+    queued, monkeypatch, capsys
+):
+    """Issue 67: two workers of one class and one code, one at --micro-batch-size 1, the other at `auto` (a CPU's
+    whole batch of 16): gradient accumulation over another split re-rounds a run (DESIGN 13), so a seed bound at
+    micro-batch 1 waits for a worker resolving 1, and `harness status` says so. Forced with --any-hardware, the
+    pair straddles, and the report's Provenance names it in words. Before: the second worker took the seed's
+    other run at once and the report read 'Numerics: one'."""
+    results = queued("")  # the default, same
+    _work(results, "class-a", monkeypatch, "--max-runs", "1", "--micro-batch-size", "1")  # seed 0's parent
+    capsys.readouterr()
+    _work(results, "class-a", monkeypatch)  # auto: 16; seed 1 whole, seed 0's treatment held
+    key_1 = pair_key("class-a", numerics_key(NUMERICS, 1, 1))
+    out = capsys.readouterr().out
+    assert f"1 run(s) wait for {key_1}, where" in out, out
+    assert _settings_by_seed(results) == {
+        0: {"block_attnres": (1, 1)},
+        1: dict.fromkeys(_VARIANTS, (ROWS, 1)),
+    }
+    lines = status_lines(RunQueue.open(None, results), "hw", 60.0)
+    assert any(ln.startswith(f"waiting for hardware class {key_1}: 1 run(s)") for ln in lines), lines
+    _work(results, "class-a", monkeypatch, "--any-hardware")  # forced: the pair straddles
+    assert _settings_by_seed(results)[0] == {"block_attnres": (1, 1), "rd_attnres": (ROWS, 1)}
+    out_dir = results / "report-out"
+    assert (
+        cli(["report", "--grid", "hw", "--results", str(results), "--out", str(out_dir), "--no-figures"]) == 0
+    )
+    md = (out_dir / "report.md").read_text()
+    section = md[md.index("## Provenance: where the runs ran") :]
+    assert (
+        f"1 pair(s) straddle them (seed 0: rd_attnres at micro-batch {ROWS}, block_attnres at 1)" in section
+    )
+
+
 @pytest.mark.slow
 def test_any_hardware_worker_takes_a_held_run_and_the_pair_straddles(queued, monkeypatch):
     results = queued("")  # no [schedule]: the default, same
@@ -295,6 +340,13 @@ def test_a_binding_from_before_the_numerics_compares_the_class_only(tmp_path):
     assert same_key("class-a", pair_key("class-a", "two_phase/2"))
     assert not same_key("class-a", pair_key("class-b", "two_phase/2"))
     assert not same_key(pair_key("class-a", "per_site/1"), pair_key("class-a", "two_phase/2"))
+    # a binding of class and numerics identifier (before the micro-batch and world size): those two compared
+    mine = pair_key("class-a", numerics_key("two_phase/2", 16, 1))
+    assert mine == "class-a + numerics two_phase/2, micro-batch 16, world size 1"
+    assert same_key(pair_key("class-a", "two_phase/2"), mine)
+    assert not same_key(pair_key("class-a", "per_site/1"), mine)
+    assert same_key(mine, mine) and not same_key(mine, pair_key("class-a", numerics_key("two_phase/2", 1, 1)))
+    assert not same_key(mine, pair_key("class-a", numerics_key("two_phase/2", 16, 2)))
     adder = RunQueue.open(None, tmp_path)
     adder.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")))
     study = adder.study_of("g")

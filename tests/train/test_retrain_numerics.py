@@ -11,6 +11,7 @@ tests/e2e/test_retrain.py).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,23 @@ def test_a_folder_re_trained_with_other_numerics_is_refused_not_reused(tmp_path)
     write_result(tmp_path, result)
     (found,) = rt.claim_folder(tmp_path, "sha", runs).values()
     assert (found.numerics, found.code_version) == ("per_site/1", result["run"]["code_version"])
+
+
+def test_runs_retrain_at_their_recorded_micro_batch_and_more_than_one_rank_is_refused(tmp_path):
+    """Issue 67: the micro-batch size and world size re-round a run (DESIGN 13), so a re-training takes each
+    run's recorded micro-batch size (the committed studies': 16 on 1 rank), a run that records none takes the
+    grid's else auto (never a guessed number), and a run recorded on 2 ranks is refused in one line before
+    anything is built or trained."""
+    runs = _runs("demo")
+    assert Counter((r.micro_batch_size, r.world_size) for r in runs) == {(16, 1): 18}
+    assert {rt._settings(r).micro_batch_size for r in runs} == {16}
+    unrecorded = replace(runs[0], micro_batch_size=None, world_size=None)
+    assert rt._settings(unrecorded).micro_batch_size is None  # the grid's [train] micro_batch_size, else auto
+    two = replace(runs[1], world_size=2)
+    with pytest.raises(ValueError) as err:
+        rt.check_protocols([runs[0], two], tmp_path / "new")
+    assert str(err.value) == (
+        f"run {two.config.run_id} trained on 2 ranks; harness retrain trains each run on one rank, which would "
+        "re-round it (DESIGN section 13): re-train it with `harness run --devices 2`"
+    )
+    assert not (tmp_path / "new").exists()  # refused before anything was built

@@ -161,16 +161,34 @@ def numerics_line(prov: Provenance) -> str:
         "(harness/models/numerics.py)"
     )
     if [n for n, _ in prov.numerics] == [UNKNOWN]:
-        return (
+        unknown = (
             f"Numerics: unknown. All {prov.runs} finished runs predate the numerics record and no training "
             "commit of theirs is known to imply one (harness/models/numerics.py)."
         )
-    if len(prov.numerics) == 1:
+        return settings_line(prov, unknown[:-1] + "; they trained ") if prov.settings_mixed else unknown
+    if not prov.numerics_mixed:
         return f"Numerics: one, all {prov.runs} finished runs trained with {prov.numerics[0][0]} ({how})."
-    return (
+    if len(prov.numerics) == 1:
+        one = f"Numerics: MIXED. The {prov.runs} finished runs trained with {prov.numerics[0][0]} ({how}) "
+        return settings_line(prov, one)
+    code = (
         f"Numerics: MIXED. The {prov.runs} finished runs trained with {len(prov.numerics)} numerics "
         f"({_classes_text(prov.numerics)}; {how}); {prov.numerics_straddling} pair(s) straddle two numerics: "
         "their paired differences carry a code change, as a pair straddling two hardware classes carries the machines'."
+    )
+    return settings_line(prov, code[:-1] + "; ") if prov.settings_mixed else code
+
+
+def settings_line(prov: Provenance, head: str) -> str:
+    """``head`` with the settings that re-round a run (micro-batch size, world size; DESIGN section 13) where the
+    runs differ in them, and each pair that straddles them, in words."""
+    pairs = "; ".join(s.words() for s in prov.settings_straddling)
+    return (
+        f"{head}at {len(prov.settings)} settings that re-round a run ({_classes_text(prov.settings)}, read from each "
+        f"result file; '{UNKNOWN}': not recorded); {len(prov.settings_straddling)} pair(s) straddle them"
+        + (f" ({pairs})" if pairs else "")
+        + ": their paired differences carry another float sum, as a pair straddling two hardware classes carries "
+        "the machines'."
     )
 
 

@@ -12,7 +12,11 @@ paired difference, and a comparison whose two variants sit on the classes in dif
 A run's *numerics* is the training code's numerics identifier (``runs.numerics``: ``two_phase/2``,
 ``per_site/1``; code that re-rounds a run is provenance too, :mod:`harness.models.numerics`). A run written
 before it was recorded reads as its training commit implies where that is known
-(:func:`harness.models.numerics.implied_numerics`), else :data:`UNKNOWN`.
+(:func:`harness.models.numerics.implied_numerics`), else :data:`UNKNOWN`. The settings that re-round a run
+beside its code (its numerics key, :func:`harness.models.numerics.numerics_key`) are read from ``runs.micro_batch_size``
+and ``runs.world_size`` (:func:`settings_by_run`; missing is :data:`UNKNOWN`): a pair whose two runs differ in
+either is named in words (:class:`SettingsStraddle`), since gradient accumulation over another split, or ranks
+summing in another order, re-round a run as another code does (DESIGN section 13).
 
 Computed here, per grid (the frozen protocol's finished runs; the ``[tuned]`` runs are left out):
 
@@ -154,6 +158,34 @@ class StraddlingPair:
 
 
 @dataclass(frozen=True, slots=True)
+class SettingsStraddle:
+    """A pair whose two runs trained at different re-rounding settings (micro-batch size or world size, as
+    recorded; :data:`UNKNOWN` where not): ``runs`` is ``((variant, micro-batch, world size), ...)`` of its first
+    and second run."""
+
+    size: str
+    budget_tokens: int
+    seed: int
+    runs: tuple[tuple[str, str, str], tuple[str, str, str]]
+
+    def words(self) -> str:
+        """The pair in words, naming only what differs: ``seed 1: block_attnres at micro-batch 1, rd_attnres at 16``
+        (with ``on N rank(s)`` where the world sizes differ)."""
+        (va, ma, wa), (vb, mb, wb) = self.runs
+        micro, world = ma != mb, wa != wb
+
+        def one(variant: str, m: str, w: str, first: bool) -> str:
+            text = variant
+            if micro:
+                text += f" at micro-batch {m}" if first else f" at {m}"
+            if world:
+                text += f" on {w} rank{'' if w == '1' else 's'}"
+            return text
+
+        return f"seed {self.seed}: {one(va, ma, wa, True)}, {one(vb, mb, wb, False)}"
+
+
+@dataclass(frozen=True, slots=True)
 class ClassDiffs:
     """The paired differences (nats/token) of one class, or of the straddling pairs (``straddling``, with
     ``hardware`` None): n, mean, sd and the 95 % t interval (NaN below 3 pairs or at zero spread), and
@@ -249,6 +281,8 @@ class Provenance:
     verdict re-decided within it; ``within_note``: why that could not be done, if so. ``alpha``, ``power``: the plan's (the agreement tests' level, the power
     an MDE and a re-decision are judged at). ``numerics``: ``(numerics, runs)`` over the grid, most first;
     ``numerics_straddling``: the pairs (of the checked comparisons) whose two runs differ in numerics.
+    ``settings``: ``("micro-batch M, world size W", runs)`` over the grid, most first; ``settings_straddling``: the
+    pairs of two runs (of the checked comparisons, each pair of runs once) whose settings differ.
     """
 
     runs: int
@@ -264,6 +298,8 @@ class Provenance:
     power: float = 0.8
     numerics: tuple[tuple[str, int], ...] = ()
     numerics_straddling: int = 0
+    settings: tuple[tuple[str, int], ...] = ()
+    settings_straddling: tuple[SettingsStraddle, ...] = ()
 
     @property
     def mixed(self) -> bool:
@@ -280,7 +316,12 @@ class Provenance:
 
     @property
     def numerics_mixed(self) -> bool:
-        return len(self.numerics) > 1
+        """Whether the runs differ in any part of their numerics key: code, micro-batch size or world size."""
+        return len(self.numerics) > 1 or self.settings_mixed
+
+    @property
+    def settings_mixed(self) -> bool:
+        return len(self.settings) > 1
 
     @property
     def all_unknown(self) -> bool:
@@ -312,6 +353,27 @@ def numerics_by_run(runs: pl.DataFrame) -> dict[str, str]:
         rid: run_numerics_of(num, cv)
         for rid, num, cv in zip(runs["run_id"].to_list(), recorded, commits, strict=True)
     }
+
+
+def settings_by_run(runs: pl.DataFrame) -> dict[str, tuple[str, str]]:
+    """``run_id -> (micro-batch size, world size)`` as recorded (``runs.micro_batch_size``, ``runs.world_size``),
+    each as text; a missing column or NULL is :data:`UNKNOWN`, never guessed."""
+
+    def column(name: str) -> list:
+        return runs[name].to_list() if name in runs.columns else [None] * runs.height
+
+    return {
+        rid: (UNKNOWN if m is None else str(m), UNKNOWN if w is None else str(w))
+        for rid, m, w in zip(
+            runs["run_id"].to_list(), column("micro_batch_size"), column("world_size"), strict=True
+        )
+    }
+
+
+def settings_text(micro: str, world: str) -> str:
+    """``micro-batch M, world size W``: the re-rounding settings of a numerics key
+    (:func:`harness.models.numerics.numerics_key`) without the code's identifier."""
+    return f"micro-batch {micro}, world size {world}"
 
 
 def _counts(values) -> tuple[tuple[str, int], ...]:
@@ -613,6 +675,8 @@ def grid_provenance(
     """
     hw = hardware_by_run(runs)
     num = numerics_by_run(runs)
+    setting = settings_by_run(runs)
+    unknown = (UNKNOWN, UNKNOWN)
     commit = (
         {rid: (cv or UNKNOWN) for rid, cv in runs.select("run_id", "code_version").iter_rows()}
         if "code_version" in runs.columns
@@ -656,10 +720,31 @@ def grid_provenance(
     numerics_straddling = sum(
         num.get(p.run_first, UNKNOWN) != num.get(p.run_second, UNKNOWN) for k in keys for p in groups[k]
     )
+    settings = _counts(settings_text(*setting.get(r, unknown)) for ids in ids_of.values() for r in ids)
+    variant_of = dict(done.iter_rows())
+    straddles: dict[tuple[str, str], SettingsStraddle] = {}
+    for k in keys:
+        for p in groups[k]:
+            a, b = setting.get(p.run_first, unknown), setting.get(p.run_second, unknown)
+            if a != b and (p.run_first, p.run_second) not in straddles:
+                straddles[(p.run_first, p.run_second)] = SettingsStraddle(
+                    p.size,
+                    p.budget_tokens,
+                    p.seed,
+                    (
+                        (variant_of.get(p.run_first, p.run_first), *a),
+                        (variant_of.get(p.run_second, p.run_second), *b),
+                    ),
+                )
+    settings_straddling = tuple(
+        sorted(straddles.values(), key=lambda t: (cell_order((t.size, t.budget_tokens)), t.seed, t.runs))
+    )
     alpha, power = stats.plan.alpha, stats.plan.power
     lineage = {
         "numerics": numerics,
         "numerics_straddling": numerics_straddling,
+        "settings": settings,
+        "settings_straddling": settings_straddling,
         "alpha": alpha,
         "power": power,
     }
@@ -702,6 +787,7 @@ __all__ = [
     "ClassDiffs",
     "ClassVerdict",
     "Provenance",
+    "SettingsStraddle",
     "StraddlingPair",
     "VariantProvenance",
     "attainable_level",
@@ -713,6 +799,8 @@ __all__ = [
     "not_redecidable",
     "redecision_power",
     "numerics_by_run",
+    "settings_by_run",
+    "settings_text",
     "within_class",
     "within_status",
 ]

@@ -1,18 +1,19 @@
 """Pairs on one hardware class and numerics: a grid's ``[schedule] pair_hardware`` (DESIGN section 13).
 
 A paired difference cancels what its two runs share: data order, initial weights, and the rounding of the
-machine and code they ran with. Two runs of one seed on two hardware classes (:mod:`harness.train.environment`)
-or two numerics revisions (:mod:`harness.models.numerics`: two-phase vs per-site routing, or code that
-re-rounds) do not share the rounding: at the study's scale that partly re-draws a run, and a precision or
+machine, code and settings they ran with. Two runs of one seed on two hardware classes
+(:mod:`harness.train.environment`) or two numerics keys (:func:`harness.models.numerics.numerics_key`: two-phase
+vs per-site routing or code that re-rounds, another micro-batch size, another world size) do not share the rounding: at the study's scale that partly re-draws a run, and a precision or
 kernel that treats variants differently biases the difference. So with ``pair_hardware = "same"`` (the
 default) the first run of a seed that trains *binds* the seed (size, budget, seed) to its worker's key
-(:func:`pair_key`: its class and numerics), and every other run of the seed is claimed only by a worker of
+(:func:`pair_key`: its class and numerics key), and every other run of the seed is claimed only by a worker of
 that key; ``"any"`` claims anywhere. A claim released untrained (the corpus not on the machine, the
 results folder full, a configuration error) binds nothing: the seed is bound when a run of it trains
 (:meth:`PairGate.bind`, called by the worker once the claim passed its checks), not when it is claimed. ``harness work --any-hardware`` overrides the binding for one worker (the
-report's provenance section then shows the pair straddling two classes). A binding written before the key
-held the numerics (a class alone) compares the class only (:func:`same_key`): which numerics its first run
-had, the queue cannot tell.
+report's provenance section then shows the pair straddling two classes or numerics keys). A binding written
+before the key held the numerics (a class alone) compares the class only, one written before it held the
+micro-batch and world size (class and numerics identifier) compares those (:func:`same_key`): what its first
+run had beyond them, the queue cannot tell.
 
 Where it is kept: the grid's Optuna study user attributes: :data:`POLICY_ATTR` (set by ``harness queue``)
 and one :data:`BIND_PREFIX` ``SIZE:BUDGET:SEED`` attribute per seed (set once, under a lock, by the first
@@ -31,6 +32,7 @@ from optuna.storages import BaseStorage
 
 from harness.common.terms import DEFAULT_PAIR_HARDWARE, PAIR_HARDWARE, is_tune_grid, parse_run_id
 from harness.design.config import RunConfig
+from harness.models.numerics import SETTINGS_SEP
 from harness.scheduling.queue.live_trials import LiveTrial
 from harness.scheduling.queue.storage import grid_lock
 from harness.scheduling.queue.trials import Claim, config_of
@@ -46,17 +48,22 @@ NUMERICS_SEP = " + numerics "
 
 
 def pair_key(hardware: str, numerics: str) -> str:
-    """What ``pair_hardware = "same"`` compares: ``CLASS + numerics NUMERICS``, e.g.
-    ``cpu-amd-epyc-avx512/fp32/torch2.13.0/eager + numerics two_phase/2`` (the hardware class of
-    :func:`harness.train.environment.hardware_class` and the numerics identifier of
-    :func:`harness.models.numerics.numerics_id`)."""
+    """What ``pair_hardware = "same"`` compares: ``CLASS + numerics KEY``, e.g.
+    ``cpu-amd-epyc-avx512/fp32/torch2.13.0/eager + numerics two_phase/2, micro-batch 16, world size 1`` (the
+    hardware class of :func:`harness.train.environment.hardware_class` and the numerics key of
+    :func:`harness.models.numerics.numerics_key`)."""
     return f"{hardware}{NUMERICS_SEP}{numerics}"
 
 
 def same_key(bound: str, mine: str) -> bool:
-    """Whether a worker of key ``mine`` may take a run of a seed bound to ``bound``: the same key, or, for a
-    binding written before keys held the numerics (a class alone), the same class."""
-    return bound == (mine if NUMERICS_SEP in bound else mine.partition(NUMERICS_SEP)[0])
+    """Whether a worker of key ``mine`` may take a run of a seed bound to ``bound``: the same key; for a
+    binding written before keys held the numerics (a class alone), the same class; for one written before
+    they held the micro-batch size and world size (class and numerics identifier), the same of those."""
+    if NUMERICS_SEP not in bound:
+        return bound == mine.partition(NUMERICS_SEP)[0]
+    if SETTINGS_SEP not in bound:
+        return bound == mine.partition(SETTINGS_SEP)[0]
+    return bound == mine
 
 
 def seed_key(run_id: str) -> str:
@@ -203,8 +210,6 @@ def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, 
 
 
 __all__ = [
-    "PAIR_HARDWARE",
-    "DEFAULT_PAIR_HARDWARE",
     "POLICY_ATTR",
     "BIND_PREFIX",
     "TRIAL_ATTR",

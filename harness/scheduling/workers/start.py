@@ -220,14 +220,14 @@ def _run_worker(options: WorkOptions, train_fn, on_failure, stop, claiming) -> C
 
 def _pair_gate(settings: ExecutionSettings, anywhere: bool):
     """The worker's :class:`~harness.scheduling.queue.hardware_pairs.PairGate`: a run's key is the hardware class
-    and numerics it gets here under ``settings`` (:func:`harness.train.environment.run_numerics`,
-    :func:`~harness.scheduling.queue.hardware_pairs.pair_key`)."""
+    and numerics key (numerics, micro-batch size, world size) it gets here under ``settings``
+    (:func:`harness.train.environment.run_numerics`, :func:`~harness.scheduling.queue.hardware_pairs.pair_key`)."""
     from harness.scheduling.queue.hardware_pairs import PairGate, pair_key  # lazy: Optuna, only with a queue
     from harness.train.environment import run_numerics  # lazy: torch loads only to train
 
     def classify(config) -> str:
         numerics = run_numerics(config, settings)
-        return pair_key(numerics.hardware, numerics.numerics)
+        return pair_key(numerics.hardware, numerics.key)
 
     return PairGate(classify, anywhere=anywhere)
 
