@@ -18,7 +18,7 @@ from harness.common.terms import ROLES
 from harness.report.render.blocks import Banner, Block, Bullets, Chip, Heading, Para, Table
 from harness.report.render.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num, tokens_label
 from harness.report.stats import decisions as dec
-from harness.report.stats.pairing import AA_VARIANTS
+from harness.report.stats.pairing import AA_VARIANTS, cell_name
 from harness.report.stats.progress import (
     DIVERGED,
     DONE,
@@ -299,7 +299,7 @@ def verdict_banners(stats: ReportStats) -> list[Block]:
             )
         out.append(
             Banner(
-                f"Size {size}, budget {fmt_tokens(budget)} tokens",
+                cell_name(size, fmt_tokens(budget)),
                 chip,
                 text,
                 tuple(chips),
