@@ -44,7 +44,7 @@ def harness(*args, env):
     return proc.stdout
 
 
-@pytest.mark.slow  # about 90 s on 2 shared cores: trains 12 tiny runs
+@pytest.mark.slow  # about 3 min on 2 loaded cores: trains 12 tiny runs, then re-trains 8
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_an_lr_axis_gives_a_verdict_per_value_and_the_line_across_it(tmp_path):
     grid = tmp_path / "ax_tiny.toml"
@@ -105,3 +105,21 @@ def test_an_lr_axis_gives_a_verdict_per_value_and_the_line_across_it(tmp_path):
         else f"some values of lr: {held[0]}"
     )
     assert f"The gain is established at {line}" in md
+
+    # the archive carries the axis; harness retrain re-trains seeds 0 1 of every cell and checks each cell apart
+    archive = tmp_path / "ax.tar.gz"
+    harness("archive", "--grid", "ax_tiny", "--out", str(archive), env=env)
+    again = [*("retrain", "--results", str(tmp_path / "again"), "--pairs", "2", "--threads", "1", "--quiet")]
+    again += ["--corpus", str(SAMPLE)]
+    text = harness(*again, "--csv", str(tmp_path / "rt.csv"), str(archive), env=env)
+    for lr in ("0.001", "0.004"):
+        cell = text.split(f"## Cell Size tiny, budget 2_048 tokens, lr {lr}\n")[1].split("## Cell")[0]
+        assert "Re-trained here: 4 runs (seeds 0 1)" in cell and "**Verdict: bit-identical" in cell
+    rows = list(csv.DictReader((tmp_path / "rt.csv").open()))
+    runs = {(r["cell"], r["run_id"]) for r in rows if r["level"] == "run"}
+    assert runs == {
+        (f"tiny@lr={lr}/2048", f"ax_tiny:tiny:{v}:s{s}:2048:lr={lr}")
+        for lr in ("0.001", "0.004")
+        for v in ("block_attnres", "rd_attnres")
+        for s in (0, 1)
+    }
