@@ -58,7 +58,10 @@ def _train(store, grid: str, variants: tuple[str, ...]) -> tuple[str, dict]:
     for variant, config in runs.iter_rows():
         cfg = json.loads(config) if isinstance(config, str) else dict(config)
         if variant in variants and variant not in train and not cfg.get("tuned"):
-            train[variant] = dict(cfg.get("train") or {})
+            axes = (
+                cfg.get("axes") or {}
+            )  # an axis value is its cell's, not a fixed setting: the follow-up sweeps it
+            train[variant] = {k: v for k, v in (cfg.get("train") or {}).items() if k not in axes}
             corpus = corpus or cfg["corpus"]
     return corpus, train
 

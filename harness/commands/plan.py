@@ -66,13 +66,15 @@ def _sd(text: str) -> float:
 
 
 def _shape(grid):
-    """The grid as :class:`harness.report.stats.seed_planning.GridShape` (A/A checks are no control)."""
-    from harness.report.stats.pairing import AA_VARIANTS
+    """The grid as :class:`harness.report.stats.seed_planning.GridShape` (A/A checks are no control); a cell of a
+    grid with ``[axes]`` is named as the report names it (:func:`harness.report.stats.pairing.cell_size`), so a pilot's
+    sd is read from the same axis value."""
+    from harness.report.stats.pairing import AA_VARIANTS, cell_size
     from harness.report.stats.seed_planning import GridShape
 
     by_cell: dict[tuple[str, int], list[str]] = {}
     for c in grid.cells():
-        variants = by_cell.setdefault((c.size, c.budget_tokens), [])
+        variants = by_cell.setdefault((cell_size(c.size, dict(c.axes)), c.budget_tokens), [])
         if c.variant not in variants:
             variants.append(c.variant)
     treatment = next((v for v, r in grid.variants.items() if r == "treatment"), None)
@@ -91,6 +93,7 @@ def _shape(grid):
 def main(args: argparse.Namespace) -> int:
     from harness.report.render.plan_table import render_plan
     from harness.report.stats.multiplier import extra_budget_lines
+    from harness.report.stats.pairing import split_cell_size
     from harness.report.stats.seed_planning import plan_rows, throughput
     from harness.scheduling.grids.grid import load_grid
 
@@ -124,6 +127,10 @@ def main(args: argparse.Namespace) -> int:
         pilot = compute_stats(load_frames(store, args.pilot), grid=args.pilot)
     speed = throughput(runs, bench)
     shape = _shape(grid)
+    for label, _, _ in shape.cells:  # an axis value's cell trains at its size's measured throughput
+        preset = split_cell_size(label)[0]
+        if label not in speed and preset in speed:
+            speed[label] = speed[preset]
     rows = plan_rows(shape, sd=sd, pilot=pilot, speed=speed)
     if args.json:
         print(json.dumps([r.as_json() for r in rows], indent=2))

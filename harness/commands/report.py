@@ -80,6 +80,7 @@ def report_where(storage: str | None, results: Path) -> str:
 
 def _queue_view(args: argparse.Namespace):
     """``({run_id: QueuedRun}, where)`` of the grid from the run queue, or ``(None, why not)``."""
+    from harness.report.stats.pairing import cell_size
     from harness.report.stats.progress import QueuedRun
 
     where = report_where(args.storage, args.results)
@@ -98,7 +99,7 @@ def _queue_view(args: argparse.Namespace):
             r.config.variant,
             r.config.role,
             r.config.seed,
-            r.config.size,
+            cell_size(r.config.size, r.config.axes),  # the report's cell of a grid with [axes]
             r.config.budget_tokens,
             r.error,
         )

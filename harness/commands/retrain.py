@@ -38,6 +38,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -162,23 +163,81 @@ def main(args: argparse.Namespace) -> int:
     )
     new, chosen = _retrained(args, archive, chosen, seeds, rt)
     plan = runs[0].config.analysis or {}
-    check = retrain_check(
-        {r.key: r.val_nll for r in runs},
-        {r.key: float(n.val_nll) for r, n in zip(chosen, new, strict=True)},
-        contrasts,
-        run_ids={r.key: r.config.run_id for r in chosen},
-        min_effect_nats=plan.get("min_effect_nats"),
-        alpha=plan.get("alpha", 0.05),
-        power=plan.get("power", 0.8),
-    )
+    checks = []
+    for cell, cell_runs in _by_cell(
+        runs
+    ).items():  # one check per cell: (variant, seed) names a run within it
+        picked = [(r, n) for r, n in zip(chosen, new, strict=True) if _cell(r) == cell]
+        if not picked:
+            continue
+        checks.append(
+            (
+                cell,
+                retrain_check(
+                    {r.key: r.val_nll for r in cell_runs},
+                    {r.key: float(n.val_nll) for r, n in picked},
+                    contrasts,
+                    run_ids={r.key: r.config.run_id for r, _ in picked},
+                    min_effect_nats=plan.get("min_effect_nats"),
+                    alpha=plan.get("alpha", 0.05),
+                    power=plan.get("power", 0.8),
+                ),
+            )
+        )
     machine = {**rt.machine(new), **rt.identity(chosen, new)}  # as the runs trained, not this call's options
     name = args.file.name  # the file's name only: no path of this machine
-    print(render_text(check, machine, name), end="")
+    if len(checks) == 1:  # one cell: the check as it always was
+        check = checks[0][1]
+        print(render_text(check, machine, name), end="")
+        if args.csv is not None:
+            atomic_write(args.csv, render_csv(check, machine))
+        if args.json is not None:
+            atomic_write(args.json, render_json(check, machine, name))
+        return 0
+    # several cells (sizes, budgets or axis values): each its own check, named; csv with a cell column
+    print(
+        "\n".join(f"## Cell {_cell_name(c)}\n\n" + render_text(k, machine, name) for c, k in checks), end=""
+    )
     if args.csv is not None:
-        atomic_write(args.csv, render_csv(check, machine))
+        parts = [render_csv(k, machine).splitlines() for _, k in checks]
+        lines = ["cell," + parts[0][0]] + [
+            f"{_cell_text(c)},{row}" for (c, _), p in zip(checks, parts) for row in p[1:]
+        ]
+        atomic_write(args.csv, "\n".join(lines) + "\n")
     if args.json is not None:
-        atomic_write(args.json, render_json(check, machine, name))
+        cells = [{"cell": _cell_text(c), **json.loads(render_json(k, machine, name))} for c, k in checks]
+        atomic_write(args.json, json.dumps({"cells": cells}, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def _cell(run) -> tuple[str, int]:
+    """``(size label, budget)`` of an archived run: its cell as the report keys it
+    (:func:`harness.report.stats.pairing.cell_size`: the size, then its axis values)."""
+    from harness.report.stats.pairing import cell_size
+
+    return cell_size(run.config.size, run.config.axes), run.config.budget_tokens
+
+
+def _by_cell(runs: list) -> dict:
+    """The archived runs by cell (:func:`_cell`), in report order."""
+    from harness.report.stats.pairing import cell_order
+
+    out: dict = {}
+    for r in runs:
+        out.setdefault(_cell(r), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: cell_order(kv[0])))
+
+
+def _cell_name(cell: tuple[str, int]) -> str:
+    from harness.report.render.fmt import fmt_tokens
+    from harness.report.stats.pairing import cell_name
+
+    return cell_name(cell[0], fmt_tokens(cell[1]))
+
+
+def _cell_text(cell: tuple[str, int]) -> str:
+    """``tiny@lr=0.001/2048``: a cell in a CSV or JSON field (no comma)."""
+    return f"{cell[0]}/{cell[1]}"
 
 
 def _retrained(args: argparse.Namespace, archive, chosen: list, seeds: list[int], rt) -> tuple[list, list]:

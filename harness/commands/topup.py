@@ -48,13 +48,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _held(queued: dict) -> dict:
-    """Per cell, what the queue holds (harness.report.stats.topup.CellSeeds) from ``RunQueue.runs(grid)``."""
+    """Per cell, what the queue holds (harness.report.stats.topup.CellSeeds) from ``RunQueue.runs(grid)``; a cell of
+    a grid with ``[axes]`` is named as the report names it (:func:`harness.report.stats.pairing.cell_size`)."""
+    from harness.report.stats.pairing import cell_size
     from harness.report.stats.topup import CellSeeds
 
     by_cell: dict = {}
     for r in queued.values():
         c = r.config
-        by_cell.setdefault((c.size, c.budget_tokens), []).append((c.variant, c.role, c.seed, r.state))
+        by_cell.setdefault((cell_size(c.size, c.axes), c.budget_tokens), []).append(
+            (c.variant, c.role, c.seed, r.state)
+        )
     out = {}
     for cell, rows in by_cell.items():
         variants = tuple(dict.fromkeys(v for v, _, _, _ in rows))
@@ -68,24 +72,26 @@ def _held(queued: dict) -> dict:
 
 def _configs(queued: dict, grid: str, plans) -> list:
     """Run configs of the new seeds: each a copy of a queued run's config of the same cell and
-    variant with the seed and run id replaced (:func:`harness.common.terms.run_id`)."""
+    variant with the seed and run id replaced (:func:`harness.common.terms.run_id`; its axis values kept)."""
     import dataclasses
 
     from harness.common.terms import run_id
+    from harness.report.stats.pairing import cell_size
 
     template = {}
     for r in queued.values():
         c = r.config
-        template.setdefault((c.size, c.budget_tokens, c.variant), c)
+        template.setdefault((cell_size(c.size, c.axes), c.budget_tokens, c.variant), c)
     out = []
     for t in plans:
         for seed in t.new_seeds:
             for v in t.variants:
+                tpl = template[(t.size, t.budget_tokens, v)]
                 out.append(
                     dataclasses.replace(
-                        template[(t.size, t.budget_tokens, v)],
+                        tpl,
                         seed=seed,
-                        run_id=run_id(grid, t.size, v, seed, t.budget_tokens),
+                        run_id=run_id(grid, tpl.size, v, seed, t.budget_tokens, axes=tpl.axes),
                     )
                 )
     return out

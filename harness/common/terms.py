@@ -8,8 +8,9 @@ dependencies, so every layer may import it.
   ``parent`` (Block AttnRes), the ``treatment`` (RD-AttnRes), ``control`` s and
   ``reference`` s; the order is the queue order of a grid's variants.
 * A run *status* is where a run is in its life (DESIGN section 5, ``runs.status``).
-* A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>`` (``:tuned`` after it
-  for a run with a tuning study's settings); :func:`run_id` writes it, :func:`parse_run_id` reads it back.
+* A *run id* names one run of a grid: ``grid:size:variant:s<seed>:<budget_tokens>``, then ``:KEY=VALUE`` per
+  axis of a grid with ``[axes]`` (``:lr=0.001``, :func:`axis_text`), then ``:tuned`` for a run with a tuning
+  study's settings; :func:`run_id` writes it, :func:`parse_run_id` reads it back.
 * What a record does not say (a result file written before a field existed) reads :data:`UNKNOWN`.
 * A ``--grid NAME`` that names no grid is one error naming the grids there (:func:`check_grid`).
 * A run's timestamps (``runs.started_at``, ``finished_at``) are naive UTC (:func:`utc_now`).
@@ -57,10 +58,34 @@ UNKNOWN = "unknown"
 TUNED_SUFFIX = "tuned"
 
 
-def run_id(grid: str, size: str, variant: str, seed: int, budget_tokens: int, *, tuned: bool = False) -> str:
-    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``, with
-    ``":tuned"`` after it when ``tuned`` (:data:`TUNED_SUFFIX`)."""
-    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}" + (
+def axis_text(value) -> str:
+    """An axis value as a run id and a report write it: an integer as is (``256``), a float as Python's
+    shortest repr (``0.001``, ``4e-05``), a bool ``true``/``false``, a string as is (``wsd``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def axes_label(axes: Iterable[tuple[str, object]]) -> str:
+    """A cell's axis values as a report names them: ``"lr 0.001, warmup_tokens 256"`` (``""`` for none)."""
+    return ", ".join(f"{k} {v if isinstance(v, str) else axis_text(v)}" for k, v in axes)
+
+
+def run_id(
+    grid: str,
+    size: str,
+    variant: str,
+    seed: int,
+    budget_tokens: int,
+    *,
+    tuned: bool = False,
+    axes: Mapping[str, object] | None = None,
+) -> str:
+    """Stable, readable id of one run: ``"{grid}:{size}:{variant}:s{seed}:{budget_tokens}"``, then
+    ``":KEY=VALUE"`` per axis value of its cell (``axes``, in the grid's ``[axes]`` order; :func:`axis_text`),
+    then ``":tuned"`` when ``tuned`` (:data:`TUNED_SUFFIX`). A run without axes keeps the id it always had."""
+    axis_parts = "".join(f":{k}={axis_text(v)}" for k, v in (axes or {}).items())
+    return f"{grid}:{size}:{variant}:s{int(seed)}:{int(budget_tokens)}{axis_parts}" + (
         f":{TUNED_SUFFIX}" if tuned else ""
     )
 
@@ -74,15 +99,19 @@ class RunId(NamedTuple):
     seed: int
     budget_tokens: int
     tuned: bool
+    #: ``((KEY, VALUE text), ...)``: the cell's axis values, in the id's order (empty without ``[axes]``).
+    axes: tuple[tuple[str, str], ...] = ()
 
     def cell_seed(self) -> str:
-        """``SIZE:BUDGET:SEED``: what the runs of one seed in one cell share (the runs a paired difference
-        pairs, whatever their variant)."""
-        return f"{self.size}:{self.budget_tokens}:{self.seed}"
+        """``SIZE:BUDGET:SEED`` (then ``:KEY=VALUE`` per axis): what the runs of one seed in one cell share
+        (the runs a paired difference pairs, whatever their variant)."""
+        return f"{self.size}:{self.budget_tokens}:{self.seed}" + "".join(f":{k}={v}" for k, v in self.axes)
 
     def without_seed(self) -> tuple:
-        """Everything but the seed: the runs of one variant, size and budget (they compute alike)."""
-        return (self.grid, self.size, self.variant, self.budget_tokens, self.tuned)
+        """Everything but the seed: the runs of one variant, size, budget and axis values (they compute alike)."""
+        return (self.grid, self.size, self.variant, self.budget_tokens, self.tuned) + (
+            (self.axes,) if self.axes else ()
+        )
 
 
 def parse_run_id(rid: str) -> RunId:
@@ -96,12 +125,16 @@ def parse_run_id(rid: str) -> RunId:
     tuned = parts[-1] == TUNED_SUFFIX
     if tuned:
         parts = parts[:-1]
+    axes: list[tuple[str, str]] = []
+    while parts and re.fullmatch(r"[a-z_0-9]+=[^=]+", parts[-1]):  # no grid, size or variant holds '='
+        key, value = parts.pop().split("=")
+        axes.insert(0, (key, value))
     if len(parts) < 5 or not re.fullmatch(r"s\d+", parts[-2]) or not parts[-1].isdigit():
         raise ValueError(
-            f"run id {rid!r}: expected GRID:SIZE:VARIANT:s<SEED>:<BUDGET_TOKENS>[:{TUNED_SUFFIX}]"
+            f"run id {rid!r}: expected GRID:SIZE:VARIANT:s<SEED>:<BUDGET_TOKENS>[:KEY=VALUE ...][:{TUNED_SUFFIX}]"
         )
     grid, size, variant = ":".join(parts[:-4]), parts[-4], parts[-3]
-    return RunId(grid, size, variant, int(parts[-2][1:]), int(parts[-1]), tuned)
+    return RunId(grid, size, variant, int(parts[-2][1:]), int(parts[-1]), tuned, tuple(axes))
 
 
 def run_order(run_id: str) -> tuple:
@@ -234,6 +267,8 @@ __all__ = [
     "UNKNOWN",
     "TUNED_SUFFIX",
     "run_id",
+    "axis_text",
+    "axes_label",
     "RunId",
     "parse_run_id",
     "utc_now",

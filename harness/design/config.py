@@ -225,6 +225,9 @@ class RunConfig:
             tuned settings, DESIGN section 9) ``{"source": "tune:NAME" or "explicit",
             "params": {...}, "fields": [TrainConfig fields they set]}``; its id ends in
             ``:tuned``. The settings themselves are in :attr:`train`.
+        axes: ``None``, or for a run of a grid with ``[axes]`` its cell's axis values (``{"lr": 0.001}``, in the
+            grid's order; DESIGN section 1.2); they are in :attr:`train` too (so in the protocol hash), and its id
+            names them (``...:<budget>:lr=0.001``).
         spec: ``None`` for a variant shipped with the harness (built-ins, ``controls/``); for a
             user's spec (from ``$HARNESS_SPEC_PATH`` when the run was created) its TOML text
             (text, not tables: the queue stores payloads with sorted keys, and the order of a
@@ -245,6 +248,7 @@ class RunConfig:
     model: dict[str, Any] = field(default_factory=dict)
     tuned: dict[str, Any] | None = None
     spec: str | None = None
+    axes: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("run_id", "grid", "variant", "size", "corpus"):
@@ -256,9 +260,11 @@ class RunConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"run config {name}={value!r} must be an integer")
-        for name in ("train", "model", "analysis", "tuned"):
+        for name in ("train", "model", "analysis", "tuned", "axes"):
             value = getattr(self, name)
-            if not isinstance(value, Mapping) and not (name in ("analysis", "tuned") and value is None):
+            if not isinstance(value, Mapping) and not (
+                name in ("analysis", "tuned", "axes") and value is None
+            ):
                 raise ValueError(f"run config {name}={value!r} must be a table")
             # a private copy, as JSON gives it back (lists, not tuples): a config read from the
             # queue equals the one that was queued, and later edits of the caller's dict do not leak in
@@ -288,9 +294,11 @@ class RunConfig:
         analysis: Mapping | None = None,
         model: Mapping | None = None,
         tuned: Mapping | None = None,
+        axes: Mapping | None = None,
     ) -> RunConfig:
         """A checked config; its run id is ``grid:size:variant:s<seed>:<budget_tokens>``
-        (``...:tuned`` with ``tuned``, see the class docstring).
+        (``...:lr=0.001`` per axis value with ``axes``, which also set :attr:`train`; ``...:tuned`` with
+        ``tuned``; see the class docstring).
 
         ``role`` defaults to the variant spec's role. ``grid`` is a grid name, or
         ``tune:NAME`` for a tuning trial's run (:func:`harness.common.terms.is_tune_grid`).
@@ -316,14 +324,14 @@ class RunConfig:
             raise ValueError(f"budget_tokens={budget_tokens} must be a positive number of tokens")
         if int(seed) < 0:
             raise ValueError(f"seed={seed} must be >= 0")
-        train, model = dict(train or {}), dict(model or {})
+        train, model = {**(train or {}), **(axes or {})}, dict(model or {})
         train_config(size, **train)  # validate now, not in a worker hours later
         if "vocab_size" in model:
             raise ValueError(
                 "model override vocab_size: the tokenizer sets the vocabulary; use train.vocab_size"
             )
         derive(size, **model)
-        rid = run_id(grid, size, variant, seed, budget_tokens, tuned=tuned is not None)
+        rid = run_id(grid, size, variant, seed, budget_tokens, tuned=tuned is not None, axes=axes)
         return cls(
             run_id=rid,
             grid=grid,
@@ -338,6 +346,7 @@ class RunConfig:
             model=model,
             tuned=None if tuned is None else dict(tuned),
             spec=None if is_shipped(spec) else spec.text,
+            axes=dict(axes) if axes else None,
         )
 
     @classmethod
@@ -392,10 +401,10 @@ class RunConfig:
     # -- reading and writing ------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of this run (``analysis``, ``tuned`` and ``spec`` only when set,
+        """The JSON object of this run (``analysis``, ``tuned``, ``spec`` and ``axes`` only when set,
         ``model`` only when non-empty)."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
-        for name in ("analysis", "tuned", "spec"):
+        for name in ("analysis", "tuned", "spec", "axes"):
             if out[name] is None:
                 del out[name]
         if not out["model"]:

@@ -42,7 +42,7 @@ from harness.report.stats.analysis import analyze
 from harness.report.stats.degeneracy import find_degenerate
 from harness.report.stats.leave_one_out import leave_one_seed_out
 from harness.report.stats.multiplier import grid_multipliers
-from harness.report.stats.pairing import NoParentError, of_grid
+from harness.report.stats.pairing import NoParentError, of_grid, with_axis_sizes
 from harness.report.stats.progress import GridProgress, QueuedRun, grid_progress, unreadable_run_ids
 from harness.report.stats.provenance import grid_provenance, hardware_by_run
 from harness.report.stats.results import ReportStats
@@ -116,6 +116,7 @@ def load_frames(store: Any, grid: str) -> Frames:
     bench = store.query(
         "SELECT bench_id, created_at, size, variant, step_ms, extra FROM bench", [], ingest=False
     )
+    runs, final = with_axis_sizes(runs, final)  # a grid with [axes]: one cell per axis value
     return Frames(final, runs, metrics, routing, pairs, params, unreadable, bench)
 
 

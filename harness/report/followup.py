@@ -28,6 +28,7 @@ from harness.models.spec import VariantSpec
 from harness.report.stats.decisions import GAIN_ESTABLISHED, REPRODUCES
 from harness.report.stats.looks import increments
 from harness.report.stats.paired_tests import MIN_PAIRS
+from harness.report.stats.pairing import split_cell_size
 from harness.report.stats.power import holm_share_plan, planned_seeds, power_at
 from harness.report.stats.results import ControlAssessment, ReportStats
 from harness.report.stats.seed_planning import FAMILY_PER_CELL
@@ -311,11 +312,26 @@ def _header(src: Source, fp: FollowupPlan, speed: dict) -> list[str]:
     ]
 
 
+def _axis_value(text: str):
+    """An axis value read back from a cell's name (``0.001`` -> 0.001, ``256`` -> 256, ``wsd`` -> ``"wsd"``)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text, text)
+
+
 def grid_text(name: str, src: Source, fp: FollowupPlan, speed: dict) -> str:
     """The follow-up grid as TOML text: header, the four variants, [factorial], [train], [analysis]."""
     t, c, p, tc = src.treatment, src.control, src.parent, src.composed
-    sizes = list(dict.fromkeys(s for s, _ in src.cells))
+    sizes = list(dict.fromkeys(split_cell_size(s)[0] for s, _ in src.cells))
     budgets = sorted({b for _, b in src.cells})
+    axes: dict[str, list] = {}  # a grid with [axes]: the follow-up sweeps the cells' values again
+    for s, _ in src.cells:
+        for k, v in split_cell_size(s)[1]:
+            if _axis_value(v) not in axes.setdefault(k, []):
+                axes[k].append(_axis_value(v))
     lines = [
         *_header(src, fp, speed),
         f"name = {_value(name)}",
@@ -335,6 +351,7 @@ def grid_text(name: str, src: Source, fp: FollowupPlan, speed: dict) -> str:
         f"factors = {_value([c, t])}",
         f"levels = {{ {p} = [0, 0], {c} = [1, 0], {t} = [0, 1], {tc} = [1, 1] }}",
         "",
+        *(["[axes]", *(f"{k} = {_value(v)}" for k, v in axes.items()), ""] if axes else []),
         "[train]",
         *(f"{k} = {_value(v)}" for k, v in src.train[p].items()),
     ]

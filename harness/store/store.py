@@ -24,6 +24,7 @@ connection; user SQL may not write files).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +42,51 @@ from harness.store.runfile import RUNS_DIRNAME, read_result, result_path, run_en
 from harness.store.validate import columns, validate_bench_rows
 
 # Importable from here as before the split: STORAGE_VERSION, StoreLockedError, storage_version.
+
+#: DuckDB type of an axis column by the JSON types of its stored values (:func:`axis_views`).
+_JSON_TYPES = (
+    ({"BIGINT", "UBIGINT"}, "BIGINT"),
+    ({"BIGINT", "UBIGINT", "DOUBLE"}, "DOUBLE"),
+    ({"BOOLEAN"}, "BOOLEAN"),
+)
+
+
+def axis_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Give a query one column per grid axis (DESIGN section 1.2, ``[axes]``) in ``runs`` and ``final``: temporary
+    views of the same names over the stored ones, with the axis value of each run of a grid with ``[axes]``
+    (``runs.config``'s ``axes``; NULL for other runs), typed as its stored values are (integers BIGINT, numbers
+    DOUBLE, booleans BOOLEAN, else VARCHAR). Nothing is created where no run has an axis, so a store without
+    axes reads exactly as before; a key that is already a column of the view is left out.
+
+    Returns:
+        The axis columns, sorted.
+    """
+    rows = con.execute(
+        "SELECT k, list(DISTINCT json_type(config->'axes'->k)) FROM (SELECT config, unnest(json_keys(config->'axes')) "
+        "AS k FROM runs WHERE json_type(config->'axes') = 'OBJECT') GROUP BY k ORDER BY k"
+    ).fetchall()
+    keys = {k: next((t for types, t in _JSON_TYPES if set(seen) <= types), "VARCHAR") for k, seen in rows}
+    keys = {k: t for k, t in keys.items() if re.fullmatch(r"[a-z_][a-z_0-9]*", k)}
+    if not keys:
+        return []
+    (catalog,) = con.execute("SELECT current_database()").fetchall()[0]
+    for view in ("runs", "final"):
+        taken = {
+            c
+            for (c,) in con.execute(f'SELECT column_name FROM (DESCRIBE "{catalog}".main.{view})').fetchall()
+        }
+        cols = "".join(
+            f", TRY_CAST(a.config->'axes'->>'{k}' AS {t}) AS {k}" for k, t in keys.items() if k not in taken
+        )
+        con.execute(
+            f'CREATE OR REPLACE TEMP VIEW {view} AS SELECT v.*{cols} FROM "{catalog}".main.{view} v '
+            f'LEFT JOIN "{catalog}".main.runs a ON a.run_id = v.run_id'
+        )
+    return sorted(keys)
+
+
 __all__ = [
+    "axis_views",
     "DB_NAME",
     "DEFAULT_LOCK_TIMEOUT_S",
     "Store",
@@ -202,6 +247,7 @@ class Store:
             StoreLockedError: the database stayed write-locked for ``lock_timeout_s``.
         """
         with self._reading(ingest) as con:
+            axis_views(con)
             return self._run(con, sql, params)
 
     @contextmanager
@@ -216,6 +262,7 @@ class Store:
             as :meth:`query`.
         """
         with self._reading(ingest) as con:
+            axis_views(con)
             rel = con.sql(sql, params=params)
             yield iter([pl.DataFrame()]) if rel is None else to_polars_batches(rel, rows)
 

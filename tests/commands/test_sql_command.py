@@ -234,3 +234,50 @@ def test_locked_database_exits_1_naming_the_pid(results, capsys):
         proc.join(30)
     assert code == 1 and out == ""
     assert "is locked by another process" in err and f"PID {proc.pid}" in err
+
+
+def test_a_grid_with_axes_gives_a_column_per_axis_in_runs_and_final(results, capsys):
+    code, out, _ = run(capsys, "select * from final limit 1", "--format", "csv", "--results", str(results))
+    assert code == 0 and "lr" not in next(csv.reader(io.StringIO(out)))  # no axis: the columns as they were
+    store = Store(results)
+    for seed, (lr, schedule) in enumerate([(0.001, "wsd"), (0.004, "wsd"), (0.001, "cosine")]):
+        store.write_result(
+            {
+                "run": {
+                    "run_id": f"ax:tiny:block_attnres:s{seed}:4096:lr={lr}:schedule={schedule}",
+                    "grid": "ax",
+                    "variant": "block_attnres",
+                    "role": "parent",
+                    "seed": seed,
+                    "size": "tiny",
+                    "budget_tokens": 4096,
+                    "status": "done",
+                    "config": {"seed": seed, "axes": {"lr": lr, "schedule": schedule}},
+                },
+                "metrics": [{"step": 2, "tokens": 4096, "split": "val", "name": "nll", "value": 5.0 + seed}],
+            }
+        )
+    query = "select lr, schedule, avg(val_nll) as nll, count(*) as n from final group by all order by all"
+    code, out, _ = run(capsys, query, "--format", "json", "--results", str(results))
+    assert code == 0
+    rows = json.loads(out)
+    assert rows[:3] == [
+        {"lr": 0.001, "schedule": "cosine", "nll": 7.0, "n": 1},
+        {"lr": 0.001, "schedule": "wsd", "nll": 5.0, "n": 1},
+        {"lr": 0.004, "schedule": "wsd", "nll": 6.0, "n": 1},
+    ]
+    assert rows[3] == {
+        "lr": None,
+        "schedule": None,
+        "nll": pytest.approx(sum(map(nll, range(N_RUNS))) / N_RUNS),
+        "n": N_RUNS,
+    }
+    code, out, _ = run(
+        capsys,
+        "select typeof(lr), typeof(schedule), count(*) from runs group by all",
+        "--format",
+        "csv",
+        "--results",
+        str(results),
+    )
+    assert code == 0 and "DOUBLE,VARCHAR," in out

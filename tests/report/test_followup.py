@@ -305,3 +305,29 @@ def test_followup_of_a_trained_grid_queues_as_written(tmp_path):
     assert written.sizes == ("tiny",) and written.budgets_tokens == (6144,) and written.corpus == str(SAMPLE)
     n = len(written.seeds)
     assert f"queued {4 * n} runs" in harness("queue", str(out))
+
+
+def test_the_followup_of_an_axis_grid_sweeps_the_same_axis(tmp_path, capsys):
+    """A grid with [axes] lr: the follow-up grid's sizes are presets, its [axes] the cells' values, and lr is
+    not fixed in its [train] (each cell's run carried its own)."""
+    from harness.store.store import Store
+
+    results, out = tmp_path / "results", tmp_path / "absorb_factorial.toml"
+    store = Store(results)
+    for lr in (0.001, 0.004):
+        frames = frames_from_values(VALUES, grid=GRID)
+        for run in frames["runs"].iter_rows(named=True):
+            train = {**TRAIN, "lr": lr}
+            config = {**json.loads(run["config"]), "corpus": str(SAMPLE), "train": train, "analysis": PLAN}
+            config["axes"] = {"lr": lr}
+            rid = f"{GRID}:small:{run['variant']}:s{run['seed']}:1000000:lr={lr}"
+            nll = VALUES[run["variant"]][run["seed"]]
+            row = {**run, "run_id": rid, "config": config, "status": "done", "wall_s": 30.0}
+            metrics = [dict(step=10, tokens=run["budget_tokens"], split="val", name="nll", value=float(nll))]
+            store.write_result({"run": row, "metrics": metrics, "routing": []})
+    rc, _, err = followup(results, out, capsys=capsys)
+    assert rc == 0, err
+    grid = parse_grid(tomllib.loads(out.read_text()), path=out)
+    assert grid.sizes == ("small",) and grid.axes == {"lr": (0.001, 0.004)}
+    assert grid.train == {k: v for k, v in TRAIN.items() if k != "lr"}
+    assert {r.run_id.rsplit(":", 1)[1] for r in grid.expand(cwd="/c")} == {"lr=0.001", "lr=0.004"}

@@ -434,3 +434,61 @@ def test_plan_seeds_counts_every_seed_of_a_cell_and_notes_only_new_seeds_past_th
         check_plan_seeds("g", plan, held, [("tiny", 1024, s) for s in range(11)])
     with pytest.raises(ValueError, match="max_seeds 30"):  # the default plan
         check_plan_seeds("g", {}, [], [("small", 1, s) for s in range(31)])
+
+
+# --------------------------------------------------------------------------- a grid with [axes]
+
+AXES_GRID = """\
+name = "ax"
+corpus = "{corpus}"
+sizes = ["tiny"]
+seeds = [0, 1, 2]
+budgets_tokens = [1024]
+[variants]
+block_attnres = "parent"
+rd_attnres = "treatment"
+[axes]
+lr = [0.001, 0.004]
+[train]
+batch_tokens = 512
+[analysis]
+min_effect_nats = 0.01
+looks = [3, 5]
+"""
+# treatment - parent per seed: established at the first look at lr 0.001, undecided at lr 0.004
+D_BY_LR = {0.001: EST, 0.004: WEAK}
+
+
+def stub_axis_result(run_config, results_dir: Path) -> tuple[str, float]:
+    """The designed result of one run of the axis grid: its gain depends on its cell's lr."""
+    config = run_config.to_dict()
+    seed = config["seed"]
+    d = D_BY_LR[config["axes"]["lr"]][seed] if config["variant"] == "rd_attnres" and seed < 3 else 0.0
+    nll = 3.5 + 0.01 * seed + d
+    run = {k: config[k] for k in ("run_id", "grid", "variant", "role", "seed", "size", "budget_tokens")}
+    Store(results_dir).write_result(
+        {
+            "run": {**run, "status": "done", "protocol_hash": "p0", "config": config, "wall_s": 2.0},
+            "metrics": [{"step": 1, "tokens": 1000, "split": "val", "name": "nll", "value": nll}],
+        }
+    )
+    return "done", nll
+
+
+def test_topup_of_an_axis_grid_adds_seeds_to_its_undecided_cell_only(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "hello"}\n')  # the stub trains nothing: queue only checks it is there
+    grid = tmp_path / "ax.toml"
+    grid.write_text(AXES_GRID.format(corpus=corpus))
+    results = tmp_path / "results"
+    assert cli(["queue", str(grid), "--results", str(results)]) == 0
+    work(RunQueue.open(None, results), stub_axis_result, results, log=lambda m: None)
+    capsys.readouterr()
+    assert cli(["topup", "--grid", "ax", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "queued 4 runs in" in out, out
+    ids = set(RunQueue.open(None, results).runs("ax"))
+    new = {r for r in ids if ":s3:" in r or ":s4:" in r}
+    assert new == {f"ax:tiny:{v}:s{s}:1024:lr=0.004" for v in ("block_attnres", "rd_attnres") for s in (3, 4)}
+    cfg = RunQueue.open(None, results).runs("ax")["ax:tiny:rd_attnres:s4:1024:lr=0.004"].config
+    assert cfg.axes == {"lr": 0.004} and cfg.train["lr"] == 0.004

@@ -16,6 +16,8 @@ computes a statistic, and nothing in :mod:`harness.report.stats` imports this pa
   vs budget;
 * :mod:`~harness.report.render.methods_section` -- Methods;
 * :mod:`~harness.report.render.robustness_section` -- the ``[tuned]`` robustness section;
+* :mod:`~harness.report.render.axis_section` -- a grid with ``[axes]``: the Holm family's size, the gain per axis
+  value with its interval, the trend and whether the verdict holds at every value, some or none;
 * :mod:`~harness.report.render.factorial_section` -- the factorial section and its interaction plot
   (DESIGN 12);
 * :mod:`~harness.report.render.followup_section` -- the proposed factorial follow-up (DESIGN 12);

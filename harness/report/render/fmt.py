@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from harness.report.stats.pairing import cell_name
+
 
 def fmt_p(p: float | None) -> str:
     """p-value: 3 significant digits, scientific below 1e-4, '-' when not computed."""
@@ -47,8 +49,9 @@ def num(x: float | None, fmt: str = ".3g") -> str:
 
 
 def cell_text(size: str, budget: int) -> str:
-    """'size small, budget 1_000_000 tokens': one cell (size, budget) in a sentence."""
-    return f"size {size}, budget {fmt_tokens(budget)} tokens"
+    """'size small, budget 1_000_000 tokens' (then ', lr 0.001' per axis value): one cell in a sentence."""
+    name = cell_name(size, fmt_tokens(budget))
+    return "s" + name[1:]
 
 
 def seeds_text(seeds) -> str:

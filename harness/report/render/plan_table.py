@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from harness.report.stats.looks import look_at
+from harness.report.stats.pairing import split_cell_size
 from harness.report.stats.seed_planning import GIVEN, INTERACTION, GridShape, PlanRow, Throughput, sd_interval
 
 
@@ -37,7 +38,9 @@ def render_plan(
             )
             + "; seeds needed are looks, each at its own level"
         )
-    for size in dict.fromkeys(s for s, _, _ in shape.cells):
+    for size in dict.fromkeys(
+        split_cell_size(s)[0] for s, _, _ in shape.cells
+    ):  # a size once, whatever its axes
         t = speed.get(size)
         lines.append(
             f"throughput, size {size}: "

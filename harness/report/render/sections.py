@@ -13,7 +13,7 @@ and as one self-contained HTML file. Sentence helpers (``headline_sentence``, ``
 
 from __future__ import annotations
 
-from harness.report.render import factorial_section, multiplier_section
+from harness.report.render import axis_section, factorial_section, multiplier_section
 from harness.report.render.blocks import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 from harness.report.render.decision_sections import (
     controls_blocks,
@@ -55,6 +55,7 @@ from harness.report.render.summary import (
     roles_text,
     verdict_banners,
 )
+from harness.report.stats.pairing import cell_name
 from harness.report.stats.progress import NOT_IN_STORE, UNREADABLE
 from harness.report.stats.results import ReportStats
 
@@ -148,7 +149,7 @@ def _figures(stats: ReportStats, figures: list[FigureOut]) -> list[Block]:
         return out + [Para("No figure: no pairs, training or validation curves, or routing rows.", "note")]
     cells = [c for c in stats.cells if any(f.cell == c for f in figures)]
     for size, budget in cells:
-        out.append(Heading(3, f"Size {size}, budget {tokens_label(budget)} tokens"))
+        out.append(Heading(3, cell_name(size, tokens_label(budget))))
         for f in figures:
             if f.cell == (size, budget):
                 out += [Heading(4, f.title), Image(f), Para(f.caption, "note")]
@@ -189,7 +190,8 @@ def layout(stats: ReportStats, figures: list[FigureOut], *, generated: str = "")
         Para(*progress_sentence(stats.progress)),
     ]
     blocks += hardware_banner(stats)  # one line where the runs mix hardware classes: never a silent pool
-    blocks += verdict_banners(stats) + _top_warnings(stats) + how_to_read(stats) + grid_status(stats)
+    blocks += verdict_banners(stats) + axis_section.blocks(stats) + _top_warnings(stats)
+    blocks += how_to_read(stats) + grid_status(stats)
     blocks += plateau_blocks(stats)
     blocks += plan_blocks(stats) + headline_blocks(stats) + controls_blocks(stats) + followup_blocks(stats)
     blocks += robustness_blocks(stats) + factorial_section.blocks(stats, figures) + influence_blocks(stats)
@@ -234,7 +236,12 @@ def summary_lines(stats: ReportStats) -> list[str]:
     lines += followup_summary(stats)
     for a in stats.aa_checks:
         lines.append(f"  A/A {a.variant} {a.size} {a.budget_tokens}: {aa_sentence(a, stats.plan.alpha)}")
-    return lines + factorial_section.summary_lines(stats) + multiplier_section.summary_lines(stats)
+    return (
+        lines
+        + axis_section.summary_lines(stats)
+        + factorial_section.summary_lines(stats)
+        + multiplier_section.summary_lines(stats)
+    )
 
 
 def render_markdown(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from harness.common.terms import axes_label
 from harness.report.render.fmt import cell_text as _cell
 from harness.report.render.fmt import fmt_ci, fmt_nats, fmt_p, tokens_label
 from harness.report.render.fmt import num as _num
@@ -13,6 +14,7 @@ from harness.report.stats.divergence import effect_text, imputed_only
 from harness.report.stats.floors import FLOOR_NATS
 from harness.report.stats.looks import look_text
 from harness.report.stats.paired_tests import MIN_PAIRS
+from harness.report.stats.pairing import split_cell_size
 from harness.report.stats.results import AA_NOISE_ABS, AA_NOISE_FRACTION, AACheck, ControlAssessment, Headline
 
 
@@ -199,8 +201,11 @@ def fraction_text(a: ControlAssessment) -> str:
 
 
 def cell_label(size: str, budget: int | None) -> str:
-    """A cell in a table: 'small, 1M' (size, budget in tokens)."""
-    return f"{size}, {'-' if budget is None else tokens_label(budget)}"
+    """A cell in a table: 'small, 1M' (size, budget in tokens), then its axis values ('tiny, 2.048k, lr 0.001')."""
+    preset, axes = split_cell_size(size)
+    return f"{preset}, {'-' if budget is None else tokens_label(budget)}" + (
+        f", {axes_label(axes)}" if axes else ""
+    )
 
 
 def mean_ci(mean: float, lo: float, hi: float) -> str:

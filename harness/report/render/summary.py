@@ -16,9 +16,10 @@ from collections import defaultdict
 
 from harness.common.terms import ROLES
 from harness.report.render.blocks import Banner, Block, Bullets, Chip, Heading, Para, Table
-from harness.report.render.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num, tokens_label
+from harness.report.render.fmt import fmt_ci, fmt_nats, fmt_p, fmt_tokens, num
+from harness.report.render.sentences import cell_label
 from harness.report.stats import decisions as dec
-from harness.report.stats.pairing import AA_VARIANTS
+from harness.report.stats.pairing import AA_VARIANTS, AXIS_SEP, cell_name
 from harness.report.stats.progress import (
     DIVERGED,
     DONE,
@@ -154,7 +155,7 @@ def _which(runs, several_cells: bool, cap: int = 12) -> str:
     for r in runs:
         key = r.variant or r.run_id
         if several_cells and r.variant:
-            key += f" ({r.size}, {tokens_label(r.budget_tokens or 0)})"
+            key += f" ({cell_label(r.size, r.budget_tokens or 0)})"
         groups[key].append(f"s{r.seed}" if r.seed is not None else "")
     items = [f"{k} {' '.join(x for x in v if x)}".strip() for k, v in groups.items()]
     return "; ".join(items[:cap]) + (f"; ... and {len(items) - cap} more" if len(items) > cap else "")
@@ -299,7 +300,7 @@ def verdict_banners(stats: ReportStats) -> list[Block]:
             )
         out.append(
             Banner(
-                f"Size {size}, budget {fmt_tokens(budget)} tokens",
+                cell_name(size, fmt_tokens(budget)),
                 chip,
                 text,
                 tuple(chips),
@@ -327,11 +328,16 @@ def how_to_read(stats: ReportStats) -> list[Block]:
         )
     ]
     legend += [(Chip(text, tone), AA_MEANING[text]) for text, tone in dict(AA_DISPLAY.values()).items()]
+    cell_axes = (
+        ", axis values: each value of an [axes] setting is its own cell"
+        if any(AXIS_SEP in size for size, _ in stats.cells)
+        else ""
+    )
     return [
         Heading(2, "How to read this report"),
         Bullets(
             (
-                f"A cell is one (size, budget). Read its banner above first. Step 1 asks whether {t} beats {par}: a "
+                f"A cell is one (size, budget{cell_axes}). Read its banner above first. Step 1 asks whether {t} beats {par}: a "
                 "one-sided paired t-test on the final validation NLL over matched seeds, Holm over the cells: 'gain "
                 "established', 'gain absent (< min_effect_nats)' (a one-sided test that the gain is smaller than the plan's "
                 "min_effect_nats) or 'undecided'. Only where the gain is established does step 2 judge the controls. A seed "

@@ -19,6 +19,8 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
 * :mod:`~harness.report.stats.mixed`, :mod:`~harness.report.stats.budget`, :mod:`~harness.report.stats.degeneracy`,
   :mod:`~harness.report.stats.robustness`: the mixed-model cross-check, gain vs budget, degenerate
   controls, the ``[tuned]`` robustness row;
+* :mod:`~harness.report.stats.axes`: a grid with ``[axes]``: the headline gain at every value of an axis, the
+  descriptive trend and where the verdict holds (DESIGN 1.2);
 * :mod:`~harness.report.stats.factorial`: a ``[factorial]`` grid's simple and main effects and interaction,
   paired over seeds, Holm over the factorial family, verdict sentences (DESIGN 12);
 * :mod:`~harness.report.stats.progress`: the grid status, the queue's view of the runs next to the store's;

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import polars as pl
 
-from harness.common.terms import ROLES, UNKNOWN, config_diff
+from harness.common.terms import ROLES, UNKNOWN, axes_label, axis_text, config_diff
 from harness.models.sizes import SIZES
 
 FINAL_COLUMNS = ("run_id", "variant", "role", "seed", "size", "budget_tokens", "protocol_hash", "val_nll")
@@ -178,13 +179,70 @@ def steps_by_run(runs: pl.DataFrame) -> dict[str, int]:
     return out
 
 
+#: Between a size preset and each axis value in a cell's ``size`` label (:func:`cell_size`).
+AXIS_SEP = "@"
+
+
+def cell_size(size: str, axes: Mapping | None) -> str:
+    """The ``size`` a report keys a cell by: the preset, then ``@KEY=VALUE`` per axis value of a grid with
+    ``[axes]`` (``tiny@lr=0.001``; DESIGN section 1.2), so every statistic keyed by (size, budget) keeps each
+    axis value's runs apart; the preset alone without axes."""
+    return size + "".join(f"{AXIS_SEP}{k}={axis_text(v)}" for k, v in (axes or {}).items())
+
+
+def split_cell_size(label: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``(preset, ((KEY, VALUE text), ...))`` of a :func:`cell_size` label."""
+    preset, *parts = str(label).split(AXIS_SEP)
+    return preset, tuple(tuple(p.split("=", 1)) for p in parts)  # type: ignore[misc]
+
+
+def cell_name(size: str, budget: str) -> str:
+    """``"Size tiny, budget 4_096 tokens, lr 0.001"``: a cell as its banner names it (``budget``: the budget
+    as the caller writes it)."""
+    preset, axes = split_cell_size(size)
+    return f"Size {preset}, budget {budget} tokens" + (f", {axes_label(axes)}" if axes else "")
+
+
+def with_axis_sizes(runs: pl.DataFrame, final: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``runs`` and ``final`` with the ``size`` of every run of a grid with ``[axes]`` its :func:`cell_size`
+    label, read from ``runs.config``'s ``axes``; unchanged frames when no run has axes."""
+    if "config" not in runs.columns or runs.height == 0:
+        return runs, final
+    labels = {}
+    for rid, size, config in runs.select("run_id", "size", "config").iter_rows():
+        try:
+            axes = json.loads(config).get("axes") if config else None
+        except (json.JSONDecodeError, AttributeError):
+            axes = None
+        if axes:
+            labels[rid] = cell_size(size, axes)
+    if not labels:
+        return runs, final
+
+    def relabel(frame: pl.DataFrame) -> pl.DataFrame:
+        if frame.height == 0:
+            return frame
+        new = [labels.get(r, s) for r, s in frame.select("run_id", "size").iter_rows()]
+        return frame.with_columns(pl.Series("size", new, dtype=pl.Utf8))
+
+    return relabel(runs), relabel(final)
+
+
 def cell_order(cell: tuple[str, int | None]) -> tuple:
     """Sort key of a (size, budget_tokens) cell: preset sizes smallest first (:data:`harness.models.sizes.SIZES`'
-    order, DESIGN section 2), then budget."""
+    order, DESIGN section 2), then budget, then axis values (numbers by value)."""
     size, budget = cell
+    preset, axes = split_cell_size(size)
     order = list(SIZES)
-    rank = order.index(size) if size in order else len(order)
-    return (rank, str(size), budget or 0)
+    rank = order.index(preset) if preset in order else len(order)
+    return (rank, preset, budget or 0, tuple((k, _value_key(v)) for k, v in axes))
+
+
+def _value_key(text: str) -> tuple:
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
 
 
 def comparisons_for(

@@ -17,6 +17,7 @@ from harness.common.terms import (
     is_tune_grid,
 )
 from harness.design.config import train_config, train_keys
+from harness.design.settings import TRAIN_SETTINGS
 from harness.design.train_table import value_problem
 from harness.models import available_variants
 from harness.models.sizes import SIZES
@@ -38,6 +39,7 @@ GRID_KEYS = {
     "analysis": "table: the analysis plan (alpha, reproduce_fraction, min_effect_nats, power, max_seeds, looks)",
     "schedule": 'table: how workers take the runs (pair_hardware = "same" or "any")',
     "factorial": "table: factors = [A, B] and levels = { variant = [a, b], ... } (a 2 x 2 design, DESIGN section 12)",
+    "axes": "table: protocol setting = list of values (each value its own cell, e.g. lr = [0.001, 0.004])",
 }
 REQUIRED_KEYS = ("name", "corpus", "sizes", "seeds", "budgets_tokens", "variants")
 
@@ -232,6 +234,53 @@ def check_train(train: dict, sizes: tuple[str, ...], where: str, prefix: str = "
             raise ValueError(f"{where}: {prefix} (size {size}): {exc}") from None
 
 
+#: The settings a grid's ``[axes]`` may sweep: the protocol settings of a ``[train]`` table that may differ
+#: between the cells of one grid (their declarations, :data:`harness.design.settings.TRAIN_SETTINGS`).
+AXIS_KEYS = tuple(s.name for s in TRAIN_SETTINGS if s.per_cell and s.protocol)
+
+
+def check_axes(
+    table, train: dict, by_variant: dict, tuned: dict, sizes: tuple[str, ...], where: str, err
+) -> dict[str, tuple]:
+    """The ``[axes]`` table (DESIGN section 1.2): key -> its values, in file order, each value type-checked and
+    range-checked at every size as a ``[train]`` value is (:func:`check_train`).
+
+    Raises:
+        ValueError: (``err``) not a table; a key that is not a sweepable setting (:data:`AXIS_KEYS`); not a
+            non-empty list of distinct values; a bad value; a key ``[train]`` or a ``[train.VARIANT]`` also sets;
+            a key a ``[tuned]`` table may set (a tuned run would overwrite its cell's value).
+    """
+    if not isinstance(table, dict):
+        raise err("axes", f"must be a table of `setting = [values]` lines, got {type(table).__name__}")
+    out = {}
+    for key, values in table.items():
+        if key not in AXIS_KEYS:
+            raise err(f"axes.{key}", f"not a sweepable setting; allowed: {', '.join(AXIS_KEYS)}")
+        if not isinstance(values, list) or not values:
+            raise err(f"axes.{key}", f"must be a non-empty list of values, got {values!r}")
+        if len({(type(v), v) for v in values}) != len(values):
+            raise err(f"axes.{key}", f"duplicate entries in {values!r}")
+        setters = ["[train]"] * (key in train) + [f"[train.{v}]" for v, t in by_variant.items() if key in t]
+        if setters:
+            raise err(
+                f"axes.{key}",
+                f"also set in {setters[0]}: a setting is either an axis or a fixed value; remove one",
+            )
+        if tuned and key in TUNABLE:
+            raise err(
+                f"axes.{key}",
+                f"a [tuned] grid and an axis on {key!r} (a tuned setting) cannot be combined; "
+                "drop the axis or the [tuned] table",
+            )
+        for value in values:
+            problem = value_problem(key, value, train_keys()[key])
+            if problem is not None:
+                raise err(f"axes.{key}", problem)
+            check_train({**train, key: value}, sizes, where, prefix=f"axes.{key}")
+        out[key] = tuple(values)
+    return out
+
+
 def check_tuned(table, variants: dict[str, str], err) -> dict:
     """Check a ``[tuned]`` table: variant -> ``"tune:NAME"`` or a table of tunable params."""
 
@@ -299,5 +348,7 @@ __all__ = [
     "check_factorial_cells",
     "check_train",
     "check_tuned",
+    "AXIS_KEYS",
+    "check_axes",
     "parse_schedule",
 ]

@@ -34,6 +34,9 @@ single ``parent``, ``treatment`` s, ``control`` s, and optional ``reference`` s:
     [schedule]                       # optional: how workers take the runs (harness.scheduling.queue.hardware_pairs)
     pair_hardware = "same"           # default; "any": a seed's runs may train on different hardware classes
 
+    [axes]                           # optional: protocol settings swept, each value its own cell
+    lr = [1e-3, 4e-3]                # (harness.scheduling.grids.checks.AXIS_KEYS; checked as [train] is)
+
     [factorial]                      # optional 2 x 2 design over four variants (harness.design.factorial, DESIGN 12)
     factors = ["offset", "decoupled_v"]
     levels = { block_attnres = [0, 0], param_matched = [1, 0], rd_attnres = [0, 1], rd_offset = [1, 1] }
@@ -55,10 +58,16 @@ trials' seeds.
 need the parent wherever a treatment or control runs, so a treatment or control at a
 (size, budget) without the parent is an error.
 
-Expansion gives one run config per (size, budget, variant, seed), ordered size, then
-budget (smallest first, so early-budget results arrive first), then seed, then variant
-(parent, treatment, controls, references): finishing seed 0 of every variant before
-seed 1 gives complete pairs early. The run id is ``grid:size:variant:s<seed>:<budget>``.
+``[axes]`` sweeps protocol settings: a *cell* is (size, budget, axis values), every combination of
+the axes' values (in file order) is its own cell, with its own pairs and verdict, the value set in
+the run's ``[train]`` (so in its protocol hash) and named in its id. A key of ``[axes]`` may not also
+be set by ``[train]`` / ``[train.VARIANT]``, nor be a ``[tuned]`` setting.
+
+Expansion gives one run config per (size, budget, axis values, variant, seed), ordered size, then
+budget (smallest first, so early-budget results arrive first), then axis values, then seed, then
+variant (parent, treatment, controls, references): finishing seed 0 of every variant before
+seed 1 gives complete pairs early. The run id is ``grid:size:variant:s<seed>:<budget>``, then
+``:KEY=VALUE`` per axis (``...:4096:lr=0.001``; a grid without ``[axes]`` keeps the ids it had).
 
 The analysis plan (``[analysis]``, defaults where absent) is stored in every run config
 under ``"analysis"``; it is not part of the protocol hash, and :func:`check_plan_unchanged`
@@ -85,6 +94,7 @@ from harness.design.config import RunConfig
 from harness.design.factorial import parse_factorial
 from harness.models.sizes import SIZES
 from harness.scheduling.grids.checks import (
+    check_axes,
     check_factorial_cells,
     check_keys,
     check_pairing,
@@ -106,13 +116,15 @@ _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of a grid: the (size, budget, variant, seed) point and the variant's role."""
+    """One run of a grid: the (size, budget, variant, seed) point, the variant's role and the cell's axis
+    values (``((KEY, value), ...)`` in ``[axes]`` order; empty without ``[axes]``)."""
 
     size: str
     budget_tokens: int
     variant: str
     role: str
     seed: int
+    axes: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,7 @@ class Grid:
             the default) or ``any`` (:mod:`harness.scheduling.queue.hardware_pairs`).
         description: free text.
         path: the file it was read from, if any.
+        axes: ``[axes]``: setting -> its values, in file order (empty: no axis).
     """
 
     name: str
@@ -154,6 +167,7 @@ class Grid:
     pair_hardware: str = DEFAULT_PAIR_HARDWARE
     description: str = ""
     path: Path | None = None
+    axes: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def parent(self) -> str:
@@ -174,16 +188,25 @@ class Grid:
         """The training overrides of ``variant``'s runs: ``[train]``, then ``[train.VARIANT]``."""
         return {**self.train, **self.train_by_variant.get(variant, {})}
 
+    def axis_points(self) -> list[tuple[tuple[str, object], ...]]:
+        """Every combination of the axes' values, ``((KEY, value), ...)``, the first axis slowest (one empty
+        point without ``[axes]``)."""
+        points: list[tuple[tuple[str, object], ...]] = [()]
+        for key, values in self.axes.items():
+            points = [p + ((key, v),) for p in points for v in values]
+        return points
+
     def cells(self) -> list[Cell]:
-        """All untuned runs, in queue order: size, budget (ascending), seed, variant by role."""
+        """All untuned runs, in queue order: size, budget (ascending), axis values, seed, variant by role."""
         by_role = sorted(self.variants.items(), key=lambda vr: ROLES.index(vr[1]))  # stable
         out = []
         for size in self.sizes:
             for budget in self.budgets_tokens:
-                for seed in self.seeds:
-                    for variant, role in by_role:
-                        if size in self.sizes_by_role[role] and budget in self.budgets_by_role[role]:
-                            out.append(Cell(size, budget, variant, role, seed))
+                for point in self.axis_points():
+                    for seed in self.seeds:
+                        for variant, role in by_role:
+                            if size in self.sizes_by_role[role] and budget in self.budgets_by_role[role]:
+                                out.append(Cell(size, budget, variant, role, seed, point))
         return out
 
     def expand(
@@ -222,7 +245,7 @@ class Grid:
         cells = self.cells()
         for i, c in enumerate(cells):
             out.append(self._run(c, resolved, analysis))
-            seed_cell = (c.size, c.budget_tokens, c.seed)
+            seed_cell = _seed_cell(c)
             last_of_seed = i + 1 == len(cells) or _seed_cell(cells[i + 1]) != seed_cell
             if last_of_seed and tuned:  # (the scan is over every cell: skipped when nothing is tuned)
                 out += [
@@ -248,12 +271,13 @@ class Grid:
             tuned=None
             if tuned is None
             else {"source": tuned["source"], "params": dict(tuned["params"]), "fields": sorted(extra)},
+            axes=dict(cell.axes) or None,
         )
 
 
-def _seed_cell(cell: Cell) -> tuple[str, int, int]:
-    """``(size, budget, seed)``: the runs of one seed in one cell, after which its tuned runs follow."""
-    return cell.size, cell.budget_tokens, cell.seed
+def _seed_cell(cell: Cell) -> tuple:
+    """``(size, budget, seed, axis values)``: the runs of one seed in one cell, after which its tuned runs follow."""
+    return cell.size, cell.budget_tokens, cell.seed, cell.axes
 
 
 # ----------------------------------------------------------------------------- loading
@@ -326,6 +350,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
     train, by_variant = train_tables(data.get("train", {}), sizes, variants, where, err)
     tuned = check_tuned(data.get("tuned", {}), variants, err)
     check_seeds(seeds, err)
+    axes = check_axes(data.get("axes", {}), train, by_variant, tuned, sizes, where, err)
     analysis = parse_plan(
         data.get("analysis", {}), where=where, source="[analysis]" if "analysis" in data else "defaults"
     )
@@ -351,6 +376,7 @@ def parse_grid(data: dict, *, path: str | os.PathLike | None = None) -> Grid:
         pair_hardware=pair_hardware,
         description=description,
         path=Path(path) if path is not None else None,
+        axes=axes,
     )
 
 
