@@ -46,7 +46,7 @@ from urllib.parse import unquote
 
 from harness.commands.options import add_storage
 from harness.common.interrupt import prompt_exit
-from harness.common.terms import FINISHED, check_grid
+from harness.common.terms import FINISHED, axes_label, check_grid, parse_run_id
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.workers.starting import starting_workers
 
@@ -137,7 +137,7 @@ def _run_left_s(r, mean: float | None, now: float) -> float | None:
 
 
 def _grid_rows(
-    grids: dict[str, list],
+    grids: list[tuple[str, list]],
     columns: list[str],
     n_workers: int,
     now: float,
@@ -146,7 +146,7 @@ def _grid_rows(
     starting: bool = False,
 ) -> list[list[str]]:
     rows = []
-    for name, rs in grids.items():
+    for name, rs in grids:
         counts = {c: sum(r.state == c for r in rs) for c in columns}
         walls = [r.wall_s for r in rs if r.state in FINISHED and r.wall_s is not None]
         mean = sum(walls) / len(walls) if walls else None
@@ -184,6 +184,24 @@ def _grid_rows(
             ]
         )
     return rows
+
+
+def _with_cells(grids: dict[str, list]) -> list[tuple[str, list]]:
+    """``(row name, runs)`` per grid and, after each grid whose runs sweep ``[axes]``, one per cell's axis
+    values (``"  lr 0.001"``: that value's runs, the whole grid's row above them; DESIGN section 1.2)."""
+    out: list[tuple[str, list]] = []
+    for name, rs in grids.items():
+        out.append((name, rs))
+        cells: dict[str, list] = {}
+        for r in rs:
+            try:
+                axes = parse_run_id(r.run_id).axes
+            except ValueError:  # an id this code cannot read stays in its grid's row only
+                continue
+            if axes:
+                cells.setdefault("  " + axes_label(axes), []).append(r)
+        out += sorted(cells.items())
+    return out
 
 
 def _running_rows(runs: list, now: float, fmt_duration) -> list[list[str]]:
@@ -246,7 +264,7 @@ def status_lines(
     columns = [c for c in COLUMNS if c != "pruned" or any(r.state == "pruned" for r in runs.values())]
     out += _table(
         ["grid", *columns, "total", "mean run", "ETA"],
-        _grid_rows(grids, columns, len(workers), now, fmt_duration, bad_ids, bool(starting)),
+        _grid_rows(_with_cells(grids), columns, len(workers), now, fmt_duration, bad_ids, bool(starting)),
     )
     out.append(f"live workers: {len(workers)}" + (f" ({', '.join(workers)})" if workers else ""))
     if starting:
