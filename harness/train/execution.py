@@ -123,8 +123,8 @@ def parse_devices(value: str) -> int | str:
     raise ValueError(f"--devices {value!r}: expected a positive integer or 'auto'")
 
 
-def set_threads(threads: int) -> None:
-    """``--threads N`` of ``harness run`` / ``harness work``: torch's CPU threads (0 = torch's default).
+def check_threads(threads: int) -> None:
+    """``--threads N`` checked without loading torch (:func:`set_threads` sets it).
 
     Raises:
         ValueError: ``N`` below 0 or above this machine's CPU cores (``os.cpu_count()``).
@@ -134,10 +134,19 @@ def set_threads(threads: int) -> None:
         raise ValueError(
             f"--threads {threads}: expected 0 (torch's default) to {cores} (this machine's CPU cores)"
         )
+
+
+def set_threads(threads: int) -> None:
+    """``--threads N`` of ``harness run`` / ``harness work``: torch's CPU threads (0 = torch's default).
+
+    Raises:
+        ValueError: ``N`` out of range (:func:`check_threads`).
+    """
+    check_threads(threads)
     if threads:
         import torch  # lazy: torch loads only to train
 
         torch.set_num_threads(threads)
 
 
-__all__ = ["ExecutionSettings", "resolve_compile", "parse_devices", "set_threads"]
+__all__ = ["ExecutionSettings", "check_threads", "resolve_compile", "parse_devices", "set_threads"]

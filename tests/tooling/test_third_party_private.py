@@ -48,6 +48,11 @@ PRIVATE_USES: dict[tuple[str, str], str] = {
     ("harness/train/ranks.py", "_get_backend"): "aborting NCCL after a dead rank: torch has no public "
     "abort of the default group",
     ("harness/train/trainer.py", "_is_mkldnn_bf16_supported"): "native CPU bf16: torch has no public probe",
+    (
+        "harness/__init__.py",
+        "_signal",
+    ): "the Ctrl-C handler goes in before any other import (docs/faults.md): "
+    "the public signal module first imports enum, and _signal is the built-in module under it",
 }
 #: Underscore names that are documented public API (``os._exit``, a namedtuple's ``_replace`` ...).
 DOCUMENTED = {"_exit", "_replace", "_asdict", "_fields", "_make"}

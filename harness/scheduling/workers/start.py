@@ -24,7 +24,7 @@ from harness.scheduling.workers.claiming import nothing_queued
 from harness.scheduling.workers.loop import record_failure, train_unless_finished, work
 from harness.scheduling.workers.options import WorkOptions
 from harness.scheduling.workers.starting import starting
-from harness.train.execution import ExecutionSettings, parse_devices, set_threads
+from harness.train.execution import ExecutionSettings, check_threads, parse_devices, set_threads
 
 
 def check_writable(results: Path, create: bool = False) -> None:
@@ -173,6 +173,7 @@ def _run_worker(options: WorkOptions, train_fn, on_failure, stop, claiming) -> C
             counts = queue.counts(options.grid)
             locator.check_queue(queue, [g for g, c in counts.items() if c.get("queued")])
     if train_fn is None:
+        check_threads(options.settings.threads)  # a bad --threads is refused even with nothing to claim
         devices, claim = worker_devices(options.devices, options.gpus, options.settings.accelerator)
         if not options.wait and nothing_to_claim(queue, options.grid):  # said before torch and Lightning load
             if claim is not None:
