@@ -57,8 +57,12 @@ def test_an_lr_axis_gives_a_verdict_per_value_and_the_line_across_it(tmp_path):
     }
     assert "queued 12 runs" in harness("queue", str(grid), env=env)
     status = harness("status", env=env).splitlines()
-    rows = {ln.split()[0] if not ln.startswith("  ") else " ".join(ln.split()[:2]): ln.split() for ln in status}
-    assert rows["ax_tiny"][1:2] == ["12"] and rows["lr 0.001"][2:3] == ["6"] and rows["lr 0.004"][2:3] == ["6"]
+    rows = {
+        ln.split()[0] if not ln.startswith("  ") else " ".join(ln.split()[:2]): ln.split() for ln in status
+    }
+    assert (
+        rows["ax_tiny"][1:2] == ["12"] and rows["lr 0.001"][2:3] == ["6"] and rows["lr 0.004"][2:3] == ["6"]
+    )
     plan = harness("plan", "--sd", "0.001", str(grid), env=env)
     for lr in ("0.001", "0.004"):
         assert f"cell tiny@lr={lr}/2_048 as written: 2 variants x 3 seeds = 6 runs, 12_288 tokens" in plan
