@@ -504,7 +504,8 @@ def test_a_worker_whose_folder_with_its_queue_is_replaced_writes_nothing_in_the_
     def replace():
         while not (results / "checkpoints").exists():
             time.sleep(0.01)
-        shutil.rmtree(results)
+        while results.exists():  # the worker may write into the folder while rmtree empties it
+            shutil.rmtree(results, ignore_errors=True)
         results.mkdir()
 
     thread = threading.Thread(target=replace)
