@@ -35,6 +35,7 @@ import re
 import sys
 from pathlib import Path
 
+from harness.commands.options import add_setting_argument
 from harness.common.files import check_output_file
 
 #: BenchConfig's fields by the option that sets them: its errors name the option a user typed
@@ -144,7 +145,7 @@ def _add_what(p: argparse.ArgumentParser) -> None:
         "--corpus", default=None, help="corpus for the loops' batches (default: synthetic uniform tokens)"
     )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device (default: auto)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default or 0: torch's)")
+    add_setting_argument(p, "threads")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data seed (default: 0)")
 
 

@@ -38,8 +38,7 @@ import shutil
 import sys
 
 from harness.commands.options import (
-    add_micro_batch_argument,
-    add_routing_argument,
+    add_setting_argument,
     add_storage,
     parse_micro_batch,
 )
@@ -121,13 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the workers' machines have the corpus: workers run `harness work --corpus PATH` "
         "(checked against the grid's corpus fingerprint; default: the path the queue records)",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
+    add_setting_argument(
+        parser,
+        "threads",
+        scope="per worker",
         default=None,
-        metavar="N",
-        help="torch CPU threads per worker (default: --cpus-per-worker, else 1 on SLURM "
-        "and cores / workers locally)",
+        default_words="--cpus-per-worker, else 1 on SLURM and cores / workers locally",
     )
     parser.add_argument(
         "--max-runs",
@@ -136,8 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="each worker stops after N runs (default: when nothing is queued)",
     )
-    add_micro_batch_argument(parser)  # workers run `harness work --micro-batch-size N`: one key per cluster
-    add_routing_argument(parser)
+    # workers run `harness work --micro-batch-size N --routing R`: one numerics key per cluster
+    add_setting_argument(parser, "micro_batch_size")
+    add_setting_argument(parser, "routing")
 
 
 def _queue_check(args: argparse.Namespace, storage: str | None) -> str:

@@ -66,47 +66,40 @@ def open_queue(args: argparse.Namespace, *, create: bool = False):
         return None
 
 
-#: ``--accelerator`` values of ``harness run`` / ``harness work`` (Lightning's, less those this
-#: harness does not train on: ``tpu``, ``hpu``; a refused one spends no retry).
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+_DECLARED = object()  # add_setting_argument's default: the declaration's
 
 
-def add_accelerator_argument(p: argparse.ArgumentParser) -> None:
-    """``--accelerator`` of ``harness run`` and ``harness work``."""
-    p.add_argument(
-        "--accelerator",
-        default="auto",
-        choices=ACCELERATORS,
-        help="where to train (default: gpu when CUDA is available, else cpu)",
-    )
+def add_setting_argument(
+    p: argparse.ArgumentParser,
+    name: str,
+    *,
+    scope: str | None = None,
+    default=_DECLARED,
+    default_words: str | None = None,
+) -> None:
+    """The flag of the setting ``name`` (``--micro-batch-size``, ``--routing``, ``--threads``...), its type,
+    choices and help text from its declaration (:data:`harness.design.settings.SETTINGS`).
 
-
-def add_setting_argument(p: argparse.ArgumentParser, name: str) -> None:
-    """The flag of the setting ``name`` (``--micro-batch-size``, ``--routing``, ``--num-nodes``...), its type,
-    choices and help text from its declaration (:data:`harness.design.settings.SETTINGS`). Not given, a setting a
-    ``[train]`` table may set is ``None`` (the grid's value, else the declared default:
-    :meth:`~harness.train.execution.ExecutionSettings.for_run`), any other its declared default.
+    Not given, a setting a ``[train]`` table may set is ``None`` (the grid's value, else the declared default:
+    :meth:`~harness.train.execution.ExecutionSettings.for_run`), a list setting ``[]`` (added to the grid's), any
+    other its declared default. A setting that allows ``auto`` is read as text and parsed by its consumer
+    (``--devices``: :func:`~harness.train.execution.parse_devices`). ``scope``: what the value applies to in
+    this command, in its help; ``default`` / ``default_words``: this command's own default and its words.
     """
     setting = BY_NAME[name]
-    typed = {} if setting.in_table else {"type": int} if setting.kind == "int" else {}
+    if default is _DECLARED:
+        default = [] if setting.kind == "tuple" else None if setting.in_table else setting.default
+    more = {"type": int} if setting.kind == "int" and not setting.auto and not setting.in_table else {}
+    if setting.kind == "tuple":
+        more["action"] = "append"
     p.add_argument(
         setting.flag,
-        default=None if setting.in_table else setting.default,  # a [train] setting: None, the grid's
-        choices=setting.choices if setting.kind == "str" else None,
+        default=default,
+        choices=setting.choices if setting.kind in ("str", "tuple") else None,
         metavar=setting.metavar,
-        help=setting.help.replace("%", "%%"),  # argparse formats help with %
-        **typed,
+        help=setting.help_for(scope, default_words).replace("%", "%%"),  # argparse formats help with %
+        **more,
     )
-
-
-def add_micro_batch_argument(p: argparse.ArgumentParser) -> None:
-    """``--micro-batch-size`` of ``harness run``, ``work`` and ``launch``."""
-    add_setting_argument(p, "micro_batch_size")
-
-
-def add_routing_argument(p: argparse.ArgumentParser) -> None:
-    """``--routing`` of ``harness run``, ``work`` and ``launch`` (choices: :data:`harness.models.numerics.ROUTING_PATHS`)."""
-    add_setting_argument(p, "routing")
 
 
 def set_unflagged_defaults(p: argparse.ArgumentParser, *names: str) -> None:
@@ -153,12 +146,8 @@ def execution_settings(args: argparse.Namespace, **chosen) -> ExecutionSettings:
 
 __all__ = [
     "STORAGE_HELP",
-    "ACCELERATORS",
-    "add_accelerator_argument",
     "add_storage",
     "add_setting_argument",
-    "add_micro_batch_argument",
-    "add_routing_argument",
     "set_unflagged_defaults",
     "parse_micro_batch",
     "execution_settings",

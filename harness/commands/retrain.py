@@ -44,7 +44,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.commands.options import output_file
+from harness.commands.options import add_setting_argument, output_file
 from harness.common import console
 from harness.common.files import check_output_file
 from harness.corpus.spec import resolve_corpus
@@ -80,12 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hash checks it is the same text",
     )
     parser.add_argument("--workers", type=int, default=1, help="runs trained at once (processes; default 1)")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="torch CPU threads per worker (0 = torch's default; use cores / workers)",
-    )
+    add_setting_argument(parser, "threads", scope="per worker; use cores / workers")
     parser.add_argument(
         "--quiet",
         action="store_true",

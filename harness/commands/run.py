@@ -27,9 +27,6 @@ import sys
 from pathlib import Path
 
 from harness.commands.options import (
-    add_accelerator_argument,
-    add_micro_batch_argument,
-    add_routing_argument,
     add_setting_argument,
     execution_settings,
 )
@@ -37,7 +34,6 @@ from harness.common import console
 from harness.common.terms import ROLES
 from harness.corpus.spec import check_corpus, choose_corpus
 from harness.data.prepared import cache_dir
-from harness.design.settings import TRACKERS
 from harness.design.train_table import parse_value
 from harness.models.sizes import SIZES
 from harness.scheduling.grids.corpus_need import check_gpt2_files
@@ -66,29 +62,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="training override, e.g. --set lr=1e-3 --set eval_every_tokens=25000",
     )
-    p.add_argument(
-        "--devices",
-        default="1",
-        help="ranks (devices) per node (e.g. 4, or 'auto'): N > 1 trains this run on N ranks of this "
-        "machine, started by this command (DDP); under torchrun/srun, the ranks per node they start",
+    add_setting_argument(
+        p,
+        "devices",
+        scope="N > 1 trains this run on N ranks of this machine, started by this command (DDP); under "
+        "torchrun/srun, the ranks per node they start",
+        default=None,
+        default_words="1",
     )
-    p.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
-    add_setting_argument(p, "num_nodes")
-    add_accelerator_argument(p)
-    add_micro_batch_argument(p)
-    add_routing_argument(p)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    for name in ("strategy", "num_nodes", "accelerator", "micro_batch_size", "routing", "threads"):
+        add_setting_argument(p, name)
     add_setting_argument(p, "stop_after_tokens")
     p.add_argument("--force", action="store_true", help="train again even if this run is already done")
-    p.add_argument(
-        "--logger",
-        action="append",
-        default=[],
-        choices=TRACKERS,
-        metavar="NAME",
-        help=f"stream live curves to a tracker ({', '.join(TRACKERS)}), besides [train] loggers; "
-        "repeatable; outside the protocol hash",
-    )
+    add_setting_argument(p, "loggers")
     p.add_argument(
         "--quiet",
         action="store_true",

@@ -70,14 +70,11 @@ import sys
 from collections import Counter
 
 from harness.commands.options import (
-    add_accelerator_argument,
-    add_micro_batch_argument,
-    add_routing_argument,
+    add_setting_argument,
     add_storage,
     execution_settings,
     set_unflagged_defaults,
 )
-from harness.design.settings import TRACKERS
 from harness.scheduling.queue.lease import LEASE_TIMEOUT_S
 from harness.scheduling.queue.storage import STORAGE_RETRY_S
 from harness.scheduling.workers.devices import check_accelerator
@@ -127,18 +124,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="retry an unreachable queue storage (backoff 0.5 s doubling to 10 s) for "
         f"S seconds, then stop with an error (default: {STORAGE_RETRY_S:g})",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        metavar="N",
-        help="torch CPU threads for this worker (0 = torch's default; use cores / workers)",
-    )
-    parser.add_argument(
-        "--devices",
+    add_setting_argument(parser, "threads", scope="for this worker; use cores / workers")
+    add_setting_argument(
+        parser,
+        "devices",
+        scope="the ranks of each run: the worker claims one run and trains it on N ranks of this machine, one "
+        "per device, started around that run",
         default=None,
-        help="ranks per run (default: the number of --gpus, else 1): the worker claims one run and "
-        "trains it on N ranks of this machine, one per device, started around that run",
+        default_words="the number of --gpus, else 1",
     )
     parser.add_argument(
         "--gpus",
@@ -148,10 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "they name them too); default: --devices free GPUs of CUDA_VISIBLE_DEVICES (or "
         "the node), each locked for this worker's life, so workers never share one",
     )
-    parser.add_argument("--strategy", default="auto", help="Lightning strategy for each run, e.g. ddp")
-    add_accelerator_argument(parser)
-    add_micro_batch_argument(parser)
-    add_routing_argument(parser)
+    for name in ("strategy", "accelerator", "micro_batch_size", "routing"):
+        add_setting_argument(parser, name)
     set_unflagged_defaults(
         parser, "num_nodes", "stop_after_tokens"
     )  # a worker's runs: one node, no planned stop
@@ -163,15 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="make the results folder if it does not exist (default: refuse a folder that "
         "does not exist, so a mistyped --results is not a new, empty queue)",
     )
-    parser.add_argument(
-        "--logger",
-        action="append",
-        default=[],
-        choices=TRACKERS,
-        metavar="NAME",
-        help=f"stream each run's live curves to a tracker ({', '.join(TRACKERS)}), besides its "
-        "[train] loggers; repeatable; outside the protocol hash",
-    )
+    add_setting_argument(parser, "loggers")
 
 
 def _add_hardware_argument(parser: argparse.ArgumentParser) -> None:

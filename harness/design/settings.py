@@ -32,6 +32,8 @@ from harness.models.numerics import DEFAULT_ROUTING, ROUTING_PATHS
 TRACKERS = ("tensorboard", "wandb", "mlflow", "csv")
 #: Concrete Lightning precisions a ``[train] precision`` may name, and the per-machine choices.
 PRECISIONS = ("auto", "auto-bf16", "32-true", "bf16-mixed")
+#: ``--accelerator`` values (Lightning's, less those this harness does not train on: ``tpu``, ``hpu``).
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 AUTO = "auto"
 
 #: Ranges a numeric setting may declare: name -> (test, the refusal's words after ``KEY=VALUE``).
@@ -113,6 +115,12 @@ class Setting:
     def help(self) -> str:
         """The ``--help`` text of its flag: the meaning, where it stands (protocol or execution, whether it
         re-rounds a run) and its default."""
+        return self.help_for()
+
+    def help_for(self, scope: str | None = None, default: str | None = None) -> str:
+        """:attr:`help` as one command says it: ``scope`` a clause on what the value applies to in that command
+        (``for this worker; use cores / workers``), ``default`` the command's own default in words."""
+        meaning = f"{self.meaning}; {scope}" if scope else self.meaning
         where = (
             "in the protocol hash"
             if self.protocol
@@ -123,14 +131,17 @@ class Setting:
                 else ""
             )
         )
-        default = (
-            f"the grid's [train] {self.name}, else {self.default}"
-            if self.in_table
-            else "none"
-            if self.default is None
-            else str(self.default)
-        )
-        return f"{self.meaning} ({where}). Default: {default}"
+        if default is None:
+            default = (
+                f"the grid's [train] {self.name}, and these besides"
+                if self.kind == "tuple"
+                else f"the grid's [train] {self.name}, else {self.default}"
+                if self.in_table
+                else "none"
+                if self.default is None
+                else str(self.default)
+            )
+        return f"{meaning} ({where}). Default: {default}"
 
 
 def _train(name: str, kind: str, default, meaning: str, **more) -> Setting:
@@ -235,9 +246,11 @@ SETTINGS: tuple[Setting, ...] = (
         "loggers",
         "tuple",
         (),
-        f"trackers that stream the run's curves live ({', '.join(TRACKERS)})",
+        f"trackers that stream the run's curves live ({', '.join(TRACKERS)}); repeatable",
         protocol=False,
         choices=TRACKERS,
+        flag="--logger",
+        metavar="NAME",
     ),
     Setting(
         "routing",
@@ -254,15 +267,38 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # Execution settings only the command line sets.
     Setting(
+        "accelerator",
+        "str",
+        AUTO,
+        "where to train (auto: gpu when CUDA is available, else cpu; the device is part of the hardware class)",
+        protocol=False,
+        choices=ACCELERATORS,
+        per_cell=False,
+        in_table=False,
+        flag="--accelerator",
+    ),
+    Setting(
         "devices",
         "int",
         1,
-        "ranks per node (auto: every visible GPU on a GPU, 1 elsewhere)",
+        "ranks (devices) per node, a positive number or auto (every visible GPU on a GPU, 1 elsewhere)",
         protocol=False,
         auto=True,
         rerounds=True,
         per_cell=False,
         in_table=False,
+        flag="--devices",
+        metavar="N|auto",
+    ),
+    Setting(
+        "strategy",
+        "str",
+        AUTO,
+        "Lightning strategy, e.g. ddp (auto: ddp when this process starts several ranks)",
+        protocol=False,
+        per_cell=False,
+        in_table=False,
+        flag="--strategy",
     ),
     Setting(
         "num_nodes",
@@ -281,11 +317,13 @@ SETTINGS: tuple[Setting, ...] = (
         "threads",
         "int",
         0,
-        "torch CPU threads per process (0 = torch's default)",
+        "torch CPU threads (0 = torch's default)",
         protocol=False,
         range=">= 0",
         per_cell=False,
         in_table=False,
+        flag="--threads",
+        metavar="N",
     ),
     Setting(
         "stop_after_tokens",
@@ -308,6 +346,7 @@ TABLE_EXECUTION: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.in_table a
 
 
 __all__ = [
+    "ACCELERATORS",
     "AUTO",
     "BY_NAME",
     "PRECISIONS",

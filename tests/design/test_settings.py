@@ -105,6 +105,58 @@ def test_run_work_and_launch_take_the_declared_flags_with_the_declared_help(comm
     assert BY_NAME["routing"].help.endswith(f"Default: the grid's [train] routing, else {DEFAULT_ROUTING}")
 
 
+@pytest.mark.parametrize("command", ["run", "work", "launch", "bench", "retrain"])
+def test_every_flag_of_a_declared_setting_is_made_from_its_declaration(command):
+    """No command declares a setting's flag by hand: each flag of a declared setting (``--threads``,
+    ``--devices``, ``--strategy``, ``--accelerator``, ``--logger``...) carries its declaration's meaning, choices
+    and where it stands; only the clause on what it applies to in that command and its default words differ."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    flags = {s.flag: s for s in SETTINGS if s.flag}
+    seen = []
+    for action in sub._actions:
+        for flag in set(action.option_strings) & set(flags):
+            setting = flags[flag]
+            text = action.help.replace("%%", "%")
+            assert text.startswith(setting.meaning), (flag, text)
+            where = setting.help.rsplit(" (", 1)[1].split(")")[0]
+            assert f"({where}). Default: " in text, (flag, text)
+            assert action.choices == (setting.choices if setting.kind in ("str", "tuple") else None)
+            assert action.metavar == setting.metavar
+            seen.append(setting.name)
+    expected = {
+        "run": {"accelerator", "devices", "strategy", "num_nodes", "micro_batch_size", "routing", "threads"}
+        | {"stop_after_tokens", "loggers"},
+        "work": {"accelerator", "devices", "strategy", "micro_batch_size", "routing", "threads", "loggers"},
+        "launch": {"micro_batch_size", "routing", "threads"},
+        "bench": {"threads"},
+        "retrain": {"threads"},
+    }[command]
+    assert sorted(seen) == sorted(expected)
+
+
+def test_a_flag_parses_and_refuses_as_before_the_declaration():
+    """``--threads`` is an int, ``--devices`` text parsed by ``parse_devices`` (``auto`` allowed), ``--logger``
+    repeatable with the trackers as choices, ``--accelerator`` one of Lightning's; not given, each is its
+    declared default (``--devices``: 1 on ``harness run``)."""
+    base = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"]
+    args = build_parser().parse_args(base)
+    assert (args.threads, args.devices, args.strategy, args.accelerator, args.logger) == (0, None, "auto", "auto", [])
+    from harness.commands.options import execution_settings
+
+    assert execution_settings(args).devices == 1
+    args = build_parser().parse_args(
+        [*base, "--threads", "2", "--devices", "auto", "--logger", "csv", "--logger", "mlflow", "--accelerator", "cpu"]
+    )
+    assert (args.threads, args.devices, args.logger, args.accelerator) == (2, "auto", ["csv", "mlflow"], "cpu")
+    assert execution_settings(args).loggers == ("csv", "mlflow")
+    for bad in (["--threads", "two"], ["--logger", "neptune"], ["--accelerator", "tpu"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*base, *bad])
+    with pytest.raises(ValueError, match=r"^--devices 'x': expected a positive integer or 'auto'$"):
+        execution_settings(build_parser().parse_args([*base, "--devices", "x"]))
+
+
 def test_launch_passes_the_micro_batch_size_and_routing_to_its_workers(tmp_path):
     """A cluster's workers share one micro-batch size (it re-rounds a run, DESIGN 13): ``harness launch
     --micro-batch-size 4 --routing per_site`` gives every worker both, in its pickled options and its recorded
