@@ -25,6 +25,7 @@ from harness.models.numerics import DEFAULT_ROUTING, numerics_id, numerics_key
 from harness.scheduling.grids.grid import parse_grid
 from harness.scheduling.queue.hardware_pairs import (
     BIND_PREFIX,
+    LEGACY_TRIAL_ATTR,
     POLICY_ATTR,
     TRIAL_ATTR,
     PairGate,
@@ -32,6 +33,7 @@ from harness.scheduling.queue.hardware_pairs import (
     same_key,
     seed_key,
     set_policy,
+    waiting_for_hardware,
 )
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.runfile import read_result, result_path
@@ -330,6 +332,23 @@ def test_the_gate_binds_each_seed_once_on_a_shared_queue(backend, request, tmp_p
         "g:tiny:block_attnres:s1:1000": "class-b",
         "g:tiny:rd_attnres:s1:1000": "class-b",
     }
+
+
+@pytest.mark.parametrize("attr", [TRIAL_ATTR, LEGACY_TRIAL_ATTR])
+def test_a_running_attempt_holds_its_workers_key_under_pair_key_or_the_older_name(tmp_path, attr):
+    """A claimed trial records its worker's key as ``pair_key`` (it holds class and numerics, not the hardware
+    alone); a worker of older code wrote it as ``hardware``, which ``harness status`` still reads: a seed bound
+    to a key that a running attempt has is not said to wait for that key."""
+    assert TRIAL_ATTR == "pair_key"
+    q = RunQueue.open(None, tmp_path)
+    q.enqueue(configs(seeds=(0,), variants=("block_attnres", "rd_attnres")))
+    study = q.study_of("g")
+    set_policy(q.storage, study, "same")
+    q.storage.set_study_user_attr(study, BIND_PREFIX + "tiny:1000:0", KEY_A)
+    claim = q.claim()
+    assert waiting_for_hardware(q.storage, q.runs(), q.studies()) == {KEY_A: ["g:tiny:rd_attnres:s0:1000"]}
+    q.storage.set_trial_user_attr(claim.trial_id, attr, KEY_A)
+    assert waiting_for_hardware(q.storage, q.runs(), q.studies()) == {}
 
 
 def test_a_binding_from_before_the_numerics_compares_the_class_only(tmp_path):

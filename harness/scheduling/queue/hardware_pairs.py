@@ -19,7 +19,8 @@ Where it is kept: the grid's Optuna study user attributes: :data:`POLICY_ATTR` (
 and one :data:`BIND_PREFIX` ``SIZE:BUDGET:SEED`` attribute per seed (set once, under a lock, by the first
 run of the seed that trains; of two workers that claimed runs of an unbound seed at once, the first to
 bind keeps its run and the other's is released, no retry spent); each claimed trial records its worker's
-class in its user attribute ``hardware``. A grid queued
+key in its user attribute :data:`TRIAL_ATTR` (``pair_key``; ``hardware`` in queues written before, read too). A
+grid queued
 before the option reads as the default. Tuning studies (``tune:NAME``) hold no pairs and are not bound.
 """
 
@@ -39,10 +40,12 @@ from harness.scheduling.queue.trials import Claim, config_of
 
 #: Study user attribute holding the grid's policy.
 POLICY_ATTR = "pair_hardware"
-#: Prefix of the study user attribute binding one seed (``SIZE:BUDGET:SEED``) to a hardware class.
+#: Prefix of the study user attribute binding one seed (``SIZE:BUDGET:SEED``) to a key (:func:`pair_key`: class and numerics).
 BIND_PREFIX = "pair_hardware:"
 #: Trial user attribute: the key (:func:`pair_key`) of the worker that claimed the trial.
-TRIAL_ATTR = "hardware"
+TRIAL_ATTR = "pair_key"
+#: Its name in queues written before it held the numerics key beside the class (still read).
+LEGACY_TRIAL_ATTR = "hardware"
 #: Between the hardware class and the numerics identifier in a key (:func:`pair_key`).
 NUMERICS_SEP = " + numerics "
 
@@ -185,7 +188,7 @@ def waiting_for_hardware(storage: BaseStorage, runs: dict, study_ids: dict[str, 
         study_ids: grid name -> study id (:meth:`~harness.scheduling.queue.run_queue.RunQueue.studies`).
     """
     live = {
-        t.user_attrs.get(TRIAL_ATTR)
+        t.user_attrs.get(TRIAL_ATTR, t.user_attrs.get(LEGACY_TRIAL_ATTR))
         for r in runs.values()
         if r.state == "running"
         for t in r.trials
@@ -213,6 +216,7 @@ __all__ = [
     "POLICY_ATTR",
     "BIND_PREFIX",
     "TRIAL_ATTR",
+    "LEGACY_TRIAL_ATTR",
     "NUMERICS_SEP",
     "pair_key",
     "same_key",

@@ -473,11 +473,11 @@ class RunQueue:
             pairs.start()
         while left:
             t = left.pop(self._rng.randrange(min(len(left), 2**lost)) if lost else 0)
-            may, hardware = (True, None) if pairs is None else pairs.admit(self.storage, t)
+            may, key = (True, None) if pairs is None else pairs.admit(self.storage, t)
             if not may:
-                continue  # its seed's other runs trained on another hardware class: held for that class
+                continue  # its seed's other runs trained on another class or numerics key: held for that key
             lease = Lease.here(epoch=t.number)
-            taken = {"lease": lease.to_dict(), **({TRIAL_ATTR: hardware} if hardware else {})}
+            taken = {"lease": lease.to_dict(), **({TRIAL_ATTR: key} if key else {})}
             if not take_waiting(self.storage, t.trial_id, taken):
                 lost += 1
                 continue  # another worker popped it first
