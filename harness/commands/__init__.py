@@ -14,7 +14,7 @@ In the order of the research loop:
 * :mod:`~harness.commands.export` -- a grid's rows of a results table to Parquet or CSV;
 * :mod:`~harness.commands.archive` -- a grid's results as one portable file;
 * :mod:`~harness.commands.restore` -- ``harness import``: an archive restored into a results folder;
-* :mod:`~harness.commands.retrain` -- archived pairs re-trained here (the cross-machine A/A check);
+* :mod:`~harness.commands.retrain` -- archived pairs re-trained here (the re-train check);
 * :mod:`~harness.commands.report` -- the paired significance report of a grid;
 * :mod:`~harness.commands.plan` -- the MDE, seeds needed and their cost, before the runs;
 * :mod:`~harness.commands.topup` -- seeds added up to the next look where a cell can still decide;

@@ -1,6 +1,6 @@
-"""Re-train K archived pairs on this machine and say whether it repeats, perturbs, re-draws or biases the archive (A/A).
+"""Re-train K archived pairs on this machine and say whether it repeats, perturbs, re-draws or biases the archive (the re-train check).
 
-The cross-machine A/A check (DESIGN section 13). FILE is an archive written by `harness archive`. The
+The re-train check (DESIGN section 13). FILE is an archive written by `harness archive`. The
 command picks K seeds (pairs) at which every variant is done (the smallest, or --seeds), checks that this
 code gives their archived configs the archived protocol hash (else it refuses in one line, before
 anything trains), trains them here into --results (a folder of its own: the runs a call for the same archive re-trained
@@ -32,7 +32,7 @@ both is refused in one line). Exit 0 whatever the verdict.
 example:
   harness retrain reports/factorial_study/rd_factorial_study.tar.gz --pairs 4 \\
       --corpus ../shared/data/fineweb_edu_sample --workers 2 --threads 1 --results /tmp/aa \\
-      --csv aa_retrain.csv --json aa_retrain.json
+      --csv retrain_check.csv --json retrain_check.json
 """
 
 from __future__ import annotations

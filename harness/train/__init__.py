@@ -33,7 +33,7 @@ The only package that uses Lightning or records metrics. Modules, in the order a
   (:mod:`harness.train.rank_child`, a child rank's entry);
 * :mod:`harness.train.runner` -- :func:`train_run` = build -> fit -> record;
 * :mod:`harness.train.retrain` -- an archive's runs re-trained here with their archived configs and
-  numerics, for the cross-machine A/A check (``harness retrain``; its statistics:
+  numerics, for the re-train check (``harness retrain``; its statistics:
   :mod:`harness.report.stats.retrain_check`).
 """
 

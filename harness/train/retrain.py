@@ -1,4 +1,4 @@
-"""Re-train archived runs on this machine with their archived configs (the cross-machine A/A check, DESIGN 13).
+"""Re-train archived runs on this machine with their archived configs (the re-train check, DESIGN 13).
 
 An archive (``harness archive``, read through :func:`harness.store.archive.read_archive`) holds every run's config as
 queued and its final validation NLL. :func:`archived_runs` lists them, :func:`choose_seeds` picks K seeds

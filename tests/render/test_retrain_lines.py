@@ -1,6 +1,6 @@
-"""The committed A/A check (reports/factorial_study/aa_retrain.{md,csv,json}) says what its data say.
+"""The committed re-train check (reports/factorial_study/retrain_check.{md,csv,json}) says what its data say.
 
-Its 32 re-trained runs' new NLLs are in aa_retrain.json, their archived NLLs (and every other seed's, for the
+Its 32 re-trained runs' new NLLs are in retrain_check.json, their archived NLLs (and every other seed's, for the
 seed sd) in the study's archive; the check is recomputed from those and rendered by
 harness/report/render/retrain_lines.py, and the committed text, CSV and JSON must be exactly that (the
 re-trained results folder is not committed, so this is how they are rebuilt: :func:`rerender`; numbers to a
@@ -27,9 +27,9 @@ STUDY = Path(__file__).resolve().parents[2] / "reports/factorial_study"
 
 
 def rerender(folder: Path = STUDY) -> tuple[str, str, str]:
-    """``(md, csv, json)`` of the committed check, recomputed from aa_retrain.json's re-trained NLLs and the
+    """``(md, csv, json)`` of the committed check, recomputed from retrain_check.json's re-trained NLLs and the
     study's archive, as ``harness retrain`` computes them (harness/commands/retrain.py)."""
-    data = json.loads((folder / "aa_retrain.json").read_text())
+    data = json.loads((folder / "retrain_check.json").read_text())
     runs = archived_runs(read_archive(folder / "rd_factorial_study.tar.gz"))
     plan = runs[0].config.analysis or {}
     check = retrain_check(
@@ -49,10 +49,10 @@ def rerender(folder: Path = STUDY) -> tuple[str, str, str]:
 
 def test_the_committed_aa_check_is_its_data_rendered_by_this_code():
     md, csv_text, json_text = rerender()
-    assert (STUDY / "aa_retrain.md").read_text() == md
+    assert (STUDY / "retrain_check.md").read_text() == md
     # numbers to a relative 1e-9 (tests/tables.py): their last digits follow the CPU and the root finder
-    assert same_table(csv_text.encode(), (STUDY / "aa_retrain.csv").read_bytes())
-    assert same_json(json.loads(json_text), json.loads((STUDY / "aa_retrain.json").read_text()))
+    assert same_table(csv_text.encode(), (STUDY / "retrain_check.csv").read_bytes())
+    assert same_json(json.loads(json_text), json.loads((STUDY / "retrain_check.json").read_text()))
     data = json.loads(json_text)
     assert data["verdict"] == PERTURBED and len(data["runs"]) == 32
     assert all(c["var_ratio_high"] < 1 and c["tost_p"] < 0.05 for c in data["contrasts"])
@@ -61,4 +61,4 @@ def test_the_committed_aa_check_is_its_data_rendered_by_this_code():
 
 if __name__ == "__main__":  # rewrite the committed files from their data (after a change of the renderer)
     for suffix, text in zip(("md", "csv", "json"), rerender(), strict=True):
-        (STUDY / f"aa_retrain.{suffix}").write_text(text)
+        (STUDY / f"retrain_check.{suffix}").write_text(text)

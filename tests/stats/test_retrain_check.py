@@ -1,4 +1,4 @@
-"""The cross-machine A/A check's statistics (harness/report/stats/retrain_check.py, DESIGN section 13).
+"""The re-train check's statistics (harness/report/stats/retrain_check.py, DESIGN section 13).
 
 Each statistic against an independent computation: the mean shift's interval and p against scipy's
 one-sample t-test, the TOST against statsmodels' ``ttost_paired``, the redraw ratio's interval against the F

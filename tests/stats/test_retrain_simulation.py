@@ -1,4 +1,4 @@
-"""The cross-machine A/A check's error rates, simulated (harness/report/simulation/retrain.py, DESIGN section 13).
+"""The re-train check's error rates, simulated (harness/report/simulation/retrain.py, DESIGN section 13).
 
 Seeded studies of a parent/treatment/control grid re-trained as new draws or as small nudges, with or
 without a bias on the treatment, through the check's own functions; each rate within 2 binomial SEs of its

@@ -1,4 +1,4 @@
-"""``harness retrain``'s output: the cross-machine A/A check as Markdown text, CSV rows and a JSON object.
+"""``harness retrain``'s output: the re-train check as Markdown text, CSV rows and a JSON object.
 
 Reads only a :class:`harness.report.stats.retrain_check.RetrainCheck` and the machine record the command gives
 (CPU model, cores, torch, workers and threads, as recorded when the runs trained: :func:`harness.train.retrain.machine`;
@@ -313,7 +313,7 @@ def render_text(check: RetrainCheck, machine: dict, archive_name: str) -> str:
     """The Markdown text ``harness retrain`` prints (and a study commits beside its report)."""
     eff = check.smallest_effect
     lines = [
-        f"# Cross-machine A/A check: {archive_name}",
+        f"# Re-train check: {archive_name}",
         "",
         f"Re-trained here: {len(check.runs)} runs (seeds {' '.join(map(str, sorted({r.seed for r in check.runs})))}) "
         f"on {machine['cpu_model']} ({machine['cpu_cores']} cores), "

@@ -8,7 +8,7 @@
   (``python -m harness.report.simulation.factorial``);
 * :mod:`~harness.report.simulation.provenance` -- the Provenance section's tests simulated (DESIGN 13):
   the classes' agreement, balance, verdicts within the largest class;
-* :mod:`~harness.report.simulation.retrain` -- the cross-machine A/A check simulated: how often each of
+* :mod:`~harness.report.simulation.retrain` -- the re-train check simulated: how often each of
   its answers is wrong (DESIGN 13);
 * :mod:`~harness.report.simulation.multiplier` -- the compute multiplier simulated: its false positives under no
   effect and its interval's coverage (DESIGN 14; ``python -m harness.report.simulation.multiplier``);

@@ -1,4 +1,4 @@
-"""The cross-machine A/A check simulated (DESIGN section 13): how often each answer of
+"""The re-train check simulated (DESIGN section 13): how often each answer of
 :mod:`harness.report.stats.retrain_check` is wrong, through its own functions.
 
 Each study is one archive of a grid with a parent, a treatment and a control (the check's three
@@ -136,12 +136,12 @@ def _truth(move: str, nudge: float, bias: float) -> str:
 def table(
     studies: int = 4_000, seed: int = 20261206, alpha: float = 0.05, rows: list | None = None
 ) -> list[str]:
-    """The A/A check's verdict rates per scenario and K, as text lines (quoted in reports/LOG.md); each verdict's
+    """The re-train check's verdict rates per scenario and K, as text lines (quoted in reports/LOG.md); each verdict's
     rate also appended to ``rows`` (:class:`~harness.report.simulation.rules.Row`)."""
     rng = np.random.default_rng(seed)
     boundary = math.sqrt(2 * PERTURBATION_RATIO)  # the nudge whose redraw ratio is PERTURBATION_RATIO
     lines = [
-        f"Cross-machine A/A check, {studies} studies per row (binomial SE at alpha {binomial_se(alpha, studies):.4f}); "
+        f"Re-train check, {studies} studies per row (binomial SE at alpha {binomial_se(alpha, studies):.4f}); "
         f"run sd {SD}, {ARCHIVE_SEEDS} archive seeds, parent/treatment/control (3 contrasts), smallest effect "
         f"{EFFECT} (and {MOVEMENT_EFFECT}, where the TOST passes and the movement decides); a perturbation nudges "
         f"each run by {NUDGE} run sd (redraw ratio {NUDGE**2 / 2:.3g}), the boundary one by {boundary:.3g} "

@@ -25,7 +25,7 @@ Four tables, each with its own default seed so the numbers quoted in reports/LOG
 * the edge cases (:mod:`harness.report.simulation.edges`, the rules statistics v3 added; docs/statistics.md): divergence
   where the treatment would lose, 'gain absent' at its boundary, one Holm family over the grid's
   controls, the A/A check over cells, control error rates conditional on the gate, float rounding;
-* the cross-machine A/A check (:mod:`harness.report.simulation.retrain`, DESIGN section 13): each verdict's
+* the re-train check (:mod:`harness.report.simulation.retrain`, DESIGN section 13): each verdict's
   rate for re-trained runs that are new draws or nudges, with and without a bias;
 * the Provenance section's tests (:mod:`harness.report.simulation.provenance`, DESIGN section 13): the
   agreement test's false alarms and power at grid splits, its floor, its MDE, the balance test, and the

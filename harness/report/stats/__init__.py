@@ -43,7 +43,7 @@ table, is :mod:`harness.design.analysis_plan`, shared with the grid parser):
 * :mod:`~harness.report.stats.provenance`: where the runs ran (DESIGN 13): hardware classes and commits per
   variant, balance, straddling pairs, each class's paired differences and their agreement, every verdict
   within the largest class (its re-analysis passed in by :func:`harness.report.build.compute_stats`);
-* :mod:`~harness.report.stats.retrain_check`: the cross-machine A/A check, an archive's runs re-trained
+* :mod:`~harness.report.stats.retrain_check`: the re-train check, an archive's runs re-trained
   elsewhere against their archived NLL (DESIGN 13; ``harness retrain``);
 * :mod:`~harness.report.stats.seed_planning` (``harness plan``'s rows) and :mod:`~harness.report.stats.topup`
   (which cells ``harness topup`` tops up), both reading a ``ReportStats``.

@@ -1,4 +1,4 @@
-"""The cross-machine A/A check: archived runs re-trained elsewhere, compared with their archived NLL (DESIGN 13).
+"""The re-train check: archived runs re-trained elsewhere, compared with their archived NLL (DESIGN 13).
 
 A study's runs are bit-identical on one machine only (DESIGN section 4). Re-training K archived pairs
 (seeds) on another machine with the same protocol hash moves each run's final validation NLL
@@ -229,7 +229,7 @@ class ContrastShift:
 
 @dataclass(frozen=True, slots=True)
 class RetrainCheck:
-    """The answer of the cross-machine A/A check (module docstring). ``smallest_effect`` (nats/token) is
+    """The answer of the re-train check (module docstring). ``smallest_effect`` (nats/token) is
     the unit beside the seed sd and the TOST's margin, ``smallest_effect_source`` says which contrast (or the
     plan) gave it; ``reason`` says in a few words why the verdict is what it is (the rule that decided)."""
 
