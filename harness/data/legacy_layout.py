@@ -33,7 +33,7 @@ from harness.corpus.key import SHARD_FORMAT, CorpusKey, read_manifest, source_ke
 from harness.corpus.readers import HUB_DEFAULT_MAX_DOCS, stream_documents
 from harness.corpus.spec import HUB_PREFIX
 from harness.corpus.split import SPLITS
-from harness.data.shards import CHUNK_BYTES, DEFAULT_SHARD_TOKENS, content_fingerprint
+from harness.data.shards import CHUNK_BYTES, DEFAULT_SHARD_TOKENS, shards_checksum
 from harness.data.tokenizer import GPT2Tokenizer, write_gpt2_ranks
 
 #: The single-file layout's ``FORMAT_VERSION`` (in its folder names and ``meta.json``).
@@ -189,7 +189,7 @@ def _manifest(key: CorpusKey, meta: dict, splits: dict, files: list[str], old_na
             if meta["tokenizer"]["name"] == "bpe"
             else None,
         },
-        "fingerprint": content_fingerprint(splits),
+        "checksum": shards_checksum(splits),
         "documents": meta["documents"],
         "chunks": None,  # not cut in chunks; never extended (exhausted)
         "exhausted": True,

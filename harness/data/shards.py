@@ -409,7 +409,7 @@ def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, 
             )
     manifest = {
         **setup,
-        "fingerprint": content_fingerprint(splits),
+        "checksum": shards_checksum(splits),
         "documents": done.documents,
         "chunks": done.chunks,
         "exhausted": exhausted,
@@ -425,8 +425,11 @@ def _finish(folder: Path, corpus: str, setup: dict, writers: dict, done: _Done, 
     return splits
 
 
-def content_fingerprint(splits: dict) -> str:
-    """The manifest's ``fingerprint``: sha256 over each split's shard sha256s (``splits`` as in the manifest)."""
+def shards_checksum(splits: dict) -> str:
+    """The manifest's ``checksum`` of the prepared shards: sha256 over each split's shard sha256s (``splits`` as in
+    the manifest). How the text is stored, not what it is: the corpus's identity is its document fingerprint
+    (``manifest["protocol"]["fingerprint"]``, :func:`~harness.corpus.fingerprint.corpus_fingerprint`); manifests
+    written before name this ``fingerprint`` (read by nothing)."""
     return hashlib.sha256(
         json.dumps({s: [r["sha256"] for r in splits[s]["shards"]] for s in SPLITS}, sort_keys=True).encode()
     ).hexdigest()
@@ -509,7 +512,7 @@ __all__ = [
     "BPE_SAMPLE_BYTES",
     "Target",
     "check_key",
-    "content_fingerprint",
+    "shards_checksum",
     "prepare_shards",
     "protocol_description",
     "PROTOCOL_FORMAT",

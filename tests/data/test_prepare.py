@@ -204,7 +204,7 @@ def test_hub_path_streams_a_local_datasets_folder(tmp_path, monkeypatch):
     )
     m_hub, m_local = read_manifest(hub), read_manifest(local)
     assert m_hub["source"] == "hf:local/fineweb" and m_hub["revision"] is None
-    assert m_hub["fingerprint"] == m_local["fingerprint"] and m_hub["splits"] == m_local["splits"]
+    assert m_hub["checksum"] == m_local["checksum"] and m_hub["splits"] == m_local["splits"]
     # a worker finds it from its config alone, without datasets or a network
     monkeypatch.setitem(sys.modules, "datasets", None)
     prepared = prepare_corpus(CorpusKey("hf:local/fineweb", "bpe", 400, 0.1, None), cache_dir=tmp_path / "a")
