@@ -250,7 +250,7 @@ class RunNumerics:
     world_size: int = 1
 
     @property
-    def numerics(self) -> str:
+    def numerics_id(self) -> str:
         """The numerics identifier of the run's training code (``two_phase/2``; :func:`~harness.models.numerics.numerics_id`)."""
         return numerics_id(self.routing)
 
@@ -258,7 +258,7 @@ class RunNumerics:
     def key(self) -> str:
         """The run's numerics key: the identifier with the micro-batch size and world size
         (:func:`~harness.models.numerics.numerics_key`; DESIGN section 13)."""
-        return numerics_key(self.numerics, self.micro_batch_size, self.world_size)
+        return numerics_key(self.numerics_id, self.micro_batch_size, self.world_size)
 
     @property
     def defaults_of(self) -> str:
@@ -319,12 +319,12 @@ def environment_record(numerics: RunNumerics) -> dict:
     "tf32_matmul", "tf32_cudnn", "deterministic", "float32_matmul_precision", "compile": {"backend", "mode"},
     "routing"}}``; with ``$HARNESS_HARDWARE_CLASS`` set, ``hardware_detected`` holds what this machine detected.
 
-    ``numerics`` is the training code's numerics identifier (:data:`RunNumerics.numerics`, ``two_phase/2``);
+    ``numerics`` is the training code's numerics identifier (:attr:`RunNumerics.numerics_id`, ``two_phase/2``);
     ``threads`` is torch's intra-op CPU threads; ``compile.mode`` is ``default`` (the harness passes none).
     """
     record = dict(machine_record())
     record["hardware"] = numerics.hardware
-    record["numerics"] = numerics.numerics
+    record["numerics"] = numerics.numerics_id
     detected = detected_class(numerics.device_type, numerics.precision, numerics.compiled)
     if detected != record["hardware"]:
         record["hardware_detected"] = detected

@@ -88,7 +88,7 @@ def test_a_run_decides_its_numerics_once_and_the_module_and_record_use_them(tmp_
     numerics = built.lit.numerics
     assert numerics == real(config(), ExecutionSettings(routing="per_site"))
     assert built.lit.model.routing == numerics.routing == "per_site"
-    assert built.environment["numerics"] == numerics.numerics == numerics_id("per_site")
+    assert built.environment["numerics"] == numerics.numerics_id == numerics_id("per_site")
     assert (
         built.environment["hardware"]
         == numerics.hardware
