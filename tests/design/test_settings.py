@@ -141,14 +141,37 @@ def test_a_flag_parses_and_refuses_as_before_the_declaration():
     declared default (``--devices``: 1 on ``harness run``)."""
     base = ["run", "--variant", "rd_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"]
     args = build_parser().parse_args(base)
-    assert (args.threads, args.devices, args.strategy, args.accelerator, args.logger) == (0, None, "auto", "auto", [])
+    assert (args.threads, args.devices, args.strategy, args.accelerator, args.logger) == (
+        0,
+        None,
+        "auto",
+        "auto",
+        [],
+    )
     from harness.commands.options import execution_settings
 
     assert execution_settings(args).devices == 1
     args = build_parser().parse_args(
-        [*base, "--threads", "2", "--devices", "auto", "--logger", "csv", "--logger", "mlflow", "--accelerator", "cpu"]
+        [
+            *base,
+            "--threads",
+            "2",
+            "--devices",
+            "auto",
+            "--logger",
+            "csv",
+            "--logger",
+            "mlflow",
+            "--accelerator",
+            "cpu",
+        ]
     )
-    assert (args.threads, args.devices, args.logger, args.accelerator) == (2, "auto", ["csv", "mlflow"], "cpu")
+    assert (args.threads, args.devices, args.logger, args.accelerator) == (
+        2,
+        "auto",
+        ["csv", "mlflow"],
+        "cpu",
+    )
     assert execution_settings(args).loggers == ("csv", "mlflow")
     for bad in (["--threads", "two"], ["--logger", "neptune"], ["--accelerator", "tpu"]):
         with pytest.raises(SystemExit):

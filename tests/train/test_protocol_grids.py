@@ -29,6 +29,7 @@ KNOWN = {
     "rd_controls_mini.toml": (18, "ddec19279b60a295322b504bd5fc1ba6577d4a13b0c8ca1a0de342266d7759be"),
     "rd_controls_seq.toml": (18, "90a14c8825d78180213b04a41ac032bff651536a00b6be79f2e8124ecc3b435d"),
     "rd_controls_small.toml": (18, "f8373e1541473949346fc449bc7a3dfa2ef394335213c5f7ca0fee22bca8ae11"),
+    "rd_cost_study.toml": (108, "00c242daf2af48da5a48d57eed4ae293023c993d44d89fd5b4319f25e109c663"),
     "rd_cpu_study.toml": (48, "8def4085b51e671dd67efc9913b74055930c5190b221b2a516c6e6de61fdd508"),
     "rd_factorial_study.toml": (48, "2b43609ce00db56bc3449dd3bcc2dd8c6b9abe11c45f20d24f61263b368fc4e3"),
     "rd_paper.toml": (80, "3a2f2b78fbb6ddad65922e816799e83139720d1e714f434e868896e456c9a06a"),
