@@ -35,6 +35,8 @@ FOLDERS = sorted(p.name for p in REPORTS.iterdir() if p.is_dir())
 ARCHIVED = [name for name in FOLDERS if any((REPORTS / name).glob("*.tar.gz"))]
 NOT_ARCHIVED = [name for name in FOLDERS if name not in ARCHIVED]
 COMPARED = ("stats.csv", "pairs.csv", "report.md")
+#: Compared where the report writes them (a grid with several budgets per size: DESIGN 14), absent in both else.
+COMPARED_IF_WRITTEN = ("multipliers.csv", "multiplier_seeds.csv")
 GENERATED = re.compile(rb"^Generated \d{4}-\d\d-\d\d \d\d:\d\d UTC\. ", re.MULTILINE)
 
 
@@ -78,6 +80,12 @@ def test_a_committed_report_is_what_the_current_code_writes(name, tmp_path):
             new, old = (folder / file).read_bytes(), (committed / file).read_bytes()
             same = same_table(new, old) if file.endswith(".csv") else _stable(new) == _stable(old)
             if not same:
+                stale.append(str(committed.relative_to(ROOT) / file))
+        for file in COMPARED_IF_WRITTEN:
+            new_path, old_path = folder / file, committed / file
+            if new_path.exists() != old_path.exists() or (
+                new_path.exists() and not same_table(new_path.read_bytes(), old_path.read_bytes())
+            ):
                 stale.append(str(committed.relative_to(ROOT) / file))
         figures = sorted(p.name for p in (folder / "figures").glob("*.png"))
         if figures != sorted(p.name for p in (committed / "figures").glob("*.png")):
