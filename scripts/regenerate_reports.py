@@ -35,7 +35,14 @@ from harness.cli import main as harness  # noqa: E402
 from harness.store.archive import read_archive, write_archive  # noqa: E402
 
 REPORTS = ROOT / "reports"
-REPORT_FILES = ("report.md", "report.html", "stats.csv", "pairs.csv", "multipliers.csv", "multiplier_seeds.csv")
+REPORT_FILES = (
+    "report.md",
+    "report.html",
+    "stats.csv",
+    "pairs.csv",
+    "multipliers.csv",
+    "multiplier_seeds.csv",
+)
 LOOK1 = "look1"
 
 
