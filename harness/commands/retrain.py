@@ -48,6 +48,7 @@ from harness.commands.options import add_setting_argument, output_file
 from harness.common import console
 from harness.common.files import check_output_file
 from harness.corpus.spec import resolve_corpus
+from harness.train.execution import check_threads
 
 
 def _seeds(text: str) -> list[int]:
@@ -104,11 +105,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--pairs {args.pairs}: expected at least 2 (a mean shift needs an interval)")
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: expected at least 1")
-    cores = os.cpu_count() or 1
-    if not 0 <= args.threads <= cores:
-        raise ValueError(
-            f"--threads {args.threads}: expected 0 (torch's default) to {cores} (this machine's cores)"
-        )
+    check_threads(args.threads)
     if args.corpus is not None:
         resolve_corpus(args.corpus)  # an empty path names the working folder: refused as queue refuses it
         if not Path(args.corpus).exists():

@@ -190,6 +190,7 @@ def test_retrain_refuses_before_training_in_one_line(tmp_path):
         (["--pairs", "25"], "--pairs 25: the archive has 24 seeds done for every variant"),
         (["--seeds", "0 99"], "seed 99 is not done for every variant"),
         (["--workers", "0"], "--workers 0"),
+        (["--threads", "-1"], "--threads -1: expected 0 (torch's default) to "),  # as work refuses it
     ):
         err = harness(
             "retrain", str(STUDY), *bad, "--corpus", str(SAMPLE), "--results", str(fresh), env=env, code=2

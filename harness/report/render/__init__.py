@@ -31,5 +31,5 @@ computes a statistic, and nothing in :mod:`harness.report.stats` imports this pa
 * :mod:`~harness.report.render.plan_table` -- ``harness plan``'s text;
 * :mod:`~harness.report.render.topup_lines` -- ``harness topup``'s lines;
 * :mod:`~harness.report.render.retrain_lines` -- ``harness retrain``'s output: the re-train check
-  check as Markdown, CSV rows and JSON.
+  as Markdown, CSV rows and JSON.
 """
