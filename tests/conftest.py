@@ -152,7 +152,7 @@ SLOW_CASES = frozenset(
 # also lead `make test-quick`.
 LONGEST_FIRST = (
     "test_cuda_twins.py",  # a cold inductor cache makes it the longest of all
-    "test_compile_worker.py",  # 10 models compiled by one worker
+    "test_compile_worker.py",  # 9 models compiled by one worker
     "test_compile_ddp.py",
     "test_scaleout.py",  # the chaos reference (12 cells) and SLURM
     "test_refusals_leave_nothing.py",  # the longest of the developer's loop
@@ -182,11 +182,44 @@ LONGEST_FIRST = (
 )
 
 
+# Session fixtures that train, and the files whose tests read each: a test process trains one once, so
+# `make test` (`--dist loadfile`) sends these files to one process (their scope below is the fixture's
+# name, where --dist loadfile's is the file); split over two processes, the chaos reference (about 30 s)
+# and the tiny archive (about 10 s) were each trained twice. Collection refuses a file that reads one and
+# is not listed here. (pytest-xdist's own `--dist loadgroup` renames node ids in a way pytest 9 ignores.)
+SHARED_TRAININGS = {
+    "chaos_reference": ("test_scaleout.py", "test_launch.py"),
+    "aa_tiny_archive": ("test_retrain.py", "test_retrain_report_only.py"),
+}
+_SCOPE = {file: fixture for fixture, files in SHARED_TRAININGS.items() for file in files}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files of one shared training (``SHARED_TRAININGS``) as one scope."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # lazy: pytest-xdist is there only where -n is given
+
+    class SharedTrainingScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return _SCOPE.get(file.rsplit("/", 1)[-1], file)
+
+    return SharedTrainingScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         slow_case = f"{item.path.name}::{item.name}" in SLOW_CASES
         if slow_case or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        for fixture in SHARED_TRAININGS.keys() & set(getattr(item, "fixturenames", ())):
+            if item.path.name not in SHARED_TRAININGS[fixture]:
+                raise pytest.UsageError(
+                    f"{item.nodeid} reads the session fixture {fixture}: add {item.path.name} to its files "
+                    "in SHARED_TRAININGS (tests/conftest.py), so that one test process trains it"
+                )
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
 

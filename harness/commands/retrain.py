@@ -134,18 +134,20 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    _check_args(args)  # before the imports: a mistyped option is refused in a tenth of a second, not seconds
     from harness.common.files import atomic_write
-    from harness.report.render.retrain_lines import render_csv, render_json, render_text
-    from harness.report.stats.retrain_check import grid_contrasts, retrain_check
     from harness.store.archive import read_archive
     from harness.train import retrain as rt
 
-    _check_args(args)
     archive = read_archive(args.file)
     runs = [rt.repoint(r, args.corpus) for r in rt.archived_runs(archive)]
     if not runs:
         raise ValueError(f"{args.file}: no done run with a final val NLL to re-train")
     seeds = rt.choose_seeds(runs, args.pairs, args.seeds)
+    # deferred to here: scipy and the renderers load in about 2 s, after the archive's own refusals above
+    from harness.report.render.retrain_lines import render_csv, render_json, render_text
+    from harness.report.stats.retrain_check import grid_contrasts, retrain_check
+
     # seed by seed: a check cut short holds whole pairs
     chosen = sorted(
         (r for r in runs if r.config.seed in seeds), key=lambda r: (r.config.seed, r.config.variant)

@@ -35,8 +35,6 @@ from harness.models.numerics import DEFAULT_ROUTING, numerics_id, routing_of, ru
 from harness.store.archive import Archive
 from harness.store.runfile import read_result, result_end, result_path
 from harness.train.execution import ExecutionSettings, set_threads
-from harness.train.protocol import protocol_hash
-from harness.train.runner import build, fit, record
 
 
 class ProtocolChanged(ValueError):
@@ -192,6 +190,10 @@ def _build_and_check(run: ArchivedRun, results_dir: Path, settings: ExecutionSet
             f"corpus {config.corpus} of run {config.run_id} does not exist on this machine; "
             "pass --corpus PATH to point the runs at the same text here"
         )
+    # deferred: torch and Lightning load in seconds (4.7 s measured), so the refusals above come first
+    from harness.train.protocol import protocol_hash
+    from harness.train.runner import build
+
     built = build(config, results_dir, settings)
     got = protocol_hash(built.protocol)
     if got != run.protocol_hash:
@@ -237,6 +239,9 @@ def _settings(run: ArchivedRun, progress: bool = False) -> ExecutionSettings:
 
 def _retrain_one(payload: dict) -> RetrainedRun:
     """Train one archived run (a worker process's task): build, check its protocol hash, fit, record."""
+    from harness.train.protocol import protocol_hash  # deferred with build: see _build_and_check
+    from harness.train.runner import fit, record
+
     set_threads(payload["threads"])
     run = ArchivedRun(
         RunConfig.from_dict(payload["config"]),

@@ -1,6 +1,7 @@
 """Long steps say what they are doing (issue 66 row 3: no long silence in a first hour).
 
-`harness report` on the committed 96-run study (reports/cpu_study) and `harness run` before its bar, on a
+`harness report` on a committed study (reports/demo, 18 runs; the silences were measured on the 96-run
+reports/cpu_study: issue 66) and `harness run` before its bar, on a
 terminal (a pseudo-terminal here), print a line per phase, in order, on stderr (the report's paths and
 headline stay alone on stdout), and none with --quiet, $HARNESS_PROGRESS=off or off a terminal;
 `harness status` shows workers starting; `make venv` says each step.
@@ -28,7 +29,7 @@ from harness.scheduling.queue.lease import hostname
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
-STUDY = ROOT / "reports/cpu_study/rd_cpu_study.tar.gz"
+STUDY = ROOT / "reports/demo/rd_controls_mini.tar.gz"  # the smallest committed study: the phases, not their length
 
 
 def _harness(*argv: str, env: dict, **kw) -> subprocess.CompletedProcess:
@@ -78,21 +79,21 @@ def test_report_of_the_committed_study_says_each_phase(tmp_path, env):
     assert imported.returncode == 0, imported.stderr[-2000:]
     out = tmp_path / "report"
     proc = _on_terminal(
-        "report", "--grid", "rd_cpu_study", "--results", str(results), "--out", str(out), env=env
+        "report", "--grid", "rd_controls_mini", "--results", str(results), "--out", str(out), env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _in_order(
         proc.stderr,
         [
             r"^loading the statistics and plotting libraries",
-            r"^reading grid rd_cpu_study from the results store in ",
-            r"^computing the statistics: 96 finished runs, 1 size x budget cell\(s\)",
+            r"^reading grid rd_controls_mini from the results store in ",
+            r"^computing the statistics: 18 finished runs, 1 size x budget cell\(s\)",
             r"^drawing the figures \.\.\.$",
             rf"^writing the report to {re.escape(str(out))} \.\.\.$",
         ],
     )
     assert proc.stdout.splitlines()[0].startswith(str(out))  # stdout: the paths written, then the headline
-    again = ["report", "--grid", "rd_cpu_study", "--results", str(results), "--no-figures"]
+    again = ["report", "--grid", "rd_controls_mini", "--results", str(results), "--no-figures"]
     quiet = _on_terminal(*again, "--out", str(tmp_path / "off"), env={**env, console.PROGRESS_ENV: "off"})
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]
     piped = _harness(*again, "--out", str(tmp_path / "piped"), env=env)  # a log or a pipe: the results alone

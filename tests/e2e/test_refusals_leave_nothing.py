@@ -192,22 +192,27 @@ def test_several_nodes_without_a_launcher_are_refused_at_once(tmp_path, capsys):
     _one_line(capsys, "run", "--num-nodes 2: this process was not started by torchrun or srun")
 
 
-@pytest.mark.slow  # sbatch tries its controller for about 10 s
-@pytest.mark.parametrize("conf", ["none", "no controller"])
+@pytest.mark.slow  # starts `harness launch` (a second each) and the real sbatch
+@pytest.mark.parametrize("conf", ["unusable", "no controller"])
 def test_sbatch_refusing_the_job_is_one_line_with_its_reason(tmp_path, conf):
-    """The real `sbatch` (Debian's slurm-client) where SLURM is not configured (no slurm.conf), or
-    where its controller does not run: its own reason in one line, no traceback, no launch folder."""
+    """The real `sbatch` (Debian's slurm-client) where SLURM is not configured (a slurm.conf it cannot
+    process), or where its controller does not run: its own reason in one line, no traceback, no launch
+    folder. No slurm.conf at all gives the same reason after sbatch's own minute of retries ("retrying in
+    1sec up to 60sec"), so the case gives it a file without the ClusterName sbatch needs, refused at once;
+    MessageTimeout=1 makes the missing controller a second's wait, not sbatch's default of 10 s."""
     if shutil.which("sbatch") is None or shutil.which("srun") is None:
         pytest.fail("sbatch/srun not on PATH: apt-get install slurm-client (.ci/run does)", pytrace=False)
     results = _queue(tmp_path)
     slurm_conf = tmp_path / "slurm.conf"
-    if conf == "no controller":  # a valid configuration naming a slurmctld that is not running
+    if conf == "unusable":  # no ClusterName: sbatch cannot process it, as it cannot process a missing file
+        slurm_conf.write_text("SlurmctldHost=localhost\n")
+    else:  # a valid configuration naming a slurmctld that is not running
         slurm_conf.write_text(
-            "ClusterName=none\nSlurmctldHost=localhost\nSlurmctldPort=9\n"
+            "ClusterName=none\nSlurmctldHost=localhost\nSlurmctldPort=9\nMessageTimeout=1\n"
             "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=localhost Default=YES\n"
         )
     reason = {
-        "none": "sbatch: fatal: Unable to process configuration file",
+        "unusable": "sbatch: fatal: Unable to process configuration file",
         "no controller": "Unable to contact slurm controller",
     }[conf]
     with unchanged(results):

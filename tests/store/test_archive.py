@@ -218,18 +218,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((ROOT / "reports").glob("*/*.tar.gz"))
 
 
-@pytest.mark.slow  # reads a study's archive (96 runs) and writes its report
-@pytest.mark.parametrize("archive", COMMITTED, ids=[p.parent.name for p in COMMITTED])
-def test_a_committed_archive_reproduces_its_reports_pairs_and_stats(archive, tmp_path, capsys):
-    """Each archive checked in next to a report (reports/NAME/*.tar.gz), imported into an empty
-    folder: `harness report` gives that report's pairs.csv byte for byte, and its stats.csv (issue 47):
-    byte for byte on the machine that wrote it, elsewhere to the CPU's last digits (tests/tables.py).
-    report.md: tests/tooling/test_committed_reports.py."""
-    results = tmp_path / "results"
-    assert cli(["import", str(archive), "--results", str(results)]) == 0
-    grid = read_archive(archive).grid
-    assert same_table(_report(results, tmp_path / "r", grid), (archive.parent / "stats.csv").read_bytes())
-    assert (tmp_path / "r" / "pairs.csv").read_bytes() == (archive.parent / "pairs.csv").read_bytes()
+# A committed archive imported into an empty folder gives its report's pairs.csv byte for byte and its stats.csv
+# to the CPU's last digits: tests/tooling/test_committed_reports.py, which imports and reports each one already.
 
 
 def test_the_docs_claim_byte_for_byte_only_what_holds_on_another_cpu():
