@@ -354,6 +354,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# the main and backfill loops every second (defaults 60 s and 30 s): a requeued job whose begin time has
+# come starts at once, not at the next loop
+SchedulerParameters=sched_interval=1,bf_interval=1
 MpiDefault=none
 ReturnToService=2
 MinJobAge=600
