@@ -29,7 +29,8 @@ from harness.scheduling.queue.lease import hostname
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
-STUDY = ROOT / "reports/demo/rd_controls_mini.tar.gz"  # the smallest committed study: the phases, not their length
+# the smallest committed study: what is asserted is the phases, not their length
+STUDY = ROOT / "reports/demo/rd_controls_mini.tar.gz"
 
 
 def _harness(*argv: str, env: dict, **kw) -> subprocess.CompletedProcess:
