@@ -190,7 +190,7 @@ def _build_and_check(run: ArchivedRun, results_dir: Path, settings: ExecutionSet
             f"corpus {config.corpus} of run {config.run_id} does not exist on this machine; "
             "pass --corpus PATH to point the runs at the same text here"
         )
-    # deferred: torch and Lightning load in seconds (4.7 s measured), so the refusals above come first
+    # lazy: torch and Lightning load in seconds (4.7 s measured), so the refusals above come first
     from harness.train.protocol import protocol_hash
     from harness.train.runner import build
 
@@ -239,7 +239,7 @@ def _settings(run: ArchivedRun, progress: bool = False) -> ExecutionSettings:
 
 def _retrain_one(payload: dict) -> RetrainedRun:
     """Train one archived run (a worker process's task): build, check its protocol hash, fit, record."""
-    from harness.train.protocol import protocol_hash  # deferred with build: see _build_and_check
+    from harness.train.protocol import protocol_hash  # lazy: with build, see _build_and_check
     from harness.train.runner import fit, record
 
     set_threads(payload["threads"])
