@@ -23,9 +23,8 @@ from harness.train import train_run
 from harness.train.execution import ExecutionSettings
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
-VOCAB = (
-    4096  # tiny's 2 layers (compiled faster than mini's 4) with 1.4 MB of weights: past DDP's first bucket
-)
+# tiny's 2 layers (compiled faster than mini's 4) at 1.4 MB of weights: past DDP's first bucket
+VOCAB = 4096
 
 
 @pytest.mark.slow
