@@ -8,7 +8,8 @@ reader would (docs/sharing.md): ``harness import ARCHIVE --results TMP`` then ``
 --results TMP --out reports/NAME``; its look-1 report (``look1/``, where the folder has one) from the
 same archive cut to the runs of the plan's first look (the seeds below the first look's count, with their
 queue entries), imported into another folder and reported the same way. The report files are replaced
-(``report.md``, ``report.html``, ``stats.csv``, ``pairs.csv``, the multipliers' CSVs of a grid with several budgets, ``figures/``); the archive is kept.
+(``report.md``, ``report.html``, ``stats.csv``, ``pairs.csv``, the multipliers' CSVs of a grid with several
+budgets, ``figures/``); the archive is kept.
 
 Every committed report folder holds its archive (demo, sample and cpu_study were re-trained on
 2026-12-06 to get one: runs are bit-identical on one CPU model only, so a report without its archive

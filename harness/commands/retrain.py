@@ -144,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
     if not runs:
         raise ValueError(f"{args.file}: no done run with a final val NLL to re-train")
     seeds = rt.choose_seeds(runs, args.pairs, args.seeds)
-    # deferred to here: scipy and the renderers load in about 2 s, after the archive's own refusals above
+    # lazy: scipy and the renderers load in about 2 s, after the archive's own refusals above
     from harness.report.render.retrain_lines import render_csv, render_json, render_text
     from harness.report.stats.retrain_check import grid_contrasts, retrain_check
 

@@ -2,8 +2,9 @@
 
 Dynamo keeps every model's compiled entry on the shared ``forward`` code; at its recompile limit (8)
 the 9th (variant, size) and every later one trained eager, silently. The worker below trains 9 tiny
-variants (one past the limit, the fewest that show it) compiled (inductor on the CPU, the CUDA default's twin) in one process: no recompile-limit
-message, and every result file records ``compiled = true`` with the graphs inductor compiled for it.
+variants (one past the limit, the fewest that show it) compiled (inductor on the CPU, the CUDA default's
+twin) in one process: no recompile-limit message, and every result file records ``compiled = true`` with
+the graphs inductor compiled for it.
 The unit tests show it on small stacks at a recompile limit of 1, and that a fall-back is recorded.
 ``python -m pytest -q tests/train/test_compile_worker.py`` (the worker test is slow: 9 compiles).
 """
