@@ -33,6 +33,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import warm
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO.parent / "shared" / "data" / "fineweb_edu_sample"
 GRID_NAME = "chaos"
@@ -93,7 +95,7 @@ def _storage_args(storage: str | None) -> list[str]:
 
 def queue_grid(grid: Path, results: Path, storage: str | None = None) -> None:
     """``harness queue GRID`` (raises ``RuntimeError`` with its output if it fails)."""
-    proc = subprocess.run(
+    proc = warm.run(
         harness("queue", str(grid), "--results", str(results), *_storage_args(storage)),
         capture_output=True,
         text=True,
@@ -125,7 +127,7 @@ def reference(
     results = workdir / "results"
     grid = write_grid(workdir / "chaos.toml", cells, corpus=corpus, budget=budget)
     queue_grid(grid, results)
-    proc = subprocess.run(
+    proc = warm.run(
         harness("work", "--results", str(results), "--threads", "1", "--quiet"),
         capture_output=True,
         text=True,
@@ -262,7 +264,7 @@ def chaos(
         started += 1
         out = open(logs / f"worker-{started:02d}.log", "wb")
         try:
-            return subprocess.Popen(
+            return warm.popen(
                 harness(
                     "work",
                     "--results",

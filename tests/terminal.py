@@ -14,6 +14,8 @@ import sys
 import termios
 import time
 
+import warm
+
 
 def read_until(fd: int, proc: subprocess.Popen, done, timeout_s: float = 300) -> str:
     """Read a pty master until ``done(text)`` or the process ends; returns the text."""
@@ -47,7 +49,7 @@ class Terminal:
 
     def start(self, cmd, env, **kw) -> subprocess.Popen:
         kw.setdefault("stdout", self.slave)
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=self.slave, env=env, **kw)
+        p = warm.popen(cmd, stdin=subprocess.DEVNULL, stderr=self.slave, env=env, **kw)
         self.procs.append(p)
         return p
 

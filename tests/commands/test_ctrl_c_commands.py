@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import warm
 
 from harness.cli import FINISHED_AS_IT_EXITED
 from harness.corpus.key import read_manifest
@@ -51,7 +52,7 @@ eval_tokens = 2048
 
 
 def harness(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(
+    done = warm.run(
         [sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=ENV, timeout=600
     )
     assert not check or done.returncode == 0, done.stdout + done.stderr
@@ -61,7 +62,7 @@ def harness(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def started(*args: str, python: tuple[str, ...] = ()) -> subprocess.Popen:
     """``python [python...] -m harness args...`` in a process group of its own (as a terminal runs it), stdout
     and stderr in one text pipe."""
-    return subprocess.Popen(
+    return warm.popen(
         [sys.executable, *python, "-m", "harness", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

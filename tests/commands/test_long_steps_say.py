@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 from terminal import Terminal, read_until
 
 from harness.cli import main as cli
@@ -34,7 +35,7 @@ STUDY = ROOT / "reports/demo/rd_controls_mini.tar.gz"
 
 
 def _harness(*argv: str, env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return warm.run(
         [sys.executable, "-m", "harness", *argv], capture_output=True, text=True, env=env, timeout=900, **kw
     )
 

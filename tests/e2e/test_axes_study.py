@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm
 from scipy import stats as sps
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
@@ -39,7 +39,7 @@ ALPHA = 0.05  # the default plan's
 
 
 def harness(*args, env):
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
+    proc = warm.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"harness {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc.stdout
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 from test_faults import _drained, grid_file, harness, one_line_error
 
 from harness.cli import main as cli
@@ -545,7 +546,7 @@ def test_a_run_by_hand_whose_results_folder_goes_away_stops_and_writes_nothing_m
     cmd += ["--budget-tokens", "2097152", "--corpus", str(SAMPLE_TEXT), "--results", str(results)]
     cmd += ["--set", "vocab_size=300", "--set", "batch_tokens=1024", "--threads", "1", "--quiet"]
     env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}  # the corpus outside the folder
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = warm.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 240
     while not list(results.glob("checkpoints/*/local/config.json")):  # training has started
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

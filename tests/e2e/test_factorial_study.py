@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import csv
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 GRID = """
@@ -42,7 +42,7 @@ LEVELS = {"block_attnres": (0, 0), "param_matched": (1, 0), "rd_attnres": (0, 1)
 
 
 def harness(*args, env):
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
+    proc = warm.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"harness {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc.stdout
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 from harness.cli import main as cli
 from harness.models.numerics import DEFAULT_ROUTING, numerics_id
@@ -31,7 +32,7 @@ SPAWN = mp.get_context("spawn")
 
 
 def harness(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return warm.run(
         [sys.executable, "-m", "harness", *args],
         capture_output=True,
         text=True,
@@ -161,7 +162,7 @@ def test_environment_errors_are_one_line_and_a_closed_pipe_ends_quietly(tmp_path
         )
 
     # `harness sql ... | head`: the reader goes away first; no message, SIGPIPE's status
-    proc = subprocess.Popen(
+    proc = warm.popen(
         [sys.executable, "-m", "harness", "sql", "select * from range(100000)", "--results", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

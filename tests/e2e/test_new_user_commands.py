@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 from harness.scheduling.grids.grid import load_grid
 
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAM
 
 
 def harness(*args, env, cwd=None, check=True, timeout=600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "harness", *map(str, args)],
         env=env,
         cwd=cwd,
@@ -170,7 +171,7 @@ def test_a_user_spec_travels_with_its_runs_and_status_waits_until_done(tmp_path)
     refused = harness("queue", grid, env=env, check=False)  # without the folder the variant is unknown
     assert refused.returncode == 2 and "unknown variant 'dup_route_avg'" in refused.stderr
     assert "queued 2 runs" in harness("queue", grid, env={**env, "HARNESS_SPEC_PATH": str(specs)}).stdout
-    watch = subprocess.Popen(
+    watch = warm.popen(
         [
             sys.executable,
             "-m",

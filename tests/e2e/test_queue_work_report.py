@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
+import warm
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 VARIANTS = [
@@ -56,7 +57,7 @@ eval_every_tokens = 3072
 
 
 def harness(*args, env, timeout=600):
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, f"harness {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
@@ -83,7 +84,7 @@ def test_queue_two_workers_sql_report(tmp_path):
     assert "nothing to add" in harness("queue", str(grid), env=env)
     # prepare the corpus once so the two workers do not both wait on it
     workers = [
-        subprocess.Popen(
+        warm.popen(
             [sys.executable, "-m", "harness", "work", "--threads", "1", "--quiet"],
             env=env,
             stdout=subprocess.PIPE,

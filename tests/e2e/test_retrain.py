@@ -19,11 +19,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm
 from fstree import unchanged
 from test_progress_display import Terminal, read_until  # tests/ and its folders are on sys.path under pytest
 
@@ -54,7 +54,7 @@ PROGRESS_LINE = re.compile(r"^\[(\w+ s\d+)\] +\d+% [\d,]+/[\d,]+ tokens, [\d,]+ 
 
 
 def harness(*args, env, code=0):
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
+    proc = warm.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
     assert proc.returncode == code, f"harness {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc
 

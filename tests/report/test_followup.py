@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
+import warm
 from test_cli_startup import imported
 
 from harness import cli
@@ -289,9 +290,7 @@ def test_followup_of_a_trained_grid_queues_as_written(tmp_path):
     }
 
     def harness(*args):
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True
-        )
+        proc = warm.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True, text=True)
         assert proc.returncode == 0, f"harness {args}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
         return proc.stdout
 

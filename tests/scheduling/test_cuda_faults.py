@@ -9,12 +9,12 @@ stops with one line instead of failing every later run on a dead context.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 
 from harness.common.faults import CudaContextLost, run_poisoned_cuda, sticky_cuda_error
 from harness.design.config import RunConfig
@@ -182,7 +182,7 @@ def _work_meeting(tmp_path: Path, fault: str, rank: int, devices: int):
         "CUDA_FAULT": fault,
     }
     work = [sys.executable, "-m", "harness", "work", "--results", str(results), "--accelerator", "cpu"]
-    out = subprocess.run(
+    out = warm.run(
         [*work, "--threads", "1", "--devices", str(devices)],
         env=env,
         capture_output=True,

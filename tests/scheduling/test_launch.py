@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from fstree import unchanged
 from optuna.trial import TrialState
 
@@ -46,7 +47,7 @@ def cache(tmp_path_factory) -> Path:
 
 
 def launch(results: Path, *args: str, env: dict) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
+    proc = warm.run(
         chaos.harness("launch", "--results", str(results), *args),
         capture_output=True,
         text=True,
@@ -58,7 +59,7 @@ def launch(results: Path, *args: str, env: dict) -> subprocess.CompletedProcess:
 
 
 def status(results: Path, env: dict) -> str:
-    proc = subprocess.run(
+    proc = warm.run(
         chaos.harness("status", "--results", str(results)),
         capture_output=True,
         text=True,

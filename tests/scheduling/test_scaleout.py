@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+import warm
 from conftest import CHAOS_CELLS
 from optuna.trial import TrialState
 
@@ -31,7 +32,7 @@ import services
 
 
 def harness_run(*args, timeout=600):
-    return subprocess.run(chaos.harness(*args), capture_output=True, text=True, timeout=timeout)
+    return warm.run(chaos.harness(*args), capture_output=True, text=True, timeout=timeout)
 
 
 def trials_per_run(queue: RunQueue) -> dict[str, int]:
@@ -89,7 +90,7 @@ def test_postgres_stopped_while_a_worker_polls(tmp_path, chaos_reference):
         grid = chaos.write_grid(tmp_path / "chaos.toml", 4)
         results = tmp_path / "results"
         chaos.queue_grid(grid, results, url)
-        a = subprocess.Popen(
+        a = warm.popen(
             chaos.harness(
                 "work",
                 "--results",

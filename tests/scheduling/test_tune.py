@@ -21,6 +21,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import warm
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
@@ -52,7 +53,7 @@ eval_every_tokens = 2048   # keep me
 
 
 def harness(*args, env, check=True, timeout=600):
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "harness", *map(str, args)],
         env=env,
         capture_output=True,
@@ -123,7 +124,7 @@ def drained(tmp_path_factory):
     grid.write_text(GRID.format(corpus=SAMPLE))
     harness("queue", grid, env=env)
     workers = [
-        subprocess.Popen(
+        warm.popen(
             [sys.executable, "-m", "harness", "work", "--threads", "1", "--quiet"],
             env=env,
             stdout=subprocess.PIPE,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import warm
 
 from harness.scheduling.grids.grid import load_grid
 from harness.train import train_run
@@ -38,7 +39,7 @@ checkpoint_every_tokens = 1024
 
 
 def harness(*args, env, **kw):
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=env, **kw)
+    return warm.popen([sys.executable, "-m", "harness", *args], env=env, **kw)
 
 
 @pytest.mark.slow  # trains real runs, kills a worker, trains them again
@@ -48,7 +49,7 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     grid.write_text(GRID.format(corpus=SAMPLE))
     results = tmp_path / "results"
     env = {**os.environ, "HARNESS_RESULTS": str(results), "HARNESS_CACHE": str(tmp_path / "cache")}
-    assert subprocess.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
+    assert warm.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
 
     # worker A takes the first run (the parent), and is killed once it has checkpointed twice
     a = harness(
@@ -83,7 +84,7 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     assert not list(results.glob("runs/*.json")), "worker A must have died mid-run"
 
     # worker B reclaims the dead worker's run (same host, pid gone) and finishes everything
-    b = subprocess.run(
+    b = warm.run(
         [sys.executable, "-m", "harness", "work", "--lease-s", "5", "--threads", "1"],
         env=env,
         capture_output=True,

@@ -16,12 +16,12 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+import warm
 from fstree import unchanged
 from tables import same_table
 from test_corpus_by_content import machine_marks
@@ -172,7 +172,7 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
     env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_PROGRESS": "lines"}
 
     def harness(*args: str, results: Path) -> str:
-        proc = subprocess.run(
+        proc = warm.run(
             [sys.executable, "-m", "harness", *args, "--results", str(results)],
             env=env,
             capture_output=True,
@@ -376,7 +376,7 @@ def test_archive_refuses_another_grids_toml_and_an_unwritable_out_before_any_wor
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and words in err and ".tmp" not in err, err
     with unchanged(tmp_path):
-        empty = subprocess.run(
+        empty = warm.run(
             [
                 sys.executable,
                 "-m",

@@ -12,12 +12,12 @@ The unit tests show it on small stacks at a recompile limit of 1, and that a fal
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 
 from harness.design.config import train_config
 from harness.models import available_variants, build_model
@@ -104,11 +104,11 @@ def test_one_worker_trains_one_configuration_past_the_recompile_limit_compiled(t
     grid.write_text(GRID.format(corpus=corpus, variants=variants))
     results = tmp_path / "r"
     harness = [sys.executable, "-m", "harness"]
-    queued = subprocess.run(
+    queued = warm.run(
         [*harness, "queue", str(grid), "--results", str(results)], capture_output=True, text=True
     )
     assert queued.returncode == 0, queued.stderr
-    work = subprocess.run(
+    work = warm.run(
         [*harness, "work", "--results", str(results), "--accelerator", "cpu", "--threads", "1"],
         capture_output=True,
         text=True,

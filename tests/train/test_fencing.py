@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm
 from test_runner import final_rows  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.config import RunConfig
@@ -65,11 +66,11 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
     grid.write_text(GRID.format(corpus=SAMPLE))
     results = tmp_path / "results"
     env = {**os.environ, "HARNESS_RESULTS": str(results), "HARNESS_CACHE": str(tmp_path / "cache")}
-    assert subprocess.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
+    assert warm.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
     work = [sys.executable, "-m", "harness", "work", "--threads", "1", "--lease-s", "5"]
 
     # worker A takes the run; once it has a checkpoint it is stopped (SIGSTOP) past its lease
-    a = subprocess.Popen(work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    a = warm.popen(work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
     while not list(results.glob("checkpoints/*/e0/last.ckpt")):
         assert time.time() < deadline and a.poll() is None, "worker A never checkpointed"
@@ -78,7 +79,7 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
     try:
         time.sleep(7)  # > --lease-s 5: A's lease is stale, A is alive (stopped), so only the timeout tells
         # worker B reclaims the run (epoch 1) and resumes from a copy of A's checkpoint
-        b = subprocess.Popen(work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        b = warm.popen(work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
         for line in b.stdout:
             lines.append(line)

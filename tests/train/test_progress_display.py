@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 from terminal import Terminal, read_until
 
 from harness.cli import main as cli
@@ -174,10 +175,10 @@ def test_a_bar_gives_way_to_lines_when_a_second_worker_starts(tmp_path, env, ter
 
 @pytest.mark.slow  # 10 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 def test_off_a_terminal_lines_and_off_means_none(tmp_path, env):
-    proc = subprocess.run(run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300)
+    proc = warm.run(run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(LINE.findall(proc.stderr)) >= 5 and "\r" not in proc.stderr
-    proc = subprocess.run(
+    proc = warm.run(
         [*run_cmd(tmp_path, 6 * 1024), "--force"],
         capture_output=True,
         text=True,
@@ -211,10 +212,8 @@ def test_a_deferred_ingest_is_said_only_with_verbose(tmp_path, env):
     )
     try:
         assert holder.stdout.readline().strip() == "ready"
-        quiet = subprocess.run(
-            run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300
-        )
-        loud = subprocess.run(
+        quiet = warm.run(run_cmd(tmp_path, 6 * 1024), capture_output=True, text=True, env=env, timeout=300)
+        loud = warm.run(
             [*run_cmd(tmp_path, 6 * 1024), "--force", "--verbose"],
             capture_output=True,
             text=True,

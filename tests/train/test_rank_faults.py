@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from test_ranks import rank_children  # tests/ is on sys.path under pytest (no package)
 
 from harness.design.config import RunConfig
@@ -78,7 +79,7 @@ def _one_corpus(tmp_path_factory):
 
 def _work(results: Path, *extra: str, env: dict) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "harness", "work", "--results", str(results), "--accelerator", "cpu"]
-    return subprocess.run(
+    return warm.run(
         [*command, "--threads", "1", *extra], env=env, capture_output=True, text=True, timeout=600
     )
 
@@ -161,7 +162,7 @@ def test_a_stop_under_two_ranks_takes_effect_before_the_first_log_step_and_relea
     q.enqueue([config])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_PROGRESS": "off"}
     command = [sys.executable, "-m", "harness", "work", "--results", str(results), "--accelerator", "cpu"]
-    p = subprocess.Popen(
+    p = warm.popen(
         [*command, "--threads", "1", "--devices", "2"],
         env=env,
         stdout=subprocess.PIPE,

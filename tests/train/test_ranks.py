@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import torch
+import warm
 
 from harness.design.config import RunConfig
 from harness.scheduling.queue.run_queue import RunQueue
@@ -108,7 +109,7 @@ def test_work_devices_2_trains_one_run_on_two_ranks_while_another_stays_queued(t
     q = RunQueue.open(None, results)
     first, second = cfg(seed=0, steps=4, grid="g"), cfg(seed=1, steps=4, grid="g")
     q.enqueue([first, second])
-    out = subprocess.run(
+    out = warm.run(
         [
             sys.executable,
             "-m",
@@ -145,7 +146,7 @@ def test_sigterm_stops_both_ranks_with_a_checkpoint_and_releases_the_run(tmp_pat
     q = RunQueue.open(None, results)
     config = cfg(seed=2, steps=2000, grid="g")  # far longer than the test
     q.enqueue([config])
-    p = subprocess.Popen(
+    p = warm.popen(
         [
             sys.executable,
             "-m",
@@ -188,7 +189,7 @@ def test_a_sigkilled_rank_0_takes_its_other_ranks_with_it(tmp_path):
     """A worker SIGKILLed mid-run (DESIGN section 10's fault model) leaves no rank process
     behind holding a device: the kernel kills them with it (PR_SET_PDEATHSIG)."""
     results = tmp_path / "results"
-    p = subprocess.Popen(
+    p = warm.popen(
         [
             sys.executable,
             "-m",

@@ -1,0 +1,80 @@
+"""tests/warm.py: a ``harness`` command forked from the warm server says, exits and takes signals as the
+same command started cold (``subprocess`` itself), and starts cold where a fork cannot stand for a fresh
+interpreter."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import warm
+
+HARNESS = [sys.executable, "-m", "harness"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["sql", "select 6 * 7 as answer", "--results", "{tmp}"],
+        ["status", "--results", "{tmp}/absent"],
+        ["queue", "{tmp}/absent.toml"],
+        ["run", "--variant", "nosuch", "--size", "tiny", "--seed", "0", "--budget-tokens", "1024"],
+    ],
+    ids=["help", "sql", "status-refused", "queue-refused", "run-refused"],
+)
+def test_a_warm_command_says_and_exits_as_a_cold_one(tmp_path, argv):
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    cold = subprocess.run([*HARNESS, *argv], capture_output=True, text=True, timeout=120)
+    with warm.popen([*HARNESS, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        assert isinstance(p, warm._WarmPopen)
+        out, err = p.communicate(timeout=120)
+    assert (p.returncode, out, err) == (cold.returncode, cold.stdout, cold.stderr)
+    assert (
+        warm.run([*HARNESS, *argv], capture_output=True, text=True, timeout=120).returncode == cold.returncode
+    )
+
+
+def test_a_warm_worker_is_its_own_process_and_ctrl_c_interrupts_it_as_a_cold_one(tmp_path):
+    """SIGINT to the child's pid: Python's KeyboardInterrupt in the child alone, the server untouched."""
+    said = {}
+    for how, start in (("cold", subprocess.Popen), ("warm", warm.popen)):
+        results = tmp_path / how
+        cmd = [
+            *HARNESS,
+            "work",
+            "--results",
+            str(results),
+            "--create",
+            "--wait",
+            "--poll-s",
+            "0.2",
+            "--quiet",
+        ]
+        p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not (results / "queue.journal").exists():  # the worker has opened its queue: it is polling
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)  # past the queue's creation, into the poll loop
+        if how == "warm":
+            assert p.pid not in (os.getpid(), warm._server.proc.pid)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        said[how] = (p.returncode, out, err.replace(str(results), "RESULTS"))
+    assert said["warm"] == said["cold"] and said["cold"][0] != 0, said
+    assert warm._server.proc.poll() is None  # the server is still there for the next command
+
+
+def test_an_environment_another_library_reads_at_import_starts_cold(tmp_path):
+    ours = {**os.environ, "HARNESS_RESULTS": str(tmp_path)}
+    theirs = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    for env, kind in ((ours, warm._WarmPopen), (theirs, subprocess.Popen)):
+        with warm.popen([*HARNESS, "--help"], env=env, stdout=subprocess.DEVNULL) as p:
+            assert type(p) is kind and p.wait(timeout=120) == 0
+    with warm.popen([sys.executable, "-u", "-m", "harness", "--help"], stdout=subprocess.DEVNULL) as p:
+        assert type(p) is subprocess.Popen and p.wait(timeout=120) == 0

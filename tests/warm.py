@@ -1,0 +1,257 @@
+"""``harness`` commands for the tests, forked from a warm process (docs/running.md: where the time goes).
+
+A process that trains imports torch and Lightning first: 4.6 s of CPU here, most of a tiny run's. ``run``
+and ``popen`` are ``subprocess.run`` and ``subprocess.Popen`` for ``[sys.executable, "-m", "harness",
+...]`` that start the command in a process forked from a server which imported those libraries once per
+test process (``PRELOAD``; not harness itself, whose modules load in the child as in a fresh process).
+The child then runs exactly what ``python -m harness`` runs (``runpy._run_module_as_main``) and ends as
+that interpreter ends: ``SystemExit``'s code, an uncaught exception's traceback and exit 1, an uncaught
+KeyboardInterrupt's SIGINT, atexit handlers and buffered output flushed. It is a real process with its
+own pid (signals reach it), stdin/stdout/stderr (pipes, files or a terminal: line-buffered on a
+terminal, as at a fresh start), working folder, environment, session or process group, Python's default
+SIGINT handler and freshly seeded ``random``/``numpy.random``; its exit status comes back through a pipe.
+
+It starts cold instead (``subprocess`` itself) where a fork cannot stand for a fresh interpreter: another
+executable or interpreter flag, ``preexec_fn``, ``pass_fds``, user or umask changes, or an environment
+that differs from the server's in anything but ``HARNESS_*``, ``PYTEST_*`` and ``PATH`` (another variable may be read
+by a library at import, as torch's inductor reads ``TORCHINDUCTOR_*``). Tests of what a command imports,
+of its memory or of its start-up time call ``subprocess`` themselves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+#: what the server imports before it forks (polars is left out: its thread pool starts at import)
+PRELOAD = ("torch", "lightning.pytorch", "duckdb", "optuna", "tokenizers", "scipy.stats")
+
+#: environment variables a child may have other than the server's (read at run time: harness, pytest, PATH)
+OWN_ENVIRONMENT = ("HARNESS_", "PYTEST_", "PATH")
+
+SERVER = r"""
+import json, os, selectors, signal, socket, struct, sys
+ctl = socket.socket(fileno=int(sys.argv[1]))
+sigint = signal.getsignal(signal.SIGINT)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the test's process group is not for the server
+import importlib
+for name in sys.argv[2].split(","):
+    importlib.import_module(name)
+import gc
+gc.freeze()  # the preloaded objects out of the collector's reach: a child's collections and exit stay cheap
+ctl.send(b"ready")
+
+
+def serve():
+    # Forks a child per request; returns (request, fds) in the child only.
+    sel = selectors.DefaultSelector()
+    sel.register(ctl, selectors.EVENT_READ)
+    waiting = {}  # pidfd -> (pid, the status pipe's write end)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is ctl:
+                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 4)
+                if not msg:
+                    os._exit(0)  # the test process has gone
+                pid = os.fork()
+                if pid == 0:
+                    sel.close()
+                    ctl.close()
+                    for pidfd, (_, status) in waiting.items():
+                        os.close(pidfd)
+                        os.close(status)
+                    return json.loads(msg), fds
+                for fd in fds[:3]:
+                    os.close(fd)
+                pidfd = os.pidfd_open(pid)
+                waiting[pidfd] = (pid, fds[3])
+                sel.register(pidfd, selectors.EVENT_READ)
+                ctl.send(struct.pack("i", pid))
+            else:
+                pid, status = waiting.pop(key.fd)
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                _, sts = os.waitpid(pid, 0)
+                os.write(status, struct.pack("i", sts))
+                os.close(status)
+
+
+request, fds = serve()
+os.close(fds[3])
+for fd, std in zip(fds[:3], (0, 1, 2)):
+    os.dup2(fd, std)
+for fd in set(fds[:3]) - {0, 1, 2}:
+    os.close(fd)
+signal.signal(signal.SIGINT, sigint)
+if request["new_session"]:
+    os.setsid()
+elif request["process_group"] != -1:
+    os.setpgid(0, request["process_group"])
+os.chdir(request["cwd"])
+os.environ.clear()
+os.environ.update(request["env"])
+sys.stdout.reconfigure(line_buffering=os.isatty(1))
+sys.stderr.reconfigure(line_buffering=os.isatty(2))
+import random
+random.seed()
+if "numpy" in sys.modules:
+    sys.modules["numpy"].random.seed()
+sys.argv = ["-m", *request["argv"]]
+sys.path[0] = os.getcwd()
+del request, fds, ctl, serve, sigint
+import runpy
+runpy._run_module_as_main("harness")
+"""
+
+
+class _Server:
+    """The warm process of this test process: started on first use, gone when this process ends."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.env = dict(os.environ)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(theirs.fileno()), ",".join(PRELOAD)],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+        self.owner = os.getpid()
+        ours.settimeout(300)
+        if ours.recv(16) != b"ready":
+            raise RuntimeError(
+                f"the warm harness server did not start (exit {self.proc.wait()}, its stderr above)"
+            )
+        ours.settimeout(None)
+        atexit.register(self.close)
+
+    def fork(self, request: dict, fds: list[int]) -> int:
+        """The pid of a child forked for ``request`` with ``fds`` (stdin, stdout, stderr, status pipe)."""
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+            return struct.unpack("i", self.sock.recv(4))[0]
+
+    def close(self) -> None:
+        self.sock.close()  # the server sees the end of its socket and exits
+        self.proc.wait()
+
+
+_server: _Server | None = None
+_server_lock = threading.Lock()
+
+
+def _warm_server() -> _Server:
+    global _server
+    with _server_lock:
+        if _server is None or _server.owner != os.getpid():
+            _server = _Server()
+        return _server
+
+
+class _WarmPopen(subprocess.Popen):
+    """``subprocess.Popen`` whose child is forked by the warm server; its status is read off a pipe."""
+
+    def _execute_child(
+        self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags,
+        shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids, uid,
+        umask, start_new_session, process_group,
+    ):  # fmt: skip
+        status_r, status_w = os.pipe()
+        try:
+            request = {
+                "argv": [str(a) for a in args[3:]],
+                "env": dict(os.environ if env is None else env),
+                "cwd": os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd(),
+                "new_session": bool(start_new_session),
+                "process_group": -1 if process_group is None else process_group,
+            }
+            std = [fd if fd != -1 else i for i, fd in enumerate((p2cread, c2pwrite, errwrite))]
+            self.pid = _warm_server().fork(request, [*std, status_w])
+            self._status = status_r
+            self._child_created = True
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _try_wait(self, wait_flags):
+        if wait_flags & os.WNOHANG and not select.select([self._status], [], [], 0)[0]:
+            return (0, 0)
+        data = b""
+        while len(data) < 4:
+            chunk = os.read(self._status, 4 - len(data))
+            if not chunk:
+                raise RuntimeError(f"the warm harness server went away before pid {self.pid} ended")
+            data += chunk
+        os.close(self._status)
+        return (self.pid, struct.unpack("i", data)[0])
+
+    def _internal_poll(self, _deadstate=None, **_):
+        if self.returncode is None and self._waitpid_lock.acquire(False):
+            try:
+                if self.returncode is None:
+                    pid, sts = self._try_wait(os.WNOHANG)
+                    if pid == self.pid:
+                        self._handle_exitstatus(sts)
+            except (OSError, RuntimeError):
+                if _deadstate is None:
+                    raise
+                self.returncode = _deadstate
+            finally:
+                self._waitpid_lock.release()
+        return self.returncode
+
+
+def _warm(args, kwargs: dict) -> bool:
+    """Whether ``args`` with Popen's ``kwargs`` can start from the warm server (module docstring)."""
+    if not isinstance(args, (list, tuple)) or list(args[:3]) != [sys.executable, "-m", "harness"]:
+        return False
+    cold = ("preexec_fn", "pass_fds", "executable", "shell", "user", "group", "extra_groups", "umask")
+    if any(kwargs.get(k) not in (None, False, (), -1) for k in cold):
+        return False
+    server_env = _server.env if _server is not None and _server.owner == os.getpid() else os.environ
+    env = kwargs.get("env")
+    env = os.environ if env is None else env
+
+    def imported(e) -> dict:
+        return {k: v for k, v in e.items() if not k.startswith(OWN_ENVIRONMENT)}
+
+    return imported(env) == imported(server_env)
+
+
+def popen(args, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(args, **kwargs)``, forked warm where it can be (module docstring)."""
+    return (_WarmPopen if _warm(args, kwargs) else subprocess.Popen)(args, **kwargs)
+
+
+def run(args, *, input=None, capture_output=False, timeout=None, check=False, **kwargs):
+    """``subprocess.run(args, ...)`` through :func:`popen`: the same arguments, result and errors."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    with popen(args, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            process.kill()
+            exc.stdout, exc.stderr = process.communicate()
+            raise
+        except BaseException:
+            process.kill()
+            raise
+    code = process.poll()
+    if check and code:
+        raise subprocess.CalledProcessError(code, process.args, output=stdout, stderr=stderr)
+    return subprocess.CompletedProcess(process.args, code, stdout, stderr)
