@@ -27,10 +27,11 @@ $(STAMP): pyproject.toml requirements.lock
 venv: $(STAMP)
 
 # The test files in $(TEST_WORKERS) processes (pytest-xdist; a file's tests stay in one process, so each
-# file's fixtures start once): most tests wait on subprocesses and services, so 2 halve the time on 2 cores.
+# file's fixtures start once): 3 on 2 cores, so that one process's waits (a lease running out, SLURM's
+# scheduler, a poll) leave no core idle (docs/running.md: 15 min 23 s with 3, 16 min 10 s with 2).
 # --no-loadscope-reorder: the files go out in conftest's order (LONGEST_FIRST), not xdist's default of
 # most tests first, which sent the longest files (few tests each) out last, to one process alone at the end.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST)

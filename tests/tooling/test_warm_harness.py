@@ -14,6 +14,7 @@ import pytest
 import warm
 
 HARNESS = [sys.executable, "-m", "harness"]
+pytestmark = pytest.mark.slow  # the server imports torch and Lightning first: 4 s
 
 
 @pytest.mark.parametrize(
