@@ -13,9 +13,11 @@ SIGINT handler and freshly seeded ``random``/``numpy.random``; its exit status c
 
 It starts cold instead (``subprocess`` itself) where a fork cannot stand for a fresh interpreter: another
 executable or interpreter flag, ``preexec_fn``, ``pass_fds``, user or umask changes, or an environment
-that differs from the server's in anything but ``HARNESS_*``, ``PYTEST_*`` and ``PATH`` (another variable may be read
-by a library at import, as torch's inductor reads ``TORCHINDUCTOR_*``). Tests of what a command imports,
-of its memory or of its start-up time call ``subprocess`` themselves.
+that differs from the server's in anything but ``HARNESS_*``, ``PYTEST_*``, ``PATH`` and a ``PYTHONPATH`` of
+folders that hold none of the server's modules and no ``sitecustomize`` (the child puts them on ``sys.path``
+where a fresh interpreter would; another variable may be read by a library at import, as torch's inductor
+reads ``TORCHINDUCTOR_*``). Tests of what a command imports, of its memory or of its start-up time call
+``subprocess`` themselves.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ for name in sys.argv[2].split(","):
     importlib.import_module(name)
 import gc
 gc.freeze()  # the preloaded objects out of the collector's reach: a child's collections and exit stay cheap
-ctl.send(b"ready")
+pythonpath = {os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
+base_path = [p for p in sys.path[1:] if p not in pythonpath]  # after the folder of `-m` and PYTHONPATH
+ctl.send(json.dumps(sorted({name.split(".")[0] for name in sys.modules})).encode())  # ready: what it holds
 
 
 def serve():
@@ -104,8 +108,9 @@ random.seed()
 if "numpy" in sys.modules:
     sys.modules["numpy"].random.seed()
 sys.argv = ["-m", *request["argv"]]
-sys.path[0] = os.getcwd()
-del request, fds, ctl, serve, sigint
+pythonpath = [os.path.abspath(e) for e in request["env"].get("PYTHONPATH", "").split(os.pathsep) if e]
+sys.path[:] = dict.fromkeys([os.getcwd(), *pythonpath, *base_path])  # as `python -m` and site.py order it
+del request, fds, ctl, serve, sigint, pythonpath, base_path
 import runpy
 runpy._run_module_as_main("harness")
 """
@@ -127,10 +132,12 @@ class _Server:
         self.lock = threading.Lock()
         self.owner = os.getpid()
         ours.settimeout(300)
-        if ours.recv(16) != b"ready":
+        ready = ours.recv(1 << 20)
+        if not ready:
             raise RuntimeError(
                 f"the warm harness server did not start (exit {self.proc.wait()}, its stderr above)"
             )
+        self.modules = set(json.loads(ready))  # the top-level modules it has imported
         ours.settimeout(None)
         atexit.register(self.close)
 
@@ -225,9 +232,23 @@ def _warm(args, kwargs: dict) -> bool:
     env = os.environ if env is None else env
 
     def imported(e) -> dict:
-        return {k: v for k, v in e.items() if not k.startswith(OWN_ENVIRONMENT)}
+        return {k: v for k, v in e.items() if not k.startswith(OWN_ENVIRONMENT) and k != "PYTHONPATH"}
 
-    return imported(env) == imported(server_env)
+    if imported(env) != imported(server_env):
+        return False
+    ours, theirs = env.get("PYTHONPATH", ""), server_env.get("PYTHONPATH", "")
+    return ours == theirs or not any(_shadows(path, _warm_server().modules) for path in (ours, theirs))
+
+
+def _shadows(pythonpath: str, modules: set[str]) -> bool:
+    """Whether a folder of ``pythonpath`` (the child's or the server's) holds one of the server's ``modules``
+    or a sitecustomize (which only a fresh interpreter runs); an entry that is not a folder counts as one
+    that does."""
+    names = modules | {"sitecustomize", "usercustomize"}
+    for entry in filter(None, pythonpath.split(os.pathsep)):
+        if not os.path.isdir(entry) or any(n.split(".")[0] in names for n in os.listdir(entry)):
+            return True
+    return False
 
 
 def popen(args, **kwargs) -> subprocess.Popen:

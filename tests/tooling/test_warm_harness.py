@@ -79,3 +79,33 @@ def test_an_environment_another_library_reads_at_import_starts_cold(tmp_path):
             assert type(p) is kind and p.wait(timeout=120) == 0
     with warm.popen([sys.executable, "-u", "-m", "harness", "--help"], stdout=subprocess.DEVNULL) as p:
         assert type(p) is subprocess.Popen and p.wait(timeout=120) == 0
+
+
+def test_a_pythonpath_goes_on_sys_path_where_a_fresh_interpreter_puts_it_and_a_sitecustomize_starts_cold(
+    tmp_path,
+):
+    """A folder on PYTHONPATH with a package named harness shadows the installed one in both processes:
+    its __main__ prints the module search path the command was given."""
+    shadow = tmp_path / "shadow" / "harness"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    (shadow / "__main__.py").write_text(
+        "import sys\nprint(__file__)\nprint(sys.argv[1:])\nprint(sys.path[:4])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{tmp_path / 'absent'}"}
+    cmd = [*HARNESS, "a", "b"]
+    with warm.popen(cmd, env=env, stdout=subprocess.DEVNULL, cwd=tmp_path) as p:
+        assert type(p) is subprocess.Popen and p.wait(timeout=120) == 0  # an entry that is not a folder: cold
+    env["PYTHONPATH"] = str(shadow.parent)
+    cold = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    with warm.popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    ) as p:
+        out, err = p.communicate(timeout=120)
+    assert isinstance(p, warm._WarmPopen) and (p.returncode, out, err) == (0, cold.stdout, cold.stderr)
+    assert out.splitlines()[:2] == [str(shadow / "__main__.py"), "['a', 'b']"], out
+    for name in ("sitecustomize.py", "torch"):
+        (shadow.parent / name).touch()
+        with warm.popen(cmd, env=env, stdout=subprocess.DEVNULL, cwd=tmp_path) as p:
+            assert type(p) is subprocess.Popen and p.wait(timeout=120) == 0
+        (shadow.parent / name).unlink()

@@ -20,6 +20,7 @@ import duckdb
 import pytest
 import torch
 import torch.distributed as dist
+import warm
 
 from harness.design.config import RunConfig
 from harness.scheduling.queue.run_queue import RunQueue
@@ -139,7 +140,7 @@ def test_a_sigkilled_child_rank_stops_the_run_within_seconds_and_gives_it_back(t
     config = RunConfig.adhoc("rd_attnres", "tiny", 4, 2000 * 1024, str(SAMPLE), grid="g", train=TRAIN)
     q.enqueue([config])
     work = [sys.executable, "-m", "harness", "work", "--results", str(results)]
-    p = subprocess.Popen(
+    p = warm.popen(
         [*work, "--devices", "2", "--accelerator", "cpu", "--threads", "1"],
         env=_env(),
         stdout=subprocess.PIPE,
