@@ -9,12 +9,20 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-import chaos
-import services
+# One thread per test process and per command it starts (torch's OpenMP, numpy's OpenBLAS, MKL) unless the
+# environment says otherwise: `make test` runs 3 processes on 2 cores, where each library's default of one
+# thread per core spin-waits for cores the other processes hold (docs/running.md: threads). Set before chaos
+# imports warm, whose server starts with the session's environment.
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import chaos  # noqa: E402
+import services  # noqa: E402
 
 CHAOS_CELLS = 12  # the reference covers every chaos grid of up to this many cells
 
@@ -222,6 +230,18 @@ def pytest_collection_modifyitems(config, items):
                 )
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test ends with the environment it started with (a cold subprocess of a later test sees no
+    variable an earlier one left, e.g. PL_GLOBAL_SEED from Lightning's ``seed_everything`` in-process), so
+    no test depends on the order, and a later test's harness commands start warm (tests/warm.py)."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 @pytest.fixture

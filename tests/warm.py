@@ -13,11 +13,15 @@ SIGINT handler and freshly seeded ``random``/``numpy.random``; its exit status c
 
 It starts cold instead (``subprocess`` itself) where a fork cannot stand for a fresh interpreter: another
 executable or interpreter flag, ``preexec_fn``, ``pass_fds``, user or umask changes, or an environment
-that differs from the server's in anything but ``HARNESS_*``, ``PYTEST_*``, ``PATH`` and a ``PYTHONPATH`` of
-folders that hold none of the server's modules and no ``sitecustomize`` (the child puts them on ``sys.path``
-where a fresh interpreter would; another variable may be read by a library at import, as torch's inductor
-reads ``TORCHINDUCTOR_*``). Tests of what a command imports, of its memory or of its start-up time call
-``subprocess`` themselves.
+that differs from the server's in anything but ``HARNESS_*``, ``PYTEST_*``, ``PATH``, ``_RJEM_MALLOC_CONF``
+(polars', read when the child imports polars) and a ``PYTHONPATH`` of folders that hold none of the server's
+modules and no ``sitecustomize`` (the child puts them on ``sys.path`` where a fresh interpreter would; another
+variable may be read by a library at import, as torch's inductor reads ``TORCHINDUCTOR_*``). The server starts
+with the session's environment (:data:`SESSION_ENVIRONMENT`), whichever test starts it; a variable its imports
+set (Lightning sets ``PYTORCH_NVML_BASED_CUDA_CHECK``, torch ``TORCHINDUCTOR_CACHE_DIR``) may be absent from a
+command's environment or hold the value they set, and the child gets it where absent, as a fresh
+interpreter's imports would set it. Tests of what a command imports, of its memory or of its start-up time
+call ``subprocess`` themselves.
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ import threading
 #: what the server imports before it forks (polars is left out: its thread pool starts at import)
 PRELOAD = ("torch", "lightning.pytorch", "duckdb", "optuna", "tokenizers", "scipy.stats")
 
-#: environment variables a child may have other than the server's (read at run time: harness, pytest, PATH)
-OWN_ENVIRONMENT = ("HARNESS_", "PYTEST_", "PATH")
+#: environment variables a child may have other than the server's: read at run time (harness, pytest, PATH)
+#: or only by a library the server has not imported (polars' jemalloc settings)
+OWN_ENVIRONMENT = ("HARNESS_", "PYTEST_", "PATH", "_RJEM_MALLOC_CONF")
+
+#: the test process's environment as the session started (conftest imports this module): the server's, so
+#: that whether a command starts warm does not depend on which test started the server (one that set a
+#: variable, or ran Lightning in-process, which sets PL_GLOBAL_SEED) nor on the test order
+SESSION_ENVIRONMENT = dict(os.environ)
 
 SERVER = r"""
 import json, os, selectors, signal, socket, struct, sys
@@ -44,13 +54,16 @@ ctl = socket.socket(fileno=int(sys.argv[1]))
 sigint = signal.getsignal(signal.SIGINT)
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the test's process group is not for the server
 import importlib
+before = dict(os.environ)
 for name in sys.argv[2].split(","):
     importlib.import_module(name)
+added = {k: v for k, v in os.environ.items() if before.get(k) != v}  # what the imports set
 import gc
 gc.freeze()  # the preloaded objects out of the collector's reach: a child's collections and exit stay cheap
 pythonpath = {os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
 base_path = [p for p in sys.path[1:] if p not in pythonpath]  # after the folder of `-m` and PYTHONPATH
-ctl.send(json.dumps(sorted({name.split(".")[0] for name in sys.modules})).encode())  # ready: what it holds
+modules = sorted({name.split(".")[0] for name in sys.modules})
+ctl.send(json.dumps({"modules": modules, "added": added}).encode())  # ready: what it holds and set
 
 
 def serve():
@@ -101,6 +114,8 @@ elif request["process_group"] != -1:
 os.chdir(request["cwd"])
 os.environ.clear()
 os.environ.update(request["env"])
+for k, v in added.items():  # as the imports of a fresh interpreter set them where the caller had not
+    os.environ.setdefault(k, v)
 sys.stdout.reconfigure(line_buffering=os.isatty(1))
 sys.stderr.reconfigure(line_buffering=os.isatty(2))
 import random
@@ -110,7 +125,7 @@ if "numpy" in sys.modules:
 sys.argv = ["-m", *request["argv"]]
 pythonpath = [os.path.abspath(e) for e in request["env"].get("PYTHONPATH", "").split(os.pathsep) if e]
 sys.path[:] = dict.fromkeys([os.getcwd(), *pythonpath, *base_path])  # as `python -m` and site.py order it
-del request, fds, ctl, serve, sigint, pythonpath, base_path
+del request, fds, ctl, serve, sigint, pythonpath, base_path, modules, before, added
 import runpy
 runpy._run_module_as_main("harness")
 """
@@ -121,9 +136,9 @@ class _Server:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.env = dict(os.environ)
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SERVER, str(theirs.fileno()), ",".join(PRELOAD)],
+            env=SESSION_ENVIRONMENT,
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
         )
@@ -137,7 +152,9 @@ class _Server:
             raise RuntimeError(
                 f"the warm harness server did not start (exit {self.proc.wait()}, its stderr above)"
             )
-        self.modules = set(json.loads(ready))  # the top-level modules it has imported
+        ready = json.loads(ready)
+        self.modules = set(ready["modules"])  # the top-level modules it has imported
+        self.added = ready["added"]  # the variables those imports set (and a child gets where not given)
         ours.settimeout(None)
         atexit.register(self.close)
 
@@ -227,17 +244,24 @@ def _warm(args, kwargs: dict) -> bool:
     cold = ("preexec_fn", "pass_fds", "executable", "shell", "user", "group", "extra_groups", "umask")
     if any(kwargs.get(k) not in (None, False, (), -1) for k in cold):
         return False
-    server_env = _server.env if _server is not None and _server.owner == os.getpid() else os.environ
     env = kwargs.get("env")
     env = os.environ if env is None else env
 
-    def imported(e) -> dict:
-        return {k: v for k, v in e.items() if not k.startswith(OWN_ENVIRONMENT) and k != "PYTHONPATH"}
+    server = _warm_server()
 
-    if imported(env) != imported(server_env):
+    def imported(e) -> dict:
+        return {
+            k: v
+            for k, v in e.items()
+            if not k.startswith(OWN_ENVIRONMENT) and k != "PYTHONPATH" and k not in server.added
+        }
+
+    if imported(env) != imported(SESSION_ENVIRONMENT) or any(
+        env.get(k, v) != v for k, v in server.added.items()
+    ):
         return False
-    ours, theirs = env.get("PYTHONPATH", ""), server_env.get("PYTHONPATH", "")
-    return ours == theirs or not any(_shadows(path, _warm_server().modules) for path in (ours, theirs))
+    ours, theirs = env.get("PYTHONPATH", ""), SESSION_ENVIRONMENT.get("PYTHONPATH", "")
+    return ours == theirs or not any(_shadows(path, server.modules) for path in (ours, theirs))
 
 
 def _shadows(pythonpath: str, modules: set[str]) -> bool:

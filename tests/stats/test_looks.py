@@ -29,6 +29,19 @@ def _obf(alpha: float, t: float) -> float:
     return 2.0 - 2.0 * scipy.stats.norm.cdf(scipy.stats.norm.ppf(1 - alpha / 2) / math.sqrt(t))
 
 
+def test_spending_is_scipy_stats_norms_sf_and_isf_bit_for_bit():
+    """``spent`` calls scipy.special's ndtr and ndtri directly: the very values of ``scipy.stats.norm``'s
+    sf and isf, over levels down to 1e-300 and every information fraction, edges included."""
+    rng = np.random.default_rng(0)
+    alpha = np.concatenate([np.exp(rng.uniform(np.log(1e-300), 0.0, 2000)), [1e-300, 0.05, 0.317, 1.0, 2.0]])
+    t = np.concatenate([rng.uniform(0.0, 1.0, 200), [0.0, 1e-12, 0.5, 1.0]])
+    z = scipy.stats.norm.isf(alpha[:, None] / 2)
+    with np.errstate(divide="ignore"):
+        expected = np.where(t > 0, 2 * scipy.stats.norm.sf(z / np.sqrt(np.where(t > 0, t, 1.0))), 0.0)
+    assert np.array_equal(spent(alpha[:, None], t), expected)
+    assert spent(0.05, 0.3) == float(2 * scipy.stats.norm.sf(scipy.stats.norm.isf(0.025) / math.sqrt(0.3)))
+
+
 def test_spending_function_values():
     for t in (0.1, 0.3, 0.5, 0.8, 1.0):
         assert spent(ALPHA, t) == pytest.approx(_obf(ALPHA, t), rel=1e-9)

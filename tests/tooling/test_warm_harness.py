@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import warm
@@ -109,3 +110,34 @@ def test_a_pythonpath_goes_on_sys_path_where_a_fresh_interpreter_puts_it_and_a_s
         with warm.popen(cmd, env=env, stdout=subprocess.DEVNULL, cwd=tmp_path) as p:
             assert type(p) is subprocess.Popen and p.wait(timeout=120) == 0
         (shadow.parent / name).unlink()
+
+
+LEFT = "RD_HARNESS_TEST_LEFT_BEHIND"  # a variable no library reads, set as Lightning sets PL_GLOBAL_SEED
+
+
+def test_a_server_started_after_a_test_changed_the_environment_has_the_sessions(tmp_path):
+    """Set outside monkeypatch (as Lightning's ``seed_everything`` sets PL_GLOBAL_SEED in-process): the
+    commands of this environment start cold, a new server starts with the session's environment, and
+    the next test finds the variable gone (conftest's ``_environment_restored``)."""
+    assert LEFT not in warm.SESSION_ENVIRONMENT
+    os.environ[LEFT] = "3"
+    old, warm._server = warm._server, None
+    try:
+        with warm.popen([*HARNESS, "--help"], stdout=subprocess.DEVNULL) as p:
+            assert type(p) is subprocess.Popen and p.wait(timeout=120) == 0
+        with warm.popen([*HARNESS, "--help"], env=warm.SESSION_ENVIRONMENT, stdout=subprocess.DEVNULL) as p:
+            assert type(p) is warm._WarmPopen and p.wait(timeout=120) == 0
+        server_env = Path(f"/proc/{warm._server.proc.pid}/environ").read_bytes().split(b"\0")
+        assert f"{LEFT}=3".encode() not in server_env and b"PATH=" + os.environ["PATH"].encode() in server_env
+    finally:
+        if warm._server is not None:
+            warm._server.close()
+        warm._server = old
+
+
+def test_the_next_test_finds_the_variable_an_earlier_test_left_gone():
+    """Runs after the test above (pytest keeps a file's order): its variable is gone, so this test's
+    commands start warm."""
+    assert LEFT not in os.environ
+    with warm.popen([*HARNESS, "--help"], stdout=subprocess.DEVNULL) as p:
+        assert type(p) is warm._WarmPopen and p.wait(timeout=120) == 0
