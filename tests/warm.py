@@ -10,8 +10,8 @@ KeyboardInterrupt's SIGINT, non-daemon threads joined, atexit handlers run and b
 command that returns or exits with a code then leaves by ``os._exit`` without the interpreter's module
 teardown: tearing down the inherited torch and Lightning modules wrote to every page of them, copying the
 server's heap (0.27 s of CPU and 43,000 page faults a command). What that skips: the ``__del__`` of objects
-still alive at exit, which a teardown may run (harness closes what it opens; the suite passes both ways). It is a real process with its
-own pid (signals reach it), stdin/stdout/stderr (pipes, files or a terminal: line-buffered on a
+still alive at exit, which a teardown may run (the whole suite passed both ways). It is a real process with
+its own pid (signals reach it), stdin/stdout/stderr (pipes, files or a terminal: line-buffered on a
 terminal, as at a fresh start), working folder, environment, session or process group, Python's default
 SIGINT handler and freshly seeded ``random``/``numpy.random``; its exit status comes back through a pipe.
 
@@ -140,7 +140,7 @@ except SystemExit as exc:  # a message or another object: the interpreter's own 
     code = exc.code or 0
 # An interpreter's exit without its module teardown, which would copy the server's heap (module docstring).
 import atexit as _atexit, ctypes as _ctypes, os as _os, sys as _sys, threading as _threading
-_threading._shutdown()  # non-daemon threads joined, then atexit, then the buffers, as Py_FinalizeEx orders them
+_threading._shutdown()  # non-daemon threads joined, then atexit, then the buffers: Py_FinalizeEx's order
 _atexit._run_exitfuncs()
 try:
     _sys.stdout.flush()

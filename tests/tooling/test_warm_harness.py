@@ -115,7 +115,7 @@ def test_a_pythonpath_goes_on_sys_path_where_a_fresh_interpreter_puts_it_and_a_s
 LEFT = "RD_HARNESS_TEST_LEFT_BEHIND"  # a variable no library reads, set as Lightning sets PL_GLOBAL_SEED
 
 
-def test_a_server_started_after_a_test_changed_the_environment_has_the_sessions(tmp_path):
+def test_a_server_started_after_a_test_changed_the_environment_has_the_sessions():
     """Set outside monkeypatch (as Lightning's ``seed_everything`` sets PL_GLOBAL_SEED in-process): the
     commands of this environment start cold, a new server starts with the session's environment, and
     the next test finds the variable gone (conftest's ``_environment_restored``)."""
