@@ -6,10 +6,13 @@ uses one fails (with the daemons' logs) when it cannot start, it is never skippe
 
 from __future__ import annotations
 
+import atexit
 import gc
 import itertools
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,16 @@ import pytest
 # imports warm, whose server starts with the session's environment.
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+
+# One prepared-corpus cache ($HARNESS_CACHE) for the whole session, all its processes (docs/running.md: the
+# corpus cache). The cache is content-addressed and built under a file lock (harness/data/shards.py), so the
+# sample text's BPE and shards are built once per session, not once per results folder (81 times before).
+# pytest-xdist's workers inherit it from the process that starts them; a developer's own $HARNESS_CACHE is
+# not written to. A test of where the cache goes by default, or of what a refused command leaves in its
+# results folder, is marked `own_cache` and runs without it (:func:`_environment_restored`).
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["HARNESS_CACHE"] = tempfile.mkdtemp(prefix="harness-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE"], ignore_errors=True)
 
 import chaos  # noqa: E402
 import services  # noqa: E402
@@ -233,11 +246,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _environment_restored():
+def _environment_restored(request):
     """Each test ends with the environment it started with (a cold subprocess of a later test sees no
     variable an earlier one left, e.g. PL_GLOBAL_SEED from Lightning's ``seed_everything`` in-process), so
-    no test depends on the order, and a later test's harness commands start warm (tests/warm.py)."""
+    no test depends on the order, and a later test's harness commands start warm (tests/warm.py).
+
+    A test marked ``own_cache`` runs without the session's corpus cache: its commands build theirs in their
+    results folder (``RESULTS/cache``), as for a user who has not set ``$HARNESS_CACHE``. (Here, not with
+    ``monkeypatch``: a test's own ``monkeypatch.undo()`` would bring the variable back mid-test.)"""
     before = dict(os.environ)
+    if request.node.get_closest_marker("own_cache"):
+        os.environ.pop("HARNESS_CACHE", None)
     yield
     if os.environ != before:
         os.environ.clear()

@@ -15,6 +15,8 @@ from harness.bench.profile import categorize, compare, kernel_name
 from harness.cli import main as cli
 from harness.models import build_model
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 
 def _bench(tmp_path, variants, *extra):
     out = tmp_path / "bench.json"

@@ -55,7 +55,6 @@ def test_the_bench_optimiser_is_the_one_training_builds(tmp_path, monkeypatch, c
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
     monkeypatch.setenv(CUDA_DEFAULTS_ENV, cuda_defaults)
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     built = []
     configure = LitLM.configure_optimizers
 

@@ -26,6 +26,8 @@ from harness.store.store import Store
 from chaos import SAMPLE
 from queue_stubs import configs
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 HEAVY = ("torch", "lightning", "optuna")
 
 

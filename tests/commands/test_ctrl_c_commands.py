@@ -29,6 +29,8 @@ from harness.cli import FINISHED_AS_IT_EXITED
 from harness.corpus.key import read_manifest
 from harness.scheduling.queue.run_queue import RunQueue
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
 HANG_S = 60  # an exit later than this after SIGINT is a hang (GRACE_S is 10 s)

@@ -29,6 +29,8 @@ from harness.train.execution import ExecutionSettings
 
 from queue_stubs import blocking_cli_worker, configs, new_queue, quiet
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 # ----------------------------------------------------------------------------- commands
 
 

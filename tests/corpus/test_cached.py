@@ -28,6 +28,8 @@ from harness.data.shards import prepare_shards
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.store import Store
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 FILE = SAMPLE / "fineweb_edu_sample10BT_efscorer150.jsonl"
 

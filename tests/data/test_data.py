@@ -33,6 +33,8 @@ from harness.data import prepare_corpus, token_dtype
 from harness.data import shards as data_mod
 from harness.data.tokenizer import EOS_TOKEN, GPT2Tokenizer, train_bpe
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent")
 VOCAB = 512

@@ -29,6 +29,8 @@ from harness.data.legacy_layout import LEGACY_FORMAT, hub_index_path, legacy_dir
 from harness.data.tokenizer import token_dtype, train_bpe
 from harness.train.protocol import protocol_hash
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
 ARCHIVE = ROOT / "reports/factorial_study/rd_factorial_study.tar.gz"

@@ -32,6 +32,8 @@ from harness.data.shard_reader import ShardedTokens
 from harness.data.shards import Target, prepare_shards
 from harness.data.tokenizer import load_shard_tokenizer
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
 MEMORY_GOAL_KB = 1_500_000  # DESIGN 11: peak RSS <= 1.5 GB at any corpus size

@@ -15,6 +15,8 @@ import pytest
 from harness.cli import main as cli
 from harness.corpus.key import CorpusKey
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared/data/fineweb_edu_sample"
 GRID = """

@@ -22,6 +22,8 @@ from harness.design.config import RunConfig, train_config, train_keys
 from harness.design.train_table import TrainTable, check_value, parse_value, split_train, value_problem
 from harness.models.sizes import derive
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 PAYLOAD = {  # a queued payload as harness queue wrote it before RunConfig existed (61e45a1)
     "run_id": "g:tiny:fixed_v:s0:1000",
     "grid": "g",

@@ -24,6 +24,8 @@ from harness.models.compose import compose
 from harness.models.spec import parse_spec_text
 from harness.scheduling.grids.grid import parse_grid
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "data" / "fineweb_edu_sample"
 TOL = 1e-6

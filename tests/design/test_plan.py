@@ -17,6 +17,8 @@ from harness.scheduling.queue.run_queue import RunQueue
 
 from queue_stubs import write_grid  # tests/ is on sys.path under pytest (no package)
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 
 def write(tmp_path: Path, analysis: str = "", seeds: str = "[0, 1]") -> Path:
     """The queue tests' grid (3 variants, tiny, 1024 tokens) with an [analysis] table appended."""

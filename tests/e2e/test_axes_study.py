@@ -52,7 +52,6 @@ def test_an_lr_axis_gives_a_verdict_per_value_and_the_line_across_it(tmp_path):
     env = {
         **os.environ,
         "HARNESS_RESULTS": str(tmp_path / "results"),
-        "HARNESS_CACHE": str(tmp_path / "cache"),
         "HARNESS_PROGRESS": "lines",
     }
     assert "queued 12 runs" in harness("queue", str(grid), env=env)

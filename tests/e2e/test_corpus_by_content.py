@@ -26,6 +26,8 @@ from harness.corpus.readers import read_documents
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.store.archive import natural_key, read_archive
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
 

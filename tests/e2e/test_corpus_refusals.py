@@ -23,6 +23,8 @@ from harness.corpus.fingerprint import corpus_fingerprint
 from harness.corpus.readers import read_documents
 from harness.scheduling.queue.run_queue import RunQueue
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
 

@@ -20,6 +20,8 @@ from test_faults import _drained, grid_file, harness, one_line_error
 from harness.cli import main as cli
 from harness.scheduling.queue.run_queue import RunQueue
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SPAWN = mp.get_context("spawn")
 
 

@@ -55,7 +55,6 @@ def test_a_factorial_grid_queues_trains_and_reports_its_factorial(tmp_path):
     env = {
         **os.environ,
         "HARNESS_RESULTS": str(tmp_path / "results"),
-        "HARNESS_CACHE": str(tmp_path / "cache"),
         "HARNESS_PROGRESS": "lines",
     }
     assert "queued 12 runs" in harness("queue", str(grid), env=env)

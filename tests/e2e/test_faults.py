@@ -27,6 +27,8 @@ from harness.store.store import Store
 
 from queue_stubs import GRID_TOML, quiet
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 SPAWN = mp.get_context("spawn")
 

@@ -21,6 +21,8 @@ from harness.scheduling.queue.journal import QueueJournal
 from harness.scheduling.queue.run_queue import RunQueue
 from harness.scheduling.workers.loop import work
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 PAGE = 4096
 tmpfs = test_env_faults.tmpfs  # the fixture: a real tmpfs mount of a given size, unmounted after the test
 

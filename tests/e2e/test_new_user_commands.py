@@ -45,7 +45,10 @@ vocab_size = 512
 batch_tokens = 1024
 eval_tokens = 2048
 """
-pytestmark = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent")
+pytestmark = [
+    pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"sample corpus {SAMPLE} absent"),
+    pytest.mark.own_cache,  # its commands build their corpus in RESULTS/cache (conftest)
+]
 
 
 def harness(*args, env, cwd=None, check=True, timeout=600) -> subprocess.CompletedProcess:

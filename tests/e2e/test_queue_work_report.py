@@ -75,7 +75,6 @@ def test_queue_two_workers_sql_report(tmp_path):
     env = {
         **os.environ,
         "HARNESS_RESULTS": str(results),
-        "HARNESS_CACHE": str(tmp_path / "cache"),
         "HARNESS_PROGRESS": "lines",
         "HARNESS_SPEC_PATH": str(tmp_path / "specs"),
     }

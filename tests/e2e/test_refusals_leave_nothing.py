@@ -25,6 +25,8 @@ from harness.cli import main as cli
 from harness.store.archive import read_archive, write_archive
 from harness.store.validate import result_filename
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ESCAPED = "../../escaped"
 OFFLINE = {  # tiktoken's real client with nowhere to download gpt2's files from (and no cache)
     "HTTPS_PROXY": "http://127.0.0.1:9",

@@ -145,6 +145,7 @@ STUDY = Path(__file__).resolve().parents[2] / "reports/factorial_study/rd_factor
 
 @pytest.mark.slow  # 7 harness processes, prepares a second corpus (~45 s of CPU)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
+@pytest.mark.own_cache  # what a refusal leaves is looked for in its results folder (conftest)
 def test_retrain_refuses_before_training_in_one_line(tmp_path):
     """The committed study's archive: it names its corpus by content (no path travels), another text gives
     another protocol hash, and the folder it was imported into holds the archived results."""
@@ -257,6 +258,7 @@ def test_two_pairs_retrained_with_other_threads_are_too_few_to_tell_and_name_wha
     ],
 )
 @pytest.mark.parametrize("report_only", [False, True])
+@pytest.mark.own_cache  # nothing created: its tmp_path is compared before and after (conftest)
 def test_retrain_refuses_an_output_it_could_not_write_before_any_work(
     tmp_path, capsys, outputs, words, report_only
 ):

@@ -285,7 +285,6 @@ def test_followup_of_a_trained_grid_queues_as_written(tmp_path):
     env = {
         **os.environ,
         "HARNESS_RESULTS": str(tmp_path / "results"),
-        "HARNESS_CACHE": str(tmp_path / "cache"),
         "HARNESS_PROGRESS": "lines",
     }
 

@@ -13,6 +13,8 @@ import pytest
 from harness.cli import main as cli
 from harness.scheduling.workers.devices import check_accelerator
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 NO_GPU_ACCEL = "this machine has no GPU; use --accelerator cpu or auto"
 
 

@@ -89,9 +89,9 @@ def _classes_by_seed(results: Path) -> dict[int, dict[str, str]]:
 
 @pytest.fixture
 def queued(tmp_path, monkeypatch):
-    """A results folder with its own corpus cache; returns a function queueing the grid with ``[schedule]``."""
+    """A results folder (the corpus cache is the session's: tests/conftest.py); returns a function queueing the
+    grid with ``[schedule]``."""
     assert SAMPLE.is_dir(), f"sample corpus {SAMPLE} absent"
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HARNESS_PROGRESS", "off")
     results = tmp_path / "results"
 

@@ -39,11 +39,12 @@ SRUN_WARNING = "The `srun` command is available on your system but is not used"
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    """One prepared-corpus cache ($HARNESS_CACHE) for this module's workers: the BPE is trained once."""
+def cache() -> Path:
+    """The session's prepared-corpus cache ($HARNESS_CACHE, tests/conftest.py), passed on to the workers of
+    environments built from scratch (SLURM's): the BPE is trained once."""
     if not chaos.SAMPLE.is_dir():
         pytest.skip(f"sample corpus absent: {chaos.SAMPLE}")
-    return tmp_path_factory.mktemp("launch-cache")
+    return Path(os.environ["HARNESS_CACHE"])
 
 
 def launch(results: Path, *args: str, env: dict) -> subprocess.CompletedProcess:

@@ -34,7 +34,7 @@ def test_ctrl_c_to_a_local_launch_stops_each_worker_as_sigterm_does(tmp_path):
     grid = chaos.write_grid(tmp_path / "chaos.toml", 4)
     results = tmp_path / "results"
     chaos.queue_grid(grid, results)
-    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}
+    env = dict(os.environ)
     launch = subprocess.run(
         chaos.harness("launch", "--results", str(results), "--executor", "local", "--workers", "2", "--threads", "1"),
         capture_output=True, text=True, timeout=300, env=env, start_new_session=True,
@@ -71,7 +71,7 @@ def test_ctrl_c_as_queue_exits_leaves_no_exit_callback_traceback(tmp_path):
     interpreter's shutdown (torch's exit callbacks) or in main's last lines: exit 0 and nothing on
     stderr, or exit 130 and nothing or the one line `interrupted`; never an exit callback's traceback."""
     grid = chaos.write_grid(tmp_path / "chaos.toml", 2000)  # 2 variants x 1,000 seeds
-    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}
+    env = dict(os.environ)
     proc = subprocess.Popen(
         [sys.executable, "-u", "-m", "harness", "queue", str(grid), "--results", str(tmp_path / "results")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared" / "data" / "fineweb_edu_sample" / "fineweb_edu_sample10BT_fac250.jsonl"
 

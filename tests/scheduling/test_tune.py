@@ -30,6 +30,8 @@ from harness.cli import main as cli
 import browser
 import services
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 BASE = ["--set", "vocab_size=512", "--set", "batch_tokens=1024", "--set", "eval_tokens=2048"]
 GRID = """\
@@ -81,7 +83,6 @@ def drained(tmp_path_factory):
     env = {
         **os.environ,
         "HARNESS_RESULTS": str(results),
-        "HARNESS_CACHE": str(tmp / "cache"),
         "HARNESS_PROGRESS": "lines",
     }
     out = harness(

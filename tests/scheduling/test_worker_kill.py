@@ -48,7 +48,7 @@ def test_sigkilled_worker_run_is_finished_by_another_and_matches(tmp_path):
     grid = tmp_path / "killtest.toml"
     grid.write_text(GRID.format(corpus=SAMPLE))
     results = tmp_path / "results"
-    env = {**os.environ, "HARNESS_RESULTS": str(results), "HARNESS_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "HARNESS_RESULTS": str(results)}
     assert warm.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
 
     # worker A takes the first run (the parent), and is killed once it has checkpointed twice

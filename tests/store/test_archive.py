@@ -169,7 +169,7 @@ def test_a_trained_grid_archived_imported_reported_and_continued(tmp_path):
         "[train]\nvocab_size = 512\nbatch_tokens = 512\neval_tokens = 1024\n"
         "[analysis]\nmin_effect_nats = 0.5\nlooks = [3, 5]\n"
     )
-    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_PROGRESS": "lines"}
+    env = {**os.environ, "HARNESS_PROGRESS": "lines"}
 
     def harness(*args: str, results: Path) -> str:
         proc = warm.run(

@@ -27,6 +27,8 @@ from harness.store.validate import columns, schema_sql, validate_result
 
 from chaos import SAMPLE
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = ("duckdb", "polars", "scipy", "statsmodels")
 

@@ -39,19 +39,14 @@ BUDGET = 4 * 1024
 
 
 @pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    """One prepared-corpus cache for the module (the BPE is trained once), one thread."""
+def one_thread():
+    """One thread (the corpus cache is the session's: tests/conftest.py)."""
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
-    old, threads = os.environ.get("HARNESS_CACHE"), torch.get_num_threads()
-    os.environ["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same reduction order in every run of this module
     yield
     torch.set_num_threads(threads)
-    if old is None:
-        os.environ.pop("HARNESS_CACHE")
-    else:
-        os.environ["HARNESS_CACHE"] = old
 
 
 def lit_of(compile_: bool) -> LitLM:

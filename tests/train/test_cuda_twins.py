@@ -11,7 +11,6 @@ gloo. ``python -m pytest -q tests/train/test_cuda_twins.py``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import duckdb
@@ -31,19 +30,14 @@ TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-
 
 
 @pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    """One prepared-corpus cache for the module (the BPE is trained once), one thread per rank."""
+def one_thread():
+    """One thread per rank (the corpus cache is the session's: tests/conftest.py)."""
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
-    old, threads = os.environ.get("HARNESS_CACHE"), torch.get_num_threads()
-    os.environ["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the child rank gets the same (its spec carries it)
     yield
     torch.set_num_threads(threads)
-    if old is None:
-        os.environ.pop("HARNESS_CACHE")
-    else:
-        os.environ["HARNESS_CACHE"] = old
 
 
 def runs_row(results: Path, columns: str) -> tuple:

@@ -33,21 +33,15 @@ TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread_one_corpus(tmp_path_factory):
-    """One torch thread per rank; one prepared corpus for the module's runs ($HARNESS_CACHE, inherited
-    by the subprocesses; a cache already set is used: content-addressed, shareable), so each test
-    trains instead of training the same tokenizer again."""
+def _one_thread():
+    """One torch thread per rank (the prepared corpus is the session's cache, inherited by the subprocesses:
+    tests/conftest.py)."""
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
-    threads, cache = torch.get_num_threads(), os.environ.get("HARNESS_CACHE")
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    os.environ["HARNESS_CACHE"] = cache or str(tmp_path_factory.mktemp("cache"))
     yield
     torch.set_num_threads(threads)
-    if cache is None:
-        os.environ.pop("HARNESS_CACHE")
-    else:
-        os.environ["HARNESS_CACHE"] = cache
 
 
 def _env(**extra) -> dict:

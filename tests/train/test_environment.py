@@ -51,8 +51,6 @@ def trained(tmp_path_factory):
     ``(results folder, configs, reads of /proc/cpuinfo by the record)``."""
     assert SAMPLE.is_dir(), f"sample corpus {SAMPLE} absent"
     results = tmp_path_factory.mktemp("env")
-    saved = os.environ.get("HARNESS_CACHE")
-    os.environ["HARNESS_CACHE"] = str(results / "cache")
     os.environ.pop(HARDWARE_CLASS_ENV, None)
     torch.set_num_threads(1)
     reads = []
@@ -69,9 +67,6 @@ def trained(tmp_path_factory):
             assert train_run(config, results, ExecutionSettings(progress=False)) == "done"
     finally:
         mp.undo()
-        os.environ.pop("HARNESS_CACHE", None) if saved is None else os.environ.__setitem__(
-            "HARNESS_CACHE", saved
-        )
     return results, configs, len(reads)
 
 
@@ -170,7 +165,6 @@ def test_the_class_is_outside_the_protocol_hash(monkeypatch, tmp_path):
     """Another class (the override) gives the same protocol: a protocol is what a study fixes."""
     from harness.train.runner import build
 
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     config = RunConfig.adhoc("rd_attnres", "tiny", 0, BUDGET, str(SAMPLE), train=TRAIN)
     monkeypatch.delenv(HARDWARE_CLASS_ENV, raising=False)
     first = build(config, tmp_path, ExecutionSettings(progress=False))

@@ -65,7 +65,7 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_and_writes_nothing(tmp_pa
     grid = tmp_path / "stoptest.toml"
     grid.write_text(GRID.format(corpus=SAMPLE))
     results = tmp_path / "results"
-    env = {**os.environ, "HARNESS_RESULTS": str(results), "HARNESS_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "HARNESS_RESULTS": str(results)}
     assert warm.run([sys.executable, "-m", "harness", "queue", str(grid)], env=env).returncode == 0
     work = [sys.executable, "-m", "harness", "work", "--threads", "1", "--lease-s", "5"]
 
@@ -201,39 +201,35 @@ class Epoch(Fence):
 @pytest.mark.slow  # 2 s on 2 cores: out of the developer's loop (`pytest -m "not slow"`)
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample corpus absent")
 def test_owners_never_share_a_checkpoint_and_an_unreadable_one_is_set_aside(tmp_path, capsys):
-    os.environ["HARNESS_CACHE"] = str(tmp_path / "cache")
     torch.set_num_threads(1)
-    try:
-        config = RunConfig.create("rd_attnres", "tiny", 0, 12 * 1024, str(SAMPLE), grid="ck", train=TRAIN)
-        results = tmp_path / "results"
-        folder = checkpoint_dir(results, config.run_id)
-        with pytest.raises(RunInterrupted):  # a planned stop, checkpoint on disk
-            train_run(
-                config, results, ExecutionSettings(progress=False, stop_after_tokens=4 * 1024), fence=Epoch(0)
-            )
-        e0 = (folder / "e0" / "last.ckpt").read_bytes()
-        with pytest.raises(RunInterrupted):  # the next owner resumes from a copy, in its own folder
-            train_run(
-                config, results, ExecutionSettings(progress=True, stop_after_tokens=8 * 1024), fence=Epoch(1)
-            )
-        assert "resuming from step 4" in capsys.readouterr().err
-        assert (folder / "e0" / "last.ckpt").read_bytes() == e0  # never written by epoch 1
-        assert checkpoint_step(folder / "e1" / "last.ckpt") == 8
-        with open(folder / "e1" / "last.ckpt", "r+b") as f:  # a disk error cuts the newest checkpoint
-            f.truncate(4000)
+    config = RunConfig.create("rd_attnres", "tiny", 0, 12 * 1024, str(SAMPLE), grid="ck", train=TRAIN)
+    results = tmp_path / "results"
+    folder = checkpoint_dir(results, config.run_id)
+    with pytest.raises(RunInterrupted):  # a planned stop, checkpoint on disk
+        train_run(
+            config, results, ExecutionSettings(progress=False, stop_after_tokens=4 * 1024), fence=Epoch(0)
+        )
+    e0 = (folder / "e0" / "last.ckpt").read_bytes()
+    with pytest.raises(RunInterrupted):  # the next owner resumes from a copy, in its own folder
+        train_run(
+            config, results, ExecutionSettings(progress=True, stop_after_tokens=8 * 1024), fence=Epoch(1)
+        )
+    assert "resuming from step 4" in capsys.readouterr().err
+    assert (folder / "e0" / "last.ckpt").read_bytes() == e0  # never written by epoch 1
+    assert checkpoint_step(folder / "e1" / "last.ckpt") == 8
+    with open(folder / "e1" / "last.ckpt", "r+b") as f:  # a disk error cuts the newest checkpoint
+        f.truncate(4000)
 
-        assert train_run(config, results, ExecutionSettings(progress=True), fence=Epoch(2)) == "done"
-        err = capsys.readouterr().err
-        assert f"checkpoint {folder / 'e1' / 'last.ckpt'} is unreadable" in err
-        assert "resuming from step 4" in err and "copied from e0" in err  # the previous good one
-        (aside,) = (results / "checkpoints" / SET_ASIDE).iterdir()
-        assert aside.name.startswith(f"{folder.name}-e1-") and aside.stat().st_size == 4000  # renamed, kept
-        assert not folder.exists()  # every owner's checkpoints go once the result is written
+    assert train_run(config, results, ExecutionSettings(progress=True), fence=Epoch(2)) == "done"
+    err = capsys.readouterr().err
+    assert f"checkpoint {folder / 'e1' / 'last.ckpt'} is unreadable" in err
+    assert "resuming from step 4" in err and "copied from e0" in err  # the previous good one
+    (aside,) = (results / "checkpoints" / SET_ASIDE).iterdir()
+    assert aside.name.startswith(f"{folder.name}-e1-") and aside.stat().st_size == 4000  # renamed, kept
+    assert not folder.exists()  # every owner's checkpoints go once the result is written
 
-        train_run(config, tmp_path / "clean", ExecutionSettings(progress=False))
-        assert final_rows(results) == final_rows(tmp_path / "clean")  # as if never interrupted
-    finally:
-        os.environ.pop("HARNESS_CACHE")
+    train_run(config, tmp_path / "clean", ExecutionSettings(progress=False))
+    assert final_rows(results) == final_rows(tmp_path / "clean")  # as if never interrupted
 
 
 def test_with_no_readable_checkpoint_left_the_run_starts_from_scratch_and_says_so(tmp_path):

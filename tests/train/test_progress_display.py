@@ -31,13 +31,11 @@ LINE = re.compile(r"^\[rd_attnres s0\] +\d+% [\d,]+/[\d,]+ tokens, [\d,]+ tok/s,
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    """Environment of the `harness run` processes: one corpus cache for the module."""
+def env():
+    """Environment of the `harness run` processes (the corpus cache is the session's: tests/conftest.py)."""
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent (../shared/data/fineweb_edu_sample)")
-    e = {k: v for k, v in os.environ.items() if k != console.PROGRESS_ENV}
-    e["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    return e
+    return {k: v for k, v in os.environ.items() if k != console.PROGRESS_ENV}
 
 
 def run_cmd(results: Path, budget: int) -> list[str]:

@@ -66,15 +66,11 @@ if os.environ.get("RANK") == "1":
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_corpus(tmp_path_factory):
-    """One prepared corpus for the module's runs ($HARNESS_CACHE, inherited by the subprocesses)."""
+def _sample_corpus():
+    """The sample text is there (its prepared corpus is the session's cache, inherited by the subprocesses:
+    tests/conftest.py)."""
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
-    cache = os.environ.get("HARNESS_CACHE")
-    os.environ["HARNESS_CACHE"] = cache or str(tmp_path_factory.mktemp("cache"))
-    yield
-    if cache is None:
-        os.environ.pop("HARNESS_CACHE")
 
 
 def _work(results: Path, *extra: str, env: dict) -> subprocess.CompletedProcess:

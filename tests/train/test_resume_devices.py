@@ -25,10 +25,9 @@ TRAIN = {"vocab_size": 512, "batch_tokens": 1024, "eval_tokens": 2048, "lr": 3e-
 
 
 @pytest.fixture(autouse=True)
-def _one_thread(tmp_path, monkeypatch):
+def _one_thread():
     if not SAMPLE.is_dir():
         pytest.fail(f"sample corpus {SAMPLE} absent")
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same reduction order in both runs
     yield

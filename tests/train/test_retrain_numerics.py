@@ -22,6 +22,8 @@ from harness.report.render.retrain_lines import identity_line
 from harness.store.archive import read_archive
 from harness.train import retrain as rt
 
+pytestmark = pytest.mark.own_cache  # its commands build their corpus in RESULTS/cache (conftest)
+
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
 

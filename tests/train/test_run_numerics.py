@@ -9,7 +9,6 @@ protocol hash. Tiny runs on the FineWeb-Edu sample, a few seconds each:
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -39,15 +38,13 @@ BUDGET = 4 * 1024
 
 
 @pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    """One prepared-corpus cache for the module (the BPE trained once), one thread."""
+def one_thread():
+    """One thread for the module's runs (the corpus cache is the session's: tests/conftest.py)."""
     assert SAMPLE.is_dir(), f"sample corpus {SAMPLE} absent"
-    old, threads = os.environ.get("HARNESS_CACHE"), torch.get_num_threads()
-    os.environ["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-    os.environ.pop("HARNESS_CACHE") if old is None else os.environ.__setitem__("HARNESS_CACHE", old)
 
 
 def config(**train) -> RunConfig:

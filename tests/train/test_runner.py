@@ -36,18 +36,11 @@ BUDGET = 6 * 1024
 
 
 @pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    """One prepared-corpus cache for the module, so the BPE is trained once."""
+def one_thread():
+    """One thread for the module's runs (the corpus cache is the session's: tests/conftest.py)."""
     if not SAMPLE.is_dir():
         pytest.skip(f"sample corpus {SAMPLE} absent")
-    old = os.environ.get("HARNESS_CACHE")
-    os.environ["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     torch.set_num_threads(1)  # same reduction order in every run of this module
-    yield
-    if old is None:
-        os.environ.pop("HARNESS_CACHE")
-    else:
-        os.environ["HARNESS_CACHE"] = old
 
 
 def cfg(variant="rd_attnres", seed=0, budget=BUDGET, **train):

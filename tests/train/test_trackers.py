@@ -43,8 +43,8 @@ def tracked(tmp_path_factory):
     assert SAMPLE.is_dir(), f"sample corpus {SAMPLE} absent"
     results = tmp_path_factory.mktemp("tracked")
     env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
-    saved = {k: os.environ.get(k) for k in [*env, "MLFLOW_TRACKING_URI", "WANDB_DIR", "HARNESS_CACHE"]}
-    os.environ.update(env, HARNESS_CACHE=str(results / "cache"))
+    saved = {k: os.environ.get(k) for k in [*env, "MLFLOW_TRACKING_URI", "WANDB_DIR"]}
+    os.environ.update(env)
     for k in ("MLFLOW_TRACKING_URI", "WANDB_DIR"):
         os.environ.pop(k, None)
     torch.set_num_threads(1)
@@ -197,7 +197,6 @@ def test_csv_logger_writes_the_curves(tracked):
 
 def test_a_tracker_that_fails_never_fails_the_run(tmp_path, monkeypatch):
     """MLflow's server down: one warning naming it, the run is done and stored."""
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # the discard port: nothing listens
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
@@ -263,7 +262,6 @@ def test_a_grid_drained_by_harness_work_streams_every_run(tmp_path, monkeypatch)
     from harness.scheduling.grids.grid import parse_grid
     from harness.scheduling.queue.run_queue import RunQueue
 
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
         monkeypatch.delenv(name)
     results = tmp_path / "results"
@@ -362,7 +360,6 @@ def test_concurrent_workers_on_a_fresh_mlflow_store_all_reach_it(tmp_path):
     workers, tries = 3, 3
     logs = {"loggers": ["mlflow"]}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env["HARNESS_CACHE"] = str(tmp_path / "cache")
     for attempt in range(tries):
         (tmp_path / f"results{attempt}").mkdir()
     procs = [

@@ -18,14 +18,14 @@ from test_faults import harness
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/fineweb_edu_sample"
 
 
-def _run(results: Path, logger: str, cache: Path) -> subprocess.CompletedProcess:
+def _run(results: Path, logger: str) -> subprocess.CompletedProcess:
     """One tiny run (4 steps of 1,024 tokens, an evaluation after each) streamed to ``logger``."""
     sets = ["vocab_size=512", "batch_tokens=1024", "eval_tokens=1024", "eval_every_tokens=1024"]
     return harness(
         "run", "--variant", "block_attnres", "--size", "tiny", "--seed", "0", "--budget-tokens", "4096",
         "--corpus", str(SAMPLE), "--results", str(results), "--threads", "1", "--quiet", "--logger", logger,
         *[a for s in sets for a in ("--set", s)],
-        env={"HARNESS_CACHE": str(cache), "MLFLOW_TRACKING_URI": ""},
+        env={"MLFLOW_TRACKING_URI": ""},
     )  # fmt: skip
 
 
@@ -57,7 +57,7 @@ def test_a_read_only_mlflow_store_is_one_warning_line_and_the_run_is_done(tmp_pa
     store = results / "mlflow.db"
     mlflow.MlflowClient(tracking_uri=f"sqlite:///{store}").create_experiment("adhoc")  # tables, experiment
     read_only_file(store)
-    proc = _run(results, "mlflow", tmp_path / "cache")
+    proc = _run(results, "mlflow")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == (
         "warning: logger mlflow could not start (OperationalError: attempt to write a readonly database); "
@@ -74,7 +74,7 @@ def test_a_full_disk_under_tensorboard_is_the_disk_full_line_only(tmp_path, tmpf
     results = tmp_path / "results"
     results.mkdir()
     (results / "tb").symlink_to(tmpfs("4k"))
-    proc = _run(results, "tensorboard", tmp_path / "cache")
+    proc = _run(results, "tensorboard")
     assert proc.returncode == 0, proc.stderr
     folder = f"{results.resolve()}/tb/adhoc/adhoc%3Atiny%3Ablock_attnres%3As0%3A4096%3A"
     assert proc.stderr.startswith(f"warning: logger tensorboard: disk full: {folder}"), proc.stderr
