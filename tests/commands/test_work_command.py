@@ -10,6 +10,7 @@ import json
 import logging
 import multiprocessing as mp
 import re
+import subprocess
 import sys
 import time
 import types
@@ -341,6 +342,36 @@ def test_retry_storage_passes_other_errors_at_once():
     assert calls == [1]
     with pytest.raises(FileNotFoundError, match="no queue journal"):  # an answer, not an outage
         RunQueue.open(None, Path("/nonexistent/results"), create=False, retry_s=10)
+
+
+def test_an_outage_is_told_from_an_answer_and_a_journals_error_imports_no_sqlalchemy():
+    """What retry_storage retries: a lost connection of the RDB (SQLAlchemy's OperationalError or
+    InterfaceError, also as another error's cause) and a passing OSError of a journal's folder; not an
+    OSError waiting does not cure. A journal's error is told without importing SQLAlchemy (a fresh
+    interpreter: 0.9 s of CPU that every command paid at its first missing queue)."""
+    import errno
+
+    import sqlalchemy.exc
+
+    from harness.scheduling.queue.storage import _unreachable
+
+    lost = sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("refused"))
+    wrapped = RuntimeError("storage internal error")
+    wrapped.__cause__ = lost
+    assert _unreachable(lost) and _unreachable(wrapped)
+    assert _unreachable(sqlalchemy.exc.InterfaceError("SELECT 1", {}, OSError("closed")))
+    assert not _unreachable(sqlalchemy.exc.ProgrammingError("SELECT 1", {}, ValueError("syntax")))
+    assert _unreachable(OSError(errno.EIO, "input/output error"))
+    assert not _unreachable(OSError(errno.EACCES, "permission denied"))
+    assert not _unreachable(ValueError("not an outage"))
+    code = (
+        "import errno, sys\n"
+        "from harness.scheduling.queue.storage import _unreachable\n"
+        "print(_unreachable(OSError(errno.EIO, 'x')), _unreachable(OSError(errno.ENOSPC, 'x')),"
+        " 'sqlalchemy' in sys.modules)\n"
+    )
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert fresh.stdout.split() == ["True", "False", "False"], fresh.stdout + fresh.stderr
 
 
 def test_a_stop_request_ends_the_loop_and_a_run_claimed_meanwhile_goes_back_untrained(tmp_path, monkeypatch):
