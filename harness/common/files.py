@@ -209,18 +209,19 @@ def atomic_path(
     """
     path = Path(path)
     created = _make_parents(path.parent, None if root is None else Path(root))
-    while True:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        try:  # mode 0o666 less the umask, as open() gives (tempfile.mkstemp would give 0o600)
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            break
-        except FileExistsError:
-            continue
-    try:
+    tmp: Path | None = None
+    try:  # the name is held before the file exists: a Ctrl-C just after os.open leaves no empty temporary
+        while tmp is None:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+            try:  # mode 0o666 less the umask, as open() gives (tempfile.mkstemp would give 0o600)
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            except FileExistsError:
+                tmp = None  # another's file, never ours to remove
         yield tmp
         fsync_file(tmp)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
     try:
         with commit() if commit is not None else nullcontext():

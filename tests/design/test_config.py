@@ -359,3 +359,25 @@ def test_atomic_path_leaves_the_target_alone_when_the_writer_fails(tmp_path):
             raise RuntimeError("killed mid-write")
     assert target.read_text() == "old checkpoint"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_a_ctrl_c_just_after_the_temporary_file_is_made_leaves_none(tmp_path, monkeypatch):
+    """A Ctrl-C between os.open making the temporary file and the block that removes it on an error (under
+    load, `harness import`'s Ctrl-C test left an empty `.rd_factorial_study.toml.<pid>.<hex>.tmp`)."""
+    import harness.common.files as files
+
+    real_close = os.close
+
+    def interrupted(fd):
+        real_close(fd)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files.os, "close", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(tmp_path / "grid.toml") as tmp:
+            tmp.write_text("never reached")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    with atomic_path(tmp_path / "grid.toml") as tmp:  # and the next write goes through
+        tmp.write_text("x")
+    assert [p.name for p in tmp_path.iterdir()] == ["grid.toml"]
