@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import warm
 
+from harness.scheduling.workers.starting import SUFFIX as STARTING
+
 HARNESS = [sys.executable, "-m", "harness"]
 pytestmark = pytest.mark.slow  # the server imports torch and Lightning first: 4 s
 
@@ -59,10 +61,12 @@ def test_a_warm_worker_is_its_own_process_and_ctrl_c_interrupts_it_as_a_cold_one
         ]
         p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
-        while not (results / "queue.journal").exists():  # the worker has opened its queue: it is polling
+        # its poll loop has begun: the queue is there and the worker's "starting" marker gone (it is removed as
+        # the loop begins; a fixed delay after the queue's creation let a loaded machine's cold worker be
+        # interrupted before its loop, which exits by another path)
+        while not (results / "queue.journal").exists() or list(results.glob(f".*{STARTING}")):
             assert p.poll() is None and time.monotonic() < deadline, p.communicate()
             time.sleep(0.05)
-        time.sleep(0.5)  # past the queue's creation, into the poll loop
         if how == "warm":
             assert p.pid not in (os.getpid(), warm._server.proc.pid)
         p.send_signal(signal.SIGINT)
